@@ -1,0 +1,155 @@
+"""Atomic file writes and content hashes shared by every package.
+
+A crash never leaves a half-written file that a reader would accept: every write
+goes to a temporary file in the same directory, is fsync'ed, then renamed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fathom.errors import FathomError
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file, fsync, rename, fsync dir)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def json_safe(value: Any) -> Any:
+    """Map non-finite floats to ``None`` (JSON has no NaN); recurse into containers."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def dumps(obj: Any, *, indent: int | None = None) -> str:
+    """Strict JSON: non-finite floats become null, never ``NaN``."""
+    return json.dumps(json_safe(obj), indent=indent, sort_keys=indent is not None, allow_nan=False)
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_bytes(path, (dumps(obj, indent=2) + "\n").encode())
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def append_jsonl(path: str | os.PathLike, row: Mapping[str, Any]) -> None:
+    """Append one JSON line and fsync. A reader ignores a final line without newline."""
+    line = dumps(row) + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[int]]:
+    """Read complete JSON lines; return ``(rows, bad_line_numbers)``.
+
+    A line that is not terminated by a newline or does not parse is a truncated
+    write: it is reported, never accepted.
+    """
+    rows: list[dict[str, Any]] = []
+    bad: list[int] = []
+    text = Path(path).read_text(encoding="utf-8") if Path(path).exists() else ""
+    lines = text.split("\n")
+    complete, tail = lines[:-1], lines[-1]
+    for i, line in enumerate(complete, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            bad.append(i)
+    if tail.strip():
+        bad.append(len(complete) + 1)
+    return rows, bad
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def tensor_digest(tensors: Iterable[tuple[str, torch.Tensor]]) -> str:
+    """SHA-256 over names, dtypes, shapes and raw bytes of tensors, in the given order."""
+    h = hashlib.sha256()
+    for name, t in tensors:
+        t = t.detach().contiguous().cpu()
+        h.update(name.encode())
+        h.update(str(t.dtype).encode())
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def state_dict_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """Digest of a state dict, keys sorted: equal digests mean byte-identical weights."""
+    return tensor_digest(sorted(state.items()))
+
+
+def config_digest(obj: Any) -> str:
+    """Hash of a JSON-serialisable config (canonical: sorted keys, no whitespace)."""
+    return sha256_bytes(json.dumps(json_safe(obj), sort_keys=True, separators=(",", ":")).encode())
+
+
+def ensure_writable_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` and prove it is writable, or raise a clear error."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-", delete=True)
+        probe.close()
+    except OSError as e:
+        raise FathomError(
+            f"cannot write to directory {str(path)!r}: {e.strerror or e}. "
+            "Choose a writable location with --runs-dir (or fix its permissions)."
+        ) from None
+    return path

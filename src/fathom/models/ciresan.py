@@ -1,0 +1,201 @@
+"""The Ciresan-style tapered MLP with crop residual bypasses.
+
+Architecture (full width): ``784 -> 2500 -> 2000 -> 1500 -> 1000 -> 500 -> 10``,
+11,972,510 parameters. A stem affine+ReLU, four body blocks, a linear classifier::
+
+    h = relu(stem(x))
+    h = relu(crop(h) + gain * linear(h))      # each of the four body blocks (residual recipes)
+    h = relu(linear(h))                       # body blocks of the ``plain`` recipe
+    logits = head(h)                          # linear logits (``output_relu=True``: relu(head(h)))
+
+``crop`` keeps the first ``out_features`` coordinates (the widths only narrow, so no
+projection is needed); ``gain`` is set by :class:`fathom.depth.GateController`
+(``kept / survival`` in training, one at evaluation, ``{0, 1}`` for explicit masks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fathom.depth import Crop, DropSchedule, SkippableResidual, find_branches
+from fathom.errors import FathomError
+
+FULL_WIDTHS: tuple[int, ...] = (2500, 2000, 1500, 1000, 500)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One training recipe: architecture switches and its drop schedule."""
+
+    name: str
+    residual: bool
+    unit_dropout: float
+    schedule_kind: str  # none | constant | linear_decrease
+    drop_probs: tuple[float, ...]
+
+
+RECIPES: dict[str, Recipe] = {
+    "plain": Recipe("plain", residual=False, unit_dropout=0.0, schedule_kind="none", drop_probs=()),
+    "residual": Recipe("residual", True, 0.0, "none", (0.0, 0.0, 0.0, 0.0)),
+    "residual_dropout": Recipe("residual_dropout", True, 0.2, "none", (0.0, 0.0, 0.0, 0.0)),
+    "sd_constant": Recipe("sd_constant", True, 0.0, "constant", (0.1, 0.2, 0.3, 0.4)),
+    "sd_decreasing": Recipe("sd_decreasing", True, 0.0, "linear_decrease", (0.2, 0.4, 0.6, 0.8)),
+}
+
+
+def recipe_spec(name: str) -> Recipe:
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise FathomError(
+            f"unknown recipe {name!r}; valid recipes: {', '.join(RECIPES)}"
+        ) from None
+
+
+def recipe_schedule(recipe: Recipe, epochs: int) -> DropSchedule:
+    """The drop schedule of a residual recipe; ``linear_decrease`` reaches 0 at the last epoch."""
+    end = float(max(epochs - 1, 1)) if recipe.schedule_kind == "linear_decrease" else None
+    return DropSchedule(recipe.schedule_kind, recipe.drop_probs, end)
+
+
+def scaled_widths(widths: tuple[int, ...], width_mult: float) -> tuple[int, ...]:
+    if width_mult <= 0:
+        raise FathomError(f"width_mult must be positive, got {width_mult}")
+    return tuple(max(1, round(w * width_mult)) for w in widths)
+
+
+class CiresanBlock(nn.Module):
+    """``relu(crop(h) + gain * linear(h))`` (residual) or ``relu(linear(h))`` (plain)."""
+
+    def __init__(self, d_in: int, d_out: int, residual: bool, unit_dropout: float) -> None:
+        super().__init__()
+        self.residual = residual
+        linear = nn.Linear(d_in, d_out)
+        if residual:
+            if d_out > d_in:
+                raise FathomError(
+                    f"a crop bypass needs non-increasing widths, got {d_in} -> {d_out}"
+                )
+            self.res = SkippableResidual(linear, Crop(d_out))
+        else:
+            self.res = linear
+        self.dropout = nn.Dropout(unit_dropout) if unit_dropout > 0 else nn.Identity()
+
+    @property
+    def linear(self) -> nn.Linear:
+        return self.res.branch if self.residual else self.res
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.dropout(F.relu(self.res(h)))
+
+
+class CiresanMLP(nn.Module):
+    """Ciresan tapered MLP; see the module docstring for the exact computation."""
+
+    def __init__(
+        self,
+        widths: tuple[int, ...] = FULL_WIDTHS,
+        classes: int = 10,
+        recipe: str = "residual",
+        input_scale: float = 1 / 255,
+        output_relu: bool = False,
+        width_mult: float = 1.0,
+        in_features: int = 784,
+        unit_dropout: float | None = None,
+    ) -> None:
+        super().__init__()
+        spec = recipe_spec(recipe)
+        self.recipe = spec
+        self.input_scale = float(input_scale)
+        self.output_relu = output_relu
+        self.widths = scaled_widths(tuple(widths), width_mult)
+        if len(self.widths) < 2:
+            raise FathomError("CiresanMLP needs at least two hidden widths (stem + one body block)")
+        p_unit = spec.unit_dropout if unit_dropout is None else unit_dropout
+        if not 0.0 <= p_unit < 1.0:
+            raise FathomError(f"unit dropout must be in [0, 1), got {p_unit}")
+        self.stem = nn.Linear(in_features, self.widths[0])
+        self.stem_dropout = nn.Dropout(p_unit) if p_unit > 0 else nn.Identity()
+        self.blocks = nn.ModuleList(
+            CiresanBlock(a, b, spec.residual, p_unit)
+            for a, b in zip(self.widths[:-1], self.widths[1:], strict=True)
+        )
+        self.head = nn.Linear(self.widths[-1], classes)
+
+    # -- the computation --------------------------------------------------------------
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        """uint8 or float images -> flat float features scaled by ``input_scale``."""
+        dtype = self.stem.weight.dtype
+        return x.reshape(x.shape[0], -1).to(dtype) * self.input_scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem_dropout(F.relu(self.stem(self.prepare(x))))
+        for block in self.blocks:
+            h = block(h)
+        logits = self.head(h)
+        return F.relu(logits) if self.output_relu else logits
+
+    def forward_taps(self, x: torch.Tensor) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Logits plus ``(a, z)`` for every affine layer, in order stem, body..., head.
+
+        ``a`` is the layer input, ``z = a W^T + b`` the affine output (for a body block the
+        branch output *before* the crop is added). Per-example weight gradients are
+        ``g_i = delta_i a_i^T`` with ``delta_i = dL_i/dz_i``. A skipped branch (gain 0) has
+        no tap: its entry is ``(a, None)``.
+        """
+        taps: list[tuple[torch.Tensor, torch.Tensor]] = []
+        a = self.prepare(x)
+        z = self.stem(a)
+        taps.append((a, z))
+        h = self.stem_dropout(F.relu(z))
+        for block in self.blocks:
+            lin = block.linear
+            if block.residual:
+                gain = block.res.gain
+                if gain == 0.0:
+                    taps.append((h, None))
+                    h = block.dropout(F.relu(block.res.bypass(h)))
+                    continue
+                z = lin(h)
+                taps.append((h, z))
+                pre = block.res.bypass(h) + (z * gain if gain != 1.0 else z)
+            else:
+                z = lin(h)
+                taps.append((h, z))
+                pre = z
+            h = block.dropout(F.relu(pre))
+        z = self.head(h)
+        taps.append((h, z))
+        logits = F.relu(z) if self.output_relu else z
+        return logits, taps
+
+    # -- structure ----------------------------------------------------------------------
+    def affine_layers(self) -> list[nn.Linear]:
+        """Every affine layer, in order: stem, body blocks, head."""
+        return [self.stem, *(b.linear for b in self.blocks), self.head]
+
+    def branches(self) -> list[SkippableResidual]:
+        return find_branches(self)
+
+    def macs_per_example(self, mask: tuple[int | bool, ...] | None = None) -> int:
+        """Multiply-accumulates of one forward pass; body branch ``l`` counted iff ``mask[l]``."""
+        layers = self.affine_layers()
+        macs = layers[0].in_features * layers[0].out_features
+        macs += layers[-1].in_features * layers[-1].out_features
+        body = layers[1:-1]
+        if mask is None:
+            mask = (1,) * len(body)
+        for lin, m in zip(body, mask, strict=True):
+            macs += lin.in_features * lin.out_features * int(bool(m))
+        return macs
+
+    def extra_repr(self) -> str:
+        return f"recipe={self.recipe.name}, widths={self.widths}, input_scale={self.input_scale:.6g}, output_relu={self.output_relu}"
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
