@@ -1,0 +1,129 @@
+"""Seed intervals against scipy.stats and failure flags on hand-made runs."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fathom.errors import FathomError
+from fathom.stats.flags import (
+    CHANCE_CE_TOLERANCE,
+    NOT_FITTING_ACCURACY,
+    failure_flags,
+    is_excluded,
+)
+from fathom.stats.intervals import Interval, mean_sd, paired_difference, t_interval
+
+SAMPLES = [
+    pytest.param([0.981, 0.975, 0.979], id="three-seeds"),
+    pytest.param([1.0, 2.0], id="two-seeds"),
+    pytest.param([0.1, -0.3, 0.25, 0.05, 0.0, 0.7], id="six-mixed-sign"),
+]
+
+
+@pytest.mark.parametrize("values", SAMPLES)
+@pytest.mark.parametrize("level", [0.95, 0.9])
+def test_t_interval_matches_scipy(values, level):
+    x = np.asarray(values, dtype=np.float64)
+    ref_low, ref_high = stats.t.interval(level, len(x) - 1, loc=x.mean(), scale=stats.sem(x))
+    got = t_interval(values, level)
+    assert got.n == len(x)
+    assert got.method == "t"
+    assert got.estimate == pytest.approx(x.mean(), abs=1e-15)
+    assert got.low == pytest.approx(ref_low, rel=1e-12)
+    assert got.high == pytest.approx(ref_high, rel=1e-12)
+
+
+@pytest.mark.parametrize("values", SAMPLES)
+def test_mean_sd_is_sample_sd(values):
+    mean, sd, n = mean_sd(values)
+    assert n == len(values)
+    assert mean == pytest.approx(np.mean(values))
+    assert sd == pytest.approx(np.std(values, ddof=1), rel=1e-12)
+
+
+def test_paired_difference_matches_scipy_ttest_rel():
+    a = {101: 0.981, 102: 0.975, 103: 0.979, 104: 0.5}
+    b = {101: 0.978, 102: 0.977, 103: 0.970, 200: 0.1}
+    got = paired_difference(a, b)
+    common = [101, 102, 103]
+    xa = np.array([a[s] for s in common])
+    xb = np.array([b[s] for s in common])
+    ref = stats.ttest_rel(xa, xb).confidence_interval(0.95)
+    assert got.n == 3
+    assert got.method == "paired t"
+    assert got.estimate == pytest.approx((xa - xb).mean())
+    assert got.low == pytest.approx(ref.low, rel=1e-10)
+    assert got.high == pytest.approx(ref.high, rel=1e-10)
+
+
+def test_n_one_gives_no_interval():
+    got = t_interval([0.42])
+    assert got == Interval(0.42, None, None, 1, 0.95, "t")
+    assert not got.has_interval
+    assert mean_sd([0.42]) == (0.42, None, 1)
+    assert mean_sd([]) == (None, None, 0)
+    assert paired_difference({1: 0.5}, {1: 0.25}).low is None
+
+
+def test_bad_interval_input_is_refused():
+    with pytest.raises(FathomError, match="at least one seed"):
+        t_interval([])
+    with pytest.raises(FathomError, match="not a finite number"):
+        t_interval([0.5, math.nan])
+    with pytest.raises(FathomError, match="not a finite number"):
+        mean_sd([0.5, None])
+    with pytest.raises(FathomError, match="outside"):
+        t_interval([0.1, 0.2], level=95)
+    with pytest.raises(FathomError, match="no common seeds"):
+        paired_difference({1: 0.1}, {2: 0.2})
+
+
+def test_flags_diverged_from_status_or_non_finite():
+    assert failure_flags(status="diverged", test_acc=None, train_ce=None, classes=10) == [
+        "diverged"
+    ]
+    assert failure_flags(status="complete", test_acc=0.9, train_ce=math.inf, classes=10) == [
+        "diverged"
+    ]
+
+
+def test_flags_at_chance_by_accuracy_and_by_ce():
+    # 2 / 100 = 0.02: the log's regularized arm at 0.010 is at chance.
+    assert failure_flags(status="complete", test_acc=0.010, train_ce=None, classes=100) == [
+        "at_chance"
+    ]
+    assert failure_flags(status="complete", test_acc=0.037, train_ce=None, classes=100) == []
+    ln10 = math.log(10)
+    just_above = (1 - CHANCE_CE_TOLERANCE) * ln10 + 1e-9
+    just_below = (1 - CHANCE_CE_TOLERANCE) * ln10 - 1e-3
+    assert "at_chance" in failure_flags(
+        status="complete", test_acc=0.9, train_ce=just_above, classes=10
+    )
+    assert "at_chance" in failure_flags(
+        status="complete", test_acc=0.9, train_ce=3 * ln10, classes=10
+    )
+    assert failure_flags(status="complete", test_acc=0.9, train_ce=just_below, classes=10) == []
+
+
+def test_flags_not_fitting_and_incomplete():
+    flags = failure_flags(
+        status="complete",
+        test_acc=0.3,
+        train_ce=1.0,
+        classes=10,
+        fit_acc=NOT_FITTING_ACCURACY - 0.01,
+    )
+    assert flags == ["not_fitting"]
+    assert not is_excluded(flags)
+    flags = failure_flags(status="failed", test_acc=None, train_ce=None, classes=10)
+    assert flags == ["incomplete"]
+    assert is_excluded(flags)
+
+
+def test_flags_bad_input():
+    with pytest.raises(FathomError, match="unknown run status"):
+        failure_flags(status="done", test_acc=0.5, train_ce=1.0, classes=10)
+    with pytest.raises(FathomError, match="at least 2 classes"):
+        failure_flags(status="complete", test_acc=0.5, train_ce=1.0, classes=1)
