@@ -1,0 +1,74 @@
+"""Config -> model, gate controller, optimizer, seeded generators."""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+
+from fathom.config import ModelConfig, OptimConfig, RunConfig
+from fathom.depth import DropSchedule, GateController
+from fathom.models.ciresan import CiresanMLP, recipe_schedule, recipe_spec
+
+
+def stream_seed(seed: int, stream: str) -> int:
+    """An independent 63-bit seed per named RNG stream: ``sha256(f"{seed}:{stream}")``."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{stream}".encode()).digest()[:8], "little") >> 1
+
+
+def build_model(cfg: ModelConfig, classes: int = 10, in_features: int = 784) -> CiresanMLP:
+    return CiresanMLP(
+        widths=cfg.widths,
+        classes=classes,
+        recipe=cfg.recipe,
+        input_scale=cfg.input_scale,
+        output_relu=cfg.output_relu,
+        width_mult=cfg.width_mult,
+        in_features=in_features,
+        unit_dropout=cfg.unit_dropout,
+    )
+
+
+def build_schedule(cfg: RunConfig) -> DropSchedule | None:
+    """The recipe's drop schedule (``model.drop_probs`` overrides its probabilities)."""
+    spec = recipe_spec(cfg.model.recipe)
+    if not spec.residual:
+        return None
+    schedule = recipe_schedule(spec, cfg.optim.epochs)
+    if cfg.model.drop_probs is not None:
+        kind = spec.schedule_kind if spec.schedule_kind != "none" else "constant"
+        end = schedule.end_epoch if kind == "linear_decrease" else None
+        schedule = DropSchedule(kind, tuple(cfg.model.drop_probs), end)
+    if schedule.kind == "none" or not any(schedule.probs):
+        return None
+    return schedule
+
+
+def build_controller(model: CiresanMLP, cfg: RunConfig) -> GateController | None:
+    schedule = build_schedule(cfg)
+    if schedule is None:
+        return None
+    return GateController(model.branches(), schedule, seed=stream_seed(cfg.seed, "gates"))
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.SGD:
+    """SGD with momentum; ``impl`` picks torch's for-loop, foreach or fused kernel.
+
+    Skipped branches get ``grad is None`` (``zero_grad(set_to_none=True)``), which every
+    implementation skips: no momentum, no weight decay for them on that step.
+    """
+    kwargs: dict = {"foreach": False}
+    if cfg.impl == "foreach":
+        kwargs = {"foreach": True}
+    elif cfg.impl == "fused":
+        kwargs = {"fused": True}
+    return torch.optim.SGD(
+        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, **kwargs
+    )
+
+
+def init_model(cfg: RunConfig, classes: int = 10, in_features: int = 784) -> CiresanMLP:
+    """Build the model with the run's seeded initialisation (on the CPU)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(stream_seed(cfg.seed, "init"))
+        return build_model(cfg.model, classes, in_features)

@@ -1,0 +1,110 @@
+"""``fathom train`` and ``fathom validate``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from fathom.config import RunConfig, load_run_config, load_toml, validate_run_config
+from fathom.errors import FathomError
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values parsed as JSON when possible (``0.03``, ``[1,2]``, ``true``)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise FathomError(f"--set expects key=value, got {item!r} (e.g. --set optim.lr=0.03)")
+        key, raw = item.split("=", 1)
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    cfg = load_run_config(args.config) if args.config else RunConfig()
+    updates = parse_set(args.set or [])
+    if getattr(args, "device", None):
+        updates["device"] = args.device
+    if getattr(args, "name", None):
+        updates["name"] = args.name
+    return cfg.with_updates(updates) if updates else cfg
+
+
+def make_progress(quiet: bool):
+    """A callback printing one rich line per observed epoch (``None`` when quiet)."""
+    if quiet:
+        return None
+    from rich.console import Console
+
+    console = Console(stderr=True)
+
+    def fmt(v: Any, spec: str) -> str:
+        return "—" if v is None else format(v, spec)
+
+    def progress(event: str, row: dict) -> None:
+        if event != "epoch":
+            return
+        console.print(
+            f"epoch {row['epoch']:>4} step {row['step']:>7}  "
+            f"loss {fmt(row.get('train/loss_running'), '.4f')}  "
+            f"val acc {fmt(row.get('val/acc'), '.4f')} ce {fmt(row.get('val/ce'), '.4f')}  "
+            f"test acc {fmt(row.get('test/acc'), '.4f')}  "
+            f"train clock {row['clock/training_s']:.1f}s"
+        )
+
+    return progress
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from fathom.train.loop import resume, train
+
+    if args.resume:
+        if args.config:
+            from fathom.train.loop import check_resumable
+
+            check_resumable(Path(args.resume), config_from_args(args))
+        result = resume(args.resume, progress=make_progress(args.quiet))
+    else:
+        cfg = config_from_args(args)
+        run_dir = Path(args.runs_dir) / cfg.study / cfg.name
+        result = train(cfg, run_dir, progress=make_progress(args.quiet))
+    print(f"{result.status}: {result.run_dir} (epochs {result.epochs_completed}, final params {result.final_params})")
+    if result.status == "diverged":
+        print(f"diverged in epoch {result.diverged_epoch}; see manifest.json status_reason")
+        return 3
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    data = load_toml(args.config)
+    if "runs" in data or "recipes" in data or "study" in data and isinstance(data.get("study"), dict):
+        from fathom.study.config import validate_study_config
+
+        cfg = validate_study_config(data, origin=args.config)
+    else:
+        cfg = validate_run_config(data, origin=args.config)
+    print(f"{args.config}: valid")
+    print(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train one run into a run directory")
+    p.add_argument("config", nargs="?", help="run config TOML (defaults apply when omitted)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. optim.lr=0.03")
+    p.add_argument("--runs-dir", default="runs", help="parent of <study>/<name> (default: runs)")
+    p.add_argument("--name", help="run name (directory under runs/<study>/)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run; ends byte-identical")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=cmd_train)
+
+    v = sub.add_parser("validate", help="check a run or study config and print it with defaults")
+    v.add_argument("config")
+    v.set_defaults(func=cmd_validate)
