@@ -3,3 +3,50 @@
 Pure functions over plain Python data; :mod:`fathom.study` turns run directories
 into these inputs.
 """
+
+from fathom.stats.flags import (
+    CHANCE_CE_TOLERANCE,
+    EXCLUDING_FLAGS,
+    NOT_FITTING_ACCURACY,
+    failure_flags,
+    is_excluded,
+)
+from fathom.stats.intervals import Interval, mean_sd, paired_difference, t_interval
+from fathom.stats.summary import RunRecord, summarise_study, to_markdown
+from fathom.stats.verdicts import (
+    ArmRuns,
+    DepthScalingTable,
+    DepthScalingVerdict,
+    RankComparison,
+    Verdict,
+    compare,
+    depth_scaling_verdict,
+    first_crossing,
+    rank_disagreement,
+    verdict_sentence,
+)
+
+__all__ = [
+    "CHANCE_CE_TOLERANCE",
+    "EXCLUDING_FLAGS",
+    "NOT_FITTING_ACCURACY",
+    "ArmRuns",
+    "DepthScalingTable",
+    "DepthScalingVerdict",
+    "Interval",
+    "RankComparison",
+    "RunRecord",
+    "Verdict",
+    "compare",
+    "depth_scaling_verdict",
+    "failure_flags",
+    "first_crossing",
+    "is_excluded",
+    "mean_sd",
+    "paired_difference",
+    "rank_disagreement",
+    "summarise_study",
+    "t_interval",
+    "to_markdown",
+    "verdict_sentence",
+]

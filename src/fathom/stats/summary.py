@@ -1,0 +1,398 @@
+"""Study summary: per-recipe tables, paired differences against a reference, time to a
+target, fixed-horizon training time, failure flags, verdicts and rankings.
+
+Input is plain data (:class:`RunRecord`, one per main-phase run); :mod:`fathom.study`
+builds the records from run directories. Output is a JSON-able dict
+(:func:`summarise_study`) and its markdown rendering (:func:`to_markdown`).
+
+Definitions (all over seeds of one recipe, sample SD with ddof = 1):
+
+* selected checkpoint: minimum validation CE; final checkpoint: last epoch.
+* paired difference: ``recipe(s) - reference(s)`` over common seeds, Student-t interval.
+* time to target: first evaluated time with validation accuracy >= target, on the
+  training clock and on elapsed time; precision is bounded by the evaluation cadence.
+* fixed-horizon training time: training clock for the whole configured budget (every
+  run trains the same epochs, enforced by the config fingerprint); ratio of means to
+  the reference and the paired per-seed ratio with its t interval.
+* A recipe with any excluded run (diverged, at chance, incomplete) takes part in no
+  comparison and is listed; its table rows use only its non-excluded runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fathom.errors import FathomError
+from fathom.stats.flags import failure_flags, is_excluded
+from fathom.stats.intervals import mean_sd, paired_difference, t_interval
+from fathom.stats.verdicts import (
+    Verdict,
+    compare,
+    first_crossing,
+    rank_disagreement,
+    verdict_sentence,
+)
+
+CHECKPOINT_KEYS = ("test_acc", "test_ce", "val_ce", "epoch")
+COMPARED_METRICS = (
+    # (metric key, label, higher is better)
+    ("test_acc", "test accuracy", True),
+    ("test_ce", "test CE", False),
+)
+CHECKPOINTS = ("selected", "final")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run of a study, reduced to the numbers the summary needs.
+
+    ``selected`` / ``final``: ``{"test_acc", "test_ce", "val_ce", "epoch"}`` (``None`` where
+    undefined). ``curve``: ``(epoch, training_s, elapsed_s, val_acc)`` per evaluated
+    epoch. ``config_fingerprint``: the config fields that must match across compared
+    runs (dataset, epochs, batch, widths, ...). ``fit_ce_final`` is the fitting-set CE at
+    the end, used for the "CE near ln C" flag.
+    """
+
+    recipe: str
+    seed: int
+    lr: float | None
+    status: str
+    classes: int
+    selected: Mapping[str, float | int | None]
+    final: Mapping[str, float | int | None]
+    fit_acc_final: float | None
+    training_clock_s: float | None
+    elapsed_s: float | None
+    curve: Sequence[tuple[int, float, float, float | None]]
+    config_fingerprint: Mapping[str, Any] = field(default_factory=dict)
+    fit_ce_final: float | None = None
+
+    def flags(self) -> list[str]:
+        """Failure flags from final values (:func:`fathom.stats.flags.failure_flags`)."""
+        return failure_flags(
+            status=self.status,
+            test_acc=self.final.get("test_acc"),
+            train_ce=self.fit_ce_final,
+            classes=self.classes,
+            fit_acc=self.fit_acc_final,
+        )
+
+
+def _check_records(records: Sequence[RunRecord], reference: str) -> dict[str, list[RunRecord]]:
+    if not records:
+        raise FathomError("no run records to summarise; run the study's main phase first")
+    by_recipe: dict[str, list[RunRecord]] = {}
+    for r in records:
+        by_recipe.setdefault(r.recipe, []).append(r)
+    if reference not in by_recipe:
+        raise FathomError(
+            f"reference recipe {reference!r} is not in the records; recipes present: "
+            f"{sorted(by_recipe)}. Choose one of them as the reference"
+        )
+    seen: set[tuple[str, int]] = set()
+    for r in records:
+        if (r.recipe, r.seed) in seen:
+            raise FathomError(
+                f"two records for recipe {r.recipe!r} seed {r.seed}; keep one run per "
+                "(recipe, seed) in a comparison"
+            )
+        seen.add((r.recipe, r.seed))
+        for where in CHECKPOINTS:
+            missing = [k for k in CHECKPOINT_KEYS if k not in getattr(r, where)]
+            if missing:
+                raise FathomError(
+                    f"record {r.recipe!r} seed {r.seed}: {where} lacks {missing}; give every "
+                    f"key of {CHECKPOINT_KEYS} (None when undefined)"
+                )
+    first = records[0]
+    for r in records[1:]:
+        keys = sorted(set(first.config_fingerprint) | set(r.config_fingerprint))
+        for k in keys:
+            va, vb = first.config_fingerprint.get(k), r.config_fingerprint.get(k)
+            if va != vb:
+                raise FathomError(
+                    f"runs with different configs in one comparison: field {k!r} is {va!r} "
+                    f"for {first.recipe!r} seed {first.seed} but {vb!r} for {r.recipe!r} seed "
+                    f"{r.seed}; compare only runs of the same study config"
+                )
+    return by_recipe
+
+
+def _stat(values: Sequence[float | None]) -> dict[str, Any]:
+    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    mean, sd, n = mean_sd(xs)
+    return {"mean": mean, "sd": sd, "n": n}
+
+
+def _cadence(curve: Sequence[tuple[int, float, float, float | None]]) -> int | None:
+    epochs = [e for e, _, _, v in curve if v is not None]
+    gaps = [b - a for a, b in itertools.pairwise(epochs)]
+    return max(gaps) if gaps else None
+
+
+def summarise_study(
+    records: Sequence[RunRecord],
+    *,
+    reference: str,
+    target_val_acc: float | None = None,
+    level: float = 0.95,
+) -> dict[str, Any]:
+    """JSON-able summary of a study's main-phase runs against ``reference``.
+
+    Refuses empty records, a reference missing from them, duplicate (recipe, seed)
+    pairs and records whose ``config_fingerprint`` differ (naming the field).
+    """
+    by_recipe = _check_records(records, reference)
+    names = [reference, *sorted(n for n in by_recipe if n != reference)]
+    flags = {n: {r.seed: r.flags() for r in by_recipe[n]} for n in names}
+    excluded_recipe = {n: any(is_excluded(f) for f in flags[n].values()) for n in names}
+    usable = {n: [r for r in by_recipe[n] if not is_excluded(flags[n][r.seed])] for n in names}
+
+    recipes: dict[str, Any] = {}
+    cadences: list[int] = []
+    ref_train = {r.seed: r.training_clock_s for r in usable[reference] if r.training_clock_s}
+    for n in names:
+        runs = usable[n]
+        entry: dict[str, Any] = {
+            "seeds": sorted(r.seed for r in by_recipe[n]),
+            "lr": sorted({r.lr for r in by_recipe[n] if r.lr is not None}),
+            "flags": {str(s): f for s, f in sorted(flags[n].items())},
+            "excluded": excluded_recipe[n],
+        }
+        for where in CHECKPOINTS:
+            entry[where] = {
+                key: _stat([getattr(r, where)[key] for r in runs]) for key, _, _ in COMPARED_METRICS
+            }
+        train = {r.seed: r.training_clock_s for r in runs if r.training_clock_s is not None}
+        entry["training_s"] = _stat(list(train.values()))
+        ref_mean = _stat(list(ref_train.values()))["mean"]
+        own_mean = entry["training_s"]["mean"]
+        entry["training_ratio_to_reference"] = {
+            "ratio_of_means": None
+            if ref_mean in (None, 0.0) or own_mean is None
+            else own_mean / ref_mean,
+            "paired_ratio": _paired_ratio(train, ref_train, level),
+        }
+        if target_val_acc is not None:
+            entry["time_to_target"] = _time_to_target(runs, target_val_acc)
+            cadences += [c for c in (_cadence(r.curve) for r in runs) if c is not None]
+        recipes[n] = entry
+
+    comparisons = _comparisons(names, reference, usable, flags, level)
+    rankings = {}
+    ranked = [n for n in names if not excluded_recipe[n]]
+    for key, label, higher in COMPARED_METRICS:
+        sel = {n: recipes[n]["selected"][key]["mean"] for n in ranked}
+        fin = {n: recipes[n]["final"][key]["mean"] for n in ranked}
+        keep = [n for n in ranked if sel[n] is not None and fin[n] is not None]
+        if len(keep) >= 2:
+            rc = rank_disagreement(
+                {n: sel[n] for n in keep}, {n: fin[n] for n in keep}, higher_is_better=higher
+            )
+            rankings[key] = {"label": label, **rc.to_dict()}
+
+    notes = [
+        f"{100 * level:g}% Student-t intervals over seeds; descriptive, uncorrected for "
+        "multiple comparisons; n < 2 gives no interval.",
+        "A recipe with a diverged, at-chance or incomplete run takes part in no comparison.",
+    ]
+    if target_val_acc is not None:
+        step = max(cadences) if cadences else None
+        notes.append(
+            f"Time to validation accuracy >= {target_val_acc:g} is the first evaluated time; "
+            f"evaluation every {step} epoch(s) bounds its precision (it can be late by up to "
+            "one evaluation interval)."
+        )
+    return {
+        "reference": reference,
+        "level": level,
+        "target_val_acc": target_val_acc,
+        "n_runs": len(records),
+        "config": dict(records[0].config_fingerprint),
+        "recipes": recipes,
+        "comparisons": comparisons,
+        "rankings": rankings,
+        "excluded": [
+            {"recipe": n, "seed": s, "flags": f}
+            for n in names
+            for s, f in sorted(flags[n].items())
+            if is_excluded(f)
+        ],
+        "notes": notes,
+    }
+
+
+def _paired_ratio(
+    own: Mapping[int, float], ref: Mapping[int, float], level: float
+) -> dict[str, Any] | None:
+    common = sorted(s for s in set(own) & set(ref) if ref[s] > 0)
+    if not common:
+        return None
+    return t_interval([own[s] / ref[s] for s in common], level).to_dict()
+
+
+def _time_to_target(runs: Sequence[RunRecord], target: float) -> dict[str, Any]:
+    train_t: dict[str, float | None] = {}
+    elapsed_t: dict[str, float | None] = {}
+    for r in runs:
+        vals = [v for _, _, _, v in r.curve]
+        train_t[str(r.seed)] = first_crossing([t for _, t, _, _ in r.curve], vals, target)
+        elapsed_t[str(r.seed)] = first_crossing([t for _, _, t, _ in r.curve], vals, target)
+    reached = sum(t is not None for t in train_t.values())
+    return {
+        "reached": reached,
+        "n": len(runs),
+        "training_s": {**_stat(list(train_t.values())), "per_seed": train_t},
+        "elapsed_s": {**_stat(list(elapsed_t.values())), "per_seed": elapsed_t},
+        "scope": "mean over the seeds that reached the target",
+    }
+
+
+def _comparisons(
+    names: list[str],
+    reference: str,
+    usable: Mapping[str, list[RunRecord]],
+    flags: Mapping[str, Mapping[int, list[str]]],
+    level: float,
+) -> list[dict[str, Any]]:
+    out = []
+    ref_flags = [f for fl in flags[reference].values() for f in fl]
+    for n in names[1:]:
+        own_flags = [f for fl in flags[n].values() for f in fl]
+        for where in CHECKPOINTS:
+            for key, label, higher in COMPARED_METRICS:
+                a = _values(usable[n], where, key)
+                b = _values(usable[reference], where, key)
+                blocked = is_excluded(own_flags) or is_excluded(ref_flags)
+                if not blocked and not set(a) & set(b):
+                    v = Verdict(
+                        "no comparison", f"no seed with {key} in both {n} and {reference}", None
+                    )
+                else:
+                    v = compare(
+                        None if blocked else paired_difference(a, b, level),
+                        higher_is_better=higher,
+                        flags_a=own_flags,
+                        flags_b=ref_flags,
+                        name_a=n,
+                        name_b=reference,
+                    )
+                metric = f"{label} ({where} checkpoint)"
+                out.append(
+                    {
+                        "recipe": n,
+                        "reference": reference,
+                        "metric": key,
+                        "checkpoint": where,
+                        "higher_is_better": higher,
+                        **v.to_dict(),
+                        "sentence": verdict_sentence(v, name_a=n, name_b=reference, metric=metric),
+                    }
+                )
+    return out
+
+
+def _values(runs: Sequence[RunRecord], where: str, key: str) -> dict[int, float]:
+    out = {}
+    for r in runs:
+        v = getattr(r, where)[key]
+        if v is not None and math.isfinite(float(v)):
+            out[r.seed] = float(v)
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# Markdown
+
+
+def _ms(stat: Mapping[str, Any] | None, digits: int = 4) -> str:
+    if stat is None or stat.get("mean") is None:
+        return "—"
+    text = f"{stat['mean']:.{digits}f}"
+    if stat.get("sd") is not None:
+        text += f" ± {stat['sd']:.{digits}f}"
+    return f"{text} (n={stat['n']})"
+
+
+def _num(x: float | None, fmt: str = "+.4f") -> str:
+    return "—" if x is None else format(x, fmt)
+
+
+def to_markdown(summary: Mapping[str, Any]) -> str:
+    """Render :func:`summarise_study` output as markdown tables (mean ± sample SD)."""
+    ref = summary["reference"]
+    pct = f"{100 * summary['level']:g}%"
+    lines = [
+        f"Reference recipe: **{ref}**. Values are mean ± sample SD over seeds (n stated).",
+        "",
+        "| Method | LR | Validation-selected accuracy | Final accuracy | Selected test CE "
+        "| Final test CE | Flags |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, e in summary["recipes"].items():
+        flags = sorted({f for fl in e["flags"].values() for f in fl})
+        lr = ", ".join(f"{x:g}" for x in e["lr"]) or "—"
+        lines.append(
+            f"| {name} | {lr} | {_ms(e['selected']['test_acc'])} | {_ms(e['final']['test_acc'])} "
+            f"| {_ms(e['selected']['test_ce'])} | {_ms(e['final']['test_ce'])} "
+            f"| {', '.join(flags) or '—'} |"
+        )
+    lines += [
+        "",
+        f"Paired differences (recipe − {ref}) with {pct} t intervals:",
+        "",
+        "| Method | Metric | Checkpoint | Difference | Interval | n | Verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in summary["comparisons"]:
+        d = c["diff"]
+        interval = "—" if d is None or d["low"] is None else f"[{d['low']:+.4f}, {d['high']:+.4f}]"
+        lines.append(
+            f"| {c['recipe']} | {c['metric']} | {c['checkpoint']} "
+            f"| {_num(None if d is None else d['estimate'])} | {interval} "
+            f"| {'—' if d is None else d['n']} | {c['verdict']} |"
+        )
+    lines += ["", *[f"- {c['sentence']}" for c in summary["comparisons"]]]
+    lines += [
+        "",
+        "| Method | Fixed-horizon training (s) | Ratio to reference | Time to target, training (s) "
+        "| Time to target, elapsed (s) | Reached |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, e in summary["recipes"].items():
+        ratio = e["training_ratio_to_reference"]["ratio_of_means"]
+        ttt = e.get("time_to_target")
+        reached = f"{ttt['reached']}/{ttt['n']}" if ttt else "—"
+        lines.append(
+            f"| {name} | {_ms(e['training_s'], 1)} | {_num(ratio, '.3f')} "
+            f"| {_ms(ttt['training_s'], 1) if ttt else '—'} "
+            f"| {_ms(ttt['elapsed_s'], 1) if ttt else '—'} "
+            f"| {reached} |"
+        )
+    for rk in summary["rankings"].values():
+        if not rk["disagree"]:
+            continue
+        lines += [
+            "",
+            f"Ranking by {rk['label']} disagrees between the selected and final checkpoints:",
+            "",
+            "| Method | Selected | Rank | Final | Rank |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['name']} | {r['selected']:.4f} | {r['selected_rank']} | {r['final']:.4f} "
+            f"| {r['final_rank']} |"
+            for r in rk["rows"]
+        ]
+    if summary["excluded"]:
+        lines += ["", "Excluded runs (no comparison):", ""]
+        lines += [
+            f"- {x['recipe']} seed {x['seed']}: {', '.join(x['flags'])}"
+            for x in summary["excluded"]
+        ]
+    lines += ["", *[f"_{n}_" for n in summary["notes"]], ""]
+    return "\n".join(lines)
