@@ -249,3 +249,18 @@ def test_depth_scaling_bad_tables():
         )
     with pytest.raises(FathomError, match="no depths"):
         depth_scaling_verdict(DepthScalingTable(10, "a", "b", {}))
+
+
+def test_depth_scaling_log_table_with_three_seeds_still_no_conclusion():
+    rows = {
+        d: {"vanilla": _arm([v, v + 0.01, v - 0.005]), "Lyapunov": _arm([ly, ly, ly])}
+        for d, v, ly in zip(LOG_DEPTHS, LOG_VANILLA, LOG_LYAPUNOV)
+    }
+    v = depth_scaling_verdict(DepthScalingTable(100, "vanilla", "Lyapunov", rows))
+    assert v.sentence == "no conclusion: the Lyapunov arm failed to train at every depth"
+
+
+def test_depth_scaling_both_arms_at_chance():
+    rows = {d: {"a": _arm([0.01] * 3), "b": _arm([0.011] * 3)} for d in (4, 8)}
+    v = depth_scaling_verdict(DepthScalingTable(100, "a", "b", rows))
+    assert v.sentence == "no conclusion: both arms failed to train at every depth"
