@@ -1,0 +1,145 @@
+"""Every mask on one split: logits, correctness, margins, accuracy, CE and deletion damage.
+
+For mask ``m`` and example ``i`` with logits ``z_mi`` and label ``y_i`` (all in float64)::
+
+    correct_mi = [argmax_c z_mic == y_i]
+    ce_mi      = -log softmax(z_mi)_{y_i}                         (nats)
+    margin_mi  = z_mi,y_i - max_{c != y_i} z_mic                  (> 0 iff correct, ties aside)
+    acc_m      = mean_i correct_mi,   ce_m = mean_i ce_mi
+    damage_m   = ce_m - ce_full                                   (ΔCE against the same model's
+                                                                   full output, nats)
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from fathom.audit.masks import full_mask_index
+from fathom.depth import branch_mask, dense_eval
+from fathom.errors import FathomError
+from fathom.io import atomic_write_bytes
+
+
+@dataclass(frozen=True)
+class MaskScores:
+    """Per-example arrays for every mask of one split (rows follow ``masks``).
+
+    ``logits`` float32 ``[M, N, C]``; ``correct`` bool ``[M, N]``; ``margin`` and ``ce``
+    float64 ``[M, N]``; ``labels`` int64 ``[N]``; ``masks`` uint8 ``[M, k]``.
+    """
+
+    masks: np.ndarray
+    labels: np.ndarray
+    logits: np.ndarray
+    correct: np.ndarray
+    margin: np.ndarray
+    ce: np.ndarray
+
+    @property
+    def full(self) -> int:
+        return full_mask_index(self.masks)
+
+    def accuracy(self) -> np.ndarray:
+        """``acc_m`` for every mask, ``[M]``."""
+        return self.correct.mean(axis=1)
+
+    def mean_ce(self) -> np.ndarray:
+        """``ce_m`` for every mask, ``[M]`` (nats)."""
+        return self.ce.mean(axis=1)
+
+    def damage(self) -> np.ndarray:
+        """``damage_m = ce_m - ce_full`` for every mask, ``[M]`` (nats; 0 for the full mask)."""
+        ce = self.mean_ce()
+        return ce - ce[self.full]
+
+
+def scores_from_logits(logits: np.ndarray, labels: np.ndarray, masks: np.ndarray) -> MaskScores:
+    """Correctness, margins and CE (module formulas) from logits ``[M, N, C]``."""
+    if logits.ndim != 3 or logits.shape[0] != masks.shape[0] or logits.shape[1] != labels.shape[0]:
+        raise FathomError(
+            f"logits of shape {logits.shape} do not match {masks.shape[0]} masks and "
+            f"{labels.shape[0]} labels; expected [masks, examples, classes]"
+        )
+    if labels.shape[0] == 0:
+        raise FathomError("the split is empty; an audit needs at least one example")
+    z = logits.astype(np.float64)
+    idx = np.arange(labels.shape[0])
+    true = z[:, idx, labels]
+    others = z.copy()
+    others[:, idx, labels] = -np.inf
+    margin = true - others.max(axis=2)
+    zmax = z.max(axis=2, keepdims=True)
+    logsumexp = np.log(np.exp(z - zmax).sum(axis=2)) + zmax[..., 0]
+    ce = logsumexp - true
+    correct = z.argmax(axis=2) == labels[None, :]
+    return MaskScores(
+        masks=masks.astype(np.uint8),
+        labels=labels.astype(np.int64),
+        logits=logits.astype(np.float32),
+        correct=correct,
+        margin=margin,
+        ce=ce,
+    )
+
+
+@torch.no_grad()
+def mask_logits(
+    model: nn.Module, x: torch.Tensor, masks: np.ndarray, batch_size: int = 2000
+) -> np.ndarray:
+    """Logits ``[M, N, C]`` (float32, on the host) of ``model`` under each mask.
+
+    Evaluation mode (dropout off), gain one for kept branches, removed branches not
+    computed (:func:`fathom.depth.branch_mask`).
+    """
+    out = []
+    with dense_eval(model):
+        for row in masks:
+            with branch_mask(model, tuple(int(b) for b in row)):
+                chunks = [model(x[s : s + batch_size]) for s in range(0, x.shape[0], batch_size)]
+            # note: this is a CPU-GPU sync point (once per mask per split)
+            out.append(torch.cat(chunks).float().cpu().numpy())
+    return np.stack(out)
+
+
+def evaluate_masks(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, masks: np.ndarray, batch_size: int = 2000
+) -> MaskScores:
+    """:func:`mask_logits` then :func:`scores_from_logits` for one split."""
+    logits = mask_logits(model, x, masks, batch_size)
+    return scores_from_logits(logits, y.cpu().numpy(), masks)
+
+
+def save_scores(path: str, splits: dict[str, MaskScores], meta: dict[str, str]) -> None:
+    """Atomic ``np.savez_compressed``: ``<split>/{masks,labels,logits,correct,margin}`` plus ``meta/<key>``.
+
+    Later analyses reload with :func:`load_scores` and need no model.
+    """
+    arrays: dict[str, np.ndarray] = {}
+    for name, s in splits.items():
+        arrays[f"{name}/masks"] = s.masks
+        arrays[f"{name}/labels"] = s.labels
+        arrays[f"{name}/logits"] = s.logits
+        arrays[f"{name}/correct"] = s.correct
+        arrays[f"{name}/margin"] = s.margin.astype(np.float32)
+    for key, value in meta.items():
+        arrays[f"meta/{key}"] = np.asarray(str(value))
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_scores(path: str) -> tuple[dict[str, MaskScores], dict[str, str]]:
+    """Inverse of :func:`save_scores`; margins and CE are recomputed from the stored logits."""
+    with np.load(path) as data:
+        names = sorted({k.split("/")[0] for k in data.files if not k.startswith("meta/")})
+        splits = {
+            n: scores_from_logits(data[f"{n}/logits"], data[f"{n}/labels"], data[f"{n}/masks"])
+            for n in names
+        }
+        meta = {k.split("/", 1)[1]: str(data[k]) for k in data.files if k.startswith("meta/")}
+    return splits, meta
