@@ -1,0 +1,46 @@
+"""Summaries of a tensor's entries: moments, exact-zero fractions, quantiles.
+
+All reductions are over every entry (examples x units) and run in float64.
+"""
+
+from __future__ import annotations
+
+import torch
+
+QUANTILES: tuple[float, ...] = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+
+def quantile_key(q: float) -> str:
+    """``0.05 -> "q05"``, ``0.5 -> "q50"``."""
+    return f"q{round(q * 100):02d}"
+
+
+def entry_summary(
+    t: torch.Tensor, quantiles: tuple[float, ...] = QUANTILES
+) -> dict[str, float | None]:
+    """``mean``, ``std`` (population, 1/n), ``rms = sqrt(mean x^2)``, ``absmax``, quantiles.
+
+    Quantiles use linear interpolation between order statistics (``torch.quantile``'s
+    default). An empty tensor gives ``None`` everywhere.
+    """
+    x = t.detach().reshape(-1).to(torch.float64)
+    keys = ["mean", "std", "rms", "absmax", *(quantile_key(q) for q in quantiles)]
+    if x.numel() == 0:
+        return dict.fromkeys(keys)
+    qs = torch.quantile(x, torch.tensor(quantiles, dtype=torch.float64, device=x.device))
+    head = torch.stack([x.mean(), x.std(correction=0), x.square().mean().sqrt(), x.abs().max()])
+    values = torch.cat([head, qs]).tolist()  # note: one device-to-host read per tensor
+    return dict(zip(keys, values, strict=True))
+
+
+def zero_fractions(h: torch.Tensor) -> dict[str, float | None]:
+    """For activations ``h`` of shape ``(N, units)``.
+
+    * ``zero_frac``: fraction of entries that are exactly ``0.0``;
+    * ``dead_frac``: fraction of units that are exactly ``0.0`` for every one of the ``N`` rows.
+    """
+    if h.numel() == 0:
+        return {"zero_frac": None, "dead_frac": None}
+    z = h.detach().reshape(h.shape[0], -1) == 0
+    zero, dead = torch.stack([z.double().mean(), z.all(dim=0).double().mean()]).tolist()
+    return {"zero_frac": zero, "dead_frac": dead}

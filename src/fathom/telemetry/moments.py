@@ -1,0 +1,120 @@
+"""Per-example gradient moments of an affine layer, without per-example gradients.
+
+For an affine layer ``z_i = W a_i + b`` and per-example loss ``L_i`` (unaveraged
+cross entropy of example ``i``), the per-example weight gradient is the outer product
+
+    g_i = dL_i/dW = delta_i a_i^T,          delta_i = dL_i/dz_i.
+
+Every moment below needs only inner products of ``g``'s, and those factor:
+
+    g_i . g_j = (a_i . a_j) (delta_i . delta_j)        (Frobenius inner product)
+    ||g_i||^2 = ||a_i||^2 ||delta_i||^2
+
+so one ``N x N`` Gram matrix ``K = (A A^T) * (Delta Delta^T)`` (elementwise product)
+holds them all, at cost ``N^2 (d_in + d_out)`` instead of the ``N d_in d_out`` of
+materialising ``g``. With ``include_bias`` the bias is appended to the weights as a
+column of ones in ``a`` (``a_i . a_j + 1``). All reductions run in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GradientMoments:
+    """Moments of the ``N`` per-example gradients ``g_i`` of one layer (``None`` = undefined).
+
+    ``m = (1/N) sum_i g_i`` and ``S = (1/N) sum_i (g_i - m)(g_i - m)^T`` (plug-in, 1/N).
+    """
+
+    n: int
+    mean_norm: float  # ||m||
+    mean_sq_norm: float  # (1/N) sum_i ||g_i||^2
+    diversity: float | None  # mean_sq_norm / ||m||^2
+    max_share: float | None  # max_i ||g_i||^2 / sum_i ||g_i||^2
+    participation: float | None  # (sum_i ||g_i||)^2 / sum_i ||g_i||^2, in [1, N]
+    cos_cyclic_mean: float | None  # mean_i cos(g_i, g_{(i+1) mod N}) over defined pairs
+    noise_scale: float | None  # tr(S) / ||m||^2
+    cov_along_mean: float | None  # m^T S m / ||m||^4
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+
+def gradient_gram(
+    a: torch.Tensor, delta: torch.Tensor, *, include_bias: bool = False
+) -> torch.Tensor:
+    """``K_ij = g_i . g_j = (a_i . a_j + [bias]) (delta_i . delta_j)``, float64, shape ``(N, N)``."""
+    a64 = a.detach().reshape(a.shape[0], -1).to(torch.float64)
+    d64 = delta.detach().reshape(delta.shape[0], -1).to(torch.float64)
+    ka = a64 @ a64.T
+    if include_bias:
+        ka = ka + 1.0
+    return ka * (d64 @ d64.T)
+
+
+def _ratio(num: float, den: float) -> float | None:
+    """``num / den``, or ``None`` when the denominator is zero (0/0 and x/0 are undefined)."""
+    return None if den == 0.0 else num / den
+
+
+def moments_from_gram(k: torch.Tensor) -> GradientMoments:
+    """All moments from the per-example gradient Gram matrix ``K_ij = g_i . g_j``.
+
+    Steps (``N`` = probe size, ``s_i = ||g_i||^2 = K_ii``):
+
+    * ``||m||^2 = (1/N^2) sum_ij K_ij``; ``m . g_i = (1/N) sum_j K_ij``;
+    * ``D = mean_i s_i / ||m||^2`` (``N`` when a single example carries all the gradient);
+    * energy share ``max_i s_i / sum_i s_i``; participation ``(sum_i sqrt(s_i))^2 / sum_i s_i``;
+    * cyclic cosines ``K_{i,i+1} / sqrt(s_i s_{i+1})`` for ``i = 0..N-1`` (index mod ``N``),
+      averaged over pairs where both norms are non-zero (``N = 1``: none);
+    * ``tr(S) = mean_i s_i - ||m||^2``, so ``noise_scale = tr(S) / ||m||^2 = D - 1``
+      (``N - 1`` for a single contributing example);
+    * ``m^T S m = (1/N) sum_i (m . g_i - ||m||^2)^2``, reported over ``||m||^4``.
+    """
+    k = k.to("cpu", torch.float64)  # note: one device-to-host copy of an N x N matrix
+    n = int(k.shape[0])
+    s = torch.diagonal(k).clamp_min(0.0)
+    mean_sq = float(k.sum()) / (n * n)
+    mean_sq = max(mean_sq, 0.0)
+    m_dot_g = k.mean(dim=1)
+    sq_mean = float(s.mean())
+    total = float(s.sum())
+    norms = s.sqrt()
+
+    if n > 1:
+        nxt = torch.roll(torch.arange(n), -1)
+        prod = s * s[nxt]
+        ok = prod > 0
+        cos = k[torch.arange(n), nxt][ok] / prod[ok].sqrt()
+        cos_mean = float(cos.mean()) if bool(ok.any()) else None
+    else:
+        cos_mean = None
+
+    trace_s = max(sq_mean - mean_sq, 0.0)
+    along = float(((m_dot_g - mean_sq) ** 2).mean())
+    return GradientMoments(
+        n=n,
+        mean_norm=mean_sq**0.5,
+        mean_sq_norm=sq_mean,
+        diversity=_ratio(sq_mean, mean_sq),
+        max_share=_ratio(float(s.max()), total),
+        participation=_ratio(float(norms.sum()) ** 2, total),
+        cos_cyclic_mean=cos_mean,
+        noise_scale=_ratio(trace_s, mean_sq),
+        cov_along_mean=_ratio(along, mean_sq * mean_sq),
+    )
+
+
+def gradient_moments(
+    a: torch.Tensor, delta: torch.Tensor, *, include_bias: bool = False
+) -> GradientMoments:
+    """Per-example gradient moments of one affine layer from its inputs and backprop signals.
+
+    ``a``: layer inputs ``(N, d_in)``; ``delta``: ``dL_i/dz_i`` of the unaveraged per-example
+    loss ``(N, d_out)``. See :func:`moments_from_gram` for the formulas.
+    """
+    return moments_from_gram(gradient_gram(a, delta, include_bias=include_bias))

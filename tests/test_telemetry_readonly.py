@@ -1,0 +1,99 @@
+"""Telemetry is read-only: state untouched by one observation, and a run ends byte-identical."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+from fathom.depth import GateController
+from fathom.io import state_dict_digest
+from fathom.models.ciresan import recipe_schedule
+from test_telemetry import CASES, build, context, make_splits, recorder
+
+torch.set_num_threads(1)
+
+
+def _snapshot(model, opt):
+    return {
+        "params": state_dict_digest(model.state_dict()),
+        "grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
+        "opt": copy.deepcopy(opt.state_dict()),
+        "flags": [m.training for m in model.modules()],
+        "gains": [b.gain for b in model.branches()],
+        "rng": torch.get_rng_state(),
+        "requires_grad": [p.requires_grad for p in model.parameters()],
+    }
+
+
+def _same(a, b) -> list[str]:
+    bad = [k for k in ("params", "flags", "gains", "requires_grad") if a[k] != b[k]]
+    if not torch.equal(a["rng"], b["rng"]):
+        bad.append("rng")
+    for i, (x, y) in enumerate(zip(a["grads"], b["grads"], strict=True)):
+        if (x is None) != (y is None) or (x is not None and not torch.equal(x, y)):
+            bad.append(f"grad {i}")
+    if repr(a["opt"]) != repr(b["opt"]):
+        bad.append("optimizer state")
+    return bad
+
+
+def test_one_observation_leaves_every_piece_of_state_as_found():
+    model = build(CASES[4], torch.float32)
+    splits = make_splits(seed=21)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    F.cross_entropy(model(splits.fit_x), splits.fit_y).backward()
+    opt.step()
+    # Mixed state an instrument must not disturb: stale grads on some params, None on others,
+    # training mode with one submodule in eval, SD gains mid-schedule.
+    F.cross_entropy(model(splits.fit_x[:5]), splits.fit_y[:5]).backward()
+    model.head.weight.grad = None
+    model.train()
+    model.blocks[0].eval()
+    before = _snapshot(model, opt)
+    row = recorder(model, splits, probe=12).observe(context(model, splits, opt))
+    assert row["grad/pex/diversity/L0"] is not None
+    assert _same(before, _snapshot(model, opt)) == []
+
+
+def _tiny_run(case, telemetry: bool, epochs: int = 3) -> tuple[str, list[dict]]:
+    """A small SGD loop with dropout / SD gate sampling; telemetry between epochs if asked."""
+    model = build(case, torch.float32)
+    for b in model.branches():
+        b.gain = 1.0
+    splits = make_splits(n_fit=40, n_val=8, seed=31)
+    torch.manual_seed(1234)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    controller = None
+    if model.recipe.schedule_kind != "none":
+        controller = GateController(model.branches(), recipe_schedule(model.recipe, epochs), seed=5)
+    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    rec = recorder(model, splits, probe=10, epochs=epochs) if telemetry else None
+    shuffle = torch.Generator().manual_seed(7)
+    rows = []
+    for epoch in range(epochs + 1):
+        if rec is not None and rec.due(epoch):
+            rows.append(rec.observe(context(model, splits, opt, init)))
+        if epoch == epochs:
+            break
+        model.train()
+        perm = torch.randperm(40, generator=shuffle)
+        for start in range(0, 40, 8):
+            idx = perm[start : start + 8]
+            if controller is not None:
+                controller.sample(epoch)
+            F.cross_entropy(model(splits.fit_x[idx]), splits.fit_y[idx]).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if controller is not None:
+            controller.dense()
+    return state_dict_digest(model.state_dict()) + repr(opt.state_dict()["state"].keys()), rows
+
+
+def test_short_run_is_byte_identical_with_telemetry_on_and_off():
+    for case in (CASES[2], CASES[3]):  # unit dropout (global RNG) and SD (gate sampling)
+        off, _ = _tiny_run(case, telemetry=False)
+        on, rows = _tiny_run(case, telemetry=True)
+        assert off == on, case["id"]
+        assert len(rows) == 3 and rows[-1]["param/update_ratio/L0"] is not None

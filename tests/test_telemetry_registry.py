@@ -1,0 +1,78 @@
+"""Registry consistency: every produced field declared exactly once; docs/metrics.md current."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from fathom.telemetry import FAMILIES, FIELDS, field_for, resolve_families
+from fathom.telemetry.docs import main as docs_main
+from fathom.telemetry.docs import render
+from fathom.telemetry.registry import SCOPES, expected_names
+from test_telemetry import CASES, build, context, make_splits, recorder
+
+torch.set_num_threads(1)
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+
+
+def test_every_observed_field_is_declared_exactly_once():
+    model = build(CASES[3])
+    splits = make_splits(n_test=6)
+    rec = recorder(model, splits, probe=8)
+    row = rec.observe(context(model, splits))
+    assert list(row) == rec.field_names()
+    used = {field_for(name).pattern for name in row}
+    assert used == {f.pattern for f in FIELDS}, "every registry entry is produced by family 'all'"
+
+
+def test_patterns_unique_and_entries_complete():
+    patterns = [f.pattern for f in FIELDS]
+    assert len(patterns) == len(set(patterns))
+    for f in FIELDS:
+        assert f.family in FAMILIES and f.scope in SCOPES, f.pattern
+        assert f.formula and f.units, f.pattern
+    names = expected_names(FAMILIES, layers=6, splits=("fit", "val", "test"), classes=10)
+    assert len(names) == len(set(names))
+    assert "grad/pex/diversity/L5" in names and "probe/act/zero_frac/L4" in names
+    assert "probe/act/zero_frac/L5" not in names, "the head's output is not a hidden activation"
+    assert "split/test/class_acc/3" in names
+
+
+def test_caveats_of_the_documented_traps():
+    diversity = field_for("grad/pex/diversity/L0")
+    assert "one example dominates" in diversity.caveats
+    assert "N - 1" in field_for("grad/pex/noise_scale/L2").caveats
+    assert "dead" in field_for("probe/act/zero_frac/L0").caveats
+
+
+def test_aliases_resolve_in_registry_order():
+    assert resolve_families(["all"]) == tuple(FAMILIES)
+    assert resolve_families(["params", "cheap"]) == ("probe", "activations", "params")
+
+
+def test_docs_metrics_md_is_current():
+    assert DOCS.exists(), "generate it with `python -m fathom.telemetry.docs`"
+    assert DOCS.read_text(encoding="utf-8") == render(), (
+        "stale: run `python -m fathom.telemetry.docs`"
+    )
+
+
+def test_docs_generator_writes_and_checks(tmp_path, capsys):
+    out = tmp_path / "metrics.md"
+    assert docs_main(["--out", str(out), "--check"]) == 1
+    assert "stale" in capsys.readouterr().err
+    assert docs_main(["--out", str(out)]) == 0
+    assert docs_main(["--out", str(out), "--check"]) == 0
+    for f in FIELDS:
+        assert f"`{f.pattern}`" in out.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_each_family_alone(family):
+    model = build(CASES[1])
+    splits = make_splits()
+    row = recorder(model, splits, probe=6, families=(family,)).observe(context(model, splits))
+    assert row
+    assert {field_for(k).family for k in row} == {family}
