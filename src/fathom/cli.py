@@ -14,6 +14,9 @@ from fathom.errors import FathomError
 
 COMMAND_MODULES: tuple[str, ...] = (
     "fathom.train.cli",
+    "fathom.data.cli",
+    "fathom.curvature.cli",
+    "fathom.telemetry.cli",
 )
 
 

@@ -56,6 +56,10 @@ def explicit_root(data_dir: str | os.PathLike | None) -> Path | None:
     return None
 
 
+class MissingDataError(FathomError):
+    """A dataset file is not present locally (as opposed to present but corrupt)."""
+
+
 @dataclass(frozen=True)
 class LocalDir:
     """A directory that may hold a dataset's files, either directly or under ``<dataset>/``."""
@@ -269,7 +273,7 @@ def resolve_idx(
         return resolved
     names = ", ".join(f.name for f in missing)
     if not download:
-        raise FathomError(
+        raise MissingDataError(
             f"missing {spec.title} file(s): {names}. Looked in: "
             + "; ".join(str(d.root) for d in dirs)
             + f". Fix: run `fathom data fetch {spec.name}` (or pass --data-dir DIR holding the files)."
@@ -358,7 +362,7 @@ def resolve_archive(
     if found is None:
         where = explicit if explicit is not None else cache_root() / spec.name
         looked = "; ".join(str(d.root) for d in dirs)
-        raise FathomError(
+        raise MissingDataError(
             f"{spec.title} archive {spec.archive} not found (looked in: {looked}). Fix: download the "
             f'official "python version" archive from {spec.url} and put it at '
             f"{where / spec.archive if where.suffix != '.gz' else where}, "

@@ -1,0 +1,172 @@
+"""``fathom data fetch|verify|info [DATASET] [--data-dir DIR]``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from fathom.data.registry import DATASETS, CifarDataset, IdxDataset, dataset_spec
+from fathom.data.sources import MissingDataError, cache_root, resolve_archive, resolve_idx
+from fathom.errors import FathomError
+
+
+def fetch(name: str, data_dir: str | None) -> list[dict]:
+    """Make a verified copy of every file of ``name`` available; one row per file.
+
+    IDX datasets are downloaded into the cache when not found locally. A CIFAR archive
+    is never downloaded: the verified archive from ``data_dir`` is copied into the cache.
+    """
+    spec = dataset_spec(name)
+    if isinstance(spec, IdxDataset):
+        resolved = resolve_idx(spec, data_dir, download=True)
+        return [
+            {"file": f.name, "sha256": f.sha256, "path": str(resolved.paths[f.name])}
+            for f in spec.files
+        ]
+    path, _ = resolve_archive(spec, data_dir)
+    target = cache_root() / spec.name / spec.archive
+    if path.resolve() != target.resolve():
+        copy_atomic(path, target)
+    return [{"file": spec.archive, "sha256": spec.sha256, "path": str(target)}]
+
+
+def copy_atomic(source: Path, target: Path) -> None:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    except OSError as e:
+        raise FathomError(
+            f"cannot copy {source} to {target}: {e.strerror or e}. "
+            "Set FATHOM_CACHE to a writable directory."
+        ) from None
+
+
+def verify(name: str, data_dir: str | None) -> list[dict]:
+    """Verify the local files of ``name`` (no download); raise on a missing or corrupt file."""
+    spec = dataset_spec(name)
+    if isinstance(spec, IdxDataset):
+        resolved = resolve_idx(spec, data_dir, download=False)
+        sources = dict(zip([f.name for f in spec.files], resolved.sources))
+        return [
+            {
+                "file": f.name,
+                "sha256": f.sha256,
+                "path": str(resolved.paths[f.name]),
+                "source": sources[f.name],
+            }
+            for f in spec.files
+        ]
+    path, source = resolve_archive(spec, data_dir)
+    return [{"file": spec.archive, "sha256": spec.sha256, "path": str(path), "source": source}]
+
+
+def info(spec: IdxDataset | CifarDataset) -> dict:
+    """What the registry knows about ``spec`` and where its cached copy would live."""
+    cache = cache_root() / spec.name
+    row = {
+        "dataset": spec.name,
+        "title": spec.title,
+        "classes": spec.classes,
+        "train": spec.train_size,
+        "test": spec.test_size,
+        "image": "x".join(map(str, spec.image_shape)) + " uint8",
+        "cache": str(cache),
+    }
+    if isinstance(spec, IdxDataset):
+        row["files"] = {f.name: f.sha256 for f in spec.files}
+        row["sources"] = ["--data-dir / FATHOM_DATA", f"cache {cache}"]
+        row["sources"] += [f"os-package {spec.os_package}: {d}" for d in spec.os_dirs]
+        row["sources"] += [f"mirror {m}" for m in spec.mirrors]
+        row["sources"] += [f"npm {spec.npm_package}"] if spec.npm_package else []
+        row["cached"] = all((cache / f.name).is_file() for f in spec.files)
+    else:
+        row["files"] = {spec.archive: spec.sha256}
+        row["md5"] = spec.md5
+        row["sources"] = [
+            f"--data-dir / FATHOM_DATA (user-supplied archive from {spec.url})",
+            f"cache {cache}",
+        ]
+        row["cached"] = (cache / spec.archive).is_file()
+    return row
+
+
+def print_files(title: str, rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in rows[0]:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    Console().print(table)
+
+
+def run_fetch(args: argparse.Namespace) -> int:
+    rows = fetch(args.dataset, args.data_dir)
+    print_files(f"{args.dataset}: verified (SHA-256) and available", rows)
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    names = [args.dataset] if args.dataset else sorted(DATASETS)
+    for name in names:
+        try:
+            rows = verify(name, args.data_dir)
+        except MissingDataError:
+            if args.dataset:
+                raise
+            print_files(name, [{"status": "not present", "fix": f"fathom data fetch {name}"}])
+            continue
+        print_files(f"{name}: every file verified", rows)
+    return 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    specs = (
+        [dataset_spec(args.dataset)] if args.dataset else [DATASETS[n] for n in sorted(DATASETS)]
+    )
+    console = Console()
+    for spec in specs:
+        row = info(spec)
+        table = Table(title=f"{row['title']} ({row['dataset']})", show_header=False)
+        table.add_column("field")
+        table.add_column("value", overflow="fold")
+        for key, value in row.items():
+            if isinstance(value, dict):
+                value = "\n".join(f"{k}  {v}" for k, v in value.items())
+            elif isinstance(value, list):
+                value = "\n".join(value)
+            table.add_row(key, str(value))
+        console.print(table)
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("data", help="fetch, verify and describe datasets")
+    sub = parser.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    for action, func, default, text in (
+        ("fetch", run_fetch, "mnist", "download (or copy) and verify a dataset into the cache"),
+        ("verify", run_verify, None, "verify local files against the SHA-256 table (no download)"),
+        ("info", run_info, None, "show the registry entry, sources and cache location"),
+    ):
+        p = sub.add_parser(action, help=text, description=text)
+        p.add_argument(
+            "dataset",
+            nargs="?",
+            default=default,
+            metavar="DATASET",
+            help=f"one of {', '.join(sorted(DATASETS))}"
+            + (f" (default {default})" if default else " (default: all)"),
+        )
+        p.add_argument("--data-dir", default=None, help="directory (or CIFAR archive) to use first")
+        p.set_defaults(func=func)
