@@ -1,0 +1,49 @@
+"""``fathom curvature RUN_DIR... --epochs 0 1 5 10 20 50 100 [--probe 128]``."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def cmd_curvature(args: argparse.Namespace) -> int:
+    from fathom.curvature.rundir import run_curvature, summary_markdown
+    from fathom.train.rundir import RunDir
+
+    runs = [RunDir(p) for p in args.run_dirs]
+    if args.out and len(runs) > 1:
+        from fathom.errors import FathomError
+
+        raise FathomError(
+            "--out takes one run directory; omit it to write <run>/curvature/ for each run"
+        )
+    for rd in runs:
+        rows = run_curvature(
+            rd,
+            args.epochs,
+            probe=args.probe,
+            out_dir=args.out,
+            device=args.device,
+            save_diagonals=args.save_diagonals,
+        )
+        print(summary_markdown(rd.run_id, args.probe, rows))
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "curvature",
+        help="exact float64 curvature (GGN / empirical Fisher / Jacobian diagonals, KFAC, mismatch) of saved checkpoints",
+    )
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument(
+        "--epochs", type=int, nargs="+", help="checkpoint epochs (default: every saved epoch)"
+    )
+    p.add_argument("--probe", type=int, default=128, help="first N fitting examples (default 128)")
+    p.add_argument("--out", help="output directory (default: RUN_DIR/curvature)")
+    p.add_argument("--device", default="cpu", help="torch device for the float64 computation")
+    p.add_argument(
+        "--save-diagonals",
+        action="store_true",
+        help="also write the exact diagonals as epoch-NNNN.diagonals.safetensors",
+    )
+    p.set_defaults(func=cmd_curvature)

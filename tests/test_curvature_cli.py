@@ -1,0 +1,163 @@
+"""fathom curvature over a run directory: outputs, hashes, and every bad-input path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from fathom.cli import main
+from fathom.config import ModelConfig, RunConfig
+from fathom.curvature import curvature_snapshot
+from fathom.curvature.rundir import check_epochs, probe_from_split, run_curvature
+from fathom.data.splits import DataSplits
+from fathom.errors import FathomError
+from fathom.io import atomic_write_json
+from fathom.train.build import build_model
+from fathom.train.checkpoint import cpu_state, save_weights
+from fathom.train.rundir import RunDir
+
+torch.set_num_threads(1)
+EPOCHS = (0, 1, 5)
+IN_FEATURES, CLASSES, FIT = 12, 3, 20
+
+
+def make_run(root: Path, recipe: str = "sd_constant") -> Path:
+    """A run directory by the contract: manifest, hashed safetensors checkpoints (no data files)."""
+    cfg = RunConfig(name="tiny", model=ModelConfig(recipe=recipe, widths=(8, 7, 6, 5, 4)))
+    run = root / "tiny"
+    checkpoints = {}
+    torch.manual_seed(0)
+    model = build_model(cfg.model, CLASSES, IN_FEATURES)
+    for e in EPOCHS:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.1 * torch.randn_like(p))
+        rel = f"checkpoints/epoch-{e:04d}.safetensors"
+        digest = save_weights(run / rel, cpu_state(model), {"epoch": e, "run_id": "tiny"})
+        checkpoints[str(e)] = {"file": rel, "params_sha256": digest}
+    atomic_write_json(
+        run / "manifest.json",
+        {
+            "format": 1,
+            "run_id": "tiny",
+            "status": "complete",
+            "config": cfg.model_dump(mode="json"),
+            "data": {"info": {"classes": CLASSES, "in_features": IN_FEATURES}},
+            "checkpoints": checkpoints,
+        },
+    )
+    return run
+
+
+class SyntheticDataRunDir(RunDir):
+    """A real RunDir whose splits are synthetic uint8 images (no dataset files needed)."""
+
+    def load_splits(self, device="cpu") -> DataSplits:
+        g = torch.Generator().manual_seed(7)
+        x = torch.randint(0, 256, (FIT, IN_FEATURES), generator=g, dtype=torch.uint8)
+        y = torch.randint(0, CLASSES, (FIT,), generator=g)
+        return DataSplits(x, y, x[:2], y[:2], x[:2], y[:2], split_hash="synthetic")
+
+
+def test_snapshots_and_summary_are_written(tmp_path: Path) -> None:
+    rd = SyntheticDataRunDir(make_run(tmp_path))
+    rows = run_curvature(rd, [0, 5], probe=8)
+    assert [r["epoch"] for r in rows] == [0, 5]
+    out = rd.path / "curvature"
+    rec = json.loads((out / "epoch-0005.json").read_text())
+    assert rec["checkpoint"]["params_sha256"] == rd.checkpoint_hash(5)
+    assert rec["checkpoint"]["file"] == "checkpoints/epoch-0005.safetensors"
+    assert rec["scope"]["N"] == 8 and rec["scope"]["split"] == "fit"
+    assert rec["dtype"] == "float64"
+    assert "mean over the N probe examples" in rec["normalization"]
+    assert rec["runtime_s"]["total_s"] >= rec["runtime_s"]["compute_s"] > 0
+    assert "solver" in rec["layers"][0]["kfac"]["A"]
+    assert len(rec["layers"]) == 6
+    x, y = probe_from_split(*_fit(rd), 8)
+    model = rd.load_model(5, dtype=torch.float64)
+    want = curvature_snapshot(model, x, y).record["totals"]["ggn_weight_trace"]
+    assert rec["totals"]["ggn_weight_trace"] == pytest.approx(want, rel=1e-14)
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["epoch"] for r in summary["rows"]] == [0, 5]
+    assert summary["rows"][1]["params_sha256"] == rd.checkpoint_hash(5)
+    assert "| epoch |" in (out / "summary.md").read_text()
+
+
+def _fit(rd: RunDir) -> tuple[torch.Tensor, torch.Tensor]:
+    s = rd.load_splits()
+    return s.fit_x, s.fit_y
+
+
+def test_diagonals_file_on_request(tmp_path: Path) -> None:
+    rd = SyntheticDataRunDir(make_run(tmp_path))
+    run_curvature(rd, [1], probe=4, out_dir=tmp_path / "out", save_diagonals=True)
+    rec = json.loads((tmp_path / "out" / "epoch-0001.json").read_text())
+    from safetensors.torch import load_file
+
+    tensors = load_file(tmp_path / "out" / rec["diagonals_file"])
+    assert tensors["layer0.ggn_w"].shape == (8, IN_FEATURES)
+    assert rec["layers"][0]["ggn_weight_trace"] == pytest.approx(
+        float(tensors["layer0.ggn_w"].sum())
+    )
+
+
+def test_missing_epochs_list_what_exists(tmp_path: Path) -> None:
+    rd = SyntheticDataRunDir(make_run(tmp_path))
+    with pytest.raises(FathomError, match=r"epoch\(s\) \[10, 20\].*saved epochs \[0, 1, 5\]"):
+        run_curvature(rd, [0, 10, 20], probe=4)
+    assert not (rd.path / "curvature").exists()
+    assert check_epochs([0, 1], None) == [0, 1]
+
+
+def test_hash_mismatch_fails_before_any_output(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    rd = SyntheticDataRunDir(run)
+    state = rd.load_state(5)
+    state["head.bias"] = state["head.bias"] + 1.0
+    save_weights(run / "checkpoints/epoch-0005.safetensors", state, {"epoch": 5})
+    with pytest.raises(FathomError, match="fails its hash check"):
+        run_curvature(rd, [0, 5], probe=4)
+    assert not (run / "curvature").exists()
+
+
+def test_probe_larger_than_split(tmp_path: Path) -> None:
+    rd = SyntheticDataRunDir(make_run(tmp_path))
+    with pytest.raises(FathomError, match=f"larger than the fitting split \\({FIT} examples\\)"):
+        run_curvature(rd, [0], probe=FIT + 1)
+
+
+class Custom(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(IN_FEATURES, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x.double())
+
+
+class CustomModelRunDir(SyntheticDataRunDir):
+    def load_model(self, which, dtype=torch.float32, device="cpu") -> nn.Module:
+        return Custom().to(dtype)
+
+
+def test_unsupported_model_is_named(tmp_path: Path) -> None:
+    rd = CustomModelRunDir(make_run(tmp_path))
+    with pytest.raises(FathomError, match="model type Custom"):
+        run_curvature(rd, [0], probe=4)
+
+
+def test_cli_reports_missing_epochs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = make_run(tmp_path)
+    rc = main(["curvature", str(run), "--epochs", "0", "100", "--probe", "4"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "fathom curvature: error" in err and "saved epochs [0, 1, 5]" in err
+
+
+def test_cli_refuses_a_non_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["curvature", str(tmp_path), "--epochs", "0"]) == 2
+    assert "not a run directory" in capsys.readouterr().err
