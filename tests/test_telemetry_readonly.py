@@ -97,3 +97,62 @@ def test_short_run_is_byte_identical_with_telemetry_on_and_off():
         on, rows = _tiny_run(case, telemetry=True)
         assert off == on, case["id"]
         assert len(rows) == 3 and rows[-1]["param/update_ratio/L0"] is not None
+
+
+def _trainer_setup(tmp_path):
+    from fathom.config import validate_run_config
+    from fathom.data import DataSplits
+
+    cfg = validate_run_config(
+        {
+            "name": "tiny",
+            "device": "cpu",
+            "model": {"recipe": "sd_constant", "widths": [16, 12, 12, 8, 8]},
+            "optim": {"epochs": 3, "batch_size": 16, "lr": 0.05},
+            "eval": {"every": 2, "first": [1], "batch_size": 64},
+            "checkpoints": {"save_epochs": [0]},
+            "telemetry": {"enabled": False, "probe_size": 12, "every": 2},
+        }
+    )
+    parts = make_splits(n_fit=48, n_val=16, n_test=16, seed=41)
+    splits = DataSplits(
+        parts.fit_x, parts.fit_y, parts.val_x, parts.val_y, parts.test_x, parts.test_y, "test-hash"
+    )
+    return cfg, splits
+
+
+def test_trainer_run_with_telemetry_ends_byte_identical(tmp_path):
+    from fathom.telemetry.qualify import qualify
+
+    cfg, splits = _trainer_setup(tmp_path)
+    q = qualify(cfg, tmp_path / "q", splits=splits, gate=1e9)
+    assert q.params_identical and q.final_params_on is not None
+    assert q.history_mismatches == []
+    assert q.passed and q.telemetry_cold_s is not None and q.overhead is not None
+    assert (tmp_path / "q" / "qualification.json").exists()
+    from fathom.io import read_jsonl
+
+    rows, _ = read_jsonl(tmp_path / "q" / "on" / "history.jsonl")
+    by_epoch = {r["epoch"]: r for r in rows}
+    assert sorted(by_epoch) == [0, 1, 2, 3]
+    assert by_epoch[2]["grad/pex/diversity/L5"] is not None
+    assert by_epoch[3]["split/test/confusion"] is not None
+
+
+def test_qualify_reports_a_failed_gate(tmp_path):
+    from fathom.telemetry.qualify import qualify
+
+    cfg, splits = _trainer_setup(tmp_path)
+    q = qualify(cfg, tmp_path / "q", splits=splits, gate=1e-9)
+    assert q.params_identical and not q.passed
+
+
+def test_history_mismatch_is_reported():
+    from fathom.telemetry.qualify import history_mismatches
+
+    off = [{"epoch": 0, "val/acc": 0.5, "clock/training_s": 1.0}]
+    on = [{"epoch": 0, "val/acc": 0.25, "clock/training_s": 2.0, "probe/ce": 1.0}]
+    assert history_mismatches(off, on) == ["epoch 0 val/acc: off 0.5, on 0.25"]
+    assert history_mismatches(off, [{"epoch": 1}]) == [
+        "epoch 0: missing from the telemetry-on history"
+    ]

@@ -76,3 +76,13 @@ def test_each_family_alone(family):
     row = recorder(model, splits, probe=6, families=(family,)).observe(context(model, splits))
     assert row
     assert {field_for(k).family for k in row} == {family}
+
+
+def test_cli_docs_and_bad_gate(tmp_path, capsys):
+    from fathom.cli import main
+
+    out = tmp_path / "m.md"
+    assert main(["telemetry", "docs", "--out", str(out)]) == 0
+    assert main(["telemetry", "docs", "--out", str(out), "--check"]) == 0
+    assert main(["telemetry", "qualify", "--gate", "-1"]) == 2
+    assert "--gate must be a positive fraction" in capsys.readouterr().err
