@@ -73,6 +73,10 @@ class ConvBlock(nn.Module):
             raise FathomError(f"a residual conv block needs equal widths, got {c_in} -> {c_out}")
         conv = nn.Conv2d(c_in, c_out, 3, padding=1, bias=not batchnorm)
         bn = nn.BatchNorm2d(c_out) if batchnorm else nn.Identity()
+        if batchnorm:
+            # the step counter is unused with a fixed momentum; dropping it keeps every
+            # state tensor at least 1-D (and out of checkpoints)
+            bn.register_buffer("num_batches_tracked", None)
         branch = nn.Sequential(conv, bn)
         self.residual = residual
         self.body = SkippableResidual(branch) if residual else branch
