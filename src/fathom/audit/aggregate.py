@@ -1,0 +1,250 @@
+"""Across seeds and recipes: intervals over seeds, paired damage differences, verdicts.
+
+Inputs are the per-run records written by :mod:`fathom.audit.run` (one per run, holding
+one record per audited checkpoint). An *arm* is a recipe (or, when two runs of a recipe
+share a seed, a recipe plus its config digest). Every value is a mean over an arm's seeds
+with a 95% Student-t interval (:func:`fathom.stats.t_interval`); recipe differences are
+paired by seed (:func:`fathom.stats.paired_difference`) and read by
+:func:`fathom.stats.compare`. Three-seed intervals are descriptive and uncorrected for
+multiple comparisons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from fathom.stats import compare, is_excluded, paired_difference, t_interval, verdict_sentence
+
+Getter = Callable[[Mapping[str, Any]], float | None]
+
+
+def _interval(values: Mapping[int, float | None], level: float = 0.95) -> dict[str, Any] | None:
+    """``t_interval`` of the defined values (``None`` when no seed has one)."""
+    xs = [v for v in values.values() if v is not None]
+    if not xs:
+        return None
+    out = t_interval(xs, level).to_dict()
+    out["seeds_undefined"] = len(values) - len(xs)
+    return out
+
+
+def _by_seed(arm: Mapping[int, Mapping[str, Any]], get: Getter) -> dict[int, float | None]:
+    out: dict[int, float | None] = {}
+    for seed, rec in arm.items():
+        try:
+            out[seed] = get(rec)
+        except (KeyError, TypeError, IndexError):
+            out[seed] = None
+    return out
+
+
+def group_arms(runs: Sequence[Mapping[str, Any]], which: str) -> dict[str, dict[int, dict]]:
+    """``{arm: {seed: checkpoint record + run identity}}`` for runs audited at ``which``."""
+    arms: dict[str, dict[int, dict]] = {}
+    for run in runs:
+        rec = run.get("checkpoints", {}).get(which)
+        if rec is None or "missing" in rec:
+            continue
+        entry = dict(rec, run_id=run["run_id"], seed=run["seed"], flags=run.get("flags", {}))
+        arms.setdefault(run["arm"], {})[run["seed"]] = entry
+    return arms
+
+
+def _arm_flags(arm: Mapping[int, Mapping[str, Any]], which: str) -> list[str]:
+    return sorted({f for rec in arm.values() for f in rec["flags"].get(which, [])})
+
+
+def arm_summary(arm: Mapping[int, Mapping[str, Any]], which: str) -> dict[str, Any]:
+    """Intervals over seeds of every per-checkpoint quantity of one arm."""
+    any_rec = next(iter(arm.values()))
+    k = any_rec["k"]
+    summary: dict[str, Any] = {
+        "inputs": [
+            {
+                "run_id": r["run_id"],
+                "seed": s,
+                "params_sha256": r["params_sha256"],
+                "epoch": r["epoch"],
+            }
+            for s, r in sorted(arm.items())
+        ],
+        "flags": _arm_flags(arm, which),
+        "k": k,
+    }
+    full = any_rec["full_mask"]
+
+    def full_row(split: str, key: str) -> Getter:
+        return lambda r: next(m for m in r["masks"] if m["mask"] == full)[split][key]
+
+    summary["full"] = {
+        f"{split}_{key}": _interval(_by_seed(arm, full_row(split, key)))
+        for split in ("val", "test")
+        for key in ("acc", "ce")
+    }
+    summary["by_size"] = {
+        size: {
+            f"{split}_{key}": _interval(
+                _by_seed(
+                    arm, lambda r, size=size, split=split, key=key: r["by_size"][size][split][key]
+                )
+            )
+            for split in ("val", "test")
+            for key in ("acc", "ce", "damage")
+        }
+        | {"n_masks": any_rec["by_size"][size]["n_masks"]}
+        for size in any_rec["by_size"]
+    }
+    summary["branches"] = [
+        {
+            "branch": b["branch"],
+            "branch_macs": b["branch_macs"],
+            "branch_macs_fraction": b["branch_macs_fraction"],
+        }
+        | {
+            f"{split}_{key}": _interval(
+                _by_seed(arm, lambda r, i=i, split=split, key=key: r["branches"][i][split][key])
+            )
+            for split in ("val", "test")
+            for key in ("acc", "damage")
+        }
+        for i, b in enumerate(any_rec["branches"])
+    ]
+    summary["interactions"] = {
+        f"{split}_mean_fraction": _interval(
+            _by_seed(arm, lambda r, split=split: r["interactions"][split]["mean_fraction"])
+        )
+        for split in ("val", "test")
+    }
+    res: dict[str, Any] = {"keep": any_rec["resilience"]["keep"]}
+    for split in ("val", "test"):
+        for kind in ("raw", "standardized"):
+            res[f"{split}_contrast_{kind}"] = _interval(
+                _by_seed(arm, lambda r, s=split, c=kind: r["resilience"][s][f"contrast_{c}"])
+            )
+        classes = len(any_rec["resilience"][split]["class_means"])
+        res[f"{split}_class_means"] = [
+            _interval(_by_seed(arm, lambda r, s=split, c=c: r["resilience"][s]["class_means"][c]))
+            for c in range(classes)
+        ]
+    summary["resilience"] = res
+    summary["routing"] = routing_arm_summary(arm, which)
+    return summary
+
+
+def routing_arm_summary(arm: Mapping[int, Mapping[str, Any]], which: str) -> dict[str, Any] | None:
+    """Tolerance held (count), cost, accuracy, control comparison and the verdict."""
+    routed = {s: r["routing"] for s, r in arm.items() if r.get("routing")}
+    if not routed:
+        return None
+    router_err = {s: r["test"]["error"] for s, r in routed.items()}
+    control_err = {s: r["control"]["control_error_mean"] for s, r in routed.items()}
+    diff = paired_difference(router_err, control_err)
+    flags = _arm_flags(arm, which)
+    verdict = compare(
+        None if is_excluded(flags) else diff,
+        higher_is_better=False,
+        flags_a=flags,
+        flags_b=flags,
+        name_a="router",
+        name_b="shuffled control",
+    )
+    return {
+        "tolerance_held": sum(r["test"]["tolerance_held"] for r in routed.values()),
+        "static_tolerance_held": sum(
+            r["static"]["test"]["tolerance_held"] for r in routed.values()
+        ),
+        "runs": len(routed),
+        "runs_beating_control": sum(r["control"]["beats_control"] for r in routed.values()),
+        "test_accuracy": _interval({s: r["test"]["accuracy"] for s, r in routed.items()}),
+        "test_cost_fraction": _interval({s: r["test"]["cost_fraction"] for s, r in routed.items()}),
+        "control_accuracy": _interval({s: 1 - v for s, v in control_err.items()}),
+        "static_test_accuracy": _interval(
+            {s: r["static"]["test"]["accuracy"] for s, r in routed.items()}
+        ),
+        "static_cost_fraction": _interval(
+            {s: r["static"]["test"]["cost_fraction"] for s, r in routed.items()}
+        ),
+        "routed_over_dense_time": _interval(
+            {s: r["timing"]["routed_over_dense"] for s, r in routed.items()}
+        ),
+        "verdict": verdict.to_dict(),
+        "sentence": verdict_sentence(
+            verdict, name_a="router", name_b="matched-cost shuffled control", metric="test error"
+        ),
+    }
+
+
+def reference_arm(arms: Sequence[str]) -> str | None:
+    """The arm damage differences are taken against: ``residual`` if present, else the first."""
+    if not arms:
+        return None
+    return "residual" if "residual" in arms else sorted(arms)[0]
+
+
+def paired_damage(arms: Mapping[str, Mapping[int, Mapping[str, Any]]], which: str) -> list[dict]:
+    """``damage(arm) - damage(reference)`` paired by seed, for every mask size, with verdicts."""
+    ref = reference_arm(list(arms))
+    out: list[dict] = []
+    if ref is None:
+        return out
+    ref_arm = arms[ref]
+    for name, arm in sorted(arms.items()):
+        if name == ref:
+            continue
+        k = next(iter(arm.values()))["k"]
+        if k != next(iter(ref_arm.values()))["k"]:
+            continue
+        sizes = next(iter(arm.values()))["by_size"]
+        for size in sizes:
+            if size == str(k):
+                continue
+            get: Getter = lambda r, size=size: r["by_size"][size]["test"]["damage"]  # noqa: E731
+            a, b = _by_seed(arm, get), _by_seed(ref_arm, get)
+            common = sorted(set(a) & set(b))
+            flags_a, flags_b = _arm_flags(arm, which), _arm_flags(ref_arm, which)
+            diff = paired_difference(a, b) if common else None
+            if diff is None and not (is_excluded(flags_a) or is_excluded(flags_b)):
+                out.append(
+                    {
+                        "arm": name,
+                        "reference": ref,
+                        "kept": size,
+                        "diff": None,
+                        "sentence": f"{name} vs {ref}: no common seeds, no paired difference",
+                    }
+                )
+                continue
+            verdict = compare(
+                diff,
+                higher_is_better=False,
+                flags_a=flags_a,
+                flags_b=flags_b,
+                name_a=name,
+                name_b=ref,
+            )
+            metric = f"test damage ΔCE (nats), mean over masks keeping {size} of {k}"
+            out.append(
+                {
+                    "arm": name,
+                    "reference": ref,
+                    "kept": size,
+                    "seeds": common,
+                    "verdict": verdict.to_dict(),
+                    "sentence": verdict_sentence(verdict, name_a=name, name_b=ref, metric=metric),
+                }
+            )
+    return out
+
+
+def aggregate(runs: Sequence[Mapping[str, Any]], checkpoints: Sequence[str]) -> dict[str, Any]:
+    """Per checkpoint kind: every arm's summary and the paired damage comparisons."""
+    out: dict[str, Any] = {}
+    for which in checkpoints:
+        arms = group_arms(runs, which)
+        out[which] = {
+            "arms": {name: arm_summary(arm, which) for name, arm in sorted(arms.items())},
+            "reference_arm": reference_arm(list(arms)),
+            "paired_damage": paired_damage(arms, which),
+        }
+    return out

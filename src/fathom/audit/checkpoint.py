@@ -1,0 +1,274 @@
+"""Audit of one model checkpoint: every table that needs only the model and its splits.
+
+The result is a plain JSON-able dict; per-example arrays go to a compressed ``.npz``
+(:func:`fathom.audit.evaluate.save_scores`) so later analyses need no model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fathom.audit.evaluate import MaskScores, evaluate_masks, save_scores
+from fathom.audit.interactions import energy_by_order, interaction_fraction
+from fathom.audit.masks import (
+    MAX_ENUMERATED_MASKS,
+    enumerate_masks,
+    full_mask_index,
+    is_full_lattice,
+    mask_label,
+    mask_macs,
+    removable_branch_count,
+    sample_masks,
+)
+from fathom.audit.resilience import class_resilience, contrast_population, fit_margin_bins
+from fathom.audit.resilience import resilience_per_example as per_example_resilience
+from fathom.audit.router import (
+    cheapest_within_tolerance,
+    compare_with_control,
+    fit_router,
+    pooled_features,
+    score_policy,
+)
+from fathom.audit.speed import time_routed
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """Every choice of an audit; recorded verbatim in ``audit.json``."""
+
+    checkpoints: tuple[str, ...] = ("selected",)
+    max_masks: int = MAX_ENUMERATED_MASKS
+    sample_masks: int | None = None
+    keep: int | None = None
+    contrast_a: int = 1
+    contrast_b: tuple[int, ...] = (4, 9)
+    margin_bins: int = 5
+    router: bool = True
+    tolerance: float = 0.005
+    tree_depth: int = 3
+    min_samples_leaf: int = 50
+    n_permutations: int = 1000
+    alpha: float = 0.05
+    timing_batch_sizes: tuple[int, ...] = (1, 256)
+    timing_repeats: int = 7
+    routed_timing_examples: int = 2048
+    routed_timing_repeats: int = 3
+    eval_batch_size: int = 2000
+    seed: int = 0
+    device: str = "cpu"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def keep_for(self, k: int) -> int:
+        """Mask size of the resilience masks: ``keep`` or ``k // 2`` (two of four)."""
+        return k // 2 if self.keep is None else self.keep
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
+        out.update(self.extra)
+        return out
+
+
+def choose_masks(k: int, settings: AuditSettings) -> np.ndarray:
+    """All ``2^k`` masks, or ``settings.sample_masks`` sampled ones (never both)."""
+    if settings.sample_masks is not None:
+        return sample_masks(k, settings.sample_masks, settings.seed)
+    return enumerate_masks(k, settings.max_masks)
+
+
+def _split_table(s: MaskScores) -> list[dict[str, float]]:
+    acc, ce, dmg = s.accuracy(), s.mean_ce(), s.damage()
+    return [{"acc": float(a), "ce": float(c), "damage": float(d)} for a, c, d in zip(acc, ce, dmg)]
+
+
+def _mean_of(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {key: float(np.mean([r[key] for r in rows])) for key in rows[0]}
+
+
+def mask_tables(
+    masks: np.ndarray, macs: list[int], scores: dict[str, MaskScores], branch_macs: list[int]
+) -> dict[str, Any]:
+    """Per-mask rows, means over masks of each size, and single-deletion rows per branch."""
+    full = full_mask_index(masks)
+    k = masks.shape[1]
+    per_split = {name: _split_table(s) for name, s in scores.items()}
+    rows = []
+    for m, row in enumerate(masks):
+        entry: dict[str, Any] = {
+            "mask": mask_label(row),
+            "kept": int(row.sum()),
+            "macs": macs[m],
+            "macs_fraction": macs[m] / macs[full],
+        }
+        for name, table in per_split.items():
+            entry[name] = table[m]
+        rows.append(entry)
+    sizes = masks.sum(axis=1)
+    by_size = {}
+    for s in range(k + 1):
+        chosen = np.flatnonzero(sizes == s)
+        if chosen.size == 0:
+            continue
+        item: dict[str, Any] = {"n_masks": int(chosen.size)}
+        for name, table in per_split.items():
+            item[name] = _mean_of([table[m] for m in chosen])
+        by_size[str(s)] = item
+    label_to_index = {mask_label(r): m for m, r in enumerate(masks)}
+    branches = []
+    for b in range(k):
+        single = mask_label([0 if j == b else 1 for j in range(k)])
+        m = label_to_index.get(single)
+        entry = {
+            "branch": b,
+            "mask": single,
+            "branch_macs": branch_macs[b],
+            "branch_macs_fraction": branch_macs[b] / macs[full],
+        }
+        for name, table in per_split.items():
+            entry[name] = None if m is None else table[m]
+        branches.append(entry)
+    return {
+        "full_mask": mask_label(masks[full]),
+        "masks": rows,
+        "by_size": by_size,
+        "branches": branches,
+    }
+
+
+def interaction_summary(masks: np.ndarray, s: MaskScores) -> dict[str, Any]:
+    """Mean, median and count of defined per-example interaction fractions; energy by order."""
+    if not is_full_lattice(masks):
+        return {"defined": False, "reason": "interactions need all 2^k masks; masks were sampled"}
+    rho = interaction_fraction(s.logits)
+    ok = rho[~np.isnan(rho)]
+    energy = energy_by_order(s.logits)
+    return {
+        "defined": bool(ok.size),
+        "mean_fraction": float(ok.mean()) if ok.size else None,
+        "median_fraction": float(np.median(ok)) if ok.size else None,
+        "examples_defined": int(ok.size),
+        "examples_constant": int(rho.size - ok.size),
+        "energy_by_order": energy.tolist(),
+    }
+
+
+def resilience_summary(
+    masks: np.ndarray, scores: dict[str, MaskScores], settings: AuditSettings, classes: int
+) -> dict[str, Any]:
+    """Class resilience on val and test with margin bins fixed on validation."""
+    keep = settings.keep_for(masks.shape[1])
+    a, b = settings.contrast_a, settings.contrast_b
+    full = full_mask_index(masks)
+    per = {name: per_example_resilience(s.correct, masks, full, keep) for name, s in scores.items()}
+    val = scores["val"]
+    pop = contrast_population(per["val"], val.labels, a, b)
+    bins = fit_margin_bins(val.margin[full][pop], settings.margin_bins)
+    out: dict[str, Any] = {
+        "keep": keep,
+        "n_masks": int((masks.sum(axis=1) == keep).sum()),
+        "contrast": {"a": a, "b": list(b)},
+        "margin_bins": bins.to_dict(),
+    }
+    for name, s in scores.items():
+        res = class_resilience(per[name], s.margin[full], s.labels, classes, a, b, bins)
+        out[name] = res.to_dict()
+    return out
+
+
+def routing_summary(
+    model: nn.Module,
+    masks: np.ndarray,
+    macs: list[int],
+    scores: dict[str, MaskScores],
+    val_x: torch.Tensor,
+    test_x: torch.Tensor,
+    settings: AuditSettings,
+) -> dict[str, Any]:
+    """Router fitted and calibrated on validation, scored on test against its control."""
+    full = full_mask_index(masks)
+    costs = np.asarray(macs, dtype=np.float64)
+    router = fit_router(
+        pooled_features(val_x),
+        scores["val"].correct,
+        costs,
+        full,
+        settings.tolerance,
+        max_depth=settings.tree_depth,
+        min_samples_leaf=settings.min_samples_leaf,
+        seed=settings.seed,
+    )
+    test = scores["test"]
+    assign = router.assign(pooled_features(test_x))
+    outcome = score_policy(test.correct, assign, costs, full, settings.tolerance)
+    control = compare_with_control(
+        test.correct, assign, settings.n_permutations, settings.seed, settings.alpha
+    )
+    static = cheapest_within_tolerance(scores["val"].correct, costs, full, settings.tolerance)
+    static_outcome = score_policy(
+        test.correct, np.full(test.labels.shape[0], static), costs, full, settings.tolerance
+    )
+    n_time = min(settings.routed_timing_examples, test_x.shape[0])
+    x_time = test_x[:n_time]
+    timing = time_routed(
+        model,
+        x_time,
+        lambda xb: router.assign(pooled_features(xb)),
+        masks,
+        batch_size=max(settings.timing_batch_sizes),
+        repeats=settings.routed_timing_repeats,
+    )
+    labels = [mask_label(r) for r in masks]
+    return {
+        "features": "7x7 average-pooled pixel intensities (49), no labels, no model output",
+        "tree": router.describe(),
+        "leaf_masks": {k: labels[v] for k, v in router.describe()["leaf_masks"].items()},
+        "test": outcome.to_dict(),
+        "control": control.to_dict(),
+        "static": {
+            "mask": labels[static],
+            "chosen_on": "all validation examples",
+            "test": static_outcome.to_dict(),
+        },
+        "timing": timing.to_dict(),
+    }
+
+
+def audit_checkpoint(
+    model: nn.Module,
+    splits: Any,
+    settings: AuditSettings,
+    arrays_path: Path,
+    meta: dict[str, str],
+) -> dict[str, Any]:
+    """All per-checkpoint tables for ``model`` (eval mode) on ``splits.val_*``/``test_*``."""
+    k = removable_branch_count(model)
+    masks = choose_masks(k, settings)
+    macs = mask_macs(model, masks)
+    full = full_mask_index(masks)
+    branch_macs = [
+        macs[full] - int(model.macs_per_example(tuple(0 if j == b else 1 for j in range(k))))
+        for b in range(k)
+    ]
+    bs = settings.eval_batch_size
+    scores = {
+        "val": evaluate_masks(model, splits.val_x, splits.val_y, masks, bs),
+        "test": evaluate_masks(model, splits.test_x, splits.test_y, masks, bs),
+    }
+    save_scores(str(arrays_path), scores, meta)
+    classes = int(scores["test"].logits.shape[2])
+    record: dict[str, Any] = {"k": k, "enumerated": settings.sample_masks is None}
+    record.update(mask_tables(masks, macs, scores, branch_macs))
+    record["interactions"] = {name: interaction_summary(masks, s) for name, s in scores.items()}
+    record["resilience"] = resilience_summary(masks, scores, settings, classes)
+    if settings.router:
+        record["routing"] = routing_summary(
+            model, masks, macs, scores, splits.val_x, splits.test_x, settings
+        )
+    else:
+        record["routing"] = None
+    return record

@@ -1,0 +1,254 @@
+"""``audit.md`` from the ``audit.json`` dict: tables and computed sentences, no new numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def _num(x: float | None, fmt: str = ".4f") -> str:
+    return "null" if x is None else format(x, fmt)
+
+
+def _pct(x: float | None) -> str:
+    return "null" if x is None else f"{100 * x:.3f}%"
+
+
+def _iv(iv: Mapping[str, Any] | None, scale: float = 1.0, fmt: str = ".4f") -> str:
+    """``mean [low, high]`` (n); ``null`` when undefined."""
+    if iv is None:
+        return "null"
+    est = format(iv["estimate"] * scale, fmt)
+    if iv["low"] is None:
+        return f"{est} (n={iv['n']})"
+    return (
+        f"{est} [{format(iv['low'] * scale, fmt)}, {format(iv['high'] * scale, fmt)}] (n={iv['n']})"
+    )
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def _provenance(result: Mapping[str, Any]) -> list[str]:
+    rows = []
+    for run in result["runs"]:
+        for which, rec in run["checkpoints"].items():
+            if "missing" in rec:
+                rows.append(
+                    [run["run_id"], run["arm"], str(run["seed"]), which, "missing", rec["missing"]]
+                )
+            else:
+                rows.append(
+                    [
+                        run["run_id"],
+                        run["arm"],
+                        str(run["seed"]),
+                        which,
+                        str(rec["epoch"]),
+                        f"`{rec['params_sha256']}`",
+                    ]
+                )
+    lines = ["## Runs and checkpoints", ""]
+    lines += _table(["run", "arm", "seed", "checkpoint", "epoch", "params_sha256"], rows)
+    for s in result["skipped"]:
+        lines.append(f"- skipped `{s['run_id']}`: {s['reason']}")
+    return lines
+
+
+def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> list[str]:
+    lines = [
+        f"### `{run['run_id']}` ({run['arm']}, seed {run['seed']}), {which} checkpoint, epoch {rec['epoch']}",
+        "",
+    ]
+    lines += _table(
+        [
+            "mask",
+            "kept",
+            "MACs/example",
+            "MAC fraction",
+            "val acc",
+            "val damage",
+            "test acc",
+            "test CE",
+            "test damage",
+        ],
+        [
+            [
+                f"`{m['mask']}`",
+                str(m["kept"]),
+                str(m["macs"]),
+                _num(m["macs_fraction"], ".3f"),
+                _pct(m["val"]["acc"]),
+                _num(m["val"]["damage"], "+.4f"),
+                _pct(m["test"]["acc"]),
+                _num(m["test"]["ce"]),
+                _num(m["test"]["damage"], "+.4f"),
+            ]
+            for m in rec["masks"]
+        ],
+    )
+    routing = rec.get("routing")
+    if routing:
+        t = routing["test"]
+        lines += [
+            "",
+            f"Router (tree depth {routing['tree']['depth']}, {routing['tree']['leaves']} leaves): "
+            f"test accuracy {_pct(t['accuracy'])}, error increase {_num(t['error_increase'], '+.4f')} "
+            f"(tolerance {t['tolerance']}: {'held' if t['tolerance_held'] else 'not held'}), "
+            f"cost {_num(t['cost_fraction'], '.3f')} of dense MACs; {routing['control']['verdict']}. "
+            f"Static mask `{routing['static']['mask']}`: test accuracy {_pct(routing['static']['test']['accuracy'])}, "
+            f"tolerance {'held' if routing['static']['test']['tolerance_held'] else 'not held'}. "
+            f"Grouped routed inference {_num(routing['timing']['routed_over_dense'], '.2f')}x the dense time "
+            f"({routing['timing']['examples']} examples, batch {routing['timing']['batch_size']}, "
+            f"{routing['timing']['device']}, median of {routing['timing']['repeats']}).",
+        ]
+    return [*lines, ""]
+
+
+def _aggregate(which: str, agg: Mapping[str, Any]) -> list[str]:
+    lines = [f"## Across seeds: {which} checkpoint", ""]
+    arms = agg["arms"]
+    if not arms:
+        return [*lines, "No run was audited at this checkpoint.", ""]
+    lines += [
+        "Means over seeds with 95% Student-t intervals (descriptive, uncorrected for multiple "
+        "comparisons). Damage is the increase of test CE over the same model's full output, in nats.",
+        "",
+        "### By number of kept branches (mean over the masks of that size)",
+        "",
+    ]
+    rows = []
+    for name, arm in arms.items():
+        for size, s in sorted(arm["by_size"].items(), key=lambda kv: int(kv[0])):
+            rows.append(
+                [
+                    name,
+                    f"{size} of {arm['k']}",
+                    str(s["n_masks"]),
+                    _iv(s["test_acc"], 100, ".3f"),
+                    _iv(s["test_damage"], 1, "+.4f"),
+                ]
+            )
+    lines += _table(["arm", "kept", "masks", "test acc (%)", "test damage (nats)"], rows)
+    lines += ["", "### Paired damage differences against the reference arm", ""]
+    lines += [f"- {p['sentence']}" for p in agg["paired_damage"]] or ["- no second arm to compare"]
+    lines += ["", "### Single-branch deletion", ""]
+    rows = []
+    for name, arm in arms.items():
+        for b in arm["branches"]:
+            rows.append(
+                [
+                    name,
+                    str(b["branch"]),
+                    str(b["branch_macs"]),
+                    _num(b["branch_macs_fraction"], ".3f"),
+                    _iv(b["test_acc"], 100, ".3f"),
+                    _iv(b["test_damage"], 1, "+.4f"),
+                ]
+            )
+    lines += _table(
+        [
+            "arm",
+            "branch removed",
+            "branch MACs",
+            "fraction of dense",
+            "test acc (%)",
+            "test damage",
+        ],
+        rows,
+    )
+    lines += [
+        "",
+        "### Interactions",
+        "",
+        "Mean per-example fraction of nonconstant centered-logit mask-response energy (squared "
+        "Möbius coefficients) in interactions of order >= 2.",
+        "",
+    ]
+    lines += _table(
+        ["arm", "val", "test"],
+        [
+            [
+                n,
+                _iv(a["interactions"]["val_mean_fraction"], 100, ".2f") + " %",
+                _iv(a["interactions"]["test_mean_fraction"], 100, ".2f") + " %",
+            ]
+            for n, a in arms.items()
+        ],
+    )
+    lines += ["", "### Per-class resilience", ""]
+    for name, arm in arms.items():
+        r = arm["resilience"]
+        lines.append(
+            f"- {name} (masks keeping {r['keep']}): contrast on test, raw {_iv(r['test_contrast_raw'], 100, '+.3f')} pp, "
+            f"margin-standardized {_iv(r['test_contrast_standardized'], 100, '+.3f')} pp "
+            f"(bins and weights fixed on validation)."
+        )
+    lines += ["", "### Routing", ""]
+    for name, arm in arms.items():
+        r = arm["routing"]
+        if r is None:
+            lines.append(f"- {name}: routing not run.")
+            continue
+        lines.append(
+            f"- {name}: tolerance held on test in {r['tolerance_held']} of {r['runs']} runs (static mask: "
+            f"{r['static_tolerance_held']} of {r['runs']}); accuracy {_iv(r['test_accuracy'], 100, '.3f')} %, "
+            f"cost {_iv(r['test_cost_fraction'], 1, '.3f')} of dense MACs, control accuracy "
+            f"{_iv(r['control_accuracy'], 100, '.3f')} %; routed/dense time {_iv(r['routed_over_dense_time'], 1, '.2f')}; "
+            f"{r['runs_beating_control']} of {r['runs']} runs beat their control (permutation test). {r['sentence']}"
+        )
+    return [*lines, ""]
+
+
+def _speed(result: Mapping[str, Any]) -> list[str]:
+    lines = ["## Reduced-network inference time", ""]
+    for s in result["speed"]:
+        for t in s["timings"]:
+            lines.append(
+                f"{s['architecture']} ({s['dtype']}, weights of `{s['run_id']}` {s['checkpoint']}), batch "
+                f"{t['batch_size']}, {t['device']}, {t['threads']} threads, median of {t['repeats']} repeats:"
+            )
+            lines.append("")
+            lines += _table(
+                ["mask", "median ms", "speedup vs dense"],
+                [
+                    [f"`{m}`", _num(1e3 * sec, ".3f"), _num(sp, ".2f")]
+                    for m, sec, sp in zip(t["masks"], t["median_seconds"], t["speedup_vs_dense"])
+                ],
+            )
+            lines.append("")
+    return lines
+
+
+def to_markdown(result: Mapping[str, Any]) -> str:
+    """The full ``audit.md``."""
+    lines = [
+        f"# Layer-removal audit: `{result['target']}`",
+        "",
+        f"{len(result['runs'])} run(s) audited, {len(result['skipped'])} skipped; masks use gain one for "
+        "kept branches and do not compute removed ones. Every number below is traceable to the run "
+        "and checkpoint hash listed first; per-example arrays are in the `.npz` files next to this page.",
+        "",
+    ]
+    lines += _provenance(result)
+    lines.append("")
+    for which, agg in result["aggregate"].items():
+        lines += _aggregate(which, agg)
+    lines += _speed(result)
+    lines += ["## Per run", ""]
+    for run in result["runs"]:
+        for which, rec in run["checkpoints"].items():
+            if "missing" not in rec:
+                lines += _run_tables(run, which, rec)
+    lines += [
+        "## Settings",
+        "",
+        "```",
+        *(f"{k} = {v}" for k, v in result["settings"].items()),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
