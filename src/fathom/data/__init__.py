@@ -5,6 +5,7 @@ official files; ``make_splits(raw, mode, seed, ...)`` builds the fitting / valid
 test tensors and their split hash. See :mod:`fathom.data.sources` for the source order.
 """
 
+from fathom.data.augment import pad_to, random_crop_flip
 from fathom.data.load import RawDataset, load_raw
 from fathom.data.registry import DATASETS, CifarDataset, IdxDataset, IdxFile, dataset_spec
 from fathom.data.splits import SPLIT_MODES, DataSplits, make_splits
@@ -20,4 +21,6 @@ __all__ = [
     "dataset_spec",
     "load_raw",
     "make_splits",
+    "pad_to",
+    "random_crop_flip",
 ]
