@@ -19,8 +19,22 @@ def test_crop_shapes_and_forward():
     x = torch.randint(0, 256, (3, 28, 28), dtype=torch.uint8)
     logits, taps = model.forward_taps(x)
     assert logits.shape == (3, 10)
-    assert [tuple(a.shape) for a, _ in taps] == [(3, 784), (3, 40), (3, 30), (3, 20), (3, 10), (3, 5)]
-    assert [tuple(z.shape) for _, z in taps] == [(3, 40), (3, 30), (3, 20), (3, 10), (3, 5), (3, 10)]
+    assert [tuple(a.shape) for a, _ in taps] == [
+        (3, 784),
+        (3, 40),
+        (3, 30),
+        (3, 20),
+        (3, 10),
+        (3, 5),
+    ]
+    assert [tuple(z.shape) for _, z in taps] == [
+        (3, 40),
+        (3, 30),
+        (3, 20),
+        (3, 10),
+        (3, 5),
+        (3, 10),
+    ]
     assert torch.allclose(logits, model(x))
     # the crop keeps the first out_features coordinates
     assert model.blocks[0].res.bypass(torch.arange(40.0)[None]).tolist() == [list(range(30))]

@@ -7,6 +7,7 @@ so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import tomllib
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,7 +31,9 @@ class DataConfig(_Strict):
 
 class ModelConfig(_Strict):
     kind: Literal["ciresan"] = "ciresan"
-    recipe: Literal["plain", "residual", "residual_dropout", "sd_constant", "sd_decreasing"] = "residual"
+    recipe: Literal["plain", "residual", "residual_dropout", "sd_constant", "sd_decreasing"] = (
+        "residual"
+    )
     widths: tuple[int, ...] = (2500, 2000, 1500, 1000, 500)
     width_mult: float = Field(default=1.0, gt=0)
     input_scale: float = Field(default=1 / 255, gt=0)
@@ -67,7 +70,7 @@ class ModelConfig(_Strict):
     def _crop_needs_narrowing(self) -> ModelConfig:
         if self.recipe != "plain":
             w = self.widths
-            for a, b in zip(w[:-1], w[1:], strict=True):
+            for a, b in pairwise(w):
                 if b > a:
                     raise ValueError(
                         f"widths {list(w)} increase ({a} -> {b}); the crop bypass of recipe "

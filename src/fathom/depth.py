@@ -208,7 +208,9 @@ class GateController:
 
     def apply_mask(self, mask: Sequence[int | bool]) -> None:
         if len(mask) != self.num_branches:
-            raise FathomError(f"mask has {len(mask)} entries, model has {self.num_branches} branches")
+            raise FathomError(
+                f"mask has {len(mask)} entries, model has {self.num_branches} branches"
+            )
         self.set_gains([1.0 if m else 0.0 for m in mask])
 
     @contextmanager

@@ -145,8 +145,8 @@ def ensure_writable_dir(path: str | os.PathLike) -> Path:
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-", delete=True)
-        probe.close()
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
+            pass
     except OSError as e:
         raise FathomError(
             f"cannot write to directory {str(path)!r}: {e.strerror or e}. "

@@ -32,7 +32,9 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         from fathom.errors import FathomError
 
-        raise FathomError("device 'cuda' was requested but no CUDA device is available; use 'auto' or 'cpu'")
+        raise FathomError(
+            "device 'cuda' was requested but no CUDA device is available; use 'auto' or 'cpu'"
+        )
     return torch.device(name)
 
 
@@ -46,7 +48,9 @@ def environment(device: torch.device) -> dict:
         "cpu_count": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "device_name": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or "cpu",
         "dtype": "float32",
         "matmul_precision": torch.get_float32_matmul_precision(),
         "cuda": torch.version.cuda if device.type == "cuda" else None,

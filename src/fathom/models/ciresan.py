@@ -51,9 +51,7 @@ def recipe_spec(name: str) -> Recipe:
     try:
         return RECIPES[name]
     except KeyError:
-        raise FathomError(
-            f"unknown recipe {name!r}; valid recipes: {', '.join(RECIPES)}"
-        ) from None
+        raise FathomError(f"unknown recipe {name!r}; valid recipes: {', '.join(RECIPES)}") from None
 
 
 def recipe_schedule(recipe: Recipe, epochs: int) -> DropSchedule:
@@ -139,7 +137,9 @@ class CiresanMLP(nn.Module):
         logits = self.head(h)
         return F.relu(logits) if self.output_relu else logits
 
-    def forward_taps(self, x: torch.Tensor) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    def forward_taps(
+        self, x: torch.Tensor
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """Logits plus ``(a, z)`` for every affine layer, in order stem, body..., head.
 
         ``a`` is the layer input, ``z = a W^T + b`` the affine output (for a body block the

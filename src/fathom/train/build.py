@@ -63,7 +63,11 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.SGD
     elif cfg.impl == "fused":
         kwargs = {"fused": True}
     return torch.optim.SGD(
-        model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, **kwargs
+        model.parameters(),
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay,
+        **kwargs,
     )
 
 

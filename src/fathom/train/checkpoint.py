@@ -28,7 +28,9 @@ def save_weights(path: Path, state: dict[str, torch.Tensor], metadata: dict[str,
     return digest
 
 
-def load_weights(path: Path, expected_sha256: str | None = None) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def load_weights(
+    path: Path, expected_sha256: str | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Load and verify a checkpoint: the stored digest must match the tensors (and ``expected``)."""
     path = Path(path)
     if not path.exists():
@@ -41,7 +43,9 @@ def load_weights(path: Path, expected_sha256: str | None = None) -> tuple[dict[s
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
     except (SafetensorError, ValueError, OSError) as e:
-        raise FathomError(f"checkpoint {str(path)!r} is corrupt ({e}); retrain or restore it") from None
+        raise FathomError(
+            f"checkpoint {str(path)!r} is corrupt ({e}); retrain or restore it"
+        ) from None
     actual = state_dict_digest(state)
     stored = meta.get("params_sha256")
     if stored != actual or (expected_sha256 is not None and expected_sha256 != actual):

@@ -74,7 +74,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = config_from_args(args)
         run_dir = Path(args.runs_dir) / cfg.study / cfg.name
         result = train(cfg, run_dir, progress=make_progress(args.quiet))
-    print(f"{result.status}: {result.run_dir} (epochs {result.epochs_completed}, final params {result.final_params})")
+    print(
+        f"{result.status}: {result.run_dir} (epochs {result.epochs_completed}, final params {result.final_params})"
+    )
     if result.status == "diverged":
         print(f"diverged in epoch {result.diverged_epoch}; see manifest.json status_reason")
         return 3
@@ -83,7 +85,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     data = load_toml(args.config)
-    if "runs" in data or "recipes" in data or "study" in data and isinstance(data.get("study"), dict):
+    if (
+        "runs" in data
+        or "recipes" in data
+        or ("study" in data and isinstance(data.get("study"), dict))
+    ):
         from fathom.study.config import validate_study_config
 
         cfg = validate_study_config(data, origin=args.config)
@@ -97,11 +103,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train one run into a run directory")
     p.add_argument("config", nargs="?", help="run config TOML (defaults apply when omitted)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key, e.g. optim.lr=0.03")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. optim.lr=0.03",
+    )
     p.add_argument("--runs-dir", default="runs", help="parent of <study>/<name> (default: runs)")
     p.add_argument("--name", help="run name (directory under runs/<study>/)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue an interrupted run; ends byte-identical")
+    p.add_argument(
+        "--resume", metavar="RUN_DIR", help="continue an interrupted run; ends byte-identical"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_train)
 

@@ -99,7 +99,11 @@ def _dataset_record(splits: DataSplits, cfg: RunConfig) -> dict[str, Any]:
         "split_mode": cfg.data.split,
         "split_seed": cfg.data.split_seed,
         "split_hash": splits.split_hash,
-        "sizes": {"fit": int(splits.fit_y.shape[0]), "val": int(splits.val_y.shape[0]), "test": int(splits.test_y.shape[0])},
+        "sizes": {
+            "fit": int(splits.fit_y.shape[0]),
+            "val": int(splits.val_y.shape[0]),
+            "test": int(splits.test_y.shape[0]),
+        },
         "info": info,
     }
 
@@ -142,7 +146,9 @@ def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
     if status == "complete":
         raise FathomError(f"run {str(run_dir)!r} is already complete; nothing to resume")
     stored = rd.config
-    if cfg is not None and config_digest(cfg.model_dump(mode="json")) != rd.manifest.get("config_hash"):
+    if cfg is not None and config_digest(cfg.model_dump(mode="json")) != rd.manifest.get(
+        "config_hash"
+    ):
         diff = _config_diff(stored.model_dump(mode="json"), cfg.model_dump(mode="json"))
         raise FathomError(
             f"run {str(run_dir)!r} was started with another config ({'; '.join(diff)}); "
@@ -169,7 +175,9 @@ def train(
     run_dir = Path(run_dir)
     if resume:
         stored = check_resumable(run_dir, None)
-        if config_digest(stored.model_dump(mode="json")) != config_digest(cfg.model_dump(mode="json")):
+        if config_digest(stored.model_dump(mode="json")) != config_digest(
+            cfg.model_dump(mode="json")
+        ):
             check_resumable(run_dir, cfg)
     else:
         if (run_dir / "manifest.json").exists():
@@ -202,7 +210,9 @@ def train(
     if use_telemetry:
         from fathom.telemetry import Recorder
 
-        recorder = Recorder(cfg.telemetry, epochs=cfg.optim.epochs, splits=splits, model=model, seed=cfg.seed)
+        recorder = Recorder(
+            cfg.telemetry, epochs=cfg.optim.epochs, splits=splits, model=model, seed=cfg.seed
+        )
 
     clocks = Clocks()
     order_digest = mask_digest = hashlib.sha256(b"fathom").hexdigest()
@@ -225,7 +235,11 @@ def train(
         prior_elapsed = clocks.elapsed_s
         order_digest, mask_digest = state["order_digest"], state["mask_digest"]
         start_epoch, step = state["epoch"], state["step"]
-        best, checkpoints, selected_ckpt = state["best"], state["checkpoints"], state["selected_ckpt"]
+        best, checkpoints, selected_ckpt = (
+            state["best"],
+            state["checkpoints"],
+            state["selected_ckpt"],
+        )
         initial_hash = state["initial_hash"]
         initial_params = {k: v.to(device) for k, v in state["initial_params"].items()}
         if recorder is not None and "recorder" in state and hasattr(recorder, "load_state_dict"):
@@ -246,7 +260,12 @@ def train(
         "config_hash": config_digest(config_json),
         "source_hash": source_hash(),
         "data": _dataset_record(splits, cfg),
-        "hashes": {"initial_params": initial_hash, "final_params": None, "training_order": order_digest, "masks": mask_digest},
+        "hashes": {
+            "initial_params": initial_hash,
+            "final_params": None,
+            "training_order": order_digest,
+            "masks": mask_digest,
+        },
         "environment": environment(device),
         "clocks": {},
         "epochs_completed": start_epoch,
@@ -268,7 +287,8 @@ def train(
                 "total_s": tel,
                 "cold_s": clocks.telemetry_cold_s,
                 "overhead_ratio": tel / clocks.training_s if clocks.training_s > 0 else None,
-                "overhead_ratio_without_cold": (tel - (clocks.telemetry_cold_s or 0.0)) / clocks.training_s
+                "overhead_ratio_without_cold": (tel - (clocks.telemetry_cold_s or 0.0))
+                / clocks.training_s
                 if clocks.training_s > 0
                 else None,
             }
@@ -282,7 +302,10 @@ def train(
             cpu_state(model),
             {"epoch": epoch, "config_hash": manifest["config_hash"], "run_id": run_dir.name},
         )
-        checkpoints[str(epoch)] = {"file": f"checkpoints/epoch-{epoch:04d}.safetensors", "params_sha256": digest}
+        checkpoints[str(epoch)] = {
+            "file": f"checkpoints/epoch-{epoch:04d}.safetensors",
+            "params_sha256": digest,
+        }
         clocks.checkpoint_s += time.perf_counter() - t0
 
     def observe(epoch: int, running_loss: float | None) -> dict[str, Any] | None:
@@ -296,24 +319,44 @@ def train(
             t0 = time.perf_counter()
             for name in ("fit", "val", "test"):
                 x, y = getattr(splits, f"{name}_x"), getattr(splits, f"{name}_y")
-                acc, ce = split_scores(model, x, y, cfg.eval.batch_size) if name in cfg.eval.splits else (None, None)
+                acc, ce = (
+                    split_scores(model, x, y, cfg.eval.batch_size)
+                    if name in cfg.eval.splits
+                    else (None, None)
+                )
                 row[f"{name}/acc"], row[f"{name}/ce"] = acc, ce
             _sync(device)
             clocks.evaluation_s += time.perf_counter() - t0
             val_ce = row.get("val/ce")
-            if epoch >= 1 and val_ce is not None and math.isfinite(val_ce) and (best["val_ce"] is None or val_ce < best["val_ce"]):
+            if (
+                epoch >= 1
+                and val_ce is not None
+                and math.isfinite(val_ce)
+                and (best["val_ce"] is None or val_ce < best["val_ce"])
+            ):
                 best.update(epoch=epoch, val_ce=val_ce)
                 t0 = time.perf_counter()
                 digest = save_weights(
                     run_dir / "checkpoints" / "selected.safetensors",
                     cpu_state(model),
-                    {"epoch": epoch, "config_hash": manifest["config_hash"], "run_id": run_dir.name, "selected": 1},
+                    {
+                        "epoch": epoch,
+                        "config_hash": manifest["config_hash"],
+                        "run_id": run_dir.name,
+                        "selected": 1,
+                    },
                 )
-                selected_ckpt = {"file": "checkpoints/selected.safetensors", "epoch": epoch, "params_sha256": digest}
+                selected_ckpt = {
+                    "file": "checkpoints/selected.safetensors",
+                    "epoch": epoch,
+                    "params_sha256": digest,
+                }
                 manifest["selected_checkpoint"] = selected_ckpt
                 clocks.checkpoint_s += time.perf_counter() - t0
         if tel_due:
-            ctx = EpochContext(epoch, step, model, optimizer, controller, splits, initial_params, device, cfg)
+            ctx = EpochContext(
+                epoch, step, model, optimizer, controller, splits, initial_params, device, cfg
+            )
             t0 = time.perf_counter()
             row.update(recorder.observe(ctx))
             _sync(device)
@@ -403,7 +446,10 @@ def train(
             if not math.isfinite(running) or not _all_finite(model):
                 status, diverged_epoch = "diverged", epoch
                 reason = f"non-finite {'training loss' if not math.isfinite(running) else 'parameters'} in epoch {epoch} (lr={cfg.optim.lr})"
-                append_jsonl(run_dir / "history.jsonl", {"epoch": epoch, "step": step, "train/loss_running": None, "diverged": True})
+                append_jsonl(
+                    run_dir / "history.jsonl",
+                    {"epoch": epoch, "step": step, "train/loss_running": None, "diverged": True},
+                )
                 break
             observe(epoch, running)
             if epoch in cfg.checkpoints.save_epochs or epoch == cfg.optim.epochs:
@@ -418,7 +464,9 @@ def train(
         write_manifest()
         raise
     except KeyboardInterrupt:
-        manifest.update(status="running", status_reason="interrupted; continue with fathom train --resume")
+        manifest.update(
+            status="running", status_reason="interrupted; continue with fathom train --resume"
+        )
         write_manifest()
         raise
     except Exception as e:
@@ -434,10 +482,14 @@ def train(
     manifest["hashes"]["final_params"] = final_hash
     write_manifest()
     rows, _ = read_jsonl(run_dir / "history.jsonl")
-    return RunResult(run_dir, status, manifest["epochs_completed"], final_hash, diverged_epoch, rows)
+    return RunResult(
+        run_dir, status, manifest["epochs_completed"], final_hash, diverged_epoch, rows
+    )
 
 
-def resume(run_dir: str | Path, *, progress: Any = None, telemetry: bool | None = None) -> RunResult:
+def resume(
+    run_dir: str | Path, *, progress: Any = None, telemetry: bool | None = None
+) -> RunResult:
     """Continue an interrupted run from its last resume state; ends byte-identical."""
     from fathom.train.rundir import RunDir
 

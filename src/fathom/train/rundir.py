@@ -64,12 +64,16 @@ class RunDir:
         if which == "selected":
             sel = self.manifest.get("selected_checkpoint")
             if not sel:
-                raise FathomError(f"run {self.run_id!r} has no selected checkpoint (no validation evaluation yet)")
+                raise FathomError(
+                    f"run {self.run_id!r} has no selected checkpoint (no validation evaluation yet)"
+                )
             return self.path / sel["file"], sel["params_sha256"], int(sel["epoch"])
         if which == "final":
             epoch = (self.manifest.get("final") or {}).get("epoch")
             if epoch is None:
-                raise FathomError(f"run {self.run_id!r} has no final checkpoint (status {self.status!r})")
+                raise FathomError(
+                    f"run {self.run_id!r} has no final checkpoint (status {self.status!r})"
+                )
             which = int(epoch)
         entry = self.manifest.get("checkpoints", {}).get(str(int(which)))
         if entry is None:
@@ -90,7 +94,9 @@ class RunDir:
         state, _ = load_weights(path, expected_sha256=digest)
         return state
 
-    def build_model(self, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> nn.Module:
+    def build_model(
+        self, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    ) -> nn.Module:
         from fathom.train.build import build_model
 
         data = self.manifest.get("data", {})
@@ -126,4 +132,8 @@ def find_runs(root: str | Path) -> list[RunDir]:
     root = Path(root)
     if (root / "manifest.json").exists():
         return [RunDir(root)]
-    return [RunDir(p.parent) for p in sorted(root.rglob("manifest.json")) if (p.parent / "history.jsonl").exists()]
+    return [
+        RunDir(p.parent)
+        for p in sorted(root.rglob("manifest.json"))
+        if (p.parent / "history.jsonl").exists()
+    ]
