@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fathom.data.cli",
     "fathom.curvature.cli",
     "fathom.telemetry.cli",
+    "fathom.audit.cli",
 )
 
 

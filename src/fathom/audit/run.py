@@ -22,6 +22,7 @@ from fathom.audit.aggregate import aggregate
 from fathom.audit.checkpoint import AuditSettings, audit_checkpoint, choose_masks
 from fathom.audit.masks import full_mask_index, mask_label, removable_branch_count
 from fathom.audit.report import to_markdown
+from fathom.audit.router import require_sklearn
 from fathom.audit.speed import time_masks
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest, ensure_writable_dir
@@ -102,6 +103,8 @@ def audit_runs(
             f"no run directories (manifest.json + history.jsonl) under {str(target)!r}; pass a run "
             "directory or a study directory that holds runs"
         )
+    if settings.router:
+        require_sklearn()
     out = ensure_writable_dir(Path(out_dir) if out_dir is not None else target / "audit")
     device = _resolve_device(settings.device)
     say = progress or (lambda _msg: None)
