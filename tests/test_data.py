@@ -348,6 +348,20 @@ def test_npm_missing_binary_is_a_reason_not_a_crash(env, monkeypatch):
         load_raw("tiny")
 
 
+def test_an_unreachable_mirror_is_asked_once(env, monkeypatch):
+    register(monkeypatch, tiny_spec(tiny_arrays()))
+    urls = []
+
+    def dead(url, timeout=src.MIRROR_TIMEOUT_S):
+        urls.append(url)
+        raise OSError("timed out")
+
+    monkeypatch.setattr(src, "http_get", dead)
+    with pytest.raises(FathomError, match="timed out"):
+        load_raw("tiny")
+    assert urls == ["https://mirror.invalid/tiny/train-images-idx3-ubyte.gz"]
+
+
 def test_dead_mirror_fails_fast():
     import time
 

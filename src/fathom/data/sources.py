@@ -177,16 +177,24 @@ def http_get(url: str, timeout: float = MIRROR_TIMEOUT_S) -> bytes:
 def fetch_from_mirrors(
     spec: IdxDataset, files: list[IdxFile]
 ) -> tuple[dict[str, bytes], list[str]]:
-    """Download each file from the first mirror that answers; collect every failure."""
+    """Download each file from the first mirror that answers; collect every failure.
+
+    A mirror that fails once is not asked again, so an unreachable network costs at most
+    one timeout per mirror.
+    """
     got: dict[str, bytes] = {}
     failures: list[str] = []
+    dead: set[str] = set()
     for f in files:
         for base in spec.mirrors:
+            if base in dead:
+                continue
             url = base + f.remote
             try:
                 got[f.name] = http_get(url)
                 break
             except (OSError, SourceFailed) as e:
+                dead.add(base)
                 failures.append(f"{url}: {getattr(e, 'reason', None) or e}")
     return got, failures
 
@@ -320,6 +328,7 @@ def resolve_idx(
 def store_in_cache(path: Path, data: bytes) -> None:
     try:
         atomic_write_bytes(path, data)
+        path.chmod(0o644)
     except OSError as e:
         raise FathomError(
             f"cannot write {path}: {e.strerror or e}. Set FATHOM_CACHE to a writable directory."
