@@ -176,3 +176,17 @@ def test_archive_without_the_expected_members_is_rejected(env):
     write_archive(path, replace(real, train_members=("other/data_batch_1",)))
     with pytest.raises(FathomError, match="member cifar-10-batches-py/data_batch_1 missing"):
         read_cifar_archive(path, checksummed(real, path))
+
+
+def test_fetch_copies_the_verified_archive_into_the_cache(env, monkeypatch):
+    from fathom.data.cli import fetch
+
+    real = DATASETS["cifar10"]
+    path = env / "downloads" / real.archive
+    path.parent.mkdir()
+    write_archive(path, real)
+    monkeypatch.setitem(DATASETS, "cifar10", checksummed(real, path))
+    rows = fetch("cifar10", str(path))
+    cached = env / "cache" / "cifar10" / real.archive
+    assert rows[0]["path"] == str(cached) and cached.read_bytes() == path.read_bytes()
+    assert load_raw("cifar10").source == "cache"

@@ -23,14 +23,19 @@ def fetch(name: str, data_dir: str | None) -> list[dict]:
     if isinstance(spec, IdxDataset):
         resolved = resolve_idx(spec, data_dir, download=True)
         return [
-            {"file": f.name, "sha256": f.sha256, "path": str(resolved.paths[f.name])}
+            {
+                "file": f.name,
+                "sha256": f.sha256,
+                "path": str(resolved.paths[f.name]),
+                "source": resolved.origins[f.name],
+            }
             for f in spec.files
         ]
-    path, _ = resolve_archive(spec, data_dir)
+    path, source = resolve_archive(spec, data_dir)
     target = cache_root() / spec.name / spec.archive
     if path.resolve() != target.resolve():
         copy_atomic(path, target)
-    return [{"file": spec.archive, "sha256": spec.sha256, "path": str(target)}]
+    return [{"file": spec.archive, "sha256": spec.sha256, "path": str(target), "source": source}]
 
 
 def copy_atomic(source: Path, target: Path) -> None:
@@ -52,13 +57,12 @@ def verify(name: str, data_dir: str | None) -> list[dict]:
     spec = dataset_spec(name)
     if isinstance(spec, IdxDataset):
         resolved = resolve_idx(spec, data_dir, download=False)
-        sources = dict(zip([f.name for f in spec.files], resolved.sources))
         return [
             {
                 "file": f.name,
                 "sha256": f.sha256,
                 "path": str(resolved.paths[f.name]),
-                "source": sources[f.name],
+                "source": resolved.origins[f.name],
             }
             for f in spec.files
         ]

@@ -141,11 +141,12 @@ class Resolved:
     contents: dict[str, bytes]  # role -> uncompressed IDX bytes
     files: dict[str, str]  # file name -> verified sha256
     paths: dict[str, Path]  # file name -> path the bytes were read from
-    sources: list[str] = field(default_factory=list)
+    origins: dict[str, str] = field(default_factory=dict)  # file name -> source label
 
     @property
     def source(self) -> str:
-        return "+".join(dict.fromkeys(self.sources))
+        """The distinct source labels in the order they supplied files, joined by ``+``."""
+        return "+".join(dict.fromkeys(self.origins.values()))
 
 
 class SourceFailed(Exception):
@@ -273,7 +274,7 @@ def resolve_idx(
             resolved.contents[f.role] = verify_local(path, f, local.fix)
             resolved.files[f.name] = f.sha256
             resolved.paths[f.name] = path
-            resolved.sources.append(local.label)
+            resolved.origins[f.name] = local.label
             break
     tried += [f"{d.label} {d.root}: not there" for d in dirs]
     missing = [f for f in spec.files if f.role not in resolved.contents]
@@ -312,7 +313,7 @@ def resolve_idx(
             resolved.contents[f.role] = raw
             resolved.files[f.name] = f.sha256
             resolved.paths[f.name] = cache / f.name
-            resolved.sources.append(remote.label)
+            resolved.origins[f.name] = remote.label
         missing = [f for f in missing if f.role not in resolved.contents]
         if not missing:
             return resolved
