@@ -1,0 +1,162 @@
+"""Where the runs of a study execute: this process, N local worker processes, or Ray.
+
+Every backend calls :func:`fathom.study.execute.execute_run` once per run and returns
+its :class:`RunOutcome` s in the order of the specs; a run is the same computation on
+every backend (same config, same seeds, same torch thread count), so it ends with the
+same final-parameter hash. On the CPU that needs the same torch thread count, so every
+backend sets ``torch.set_num_threads(threads)`` in the process that trains (the count is
+recorded in each manifest's ``environment.threads``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+from fathom.errors import FathomError
+from fathom.study.execute import RunOutcome, execute_run
+from fathom.study.plan import RunSpec
+
+Progress = Callable[[RunOutcome], None]
+
+
+@dataclass
+class LocalBackend:
+    """Sequential in this process (``workers == 1``) or ``workers`` spawned processes."""
+
+    workers: int = 1
+    threads: int = 1
+    splits_for: Any = None
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise FathomError(f"--workers must be at least 1, got {self.workers}")
+
+    @property
+    def name(self) -> str:
+        return f"local ({self.workers} worker{'s' if self.workers > 1 else ''}, {self.threads} thread(s) per run)"
+
+    def run(
+        self,
+        specs: Sequence[RunSpec],
+        *,
+        retry_failed: bool,
+        registry_file: str | None,
+        progress: Progress | None = None,
+    ) -> list[RunOutcome]:
+        kwargs = dict(
+            retry_failed=retry_failed,
+            threads=self.threads,
+            registry_file=registry_file,
+            splits_for=self.splits_for,
+        )
+        if self.workers == 1 or len(specs) <= 1:
+            outs = []
+            for s in specs:
+                outs.append(execute_run(s, **kwargs))
+                if progress is not None:
+                    progress(outs[-1])
+            return outs
+        ctx = multiprocessing.get_context("spawn")
+        results: dict[str, RunOutcome] = {}
+        with ProcessPoolExecutor(max_workers=min(self.workers, len(specs)), mp_context=ctx) as pool:
+            futures = {pool.submit(execute_run, s, **kwargs): s for s in specs}
+            for fut in as_completed(futures):
+                out = fut.result()
+                results[out.run_id] = out
+                if progress is not None:
+                    progress(out)
+        return [results[s.run_id] for s in specs]
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise FathomError(
+            "the Ray backend needs the optional extra: pip install 'fathom[ray]' "
+            "(or use --backend local)"
+        ) from None
+    return ray
+
+
+@dataclass
+class RayBackend:
+    """One Ray task per run on an existing cluster (``address``) or a local one (``None``).
+
+    Each task asks for one CPU, and one GPU when the cluster has GPUs. The run directories
+    are written by the tasks, so ``--runs-dir`` must be a path every node shares; the
+    registry is written by this (driver) process from the returned outcomes.
+    """
+
+    address: str | None = None
+    threads: int = 1
+    splits_for: Any = None
+
+    @property
+    def name(self) -> str:
+        return f"ray ({self.address or 'local cluster'}, {self.threads} thread(s) per run)"
+
+    def run(
+        self,
+        specs: Sequence[RunSpec],
+        *,
+        retry_failed: bool,
+        registry_file: str | None,
+        progress: Progress | None = None,
+    ) -> list[RunOutcome]:
+        ray = _import_ray()
+        if not ray.is_initialized():
+            try:
+                ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise FathomError(
+                    f"cannot connect to the Ray cluster at {self.address!r} ({e}); start it with "
+                    "`ray start --head` or pass the right --address (omit it for a local cluster)"
+                ) from None
+        gpus = 1 if ray.cluster_resources().get("GPU", 0) > 0 else 0
+        task = ray.remote(num_cpus=self.threads, num_gpus=gpus, max_retries=0)(execute_run)
+        refs = {
+            task.remote(
+                s, retry_failed=retry_failed, threads=self.threads, splits_for=self.splits_for
+            ): s
+            for s in specs
+        }
+        results: dict[str, RunOutcome] = {}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                out = ray.get(done[0])
+            except ray.exceptions.RayTaskError as e:
+                cause = e.cause if hasattr(e, "cause") else e
+                if isinstance(cause, FathomError):
+                    raise cause from None
+                raise
+            if registry_file is not None:
+                from fathom.study.records import registry_row
+                from fathom.study.registry import Registry
+
+                Registry(registry_file).upsert([registry_row(refs[done[0]])])
+            results[out.run_id] = out
+            if progress is not None:
+                progress(out)
+        return [results[s.run_id] for s in specs]
+
+
+def make_backend(
+    name: str,
+    *,
+    workers: int = 1,
+    address: str | None = None,
+    threads: int = 1,
+    splits_for: Any = None,
+):
+    if name == "local":
+        return LocalBackend(workers=workers, threads=threads, splits_for=splits_for)
+    if name == "ray":
+        return RayBackend(address=address, threads=threads, splits_for=splits_for)
+    raise FathomError(f"unknown backend {name!r}; use 'local' or 'ray'")

@@ -1,0 +1,199 @@
+"""Study definitions: recipes × seeds over one base run config, with an optional
+learning-rate tuning phase. Declared in TOML, validated strictly (unknown keys refused).
+
+```toml
+[study]
+name = "my-study"
+reference = "residual"                 # the recipe every other one is compared against
+recipes = ["plain", "residual", "sd_constant"]
+seeds = [101, 102, 103]                # main-phase seeds
+lr = 0.01                              # used only when tuning is disabled
+target_val_acc = 0.98                  # time-to-target threshold (optional)
+scale_down = ["width_mult 0.1 ..."]    # what this study scales down (printed in the summary)
+
+[tuning]
+enabled = true
+seed = 1
+lrs = [0.01, 0.03, 0.1]
+
+[base]                                 # a run config (see fathom.config.RunConfig)
+optim = { epochs = 100, batch_size = 64 }
+```
+
+The study sets ``name``, ``study``, ``seed``, ``model.recipe`` and ``optim.lr`` of every
+run itself, so ``[base]`` may not set them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from fathom.config import RunConfig, _format_validation_error, load_toml, validate_run_config
+from fathom.errors import FathomError
+from fathom.models.ciresan import RECIPES
+
+STUDY_OWNED_KEYS: tuple[str, ...] = ("name", "study", "seed", "model.recipe", "optim.lr")
+"""Run-config keys set per run by the study; ``[base]`` may not set them."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StudySection(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    description: str = ""
+    reference: str
+    recipes: tuple[str, ...]
+    seeds: tuple[int, ...] = (101, 102, 103)
+    lr: float | None = Field(default=None, gt=0)
+    target_val_acc: float | None = Field(default=None, gt=0, le=1)
+    scale_down: tuple[str, ...] = ()
+    threads_per_run: int | None = Field(default=None, gt=0)
+
+    @field_validator("recipes")
+    @classmethod
+    def _recipes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError(f"the grid is empty: list at least one recipe of {list(RECIPES)}")
+        unknown = [r for r in v if r not in RECIPES]
+        if unknown:
+            raise ValueError(f"unknown recipes {unknown}; valid recipes: {list(RECIPES)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"recipes {list(v)} repeat a recipe; list each once")
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not v:
+            raise ValueError("the grid is empty: list at least one seed (e.g. [101, 102, 103])")
+        if len(set(v)) != len(v):
+            raise ValueError(f"seeds {list(v)} repeat a seed; list each once")
+        return v
+
+    @model_validator(mode="after")
+    def _reference_in_recipes(self) -> StudySection:
+        if self.reference not in self.recipes:
+            raise ValueError(
+                f"reference recipe {self.reference!r} is not in recipes {list(self.recipes)}; "
+                "add it to recipes or choose one of them as the reference"
+            )
+        return self
+
+
+class TuningSection(_Strict):
+    enabled: bool = True
+    seed: int = 1
+    lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
+
+    @field_validator("lrs")
+    @classmethod
+    def _lrs(cls, v: tuple[float, ...]) -> tuple[float, ...]:
+        if not v:
+            raise ValueError(
+                "the learning-rate grid is empty: list at least one rate, e.g. [0.01, 0.03, 0.1]"
+            )
+        if any(x <= 0 for x in v):
+            raise ValueError(f"learning rates must be positive, got {list(v)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"learning rates {list(v)} repeat a rate; list each once")
+        return tuple(sorted(v))
+
+
+class StudyConfig(_Strict):
+    study: StudySection
+    tuning: TuningSection = TuningSection(enabled=False)
+    base: RunConfig = RunConfig()
+
+    @model_validator(mode="after")
+    def _lr_source(self) -> StudyConfig:
+        if not self.tuning.enabled and self.study.lr is None:
+            raise ValueError(
+                "tuning is disabled and study.lr is not set: set study.lr or enable [tuning]"
+            )
+        return self
+
+    def to_data(self) -> dict[str, Any]:
+        """JSON-able contents that :func:`validate_study_config` accepts back (owned keys dropped)."""
+        data = self.model_dump(mode="json")
+        for key in STUDY_OWNED_KEYS:
+            *parents, last = key.split(".")
+            node = data["base"]
+            for p in parents:
+                node = node[p]
+            node.pop(last)
+        return data
+
+    def run_config(self, *, recipe: str, seed: int, lr: float, run_id: str) -> RunConfig:
+        """The base config specialised to one run of this study."""
+        return self.base.with_updates(
+            {
+                "name": run_id,
+                "study": self.study.name,
+                "seed": seed,
+                "model.recipe": recipe,
+                "optim.lr": lr,
+            }
+        )
+
+
+def _owned_keys_set(base: dict[str, Any]) -> list[str]:
+    out = []
+    for key in STUDY_OWNED_KEYS:
+        node: Any = base
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                break
+            node = node[part]
+        else:
+            out.append(key)
+    return out
+
+
+def validate_study_config(data: dict[str, Any], origin: str = "study config") -> StudyConfig:
+    """Validate a study TOML's contents; bad input raises :class:`FathomError` naming the key."""
+    if "study" not in data or not isinstance(data["study"], dict):
+        raise FathomError(
+            f"invalid study ({origin}): no [study] table; a study needs [study] with name, "
+            "reference, recipes and seeds"
+        )
+    base = data.get("base", {})
+    if isinstance(base, dict):
+        owned = _owned_keys_set(base)
+        if owned:
+            raise FathomError(
+                f"invalid study ({origin}): [base] sets {owned}, which the study sets per run "
+                "(study.name, study.seeds, study.recipes, tuning.lrs / study.lr); remove them from [base]"
+            )
+        validate_run_config(base, origin=f"{origin} [base]")
+    try:
+        return StudyConfig.model_validate(data)
+    except ValidationError as e:
+        raise FathomError(_format_validation_error(e, origin)) from None
+
+
+def preset_names() -> list[str]:
+    """Names of the study presets shipped in ``fathom/presets/*.toml``."""
+    root = resources.files("fathom") / "presets"
+    return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_study(preset_or_path: str | Path) -> tuple[StudyConfig, str]:
+    """A study from a TOML path or a preset name; returns ``(config, origin)``."""
+    path = Path(preset_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return validate_study_config(load_toml(path), origin=str(path)), str(path)
+    name = str(preset_or_path)
+    if name not in preset_names():
+        raise FathomError(
+            f"unknown study preset {name!r} (and no such file); valid presets: "
+            f"{', '.join(preset_names())}, or pass a study TOML path"
+        )
+    text = (resources.files("fathom") / "presets" / f"{name}.toml").read_text(encoding="utf-8")
+    return validate_study_config(tomllib.loads(text), origin=f"preset {name}"), f"preset {name}"

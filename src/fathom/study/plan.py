@@ -1,0 +1,71 @@
+"""The runs of a study: tuning grid and main phase, as plain, picklable specs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fathom.study.config import StudyConfig
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a study. ``config`` is the full run config (``RunConfig.model_dump``)."""
+
+    run_id: str
+    study: str
+    phase: str  # "tuning" | "main"
+    recipe: str
+    seed: int
+    lr: float
+    run_dir: str
+    config: dict[str, Any]
+
+
+def lr_tag(lr: float) -> str:
+    """A file-name-safe learning-rate tag: ``0.03 -> "0.03"``, ``1e-05 -> "1e-05"``."""
+    return format(lr, "g")
+
+
+def study_root(runs_dir: str | Path, study: StudyConfig) -> Path:
+    return Path(runs_dir) / study.study.name
+
+
+def _spec(
+    study: StudyConfig, runs_dir: str | Path, phase: str, recipe: str, seed: int, lr: float
+) -> RunSpec:
+    run_id = (
+        f"tune-{recipe}-lr{lr_tag(lr)}-s{seed}" if phase == "tuning" else f"main-{recipe}-s{seed}"
+    )
+    cfg = study.run_config(recipe=recipe, seed=seed, lr=lr, run_id=run_id)
+    return RunSpec(
+        run_id=run_id,
+        study=study.study.name,
+        phase=phase,
+        recipe=recipe,
+        seed=seed,
+        lr=lr,
+        run_dir=str(study_root(runs_dir, study) / run_id),
+        config=cfg.model_dump(mode="json"),
+    )
+
+
+def tuning_specs(study: StudyConfig, runs_dir: str | Path) -> list[RunSpec]:
+    """Every recipe at the tuning seed over the learning-rate grid (empty when disabled)."""
+    if not study.tuning.enabled:
+        return []
+    return [
+        _spec(study, runs_dir, "tuning", recipe, study.tuning.seed, lr)
+        for recipe in study.study.recipes
+        for lr in study.tuning.lrs
+    ]
+
+
+def main_specs(study: StudyConfig, runs_dir: str | Path, lrs: dict[str, float]) -> list[RunSpec]:
+    """Every recipe at its learning rate over the main seeds."""
+    return [
+        _spec(study, runs_dir, "main", recipe, seed, lrs[recipe])
+        for recipe in study.study.recipes
+        for seed in study.study.seeds
+    ]

@@ -1,0 +1,158 @@
+"""Run directories -> the plain records the registry and :mod:`fathom.stats` take."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from fathom.stats import RunRecord
+from fathom.study.plan import RunSpec
+from fathom.train.rundir import RunDir
+
+PER_RUN_KEYS: tuple[str, ...] = ("name", "seed", "model.recipe", "optim.lr")
+"""Config keys that differ between the runs of one comparison by design."""
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = tuple(v) if isinstance(v, list) else v
+    return out
+
+
+def config_fingerprint(config: dict[str, Any]) -> dict[str, Any]:
+    """Every config field except the per-run ones (:data:`PER_RUN_KEYS`), flattened."""
+    return {k: v for k, v in _flatten(config).items() if k not in PER_RUN_KEYS}
+
+
+def _row_at(rows: list[dict[str, Any]], epoch: int | None) -> dict[str, Any]:
+    if epoch is None:
+        return {}
+    for r in rows:
+        if r.get("epoch") == epoch and "val/ce" in r:
+            return r
+    return {}
+
+
+def _finite(x: Any) -> float | None:
+    return None if x is None or not math.isfinite(float(x)) else float(x)
+
+
+def checkpoint_scores(rd: RunDir) -> dict[str, dict[str, Any]]:
+    """``{"selected": {...}, "final": {...}}`` with ``test_acc``, ``test_ce``, ``val_ce``,
+    ``val_acc``, ``fit_acc``, ``fit_ce``, ``epoch`` from the history rows at those epochs."""
+    rows = rd.history()
+    sel_epoch = (rd.manifest.get("selected") or {}).get("epoch")
+    fin_epoch = (rd.manifest.get("final") or {}).get("epoch") if rd.status == "complete" else None
+    out = {}
+    for where, epoch in (("selected", sel_epoch), ("final", fin_epoch)):
+        row = _row_at(rows, epoch)
+        out[where] = {
+            "epoch": epoch if row else None,
+            **{
+                key.replace("/", "_"): _finite(row.get(key))
+                for key in ("test/acc", "test/ce", "val/ce", "val/acc", "fit/acc", "fit/ce")
+            },
+        }
+    return out
+
+
+def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:
+    """A :class:`fathom.stats.RunRecord` of one run directory."""
+    scores = checkpoint_scores(rd)
+    keys = ("test_acc", "test_ce", "val_ce", "epoch")
+    clocks = rd.manifest.get("clocks") or {}
+    curve = [
+        (
+            int(r["epoch"]),
+            float(r["clock/training_s"]),
+            float(r["clock/elapsed_s"]),
+            _finite(r.get("val/acc")),
+        )
+        for r in rd.history()
+        if "clock/training_s" in r and "val/acc" in r
+    ]
+    classes = int((rd.manifest.get("data") or {}).get("info", {}).get("classes", 10))
+    complete = rd.status == "complete"
+    return RunRecord(
+        recipe=recipe,
+        seed=seed,
+        lr=lr,
+        status=rd.status
+        if rd.status in ("complete", "diverged", "failed", "running")
+        else "failed",
+        classes=classes,
+        selected={k: scores["selected"][k] for k in keys},
+        final={k: scores["final"][k] for k in keys},
+        fit_acc_final=scores["final"]["fit_acc"],
+        training_clock_s=clocks.get("training_s") if complete else None,
+        elapsed_s=clocks.get("elapsed_s") if complete else None,
+        curve=curve,
+        config_fingerprint=config_fingerprint(rd.manifest["config"]),
+        fit_ce_final=scores["final"]["fit_ce"],
+    )
+
+
+def registry_row(spec: RunSpec) -> dict[str, Any]:
+    """The registry row of ``spec``'s run directory (its current state)."""
+    path = Path(spec.run_dir)
+    row: dict[str, Any] = {
+        "run_id": spec.run_id,
+        "study": spec.study,
+        "phase": spec.phase,
+        "recipe": spec.recipe,
+        "seed": spec.seed,
+        "lr": spec.lr,
+        "directory": str(path.resolve()),
+    }
+    if not (path / "manifest.json").exists():
+        return {
+            **row,
+            "status": "absent",
+            "status_reason": None,
+            "config_hash": None,
+            **dict.fromkeys(
+                (
+                    "epochs_completed",
+                    "diverged_epoch",
+                    "selected_epoch",
+                    "selected_val_ce",
+                    "selected_test_acc",
+                    "selected_test_ce",
+                    "final_epoch",
+                    "final_val_ce",
+                    "final_test_acc",
+                    "final_test_ce",
+                    "final_params",
+                    "training_s",
+                    "elapsed_s",
+                )
+            ),
+        }
+    rd = RunDir(path)
+    m = rd.manifest
+    scores = checkpoint_scores(rd)
+    clocks = m.get("clocks") or {}
+    return {
+        **row,
+        "status": rd.status,
+        "status_reason": m.get("status_reason"),
+        "config_hash": m.get("config_hash"),
+        "epochs_completed": m.get("epochs_completed"),
+        "diverged_epoch": m.get("diverged_epoch"),
+        "selected_epoch": scores["selected"]["epoch"],
+        "selected_val_ce": scores["selected"]["val_ce"],
+        "selected_test_acc": scores["selected"]["test_acc"],
+        "selected_test_ce": scores["selected"]["test_ce"],
+        "final_epoch": scores["final"]["epoch"],
+        "final_val_ce": scores["final"]["val_ce"],
+        "final_test_acc": scores["final"]["test_acc"],
+        "final_test_ce": scores["final"]["test_ce"],
+        "final_params": (m.get("hashes") or {}).get("final_params"),
+        "training_s": clocks.get("training_s"),
+        "elapsed_s": clocks.get("elapsed_s"),
+    }

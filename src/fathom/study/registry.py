@@ -1,0 +1,163 @@
+"""The run registry: a SQLite index (WAL mode) of every run under a runs directory.
+
+One file, ``<runs-dir>/registry.sqlite``, indexes the runs of every study below that
+directory (the ``study`` column tells them apart). It is an index, not the evidence: the
+run directories are; a study rerun re-indexes each of its runs, so a registry moved aside
+is rebuilt by running the study again.
+
+Several processes may write at once: each write is one ``BEGIN IMMEDIATE`` transaction
+(an upsert of whole rows), and a writer waits up to ``busy_timeout_s`` for the lock. A
+locked or corrupt file raises :class:`FathomError`; a failed transaction is rolled back,
+so a row is either written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from fathom.errors import FathomError
+
+REGISTRY_FILE = "registry.sqlite"
+SCHEMA_VERSION = 1
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("run_id", "TEXT NOT NULL"),
+    ("study", "TEXT NOT NULL"),
+    ("phase", "TEXT NOT NULL"),
+    ("recipe", "TEXT NOT NULL"),
+    ("seed", "INTEGER NOT NULL"),
+    ("lr", "REAL NOT NULL"),
+    ("status", "TEXT NOT NULL"),
+    ("status_reason", "TEXT"),
+    ("config_hash", "TEXT"),
+    ("directory", "TEXT NOT NULL"),
+    ("epochs_completed", "INTEGER"),
+    ("diverged_epoch", "INTEGER"),
+    ("selected_epoch", "INTEGER"),
+    ("selected_val_ce", "REAL"),
+    ("selected_test_acc", "REAL"),
+    ("selected_test_ce", "REAL"),
+    ("final_epoch", "INTEGER"),
+    ("final_val_ce", "REAL"),
+    ("final_test_acc", "REAL"),
+    ("final_test_ce", "REAL"),
+    ("final_params", "TEXT"),
+    ("training_s", "REAL"),
+    ("elapsed_s", "REAL"),
+    ("updated_at", "REAL NOT NULL"),
+)
+COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
+FILTERS: tuple[str, ...] = ("study", "phase", "recipe", "seed", "status")
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS runs ("
+    + ", ".join(f"{n} {t}" for n, t in COLUMNS)
+    + ", PRIMARY KEY (study, run_id))"
+)
+
+
+def registry_path(runs_dir: str | Path) -> Path:
+    return Path(runs_dir) / REGISTRY_FILE
+
+
+def _error(path: Path, e: sqlite3.Error, doing: str) -> FathomError:
+    text = str(e)
+    if "locked" in text or "busy" in text:
+        return FathomError(
+            f"run registry {str(path)!r} is locked ({text}) while {doing}: another process holds "
+            "it longer than the busy timeout. Wait for it to finish (or stop it) and run again; "
+            "nothing was written"
+        )
+    if (isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError)) or (
+        "malformed" in text or "not a database" in text
+    ):
+        return FathomError(
+            f"run registry {str(path)!r} is corrupt ({text}); nothing was written. Move it aside "
+            "(e.g. `mv registry.sqlite registry.sqlite.bad`) and rerun the study: it re-indexes "
+            "every run from its run directory"
+        )
+    return FathomError(f"run registry {str(path)!r}: {text} while {doing}; nothing was written")
+
+
+class Registry:
+    """Open (creating if needed) the registry file at ``path``."""
+
+    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
+        self.path = Path(path)
+        self.busy_timeout_s = busy_timeout_s
+        with self._connect("opening") as con:
+            try:
+                con.execute("PRAGMA journal_mode=WAL")
+                con.execute(_SCHEMA)
+                names = [row[1] for row in con.execute("PRAGMA table_info(runs)")]
+            except sqlite3.Error as e:
+                raise _error(self.path, e, "opening") from None
+            if tuple(names) != COLUMN_NAMES:
+                raise FathomError(
+                    f"run registry {str(self.path)!r} has columns {names}, not the expected "
+                    f"{list(COLUMN_NAMES)} (another version wrote it). Move it aside and rerun "
+                    "the study to rebuild it"
+                )
+
+    @contextmanager
+    def _connect(self, doing: str) -> Iterator[sqlite3.Connection]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            con = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+        except sqlite3.Error as e:
+            raise _error(self.path, e, doing) from None
+        try:
+            con.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            yield con
+        except sqlite3.Error as e:
+            raise _error(self.path, e, doing) from None
+        finally:
+            con.close()
+
+    def upsert(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert or replace whole rows in one transaction (all rows or none)."""
+        stamped = []
+        for row in rows:
+            missing = [c for c in COLUMN_NAMES if c != "updated_at" and c not in row]
+            if missing:
+                raise FathomError(f"registry row {row.get('run_id')!r} lacks columns {missing}")
+            stamped.append({**{c: row.get(c) for c in COLUMN_NAMES}, "updated_at": time.time()})
+        sql = (
+            f"INSERT OR REPLACE INTO runs ({', '.join(COLUMN_NAMES)}) "
+            f"VALUES ({', '.join(':' + c for c in COLUMN_NAMES)})"
+        )
+        with self._connect("writing") as con:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                con.executemany(sql, stamped)
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+
+    def query(self, **filters: Any) -> list[dict[str, Any]]:
+        """Rows matching every given filter (``study``, ``phase``, ``recipe``, ``seed``, ``status``)."""
+        unknown = [k for k in filters if k not in FILTERS]
+        if unknown:
+            raise FathomError(f"unknown registry filters {unknown}; valid filters: {list(FILTERS)}")
+        where = [f"{k} = :{k}" for k, v in filters.items() if v is not None]
+        sql = "SELECT * FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql += " ORDER BY study, phase DESC, recipe, seed, lr"
+        with self._connect("reading") as con:
+            con.row_factory = sqlite3.Row
+            return [
+                dict(r)
+                for r in con.execute(sql, {k: v for k, v in filters.items() if v is not None})
+            ]
+
+    def get(self, run_id: str, study: str | None = None) -> list[dict[str, Any]]:
+        """Rows with this run id (one per study holding it)."""
+        sql = "SELECT * FROM runs WHERE run_id = :run_id" + (" AND study = :study" if study else "")
+        with self._connect("reading") as con:
+            con.row_factory = sqlite3.Row
+            return [dict(r) for r in con.execute(sql, {"run_id": run_id, "study": study})]

@@ -1,0 +1,264 @@
+"""Run a study: tuning phase, learning-rate selection, main phase, summary.
+
+Selection rule (tuning phase): for each recipe, the grid rate whose run reaches the
+lowest validation CE (its minimum over evaluated epochs, the same quantity that selects
+checkpoints); ties go to the smaller rate. A diverged or failed grid point is recorded
+in the grid and never selected. A recipe whose every grid point failed stops the study
+with an error naming it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fathom.errors import FathomError
+from fathom.io import atomic_write_json, atomic_write_text, config_digest, dumps
+from fathom.stats import summarise_study, to_markdown
+from fathom.study.config import StudyConfig, validate_study_config
+from fathom.study.execute import RunOutcome, _config_diff
+from fathom.study.plan import RunSpec, main_specs, study_root, tuning_specs
+from fathom.study.records import run_record
+from fathom.study.registry import registry_path
+from fathom.train.rundir import RunDir
+
+STUDY_FILE = "study.json"
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One tuning run: its rate, status and minimum validation CE (``None`` when undefined)."""
+
+    recipe: str
+    lr: float
+    run_id: str
+    status: str
+    val_ce: float | None
+    selected_epoch: int | None
+    diverged_epoch: int | None
+    status_reason: str | None = None
+
+
+@dataclass
+class StudyResult:
+    root: Path
+    summary: dict[str, Any]
+    outcomes: list[RunOutcome] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def grid_point(spec: RunSpec) -> GridPoint:
+    rd = RunDir(spec.run_dir)
+    sel = rd.manifest.get("selected") or {}
+    val_ce = sel.get("val_ce")
+    usable = rd.status == "complete" and val_ce is not None and math.isfinite(val_ce)
+    return GridPoint(
+        recipe=spec.recipe,
+        lr=spec.lr,
+        run_id=spec.run_id,
+        status=rd.status,
+        val_ce=float(val_ce) if usable else None,
+        selected_epoch=sel.get("epoch") if usable else None,
+        diverged_epoch=rd.manifest.get("diverged_epoch"),
+        status_reason=rd.manifest.get("status_reason"),
+    )
+
+
+def select_lr(points: Sequence[GridPoint]) -> dict[str, float]:
+    """Per recipe, the rate with the lowest validation CE among complete grid points."""
+    by_recipe: dict[str, list[GridPoint]] = {}
+    for p in points:
+        by_recipe.setdefault(p.recipe, []).append(p)
+    chosen = {}
+    for recipe, pts in by_recipe.items():
+        ok = [p for p in pts if p.status == "complete" and p.val_ce is not None]
+        if not ok:
+            grid = ", ".join(f"lr {p.lr:g}: {p.status}" for p in sorted(pts, key=lambda p: p.lr))
+            raise FathomError(
+                f"no learning rate of the tuning grid trained recipe {recipe!r} ({grid}); add "
+                "smaller rates to tuning.lrs (or retry failed runs with --retry-failed)"
+            )
+        chosen[recipe] = min(ok, key=lambda p: (p.val_ce, p.lr)).lr
+    return chosen
+
+
+def check_study_file(root: Path, study: StudyConfig) -> None:
+    """Refuse to mix a changed base config into a study root that holds runs of another."""
+    path = root / STUDY_FILE
+    if not path.exists():
+        return
+    import json
+
+    try:
+        stored = json.loads(path.read_text())
+        old = validate_study_config(stored["config"], origin=str(path))
+    except (json.JSONDecodeError, KeyError):
+        raise FathomError(
+            f"{str(path)!r} is corrupt; delete it (the run directories are kept)"
+        ) from None
+    a, b = old.base.model_dump(mode="json"), study.base.model_dump(mode="json")
+    if a != b:
+        raise FathomError(
+            f"study {study.study.name!r} in {str(root)!r} was run with another base config "
+            f"({'; '.join(_config_diff(a, b))}); runs of different configs cannot be compared. "
+            "Use another --runs-dir or study name"
+        )
+
+
+def run_study(
+    study: StudyConfig,
+    runs_dir: str | Path,
+    backend: Any,
+    *,
+    retry_failed: bool = False,
+    progress: Callable[[str, Any], None] | None = None,
+    origin: str = "",
+) -> StudyResult:
+    """Run (or resume) ``study`` under ``runs_dir`` on ``backend``; write the summary files."""
+    t0 = time.perf_counter()
+    root = study_root(runs_dir, study)
+    check_study_file(root, study)
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(
+        root / STUDY_FILE,
+        {
+            "config": study.to_data(),
+            "config_hash": config_digest(study.to_data()),
+            "origin": origin,
+        },
+    )
+    reg = str(registry_path(runs_dir))
+    from fathom.study.registry import Registry
+
+    Registry(reg)  # fail early on a locked or corrupt registry, before any training
+
+    def report(outcome: RunOutcome) -> None:
+        if progress is not None:
+            progress("run", outcome)
+
+    outcomes: list[RunOutcome] = []
+    grid: list[GridPoint] = []
+    t_specs = tuning_specs(study, runs_dir)
+    if t_specs:
+        if progress is not None:
+            progress(
+                "phase",
+                f"tuning: {len(t_specs)} runs ({len(study.study.recipes)} recipes x {len(study.tuning.lrs)} rates, seed {study.tuning.seed})",
+            )
+        outcomes += backend.run(
+            t_specs, retry_failed=retry_failed, registry_file=reg, progress=report
+        )
+        grid = [grid_point(s) for s in t_specs]
+        lrs = select_lr(grid)
+    else:
+        lrs = dict.fromkeys(study.study.recipes, float(study.study.lr))
+    m_specs = main_specs(study, runs_dir, lrs)
+    if progress is not None:
+        progress(
+            "phase",
+            f"main: {len(m_specs)} runs ({len(study.study.recipes)} recipes x {len(study.study.seeds)} seeds)",
+        )
+    outcomes += backend.run(m_specs, retry_failed=retry_failed, registry_file=reg, progress=report)
+    summary = build_summary(study, m_specs, grid, lrs)
+    summary["execution"] = {
+        "backend": getattr(backend, "name", type(backend).__name__),
+        "wall_s": time.perf_counter() - t0,
+        "actions": {
+            a: sum(o.action == a for o in outcomes) for a in sorted({o.action for o in outcomes})
+        },
+        "runs": [o.to_dict() for o in outcomes],
+    }
+    write_summary(root, summary)
+    return StudyResult(root, summary, outcomes, time.perf_counter() - t0)
+
+
+def build_summary(
+    study: StudyConfig, m_specs: Sequence[RunSpec], grid: Sequence[GridPoint], lrs: dict[str, float]
+) -> dict[str, Any]:
+    """:func:`fathom.stats.summarise_study` of the main phase, plus the study's own context."""
+    records = [run_record(RunDir(s.run_dir), s.recipe, s.seed, s.lr) for s in m_specs]
+    summary = summarise_study(
+        records, reference=study.study.reference, target_val_acc=study.study.target_val_acc
+    )
+    devices = sorted(
+        {RunDir(s.run_dir).manifest.get("environment", {}).get("device_name", "?") for s in m_specs}
+    )
+    return {
+        "study": study.study.name,
+        "description": study.study.description,
+        "scale_down": list(study.study.scale_down),
+        "devices": devices,
+        "tuning": {
+            "enabled": study.tuning.enabled,
+            "seed": study.tuning.seed if study.tuning.enabled else None,
+            "lrs": list(study.tuning.lrs) if study.tuning.enabled else [],
+            "rule": "minimum validation CE over evaluated epochs; ties to the smaller rate; diverged or failed points never selected",
+            "grid": [vars(p) for p in grid],
+            "selected_lr": lrs,
+        },
+        "runs": {
+            s.run_id: {
+                "recipe": s.recipe,
+                "seed": s.seed,
+                "lr": s.lr,
+                "run_dir": s.run_dir,
+                "status": RunDir(s.run_dir).status,
+                "final_params": (RunDir(s.run_dir).manifest.get("hashes") or {}).get(
+                    "final_params"
+                ),
+            }
+            for s in m_specs
+        },
+        "stats": summary,
+    }
+
+
+def scale_down_text(summary: dict[str, Any]) -> str:
+    if summary["scale_down"]:
+        return "Scaled down from the full protocol: " + "; ".join(summary["scale_down"]) + "."
+    return "Not scaled down: the full protocol."
+
+
+def tuning_markdown(summary: dict[str, Any]) -> list[str]:
+    t = summary["tuning"]
+    if not t["enabled"]:
+        return ["No tuning phase: every recipe used the study's fixed learning rate.", ""]
+    lines = [
+        f"Tuning grid (seed {t['seed']}); selection: {t['rule']}.",
+        "",
+        "| Method | LR | Status | Min validation CE | At epoch | Diverged in epoch | Selected |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in t["grid"]:
+        sel = "yes" if t["selected_lr"].get(p["recipe"]) == p["lr"] else ""
+        ce = "—" if p["val_ce"] is None else f"{p['val_ce']:.4f}"
+        lines.append(
+            f"| {p['recipe']} | {p['lr']:g} | {p['status']} | {ce} | {p['selected_epoch'] if p['selected_epoch'] is not None else '—'} "
+            f"| {p['diverged_epoch'] if p['diverged_epoch'] is not None else '—'} | {sel} |"
+        )
+    return [*lines, ""]
+
+
+def write_summary(root: Path, summary: dict[str, Any]) -> None:
+    """``summary.json`` (every number) and ``summary.md`` at the study root, atomically."""
+    md = [
+        f"# Study {summary['study']}",
+        "",
+        summary["description"],
+        "",
+        scale_down_text(summary),
+        f"Device(s): {', '.join(summary['devices'])}.",
+        "",
+        "## Tuning",
+        "",
+        *tuning_markdown(summary),
+        "## Main phase",
+        "",
+        to_markdown(summary["stats"]),
+    ]
+    atomic_write_text(root / "summary.json", dumps(summary, indent=2) + "\n")
+    atomic_write_text(root / "summary.md", "\n".join(md))

@@ -1,0 +1,80 @@
+"""The state of every planned run of a study directory (``fathom study status``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from fathom.errors import FathomError
+from fathom.study.config import validate_study_config
+from fathom.study.plan import RunSpec, main_specs, tuning_specs
+from fathom.train.rundir import RunDir
+
+
+def _row(spec: RunSpec, epochs: int) -> dict[str, Any]:
+    row = {
+        "run_id": spec.run_id,
+        "phase": spec.phase,
+        "recipe": spec.recipe,
+        "seed": spec.seed,
+        "lr": spec.lr,
+    }
+    path = Path(spec.run_dir)
+    if not (path / "manifest.json").exists():
+        return {**row, "status": "not started", "epochs": f"0/{epochs}", "final_params": None}
+    rd = RunDir(path)
+    status = rd.status
+    if status == "running":
+        status = "interrupted or running"
+    return {
+        **row,
+        "status": status,
+        "epochs": f"{rd.manifest.get('epochs_completed', 0)}/{epochs}",
+        "final_params": (rd.manifest.get("hashes") or {}).get("final_params"),
+    }
+
+
+def study_status(root: Path) -> tuple[list[dict[str, Any]], str]:
+    """Rows for the tuning runs and, once the rates are selected, the main runs."""
+    from fathom.study.runner import STUDY_FILE, grid_point, select_lr
+
+    path = root / STUDY_FILE
+    if not path.exists():
+        raise FathomError(
+            f"{str(root)!r} is not a study directory (no {STUDY_FILE}); pass runs/<study> "
+            "as created by `fathom study run`"
+        )
+    study = validate_study_config(json.loads(path.read_text())["config"], origin=str(path))
+    runs_dir = root.parent
+    epochs = study.base.optim.epochs
+    t_specs = tuning_specs(study, runs_dir)
+    rows = [_row(s, epochs) for s in t_specs]
+    lrs: dict[str, float]
+    if not t_specs:
+        lrs = dict.fromkeys(study.study.recipes, float(study.study.lr))  # type: ignore[arg-type]  # required without tuning
+    elif all(r["status"] in ("complete", "diverged", "failed") for r in rows):
+        try:
+            lrs = dict(select_lr([grid_point(s) for s in t_specs]))
+        except FathomError:
+            lrs = {}
+    else:
+        lrs = {}
+    if len(lrs) == len(study.study.recipes):
+        rows += [_row(s, epochs) for s in main_specs(study, runs_dir, lrs)]
+    else:
+        rows += [
+            {
+                "run_id": f"main-{r}-s{s}",
+                "phase": "main",
+                "recipe": r,
+                "seed": s,
+                "lr": None,
+                "status": "waiting for tuning",
+                "epochs": f"0/{epochs}",
+                "final_params": None,
+            }
+            for r in study.study.recipes
+            for s in study.study.seeds
+        ]
+    return rows, study.study.name
