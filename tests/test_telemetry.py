@@ -14,7 +14,14 @@ from fathom.config import RunConfig, TelemetryConfig
 from fathom.depth import dense_eval
 from fathom.errors import FathomError
 from fathom.models.ciresan import CiresanMLP
-from fathom.telemetry import Recorder, gradient_moments, moments_from_gram, schedule_due
+from fathom.telemetry import (
+    Recorder,
+    gradient_gram,
+    gradient_moments,
+    moments_from_gram,
+    moments_from_grams,
+    schedule_due,
+)
 from fathom.telemetry.distributions import QUANTILES, entry_summary, quantile_key
 from fathom.telemetry.scores import class_scores, confusion_matrix
 
@@ -405,3 +412,27 @@ def test_bad_input_errors_name_problem_and_fix():
         Recorder(
             TelemetryConfig(), epochs=5, splits=splits, model=torch.nn.Linear(IN, CLASSES), seed=0
         )
+
+
+def test_batched_moments_equal_per_layer():
+    g = torch.Generator().manual_seed(3)
+    ks = []
+    for _ in range(3):
+        a, d = torch.randn(6, 4, generator=g), torch.randn(6, 2, generator=g)
+        ks.append(gradient_gram(a, d))
+    ks[1] = torch.zeros_like(ks[1])
+    batched = moments_from_grams(torch.stack(ks))
+    assert batched == [moments_from_gram(k) for k in ks]
+    assert batched[1].diversity is None
+
+
+def test_scores_from_callers_predictions_equal_own_forward():
+    model = build(CASES[2])
+    splits = make_splits(n_fit=20, n_val=10, n_test=7, seed=17)
+    rec = recorder(model, splits, probe=4, families=("scores",))
+    own = rec.observe(context(model, splits))
+    with torch.no_grad(), dense_eval(model):
+        preds = {s: model(getattr(splits, f"{s}_x")).argmax(1) for s in ("fit", "val", "test")}
+    assert rec.observe(context(model, splits), predictions=preds) == own
+    with pytest.raises(FathomError, match="one predicted class per example"):
+        rec.observe(context(model, splits), predictions={"val": preds["val"][:3]})

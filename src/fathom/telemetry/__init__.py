@@ -11,6 +11,7 @@ from fathom.telemetry.moments import (
     gradient_gram,
     gradient_moments,
     moments_from_gram,
+    moments_from_grams,
 )
 from fathom.telemetry.recorder import Recorder, read_only, schedule_due
 from fathom.telemetry.registry import ALIASES, FAMILIES, FIELDS, Field, field_for, resolve_families
@@ -26,6 +27,7 @@ __all__ = [
     "gradient_gram",
     "gradient_moments",
     "moments_from_gram",
+    "moments_from_grams",
     "read_only",
     "resolve_families",
     "schedule_due",

@@ -61,10 +61,11 @@ def _ratio(num: float, den: float) -> float | None:
     return None if den == 0.0 else num / den
 
 
-def moments_from_gram(k: torch.Tensor) -> GradientMoments:
-    """All moments from the per-example gradient Gram matrix ``K_ij = g_i . g_j``.
+def moments_from_grams(k: torch.Tensor) -> list[GradientMoments]:
+    """All moments from per-example gradient Gram matrices ``K_ij = g_i . g_j``, batched.
 
-    Steps (``N`` = probe size, ``s_i = ||g_i||^2 = K_ii``):
+    ``k`` has shape ``(layers, N, N)`` (or ``(N, N)`` for one layer). Steps, per layer
+    (``N`` = probe size, ``s_i = ||g_i||^2 = K_ii``):
 
     * ``||m||^2 = (1/N^2) sum_ij K_ij``; ``m . g_i = (1/N) sum_j K_ij``;
     * ``D = mean_i s_i / ||m||^2`` (``N`` when a single example carries all the gradient);
@@ -75,38 +76,52 @@ def moments_from_gram(k: torch.Tensor) -> GradientMoments:
       (``N - 1`` for a single contributing example);
     * ``m^T S m = (1/N) sum_i (m . g_i - ||m||^2)^2``, reported over ``||m||^4``.
     """
-    k = k.to("cpu", torch.float64)  # note: one device-to-host copy of an N x N matrix
-    n = int(k.shape[0])
-    s = torch.diagonal(k).clamp_min(0.0)
-    mean_sq = float(k.sum()) / (n * n)
-    mean_sq = max(mean_sq, 0.0)
-    m_dot_g = k.mean(dim=1)
-    sq_mean = float(s.mean())
-    total = float(s.sum())
-    norms = s.sqrt()
+    k = k.to("cpu", torch.float64)  # note: one device-to-host copy of the N x N matrices
+    if k.dim() == 2:
+        k = k.unsqueeze(0)
+    n = int(k.shape[-1])
+    s = torch.diagonal(k, dim1=1, dim2=2).clamp_min(0.0)
+    mean_sq = (k.sum(dim=(1, 2)) / (n * n)).clamp_min(0.0)
+    along = ((k.mean(dim=2) - mean_sq[:, None]) ** 2).mean(dim=1)
+    idx = torch.arange(n)
+    nxt = torch.roll(idx, -1)
+    prod = s * s[:, nxt]
+    ok = (prod > 0) & (n > 1)
+    cos = torch.where(ok, k[:, idx, nxt] / prod.clamp_min(1e-300).sqrt(), 0.0)
+    columns = torch.stack(
+        [
+            mean_sq,
+            s.mean(dim=1),
+            s.sum(dim=1),
+            s.max(dim=1).values,
+            s.sqrt().sum(dim=1),
+            cos.sum(dim=1),
+            ok.sum(dim=1).to(torch.float64),
+            along,
+        ],
+        dim=1,
+    ).tolist()
+    out = []
+    for m2, sq_mean, total, s_max, norm_sum, cos_sum, pairs, dir_var in columns:
+        out.append(
+            GradientMoments(
+                n=n,
+                mean_norm=m2**0.5,
+                mean_sq_norm=sq_mean,
+                diversity=_ratio(sq_mean, m2),
+                max_share=_ratio(s_max, total),
+                participation=_ratio(norm_sum**2, total),
+                cos_cyclic_mean=_ratio(cos_sum, pairs),
+                noise_scale=_ratio(max(sq_mean - m2, 0.0), m2),
+                cov_along_mean=_ratio(dir_var, m2 * m2),
+            )
+        )
+    return out
 
-    if n > 1:
-        nxt = torch.roll(torch.arange(n), -1)
-        prod = s * s[nxt]
-        ok = prod > 0
-        cos = k[torch.arange(n), nxt][ok] / prod[ok].sqrt()
-        cos_mean = float(cos.mean()) if bool(ok.any()) else None
-    else:
-        cos_mean = None
 
-    trace_s = max(sq_mean - mean_sq, 0.0)
-    along = float(((m_dot_g - mean_sq) ** 2).mean())
-    return GradientMoments(
-        n=n,
-        mean_norm=mean_sq**0.5,
-        mean_sq_norm=sq_mean,
-        diversity=_ratio(sq_mean, mean_sq),
-        max_share=_ratio(float(s.max()), total),
-        participation=_ratio(float(norms.sum()) ** 2, total),
-        cos_cyclic_mean=cos_mean,
-        noise_scale=_ratio(trace_s, mean_sq),
-        cov_along_mean=_ratio(along, mean_sq * mean_sq),
-    )
+def moments_from_gram(k: torch.Tensor) -> GradientMoments:
+    """Moments of one layer from its ``(N, N)`` Gram matrix; see :func:`moments_from_grams`."""
+    return moments_from_grams(k)[0]
 
 
 def gradient_moments(

@@ -17,7 +17,7 @@ The caller times ``observe`` with the telemetry clock (the trainer records
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ from fathom.depth import dense_eval
 from fathom.errors import FathomError
 from fathom.telemetry import params as P
 from fathom.telemetry.distributions import entry_summary, zero_fractions
-from fathom.telemetry.moments import gradient_gram, moments_from_gram
+from fathom.telemetry.moments import gradient_gram, moments_from_grams
 from fathom.telemetry.registry import expected_names, resolve_families
 from fathom.telemetry.scores import class_scores, confusion_matrix
 
@@ -124,6 +124,9 @@ class Recorder:
         self.classes = int(self.layers[-1].out_features)
         self.split_names = tuple(s for s in SPLITS if int(_split_xy(splits, s)[1].shape[0]) > 0)
         names = {id(p): n for n, p in model.named_parameters()}
+        self._names = tuple(
+            expected_names(self.families, len(self.layers), self.split_names, self.classes)
+        )
         self.param_names = [
             (names[id(lin.weight)], names[id(lin.bias)] if lin.bias is not None else None)
             for lin in self.layers
@@ -135,11 +138,18 @@ class Recorder:
 
     def field_names(self) -> list[str]:
         """The names ``observe`` returns, in registry order."""
-        return expected_names(self.families, len(self.layers), self.split_names, self.classes)
+        return list(self._names)
 
     # -- measurement ----------------------------------------------------------------------
-    def observe(self, ctx: EpochContext) -> dict[str, Value]:
-        """All selected families at this epoch boundary; leaves every piece of state as found."""
+    def observe(
+        self, ctx: EpochContext, predictions: Mapping[str, torch.Tensor] | None = None
+    ) -> dict[str, Value]:
+        """All selected families at this epoch boundary; leaves every piece of state as found.
+
+        ``predictions`` (optional): per split, the predicted class of every example (argmax
+        of dense-evaluation logits) from the caller's own evaluation at this same boundary.
+        Splits given there are scored from them instead of a second full-split forward pass.
+        """
         fams = set(self.families)
         row: dict[str, Value] = {}
         with read_only(ctx.model), torch.enable_grad():
@@ -149,8 +159,8 @@ class Recorder:
                 row.update(self._params(ctx))
         if "scores" in fams:
             with read_only(ctx.model), torch.no_grad():
-                row.update(self._scores(ctx.model, ctx.config.eval.batch_size))
-        return {name: row[name] for name in self.field_names()}
+                row.update(self._scores(ctx.model, ctx.config.eval.batch_size, predictions or {}))
+        return {name: row[name] for name in self._names}
 
     def _probe(self, model: nn.Module, fams: set[str]) -> dict[str, Value]:
         row: dict[str, Value] = {}
@@ -172,18 +182,22 @@ class Recorder:
         # output z; example i only reaches row i of z, so row i is dL_i/dz_i exactly.
         total = F.cross_entropy(logits, y, reduction="sum")
         deltas = torch.autograd.grad(total, [z for _, z in taps])
-        n = int(y.shape[0])
-        for i, ((a, _), d) in enumerate(zip(taps, deltas, strict=True)):
-            if "backprop" in fams:
+        if "backprop" in fams:
+            for i, d in enumerate(deltas):
                 for key, v in entry_summary(d).items():
                     row[f"probe/delta/{key}/L{i}"] = v
-            if fams & {"gradients", "moments"}:
-                mom = moments_from_gram(gradient_gram(a, d))
+        if fams & {"gradients", "moments"}:
+            grams = torch.stack(
+                [gradient_gram(a, d) for (a, _), d in zip(taps, deltas, strict=True)]
+            )
+            moments = moments_from_grams(grams)
+            bias_norms = torch.stack(
+                [d.detach().to(torch.float64).mean(dim=0).norm() for d in deltas]
+            )
+            for i, (mom, bias_norm) in enumerate(zip(moments, bias_norms.tolist(), strict=True)):
                 if "gradients" in fams:
                     row[f"grad/mean/weight_norm/L{i}"] = mom.mean_norm
-                    row[f"grad/mean/bias_norm/L{i}"] = P.frob(
-                        d.detach().to(torch.float64).sum(dim=0) / n
-                    )
+                    row[f"grad/mean/bias_norm/L{i}"] = bias_norm
                 if "moments" in fams:
                     for key in _MOMENT_KEYS:
                         row[f"grad/pex/{key}/L{i}"] = getattr(mom, key)
@@ -210,14 +224,25 @@ class Recorder:
         row["param/disp_total"] = sq**0.5
         return row
 
-    def _scores(self, model: nn.Module, batch_size: int) -> dict[str, Any]:
+    def _scores(
+        self, model: nn.Module, batch_size: int, predictions: Mapping[str, torch.Tensor]
+    ) -> dict[str, Any]:
         row: dict[str, Any] = {}
         for split in self.split_names:
             x, y = _split_xy(self.splits, split)
-            conf = torch.zeros(self.classes, self.classes, dtype=torch.int64, device=y.device)
-            for start in range(0, int(y.shape[0]), batch_size):
-                pred = model(x[start : start + batch_size]).argmax(dim=1)
-                conf += confusion_matrix(pred, y[start : start + batch_size], self.classes)
+            given = predictions.get(split)
+            if given is not None:
+                if given.shape != y.shape:
+                    raise FathomError(
+                        f"predictions for split {split!r} have shape {tuple(given.shape)}, the split "
+                        f"has {tuple(y.shape)} labels; pass one predicted class per example"
+                    )
+                conf = confusion_matrix(given.to(y.device), y, self.classes)
+            else:
+                conf = torch.zeros(self.classes, self.classes, dtype=torch.int64, device=y.device)
+                for start in range(0, int(y.shape[0]), batch_size):
+                    pred = model(x[start : start + batch_size]).argmax(dim=1)
+                    conf += confusion_matrix(pred, y[start : start + batch_size], self.classes)
             counts, acc = class_scores(conf)
             for c in range(self.classes):
                 row[f"split/{split}/class_count/{c}"] = counts[c]
