@@ -1,0 +1,297 @@
+"""Studies: config validation and bad input, LR selection with a diverged grid point,
+summaries, resume after the study process is killed, configs that changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fathom.data import DataSplits
+from fathom.errors import FathomError
+from fathom.study.backends import LocalBackend, make_backend
+from fathom.study.config import load_study, preset_names, validate_study_config
+from fathom.study.registry import Registry, registry_path
+from fathom.study.runner import GridPoint, run_study, select_lr
+from fathom.study.status import study_status
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def synthetic_splits(cfg, device, n_fit: int = 256, n_eval: int = 128) -> DataSplits:
+    """Ten Gaussian blobs in 28x28 uint8 images: learnable in a few epochs, seeded."""
+    g = torch.Generator().manual_seed(1234)
+    centres = torch.rand(10, 28, 28, generator=g) * 255
+
+    def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.randint(0, 10, (n,), generator=g)
+        x = (centres[y] + 60 * torch.randn(n, 28, 28, generator=g)).clamp(0, 255).to(torch.uint8)
+        return x.to(device), y.to(device)
+
+    fx, fy = draw(n_fit)
+    vx, vy = draw(n_eval)
+    tx, ty = draw(n_eval)
+    return DataSplits(fx, fy, vx, vy, tx, ty, split_hash="synthetic-1234", info={"classes": 10})
+
+
+def study_data(name: str = "t", **over) -> dict:
+    data = {
+        "study": {
+            "name": name,
+            "reference": "residual",
+            "recipes": ["residual", "sd_constant"],
+            "seeds": [101, 102],
+        },
+        "tuning": {"enabled": True, "seed": 1, "lrs": [0.05, 1e6]},
+        "base": {
+            "device": "cpu",
+            "data": {"fit_subset": 256},
+            "model": {"width_mult": 0.02},
+            "optim": {"epochs": 2},
+            "eval": {"every": 1},
+            "checkpoints": {"save_epochs": [0, 2]},
+        },
+    }
+    for section, values in over.items():
+        data[section] = {**data[section], **values}
+    return data
+
+
+def local() -> LocalBackend:
+    return LocalBackend(workers=1, threads=1, splits_for=synthetic_splits)
+
+
+# ---------------------------------------------------------------------------------------
+# Bad input
+
+
+BAD_STUDIES = [
+    ("empty recipes", {"study": {"recipes": []}}, "grid is empty"),
+    ("empty seeds", {"study": {"seeds": []}}, "grid is empty"),
+    ("empty lr grid", {"tuning": {"lrs": []}}, "learning-rate grid is empty"),
+    (
+        "reference missing",
+        {"study": {"reference": "plain"}},
+        "reference recipe 'plain' is not in recipes",
+    ),
+    ("unknown recipe", {"study": {"recipes": ["residual", "resnet"]}}, "unknown recipes"),
+    ("base sets a study key", {"base": {"seed": 3}}, "[base] sets ['seed']"),
+    ("base sets the lr", {"base": {"optim": {"lr": 0.1}}}, "optim.lr"),
+    ("unknown key", {"tuning": {"lr_grid": [0.1]}}, "unknown key 'tuning.lr_grid'"),
+    ("no lr without tuning", {"tuning": {"enabled": False}}, "set study.lr"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_STUDIES, ids=[c[0] for c in BAD_STUDIES])
+def test_bad_study_is_refused_with_the_fix(case):
+    _, over, needle = case
+    with pytest.raises(FathomError) as e:
+        validate_study_config(study_data(**over), origin="case")
+    assert needle in str(e.value)
+
+
+def test_unknown_preset_lists_valid_ones():
+    with pytest.raises(FathomError) as e:
+        load_study("ciresan-sd-fast")
+    assert "valid presets: ciresan-sd, ciresan-sd-quick" in str(e.value)
+
+
+def test_presets_are_valid_and_state_their_scale_down():
+    assert {"ciresan-sd", "ciresan-sd-quick"} <= set(preset_names())
+    full, _ = load_study("ciresan-sd")
+    quick, _ = load_study("ciresan-sd-quick")
+    assert (full.base.optim.epochs, full.base.optim.batch_size, full.base.model.width_mult) == (
+        100,
+        64,
+        1.0,
+    )
+    assert full.study.scale_down == ()
+    assert len(quick.study.recipes) == 5 and len(quick.study.seeds) >= 2
+    assert quick.tuning.enabled and quick.tuning.lrs == (0.01, 0.03, 0.1)
+    assert quick.base.model.width_mult < 1 and quick.base.data.fit_subset is not None
+    assert len(quick.study.scale_down) >= 3
+
+
+def test_fathom_validate_accepts_a_study_toml(tmp_path, capsys):
+    from fathom.cli import main
+
+    path = tmp_path / "s.toml"
+    path.write_text(
+        '[study]\nname = "x"\nreference = "residual"\nrecipes = ["residual"]\nseeds = [1]\n[tuning]\nenabled = true\n'
+    )
+    assert main(["validate", str(path)]) == 0
+    assert '"reference": "residual"' in capsys.readouterr().out
+
+
+def test_missing_ray_extra_names_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    backend = make_backend("ray")
+    with pytest.raises(FathomError, match=r"pip install 'fathom\[ray\]'"):
+        backend.run([], retry_failed=False, registry_file=None)
+
+
+# ---------------------------------------------------------------------------------------
+# Learning-rate selection
+
+
+def test_select_lr_takes_min_val_ce_ties_to_smaller_and_skips_divergence():
+    pts = [
+        GridPoint("a", 0.01, "r1", "complete", 0.30, 2, None),
+        GridPoint("a", 0.03, "r2", "complete", 0.30, 2, None),
+        GridPoint("a", 0.1, "r3", "diverged", None, None, 1),
+        GridPoint("b", 0.01, "r4", "complete", 0.50, 2, None),
+        GridPoint("b", 0.03, "r5", "complete", 0.20, 1, None),
+    ]
+    assert select_lr(pts) == {"a": 0.01, "b": 0.03}
+    with pytest.raises(FathomError, match="no learning rate of the tuning grid trained recipe 'c'"):
+        select_lr([GridPoint("c", 0.1, "r6", "diverged", None, None, 1)])
+
+
+def test_study_with_a_diverged_grid_point(tmp_path):
+    study = validate_study_config(study_data(), "test")
+    result = run_study(study, tmp_path, local())
+    s = result.summary
+    grid = {(p["recipe"], p["lr"]): p for p in s["tuning"]["grid"]}
+    for recipe in ("residual", "sd_constant"):
+        assert grid[(recipe, 1e6)]["status"] == "diverged"
+        assert grid[(recipe, 1e6)]["diverged_epoch"] == 1
+        assert grid[(recipe, 1e6)]["val_ce"] is None
+        assert grid[(recipe, 0.05)]["status"] == "complete"
+        assert s["tuning"]["selected_lr"][recipe] == 0.05
+    assert {r["lr"] for r in s["runs"].values()} == {0.05}
+    assert all(r["status"] == "complete" and r["final_params"] for r in s["runs"].values())
+    # summary files hold the stats module's tables and the tuning grid
+    md = (result.root / "summary.md").read_text()
+    assert "| residual | 1e+06 | diverged |" in md and "Validation-selected accuracy" in md
+    on_disk = json.loads((result.root / "summary.json").read_text())
+    assert on_disk["stats"]["reference"] == "residual" and len(on_disk["stats"]["comparisons"]) == 4
+    # the registry indexes all 8 runs, the divergences as data
+    reg = Registry(registry_path(tmp_path))
+    assert len(reg.query(study="t")) == 8
+    assert {r["lr"] for r in reg.query(study="t", status="diverged")} == {1e6}
+    # a rerun skips everything and keeps the hashes
+    again = run_study(study, tmp_path, local())
+    assert {o.action for o in again.outcomes} == {"skipped", "kept"}
+    assert again.summary["runs"] == s["runs"]
+    rows, _ = study_status(result.root)
+    assert len(rows) == 8 and {r["status"] for r in rows} == {"complete", "diverged"}
+
+
+def test_changed_base_config_is_refused_naming_the_field(tmp_path):
+    run_study(
+        validate_study_config(
+            study_data(tuning={"enabled": False}, study={"lr": 0.05, "seeds": [101]}), "a"
+        ),
+        tmp_path,
+        local(),
+    )
+    changed = study_data(tuning={"enabled": False}, study={"lr": 0.05, "seeds": [101]})
+    changed["base"]["optim"] = {"epochs": 3}
+    with pytest.raises(FathomError, match=r"optim\.epochs: 2 \(on disk\) != 3"):
+        run_study(validate_study_config(changed, "b"), tmp_path, local())
+
+
+def test_tampered_complete_run_is_refused(tmp_path):
+    study = validate_study_config(
+        study_data(tuning={"enabled": False}, study={"lr": 0.05, "seeds": [101]}), "a"
+    )
+    result = run_study(study, tmp_path, local())
+    manifest = result.root / "main-residual-s101" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["hashes"]["final_params"] = "0" * 64
+    manifest.write_text(json.dumps(m))
+    with pytest.raises(FathomError, match="does not match its final checkpoint"):
+        run_study(study, tmp_path, local())
+
+
+# ---------------------------------------------------------------------------------------
+# Resume after the whole study process is killed
+
+KILL_STUDY = {
+    "study": {
+        "name": "k",
+        "reference": "residual",
+        "recipes": ["residual", "sd_constant"],
+        "seeds": [101],
+        "lr": 0.01,
+    },
+    "tuning": {"enabled": False},
+    "base": {
+        "device": "cpu",
+        "model": {"width_mult": 0.05},
+        "optim": {"epochs": 8},
+        "eval": {"every": 1},
+        "checkpoints": {"save_epochs": [0, 8]},
+    },
+}
+SCRIPT = """
+import json, sys, torch
+sys.path.insert(0, {tests!r})
+from functools import partial
+from test_study import synthetic_splits
+from fathom.study.backends import LocalBackend
+from fathom.study.config import validate_study_config
+from fathom.study.runner import run_study
+study = validate_study_config(json.loads({study!r}), "kill")
+run_study(study, {runs!r}, LocalBackend(1, 1, partial(synthetic_splits, n_fit=1024)))
+"""
+
+
+def _run_state(root: Path) -> dict[str, tuple[str, int]]:
+    out = {}
+    for m in root.glob("*/manifest.json"):
+        try:
+            d = json.loads(m.read_text())
+        except json.JSONDecodeError:
+            continue
+        out[m.parent.name] = (d["status"], d["epochs_completed"])
+    return out
+
+
+def test_killed_study_resumes_to_the_uninterrupted_hashes(tmp_path):
+    from functools import partial
+
+    study = validate_study_config(KILL_STUDY, "kill")
+    killed_dir = tmp_path / "killed"
+    script = SCRIPT.format(tests=str(TESTS_DIR), study=json.dumps(KILL_STUDY), runs=str(killed_dir))
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            state = _run_state(killed_dir / "k")
+            # kill inside the second run, after at least two of its epoch boundaries
+            if state.get("main-sd_constant-s101", ("", 0))[1] >= 2:
+                break
+            assert proc.poll() is None, (
+                "the study finished before it could be killed; make it longer"
+            )
+            time.sleep(0.02)
+        else:
+            pytest.fail("the study did not reach the second run in time")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    state = _run_state(killed_dir / "k")
+    assert state["main-residual-s101"][0] == "complete"
+    assert state["main-sd_constant-s101"][0] == "running"
+    assert state["main-sd_constant-s101"][1] < 8
+
+    resumed = run_study(
+        study, killed_dir, LocalBackend(1, 1, partial(synthetic_splits, n_fit=1024))
+    )
+    actions = {o.run_id: o.action for o in resumed.outcomes}
+    assert actions == {"main-residual-s101": "skipped", "main-sd_constant-s101": "resumed"}
+    straight = run_study(
+        study, tmp_path / "straight", LocalBackend(1, 1, partial(synthetic_splits, n_fit=1024))
+    )
+    assert {k: v["final_params"] for k, v in resumed.summary["runs"].items()} == {
+        k: v["final_params"] for k, v in straight.summary["runs"].items()
+    }
+    assert all(v["final_params"] for v in straight.summary["runs"].values())
