@@ -86,6 +86,44 @@ class OptimConfig(_Strict):
     batch_size: int = Field(default=64, gt=0)
     epochs: int = Field(default=100, gt=0)
     impl: Literal["foreach", "for-loop", "fused"] = "foreach"
+    # piecewise-linear lr multiplier over training progress: [[epoch, multiplier], ...]
+    # (fractional epochs allowed, interpolated per step; constant outside the points)
+    lr_schedule: tuple[tuple[float, float], ...] | None = None
+
+    @field_validator("lr_schedule")
+    @classmethod
+    def _schedule(cls, v):
+        if v is not None:
+            if len(v) < 1:
+                raise ValueError("lr_schedule needs at least one [epoch, multiplier] point")
+            epochs = [e for e, _ in v]
+            if epochs != sorted(epochs) or any(m < 0 for _, m in v):
+                raise ValueError("lr_schedule points need increasing epochs and non-negative multipliers")
+        return v
+
+
+class ExecutionConfig(_Strict):
+    """How steps are executed; never changes what is computed (beyond stated precision).
+
+    path: ``eager`` (any device), ``graph`` (CUDA graphs, one per branch topology), or
+    ``auto`` (graph on CUDA when 2**branches <= 2**max_graph_branches, else eager).
+    precision: ``fp32`` (strict), ``tf32`` (FP32 storage, TF32 matmuls on CUDA) or ``bf16``
+    (autocast to bfloat16 for the forward/backward matmuls).
+    """
+
+    path: Literal["auto", "eager", "graph"] = "auto"
+    precision: Literal["fp32", "tf32", "bf16"] = "tf32"
+    max_graph_branches: int = Field(default=6, ge=0, le=10)
+
+
+class StopConfig(_Strict):
+    """Stop early when the *official test* accuracy first reaches ``target_test_acc``.
+
+    The target is monitored on the test set (the output says so); it is a speed benchmark
+    rule, not a model-selection rule.
+    """
+
+    target_test_acc: float | None = Field(default=None, gt=0, le=1)
 
 
 class EvalConfig(_Strict):
@@ -119,6 +157,8 @@ class RunConfig(_Strict):
     eval: EvalConfig = EvalConfig()
     checkpoints: CheckpointConfig = CheckpointConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
+    execution: ExecutionConfig = ExecutionConfig()
+    stop: StopConfig = StopConfig()
 
     @model_validator(mode="after")
     def _epochs_in_range(self) -> RunConfig:

@@ -40,9 +40,16 @@ def skippable_residual(
     x: torch.Tensor,
     branch: Callable[[torch.Tensor], torch.Tensor],
     bypass: Callable[[torch.Tensor], torch.Tensor],
-    gain: float,
+    gain: float | torch.Tensor,
 ) -> torch.Tensor:
-    """``bypass(x) + gain * branch(x)``, with ``branch`` not called when ``gain == 0``."""
+    """``bypass(x) + gain * branch(x)``, with ``branch`` not called when ``gain == 0``.
+
+    ``gain`` is a Python float, or (CUDA-graph path, :mod:`fathom.train.fast`) a device
+    scalar tensor of a *kept* branch whose value changes between graph replays; a tensor
+    is never compared on the host.
+    """
+    if isinstance(gain, torch.Tensor):
+        return bypass(x) + branch(x) * gain
     if gain == 0.0:
         return bypass(x)
     out = branch(x)

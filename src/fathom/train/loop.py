@@ -9,12 +9,12 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from fathom.config import RunConfig, validate_run_config
 from fathom.data import DataSplits, load_raw, make_splits
@@ -34,6 +34,7 @@ from fathom.train.build import build_controller, build_optimizer, init_model, st
 from fathom.train.checkpoint import cpu_state, load_resume, save_resume, save_weights
 from fathom.train.context import EpochContext
 from fathom.train.evaluate import split_scores
+from fathom.train.fast import make_stepper, plan_epoch
 
 FORMAT = 1
 
@@ -59,8 +60,13 @@ class RunResult:
 
 
 def eval_due(cfg: RunConfig, epoch: int) -> bool:
-    """Evaluate at epoch 0, at ``eval.first``, every ``eval.every`` epochs, and at the last."""
+    """Evaluate at epoch 0, at ``eval.first``, every ``eval.every`` epochs, and at the last.
+
+    With a stopping target (``stop.target_test_acc``) every epoch is evaluated.
+    """
     e = cfg.eval
+    if cfg.stop.target_test_acc is not None:
+        return True
     return epoch == 0 or epoch in e.first or epoch % e.every == 0 or epoch == cfg.optim.epochs
 
 
@@ -188,6 +194,24 @@ def train(
     ensure_writable_dir(run_dir)
     (run_dir / "checkpoints").mkdir(exist_ok=True)
     device = resolve_device(cfg.device)
+    with matmul_precision(cfg.execution.precision, device):
+        return _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocation)
+
+
+@contextmanager
+def matmul_precision(precision: str, device: torch.device):
+    """TF32 matmuls on CUDA for ``tf32``/``bf16``; strict FP32 for ``fp32``. Restores flags."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    allow = precision in ("tf32", "bf16") and device.type == "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocation) -> RunResult:
     if splits is None:
         splits = prepare_splits(cfg, device)
     if splits.fit_y.shape[0] == 0:
@@ -409,37 +433,35 @@ def train(
         write_manifest()
 
     n_fit = int(splits.fit_y.shape[0])
-    bs = cfg.optim.batch_size
+    stepper, note = make_stepper(cfg, model, optimizer, controller, splits, device)
+    manifest["execution"] = {
+        "path": stepper.name,
+        "precision": cfg.execution.precision,
+        "note": note,
+        "graph_limit_branches": cfg.execution.max_graph_branches,
+    }
     status, reason, diverged_epoch = "running", None, None
     try:
         for epoch in range(start_epoch + 1, cfg.optim.epochs + 1):
             model.train()
-            perm = torch.randperm(n_fit, generator=shuffle_gen)
-            order_digest = _chain(order_digest, perm.numpy().tobytes())
-            perm_dev = perm.to(device)
-            kept_bits = bytearray()
-            loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-            n_batches = 0
+            plan = plan_epoch(
+                epoch,
+                n_fit,
+                cfg.optim.batch_size,
+                shuffle_gen,
+                controller,
+                cfg.optim.lr,
+                cfg.optim.lr_schedule,
+            )
+            order_digest = _chain(order_digest, plan.perm.numpy().tobytes())
             _sync(device)
             t0 = time.perf_counter()
-            for start in range(0, n_fit, bs):
-                idx = perm_dev[start : start + bs]
-                if controller is not None:
-                    kept = controller.sample(epoch - 1)
-                    kept_bits.extend(int(k) for k in kept)
-                logits = model(splits.fit_x[idx])
-                loss = F.cross_entropy(logits, splits.fit_y[idx])
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                loss_sum += loss.detach()
-                n_batches += 1
-                step += 1
-            if controller is not None:
-                controller.dense()
+            loss_sum = stepper.run_epoch(plan)
+            step += plan.steps
             _sync(device)
             clocks.training_s += time.perf_counter() - t0
-            mask_digest = _chain(mask_digest, bytes(kept_bits))
+            n_batches = plan.steps
+            mask_digest = _chain(mask_digest, plan.kept_bits())
             manifest["hashes"].update(training_order=order_digest, masks=mask_digest)
             running = loss_sum.item() / n_batches  # note: sync point (epoch boundary only)
             manifest["epochs_completed"], manifest["steps_completed"] = epoch, step
@@ -451,12 +473,31 @@ def train(
                     {"epoch": epoch, "step": step, "train/loss_running": None, "diverged": True},
                 )
                 break
-            observe(epoch, running)
-            if epoch in cfg.checkpoints.save_epochs or epoch == cfg.optim.epochs:
+            row = observe(epoch, running)
+            target = cfg.stop.target_test_acc
+            reached = (
+                target is not None and row is not None and (row.get("test/acc") or 0.0) >= target
+            )
+            last = epoch == cfg.optim.epochs or reached
+            if epoch in cfg.checkpoints.save_epochs or last:
                 save_epoch_checkpoint(epoch)
-            if epoch % cfg.checkpoints.resume_every == 0 or epoch == cfg.optim.epochs:
+            if epoch % cfg.checkpoints.resume_every == 0 or last:
                 save_resume_state(epoch)
+            manifest["execution"]["graphs_captured"] = stepper.captured
             write_manifest()
+            if reached:
+                status = "complete"
+                reason = (
+                    f"stopped at epoch {epoch}: official test accuracy {row['test/acc']:.4f} first "
+                    f"reached the target {target} (monitored on the test set, a speed benchmark rule)"
+                )
+                manifest["stop"] = {
+                    "target_test_acc": target,
+                    "epoch": epoch,
+                    "training_s": clocks.training_s,
+                    "elapsed_s": row["clock/elapsed_s"],
+                }
+                break
         else:
             status = "complete"
     except FathomError:
@@ -477,7 +518,7 @@ def train(
     final_hash = None
     if status == "complete":
         final_hash = state_dict_digest(cpu_state(model))
-        manifest["final"] = {"epoch": cfg.optim.epochs}
+        manifest["final"] = {"epoch": manifest["epochs_completed"]}
     manifest.update(status=status, status_reason=reason, diverged_epoch=diverged_epoch)
     manifest["hashes"]["final_params"] = final_hash
     write_manifest()
