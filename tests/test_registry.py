@@ -1,0 +1,99 @@
+"""The SQLite run registry: concurrent writers, locked and corrupt files."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from fathom.errors import FathomError
+from fathom.study.registry import COLUMN_NAMES, Registry
+
+
+def row(run_id: str, study: str = "s", **over) -> dict:
+    base = dict.fromkeys(COLUMN_NAMES)
+    base.update(
+        run_id=run_id,
+        study=study,
+        phase="main",
+        recipe="residual",
+        seed=101,
+        lr=0.01,
+        status="complete",
+        directory=f"/runs/{study}/{run_id}",
+    )
+    base.pop("updated_at")
+    return {**base, **over}
+
+
+WRITER = """
+import sys
+from fathom.study.registry import Registry, COLUMN_NAMES
+reg = Registry(sys.argv[1])
+for i in range(int(sys.argv[3])):
+    r = dict.fromkeys(COLUMN_NAMES)
+    r.update(run_id=f"{sys.argv[2]}-{i}", study="s", phase="main", recipe="residual", seed=i,
+             lr=0.01, status="complete", directory="/x", final_test_acc=i / 1000)
+    r.pop("updated_at")
+    reg.upsert([r])
+"""
+
+
+def test_two_processes_write_at_once(tmp_path):
+    path = tmp_path / "registry.sqlite"
+    Registry(path)
+    n = 150
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(path), tag, str(n)])
+        for tag in ("a", "b")
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    rows = Registry(path).query(study="s")
+    assert len(rows) == 2 * n
+    assert {r["run_id"] for r in rows} == {f"{t}-{i}" for t in "ab" for i in range(n)}
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_upsert_replaces_whole_rows_and_filters(tmp_path):
+    reg = Registry(tmp_path / "r.sqlite")
+    reg.upsert([row("a", status="running"), row("b", seed=102, status="diverged")])
+    reg.upsert([row("a", final_test_acc=0.9)])
+    assert reg.get("a")[0]["status"] == "complete" and reg.get("a")[0]["final_test_acc"] == 0.9
+    assert [r["run_id"] for r in reg.query(status="diverged")] == ["b"]
+    assert [r["run_id"] for r in reg.query(seed=101)] == ["a"]
+    with pytest.raises(FathomError, match="unknown registry filters"):
+        reg.query(colour="red")
+
+
+def test_locked_registry_is_a_clear_error_and_writes_nothing(tmp_path):
+    path = tmp_path / "r.sqlite"
+    Registry(path).upsert([row("kept")])
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(FathomError, match="is locked"):
+            Registry(path, busy_timeout_s=0.2).upsert([row("new-1"), row("new-2")])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert [r["run_id"] for r in Registry(path).query()] == ["kept"]
+
+
+def test_corrupt_registry_is_a_clear_error_and_left_untouched(tmp_path):
+    path = tmp_path / "registry.sqlite"
+    garbage = b"this is not a database " * 200
+    path.write_bytes(garbage)
+    with pytest.raises(FathomError, match="is corrupt.*Move it aside"):
+        Registry(path)
+    assert path.read_bytes() == garbage
+
+
+def test_row_missing_columns_is_refused(tmp_path):
+    reg = Registry(tmp_path / "r.sqlite")
+    with pytest.raises(FathomError, match="lacks columns"):
+        reg.upsert([{"run_id": "x"}])
+    assert reg.query() == []
