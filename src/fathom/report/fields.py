@@ -1,0 +1,76 @@
+"""Field names as the explorer shows them: split-generic keys and their definitions.
+
+A field recorded per split (``val/acc``, ``split/test/class_acc/3``) is listed once under
+its generic key (``{split}/acc``, ``split/{split}/class_acc/3``); the split selector picks
+the concrete name. Definitions come from the telemetry registry when a field is declared
+there, and from the run-directory contract (docs/architecture.md) for the trainer's own
+fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fathom.errors import FathomError
+from fathom.report.runs import SPLITS
+
+CORE: dict[str, dict[str, str]] = {
+    "epoch": {"formula": "epochs completed (0 = before training)", "units": "epochs"},
+    "step": {"formula": "optimizer steps completed", "units": "steps"},
+    "train/loss_running": {
+        "formula": "mean training-batch CE over the epoch, in training mode (gates and dropout on)",
+        "units": "nats",
+    },
+    "{split}/acc": {
+        "formula": "(1/N) #{argmax logits == label} over the whole split, dense evaluation",
+        "units": "fraction in [0, 1]",
+    },
+    "{split}/ce": {
+        "formula": "mean natural-log cross entropy over the whole split, dense evaluation",
+        "units": "nats",
+    },
+    "clock/training_s": {
+        "formula": "training clock: optimizer steps only (synchronized on GPU)",
+        "units": "s",
+    },
+    "clock/evaluation_s": {"formula": "evaluation clock: full-split evaluations", "units": "s"},
+    "clock/telemetry_s": {"formula": "telemetry clock: epoch-boundary instruments", "units": "s"},
+    "clock/elapsed_s": {
+        "formula": "elapsed wall time of the invocation(s), set-up included",
+        "units": "s",
+    },
+}
+
+
+def split_key(name: str) -> tuple[str, str | None]:
+    """``(generic key, split)``: ``val/acc -> ({split}/acc, val)``; others keep their name."""
+    parts = name.split("/")
+    if len(parts) >= 2 and parts[0] in SPLITS:
+        return "/".join(["{split}", *parts[1:]]), parts[0]
+    if len(parts) >= 3 and parts[0] == "split" and parts[1] in SPLITS:
+        return "/".join(["split", "{split}", *parts[2:]]), parts[1]
+    return name, None
+
+
+def concrete(key: str, split: str | None) -> str:
+    return key if split is None else key.replace("{split}", split, 1)
+
+
+def describe(key: str, example: str) -> dict[str, Any]:
+    """Formula, units, scope and caveats of a field (``example``: one concrete name)."""
+    if key in CORE:
+        return {"source": "run directory contract", **CORE[key]}
+    try:
+        from fathom.telemetry.registry import field_for
+
+        f = field_for(example)
+    except (ImportError, FathomError):
+        return {"source": "undeclared", "formula": "not declared in the telemetry registry"}
+    return {
+        "source": "telemetry registry",
+        "formula": f.formula,
+        "units": f.units,
+        "scope": f.scope,
+        "caveats": f.caveats,
+        "family": f.family,
+    }

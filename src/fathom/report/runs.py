@@ -1,0 +1,150 @@
+"""Runs as reports and exports see them: manifest, history rows, flagged lines, cohort.
+
+Everything here is read from run directories (``fathom.train.rundir``), never from a
+trainer. A history line that was truncated or does not parse is *flagged* (its line
+number kept) and left out; a row without an integer ``epoch`` or repeating an epoch
+is flagged the same way. The remaining rows are sorted by epoch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fathom.errors import FathomError
+from fathom.io import read_jsonl, sha256_file
+from fathom.train.rundir import find_runs
+
+SPLITS = ("fit", "val", "test")
+
+
+@dataclass
+class RunData:
+    """One run directory reduced to what a report or export needs."""
+
+    path: Path
+    run_id: str
+    manifest: dict[str, Any]
+    rows: list[dict[str, Any]]
+    flagged_lines: list[int] = field(default_factory=list)
+    flag_reasons: list[str] = field(default_factory=list)
+    history_sha256: str | None = None
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        return self.manifest.get("config") or {}
+
+    @property
+    def recipe(self) -> str:
+        return str((self.config.get("model") or {}).get("recipe", "unknown"))
+
+    @property
+    def lr(self) -> float | None:
+        lr = (self.config.get("optim") or {}).get("lr")
+        return None if lr is None else float(lr)
+
+    @property
+    def seed(self) -> int | None:
+        seed = self.config.get("seed")
+        return None if seed is None else int(seed)
+
+    @property
+    def cohort(self) -> str:
+        """Recipe and learning rate: runs that differ only by seed share a cohort."""
+        return self.recipe if self.lr is None else f"{self.recipe} lr={self.lr:g}"
+
+    def metadata(self) -> dict[str, Any]:
+        """The run-level facts every exported row carries."""
+        m = self.manifest
+        return {
+            "run_id": self.run_id,
+            "study": m.get("study"),
+            "status": m.get("status"),
+            "recipe": self.recipe,
+            "lr": self.lr,
+            "seed": self.seed,
+            "cohort": self.cohort,
+            "config_hash": m.get("config_hash"),
+            "source_hash": m.get("source_hash"),
+            "history_sha256": self.history_sha256,
+            "flagged_lines": list(self.flagged_lines),
+        }
+
+
+def _clean_rows(
+    raw: list[dict[str, Any]], bad: list[int]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    reasons = [f"history line {n} is truncated or does not parse" for n in bad]
+    by_epoch: dict[int, dict[str, Any]] = {}
+    for i, row in enumerate(raw):
+        epoch = row.get("epoch")
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            reasons.append(f"history row {i + 1} has no integer epoch ({epoch!r}); left out")
+            continue
+        if epoch in by_epoch:
+            reasons.append(f"history repeats epoch {epoch}; the later row is kept")
+        by_epoch[epoch] = row
+    return [by_epoch[e] for e in sorted(by_epoch)], reasons
+
+
+def load_run(path: Path, manifest: dict[str, Any], run_id: str) -> RunData:
+    hist = path / "history.jsonl"
+    raw, bad = read_jsonl(hist)
+    rows, reasons = _clean_rows(raw, bad)
+    return RunData(
+        path=path,
+        run_id=run_id,
+        manifest=manifest,
+        rows=rows,
+        flagged_lines=list(bad),
+        flag_reasons=reasons,
+        history_sha256=sha256_file(hist) if hist.exists() else None,
+    )
+
+
+def load_runs(root: str | Path) -> list[RunData]:
+    """Every run at or below ``root``, or a FathomError naming the directory and the fix."""
+    root = Path(root)
+    if not root.exists():
+        raise FathomError(
+            f"{str(root)!r} does not exist; pass a run directory or a study directory"
+        )
+    runs = [load_run(r.path, r.manifest, r.run_id) for r in find_runs(root)]
+    if not runs:
+        raise FathomError(
+            f"no runs under {str(root)!r} (no manifest.json with a history.jsonl beside it); "
+            "pass a directory written by `fathom train` or `fathom study run`"
+        )
+    ids = [r.run_id for r in runs]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise FathomError(
+            f"run ids {dup} occur more than once under {str(root)!r}; report or export one "
+            "study directory at a time (or rename the copies)"
+        )
+    return runs
+
+
+def is_scalar(value: Any) -> bool:
+    """A number a curve can plot: int or float (bool excluded); ``None`` counts as a gap."""
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def scalar_fields(runs: list[RunData]) -> list[str]:
+    """Fields whose every recorded value is a number or null, in first-seen order."""
+    seen: dict[str, bool] = {}
+    for run in runs:
+        for row in run.rows:
+            for k, v in row.items():
+                seen[k] = seen.get(k, True) and is_scalar(v)
+    return [k for k, ok in seen.items() if ok]
+
+
+def nonfinite_name(value: float) -> str | None:
+    """``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` for a non-finite float (W&B's spelling)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return None

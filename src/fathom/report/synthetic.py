@@ -1,0 +1,183 @@
+"""Synthetic study directories that follow the run-directory contract (docs/architecture.md).
+
+For tests and benchmarks of reports and exports before (or without) real studies: each
+run gets a manifest and a history with the trainer's fields, per-class scores and
+telemetry fields named as in the telemetry registry, with values from a seeded
+generator. ``awkward=True`` adds the cases exports must survive: null, NaN, +-inf,
+float64 values that float32 cannot hold, a missing epoch and a truncated last line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fathom.io import atomic_write_json, config_digest
+
+TELEMETRY_PATTERNS = (
+    "probe/act/mean/L{h}",
+    "probe/act/std/L{h}",
+    "probe/act/zero_frac/L{h}",
+    "probe/act/q50/L{h}",
+    "probe/delta/rms/L{l}",
+    "probe/delta/absmax/L{l}",
+    "param/weight_norm/L{l}",
+    "param/disp/L{l}",
+    "param/update_ratio/L{l}",
+    "grad/mean/weight_norm/L{l}",
+    "grad/pex/diversity/L{l}",
+    "grad/pex/noise_scale/L{l}",
+)
+
+
+def telemetry_names(layers: int, patterns: Sequence[str] = TELEMETRY_PATTERNS) -> list[str]:
+    names = []
+    for p in patterns:
+        if "{h}" in p:
+            names += [p.replace("{h}", str(i)) for i in range(layers - 1)]
+        else:
+            names += [p.replace("{l}", str(i)) for i in range(layers)]
+    return names
+
+
+def synthetic_history(
+    seed: int, epochs: Sequence[int], layers: int = 6, classes: int = 10
+) -> list[dict[str, Any]]:
+    """Rows with clocks, split scores, per-class accuracy, confusion and telemetry."""
+    rng = random.Random(seed)
+    rows = []
+    train_s = elapsed_s = 0.0
+    tel = telemetry_names(layers)
+    for e in epochs:
+        train_s += 0.0 if e == 0 else rng.uniform(0.8, 1.2)
+        elapsed_s = train_s * 1.3 + 2.0
+        progress = 1.0 - math.exp(-0.3 * e)
+        row: dict[str, Any] = {
+            "epoch": e,
+            "step": e * 100,
+            "train/loss_running": None if e == 0 else 2.3 * (1 - progress) + rng.uniform(0, 0.05),
+            "clock/training_s": train_s,
+            "clock/evaluation_s": 0.1 * e,
+            "clock/telemetry_s": 0.05 * e,
+            "clock/elapsed_s": elapsed_s,
+        }
+        for split in ("fit", "val", "test"):
+            row[f"{split}/acc"] = 0.1 + 0.85 * progress + rng.uniform(-0.01, 0.01)
+            row[f"{split}/ce"] = 2.3 * (1 - progress) + 0.05 + rng.uniform(0, 0.02)
+            for c in range(classes):
+                row[f"split/{split}/class_acc/{c}"] = min(
+                    1.0, 0.1 + 0.8 * progress + rng.uniform(0, 0.1)
+                )
+                row[f"split/{split}/class_count/{c}"] = 100 + c
+            row[f"split/{split}/confusion"] = [
+                [rng.randrange(0, 5) for _ in range(classes)] for _ in range(classes)
+            ]
+        for name in tel:
+            row[name] = rng.lognormvariate(0, 1)
+        rows.append(row)
+    return rows
+
+
+def write_run(
+    path: Path,
+    *,
+    study: str,
+    recipe: str,
+    seed: int,
+    lr: float,
+    rows: list[dict[str, Any]],
+    truncated_tail: bool = False,
+) -> Path:
+    """A run directory: manifest.json (contract fields) and history.jsonl."""
+    path.mkdir(parents=True, exist_ok=True)
+    config = {
+        "name": path.name,
+        "study": study,
+        "seed": seed,
+        "device": "cpu",
+        "model": {"kind": "ciresan", "recipe": recipe, "widths": [16, 12, 8]},
+        "optim": {"lr": lr, "epochs": max((r["epoch"] for r in rows), default=0)},
+    }
+    last = rows[-1] if rows else {}
+    manifest = {
+        "format": 1,
+        "run_id": path.name,
+        "study": study,
+        "status": "complete",
+        "status_reason": None,
+        "config": config,
+        "config_hash": config_digest(config),
+        "source_hash": "synthetic",
+        "data": {"dataset": "synthetic", "files": {}, "split_hash": "synthetic", "sizes": {}},
+        "hashes": {"initial_params": f"init-{seed}", "final_params": f"final-{seed}"},
+        "environment": {"python": "synthetic", "device": "cpu"},
+        "clocks": {
+            "training_s": last.get("clock/training_s"),
+            "elapsed_s": last.get("clock/elapsed_s"),
+        },
+        "epochs_completed": last.get("epoch"),
+    }
+    atomic_write_json(path / "manifest.json", manifest)
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    if truncated_tail:
+        text += '{"epoch": 99, "val/acc": 0.5'
+    (path / "history.jsonl").write_text(text)
+    return path
+
+
+def awkward_rows(seed: int) -> list[dict[str, Any]]:
+    """Rows with null, NaN, +-inf, float64-only values and epoch 2 missing."""
+    rows = synthetic_history(seed, [0, 1, 3, 4], layers=3, classes=3)
+    rows[1]["val/ce"] = math.nan
+    rows[1]["probe/act/mean/L0"] = math.inf
+    rows[2]["probe/act/mean/L0"] = -math.inf
+    rows[2]["val/acc"] = None
+    rows[3]["fit/ce"] = 0.1 + 1e-12  # distinct from its float32 rounding
+    rows[3]["param/disp/L0"] = 1e300  # beyond float32 range
+    return rows
+
+
+def write_study(
+    root: str | Path,
+    *,
+    recipes: Sequence[str] = ("residual", "sd_constant"),
+    seeds: Sequence[int] = (101, 102),
+    epochs: Sequence[int] = (0, 1, 2, 3, 4),
+    layers: int = 6,
+    classes: int = 10,
+    lr: float = 0.01,
+    awkward: bool = False,
+) -> list[Path]:
+    """A study directory of ``len(recipes) * len(seeds)`` runs (plus one awkward run)."""
+    root = Path(root)
+    out = []
+    for i, recipe in enumerate(recipes):
+        for seed in seeds:
+            rows = synthetic_history(seed * 31 + i, epochs, layers, classes)
+            out.append(
+                write_run(
+                    root / f"{recipe}-s{seed}",
+                    study=root.name,
+                    recipe=recipe,
+                    seed=seed,
+                    lr=lr,
+                    rows=rows,
+                )
+            )
+    if awkward:
+        out.append(
+            write_run(
+                root / "awkward-s7",
+                study=root.name,
+                recipe="plain",
+                seed=7,
+                lr=0.03,
+                rows=awkward_rows(7),
+                truncated_tail=True,
+            )
+        )
+    return out

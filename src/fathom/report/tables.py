@@ -1,0 +1,303 @@
+"""HTML tables (and small inline SVG spectra) for study summaries, audits, curvature, provenance.
+
+Rendered once in Python: these sections are static, so the page script only sorts and
+filters them. Any JSON the report does not know field by field (a future audit or
+curvature key) is still shown, by :func:`generic`: scalars as key/value rows, lists of
+records as sortable, filterable tables, long lists of numbers as spectra.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from itertools import count
+from typing import Any
+
+_ids = count()
+
+
+def esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def cell(v: Any) -> str:
+    """A value as table text: ``—`` for null, 6 significant digits for floats, JSON otherwise."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.6g}" if math.isfinite(v) else str(v)
+    if isinstance(v, int | str):
+        return str(v)
+    text = json.dumps(v, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    interactive: bool = False,
+    caption: str | None = None,
+) -> str:
+    """An HTML table; ``interactive`` adds click-to-sort headers and a text filter."""
+    tid = f"t{next(_ids)}"
+    parts = []
+    if interactive:
+        parts.append(
+            f'<input class="table-filter" data-table="{tid}" placeholder="filter rows..." '
+            f'aria-label="filter rows of table {tid}">'
+        )
+    cls = "sortable" if interactive else ""
+    parts.append(f'<table id="{tid}" class="{cls}">')
+    if caption:
+        parts.append(f"<caption>{esc(caption)}</caption>")
+    parts.append("<thead><tr>" + "".join(f"<th>{esc(h)}</th>" for h in headers) + "</tr></thead>")
+    parts.append("<tbody>")
+    for row in rows:
+        parts.append("<tr>" + "".join(f"<td>{esc(cell(v))}</td>" for v in row) + "</tr>")
+    parts.append("</tbody></table>")
+    return "\n".join(parts)
+
+
+def spectrum_svg(values: Sequence[float], title: str) -> str:
+    """Sorted (descending) values against their rank; log10 axis when all are positive."""
+    ys = sorted(
+        (float(v) for v in values if v is not None and math.isfinite(float(v))), reverse=True
+    )
+    if not ys:
+        return f"<p>{esc(title)}: no finite values</p>"
+    log = all(y > 0 for y in ys)
+    t = [math.log10(y) for y in ys] if log else ys
+    lo, hi = min(t), max(t)
+    if hi == lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    w, h, pad = 360, 160, 30
+    n = max(len(t) - 1, 1)
+    pts = " ".join(
+        f"{pad + i / n * (w - pad - 6):.1f},{6 + (1 - (v - lo) / (hi - lo)) * (h - pad - 6):.1f}"
+        for i, v in enumerate(t)
+    )
+    scale = "log10 scale" if log else "linear scale"
+    return (
+        f'<figure class="spectrum"><svg viewBox="0 0 {w} {h}" width="{w}" height="{h}">'
+        f'<rect x="{pad}" y="6" width="{w - pad - 6}" height="{h - pad - 6}" class="frame"/>'
+        f'<polyline points="{pts}" fill="none" stroke="#1f77b4"/>'
+        f'<text x="{pad}" y="{h - 8}">rank 1..{len(ys)}</text>'
+        f'<text x="2" y="14">{ys[0]:.3g}</text><text x="2" y="{h - pad}">{ys[-1]:.3g}</text>'
+        f"</svg><figcaption>{esc(title)} ({len(ys)} values, {scale})</figcaption></figure>"
+    )
+
+
+def _is_scalar(v: Any) -> bool:
+    return v is None or isinstance(v, bool | int | float | str)
+
+
+def _is_numbers(v: Any) -> bool:
+    return (
+        isinstance(v, list)
+        and len(v) > 0
+        and all(x is None or (isinstance(x, int | float) and not isinstance(x, bool)) for x in v)
+    )
+
+
+def generic(obj: Any, title: str = "", depth: int = 0) -> str:
+    """Render arbitrary JSON: see the module docstring."""
+    head = f"<h{min(3 + depth, 6)}>{esc(title)}</h{min(3 + depth, 6)}>" if title else ""
+    if _is_scalar(obj):
+        return f"{head}<p>{esc(cell(obj))}</p>"
+    if _is_numbers(obj):
+        if len(obj) >= 8:
+            return head + spectrum_svg(obj, title or "values")
+        return f"{head}<p>{esc(cell(obj))}</p>"
+    if isinstance(obj, list):
+        if obj and all(isinstance(x, Mapping) for x in obj):
+            keys: list[str] = []
+            for x in obj:
+                keys += [k for k in x if k not in keys and _is_scalar(x[k])]
+            nested = [k for x in obj for k in x if not _is_scalar(x[k])]
+            rows = [[x.get(k) for k in keys] for x in obj]
+            note = (
+                f"<p class='note'>nested keys not tabulated: {esc(', '.join(sorted(set(nested))))}</p>"
+                if nested
+                else ""
+            )
+            return head + table(keys, rows, interactive=len(rows) > 5) + note
+        return f"{head}<p>{esc(cell(obj))}</p>"
+    if isinstance(obj, Mapping):
+        scalars = [
+            (k, v) for k, v in obj.items() if _is_scalar(v) or (_is_numbers(v) and len(v) < 8)
+        ]
+        others = [
+            (k, v) for k, v in obj.items() if not (_is_scalar(v) or (_is_numbers(v) and len(v) < 8))
+        ]
+        out = [head]
+        if scalars:
+            out.append(table(["key", "value"], scalars))
+        if depth >= 4:
+            out += [f"<p>{esc(k)}: {esc(cell(v))}</p>" for k, v in others]
+            return "\n".join(out)
+        for k, v in others:
+            if _is_numbers(v):
+                out.append(spectrum_svg(v, str(k)))
+            else:
+                out.append(
+                    f"<details open><summary>{esc(k)}</summary>{generic(v, '', depth + 1)}</details>"
+                )
+        return "\n".join(out)
+    return f"{head}<p>{esc(cell(obj))}</p>"
+
+
+def _ms(stat: Mapping[str, Any] | None) -> str:
+    if not stat or stat.get("mean") is None:
+        return "—"
+    text = f"{stat['mean']:.4g}"
+    if stat.get("sd") is not None:
+        text += f" ± {stat['sd']:.2g}"
+    return f"{text} (n={stat.get('n')})"
+
+
+def study_section(summary: Mapping[str, Any]) -> str:
+    """The study tables of ``summary.json`` (:func:`fathom.stats.summarise_study` output)."""
+    out = [
+        f"<p>Reference recipe: <b>{esc(summary.get('reference'))}</b>; values are mean ± sample SD over seeds.</p>"
+    ]
+    recipes = summary.get("recipes") or {}
+    if recipes:
+        rows = []
+        for name, e in recipes.items():
+            flags = sorted({f for fl in (e.get("flags") or {}).values() for f in fl})
+            rows.append(
+                [
+                    name,
+                    ", ".join(f"{x:g}" for x in e.get("lr") or []) or None,
+                    _ms((e.get("selected") or {}).get("test_acc")),
+                    _ms((e.get("final") or {}).get("test_acc")),
+                    _ms((e.get("selected") or {}).get("test_ce")),
+                    _ms((e.get("final") or {}).get("test_ce")),
+                    ", ".join(flags) or None,
+                ]
+            )
+        out.append(
+            table(
+                [
+                    "method",
+                    "LR",
+                    "selected test acc",
+                    "final test acc",
+                    "selected test CE",
+                    "final test CE",
+                    "flags",
+                ],
+                rows,
+                caption="Selected (minimum validation CE) and final checkpoints",
+            )
+        )
+    comps = summary.get("comparisons") or []
+    if comps:
+        rows = []
+        for c in comps:
+            d = c.get("diff") or {}
+            interval = None if d.get("low") is None else f"[{d['low']:+.4g}, {d['high']:+.4g}]"
+            rows.append(
+                [
+                    c.get("recipe"),
+                    c.get("metric"),
+                    c.get("checkpoint"),
+                    d.get("estimate"),
+                    interval,
+                    d.get("n"),
+                    c.get("verdict"),
+                ]
+            )
+        out.append(
+            table(
+                ["method", "metric", "checkpoint", "difference", "interval", "n", "verdict"],
+                rows,
+                interactive=True,
+                caption=f"Paired differences against {summary.get('reference')}",
+            )
+        )
+        out.append(
+            "<ul>" + "".join(f"<li>{esc(c.get('sentence', ''))}</li>" for c in comps) + "</ul>"
+        )
+    if recipes:
+        rows = []
+        for name, e in recipes.items():
+            ttt = e.get("time_to_target") or {}
+            ratio = (e.get("training_ratio_to_reference") or {}).get("ratio_of_means")
+            rows.append(
+                [
+                    name,
+                    _ms(e.get("training_s")),
+                    ratio,
+                    _ms(ttt.get("training_s")) if ttt else None,
+                    _ms(ttt.get("elapsed_s")) if ttt else None,
+                    f"{ttt['reached']}/{ttt['n']}" if ttt else None,
+                ]
+            )
+        target = summary.get("target_val_acc")
+        out.append(
+            table(
+                [
+                    "method",
+                    "training clock (s)",
+                    "ratio to reference",
+                    "time to target, training (s)",
+                    "time to target, elapsed (s)",
+                    "reached",
+                ],
+                rows,
+                caption=f"Time (target validation accuracy {target})",
+            )
+        )
+    known = {"reference", "recipes", "comparisons", "notes", "level", "target_val_acc"}
+    for key, value in summary.items():
+        if key not in known:
+            out.append(generic(value, key, 1))
+    out += [f"<p class='note'>{esc(n)}</p>" for n in summary.get("notes") or []]
+    return "\n".join(out)
+
+
+def provenance_section(run: Any) -> str:
+    """Identity, hashes, environment and clocks of one run, straight from its manifest."""
+    m = run.manifest
+    data = m.get("data") or {}
+    ident = [
+        ("run", run.run_id),
+        ("path", str(run.path)),
+        ("study", m.get("study")),
+        ("status", m.get("status")),
+        ("status reason", m.get("status_reason")),
+        ("cohort", run.cohort),
+        ("seed", run.seed),
+        ("epochs completed", m.get("epochs_completed")),
+        ("steps completed", m.get("steps_completed")),
+        ("diverged epoch", m.get("diverged_epoch")),
+        ("selected", m.get("selected")),
+        ("history rows", len(run.rows)),
+        ("flagged history", "; ".join(run.flag_reasons) or None),
+    ]
+    hashes = [
+        ("config", m.get("config_hash")),
+        ("source", m.get("source_hash")),
+        ("history.jsonl sha256", run.history_sha256),
+        ("split", data.get("split_hash")),
+        *[(f"params/{k}", v) for k, v in (m.get("hashes") or {}).items()],
+        *[(f"data file {k}", v) for k, v in (data.get("files") or {}).items()],
+    ]
+    env = list((m.get("environment") or {}).items())
+    clocks = list((m.get("clocks") or {}).items())
+    flag = " <b class='flag'>history flagged</b>" if run.flag_reasons else ""
+    return (
+        f"<details><summary>{esc(run.run_id)} · {esc(run.cohort)} · seed {esc(run.seed)} · "
+        f"{esc(m.get('status'))}{flag}</summary>"
+        + table(["identity", "value"], ident)
+        + table(["hash", "value"], hashes)
+        + table(["environment", "value"], env)
+        + table(["clock", "seconds"], clocks)
+        + "</details>"
+    )

@@ -1,0 +1,241 @@
+"""Report: run loading, the embedded explorer data, optional sections, figures, summary.md."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fathom.cli import main
+from fathom.errors import FathomError
+from fathom.io import read_jsonl
+from fathom.report import build_report, load_runs
+from fathom.report.fields import concrete, split_key
+from fathom.report.html import explorer_payload
+from fathom.report.synthetic import write_study
+
+
+def payload_of(html_path: Path) -> dict:
+    text = html_path.read_text()
+    m = re.search(r'<script type="application/json" id="fathom-data">(.*?)</script>', text, re.S)
+    assert m is not None
+    return json.loads(m.group(1))
+
+
+def decode(v):
+    return float(v) if isinstance(v, str) else v
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    root = tmp_path / "study"
+    write_study(root, awkward=True)
+    return root
+
+
+def test_no_runs_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FathomError, match="no runs under"):
+        load_runs(tmp_path)
+    with pytest.raises(FathomError, match="does not exist"):
+        load_runs(tmp_path / "missing")
+    assert main(["report", str(tmp_path)]) == 2
+
+
+def test_truncated_and_repeated_lines_are_flagged(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    (run,) = write_study(root, recipes=("residual",), seeds=(1,), epochs=(0, 1, 2))
+    lines = (run / "history.jsonl").read_text().splitlines(keepends=True)
+    (run / "history.jsonl").write_text(
+        lines[0] + "{not json\n" + lines[1] + lines[1] + lines[2][:20]
+    )
+    (r,) = load_runs(root)
+    assert [row["epoch"] for row in r.rows] == [0, 1]
+    assert r.flagged_lines == [2, 5]
+    assert any("repeats epoch 1" in x for x in r.flag_reasons)
+
+
+def test_split_keys() -> None:
+    assert split_key("val/acc") == ("{split}/acc", "val")
+    assert split_key("split/test/class_acc/3") == ("split/{split}/class_acc/3", "test")
+    assert split_key("probe/act/mean/L0") == ("probe/act/mean/L0", None)
+    assert split_key("clock/training_s") == ("clock/training_s", None)
+    assert concrete("split/{split}/class_acc/3", "fit") == "split/fit/class_acc/3"
+
+
+def test_embedded_data_equals_history(study: Path) -> None:
+    out = build_report(study, with_figures=False)
+    data = payload_of(out.html)
+    assert out.runs == 5 and len(data["runs"]) == 5
+    assert data["splits"] == ["fit", "val", "test"] and data["classes"] == 10
+    assert "split/val/confusion" not in data["names"]  # a matrix is not a curve
+    checked = 0
+    for run in data["runs"]:
+        rows, _ = read_jsonl(study / run["id"] / "history.jsonl")
+        rows = sorted(rows, key=lambda r: r["epoch"])
+        assert run["epochs"] == [r["epoch"] for r in rows]
+        for name, col in zip(data["names"], run["cols"]):
+            if col is None:
+                assert all(name not in r for r in rows)
+                continue
+            for r, v in zip(rows, col):
+                want, got = r.get(name), decode(v)
+                assert (
+                    (math.isnan(want) and math.isnan(got))
+                    if isinstance(want, float) and math.isnan(want)
+                    else want == got
+                )
+                checked += 1
+    assert checked > 1000
+    awkward = next(r for r in data["runs"] if r["id"] == "awkward-s7")
+    col = awkward["cols"][data["names"].index("probe/act/mean/L0")]
+    assert col[1:3] == ["Infinity", "-Infinity"]
+    assert awkward["cols"][data["names"].index("val/acc")][2] is None
+    assert awkward["epochs"] == [0, 1, 3, 4]
+    assert any("line 5" in f for f in awkward["flagged"])
+
+
+def test_page_is_self_contained(study: Path) -> None:
+    html = build_report(study, with_figures=False).html.read_text()
+    assert "default-src 'none'" in html
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "<script src" not in html and "<link" not in html
+    assert "truncated" in html  # the flagged line is shown
+
+
+def test_registry_formula_and_real_trainer_run(tmp_path: Path) -> None:
+    from fathom.config import RunConfig
+    from fathom.data import DataSplits
+    from fathom.train.loop import train
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+
+    def mk(n: int):
+        return torch.randint(0, 256, (n, 28, 28), dtype=torch.uint8, generator=g), torch.randint(
+            0, 10, (n,), generator=g
+        )
+
+    (fx, fy), (vx, vy), (tx, ty) = mk(48), mk(24), mk(24)
+    splits = DataSplits(
+        fx, fy, vx, vy, tx, ty, split_hash="synthetic", info={"dataset": "synthetic", "classes": 10}
+    )
+    cfg = RunConfig.model_validate(
+        {
+            "name": "r1",
+            "study": "s",
+            "seed": 101,
+            "device": "cpu",
+            "model": {"widths": [12, 8], "recipe": "residual"},
+            "optim": {"epochs": 2, "batch_size": 16},
+            "eval": {"every": 1},
+            "telemetry": {"enabled": True, "first": [0, 1], "every": 2, "probe_size": 8},
+            "checkpoints": {"save_epochs": [0, 2]},
+        }
+    )
+    train(cfg, tmp_path / "s" / "r1", splits=splits)
+    out = build_report(tmp_path / "s", with_figures=False)
+    data = payload_of(out.html)
+    assert "probe/act/zero_frac/L0" in data["fields"]
+    meta = data["meta"]["probe/act/zero_frac/L0"]
+    assert meta["source"] == "telemetry registry" and "N x units" in meta["formula"]
+    assert data["meta"]["{split}/acc"]["source"] == "run directory contract"
+    assert "split/{split}/class_acc/0" in data["fields"]
+    html = out.html.read_text()
+    assert cfg.model_dump()["name"] in html and "config" in html  # provenance table
+
+
+def _summary(tmp_path: Path) -> dict:
+    from fathom.stats import RunRecord, summarise_study
+
+    recs = [
+        RunRecord(
+            recipe=recipe,
+            seed=seed,
+            lr=0.01,
+            status="complete",
+            classes=10,
+            selected={"test_acc": 0.9 + 0.01 * seed, "test_ce": 0.3, "val_ce": 0.3, "epoch": 3},
+            final={"test_acc": 0.91 + d, "test_ce": 0.31, "val_ce": 0.3, "epoch": 4},
+            fit_acc_final=1.0,
+            training_clock_s=10.0 + seed,
+            elapsed_s=12.0 + seed,
+            curve=[(0, 0.0, 1.0, 0.1), (4, 10.0, 12.0, 0.95)],
+        )
+        for recipe, d in (("residual", 0.0), ("sd_constant", 0.002))
+        for seed in (1, 2, 3)
+    ]
+    return summarise_study(recs, reference="residual", target_val_acc=0.9)
+
+
+def test_optional_sections_and_figures(study: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    (study / "summary.json").write_text(json.dumps(_summary(tmp_path)))
+    (study / "summary.md").write_text("Study summary table from the study engineer.\n")
+    masks = [
+        {
+            "mask": f"{m:03b}",
+            "size": bin(m).count("1"),
+            "damage_ce": 0.1 * m,
+            "macs": 1000 - 100 * m,
+            "val_acc": 0.9,
+        }
+        for m in range(8)
+    ]
+    (study / "audit").mkdir()
+    (study / "audit" / "audit.json").write_text(
+        json.dumps({"masks": masks, "resilience": {"digit_1": 0.9}})
+    )
+    curv = study / "residual-s101" / "curvature"
+    curv.mkdir()
+    (curv / "epoch-0004.json").write_text(
+        json.dumps({"epoch": 4, "kfac": {"A_eigenvalues": [2.0**-i for i in range(12)]}})
+    )
+    out = build_report(study)
+    html = out.html.read_text()
+    assert "Paired differences against residual" in html
+    assert "Audit: mask explorer" in html and 'class="table-filter"' in html and "damage_ce" in html
+    assert (
+        "residual-s101/epoch-0004.json" in html and "A_eigenvalues (12 values, log10 scale)" in html
+    )
+    names = sorted(p.name for p in out.figures)
+    assert names == ["learning_curves.png", "mask_damage.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in out.figures)
+    md = out.summary_md.read_text()
+    assert "](figures/learning_curves.png)" in md and "](figures/mask_damage.png)" in md
+    assert "Study summary table from the study engineer." in md and "awkward-s7" in md
+    assert (
+        not (study / "summary.md").read_text().startswith("# Fathom report")
+    )  # study's file untouched
+
+
+def test_corrupt_optional_input_is_a_warning(study: Path) -> None:
+    (study / "summary.json").write_text("{broken")
+    out = build_report(study, with_figures=False)
+    assert any("summary.json does not parse" in n for n in out.notes)
+    assert "summary.json does not parse" in out.html.read_text()
+
+
+def test_missing_matplotlib_names_the_extra(study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(FathomError, match=r"fathom\[plot\]"):
+        build_report(study)
+    assert build_report(study, with_figures=False).html.exists()
+
+
+def test_payload_of_run_without_telemetry(tmp_path: Path) -> None:
+    write_study(tmp_path / "s", recipes=("plain",), seeds=(5,), epochs=(0, 2))
+    data = explorer_payload(load_runs(tmp_path / "s"))
+    assert data["defaultField"] == "{split}/acc"
+    assert data["runs"][0]["cohort"] == "plain lr=0.01"
+
+
+def test_cli_report(study: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "out"
+    assert main(["report", str(study), "--out", str(out), "--no-figures"]) == 0
+    text = capsys.readouterr().out
+    assert (out / "report.html").exists() and "flagged: awkward-s7" in text
