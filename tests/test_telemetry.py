@@ -436,3 +436,14 @@ def test_scores_from_callers_predictions_equal_own_forward():
     assert rec.observe(context(model, splits), predictions=preds) == own
     with pytest.raises(FathomError, match="one predicted class per example"):
         rec.observe(context(model, splits), predictions={"val": preds["val"][:3]})
+
+
+def test_sorted_quantiles_match_torch_quantile():
+    from fathom.telemetry.distributions import sorted_quantiles
+
+    for n in (1, 2, 7, 100):
+        x = torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+        want = torch.quantile(x, torch.tensor(QUANTILES, dtype=torch.float64))
+        assert torch.allclose(
+            sorted_quantiles(torch.sort(x).values, QUANTILES), want, rtol=0, atol=1e-15
+        )

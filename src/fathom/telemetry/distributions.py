@@ -21,16 +21,27 @@ def entry_summary(
     """``mean``, ``std`` (population, 1/n), ``rms = sqrt(mean x^2)``, ``absmax``, quantiles.
 
     Quantiles use linear interpolation between order statistics (``torch.quantile``'s
-    default). An empty tensor gives ``None`` everywhere.
+    default): with sorted ``x_(0) <= ... <= x_(n-1)`` and ``p = q (n - 1)``,
+    ``Q(q) = x_(floor p) + (p - floor p) (x_(ceil p) - x_(floor p))``. An empty tensor gives
+    ``None`` everywhere.
     """
     x = t.detach().reshape(-1).to(torch.float64)
     keys = ["mean", "std", "rms", "absmax", *(quantile_key(q) for q in quantiles)]
     if x.numel() == 0:
         return dict.fromkeys(keys)
-    qs = torch.quantile(x, torch.tensor(quantiles, dtype=torch.float64, device=x.device))
+    qs = sorted_quantiles(torch.sort(x).values, quantiles)
     head = torch.stack([x.mean(), x.std(correction=0), x.square().mean().sqrt(), x.abs().max()])
     values = torch.cat([head, qs]).tolist()  # note: one device-to-host read per tensor
     return dict(zip(keys, values, strict=True))
+
+
+def sorted_quantiles(xs: torch.Tensor, quantiles: tuple[float, ...]) -> torch.Tensor:
+    """Linearly interpolated quantiles of an ascending 1-D tensor (no size limit, unlike
+    ``torch.quantile``)."""
+    pos = torch.tensor(quantiles, dtype=torch.float64, device=xs.device) * (xs.numel() - 1)
+    lo = pos.floor().long()
+    hi = pos.ceil().long()
+    return xs[lo] + (pos - lo.to(torch.float64)) * (xs[hi] - xs[lo])
 
 
 def zero_fractions(h: torch.Tensor) -> dict[str, float | None]:
