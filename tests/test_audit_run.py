@@ -151,3 +151,19 @@ def test_single_run_and_bad_inputs(study, tmp_path):
     assert len(rec["masks"]) == 8 and not rec["enumerated"]
     assert rec["interactions"]["test"]["defined"] is False
     assert np.isfinite(rec["by_size"]["3"]["test"]["damage"])
+
+
+def test_run_without_validation_is_refused(study, tmp_path):
+    root, splits = study
+    empty = DataSplits(
+        splits.fit_x,
+        splits.fit_y,
+        splits.val_x[:0],
+        splits.val_y[:0],
+        splits.test_x,
+        splits.test_y,
+        split_hash="no-val",
+        info={"classes": 10},
+    )
+    with pytest.raises(FathomError, match="fit-val"):
+        audit_runs(root / "residual-1", AuditSettings(router=False), tmp_path / "o", splits=empty)

@@ -182,6 +182,11 @@ def reference_arm(arms: Sequence[str]) -> str | None:
     return "residual" if "residual" in arms else sorted(arms)[0]
 
 
+def _damage_at(size: str) -> Getter:
+    """Test damage averaged over the masks keeping ``size`` branches."""
+    return lambda r: r["by_size"][size]["test"]["damage"]
+
+
 def paired_damage(arms: Mapping[str, Mapping[int, Mapping[str, Any]]], which: str) -> list[dict]:
     """``damage(arm) - damage(reference)`` paired by seed, for every mask size, with verdicts."""
     ref = reference_arm(list(arms))
@@ -199,8 +204,8 @@ def paired_damage(arms: Mapping[str, Mapping[int, Mapping[str, Any]]], which: st
         for size in sizes:
             if size == str(k):
                 continue
-            get: Getter = lambda r, size=size: r["by_size"][size]["test"]["damage"]  # noqa: E731
-            a, b = _by_seed(arm, get), _by_seed(ref_arm, get)
+            a = {s: v for s, v in _by_seed(arm, _damage_at(size)).items() if v is not None}
+            b = {s: v for s, v in _by_seed(ref_arm, _damage_at(size)).items() if v is not None}
             common = sorted(set(a) & set(b))
             flags_a, flags_b = _arm_flags(arm, which), _arm_flags(ref_arm, which)
             diff = paired_difference(a, b) if common else None

@@ -6,7 +6,7 @@ The result is a plain JSON-able dict; per-example arrays go to a compressed ``.n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from fathom.audit.router import (
     score_policy,
 )
 from fathom.audit.speed import time_routed
+from fathom.errors import FathomError
 
 
 @dataclass(frozen=True)
@@ -62,16 +63,13 @@ class AuditSettings:
     eval_batch_size: int = 2000
     seed: int = 0
     device: str = "cpu"
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def keep_for(self, k: int) -> int:
         """Mask size of the resilience masks: ``keep`` or ``k // 2`` (two of four)."""
         return k // 2 if self.keep is None else self.keep
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
-        out.update(self.extra)
-        return out
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
 def choose_masks(k: int, settings: AuditSettings) -> np.ndarray:
@@ -247,6 +245,12 @@ def audit_checkpoint(
 ) -> dict[str, Any]:
     """All per-checkpoint tables for ``model`` (eval mode) on ``splits.val_*``/``test_*``."""
     k = removable_branch_count(model)
+    if splits.val_y.shape[0] == 0 or splits.test_y.shape[0] == 0:
+        raise FathomError(
+            "the run has no validation or no test examples (split 'fit-all' or an empty subset); "
+            "the audit fixes margin bins and calibrates the router on validation and reports on "
+            "test: audit a run trained with split 'fit-val'"
+        )
     masks = choose_masks(k, settings)
     macs = mask_macs(model, masks)
     full = full_mask_index(masks)
