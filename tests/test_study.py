@@ -295,3 +295,28 @@ def test_killed_study_resumes_to_the_uninterrupted_hashes(tmp_path):
         k: v["final_params"] for k, v in straight.summary["runs"].items()
     }
     assert all(v["final_params"] for v in straight.summary["runs"].values())
+
+
+def test_cli_status_runs_list_show_and_bad_preset(tmp_path, capsys):
+    from fathom.cli import main
+
+    study = validate_study_config(
+        study_data(tuning={"enabled": False}, study={"lr": 0.05, "seeds": [101]}), "a"
+    )
+    result = run_study(study, tmp_path, local())
+    assert main(["study", "status", str(result.root)]) == 0
+    assert "2/2 runs complete" in capsys.readouterr().out
+    assert (
+        main(["runs", "list", "--runs-dir", str(tmp_path), "--recipe", "sd_constant", "--json"])
+        == 0
+    )
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in rows] == ["main-sd_constant-s101"]
+    assert main(["runs", "show", "main-residual-s101", "--runs-dir", str(tmp_path)]) == 0
+    assert (
+        json.loads(capsys.readouterr().out)["final_params"]
+        == result.summary["runs"]["main-residual-s101"]["final_params"]
+    )
+    assert main(["study", "run", "no-such-preset", "--runs-dir", str(tmp_path)]) == 2
+    assert "valid presets" in capsys.readouterr().err
+    assert main(["runs", "list", "--runs-dir", str(tmp_path / "empty")]) == 2
