@@ -1,0 +1,100 @@
+"""``export`` and ``verify``: write an export of every run under a directory, then read it back.
+
+Runs whose history had truncated or unparsable lines are exported without those lines
+and reported as flagged (the line numbers also travel in each run's metadata). After
+writing, the export is verified by reading it back with the target's own reader; the
+result is also saved as ``<out>/verify.json``. ``verify`` re-checks an existing export
+against the run directories as they are now.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fathom.errors import FathomError
+from fathom.export import jsonl, tensorboard_export, wandb_export
+from fathom.export.common import (
+    VerifyReport,
+    fingerprint,
+    prepare_target,
+    read_record,
+    write_record,
+)
+from fathom.io import atomic_write_json, ensure_writable_dir
+from fathom.report.runs import RunData, load_runs
+
+TARGETS = ("jsonl", "wandb", "tensorboard")
+VERIFY_FILE = "verify.json"
+
+
+def _check_target(target: str) -> None:
+    if target not in TARGETS:
+        raise FathomError(f"unknown export target {target!r}; use one of: {', '.join(TARGETS)}")
+
+
+def default_out(root: Path, target: str) -> Path:
+    return root / "exports" / target
+
+
+def _flagged(runs: list[RunData]) -> list[str]:
+    return [
+        f"{r.run_id}: {reason} (exported without it)" for r in runs for reason in r.flag_reasons
+    ]
+
+
+def export(
+    root: str | Path, target: str, out: str | Path | None = None, *, force: bool = False
+) -> VerifyReport:
+    """Export every run under ``root`` to ``target`` in ``out``, then verify it."""
+    _check_target(target)
+    root = Path(root)
+    runs = load_runs(root)
+    out = Path(out) if out is not None else default_out(root, target)
+    fp = fingerprint(target, runs)
+    prepare_target(out, target, fp, force)
+    ensure_writable_dir(out)
+    extra: dict = {}
+    if target == "jsonl":
+        paths = jsonl.write(runs, out)
+    elif target == "wandb":
+        paths, extra = wandb_export.write(runs, out)
+    else:
+        paths = tensorboard_export.write(runs, out)
+    write_record(out, target, root, runs, fp, [*paths, VERIFY_FILE], extra)
+    report = _verify_runs(runs, target, out, read_record(out) or {})
+    atomic_write_json(out / VERIFY_FILE, report.to_dict())
+    return report
+
+
+def verify(root: str | Path, target: str, out: str | Path | None = None) -> VerifyReport:
+    """Re-check an existing export in ``out`` against the runs under ``root``; writes nothing."""
+    _check_target(target)
+    root = Path(root)
+    runs = load_runs(root)
+    out = Path(out) if out is not None else default_out(root, target)
+    record = read_record(out)
+    if record is None:
+        raise FathomError(
+            f"{str(out)!r} holds no Fathom export (no fathom-export.json); export first"
+        )
+    if record.get("target") != target:
+        raise FathomError(
+            f"{str(out)!r} holds a {record.get('target')} export, not {target}; pass --to {record.get('target')}"
+        )
+    report = _verify_runs(runs, target, out, record)
+    if record.get("fingerprint") != fingerprint(target, runs):
+        report.mismatch(
+            "the run directories changed since this export (runs or history hashes differ); export again with --force"
+        )
+    return report
+
+
+def _verify_runs(runs: list[RunData], target: str, out: Path, record: dict) -> VerifyReport:
+    report = VerifyReport(target=target, out=out, flagged=_flagged(runs))
+    if target == "jsonl":
+        jsonl.verify(runs, out, report)
+    elif target == "wandb":
+        wandb_export.verify(runs, out, record, report)
+    else:
+        tensorboard_export.verify(runs, out, report)
+    return report

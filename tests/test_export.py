@@ -1,0 +1,226 @@
+"""Exports: round trips through each target's own reader, with null / NaN / inf values,
+float64 values, a missing epoch and a truncated history line; bad input and guards."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from fathom.cli import main
+from fathom.errors import FathomError
+from fathom.export import export, verify
+from fathom.export.common import flatten_row
+from fathom.report.runs import load_runs
+from fathom.report.synthetic import write_study
+
+
+@pytest.fixture
+def study(tmp_path: Path) -> Path:
+    root = tmp_path / "study"
+    write_study(
+        root,
+        recipes=("residual",),
+        seeds=(101,),
+        epochs=(0, 1, 2),
+        layers=3,
+        classes=3,
+        awkward=True,
+    )
+    return root
+
+
+def test_flatten_row() -> None:
+    values, skipped = flatten_row(
+        {"epoch": 1, "a": None, "m": [[1, 2], [3, None]], "s": "text", "b": True}
+    )
+    assert values == {"epoch": 1, "a": None, "m/0/0": 1, "m/0/1": 2, "m/1/0": 3, "m/1/1": None}
+    assert skipped == ["s", "b"]
+
+
+def test_jsonl_round_trip(study: Path) -> None:
+    report = export(study, "jsonl")
+    assert report.ok, report.lines()
+    assert report.runs == 2 and report.rows == 3 + 4
+    assert any("awkward-s7" in f and "line 5" in f for f in report.flagged)
+    lines = [
+        json.loads(x)
+        for x in (study / "exports" / "jsonl" / "history.jsonl").read_text().splitlines()
+    ]
+    awk = [x for x in lines if x["run/run_id"] == "awkward-s7"]
+    assert [x["epoch"] for x in awk] == [0, 1, 3, 4]  # epoch 2 missing, truncated line left out
+    assert awk[1]["val/ce"] == "NaN" and awk[1]["probe/act/mean/L0"] == "Infinity"
+    assert awk[2]["probe/act/mean/L0"] == "-Infinity" and awk[2]["val/acc"] is None
+    assert awk[3]["fit/ce"] == 0.1 + 1e-12 and awk[3]["param/disp/L0"] == 1e300
+    assert awk[0]["run/flagged_lines"] == [5] and awk[0]["run/seed"] == 7
+    assert isinstance(awk[0]["split/val/confusion"], list)
+    saved = json.loads((study / "exports" / "jsonl" / "verify.json").read_text())
+    assert saved["ok"] and saved["values"] == report.values
+
+
+def test_jsonl_verify_detects_tampering(study: Path) -> None:
+    export(study, "jsonl")
+    path = study / "exports" / "jsonl" / "history.jsonl"
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[1])
+    row["val/acc"] = row["val/acc"] + 1e-15
+    lines[1] = json.dumps(row)
+    path.write_text("\n".join(lines[:-1]) + "\n")
+    report = verify(study, "jsonl")
+    assert not report.ok
+    assert any("val/acc" in m for m in report.mismatches)
+    assert any("lines, expected" in m for m in report.mismatches)
+
+
+def test_guards(study: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert export(study, "jsonl", out).ok
+    assert export(study, "jsonl", out).ok  # the same export again is allowed
+    other = tmp_path / "other"
+    write_study(other, recipes=("plain",), seeds=(1,), epochs=(0, 1))
+    with pytest.raises(FathomError, match="already holds a different export"):
+        export(other, "jsonl", out)
+    assert export(other, "jsonl", out, force=True).ok
+    assert verify(other, "jsonl", out).ok
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    for force in (False, True):
+        with pytest.raises(FathomError, match="not a Fathom export"):
+            export(study, "jsonl", foreign, force=force)
+    assert (foreign / "notes.txt").read_text() == "mine"
+    with pytest.raises(FathomError, match="no runs under"):
+        export(tmp_path / "foreign", "jsonl", tmp_path / "x")
+    with pytest.raises(FathomError, match="holds no Fathom export"):
+        verify(study, "jsonl", tmp_path / "nothing")
+    with pytest.raises(FathomError, match="pass --to jsonl"):
+        verify(other, "tensorboard", out)
+
+
+def test_verify_notices_changed_source(study: Path) -> None:
+    export(study, "jsonl")
+    hist = study / "residual-s101" / "history.jsonl"
+    hist.write_text(hist.read_text() + json.dumps({"epoch": 9, "val/acc": 0.5}) + "\n")
+    report = verify(study, "jsonl")
+    assert any("changed since this export" in m for m in report.mismatches)
+
+
+def test_tensorboard_round_trip(study: Path) -> None:
+    pytest.importorskip("tensorboard", reason="install the tensorboard extra")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    report = export(study, "tensorboard")
+    assert report.ok, report.lines()
+    acc = EventAccumulator(
+        str(study / "exports" / "tensorboard" / "awkward-s7"), size_guidance={"scalars": 0}
+    )
+    acc.Reload()
+    ev = acc.Scalars("val/ce")
+    assert [e.step for e in ev] == [0, 1, 3, 4] and math.isnan(ev[1].value)
+    assert [e.step for e in acc.Scalars("val/acc")] == [0, 1, 4]  # null at epoch 3 is a gap
+    assert [e.value for e in acc.Scalars("probe/act/mean/L0")][1:3] == [math.inf, -math.inf]
+    assert acc.Scalars("param/disp/L0")[-1].value == math.inf  # 1e300 does not fit float32
+    elapsed = [e.value for e in acc.Scalars("clock/elapsed_s")]
+    assert [e.wall_time for e in ev] == pytest.approx(
+        elapsed, rel=1e-6
+    )  # wall time = Fathom elapsed
+    assert acc.Scalars("split/val/confusion/1/2")
+
+
+def test_tensorboard_verify_detects_extra_event(study: Path) -> None:
+    pytest.importorskip("tensorboard", reason="install the tensorboard extra")
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    export(study, "tensorboard")
+    w = EventFileWriter(
+        str(study / "exports" / "tensorboard" / "residual-s101"), filename_suffix=".extra"
+    )
+    w.add_event(
+        Event(
+            step=7,
+            wall_time=1.0,
+            summary=Summary(value=[Summary.Value(tag="val/acc", simple_value=0.5)]),
+        )
+    )
+    w.close()
+    report = verify(study, "tensorboard")
+    assert not report.ok and any("val/acc: steps" in m for m in report.mismatches)
+
+
+def test_wandb_round_trip(study: Path) -> None:
+    pytest.importorskip("wandb", reason="install the wandb extra")
+    from fathom.export.wandb_records import read_records
+
+    report = export(study, "wandb")
+    assert report.ok, report.lines()
+    assert report.steps == 7 and report.values > 300
+    record = json.loads((study / "exports" / "wandb" / "fathom-export.json").read_text())
+    path = study / "exports" / "wandb" / record["wandb_files"]["awkward-s7"]
+    hist = [r.history for r in read_records(path) if r.WhichOneof("record_type") == "history"]
+    items = [
+        {i.nested_key[0] if i.nested_key else i.key: json.loads(i.value_json) for i in h.item}
+        for h in hist
+    ]
+    assert [x["_step"] for x in items] == [0, 1, 3, 4]
+    assert math.isnan(items[1]["val/ce"]) and items[2]["val/acc"] is None
+    assert items[3]["fit/ce"] == 0.1 + 1e-12 and items[3]["param/disp/L0"] == 1e300
+    assert "clock/training_s" in items[1] and "clock/elapsed_s" in items[1]
+    again = verify(study, "wandb")
+    assert again.ok and again.values == report.values
+
+
+def test_wandb_dropped_step_is_caught(study: Path, tmp_path: Path) -> None:
+    pytest.importorskip("wandb", reason="install the wandb extra")
+    from fathom.export import wandb_export
+    from fathom.export.common import VerifyReport
+
+    run = next(r for r in load_runs(study) if r.run_id == "residual-s101")
+    run.rows = [run.rows[0], run.rows[2], run.rows[1]]  # epoch 1 after 2: W&B drops it
+    out = tmp_path / "wb"
+    out.mkdir()
+    _, extra = wandb_export.write([run], out)
+    report = VerifyReport("wandb", out)
+    wandb_export.verify([run], out, extra, report)
+    assert any("step sequence [0, 2] != epochs [0, 2, 1]" in m for m in report.mismatches)
+
+
+def test_wandb_record_reader_checks_crc(study: Path, tmp_path: Path) -> None:
+    pytest.importorskip("wandb", reason="install the wandb extra")
+    from fathom.export.wandb_records import read_payloads
+
+    export(study, "wandb")
+    record = json.loads((study / "exports" / "wandb" / "fathom-export.json").read_text())
+    path = study / "exports" / "wandb" / record["wandb_files"]["residual-s101"]
+    data = bytearray(path.read_bytes())
+    assert data[:4] == b":W&B" and struct.unpack_from("<H", data, 4)[0] == 0xBEE1
+    data[40] ^= 0xFF
+    bad = tmp_path / "bad.wandb"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(FathomError, match="corrupt record"):
+        read_payloads(bad)
+    assert verify(study, "wandb").ok
+
+
+@pytest.mark.parametrize(("target", "module"), [("wandb", "wandb"), ("tensorboard", "tensorboard")])
+def test_missing_extra_names_it(
+    study: Path, monkeypatch: pytest.MonkeyPatch, target: str, module: str
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(FathomError, match=rf"fathom\[{target}\]"):
+        export(study, target)
+
+
+def test_cli_export(study: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["export", str(study), "--to", "jsonl"]) == 0
+    out = capsys.readouterr().out
+    assert "verified by reading back 2 runs, 7 history rows" in out and "flagged: awkward-s7" in out
+    assert main(["export", str(study), "--to", "jsonl", "--verify-only"]) == 0
+    (study / "exports" / "jsonl" / "history.jsonl").write_text("")
+    assert main(["export", str(study), "--to", "jsonl", "--verify-only"]) == 1
+    assert "mismatch" in capsys.readouterr().out
