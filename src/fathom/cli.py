@@ -18,6 +18,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fathom.curvature.cli",
     "fathom.telemetry.cli",
     "fathom.audit.cli",
+    "fathom.report.cli",
+    "fathom.export.cli",
 )
 
 
