@@ -23,10 +23,14 @@ from fathom.curvature import (
     solve_lyapunov_on_support,
 )
 from fathom.curvature.exact import (
-    curvature_directions,
-    direction_layout,
+    LayerDirections,
+    bias_diagonal,
+    directions_from_jacobian_rows,
+    ggn_directions,
     gradient_gram,
     layer_diagonals,
+    unit_directions,
+    weight_diagonal,
 )
 from fathom.curvature.kfac import (
     exact_ggn_quadratic,
@@ -191,6 +195,14 @@ def diag_of(mat: torch.Tensor, ref: Reference, param: torch.Tensor) -> torch.Ten
     return block(mat, ref, param).diagonal().reshape(param.shape)
 
 
+def layer_directions(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
+    """``(chain, pullback, [LayerDirections per layer])`` as a snapshot computes them."""
+    chain = affine_chain(model)
+    pb = pullback(chain, x, unit_directions)
+    p = softmax_parts(pb.logits).p
+    return chain, pb, [directions_from_jacobian_rows(j, p, y) for j in pb.directions]
+
+
 # -- exact diagonals ----------------------------------------------------------------------
 
 
@@ -248,12 +260,35 @@ def test_dense_mode_is_used_and_gains_are_restored() -> None:
 
 def test_tap_logits_equal_model_output(case: Case) -> None:
     model = case.model()
-    x, y = case.data()
-    pb = pullback(affine_chain(model), x, lambda z: curvature_directions(z, y))
+    x, _ = case.data()
+    pb = pullback(affine_chain(model), x, unit_directions)
     model.eval()
     for b in find_branches(model):
         b.gain = 1.0
     torch.testing.assert_close(pb.logits, model(x).detach(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("logit_scale", [1.0, 300.0])
+def test_jacobian_row_route_equals_direct_pullback(case: Case, logit_scale: float) -> None:
+    """GGN/Fisher directions by linearity from Jacobian rows = pulling back s_ik and r_i directly.
+
+    At ``logit_scale = 300`` the probe is saturated (1 - p_y far below 1e-12), where a naive
+    ``j_k - jbar`` or ``1 - p`` would lose every digit.
+    """
+    model = case.model()
+    x, y = case.data()
+    chain = affine_chain(model)
+    with torch.no_grad():
+        chain.layers[-1].weight.mul_(logit_scale)
+    _, pb, dirs = layer_directions(model, x, y)
+    direct = pullback(chain, x, ggn_directions)
+    resid = pullback(chain, x, lambda z: label_residual(softmax_parts(z), y)[None])
+    if logit_scale > 1:
+        assert float(softmax_parts(pb.logits).one_minus_p.min()) < 1e-12
+    for d, u, r, a in zip(dirs, direct.directions, resid.directions, pb.inputs, strict=True):
+        assert_close(weight_diagonal(d.ggn, a), weight_diagonal(u, a), TOL, "GGN diag, two routes")
+        assert_close(bias_diagonal(d.ggn), bias_diagonal(u), TOL, "GGN bias diag, two routes")
+        assert_close(d.fisher, r[0], TOL, "Fisher direction, two routes")
 
 
 # -- softmax pieces ------------------------------------------------------------------------
@@ -292,12 +327,10 @@ def test_kfac_equals_exact_ggn_block_on_single_datum(case: Case) -> None:
     model = case.model()
     x, y = case.data()
     x, y = x[:1], y[:1]
-    chain = affine_chain(model)
-    pb = pullback(chain, x, lambda z: curvature_directions(z, y))
-    layout = direction_layout(pb.logits.shape[1])
+    chain, pb, dirs = layer_directions(model, x, y)
     ref = brute_force(model, x, y)
-    for lin, u, a in zip(chain.layers, pb.directions, pb.inputs, strict=True):
-        big_a, big_g = kfac_factors(u[layout.ggn], a)
+    for lin, d, a in zip(chain.layers, dirs, pb.inputs, strict=True):
+        big_a, big_g = kfac_factors(d.ggn, a)
         assert_close(
             torch.kron(big_g, big_a), block(ref.ggn, ref, lin.weight), TOL, "KFAC block, N=1"
         )
@@ -306,12 +339,10 @@ def test_kfac_equals_exact_ggn_block_on_single_datum(case: Case) -> None:
 def test_kfac_diagonal_quadratic_and_spectra_against_full_factors(case: Case) -> None:
     model = case.model()
     x, y = case.data()
-    chain = affine_chain(model)
-    pb = pullback(chain, x, lambda z: curvature_directions(z, y))
-    layout = direction_layout(pb.logits.shape[1])
+    chain, pb, dirs = layer_directions(model, x, y)
     ref = brute_force(model, x, y)
-    for lin, u, a in zip(chain.layers, pb.directions, pb.inputs, strict=True):
-        ug = u[layout.ggn]
+    for lin, d, a in zip(chain.layers, dirs, pb.inputs, strict=True):
+        ug = d.ggn
         big_a, big_g = kfac_factors(ug, a)
         kron = torch.kron(big_g, big_a)
         assert_close(
@@ -436,9 +467,7 @@ def test_gradient_gram_matches_per_example_gradients() -> None:
     case = CASES[2]
     model = case.model()
     x, y = case.data()
-    chain = affine_chain(model)
-    pb = pullback(chain, x, lambda z: curvature_directions(z, y))
-    layout = direction_layout(pb.logits.shape[1])
+    chain, pb, dirs = layer_directions(model, x, y)
     lin = chain.layers[1]
     model.eval()
 
@@ -448,14 +477,14 @@ def test_gradient_gram_matches_per_example_gradients() -> None:
 
     per = torch.func.vmap(torch.func.grad(loss_i), in_dims=(None, 0, 0))(lin.weight.detach(), x, y)
     flat = per.reshape(x.shape[0], -1)
-    gram = gradient_gram(pb.directions[1][layout.fisher][0], pb.inputs[1])
+    gram = gradient_gram(dirs[1].fisher, pb.inputs[1])
     assert_close(gram, flat @ flat.T, 1e-12, "per-example gradient Gram")
 
 
 def test_layer_diagonals_without_bias_give_none() -> None:
     u = torch.randn(3, 4, 2, dtype=DT)
     a = torch.randn(4, 5, dtype=DT)
-    d = layer_diagonals(u, a, direction_layout(1), has_bias=False)
+    d = layer_diagonals(LayerDirections(u, u[0], u), a, has_bias=False)
     assert d.ggn_b is None and d.fisher_b is None and d.jacobian_b is None
 
 

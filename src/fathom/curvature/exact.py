@@ -14,6 +14,10 @@ The three matrices differ only in their output directions:
   factor of the softmax Hessian (exact, not sampled);
 * **empirical Fisher** ``(1/N) sum_i g_i g_i^T`` (observed labels): one direction ``r_i = p_i - e_y``;
 * **logit-Jacobian Gram** ``(1/N) sum_i sum_c J_ic^T J_ic``: ``v_ic = e_c``, the ``C`` unit logits.
+
+A snapshot pulls back only the ``C`` unit directions and forms the other two by linearity
+(:func:`directions_from_jacobian_rows`); :func:`exact_ggn_diagonal` pulls back the ``s_ik``
+directly. Both are tested against each other and against materialized matrices.
 """
 
 from __future__ import annotations
@@ -24,32 +28,45 @@ import torch
 from torch import nn
 
 from fathom.curvature.chain import AffineChain, affine_chain, pullback
-from fathom.curvature.softmax import label_residual, softmax_hessian_sqrt, softmax_parts
+from fathom.curvature.softmax import softmax_hessian_sqrt, softmax_parts
+
+
+def unit_directions(logits: torch.Tensor) -> torch.Tensor:
+    """The ``C`` unit logit directions ``e_c``, ``[C, N, C]``: their pullbacks are the Jacobian rows."""
+    n, c = logits.shape
+    return torch.eye(c, dtype=logits.dtype, device=logits.device)[:, None, :].expand(c, n, c)
 
 
 @dataclass(frozen=True)
-class DirectionLayout:
-    """Where each matrix's directions sit in the stacked ``[K, N, C]`` direction tensor."""
+class LayerDirections:
+    """One layer's pulled-back directions: GGN ``[C, N, d]``, Fisher ``[N, d]``, Jacobian ``[C, N, d]``."""
 
-    ggn: slice
-    fisher: slice
-    jacobian: slice
-
-
-def direction_layout(classes: int) -> DirectionLayout:
-    """``[s_1..s_C | r | e_1..e_C]``: GGN, empirical Fisher, Jacobian Gram."""
-    c = classes
-    return DirectionLayout(slice(0, c), slice(c, c + 1), slice(c + 1, 2 * c + 1))
+    ggn: torch.Tensor
+    fisher: torch.Tensor
+    jacobian: torch.Tensor
 
 
-def curvature_directions(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The ``[2C+1, N, C]`` output directions in the order of :func:`direction_layout`."""
-    n, c = logits.shape
-    parts = softmax_parts(logits)
-    s = softmax_hessian_sqrt(parts).permute(2, 0, 1)  # [k, i, c]
-    r = label_residual(parts, labels)[None]
-    e = torch.eye(c, dtype=logits.dtype, device=logits.device)[:, None, :].expand(c, n, c)
-    return torch.cat([s, r, e], dim=0)
+def directions_from_jacobian_rows(
+    j: torch.Tensor, p: torch.Tensor, labels: torch.Tensor
+) -> LayerDirections:
+    """GGN and Fisher directions from the Jacobian rows ``j_ic = J_{z,i}^T e_c`` (``[C, N, d]``).
+
+    Since ``s_ik = sqrt(p_ik)(e_k - p_i)`` and ``r_i = p_i - e_y``, linearity gives, with
+    ``sum_c p_ic = 1`` used exactly (no ``j_k - jbar`` subtraction, no ``1 - p`` cancellation)::
+
+        u_ik     = J^T s_ik = sqrt(p_ik) sum_c p_ic (j_ik - j_ic)
+        delta_i  = J^T r_i  =            sum_c p_ic (j_ic - j_iy)
+
+    So one pullback of the ``C`` unit directions serves the GGN, the empirical Fisher and the
+    Jacobian Gram. ``p`` is ``[N, C]``; the ``C^2 N d`` elementwise work is small next to the
+    ``C N d d'`` pullback.
+    """
+    pw = p.T[:, :, None]  # [c, i, 1]
+    ggn = torch.stack([(pw * (j[k][None] - j)).sum(0) for k in range(j.shape[0])])
+    ggn = ggn * p.T.sqrt()[:, :, None]
+    j_label = j.gather(0, labels.long()[None, :, None].expand(1, *j.shape[1:]))
+    fisher = (pw * (j - j_label)).sum(0)
+    return LayerDirections(ggn=ggn, fisher=fisher, jacobian=j)
 
 
 def ggn_directions(logits: torch.Tensor) -> torch.Tensor:
@@ -79,11 +96,9 @@ class LayerDiagonals:
     jacobian_b: torch.Tensor | None
 
 
-def layer_diagonals(
-    u: torch.Tensor, a: torch.Tensor, layout: DirectionLayout, has_bias: bool
-) -> LayerDiagonals:
+def layer_diagonals(dirs: LayerDirections, a: torch.Tensor, has_bias: bool) -> LayerDiagonals:
     """GGN, empirical-Fisher and Jacobian-Gram diagonals from one layer's pulled-back directions."""
-    blocks = (u[layout.ggn], u[layout.fisher], u[layout.jacobian])
+    blocks = (dirs.ggn, dirs.fisher[None], dirs.jacobian)
     w = [weight_diagonal(b, a) for b in blocks]
     b = [bias_diagonal(b) if has_bias else None for b in blocks]
     return LayerDiagonals(w[0], w[1], w[2], b[0], b[1], b[2])

@@ -2,7 +2,7 @@
 
 The model is evaluated in dense mode (``eval()``, every branch at gain one, dropout off) in
 its own dtype (the CLI converts checkpoints to float64). One forward pass and one batched
-backward over ``2C + 1`` output directions feed everything below.
+backward of the ``C`` unit logit directions (the Jacobian rows) feed everything below.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from torch import nn
 from fathom.curvature.chain import affine_chain, pullback
 from fathom.curvature.exact import (
     LayerDiagonals,
-    curvature_directions,
-    direction_layout,
+    directions_from_jacobian_rows,
     gradient_concentration,
     gradient_gram,
     layer_diagonals,
+    unit_directions,
 )
 from fathom.curvature.kfac import (
     Spectrum,
@@ -32,7 +32,7 @@ from fathom.curvature.kfac import (
     relative_l1_error,
 )
 from fathom.curvature.mismatch import output_mismatch
-from fathom.curvature.softmax import cross_entropy
+from fathom.curvature.softmax import cross_entropy, softmax_parts
 
 NORMALIZATION = (
     "mean over the N probe examples: every matrix is (1/N) sum_i of per-example terms "
@@ -90,9 +90,9 @@ def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) 
     t0 = time.perf_counter()
     chain = affine_chain(model)
     labels = labels.long().to(device=x.device)
-    pb = pullback(chain, x, lambda logits: curvature_directions(logits, labels))
+    pb = pullback(chain, x, unit_directions)
     n, c = pb.logits.shape
-    layout = direction_layout(c)
+    p = softmax_parts(pb.logits).p
     ce = cross_entropy(pb.logits, labels)
 
     layers: list[dict] = []
@@ -100,10 +100,11 @@ def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) 
     gram_total = torch.zeros(n, n, dtype=pb.logits.dtype, device=pb.logits.device)
     for name, lin, u, a in zip(chain.names, chain.layers, pb.directions, pb.inputs, strict=True):
         has_bias = lin.bias is not None
-        d = layer_diagonals(u, a, layout, has_bias)
+        dirs = directions_from_jacobian_rows(u, p, labels)
+        d = layer_diagonals(dirs, a, has_bias)
         diagonals.append(d)
-        u_ggn = u[layout.ggn]
-        delta = u[layout.fisher][0]  # [N, d_out], dCE_i/dz_i
+        u_ggn = dirs.ggn
+        delta = dirs.fisher  # [N, d_out], dCE_i/dz_i
         g_bar = delta.T @ a / n  # probe-mean CE gradient of W
         g_sq = float(g_bar.square().sum())
         spec_a, spec_g = kfac_spectra(u_ggn, a)
