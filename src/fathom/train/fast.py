@@ -146,7 +146,8 @@ def sgd_momentum_(
 
 def _autocast(device: torch.device, precision: str):
     if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        # cache_enabled=False: required for CUDA-graph capture under autocast
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
     return nullcontext()
 
 

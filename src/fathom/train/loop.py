@@ -339,16 +339,19 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
         if not evaluate and not tel_due:
             return None
         row: dict[str, Any] = {"epoch": epoch, "step": step, "train/loss_running": running_loss}
+        predictions: dict[str, torch.Tensor] = {}
         if evaluate:
             t0 = time.perf_counter()
             for name in ("fit", "val", "test"):
                 x, y = getattr(splits, f"{name}_x"), getattr(splits, f"{name}_y")
-                acc, ce = (
-                    split_scores(model, x, y, cfg.eval.batch_size)
-                    if name in cfg.eval.splits
-                    else (None, None)
-                )
+                if name not in cfg.eval.splits:
+                    row[f"{name}/acc"], row[f"{name}/ce"] = None, None
+                    continue
+                preds: list[torch.Tensor] | None = [] if tel_due else None
+                acc, ce = split_scores(model, x, y, cfg.eval.batch_size, preds)
                 row[f"{name}/acc"], row[f"{name}/ce"] = acc, ce
+                if preds:
+                    predictions[name] = torch.cat(preds)
             _sync(device)
             clocks.evaluation_s += time.perf_counter() - t0
             val_ce = row.get("val/ce")
@@ -382,7 +385,8 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
                 epoch, step, model, optimizer, controller, splits, initial_params, device, cfg
             )
             t0 = time.perf_counter()
-            row.update(recorder.observe(ctx))
+            # the instrument reuses this boundary's dense predictions (no second forward pass)
+            row.update(recorder.observe(ctx, predictions=predictions or None))
             _sync(device)
             dt = time.perf_counter() - t0
             if clocks.telemetry_cold_s is None:
