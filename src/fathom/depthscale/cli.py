@@ -1,0 +1,141 @@
+"""``fathom depth-scaling``: train both arms at every depth, then the table and its verdict."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from fathom.depthscale.config import PRESETS, DepthScaleConfig, make_config
+from fathom.depthscale.runner import ARMS, run_benchmark
+from fathom.depthscale.table import render_markdown, write_table
+
+
+def _fmt(v: Any, spec: str) -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def epoch_line(row: dict[str, Any]) -> str:
+    """``Epoch 10: train=0.494 test=0.423 λ=1.940 σ=9.41e-01/3.56e-08 κ=2.6e+07``.
+
+    train / test: dense accuracy on the fitting and test splits; λ: λ̂ on the probe
+    examples; σ: median σ_max / σ_min (numerically nonzero) of the float64 input-output
+    Jacobian; κ their median ratio. Health fields appear on health-check epochs only.
+    """
+    line = f"Epoch {row['epoch']}: train={_fmt(row.get('fit/acc'), '.3f')} test={_fmt(row.get('test/acc'), '.3f')}"
+    if row.get("lyap/probe") is not None:
+        line += f" λ={row['lyap/probe']:.3f}"
+    if row.get("jac/sigma_max") is not None:
+        line += f" σ={row['jac/sigma_max']:.2e}/{_fmt(row.get('jac/sigma_min'), '.2e')}"
+        line += f" κ={_fmt(row.get('jac/kappa'), '.1e')}"
+    if row.get("spike/silent_layers"):
+        line += f" silent={len(row['spike/silent_layers'])}"
+    return line
+
+
+def make_reporter(cfg: DepthScaleConfig, quiet: bool):
+    """(progress callback, rich Progress or None)."""
+    if quiet:
+        return None, None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    total = len(cfg.depths) * len(ARMS) * len(cfg.seeds) * cfg.epochs
+    task = progress.add_task("epochs", total=total)
+    console = progress.console
+
+    def report(event: str, row: dict[str, Any]) -> None:
+        if event == "start":
+            console.print(
+                f"{row['arm']}: depth={row['depth']} seed={row['seed']} -> {row['run_dir']}"
+            )
+        elif event == "epoch" and row["epoch"] >= 1:
+            progress.advance(task)
+            if row["epoch"] % cfg.log_every == 0 or row["epoch"] == cfg.epochs:
+                console.print(epoch_line(row))
+        elif event == "end":
+            console.print(
+                f"{row['arm']}: depth={row['depth']} seed={row['seed']} status={row['status']}"
+            )
+
+    return report, progress
+
+
+def cmd_depth_scaling(args: argparse.Namespace) -> int:
+    cfg = make_config(
+        args.preset,
+        dataset=args.dataset,
+        data_dir=args.data_dir,
+        depths=args.depths,
+        timesteps=args.timesteps,
+        epochs=args.epochs,
+        lyap_weight=args.lyap_weight,
+        lyap_target=args.lyap_target,
+        seeds=args.seeds,
+        width_mult=args.width_mult,
+        fit_subset=args.fit_subset,
+        eval_subset=args.eval_subset,
+        device=args.device,
+        runs_dir=args.runs_dir,
+        residual=True if args.residual else None,
+        batchnorm=False if args.no_batchnorm else None,
+    )
+    report, progress = make_reporter(cfg, args.quiet)
+    root = Path(args.out) if args.out else None
+    if progress is not None:
+        with progress:
+            root = run_benchmark(cfg, root, progress=report)
+    else:
+        root = run_benchmark(cfg, root)
+    import json
+
+    classes = json.loads((root / "benchmark.json").read_text())["classes"]
+    note = _scale_note(cfg)
+    table = write_table(root, classes, cfg.dataset, note)
+    print(render_markdown(table, note))
+    print(f"Results saved to {root}")
+    return 0
+
+
+def _scale_note(cfg: DepthScaleConfig) -> str:
+    kind = f"spiking LIF T={cfg.timesteps}" if cfg.neuron == "lif" and cfg.timesteps > 0 else "ANN"
+    parts = [
+        f"{kind}, width_mult={cfg.width_mult:g}, epochs={cfg.epochs}, seeds={cfg.seeds}",
+        f"fit subset={cfg.fit_subset or 'all'}, eval subset={cfg.eval_subset or 'all'}",
+        f"λ_reg={cfg.lyap_weight:g}, λ_target={cfg.lyap_target:g}, device={cfg.device}",
+    ]
+    if cfg.preset:
+        parts.insert(0, f"preset {cfg.preset} (scaled down for a CPU; not a full-size result)")
+    return "Setup: " + "; ".join(parts) + "."
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "depth-scaling",
+        help="conv / spiking conv nets at several depths, vanilla vs Lyapunov-regularized",
+        description=__doc__,
+    )
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None)
+    p.add_argument("--dataset", default=None, help="mnist | fashion-mnist | cifar10 | cifar100")
+    p.add_argument("--data-dir", default=None, help="folder holding the dataset's official files")
+    p.add_argument("--depths", type=int, nargs="+", default=None)
+    p.add_argument("--timesteps", type=int, default=None, help="spiking timesteps T (0 = ANN)")
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--lyap-weight", type=float, default=None, help="λ_reg (default 0.3)")
+    p.add_argument("--lyap-target", type=float, default=None, help="λ_target (default -0.1)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None)
+    p.add_argument("--width-mult", type=float, default=None)
+    p.add_argument("--fit-subset", type=int, default=None, help="first n fitting examples")
+    p.add_argument("--eval-subset", type=int, default=None, help="first n val and test examples")
+    p.add_argument("--residual", action="store_true", help="residual control")
+    p.add_argument("--no-batchnorm", action="store_true", help="no-BatchNorm control")
+    p.add_argument("--device", default=None, help="auto | cpu | cuda")
+    p.add_argument("--runs-dir", default=None, help="parent of depth_scaling/ (default runs)")
+    p.add_argument("--out", default=None, help="exact output directory (default timestamped)")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_depth_scaling)

@@ -1,0 +1,258 @@
+"""The results table, read from run directories, and its computed verdict.
+
+Per run (from ``manifest.json`` and ``history.jsonl`` only):
+
+* ``test_acc``: test accuracy at the selected epoch (minimum validation CE; the test set is
+  never used to choose); ``fit_ce``: fitting-set CE (dense) at that epoch. These two feed
+  the failure flags and the verdict (:func:`fathom.stats.depth_scaling_verdict`); a run
+  that never completed an epoch has ``None``.
+* ``lyapunov``: λ̂ on the probe examples at the last health check; ``grad_norm``: the mean
+  total gradient norm over the steps of the last completed epoch; ``kappa``: median κ of
+  the float64 input-output Jacobian at the last health check (over numerically nonzero
+  singular values; see :mod:`fathom.dynamics.health`).
+
+Table cells are means over seeds (``n`` shown when more than one seed). Ill-conditioning
+notes are printed only from κ computed that way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fathom.dynamics.health import ILL_CONDITIONED_KAPPA, RANK_FLOOR_RULE
+from fathom.errors import FathomError
+from fathom.io import atomic_write_json, atomic_write_text, read_jsonl
+from fathom.stats.flags import failure_flags
+from fathom.stats.verdicts import (
+    ArmRuns,
+    DepthScalingTable,
+    DepthScalingVerdict,
+    depth_scaling_verdict,
+)
+
+BASELINE, CANDIDATE = "vanilla", "Lyapunov"
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run's row inputs; ``None`` where not recorded."""
+
+    depth: int
+    arm: str
+    seed: int
+    status: str
+    test_acc: float | None
+    fit_ce: float | None
+    fit_acc: float | None = None
+    lyapunov: float | None = None
+    grad_norm: float | None = None
+    kappa: float | None = None
+    silent_layers: list[str] | None = None
+    selected_epoch: int | None = None
+    run_dir: str | None = None
+    flags: list[str] = field(default_factory=list)
+
+
+def _last(history: list[dict[str, Any]], key: str) -> Any:
+    for row in reversed(history):
+        if row.get(key) is not None:
+            return row[key]
+    return None
+
+
+def read_run(path: Path) -> RunRecord:
+    """A :class:`RunRecord` from one run directory."""
+    try:
+        manifest = json.loads((path / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise FathomError(
+            f"{str(path)!r} has no readable manifest.json ({e}); rerun that run"
+        ) from None
+    cfg = manifest["config"]
+    history, _ = read_jsonl(path / "history.jsonl")
+    observed = [r for r in history if r.get("epoch", 0) >= 1 and "val/acc" in r]
+    sel_epoch = manifest.get("selected", {}).get("epoch")
+    sel = next((r for r in observed if r["epoch"] == sel_epoch), None)
+    return RunRecord(
+        depth=int(cfg["depth"]),
+        arm=str(cfg["arm"]),
+        seed=int(cfg["seed"]),
+        status=manifest["status"],
+        test_acc=None if sel is None else sel.get("test/acc"),
+        fit_ce=None if sel is None else sel.get("fit/ce"),
+        fit_acc=None if sel is None else sel.get("fit/acc"),
+        lyapunov=_last(observed, "lyap/probe"),
+        grad_norm=_last(history, "grad_norm/total"),
+        kappa=_last(observed, "jac/kappa"),
+        silent_layers=_last(observed, "spike/silent_layers"),
+        selected_epoch=sel_epoch,
+        run_dir=str(path),
+    )
+
+
+def read_runs(root: Path) -> list[RunRecord]:
+    """Every run directory directly under ``root``."""
+    dirs = sorted(p for p in Path(root).iterdir() if (p / "manifest.json").exists())
+    if not dirs:
+        raise FathomError(
+            f"no run directories under {str(root)!r}; run `fathom depth-scaling` first"
+        )
+    return [read_run(p) for p in dirs]
+
+
+def _mean(values: list[float | None]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.fmean(finite) if finite and len(finite) == len(values) else None
+
+
+def verdict_table(records: list[RunRecord], classes: int, dataset: str = "") -> DepthScalingTable:
+    """The statistics module's input: per depth and arm, per-seed test accuracy, CE, status."""
+    rows: dict[int, dict[str, ArmRuns]] = {}
+    for depth in sorted({r.depth for r in records}):
+        rows[depth] = {}
+        for arm in (BASELINE, CANDIDATE):
+            runs = sorted(
+                (r for r in records if r.depth == depth and r.arm == arm), key=lambda r: r.seed
+            )
+            rows[depth][arm] = ArmRuns(
+                test_acc=[r.test_acc for r in runs],
+                status=[r.status for r in runs],
+                train_ce=[r.fit_ce for r in runs],
+                seeds=[r.seed for r in runs],
+            )
+    return DepthScalingTable(
+        classes=classes, baseline=BASELINE, candidate=CANDIDATE, rows=rows, dataset=dataset
+    )
+
+
+@dataclass
+class ResultsTable:
+    dataset: str
+    classes: int
+    rows: list[dict[str, Any]]
+    verdict: DepthScalingVerdict
+    conditioning: list[str]
+    records: list[RunRecord]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "classes": self.classes,
+            "rows": self.rows,
+            "verdict": self.verdict.to_dict(),
+            "conditioning": self.conditioning,
+            "kappa_rule": f"median over probes; numerically nonzero: {RANK_FLOOR_RULE}",
+            "runs": [asdict(r) for r in self.records],
+        }
+
+
+def build_table(records: list[RunRecord], classes: int, dataset: str = "") -> ResultsTable:
+    """Rows with the log's columns plus failures, and the computed verdict."""
+    verdict = depth_scaling_verdict(verdict_table(records, classes, dataset))
+    flagged = []
+    for r in records:
+        flags = failure_flags(
+            status=r.status,
+            test_acc=r.test_acc,
+            train_ce=r.fit_ce,
+            classes=classes,
+            fit_acc=r.fit_acc,
+        )
+        flagged.append(RunRecord(**{**asdict(r), "flags": flags}))
+    rows, conditioning = [], []
+    for depth in sorted({r.depth for r in flagged}):
+        cell = {
+            arm: [r for r in flagged if r.depth == depth and r.arm == arm]
+            for arm in (BASELINE, CANDIDATE)
+        }
+        base_acc = _mean([r.test_acc for r in cell[BASELINE]])
+        cand_acc = _mean([r.test_acc for r in cell[CANDIDATE]])
+        failures = [
+            f"{r.arm} s{r.seed}: {', '.join(r.flags)}"
+            for arm in (BASELINE, CANDIDATE)
+            for r in cell[arm]
+            if r.flags
+        ]
+        row = {
+            "depth": depth,
+            "seeds": len(cell[BASELINE]),
+            "vanilla_acc": base_acc,
+            "lyapunov_acc": cand_acc,
+            "delta_acc": None if base_acc is None or cand_acc is None else cand_acc - base_acc,
+            "vanilla_lambda": _mean([r.lyapunov for r in cell[BASELINE]]),
+            "lyapunov_lambda": _mean([r.lyapunov for r in cell[CANDIDATE]]),
+            "vanilla_grad_norm": _mean([r.grad_norm for r in cell[BASELINE]]),
+            "lyapunov_grad_norm": _mean([r.grad_norm for r in cell[CANDIDATE]]),
+            "vanilla_kappa": _median([r.kappa for r in cell[BASELINE]]),
+            "lyapunov_kappa": _median([r.kappa for r in cell[CANDIDATE]]),
+            "cells": verdict.cells.get(depth, {}),
+            "failures": failures,
+        }
+        rows.append(row)
+        for arm, key in ((BASELINE, "vanilla_kappa"), (CANDIDATE, "lyapunov_kappa")):
+            if row[key] is not None and row[key] > ILL_CONDITIONED_KAPPA:
+                conditioning.append(
+                    f"depth {depth}: {arm} input-output Jacobian is ill-conditioned "
+                    f"(median κ = {row[key]:.2e} > {ILL_CONDITIONED_KAPPA:.0e}, float64, "
+                    "over numerically nonzero singular values)"
+                )
+    return ResultsTable(dataset, classes, rows, verdict, conditioning, flagged)
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _f(v: float | None, spec: str) -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def render_markdown(table: ResultsTable, note: str = "") -> str:
+    """``table.md``: the columns of the original log plus κ of both arms and failures."""
+    lines = [f"# Depth scaling: {table.dataset} ({table.classes} classes)", ""]
+    if note:
+        lines += [note, ""]
+    lines += [
+        "| depth | vanilla acc | Lyapunov acc | Δ acc | vanilla λ̂ | Lyapunov λ̂ | vanilla ∇norm | "
+        "Lyapunov ∇norm | vanilla κ | Lyapunov κ | failures |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in table.rows:
+        lines.append(
+            f"| {r['depth']} | {_f(r['vanilla_acc'], '.3f')} | {_f(r['lyapunov_acc'], '.3f')} | "
+            f"{_f(r['delta_acc'], '+.3f')} | {_f(r['vanilla_lambda'], '.3f')} | "
+            f"{_f(r['lyapunov_lambda'], '.3f')} | {_f(r['vanilla_grad_norm'], '.2e')} | "
+            f"{_f(r['lyapunov_grad_norm'], '.2e')} | {_f(r['vanilla_kappa'], '.1e')} | "
+            f"{_f(r['lyapunov_kappa'], '.1e')} | {'; '.join(r['failures']) or '—'} |"
+        )
+    v = table.verdict
+    lines += ["", f"**Verdict:** {v.sentence}", ""]
+    lines += [f"- {o}" for o in v.observations]
+    if table.conditioning:
+        lines += ["", "Conditioning:", *[f"- {c}" for c in table.conditioning]]
+    lines += [
+        "",
+        "Accuracy: test accuracy at the epoch of minimum validation CE (mean over seeds). "
+        "λ̂: maximal depth-wise Lyapunov exponent on probe examples at the last health check. "
+        "∇norm: mean total gradient norm over the last epoch's steps. κ: median over probe "
+        "examples of σ_max/σ_min of the float64 input-output Jacobian, σ_min the smallest "
+        f"numerically nonzero singular value ({RANK_FLOOR_RULE}). A run FAILED when it "
+        "diverged, did not complete, its test accuracy is below twice chance or its fitting "
+        "CE is near ln C.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_table(root: Path, classes: int, dataset: str, note: str = "") -> ResultsTable:
+    """Read the run directories under ``root``; write ``table.md`` and ``table.json``."""
+    table = build_table(read_runs(root), classes, dataset)
+    atomic_write_text(root / "table.md", render_markdown(table, note))
+    atomic_write_json(root / "table.json", table.to_dict())
+    return table

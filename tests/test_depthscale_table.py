@@ -1,0 +1,100 @@
+"""The results table feeds the statistics module's verdict: the log's table cannot claim."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fathom.depthscale.table import RunRecord, build_table, read_runs, render_markdown, write_table
+from fathom.errors import FathomError
+
+# the original log (CIFAR-100, one seed): final test accuracies per depth
+LOG_VANILLA = {4: 0.614, 8: 0.522, 12: 0.102, 16: 0.037, 20: 0.010}
+LOG_KAPPA = {4: 1.2e9, 8: 1.4e9, 12: 2.5e7, 16: 2.4e7, 20: 6.5e7}
+
+
+def log_like_records() -> list[RunRecord]:
+    recs = []
+    for depth, acc in LOG_VANILLA.items():
+        recs.append(RunRecord(depth, "vanilla", 0, "complete", acc, None, kappa=LOG_KAPPA[depth]))
+        recs.append(
+            RunRecord(depth, "Lyapunov", 0, "complete", 0.010, None, lyapunov=1.9 + depth / 40)
+        )
+    return recs
+
+
+def test_log_like_table_gives_no_conclusion_never_better_scaling():
+    table = build_table(log_like_records(), classes=100, dataset="cifar100")
+    v = table.verdict
+    assert v.verdict == "no conclusion"
+    assert v.sentence == "no conclusion: the Lyapunov arm failed to train at every depth"
+    assert all(c["Lyapunov"] == "failed" for c in v.cells.values())
+    assert v.cells[20]["vanilla"] == "failed" and v.cells[4]["vanilla"] == "trained"
+    md = render_markdown(table)
+    assert "better" not in md.lower()
+    assert "Lyapunov s0: at_chance" in md
+    # every row has the failure column filled for the Lyapunov arm
+    assert all(any("Lyapunov" in f for f in r["failures"]) for r in table.rows)
+
+
+def test_both_arms_train_gives_a_computed_claim_with_an_interval():
+    recs = []
+    accs = {
+        ("vanilla", 4): (0.60, 0.62),
+        ("vanilla", 8): (0.50, 0.52),
+        ("Lyapunov", 4): (0.60, 0.61),
+        ("Lyapunov", 8): (0.58, 0.60),
+    }
+    for (arm, depth), pair in accs.items():
+        for seed, acc in enumerate(pair):
+            recs.append(RunRecord(depth, arm, seed, "complete", acc, 0.9, fit_acc=0.9))
+    table = build_table(recs, classes=10)
+    assert table.verdict.verdict == "better scaling"
+    assert table.verdict.scaling is not None and table.verdict.scaling.low > 0
+    assert table.rows[0]["delta_acc"] == pytest.approx(-0.005)
+    one_seed = [r for r in recs if r.seed == 0]
+    assert build_table(one_seed, classes=10).verdict.verdict == "inconclusive"
+
+
+def test_kappa_notes_only_from_defined_kappa():
+    table = build_table(log_like_records(), classes=100)
+    assert len(table.conditioning) == 5  # vanilla κ > 1e6 at every depth; Lyapunov κ unknown
+    assert all("vanilla" in c for c in table.conditioning)
+
+
+def test_reads_run_directories(tmp_path):
+    run = tmp_path / "d04-vanilla-s0"
+    run.mkdir()
+    manifest = {
+        "status": "complete",
+        "config": {"depth": 4, "arm": "vanilla", "seed": 0},
+        "selected": {"epoch": 1, "val_ce": 2.0},
+    }
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    rows = [
+        {"epoch": 0, "val/acc": 0.1, "test/acc": 0.1, "fit/ce": 2.3},
+        {
+            "epoch": 1,
+            "val/acc": 0.5,
+            "test/acc": 0.45,
+            "fit/ce": 1.2,
+            "fit/acc": 0.6,
+            "lyap/probe": -0.2,
+            "jac/kappa": 12.0,
+            "grad_norm/total": 0.7,
+        },
+    ]
+    (run / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (rec,) = read_runs(tmp_path)
+    assert (rec.test_acc, rec.fit_ce, rec.lyapunov, rec.kappa, rec.grad_norm) == (
+        0.45,
+        1.2,
+        -0.2,
+        12.0,
+        0.7,
+    )
+    with pytest.raises(FathomError, match="depth 4, arm .Lyapunov. has 0 test accuracies"):
+        write_table(tmp_path, classes=10, dataset="mnist")
+    with pytest.raises(FathomError, match="no run directories"):
+        read_runs(tmp_path / "d04-vanilla-s0")
