@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fathom.audit.cli",
     "fathom.report.cli",
     "fathom.export.cli",
+    "fathom.depthscale.cli",
 )
 
 
