@@ -5,7 +5,8 @@
 1. ``ciresan-sd-quick`` (real MNIST, 30 runs) end to end with ``--workers 1`` and
    ``--workers 2``, each into a fresh directory, one after the other: wall time and ratio.
 2. Ray overhead: a tiny study (4 runs, 1 epoch, width x 0.02, 500 fitting examples) run
-   sequentially in this process and as Ray tasks on a local Ray; per-run overhead
+   sequentially in this process and as Ray tasks on a one-CPU local Ray (so the tasks
+   also run one at a time and the difference is overhead, not parallelism); per-run overhead
    = (Ray wall - local wall) / runs, with Ray start-up timed separately. Repeated
    ``--repeats`` times; medians printed. Final hashes must agree.
 """
@@ -75,7 +76,7 @@ def bench_ray(repeats: int) -> None:
     study = validate_study_config(TINY, "bench")
     n = len(study.study.recipes) * len(study.study.seeds)
     t0 = time.perf_counter()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)  # serial tasks, like local
     startup = time.perf_counter() - t0
     local_w, ray_w, same = [], [], []
     try:

@@ -14,6 +14,7 @@ from fathom.errors import FathomError
 
 COMMAND_MODULES: tuple[str, ...] = (
     "fathom.train.cli",
+    "fathom.study.cli",
     "fathom.data.cli",
     "fathom.curvature.cli",
     "fathom.telemetry.cli",
