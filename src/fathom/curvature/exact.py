@@ -28,7 +28,12 @@ import torch
 from torch import nn
 
 from fathom.curvature.chain import AffineChain, affine_chain, pullback
-from fathom.curvature.softmax import softmax_hessian_sqrt, softmax_parts
+from fathom.curvature.softmax import (
+    SoftmaxParts,
+    label_residual,
+    softmax_hessian_sqrt,
+    softmax_parts,
+)
 
 
 def unit_directions(logits: torch.Tensor) -> torch.Tensor:
@@ -47,25 +52,24 @@ class LayerDirections:
 
 
 def directions_from_jacobian_rows(
-    j: torch.Tensor, p: torch.Tensor, labels: torch.Tensor
+    j: torch.Tensor, parts: SoftmaxParts, labels: torch.Tensor
 ) -> LayerDirections:
     """GGN and Fisher directions from the Jacobian rows ``j_ic = J_{z,i}^T e_c`` (``[C, N, d]``).
 
-    Since ``s_ik = sqrt(p_ik)(e_k - p_i)`` and ``r_i = p_i - e_y``, linearity gives, with
-    ``sum_c p_ic = 1`` used exactly (no ``j_k - jbar`` subtraction, no ``1 - p`` cancellation)::
+    By linearity ``J^T v = sum_c v_c j_c``, so with the cancellation-resistant coefficients of
+    :mod:`fathom.curvature.softmax` (``1 - p`` from the complement, never ``1 - p`` formed)::
 
-        u_ik     = J^T s_ik = sqrt(p_ik) sum_c p_ic (j_ik - j_ic)
-        delta_i  = J^T r_i  =            sum_c p_ic (j_ic - j_iy)
+        u_ik     = J^T s_ik = sum_c S_i[c, k] j_ic    (S_i the square-root factor of H_i)
+        delta_i  = J^T r_i  = sum_c r_ic j_ic         (r_i = p_i - e_y)
 
-    So one pullback of the ``C`` unit directions serves the GGN, the empirical Fisher and the
-    Jacobian Gram. ``p`` is ``[N, C]``; the ``C^2 N d`` elementwise work is small next to the
-    ``C N d d'`` pullback.
+    One pullback of the ``C`` unit directions thus serves the GGN, the empirical Fisher and the
+    Jacobian Gram; the extra work is a ``C x C`` mix per example and coordinate (``C^2 N d``),
+    small next to the ``C N d d'`` pullback.
     """
-    pw = p.T[:, :, None]  # [c, i, 1]
-    ggn = torch.stack([(pw * (j[k][None] - j)).sum(0) for k in range(j.shape[0])])
-    ggn = ggn * p.T.sqrt()[:, :, None]
-    j_label = j.gather(0, labels.long()[None, :, None].expand(1, *j.shape[1:]))
-    fisher = (pw * (j - j_label)).sum(0)
+    s = softmax_hessian_sqrt(parts)  # [i, c, k]
+    r = label_residual(parts, labels)  # [i, c]
+    ggn = torch.einsum("ick,cid->kid", s, j)
+    fisher = torch.einsum("ic,cid->id", r, j)
     return LayerDirections(ggn=ggn, fisher=fisher, jacobian=j)
 
 
@@ -97,10 +101,17 @@ class LayerDiagonals:
 
 
 def layer_diagonals(dirs: LayerDirections, a: torch.Tensor, has_bias: bool) -> LayerDiagonals:
-    """GGN, empirical-Fisher and Jacobian-Gram diagonals from one layer's pulled-back directions."""
-    blocks = (dirs.ggn, dirs.fisher[None], dirs.jacobian)
-    w = [weight_diagonal(b, a) for b in blocks]
-    b = [bias_diagonal(b) if has_bias else None for b in blocks]
+    """GGN, empirical-Fisher and Jacobian-Gram diagonals from one layer's pulled-back directions.
+
+    The three ``[N, d_out]`` squared-direction sums are stacked so that a single matmul with
+    ``a^2`` gives all three weight diagonals (see the module docstring for the formula).
+    """
+    n, d_out = a.shape[0], dirs.fisher.shape[1]
+    sq = torch.cat(
+        [dirs.ggn.square().sum(0), dirs.fisher.square(), dirs.jacobian.square().sum(0)], dim=1
+    )
+    w = (sq.T @ a.square() / n).split(d_out)
+    b = (sq.sum(0) / n).split(d_out) if has_bias else (None, None, None)
     return LayerDiagonals(w[0], w[1], w[2], b[0], b[1], b[2])
 
 

@@ -92,7 +92,7 @@ def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) 
     labels = labels.long().to(device=x.device)
     pb = pullback(chain, x, unit_directions)
     n, c = pb.logits.shape
-    p = softmax_parts(pb.logits).p
+    parts = softmax_parts(pb.logits)
     ce = cross_entropy(pb.logits, labels)
 
     layers: list[dict] = []
@@ -100,7 +100,7 @@ def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) 
     gram_total = torch.zeros(n, n, dtype=pb.logits.dtype, device=pb.logits.device)
     for name, lin, u, a in zip(chain.names, chain.layers, pb.directions, pb.inputs, strict=True):
         has_bias = lin.bias is not None
-        dirs = directions_from_jacobian_rows(u, p, labels)
+        dirs = directions_from_jacobian_rows(u, parts, labels)
         d = layer_diagonals(dirs, a, has_bias)
         diagonals.append(d)
         u_ggn = dirs.ggn
