@@ -199,8 +199,8 @@ def layer_directions(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
     """``(chain, pullback, [LayerDirections per layer])`` as a snapshot computes them."""
     chain = affine_chain(model)
     pb = pullback(chain, x, unit_directions)
-    p = softmax_parts(pb.logits).p
-    return chain, pb, [directions_from_jacobian_rows(j, p, y) for j in pb.directions]
+    parts = softmax_parts(pb.logits)
+    return chain, pb, [directions_from_jacobian_rows(j, parts, y) for j in pb.directions]
 
 
 # -- exact diagonals ----------------------------------------------------------------------
