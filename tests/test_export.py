@@ -38,8 +38,16 @@ def test_flatten_row() -> None:
     values, skipped = flatten_row(
         {"epoch": 1, "a": None, "m": [[1, 2], [3, None]], "s": "text", "b": True}
     )
-    assert values == {"epoch": 1, "a": None, "m/0/0": 1, "m/0/1": 2, "m/1/0": 3, "m/1/1": None}
-    assert skipped == ["s", "b"]
+    assert values == {
+        "epoch": 1,
+        "a": None,
+        "m/0/0": 1,
+        "m/0/1": 2,
+        "m/1/0": 3,
+        "m/1/1": None,
+        "b": True,
+    }
+    assert skipped == ["s"]
 
 
 def test_jsonl_round_trip(study: Path) -> None:
@@ -57,6 +65,7 @@ def test_jsonl_round_trip(study: Path) -> None:
     assert awk[2]["probe/act/mean/L0"] == "-Infinity" and awk[2]["val/acc"] is None
     assert awk[3]["fit/ce"] == 0.1 + 1e-12 and awk[3]["param/disp/L0"] == 1e300
     assert awk[0]["run/flagged_lines"] == [5] and awk[0]["run/seed"] == 7
+    assert awk[3]["diverged"] is False and awk[3]["note"] == "text"
     assert isinstance(awk[0]["split/val/confusion"], list)
     saved = json.loads((study / "exports" / "jsonl" / "verify.json").read_text())
     assert saved["ok"] and saved["values"] == report.values
@@ -129,6 +138,8 @@ def test_tensorboard_round_trip(study: Path) -> None:
         elapsed, rel=1e-6
     )  # wall time = Fathom elapsed
     assert acc.Scalars("split/val/confusion/1/2")
+    assert [e.value for e in acc.Scalars("diverged")] == [0.0]
+    assert any("left out of tensorboard: ['note']" in n for n in report.notes)
 
 
 def test_tensorboard_verify_detects_extra_event(study: Path) -> None:
@@ -171,6 +182,7 @@ def test_wandb_round_trip(study: Path) -> None:
     assert math.isnan(items[1]["val/ce"]) and items[2]["val/acc"] is None
     assert items[3]["fit/ce"] == 0.1 + 1e-12 and items[3]["param/disp/L0"] == 1e300
     assert "clock/training_s" in items[1] and "clock/elapsed_s" in items[1]
+    assert items[3]["diverged"] is False and "note" not in items[3]
     again = verify(study, "wandb")
     assert again.ok and again.values == report.values
 
@@ -187,7 +199,11 @@ def test_wandb_dropped_step_is_caught(study: Path, tmp_path: Path) -> None:
     _, extra = wandb_export.write([run], out)
     report = VerifyReport("wandb", out)
     wandb_export.verify([run], out, extra, report)
-    assert any("step sequence [0, 2] != epochs [0, 2, 1]" in m for m in report.mismatches)
+    # W&B drops the late row (and, after another run in the same process, can lose the
+    # whole history of this run): either way the read-back reports the step sequence.
+    assert any(
+        "step sequence" in m and m.endswith("!= epochs [0, 2, 1]") for m in report.mismatches
+    )
 
 
 def test_wandb_record_reader_checks_crc(study: Path, tmp_path: Path) -> None:

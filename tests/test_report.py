@@ -174,7 +174,36 @@ def _summary(tmp_path: Path) -> dict:
 
 def test_optional_sections_and_figures(study: Path, tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    (study / "summary.json").write_text(json.dumps(_summary(tmp_path)))
+    grid = [
+        {
+            "recipe": "residual",
+            "lr": lr,
+            "status": "complete",
+            "val_ce": 0.3 + lr,
+            "selected_epoch": 4,
+            "diverged_epoch": None,
+        }
+        for lr in (0.01, 0.1)
+    ]
+    runner_summary = {
+        "study": "quick",
+        "description": "tiny",
+        "scale_down": ["widths x 0.1"],
+        "devices": ["cpu"],
+        "tuning": {
+            "enabled": True,
+            "seed": 1,
+            "lrs": [0.01, 0.1],
+            "rule": "min val CE",
+            "grid": grid,
+            "selected_lr": {"residual": 0.01},
+        },
+        "runs": {
+            "main-residual-s1": {"recipe": "residual", "seed": 1, "lr": 0.01, "status": "complete"}
+        },
+        "stats": _summary(tmp_path),
+    }
+    (study / "summary.json").write_text(json.dumps(runner_summary))
     (study / "summary.md").write_text("Study summary table from the study engineer.\n")
     masks = [
         {
@@ -197,7 +226,8 @@ def test_optional_sections_and_figures(study: Path, tmp_path: Path) -> None:
     )
     out = build_report(study)
     html = out.html.read_text()
-    assert "Paired differences against residual" in html
+    assert "Paired differences against residual" in html and "Tuning grid (seed 1)" in html
+    assert "widths x 0.1" in html and "main-residual-s1" in html
     assert "Audit: mask explorer" in html and 'class="table-filter"' in html and "damage_ce" in html
     assert (
         "residual-s101/epoch-0004.json" in html and "A_eigenvalues (12 values, log10 scale)" in html
@@ -227,11 +257,24 @@ def test_missing_matplotlib_names_the_extra(study: Path, monkeypatch: pytest.Mon
     assert build_report(study, with_figures=False).html.exists()
 
 
-def test_payload_of_run_without_telemetry(tmp_path: Path) -> None:
+def test_payload_order_and_cohorts(tmp_path: Path) -> None:
+    from fathom.report.synthetic import synthetic_history, write_run
+
     write_study(tmp_path / "s", recipes=("plain",), seeds=(5,), epochs=(0, 2))
+    write_run(
+        tmp_path / "s" / "tune-plain-lr0.1-s1",
+        study="s",
+        recipe="plain",
+        seed=1,
+        lr=0.1,
+        rows=synthetic_history(1, [0, 1]),
+    )
     data = explorer_payload(load_runs(tmp_path / "s"))
     assert data["defaultField"] == "{split}/acc"
-    assert data["runs"][0]["cohort"] == "plain lr=0.01"
+    assert data["fields"][0] == "clock/elapsed_s" and data["fields"].index("{split}/acc") < data[
+        "fields"
+    ].index("param/disp/L0")
+    assert sorted(r["cohort"] for r in data["runs"]) == ["plain lr=0.01", "plain lr=0.1 (tuning)"]
 
 
 def test_cli_report(study: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

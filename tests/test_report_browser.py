@@ -144,6 +144,18 @@ def test_report_in_chromium(report: tuple[Path, Path]) -> None:
                     page.select_option("#axis", axis_name)
                     shown = json.loads(plot())
                     assert_plot_matches_history(root, shown)
+            # hovering a point reads out its recorded value
+            page.locator("#plot").scroll_into_view_if_needed()
+            pt = page.evaluate(
+                """() => { const s = document.getElementById('plot'); const p = s.points[3];
+                const b = s.getBoundingClientRect(); const k = b.width / s.viewBox.baseVal.width;
+                const same = s.points.filter(q => Math.hypot(q.px - p.px, q.py - p.py) < 0.5);
+                return {x: b.left + p.px * k, y: b.top + p.py * k, ys: same.map(q => q.y)}; }"""
+            )
+            page.mouse.move(pt["x"], pt["y"])
+            text = page.inner_text("#readout")
+            assert "y = " in text, text
+            assert float(text.rsplit("y = ", 1)[1]) in pt["ys"]
             # the awkward run's NaN / inf / null reach the page as gaps, not numbers
             page.select_option("#split", "val")
             page.select_option("#field", "{split}/ce")

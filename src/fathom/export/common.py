@@ -1,9 +1,9 @@
 """What every export shares: the values to write, the export record, the target guard, the report.
 
-Values. A history row is flattened to scalars for W&B and TensorBoard: a numeric field
-keeps its name; a matrix field (``split/val/confusion``) becomes one scalar per entry,
-``split/val/confusion/<row>/<col>``; booleans and strings are not scalars and are left
-out (listed in the report). JSONL keeps every field as recorded.
+Values. A history row is flattened to scalars for W&B and TensorBoard: a numeric or
+boolean field (``diverged``) keeps its name; a matrix field (``split/val/confusion``)
+becomes one scalar per entry, ``split/val/confusion/<row>/<col>``; anything else (a
+string) is left out and named in the report. JSONL keeps every field as recorded.
 
 Export record. ``<out>/fathom-export.json`` names the target, the source directory, the
 runs with their history hashes and row counts, the paths the export wrote, and a
@@ -31,12 +31,12 @@ RECORD = "fathom-export.json"
 FORMAT = 1
 
 
-def flatten_row(row: Mapping[str, Any]) -> tuple[dict[str, float | int | None], list[str]]:
+def flatten_row(row: Mapping[str, Any]) -> tuple[dict[str, float | int | bool | None], list[str]]:
     """``(scalars, skipped field names)`` for one history row; see the module docstring."""
-    out: dict[str, float | int | None] = {}
+    out: dict[str, float | int | bool | None] = {}
     skipped: list[str] = []
     for k, v in row.items():
-        if v is None or (isinstance(v, int | float) and not isinstance(v, bool)):
+        if v is None or isinstance(v, int | float):
             out[k] = v
         elif isinstance(v, list) and all(isinstance(r, list) for r in v) and v:
             for i, r in enumerate(v):
@@ -49,11 +49,11 @@ def flatten_row(row: Mapping[str, Any]) -> tuple[dict[str, float | int | None], 
 
 
 def same_value(expected: Any, got: Any) -> bool:
-    """Exact equality where NaN equals NaN (used for float64 targets)."""
+    """Exact equality where NaN equals NaN and a bool equals only a bool (float64 targets)."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return type(expected) is type(got) and expected == got
     if isinstance(expected, float) and isinstance(got, float) and math.isnan(expected):
         return math.isnan(got)
-    if isinstance(expected, int | float) and isinstance(got, int | float):
-        return not isinstance(expected, bool) and not isinstance(got, bool) and expected == got
     return expected == got
 
 

@@ -16,6 +16,7 @@ from fathom.export import jsonl, tensorboard_export, wandb_export
 from fathom.export.common import (
     VerifyReport,
     fingerprint,
+    flatten_row,
     prepare_target,
     read_record,
     write_record,
@@ -91,6 +92,10 @@ def verify(root: str | Path, target: str, out: str | Path | None = None) -> Veri
 
 def _verify_runs(runs: list[RunData], target: str, out: Path, record: dict) -> VerifyReport:
     report = VerifyReport(target=target, out=out, flagged=_flagged(runs))
+    if target != "jsonl":
+        skipped = sorted({k for r in runs for row in r.rows for k in flatten_row(row)[1]})
+        if skipped:
+            report.notes.append(f"fields that are not numbers, left out of {target}: {skipped}")
     if target == "jsonl":
         jsonl.verify(runs, out, report)
     elif target == "wandb":

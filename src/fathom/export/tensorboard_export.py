@@ -1,7 +1,8 @@
 """TensorBoard export: one event-file directory per run, ``<out>/<run_id>/`` (``tensorboard --logdir <out>``).
 
 Each history row becomes one event with ``step = epoch`` holding every scalar of the
-row (:func:`fathom.export.common.flatten_row`) as a float32 ``simple_value``; a null
+row (:func:`fathom.export.common.flatten_row`) as a float32 ``simple_value`` (a boolean
+as 1.0 / 0.0); a null
 value is not written (TensorBoard draws the gap), NaN and infinities are written as
 such. The event's ``wall_time`` is the row's ``clock/elapsed_s`` (the last known one when
 the row lacks it, 0 before any): TensorBoard's "relative" axis then shows Fathom's

@@ -92,6 +92,7 @@
     }
     el("rect", { x: L, y: T, width: W - L - R, height: H - T - B, class: "frame" }, axes);
     el("text", { x: (L + W - R) / 2, y: H - 8, "text-anchor": "middle" }, axes).textContent = opts.xLabel;
+    svg.points = [];
     for (const tr of traces) {
       let d = "", pen = false;
       const dots = [];
@@ -100,6 +101,7 @@
         if (x === null || y === null || !isFinite(x) || !isFinite(y)) { pen = false; return; }
         d += (pen ? "L" : "M") + sx(x).toFixed(2) + " " + sy(y).toFixed(2);
         dots.push([sx(x), sy(y)]);
+        svg.points.push({ px: sx(x), py: sy(y), label: tr.label, x: x, y: tr.y[i] });
         pen = true;
       });
       const g = el("g", { class: "trace" }, svg);
@@ -107,6 +109,21 @@
       for (const [cx, cy] of dots) el("circle", { cx: cx, cy: cy, r: 1.8, fill: tr.color }, g);
       el("title", {}, g).textContent = tr.label;
     }
+  }
+
+  // Show the recorded value of the point nearest the pointer (within 12 px) under a plot.
+  function readout(svg, div) {
+    svg.addEventListener("mousemove", (ev) => {
+      const box = svg.getBoundingClientRect();
+      const scale = svg.viewBox.baseVal.width / box.width;
+      const mx = (ev.clientX - box.left) * scale, my = (ev.clientY - box.top) * scale;
+      let best = null, dist = 12 * scale;
+      for (const p of svg.points || []) {
+        const d = Math.hypot(p.px - mx, p.py - my);
+        if (d < dist) { dist = d; best = p; }
+      }
+      div.textContent = best ? `${best.label}: x = ${best.x}, y = ${best.y}` : "";
+    });
   }
 
   function legend(div, traces) {
@@ -266,11 +283,16 @@
   }
   fillFields();
   if (D.fields.includes(D.defaultField)) $("field").value = D.defaultField;
+  const chosen = $("field").selectedOptions[0];
+  if (chosen) chosen.scrollIntoView({ block: "nearest" });
   $("field-search").addEventListener("input", () => { fillFields(); render(); });
   for (const id of ["field", "axis", "split", "logy"]) $(id).addEventListener("change", render);
   for (const id of ["class-run", "class-split"]) $(id).addEventListener("change", renderClasses);
   wireTables();
+  readout($("plot"), $("readout"));
+  readout($("class-plot"), $("class-readout"));
   render();
   renderClasses();
+  window.fathomReadyMs = performance.now();
   window.fathomReady = true;
 })();

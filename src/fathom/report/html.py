@@ -26,7 +26,7 @@ from importlib import resources
 from string import Template
 from typing import Any
 
-from fathom.report.fields import describe, split_key
+from fathom.report.fields import CORE, describe, split_key
 from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields
 from fathom.report.tables import esc, generic, provenance_section, study_section
 
@@ -74,7 +74,7 @@ def explorer_payload(runs: Sequence[RunData]) -> dict[str, Any]:
                 "cols": cols,
             }
         )
-    fields = sorted(keys)
+    fields = sorted(keys, key=lambda k: (k not in CORE, k))  # the trainer's own fields first
     default = "{split}/acc" if "{split}/acc" in keys else (fields[0] if fields else "")
     return {
         "names": names,

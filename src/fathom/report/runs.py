@@ -52,9 +52,16 @@ class RunData:
         return None if seed is None else int(seed)
 
     @property
+    def phase(self) -> str | None:
+        """``tuning`` for a study's tuning-grid run (run id ``tune-...``, as fathom.study
+        names them), else ``None``."""
+        return "tuning" if self.run_id.startswith("tune-") else None
+
+    @property
     def cohort(self) -> str:
-        """Recipe and learning rate: runs that differ only by seed share a cohort."""
-        return self.recipe if self.lr is None else f"{self.recipe} lr={self.lr:g}"
+        """Recipe and learning rate (and phase): runs that differ only by seed share a cohort."""
+        name = self.recipe if self.lr is None else f"{self.recipe} lr={self.lr:g}"
+        return name if self.phase is None else f"{name} ({self.phase})"
 
     def metadata(self) -> dict[str, Any]:
         """The run-level facts every exported row carries."""

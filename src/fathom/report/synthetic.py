@@ -45,13 +45,18 @@ def telemetry_names(layers: int, patterns: Sequence[str] = TELEMETRY_PATTERNS) -
 
 
 def synthetic_history(
-    seed: int, epochs: Sequence[int], layers: int = 6, classes: int = 10
+    seed: int,
+    epochs: Sequence[int],
+    layers: int = 6,
+    classes: int = 10,
+    telemetry: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows with clocks, split scores, per-class accuracy, confusion and telemetry."""
+    """Rows with clocks, split scores, per-class accuracy, confusion and telemetry fields
+    (``telemetry``: their names, default :func:`telemetry_names` of ``layers``)."""
     rng = random.Random(seed)
     rows = []
     train_s = elapsed_s = 0.0
-    tel = telemetry_names(layers)
+    tel = telemetry_names(layers) if telemetry is None else telemetry
     for e in epochs:
         train_s += 0.0 if e == 0 else rng.uniform(0.8, 1.2)
         elapsed_s = train_s * 1.3 + 2.0
@@ -138,6 +143,8 @@ def awkward_rows(seed: int) -> list[dict[str, Any]]:
     rows[2]["val/acc"] = None
     rows[3]["fit/ce"] = 0.1 + 1e-12  # distinct from its float32 rounding
     rows[3]["param/disp/L0"] = 1e300  # beyond float32 range
+    rows[3]["diverged"] = False  # a boolean field, as the trainer writes for a diverged epoch
+    rows[3]["note"] = "text"  # not a number: JSONL keeps it, W&B and TensorBoard leave it out
     return rows
 
 
@@ -151,13 +158,14 @@ def write_study(
     classes: int = 10,
     lr: float = 0.01,
     awkward: bool = False,
+    telemetry: Sequence[str] | None = None,
 ) -> list[Path]:
     """A study directory of ``len(recipes) * len(seeds)`` runs (plus one awkward run)."""
     root = Path(root)
     out = []
     for i, recipe in enumerate(recipes):
         for seed in seeds:
-            rows = synthetic_history(seed * 31 + i, epochs, layers, classes)
+            rows = synthetic_history(seed * 31 + i, epochs, layers, classes, telemetry)
             out.append(
                 write_run(
                     root / f"{recipe}-s{seed}",

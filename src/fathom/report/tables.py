@@ -127,6 +127,18 @@ def generic(obj: Any, title: str = "", depth: int = 0) -> str:
             )
             return head + table(keys, rows, interactive=len(rows) > 5) + note
         return f"{head}<p>{esc(cell(obj))}</p>"
+    if (
+        isinstance(obj, Mapping)
+        and len(obj) > 1
+        and all(
+            isinstance(v, Mapping) and all(_is_scalar(x) for x in v.values()) for v in obj.values()
+        )
+    ):
+        keys = []
+        for v in obj.values():
+            keys += [k for k in v if k not in keys]
+        rows = [[k, *(v.get(c) for c in keys)] for k, v in obj.items()]
+        return head + table(["key", *keys], rows, interactive=len(rows) > 5)
     if isinstance(obj, Mapping):
         scalars = [
             (k, v) for k, v in obj.items() if _is_scalar(v) or (_is_numbers(v) and len(v) < 8)
@@ -161,7 +173,57 @@ def _ms(stat: Mapping[str, Any] | None) -> str:
 
 
 def study_section(summary: Mapping[str, Any]) -> str:
-    """The study tables of ``summary.json`` (:func:`fathom.stats.summarise_study` output)."""
+    """The study tables of ``summary.json``.
+
+    Either the study runner's file (``study``, ``scale_down``, ``devices``, ``tuning`` with
+    its ``grid``, ``runs``, and the statistics under ``stats``) or a bare
+    :func:`fathom.stats.summarise_study` output.
+    """
+    if "stats" not in summary:
+        return stats_tables(summary)
+    out = [
+        f"<p>Study <b>{esc(summary.get('study'))}</b>: {esc(summary.get('description') or '')}</p>"
+    ]
+    if summary.get("scale_down"):
+        out.append(
+            "<p class='note'>Scaled down from the full protocol: "
+            + esc("; ".join(summary["scale_down"]))
+            + "</p>"
+        )
+    if summary.get("devices"):
+        out.append(f"<p class='note'>Device(s): {esc(', '.join(summary['devices']))}</p>")
+    tuning = summary.get("tuning") or {}
+    if tuning.get("enabled"):
+        chosen = tuning.get("selected_lr") or {}
+        rows = [
+            [
+                p.get("recipe"),
+                p.get("lr"),
+                p.get("status"),
+                p.get("val_ce"),
+                p.get("selected_epoch"),
+                p.get("diverged_epoch"),
+                "selected" if chosen.get(p.get("recipe")) == p.get("lr") else None,
+            ]
+            for p in tuning.get("grid") or []
+        ]
+        out.append(
+            table(
+                ["method", "LR", "status", "min val CE", "epoch", "diverged in epoch", "selected"],
+                rows,
+                caption=f"Tuning grid (seed {tuning.get('seed')}): {tuning.get('rule', '')}",
+            )
+        )
+    out.append(stats_tables(summary["stats"]))
+    known = {"study", "description", "scale_down", "devices", "tuning", "stats"}
+    for key, value in summary.items():
+        if key not in known:
+            out.append(generic(value, key, 1))
+    return "\n".join(out)
+
+
+def stats_tables(summary: Mapping[str, Any]) -> str:
+    """The tables of a :func:`fathom.stats.summarise_study` output."""
     out = [
         f"<p>Reference recipe: <b>{esc(summary.get('reference'))}</b>; values are mean ± sample SD over seeds.</p>"
     ]
