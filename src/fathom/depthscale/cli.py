@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
 
     def report(event: str, row: dict[str, Any]) -> None:
         if event == "start":
+            progress.start()  # after the data loaded: errors print without a bar
             console.print(
                 f"{row['arm']}: depth={row['depth']} seed={row['seed']} -> {row['run_dir']}"
             )
@@ -87,13 +89,11 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
     )
     report, progress = make_reporter(cfg, args.quiet)
     root = Path(args.out) if args.out else None
-    if progress is not None:
-        with progress:
-            root = run_benchmark(cfg, root, progress=report)
-    else:
-        root = run_benchmark(cfg, root)
-    import json
-
+    try:
+        root = run_benchmark(cfg, root, progress=report)
+    finally:
+        if progress is not None:
+            progress.stop()
     classes = json.loads((root / "benchmark.json").read_text())["classes"]
     note = _scale_note(cfg)
     table = write_table(root, classes, cfg.dataset, note)
