@@ -90,9 +90,26 @@ def test_manual_sgd_matches_torch_sgd(wd):
         assert torch.allclose(r.detach(), mt, rtol=1e-6, atol=1e-7)  # device lr: within rounding
 
 
-@pytest.mark.parametrize("recipe", ["sd_constant", "sd_decreasing", "residual", "plain"])
-def test_emulated_graph_stepper_equals_eager_stepper(recipe):
-    cfg = tiny_config(**{"model.recipe": recipe, "optim.epochs": 2, "optim.weight_decay": 1e-4})
+@pytest.mark.parametrize(
+    ("recipe", "impl"),
+    [
+        ("sd_constant", "foreach"),
+        ("sd_decreasing", "foreach"),
+        ("residual", "foreach"),
+        ("plain", "foreach"),
+        ("sd_constant", "fused"),
+        ("plain", "fused"),
+    ],
+)
+def test_emulated_graph_stepper_equals_eager_stepper(recipe, impl):
+    cfg = tiny_config(
+        **{
+            "model.recipe": recipe,
+            "optim.epochs": 2,
+            "optim.weight_decay": 1e-4,
+            "optim.impl": impl,
+        }
+    )
     splits = synthetic_splits(n_fit=200, n_eval=16)
     device = torch.device("cpu")
     results = []
@@ -104,7 +121,9 @@ def test_emulated_graph_stepper_equals_eager_stepper(recipe):
         stepper = (
             EagerStepper(model, opt, controller, splits, device, "fp32")
             if kind == "eager"
-            else GraphStepper(model, opt, controller, splits, device, "fp32", emulate=True)
+            else GraphStepper(
+                model, opt, controller, splits, device, "fp32", emulate=True, fused=impl == "fused"
+            )
         )
         losses = []
         for epoch in (1, 2):
@@ -158,3 +177,42 @@ def test_stop_at_test_target_is_labelled(tmp_path):
     )
     assert res.history[-1]["test/acc"] >= 0.7
     assert all(r["test/acc"] < 0.7 for r in res.history[:-1])
+
+
+def test_fused_sgd_survives_a_branch_skipped_on_the_first_step():
+    """torch's fused SGD fails when a parameter first gets a gradient after step one."""
+    cfg = tiny_config(**{"model.recipe": "sd_constant", "optim.impl": "fused"})
+    ref_cfg = tiny_config(**{"model.recipe": "sd_constant", "optim.impl": "foreach"})
+    x, y = torch.rand(8, 784) * 255, torch.randint(0, 10, (8,))
+    states = []
+    for c in (cfg, ref_cfg):
+        model = init_model(c)
+        opt = build_optimizer(model, c.optim)
+        ctrl = build_controller(model, c)
+        for mask in [(1, 0, 1, 0), (1, 1, 1, 1), (0, 1, 0, 1)]:
+            ctrl.apply_mask(mask)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        states.append(model.state_dict())
+    for k in states[0]:
+        assert torch.allclose(states[0][k], states[1][k], rtol=1e-5, atol=1e-6), k
+
+
+def test_fused_manual_update_matches_torch_fused_sgd():
+    torch.manual_seed(1)
+    ps = [torch.randn(6, 4), torch.randn(4)]
+    ref = [p.clone().requires_grad_() for p in ps]
+    opt = torch.optim.SGD(ref, lr=0.03, momentum=0.9, weight_decay=1e-3, fused=True)
+    from fathom.train.build import init_momentum_buffers
+
+    init_momentum_buffers(opt)
+    mine, bufs = [p.clone() for p in ps], [torch.zeros_like(p) for p in ps]
+    for _ in range(3):
+        grads = [torch.randn_like(p) for p in ps]
+        for r, g in zip(ref, grads):
+            r.grad = g.clone()
+        opt.step()
+        sgd_momentum_(mine, grads, bufs, torch.tensor(0.03), 0.9, 1e-3, fused=True)
+    for r, m in zip(ref, mine):
+        assert torch.equal(r.detach(), m)

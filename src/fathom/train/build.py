@@ -62,13 +62,34 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.SGD
         kwargs = {"foreach": True}
     elif cfg.impl == "fused":
         kwargs = {"fused": True}
-    return torch.optim.SGD(
+    opt = torch.optim.SGD(
         model.parameters(),
         lr=cfg.lr,
         momentum=cfg.momentum,
         weight_decay=cfg.weight_decay,
         **kwargs,
     )
+    if cfg.impl == "fused":
+        init_momentum_buffers(opt)
+    return opt
+
+
+def init_momentum_buffers(opt: torch.optim.SGD) -> None:
+    """Give every parameter a zero momentum buffer up front.
+
+    ``b = momentum * 0 + d`` equals torch's first-step rule ``b = d``, so nothing changes
+    numerically; it is needed because torch's *fused* SGD treats a step as "first" only
+    when *no* parameter has a buffer, and fails (``expected Tensor ... got NoneType``) when a
+    parameter first receives a gradient later — exactly what happens to a branch that
+    stochastic depth skipped on the first step.
+    """
+    for group in opt.param_groups:
+        if not group["momentum"]:
+            continue
+        for p in group["params"]:
+            state = opt.state[p]
+            if state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 def init_model(cfg: RunConfig, classes: int = 10, in_features: int = 784) -> CiresanMLP:

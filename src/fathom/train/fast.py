@@ -123,13 +123,31 @@ def sgd_momentum_(
     lr: float | torch.Tensor,
     momentum: float,
     weight_decay: float,
+    fused: bool = False,
 ) -> None:
     """``torch.optim.SGD`` (dampening 0, no Nesterov) for parameters whose buffers exist::
 
         d = g + weight_decay * p;   b = momentum * b + d;   p = p - lr * b
 
     ``lr`` may be a device scalar (graph capture: its value changes between replays).
+    ``fused=True`` calls torch's single-kernel fused SGD (the kernel behind
+    ``torch.optim.SGD(fused=True)``; it reads a tensor ``lr`` on the device): one pass over
+    params, grads and buffers instead of four foreach passes.
     """
+    if fused:
+        torch._fused_sgd_(
+            params,
+            grads,
+            bufs if momentum else [],
+            weight_decay=weight_decay,
+            momentum=momentum,
+            lr=lr,
+            dampening=0.0,
+            nesterov=False,
+            maximize=False,
+            is_first_step=False,
+        )
+        return
     if weight_decay:
         grads = torch._foreach_add(grads, params, alpha=weight_decay)
     if momentum:
@@ -205,6 +223,7 @@ class GraphStepper:
         device: torch.device,
         precision: str = "tf32",
         emulate: bool = False,
+        fused: bool | None = None,
     ) -> None:
         self.model, self.optimizer, self.controller = model, optimizer, controller
         self.splits, self.device, self.precision = splits, device, precision
@@ -218,6 +237,17 @@ class GraphStepper:
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.captured = 0
+        # one fused update kernel on CUDA; the foreach path (bit-identical to
+        # torch.optim.SGD(foreach=True)) elsewhere unless asked
+        if fused is None:
+            fused = device.type == "cuda" or bool(optimizer.param_groups[0].get("fused"))
+        self.fused = fused
+        self._active: dict[tuple[bool, ...], list[nn.Parameter]] = {}
+        self._ready_topologies: set[tuple[bool, ...]] = set()
+        if self.fused:
+            from fathom.train.build import init_momentum_buffers
+
+            init_momentum_buffers(optimizer)
 
     # -- the step body (captured, or run eagerly) -----------------------------------------
     def _set_gates(self, kept: tuple[bool, ...]) -> None:
@@ -228,7 +258,7 @@ class GraphStepper:
 
     def _body(self, idx: torch.Tensor, kept: tuple[bool, ...], lr: float | torch.Tensor) -> None:
         self._set_gates(kept)
-        params = active_parameters(self.model, self.controller, kept)
+        params = self._params(kept)
         with _autocast(self.device, self.precision):
             logits = self.model(self.splits.fit_x.index_select(0, idx))
         loss = F.cross_entropy(logits.float(), self.splits.fit_y.index_select(0, idx))
@@ -237,11 +267,11 @@ class GraphStepper:
         bufs = [state[p].get("momentum_buffer") for p in params]
         with torch.no_grad():
             if not self.momentum:
-                sgd_momentum_(params, grads, [], lr, 0.0, self.weight_decay)
+                sgd_momentum_(params, grads, [], lr, 0.0, self.weight_decay, self.fused)
             elif any(b is None for b in bufs):
                 self._bootstrap(params, grads, bufs, lr)
             else:
-                sgd_momentum_(params, grads, bufs, lr, self.momentum, self.weight_decay)
+                sgd_momentum_(params, grads, bufs, lr, self.momentum, self.weight_decay, self.fused)
             self.loss_sum.add_(loss.detach())
 
     @torch.no_grad()
@@ -260,14 +290,21 @@ class GraphStepper:
         else:
             torch._foreach_add_(params, new, alpha=-lr)
 
+    def _params(self, kept: tuple[bool, ...]) -> list[nn.Parameter]:
+        params = self._active.get(kept)
+        if params is None:
+            params = self._active[kept] = active_parameters(self.model, self.controller, kept)
+        return params
+
     def _ready(self, kept: tuple[bool, ...]) -> bool:
-        if not self.momentum:
+        """Every active parameter has a momentum buffer (then it keeps it for good)."""
+        if not self.momentum or kept in self._ready_topologies:
             return True
         state = self.optimizer.state
-        return all(
-            state[p].get("momentum_buffer") is not None
-            for p in active_parameters(self.model, self.controller, kept)
-        )
+        if all(state[p].get("momentum_buffer") is not None for p in self._params(kept)):
+            self._ready_topologies.add(kept)
+            return True
+        return False
 
     # -- capture ------------------------------------------------------------------------------
     def _capture(self, topo: int, kept: tuple[bool, ...]) -> torch.cuda.CUDAGraph:
