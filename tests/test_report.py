@@ -107,7 +107,10 @@ def test_page_is_self_contained(study: Path) -> None:
     assert "truncated" in html  # the flagged line is shown
 
 
-def test_registry_formula_and_real_trainer_run(tmp_path: Path) -> None:
+def test_real_trainer_run_and_real_audit(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from fathom.audit.checkpoint import AuditSettings
+    from fathom.audit.run import audit_runs
     from fathom.config import RunConfig
     from fathom.data import DataSplits
     from fathom.train.loop import train
@@ -120,7 +123,7 @@ def test_registry_formula_and_real_trainer_run(tmp_path: Path) -> None:
             0, 10, (n,), generator=g
         )
 
-    (fx, fy), (vx, vy), (tx, ty) = mk(48), mk(24), mk(24)
+    (fx, fy), (vx, vy), (tx, ty) = mk(64), mk(64), mk(64)
     splits = DataSplits(
         fx, fy, vx, vy, tx, ty, split_hash="synthetic", info={"dataset": "synthetic", "classes": 10}
     )
@@ -130,7 +133,7 @@ def test_registry_formula_and_real_trainer_run(tmp_path: Path) -> None:
             "study": "s",
             "seed": 101,
             "device": "cpu",
-            "model": {"widths": [12, 8], "recipe": "residual"},
+            "model": {"widths": [16, 12, 12, 12, 8], "recipe": "sd_constant"},
             "optim": {"epochs": 2, "batch_size": 16},
             "eval": {"every": 1},
             "telemetry": {"enabled": True, "first": [0, 1], "every": 2, "probe_size": 8},
@@ -138,7 +141,9 @@ def test_registry_formula_and_real_trainer_run(tmp_path: Path) -> None:
         }
     )
     train(cfg, tmp_path / "s" / "r1", splits=splits)
-    out = build_report(tmp_path / "s", with_figures=False)
+    settings = AuditSettings(router=False, margin_bins=1, timing_repeats=1, timing_batch_sizes=(1,))
+    audit_runs(tmp_path / "s", settings, splits=splits)
+    out = build_report(tmp_path / "s")
     data = payload_of(out.html)
     assert "probe/act/zero_frac/L0" in data["fields"]
     meta = data["meta"]["probe/act/zero_frac/L0"]
@@ -147,6 +152,10 @@ def test_registry_formula_and_real_trainer_run(tmp_path: Path) -> None:
     assert "split/{split}/class_acc/0" in data["fields"]
     html = out.html.read_text()
     assert cfg.model_dump()["name"] in html and "config" in html  # provenance table
+    explorer = html.split("Every audited mask", 1)[1].split("</table>", 1)[0]
+    assert explorer.count("<tr>") == 1 + 16  # header + all 2^4 masks of the one run
+    assert "<th>test.damage</th>" in explorer and "Per-digit resilience" in html
+    assert sorted(p.name for p in out.figures) == ["learning_curves.png", "mask_damage.png"]
 
 
 def _summary(tmp_path: Path) -> dict:
@@ -208,17 +217,22 @@ def test_optional_sections_and_figures(study: Path, tmp_path: Path) -> None:
     masks = [
         {
             "mask": f"{m:03b}",
-            "size": bin(m).count("1"),
-            "damage_ce": 0.1 * m,
+            "kept": bin(m).count("1"),
             "macs": 1000 - 100 * m,
-            "val_acc": 0.9,
+            "val": {"acc": 0.9, "ce": 0.3, "damage": 0.1 * m},
+            "test": {"acc": 0.8, "ce": 0.4, "damage": 0.2 * m},
         }
         for m in range(8)
     ]
+    ckpt = {"epoch": 3, "masks": masks, "by_size": {"1": {"damage": 0.5}}}
+    audit = {
+        "runs": [{"run_id": "residual-s101", "checkpoints": {"selected": ckpt}}],
+        "aggregate": {
+            "resilience": {"digit_1": {"mean": 0.9, "n": 3}, "digit_4": {"mean": 0.8, "n": 3}}
+        },
+    }
     (study / "audit").mkdir()
-    (study / "audit" / "audit.json").write_text(
-        json.dumps({"masks": masks, "resilience": {"digit_1": 0.9}})
-    )
+    (study / "audit" / "audit.json").write_text(json.dumps(audit))
     curv = study / "residual-s101" / "curvature"
     curv.mkdir()
     (curv / "epoch-0004.json").write_text(
@@ -228,7 +242,8 @@ def test_optional_sections_and_figures(study: Path, tmp_path: Path) -> None:
     html = out.html.read_text()
     assert "Paired differences against residual" in html and "Tuning grid (seed 1)" in html
     assert "widths x 0.1" in html and "main-residual-s1" in html
-    assert "Audit: mask explorer" in html and 'class="table-filter"' in html and "damage_ce" in html
+    assert "Audit: mask explorer" in html and 'class="table-filter"' in html
+    assert "<th>val.damage</th>" in html and "<th>test.acc</th>" in html and "digit_4" in html
     assert (
         "residual-s101/epoch-0004.json" in html and "A_eigenvalues (12 values, log10 scale)" in html
     )
@@ -282,3 +297,26 @@ def test_cli_report(study: Path, tmp_path: Path, capsys: pytest.CaptureFixture) 
     assert main(["report", str(study), "--out", str(out), "--no-figures"]) == 0
     text = capsys.readouterr().out
     assert (out / "report.html").exists() and "flagged: awkward-s7" in text
+
+
+def test_damage_records_prefer_mask_rows() -> None:
+    from fathom.report.figures import damage_records
+
+    audit = {
+        "runs": [
+            {
+                "masks": [
+                    {"mask": "11", "macs": 10, "val": {"damage": 0.0}},
+                    {"mask": "01", "macs": 5, "val": {"damage": 0.4}},
+                ]
+            }
+        ],
+        "by_size": {"1": {"damage": 0.4}},
+    }
+    recs = damage_records(audit)
+    assert recs == [
+        {"mask": "11", "macs": 10, "val.damage": 0.0},
+        {"mask": "01", "macs": 5, "val.damage": 0.4},
+    ]
+    assert damage_records({"by_size": {"1": {"damage": 0.4}}}) == [{"damage": 0.4}]
+    assert damage_records({"x": [1, 2]}) == []

@@ -2,9 +2,9 @@
 
 Learning curves: one unsmoothed line per run (colour: cohort), validation accuracy and
 CE against epoch and against the training clock; nulls and non-finite values are gaps.
-Mask damage: every audit record that carries a ``damage`` value (any key containing
-"damage"), against its multiply-accumulates when the record has a ``macs`` key, else
-against its position in the audit's list.
+Mask damage: every audit mask record (:func:`damage_records`), each damage value (per
+split: ``val.damage``, ``test.damage``) against the mask's multiply-accumulates (only the
+records that carry ``macs``, when any do), else against the record's position.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from fathom.errors import FathomError
 from fathom.report.runs import RunData
+from fathom.report.tables import flat
 
 CURVES = (("val/acc", "validation accuracy"), ("val/ce", "validation CE (nats)"))
 X_AXES = (("epoch", "epoch"), ("clock/training_s", "training clock (s)"))
@@ -72,18 +73,38 @@ def learning_curves(runs: Sequence[RunData], path: Path) -> Path | None:
     return path
 
 
-def damage_records(obj: Any) -> list[Mapping[str, Any]]:
-    """Every mapping inside ``obj`` that has a numeric value under a key containing 'damage'."""
-    found: list[Mapping[str, Any]] = []
-    if isinstance(obj, Mapping):
-        if any("damage" in str(k) and isinstance(v, int | float) for k, v in obj.items()):
-            found.append(obj)
-        for v in obj.values():
-            found += damage_records(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            found += damage_records(v)
-    return found
+def _damage_keys(rec: Mapping[str, Any]) -> list[str]:
+    return [k for k, v in rec.items() if "damage" in k.rsplit(".", 1)[-1] and _is_number(v)]
+
+
+def damage_records(obj: Any) -> list[dict[str, Any]]:
+    """Mask records inside ``obj``, flattened (``{"val": {"damage": d}} -> val.damage``):
+    mappings with a ``mask`` key and a numeric damage value (a key whose last part
+    contains 'damage'); if there are none, every mapping with a damage value of its own."""
+    masks: list[dict[str, Any]] = []
+    others: list[dict[str, Any]] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, Mapping):
+            f = flat(x)
+            if "mask" in x and _damage_keys(f):
+                masks.append(f)
+                return
+            own = {k: v for k, v in x.items() if _is_number(v)}
+            if _damage_keys(own):
+                others.append(f)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(obj)
+    return masks or others
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def mask_damage(audit: Mapping[str, Any], path: Path) -> Path | None:
@@ -92,14 +113,18 @@ def mask_damage(audit: Mapping[str, Any], path: Path) -> Path | None:
     if not recs:
         return None
     plt = _pyplot()
-    key = next(k for k in recs[0] if "damage" in str(k))
-    ys = [_num(r.get(key)) for r in recs]
-    has_macs = all("macs" in r for r in recs)
-    xs = [_num(r.get("macs")) for r in recs] if has_macs else list(range(len(recs)))
+    with_macs = [r for r in recs if "macs" in r]
+    has_macs = bool(with_macs)
+    recs = with_macs or recs
+    keys = sorted({k for r in recs for k in _damage_keys(r)})
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.scatter(xs, ys, s=14)
+    for key in keys:
+        rows = [r for r in recs if key in r]
+        xs = [_num(r.get("macs")) for r in rows] if has_macs else list(range(len(rows)))
+        ax.scatter(xs, [_num(r[key]) for r in rows], s=14, label=key)
+    ax.legend(fontsize=8)
     ax.set_xlabel("multiply-accumulates per example" if has_macs else "audit record")
-    ax.set_ylabel(key)
+    ax.set_ylabel("damage")
     ax.set_title(f"Mask damage ({len(recs)} records from audit.json)")
     ax.grid(alpha=0.3)
     fig.tight_layout()

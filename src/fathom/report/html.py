@@ -28,7 +28,7 @@ from typing import Any
 
 from fathom.report.fields import CORE, describe, split_key
 from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields
-from fathom.report.tables import esc, generic, provenance_section, study_section
+from fathom.report.tables import audit_section, esc, generic, provenance_section, study_section
 
 AXES = {
     "epoch": "epoch",
@@ -111,7 +111,7 @@ def render_html(
             '<h2 id="study">Study tables</h2><p class="note">No summary.json in this directory (run `fathom study run` to write one).</p>'
         )
     if audit is not None:
-        sections.append('<h2 id="audit">Audit: mask explorer</h2>' + generic(audit))
+        sections.append('<h2 id="audit">Audit: mask explorer</h2>' + audit_section(audit))
     if curvature:
         parts = ['<h2 id="curvature">Curvature</h2>']
         parts += [

@@ -104,6 +104,32 @@ def _is_numbers(v: Any) -> bool:
     )
 
 
+def flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings flattened to dotted keys (``{"val": {"acc": 1}} -> {"val.acc": 1}``);
+    values that are neither mappings nor scalars (lists) are dropped."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flat(v, key + "."))
+        elif _is_scalar(v):
+            out[key] = v
+    return out
+
+
+def _has_lists(v: Any) -> bool:
+    if isinstance(v, Mapping):
+        return any(_has_lists(x) for x in v.values())
+    return isinstance(v, list)
+
+
+def _label(item: Mapping[str, Any], i: int) -> str:
+    for key in ("run_id", "name", "id", "mask", "recipe", "arm", "epoch", "checkpoint"):
+        if key in item and _is_scalar(item[key]):
+            return f"{key} {item[key]}"
+    return f"item {i}"
+
+
 def generic(obj: Any, title: str = "", depth: int = 0) -> str:
     """Render arbitrary JSON: see the module docstring."""
     head = f"<h{min(3 + depth, 6)}>{esc(title)}</h{min(3 + depth, 6)}>" if title else ""
@@ -115,17 +141,21 @@ def generic(obj: Any, title: str = "", depth: int = 0) -> str:
         return f"{head}<p>{esc(cell(obj))}</p>"
     if isinstance(obj, list):
         if obj and all(isinstance(x, Mapping) for x in obj):
+            flats = [flat(x) for x in obj]
             keys: list[str] = []
-            for x in obj:
-                keys += [k for k in x if k not in keys and _is_scalar(x[k])]
-            nested = [k for x in obj for k in x if not _is_scalar(x[k])]
-            rows = [[x.get(k) for k in keys] for x in obj]
-            note = (
-                f"<p class='note'>nested keys not tabulated: {esc(', '.join(sorted(set(nested))))}</p>"
-                if nested
-                else ""
-            )
-            return head + table(keys, rows, interactive=len(rows) > 5) + note
+            for x in flats:
+                keys += [k for k in x if k not in keys]
+            out = [
+                head,
+                table(keys, [[x.get(k) for k in keys] for x in flats], interactive=len(obj) > 5),
+            ]
+            if depth < 8:
+                out += [
+                    f"<details><summary>{esc(_label(x, i))}: nested tables</summary>{generic(x, '', depth + 1)}</details>"
+                    for i, x in enumerate(obj)
+                    if _has_lists(x)
+                ]
+            return "\n".join(out)
         return f"{head}<p>{esc(cell(obj))}</p>"
     if (
         isinstance(obj, Mapping)
@@ -149,7 +179,7 @@ def generic(obj: Any, title: str = "", depth: int = 0) -> str:
         out = [head]
         if scalars:
             out.append(table(["key", "value"], scalars))
-        if depth >= 4:
+        if depth >= 8:
             out += [f"<p>{esc(k)}: {esc(cell(v))}</p>" for k, v in others]
             return "\n".join(out)
         for k, v in others:
@@ -363,3 +393,86 @@ def provenance_section(run: Any) -> str:
         + table(["clock", "seconds"], clocks)
         + "</details>"
     )
+
+
+def _checkpoint_records(audit: Mapping[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """``(identity, checkpoint record)`` for every audited checkpoint of every run."""
+    out = []
+    for run in audit.get("runs") or []:
+        if not isinstance(run, Mapping):
+            continue
+        for which, rec in (run.get("checkpoints") or {}).items():
+            if isinstance(rec, Mapping):
+                ident = {
+                    "run": run.get("run_id"),
+                    "arm": run.get("arm"),
+                    "seed": run.get("seed"),
+                    "checkpoint": which,
+                    "epoch": rec.get("epoch"),
+                }
+                out.append((ident, rec))
+    return out
+
+
+def _record_table(rows: list[dict[str, Any]], caption: str) -> str:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    return table(keys, [[r.get(k) for k in keys] for r in rows], interactive=True, caption=caption)
+
+
+def audit_section(audit: Mapping[str, Any]) -> str:
+    """The mask explorer: one sortable, filterable row per (run, checkpoint, mask) with
+    accuracy, CE, damage and MACs per split; single-branch deletions; per-digit resilience
+    (mean fraction of resilience masks keeping a correctly classified example correct);
+    then the whole ``audit.json``, collapsed. An audit of another shape is shown whole."""
+    records = _checkpoint_records(audit)
+    if not records:
+        return generic(audit)
+    out = []
+    masks = [
+        {**ident, **flat(m)}
+        for ident, rec in records
+        for m in rec.get("masks") or []
+        if isinstance(m, Mapping)
+    ]
+    if masks:
+        out.append(
+            _record_table(
+                masks,
+                "Every audited mask (1 = branch kept); damage = ΔCE against the full model (nats)",
+            )
+        )
+    branches = [
+        {**ident, **flat(b)}
+        for ident, rec in records
+        for b in rec.get("branches") or []
+        if isinstance(b, Mapping)
+    ]
+    if branches:
+        out.append(_record_table(branches, "Single-branch deletions"))
+    resilience = []
+    for ident, rec in records:
+        res = rec.get("resilience")
+        if not isinstance(res, Mapping):
+            continue
+        for split in ("val", "test"):
+            part = res.get(split)
+            if not isinstance(part, Mapping):
+                continue
+            row = {**ident, "split": split}
+            row.update({f"digit {c}": v for c, v in enumerate(part.get("class_means") or [])})
+            row["contrast raw"] = part.get("contrast_raw")
+            row["contrast standardized"] = part.get("contrast_standardized")
+            resilience.append(row)
+    if resilience:
+        out.append(
+            _record_table(
+                resilience,
+                "Per-digit resilience: fraction of resilience masks keeping correct examples correct",
+            )
+        )
+    if audit.get("skipped"):
+        out.append(generic(audit["skipped"], "Skipped runs", 1))
+    out.append(f"<details><summary>whole audit.json</summary>{generic(audit)}</details>")
+    return "\n".join(out)
