@@ -26,8 +26,32 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def run_preset_names() -> list[str]:
+    from importlib import resources
+
+    root = resources.files("fathom") / "presets" / "runs"
+    return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_run_config_or_preset(name: str) -> RunConfig:
+    """A run config from a TOML path, or a shipped run preset (``ciresan-fast``)."""
+    path = Path(name)
+    if path.suffix == ".toml" or path.exists():
+        return load_run_config(path)
+    if name not in run_preset_names():
+        raise FathomError(
+            f"config {name!r} is neither a file nor a run preset; valid presets: "
+            f"{', '.join(run_preset_names())}"
+        )
+    import tomllib
+    from importlib import resources
+
+    text = (resources.files("fathom") / "presets" / "runs" / f"{name}.toml").read_text()
+    return validate_run_config(tomllib.loads(text), origin=f"preset {name}")
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
-    cfg = load_run_config(args.config) if args.config else RunConfig()
+    cfg = load_run_config_or_preset(args.config) if args.config else RunConfig()
     updates = parse_set(args.set or [])
     if getattr(args, "device", None):
         updates["device"] = args.device
@@ -102,7 +126,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train one run into a run directory")
-    p.add_argument("config", nargs="?", help="run config TOML (defaults apply when omitted)")
+    p.add_argument(
+        "config", nargs="?", help="run config TOML or run preset name (defaults apply when omitted)"
+    )
     p.add_argument(
         "--set",
         action="append",
