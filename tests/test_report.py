@@ -143,6 +143,14 @@ def test_real_trainer_run_and_real_audit(tmp_path: Path) -> None:
     train(cfg, tmp_path / "s" / "r1", splits=splits)
     settings = AuditSettings(router=False, margin_bins=1, timing_repeats=1, timing_batch_sizes=(1,))
     audit_runs(tmp_path / "s", settings, splits=splits)
+    from fathom.curvature.rundir import run_curvature
+    from fathom.train.rundir import RunDir
+
+    class SyntheticRunDir(RunDir):
+        def load_splits(self, device="cpu"):
+            return splits
+
+    run_curvature(SyntheticRunDir(tmp_path / "s" / "r1"), None, probe=8)
     out = build_report(tmp_path / "s")
     data = payload_of(out.html)
     assert "probe/act/zero_frac/L0" in data["fields"]
@@ -156,6 +164,9 @@ def test_real_trainer_run_and_real_audit(tmp_path: Path) -> None:
     assert explorer.count("<tr>") == 1 + 16  # header + all 2^4 masks of the one run
     assert "<th>test.damage</th>" in explorer and "Per-digit resilience" in html
     assert sorted(p.name for p in out.figures) == ["learning_curves.png", "mask_damage.png"]
+    curv = html.split("Curvature summary: run r1", 1)[1].split("</table>", 1)[0]
+    assert curv.count("<tr>") == 1 + 2 and "<th>rho</th>" in curv  # epochs 0 and 2
+    assert "r1/epoch-0002.json" in html and '<figure class="spectrum">' in html
 
 
 def _summary(tmp_path: Path) -> dict:

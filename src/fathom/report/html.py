@@ -28,7 +28,13 @@ from typing import Any
 
 from fathom.report.fields import CORE, describe, split_key
 from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields
-from fathom.report.tables import audit_section, esc, generic, provenance_section, study_section
+from fathom.report.tables import (
+    audit_section,
+    curvature_section,
+    esc,
+    provenance_section,
+    study_section,
+)
 
 AXES = {
     "epoch": "epoch",
@@ -113,12 +119,7 @@ def render_html(
     if audit is not None:
         sections.append('<h2 id="audit">Audit: mask explorer</h2>' + audit_section(audit))
     if curvature:
-        parts = ['<h2 id="curvature">Curvature</h2>']
-        parts += [
-            f"<details open><summary>{esc(k)}</summary>{generic(v)}</details>"
-            for k, v in curvature.items()
-        ]
-        sections.append("\n".join(parts))
+        sections.append('<h2 id="curvature">Curvature</h2>' + curvature_section(curvature))
     sections.append(
         '<h2 id="provenance">Provenance</h2>' + "\n".join(provenance_section(r) for r in runs)
     )

@@ -476,3 +476,27 @@ def audit_section(audit: Mapping[str, Any]) -> str:
         out.append(generic(audit["skipped"], "Skipped runs", 1))
     out.append(f"<details><summary>whole audit.json</summary>{generic(audit)}</details>")
     return "\n".join(out)
+
+
+def curvature_section(snapshots: Mapping[str, Any]) -> str:
+    """Curvature outputs keyed ``"<run>/<file>"``: each run's ``summary.json`` rows as one
+    table (one row per checkpoint epoch), then every snapshot collapsed, shown whole, with
+    its eigenvalue lists drawn as spectra."""
+    out = []
+    for key, value in snapshots.items():
+        if (
+            key.endswith("/summary.json")
+            and isinstance(value, Mapping)
+            and isinstance(value.get("rows"), list)
+        ):
+            rows = [flat(r) for r in value["rows"] if isinstance(r, Mapping)]
+            out.append(
+                _record_table(
+                    rows,
+                    f"Curvature summary: run {key.rsplit('/', 1)[0]} (probe {value.get('scope')})",
+                )
+            )
+    for key, value in snapshots.items():
+        if not key.endswith("/summary.json"):
+            out.append(f"<details><summary>{esc(key)}</summary>{generic(value)}</details>")
+    return "\n".join(out)
