@@ -26,7 +26,9 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fathom", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="fathom", description="Fathom: train deep networks with the instruments on."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_parser(sub)
@@ -42,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fathom {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"fathom {args.command}: interrupted; completed epochs are kept and can be resumed", file=sys.stderr)
+        print(
+            f"fathom {args.command}: interrupted; completed epochs are kept and can be resumed",
+            file=sys.stderr,
+        )
         return 130
     return int(rc or 0)
 
