@@ -11,7 +11,7 @@ from fathom.train.cli import load_run_config_or_preset, run_preset_names
 
 @pytest.mark.parametrize("name", preset_names())
 def test_study_presets_validate(name):
-    study, origin = load_study(name)
+    _study, origin = load_study(name)
     assert origin == f"preset {name}"
 
 

@@ -98,7 +98,9 @@ class OptimConfig(_Strict):
                 raise ValueError("lr_schedule needs at least one [epoch, multiplier] point")
             epochs = [e for e, _ in v]
             if epochs != sorted(epochs) or any(m < 0 for _, m in v):
-                raise ValueError("lr_schedule points need increasing epochs and non-negative multipliers")
+                raise ValueError(
+                    "lr_schedule points need increasing epochs and non-negative multipliers"
+                )
         return v
 
 
