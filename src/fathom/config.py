@@ -192,6 +192,23 @@ class RunConfig(_Strict):
         return validate_run_config(data, origin="updates")
 
 
+def config_diff(
+    a: dict, b: dict, labels: tuple[str, str] = ("", ""), prefix: str = ""
+) -> list[str]:
+    """Dotted keys whose values differ: ``["optim.lr: 0.01 != 0.03", ...]``.
+
+    ``labels`` name the two sides, e.g. ``(" (on disk)", " (study)")``.
+    """
+    out = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += config_diff(va, vb, labels, f"{prefix}{k}.")
+        elif va != vb:
+            out.append(f"{prefix}{k}: {va!r}{labels[0]} != {vb!r}{labels[1]}")
+    return out
+
+
 def _format_validation_error(e: ValidationError, origin: str) -> str:
     lines = [f"invalid configuration ({origin}):"]
     for err in e.errors():

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fathom.config import validate_run_config
+from fathom.config import config_diff, validate_run_config
 from fathom.errors import FathomError
 from fathom.io import config_digest
 from fathom.study.plan import RunSpec
@@ -46,17 +46,6 @@ class RunOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k in sorted(set(a) | set(b)):
-        va, vb = a.get(k), b.get(k)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out += _config_diff(va, vb, f"{prefix}{k}.")
-        elif va != vb:
-            out.append(f"{prefix}{k}: {va!r} (on disk) != {vb!r} (study)")
-    return out
 
 
 def verify_complete(run_dir: Path) -> str:
@@ -86,7 +75,9 @@ def _state(spec: RunSpec) -> tuple[str, dict[str, Any] | None]:
     rd = RunDir(path)
     stored_hash = rd.manifest.get("config_hash")
     if stored_hash != config_digest(spec.config):
-        diff = _config_diff(rd.manifest.get("config", {}), spec.config)
+        diff = config_diff(
+            rd.manifest.get("config", {}), spec.config, labels=(" (on disk)", " (study)")
+        )
         raise FathomError(
             f"run directory {spec.run_dir!r} holds a run of another config ({'; '.join(diff)}); "
             "the study definition changed since it ran. Use another --runs-dir or study name, "

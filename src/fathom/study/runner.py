@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fathom.config import config_diff
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest, dumps
 from fathom.stats import summarise_study, to_markdown
 from fathom.study.config import StudyConfig, validate_study_config
-from fathom.study.execute import RunOutcome, _config_diff
+from fathom.study.execute import RunOutcome
 from fathom.study.plan import RunSpec, main_specs, study_root, tuning_specs
 from fathom.study.records import run_record
 from fathom.study.registry import registry_path
@@ -104,7 +105,7 @@ def check_study_file(root: Path, study: StudyConfig) -> None:
     if a != b:
         raise FathomError(
             f"study {study.study.name!r} in {str(root)!r} was run with another base config "
-            f"({'; '.join(_config_diff(a, b))}); runs of different configs cannot be compared. "
+            f"({'; '.join(config_diff(a, b, labels=(' (on disk)', ' (study)')))}); runs of different configs cannot be compared. "
             "Use another --runs-dir or study name"
         )
 

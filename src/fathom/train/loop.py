@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from fathom.config import RunConfig, validate_run_config
+from fathom.config import RunConfig, config_diff, validate_run_config
 from fathom.data import DataSplits, load_raw, make_splits
 from fathom.errors import FathomError
 from fathom.io import (
@@ -132,17 +132,6 @@ def _all_finite(model: torch.nn.Module) -> bool:
     return bool(torch.stack(flags).all().item())  # note: sync point (epoch boundary only)
 
 
-def _config_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-    out = []
-    for k in sorted(set(a) | set(b)):
-        va, vb = a.get(k), b.get(k)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out += _config_diff(va, vb, f"{prefix}{k}.")
-        elif va != vb:
-            out.append(f"{prefix}{k}: {va!r} != {vb!r}")
-    return out
-
-
 def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
     """Validate that ``run_dir`` can be resumed (and by ``cfg``, if given); return its config."""
     from fathom.train.rundir import RunDir
@@ -155,7 +144,7 @@ def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
     if cfg is not None and config_digest(cfg.model_dump(mode="json")) != rd.manifest.get(
         "config_hash"
     ):
-        diff = _config_diff(stored.model_dump(mode="json"), cfg.model_dump(mode="json"))
+        diff = config_diff(stored.model_dump(mode="json"), cfg.model_dump(mode="json"))
         raise FathomError(
             f"run {str(run_dir)!r} was started with another config ({'; '.join(diff)}); "
             "resume without a config, or start a new run directory"
