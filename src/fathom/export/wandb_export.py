@@ -131,7 +131,6 @@ def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
                 mode="offline",
                 config=run_config(run),
                 settings=settings,
-                reinit="finish_previous",
             )
             try:
                 wrun.define_metric("epoch")

@@ -1,0 +1,197 @@
+"""Report and export benchmark: report.html size, build time, load-and-render time in
+headless Chromium, field-switch time, and export + read-back verification time per target.
+
+Studies are synthetic run directories (``fathom.report.synthetic``) of the quick study's
+shape (``ciresan-sd-quick``: 5 recipes x 3 main seeds + 5 recipes x 3 tuning rates = 30
+runs, epochs 0..5 evaluated every epoch):
+
+* ``quick``: telemetry off, as the preset runs it (the trainer's fields and per-class scores);
+* ``quick+telemetry``: every registry field of a 6-affine-layer model on three splits;
+* ``seed-scale``: 18 runs x 22 rows x ~840 scalar fields, the size of the explorer the
+  seed report describes (401 rows, 838 fields).
+
+``--study DIR`` adds a real study directory (copied first; nothing is written into it),
+e.g. the output of ``fathom study run ciresan-sd-quick``.
+
+Prints the machine and repeats; quotes medians; ratios are measured side by side.
+Usage: ``python bench/bench_report.py [--repeats 3] [--study DIR] [--shapes ...] [--targets ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from fathom.export import export, verify
+from fathom.report import build_report, load_runs
+from fathom.report.synthetic import synthetic_history, write_run
+
+RECIPES = ("plain", "residual", "residual_dropout", "sd_constant", "sd_decreasing")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def registry_fields() -> list[str]:
+    from fathom.telemetry.registry import FAMILIES, expected_names
+
+    names = expected_names(FAMILIES, 6, ["fit", "val", "test"], 10)
+    return [n for n in names if not n.startswith("split/")]
+
+
+def make_study(root: Path, shape: str) -> int:
+    """Write one study; return its number of runs."""
+    if shape == "seed-scale":
+        tel = registry_fields()
+        tel += [f"extra/synthetic_{i}" for i in range(max(0, 840 - 120 - len(tel)))]
+        epochs = [0, 1, *range(5, 101, 5)]
+        runs = [
+            (r, s, 0.01)
+            for r in (
+                "plain",
+                "residual",
+                "sd_constant",
+                "sd_decreasing",
+                "residual_dropout",
+                "optimized",
+            )
+            for s in (101, 102, 103)
+        ]
+    else:
+        tel = registry_fields() if shape == "quick+telemetry" else []
+        epochs = list(range(6))
+        runs = [(r, s, 0.01) for r in RECIPES for s in (101, 102, 103)]
+        runs += [(r, 1, lr) for r in RECIPES for lr in (0.01, 0.03, 0.1)]
+    for i, (recipe, seed, lr) in enumerate(runs):
+        rows = synthetic_history(1000 + i, epochs, layers=6, classes=10, telemetry=tel)
+        write_run(
+            root / f"{recipe}-lr{lr:g}-s{seed}",
+            study=root.name,
+            recipe=recipe,
+            seed=seed,
+            lr=lr,
+            rows=rows,
+        )
+    return len(runs)
+
+
+def browser_times(html: Path) -> tuple[float, float, float]:
+    """(wall ms from navigation to ready, in-page ms to ready, median ms per field switch)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            t0 = time.perf_counter()
+            page.goto(html.resolve().as_uri())
+            page.wait_for_function("window.fathomReady === true")
+            wall = (time.perf_counter() - t0) * 1e3
+            ready = page.evaluate("window.fathomReadyMs")
+            switch = page.evaluate(
+                """() => {
+                const sel = document.getElementById('field');
+                const opts = Array.from(sel.options).map(o => o.value).slice(0, 60);
+                const ts = [];
+                for (const v of opts) {
+                    const t = performance.now();
+                    sel.value = v; sel.dispatchEvent(new Event('change'));
+                    ts.push(performance.now() - t);
+                }
+                ts.sort((a, b) => a - b);
+                return ts[Math.floor(ts.length / 2)];
+            }"""
+            )
+        finally:
+            browser.close()
+    return wall, ready, switch
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--shapes", nargs="*", default=["quick", "quick+telemetry", "seed-scale"])
+    ap.add_argument("--targets", nargs="+", default=["jsonl", "tensorboard", "wandb"])
+    ap.add_argument("--study", type=Path, help="also benchmark this study directory (copied)")
+    args = ap.parse_args()
+    if args.study is not None:
+        args.shapes = [*args.shapes, f"study:{args.study}"]
+    print(
+        f"machine: {platform.platform()}, {os.cpu_count()} CPUs (shared with other engineers: loaded)"
+    )
+    print(f"repeats: {args.repeats}; medians reported")
+    for shape in args.shapes:
+        with tempfile.TemporaryDirectory() as tmp:
+            if shape.startswith("study:"):
+                src = Path(shape.split(":", 1)[1])
+                root = Path(tmp) / src.name
+                shutil.copytree(src, root)
+                n = len(load_runs(root))
+            else:
+                root = Path(tmp) / shape.replace("+", "-")
+                n = make_study(root, shape)
+            build, build_fig, wall, ready, switch = [], [], [], [], []
+            exp: dict[str, list[float]] = {t: [] for t in args.targets}
+            ver: dict[str, list[float]] = {t: [] for t in args.targets}
+            values: dict[str, int] = {}
+            size = 0
+            for rep in range(args.repeats):
+                t = time.perf_counter()
+                out = build_report(root, Path(tmp) / f"r{rep}", with_figures=False)
+                build.append(time.perf_counter() - t)
+                size = out.html.stat().st_size
+                t = time.perf_counter()
+                build_report(root, Path(tmp) / f"f{rep}", with_figures=True)
+                build_fig.append(time.perf_counter() - t)
+                w, r, s = browser_times(out.html)
+                wall.append(w)
+                ready.append(r)
+                switch.append(s)
+                for target in args.targets:
+                    dest = Path(tmp) / f"{target}{rep}"
+                    t = time.perf_counter()
+                    report = export(root, target, dest)
+                    exp[target].append(time.perf_counter() - t)
+                    assert report.ok, report.lines()
+                    t = time.perf_counter()
+                    again = verify(root, target, dest)
+                    ver[target].append(time.perf_counter() - t)
+                    assert again.ok
+                    values[target] = again.values
+            fields = len(out.html.read_text().split('"names":[', 1)[1].split("]", 1)[0].split(","))
+            print(f"\n## {shape}: {n} runs, {fields} scalar fields per run")
+            print(f"report.html size: {size / 1e6:.2f} MB")
+            print(
+                f"build report (no figures): {med(build):.2f} s; with PNG figures: {med(build_fig):.2f} s"
+            )
+            print(
+                f"Chromium load-and-render: {med(wall):.0f} ms wall (goto -> ready), "
+                f"{med(ready):.0f} ms in page; field switch median {med(switch):.1f} ms"
+            )
+            base = med(exp[args.targets[0]])
+            for target in args.targets:
+                print(
+                    f"export {target}: {med(exp[target]):.2f} s (incl. read-back verification; "
+                    f"{med(exp[target]) / base:.2f}x {args.targets[0]}); --verify-only {med(ver[target]):.2f} s; "
+                    f"{values[target]} values checked"
+                )
+
+
+if __name__ == "__main__":
+    main()
