@@ -331,3 +331,20 @@ def test_damage_records_prefer_mask_rows() -> None:
     ]
     assert damage_records({"by_size": {"1": {"damage": 0.4}}}) == [{"damage": 0.4}]
     assert damage_records({"x": [1, 2]}) == []
+
+
+def test_markup_in_names_is_escaped(tmp_path: Path) -> None:
+    from fathom.report.synthetic import synthetic_history, write_run
+
+    name = "x<!--<script><b>bold"
+    write_run(
+        tmp_path / "s" / name,
+        study="s",
+        recipe="plain",
+        seed=1,
+        lr=0.1,
+        rows=synthetic_history(1, [0, 1]),
+    )
+    html = build_report(tmp_path / "s", with_figures=False).html.read_text()
+    assert "<b>bold" not in html and "&lt;b&gt;bold" in html
+    assert payload_of(tmp_path / "s" / "report" / "report.html")["runs"][0]["id"] == name
