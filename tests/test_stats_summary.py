@@ -57,9 +57,12 @@ def test_summary_tables_differences_and_verdicts():
 
     by = {(c["recipe"], c["metric"], c["checkpoint"]): c for c in s["comparisons"]}
     sel = by[("sd", "test_acc", "selected")]
-    ref = stats.ttest_rel([0.990, 0.989, 0.991], [0.981, 0.975, 0.979]).confidence_interval()
+    # accuracy differences are in percentage points
+    ref = stats.ttest_rel([99.0, 98.9, 99.1], [98.1, 97.5, 97.9]).confidence_interval()
+    assert sel["unit"] == "percentage points"
     assert sel["diff"]["low"] == pytest.approx(ref.low)
     assert sel["diff"]["high"] == pytest.approx(ref.high)
+    assert "in percentage points" in sel["sentence"]
     assert sel["verdict"] == "better"
     assert by[("sd", "test_acc", "final")]["verdict"] == "worse"
     assert by[("sd", "test_ce", "final")]["verdict"] == "worse"  # CE: lower is better

@@ -43,6 +43,10 @@ COMPARED_METRICS = (
     ("test_acc", "test accuracy", True),
     ("test_ce", "test CE", False),
 )
+# Paired differences are reported in these units: accuracy (a fraction in the records) in
+# percentage points, CE in nats. ``DIFF_SCALE[key] * (a - b)``.
+DIFF_SCALE = {"test_acc": 100.0, "test_ce": 1.0}
+DIFF_UNIT = {"test_acc": "percentage points", "test_ce": "nats"}
 CHECKPOINTS = ("selected", "final")
 
 
@@ -265,8 +269,9 @@ def _comparisons(
         own_flags = [f for fl in flags[n].values() for f in fl]
         for where in CHECKPOINTS:
             for key, label, higher in COMPARED_METRICS:
-                a = _values(usable[n], where, key)
-                b = _values(usable[reference], where, key)
+                scale = DIFF_SCALE[key]
+                a = {seed: scale * v for seed, v in _values(usable[n], where, key).items()}
+                b = {seed: scale * v for seed, v in _values(usable[reference], where, key).items()}
                 blocked = is_excluded(own_flags) or is_excluded(ref_flags)
                 if not blocked and not set(a) & set(b):
                     v = Verdict(
@@ -281,12 +286,13 @@ def _comparisons(
                         name_a=n,
                         name_b=reference,
                     )
-                metric = f"{label} ({where} checkpoint)"
+                metric = f"{label} in {DIFF_UNIT[key]} ({where} checkpoint)"
                 out.append(
                     {
                         "recipe": n,
                         "reference": reference,
                         "metric": key,
+                        "unit": DIFF_UNIT[key],
                         "checkpoint": where,
                         "higher_is_better": higher,
                         **v.to_dict(),
@@ -352,7 +358,7 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
         d = c["diff"]
         interval = "—" if d is None or d["low"] is None else f"[{d['low']:+.4f}, {d['high']:+.4f}]"
         lines.append(
-            f"| {c['recipe']} | {c['metric']} | {c['checkpoint']} "
+            f"| {c['recipe']} | {c['metric']} ({c['unit']}) | {c['checkpoint']} "
             f"| {_num(None if d is None else d['estimate'])} | {interval} "
             f"| {'—' if d is None else d['n']} | {c['verdict']} |"
         )

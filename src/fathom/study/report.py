@@ -90,7 +90,7 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
         interval = "—" if d is None or d["low"] is None else f"[{d['low']:+.4f}, {d['high']:+.4f}]"
         diffs.add_row(
             c["recipe"],
-            c["metric"],
+            f"{c['metric']} ({c.get('unit', '')})",
             c["checkpoint"],
             _opt(None if d is None else d["estimate"], "+.4f"),
             interval,
