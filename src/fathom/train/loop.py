@@ -30,6 +30,7 @@ from fathom.io import (
     state_dict_digest,
 )
 from fathom.provenance import environment, resolve_device, source_hash
+from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
 from fathom.train.checkpoint import cpu_state, load_resume, save_resume, save_weights
 from fathom.train.context import EpochContext
@@ -201,6 +202,7 @@ def matmul_precision(precision: str, device: torch.device):
 
 
 def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocation) -> RunResult:
+    allocator_tuned = tune_cpu_allocator() if device.type == "cpu" else False
     if splits is None:
         splits = prepare_splits(cfg, device)
     if splits.fit_y.shape[0] == 0:
@@ -279,7 +281,7 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
             "training_order": order_digest,
             "masks": mask_digest,
         },
-        "environment": environment(device),
+        "environment": {**environment(device), "cpu_allocator_tuned": allocator_tuned},
         "clocks": {},
         "epochs_completed": start_epoch,
         "steps_completed": step,
