@@ -61,6 +61,12 @@ def study(tmp_path_factory):
         for seed in (1, 2):
             train(config(recipe, seed), root / f"{recipe}-{seed}", splits=splits)
     train(config("plain", 1), root / "plain-1", splits=splits)
+    # a study's tuning-grid run (another learning rate): never an arm of the comparison
+    train(
+        config("residual", 9).with_updates({"optim.lr": 0.2}),
+        root / "tune-residual-lr0.2-s9",
+        splits=splits,
+    )
     return root, splits
 
 
@@ -86,8 +92,10 @@ def test_study_audit_writes_traceable_outputs(study, tmp_path):
         "sd_constant-1",
         "sd_constant-2",
     }
-    assert [s["run_id"] for s in result["skipped"]] == ["plain-1"]
-    assert "no removable branches" in result["skipped"][0]["reason"]
+    skipped = {s["run_id"]: s["reason"] for s in result["skipped"]}
+    assert skipped.keys() == {"plain-1", "tune-residual-lr0.2-s9"}
+    assert "no removable branches" in skipped["plain-1"]
+    assert "tuning-phase" in skipped["tune-residual-lr0.2-s9"]
     on_disk = json.loads((tmp_path / "out" / "audit.json").read_text())
     assert on_disk["aggregate"].keys() == {"selected", "final"}
     md = (tmp_path / "out" / "audit.md").read_text()

@@ -28,6 +28,7 @@ from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest, ensure_writable_dir
 from fathom.models.ciresan import recipe_spec
 from fathom.stats import failure_flags
+from fathom.study.plan import run_phase
 from fathom.train.rundir import RunDir, find_runs
 
 FORMAT = 1
@@ -108,10 +109,17 @@ def audit_runs(
     out = ensure_writable_dir(Path(out_dir) if out_dir is not None else target / "audit")
     device = _resolve_device(settings.device)
     say = progress or (lambda _msg: None)
+    skipped: list[dict[str, str]] = []
+    if not single:  # a study's tuning grid selects learning rates; it is not an arm
+        skipped += [
+            {"run_id": rd.run_id, "reason": "tuning-phase run (learning-rate selection)"}
+            for rd in runs
+            if run_phase(rd.run_id) == "tuning"
+        ]
+        runs = [rd for rd in runs if run_phase(rd.run_id) != "tuning"]
     arms = _arm_names(runs)
     split_cache: dict[str, Any] = {}
     records: list[dict[str, Any]] = []
-    skipped: list[dict[str, str]] = []
     speed: list[dict[str, Any]] = []
     timed_architectures: set[str] = set()
     for rd in runs:

@@ -16,6 +16,7 @@ from typing import Any
 
 from fathom.errors import FathomError
 from fathom.io import read_jsonl, sha256_file
+from fathom.study.plan import run_phase
 from fathom.train.rundir import find_runs
 
 SPLITS = ("fit", "val", "test")
@@ -55,7 +56,7 @@ class RunData:
     def phase(self) -> str | None:
         """``tuning`` for a study's tuning-grid run (run id ``tune-...``, as fathom.study
         names them), else ``None``."""
-        return "tuning" if self.run_id.startswith("tune-") else None
+        return "tuning" if run_phase(self.run_id) == "tuning" else None
 
     @property
     def cohort(self) -> str:

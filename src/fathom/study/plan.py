@@ -28,6 +28,18 @@ def lr_tag(lr: float) -> str:
     return format(lr, "g")
 
 
+TUNING_PREFIX, MAIN_PREFIX = "tune-", "main-"
+
+
+def run_phase(run_id: str) -> str | None:
+    """``"tuning"`` or ``"main"`` for a run a study named, else ``None`` (a lone run)."""
+    if run_id.startswith(TUNING_PREFIX):
+        return "tuning"
+    if run_id.startswith(MAIN_PREFIX):
+        return "main"
+    return None
+
+
 def study_root(runs_dir: str | Path, study: StudyConfig) -> Path:
     return Path(runs_dir) / study.study.name
 
@@ -36,7 +48,9 @@ def _spec(
     study: StudyConfig, runs_dir: str | Path, phase: str, recipe: str, seed: int, lr: float
 ) -> RunSpec:
     run_id = (
-        f"tune-{recipe}-lr{lr_tag(lr)}-s{seed}" if phase == "tuning" else f"main-{recipe}-s{seed}"
+        f"{TUNING_PREFIX}{recipe}-lr{lr_tag(lr)}-s{seed}"
+        if phase == "tuning"
+        else f"{MAIN_PREFIX}{recipe}-s{seed}"
     )
     cfg = study.run_config(recipe=recipe, seed=seed, lr=lr, run_id=run_id)
     return RunSpec(
