@@ -26,6 +26,7 @@ $(VENV)/.dev: $(VENV)/.base
 demo: $(VENV)/.base
 	$(VENV)/bin/fathom data fetch mnist
 	$(VENV)/bin/fathom study run ciresan-sd-quick --runs-dir $(RUNS)
+	$(VENV)/bin/fathom audit $(RUNS)/ciresan-sd-quick --checkpoint both
 	$(VENV)/bin/fathom report $(RUNS)/ciresan-sd-quick
 
 test: $(VENV)/.dev
