@@ -216,3 +216,14 @@ def test_bad_configs_name_the_problem():
         validate_run_config({"model": {"drop_probs": [0.1, 0.2, 0.3, 1.0]}})
     with pytest.raises(FathomError, match="non-increasing"):
         validate_run_config({"model": {"widths": [10, 20, 5]}})
+
+
+def test_cli_shows_live_progress_and_quiet_silences_it(tmp_path, capsys):
+    from fathom.cli import main
+
+    cfg_path = _write_cfg(tmp_path / "cfg.toml", epochs=2)
+    assert main(["train", str(cfg_path), "--runs-dir", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "epoch   1 step" in err and "val acc" in err and "2/2" in err
+    assert main(["train", str(cfg_path), "--runs-dir", str(tmp_path / "b"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""

@@ -60,44 +60,77 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return cfg.with_updates(updates) if updates else cfg
 
 
-def make_progress(quiet: bool):
-    """A callback printing one rich line per observed epoch (``None`` when quiet)."""
-    if quiet:
-        return None
-    from rich.console import Console
+class LiveProgress:
+    """Rich progress for ``fathom train``: a bar over epochs (step, running loss, training
+    clock) and one line per evaluated epoch. Call it as the trainer's ``progress`` callback;
+    ``close()`` stops the display."""
 
-    console = Console(stderr=True)
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    def fmt(v: Any, spec: str) -> str:
+        self.bar = Progress(
+            TextColumn("epoch"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            console=Console(stderr=True),
+            transient=False,
+        )
+        self.task = None
+
+    @staticmethod
+    def _fmt(v: Any, spec: str) -> str:
         return "—" if v is None else format(v, spec)
 
-    def progress(event: str, row: dict) -> None:
-        if event != "epoch":
-            return
-        console.print(
-            f"epoch {row['epoch']:>4} step {row['step']:>7}  "
-            f"loss {fmt(row.get('train/loss_running'), '.4f')}  "
-            f"val acc {fmt(row.get('val/acc'), '.4f')} ce {fmt(row.get('val/ce'), '.4f')}  "
-            f"test acc {fmt(row.get('test/acc'), '.4f')}  "
-            f"train clock {row['clock/training_s']:.1f}s"
-        )
+    def __call__(self, event: str, row: dict) -> None:
+        fmt = self._fmt
+        if event == "epoch":
+            self.bar.console.print(
+                f"epoch {row['epoch']:>3} step {row['step']:>6}  "
+                f"loss {fmt(row.get('train/loss_running'), '.4f')}  "
+                f"val acc {fmt(row.get('val/acc'), '.4f')} ce {fmt(row.get('val/ce'), '.4f')}  "
+                f"test acc {fmt(row.get('test/acc'), '.4f')}"
+            )
+        elif event == "epoch_end":
+            if self.task is None:
+                self.bar.start()
+                self.task = self.bar.add_task("train", total=row["epochs"], info="")
+            self.bar.update(
+                self.task,
+                completed=row["epoch"],
+                info=f"step {row['step']}  loss {fmt(row['train/loss_running'], '.4f')}  "
+                f"train clock {row['clock/training_s']:.1f}s",
+            )
 
-    return progress
+    def close(self) -> None:
+        if self.task is not None:
+            self.bar.stop()
+
+
+def make_progress(quiet: bool) -> LiveProgress | None:
+    """The live display, or ``None`` when ``--quiet``."""
+    return None if quiet else LiveProgress()
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from fathom.train.loop import resume, train
 
-    if args.resume:
-        if args.config:
-            from fathom.train.loop import check_resumable
+    if args.resume and args.config:
+        from fathom.train.loop import check_resumable
 
-            check_resumable(Path(args.resume), config_from_args(args))
-        result = resume(args.resume, progress=make_progress(args.quiet))
-    else:
-        cfg = config_from_args(args)
-        run_dir = Path(args.runs_dir) / cfg.study / cfg.name
-        result = train(cfg, run_dir, progress=make_progress(args.quiet))
+        check_resumable(Path(args.resume), config_from_args(args))
+    live = make_progress(args.quiet)
+    try:
+        if args.resume:
+            result = resume(args.resume, progress=live)
+        else:
+            cfg = config_from_args(args)
+            run_dir = Path(args.runs_dir) / cfg.study / cfg.name
+            result = train(cfg, run_dir, progress=live)
+    finally:
+        if live is not None:
+            live.close()
     print(
         f"{result.status}: {result.run_dir} (epochs {result.epochs_completed}, final params {result.final_params})"
     )

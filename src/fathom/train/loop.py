@@ -165,7 +165,9 @@ def train(
     """Train ``cfg`` into ``run_dir``; return the result (a diverged run is a result, not an error).
 
     ``telemetry`` overrides ``cfg.telemetry.enabled``. ``progress`` is an optional callable
-    ``progress(event: str, info: dict)`` used by the CLI for live display.
+    ``progress(event: str, info: dict)`` used by the CLI for live display: ``"epoch"`` with
+    each history row as it is written, ``"epoch_end"`` after every epoch (epoch, epochs,
+    step, running loss, training clock).
     """
     t_invocation = time.perf_counter()
     run_dir = Path(run_dir)
@@ -469,6 +471,17 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
                 )
                 break
             row = observe(epoch, running)
+            if progress is not None:
+                progress(
+                    "epoch_end",
+                    {
+                        "epoch": epoch,
+                        "epochs": cfg.optim.epochs,
+                        "step": step,
+                        "train/loss_running": running,
+                        "clock/training_s": clocks.training_s,
+                    },
+                )
             target = cfg.stop.target_test_acc
             reached = (
                 target is not None and row is not None and (row.get("test/acc") or 0.0) >= target
