@@ -8,6 +8,7 @@ PIP := $(VENV)/bin/pip
 # project itself accepts any torch in the range declared in pyproject.toml.
 TORCH_SPEC ?= torch==2.13.0
 RUNS ?= runs
+WORKERS ?= 2
 
 .PHONY: demo test lint bench clean-venv
 
@@ -25,7 +26,7 @@ $(VENV)/.dev: $(VENV)/.base
 
 demo: $(VENV)/.base
 	$(VENV)/bin/fathom data fetch mnist
-	$(VENV)/bin/fathom study run ciresan-sd-quick --runs-dir $(RUNS)
+	$(VENV)/bin/fathom study run ciresan-sd-quick --runs-dir $(RUNS) --workers $(WORKERS)
 	$(VENV)/bin/fathom audit $(RUNS)/ciresan-sd-quick --checkpoint both
 	$(VENV)/bin/fathom report $(RUNS)/ciresan-sd-quick
 
