@@ -216,3 +216,15 @@ def test_fused_manual_update_matches_torch_fused_sgd():
         sgd_momentum_(mine, grads, bufs, torch.tensor(0.03), 0.9, 1e-3, fused=True)
     for r, m in zip(ref, mine):
         assert torch.equal(r.detach(), m)
+
+
+def test_too_many_branches_for_graphs_falls_back_to_eager_with_a_note():
+    cfg = tiny_config(**{"model.recipe": "sd_constant", "execution.max_graph_branches": 3})
+    model = init_model(cfg)
+    opt = build_optimizer(model, cfg.optim)
+    ctrl = build_controller(model, cfg)
+    splits = synthetic_splits(n_fit=64, n_eval=8)
+    # the choice is made before anything touches the device, so a CUDA device object is enough
+    stepper, note = make_stepper(cfg, model, opt, ctrl, splits, torch.device("cuda"))
+    assert stepper.name == "eager"
+    assert "2**4 topologies" in note and "running eagerly" in note

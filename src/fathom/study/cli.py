@@ -45,10 +45,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if event == "phase":
             console.print(f"[bold]{info}[/bold]")
         else:
-            h = info.final_params[:12] if info.final_params else "—"
+            h = info.final_params[:8] if info.final_params else "—"
             extra = f"  ({info.error})" if info.error else ""
             console.print(
-                f"  {info.run_id:<34} {info.action:<8} {info.status:<9} {info.wall_s:6.1f}s  final {h}{extra}"
+                f"  {info.run_id:<30} {info.action:<7} {info.status:<8} {info.wall_s:5.1f}s "
+                f"params {h}{extra}",
+                overflow="fold",
             )
 
     if not args.quiet:
