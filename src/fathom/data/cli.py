@@ -13,6 +13,19 @@ from fathom.data.sources import MissingDataError, cache_root, resolve_archive, r
 from fathom.errors import FathomError
 
 
+def _idx_rows(spec: IdxDataset, resolved) -> list[dict]:
+    """One row per verified IDX file: name, expected SHA-256, path and the source used."""
+    return [
+        {
+            "file": f.name,
+            "sha256": f.sha256,
+            "path": str(resolved.paths[f.name]),
+            "source": resolved.origins[f.name],
+        }
+        for f in spec.files
+    ]
+
+
 def fetch(name: str, data_dir: str | None) -> list[dict]:
     """Make a verified copy of every file of ``name`` available; one row per file.
 
@@ -22,15 +35,7 @@ def fetch(name: str, data_dir: str | None) -> list[dict]:
     spec = dataset_spec(name)
     if isinstance(spec, IdxDataset):
         resolved = resolve_idx(spec, data_dir, download=True)
-        return [
-            {
-                "file": f.name,
-                "sha256": f.sha256,
-                "path": str(resolved.paths[f.name]),
-                "source": resolved.origins[f.name],
-            }
-            for f in spec.files
-        ]
+        return _idx_rows(spec, resolved)
     path, source = resolve_archive(spec, data_dir)
     target = cache_root() / spec.name / spec.archive
     if path.resolve() != target.resolve():
@@ -57,15 +62,7 @@ def verify(name: str, data_dir: str | None) -> list[dict]:
     spec = dataset_spec(name)
     if isinstance(spec, IdxDataset):
         resolved = resolve_idx(spec, data_dir, download=False)
-        return [
-            {
-                "file": f.name,
-                "sha256": f.sha256,
-                "path": str(resolved.paths[f.name]),
-                "source": resolved.origins[f.name],
-            }
-            for f in spec.files
-        ]
+        return _idx_rows(spec, resolved)
     path, source = resolve_archive(spec, data_dir)
     return [{"file": spec.archive, "sha256": spec.sha256, "path": str(path), "source": source}]
 
