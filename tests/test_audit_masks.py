@@ -105,7 +105,7 @@ def test_masked_logits_match_hand_forward_and_skip_branches():
     for m, row in enumerate(masks):
         ref = hand_forward(model, x, tuple(int(b) for b in row)).detach()
         np.testing.assert_allclose(scores.logits[m], ref.float().numpy(), rtol=1e-5, atol=1e-6)
-    assert model.training and all(b.gain == 1.0 for b in model.branches())
+    assert model.training and all(b.mask is None and b.gain is None for b in model.branches())
 
 
 def test_scores_against_torch_reference():

@@ -107,9 +107,10 @@ def test_gains_in_training_and_evaluation():
         for k, p, g in zip(kept, (0.1, 0.2, 0.3, 0.4), ctrl.gains(), strict=True):
             assert g == (1 / (1 - p) if k else 0.0)
     with dense_eval(model):
-        assert all(b.gain == 1.0 for b in find_branches(model))
+        assert all(b.decide() == 1.0 for b in find_branches(model))
         assert not model.training
     assert model.training
+    assert ctrl.gains() == tuple(b.gain for b in find_branches(model))  # left as drawn
 
 
 def test_empirical_drop_rates_match_schedule():
@@ -145,7 +146,7 @@ def test_explicit_masks_are_gain_one_and_restore():
         for w in WIDTHS[1:]:
             h = torch.relu(h[:, :w])
         assert torch.allclose(model(x), model.head(h))
-    assert all(b.gain == 1.0 for b in model.branches())
+    assert all(b.mask is None and b.gain is None for b in model.branches())
 
 
 def test_bad_probabilities_and_masks_are_refused():
