@@ -38,7 +38,9 @@ A plain loop with a schedule (the drop probabilities may change every epoch)::
 ``torch.compile``: the decision is a host-side draw in a function excluded from tracing
 (:func:`torch.compiler.disable`), so a compiled model graph-breaks around it and keeps the
 eager semantics (the same decisions from the same generator, a dropped branch not run);
-``fullgraph=True`` refuses the graph break. A self-sampling module cannot be captured in a
+``fullgraph=True`` refuses the graph break with torch's ``Unsupported`` error quoting
+:data:`COMPILE_BREAK_REASON`. A module whose gain is set from outside, or with ``p = 0``, or
+in ``eval()``, draws nothing and compiles whole. A self-sampling module cannot be captured in a
 CUDA graph (the draw would be frozen at capture): set its gains from outside, as the
 trainer's graph path does.
 
@@ -129,7 +131,13 @@ def survival_gain(kept: bool, p: float) -> float:
     return 1.0 / (1.0 - p) if kept else 0.0
 
 
-@torch.compiler.disable
+COMPILE_BREAK_REASON = (
+    "fathom.depth.SkippableResidual draws its stochastic-depth decision on the host (a graph "
+    "break); compile without fullgraph=True, or set module.gain (or p = 0) to compile it whole"
+)
+
+
+@torch.compiler.disable(reason=COMPILE_BREAK_REASON)
 def draw_kept(generator: torch.Generator, p: float) -> bool:
     """One host-side Bernoulli decision ``kept = [u >= p]``, ``u ~ U[0, 1)`` in float64.
 
