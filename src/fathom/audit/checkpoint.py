@@ -222,7 +222,7 @@ def routing_summary(
     )
     labels = [mask_label(r) for r in masks]
     return {
-        "features": "7x7 average-pooled pixel intensities (49), no labels, no model output",
+        "features": "7x7 average-pooled pixel intensities per channel, no labels, no model output",
         "tree": router.describe(),
         "leaf_masks": {k: labels[v] for k, v in router.describe()["leaf_masks"].items()},
         "test": outcome.to_dict(),

@@ -36,14 +36,18 @@ def load_cpu_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> No
     """Inverse of :func:`cpu_state`: every parameter and buffer must be present and match.
 
     Extra state absent from ``state`` keeps the model's current one (a weights file holds
-    none); anything else missing or unexpected is refused.
+    none); anything else missing or unexpected is refused. (A dict read from safetensors has
+    no ``_metadata`` versions, so torch's BatchNorm inserts a ``num_batches_tracked`` key of
+    its own even where the model dropped that buffer; such keys, absent from ``state``, are
+    not the checkpoint's and are ignored.)
     """
     result = model.load_state_dict(state, strict=False)
     missing = [k for k in result.missing_keys if not k.endswith(EXTRA_STATE_SUFFIX)]
-    if missing or result.unexpected_keys:
+    unexpected = [k for k in result.unexpected_keys if k in state]
+    if missing or unexpected:
         raise FathomError(
             f"weights do not fit {type(model).__name__}: missing {missing[:5]}, unexpected "
-            f"{result.unexpected_keys[:5]}; the checkpoint belongs to another model or config"
+            f"{unexpected[:5]}; the checkpoint belongs to another model or config"
         )
 
 
