@@ -77,10 +77,22 @@ def _linear_form(layer: Layer, call: Call, cot: list, n: int, directions: bool):
     return a, g.reshape(*g.shape[:lead], n, -1, g.shape[-1])
 
 
-def _fast_grads(layer, calls, cots, n, directions) -> dict[str, torch.Tensor]:
+def linear_rows(
+    layer: Layer, calls: list[Call], cots: Cotangents, n: int, *, directions: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(A [N, T, d_in], Delta [(D,) N, T, d_out])`` of a linear or conv layer, every call.
+
+    Row ``t`` of example ``i`` is one position (sequence entry, timestep, output pixel with
+    its unfolded patch) of one call; calls are concatenated along ``T``, so that
+    ``g_i = sum_t delta_it a_it^T`` is example ``i``'s weight gradient (KFAC factors and
+    curvature diagonals read the same rows).
+    """
     forms = [_linear_form(layer, c, t, n, directions) for c, t in zip(calls, cots, strict=True)]
-    a = torch.cat([f[0] for f in forms], dim=1)
-    g = torch.cat([f[1] for f in forms], dim=-2)
+    return torch.cat([f[0] for f in forms], dim=1), torch.cat([f[1] for f in forms], dim=-2)
+
+
+def _fast_grads(layer, calls, cots, n, directions) -> dict[str, torch.Tensor]:
+    a, g = linear_rows(layer, calls, cots, n, directions=directions)
     spec = "cnto,nti->cnoi" if directions else "nto,nti->noi"
     w = layer.module.weight
     out = {"weight": torch.einsum(spec, g, a).reshape(*g.shape[:-2], *w.shape)}
