@@ -29,7 +29,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fathom.study.backends import make_backend
     from fathom.study.config import load_study
     from fathom.study.report import print_summary
-    from fathom.study.runner import run_study, scale_down_text
+    from fathom.study.runner import run_study
+    from fathom.study.scaledown import scale_down_sentence, scaled_down
 
     study, origin = load_study(args.study)
     if args.backend != "ray" and args.address:
@@ -57,7 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(
             f"study {study.study.name} ({origin}) on {backend.name}; runs under {Path(args.runs_dir) / study.study.name}"
         )
-        console.print(scale_down_text({"scale_down": list(study.study.scale_down)}))
+        console.print(scale_down_sentence(scaled_down(study)))
     result = run_study(
         study,
         args.runs_dir,
