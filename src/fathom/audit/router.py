@@ -37,9 +37,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, install_hint
 
-SKLEARN_HINT = "pip install 'fathom[audit]'"
+SKLEARN_HINT = install_hint("audit")
 
 
 def require_sklearn() -> Any:
