@@ -8,23 +8,17 @@ import pytest
 import torch
 
 from conftest import synthetic_splits, tiny_config
+from fathom.config import OptimConfig
 from fathom.depth import DropSchedule, GateController
 from fathom.errors import FathomError
 from fathom.models.ciresan import CiresanMLP
 from fathom.train.build import build_controller, build_optimizer, init_model
-from fathom.train.fast import (
-    EagerStepper,
-    GraphStepper,
-    active_parameters,
-    lr_multiplier,
-    make_stepper,
-    plan_epoch,
-    sgd_momentum_,
-    topology_index,
-    topology_mask,
-)
+from fathom.train.fast import GraphStepper, sgd_momentum_
 from fathom.train.loop import train
+from fathom.train.plan import active_parameters, plan_epoch, topology_index, topology_mask
 from fathom.train.rundir import RunDir
+from fathom.train.schedule import lr_multiplier
+from fathom.train.steppers import EagerStepper, make_stepper
 
 
 def test_plan_draws_the_same_gates_as_eager_sampling():
@@ -33,7 +27,7 @@ def test_plan_draws_the_same_gates_as_eager_sampling():
     a = GateController(model.branches(), sched, seed=3)
     b = GateController(model.branches(), sched, seed=3)
     g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
-    plan = plan_epoch(1, 100, 32, g1, a, 0.1)
+    plan = plan_epoch(1, 100, 32, g1, a, OptimConfig(lr=0.1))
     perm = torch.randperm(100, generator=g2)
     kept = [b.sample(0) for _ in range(4)]
     assert torch.equal(plan.perm, perm)
@@ -127,7 +121,7 @@ def test_emulated_graph_stepper_equals_eager_stepper(recipe, impl):
         )
         losses = []
         for epoch in (1, 2):
-            plan = plan_epoch(epoch, 200, cfg.optim.batch_size, gen, controller, cfg.optim.lr)
+            plan = plan_epoch(epoch, 200, cfg.optim.batch_size, gen, controller, cfg.optim)
             losses.append(stepper.run_epoch(plan).item())
         results.append((copy.deepcopy(model.state_dict()), losses, opt))
     (sa, la, oa), (sb, lb, ob) = results

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from fathom.depthscale.config import PRESETS, DepthScaleConfig, make_config
-from fathom.depthscale.runner import ARMS, run_benchmark
+from fathom.depthscale.config import ARMS, PRESETS, DepthScaleConfig, make_config
+from fathom.depthscale.runner import run_benchmark
 from fathom.depthscale.table import render_markdown, write_table
 
 
@@ -51,11 +50,16 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
     console = progress.console
 
     def report(event: str, row: dict[str, Any]) -> None:
-        if event == "start":
+        if event in ("start", "skip"):
             progress.start()  # after the data loaded: errors print without a bar
+            what = {"skip": f"already {row.get('status')}", "start": "->"}[event]
+            if row.get("resume"):
+                what = "resuming"
             console.print(
-                f"{row['arm']}: depth={row['depth']} seed={row['seed']} -> {row['run_dir']}"
+                f"{row['arm']}: depth={row['depth']} seed={row['seed']} {what} {row['run_dir']}"
             )
+            if event == "skip":
+                progress.advance(task, cfg.epochs)
         elif event == "epoch" and row["epoch"] >= 1:
             progress.advance(task)
             if row["epoch"] % cfg.log_every == 0 or row["epoch"] == cfg.epochs:
@@ -94,9 +98,8 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.stop()
-    classes = json.loads((root / "benchmark.json").read_text())["classes"]
     note = _scale_note(cfg)
-    table = write_table(root, classes, cfg.dataset, note)
+    table = write_table(root, note)
     print(render_markdown(table, note))
     print(f"Results saved to {root}")
     return 0
@@ -136,6 +139,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-batchnorm", action="store_true", help="no-BatchNorm control")
     p.add_argument("--device", default=None, help="auto | cpu | cuda")
     p.add_argument("--runs-dir", default=None, help="parent of depth_scaling/ (default runs)")
-    p.add_argument("--out", default=None, help="exact output directory (default timestamped)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="exact output directory (default timestamped); rerunning into it skips complete "
+        "runs and resumes interrupted ones",
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_depth_scaling)

@@ -97,12 +97,18 @@ class RunDir:
     def build_model(
         self, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
     ) -> nn.Module:
-        from fathom.train.build import build_model
+        """The run's model by ``model.kind``, shaped by the recorded data (classes, input)."""
+        from fathom.models import build_model
 
-        data = self.manifest.get("data", {})
-        classes = int(data.get("info", {}).get("classes", 10))
-        in_features = int(data.get("info", {}).get("in_features", 784))
-        return build_model(self.config.model, classes, in_features).to(device=device, dtype=dtype)
+        info = self.manifest.get("data", {}).get("info", {})
+        classes = int(info.get("classes", 10))
+        in_features = int(info.get("in_features", 784))
+        shape = tuple(info["input_shape"]) if info.get("input_shape") else None
+        model = build_model(
+            self.config.model, classes, in_features, input_shape=shape,
+            dataset=self.config.data.dataset,
+        )
+        return model.to(device=device, dtype=dtype)
 
     def load_model(
         self, which: Which, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
@@ -115,9 +121,9 @@ class RunDir:
 
     def load_splits(self, device: str | torch.device = "cpu"):
         """The run's data splits, re-derived and checked against the recorded split hash."""
-        from fathom.train.loop import prepare_splits
+        from fathom.data.prepare import prepare_splits
 
-        splits = prepare_splits(self.config, torch.device(device))
+        splits = prepare_splits(self.config.data, torch.device(device))
         recorded = self.manifest.get("data", {}).get("split_hash")
         if recorded is not None and recorded != splits.split_hash:
             raise FathomError(
