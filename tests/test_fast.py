@@ -222,3 +222,35 @@ def test_too_many_branches_for_graphs_falls_back_to_eager_with_a_note():
     stepper, note = make_stepper(cfg, model, opt, ctrl, splits, torch.device("cuda"))
     assert stepper.name == "eager"
     assert "2**4 topologies" in note and "running eagerly" in note
+
+
+def test_graph_path_writes_back_the_applied_rate_for_update_ratios():
+    """Under a schedule the graph path must leave the applied rate in ``group["lr"]``:
+    ``param/update_ratio`` reads it (it was left at the base rate, off by 1/m(t))."""
+    from fathom.telemetry import params as P
+
+    sched = {"kind": "piecewise", "points": [[0, 1.0], [2, 0.15]]}
+    cfg = tiny_config(**{"model.recipe": "sd_constant", "optim.epochs": 2, "optim.schedule": sched})
+    splits = synthetic_splits(n_fit=96, n_eval=8)
+    device = torch.device("cpu")
+    seen = {}
+    for kind in ("eager", "graph"):
+        model = init_model(cfg)
+        controller = build_controller(model, cfg)
+        opt = build_optimizer(model, cfg.optim)
+        gen = torch.Generator().manual_seed(4)
+        stepper = (
+            EagerStepper(model, opt, controller, splits, device, "fp32")
+            if kind == "eager"
+            else GraphStepper(model, opt, controller, splits, device, "fp32", emulate=True)
+        )
+        for epoch in (1, 2):
+            plan = plan_epoch(epoch, 96, cfg.optim.batch_size, gen, controller, cfg.optim)
+            stepper.run_epoch(plan)
+            assert opt.param_groups[0]["lr"] == plan.lrs[-1] != cfg.optim.lr
+        w = next(model.parameters())  # the stem: updated at every step
+        buf = opt.state[w]["momentum_buffer"]
+        expected = plan.lrs[-1] * buf.double().norm().item()
+        seen[kind] = P.sgd_last_update_norm(w, opt)
+        assert seen[kind] == pytest.approx(expected, rel=1e-6)
+    assert seen["graph"] == pytest.approx(seen["eager"], rel=1e-6)
