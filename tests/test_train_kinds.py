@@ -87,7 +87,7 @@ def user_config(npz: Path, **extra) -> dict:
 
 @pytest.fixture
 def user(tmp_path, monkeypatch):
-    module, npz = user_files(tmp_path)
+    _, npz = user_files(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("usermodels", None)
     return npz
@@ -131,7 +131,9 @@ def test_python_dataset_factory_is_hashed_by_content(user):
         user_config(user, data={"dataset": "python", "path": None, "factory": "usermodels:blobs"})
     )
     s = prepare_splits(cfg.data)
-    assert list(s.info["files"]) == ["factory-arrays"] and len(s.info["files"]["factory-arrays"]) == 64
+    assert (
+        list(s.info["files"]) == ["factory-arrays"] and len(s.info["files"]["factory-arrays"]) == 64
+    )
 
 
 @pytest.mark.parametrize(

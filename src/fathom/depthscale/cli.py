@@ -9,6 +9,7 @@ from typing import Any
 from fathom.depthscale.config import ARMS, PRESETS, DepthScaleConfig, make_config
 from fathom.depthscale.runner import run_benchmark
 from fathom.depthscale.table import render_markdown, write_table
+from fathom.errors import FathomError
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -73,8 +74,15 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
 
 
 def cmd_depth_scaling(args: argparse.Namespace) -> int:
-    cfg = make_config(
-        args.preset,
+    preset, base = args.preset, {}
+    if args.config is not None:
+        if args.preset is not None:
+            raise FathomError("give a config (file or preset name) or --preset, not both")
+        if args.config in PRESETS:
+            preset = args.config
+        else:
+            base = _config_file(args.config).model_dump(exclude={"kind"})
+    overrides = dict(
         dataset=args.dataset,
         data_dir=args.data_dir,
         depths=args.depths,
@@ -91,6 +99,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
         residual=True if args.residual else None,
         batchnorm=False if args.no_batchnorm else None,
     )
+    cfg = make_config(preset, **{**base, **{k: v for k, v in overrides.items() if v is not None}})
     report, progress = make_reporter(cfg, args.quiet)
     root = Path(args.out) if args.out else None
     try:
@@ -103,6 +112,15 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
     print(render_markdown(table, note))
     print(f"Results saved to {root}")
     return 0
+
+
+def _config_file(path: str) -> DepthScaleConfig:
+    from fathom.config_family import load_config
+
+    cfg, origin = load_config(path)
+    if not isinstance(cfg, DepthScaleConfig):
+        raise FathomError(f"{origin} is a {cfg.kind} config; `fathom depth-scaling` needs kind = 'depth_scaling'")
+    return cfg
 
 
 def _scale_note(cfg: DepthScaleConfig) -> str:
@@ -122,6 +140,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "depth-scaling",
         help="conv / spiking conv nets at several depths, vanilla vs Lyapunov-regularized",
         description=__doc__,
+    )
+    p.add_argument(
+        "config", nargs="?", default=None, help="a depth_scaling TOML file or preset name"
     )
     p.add_argument("--preset", choices=sorted(PRESETS), default=None)
     p.add_argument("--dataset", default=None, help="mnist | fashion-mnist | cifar10 | cifar100")
