@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,19 @@ def load_weights(
             "corrupted; restore it from the original run directory or retrain."
         )
     return state, meta
+
+
+def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """``model.load_state_dict(state)`` for tensors read back from safetensors.
+
+    safetensors keeps no per-module version metadata; without it ``BatchNorm`` treats the
+    state as pre-version-2 and injects a ``num_batches_tracked`` key that a model built
+    without that buffer refuses. The model's own metadata is attached first.
+    """
+    ordered = OrderedDict(state)
+    ordered._metadata = getattr(model.state_dict(), "_metadata", None)  # type: ignore[attr-defined]
+    model.load_state_dict(ordered)
+    return model
 
 
 def save_resume(path: Path, state: dict[str, Any]) -> None:

@@ -110,6 +110,10 @@ def observe(s: Session, epoch: int, fields: dict[str, Any]) -> dict[str, Any] | 
         row.update(timed_instrument(s, s.recorder.observe, s.context(epoch), predictions or None))
     if health:
         row.update(timed_instrument(s, s.health_row, epoch))
+    elif cfg.health.enabled:
+        from fathom.dynamics.probe import HEALTH_KEYS
+
+        row.update(dict.fromkeys(HEALTH_KEYS))  # not due at this boundary: null, never absent
     clocks = s.progress.clocks
     row.update(
         {
