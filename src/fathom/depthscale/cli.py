@@ -8,7 +8,8 @@ from typing import Any
 
 from fathom.depthscale.config import ARMS, PRESETS, DepthScaleConfig, make_config
 from fathom.depthscale.runner import run_benchmark
-from fathom.depthscale.table import render_markdown, write_table
+from fathom.depthscale.table import write_table
+from fathom.depthscale.terminal import print_results
 from fathom.errors import FathomError
 
 
@@ -109,7 +110,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
             progress.stop()
     note = _scale_note(cfg)
     table = write_table(root, note)
-    print(render_markdown(table, note))
+    print_results(table, note)
     print(f"Results saved to {root}")
     return 0
 

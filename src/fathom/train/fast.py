@@ -230,7 +230,7 @@ class GraphStepper:
                 graph = self.graphs[topo] = self._capture(topo, kept)
             graph.replay()
         if self.controller is not None:
-            self.controller.dense()
+            self.controller.release()
         # the rate the last step applied, where readers of the optimizer look for it
         for group in self.optimizer.param_groups:
             group["lr"] = plan.lrs[-1]

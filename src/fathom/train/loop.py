@@ -25,7 +25,7 @@ from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
 from fathom.io import config_digest, ensure_writable_dir, state_dict_digest
 from fathom.provenance import resolve_device
-from fathom.train.checkpoint import cpu_state, load_into, load_resume, save_resume
+from fathom.train.checkpoint import cpu_state, load_cpu_state, load_resume, save_resume
 from fathom.train.manifest import split_classes
 from fathom.train.observe import eval_due, observe, sync
 from fathom.train.plan import plan_epoch
@@ -165,7 +165,7 @@ def restore(s: Session) -> None:
     from fathom.train.state import Progress
 
     state = load_resume(s.run_dir / "checkpoints" / "resume.pt")
-    load_into(s.model, state["model"])
+    load_cpu_state(s.model, state["model"])
     s.optimizer.load_state_dict(state["optimizer"])
     if s.controller is not None:
         s.controller.load_state_dict(state["controller"])

@@ -94,7 +94,7 @@ class EagerStepper:
             opt.zero_grad(set_to_none=True)
             loss_sum += loss.detach()
         if self.controller is not None:
-            self.controller.dense()
+            self.controller.release()
         return loss_sum
 
     def epoch_fields(self, n_fit: int) -> dict[str, Any]:
