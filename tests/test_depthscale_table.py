@@ -67,6 +67,9 @@ def test_reads_run_directories(tmp_path):
     run = tmp_path / "d04-vanilla-s0"
     run.mkdir()
     manifest = {
+        "format": 2,
+        "kind": "depth_scaling",
+        "run_id": run.name,
         "status": "complete",
         "config": {"depth": 4, "arm": "vanilla", "seed": 0},
         "selected": {"epoch": 1, "val_ce": 2.0},

@@ -11,6 +11,7 @@ from conftest import synthetic_splits, tiny_config
 from fathom.depth import DropSchedule, GateController
 from fathom.errors import FathomError
 from fathom.models.ciresan import CiresanMLP
+from fathom.rundir import RunDir
 from fathom.train.build import build_controller, build_optimizer, init_model
 from fathom.train.fast import (
     EagerStepper,
@@ -24,7 +25,6 @@ from fathom.train.fast import (
     topology_mask,
 )
 from fathom.train.loop import train
-from fathom.train.rundir import RunDir
 
 
 def test_plan_draws_the_same_gates_as_eager_sampling():

@@ -17,7 +17,6 @@ notes are printed only from κ computed that way.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -26,7 +25,8 @@ from typing import Any
 
 from fathom.dynamics.health import ILL_CONDITIONED_KAPPA, RANK_FLOOR_RULE
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json, atomic_write_text, read_jsonl
+from fathom.io import atomic_write_json, atomic_write_text
+from fathom.rundir import RunDir
 from fathom.stats.flags import failure_flags
 from fathom.stats.verdicts import (
     ArmRuns,
@@ -67,14 +67,9 @@ def _last(history: list[dict[str, Any]], key: str) -> Any:
 
 def read_run(path: Path) -> RunRecord:
     """A :class:`RunRecord` from one run directory."""
-    try:
-        manifest = json.loads((path / "manifest.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise FathomError(
-            f"{str(path)!r} has no readable manifest.json ({e}); rerun that run"
-        ) from None
-    cfg = manifest["config"]
-    history, _ = read_jsonl(path / "history.jsonl")
+    rd = RunDir(path)
+    manifest, cfg = rd.manifest, rd.manifest["config"]
+    history = rd.history()
     observed = [r for r in history if r.get("epoch", 0) >= 1 and "val/acc" in r]
     sel_epoch = manifest.get("selected", {}).get("epoch")
     sel = next((r for r in observed if r["epoch"] == sel_epoch), None)

@@ -19,25 +19,16 @@ import torch
 from fathom.config import RunConfig, config_diff, validate_run_config
 from fathom.data import DataSplits, load_raw, make_splits
 from fathom.errors import FathomError
-from fathom.io import (
-    append_jsonl,
-    atomic_write_json,
-    atomic_write_text,
-    config_digest,
-    dumps,
-    ensure_writable_dir,
-    read_jsonl,
-    state_dict_digest,
-)
+from fathom.io import config_digest, read_jsonl, state_dict_digest
 from fathom.provenance import environment, resolve_device, source_hash
+from fathom.rundir import FORMAT, RunDir, RunWriter
+from fathom.rundir.errors import failure_record
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
-from fathom.train.checkpoint import cpu_state, load_resume, save_resume, save_weights
+from fathom.train.checkpoint import cpu_state
 from fathom.train.context import EpochContext
 from fathom.train.evaluate import split_scores
 from fathom.train.fast import make_stepper, plan_epoch
-
-FORMAT = 1
 
 
 @dataclass
@@ -135,8 +126,6 @@ def _all_finite(model: torch.nn.Module) -> bool:
 
 def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
     """Validate that ``run_dir`` can be resumed (and by ``cfg``, if given); return its config."""
-    from fathom.train.rundir import RunDir
-
     rd = RunDir(run_dir)
     status = rd.manifest.get("status")
     if status == "complete":
@@ -161,6 +150,8 @@ def train(
     resume: bool = False,
     telemetry: bool | None = None,
     progress: Any = None,
+    phase: str | None = None,
+    allow_source_change: bool = False,
 ) -> RunResult:
     """Train ``cfg`` into ``run_dir``; return the result (a diverged run is a result, not an error).
 
@@ -168,26 +159,29 @@ def train(
     ``progress(event: str, info: dict)`` used by the CLI for live display: ``"epoch"`` with
     each history row as it is written, ``"epoch_end"`` after every epoch (epoch, epochs,
     step, running loss, training clock).
+
+    The run directory is written through one :class:`fathom.rundir.RunWriter` (locked for
+    the whole call); ``phase`` ("tuning" / "main") is recorded for a study's run. A resume
+    whose source changed is refused unless ``allow_source_change`` (then recorded).
     """
     t_invocation = time.perf_counter()
     run_dir = Path(run_dir)
-    if resume:
-        stored = check_resumable(run_dir, None)
-        if config_digest(stored.model_dump(mode="json")) != config_digest(
-            cfg.model_dump(mode="json")
-        ):
-            check_resumable(run_dir, cfg)
-    else:
-        if (run_dir / "manifest.json").exists():
-            raise FathomError(
-                f"run directory {str(run_dir)!r} already holds a run; use --resume to continue it "
-                "or choose another --name/--runs-dir"
-            )
-    ensure_writable_dir(run_dir)
-    (run_dir / "checkpoints").mkdir(exist_ok=True)
     device = resolve_device(cfg.device)
-    with matmul_precision(cfg.execution.precision, device):
-        return _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocation)
+    if resume:
+        check_resumable(run_dir, cfg)  # before locking: never create a missing directory
+    writer = RunWriter(run_dir).acquire()
+    try:
+        state = None
+        if resume:
+            state = writer.resume(
+                source_hash=source_hash(), allow_source_change=allow_source_change
+            )
+        with matmul_precision(cfg.execution.precision, device):
+            return _train(
+                cfg, writer, device, splits, state, telemetry, progress, t_invocation, phase
+            )
+    finally:
+        writer.close()
 
 
 @contextmanager
@@ -203,7 +197,10 @@ def matmul_precision(precision: str, device: torch.device):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocation) -> RunResult:
+def _train(
+    cfg, writer, device, splits, state, telemetry, progress, t_invocation, phase
+) -> RunResult:
+    run_dir, resume = writer.path, state is not None
     allocator_tuned = tune_cpu_allocator() if device.type == "cpu" else False
     if splits is None:
         splits = prepare_splits(cfg, device)
@@ -241,7 +238,6 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
     config_json = cfg.model_dump(mode="json")
 
     if resume:
-        state = load_resume(run_dir / "checkpoints" / "resume.pt")
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         if controller is not None:
@@ -261,14 +257,11 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
         initial_params = {k: v.to(device) for k, v in state["initial_params"].items()}
         if recorder is not None and "recorder" in state and hasattr(recorder, "load_state_dict"):
             recorder.load_state_dict(state["recorder"])
-        rows, _ = read_jsonl(run_dir / "history.jsonl")
-        rows = [r for r in rows if r["epoch"] <= start_epoch]
-        atomic_write_text(run_dir / "history.jsonl", "".join(dumps(r) + "\n" for r in rows))
-    else:
-        (run_dir / "history.jsonl").write_text("")
 
     manifest: dict[str, Any] = {
         "format": FORMAT,
+        "kind": "run",
+        "phase": phase,
         "run_id": run_dir.name,
         "study": cfg.study,
         "status": "running",
@@ -294,6 +287,10 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
         "selected_checkpoint": selected_ckpt,
         "telemetry": {"enabled": bool(use_telemetry)},
     }
+    if resume:
+        writer.begin_resumed(manifest)
+    else:
+        writer.start(manifest)
 
     def write_manifest() -> None:
         clocks.elapsed_s = prior_elapsed + time.perf_counter() - t_invocation
@@ -310,19 +307,15 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
                 else None,
             }
         )
-        atomic_write_json(run_dir / "manifest.json", manifest)
+        writer.commit()
 
     def save_epoch_checkpoint(epoch: int) -> None:
         t0 = time.perf_counter()
-        digest = save_weights(
-            run_dir / "checkpoints" / f"epoch-{epoch:04d}.safetensors",
+        checkpoints[str(epoch)] = writer.save_weights(
+            f"epoch-{epoch:04d}.safetensors",
             cpu_state(model),
             {"epoch": epoch, "config_hash": manifest["config_hash"], "run_id": run_dir.name},
         )
-        checkpoints[str(epoch)] = {
-            "file": f"checkpoints/epoch-{epoch:04d}.safetensors",
-            "params_sha256": digest,
-        }
         clocks.checkpoint_s += time.perf_counter() - t0
 
     def observe(epoch: int, running_loss: float | None) -> dict[str, Any] | None:
@@ -356,8 +349,8 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
             ):
                 best.update(epoch=epoch, val_ce=val_ce)
                 t0 = time.perf_counter()
-                digest = save_weights(
-                    run_dir / "checkpoints" / "selected.safetensors",
+                entry = writer.save_weights(
+                    "selected.safetensors",
                     cpu_state(model),
                     {
                         "epoch": epoch,
@@ -366,11 +359,7 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
                         "selected": 1,
                     },
                 )
-                selected_ckpt = {
-                    "file": "checkpoints/selected.safetensors",
-                    "epoch": epoch,
-                    "params_sha256": digest,
-                }
+                selected_ckpt = {**entry, "epoch": epoch}
                 manifest["selected_checkpoint"] = selected_ckpt
                 clocks.checkpoint_s += time.perf_counter() - t0
         if tel_due:
@@ -393,7 +382,7 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
                 "clock/elapsed_s": prior_elapsed + time.perf_counter() - t_invocation,
             }
         )
-        append_jsonl(run_dir / "history.jsonl", row)
+        writer.row(row)
         if progress is not None:
             progress("epoch", row)
         return row
@@ -419,7 +408,7 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
         }
         if recorder is not None and hasattr(recorder, "state_dict"):
             state["recorder"] = recorder.state_dict()
-        save_resume(run_dir / "checkpoints" / "resume.pt", state)
+        writer.save_resume(state)
         clocks.checkpoint_s += time.perf_counter() - t0
 
     if not resume:
@@ -465,8 +454,7 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
             if not math.isfinite(running) or not _all_finite(model):
                 status, diverged_epoch = "diverged", epoch
                 reason = f"non-finite {'training loss' if not math.isfinite(running) else 'parameters'} in epoch {epoch} (lr={cfg.optim.lr})"
-                append_jsonl(
-                    run_dir / "history.jsonl",
+                writer.row(
                     {"epoch": epoch, "step": step, "train/loss_running": None, "diverged": True},
                 )
                 break
@@ -508,19 +496,15 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
                 break
         else:
             status = "complete"
-    except FathomError:
-        manifest.update(status="failed", status_reason="bad input during training (see error)")
-        write_manifest()
+    except FathomError as e:
+        writer.fail(str(e), failure=failure_record(e))
         raise
     except KeyboardInterrupt:
-        manifest.update(
-            status="running", status_reason="interrupted; continue with fathom train --resume"
-        )
-        write_manifest()
+        manifest.update(status_reason="interrupted; continue with fathom train --resume")
+        writer.interrupted()
         raise
     except Exception as e:
-        manifest.update(status="failed", status_reason=f"{type(e).__name__}: {e}")
-        write_manifest()
+        writer.fail(f"{type(e).__name__}: {e}", failure=failure_record(e))
         raise
 
     final_hash = None
@@ -530,6 +514,7 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
     manifest.update(status=status, status_reason=reason, diverged_epoch=diverged_epoch)
     manifest["hashes"]["final_params"] = final_hash
     write_manifest()
+    writer.close()
     rows, _ = read_jsonl(run_dir / "history.jsonl")
     return RunResult(
         run_dir, status, manifest["epochs_completed"], final_hash, diverged_epoch, rows
@@ -537,10 +522,21 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
 
 
 def resume(
-    run_dir: str | Path, *, progress: Any = None, telemetry: bool | None = None
+    run_dir: str | Path,
+    *,
+    progress: Any = None,
+    telemetry: bool | None = None,
+    allow_source_change: bool = False,
 ) -> RunResult:
     """Continue an interrupted run from its last resume state; ends byte-identical."""
-    from fathom.train.rundir import RunDir
-
-    cfg = validate_run_config(RunDir(run_dir).manifest["config"], origin=f"{run_dir}/manifest.json")
-    return train(cfg, run_dir, resume=True, progress=progress, telemetry=telemetry)
+    rd = RunDir(run_dir)
+    cfg = validate_run_config(rd.manifest["config"], origin=f"{run_dir}/manifest.json")
+    return train(
+        cfg,
+        run_dir,
+        resume=True,
+        progress=progress,
+        telemetry=telemetry,
+        phase=rd.phase,
+        allow_source_change=allow_source_change,
+    )
