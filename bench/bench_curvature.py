@@ -192,9 +192,9 @@ def synthesize_runs(root: Path) -> list:
     from fathom.config import ModelConfig, RunConfig
     from fathom.data.splits import DataSplits
     from fathom.io import atomic_write_json
+    from fathom.rundir import RunDir
     from fathom.train.build import build_model
     from fathom.train.checkpoint import cpu_state, save_weights
-    from fathom.train.rundir import RunDir
 
     class SyntheticRunDir(RunDir):
         def load_splits(self, device="cpu") -> DataSplits:
@@ -229,7 +229,7 @@ def synthesize_runs(root: Path) -> list:
 
 
 def bench_protocol(run_paths: list[str] | None, probe: int) -> None:
-    from fathom.train.rundir import RunDir
+    from fathom.rundir import RunDir
 
     with tempfile.TemporaryDirectory() as tmp:
         if run_paths:

@@ -12,8 +12,8 @@ from fathom.audit.run import audit_runs
 from fathom.depth import find_branches
 from fathom.depthscale.config import make_config, run_config
 from fathom.errors import FathomError
+from fathom.rundir import RunDir
 from fathom.train.loop import train
-from fathom.train.rundir import RunDir
 from test_audit_run import synthetic_splits
 
 pytest.importorskip("sklearn")

@@ -69,6 +69,9 @@ def test_reads_run_directories(tmp_path):
     run.mkdir()
     cfg = run_config(make_config("quick"), 4, "vanilla", 0, tmp_path.name)
     manifest = {
+        "format": 2,
+        "kind": "run",
+        "run_id": run.name,
         "status": "complete",
         "config": cfg.model_dump(mode="json"),
         "data": {"dataset": "mnist", "info": {"classes": 10}},

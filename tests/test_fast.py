@@ -12,11 +12,11 @@ from fathom.config import OptimConfig
 from fathom.depth import DropSchedule, GateController
 from fathom.errors import FathomError
 from fathom.models.ciresan import CiresanMLP
+from fathom.rundir import RunDir
 from fathom.train.build import build_controller, build_optimizer, init_model
 from fathom.train.fast import GraphStepper, sgd_momentum_
 from fathom.train.loop import train
 from fathom.train.plan import active_parameters, plan_epoch, topology_index, topology_mask
-from fathom.train.rundir import RunDir
 from fathom.train.schedule import lr_multiplier
 from fathom.train.steppers import EagerStepper, make_stepper
 

@@ -21,9 +21,9 @@ from fathom.config import OptimConfig, ScheduleConfig, validate_run_config
 from fathom.data.prepare import prepare_splits
 from fathom.errors import FathomError
 from fathom.io import read_jsonl
+from fathom.rundir import RunDir
 from fathom.train.build import build_optimizer
 from fathom.train.loop import train
-from fathom.train.rundir import RunDir
 from fathom.train.schedule import epoch_lrs, multiplier
 
 USER_MODULE = """

@@ -25,7 +25,7 @@ from torch import nn
 
 from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
-from fathom.train.rundir import RunDir, Which
+from fathom.rundir import RunDir, Which
 
 
 @dataclass(frozen=True)

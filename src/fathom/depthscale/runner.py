@@ -23,8 +23,8 @@ from fathom.depthscale.config import DepthScaleConfig, plan_runs
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, ensure_writable_dir
 from fathom.provenance import resolve_device
+from fathom.rundir import RunDir
 from fathom.train.loop import train
-from fathom.train.rundir import RunDir
 
 Progress = Callable[[str, dict[str, Any]], None]
 

@@ -26,6 +26,7 @@ from typing import Any
 from fathom.dynamics.health import ILL_CONDITIONED_KAPPA, RANK_FLOOR_RULE
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text
+from fathom.rundir import RunDir
 from fathom.stats.flags import failure_flags
 from fathom.stats.scaling import (
     ArmRuns,
@@ -33,7 +34,6 @@ from fathom.stats.scaling import (
     DepthScalingVerdict,
     depth_scaling_verdict,
 )
-from fathom.train.rundir import RunDir
 
 BASELINE, CANDIDATE = "vanilla", "Lyapunov"
 
@@ -68,13 +68,13 @@ def _last(history: list[dict[str, Any]], key: str) -> Any:
 def read_run(path: Path) -> RunRecord:
     """A :class:`RunRecord` from one run directory (through the run-directory reader)."""
     rd = RunDir(path)
-    manifest, cfg = rd.manifest, rd.config
-    if cfg.tags.get("benchmark") != "depth_scaling":
+    manifest = rd.manifest
+    if rd.kind != "run" or rd.config.tags.get("benchmark") != "depth_scaling":
         raise FathomError(
             f"{str(path)!r} is not a depth-scaling run (no depth/arm tags); "
             "pass the benchmark's output directory"
         )
-    history = rd.history()
+    cfg, history = rd.config, rd.history()
     observed = [r for r in history if r.get("epoch", 0) >= 1 and "val/acc" in r]
     sel_epoch = manifest.get("selected", {}).get("epoch")
     sel = next((r for r in observed if r["epoch"] == sel_epoch), None)

@@ -112,7 +112,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     live = make_progress(args.quiet)
     try:
         if args.resume:
-            result = resume(args.resume, progress=live)
+            result = resume(
+                args.resume, progress=live, allow_source_change=args.allow_source_change
+            )
         else:
             cfg = config_from_args(args)
             run_dir = Path(args.runs_dir) / cfg.study / cfg.name
@@ -155,6 +157,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"])
     p.add_argument(
         "--resume", metavar="RUN_DIR", help="continue an interrupted run; ends byte-identical"
+    )
+    p.add_argument(
+        "--allow-source-change",
+        action="store_true",
+        help="resume although the fathom source changed since the run started (recorded)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_train)

@@ -23,14 +23,16 @@ from fathom.config import RunConfig, config_diff, validate_run_config
 from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
-from fathom.io import config_digest, ensure_writable_dir, state_dict_digest
-from fathom.provenance import resolve_device
-from fathom.train.checkpoint import cpu_state, load_cpu_state, load_resume, save_resume
+from fathom.io import config_digest, read_jsonl, state_dict_digest
+from fathom.provenance import resolve_device, source_hash
+from fathom.rundir import RunDir, RunWriter
+from fathom.rundir.errors import failure_record
+from fathom.train.checkpoint import cpu_state, load_cpu_state
 from fathom.train.manifest import split_classes
 from fathom.train.observe import eval_due, observe, sync
 from fathom.train.plan import plan_epoch
 from fathom.train.session import Session, build_session
-from fathom.train.state import chain
+from fathom.train.state import PROGRESS_FIELDS, Progress, chain
 
 __all__ = [
     "RunResult",
@@ -61,8 +63,6 @@ def prepare_splits(cfg: RunConfig, device: torch.device) -> DataSplits:
 
 def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
     """Validate that ``run_dir`` can be resumed (and by ``cfg``, if given); return its config."""
-    from fathom.train.rundir import RunDir
-
     rd = RunDir(run_dir)
     if rd.manifest.get("status") == "complete":
         raise FathomError(f"run {str(run_dir)!r} is already complete; nothing to resume")
@@ -99,6 +99,8 @@ def train(
     resume: bool = False,
     telemetry: bool | None = None,
     progress: Any = None,
+    phase: str | None = None,
+    allow_source_change: bool = False,
 ) -> RunResult:
     """Train ``cfg`` into ``run_dir``; return the result (a diverged run is a result, not an error).
 
@@ -106,35 +108,35 @@ def train(
     ``progress(event: str, info: dict)`` used by the CLI for live display: ``"epoch"`` with
     each history row as it is written, ``"epoch_end"`` after every epoch (epoch, epochs,
     step, running loss, training clock).
+
+    The run directory is written through one :class:`fathom.rundir.RunWriter` (locked for
+    the whole call); ``phase`` ("tuning" / "main") is recorded for a study's run. A resume
+    whose source changed is refused unless ``allow_source_change`` (then recorded).
     """
     t_invocation = time.perf_counter()
     run_dir = Path(run_dir)
-    if resume:
-        stored = check_resumable(run_dir, None)
-        if config_digest(stored.model_dump(mode="json")) != config_digest(
-            cfg.model_dump(mode="json")
-        ):
-            check_resumable(run_dir, cfg)
-    elif (run_dir / "manifest.json").exists():
-        raise FathomError(
-            f"run directory {str(run_dir)!r} already holds a run; use --resume to continue it "
-            "or choose another --name/--runs-dir"
-        )
-    ensure_writable_dir(run_dir)
-    (run_dir / "checkpoints").mkdir(exist_ok=True)
     device = resolve_device(cfg.device)
-    with matmul_precision(cfg.execution.precision, device):
-        s = build_session(cfg, run_dir, device, splits, telemetry, progress, t_invocation)
+    if resume:
+        check_resumable(run_dir, cfg)  # before locking: never create a missing directory
+    writer = RunWriter(run_dir).acquire()
+    try:
+        state = None
         if resume:
-            restore(s)
-        else:
-            begin(s)
-        return fit(s)
+            state = writer.resume(source_hash=source_hash(), allow_source_change=allow_source_change)
+        with matmul_precision(cfg.execution.precision, device):
+            s = build_session(cfg, writer, device, splits, telemetry, progress, t_invocation, phase)
+            if state is None:
+                begin(s)
+            else:
+                restore(s, state)
+            return fit(s)
+    finally:
+        writer.close()
 
 
 def begin(s: Session) -> None:
-    """A fresh run: epoch 0's row, checkpoint and resume state, the first manifest."""
-    s.writer.start(None)
+    """A fresh run: the first manifest, epoch 0's row, checkpoint and resume state."""
+    s.writer.start(s.pending_manifest)
     observe(s, 0, {"train/loss_running": None, "optim/lr": None})
     if 0 in s.cfg.checkpoints.save_epochs:
         s.save_epoch_checkpoint(0)
@@ -150,34 +152,31 @@ def save_resume_state(s: Session) -> None:
         "controller": s.controller.state_dict() if s.controller is not None else None,
         "shuffle_gen": s.shuffle_gen.get_state(),
         "rng": s.rng_state(),
-        "progress": s.progress.to_state(),
+        **s.progress.to_state(),  # epoch, checkpoints, selected_ckpt at the top: the writer checks them
         "initial_params": {k: v.detach().cpu() for k, v in s.initial_params.items()},
         "stepper": s.stepper.state_dict(),
     }
     if s.recorder is not None and hasattr(s.recorder, "state_dict"):
         state["recorder"] = s.recorder.state_dict()
-    save_resume(s.run_dir / "checkpoints" / "resume.pt", state)
+    s.writer.save_resume(state)
     s.progress.clocks.checkpoint_s += time.perf_counter() - t0
 
 
-def restore(s: Session) -> None:
-    """Continue from ``checkpoints/resume.pt``: every state, RNG and clock as it was saved."""
-    from fathom.train.state import Progress
-
-    state = load_resume(s.run_dir / "checkpoints" / "resume.pt")
+def restore(s: Session, state: dict[str, Any]) -> None:
+    """Continue from the verified resume state: every state, RNG and clock as saved."""
     load_cpu_state(s.model, state["model"])
     s.optimizer.load_state_dict(state["optimizer"])
     if s.controller is not None:
         s.controller.load_state_dict(state["controller"])
     s.shuffle_gen.set_state(state["shuffle_gen"])
     s.set_rng_state(state["rng"])
-    s.progress = Progress.from_state(state["progress"])
+    s.progress = Progress.from_state({k: state[k] for k in PROGRESS_FIELDS})
     s.prior_elapsed = s.progress.clocks.elapsed_s
     s.initial_params = {k: v.to(s.device) for k, v in state["initial_params"].items()}
     s.stepper.load_state_dict(state.get("stepper") or {})
     if s.recorder is not None and "recorder" in state and hasattr(s.recorder, "load_state_dict"):
         s.recorder.load_state_dict(state["recorder"])
-    s.writer.start(s.progress.epoch)
+    s.writer.begin_resumed(s.pending_manifest)
 
 
 def _all_finite(model: torch.nn.Module) -> bool:
@@ -269,33 +268,45 @@ def fit(s: Session) -> RunResult:
     """Run the remaining epochs; record the outcome (failures are recorded, then raised)."""
     try:
         status, reason, diverged_epoch = run_epochs(s)
-    except FathomError:
-        s.write_manifest(status="failed", status_reason="bad input during training (see error)")
+    except FathomError as e:
+        s.write_manifest()
+        s.writer.fail(str(e), failure=failure_record(e))
         raise
     except KeyboardInterrupt:
-        reason = "interrupted; continue with fathom train --resume"
-        s.write_manifest(status="running", status_reason=reason)
+        s.write_manifest(status_reason="interrupted; continue with fathom train --resume")
+        s.writer.interrupted()
         raise
     except Exception as e:
-        s.write_manifest(status="failed", status_reason=f"{type(e).__name__}: {e}")
+        s.write_manifest()
+        s.writer.fail(f"{type(e).__name__}: {e}", failure=failure_record(e))
         raise
     final_hash = None
     if status == "complete":
         final_hash = state_dict_digest(cpu_state(s.model))
         s.manifest["final"] = {"epoch": s.progress.epoch}
     s.manifest["hashes"]["final_params"] = final_hash
-    s.write_manifest(status=status, status_reason=reason, diverged_epoch=diverged_epoch)
-    return RunResult(
-        s.run_dir, status, s.manifest["epochs_completed"], final_hash, diverged_epoch,
-        s.writer.history(),
-    )
+    s.write_manifest(diverged_epoch=diverged_epoch)
+    s.writer.finish(status, reason)
+    rows, _ = read_jsonl(s.run_dir / "history.jsonl")
+    return RunResult(s.run_dir, status, s.manifest["epochs_completed"], final_hash, diverged_epoch, rows)
 
 
 def resume(
-    run_dir: str | Path, *, progress: Any = None, telemetry: bool | None = None
+    run_dir: str | Path,
+    *,
+    progress: Any = None,
+    telemetry: bool | None = None,
+    allow_source_change: bool = False,
 ) -> RunResult:
     """Continue an interrupted run from its last resume state; ends byte-identical."""
-    from fathom.train.rundir import RunDir
-
-    cfg = validate_run_config(RunDir(run_dir).manifest["config"], origin=f"{run_dir}/manifest.json")
-    return train(cfg, run_dir, resume=True, progress=progress, telemetry=telemetry)
+    rd = RunDir(run_dir)
+    cfg = validate_run_config(rd.manifest["config"], origin=f"{run_dir}/manifest.json")
+    return train(
+        cfg,
+        run_dir,
+        resume=True,
+        progress=progress,
+        telemetry=telemetry,
+        phase=rd.phase,
+        allow_source_change=allow_source_change,
+    )

@@ -22,17 +22,12 @@ from fathom.depth import GateController
 from fathom.errors import FathomError
 from fathom.io import config_digest, state_dict_digest
 from fathom.provenance import environment, source_hash
+from fathom.rundir import FORMAT, RunWriter
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
-from fathom.train.checkpoint import cpu_state, save_weights
+from fathom.train.checkpoint import cpu_state
 from fathom.train.context import EpochContext
-from fathom.train.manifest import (
-    FORMAT,
-    RunWriter,
-    dataset_record,
-    split_classes,
-    telemetry_record,
-)
+from fathom.train.manifest import dataset_record, split_classes, telemetry_record
 from fathom.train.state import Progress, rng_state, set_rng_state
 from fathom.train.steppers import make_stepper
 
@@ -55,10 +50,12 @@ class Session:
     t_invocation: float = 0.0
     prior_elapsed: float = 0.0
     progress: Progress = field(default_factory=Progress)
+    pending_manifest: dict[str, Any] = field(default_factory=dict)
 
     @property
     def manifest(self) -> dict[str, Any]:
-        return self.writer.manifest
+        """The manifest the writer holds (before ``start``: the one it will be given)."""
+        return self.writer.manifest if self.writer.manifest is not None else self.pending_manifest
 
     def elapsed(self) -> float:
         return self.prior_elapsed + time.perf_counter() - self.t_invocation
@@ -99,17 +96,13 @@ class Session:
         }
         if name == "selected":
             meta["selected"] = 1
-        rel = f"checkpoints/{name}.safetensors"
-        digest = save_weights(self.run_dir / rel, cpu_state(self.model), meta)
+        entry = self.writer.save_weights(f"{name}.safetensors", cpu_state(self.model), meta)
         self.progress.clocks.checkpoint_s += time.perf_counter() - t0
-        return {"file": rel, "epoch": epoch, "params_sha256": digest}
+        return {**entry, "epoch": epoch}
 
     def save_epoch_checkpoint(self, epoch: int) -> None:
         entry = self.save_weights(f"epoch-{epoch:04d}", epoch)
-        self.progress.checkpoints[str(epoch)] = {
-            "file": entry["file"],
-            "params_sha256": entry["params_sha256"],
-        }
+        self.progress.checkpoints[str(epoch)] = {k: v for k, v in entry.items() if k != "epoch"}
 
     def write_manifest(self, **updates: Any) -> None:
         p = self.progress
@@ -126,7 +119,8 @@ class Session:
             selected_checkpoint=p.selected_ckpt,
         )
         m["execution"]["graphs_captured"] = self.stepper.captured
-        self.writer.write(**updates)
+        m.update(updates)
+        self.writer.commit()
 
 
 def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model) -> Any:
@@ -137,11 +131,14 @@ def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model)
     return Recorder(cfg.telemetry, epochs=cfg.optim.epochs, splits=splits, model=model, seed=cfg.seed)
 
 
-def new_manifest(s: Session, allocator_tuned: bool, note: str | None) -> dict[str, Any]:
+def new_manifest(
+    s: Session, allocator_tuned: bool, note: str | None, phase: str | None
+) -> dict[str, Any]:
     cfg, config_json = s.cfg, s.cfg.model_dump(mode="json")
     return {
         "format": FORMAT,
         "kind": "run",
+        "phase": phase,
         "run_id": s.run_dir.name,
         "study": cfg.study,
         "status": "running",
@@ -177,12 +174,13 @@ def new_manifest(s: Session, allocator_tuned: bool, note: str | None) -> dict[st
 
 def build_session(
     cfg: RunConfig,
-    run_dir: Path,
+    writer: RunWriter,
     device: torch.device,
     splits: DataSplits | None,
     telemetry: bool | None,
     on_progress: Any,
     t_invocation: float,
+    phase: str | None = None,
 ) -> Session:
     """Every part of the run, seeded from ``cfg`` (see the module docstring for the order)."""
     allocator_tuned = tune_cpu_allocator() if device.type == "cpu" else False
@@ -202,9 +200,9 @@ def build_session(
     recorder = _recorder(cfg, telemetry, splits, model)
     stepper, note = make_stepper(cfg, model, optimizer, controller, splits, device)
     s = Session(
-        cfg, run_dir, device, splits, model, optimizer, controller, shuffle_gen, recorder,
-        stepper, RunWriter(run_dir, {}), initial_params, on_progress, t_invocation,
+        cfg, writer.path, device, splits, model, optimizer, controller, shuffle_gen,
+        recorder, stepper, writer, initial_params, on_progress, t_invocation,
     )
     s.progress.initial_hash = initial_hash
-    s.writer.manifest = new_manifest(s, allocator_tuned, note)
+    s.pending_manifest = new_manifest(s, allocator_tuned, note, phase)
     return s

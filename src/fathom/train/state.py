@@ -8,7 +8,7 @@ bookkeeping below, written at epoch boundaries; a resumed run continues byte-ide
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -56,6 +56,9 @@ class Progress:
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Progress:
         return cls(**{**state, "clocks": Clocks(**state["clocks"])})
+
+
+PROGRESS_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Progress))
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
