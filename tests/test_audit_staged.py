@@ -50,7 +50,7 @@ def test_depth_scaling_run_is_audited_with_every_mask(staged_runs, tmp_path):
     root, splits = staged_runs
     result = audit_runs(root, SETTINGS, tmp_path / "out", splits=splits)
     assert [r["run_id"] for r in result["runs"]] == ["d08-vanilla-s0"]
-    assert "no SkippableResidual branch" in result["skipped"][0]["reason"]
+    assert "no removable branches" in result["skipped"][0]["reason"]
     run = result["runs"][0]
     assert run["arm"] == "staged_conv-vanilla-d8" and run["seed"] == 0
     rec = run["checkpoints"]["final"]
@@ -73,5 +73,5 @@ def test_depth_scaling_run_is_audited_with_every_mask(staged_runs, tmp_path):
 
 def test_non_residual_depth_scaling_run_is_refused_clearly(staged_runs, tmp_path):
     root, splits = staged_runs
-    with pytest.raises(FathomError, match="no SkippableResidual branch.*--residual"):
+    with pytest.raises(FathomError, match="no removable branches.*--residual"):
         audit_runs(root / "d04-plain-s0", SETTINGS, tmp_path / "x", splits=splits)

@@ -29,9 +29,11 @@ def test_image_input_feeds_the_net_prepared_images_and_exposes_it():
     model(x)
     got_net, got_x = network_and_input(model, x)
     assert got_net is net and torch.equal(got_x, seen[0])
-    assert not model.state_dict().keys() - net.state_dict().keys() - {
-        f"net.{k}" for k in net.state_dict()
-    }
+    assert (
+        not model.state_dict().keys()
+        - net.state_dict().keys()
+        - {f"net.{k}" for k in net.state_dict()}
+    )
 
 
 def test_float_user_images_are_only_padded():

@@ -45,9 +45,7 @@ class DataConfig(_Strict):
     augmentation to fitting batches (pad 4, random crop, horizontal flip p = 1/2).
     """
 
-    dataset: Literal["mnist", "fashion-mnist", "cifar10", "cifar100", "tensors", "python"] = (
-        "mnist"
-    )
+    dataset: Literal["mnist", "fashion-mnist", "cifar10", "cifar100", "tensors", "python"] = "mnist"
     data_dir: str | None = None
     path: str | None = None
     factory: str | None = None
@@ -110,7 +108,9 @@ class ScheduleConfig(_Strict):
             if epochs != sorted(epochs) or any(m < 0 for _, m in v):
                 raise ValueError("schedule points need increasing epochs and multipliers >= 0")
         elif self.points is not None:
-            raise ValueError(f"schedule.points is only used with kind 'piecewise', not {self.kind!r}")
+            raise ValueError(
+                f"schedule.points is only used with kind 'piecewise', not {self.kind!r}"
+            )
         if self.kind == "exponential" and self.gamma is None:
             raise ValueError("schedule 'exponential' needs gamma (the per-epoch factor)")
         if self.kind != "exponential" and self.gamma is not None:

@@ -50,12 +50,20 @@ def validate_config(
 
 def _run_presets() -> dict[str, str]:
     root = resources.files("fathom") / "presets" / "runs"
-    return {p.name.removesuffix(".toml"): p.read_text() for p in root.iterdir() if p.name.endswith(".toml")}
+    return {
+        p.name.removesuffix(".toml"): p.read_text()
+        for p in root.iterdir()
+        if p.name.endswith(".toml")
+    }
 
 
 def _study_presets() -> dict[str, str]:
     root = resources.files("fathom") / "presets"
-    return {p.name.removesuffix(".toml"): p.read_text() for p in root.iterdir() if p.name.endswith(".toml")}
+    return {
+        p.name.removesuffix(".toml"): p.read_text()
+        for p in root.iterdir()
+        if p.name.endswith(".toml")
+    }
 
 
 def preset_names() -> dict[str, list[str]]:

@@ -126,5 +126,3 @@ ModelSpec = Annotated[
     ModelConfig | StagedConvConfig | PythonModelConfig, Field(discriminator="kind")
 ]
 MODEL_KINDS: tuple[str, ...] = ("ciresan", "staged_conv", "python")
-
-

@@ -79,8 +79,8 @@ def subject_of(rd: RunDir) -> Subject:
     reason = None
     if not any(isinstance(m, SkippableResidual) for m in rd.build_model().modules()):
         reason = (
-            f"its model ({_family(cfg)}) has no SkippableResidual branch to remove; audit a "
-            "residual recipe (or a depth-scaling run with --residual)"
+            f"its model ({_family(cfg)}) has no removable branches (no SkippableResidual "
+            "branch); audit a residual recipe (or a depth-scaling run with --residual)"
         )
     classes = int(rd.manifest.get("data", {}).get("info", {}).get("classes", 10))
     return Subject(rd, "run", _family(cfg), cfg.seed, classes, reason)

@@ -68,7 +68,9 @@ def read_arrays(cfg: DataConfig) -> tuple[dict[str, Any], dict[str, str], str]:
         except Exception as e:  # torch raises many types for a bad file
             raise FathomError(f"data.path {str(path)!r} is not a readable .pt ({e})") from None
         if not isinstance(arrays, dict):
-            raise FathomError(f"data.path {str(path)!r} holds a {type(arrays).__name__}, not a dict")
+            raise FathomError(
+                f"data.path {str(path)!r} holds a {type(arrays).__name__}, not a dict"
+            )
     else:
         raise FathomError(f"data.path {str(path)!r}: use a .npz or .pt file")
     return arrays, {path.name: sha256_file(path)}, str(path)
@@ -157,8 +159,10 @@ def user_raw(cfg: DataConfig) -> tuple[RawDataset | DataSplits, int]:
         if not 1 <= n_test < n:
             raise FathomError(f"{origin}: test_size {n_test} leaves no examples of {n} to fit")
         perm = split_permutation(n, cfg.split_seed)
-        sets = {"train": (x[perm[: n - n_test]], y[perm[: n - n_test]]),
-                "test": (x[perm[n - n_test :]], y[perm[n - n_test :]])}
+        sets = {
+            "train": (x[perm[: n - n_test]], y[perm[: n - n_test]]),
+            "test": (x[perm[n - n_test :]], y[perm[n - n_test :]]),
+        }
     (tx, ty), (ex, ey) = sets["train"], sets["test"]
     return RawDataset(cfg.dataset, classes, tx, ty, ex, ey, files, origin), classes
 
@@ -169,8 +173,11 @@ def _given_splits(sets: dict, files: dict[str, str], classes: int, cfg: DataConf
     header = {"mode": "given", "fit_subset": fit_n, "eval_subset": eval_n, "files": files}
     split_hash = hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()
     (fx, fy), (vx, vy), (ex, ey) = sets["fit"], sets["val"], sets["test"]
-    out = {"fit": (fx[:fit_n], fy[:fit_n]), "val": (vx[:eval_n], vy[:eval_n]),
-           "test": (ex[:eval_n], ey[:eval_n])}
+    out = {
+        "fit": (fx[:fit_n], fy[:fit_n]),
+        "val": (vx[:eval_n], vy[:eval_n]),
+        "test": (ex[:eval_n], ey[:eval_n]),
+    }
     info = {
         "dataset": cfg.dataset,
         "mode": "given",

@@ -120,7 +120,9 @@ def _config_file(path: str) -> DepthScaleConfig:
 
     cfg, origin = load_config(path)
     if not isinstance(cfg, DepthScaleConfig):
-        raise FathomError(f"{origin} is a {cfg.kind} config; `fathom depth-scaling` needs kind = 'depth_scaling'")
+        raise FathomError(
+            f"{origin} is a {cfg.kind} config; `fathom depth-scaling` needs kind = 'depth_scaling'"
+        )
     return cfg
 
 

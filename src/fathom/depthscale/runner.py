@@ -87,7 +87,9 @@ def run_benchmark(
     splits = prepare_splits(runs[0].data, device)  # data errors surface before any directory
     _check_benchmark_file(root, cfg)
     root = ensure_writable_dir(root)
-    atomic_write_json(root / "benchmark.json", {"kind": "depth_scaling", "config": cfg.model_dump()})
+    atomic_write_json(
+        root / "benchmark.json", {"kind": "depth_scaling", "config": cfg.model_dump()}
+    )
     for run_cfg in runs:
         run_one(run_cfg, root / run_cfg.name, splits, progress)
     return root

@@ -254,7 +254,9 @@ def run_classes(root: Path) -> tuple[int, str]:
     """``(classes, dataset)`` recorded by the benchmark's runs (they must agree)."""
     seen = {
         (int(rd.manifest["data"]["info"]["classes"]), str(rd.manifest["data"]["dataset"]))
-        for rd in (RunDir(p) for p in sorted(Path(root).iterdir()) if (p / "manifest.json").exists())
+        for rd in (
+            RunDir(p) for p in sorted(Path(root).iterdir()) if (p / "manifest.json").exists()
+        )
     }
     if len(seen) != 1:
         raise FathomError(

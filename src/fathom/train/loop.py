@@ -122,7 +122,9 @@ def train(
     try:
         state = None
         if resume:
-            state = writer.resume(source_hash=source_hash(), allow_source_change=allow_source_change)
+            state = writer.resume(
+                source_hash=source_hash(), allow_source_change=allow_source_change
+            )
         with matmul_precision(cfg.execution.precision, device):
             s = build_session(cfg, writer, device, splits, telemetry, progress, t_invocation, phase)
             if state is None:
@@ -176,6 +178,7 @@ def restore(s: Session, state: dict[str, Any]) -> None:
     s.stepper.load_state_dict(state.get("stepper") or {})
     if s.recorder is not None and "recorder" in state and hasattr(s.recorder, "load_state_dict"):
         s.recorder.load_state_dict(state["recorder"])
+    s.refresh_manifest()
     s.writer.begin_resumed(s.pending_manifest)
 
 
@@ -288,7 +291,9 @@ def fit(s: Session) -> RunResult:
     s.write_manifest(diverged_epoch=diverged_epoch)
     s.writer.finish(status, reason)
     rows, _ = read_jsonl(s.run_dir / "history.jsonl")
-    return RunResult(s.run_dir, status, s.manifest["epochs_completed"], final_hash, diverged_epoch, rows)
+    return RunResult(
+        s.run_dir, status, s.manifest["epochs_completed"], final_hash, diverged_epoch, rows
+    )
 
 
 def resume(

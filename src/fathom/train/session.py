@@ -105,6 +105,11 @@ class Session:
         self.progress.checkpoints[str(epoch)] = {k: v for k, v in entry.items() if k != "epoch"}
 
     def write_manifest(self, **updates: Any) -> None:
+        """Bring the manifest up to date with the run's progress (and ``updates``); commit."""
+        self.refresh_manifest(**updates)
+        self.writer.commit()
+
+    def refresh_manifest(self, **updates: Any) -> None:
         p = self.progress
         p.clocks.elapsed_s = self.elapsed()
         m = self.manifest
@@ -120,7 +125,6 @@ class Session:
         )
         m["execution"]["graphs_captured"] = self.stepper.captured
         m.update(updates)
-        self.writer.commit()
 
 
 def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model) -> Any:
@@ -128,7 +132,9 @@ def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model)
         return None
     from fathom.telemetry import Recorder
 
-    return Recorder(cfg.telemetry, epochs=cfg.optim.epochs, splits=splits, model=model, seed=cfg.seed)
+    return Recorder(
+        cfg.telemetry, epochs=cfg.optim.epochs, splits=splits, model=model, seed=cfg.seed
+    )
 
 
 def new_manifest(
@@ -160,7 +166,12 @@ def new_manifest(
         },
         "environment": {**environment(s.device), "cpu_allocator_tuned": allocator_tuned},
         "clocks": {},
+        "epochs_completed": s.progress.epoch,
+        "steps_completed": s.progress.step,
         "diverged_epoch": None,
+        "selected": s.progress.best,
+        "checkpoints": s.progress.checkpoints,
+        "selected_checkpoint": s.progress.selected_ckpt,
         "final": {"epoch": None},
         "telemetry": {"enabled": s.recorder is not None},
         "execution": {
@@ -200,8 +211,20 @@ def build_session(
     recorder = _recorder(cfg, telemetry, splits, model)
     stepper, note = make_stepper(cfg, model, optimizer, controller, splits, device)
     s = Session(
-        cfg, writer.path, device, splits, model, optimizer, controller, shuffle_gen,
-        recorder, stepper, writer, initial_params, on_progress, t_invocation,
+        cfg,
+        writer.path,
+        device,
+        splits,
+        model,
+        optimizer,
+        controller,
+        shuffle_gen,
+        recorder,
+        stepper,
+        writer,
+        initial_params,
+        on_progress,
+        t_invocation,
     )
     s.progress.initial_hash = initial_hash
     s.pending_manifest = new_manifest(s, allocator_tuned, note, phase)
