@@ -148,8 +148,58 @@ def _check_batchnorm(model: nn.Module) -> None:
             )
 
 
+# Reading these never carries gradient (metadata, or ``.data`` / ``.grad``): not a use.
+_METADATA = frozenset(
+    [
+        "dtype",
+        "shape",
+        "device",
+        "layout",
+        "ndim",
+        "names",
+        "requires_grad",
+        "is_leaf",
+        "grad_fn",
+        "grad",
+        "data",
+        "_version",
+        "is_cuda",
+        "is_cpu",
+        "is_sparse",
+        "is_quantized",
+        "is_meta",
+        "is_mkldnn",
+        "is_nested",
+        "itemsize",
+        "nbytes",
+        "size",
+        "dim",
+        "numel",
+        "stride",
+        "element_size",
+        "is_contiguous",
+        "is_floating_point",
+        "is_complex",
+        "data_ptr",
+        "storage_offset",
+        "__len__",
+        "nelement",
+        "ndimension",
+        "get_device",
+    ]
+)
+
+
+def _metadata_access(func: Any) -> bool:
+    name = getattr(func, "__name__", "")
+    if name == "__get__":
+        name = getattr(getattr(func, "__self__", None), "__name__", "")
+    return name in _METADATA
+
+
 class _UseRecorder(TorchFunctionMode):
-    """Records, for every torch call that receives a parameter, the active module stack."""
+    """Records, for every torch call that receives a parameter, the active module stack
+    (metadata reads such as ``.dtype`` or ``.shape`` are not uses)."""
 
     def __init__(self, params: dict[int, str], stack: list[str]) -> None:
         super().__init__()
@@ -157,6 +207,8 @@ class _UseRecorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if _metadata_access(func):
+            return func(*args, **kwargs)
         for leaf in pytree.tree_leaves((args, kwargs)):
             name = self.params.get(id(leaf)) if isinstance(leaf, torch.Tensor) else None
             if name is not None:
@@ -467,22 +519,21 @@ class Seam:
                         slots.append((name, c, j))
                         leaves.append(leaf)
         grads = _pullback(outputs, leaves, grad_outputs, directions, retain_graph)
+        found = {slot: g for slot, g in zip(slots, grads, strict=True) if g is not None}
+        lead = (grad_outputs.shape[0],) if directions and grad_outputs is not None else ()
         out: dict[str, list[list[torch.Tensor]]] = {}
         for name, layer_calls in calls.items():
-            out[name] = []
-            for call in layer_calls:
-                lead = (grad_outputs.shape[0],) if directions and grad_outputs is not None else ()
-                out[name].append(
-                    [
-                        torch.zeros(lead + t.shape, dtype=t.dtype, device=t.device)
-                        if _is_float_tensor(t)
-                        else None
-                        for t in call.output_leaves()
-                    ]
-                )
-        for (name, c, j), g in zip(slots, grads, strict=True):
-            if g is not None:
-                out[name][c][j] = g
+            out[name] = [
+                [
+                    found.get((name, c, j))
+                    if (name, c, j) in found
+                    else torch.zeros(lead + t.shape, dtype=t.dtype, device=t.device)
+                    if _is_float_tensor(t)
+                    else None
+                    for j, t in enumerate(call.output_leaves())
+                ]
+                for c, call in enumerate(layer_calls)
+            ]
         return out
 
     def _check_versions(self, name: str, call: Call) -> None:
