@@ -231,7 +231,7 @@ def test_missing_extra_names_it(
     study: Path, monkeypatch: pytest.MonkeyPatch, target: str, module: str
 ) -> None:
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(FathomError, match=rf"fathom\[{target}\]"):
+    with pytest.raises(FathomError, match=rf"\.\[{target}\]"):
         export(study, target)
 
 

@@ -62,7 +62,7 @@ def _state(model: nn.Module, opt: torch.optim.Optimizer) -> dict:
         "grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
         "opt": copy.deepcopy(opt.state_dict()),
         "flags": [m.training for m in model.modules()],
-        "gains": [getattr(m, "gain", None) for m in model.modules()],
+        "gains": [(getattr(m, "gain", None), getattr(m, "mask", None)) for m in model.modules()],
         "rng": torch.get_rng_state(),
     }
 
@@ -90,8 +90,8 @@ def test_observe_leaves_state_as_found(cid) -> None:
     nn.functional.cross_entropy(model(x), y).backward()
     opt.step()
     for m in model.modules():
-        if hasattr(m, "gain"):
-            m.gain = 0.0  # a dropped branch: observe runs dense and restores it
+        if hasattr(m, "mask"):
+            m.mask = False  # a deleted branch: observe runs dense and restores the mask
     before = _state(model, opt)
     row = fathom.Instruments(model, x, y, families="all").observe(optimizer=opt)
     assert _equal(before, _state(model, opt)) == []

@@ -281,7 +281,7 @@ def test_corrupt_optional_input_is_a_warning(study: Path) -> None:
 
 def test_missing_matplotlib_names_the_extra(study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(FathomError, match=r"fathom\[plot\]"):
+    with pytest.raises(FathomError, match=r"\.\[plot\]"):
         build_report(study)
     assert build_report(study, with_figures=False).html.exists()
 

@@ -87,7 +87,7 @@ def _tiny_run(case, telemetry: bool, epochs: int = 3) -> tuple[str, list[dict]]:
             opt.step()
             opt.zero_grad(set_to_none=True)
         if controller is not None:
-            controller.dense()
+            controller.release()
     return state_dict_digest(model.state_dict()) + repr(opt.state_dict()["state"].keys()), rows
 
 

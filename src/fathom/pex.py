@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch.func import functional_call, vjp, vmap
 from torch.utils import _pytree as pytree
 
@@ -47,8 +48,44 @@ def _split(t: torch.Tensor, dim: tuple[int, int] | None, n: int, where: str, lea
     return t.unflatten(d, (n, k)), d
 
 
+def linear_rows(
+    layer: Layer, calls: list[Call], cots: Cotangents, n: int, *, directions: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(A [N, T, d_in], Delta [(D,) N, T, d_out])`` of a linear or conv layer, every call.
+
+    Row ``t`` of example ``i`` is one position (sequence entry, timestep, output pixel with
+    its unfolded patch, ``F.unfold`` channel-major matching ``W.reshape(C_out, -1)``) of one
+    call; calls are concatenated along ``T``, so that ``g_i = sum_t delta_it a_it^T`` is
+    example ``i``'s weight gradient (KFAC factors and curvature diagonals read the same rows).
+    """
+    forms = [_linear_form(layer, c, t, n, directions) for c, t in zip(calls, cots, strict=True)]
+    if len(forms) == 1:
+        return forms[0]
+    return torch.cat([f[0] for f in forms], dim=1), torch.cat([f[1] for f in forms], dim=-2)
+
+
+def _conv_form(layer: Layer, call: Call, cot: list, n: int, directions: bool):
+    """Unfolded patches ``[N, T, C_in*k]`` and cotangents ``[(D,) N, T, C_out]`` of a conv call."""
+    x, d_cot, m = call.input_leaves()[0].detach(), cot[0], layer.module
+    lead = 1 if directions else 0
+    if call.in_dims[0] is None or call.in_dims[0][0] != 0 or call.out_dims[0][0] != 0:
+        raise FathomError(f"layer {layer.name!r}: a convolution needs the example dimension first")
+    if layer.kind == "conv1d":
+        x, d_cot = x.unsqueeze(2), d_cot.unsqueeze(2 + lead)
+        ks, st, pad, dil = ((1, *m.kernel_size), (1, *m.stride), (0, *m.padding), (1, *m.dilation))
+    else:
+        ks, st, pad, dil = m.kernel_size, m.stride, m.padding, m.dilation
+    k = call.in_dims[0][1]
+    u = F.unfold(x, ks, dilation=dil, padding=pad, stride=st)  # [N*k, C_in*kh*kw, P]
+    a = u.unflatten(0, (n, k)).transpose(2, 3).reshape(n, -1, u.shape[1])
+    g = d_cot.flatten(2 + lead).unflatten(lead, (n, k)).transpose(-1, -2)
+    return a, g.reshape(*g.shape[:lead], n, -1, g.shape[-1])
+
+
 def _linear_form(layer: Layer, call: Call, cot: list, n: int, directions: bool):
-    """``(A [N, T, d_in], Delta [(D,) N, T, d_out])`` of a linear call (``T`` rows per example)."""
+    """``(A [N, T, d_in], Delta [(D,) N, T, d_out])`` of one call (``T`` rows per example)."""
+    if layer.kind in ("conv1d", "conv2d"):
+        return _conv_form(layer, call, cot, n, directions)
     x = call.input_leaves()[0].detach()
     d_cot = cot[0]
     lead = 1 if directions else 0

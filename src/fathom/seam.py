@@ -149,45 +149,13 @@ def _check_batchnorm(model: nn.Module) -> None:
 
 
 # Reading these never carries gradient (metadata, or ``.data`` / ``.grad``): not a use.
-_METADATA = frozenset(
-    [
-        "dtype",
-        "shape",
-        "device",
-        "layout",
-        "ndim",
-        "names",
-        "requires_grad",
-        "is_leaf",
-        "grad_fn",
-        "grad",
-        "data",
-        "_version",
-        "is_cuda",
-        "is_cpu",
-        "is_sparse",
-        "is_quantized",
-        "is_meta",
-        "is_mkldnn",
-        "is_nested",
-        "itemsize",
-        "nbytes",
-        "size",
-        "dim",
-        "numel",
-        "stride",
-        "element_size",
-        "is_contiguous",
-        "is_floating_point",
-        "is_complex",
-        "data_ptr",
-        "storage_offset",
-        "__len__",
-        "nelement",
-        "ndimension",
-        "get_device",
-    ]
+_METADATA_NAMES = (
+    "dtype shape device layout ndim names requires_grad is_leaf grad_fn grad data _version "
+    "is_cuda is_cpu is_sparse is_quantized is_meta is_mkldnn is_nested itemsize nbytes "
+    "size dim numel stride element_size is_contiguous is_floating_point is_complex "
+    "data_ptr storage_offset __len__ nelement ndimension get_device"
 )
+_METADATA = frozenset(_METADATA_NAMES.split())
 
 
 def _metadata_access(func: Any) -> bool:

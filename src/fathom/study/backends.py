@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, install_hint
 from fathom.study.execute import RunOutcome, execute_run
 from fathom.study.plan import RunSpec
 
@@ -77,7 +77,7 @@ def _import_ray() -> Any:
         import ray
     except ImportError:
         raise FathomError(
-            "the Ray backend needs the optional extra: pip install 'fathom[ray]' "
+            f"the Ray backend needs the optional extra: {install_hint('ray')} "
             "(or use --backend local)"
         ) from None
     return ray
