@@ -155,3 +155,22 @@ def test_bad_probes_refused() -> None:
         fathom.Instruments(model, x, torch.full((5,), 3)).observe()
     with pytest.raises(FathomError, match="whole data splits"):
         fathom.Instruments(model, x, torch.zeros(5, dtype=torch.long), families=("scores",))
+
+
+def test_readme_instruments_snippet_runs(capsys) -> None:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("- **Instruments on your own model.**") :]
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    assert block is not None, "README Instruments section lost its python snippet"
+    lines = block.group(1).splitlines()
+    indent = min(len(line) - len(line.lstrip()) for line in lines if line.strip())
+    namespace: dict = {}
+    exec(compile("\n".join(line[indent:] for line in lines), "README.md", "exec"), namespace)
+    row, ins = namespace["row"], namespace["ins"]
+    assert row["grad/pex/norm_q50/3.branch.0"] > 0 and row["param/momentum_norm/6"] is not None
+    out = capsys.readouterr().out
+    assert "3.branch.1.weight" in out and "generic torch.func" in out
+    assert [la.name for la in ins.layers] == ["0", "1", "3.branch.0", "3.branch.1", "6"]
