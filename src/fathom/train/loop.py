@@ -305,6 +305,8 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
         clocks.elapsed_s = prior_elapsed + time.perf_counter() - t_invocation
         manifest["clocks"] = vars(clocks).copy()
         tel = clocks.telemetry_s
+        if recorder is not None:  # each instrumented layer: name, type, path, shapes
+            manifest["telemetry"]["layers"] = recorder.layer_records()
         manifest["telemetry"].update(
             {
                 "total_s": tel,
