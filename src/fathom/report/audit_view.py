@@ -142,6 +142,7 @@ def _mask_rows(rec: Mapping[str, Any]) -> list[dict[str, Any]]:
             "val_damage": m["val"]["damage"],
         }
         for m in rec.get("masks") or []
+        if isinstance(m, Mapping) and "mask" in m and "test" in m and "val" in m
     ]
 
 
@@ -190,21 +191,21 @@ def mask_payload(
     tables, first_seed = [], {}
     for run in audit.get("runs") or []:
         for which, rec in (run.get("checkpoints") or {}).items():
-            if "masks" not in rec:
+            if not isinstance(rec, Mapping) or not _mask_rows(rec) or "run_id" not in run:
                 continue
             key = f"{run['run_id']}|{which}"
             tables.append(
                 {
                     "key": key,
                     "run": run["run_id"],
-                    "arm": run["arm"],
-                    "seed": run["seed"],
+                    "arm": run.get("arm", run.get("recipe", "?")),
+                    "seed": run.get("seed"),
                     "checkpoint": which,
                     "epoch": rec.get("epoch"),
                     "masks": _mask_rows(rec),
                 }
             )
-            first_seed.setdefault(run["arm"], run["run_id"])
+            first_seed.setdefault(tables[-1]["arm"], run["run_id"])
     chosen = [t for t in tables if first_seed.get(t["arm"]) == t["run"]]
     arrays = {}
     for t in chosen:

@@ -312,7 +312,7 @@
     const sel = $("mask-run");
     if (!M.tables || !M.tables.length) { $("mask-controls").style.display = "none"; $("mask-area").textContent = "No audit in this directory."; return; }
     for (const t of M.tables) sel.appendChild(h("option", { value: t.key }, `${t.arm} · seed ${t.seed} · ${t.checkpoint}${M.examples.per && M.examples.per[t.key] ? " · examples" : ""}`));
-    maskState.key = M.tables[0].key; maskState.mask = M.tables[0].masks[0].mask;
+    maskState.key = M.tables[0].key; maskState.mask = M.tables[0].masks.reduce((a, b) => (b.kept > a.kept ? b : a)).mask;
     sel.addEventListener("change", () => { maskState.key = sel.value; maskTable(); examples(); });
     maskTable(); examples();
   }

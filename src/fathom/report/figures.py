@@ -142,15 +142,22 @@ def mask_damage(audit: Mapping[str, Any], path: Path) -> Path | None:
     cells: dict[tuple[str, str], list[tuple[int, list[dict[str, Any]]]]] = {}
     for run in audit.get("runs") or []:
         for which, rec in (run.get("checkpoints") or {}).items():
-            if isinstance(rec, Mapping) and rec.get("masks"):
-                cells.setdefault((run["arm"], which), []).append((run["seed"], rec["masks"]))
+            masks = [
+                m
+                for m in (rec.get("masks") or [] if isinstance(rec, Mapping) else [])
+                if isinstance(m, Mapping) and isinstance(m.get("test"), Mapping)
+                and "damage" in m["test"]
+            ]
+            if masks:
+                arm = str(run.get("arm", run.get("recipe", "?")))
+                cells.setdefault((arm, which), []).append((run.get("seed"), masks))
     if not cells:
         return None
     plt = _pyplot()
     arms = sorted({a for a, _ in cells})
     checkpoints = [c for c in ("selected", "final") if any(w == c for _, w in cells)]
     checkpoints += sorted({w for _, w in cells} - set(checkpoints))
-    colours = recipe_colours([*arms, *(r.get("recipe", r["arm"]) for r in audit.get("runs") or [])])
+    colours = recipe_colours(arms)
     fig, axes = plt.subplots(
         len(arms), len(checkpoints), figsize=(4.2 * len(checkpoints), 2.9 * len(arms)),
         squeeze=False, sharex=True, sharey=True,

@@ -130,6 +130,17 @@ def _resource(name: str) -> str:
     return resources.files("fathom.report").joinpath(name).read_text()
 
 
+def _by_file(curvature: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """``"<run>/<file>" -> JSON`` for the raw curvature tables."""
+    out: dict[str, Any] = {}
+    for run_id, c in curvature.items():
+        if c.get("summary") is not None:
+            out[f"{run_id}/summary.json"] = c["summary"]
+        for e, rec in sorted((c.get("epochs") or {}).items()):
+            out[f"{run_id}/epoch-{e:04d}.json"] = rec
+    return out
+
+
 def _tables_section(tables: Sequence[CrossTable], names: Sequence[str]) -> str:
     return "\n".join(table_html(t, f"x-{t.name}") for t in tables if t.name in names)
 
@@ -163,7 +174,7 @@ def render_html(
         "telemetry": telemetry,
         "curvature": curv_tables
         + (
-            f"<details><summary>raw curvature snapshots</summary>{curvature_section(curvature)}</details>"
+            f"<details><summary>raw curvature snapshots</summary>{curvature_section(_by_file(curvature))}</details>"
             if curvature
             else ""
         ),

@@ -478,6 +478,13 @@ def audit_section(audit: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _probe_text(scope: Any) -> str:
+    """``probe: first 128 fit examples`` from a curvature summary's scope mapping."""
+    if not isinstance(scope, Mapping):
+        return "probe not recorded"
+    return f"probe: first {scope.get('N', '?')} {scope.get('split', '?')} examples"
+
+
 def curvature_section(snapshots: Mapping[str, Any]) -> str:
     """Curvature outputs keyed ``"<run>/<file>"``: each run's ``summary.json`` rows as one
     table (one row per checkpoint epoch), then every snapshot collapsed, shown whole, with
@@ -493,7 +500,7 @@ def curvature_section(snapshots: Mapping[str, Any]) -> str:
             out.append(
                 _record_table(
                     rows,
-                    f"Curvature summary: run {key.rsplit('/', 1)[0]} (probe {value.get('scope')})",
+                    f"Curvature summary: run {key.rsplit('/', 1)[0]} ({_probe_text(value.get('scope'))})",
                 )
             )
     for key, value in snapshots.items():
