@@ -262,7 +262,8 @@ def test_optional_sections_and_figures(study: Path, tmp_path: Path) -> None:
     assert "Paired differences against residual" in html and "Tuning grid (seed 1)" in html
     assert "widths x 0.1" in html and "main-residual-s1" in html
     assert "Layer-removal audit" in html and 'class="table-filter"' in html
-    assert "<th>val.damage</th>" in html and "<th>test.acc</th>" in html and "digit_4" in html
+    assert "<th>val.damage</th>" in html and "<th>test.acc</th>" in html
+    assert "digit_4" not in html and "/audit/audit.json" in html  # linked, not inlined
     assert (
         "residual-s101/epoch-0004.json" in html and "A_eigenvalues (12 values, log10 scale)" in html
     )

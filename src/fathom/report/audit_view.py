@@ -52,62 +52,99 @@ def _table(tid: str, caption: str, head: list[str], rows: list[list[str]]) -> st
     )
 
 
+def damage_sentences(agg: Mapping[str, Any]) -> list[str]:
+    """One sentence per (arm, checkpoint) from the audit's computed paired-damage verdicts:
+    ``sd_constant vs residual, selected checkpoint, damage ΔCE by kept branches: 0 of 4
+    better (−0.4527 nats [−0.5229, −0.3824]), ...``."""
+    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for which, a in agg.items():
+        for p in a.get("paired_damage") or []:
+            groups.setdefault((p["arm"], p["reference"], which), []).append(p)
+    out = []
+    for (arm, ref, which), ps in sorted(groups.items()):
+        k = next((a["k"] for a in [(agg[which].get("arms") or {}).get(arm) or {}] if "k" in a), "?")
+        parts = []
+        for p in sorted(ps, key=lambda p: int(p["kept"])):
+            v = p.get("verdict") or {}
+            d = v.get("diff") or {}
+            if d.get("estimate") is None:
+                parts.append(f"{p['kept']} of {k} kept: {v.get('verdict', 'no comparison')}")
+                continue
+            iv = f" [{d['low']:+.4f}, {d['high']:+.4f}]" if d.get("low") is not None else ""
+            parts.append(f"{p['kept']} of {k} kept {v['verdict']} ({d['estimate']:+.4f} nats{iv})")
+        out.append(
+            f"{arm} vs {ref}, {which} checkpoint, test damage ΔCE: " + "; ".join(parts) + "."
+        )
+    return out
+
+
 def audit_headline(audit: Mapping[str, Any]) -> str:
     agg = audit.get("aggregate") or {}
-    sentences = [
-        f"{which} checkpoint: {p['sentence']}"
-        for which, a in agg.items()
+    sentences = damage_sentences(agg)
+    full = [
+        f"{w} checkpoint: {p['sentence']}"
+        for w, a in agg.items()
         for p in a.get("paired_damage") or []
     ]
     out = [
         "<ul class='verdicts' id='audit-verdicts'>"
         + "".join(f"<li>{esc(s)}</li>" for s in sentences)
-        + "</ul>"
+        + "</ul>",
+        "<details><summary>every damage comparison as a full sentence</summary><ul>"
+        + "".join(f"<li>{esc(s)}</li>" for s in full)
+        + "</ul></details>",
     ]
-    rows, branch_rows = [], []
-    for which, a in agg.items():
-        for arm, s in (a.get("arms") or {}).items():
-            for size, b in sorted((s.get("by_size") or {}).items(), key=lambda kv: -int(kv[0])):
+    sizes = sorted(
+        {
+            int(k)
+            for a in agg.values()
+            for s in (a.get("arms") or {}).values()
+            for k in s.get("by_size") or {}
+        },
+        reverse=True,
+    )
+    for key, caption, scale, fmt in (
+        (
+            "test_damage",
+            "Damage ΔCE (nats) [95% CI], mean over the masks keeping that many branches",
+            1,
+            "+.4f",
+        ),
+        (
+            "test_acc",
+            "Test accuracy (%) [95% CI], mean over the masks keeping that many branches",
+            100,
+            ".2f",
+        ),
+    ):
+        rows = []
+        for which, a in agg.items():
+            for arm, s in (a.get("arms") or {}).items():
+                by = s.get("by_size") or {}
                 rows.append(
                     [
                         arm,
                         which,
-                        f"{size} of {s['k']}",
-                        str(b["n_masks"]),
-                        _iv(b["test_acc"], 100, ".2f"),
-                        _iv(b["test_damage"], 1, "+.4f"),
+                        *(_iv(by[str(k)][key], scale, fmt) if str(k) in by else "—" for k in sizes),
                     ]
                 )
+        if rows:
+            tid = "audit-table" if key == "test_damage" else "audit-acc-table"
+            out.append(
+                _table(tid, caption, ["arm", "checkpoint", *(f"{k} kept" for k in sizes)], rows)
+            )
+    branch_rows = []
+    for which, a in agg.items():
+        for arm, s in (a.get("arms") or {}).items():
             for br in s.get("branches") or []:
                 branch_rows.append(
-                    [
-                        arm,
-                        which,
-                        str(br["branch"]),
-                        f"{br['branch_macs_fraction']:.3f}",
-                        _iv(br["test_acc"], 100, ".2f"),
-                        _iv(br["test_damage"], 1, "+.4f"),
-                    ]
-                )
-    if rows:
-        out.append(
-            _table(
-                "audit-table",
-                "Removing branches: mean over the masks that keep that many branches",
-                [
-                    "arm",
-                    "checkpoint",
-                    "kept",
-                    "masks",
-                    "test acc (%) [95% CI]",
-                    "damage ΔCE (nats) [95% CI]",
-                ],
-                rows,
-            )
-        )
+                    [arm, which, str(br["branch"]), f"{br['branch_macs_fraction']:.3f}",
+                     _iv(br["test_acc"], 100, ".2f"), _iv(br["test_damage"], 1, "+.4f")]
+                )  # fmt: skip
     if branch_rows:
         out.append(
-            _table(
+            "<details><summary>single-branch deletions (one row per arm, checkpoint and branch)</summary>"
+            + _table(
                 "branch-table",
                 "Removing one branch",
                 [
@@ -120,6 +157,7 @@ def audit_headline(audit: Mapping[str, Any]) -> str:
                 ],
                 branch_rows,
             )
+            + "</details>"
         )
     out.append(
         "<p class='note'>Damage is the increase of test CE over the same model's full output (nats); "

@@ -129,3 +129,32 @@ def curvature_tables(
     runs: Sequence[RunData], reference: str | None, curvature: Mapping[str, Mapping[str, Any]]
 ) -> list[CrossTable | None]:
     return [trace_table(runs, reference, curvature), kfac_table(runs, reference, curvature)]
+
+
+def trace_sentences(table: CrossTable | None, reference: str | None) -> list[str]:
+    """Per recipe, at the last epoch it shares with the reference: how many times lower (or
+    higher) each trace is than the reference's, from the table's ratio columns."""
+    if table is None or reference is None:
+        return []
+    ref_epochs = {r["epoch"] for r in table.rows if r["recipe"] == reference}
+    out = []
+    for recipe in dict.fromkeys(r["recipe"] for r in table.rows):
+        rows = [r for r in table.rows if r["recipe"] == recipe and r["epoch"] in ref_epochs]
+        if recipe == reference or not rows:
+            continue
+        row = max(rows, key=lambda r: r["epoch"])
+        parts = []
+        for key, label in TRACES:
+            ratio = row.get(f"ratio:{key}")
+            if ratio is None:
+                continue
+            parts.append(
+                f"{label} {ratio:.3g}× lower" if ratio >= 1 else f"{label} {1 / ratio:.3g}× higher"
+            )
+        if parts:
+            out.append(
+                f"At epoch {row['epoch']}, {recipe} (n={row['n']}) has, against {reference}: "
+                + ", ".join(parts)
+                + "."
+            )
+    return out

@@ -137,15 +137,20 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def mask_damage(audit: Mapping[str, Any], path: Path) -> Path | None:
-    """Per (arm, checkpoint) panel: test damage (nats) against MAC fraction, per seed."""
+def mask_damage(
+    audit: Mapping[str, Any], path: Path, colours: Mapping[str, str] | None = None
+) -> Path | None:
+    """Per (arm, checkpoint) panel: test damage (nats) against MAC fraction, per seed.
+    ``colours``: the study's recipe colours (:func:`recipe_colours` over every recipe run),
+    so an arm has the colour its recipe has in the other figures."""
     cells: dict[tuple[str, str], list[tuple[int, list[dict[str, Any]]]]] = {}
     for run in audit.get("runs") or []:
         for which, rec in (run.get("checkpoints") or {}).items():
             masks = [
                 m
                 for m in (rec.get("masks") or [] if isinstance(rec, Mapping) else [])
-                if isinstance(m, Mapping) and isinstance(m.get("test"), Mapping)
+                if isinstance(m, Mapping)
+                and isinstance(m.get("test"), Mapping)
                 and "damage" in m["test"]
             ]
             if masks:
@@ -157,7 +162,7 @@ def mask_damage(audit: Mapping[str, Any], path: Path) -> Path | None:
     arms = sorted({a for a, _ in cells})
     checkpoints = [c for c in ("selected", "final") if any(w == c for _, w in cells)]
     checkpoints += sorted({w for _, w in cells} - set(checkpoints))
-    colours = recipe_colours(arms)
+    colours = {**recipe_colours(arms), **(colours or {})}
     fig, axes = plt.subplots(
         len(arms), len(checkpoints), figsize=(4.2 * len(checkpoints), 2.9 * len(arms)),
         squeeze=False, sharex=True, sharey=True,
@@ -209,5 +214,6 @@ def mask_damage(audit: Mapping[str, Any], path: Path) -> Path | None:
 def all_figures(runs: Sequence[RunData], audit: Mapping[str, Any] | None, out: Path) -> list[Path]:
     made = [learning_curves(runs, out / "learning_curves.png")]
     if audit:
-        made.append(mask_damage(audit, out / "mask_damage.png"))
+        colours = recipe_colours(r.recipe for r in runs)
+        made.append(mask_damage(audit, out / "mask_damage.png", colours))
     return [p for p in made if p is not None]

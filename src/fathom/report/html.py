@@ -26,6 +26,7 @@ from typing import Any
 
 from fathom.report.audit_view import audit_headline
 from fathom.report.crossrun import CrossTable
+from fathom.report.curvtables import trace_sentences
 from fathom.report.fields import CORE, describe, facet_key, is_accuracy, split_key
 from fathom.report.palette import recipe_colours
 from fathom.report.render import table_html
@@ -160,6 +161,18 @@ def render_html(
     quality = _tables_section(crossrun, ("fitting", "digits_test"))
     telemetry = _tables_section(crossrun, ("gradients", "zero_activations"))
     curv_tables = _tables_section(crossrun, ("curvature_traces", "kfac_errors"))
+    traces = next((t for t in crossrun if t.name == "curvature_traces"), None)
+    reference = ((summary or {}).get("stats") or summary or {}).get("reference")
+    curv_sentences = trace_sentences(
+        traces, reference or (traces.rows[0]["recipe"] if traces else None)
+    )
+    if curv_sentences:
+        curv_tables = (
+            "<ul class='verdicts' id='curvature-verdicts'>"
+            + "".join(f"<li>{esc(x)}</li>" for x in curv_sentences)
+            + "</ul>"
+            + curv_tables
+        )
     raw: list[str] = []
     if summary is not None:
         raw.append(

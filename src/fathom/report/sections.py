@@ -78,7 +78,11 @@ def _short(c: Mapping[str, Any]) -> str:
     f = ".2f" if c["metric"] == "test_acc" else ".4f"
     if d.get("estimate") is None:
         return f"{c['checkpoint']}: {c['verdict']}"
-    iv = f" [{d['low']:+{f}}, {d['high']:+{f}}]" if d.get("low") is not None else f" (n={d.get('n')})"
+    iv = (
+        f" [{d['low']:+{f}}, {d['high']:+{f}}]"
+        if d.get("low") is not None
+        else f" (n={d.get('n')})"
+    )
     return f"{c['checkpoint']} {c['verdict']} ({d['estimate']:+{f}} {unit}{iv})"
 
 

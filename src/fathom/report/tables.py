@@ -425,7 +425,8 @@ def audit_section(audit: Mapping[str, Any]) -> str:
     """The mask explorer: one sortable, filterable row per (run, checkpoint, mask) with
     accuracy, CE, damage and MACs per split; single-branch deletions; per-digit resilience
     (mean fraction of resilience masks keeping a correctly classified example correct);
-    then the whole ``audit.json``, collapsed. An audit of another shape is shown whole."""
+    then a link to ``audit.json`` (not inlined: it is most of a page's bytes). An audit of
+    another shape is shown whole."""
     records = _checkpoint_records(audit)
     if not records:
         return generic(audit)
@@ -474,7 +475,11 @@ def audit_section(audit: Mapping[str, Any]) -> str:
         )
     if audit.get("skipped"):
         out.append(generic(audit["skipped"], "Skipped runs", 1))
-    out.append(f"<details><summary>whole audit.json</summary>{generic(audit)}</details>")
+    out.append(
+        "<p class='note'>Everything else (settings, environment, interactions, routing, speed) "
+        f"is in <code>{esc(audit.get('target', 'DIR'))}/audit/audit.json</code> and audit.md "
+        "beside it; per-example arrays in the <code>.npz</code> files.</p>"
+    )
     return "\n".join(out)
 
 
