@@ -89,3 +89,15 @@ def test_layer_fields_order() -> None:
         ("blocks.0", "g/blocks.0"),
         ("head", "g/head"),
     ]
+
+
+def test_scale_down_statement_is_the_computed_one(study: Path) -> None:
+    from fathom.report.sections import what_was_run
+
+    runs = load_runs(study)
+    computed = "Scaled down from the full protocol (preset ciresan-sd): 2 epochs instead of 100."
+    html = what_was_run({"scale_down_sentence": computed, "scale_down": ["x"]}, runs)
+    assert computed in html and "not computed" not in html
+    legacy = what_was_run({"scale_down": ["widths x 0.1"]}, runs)
+    assert "not computed" in legacy and "widths x 0.1" in legacy
+    assert "2 main runs" not in legacy and "<b>4</b> main runs" in legacy  # tuning run apart

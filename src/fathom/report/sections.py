@@ -60,15 +60,7 @@ def what_was_run(summary: Mapping[str, Any] | None, runs: Sequence[RunData]) -> 
         f"{optim.get('epochs', '?')} epochs, batch {optim.get('batch_size', '?')}",
     ]
     out = "<ul class='facts'>" + "".join(f"<li>{x}</li>" for x in items) + "</ul>"
-    scale = list((summary or {}).get("scale_down") or [])
-    if scale:
-        out += (
-            "<p class='scaled' id='scaled-down'><b>Scaled down from the full protocol:</b> "
-            + esc("; ".join(scale))
-            + ".</p>"
-        )
-    elif summary is not None:
-        out += "<p class='note'>The study lists nothing as scaled down.</p>"
+    out += _scale_down(summary)
     return out
 
 
@@ -84,6 +76,23 @@ def _short(c: Mapping[str, Any]) -> str:
         else f" (n={d.get('n')})"
     )
     return f"{c['checkpoint']} {c['verdict']} ({d['estimate']:+{f}} {unit}{iv})"
+
+
+def _scale_down(summary: Mapping[str, Any] | None) -> str:
+    """The computed scale-down statement (``scale_down_sentence``, written by
+    :mod:`fathom.study.scaledown` from the config against the full protocol); an older
+    summary without it shows the study's own notes, labelled as not computed."""
+    if summary is None:
+        return ""
+    sentence = summary.get("scale_down_sentence")
+    if sentence:
+        return f"<p class='scaled' id='scaled-down'><b>{esc(sentence)}</b></p>"
+    notes = list(summary.get("scale_down") or [])
+    text = "; ".join(notes) if notes else "none listed"
+    return (
+        "<p class='scaled' id='scaled-down'><b>Scale-down (the study's own notes, not computed "
+        f"against the full protocol by this older summary):</b> {esc(text)}.</p>"
+    )
 
 
 def verdict_sentences(stats: Mapping[str, Any]) -> list[str]:
