@@ -336,5 +336,6 @@
     const q = f.value.toLowerCase();
     for (const r of $(f.dataset.table).tBodies[0].rows) r.style.display = r.textContent.toLowerCase().includes(q) ? "" : "none";
   });
+  window.fathomReadyMs = performance.now();
   window.fathomReady = true;
 })();
