@@ -55,6 +55,14 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     write_summary(root, "residual")
     write_audit(root, ["residual-s101", "residual-s102", "sd_constant-s101", "sd_constant-s102"])
     write_study(root, recipes=(), awkward=True)  # the awkward run again, for the curves
+    # residual-s101 records the head-layer moments only at epochs 0 and 4 (not scheduled
+    # between): the chart must connect them, not show gaps.
+    hist = root / "residual-s101" / "history.jsonl"
+    rows = [json.loads(line) for line in hist.read_text().splitlines()]
+    for r in rows:
+        if r["epoch"] not in (0, 4):
+            del r["grad/pex/diversity/L5"]
+    hist.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root, build_report(root, with_figures=False).html
 
 
@@ -122,6 +130,13 @@ def test_report_in_chromium(report: tuple[Path, Path]) -> None:
                         ]
                         assert _close(y, sum(vals) / 2)
 
+            # The awkward run: epoch 2 has no row (due, missing) and val/acc is null at
+            # epoch 3: both are gaps.
+            awk = next(s for s in plot()["charts"][0]["series"] if s["cohort"] == "plain lr=0.03")
+            got = dict(zip(awk["x"], awk["y"]))
+            assert got[2] is None and got[3] is None
+            assert _close(got[1], 100 * _history(root, "awkward-s7")[1]["val/acc"])
+
             # Toggle a recipe off.
             page.locator("#cohorts input[data-cohort='sd_constant lr=0.01']").uncheck()
             assert "sd_constant lr=0.01" not in {s["cohort"] for s in plot()["charts"][0]["series"]}
@@ -134,9 +149,20 @@ def test_report_in_chromium(report: tuple[Path, Path]) -> None:
             page.locator("#facets input[data-facet='L2']").uncheck()
             assert [c["facet"] for c in plot()["charts"]] == ["L0", "L1", "L3", "L4", "L5"]
             l5 = next(c for c in plot()["charts"] if c["facet"] == "L5")
-            seed = next(s for s in l5["series"] if s["run"] == "residual-s101")
-            hist = _history(root, "residual-s101")
+            seed = next(s for s in l5["series"] if s["run"] == "residual-s102")
+            hist = _history(root, "residual-s102")
             assert [hist[int(x)]["grad/pex/diversity/L5"] for x in seed["x"]] == seed["y"]
+            sparse = next(s for s in l5["series"] if s["run"] == "residual-s101")
+            assert sparse["y"][1:4] == ["not scheduled"] * 3 and None not in sparse["y"]
+            # uPlot spans undefined (not scheduled) but breaks at null: the series' data
+            # between epochs 0 and 4 hold undefined, which JSON cannot carry (null here
+            # would mean a gap), so count them in the page.
+            undefined = page.evaluate(
+                """() => { const u = window.fathomCharts.find(c => c.root.parentNode.dataset.facet === 'L5');
+                const i = u.fathomSeries.findIndex(s => s.run === 'residual-s101') + 1;
+                return [u.data[i].filter(v => v === undefined).length, u.data[i].filter(v => v === null).length]; }"""
+            )
+            assert undefined[0] >= 3 and undefined[1] == 0
 
             # Zoom: a drag across the first chart narrows x on every chart.
             page.locator("#charts .u-over").first.scroll_into_view_if_needed()

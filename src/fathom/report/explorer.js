@@ -89,6 +89,19 @@
     return out;
   }
 
+  // A history row that a run lacks but another run of its phase (main or tuning: one
+  // schedule) has, inside the run's own epoch range, was due and is missing: a gap
+  // (null), not a span.
+  function markMissingRows(perRun) {
+    for (const [r, pts] of perRun) {
+      const all = new Set(D.runs.filter((x) => x.phase === r.phase).flatMap((x) => x.epochs));
+      const own = new Set(r.epochs);
+      const lo = Math.min(...r.epochs), hi = Math.max(...r.epochs);
+      for (const e of all) if (!own.has(e) && e > lo && e < hi) pts.push({ epoch: e, x: e, y: null });
+      pts.sort((a, b) => a.x - b.x);
+    }
+  }
+
   function buildChart(field, facet, opts) {
     const series = [];  // {label, colour, kind, cohort, run, pts: [{x, y}]}
     for (const c of cohortsList()) {
@@ -96,6 +109,7 @@
       const runs = D.runs.filter((r) => r.cohort === c.cohort);
       const name = concrete(field, opts.split, facet);
       const perRun = runs.map((r) => [r, runPoints(r, name, opts.axis, opts.logy)]).filter((p) => p[1]);
+      if (opts.axis === "epoch") markMissingRows(perRun);
       if (!perRun.length) continue;
       const colour = D.colours[c.recipe] || "#444";
       const agg = aggregate(perRun.map((p) => p[1]));
