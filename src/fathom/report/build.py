@@ -116,6 +116,11 @@ def build_report(
     return ReportOutputs(html_path, md_path, made, len(runs), flagged, notes)
 
 
+def _demoted(md: str) -> str:
+    """Markdown headings one level deeper (an included file's ``#`` becomes ``##``)."""
+    return "\n".join("#" + line if line.startswith("#") else line for line in md.splitlines())
+
+
 def summary_markdown(
     title: str,
     runs: list[RunData],
@@ -127,16 +132,12 @@ def summary_markdown(
     has_audit: bool,
     tables: list[CrossTable] = (),  # type: ignore[assignment]
 ) -> str:
+    """The answer first (the study's own summary: verdicts and main table), then figures,
+    the cross-run tables, the runs and anything flagged."""
     lines = [f"# {title}", "", "Interactive explorer: [report.html](report.html)", ""]
-    if tables:
-        lines += [
-            "## Cross-run tables",
-            "",
-            "Accuracy in %, differences in percentage points (pp), CE in nats; the same "
-            "tables as data in summary.json.",
-            "",
-        ]
-        lines += [table_markdown(t) for t in tables]
+    study_md = root / "summary.md"
+    if study_md.exists():
+        lines += ["## Study summary", "", _demoted(study_md.read_text().strip()), ""]
     if made:
         lines += ["## Figures", ""]
         lines += [
@@ -145,6 +146,15 @@ def summary_markdown(
         lines.append("")
     if not has_audit:
         lines += ["_No audit/audit.json in this directory: no mask-damage figure._", ""]
+    if tables:
+        lines += [
+            "## Cross-run tables",
+            "",
+            "Accuracy in %, differences in percentage points (pp), CE in nats; the same "
+            "tables as data in summary.json.",
+            "",
+        ]
+        lines += ["#" + table_markdown(t) for t in tables]
     lines += [
         "## Runs",
         "",
@@ -158,7 +168,4 @@ def summary_markdown(
         )
     if flagged or notes:
         lines += ["", "## Flagged input", "", *[f"- {x}" for x in [*flagged, *notes]]]
-    study_md = root / "summary.md"
-    if study_md.exists():
-        lines += ["", "## Study summary", "", study_md.read_text().strip()]
     return "\n".join(lines) + "\n"
