@@ -165,12 +165,13 @@
     box.className = facets.length === 1 || facets[0] === null ? "single" : "";
     window.fathomCharts = [];
     window.fathomPlot = { field: field, split: opts.split, axis: opts.axis, logy: opts.logy, band: opts.band, charts: [] };
+    $("charts-title").textContent = axisLabel(field) + (facets[0] === null ? "" : `: one chart per ${meta.facetKind}`);
     const width = facets[0] === null ? Math.min(box.clientWidth || 1100, 1200) : 400;
     for (const facet of facets) {
       if (facet !== null && !shownFacets[field].has(facet)) continue;
       const series = buildChart(field, facet, opts);
       const wrap = h("div", { class: "chart", "data-facet": facet === null ? "" : facet });
-      wrap.appendChild(h("h4", {}, facet === null ? axisLabel(field) : `${meta.facetKind} ${facet}`));
+      if (facet !== null) wrap.appendChild(h("h4", {}, `${meta.facetKind} ${facet}`));
       box.appendChild(wrap);
       window.fathomPlot.charts.push({ facet: facet, series: series.map((s) => ({ label: s.label, kind: s.kind, cohort: s.cohort, run: s.run || null, x: s.pts.map((p) => p.x), y: s.pts.map((p) => p.y === undefined ? "not scheduled" : p.y) })) });
       if (!series.length) { wrap.appendChild(h("p", { class: "note" }, "no selected run records this field")); continue; }
@@ -181,7 +182,7 @@
         scales: { x: { time: false }, y: { distr: opts.logy ? 3 : 1, log: 10 } },
         axes: [
           Object.assign({ label: D.axes[opts.axis], labelSize: 20, size: 36 }, opts.axis === "epoch" ? { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500] } : {}),
-          { label: axisLabel(field), labelSize: 20, size: 64, values: (u, vals) => vals.map(fmt) },
+          { label: facet === null ? axisLabel(field) : (meta.units || "value"), labelSize: 20, size: 64, values: (u, vals) => vals.map(fmt) },
         ],
         legend: { show: false },
         cursor: { sync: { key: "fathom" }, drag: { x: true, y: false } },
