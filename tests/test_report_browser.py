@@ -18,7 +18,7 @@ import pytest
 
 from fathom.io import read_jsonl
 from fathom.report import build_report
-from fathom.report.synthetic import write_study
+from fathom.report.synthetic import layer_names, write_study
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
@@ -61,7 +61,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     rows = [json.loads(line) for line in hist.read_text().splitlines()]
     for r in rows:
         if r["epoch"] not in (0, 4):
-            del r["grad/pex/diversity/L5"]
+            del r["grad/pex/diversity/head"]
     hist.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root, build_report(root, with_figures=False).html
 
@@ -77,7 +77,7 @@ def _close(a: float, b: float) -> bool:
 
 def test_report_in_chromium(report: tuple[Path, Path]) -> None:
     sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="install the browser extra: pip install 'fathom[browser]'"
+        "playwright.sync_api", reason="install the browser extra: pip install -e '.[browser]'"
     )
     root, html = report
     url = html.resolve().as_uri()
@@ -145,20 +145,22 @@ def test_report_in_chromium(report: tuple[Path, Path]) -> None:
             page.fill("#field-search", "grad/pex/diversity")
             page.select_option("#field", "grad/pex/diversity/{layer}")
             facets = [c["facet"] for c in plot()["charts"]]
-            assert facets == [f"L{i}" for i in range(6)]
-            page.locator("#facets input[data-facet='L2']").uncheck()
-            assert [c["facet"] for c in plot()["charts"]] == ["L0", "L1", "L3", "L4", "L5"]
-            l5 = next(c for c in plot()["charts"] if c["facet"] == "L5")
+            assert facets == layer_names(6)  # qualified module names, in model order
+            page.locator("#facets input[data-facet='blocks.1.res.branch']").uncheck()
+            assert [c["facet"] for c in plot()["charts"]] == [
+                f for f in layer_names(6) if f != "blocks.1.res.branch"
+            ]
+            l5 = next(c for c in plot()["charts"] if c["facet"] == "head")
             seed = next(s for s in l5["series"] if s["run"] == "residual-s102")
             hist = _history(root, "residual-s102")
-            assert [hist[int(x)]["grad/pex/diversity/L5"] for x in seed["x"]] == seed["y"]
+            assert [hist[int(x)]["grad/pex/diversity/head"] for x in seed["x"]] == seed["y"]
             sparse = next(s for s in l5["series"] if s["run"] == "residual-s101")
             assert sparse["y"][1:4] == ["not scheduled"] * 3 and None not in sparse["y"]
             # uPlot spans undefined (not scheduled) but breaks at null: the series' data
             # between epochs 0 and 4 hold undefined, which JSON cannot carry (null here
             # would mean a gap), so count them in the page.
             undefined = page.evaluate(
-                """() => { const u = window.fathomCharts.find(c => c.root.parentNode.dataset.facet === 'L5');
+                """() => { const u = window.fathomCharts.find(c => c.root.parentNode.dataset.facet === 'head');
                 const i = u.fathomSeries.findIndex(s => s.run === 'residual-s101') + 1;
                 return [u.data[i].filter(v => v === undefined).length, u.data[i].filter(v => v === null).length]; }"""
             )

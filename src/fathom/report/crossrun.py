@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fathom.report.runs import RunData
+from fathom.report.runs import RunData, widest_first
 from fathom.stats.intervals import mean_sd, paired_difference
 from fathom.stats.units import percent
 
@@ -104,7 +104,8 @@ def head_layer(layers: Sequence[str]) -> str | None:
 
 
 def field_names(runs: Sequence[RunData]) -> list[str]:
-    return list(dict.fromkeys(k for r in runs for row in r.rows for k in row))
+    """Every recorded field, first-seen order over the widest run first (layer order)."""
+    return list(dict.fromkeys(k for r in widest_first(list(runs)) for row in r.rows for k in row))
 
 
 def value_at(run: RunData, name: str, epoch: int) -> float | None:
@@ -185,13 +186,13 @@ def activation_table(runs: Sequence[RunData], reference: str | None) -> CrossTab
         Column("epoch", "epoch", "int"),
         Column("n", "seeds", "int"),
     ]
-    cols += [Column(f"layer:{layer}", f"{layer} (%)", "spread", "%") for layer, _ in layers]
+    cols += [Column(f"layer:{layer}", _act_label(layer), "spread", "%") for layer, _ in layers]
     table = CrossTable(
         "zero_activations",
         "Zero post-ReLU activations per hidden layer (last recorded epoch)",
         "#{h == 0} / (N × units) on the fixed probe, mean over the probe then over seeds "
-        "(min–max over seeds), in percent. A zero on this probe does not prove a "
-        "permanently dead unit.",
+        "(min–max over seeds), in percent; a column '→ X' is the ReLU output feeding layer X. "
+        "A zero on this probe does not prove a permanently dead unit.",
         cols,
     )
     for recipe, rs in by_recipe(runs, reference).items():
@@ -207,6 +208,11 @@ def activation_table(runs: Sequence[RunData], reference: str | None) -> CrossTab
             row["n"] = max(row["n"], s["n"] if s else 0)
         table.rows.append(row)
     return table
+
+
+def _act_label(layer: str) -> str:
+    """``L0 (%)`` for hidden-index names; ``→ head (%)`` for the input of a qualified layer."""
+    return f"{layer} (%)" if _INDEX.match(layer) else f"→ {layer} (%)"
 
 
 def _final_row(run: RunData) -> Mapping[str, Any]:

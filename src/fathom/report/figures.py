@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, install_hint
 from fathom.report.fields import is_accuracy
 from fathom.report.palette import recipe_colours
 from fathom.report.runs import RunData
@@ -37,7 +37,7 @@ def _pyplot():
     except ImportError:
         raise FathomError(
             "static figures need matplotlib, which is not installed; install the extra with "
-            "`pip install 'fathom[plot]'` (or pass --no-figures)"
+            f"`{install_hint('plot')}` (or pass --no-figures)"
         ) from None
     return plt
 

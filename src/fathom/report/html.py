@@ -30,7 +30,7 @@ from fathom.report.curvtables import trace_sentences
 from fathom.report.fields import CORE, describe, facet_key, is_accuracy, split_key
 from fathom.report.palette import recipe_colours
 from fathom.report.render import table_html
-from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields
+from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields, widest_first
 from fathom.report.sections import answer_section
 from fathom.report.tables import (
     audit_section,
@@ -76,8 +76,9 @@ def _fields(names: Sequence[str]) -> tuple[dict[str, dict[str, Any]], list[str]]
 
 def explorer_payload(runs: Sequence[RunData]) -> dict[str, Any]:
     """The columnar data the explorer script reads (see the module docstring)."""
-    names = sorted(n for n in scalar_fields(list(runs)) if n != "epoch")
-    keys, splits = _fields(names)
+    recorded = [n for n in scalar_fields(widest_first(list(runs))) if n != "epoch"]
+    names = sorted(recorded)
+    keys, splits = _fields(recorded)  # facets keep the model's (recorded) layer order
     payload_runs = []
     for run in runs:
         present = {k for row in run.rows for k in row}
