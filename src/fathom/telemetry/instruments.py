@@ -140,10 +140,11 @@ class Instruments:
             )
         self.model = model
         self.x, self.y = x_probe, y_probe.long()
-        self.initial = {
-            k: v.detach().clone()
-            for k, v in (initial_params or dict(model.named_parameters())).items()
-        }
+        self.initial = (
+            dict(initial_params)
+            if initial_params is not None
+            else {k: v.detach().clone() for k, v in model.named_parameters()}
+        )
         self._seam: Seam | None = None
         self.inputs: tuple[str, ...] = ()
         self.classes = 0
@@ -208,7 +209,8 @@ class Instruments:
             if fams & set(PROBE_FAMILIES):
                 row.update(self._probe(seam, fams))
             if "params" in fams:
-                row.update(self.param_fields(optimizer, initial_params or self.initial))
+                initial = self.initial if initial_params is None else initial_params
+                row.update(self.param_fields(optimizer, initial))
         return {name: row[name] for name in self.field_names()}
 
     def _probe(self, seam: Seam, fams: set[str]) -> dict[str, Value]:
