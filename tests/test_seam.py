@@ -208,7 +208,7 @@ def test_parameter_used_outside_any_forward_refused() -> None:
 def test_skipped_branch_records_nothing() -> None:
     model, x, y = make(CASES[IDS.index("residual_mlp")])
     seam = discover(model, x)
-    model.blocks[1].gain = 0.0
+    model.blocks[1].mask = False  # an explicit deletion: the branch is not called
     with seam.capture() as calls:
         model(x)
     assert calls["blocks.1.branch.0"] == []

@@ -115,6 +115,8 @@ class Session:
         m = self.manifest
         m["clocks"] = vars(p.clocks).copy()
         m["telemetry"] = telemetry_record(p.clocks, m["telemetry"]["enabled"])
+        if self.recorder is not None:  # each instrumented layer: name, type, path, shapes
+            m["telemetry"]["layers"] = self.recorder.layer_records()
         m["hashes"].update(training_order=p.order_digest, masks=p.mask_digest)
         m.update(
             epochs_completed=p.epoch,
