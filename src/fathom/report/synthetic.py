@@ -115,6 +115,7 @@ def write_run(
         "optim": {"lr": lr, "epochs": max((r["epoch"] for r in rows), default=0)},
     }
     last = rows[-1] if rows else {}
+    val_ce = [(r["val/ce"], r["epoch"]) for r in rows if _finite(r.get("val/ce"))]
     manifest = {
         "format": 1,
         "run_id": path.name,
@@ -132,6 +133,8 @@ def write_run(
             "elapsed_s": last.get("clock/elapsed_s"),
         },
         "epochs_completed": last.get("epoch"),
+        "selected": {"epoch": min(val_ce)[1] if val_ce else None, "by": "min val/ce"},
+        "final": {"epoch": last.get("epoch")},
     }
     atomic_write_json(path / "manifest.json", manifest)
     text = "".join(json.dumps(r) + "\n" for r in rows)
@@ -139,6 +142,10 @@ def write_run(
         text += '{"epoch": 99, "val/acc": 0.5'
     (path / "history.jsonl").write_text(text)
     return path
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def awkward_rows(seed: int) -> list[dict[str, Any]]:
