@@ -101,3 +101,11 @@ def test_scale_down_statement_is_the_computed_one(study: Path) -> None:
     legacy = what_was_run({"scale_down": ["widths x 0.1"]}, runs)
     assert "not computed" in legacy and "widths x 0.1" in legacy
     assert "2 main runs" not in legacy and "<b>4</b> main runs" in legacy  # tuning run apart
+
+
+def test_units_one_conversion() -> None:
+    from fathom.stats.units import fmt_percent, fmt_points, percent
+
+    assert percent(0.9863) == pytest.approx(98.63) and percent(None) is None
+    assert fmt_percent(0.98634) == "98.63%" and fmt_percent(float("nan")) == "—"
+    assert fmt_points(-0.0057) == "-0.57 pp" and fmt_points(None) == "—"

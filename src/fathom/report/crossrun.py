@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -63,9 +63,12 @@ class CrossTable:
         return asdict(self)
 
 
-def spread(values: Sequence[float | None], scale: float = 1.0) -> dict[str, Any] | None:
-    """Mean, sample SD, min, max and n of the finite values (times ``scale``); None if none."""
-    xs = [scale * float(v) for v in values if v is not None and math.isfinite(float(v))]
+def spread(
+    values: Sequence[float | None], convert: Callable[[float], Any] = float
+) -> dict[str, Any] | None:
+    """Mean, sample SD, min, max and n of the finite values, each first passed through
+    ``convert`` (``fathom.stats.units.percent`` for fractions shown in percent); None if none."""
+    xs = [convert(float(v)) for v in values if v is not None and math.isfinite(float(v))]
     if not xs:
         return None
     mean, sd, n = mean_sd(xs)
@@ -203,7 +206,7 @@ def activation_table(runs: Sequence[RunData], reference: str | None) -> CrossTab
         e = min(ends)
         row: dict[str, Any] = {"recipe": recipe, "epoch": e, "n": 0}
         for layer, name in layers:
-            s = spread([value_at(r, name, e) for r in rs], scale=100.0)
+            s = spread([value_at(r, name, e) for r in rs], percent)
             row[f"layer:{layer}"] = s
             row["n"] = max(row["n"], s["n"] if s else 0)
         table.rows.append(row)
@@ -296,7 +299,7 @@ def fitting_table(runs: Sequence[RunData], reference: str | None) -> CrossTable 
     )
     for recipe, rs in groups.items():
         rows = [_final_row(r) for r in rs]
-        acc = spread([v.get("fit/acc") for v in rows], scale=100.0)
+        acc = spread([v.get("fit/acc") for v in rows], percent)
         table.rows.append(
             {
                 "recipe": recipe,
