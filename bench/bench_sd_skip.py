@@ -1,7 +1,7 @@
 """Does stochastic depth save the work it skips?  Timed through the trainer's own step path.
 
-Every variant runs :class:`fathom.train.fast.EagerStepper.run_epoch` — the code `fathom train`
-runs on the CPU — over an :class:`~fathom.train.fast.EpochPlan` of the same batches:
+Every variant runs :class:`fathom.train.steppers.EagerStepper.run_epoch` — the code `fathom train`
+runs on the CPU — over an :class:`~fathom.train.plan.EpochPlan` of the same batches:
 
 * ``dense``:  recipe ``residual`` (no controller; every branch computed at gain one)
 * ``skip``:   recipe ``sd_constant`` with the gates the run's controller draws (p = 0.1..0.4);
@@ -41,7 +41,8 @@ from fathom.depth import find_branches
 from fathom.models.ciresan import CiresanMLP
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model
-from fathom.train.fast import EagerStepper, EpochPlan, plan_epoch
+from fathom.train.plan import EpochPlan, plan_epoch
+from fathom.train.steppers import EagerStepper
 
 PROBS = (0.1, 0.2, 0.3, 0.4)
 
@@ -148,7 +149,7 @@ def bench_width(width_mult: float, steps: int, repeats: int, batch: int) -> None
     dense_step = EagerStepper(dense_model, dense_opt, None, splits, torch.device("cpu"))
     sd_step = EagerStepper(sd_model, sd_opt, controller, splits, torch.device("cpu"))
     shuffle = torch.Generator().manual_seed(1)
-    sd_plan = plan_epoch(1, n, batch, shuffle, controller, 0.01)
+    sd_plan = plan_epoch(1, n, batch, shuffle, controller, sd_cfg.optim)
     dense_plan = EpochPlan(
         1, sd_plan.perm, [()] * steps, [()] * steps, torch.ones(steps, 0), sd_plan.lrs, batch
     )

@@ -15,8 +15,10 @@ from torch import nn
 
 from fathom.depth import SkippableResidual
 from fathom.models import StagedConvNet
+from fathom.models.neurons import LIFConfig
 
 CLASSES = 3
+THRESHOLD = 0.2
 
 
 class ResidualMLP(nn.Module):
@@ -111,9 +113,11 @@ def staged_ann() -> nn.Module:
 
 
 def staged_lif() -> nn.Module:
+    """A low threshold, so that every layer spikes on the tiny random probe."""
     return StagedConvNet(
+        lif=LIFConfig(v_threshold=THRESHOLD),
         stages=2,
-        widths=(3, 4),
+        widths=(6, 8),
         blocks_per_stage=2,
         classes=CLASSES,
         neuron="lif",
@@ -143,7 +147,7 @@ CASES: list[dict[str, Any]] = [
     {"id": "transformer", "build": TinyTransformer, "x": _tokens},
     {"id": "transformer_seq_first", "build": lambda: TinyTransformer(False), "x": _tokens},
     {"id": "staged_ann", "build": staged_ann, "x": _images},
-    {"id": "staged_lif", "build": staged_lif, "x": _images},
+    {"id": "staged_lif", "build": staged_lif, "x": lambda n, g: 3 * _images(n, g)},
 ]
 
 

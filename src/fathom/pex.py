@@ -6,8 +6,9 @@ rows of example ``i`` (e.g. ``dL_i/dz_i`` for the unaveraged per-example loss ``
 
 * **linear** ``z = a W^T + b``, rows ``t`` of example ``i`` (positions, timesteps, calls):
   ``g_i(W) = sum_t delta_it a_it^T``, ``g_i(b) = sum_t delta_it``;
-* **conv1d / conv2d**: the same with ``a_it`` the unfolded input patch at output position
-  ``t`` (``F.unfold``, channel-major, matching ``W.reshape(C_out, -1)``);
+* **conv1d / conv2d**: the same with ``a_it`` the input patch at output position ``t``; the
+  sum over positions is the weight gradient of one grouped convolution whose groups are the
+  examples (``aten.convolution_backward``, no unfolded copy of the patches);
 * **generic**: ``g_i = vjp(theta -> module(theta; inputs_i), delta_i)`` by ``torch.func``
   (``functional_call`` + ``vjp``, ``vmap`` over examples in chunks of ``chunk_size``).
 
@@ -29,7 +30,6 @@ from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
 from fathom.seam import Call, Layer
-from fathom.telemetry.moments import gradient_gram
 
 Cotangents = list[list[torch.Tensor | None]]  # per call, per output leaf
 _ELEMENTS = 2**24  # per chunk: examples x directions x covered parameters (memory bound)
@@ -48,57 +48,117 @@ def _split(t: torch.Tensor, dim: tuple[int, int] | None, n: int, where: str, lea
     return t.unflatten(d, (n, k)), d
 
 
-def _linear_form(layer: Layer, call: Call, cot: list, n: int, directions: bool):
-    """``(A [N, T, d_in], Delta [(D,) N, T, d_out])`` of a linear or conv call."""
-    x = call.input_leaves()[0].detach()
-    d_cot = cot[0]
-    lead = 1 if directions else 0
-    where = f"layer {layer.name!r}"
-    m = layer.module
-    if layer.kind == "linear":
-        a, d = _split(x, call.in_dims[0], n, where)
-        a = a.movedim((d, d + 1), (0, 1)).reshape(n, -1, x.shape[-1])
-        g, dd = _split(d_cot, call.out_dims[0], n, where, lead)
-        g = g.movedim((dd, dd + 1), (lead, lead + 1))
-        return a, g.reshape(*g.shape[:lead], n, -1, d_cot.shape[-1])
-    if call.in_dims[0] is None or call.in_dims[0][0] != 0 or call.out_dims[0][0] != 0:
-        raise FathomError(f"{where}: a convolution needs the example dimension first")
-    if layer.kind == "conv1d":
-        x = x.unsqueeze(2)
-        d_cot = d_cot.unsqueeze(2 + lead)
-        ks, st, pad, dil = ((1, *m.kernel_size), (1, *m.stride), (0, *m.padding), (1, *m.dilation))
-    else:
-        ks, st, pad, dil = m.kernel_size, m.stride, m.padding, m.dilation
-    k = call.in_dims[0][1]
-    u = F.unfold(x, ks, dilation=dil, padding=pad, stride=st)  # [N*k, C_in*kh*kw, P]
-    a = u.unflatten(0, (n, k)).transpose(2, 3).reshape(n, -1, u.shape[1])
-    g = d_cot.flatten(2 + lead)  # [(D,) N*k, C_out, P]
-    g = g.unflatten(lead, (n, k)).transpose(-1, -2)
-    return a, g.reshape(*g.shape[:lead], n, -1, g.shape[-1])
-
-
 def linear_rows(
     layer: Layer, calls: list[Call], cots: Cotangents, n: int, *, directions: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(A [N, T, d_in], Delta [(D,) N, T, d_out])`` of a linear or conv layer, every call.
 
     Row ``t`` of example ``i`` is one position (sequence entry, timestep, output pixel with
-    its unfolded patch) of one call; calls are concatenated along ``T``, so that
-    ``g_i = sum_t delta_it a_it^T`` is example ``i``'s weight gradient (KFAC factors and
-    curvature diagonals read the same rows).
+    its unfolded patch, ``F.unfold`` channel-major matching ``W.reshape(C_out, -1)``) of one
+    call; calls are concatenated along ``T``, so that ``g_i = sum_t delta_it a_it^T`` is
+    example ``i``'s weight gradient (KFAC factors and curvature diagonals read the same rows).
     """
     forms = [_linear_form(layer, c, t, n, directions) for c, t in zip(calls, cots, strict=True)]
+    if len(forms) == 1:
+        return forms[0]
     return torch.cat([f[0] for f in forms], dim=1), torch.cat([f[1] for f in forms], dim=-2)
 
 
-def _fast_grads(layer, calls, cots, n, directions) -> dict[str, torch.Tensor]:
-    a, g = linear_rows(layer, calls, cots, n, directions=directions)
+def _conv_form(layer: Layer, call: Call, cot: list, n: int, directions: bool):
+    """Unfolded patches ``[N, T, C_in*k]`` and cotangents ``[(D,) N, T, C_out]`` of a conv call."""
+    x, d_cot, m = call.input_leaves()[0].detach(), cot[0], layer.module
+    lead = 1 if directions else 0
+    if call.in_dims[0] is None or call.in_dims[0][0] != 0 or call.out_dims[0][0] != 0:
+        raise FathomError(f"layer {layer.name!r}: a convolution needs the example dimension first")
+    if layer.kind == "conv1d":
+        x, d_cot = x.unsqueeze(2), d_cot.unsqueeze(2 + lead)
+        ks, st, pad, dil = ((1, *m.kernel_size), (1, *m.stride), (0, *m.padding), (1, *m.dilation))
+    else:
+        ks, st, pad, dil = m.kernel_size, m.stride, m.padding, m.dilation
+    k = call.in_dims[0][1]
+    u = F.unfold(x, ks, dilation=dil, padding=pad, stride=st)  # [N*k, C_in*kh*kw, P]
+    a = u.unflatten(0, (n, k)).transpose(2, 3).reshape(n, -1, u.shape[1])
+    g = d_cot.flatten(2 + lead).unflatten(lead, (n, k)).transpose(-1, -2)
+    return a, g.reshape(*g.shape[:lead], n, -1, g.shape[-1])
+
+
+def _linear_form(layer: Layer, call: Call, cot: list, n: int, directions: bool):
+    """``(A [N, T, d_in], Delta [(D,) N, T, d_out])`` of one call (``T`` rows per example)."""
+    if layer.kind in ("conv1d", "conv2d"):
+        return _conv_form(layer, call, cot, n, directions)
+    x = call.input_leaves()[0].detach()
+    d_cot = cot[0]
+    lead = 1 if directions else 0
+    where = f"layer {layer.name!r}"
+    a, d = _split(x, call.in_dims[0], n, where)
+    a = a.movedim((d, d + 1), (0, 1)).reshape(n, -1, x.shape[-1])
+    g, dd = _split(d_cot, call.out_dims[0], n, where, lead)
+    g = g.movedim((dd, dd + 1), (lead, lead + 1))
+    return a, g.reshape(*g.shape[:lead], n, -1, d_cot.shape[-1])
+
+
+def _linear_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
+    a, g = _linear_form(layer, call, cot, n, directions)
     spec = "cnto,nti->cnoi" if directions else "nto,nti->noi"
-    w = layer.module.weight
-    out = {"weight": torch.einsum(spec, g, a).reshape(*g.shape[:-2], *w.shape)}
+    out = {"weight": torch.einsum(spec, g, a)}
     if "bias" in layer.params:
         out["bias"] = g.sum(dim=-2)
     return out
+
+
+def _conv_weight_grads(m, x: torch.Tensor, g: torch.Tensor, n: int) -> torch.Tensor:
+    """Per-example ``dW`` of a convolution: the weight gradient of one grouped convolution
+    whose groups are the examples (input ``[k, N*C_in, ...]``, output ``[k, N*C_out, ...]``,
+    ``groups = N * m.groups``), summed over the ``k`` rows of each example by the batch axis."""
+    w = m.weight
+    wide = w.detach().repeat(n, *([1] * (w.dim() - 1)))
+    spatial = w.dim() - 2
+    grads = torch.ops.aten.convolution_backward(
+        g,
+        x,
+        wide,
+        None,
+        list(m.stride),
+        list(m.padding),
+        list(m.dilation),
+        False,
+        [0] * spatial,
+        n * m.groups,
+        [False, True, False],
+    )[1]
+    return grads.view(n, *w.shape)
+
+
+def _conv_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
+    """Convolution: ``g_i(W) = sum_t delta_it u_it^T`` over output positions ``t`` and the
+    ``k`` rows of example ``i``, computed as a grouped-convolution weight gradient."""
+    where = f"layer {layer.name!r}"
+    x, d_cot = call.input_leaves()[0].detach(), cot[0]
+    if call.in_dims[0] is None or call.in_dims[0][0] != 0 or call.out_dims[0][0] != 0:
+        raise FathomError(f"{where}: a convolution needs the example dimension first")
+    k = call.in_dims[0][1]
+    fold = x.unflatten(0, (n, k)).transpose(0, 1).reshape(k, -1, *x.shape[2:])
+    slices = d_cot if directions else d_cot.unsqueeze(0)
+    weights, biases = [], []
+    for d in slices:
+        g = d.unflatten(0, (n, k))  # [N, k, C_out, ...]
+        gk = g.transpose(0, 1).reshape(k, -1, *d.shape[2:])
+        weights.append(_conv_weight_grads(layer.module, fold, gk, n))
+        if "bias" in layer.params:
+            biases.append(g.sum(dim=(1, *range(3, g.dim()))))
+    out = {"weight": torch.stack(weights) if directions else weights[0]}
+    if biases:
+        out["bias"] = torch.stack(biases) if directions else biases[0]
+    return out
+
+
+def _fast_grads(layer, calls, cots, n, directions) -> dict[str, torch.Tensor]:
+    fn = _linear_grads if layer.kind == "linear" else _conv_grads
+    total: dict[str, torch.Tensor] = {}
+    for call, cot in zip(calls, cots, strict=True):
+        g = fn(layer, call, cot, n, directions)
+        total = g if not total else {k: total[k] + g[k] for k in g}
+    return total
 
 
 def _batched(leaves, dims, n, where, lead=0):
@@ -192,6 +252,37 @@ def per_example_grams(
             return out
     grads = per_example_grads(layer, calls, cots, n, chunk_size=chunk_size)
     return {k: _gram(v) for k, v in grads.items()}
+
+
+def gram_and_bias_mean(
+    layer: Layer, calls: list[Call], cots: Cotangents, n: int, *, chunk_size: int | None = None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(K, m_b)``: the weights' Gram ``K = sum_{p in weights} K(p)`` (float64 ``[N, N]``)
+    and the biases' mean gradient ``m_b = (1/N) sum_i g_i(b)`` (float64, biases concatenated);
+    ``None`` for a layer without weights / biases. Per-example gradients are computed once."""
+    if layer.kind == "linear" and len(calls) == 1:
+        a, g = _linear_form(layer, calls[0], cots[0], n, False)
+        if a.shape[1] == 1:  # one row per example: never materialize g_i
+            bias = g[:, 0].detach().to(torch.float64).mean(dim=0) if layer.biases else None
+            return gradient_gram(a[:, 0], g[:, 0]), bias
+    grads = per_example_grads(layer, calls, cots, n, chunk_size=chunk_size)
+    k = summed_gram({p: _gram(grads[p]) for p in layer.weights}, layer.weights)
+    bias = (
+        torch.cat(
+            [grads[b].detach().reshape(n, -1).to(torch.float64) for b in layer.biases], 1
+        ).mean(dim=0)
+        if layer.biases
+        else None
+    )
+    return k, bias
+
+
+def gradient_gram(a: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """:func:`fathom.telemetry.moments.gradient_gram` (imported on use: the telemetry
+    package imports this module)."""
+    from fathom.telemetry.moments import gradient_gram as gram
+
+    return gram(a, delta)
 
 
 def _gram(g: torch.Tensor) -> torch.Tensor:

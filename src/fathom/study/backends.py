@@ -30,6 +30,7 @@ class LocalBackend:
     workers: int = 1
     threads: int = 1
     splits_for: Any = None
+    live: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -52,6 +53,7 @@ class LocalBackend:
             threads=self.threads,
             registry_file=registry_file,
             splits_for=self.splits_for,
+            live=self.live,
         )
         if self.workers == 1 or len(specs) <= 1:
             outs = []
@@ -95,6 +97,7 @@ class RayBackend:
     address: str | None = None
     threads: int = 1
     splits_for: Any = None
+    live: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -121,7 +124,11 @@ class RayBackend:
         task = ray.remote(num_cpus=self.threads, num_gpus=gpus, max_retries=0)(execute_run)
         refs = {
             task.remote(
-                s, retry_failed=retry_failed, threads=self.threads, splits_for=self.splits_for
+                s,
+                retry_failed=retry_failed,
+                threads=self.threads,
+                splits_for=self.splits_for,
+                live=self.live,
             ): s
             for s in specs
         }
@@ -154,9 +161,10 @@ def make_backend(
     address: str | None = None,
     threads: int = 1,
     splits_for: Any = None,
+    live: tuple[str, ...] = (),
 ):
     if name == "local":
-        return LocalBackend(workers=workers, threads=threads, splits_for=splits_for)
+        return LocalBackend(workers=workers, threads=threads, splits_for=splits_for, live=live)
     if name == "ray":
-        return RayBackend(address=address, threads=threads, splits_for=splits_for)
+        return RayBackend(address=address, threads=threads, splits_for=splits_for, live=live)
     raise FathomError(f"unknown backend {name!r}; use 'local' or 'ray'")

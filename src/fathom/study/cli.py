@@ -50,8 +50,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     study, origin = load_study(args.study)
     if args.backend != "ray" and args.address:
         raise FathomError("--address is for --backend ray; drop it or add --backend ray")
+    from fathom.export.live import parse_live
+
     backend = make_backend(
-        args.backend, workers=args.workers, address=args.address, threads=_threads(args, study)
+        args.backend,
+        workers=args.workers,
+        address=args.address,
+        threads=_threads(args, study),
+        live=parse_live(args.live),
     )
     console = Console(stderr=True)
 
@@ -265,6 +271,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--retry-failed", action="store_true", help="retry runs that failed (default: keep them)"
     )
     run.add_argument("--quiet", action="store_true", help="print only the final line")
+    run.add_argument(
+        "--live",
+        metavar="TARGETS",
+        help="stream every run's history rows while it trains: tensorboard, wandb (offline) "
+        "or both, comma-separated; logs under each RUN_DIR/live/ (default: off)",
+    )
     run.set_defaults(func=cmd_run)
     status = ssub.add_parser("status", help="per-run state of a study directory")
     status.add_argument("dir", help="the study directory, e.g. runs/ciresan-sd-quick")
