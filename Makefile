@@ -16,6 +16,8 @@ $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_SPEC)"
+	# the distribution is now fathom-depth: drop this checkout's earlier name from an old .venv
+	$(PIP) uninstall -q -y fathom 2>/dev/null || true
 	$(PIP) install -q -e ".[audit,plot]"
 	touch $@
 
