@@ -155,7 +155,7 @@ def test_real_trainer_run_and_real_audit(tmp_path: Path) -> None:
     settings = AuditSettings(router=False, margin_bins=1, timing_repeats=1, timing_batch_sizes=(1,))
     audit_runs(tmp_path / "s", settings, splits=splits)
     from fathom.curvature.rundir import run_curvature
-    from fathom.train.rundir import RunDir
+    from fathom.rundir import RunDir
 
     class SyntheticRunDir(RunDir):
         def load_splits(self, device="cpu"):
@@ -307,6 +307,7 @@ def test_payload_order_and_cohorts(tmp_path: Path) -> None:
         seed=1,
         lr=0.1,
         rows=synthetic_history(1, [0, 1]),
+        phase="tuning",
     )
     data = explorer_payload(load_runs(tmp_path / "s"))
     assert data["defaultField"] == "{split}/acc"

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from fathom.io import atomic_write_json
-from fathom.train.rundir import RunDir
+from fathom.rundir import RunDir
 
 IN_FEATURES = 12
 WIDTHS = (10, 8, 8, 6)  # hidden widths: stem + three removable body branches
@@ -25,9 +25,9 @@ SCALE_DOWN = ["synthetic data: random values, no training"]
 
 def write_summary(root: Path, reference: str) -> dict[str, Any]:
     """``root/summary.json`` as the study runner writes it, over every run under ``root``."""
+    from fathom.rundir import find_runs
     from fathom.stats import summarise_study
     from fathom.study.records import run_record
-    from fathom.train.rundir import find_runs
 
     records = []
     for rd in find_runs(root):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -107,6 +107,7 @@ class TuningSection(_Strict):
 
 
 class StudyConfig(_Strict):
+    kind: Literal["study"] = "study"
     study: StudySection
     tuning: TuningSection = TuningSection(enabled=False)
     base: RunConfig = RunConfig()

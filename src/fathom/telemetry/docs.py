@@ -73,7 +73,29 @@ def render() -> str:
             if f.caveats:
                 lines.append(f"- caveats: {f.caveats}")
             lines.append("")
+    lines += _trainer_sections()
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _trainer_sections() -> list[str]:
+    """The trainer's own fields (always recorded when their step or instrument runs)."""
+    from fathom.telemetry.trainer_fields import GROUPS, TRAINER_FIELDS
+
+    lines = [
+        "# Trainer fields",
+        "",
+        "Written by the trainer, not selected by `telemetry.families`.",
+        "",
+    ]
+    for group, desc in GROUPS.items():
+        lines += [f"## `{group}`", "", desc, ""]
+        for f in (f for f in TRAINER_FIELDS if f.family == group):
+            lines += [f"### `{f.pattern}`", "", f"- formula: {f.formula}", f"- units: {f.units}"]
+            lines.append(f"- scope: {f.scope}")
+            if f.caveats:
+                lines.append(f"- caveats: {f.caveats}")
+            lines.append("")
+    return lines
 
 
 def write(path: Path = DEFAULT_PATH) -> None:
