@@ -56,6 +56,14 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
                 "✓" if t["selected_lr"].get(p["recipe"]) == p["lr"] else "",
             )
         console.print(grid)
+    else:
+        rates = Table(title=f"No tuning phase: {t['rule']}")
+        for col in ("Method", "LR", "Source"):
+            rates.add_column(col)
+        sources = t.get("lr_source") or {}
+        for recipe, lr in t["selected_lr"].items():
+            rates.add_row(recipe, f"{lr:g}", sources.get(recipe, "study.lr"))
+        console.print(rates)
 
     quality = Table(
         title=f"Test quality, mean ± sample SD over seeds (accuracy in %); reference {ref}"
