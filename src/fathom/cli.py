@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fathom.report.cli",
     "fathom.export.cli",
     "fathom.depthscale.cli",
+    "fathom.reproduce.cli",
 )
 
 
