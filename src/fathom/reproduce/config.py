@@ -86,12 +86,17 @@ class HeadStep(_Strict):
     lr: float | None = Field(default=None, gt=0)
 
 
+class ReportStep(_Strict):
+    figures: bool = True
+
+
 class PipelineConfig(_Strict):
     description: str = ""
     study: str
     audit: AuditStep = AuditStep()
     curvature: CurvatureStep = CurvatureStep()
     head: HeadStep = HeadStep(enabled=False)
+    report: ReportStep = ReportStep()
 
 
 def _validate(data: dict[str, Any], origin: str) -> PipelineConfig:

@@ -251,9 +251,10 @@ def step_report(ctx: Context, state: PipelineState) -> None:
     from fathom.report.build import build_report
 
     inputs = {s: state.output_digest(s) for s in state.steps if s != "report"}
+    inputs["figures"] = ctx.pipe.report.figures
 
     def body() -> list[Path]:
-        result = build_report(ctx.root)
+        result = build_report(ctx.root, with_figures=ctx.pipe.report.figures)
         return [result.html, result.summary_md]
 
     _step(ctx, state, "report", inputs, body)
