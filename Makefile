@@ -20,7 +20,7 @@ $(VENV)/.base: pyproject.toml
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.base
-	$(PIP) install -q -e ".[dev,audit,plot,wandb,tensorboard,ray,browser]"
+	$(PIP) install -q -e ".[dev,audit,plot,wandb,tensorboard,ray,slurm,browser]"
 	bash scripts/install-browser.sh
 	touch $@
 

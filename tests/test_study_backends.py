@@ -110,3 +110,40 @@ def test_worker_device_mapping_with_a_faked_device_count(monkeypatch):
     assert wants_cuda(main_specs(auto, "runs", auto.fixed_lrs()))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert not wants_cuda(main_specs(auto, "runs", auto.fixed_lrs()))
+
+
+@pytest.mark.parametrize("cluster", ["local", "debug"])
+def test_slurm_backend_through_submitit_matches_local(sequential, tmp_path, cluster):
+    """submitit's LocalExecutor (a subprocess per run, as a Slurm task would be) and its
+    DebugExecutor (in process) give the local backend's final hashes."""
+    try:
+        import cloudpickle
+        import submitit  # noqa: F401
+    except ImportError:
+        print("SKIPPED: submitit is not installed (pip install 'fathom[slurm]'); CI installs it")
+        pytest.skip("submitit is not installed: pip install 'fathom[slurm]' (CI installs it)")
+    import test_study
+    from fathom.study.slurm import SlurmBackend
+
+    cloudpickle.register_pickle_by_value(test_study)
+    backend = SlurmBackend(
+        folder=str(tmp_path / "submitit"), cluster=cluster, threads=1, splits_for=synthetic_splits
+    )
+    study = validate_study_config(TINY, "tiny")
+    result = run_study(study, tmp_path, backend)
+    assert hashes(result) == sequential
+    assert "slurm via submitit" in result.summary["execution"]["backend"]
+    again = run_study(study, tmp_path, backend)  # resumable like every backend: all skipped
+    assert {o.action for o in again.outcomes} == {"skipped"}
+
+
+def test_missing_submitit_names_the_install(monkeypatch):
+    import sys
+
+    from fathom.errors import FathomError
+    from fathom.study.backends import make_backend
+
+    monkeypatch.setitem(sys.modules, "submitit", None)
+    backend = make_backend("slurm", slurm={"folder": "unused"})
+    with pytest.raises(FathomError, match=r"pip install 'fathom\[slurm\]'"):
+        backend.run([object()], retry_failed=False, registry_file=None)

@@ -13,6 +13,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from fathom.reproduce.config import load_pipeline
     from fathom.reproduce.pipeline import Context, locations, reproduce
     from fathom.study.backends import make_backend
+    from fathom.study.cli import slurm_options
     from fathom.study.runner import scale_down_text
 
     name, pipe, study, origin = load_pipeline(args.pipeline)
@@ -20,7 +21,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if threads < 1:
         raise FathomError(f"--threads must be at least 1, got {threads}")
     backend = make_backend(
-        args.backend, workers=args.workers, address=args.address, threads=threads
+        args.backend,
+        workers=args.workers,
+        address=args.address,
+        threads=threads,
+        slurm=slurm_options(args),
     )
 
     def say(msg: str) -> None:
@@ -80,6 +85,8 @@ def cmd_diagnose_head(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from fathom.study.cli import add_slurm_arguments
+
     p = sub.add_parser(
         "reproduce",
         help="run a seed's protocol end to end: study, audit, curvature, head diagnostic, "
@@ -94,6 +101,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=1, help="local worker processes for the study")
     p.add_argument("--backend", choices=["local", "ray", "slurm"], default="local")
     p.add_argument("--address", help="Ray cluster address (--backend ray)")
+    add_slurm_arguments(p)
     p.add_argument("--threads", type=int, help="torch threads per run (final hashes depend on it)")
     p.add_argument("--retry-failed", action="store_true", help="retry study runs that failed")
     p.add_argument("--quiet", action="store_true", help="print only the final lines")

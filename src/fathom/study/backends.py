@@ -1,4 +1,5 @@
-"""Where the runs of a study execute: this process, N local worker processes, or Ray.
+"""Where the runs of a study execute: this process, N local worker processes, Ray, or Slurm
+(:mod:`fathom.study.slurm`, through submitit).
 
 Every backend calls :func:`fathom.study.execute.execute_run` once per run and returns
 its :class:`RunOutcome` s in the order of the specs; a run is the same computation on
@@ -192,9 +193,15 @@ def make_backend(
     address: str | None = None,
     threads: int = 1,
     splits_for: Any = None,
+    slurm: dict[str, Any] | None = None,
 ):
+    """The backend called ``name``; ``slurm`` holds :class:`fathom.study.slurm.SlurmBackend` fields."""
     if name == "local":
         return LocalBackend(workers=workers, threads=threads, splits_for=splits_for)
     if name == "ray":
         return RayBackend(address=address, threads=threads, splits_for=splits_for)
-    raise FathomError(f"unknown backend {name!r}; use 'local' or 'ray'")
+    if name == "slurm":
+        from fathom.study.slurm import SlurmBackend
+
+        return SlurmBackend(threads=threads, splits_for=splits_for, **(slurm or {}))
+    raise FathomError(f"unknown backend {name!r}; use 'local', 'ray' or 'slurm'")
