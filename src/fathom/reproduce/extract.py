@@ -182,7 +182,8 @@ def audit_interactions(src: Sources, ex: Mapping[str, Any]) -> Measured:
 
 
 def _curvature_value(src: Sources, recipe: str, epoch: int, name: str) -> tuple[float | None, str]:
-    """One field of one snapshot of the curvature run of ``recipe``; ``(None, why)`` if absent."""
+    """One field of the snapshot standing in for seed epoch ``epoch`` (``epoch_map``) of the
+    curvature run of ``recipe``; ``(None, why)`` when absent."""
     runs = [k for k in src.curvature if k[0] == recipe]
     if not runs:
         return None, f"no curvature of a {recipe} run (the curvature step has not run for it)"
@@ -195,11 +196,16 @@ def _curvature_value(src: Sources, recipe: str, epoch: int, name: str) -> tuple[
     return float(row[name]), f"seed {runs[0][1]}, snapshot epoch {mapped}"
 
 
+def _curvature_seed(src: Sources, recipe: str) -> int:
+    return next(seed for r, seed in src.curvature if r == recipe)
+
+
 def curvature(src: Sources, ex: Mapping[str, Any]) -> Measured:
     v, why = _curvature_value(src, ex["recipe"], int(ex["epoch"]), ex["field"])
     if v is None:
         return Measured(missing=why)
-    return Measured({0: v * float(ex.get("scale", 1))}, note=why)
+    seed = _curvature_seed(src, ex["recipe"])
+    return Measured({seed: v * float(ex.get("scale", 1))}, note=why)
 
 
 def curvature_ratio(src: Sources, ex: Mapping[str, Any]) -> Measured:
@@ -207,7 +213,7 @@ def curvature_ratio(src: Sources, ex: Mapping[str, Any]) -> Measured:
     b, why_b = _curvature_value(src, ex["reference"], int(ex["epoch"]), ex["field"])
     if a is None or b is None or b == 0:
         return Measured(missing=why_a if a is None else (why_b if b is None else "zero divisor"))
-    return Measured({0: a / b}, note=why_a)
+    return Measured({_curvature_seed(src, ex["recipe"]): a / b}, note=why_a)
 
 
 def curvature_field_ratio(src: Sources, ex: Mapping[str, Any]) -> Measured:
@@ -215,7 +221,7 @@ def curvature_field_ratio(src: Sources, ex: Mapping[str, Any]) -> Measured:
     b, why_b = _curvature_value(src, ex["recipe"], int(ex["epoch"]), ex["over"])
     if a is None or b is None or b == 0:
         return Measured(missing=why if a is None else (why_b if b is None else "zero divisor"))
-    return Measured({0: a / b}, note=why)
+    return Measured({_curvature_seed(src, ex["recipe"]): a / b}, note=why)
 
 
 def curvature_max(src: Sources, ex: Mapping[str, Any]) -> Measured:

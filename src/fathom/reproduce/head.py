@@ -76,7 +76,8 @@ def pair_configs(base: RunConfig, settings: HeadSettings, study: str) -> dict[st
     }
     a, b = cfgs["relu"].model_dump(mode="json"), cfgs["linear"].model_dump(mode="json")
     differ = {line.split(":")[0] for line in config_diff(a, b)}
-    assert differ == {"name", "model.output_relu"}, differ  # the pair is matched by construction
+    if differ != {"name", "model.output_relu"}:
+        raise FathomError(f"the head pair differs in {sorted(differ)}, not only model.output_relu")
     return cfgs
 
 
