@@ -62,7 +62,10 @@ def test_truncated_and_repeated_lines_are_flagged(tmp_path: Path) -> None:
 def test_split_keys() -> None:
     assert split_key("val/acc") == ("{split}/acc", "val")
     assert split_key("split/test/class_acc/3") == ("split/{split}/class_acc/3", "test")
-    assert split_key("probe/act/mean/L0") == ("probe/act/mean/L0", None)
+    assert split_key("probe/act/mean/blocks.0.res.branch") == (
+        "probe/act/mean/blocks.0.res.branch",
+        None,
+    )
     assert split_key("clock/training_s") == ("clock/training_s", None)
     assert concrete("split/{split}/class_acc/3", "fit") == "split/fit/class_acc/3"
 
@@ -92,7 +95,7 @@ def test_embedded_data_equals_history(study: Path) -> None:
                 checked += 1
     assert checked > 1000
     awkward = next(r for r in data["runs"] if r["id"] == "awkward-s7")
-    col = awkward["cols"][data["names"].index("probe/act/mean/L0")]
+    col = awkward["cols"][data["names"].index("probe/act/mean/blocks.0.res.branch")]
     assert col[1:3] == ["Infinity", "-Infinity"]
     assert awkward["cols"][data["names"].index("val/acc")][2] is None
     assert awkward["epochs"] == [0, 1, 3, 4]
@@ -153,8 +156,8 @@ def test_real_trainer_run_and_real_audit(tmp_path: Path) -> None:
     run_curvature(SyntheticRunDir(tmp_path / "s" / "r1"), None, probe=8)
     out = build_report(tmp_path / "s")
     data = payload_of(out.html)
-    assert "probe/act/zero_frac/L0" in data["fields"]
-    meta = data["meta"]["probe/act/zero_frac/L0"]
+    assert "probe/act/zero_frac/blocks.0.res.branch" in data["fields"]
+    meta = data["meta"]["probe/act/zero_frac/blocks.0.res.branch"]
     assert meta["source"] == "telemetry registry" and "N x units" in meta["formula"]
     assert data["meta"]["{split}/acc"]["source"] == "run directory contract"
     assert "split/{split}/class_acc/0" in data["fields"]
@@ -278,7 +281,7 @@ def test_corrupt_optional_input_is_a_warning(study: Path) -> None:
 
 def test_missing_matplotlib_names_the_extra(study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(FathomError, match=r"fathom\[plot\]"):
+    with pytest.raises(FathomError, match=r"\.\[plot\]"):
         build_report(study)
     assert build_report(study, with_figures=False).html.exists()
 
@@ -299,7 +302,7 @@ def test_payload_order_and_cohorts(tmp_path: Path) -> None:
     assert data["defaultField"] == "{split}/acc"
     assert data["fields"][0] == "clock/elapsed_s" and data["fields"].index("{split}/acc") < data[
         "fields"
-    ].index("param/disp/L0")
+    ].index("param/disp/stem")
     assert sorted(r["cohort"] for r in data["runs"]) == ["plain lr=0.01", "plain lr=0.1 (tuning)"]
 
 

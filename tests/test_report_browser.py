@@ -52,7 +52,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def test_report_in_chromium(report: tuple[Path, Path]) -> None:
     sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="install the browser extra: pip install 'fathom[browser]'"
+        "playwright.sync_api", reason="install the browser extra: pip install -e '.[browser]'"
     )
     root, html = report
     url = html.resolve().as_uri()

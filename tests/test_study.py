@@ -188,7 +188,7 @@ def test_fathom_validate_accepts_a_study_toml(tmp_path, capsys):
 def test_missing_ray_extra_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     backend = make_backend("ray")
-    with pytest.raises(FathomError, match=r"pip install 'fathom\[ray\]'"):
+    with pytest.raises(FathomError, match=r"pip install -e '\.\[ray\]'"):
         backend.run([], retry_failed=False, registry_file=None)
 
 
@@ -404,7 +404,7 @@ def test_cli_status_runs_list_show_and_bad_preset(tmp_path, capsys):
     )
     result = run_study(study, tmp_path, local())
     assert main(["study", "status", str(result.root)]) == 0
-    assert "2/2 runs complete" in capsys.readouterr().out
+    assert "2 complete, 0 diverged, 0 failed (2 runs)" in capsys.readouterr().out
     assert (
         main(["runs", "list", "--runs-dir", str(tmp_path), "--recipe", "sd_constant", "--json"])
         == 0
@@ -436,6 +436,15 @@ def test_seed_003_presets_freeze_the_seed_protocol():
     assert full.base.checkpoints.save_epochs == (0, 1, 5, 10, 20, 50, 100)
     assert full.study.scale_down == () and full.base.model.width_mult == 1.0
     assert quick.base.model.width_mult < 1 and len(quick.study.scale_down) >= 5
+    # against the full (tuned) protocol: the full preset only changes how rates are chosen,
+    # the quick one also reduces the network, data and epochs
+    from fathom.study.scaledown import scaled_down
+
+    full_items = scaled_down(full)
+    assert [(d.key, d.kind) for d in full_items] == [("tuning.mode", "changed")]
+    assert "frozen learning rates (plain 0.03, residual 0.01" in full_items[0].text
+    reduced = {d.key for d in scaled_down(quick) if d.kind == "reduced"}
+    assert {"base.model.width_mult", "base.data.fit_subset", "base.optim.epochs"} <= reduced
 
 
 RESIDUAL_RECIPES = ("residual", "residual_dropout", "sd_constant", "sd_decreasing")

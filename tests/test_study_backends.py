@@ -51,8 +51,8 @@ def test_ray_matches_local(sequential, tmp_path):
     try:
         import ray
     except ImportError:
-        print("SKIPPED: ray is not installed (pip install 'fathom[ray]'); CI installs it")
-        pytest.skip("ray is not installed: pip install 'fathom[ray]' (CI installs it)")
+        print("SKIPPED: ray is not installed (pip install -e '.[ray]'); CI installs it")
+        pytest.skip("ray is not installed: pip install -e '.[ray]' (CI installs it)")
     import test_study
 
     ray.cloudpickle.register_pickle_by_value(test_study)
@@ -120,8 +120,8 @@ def test_slurm_backend_through_submitit_matches_local(sequential, tmp_path, clus
         import cloudpickle
         import submitit  # noqa: F401
     except ImportError:
-        print("SKIPPED: submitit is not installed (pip install 'fathom[slurm]'); CI installs it")
-        pytest.skip("submitit is not installed: pip install 'fathom[slurm]' (CI installs it)")
+        print("SKIPPED: submitit is not installed (pip install -e '.[slurm]'); CI installs it")
+        pytest.skip("submitit is not installed: pip install -e '.[slurm]' (CI installs it)")
     import test_study
     from fathom.study.slurm import SlurmBackend
 
@@ -145,5 +145,5 @@ def test_missing_submitit_names_the_install(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "submitit", None)
     backend = make_backend("slurm", slurm={"folder": "unused"})
-    with pytest.raises(FathomError, match=r"pip install 'fathom\[slurm\]'"):
+    with pytest.raises(FathomError, match=r"pip install -e '\.\[slurm\]'"):
         backend.run([object()], retry_failed=False, registry_file=None)

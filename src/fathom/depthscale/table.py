@@ -28,7 +28,7 @@ from fathom.dynamics.health import ILL_CONDITIONED_KAPPA, RANK_FLOOR_RULE
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, read_jsonl
 from fathom.stats.flags import failure_flags
-from fathom.stats.verdicts import (
+from fathom.stats.scaling import (
     ArmRuns,
     DepthScalingTable,
     DepthScalingVerdict,

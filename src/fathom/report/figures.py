@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, install_hint
 from fathom.report.runs import RunData
 from fathom.report.tables import flat
 
@@ -31,7 +31,7 @@ def _pyplot():
     except ImportError:
         raise FathomError(
             "static figures need matplotlib, which is not installed; install the extra with "
-            "`pip install 'fathom[plot]'` (or pass --no-figures)"
+            f"`{install_hint('plot')}` (or pass --no-figures)"
         ) from None
     return plt
 

@@ -19,28 +19,35 @@ from typing import Any
 from fathom.io import atomic_write_json, config_digest
 
 TELEMETRY_PATTERNS = (
-    "probe/act/mean/L{h}",
-    "probe/act/std/L{h}",
-    "probe/act/zero_frac/L{h}",
-    "probe/act/q50/L{h}",
-    "probe/delta/rms/L{l}",
-    "probe/delta/absmax/L{l}",
-    "param/weight_norm/L{l}",
-    "param/disp/L{l}",
-    "param/update_ratio/L{l}",
-    "grad/mean/weight_norm/L{l}",
-    "grad/pex/diversity/L{l}",
-    "grad/pex/noise_scale/L{l}",
+    "probe/act/mean/{input}",
+    "probe/act/std/{input}",
+    "probe/act/zero_frac/{input}",
+    "probe/act/q50/{input}",
+    "probe/delta/rms/{layer}",
+    "probe/delta/absmax/{layer}",
+    "param/weight_norm/{layer}",
+    "param/disp/{layer}",
+    "param/update_ratio/{layer}",
+    "grad/mean/weight_norm/{layer}",
+    "grad/pex/diversity/{layer}",
+    "grad/pex/noise_scale/{layer}",
 )
 
 
+def layer_names(layers: int) -> list[str]:
+    """The Ciresan MLP's qualified layer names: ``stem``, ``blocks.{i}.res.branch``, ``head``."""
+    return ["stem", *(f"blocks.{i}.res.branch" for i in range(layers - 2)), "head"]
+
+
 def telemetry_names(layers: int, patterns: Sequence[str] = TELEMETRY_PATTERNS) -> list[str]:
+    """Concrete names; ``{input}`` runs over every layer but the stem (its input is data)."""
     names = []
+    every = layer_names(layers)
     for p in patterns:
-        if "{h}" in p:
-            names += [p.replace("{h}", str(i)) for i in range(layers - 1)]
+        if "{input}" in p:
+            names += [p.replace("{input}", n) for n in every[1:]]
         else:
-            names += [p.replace("{l}", str(i)) for i in range(layers)]
+            names += [p.replace("{layer}", n) for n in every]
     return names
 
 
@@ -138,11 +145,11 @@ def awkward_rows(seed: int) -> list[dict[str, Any]]:
     """Rows with null, NaN, +-inf, float64-only values and epoch 2 missing."""
     rows = synthetic_history(seed, [0, 1, 3, 4], layers=3, classes=3)
     rows[1]["val/ce"] = math.nan
-    rows[1]["probe/act/mean/L0"] = math.inf
-    rows[2]["probe/act/mean/L0"] = -math.inf
+    rows[1]["probe/act/mean/blocks.0.res.branch"] = math.inf
+    rows[2]["probe/act/mean/blocks.0.res.branch"] = -math.inf
     rows[2]["val/acc"] = None
     rows[3]["fit/ce"] = 0.1 + 1e-12  # distinct from its float32 rounding
-    rows[3]["param/disp/L0"] = 1e300  # beyond float32 range
+    rows[3]["param/disp/stem"] = 1e300  # beyond float32 range
     rows[3]["diverged"] = False  # a boolean field, as the trainer writes for a diverged epoch
     rows[3]["note"] = "text"  # not a number: JSONL keeps it, W&B and TensorBoard leave it out
     return rows

@@ -14,7 +14,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from fathom.reproduce.pipeline import Context, locations, reproduce
     from fathom.study.backends import make_backend
     from fathom.study.cli import slurm_options
-    from fathom.study.runner import scale_down_text
+    from fathom.study.scaledown import scale_down_sentence, scaled_down
 
     name, pipe, study, origin = load_pipeline(args.pipeline)
     threads = args.threads or study.study.threads_per_run or 1
@@ -43,7 +43,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         retry_failed=args.retry_failed,
     )
     say(f"reproduce {name} ({origin}): study {study.study.name} on {backend.name}")
-    say(scale_down_text({"scale_down": list(study.study.scale_down)}))
+    say(scale_down_sentence(scaled_down(study)))
     reproduce(ctx)
     print(f"reproduction: {ctx.root / 'reproduce' / 'reproduction.md'} and reproduction.json")
     print(f"report: {ctx.root / 'report' / 'report.html'}")
@@ -107,7 +107,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="print only the final lines")
     p.set_defaults(func=cmd_reproduce)
 
-    d = sub.add_parser("diagnose", help="matched-pair diagnostics")
+    d = sub.add_parser("diagnose", help="matched-pair diagnostics (head: ReLU vs linear head)")
     dsub = d.add_subparsers(dest="diagnose_command", required=True, metavar="SUBCOMMAND")
     h = dsub.add_parser(
         "head",

@@ -98,11 +98,20 @@ def compare_row(seed: SeedValue, data: SeedData, src: Sources, comparable: str |
     }
 
 
+def reductions(summary: dict[str, Any]) -> list[str]:
+    """What the study reduced from the full protocol (smaller network, data, epochs, seeds):
+    the ``reduced`` items of ``summary["scaled_down"]``. Other *changes* (frozen learning
+    rates instead of tuning, say) do not change magnitudes and are not counted here."""
+    if "scaled_down" in summary:
+        return [d["text"] for d in summary["scaled_down"] if d["kind"] == "reduced"]
+    return list(summary.get("scale_down") or [])
+
+
 def comparison(
     data: SeedData, src: Sources, *, pipeline: str, locations: dict[str, str]
 ) -> dict[str, Any]:
     """Every seed value beside Fathom's (``reproduction.json``'s contents)."""
-    scale_down = list(src.summary.get("scale_down") or [])
+    scale_down = reductions(src.summary)
     comparable = "scaled-down run (see scale_down)" if scale_down else None
     rows = [compare_row(v, data, src, comparable) for v in data.value]
     return {

@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, install_hint
 from fathom.study.execute import RunOutcome, execute_run
 from fathom.study.plan import RunSpec
 
@@ -63,6 +63,7 @@ class LocalBackend:
     workers: int = 1
     threads: int = 1
     splits_for: Any = None
+    live: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -85,6 +86,7 @@ class LocalBackend:
             threads=self.threads,
             registry_file=registry_file,
             splits_for=self.splits_for,
+            live=self.live,
         )
         if self.workers == 1 or len(specs) <= 1:
             outs = []
@@ -116,7 +118,7 @@ def _import_ray() -> Any:
         import ray
     except ImportError:
         raise FathomError(
-            "the Ray backend needs the optional extra: pip install 'fathom[ray]' "
+            f"the Ray backend needs the optional extra: {install_hint('ray')} "
             "(or use --backend local)"
         ) from None
     return ray
@@ -134,6 +136,7 @@ class RayBackend:
     address: str | None = None
     threads: int = 1
     splits_for: Any = None
+    live: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -160,7 +163,11 @@ class RayBackend:
         task = ray.remote(num_cpus=self.threads, num_gpus=gpus, max_retries=0)(execute_run)
         refs = {
             task.remote(
-                s, retry_failed=retry_failed, threads=self.threads, splits_for=self.splits_for
+                s,
+                retry_failed=retry_failed,
+                threads=self.threads,
+                splits_for=self.splits_for,
+                live=self.live,
             ): s
             for s in specs
         }
@@ -194,14 +201,15 @@ def make_backend(
     threads: int = 1,
     splits_for: Any = None,
     slurm: dict[str, Any] | None = None,
+    live: tuple[str, ...] = (),
 ):
     """The backend called ``name``; ``slurm`` holds :class:`fathom.study.slurm.SlurmBackend` fields."""
     if name == "local":
-        return LocalBackend(workers=workers, threads=threads, splits_for=splits_for)
+        return LocalBackend(workers=workers, threads=threads, splits_for=splits_for, live=live)
     if name == "ray":
-        return RayBackend(address=address, threads=threads, splits_for=splits_for)
+        return RayBackend(address=address, threads=threads, splits_for=splits_for, live=live)
     if name == "slurm":
         from fathom.study.slurm import SlurmBackend
 
-        return SlurmBackend(threads=threads, splits_for=splits_for, **(slurm or {}))
+        return SlurmBackend(threads=threads, splits_for=splits_for, live=live, **(slurm or {}))
     raise FathomError(f"unknown backend {name!r}; use 'local', 'ray' or 'slurm'")

@@ -93,11 +93,13 @@ def execute_run(
     threads: int | None = None,
     registry_file: str | None = None,
     splits_for: Any = None,
+    live: tuple[str, ...] = (),
 ) -> RunOutcome:
     """Bring ``spec``'s run directory to a final state (see the module docstring).
 
     ``threads`` sets ``torch.set_num_threads`` for this process; ``registry_file`` (when
-    given) receives the run's row; ``splits_for(cfg, device) -> DataSplits`` replaces
+    given) receives the run's row; ``live`` names live-tracking targets
+    (:mod:`fathom.export.live`); ``splits_for(cfg, device) -> DataSplits`` replaces
     :func:`cached_splits` (tests use synthetic data). Errors of the run itself are returned as a ``failed``
     outcome with the message; bad input (``FathomError``) is raised.
     """
@@ -157,13 +159,19 @@ def execute_run(
     from fathom.provenance import resolve_device
 
     splits = (splits_for or cached_splits)(cfg, resolve_device(cfg.device))
+    from fathom.export.live import LiveTracker
+
+    tracker = LiveTracker(path, live, cfg) if live else None
     try:
-        result = train(cfg, path, splits=splits, resume=resume)
+        result = train(cfg, path, splits=splits, resume=resume, progress=tracker)
     except FathomError:
         raise
     except Exception as e:  # the run's own failure is data: recorded in its manifest
         return outcome(action, "failed", None, f"{type(e).__name__}: {e}")
-    return outcome(action, result.status, result.final_params)
+    finally:
+        reports = tracker.close() if tracker is not None else []
+    bad = [line for r in reports if not r.ok for line in r.lines()[:3]]
+    return outcome(action, result.status, result.final_params, "; ".join(bad) or None)
 
 
 _SPLITS_CACHE: dict[str, Any] = {}

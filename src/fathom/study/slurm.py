@@ -10,7 +10,8 @@ boundary.
 
 ``cluster`` picks submitit's executor: ``"slurm"``, ``"local"`` (each run a subprocess on
 this machine, no Slurm needed) or ``"debug"`` (in this process); ``None`` lets submitit
-choose (Slurm when ``sbatch`` is available, else local). Needs ``pip install 'fathom[slurm]'``.
+choose (Slurm when ``sbatch`` is available, else local). Needs the ``slurm`` extra
+(``pip install -e '.[slurm]'``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, install_hint
 from fathom.study.execute import RunOutcome, execute_run
 from fathom.study.plan import RunSpec
 
@@ -31,7 +32,7 @@ def _import_submitit() -> Any:
         import submitit
     except ImportError:
         raise FathomError(
-            "the Slurm backend needs the optional extra: pip install 'fathom[slurm]' "
+            f"the Slurm backend needs the optional extra: {install_hint('slurm')} "
             "(submitit; or use --backend local)"
         ) from None
     return submitit
@@ -50,6 +51,7 @@ class SlurmBackend:
     mem_gb: float | None = None
     array_parallelism: int = 64
     splits_for: Any = None
+    live: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -88,7 +90,11 @@ class SlurmBackend:
             return []
         submitit = _import_submitit()
         task = functools.partial(
-            execute_run, retry_failed=retry_failed, threads=self.threads, splits_for=self.splits_for
+            execute_run,
+            retry_failed=retry_failed,
+            threads=self.threads,
+            splits_for=self.splits_for,
+            live=self.live,
         )
         jobs = self.executor().map_array(task, list(specs))
         outs: list[RunOutcome] = []

@@ -32,7 +32,13 @@ from fathom.io import (
 from fathom.provenance import environment, resolve_device, source_hash
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
-from fathom.train.checkpoint import cpu_state, load_resume, save_resume, save_weights
+from fathom.train.checkpoint import (
+    cpu_state,
+    load_cpu_state,
+    load_resume,
+    save_resume,
+    save_weights,
+)
 from fathom.train.context import EpochContext
 from fathom.train.evaluate import split_scores
 from fathom.train.fast import make_stepper, plan_epoch
@@ -242,7 +248,7 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
 
     if resume:
         state = load_resume(run_dir / "checkpoints" / "resume.pt")
-        model.load_state_dict(state["model"])
+        load_cpu_state(model, state["model"])
         optimizer.load_state_dict(state["optimizer"])
         if controller is not None:
             controller.load_state_dict(state["controller"])
@@ -299,6 +305,8 @@ def _train(cfg, run_dir, device, splits, resume, telemetry, progress, t_invocati
         clocks.elapsed_s = prior_elapsed + time.perf_counter() - t_invocation
         manifest["clocks"] = vars(clocks).copy()
         tel = clocks.telemetry_s
+        if recorder is not None:  # each instrumented layer: name, type, path, shapes
+            manifest["telemetry"]["layers"] = recorder.layer_records()
         manifest["telemetry"].update(
             {
                 "total_s": tel,

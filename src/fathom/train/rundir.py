@@ -13,7 +13,7 @@ from torch import nn
 from fathom.config import RunConfig, validate_run_config
 from fathom.errors import FathomError
 from fathom.io import read_jsonl
-from fathom.train.checkpoint import load_weights
+from fathom.train.checkpoint import load_cpu_state, load_weights
 
 Which = int | Literal["selected", "final"]
 
@@ -110,7 +110,7 @@ class RunDir:
         """The model at a checkpoint, hash-verified, in eval mode."""
         state = self.load_state(which)
         model = self.build_model(torch.float32, "cpu")
-        model.load_state_dict(state)
+        load_cpu_state(model, state)
         return model.to(device=device, dtype=dtype).eval()
 
     def load_splits(self, device: str | torch.device = "cpu"):
