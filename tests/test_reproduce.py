@@ -46,6 +46,11 @@ batch_size = 32
 every = 1
 [base.checkpoints]
 save_epochs = [0, 1, 3]
+[base.telemetry]
+enabled = true
+first = [0]
+every = 3
+probe_size = 32
 """
 
 PIPELINE_TOML = """
@@ -194,6 +199,13 @@ def test_pipeline_writes_every_step_and_the_comparison(straight):
     # a seed epoch the pipeline maps to no snapshot says so instead of inventing a value
     assert "no counterpart snapshot" in rows["curvature.residual.epoch5.ggn_trace"]["verdict"]
     assert rows["head.relu.sixes_correct"]["fathom"]["n"] == 1
+    zero = rows["telemetry.sd_decreasing.zero_activations.max"]["fathom_per_seed"]
+    for s in (101, 102):
+        last = (root / f"main-sd_decreasing-s{s}" / "history.jsonl").read_text().splitlines()[-1]
+        row = json.loads(last)
+        names = [f"blocks.{i}.res.branch" for i in range(4)] + ["head"]
+        want = 100 * max(row[f"probe/act/zero_frac/{n}"] for n in names)
+        assert row["epoch"] == 3 and zero[str(s)] == pytest.approx(want)
     assert rows["fidelity.plain.final_acc"]["verdict"].startswith("no Fathom counterpart here")
     md = (root / "reproduce" / "reproduction.md").read_text()
     assert "not comparable in magnitude" in md and "never digit for digit" in md

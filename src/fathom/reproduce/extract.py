@@ -122,6 +122,22 @@ def manifest_max(src: Sources, ex: Mapping[str, Any]) -> Measured:
     return Measured({0: max(found)}, note=f"maximum over {len(found)} main runs")
 
 
+def history_layers(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    """Per seed, the ``stat`` (min or max) over ``fields`` of the history row of the final
+    epoch: e.g. the range over hidden layers of probe zero-activation fractions."""
+    pick = {"min": min, "max": max}[ex["stat"]]
+    out: dict[int, float] = {}
+    for seed, rd in src.main_runs(ex["recipe"]).items():
+        final = (rd.manifest.get("final") or {}).get("epoch")
+        row = next((r for r in rd.history() if r.get("epoch") == final), {})
+        vals = [row.get(name) for name in ex["fields"]]
+        if final is not None and all(isinstance(v, (int, float)) for v in vals):
+            out[seed] = pick(vals) * float(ex.get("scale", 1))
+    if not out:
+        return Measured(missing=f"no {ex['fields'][0]} (and the rest) in the final-epoch rows")
+    return Measured(out, note=f"{ex['stat']} over {len(ex['fields'])} fields, per seed")
+
+
 def _audit_values(
     src: Sources, ex: Mapping[str, Any], recipe: str, get: Callable[[dict[str, Any]], Any]
 ) -> dict[int, float]:
@@ -256,6 +272,7 @@ EXTRACTORS: dict[str, Callable[[Sources, Mapping[str, Any]], Measured]] = {
         study_diff,
         study_clock,
         manifest_max,
+        history_layers,
         audit_size,
         audit_size_diff,
         audit_branch,

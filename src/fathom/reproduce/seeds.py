@@ -23,6 +23,7 @@ EXTRACT_KINDS: tuple[str, ...] = (
     "study_diff",
     "study_clock",
     "manifest_max",
+    "history_layers",
     "audit_size",
     "audit_size_diff",
     "audit_branch",
