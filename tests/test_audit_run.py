@@ -66,6 +66,7 @@ def study(tmp_path_factory):
         config("residual", 9).with_updates({"optim.lr": 0.2}),
         root / "tune-residual-lr0.2-s9",
         splits=splits,
+        phase="tuning",
     )
     return root, splits
 

@@ -23,9 +23,9 @@ from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json
 from fathom.provenance import source_hash
+from fathom.rundir import RunDir
 from fathom.train.build import build_model
 from fathom.train.checkpoint import cpu_state, save_weights
-from fathom.train.rundir import RunDir
 
 torch.set_num_threads(1)
 EPOCHS = (0, 1, 5)

@@ -16,6 +16,7 @@ import torch
 
 from fathom.data import DataSplits
 from fathom.errors import FathomError
+from fathom.rundir import seal
 from fathom.study.backends import LocalBackend, make_backend
 from fathom.study.config import load_study, preset_names, validate_study_config
 from fathom.study.plan import tuning_specs
@@ -306,8 +307,11 @@ def test_tampered_complete_run_is_refused(tmp_path):
     m = json.loads(manifest.read_text())
     m["hashes"]["final_params"] = "0" * 64
     manifest.write_text(json.dumps(m))
+    with pytest.raises(FathomError, match="fails its digest check"):
+        run_study(study, tmp_path, local())  # a hand edit breaks the manifest digest
+    manifest.write_text(json.dumps(seal(m)))
     with pytest.raises(FathomError, match="does not match its final checkpoint"):
-        run_study(study, tmp_path, local())
+        run_study(study, tmp_path, local())  # a consistent manifest, wrong final hash
 
 
 # ---------------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ import pytest
 from conftest import tiny_config
 from fathom.errors import FathomError
 from fathom.io import read_jsonl, state_dict_digest
+from fathom.rundir import RunDir, seal
 from fathom.train.loop import resume, train
-from fathom.train.rundir import RunDir
 
 
 def test_same_config_twice_is_byte_identical(tmp_path, splits):
@@ -176,6 +176,9 @@ def test_bad_resumes_are_refused(tmp_path, splits):
     m = json.loads((res.run_dir / "manifest.json").read_text())
     m["status"] = "running"
     (res.run_dir / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(FathomError, match="fails its digest check"):
+        resume(res.run_dir)  # a hand-edited manifest is detected
+    (res.run_dir / "manifest.json").write_text(json.dumps(seal(m)))
     with pytest.raises(FathomError, match=r"another config \(optim.lr"):
         train(cfg.with_updates({"optim.lr": 0.5}), res.run_dir, splits=splits, resume=True)
     (res.run_dir / "checkpoints" / "resume.pt").write_bytes(b"garbage")

@@ -22,7 +22,10 @@ from fathom.errors import FathomError, install_hint
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("fathom.train.cli", "train one run into a run directory"),
-    "validate": ("fathom.train.cli", "check a run or study config and print it with defaults"),
+    "validate": (
+        "fathom.train.cli",
+        "check a run, study or depth-scaling config (file or preset) and print it with defaults",
+    ),
     "study": (
         "fathom.study.cli",
         "run a grid of runs (recipes x seeds, LR tuning) and summarise it",

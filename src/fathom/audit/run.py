@@ -27,9 +27,8 @@ from fathom.audit.speed import time_masks
 from fathom.audit.subjects import Subject, subject_of
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest, ensure_writable_dir
+from fathom.rundir import find_runs
 from fathom.stats import failure_flags
-from fathom.study.plan import run_phase
-from fathom.train.rundir import find_runs
 
 FORMAT = 1
 Progress = Callable[[str], None]
@@ -69,8 +68,10 @@ def measure_speed(
 
 
 def _architecture(model: torch.nn.Module) -> str:
-    """``ClassName(widths)`` of the network (the last module of an input-prep Sequential)."""
-    net = model[-1] if isinstance(model, torch.nn.Sequential) else model
+    """``ClassName(widths)`` of the network (behind its input preparation, if any)."""
+    from fathom.models.prep import ImageInput
+
+    net = model.net if isinstance(model, ImageInput) else model
     depth = f", depth {net.depth}" if hasattr(net, "depth") else ""
     return f"{type(net).__name__}{tuple(getattr(net, 'widths', ()))}{depth}"
 
@@ -117,9 +118,9 @@ def audit_runs(
         skipped += [
             {"run_id": rd.run_id, "reason": "tuning-phase run (learning-rate selection)"}
             for rd in runs
-            if run_phase(rd.run_id) == "tuning"
+            if rd.phase == "tuning"
         ]
-        runs = [rd for rd in runs if run_phase(rd.run_id) != "tuning"]
+        runs = [rd for rd in runs if rd.phase != "tuning"]
     subjects = [subject_of(rd) for rd in runs]
     arms = _arm_names(subjects)
     split_cache: dict[str, Any] = {}

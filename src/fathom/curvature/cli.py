@@ -7,7 +7,7 @@ import argparse
 
 def cmd_curvature(args: argparse.Namespace) -> int:
     from fathom.curvature.rundir import run_curvature, summary_markdown
-    from fathom.train.rundir import RunDir
+    from fathom.rundir import RunDir
 
     runs = [RunDir(p) for p in args.run_dirs]
     if args.out and len(runs) > 1:

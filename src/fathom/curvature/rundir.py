@@ -133,7 +133,7 @@ def run_curvature(
 ) -> list[dict[str, Any]]:
     """Compute and write one snapshot per epoch of run directory ``rd``; return the summary rows.
 
-    ``rd`` is a :class:`fathom.train.rundir.RunDir` (``checkpoint_epochs``, ``checkpoint_hash``,
+    ``rd`` is a :class:`fathom.rundir.RunDir` (``checkpoint_epochs``, ``checkpoint_hash``,
     ``load_state``, ``load_model``, ``load_splits``, ``manifest``, ``run_id``, ``path``).
     """
     chosen = check_epochs(rd.checkpoint_epochs(), epochs)

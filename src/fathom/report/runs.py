@@ -1,6 +1,6 @@
 """Runs as reports and exports see them: manifest, history rows, flagged lines, cohort.
 
-Everything here is read from run directories (``fathom.train.rundir``), never from a
+Everything here is read from run directories (``fathom.rundir``), never from a
 trainer. A history line that was truncated or does not parse is *flagged* (its line
 number kept) and left out; a row without an integer ``epoch`` or repeating an epoch
 is flagged the same way. The remaining rows are sorted by epoch.
@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from fathom.errors import FathomError
-from fathom.io import read_jsonl, sha256_file
-from fathom.study.plan import run_phase
-from fathom.train.rundir import find_runs
+from fathom.io import sha256_file
+from fathom.rundir import RunDir, find_runs
 
 SPLITS = ("fit", "val", "test")
 
@@ -54,9 +53,8 @@ class RunData:
 
     @property
     def phase(self) -> str | None:
-        """``tuning`` for a study's tuning-grid run (run id ``tune-...``, as fathom.study
-        names them), else ``None``."""
-        return "tuning" if run_phase(self.run_id) == "tuning" else None
+        """``tuning`` for a study's tuning-grid run (the manifest's ``phase``), else ``None``."""
+        return "tuning" if self.manifest.get("phase") == "tuning" else None
 
     @property
     def cohort(self) -> str:
@@ -98,14 +96,17 @@ def _clean_rows(
     return [by_epoch[e] for e in sorted(by_epoch)], reasons
 
 
-def load_run(path: Path, manifest: dict[str, Any], run_id: str) -> RunData:
-    hist = path / "history.jsonl"
-    raw, bad = read_jsonl(hist)
+def run_data(rd: RunDir) -> RunData:
+    """A run as reports see it; integrity problems (torn history, a checkpoint failing its
+    digest, a leftover temp file) are flagged, never read around silently."""
+    hist = rd.path / "history.jsonl"
+    raw, bad = rd.history_with_errors()
     rows, reasons = _clean_rows(raw, bad)
+    reasons += [p for p in rd.problems(deep=True) if " is torn " not in p]  # torn: listed above
     return RunData(
-        path=path,
-        run_id=run_id,
-        manifest=manifest,
+        path=rd.path,
+        run_id=rd.run_id,
+        manifest=rd.manifest,
         rows=rows,
         flagged_lines=list(bad),
         flag_reasons=reasons,
@@ -120,7 +121,7 @@ def load_runs(root: str | Path) -> list[RunData]:
         raise FathomError(
             f"{str(root)!r} does not exist; pass a run directory or a study directory"
         )
-    runs = [load_run(r.path, r.manifest, r.run_id) for r in find_runs(root)]
+    runs = [run_data(r) for r in find_runs(root)]
     if not runs:
         raise FathomError(
             f"no runs under {str(root)!r} (no manifest.json with a history.jsonl beside it); "
@@ -149,6 +150,13 @@ def scalar_fields(runs: list[RunData]) -> list[str]:
             for k, v in row.items():
                 seen[k] = seen.get(k, True) and is_scalar(v)
     return [k for k, ok in seen.items() if ok]
+
+
+def widest_first(runs: list[RunData]) -> list[RunData]:
+    """Runs ordered by how many distinct fields they record, most first (stable), so that
+    first-seen field order follows the largest model's layer order."""
+    width = {id(r): len({k for row in r.rows for k in row}) for r in runs}
+    return sorted(runs, key=lambda r: -width[id(r)])
 
 
 def nonfinite_name(value: float) -> str | None:

@@ -9,6 +9,7 @@ float64 values that float32 cannot hold, a missing epoch and a truncated last li
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.io import atomic_write_json, config_digest
+from fathom.rundir import FORMAT, seal
 
 TELEMETRY_PATTERNS = (
     "probe/act/mean/{input}",
@@ -103,8 +105,11 @@ def write_run(
     lr: float,
     rows: list[dict[str, Any]],
     truncated_tail: bool = False,
+    phase: str | None = None,
 ) -> Path:
-    """A run directory: manifest.json (contract fields) and history.jsonl."""
+    """A run directory: manifest.json (contract fields, sealed) and history.jsonl.
+
+    ``truncated_tail`` appends a torn line after the rows the manifest's digest covers."""
     path.mkdir(parents=True, exist_ok=True)
     config = {
         "name": path.name,
@@ -115,8 +120,11 @@ def write_run(
         "optim": {"lr": lr, "epochs": max((r["epoch"] for r in rows), default=0)},
     }
     last = rows[-1] if rows else {}
-    manifest = {
-        "format": 1,
+    val_ce = [(r["val/ce"], r["epoch"]) for r in rows if _finite(r.get("val/ce"))]
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "kind": "run",
+        "phase": phase,
         "run_id": path.name,
         "study": study,
         "status": "complete",
@@ -132,13 +140,22 @@ def write_run(
             "elapsed_s": last.get("clock/elapsed_s"),
         },
         "epochs_completed": last.get("epoch"),
+        "selected": {"epoch": min(val_ce)[1] if val_ce else None, "by": "min val/ce"},
+        "final": {"epoch": last.get("epoch")},
     }
-    atomic_write_json(path / "manifest.json", manifest)
     text = "".join(json.dumps(r) + "\n" for r in rows)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    history = {"bytes": len(text.encode()), "rows": len(rows), "sha256": digest}
+    manifest["integrity"] = {"history": history}
+    atomic_write_json(path / "manifest.json", seal(manifest))
     if truncated_tail:
         text += '{"epoch": 99, "val/acc": 0.5'
     (path / "history.jsonl").write_text(text)
     return path
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def awkward_rows(seed: int) -> list[dict[str, Any]]:

@@ -150,6 +150,7 @@ class TuningSection(_Strict):
 
 
 class StudyConfig(_Strict):
+    kind: Literal["study"] = "study"
     study: StudySection
     tuning: TuningSection = TuningSection(enabled=False)
     base: RunConfig = RunConfig()

@@ -50,7 +50,7 @@ class RunOutcome:
 
 def verify_complete(run_dir: Path) -> str:
     """The final-parameter hash of a complete run, after checking its final checkpoint file."""
-    from fathom.train.rundir import RunDir
+    from fathom.rundir import RunDir
 
     rd = RunDir(run_dir)
     recorded = rd.manifest.get("hashes", {}).get("final_params")
@@ -67,7 +67,7 @@ def verify_complete(run_dir: Path) -> str:
 
 def _state(spec: RunSpec) -> tuple[str, dict[str, Any] | None]:
     """``("absent" | "unstarted" | status, manifest)`` of the spec's run directory."""
-    from fathom.train.rundir import RunDir
+    from fathom.rundir import RunDir
 
     path = Path(spec.run_dir)
     if not (path / "manifest.json").exists():
@@ -163,7 +163,9 @@ def execute_run(
 
     tracker = LiveTracker(path, live, cfg) if live else None
     try:
-        result = train(cfg, path, splits=splits, resume=resume, progress=tracker)
+        result = train(
+            cfg, path, splits=splits, resume=resume, phase=spec.phase, progress=tracker
+        )
     except FathomError:
         raise
     except Exception as e:  # the run's own failure is data: recorded in its manifest

@@ -28,16 +28,8 @@ def lr_tag(lr: float) -> str:
     return format(lr, "g")
 
 
+#: Run-id prefixes of a study's runs (directory names only: the phase is a manifest field).
 TUNING_PREFIX, MAIN_PREFIX = "tune-", "main-"
-
-
-def run_phase(run_id: str) -> str | None:
-    """``"tuning"`` or ``"main"`` for a run a study named, else ``None`` (a lone run)."""
-    if run_id.startswith(TUNING_PREFIX):
-        return "tuning"
-    if run_id.startswith(MAIN_PREFIX):
-        return "main"
-    return None
 
 
 def study_root(runs_dir: str | Path, study: StudyConfig) -> Path:

@@ -6,9 +6,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fathom.rundir import RunDir
 from fathom.stats import RunRecord
 from fathom.study.plan import RunSpec
-from fathom.train.rundir import RunDir
 
 PER_RUN_KEYS: tuple[str, ...] = ("name", "seed", "model.recipe", "optim.lr")
 """Config keys that differ between the runs of one comparison by design."""

@@ -19,6 +19,7 @@ from typing import Any
 from fathom.config import config_diff
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest, dumps
+from fathom.rundir import RunDir
 from fathom.stats import summarise_study, to_markdown
 from fathom.study.config import StudyConfig, validate_study_config
 from fathom.study.execute import RunOutcome
@@ -26,7 +27,6 @@ from fathom.study.plan import RunSpec, main_specs, study_root, tuning_specs
 from fathom.study.records import run_record
 from fathom.study.registry import registry_path
 from fathom.study.scaledown import scale_down_sentence, scaled_down
-from fathom.train.rundir import RunDir
 
 STUDY_FILE = "study.json"
 LR_RULES: dict[str, str] = {

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from fathom.errors import FathomError
+from fathom.rundir import RunDir
 from fathom.study.config import validate_study_config
 from fathom.study.plan import RunSpec, main_specs, tuning_specs
-from fathom.train.rundir import RunDir
 
 
 def _row(spec: RunSpec, epochs: int) -> dict[str, Any]:

@@ -98,8 +98,8 @@ def qualify(
     splits: Any = None,
 ) -> Qualification:
     """Train ``cfg`` with telemetry off, then on; compare and gate (see the module docstring)."""
+    from fathom.rundir import RunDir
     from fathom.train.loop import train
-    from fathom.train.rundir import RunDir
 
     out_dir = Path(out_dir)
     off = train(cfg, out_dir / "off", splits=splits, telemetry=False)

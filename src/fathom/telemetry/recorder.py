@@ -79,7 +79,10 @@ class Recorder:
         self.probe_y = fit_y[: config.probe_size]
         self.splits = splits
         probe_families = tuple(f for f in self.families if f != "scores")
-        self.instruments = Instruments(model, self.probe_x, self.probe_y, probe_families)
+        # the trainer hands its own initial parameters to every observation (no copy here)
+        self.instruments = Instruments(
+            model, self.probe_x, self.probe_y, probe_families, initial_params={}
+        )
         self.split_names = tuple(s for s in SPLITS if int(_split_xy(splits, s)[1].shape[0]) > 0)
         self._names: tuple[str, ...] | None = None
 

@@ -1,0 +1,110 @@
+"""Exclusive locks on run and study directories: one writer at a time, holder named.
+
+A lock is ``fcntl.flock(LOCK_EX | LOCK_NB)`` on a lock file inside the directory, which
+holds the holder's PID and start time. The kernel releases a flock when its process dies
+(``kill -9`` included), so a lock file left by a dead process is *stale*: the next writer
+takes it over and says so (:attr:`DirLock.stale_pid`). A live holder makes a second writer
+fail at once with a :class:`~fathom.errors.FathomError` naming the holder's PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from types import TracebackType
+
+from fathom.errors import FathomError
+
+RUN_LOCK, STUDY_LOCK = ".fathom-run.lock", ".fathom-study.lock"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _holder(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text() or "{}")
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+class DirLock:
+    """An exclusive, non-blocking lock on ``directory`` (created if absent).
+
+    ``what`` names the directory in messages (``"run directory"``, ``"study directory"``).
+    Use as a context manager, or :meth:`acquire` / :meth:`release`.
+    """
+
+    def __init__(
+        self, directory: str | os.PathLike, *, name: str = RUN_LOCK, what: str = "run directory"
+    ) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / name
+        self.what = what
+        self.fd: int | None = None
+        self.stale_pid: int | None = None
+
+    def acquire(self) -> DirLock:
+        from fathom.rundir.errors import os_error
+
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise os_error(e, f"write to directory {str(self.directory)!r} (to lock it)") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = _holder(self.path)
+            pid = holder.get("pid", "unknown")
+            raise FathomError(
+                f"the {self.what} {str(self.directory)!r} is locked by another fathom process "
+                f"(PID {pid}, since {holder.get('since', '?')}); wait for it to finish or stop "
+                f"that process (kill {pid}). Two writers would interleave their rows."
+            ) from None
+        previous = _holder(self.path).get("pid")
+        if isinstance(previous, int) and previous != os.getpid() and not _pid_alive(previous):
+            self.stale_pid = previous
+        info = {"pid": os.getpid(), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(self.fd, 0)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
+    @property
+    def held(self) -> bool:
+        return self.fd is not None
+
+    def __enter__(self) -> DirLock:
+        return self.acquire()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+def study_lock(root: str | os.PathLike) -> DirLock:
+    """The lock a ``fathom study run`` holds on its study directory for its whole duration."""
+    return DirLock(root, name=STUDY_LOCK, what="study directory")

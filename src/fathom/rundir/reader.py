@@ -1,0 +1,249 @@
+"""The one reader of run directories: every command reads a run through :class:`RunDir`.
+
+Opening a run verifies its manifest (digest and contract fields, see
+:mod:`fathom.rundir.manifest`); the config is validated by the type its ``kind`` names
+(:mod:`fathom.rundir.kinds`). Everything else is checked when read: weights against the
+file and tensor digests of their manifest entry, the history against the recorded
+history digest. :meth:`RunDir.problems` lists every integrity problem found, so that a
+report or a study can say what is wrong instead of silently reading around it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from fathom.errors import FathomError
+from fathom.io import read_jsonl
+from fathom.rundir import files
+from fathom.rundir.kinds import config_validator
+from fathom.rundir.manifest import check_manifest
+
+Which = int | Literal["selected", "final"]
+
+
+class RunDir:
+    """A run directory on disk (``manifest.json``, ``history.jsonl``, ``checkpoints/``)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        mpath = self.path / "manifest.json"
+        if self.path.exists() and not self.path.is_dir():
+            raise FathomError(f"{str(self.path)!r} is a file, not a run directory")
+        if not mpath.exists():
+            raise FathomError(
+                f"{str(self.path)!r} is not a run directory (no manifest.json); "
+                "pass a directory created by `fathom train` or `fathom study run`"
+            )
+        try:
+            manifest = json.loads(mpath.read_text())
+        except json.JSONDecodeError as e:
+            raise FathomError(f"{str(mpath)!r} is corrupt ({e}); the run cannot be read") from None
+        except OSError as e:
+            from fathom.rundir.errors import os_error
+
+            raise os_error(e, f"read {str(mpath)!r}") from None
+        self.header = check_manifest(manifest, repr(str(mpath)))
+        self.manifest: dict[str, Any] = manifest
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r}, status={self.status!r})"
+
+    @property
+    def run_id(self) -> str:
+        return self.manifest.get("run_id", self.path.name)
+
+    @property
+    def status(self) -> str:
+        return self.header.status
+
+    @property
+    def kind(self) -> str:
+        return self.header.kind
+
+    @property
+    def phase(self) -> str | None:
+        """``"tuning"`` / ``"main"`` for a study's run, ``None`` for a lone run (a field)."""
+        return self.header.phase
+
+    @cached_property
+    def config(self) -> Any:
+        """The config, validated by the type of this run's ``kind``."""
+        return config_validator(self.kind)(self.manifest["config"], f"{self.path}/manifest.json")
+
+    # -- history -------------------------------------------------------------------------
+    def history(self) -> list[dict[str, Any]]:
+        rows, _ = read_jsonl(self.path / "history.jsonl")
+        return rows
+
+    def history_with_errors(self) -> tuple[list[dict[str, Any]], list[int]]:
+        """Rows plus the line numbers of truncated or unparsable lines."""
+        return read_jsonl(self.path / "history.jsonl")
+
+    def history_problems(self) -> list[str]:
+        """What is wrong with ``history.jsonl`` against the recorded digest (empty: intact)."""
+        path = self.path / "history.jsonl"
+        if not path.exists():
+            return ["history.jsonl is missing"]
+        data = path.read_bytes()
+        _, bad = read_jsonl(path)
+        out = [f"history.jsonl line {n} is torn (truncated or unparsable)" for n in bad]
+        rec = (self.manifest.get("integrity") or {}).get("history")
+        if rec is None:
+            return out
+        n = int(rec["bytes"])
+        if len(data) < n:
+            out.append(
+                f"history.jsonl is shorter than its writer recorded ({len(data)} of {n} bytes, "
+                f"{rec['rows']} rows): rows were lost"
+            )
+        elif hashlib.sha256(data[:n]).hexdigest() != rec["sha256"]:
+            out.append("history.jsonl fails its digest check: its rows were modified")
+        elif len(data) > n and self.status != "running":
+            out.append(
+                f"history.jsonl has {len(data) - n} bytes after the last recorded row "
+                f"({rec['rows']} rows recorded); they were appended by another writer"
+            )
+        return out
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def checkpoint_epochs(self) -> list[int]:
+        return sorted(int(e) for e in self.manifest.get("checkpoints", {}))
+
+    def _entry(self, which: Which) -> tuple[dict[str, Any], int]:
+        if which == "selected":
+            sel = self.manifest.get("selected_checkpoint")
+            if not sel:
+                raise FathomError(
+                    f"run {self.run_id!r} has no selected checkpoint (no validation evaluation yet)"
+                )
+            return sel, int(sel["epoch"])
+        if which == "final":
+            epoch = (self.manifest.get("final") or {}).get("epoch")
+            if epoch is None:
+                raise FathomError(
+                    f"run {self.run_id!r} has no final checkpoint (status {self.status!r}); "
+                    "it is incomplete: resume it with `fathom train --resume`"
+                )
+            which = int(epoch)
+        entry = self.manifest.get("checkpoints", {}).get(str(int(which)))
+        if entry is None:
+            raise FathomError(
+                f"run {self.run_id!r} has no checkpoint for epoch {which}; saved epochs: "
+                f"{self.checkpoint_epochs()} (set checkpoints.save_epochs to keep more)"
+            )
+        return entry, int(which)
+
+    def checkpoint_hash(self, which: Which) -> str:
+        return self._entry(which)[0]["params_sha256"]
+
+    def checkpoint_epoch(self, which: Which) -> int:
+        return self._entry(which)[1]
+
+    def verify_entry(self, entry: dict[str, Any], label: str) -> dict[str, torch.Tensor]:
+        """Load the weights of a manifest entry, checking file and tensor digests."""
+        state, _ = files.load_weights(
+            self.path / entry["file"], entry["params_sha256"], entry.get("sha256")
+        )
+        return state
+
+    def load_state(self, which: Which) -> dict[str, torch.Tensor]:
+        entry, epoch = self._entry(which)
+        return self.verify_entry(entry, f"epoch {epoch}")
+
+    def problems(self, *, deep: bool = False) -> list[str]:
+        """Every integrity problem found: unverified manifest, history, stray temp files, and
+        (``deep``) every checkpoint and the resume state against their digests."""
+        out = []
+        if "integrity" not in self.manifest:
+            out.append("manifest.json has no digest (not written by this fathom); unverified")
+        out += self.history_problems()
+        out += [
+            f"{p.relative_to(self.path)} is a leftover of a killed write"
+            for p in files.stray_tmp_files(self.path)
+        ]
+        if deep:
+            entries = [(f"epoch {e}", c) for e, c in self.manifest.get("checkpoints", {}).items()]
+            if self.manifest.get("selected_checkpoint"):
+                entries.append(("selected", self.manifest["selected_checkpoint"]))
+            for label, entry in entries:
+                try:
+                    self.verify_entry(entry, label)
+                except FathomError as e:
+                    out.append(str(e))
+            resume = self.path / "checkpoints" / "resume.pt"
+            if resume.exists():
+                try:
+                    files.load_resume(resume)
+                except FathomError as e:
+                    out.append(str(e))
+        return out
+
+    # -- models and data (kind "run") ----------------------------------------------------
+    def _require_kind(self, what: str) -> None:
+        if self.kind != "run":
+            raise FathomError(
+                f"run {self.run_id!r} is of kind {self.kind!r}; {what} is available for "
+                "kind 'run' runs (fathom train / fathom study run)"
+            )
+
+    def build_model(
+        self, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    ) -> nn.Module:
+        """The run's model by ``model.kind``, shaped by the recorded data (classes, input)."""
+        self._require_kind("rebuilding its model")
+        from fathom.models import build_model
+
+        info = self.manifest.get("data", {}).get("info", {})
+        shape = tuple(info["input_shape"]) if info.get("input_shape") else None
+        model = build_model(
+            self.config.model,
+            int(info.get("classes", 10)),
+            int(info.get("in_features", 784)),
+            input_shape=shape,
+            dataset=self.config.data.dataset,
+        )
+        return model.to(device=device, dtype=dtype)
+
+    def load_model(
+        self, which: Which, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+    ) -> nn.Module:
+        """The model at a checkpoint, hash-verified, in eval mode."""
+        from fathom.train.checkpoint import load_cpu_state
+
+        state = self.load_state(which)
+        model = self.build_model(torch.float32, "cpu")
+        load_cpu_state(model, state)
+        return model.to(device=device, dtype=dtype).eval()
+
+    def load_splits(self, device: str | torch.device = "cpu"):
+        """The run's data splits, re-derived and checked against the recorded split hash."""
+        self._require_kind("re-deriving its data splits")
+        from fathom.data.prepare import prepare_splits
+
+        splits = prepare_splits(self.config.data, torch.device(device))
+        recorded = self.manifest.get("data", {}).get("split_hash")
+        if recorded is not None and recorded != splits.split_hash:
+            raise FathomError(
+                f"the data splits of run {self.run_id!r} no longer match: recorded split hash "
+                f"{recorded}, re-derived {splits.split_hash}. The dataset files or split code changed."
+            )
+        return splits
+
+
+def find_runs(root: str | Path) -> list[RunDir]:
+    """Every run directory at or below ``root`` (by its manifest.json), sorted by path."""
+    root = Path(root)
+    if (root / "manifest.json").exists():
+        return [RunDir(root)]
+    return [
+        RunDir(p.parent)
+        for p in sorted(root.rglob("manifest.json"))
+        if (p.parent / "history.jsonl").exists()
+    ]
