@@ -14,7 +14,8 @@ from fathom.reproduce.compare import spread, verdict
 from fathom.reproduce.extract import Measured
 from fathom.reproduce.seeds import SeedValue, load_seeds, parse_seeds
 
-SEEDS_DIR = Path("/work/shared/seeds")
+# the seed reports live in shared/ beside the checkout (developers' machines and CI alike)
+SEEDS_DIR = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 
 
 def _numbers(text: str) -> list[float]:
