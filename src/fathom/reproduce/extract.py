@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.study.records import checkpoint_scores
-from fathom.train.rundir import RunDir
+from fathom.rundir import RunDir
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from fathom.study.execute import execute_run
 from fathom.study.plan import RunSpec
 from fathom.telemetry.scores import class_scores, confusion_matrix
 from fathom.train.evaluate import split_scores
-from fathom.train.rundir import RunDir
+from fathom.rundir import RunDir
 
 HEADS: tuple[str, ...] = ("relu", "linear")
 FORMAT = 1

@@ -26,7 +26,7 @@ from fathom.reproduce.config import PipelineConfig
 from fathom.reproduce.state import PipelineState
 from fathom.study.config import StudyConfig
 from fathom.study.plan import study_root
-from fathom.train.rundir import RunDir
+from fathom.rundir import RunDir
 
 Say = Callable[[str], None]
 STEPS: tuple[str, ...] = ("study", "audit", "curvature", "head", "compare", "report")
