@@ -9,24 +9,38 @@ from __future__ import annotations
 import tomllib
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from fathom.errors import FathomError
 
+#: Numbers of every config: an integer field takes no ``true`` or ``2.0``, a float field
+#: takes integers but no booleans or strings, and no float is ``inf`` or ``nan``.
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DataConfig(_Strict):
     dataset: Literal["mnist", "fashion-mnist"] = "mnist"
     data_dir: str | None = None
     split: Literal["fit-val", "fit-all"] = "fit-val"
-    split_seed: int = 0
-    fit_subset: int | None = Field(default=None, gt=0)
-    eval_subset: int | None = Field(default=None, gt=0)
+    split_seed: Int = 0
+    fit_subset: Int | None = Field(default=None, gt=0)
+    eval_subset: Int | None = Field(default=None, gt=0)
 
 
 class ModelConfig(_Strict):
@@ -34,12 +48,12 @@ class ModelConfig(_Strict):
     recipe: Literal["plain", "residual", "residual_dropout", "sd_constant", "sd_decreasing"] = (
         "residual"
     )
-    widths: tuple[int, ...] = (2500, 2000, 1500, 1000, 500)
-    width_mult: float = Field(default=1.0, gt=0)
-    input_scale: float = Field(default=1 / 255, gt=0)
-    output_relu: bool = False
-    unit_dropout: float | None = None
-    drop_probs: tuple[float, ...] | None = None
+    widths: tuple[Int, ...] = (2500, 2000, 1500, 1000, 500)
+    width_mult: Float = Field(default=1.0, gt=0)
+    input_scale: Float = Field(default=1 / 255, gt=0)
+    output_relu: Bool = False
+    unit_dropout: Float | None = None
+    drop_probs: tuple[Float, ...] | None = None
 
     @field_validator("widths")
     @classmethod
@@ -80,15 +94,15 @@ class ModelConfig(_Strict):
 
 
 class OptimConfig(_Strict):
-    lr: float = Field(default=0.01, gt=0)
-    momentum: float = Field(default=0.9, ge=0, lt=1)
-    weight_decay: float = Field(default=0.0, ge=0)
-    batch_size: int = Field(default=64, gt=0)
-    epochs: int = Field(default=100, gt=0)
+    lr: Float = Field(default=0.01, gt=0)
+    momentum: Float = Field(default=0.9, ge=0, lt=1)
+    weight_decay: Float = Field(default=0.0, ge=0)
+    batch_size: Int = Field(default=64, gt=0)
+    epochs: Int = Field(default=100, gt=0)
     impl: Literal["foreach", "for-loop", "fused"] = "foreach"
     # piecewise-linear lr multiplier over training progress: [[epoch, multiplier], ...]
     # (fractional epochs allowed, interpolated per step; constant outside the points)
-    lr_schedule: tuple[tuple[float, float], ...] | None = None
+    lr_schedule: tuple[tuple[Float, Float], ...] | None = None
 
     @field_validator("lr_schedule")
     @classmethod
@@ -115,7 +129,7 @@ class ExecutionConfig(_Strict):
 
     path: Literal["auto", "eager", "graph"] = "auto"
     precision: Literal["fp32", "tf32", "bf16"] = "tf32"
-    max_graph_branches: int = Field(default=6, ge=0, le=10)
+    max_graph_branches: Int = Field(default=6, ge=0, le=10)
 
 
 class StopConfig(_Strict):
@@ -125,33 +139,33 @@ class StopConfig(_Strict):
     rule, not a model-selection rule.
     """
 
-    target_test_acc: float | None = Field(default=None, gt=0, le=1)
+    target_test_acc: Float | None = Field(default=None, gt=0, le=1)
 
 
 class EvalConfig(_Strict):
-    every: int = Field(default=5, gt=0)
-    first: tuple[int, ...] = (1,)
+    every: Int = Field(default=5, gt=0)
+    first: tuple[Int, ...] = (1,)
     splits: tuple[Literal["fit", "val", "test"], ...] = ("fit", "val", "test")
-    batch_size: int = Field(default=2000, gt=0)
+    batch_size: Int = Field(default=2000, gt=0)
 
 
 class CheckpointConfig(_Strict):
-    save_epochs: tuple[int, ...] = (0, 1, 5, 10, 20, 50, 100)
-    resume_every: int = Field(default=1, gt=0)
+    save_epochs: tuple[Int, ...] = (0, 1, 5, 10, 20, 50, 100)
+    resume_every: Int = Field(default=1, gt=0)
 
 
 class TelemetryConfig(_Strict):
-    enabled: bool = False
-    first: tuple[int, ...] = (0, 1)
-    every: int = Field(default=10, gt=0)
-    probe_size: int = Field(default=128, gt=0)
+    enabled: Bool = False
+    first: tuple[Int, ...] = (0, 1)
+    every: Int = Field(default=10, gt=0)
+    probe_size: Int = Field(default=128, gt=0)
     families: tuple[str, ...] = ("all",)
 
 
 class RunConfig(_Strict):
     name: str = "run"
     study: str = "default"
-    seed: int = 101
+    seed: Int = 101
     device: Literal["auto", "cpu", "cuda"] = "auto"
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()

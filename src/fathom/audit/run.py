@@ -123,6 +123,13 @@ def audit_runs(
     timed_architectures: set[str] = set()
     for rd in runs:
         recipe = rd.config.model.recipe
+        if single and rd.status != "complete" and "final" in settings.checkpoints:
+            raise FathomError(
+                f"run {rd.run_id!r} is incomplete (status {rd.status!r}, "
+                f"{rd.manifest.get('epochs_completed')} of {rd.config.optim.epochs} epochs): it "
+                f"has no final checkpoint. Resume it first (fathom train --resume {rd.path}) "
+                "or audit its selected checkpoint only (--checkpoint selected)"
+            )
         if rd.status != "complete" and not single:
             skipped.append({"run_id": rd.run_id, "reason": f"status {rd.status!r}, not complete"})
             continue

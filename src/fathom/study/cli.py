@@ -46,7 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             console.print(f"[bold]{info}[/bold]")
         else:
             h = info.final_params[:8] if info.final_params else "—"
-            extra = f"  ({info.error})" if info.error else ""
+            extra = "".join(f"  ({t})" for t in (info.note, info.error) if t)
             console.print(
                 f"  {info.run_id:<30} {info.action:<7} {info.status:<8} {info.wall_s:5.1f}s "
                 f"params {h}{extra}",
@@ -65,6 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         retry_failed=args.retry_failed,
         progress=progress,
         origin=origin,
+        allow_source_change=args.allow_source_change,
     )
     if not args.quiet:
         print_summary(result.summary)
@@ -195,7 +196,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="torch threads per run (default: the study's threads_per_run, else 1; final hashes depend on it)",
     )
     run.add_argument(
-        "--retry-failed", action="store_true", help="retry runs that failed (default: keep them)"
+        "--retry-failed",
+        action="store_true",
+        help="retry runs that failed by themselves (runs failed by their environment, e.g. a full disk, are always retried)",
+    )
+    run.add_argument(
+        "--allow-source-change",
+        action="store_true",
+        help="resume interrupted runs even though the fathom source changed (recorded)",
     )
     run.add_argument("--quiet", action="store_true", help="print only the final line")
     run.set_defaults(func=cmd_run)

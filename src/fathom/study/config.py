@@ -33,7 +33,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fathom.config import RunConfig, _format_validation_error, load_toml, validate_run_config
+from fathom.config import (
+    Bool,
+    Float,
+    Int,
+    RunConfig,
+    _format_validation_error,
+    load_toml,
+    validate_run_config,
+)
 from fathom.errors import FathomError
 from fathom.models.ciresan import RECIPES
 
@@ -42,7 +50,7 @@ STUDY_OWNED_KEYS: tuple[str, ...] = ("name", "study", "seed", "model.recipe", "o
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class StudySection(_Strict):
@@ -50,11 +58,11 @@ class StudySection(_Strict):
     description: str = ""
     reference: str
     recipes: tuple[str, ...]
-    seeds: tuple[int, ...] = (101, 102, 103)
-    lr: float | None = Field(default=None, gt=0)
-    target_val_acc: float | None = Field(default=None, gt=0, le=1)
+    seeds: tuple[Int, ...] = (101, 102, 103)
+    lr: Float | None = Field(default=None, gt=0)
+    target_val_acc: Float | None = Field(default=None, gt=0, le=1)
     scale_down: tuple[str, ...] = ()
-    threads_per_run: int | None = Field(default=None, gt=0)
+    threads_per_run: Int | None = Field(default=None, gt=0)
 
     @field_validator("recipes")
     @classmethod
@@ -88,9 +96,9 @@ class StudySection(_Strict):
 
 
 class TuningSection(_Strict):
-    enabled: bool = True
-    seed: int = 1
-    lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
+    enabled: Bool = True
+    seed: Int = 1
+    lrs: tuple[Float, ...] = (0.01, 0.03, 0.1)
 
     @field_validator("lrs")
     @classmethod

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from fathom.study.runner import scale_down_text
+from fathom.study.runner import integrity_markdown, scale_down_text
 
 
 def _ms(stat: dict[str, Any] | None, scale: float = 1.0, digits: int = 4) -> str:
@@ -31,6 +31,9 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
     console.rule(f"Study {summary['study']}")
     console.print(scale_down_text(summary))
     console.print(f"Device(s): {', '.join(summary['devices'])}")
+    for line in integrity_markdown(summary):
+        if line:
+            console.print(line, overflow="fold")
 
     t = summary["tuning"]
     if t["enabled"]:

@@ -116,6 +116,14 @@ def make_progress(quiet: bool) -> LiveProgress | None:
 def cmd_train(args: argparse.Namespace) -> int:
     from fathom.train.loop import resume, train
 
+    if args.resume:
+        ignored = [f"--{k}" for k in ("set", "name") if getattr(args, k, None)]
+        if ignored:
+            raise FathomError(
+                f"{' and '.join(ignored)} cannot change a run being resumed: --resume continues "
+                f"{args.resume!r} with the config recorded in its manifest. Drop "
+                f"{' and '.join(ignored)}, or start a new run with them"
+            )
     if args.resume and args.config:
         from fathom.train.loop import check_resumable
 
@@ -123,7 +131,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     live = make_progress(args.quiet)
     try:
         if args.resume:
-            result = resume(args.resume, progress=live)
+            result = resume(
+                args.resume, progress=live, allow_source_change=args.allow_source_change
+            )
         else:
             cfg = config_from_args(args)
             run_dir = Path(args.runs_dir) / cfg.study / cfg.name
@@ -173,6 +183,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "cuda"])
     p.add_argument(
         "--resume", metavar="RUN_DIR", help="continue an interrupted run; ends byte-identical"
+    )
+    p.add_argument(
+        "--allow-source-change",
+        action="store_true",
+        help="with --resume: continue even though the fathom source changed (recorded)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=cmd_train)

@@ -180,6 +180,17 @@ def train(
             return _train(
                 cfg, writer, device, splits, state, telemetry, progress, t_invocation, phase
             )
+    except KeyboardInterrupt:
+        if writer.manifest is not None:
+            writer.manifest["status_reason"] = "interrupted; continue with fathom train --resume"
+        writer.interrupted()  # status stays "running": the run can be resumed
+        raise
+    except FathomError as e:  # a full disk, a corrupt file, bad input: recorded, then raised
+        writer.fail(str(e), failure=failure_record(e))
+        raise
+    except Exception as e:
+        writer.fail(f"{type(e).__name__}: {e}", failure=failure_record(e))
+        raise
     finally:
         writer.close()
 
@@ -427,85 +438,72 @@ def _train(
         "graph_limit_branches": cfg.execution.max_graph_branches,
     }
     status, reason, diverged_epoch = "running", None, None
-    try:
-        for epoch in range(start_epoch + 1, cfg.optim.epochs + 1):
-            model.train()
-            plan = plan_epoch(
-                epoch,
-                n_fit,
-                cfg.optim.batch_size,
-                shuffle_gen,
-                controller,
-                cfg.optim.lr,
-                cfg.optim.lr_schedule,
+    for epoch in range(start_epoch + 1, cfg.optim.epochs + 1):
+        model.train()
+        plan = plan_epoch(
+            epoch,
+            n_fit,
+            cfg.optim.batch_size,
+            shuffle_gen,
+            controller,
+            cfg.optim.lr,
+            cfg.optim.lr_schedule,
+        )
+        order_digest = _chain(order_digest, plan.perm.numpy().tobytes())
+        _sync(device)
+        t0 = time.perf_counter()
+        loss_sum = stepper.run_epoch(plan)
+        step += plan.steps
+        _sync(device)
+        clocks.training_s += time.perf_counter() - t0
+        n_batches = plan.steps
+        mask_digest = _chain(mask_digest, plan.kept_bits())
+        manifest["hashes"].update(training_order=order_digest, masks=mask_digest)
+        running = loss_sum.item() / n_batches  # note: sync point (epoch boundary only)
+        manifest["epochs_completed"], manifest["steps_completed"] = epoch, step
+        if not math.isfinite(running) or not _all_finite(model):
+            status, diverged_epoch = "diverged", epoch
+            reason = f"non-finite {'training loss' if not math.isfinite(running) else 'parameters'} in epoch {epoch} (lr={cfg.optim.lr})"
+            writer.row(
+                {"epoch": epoch, "step": step, "train/loss_running": None, "diverged": True},
             )
-            order_digest = _chain(order_digest, plan.perm.numpy().tobytes())
-            _sync(device)
-            t0 = time.perf_counter()
-            loss_sum = stepper.run_epoch(plan)
-            step += plan.steps
-            _sync(device)
-            clocks.training_s += time.perf_counter() - t0
-            n_batches = plan.steps
-            mask_digest = _chain(mask_digest, plan.kept_bits())
-            manifest["hashes"].update(training_order=order_digest, masks=mask_digest)
-            running = loss_sum.item() / n_batches  # note: sync point (epoch boundary only)
-            manifest["epochs_completed"], manifest["steps_completed"] = epoch, step
-            if not math.isfinite(running) or not _all_finite(model):
-                status, diverged_epoch = "diverged", epoch
-                reason = f"non-finite {'training loss' if not math.isfinite(running) else 'parameters'} in epoch {epoch} (lr={cfg.optim.lr})"
-                writer.row(
-                    {"epoch": epoch, "step": step, "train/loss_running": None, "diverged": True},
-                )
-                break
-            row = observe(epoch, running)
-            if progress is not None:
-                progress(
-                    "epoch_end",
-                    {
-                        "epoch": epoch,
-                        "epochs": cfg.optim.epochs,
-                        "step": step,
-                        "train/loss_running": running,
-                        "clock/training_s": clocks.training_s,
-                    },
-                )
-            target = cfg.stop.target_test_acc
-            reached = (
-                target is not None and row is not None and (row.get("test/acc") or 0.0) >= target
-            )
-            last = epoch == cfg.optim.epochs or reached
-            if epoch in cfg.checkpoints.save_epochs or last:
-                save_epoch_checkpoint(epoch)
-            if epoch % cfg.checkpoints.resume_every == 0 or last:
-                save_resume_state(epoch)
-            manifest["execution"]["graphs_captured"] = stepper.captured
-            write_manifest()
-            if reached:
-                status = "complete"
-                reason = (
-                    f"stopped at epoch {epoch}: official test accuracy {row['test/acc']:.4f} first "
-                    f"reached the target {target} (monitored on the test set, a speed benchmark rule)"
-                )
-                manifest["stop"] = {
-                    "target_test_acc": target,
+            break
+        row = observe(epoch, running)
+        if progress is not None:
+            progress(
+                "epoch_end",
+                {
                     "epoch": epoch,
-                    "training_s": clocks.training_s,
-                    "elapsed_s": row["clock/elapsed_s"],
-                }
-                break
-        else:
+                    "epochs": cfg.optim.epochs,
+                    "step": step,
+                    "train/loss_running": running,
+                    "clock/training_s": clocks.training_s,
+                },
+            )
+        target = cfg.stop.target_test_acc
+        reached = target is not None and row is not None and (row.get("test/acc") or 0.0) >= target
+        last = epoch == cfg.optim.epochs or reached
+        if epoch in cfg.checkpoints.save_epochs or last:
+            save_epoch_checkpoint(epoch)
+        if epoch % cfg.checkpoints.resume_every == 0 or last:
+            save_resume_state(epoch)
+        manifest["execution"]["graphs_captured"] = stepper.captured
+        write_manifest()
+        if reached:
             status = "complete"
-    except FathomError as e:
-        writer.fail(str(e), failure=failure_record(e))
-        raise
-    except KeyboardInterrupt:
-        manifest.update(status_reason="interrupted; continue with fathom train --resume")
-        writer.interrupted()
-        raise
-    except Exception as e:
-        writer.fail(f"{type(e).__name__}: {e}", failure=failure_record(e))
-        raise
+            reason = (
+                f"stopped at epoch {epoch}: official test accuracy {row['test/acc']:.4f} first "
+                f"reached the target {target} (monitored on the test set, a speed benchmark rule)"
+            )
+            manifest["stop"] = {
+                "target_test_acc": target,
+                "epoch": epoch,
+                "training_s": clocks.training_s,
+                "elapsed_s": row["clock/elapsed_s"],
+            }
+            break
+    else:
+        status = "complete"
 
     final_hash = None
     if status == "complete":
