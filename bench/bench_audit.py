@@ -22,7 +22,8 @@ from pathlib import Path
 import torch
 
 from fathom.audit.checkpoint import AuditSettings
-from fathom.audit.masks import enumerate_masks, mask_label, mask_macs
+from fathom.audit.costs import mask_macs
+from fathom.audit.masks import enumerate_masks, mask_label
 from fathom.audit.run import audit_runs
 from fathom.audit.speed import time_masks
 from fathom.config import RunConfig
@@ -55,8 +56,8 @@ def speed_table(widths_mult: float, repeats: int) -> None:
     torch.manual_seed(0)
     model = CiresanMLP(recipe="sd_constant", width_mult=widths_mult).eval()
     masks = enumerate_masks(4)
-    macs = mask_macs(model, masks)
     x = torch.randint(0, 256, (256, 784), dtype=torch.uint8)
+    macs = mask_macs(model, masks, x)
     print(f"\nwidths {model.widths} (float32, CPU, {torch.get_num_threads()} threads)")
     results = {b: time_masks(model, x[:b], masks, 15, repeats=repeats) for b in (1, 256)}
     print("mask  MAC-frac  " + "  ".join(f"b={b}: ms  speedup" for b in results))

@@ -87,13 +87,13 @@ def main() -> None:
             kept, gains = gates[i]
             t0 = time.perf_counter()
             if kind == "dense":
-                ctrl.dense()
+                ctrl.release()
                 step(lambda x=x: model(x))
             elif kind == "skip":
                 ctrl.set_gains(gains)
                 step(lambda x=x: model(x))
             else:
-                ctrl.dense()
+                ctrl.release()
                 step(lambda x=x, kept=kept: masked_forward(model, x, kept, probs))
             out.append(time.perf_counter() - t0)
         return out

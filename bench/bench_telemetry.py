@@ -4,7 +4,7 @@ Part 1 (same model, same batch of ``--batch`` examples, timings interleaved over
 
 * step:     one SGD training step (forward, backward, momentum update) on the batch;
 * moments:  ``Recorder.observe`` with family ``moments`` on the batch as the probe (dense
-            forward with taps, ``autograd.grad`` to the affine outputs, N x N Gram matrices,
+            forward with hooks, ``autograd.grad`` to the affine outputs, N x N Gram matrices,
             every moment of every affine layer in float64);
 * BackPACK: forward + backward under ``backpack(BatchL2Grad(), SumGradSquared(), Variance())``
             (per-example squared norms, sum of squared gradients, gradient variance).
@@ -101,10 +101,11 @@ def part1(width_mult: float, batch: int, repeats: int, iters: int) -> None:
     # Consistency: BackPACK's per-example norms of the mean loss are (1/B) of ours.
     bp()
     row = rec.observe(ctx)
-    for i, lin in enumerate(m_bp.affine_layers()):
-        ours = row[f"grad/pex/mean_sq_norm/L{i}"]
-        theirs = float(lin.weight.batch_l2.double().sum()) * batch
-        assert abs(ours - theirs) <= 1e-3 * abs(ours) + 1e-12, (i, ours, theirs)
+    modules = dict(m_bp.named_modules())
+    for layer in rec.instruments.layers:
+        ours = row[f"grad/pex/mean_sq_norm/{layer.name}"]
+        theirs = float(modules[layer.name].weight.batch_l2.double().sum()) * batch
+        assert abs(ours - theirs) <= 1e-3 * abs(ours) + 1e-12, (layer.name, ours, theirs)
 
     variants = {"step": step, "moments": moments, "backpack": bp}
     times: dict[str, list[float]] = {k: [] for k in variants}

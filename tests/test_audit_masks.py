@@ -7,13 +7,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fathom.audit.costs import mask_macs
 from fathom.audit.evaluate import evaluate_masks, load_scores, save_scores, scores_from_logits
 from fathom.audit.masks import (
     enumerate_masks,
     full_mask_index,
     is_full_lattice,
     mask_label,
-    mask_macs,
     removable_branch_count,
     sample_masks,
 )
@@ -47,10 +47,11 @@ def test_enumeration_is_the_subset_lattice():
     assert not is_full_lattice(masks[::-1])
 
 
-def test_mac_counts_by_hand():
+def test_flop_counter_macs_agree_with_the_hand_formula_on_the_ciresan_mlp():
     model = tiny_model()
     masks = enumerate_masks(4)
-    macs = mask_macs(model, masks)
+    macs = mask_macs(model, masks, torch.zeros(3, 784, dtype=torch.uint8))
+    assert macs == [model.macs_per_example(tuple(int(b) for b in row)) for row in masks]
     stem, head = 784 * 32, 8 * 10
     branch = [32 * 24, 24 * 16, 16 * 12, 12 * 8]  # 768, 384, 192, 96
     assert macs[0] == stem + head == 25168
@@ -105,7 +106,7 @@ def test_masked_logits_match_hand_forward_and_skip_branches():
     for m, row in enumerate(masks):
         ref = hand_forward(model, x, tuple(int(b) for b in row)).detach()
         np.testing.assert_allclose(scores.logits[m], ref.float().numpy(), rtol=1e-5, atol=1e-6)
-    assert model.training and all(b.gain == 1.0 for b in model.branches())
+    assert model.training and all(b.mask is None and b.gain is None for b in model.branches())
 
 
 def test_scores_against_torch_reference():

@@ -115,7 +115,7 @@ def test_missing_sklearn_names_the_extra(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
-    with pytest.raises(FathomError, match=r"pip install 'fathom\[audit\]'"):
+    with pytest.raises(FathomError, match=r"pip install -e '\.\[audit\]'"):
         router_mod.require_sklearn()
 
 

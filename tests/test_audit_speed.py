@@ -26,7 +26,7 @@ def test_routed_forward_equals_each_examples_own_mask():
     routed = routed_forward(model, x, assign, masks, batch_size=7).numpy()
     every = mask_logits(model, x, masks)
     np.testing.assert_allclose(routed, every[assign, np.arange(40)], rtol=1e-6, atol=1e-6)
-    assert all(b.gain == 1.0 for b in model.branches()) and model.training
+    assert all(b.mask is None and b.gain is None for b in model.branches()) and model.training
 
 
 def test_timings_have_one_entry_per_mask_and_dense_reference():

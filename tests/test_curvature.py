@@ -5,39 +5,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
 from torch.func import functional_call, jacrev
 
 from fathom.curvature import (
-    affine_chain,
-    curvature_snapshot,
     effective_rank,
-    exact_ggn_diagonal,
+    exact_diagonals,
     gradient_concentration,
-    gram_spectrum,
     output_mismatch,
-    pullback,
     solve_lyapunov_on_support,
 )
-from fathom.curvature.exact import (
-    LayerDirections,
-    bias_diagonal,
-    directions_from_jacobian_rows,
-    ggn_directions,
-    gradient_gram,
-    layer_diagonals,
-    unit_directions,
-    weight_diagonal,
-)
-from fathom.curvature.kfac import (
-    exact_ggn_quadratic,
-    kfac_diagonal,
-    kfac_factors,
-    kfac_quadratic,
-)
+from fathom.curvature.exact import OutputDirections
+from fathom.curvature.kfac import kfac_factors
+from fathom.curvature.probe import float64_copy, pull_back
+from fathom.curvature.snapshot import curvature_snapshot
 from fathom.curvature.softmax import (
     cross_entropy,
     label_residual,
@@ -46,8 +29,9 @@ from fathom.curvature.softmax import (
     softmax_parts,
 )
 from fathom.depth import find_branches
-from fathom.errors import FathomError
 from fathom.models.ciresan import CiresanMLP
+from fathom.pex import linear_rows, per_example_grads
+from fathom.seam import discover
 
 torch.set_num_threads(1)
 DT = torch.float64
@@ -195,14 +179,6 @@ def diag_of(mat: torch.Tensor, ref: Reference, param: torch.Tensor) -> torch.Ten
     return block(mat, ref, param).diagonal().reshape(param.shape)
 
 
-def layer_directions(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
-    """``(chain, pullback, [LayerDirections per layer])`` as a snapshot computes them."""
-    chain = affine_chain(model)
-    pb = pullback(chain, x, unit_directions)
-    parts = softmax_parts(pb.logits)
-    return chain, pb, [directions_from_jacobian_rows(j, parts, y) for j in pb.directions]
-
-
 # -- exact diagonals ----------------------------------------------------------------------
 
 
@@ -211,19 +187,11 @@ def test_diagonals_match_materialized_matrices(case: Case) -> None:
     x, y = case.data()
     snap = curvature_snapshot(model, x, y)
     ref = brute_force(model, x, y)
-    chain = affine_chain(model)
-    for name, lin, d in zip(chain.names, chain.layers, snap.diagonals, strict=True):
-        for mat, got_w, got_b in (
-            (ref.ggn, d.ggn_w, d.ggn_b),
-            (ref.fisher, d.fisher_w, d.fisher_b),
-            (ref.jac, d.jacobian_w, d.jacobian_b),
-        ):
-            assert_close(got_w, diag_of(mat, ref, lin.weight), TOL, f"{case.id}/{name}/weight")
-            if lin.bias is None:
-                assert got_b is None
-            else:
-                assert_close(got_b, diag_of(mat, ref, lin.bias), TOL, f"{case.id}/{name}/bias")
-    weights = [lin.weight for lin in chain.layers]
+    for name, param in model.named_parameters():
+        for kind, mat in (("ggn", ref.ggn), ("fisher", ref.fisher), ("jacobian", ref.jac)):
+            got = snap.diagonals[kind][name]
+            assert_close(got, diag_of(mat, ref, param), TOL, f"{case.id}/{name}/{kind}")
+    weights = [p for n, p in model.named_parameters() if not n.endswith("bias")]
     for key, mat in (
         ("ggn_weight_trace", ref.ggn),
         ("empirical_fisher_weight_trace", ref.fisher),
@@ -233,14 +201,15 @@ def test_diagonals_match_materialized_matrices(case: Case) -> None:
         assert snap.record["totals"][key] == pytest.approx(want, rel=TOL)
 
 
-def test_exact_ggn_diagonal_alone_matches_snapshot(case: Case) -> None:
+def test_exact_diagonals_equal_the_snapshot_and_chunking_changes_nothing(case: Case) -> None:
     model = case.model()
     x, y = case.data()
     snap = curvature_snapshot(model, x, y)
-    alone = exact_ggn_diagonal(model, x)
-    for (w, b), d in zip(alone, snap.diagonals, strict=True):
-        assert_close(w, d.ggn_w, 1e-13, "ggn weight diagonal")
-        assert (b is None) == (d.ggn_b is None)
+    for chunk in (None, 2):
+        alone = exact_diagonals(model, x, y, chunk_size=chunk)
+        for kind, per in alone.items():
+            for name, t in per.items():
+                assert_close(t, snap.diagonals[kind][name], 1e-13, f"{kind}/{name} chunk {chunk}")
 
 
 def test_dense_mode_is_used_and_gains_are_restored() -> None:
@@ -258,37 +227,49 @@ def test_dense_mode_is_used_and_gains_are_restored() -> None:
     assert got == pytest.approx(dense, rel=1e-14)
 
 
-def test_tap_logits_equal_model_output(case: Case) -> None:
+def test_snapshot_logits_equal_the_dense_model_output(case: Case) -> None:
     model = case.model()
-    x, _ = case.data()
-    pb = pullback(affine_chain(model), x, unit_directions)
+    x, y = case.data()
+    logits = curvature_snapshot(model, x, y).logits
     model.eval()
     for b in find_branches(model):
         b.gain = 1.0
-    torch.testing.assert_close(pb.logits, model(x).detach(), rtol=0, atol=0)
+    torch.testing.assert_close(logits, model(x).detach(), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("logit_scale", [1.0, 300.0])
 def test_jacobian_row_route_equals_direct_pullback(case: Case, logit_scale: float) -> None:
-    """GGN/Fisher directions by linearity from Jacobian rows = pulling back s_ik and r_i directly.
+    """GGN/Fisher diagonals by linearity from Jacobian rows = pulling back s_ik and r_i directly.
 
     At ``logit_scale = 300`` the probe is saturated (1 - p_y far below 1e-12), where a naive
     ``j_k - jbar`` or ``1 - p`` would lose every digit.
     """
     model = case.model()
     x, y = case.data()
-    chain = affine_chain(model)
+    head = [m for m in model.modules() if isinstance(m, nn.Linear)][-1]
     with torch.no_grad():
-        chain.layers[-1].weight.mul_(logit_scale)
-    _, pb, dirs = layer_directions(model, x, y)
-    direct = pullback(chain, x, ggn_directions)
-    resid = pullback(chain, x, lambda z: label_residual(softmax_parts(z), y)[None])
+        head.weight.mul_(logit_scale)
+    got = exact_diagonals(model, x, y)
+    m64 = float64_copy(model)
+    seam = discover(m64, x)
+    with seam.capture() as calls, torch.enable_grad():
+        logits = m64(x)
+    parts = softmax_parts(logits.detach())
     if logit_scale > 1:
-        assert float(softmax_parts(pb.logits).one_minus_p.min()) < 1e-12
-    for d, u, r, a in zip(dirs, direct.directions, resid.directions, pb.inputs, strict=True):
-        assert_close(weight_diagonal(d.ggn, a), weight_diagonal(u, a), TOL, "GGN diag, two routes")
-        assert_close(bias_diagonal(d.ggn), bias_diagonal(u), TOL, "GGN bias diag, two routes")
-        assert_close(d.fisher, r[0], TOL, "Fisher direction, two routes")
+        assert float(parts.one_minus_p.min()) < 1e-12
+    s = softmax_hessian_sqrt(parts).permute(2, 0, 1)  # [K, N, C]
+    r = label_residual(parts, y)[None]
+    cots = seam.cotangents(calls, logits, torch.cat([s, r]), directions=True)
+    for layer in seam.layers:
+        grads = per_example_grads(
+            layer, calls[layer.name], cots[layer.name], x.shape[0], directions=True
+        )
+        for local, q in zip(layer.params, layer.qualified, strict=True):
+            g = grads[local]
+            ggn = g[:-1].square().sum((0, 1)) / x.shape[0]
+            fisher = g[-1].square().sum(0) / x.shape[0]
+            assert_close(got["ggn"][q], ggn, TOL, f"GGN diag of {q}, two routes")
+            assert_close(got["fisher"][q], fisher, TOL, f"Fisher diag of {q}, two routes")
 
 
 # -- softmax pieces ------------------------------------------------------------------------
@@ -327,43 +308,20 @@ def test_kfac_equals_exact_ggn_block_on_single_datum(case: Case) -> None:
     model = case.model()
     x, y = case.data()
     x, y = x[:1], y[:1]
-    chain, pb, dirs = layer_directions(model, x, y)
     ref = brute_force(model, x, y)
-    for lin, d, a in zip(chain.layers, dirs, pb.inputs, strict=True):
-        big_a, big_g = kfac_factors(d.ggn, a)
-        assert_close(
-            torch.kron(big_g, big_a), block(ref.ggn, ref, lin.weight), TOL, "KFAC block, N=1"
+    m64 = float64_copy(model)
+    seam = discover(m64, x)
+    pb = pull_back(seam, x)
+    dirs = OutputDirections.of(pb.logits, y)
+    params = dict(model.named_parameters())
+    for layer in seam.layers:
+        a, u = linear_rows(
+            layer, pb.calls[layer.name], pb.cotangents[layer.name], 1, directions=True
         )
-
-
-def test_kfac_diagonal_quadratic_and_spectra_against_full_factors(case: Case) -> None:
-    model = case.model()
-    x, y = case.data()
-    chain, pb, dirs = layer_directions(model, x, y)
-    ref = brute_force(model, x, y)
-    for lin, d, a in zip(chain.layers, dirs, pb.inputs, strict=True):
-        ug = d.ggn
-        big_a, big_g = kfac_factors(ug, a)
-        kron = torch.kron(big_g, big_a)
-        assert_close(
-            kfac_diagonal(ug, a), kron.diagonal().reshape(lin.weight.shape), 1e-13, "KFAC diag"
-        )
-        g_bar = torch.randn(lin.weight.shape, dtype=DT, generator=torch.Generator().manual_seed(9))
-        v = g_bar.reshape(-1)
-        assert kfac_quadratic(g_bar, ug, a) == pytest.approx(float(v @ kron @ v), rel=1e-12)
-        exact_block = block(ref.ggn, ref, lin.weight)
-        assert exact_ggn_quadratic(g_bar, ug, a) == pytest.approx(
-            float(v @ exact_block @ v), rel=1e-10
-        )
-        n = a.shape[0]
-        for factor, rows in ((big_a, a), (big_g, ug.reshape(-1, ug.shape[-1]))):
-            spec = gram_spectrum(rows, n)
-            full = np.sort(np.linalg.eigvalsh(factor.numpy()))[::-1]
-            k = len(spec.values)
-            np.testing.assert_allclose(spec.values.numpy(), full[:k], rtol=0, atol=1e-12 * full[0])
-            assert spec.implied_zeros == factor.shape[0] - k
-            assert np.all(np.abs(full[k:]) <= 1e-12 * full[0])
-            assert ("Gram" in spec.solver) == (rows.shape[0] < rows.shape[1])
+        f = kfac_factors(torch.einsum("ick,cito->kito", dirs.sqrt_hessian, u), a)
+        weight = params[layer.qualified[layer.params.index("weight")]]
+        want = block(ref.ggn, ref, weight)
+        assert_close(torch.kron(f.G.dense(), f.A.dense()), want, TOL, f"KFAC block {layer.name}")
 
 
 def test_kfac_diagonal_error_is_reported_and_zero_when_exact() -> None:
@@ -463,64 +421,22 @@ def test_gradient_concentration_known_cases() -> None:
     assert zero["covariance_to_mean_ratio"] is None and zero["norm_participation"] is None
 
 
-def test_gradient_gram_matches_per_example_gradients() -> None:
-    case = CASES[2]
+def test_gradient_concentration_of_a_snapshot_matches_per_example_gradients(case: Case) -> None:
     model = case.model()
     x, y = case.data()
-    chain, pb, dirs = layer_directions(model, x, y)
-    lin = chain.layers[1]
+    rec = curvature_snapshot(model, x, y).record
     model.eval()
+    for b in find_branches(model):
+        b.gain = 1.0
+    params = {k: v.detach() for k, v in model.named_parameters()}
 
-    def loss_i(w: torch.Tensor, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-        out = functional_call(model, {"blocks.0.res.branch.weight": w}, (xi[None],), strict=False)
+    def loss_i(p: dict, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        out = functional_call(model, p, (xi[None],))
         return torch.nn.functional.cross_entropy(out, yi[None])
 
-    per = torch.func.vmap(torch.func.grad(loss_i), in_dims=(None, 0, 0))(lin.weight.detach(), x, y)
-    flat = per.reshape(x.shape[0], -1)
-    gram = gradient_gram(dirs[1].fisher, pb.inputs[1])
-    assert_close(gram, flat @ flat.T, 1e-12, "per-example gradient Gram")
-
-
-def test_layer_diagonals_without_bias_give_none() -> None:
-    u = torch.randn(3, 4, 2, dtype=DT)
-    a = torch.randn(4, 5, dtype=DT)
-    d = layer_diagonals(LayerDirections(u, u[0], u), a, has_bias=False)
-    assert d.ggn_b is None and d.fisher_b is None and d.jacobian_b is None
-
-
-# -- refusals ---------------------------------------------------------------------------------
-
-
-class Custom(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(3, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lin(x)
-
-
-def test_unsupported_model_type_is_named() -> None:
-    with pytest.raises(FathomError, match="model type Custom"):
-        affine_chain(Custom())
-
-
-def test_unsupported_module_in_sequential_is_named() -> None:
-    seq = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.Linear(4, 2))
-    with pytest.raises(FathomError, match=r"Sequential: module 1 is LayerNorm"):
-        affine_chain(seq)
-
-
-def test_parameters_outside_affine_layers_are_refused() -> None:
-    model = CiresanMLP(widths=(6, 5), in_features=4, classes=3)
-    model.temperature = nn.Parameter(torch.ones(1))
-    with pytest.raises(FathomError, match="temperature"):
-        affine_chain(model)
-
-
-def test_subclass_of_supported_model_is_refused() -> None:
-    class Tweaked(CiresanMLP):
-        pass
-
-    with pytest.raises(FathomError, match="model type Tweaked"):
-        affine_chain(Tweaked(widths=(6, 5), in_features=4, classes=3))
+    per = torch.func.vmap(torch.func.grad(loss_i), in_dims=(None, 0, 0))(params, x, y)
+    weights = [n for n in params if not n.endswith("bias")]
+    flat = torch.cat([per[n].reshape(x.shape[0], -1) for n in weights], 1)
+    want = gradient_concentration(flat @ flat.T)
+    for k, v in rec["gradient_concentration_all_weights"].items():
+        assert v == pytest.approx(want[k], rel=1e-10), k

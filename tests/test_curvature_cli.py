@@ -12,10 +12,17 @@ from torch import nn
 from fathom.cli import main
 from fathom.config import ModelConfig, RunConfig
 from fathom.curvature import curvature_snapshot
-from fathom.curvature.rundir import check_epochs, probe_from_split, run_curvature
+from fathom.curvature.rundir import (
+    check_epochs,
+    prediction_agreement,
+    probe_from_split,
+    run_curvature,
+)
 from fathom.data.splits import DataSplits
+from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json
+from fathom.provenance import source_hash
 from fathom.rundir import RunDir
 from fathom.train.build import build_model
 from fathom.train.checkpoint import cpu_state, save_weights
@@ -85,6 +92,24 @@ def test_snapshots_and_summary_are_written(tmp_path: Path) -> None:
     assert [r["epoch"] for r in summary["rows"]] == [0, 5]
     assert summary["rows"][1]["params_sha256"] == rd.checkpoint_hash(5)
     assert "| epoch |" in (out / "summary.md").read_text()
+    prov = rec["provenance"]
+    assert prov["source_sha256"] == source_hash() == summary["source_sha256"]
+    assert prov["checkpoint_sha256"] == rd.checkpoint_hash(5)
+    agree = prov["prediction_agreement"]
+    assert agree["argmax_agreement"] == 1.0
+    assert 0 < agree["max_abs_logit_diff"] < 1e-4 * max(1.0, agree["max_abs_logit"])
+
+
+def test_prediction_agreement_detects_a_different_model() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3))
+    x = torch.randn(50, 4)
+    logits64 = model.double()(x.double()).detach()
+    other = nn.Sequential(nn.Linear(4, 3))
+    rec = prediction_agreement(logits64, other, x)
+    assert rec["argmax_agreement"] < 0.9 and rec["max_abs_logit_diff"] > 0.1
+    same = prediction_agreement(logits64, model.float(), x)
+    assert same["argmax_agreement"] == 1.0 and same["max_abs_logit_diff"] < 1e-5
 
 
 def _fit(rd: RunDir) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,9 +124,14 @@ def test_diagonals_file_on_request(tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
     tensors = load_file(tmp_path / "out" / rec["diagonals_file"])
-    assert tensors["layer0.ggn_w"].shape == (8, IN_FEATURES)
+    assert tensors["ggn/stem.weight"].shape == (8, IN_FEATURES)
+    assert rec["layers"][0]["name"] == "stem"
     assert rec["layers"][0]["ggn_weight_trace"] == pytest.approx(
-        float(tensors["layer0.ggn_w"].sum())
+        float(tensors["ggn/stem.weight"].sum())
+    )
+    model = rd.load_model(1)
+    assert sorted(tensors) == sorted(
+        f"{k}/{n}" for k in ("ggn", "fisher", "jacobian") for n, _ in model.named_parameters()
     )
 
 
@@ -130,24 +160,61 @@ def test_probe_larger_than_split(tmp_path: Path) -> None:
         run_curvature(rd, [0], probe=FIT + 1)
 
 
-class Custom(nn.Module):
+class OwnConvNet(nn.Module):
+    """A user's model: Conv2d + BatchNorm + pooling + a residual branch, on the 12 features."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.lin = nn.Linear(IN_FEATURES, CLASSES)
+        self.conv = nn.Conv2d(1, 3, 3, padding=1)
+        self.bn = nn.BatchNorm2d(3)
+        self.block = SkippableResidual(nn.Sequential(nn.Conv2d(3, 3, 3, padding=1), nn.Tanh()))
+        self.head = nn.Linear(3 * 2 * 2, CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lin(x.double())
+        h = x.reshape(-1, 1, 3, 4).to(self.conv.weight.dtype) / 255
+        h = self.block(torch.relu(self.bn(self.conv(h))))
+        return self.head(nn.functional.adaptive_avg_pool2d(h, 2).flatten(1))
 
 
-class CustomModelRunDir(SyntheticDataRunDir):
+class OwnModelRunDir(SyntheticDataRunDir):
     def load_model(self, which, dtype=torch.float32, device="cpu") -> nn.Module:
-        return Custom().to(dtype)
+        torch.manual_seed(3)
+        return OwnConvNet().to(dtype).eval()
 
 
-def test_unsupported_model_is_named(tmp_path: Path) -> None:
-    rd = CustomModelRunDir(make_run(tmp_path))
-    with pytest.raises(FathomError, match="model type Custom"):
-        run_curvature(rd, [0], probe=4)
+def test_any_model_the_run_builds_gets_curvature(tmp_path: Path) -> None:
+    rd = OwnModelRunDir(make_run(tmp_path))
+    rows = run_curvature(rd, [0], probe=6)
+    rec = json.loads((rd.path / "curvature" / "epoch-0000.json").read_text())
+    assert rec["model_type"] == "OwnConvNet"
+    types = {layer["name"]: layer["type"] for layer in rec["layers"]}
+    assert types == {
+        "conv": "Conv2d",
+        "bn": "BatchNorm2d",
+        "block.branch.0": "Conv2d",
+        "head": "Linear",
+    }
+    assert rec["kfac_not_covered"] == [{"layer": "bn", "type": "BatchNorm2d"}]
+    assert rec["layers"][0]["kfac"]["positions_per_example"] == 12
+    assert set(rec["coverage"]) == {n for n, _ in OwnConvNet().named_parameters()}
+    assert rows[0]["ggn_weight_trace"] > 0
+
+
+def test_a_model_without_logits_is_refused_naming_the_shape(tmp_path: Path) -> None:
+    class Flat(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(IN_FEATURES, CLASSES)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(x.to(self.lin.weight.dtype)).flatten()
+
+    class NoLogits(OwnModelRunDir):
+        def load_model(self, which, dtype=torch.float32, device="cpu") -> nn.Module:
+            return Flat().to(dtype)
+
+    with pytest.raises(FathomError, match=r"logits shaped \[N, classes\]"):
+        run_curvature(NoLogits(make_run(tmp_path)), [0], probe=4)
 
 
 def test_cli_reports_missing_epochs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import io
 import math
 
 import pytest
@@ -17,9 +19,13 @@ from fathom.depth import (
     dense_eval,
     find_branches,
     huang_linear_in_depth,
+    set_drop_probs,
 )
 from fathom.errors import FathomError
+from fathom.io import state_dict_digest
 from fathom.models.ciresan import CiresanMLP
+from fathom.train.build import init_momentum_buffers
+from fathom.train.checkpoint import cpu_state, load_cpu_state
 
 WIDTHS = (24, 20, 16, 12, 8)
 IMPLS = [{"foreach": False}, {"foreach": True}, {"fused": True}]
@@ -107,9 +113,10 @@ def test_gains_in_training_and_evaluation():
         for k, p, g in zip(kept, (0.1, 0.2, 0.3, 0.4), ctrl.gains(), strict=True):
             assert g == (1 / (1 - p) if k else 0.0)
     with dense_eval(model):
-        assert all(b.gain == 1.0 for b in find_branches(model))
+        assert all(b.decide() == 1.0 for b in find_branches(model))
         assert not model.training
     assert model.training
+    assert ctrl.gains() == tuple(b.gain for b in find_branches(model))  # left as drawn
 
 
 def test_empirical_drop_rates_match_schedule():
@@ -145,7 +152,7 @@ def test_explicit_masks_are_gain_one_and_restore():
         for w in WIDTHS[1:]:
             h = torch.relu(h[:, :w])
         assert torch.allclose(model(x), model.head(h))
-    assert all(b.gain == 1.0 for b in model.branches())
+    assert all(b.mask is None and b.gain is None for b in model.branches())
 
 
 def test_bad_probabilities_and_masks_are_refused():
@@ -158,3 +165,235 @@ def test_bad_probabilities_and_masks_are_refused():
         pass
     with pytest.raises(FathomError, match="4 skippable branches"):
         GateController(model.branches(), DropSchedule("constant", (0.1,)), seed=0)
+
+
+# ---------------------------------------------------------------------------------------
+# The self-sampling module: drops by itself in train(), dense in eval(), state in state_dict
+# ---------------------------------------------------------------------------------------
+
+
+class CountingBranch(nn.Linear):
+    """A Linear that counts its forward calls."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return super().forward(x)
+
+
+def _own(p: float, seed: int | None = 0) -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(6, 5),
+        SkippableResidual(CountingBranch(5, 5), p=p, seed=seed),
+        nn.Linear(5, 3),
+    )
+
+
+def _decisions(res: SkippableResidual, n: int) -> list[bool]:
+    """Kept (True) or dropped on each of ``n`` training forwards, read off the call count."""
+    x, out = torch.randn(2, 5), []
+    for _ in range(n):
+        before = res.branch.calls
+        res(x)
+        out.append(res.branch.calls > before)
+    return out
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.8])
+def test_self_sampling_drop_rate_and_gain_follow_p(p):
+    res = SkippableResidual(CountingBranch(5, 5), p=p, seed=11)
+    n = 4000
+    dropped = n - sum(_decisions(res, n))
+    assert abs(dropped / n - p) < 4 * math.sqrt(p * (1 - p) / n)
+    x = torch.randn(3, 5)
+    outs = {tuple(res(x).flatten().tolist()) for _ in range(40)}
+    kept = x + res.branch(x) * (1.0 / (1.0 - p))
+    assert outs == {tuple(x.flatten().tolist()), tuple(kept.flatten().tolist())}
+
+
+def test_eval_is_dense_right_after_training_forwards_and_outside_gains():
+    model = _own(0.6)
+    res = model[1]
+    x = torch.randn(4, 6)
+    for _ in range(5):
+        model(x)
+    res.gain = 0.0  # what a controller leaves after a drawn step
+    model.eval()
+    h = model[0](x)
+    dense = model[2](h + res.branch(h))
+    assert torch.equal(model(x), dense)
+    model.train()
+    assert torch.equal(model(x), model[2](h))  # the outside gain applies in train() only
+    res.gain = None
+    assert set(_decisions(res, 60)) == {True, False}  # back to its own draws
+
+
+def test_outside_gains_take_precedence_over_own_draws():
+    model = CiresanMLP(widths=WIDTHS, recipe="sd_constant", in_features=16)
+    set_drop_probs(model, (0.5,) * 4)
+    for b in model.branches():
+        b.generator = torch.Generator().manual_seed(1)
+    states = [b.generator.get_state() for b in model.branches()]
+    ctrl = GateController(model.branches(), DropSchedule("constant", (0.3,) * 4), seed=2)
+    x = torch.randn(3, 16)
+    for _ in range(10):
+        ctrl.sample(0)
+        model(x)
+    assert all(torch.equal(s, b.generator.get_state()) for s, b in zip(states, model.branches()))
+    ctrl.release()
+    model(x)
+    assert not any(
+        torch.equal(s, b.generator.get_state()) for s, b in zip(states, model.branches())
+    )
+
+
+def test_state_dict_round_trip_resumes_the_decision_sequence():
+    a = _own(0.4, seed=5)
+    _decisions(a[1], 13)
+    saved = copy.deepcopy(a.state_dict())
+    buffer = io.BytesIO()
+    torch.save(a.state_dict(), buffer)
+    expected = _decisions(a[1], 50)
+    b = _own(0.4, seed=99)
+    b.load_state_dict(saved)
+    assert _decisions(b[1], 50) == expected
+    c = _own(0.4, seed=None)
+    buffer.seek(0)
+    c.load_state_dict(torch.load(buffer))
+    assert _decisions(c[1], 50) == expected
+    # extra state is a uint8 tensor under "<name>._extra_state"; weights and hashes leave it out
+    assert saved["1._extra_state"].dtype == torch.uint8
+    weights = cpu_state(a)
+    assert "1._extra_state" not in weights
+    named = {**dict(a.named_parameters()), **dict(a.named_buffers())}
+    assert state_dict_digest(weights) == state_dict_digest(
+        {k: v.detach() for k, v in named.items()}
+    )
+    fresh = _own(0.4, seed=None)
+    load_cpu_state(fresh, weights)
+    assert state_dict_digest(cpu_state(fresh)) == state_dict_digest(weights)
+    with pytest.raises(FathomError, match="missing"):
+        load_cpu_state(fresh, {k: v for k, v in weights.items() if k != "0.weight"})
+
+
+def test_unseeded_module_seeds_from_torch_global_generator_at_first_draw():
+    runs = []
+    for _ in range(2):
+        model = _own(0.5, seed=None)
+        assert model[1].generator is None and model.state_dict()["1._extra_state"].numel() == 0
+        torch.manual_seed(123)
+        runs.append(_decisions(model[1], 40))
+    assert runs[0] == runs[1] and set(runs[0]) == {True, False}
+    other = [SkippableResidual(CountingBranch(5, 5), p=0.5) for _ in range(2)]
+    torch.manual_seed(123)
+    assert _decisions(other[0], 40) != _decisions(other[1], 40)  # distinct branches, own seeds
+
+
+@pytest.mark.parametrize("bad", [1.0, -0.1, float("nan"), 1.5, True, "0.1"])
+def test_drop_probability_outside_unit_interval_is_refused(bad):
+    with pytest.raises(FathomError, match=r"outside \[0, 1\)"):
+        SkippableResidual(nn.Linear(3, 3), p=bad)
+    res = SkippableResidual(nn.Linear(3, 3), p=0.2)
+    with pytest.raises(FathomError, match=r"outside \[0, 1\)"):
+        res.p = bad
+    assert res.p == 0.2
+    model = _own(0.2)
+    with pytest.raises(FathomError, match=r"outside \[0, 1\)"):
+        set_drop_probs(model, [bad])
+    with pytest.raises(FathomError, match="2 drop probabilities for 1 skippable branches"):
+        set_drop_probs(model, [0.1, 0.2])
+    assert model[1].p == 0.2
+
+
+def test_cuda_graph_capture_of_a_self_sampling_module_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    res = SkippableResidual(nn.Linear(3, 3), p=0.2, seed=0)
+    with pytest.raises(FathomError, match="cannot be captured in a CUDA graph"):
+        res(torch.randn(2, 3))
+    res.gain = 1.25  # gains set from outside (the trainer's graph path) draw nothing
+    res(torch.randn(2, 3))
+
+
+def test_torch_compile_graph_breaks_and_keeps_the_eager_decisions():
+    """Compiled (aot_eager: dynamo + autograd tracing, no C++ toolchain) equals eager."""
+    torch._dynamo.reset()
+    eager, compiled_model = _own(0.5, seed=3), _own(0.5, seed=3)
+    compiled = torch.compile(compiled_model, backend="aot_eager")
+    x = torch.randn(4, 6)
+    for step in range(24):
+        if step == 12:
+            set_drop_probs(eager, [0.2])
+            set_drop_probs(compiled_model, [0.2])
+        assert torch.equal(compiled(x), eager(x)), step
+    assert eager[1].branch.calls == compiled_model[1].branch.calls < 24
+    eager.eval()
+    compiled_model.eval()
+    assert torch.equal(compiled(x), eager(x))
+    torch._dynamo.reset()
+    whole = torch.compile(_own(0.5, seed=3), backend="aot_eager", fullgraph=True)
+    with pytest.raises(Exception, match="draws its stochastic-depth decision on the host"):
+        whole(x)
+    torch._dynamo.reset()
+
+
+OPTIMIZERS = {
+    "sgd-momentum-wd": lambda ps, **k: torch.optim.SGD(
+        ps, lr=0.05, momentum=0.9, weight_decay=1e-2, **k
+    ),
+    "adam-wd": lambda ps, **k: torch.optim.Adam(ps, lr=1e-2, weight_decay=1e-2, **k),
+    "adamw": lambda ps, **k: torch.optim.AdamW(ps, lr=1e-2, weight_decay=1e-1, **k),
+}
+
+
+def _state_of(opt: torch.optim.Optimizer, params: list[nn.Parameter]) -> list[dict]:
+    return [{k: v.clone() for k, v in opt.state[p].items()} for p in params]
+
+
+def _same_state(a: list[dict], b: list[dict]) -> bool:
+    return all(
+        x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+@pytest.mark.parametrize("impl", IMPLS, ids=IMPL_IDS)
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_plain_loop_skipped_branch_gets_no_update_of_any_optimizer_state(name, impl):
+    """A dropped self-sampling branch: grad None, and its parameters, momentum, weight decay,
+    Adam/AdamW moments and per-parameter ``step`` counts all stay bit-identical."""
+    model = _own(0.5, seed=4)
+    opt = OPTIMIZERS[name](model.parameters(), **impl)
+    if name.startswith("sgd") and impl.get("fused"):
+        # torch's fused SGD fails on a parameter whose first gradient comes after step one
+        # (fathom.train.build.init_momentum_buffers documents it): give zero buffers up front
+        init_momentum_buffers(opt)
+    branch = model[1].branch
+    own = list(branch.parameters())
+    g = torch.Generator().manual_seed(0)
+    seen = {"dropped_with_state": 0, "kept_with_state": 0}
+    for _ in range(30):
+        x, y = torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+        weights = [p.detach().clone() for p in own]
+        state = _state_of(opt, own)
+        calls = branch.calls
+        nn.functional.cross_entropy(model(x), y).backward()
+        dropped = branch.calls == calls
+        assert all((p.grad is None) == dropped for p in own)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        unchanged = all(torch.equal(p, w) for p, w in zip(own, weights, strict=True))
+        if dropped:
+            assert unchanged and _same_state(state, _state_of(opt, own))
+            seen["dropped_with_state"] += bool(state[0])
+        elif state[0]:
+            assert not unchanged and not _same_state(state, _state_of(opt, own))
+            seen["kept_with_state"] += 1
+    assert seen["dropped_with_state"] >= 3 and seen["kept_with_state"] >= 3, seen
+    if "step" in opt.state[own[0]]:  # Adam/AdamW count the steps a parameter was updated
+        kept_steps = float(opt.state[own[0]]["step"])
+        assert kept_steps < float(opt.state[model[0].weight]["step"]) == 30.0

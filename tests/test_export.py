@@ -61,9 +61,9 @@ def test_jsonl_round_trip(study: Path) -> None:
     ]
     awk = [x for x in lines if x["run/run_id"] == "awkward-s7"]
     assert [x["epoch"] for x in awk] == [0, 1, 3, 4]  # epoch 2 missing, truncated line left out
-    assert awk[1]["val/ce"] == "NaN" and awk[1]["probe/act/mean/L0"] == "Infinity"
-    assert awk[2]["probe/act/mean/L0"] == "-Infinity" and awk[2]["val/acc"] is None
-    assert awk[3]["fit/ce"] == 0.1 + 1e-12 and awk[3]["param/disp/L0"] == 1e300
+    assert awk[1]["val/ce"] == "NaN" and awk[1]["probe/act/mean/blocks.0.res.branch"] == "Infinity"
+    assert awk[2]["probe/act/mean/blocks.0.res.branch"] == "-Infinity" and awk[2]["val/acc"] is None
+    assert awk[3]["fit/ce"] == 0.1 + 1e-12 and awk[3]["param/disp/stem"] == 1e300
     assert awk[0]["run/flagged_lines"] == [5] and awk[0]["run/seed"] == 7
     assert awk[3]["diverged"] is False and awk[3]["note"] == "text"
     assert isinstance(awk[0]["split/val/confusion"], list)
@@ -131,8 +131,11 @@ def test_tensorboard_round_trip(study: Path) -> None:
     ev = acc.Scalars("val/ce")
     assert [e.step for e in ev] == [0, 1, 3, 4] and math.isnan(ev[1].value)
     assert [e.step for e in acc.Scalars("val/acc")] == [0, 1, 4]  # null at epoch 3 is a gap
-    assert [e.value for e in acc.Scalars("probe/act/mean/L0")][1:3] == [math.inf, -math.inf]
-    assert acc.Scalars("param/disp/L0")[-1].value == math.inf  # 1e300 does not fit float32
+    assert [e.value for e in acc.Scalars("probe/act/mean/blocks.0.res.branch")][1:3] == [
+        math.inf,
+        -math.inf,
+    ]
+    assert acc.Scalars("param/disp/stem")[-1].value == math.inf  # 1e300 does not fit float32
     elapsed = [e.value for e in acc.Scalars("clock/elapsed_s")]
     assert [e.wall_time for e in ev] == pytest.approx(
         elapsed, rel=1e-6
@@ -180,7 +183,7 @@ def test_wandb_round_trip(study: Path) -> None:
     ]
     assert [x["_step"] for x in items] == [0, 1, 3, 4]
     assert math.isnan(items[1]["val/ce"]) and items[2]["val/acc"] is None
-    assert items[3]["fit/ce"] == 0.1 + 1e-12 and items[3]["param/disp/L0"] == 1e300
+    assert items[3]["fit/ce"] == 0.1 + 1e-12 and items[3]["param/disp/stem"] == 1e300
     assert "clock/training_s" in items[1] and "clock/elapsed_s" in items[1]
     assert items[3]["diverged"] is False and "note" not in items[3]
     again = verify(study, "wandb")
@@ -228,7 +231,7 @@ def test_missing_extra_names_it(
     study: Path, monkeypatch: pytest.MonkeyPatch, target: str, module: str
 ) -> None:
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(FathomError, match=rf"fathom\[{target}\]"):
+    with pytest.raises(FathomError, match=rf"\.\[{target}\]"):
         export(study, target)
 
 

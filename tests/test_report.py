@@ -15,9 +15,10 @@ from fathom.cli import main
 from fathom.errors import FathomError
 from fathom.io import read_jsonl
 from fathom.report import build_report, load_runs
-from fathom.report.fields import concrete, split_key
+from fathom.report.fields import concrete, is_accuracy, split_key
 from fathom.report.html import explorer_payload
 from fathom.report.synthetic import write_study
+from fathom.stats.units import percent
 
 
 def payload_of(html_path: Path) -> dict:
@@ -62,7 +63,10 @@ def test_truncated_and_repeated_lines_are_flagged(tmp_path: Path) -> None:
 def test_split_keys() -> None:
     assert split_key("val/acc") == ("{split}/acc", "val")
     assert split_key("split/test/class_acc/3") == ("split/{split}/class_acc/3", "test")
-    assert split_key("probe/act/mean/L0") == ("probe/act/mean/L0", None)
+    assert split_key("probe/act/mean/blocks.0.res.branch") == (
+        "probe/act/mean/blocks.0.res.branch",
+        None,
+    )
     assert split_key("clock/training_s") == ("clock/training_s", None)
     assert concrete("split/{split}/class_acc/3", "fit") == "split/fit/class_acc/3"
 
@@ -71,7 +75,9 @@ def test_embedded_data_equals_history(study: Path) -> None:
     out = build_report(study, with_figures=False)
     data = payload_of(out.html)
     assert out.runs == 5 and len(data["runs"]) == 5
-    assert data["splits"] == ["fit", "val", "test"] and data["classes"] == 10
+    assert data["splits"] == ["fit", "val", "test"]
+    assert data["meta"]["split/{split}/class_acc/{class}"]["facets"] == [str(c) for c in range(10)]
+    assert data["meta"]["{split}/acc"]["units"] == "%"
     assert "split/val/confusion" not in data["names"]  # a matrix is not a curve
     checked = 0
     for run in data["runs"]:
@@ -83,7 +89,12 @@ def test_embedded_data_equals_history(study: Path) -> None:
                 assert all(name not in r for r in rows)
                 continue
             for r, v in zip(rows, col):
+                if name not in r:  # not scheduled at this epoch: spanned, never a gap
+                    assert v == "-"
+                    continue
                 want, got = r.get(name), decode(v)
+                if is_accuracy(name) and isinstance(want, float):
+                    want = percent(want)  # accuracy is embedded in percent
                 assert (
                     (math.isnan(want) and math.isnan(got))
                     if isinstance(want, float) and math.isnan(want)
@@ -92,7 +103,7 @@ def test_embedded_data_equals_history(study: Path) -> None:
                 checked += 1
     assert checked > 1000
     awkward = next(r for r in data["runs"] if r["id"] == "awkward-s7")
-    col = awkward["cols"][data["names"].index("probe/act/mean/L0")]
+    col = awkward["cols"][data["names"].index("probe/act/mean/blocks.0.res.branch")]
     assert col[1:3] == ["Infinity", "-Infinity"]
     assert awkward["cols"][data["names"].index("val/acc")][2] is None
     assert awkward["epochs"] == [0, 1, 3, 4]
@@ -153,11 +164,12 @@ def test_real_trainer_run_and_real_audit(tmp_path: Path) -> None:
     run_curvature(SyntheticRunDir(tmp_path / "s" / "r1"), None, probe=8)
     out = build_report(tmp_path / "s")
     data = payload_of(out.html)
-    assert "probe/act/zero_frac/L0" in data["fields"]
-    meta = data["meta"]["probe/act/zero_frac/L0"]
+    assert "probe/act/zero_frac/{layer}" in data["fields"]
+    meta = data["meta"]["probe/act/zero_frac/{layer}"]
+    assert "blocks.0.res.branch" in meta["facets"]  # qualified module names as facets
     assert meta["source"] == "telemetry registry" and "N x units" in meta["formula"]
     assert data["meta"]["{split}/acc"]["source"] == "run directory contract"
-    assert "split/{split}/class_acc/0" in data["fields"]
+    assert "split/{split}/class_acc/{class}" in data["fields"]
     html = out.html.read_text()
     assert cfg.model_dump()["name"] in html and "config" in html  # provenance table
     explorer = html.split("Every audited mask", 1)[1].split("</table>", 1)[0]
@@ -253,8 +265,9 @@ def test_optional_sections_and_figures(study: Path, tmp_path: Path) -> None:
     html = out.html.read_text()
     assert "Paired differences against residual" in html and "Tuning grid (seed 1)" in html
     assert "widths x 0.1" in html and "main-residual-s1" in html
-    assert "Audit: mask explorer" in html and 'class="table-filter"' in html
-    assert "<th>val.damage</th>" in html and "<th>test.acc</th>" in html and "digit_4" in html
+    assert "Layer-removal audit" in html and 'class="table-filter"' in html
+    assert "<th>val.damage</th>" in html and "<th>test.acc</th>" in html
+    assert "digit_4" not in html and "/audit/audit.json" in html  # linked, not inlined
     assert (
         "residual-s101/epoch-0004.json" in html and "A_eigenvalues (12 values, log10 scale)" in html
     )
@@ -278,7 +291,7 @@ def test_corrupt_optional_input_is_a_warning(study: Path) -> None:
 
 def test_missing_matplotlib_names_the_extra(study: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(FathomError, match=r"fathom\[plot\]"):
+    with pytest.raises(FathomError, match=r"\.\[plot\]"):
         build_report(study)
     assert build_report(study, with_figures=False).html.exists()
 
@@ -300,7 +313,7 @@ def test_payload_order_and_cohorts(tmp_path: Path) -> None:
     assert data["defaultField"] == "{split}/acc"
     assert data["fields"][0] == "clock/elapsed_s" and data["fields"].index("{split}/acc") < data[
         "fields"
-    ].index("param/disp/L0")
+    ].index("param/disp/{layer}")
     assert sorted(r["cohort"] for r in data["runs"]) == ["plain lr=0.01", "plain lr=0.1 (tuning)"]
 
 

@@ -87,10 +87,10 @@ def test_summary_tables_differences_and_verdicts():
     assert any("every 5 epoch(s) bounds its precision" in n for n in s["notes"])
 
     md = to_markdown(s)
-    assert "| Method | LR | Validation-selected accuracy | Final accuracy |" in md
+    assert "| Method | LR | Validation-selected accuracy (%) | Final accuracy (%) |" in md
     assert "Ranking by test accuracy disagrees" in md
     assert "- residual seed 102: diverged" in md
-    assert "0.9783 ± 0.0031 (n=3)" in md
+    assert "97.83 ± 0.31 % (n=3)" in md  # accuracy in percent, one conversion
 
 
 def test_target_never_reached_is_null_not_zero():

@@ -134,7 +134,7 @@ def test_fathom_validate_accepts_a_study_toml(tmp_path, capsys):
 def test_missing_ray_extra_names_the_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     backend = make_backend("ray")
-    with pytest.raises(FathomError, match=r"pip install 'fathom\[ray\]'"):
+    with pytest.raises(FathomError, match=r"pip install -e '\.\[ray\]'"):
         backend.run([], retry_failed=False, registry_file=None)
 
 
@@ -309,7 +309,7 @@ def test_cli_status_runs_list_show_and_bad_preset(tmp_path, capsys):
     )
     result = run_study(study, tmp_path, local())
     assert main(["study", "status", str(result.root)]) == 0
-    assert "2/2 runs complete" in capsys.readouterr().out
+    assert "2 complete, 0 diverged, 0 failed (2 runs)" in capsys.readouterr().out
     assert (
         main(["runs", "list", "--runs-dir", str(tmp_path), "--recipe", "sd_constant", "--json"])
         == 0

@@ -51,8 +51,8 @@ def test_ray_matches_local(sequential, tmp_path):
     try:
         import ray
     except ImportError:
-        print("SKIPPED: ray is not installed (pip install 'fathom[ray]'); CI installs it")
-        pytest.skip("ray is not installed: pip install 'fathom[ray]' (CI installs it)")
+        print("SKIPPED: ray is not installed (pip install -e '.[ray]'); CI installs it")
+        pytest.skip("ray is not installed: pip install -e '.[ray]' (CI installs it)")
     import test_study
 
     ray.cloudpickle.register_pickle_by_value(test_study)

@@ -14,6 +14,7 @@ from fathom.config import RunConfig, TelemetryConfig
 from fathom.depth import dense_eval
 from fathom.errors import FathomError
 from fathom.models.ciresan import CiresanMLP
+from fathom.seam import discover
 from fathom.telemetry import (
     Recorder,
     gradient_gram,
@@ -122,11 +123,22 @@ def recorder(model, splits, probe=16, families=("all",), epochs=3) -> Recorder:
     return Recorder(cfg, epochs=epochs, splits=splits, model=model, seed=0)
 
 
+def affine(model: CiresanMLP) -> list[torch.nn.Linear]:
+    """The affine layers, written out: stem, the body blocks' linear maps, head."""
+    return [model.stem, *(b.linear for b in model.blocks), model.head]
+
+
+def layer_names(model: CiresanMLP) -> list[str]:
+    """Their qualified module names, the telemetry keys (one naming scheme for every model)."""
+    body = "res.branch" if model.recipe.residual else "res"
+    return ["stem", *(f"blocks.{j}.{body}" for j in range(len(model.blocks))), "head"]
+
+
 def per_example_grads(
     model: CiresanMLP, x: torch.Tensor, y: torch.Tensor
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Brute force: one autograd call per example; ``[(G_w (N, P), G_b (N, out))]`` per layer."""
-    layers = model.affine_layers()
+    layers = affine(model)
     rows: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
     with dense_eval(model):
         for i in range(x.shape[0]):
@@ -187,20 +199,28 @@ def test_per_example_moments_match_brute_force(case):
     row = rec.observe(context(model, splits))
     x, y = splits.fit_x[:16], splits.fit_y[:16]
     grads = per_example_grads(model, x, y)
+    names = layer_names(model)
     bad = []
     for i, (gw, gb) in enumerate(grads):
         want = brute_moments(gw)
-        got = {k: row[f"grad/pex/{k}/L{i}"] for k in want if k != "mean_norm"}
-        got["mean_norm"] = row[f"grad/mean/weight_norm/L{i}"]
+        got = {k: row[f"grad/pex/{k}/{names[i]}"] for k in want if k != "mean_norm"}
+        got["mean_norm"] = row[f"grad/mean/weight_norm/{names[i]}"]
         bad += [f"L{i} {b}" for b in allclose_report(got, want)]
         bias_mean = float(gb.mean(dim=0).norm())
         bad += [
             f"L{i} {b}"
-            for b in allclose_report({"b": row[f"grad/mean/bias_norm/L{i}"]}, {"b": bias_mean})
+            for b in allclose_report(
+                {"b": row[f"grad/mean/bias_norm/{names[i]}"]}, {"b": bias_mean}
+            )
         ]
         # dL_i/db = delta_i exactly, so the brute-force bias gradients are the backprop signals.
         want_delta = entry_summary(gb)
-        got_delta = {k: row[f"probe/delta/{k}/L{i}"] for k in want_delta}
+        got_delta = {k: row[f"probe/delta/{k}/{names[i]}"] for k in want_delta}
+        norms = gw.norm(dim=1)
+        want_q = {f"q{round(q * 100)}": float(torch.quantile(norms, q)) for q in (0.1, 0.5, 0.9)}
+        want_q["max"] = float(norms.max())
+        got_q = {k: row[f"grad/pex/norm_{k}/{names[i]}"] for k in want_q}
+        bad += [f"L{i} norm {b}" for b in allclose_report(got_q, want_q)]
         bad += [f"L{i} delta {b}" for b in allclose_report(got_delta, want_delta)]
     assert not bad, "\n".join(bad)
 
@@ -211,12 +231,13 @@ def test_functional_moments_with_and_without_bias(include_bias):
     model = build(case)
     splits = make_splits(seed=7)
     x, y = splits.fit_x[:12], splits.fit_y[:12]
-    with dense_eval(model):
-        logits, taps = model.forward_taps(x)
-        deltas = torch.autograd.grad(
-            F.cross_entropy(logits, y, reduction="sum"), [z for _, z in taps]
-        )
-    for i, ((a, _), d, (gw, gb)) in enumerate(
+    seam = discover(model, x)
+    with dense_eval(model), seam.capture() as calls:
+        logits = model(x)
+    cots = seam.cotangents(calls, F.cross_entropy(logits, y, reduction="sum"))
+    taps = [calls[name][0].args[0] for name in layer_names(model)]
+    deltas = [cots[name][0][0] for name in layer_names(model)]
+    for i, (a, d, (gw, gb)) in enumerate(
         zip(taps, deltas, per_example_grads(model, x, y), strict=True)
     ):
         g = torch.cat([gw, gb], dim=1) if include_bias else gw
@@ -239,20 +260,24 @@ def test_activation_summaries_match_reference_forward():
         for block in model.blocks:
             lin = block.linear
             hs.append(F.relu(hs[-1][:, : lin.out_features] + lin(hs[-1])))
+    inputs = layer_names(model)[1:]  # h_i is the input of the next layer
     for i, h in enumerate(hs):
-        assert row[f"probe/act/zero_frac/L{i}"] == pytest.approx(
+        assert row[f"probe/act/zero_frac/{inputs[i]}"] == pytest.approx(
             float((h == 0).double().mean()), abs=0
         )
-        assert row[f"probe/act/dead_frac/L{i}"] == pytest.approx(
+        assert row[f"probe/act/dead_frac/{inputs[i]}"] == pytest.approx(
             float((h == 0).all(dim=0).double().mean()), abs=0
         )
-        assert row[f"probe/act/mean/L{i}"] == pytest.approx(float(h.mean()), rel=1e-12)
-        assert row[f"probe/act/std/L{i}"] == pytest.approx(float(h.std(unbiased=False)), rel=1e-12)
+        assert row[f"probe/act/mean/{inputs[i]}"] == pytest.approx(float(h.mean()), rel=1e-12)
+        assert row[f"probe/act/std/{inputs[i]}"] == pytest.approx(
+            float(h.std(unbiased=False)), rel=1e-12
+        )
         for q in QUANTILES:
-            assert row[f"probe/act/{quantile_key(q)}/L{i}"] == pytest.approx(
+            assert row[f"probe/act/{quantile_key(q)}/{inputs[i]}"] == pytest.approx(
                 float(torch.quantile(h.reshape(-1), q)), rel=1e-12
             )
-    assert f"probe/act/mean/L{len(hs)}" not in row, "the linear head is not a hidden activation"
+    assert len(hs) == len(inputs)
+    assert "probe/act/mean/stem" not in row, "the stem's input is the data, not an activation"
 
 
 def test_probe_scores_match_direct_computation():
@@ -296,29 +321,32 @@ def test_params_family_and_update_ratio_is_the_last_step():
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
     rec = recorder(model, splits, probe=8, families=("params",))
     row0 = rec.observe(context(model, splits, opt, init))
-    assert all(row0[f"param/momentum_norm/L{i}"] is None for i in range(5)), (
+    names = layer_names(model)
+    assert all(row0[f"param/momentum_norm/{n}"] is None for n in names), (
         "no buffer before the first step"
     )
-    assert all(row0[f"param/update_ratio/L{i}"] is None for i in range(5))
+    assert all(row0[f"param/update_ratio/{n}"] is None for n in names)
     assert row0["param/disp_total"] == 0.0
     for _ in range(2):
-        before = [lin.weight.detach().clone() for lin in model.affine_layers()]
+        before = [lin.weight.detach().clone() for lin in affine(model)]
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(model(splits.fit_x), splits.fit_y).backward()
         opt.step()
     row = rec.observe(context(model, splits, opt, init))
-    for i, (lin, w_before) in enumerate(zip(model.affine_layers(), before, strict=True)):
+    for i, (lin, w_before) in enumerate(zip(affine(model), before, strict=True)):
         w = lin.weight.detach()
         step = float((w - w_before).norm())
-        assert row[f"param/update_ratio/L{i}"] == pytest.approx(step / float(w.norm()), rel=1e-9)
-        assert row[f"param/weight_norm/L{i}"] == pytest.approx(float(w.norm()), rel=1e-12)
-        assert row[f"param/bias_norm/L{i}"] == pytest.approx(
+        assert row[f"param/update_ratio/{names[i]}"] == pytest.approx(
+            step / float(w.norm()), rel=1e-9
+        )
+        assert row[f"param/weight_norm/{names[i]}"] == pytest.approx(float(w.norm()), rel=1e-12)
+        assert row[f"param/bias_norm/{names[i]}"] == pytest.approx(
             float(lin.bias.detach().norm()), rel=1e-12
         )
         w_name = next(n for n, p in model.named_parameters() if p is lin.weight)
         disp = float((w - init[w_name]).norm())
-        assert row[f"param/disp/L{i}"] == pytest.approx(disp, rel=1e-12)
-        assert row[f"param/disp_rel/L{i}"] == pytest.approx(
+        assert row[f"param/disp/{names[i]}"] == pytest.approx(disp, rel=1e-12)
+        assert row[f"param/disp_rel/{names[i]}"] == pytest.approx(
             disp / float(init[w_name].norm()), rel=1e-12
         )
     total = math.sqrt(
@@ -336,8 +364,8 @@ def test_nesterov_update_ratio_is_null():
     row = recorder(model, splits, probe=8, families=("params",)).observe(
         context(model, splits, opt)
     )
-    assert row["param/update_ratio/L0"] is None
-    assert row["param/momentum_norm/L0"] is not None
+    assert row["param/update_ratio/stem"] is None
+    assert row["param/momentum_norm/stem"] is not None
 
 
 def test_undefined_moments_are_null_not_zero():
@@ -408,10 +436,11 @@ def test_bad_input_errors_name_problem_and_fix():
         recorder(model, splits, probe=4, families=("activation",))
     with pytest.raises(FathomError, match=r"epochs \[7\] outside training"):
         Recorder(TelemetryConfig(first=(0, 7)), epochs=5, splits=splits, model=model, seed=0)
-    with pytest.raises(FathomError, match="forward_taps"):
-        Recorder(
-            TelemetryConfig(), epochs=5, splits=splits, model=torch.nn.Linear(IN, CLASSES), seed=0
-        )
+    no_params = Recorder(
+        TelemetryConfig(probe_size=4), epochs=5, splits=splits, model=torch.nn.Flatten(), seed=0
+    )
+    with pytest.raises(FathomError, match="Flatten has no parameters"):
+        no_params.observe(context(model, splits))
 
 
 def test_batched_moments_equal_per_layer():

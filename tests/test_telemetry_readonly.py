@@ -53,7 +53,7 @@ def test_one_observation_leaves_every_piece_of_state_as_found():
     model.blocks[0].eval()
     before = _snapshot(model, opt)
     row = recorder(model, splits, probe=12).observe(context(model, splits, opt))
-    assert row["grad/pex/diversity/L0"] is not None
+    assert row["grad/pex/diversity/stem"] is not None
     assert _same(before, _snapshot(model, opt)) == []
 
 
@@ -87,7 +87,7 @@ def _tiny_run(case, telemetry: bool, epochs: int = 3) -> tuple[str, list[dict]]:
             opt.step()
             opt.zero_grad(set_to_none=True)
         if controller is not None:
-            controller.dense()
+            controller.release()
     return state_dict_digest(model.state_dict()) + repr(opt.state_dict()["state"].keys()), rows
 
 
@@ -96,7 +96,7 @@ def test_short_run_is_byte_identical_with_telemetry_on_and_off():
         off, _ = _tiny_run(case, telemetry=False)
         on, rows = _tiny_run(case, telemetry=True)
         assert off == on, case["id"]
-        assert len(rows) == 3 and rows[-1]["param/update_ratio/L0"] is not None
+        assert len(rows) == 3 and rows[-1]["param/update_ratio/stem"] is not None
 
 
 def _trainer_setup(tmp_path):
@@ -135,7 +135,7 @@ def test_trainer_run_with_telemetry_ends_byte_identical(tmp_path):
     rows, _ = read_jsonl(tmp_path / "q" / "on" / "history.jsonl")
     by_epoch = {r["epoch"]: r for r in rows}
     assert sorted(by_epoch) == [0, 1, 2, 3]
-    assert by_epoch[2]["grad/pex/diversity/L5"] is not None
+    assert by_epoch[2]["grad/pex/diversity/head"] is not None
     assert by_epoch[3]["split/test/confusion"] is not None
 
 
@@ -156,3 +156,24 @@ def test_history_mismatch_is_reported():
     assert history_mismatches(off, [{"epoch": 1}]) == [
         "epoch 0: missing from the telemetry-on history"
     ]
+
+
+def test_manifest_lists_each_instrumented_layer(tmp_path):
+    import json
+
+    from fathom.train.loop import train
+
+    cfg, splits = _trainer_setup(tmp_path)
+    cfg = cfg.model_copy(update={"telemetry": cfg.telemetry.model_copy(update={"enabled": True})})
+    train(cfg, tmp_path / "run", splits=splits)
+    layers = json.loads((tmp_path / "run" / "manifest.json").read_text())["telemetry"]["layers"]
+    assert [la["name"] for la in layers] == [
+        "stem",
+        *(f"blocks.{j}.res.branch" for j in range(4)),
+        "head",
+    ]
+    assert layers[0]["type"] == "Linear" and layers[0]["kind"] == "linear"
+    assert layers[1]["params"] == {
+        "blocks.0.res.branch.weight": [12, 16],
+        "blocks.0.res.branch.bias": [12],
+    }

@@ -33,18 +33,22 @@ def test_patterns_unique_and_entries_complete():
     for f in FIELDS:
         assert f.family in FAMILIES and f.scope in SCOPES, f.pattern
         assert f.formula and f.units, f.pattern
-    names = expected_names(FAMILIES, layers=6, splits=("fit", "val", "test"), classes=10)
+    layers = ["stem", "blocks.0.res.branch", "head"]
+    names = expected_names(
+        FAMILIES, layers, splits=("fit", "val", "test"), classes=10, inputs=layers[1:]
+    )
     assert len(names) == len(set(names))
-    assert "grad/pex/diversity/L5" in names and "probe/act/zero_frac/L4" in names
-    assert "probe/act/zero_frac/L5" not in names, "the head's output is not a hidden activation"
+    assert "grad/pex/diversity/head" in names and "probe/act/zero_frac/head" in names
+    assert "grad/pex/norm_q50/blocks.0.res.branch" in names
+    assert "probe/act/zero_frac/stem" not in names, "the stem's input is the data"
     assert "split/test/class_acc/3" in names
 
 
 def test_caveats_of_the_documented_traps():
-    diversity = field_for("grad/pex/diversity/L0")
+    diversity = field_for("grad/pex/diversity/stem")
     assert "one example dominates" in diversity.caveats
-    assert "N - 1" in field_for("grad/pex/noise_scale/L2").caveats
-    assert "dead" in field_for("probe/act/zero_frac/L0").caveats
+    assert "N - 1" in field_for("grad/pex/noise_scale/blocks.1.res.branch").caveats
+    assert "dead" in field_for("probe/act/zero_frac/head").caveats
 
 
 def test_aliases_resolve_in_registry_order():

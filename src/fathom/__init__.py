@@ -1,3 +1,30 @@
-"""Fathom: train deep networks with the instruments on."""
+"""Fathom: train deep networks with the instruments on.
+
+``fathom.Instruments`` (probe telemetry of any model) and the analysis packages are loaded
+on first use, so ``import fathom`` (and ``fathom --help``) stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_LAZY = {"Instruments": ("fathom.telemetry.instruments", "Instruments")}
+_SUBMODULES = ("audit", "curvature", "depth", "seam", "telemetry")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"fathom.{name}")
+    raise AttributeError(f"module 'fathom' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY, *_SUBMODULES])

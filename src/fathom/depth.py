@@ -1,16 +1,48 @@
 """Stochastic depth whose dropped branches are really not computed.
 
-The function (per minibatch, one Bernoulli decision per branch, shared by the batch)::
+The function (per call, one Bernoulli decision per branch, shared by the batch)::
 
-    training:    y = bypass(x) + kept * branch(x) / survival      kept ~ Bernoulli(survival)
-    evaluation:  y = bypass(x) + branch(x)                          (gain one)
-    explicit:    y = bypass(x) + mask * branch(x)                   (mask in {0, 1}, gain one)
+    training:    y = bypass(x) + kept * branch(x) / (1 - p)      kept ~ Bernoulli(1 - p)
+    evaluation:  y = bypass(x) + branch(x)                        (gain one, always)
+    explicit:    y = bypass(x) + mask * branch(x)                 (mask in {0, 1}, gain one, any mode)
+
+:class:`SkippableResidual` behaves like a PyTorch module: in ``train()`` a module with
+``p > 0`` draws its own decision on every forward from its own generator; in ``eval()``
+every branch has gain one whatever was drawn before; the generator state lives in
+``state_dict()`` (``<name>._extra_state``, a ``uint8`` tensor), so a saved and loaded model
+resumes the same decision sequence. Precedence of what decides a forward's gain:
+
+1. an explicit mask (:func:`branch_mask`), in either mode;
+2. in ``eval()``: gain one;
+3. a gain set from outside (``module.gain``, by a :class:`GateController` or the trainer's
+   plans drawn ahead, :mod:`fathom.train.fast`; a device tensor on the CUDA-graph path);
+4. the module's own draw (``p > 0``), or gain one (``p == 0``).
 
 The control flow: when ``kept == 0`` the branch is *not called*: no matmul forward,
 nothing recorded for backward, so its parameters receive ``grad is None`` and every
-``torch.optim`` implementation (for-loop, foreach, fused) leaves them, their momentum
-and their weight decay untouched on that step (``zero_grad(set_to_none=True)`` is
-required, and is what :mod:`fathom.train` does).
+``torch.optim`` implementation (for-loop, foreach, fused; SGD, Adam, AdamW) leaves them,
+their momentum, their weight decay, their Adam moments and step counts untouched on that
+step (``zero_grad(set_to_none=True)`` is required; it is torch's default and what
+:mod:`fathom.train` does).
+
+A plain loop with a schedule (the drop probabilities may change every epoch)::
+
+    model = nn.Sequential(nn.Linear(8, 16), SkippableResidual(nn.Linear(16, 16), p=0.2, seed=0),
+                          nn.Linear(16, 3))
+    for epoch in range(epochs):
+        set_drop_probs(model, [0.2 * (1 - epoch / epochs)])
+        model.train()          # each forward drops the branch with probability p
+        ...
+        model.eval()           # dense: gain one
+
+``torch.compile``: the decision is a host-side draw in a function excluded from tracing
+(:func:`torch.compiler.disable`), so a compiled model graph-breaks around it and keeps the
+eager semantics (the same decisions from the same generator, a dropped branch not run);
+``fullgraph=True`` refuses the graph break with torch's ``Unsupported`` error quoting
+:data:`COMPILE_BREAK_REASON`. A module whose gain is set from outside, or with ``p = 0``, or
+in ``eval()``, draws nothing and compiles whole. A self-sampling module cannot be captured in a
+CUDA graph (the draw would be frozen at capture): set its gains from outside, as the
+trainer's graph path does.
 
 Conventions differ elsewhere; say which one a recipe used when transferring it:
 
@@ -25,7 +57,6 @@ Conventions differ elsewhere; say which one a recipe used when transferring it:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -84,24 +115,129 @@ class Crop(nn.Module):
         return f"features={self.features}"
 
 
+def check_drop_prob(p: float, where: str = "SkippableResidual") -> float:
+    """``p`` as a float in ``[0, 1)``, or a FathomError naming the problem and the fix."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise FathomError(
+            f"drop probability {p!r} of {where} is outside [0, 1): p = 1 would drop the branch "
+            "on every step and leave no survival gain 1/(1-p); delete a branch with "
+            "fathom.depth.branch_mask(model, mask) instead"
+        )
+    return float(p)
+
+
+def survival_gain(kept: bool, p: float) -> float:
+    """The training gain of one decision: ``kept / (1 - p)`` (``0.0`` when dropped)."""
+    return 1.0 / (1.0 - p) if kept else 0.0
+
+
+COMPILE_BREAK_REASON = (
+    "fathom.depth.SkippableResidual draws its stochastic-depth decision on the host (a graph "
+    "break); compile without fullgraph=True, or set module.gain (or p = 0) to compile it whole"
+)
+
+
+@torch.compiler.disable(reason=COMPILE_BREAK_REASON)
+def draw_kept(generator: torch.Generator, p: float) -> bool:
+    """One host-side Bernoulli decision ``kept = [u >= p]``, ``u ~ U[0, 1)`` in float64.
+
+    The same rule as :meth:`GateController.draw`; excluded from ``torch.compile`` tracing
+    (a graph break), so a compiled model decides exactly as the eager one. Refused inside
+    CUDA-graph capture, where the decision would be frozen.
+    """
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        raise FathomError(
+            "a self-sampling SkippableResidual (p > 0, no gain set) cannot be captured in a "
+            "CUDA graph: its host-side draw would be frozen at capture; draw the gates ahead "
+            "and set module.gain per topology, as fathom.train.fast does"
+        )
+    return torch.rand((), generator=generator, dtype=torch.float64).item() >= p
+
+
 class SkippableResidual(nn.Module):
     """``y = bypass(x) + gain * branch(x)``; ``gain == 0`` skips the branch entirely.
 
-    ``gain`` is a plain Python float set by a :class:`GateController` (never a tensor, so
-    the decision costs no device read). A fresh module has gain one (dense).
+    ``p``: drop probability of the module's own decisions in ``train()`` (``[0, 1)``,
+    settable at any time, e.g. per epoch). ``seed``: seeds its generator; ``None`` seeds it
+    at its first draw from torch's global generator (so ``torch.manual_seed`` makes a run
+    reproducible and distinct branches draw independently). ``gain`` (``None`` unless set
+    from outside) and ``mask`` (``None`` unless set by :func:`branch_mask`) override the
+    draw as the module docstring orders them.
     """
 
-    def __init__(self, branch: nn.Module, bypass: nn.Module | None = None) -> None:
+    def __init__(
+        self,
+        branch: nn.Module,
+        bypass: nn.Module | None = None,
+        p: float = 0.0,
+        *,
+        seed: int | None = None,
+    ) -> None:
         super().__init__()
         self.branch = branch
         self.bypass = bypass if bypass is not None else nn.Identity()
-        self.gain: float = 1.0
+        self.p = p
+        self.gain: float | torch.Tensor | None = None
+        self.mask: bool | None = None
+        self.generator: torch.Generator | None = None
+        if seed is not None:
+            self.generator = torch.Generator().manual_seed(int(seed))
+
+    @property
+    def p(self) -> float:
+        return self._p
+
+    @p.setter
+    def p(self, value: float) -> None:
+        self._p = check_drop_prob(value)
+
+    def decide(self) -> float | torch.Tensor:
+        """This forward's gain (module docstring: mask, eval, outside gain, own draw)."""
+        if self.mask is not None:
+            return 1.0 if self.mask else 0.0
+        if not self.training:
+            return 1.0
+        if self.gain is not None:
+            return self.gain
+        if self._p == 0.0:
+            return 1.0
+        return survival_gain(draw_kept(self._generator(), self._p), self._p)
+
+    def _generator(self) -> torch.Generator:
+        if self.generator is None:
+            seed = int(torch.randint(0, 2**62, ()).item())
+            self.generator = torch.Generator().manual_seed(seed)
+        return self.generator
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return skippable_residual(x, self.branch, self.bypass, self.gain)
+        return skippable_residual(x, self.branch, self.bypass, self.decide())
+
+    # -- state: the generator travels in state_dict() as "<prefix>_extra_state" ----------
+    def get_extra_state(self) -> torch.Tensor:
+        """The generator state (``uint8``; empty while not yet seeded)."""
+        if self.generator is None:
+            return torch.empty(0, dtype=torch.uint8)
+        return self.generator.get_state()
+
+    def set_extra_state(self, state: torch.Tensor) -> None:
+        if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
+            raise FathomError(
+                "SkippableResidual extra state must be the uint8 generator state written by "
+                f"state_dict(), got {type(state).__name__}"
+            )
+        if state.numel() == 0:
+            self.generator = None
+            return
+        self.generator = torch.Generator()
+        self.generator.set_state(state.detach().cpu().clone())
 
     def extra_repr(self) -> str:
-        return f"gain={self.gain}"
+        parts = [f"p={self._p:g}"]
+        if self.gain is not None:
+            parts.append(f"gain={self.gain}")
+        if self.mask is not None:
+            parts.append(f"mask={int(self.mask)}")
+        return ", ".join(parts)
 
 
 def find_branches(model: nn.Module) -> list[SkippableResidual]:
@@ -134,11 +270,7 @@ class DropSchedule:
                 f"unknown drop schedule {self.kind!r}; use constant, linear_decrease or none"
             )
         for i, p in enumerate(self.probs):
-            if not (0.0 <= p < 1.0) or math.isnan(p):
-                raise FathomError(
-                    f"drop probability {p} for branch {i} is outside [0, 1): a branch that is "
-                    "always dropped has no survival gain; use an explicit mask to delete it"
-                )
+            check_drop_prob(p, f"branch {i} of the drop schedule")
         if self.kind == "linear_decrease" and (self.end_epoch is None or self.end_epoch <= 0):
             raise FathomError("linear_decrease needs a positive end_epoch (the last epoch)")
 
@@ -170,10 +302,11 @@ def huang_linear_in_depth(num_branches: int, p_last: float) -> tuple[float, ...]
 class GateController:
     """Draws one keep/skip decision per branch per minibatch from its own generator.
 
-    ``sample(epoch)`` sets each branch's gain to ``kept / survival`` and returns the
-    decisions; ``dense()`` sets gain one everywhere; ``apply_mask(mask)`` sets gains
-    ``mask[l] in {0, 1}`` (deletion, gain one); ``masked(mask)`` and ``dense_mode()`` are
-    context managers that restore the previous gains.
+    It drives the model from outside (module docstring, precedence 3): ``sample(epoch)``
+    sets each branch's ``gain`` to ``kept / survival`` and returns the decisions;
+    ``release()`` hands every branch back to its own behaviour (``gain = None``);
+    ``apply_mask(mask)`` sets explicit masks (deletion, gain one, any mode); ``masked(mask)``
+    and ``dense_mode()`` are context managers that restore what they change.
     """
 
     def __init__(self, branches: Sequence[SkippableResidual], schedule: DropSchedule, seed: int):
@@ -191,18 +324,18 @@ class GateController:
         return len(self.branches)
 
     def draw(self, epoch: float) -> tuple[tuple[bool, ...], tuple[float, ...]]:
-        """Draw decisions without touching the model: ``(kept, gains)``."""
+        """Draw decisions without touching the model: ``(kept, gains)``, ``kept = [u >= p]``."""
         probs = self.schedule.at(epoch)
         u = torch.rand(len(probs), generator=self.generator, dtype=torch.float64).tolist()
         kept = tuple(ui >= p for ui, p in zip(u, probs, strict=True))
-        gains = tuple((1.0 / (1.0 - p)) if k else 0.0 for k, p in zip(kept, probs, strict=True))
+        gains = tuple(survival_gain(k, p) for k, p in zip(kept, probs, strict=True))
         return kept, gains
 
-    def set_gains(self, gains: Sequence[float]) -> None:
+    def set_gains(self, gains: Sequence[float | torch.Tensor | None]) -> None:
         for b, g in zip(self.branches, gains, strict=True):
-            b.gain = float(g)
+            b.gain = g if g is None or isinstance(g, torch.Tensor) else float(g)
 
-    def gains(self) -> tuple[float, ...]:
+    def gains(self) -> tuple[float | torch.Tensor | None, ...]:
         return tuple(b.gain for b in self.branches)
 
     def sample(self, epoch: float) -> tuple[bool, ...]:
@@ -210,30 +343,29 @@ class GateController:
         self.set_gains(gains)
         return kept
 
-    def dense(self) -> None:
-        self.set_gains([1.0] * self.num_branches)
+    def release(self) -> None:
+        """No gain set from outside: each branch follows ``train()``/``eval()`` and its ``p``."""
+        self.set_gains([None] * self.num_branches)
 
     def apply_mask(self, mask: Sequence[int | bool]) -> None:
-        if len(mask) != self.num_branches:
-            raise FathomError(
-                f"mask has {len(mask)} entries, model has {self.num_branches} branches"
-            )
-        self.set_gains([1.0 if m else 0.0 for m in mask])
+        set_masks(self.branches, mask)
 
     @contextmanager
     def masked(self, mask: Sequence[int | bool]):
-        saved = self.gains()
+        saved = [b.mask for b in self.branches]
         try:
             self.apply_mask(mask)
             yield
         finally:
-            self.set_gains(saved)
+            for b, m in zip(self.branches, saved, strict=True):
+                b.mask = m
 
     @contextmanager
     def dense_mode(self):
+        """Gain one on every branch (set from outside), restoring the previous gains."""
         saved = self.gains()
         try:
-            self.dense()
+            self.set_gains([1.0] * self.num_branches)
             yield
         finally:
             self.set_gains(saved)
@@ -246,34 +378,60 @@ class GateController:
         self.set_gains(state["gains"])
 
 
+def set_masks(branches: Sequence[SkippableResidual], mask: Sequence[int | bool | None]) -> None:
+    """``branches[l].mask = mask[l]`` (``None`` clears it); a length mismatch is refused."""
+    if len(mask) != len(branches):
+        raise FathomError(
+            f"mask has {len(mask)} entries, model has {len(branches)} branches "
+            "(one entry per SkippableResidual, in registration order)"
+        )
+    for b, m in zip(branches, mask, strict=True):
+        b.mask = None if m is None else bool(m)
+
+
+def set_drop_probs(model: nn.Module, probs: Sequence[float]) -> None:
+    """Set the drop probability ``p`` of every branch of ``model`` (e.g. once per epoch).
+
+    ``probs`` has one entry per :class:`SkippableResidual`, in :func:`find_branches` order
+    (a :class:`DropSchedule` gives them: ``set_drop_probs(model, schedule.at(epoch))``).
+    """
+    branches = find_branches(model)
+    if len(probs) != len(branches):
+        raise FathomError(
+            f"{len(probs)} drop probabilities for {len(branches)} skippable branches; give one "
+            "per SkippableResidual, in registration order"
+        )
+    checked = [check_drop_prob(p, f"branch {i}") for i, p in enumerate(probs)]
+    for b, p in zip(branches, checked, strict=True):
+        b.p = p
+
+
 @contextmanager
 def branch_mask(model: nn.Module, mask: Sequence[int | bool]):
-    """Evaluate ``model`` with branch ``l`` kept iff ``mask[l]`` (gain one); restores gains."""
+    """Run ``model`` with branch ``l`` kept iff ``mask[l]`` (gain one, any mode); restores masks."""
     branches = find_branches(model)
-    if len(mask) != len(branches):
-        raise FathomError(f"mask has {len(mask)} entries, model has {len(branches)} branches")
-    saved = [b.gain for b in branches]
+    saved = [b.mask for b in branches]
     try:
-        for b, m in zip(branches, mask, strict=True):
-            b.gain = 1.0 if m else 0.0
+        set_masks(branches, mask)
         yield
     finally:
-        for b, g in zip(branches, saved, strict=True):
-            b.gain = g
+        set_masks(branches, saved)
 
 
 @contextmanager
 def dense_eval(model: nn.Module):
-    """Dense evaluation mode: ``model.eval()``, every branch at gain one; restores both."""
+    """Dense evaluation mode: ``model.eval()`` and no mask (every branch at gain one).
+
+    Gains set from outside are ignored in ``eval()`` and left as they were; the mode and
+    the masks are restored on exit.
+    """
     branches = find_branches(model)
-    saved = [b.gain for b in branches]
+    saved = [b.mask for b in branches]
     was_training = model.training
     try:
         model.eval()
-        for b in branches:
-            b.gain = 1.0
+        set_masks(branches, [None] * len(branches))
         yield
     finally:
-        for b, g in zip(branches, saved, strict=True):
-            b.gain = g
+        set_masks(branches, saved)
         model.train(was_training)

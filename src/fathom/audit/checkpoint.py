@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fathom.audit.costs import mask_macs
 from fathom.audit.evaluate import MaskScores, evaluate_masks, save_scores
 from fathom.audit.interactions import energy_by_order, interaction_fraction
 from fathom.audit.masks import (
@@ -22,7 +23,6 @@ from fathom.audit.masks import (
     full_mask_index,
     is_full_lattice,
     mask_label,
-    mask_macs,
     removable_branch_count,
     sample_masks,
 )
@@ -222,7 +222,7 @@ def routing_summary(
     )
     labels = [mask_label(r) for r in masks]
     return {
-        "features": "7x7 average-pooled pixel intensities (49), no labels, no model output",
+        "features": "7x7 average-pooled pixel intensities per channel, no labels, no model output",
         "tree": router.describe(),
         "leaf_masks": {k: labels[v] for k, v in router.describe()["leaf_masks"].items()},
         "test": outcome.to_dict(),
@@ -252,12 +252,10 @@ def audit_checkpoint(
             "test: audit a run trained with split 'fit-val'"
         )
     masks = choose_masks(k, settings)
-    macs = mask_macs(model, masks)
+    macs = mask_macs(model, masks, splits.val_x)
     full = full_mask_index(masks)
-    branch_macs = [
-        macs[full] - int(model.macs_per_example(tuple(0 if j == b else 1 for j in range(k))))
-        for b in range(k)
-    ]
+    singles = np.ones((k, k), dtype=np.uint8) - np.eye(k, dtype=np.uint8)
+    branch_macs = [macs[full] - m for m in mask_macs(model, singles, splits.val_x)]
     bs = settings.eval_batch_size
     scores = {
         "val": evaluate_masks(model, splits.val_x, splits.val_y, masks, bs),

@@ -93,25 +93,84 @@ def mask_logits(
 ) -> np.ndarray:
     """Logits ``[M, N, C]`` (float32, on the host) of ``model`` under each mask.
 
-    Evaluation mode (dropout off), gain one for kept branches, removed branches not
-    computed (:func:`fathom.depth.branch_mask`).
+    Evaluation mode (dropout off, BatchNorm on its running statistics), gain one for kept
+    branches, removed branches not computed (:func:`fathom.depth.branch_mask`). The model
+    must return logits ``[batch, classes]`` of a floating dtype.
     """
     out = []
     with dense_eval(model):
         for row in masks:
             with branch_mask(model, tuple(int(b) for b in row)):
-                chunks = [model(x[s : s + batch_size]) for s in range(0, x.shape[0], batch_size)]
+                chunks = [
+                    _checked_logits(model(x[s : s + batch_size]), min(batch_size, x.shape[0] - s))
+                    for s in range(0, x.shape[0], batch_size)
+                ]
             # note: this is a CPU-GPU sync point (once per mask per split)
             out.append(torch.cat(chunks).float().cpu().numpy())
     return np.stack(out)
 
 
+def _checked_logits(logits: object, batch: int) -> torch.Tensor:
+    if (
+        not isinstance(logits, torch.Tensor)
+        or logits.dim() != 2
+        or logits.shape[0] != batch
+        or not logits.is_floating_point()
+    ):
+        what = (
+            f"{logits.dtype} tensor of shape {list(logits.shape)}"
+            if isinstance(logits, torch.Tensor)
+            else type(logits).__name__
+        )
+        raise FathomError(
+            f"the model returned a {what} for a batch of {batch}; the audit needs floating "
+            "logits [batch, classes] (wrap a model that returns a tuple or dict so that its "
+            "forward returns the logits)"
+        )
+    return logits
+
+
+def _check_split(x: torch.Tensor, y: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+        raise FathomError("evaluate_masks needs tensors x (inputs) and y (integer labels)")
+    if y.dim() != 1 or y.is_floating_point() or y.dtype == torch.bool:
+        raise FathomError(
+            f"labels y must be a 1-D integer tensor of class indices, got {y.dtype} of shape "
+            f"{list(y.shape)}"
+        )
+    if x.dim() == 0 or x.shape[0] != y.shape[0]:
+        raise FathomError(
+            f"x holds {x.shape[0] if x.dim() else 0} examples but y holds {y.shape[0]} labels; "
+            "pass one label per example"
+        )
+
+
 def evaluate_masks(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, masks: np.ndarray, batch_size: int = 2000
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    masks: np.ndarray | None = None,
+    batch_size: int = 2000,
 ) -> MaskScores:
-    """:func:`mask_logits` then :func:`scores_from_logits` for one split."""
+    """Every branch mask of any model with :class:`fathom.depth.SkippableResidual` branches.
+
+    ``masks`` defaults to all ``2^k`` (:func:`fathom.audit.masks.enumerate_masks` order,
+    row ``m`` keeps branch ``l`` iff bit ``l`` of ``m``). Returns per-example logits, CE
+    and correctness per mask (module formulas; ``.accuracy()``, ``.mean_ce()``,
+    ``.damage()``); the model's mode, gains and masks are restored.
+    """
+    from fathom.audit.costs import check_masks
+
+    _check_split(x, y)
+    masks = check_masks(model, masks)
     logits = mask_logits(model, x, masks, batch_size)
-    return scores_from_logits(logits, y.cpu().numpy(), masks)
+    labels = y.cpu().numpy()
+    if labels.size and (labels.min() < 0 or labels.max() >= logits.shape[2]):
+        raise FathomError(
+            f"labels range over [{labels.min()}, {labels.max()}] but the model has "
+            f"{logits.shape[2]} classes"
+        )
+    return scores_from_logits(logits, labels, masks)
 
 
 def save_scores(path: str, splits: dict[str, MaskScores], meta: dict[str, str]) -> None:

@@ -23,19 +23,16 @@ MAX_ENUMERATED_MASKS = 4096
 
 
 def removable_branch_count(model: nn.Module) -> int:
-    """Number k of skippable branches of ``model``; FathomError when it has none."""
-    branches_fn = getattr(model, "branches", None)
-    if branches_fn is None:
-        from fathom.depth import find_branches
+    """Number k of :class:`fathom.depth.SkippableResidual` branches; FathomError when none."""
+    from fathom.depth import find_branches
 
-        count = len(find_branches(model))
-    else:
-        count = len(branches_fn())
+    count = len(find_branches(model))
     if count == 0:
         raise FathomError(
-            f"{type(model).__name__} has no removable branches (e.g. recipe 'plain', whose "
-            "blocks have no bypass), so there is nothing to delete; audit a residual recipe "
-            "(residual, residual_dropout, sd_constant, sd_decreasing)"
+            f"{type(model).__name__} has no removable branches (no fathom.depth."
+            "SkippableResidual module, e.g. the Ciresan recipe 'plain' or a conv net without "
+            "residual blocks), so there is nothing to delete; wrap each residual branch in "
+            "SkippableResidual(branch, bypass), or audit a residual recipe"
         )
     return count
 
@@ -102,14 +99,3 @@ def is_full_lattice(masks: np.ndarray) -> bool:
 def mask_label(mask: np.ndarray | tuple[int, ...]) -> str:
     """``"1011"``: branch 0 first, ``1`` kept, ``0`` removed."""
     return "".join(str(int(b)) for b in mask)
-
-
-def mask_macs(model: nn.Module, masks: np.ndarray) -> list[int]:
-    """Multiply-accumulates per example of each reduced network (``model.macs_per_example``)."""
-    macs_fn = getattr(model, "macs_per_example", None)
-    if macs_fn is None:
-        raise FathomError(
-            f"{type(model).__name__} has no macs_per_example(mask); the audit needs it to cost "
-            "each reduced network (CiresanMLP provides it)"
-        )
-    return [int(macs_fn(tuple(int(b) for b in row))) for row in masks]

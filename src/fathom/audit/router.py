@@ -1,7 +1,7 @@
 """Per-example routing to a reduced network, and the shuffled control it must beat.
 
-Features: the image average-pooled to a ``7 x 7`` grid (49 intensities in [0, 1] for
-uint8 pixels), cheap next to any mask. No label and no full-model output is used.
+Features: the image average-pooled to a ``7 x 7`` grid per channel (49 intensities in [0, 1]
+per channel for uint8 pixels), cheap next to any mask. No label and no full-model output is used.
 
 Fitting (validation only; test is untouched):
 
@@ -37,9 +37,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, install_hint
 
-SKLEARN_HINT = "pip install 'fathom[audit]'"
+SKLEARN_HINT = install_hint("audit")
 
 
 def require_sklearn() -> Any:
@@ -55,24 +55,27 @@ def require_sklearn() -> Any:
 
 
 def pooled_features(x: torch.Tensor, grid: int = 7) -> np.ndarray:
-    """``[N, grid²]`` average intensities of the square image on a ``grid x grid`` pooling.
+    """``[N, C·grid²]`` average intensities of square images on a ``grid x grid`` pooling.
 
-    Accepts ``[N, H, W]``, ``[N, 1, H, W]`` or flat ``[N, H·W]`` with a square ``H·W``;
-    uint8 pixels are divided by 255.
+    Accepts ``[N, C, H, W]`` (every channel pooled), or single-channel ``[N, H, W]`` and flat
+    ``[N, H·W]`` with a square ``H·W``; uint8 pixels are divided by 255.
     """
     n = x.shape[0]
-    flat = x.reshape(n, -1)
-    side = round(flat.shape[1] ** 0.5)
-    if side * side != flat.shape[1]:
-        raise FathomError(
-            f"pooled features need square single-channel images; got {flat.shape[1]} values per "
-            "example"
-        )
-    img = flat.reshape(n, 1, side, side).float()
+    if x.dim() == 4 and x.shape[2] == x.shape[3]:
+        img = x.float()
+    else:
+        flat = x.reshape(n, -1)
+        side = round(flat.shape[1] ** 0.5)
+        if side * side != flat.shape[1]:
+            raise FathomError(
+                f"pooled features need square images ([N, C, H, H], [N, H, H] or flat [N, H*H]); "
+                f"got shape {list(x.shape)}"
+            )
+        img = flat.reshape(n, 1, side, side).float()
     if x.dtype == torch.uint8:
         img = img / 255.0
     pooled = F.adaptive_avg_pool2d(img, grid)
-    return pooled.reshape(n, grid * grid).cpu().numpy().astype(np.float64)
+    return pooled.reshape(n, -1).cpu().numpy().astype(np.float64)
 
 
 def cost_order(costs: np.ndarray) -> np.ndarray:

@@ -24,33 +24,29 @@ from fathom.audit.masks import full_mask_index, mask_label, removable_branch_cou
 from fathom.audit.report import to_markdown
 from fathom.audit.router import require_sklearn
 from fathom.audit.speed import time_masks
+from fathom.audit.subjects import Subject, subject_of
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest, ensure_writable_dir
-from fathom.models.ciresan import recipe_spec
-from fathom.rundir import RunDir, find_runs
+from fathom.rundir import find_runs
 from fathom.stats import failure_flags
 
 FORMAT = 1
 Progress = Callable[[str], None]
 
 
-def _arm_names(runs: list[RunDir]) -> dict[str, str]:
-    """Arm of each run: its recipe, or recipe#digest when a recipe repeats a seed."""
+def _arm_names(subjects: list[Subject]) -> dict[str, str]:
+    """Arm of each run: its family, or family#digest when a family repeats a seed."""
     seen: dict[tuple[str, int], int] = {}
-    for rd in runs:
-        key = (rd.config.model.recipe, rd.config.seed)
+    for sub in subjects:
+        key = (sub.family, sub.seed)
         seen[key] = seen.get(key, 0) + 1
-    clash = {recipe for (recipe, _), n in seen.items() if n > 1}
+    clash = {family for (family, _), n in seen.items() if n > 1}
     names = {}
-    for rd in runs:
-        recipe = rd.config.model.recipe
-        if recipe in clash:
-            cfg = rd.config.model_dump(mode="json")
-            cfg.pop("seed", None)
-            cfg.pop("name", None)
-            names[rd.run_id] = f"{recipe}#{config_digest(cfg)[:8]}"
-        else:
-            names[rd.run_id] = recipe
+    for sub in subjects:
+        name = sub.family
+        if name in clash:
+            name = f"{name}#{config_digest(sub.config_for_digest)[:8]}"
+        names[sub.rd.run_id] = name
     return names
 
 
@@ -69,6 +65,13 @@ def measure_speed(
         entry["masks"] = [mask_label(r) for r in masks]
         out.append(entry)
     return out
+
+
+def _architecture(model: torch.nn.Module) -> str:
+    """``ClassName(widths)`` of the network (the last module of an input-prep Sequential)."""
+    net = model[-1] if isinstance(model, torch.nn.Sequential) else model
+    depth = f", depth {net.depth}" if hasattr(net, "depth") else ""
+    return f"{type(net).__name__}{tuple(getattr(net, 'widths', ()))}{depth}"
 
 
 def _resolve_device(name: str) -> torch.device:
@@ -116,46 +119,44 @@ def audit_runs(
             if rd.phase == "tuning"
         ]
         runs = [rd for rd in runs if rd.phase != "tuning"]
-    arms = _arm_names(runs)
+    subjects = [subject_of(rd) for rd in runs]
+    arms = _arm_names(subjects)
     split_cache: dict[str, Any] = {}
     records: list[dict[str, Any]] = []
     speed: list[dict[str, Any]] = []
     timed_architectures: set[str] = set()
-    for rd in runs:
-        recipe = rd.config.model.recipe
+    for sub in subjects:
+        rd, recipe = sub.rd, sub.family
         if single and rd.status != "complete" and "final" in settings.checkpoints:
+            epochs = (rd.manifest["config"].get("optim") or {}).get("epochs", "?")
             raise FathomError(
                 f"run {rd.run_id!r} is incomplete (status {rd.status!r}, "
-                f"{rd.manifest.get('epochs_completed')} of {rd.config.optim.epochs} epochs): it "
-                f"has no final checkpoint. Resume it first (fathom train --resume {rd.path}) "
-                "or audit its selected checkpoint only (--checkpoint selected)"
+                f"{rd.manifest.get('epochs_completed')} of {epochs} epochs): it has no final "
+                f"checkpoint. Resume it first (fathom train --resume {rd.path}) or audit its "
+                "selected checkpoint only (--checkpoint selected)"
             )
         if rd.status != "complete" and not single:
             skipped.append({"run_id": rd.run_id, "reason": f"status {rd.status!r}, not complete"})
             continue
-        if not recipe_spec(recipe).residual:
-            reason = (
-                f"recipe {recipe!r} has no removable branches (its blocks have no bypass); "
-                "audit a residual recipe"
-            )
+        if sub.removable_reason is not None:
             if single:
-                raise FathomError(f"run {rd.run_id!r}: {reason}")
-            skipped.append({"run_id": rd.run_id, "reason": reason})
+                raise FathomError(f"run {rd.run_id!r}: {sub.removable_reason}")
+            skipped.append({"run_id": rd.run_id, "reason": sub.removable_reason})
             continue
         if splits is not None:
             data = splits
         else:
-            key = str(rd.manifest.get("data", {}).get("split_hash"))
+            key = f"{sub.kind}:{rd.manifest.get('data', {}).get('split_hash')}"
             if key not in split_cache:
                 say(f"loading data splits for {rd.run_id}")
-                split_cache[key] = rd.load_splits(device)
+                split_cache[key] = sub.load_splits(device)
             data = split_cache[key]
         run_rec: dict[str, Any] = {
             "run_id": rd.run_id,
             "path": str(rd.path.resolve().relative_to(target.resolve())) if not single else ".",
             "arm": arms[rd.run_id],
             "recipe": recipe,
-            "seed": rd.config.seed,
+            "seed": sub.seed,
             "status": rd.status,
             "config_hash": rd.manifest.get("config_hash"),
             "split_hash": rd.manifest.get("data", {}).get("split_hash"),
@@ -164,7 +165,7 @@ def audit_runs(
         }
         for which in settings.checkpoints:
             try:
-                model = rd.load_model(which, dtype=torch.float32, device=device)
+                model = sub.load_model(which, device)
                 digest = rd.checkpoint_hash(which)
                 epoch = rd.checkpoint_epoch(which)
             except FathomError as e:
@@ -193,10 +194,10 @@ def audit_runs(
                 status=rd.status,
                 test_acc=full_row["test"]["acc"],
                 train_ce=None,
-                classes=int(rd.manifest.get("data", {}).get("info", {}).get("classes", 10)),
+                classes=sub.classes,
             )
             run_rec["checkpoints"][which] = rec
-            arch = f"{type(model).__name__}{tuple(getattr(model, 'widths', ()))}"
+            arch = _architecture(model)
             if arch not in timed_architectures:
                 timed_architectures.add(arch)
                 say(f"timing reduced networks of {arch}")

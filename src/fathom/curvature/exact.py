@@ -1,23 +1,31 @@
-"""Exact per-layer diagonals by full enumeration of output directions, and gradient concentration.
+"""Exact float64 curvature diagonals of any model returning logits, and gradient concentration.
 
 Normalization: every matrix is a **mean over the N probe examples** (the curvature of the
-mean CE over the probe). For affine layer ``l`` with input ``a_i`` and a set of output
-directions ``v_ik`` pulled back to ``u_ik = J_{z_l,i}^T v_ik``, the weight-space vectors are
-``u_ik a_i^T`` and the matrix ``M = (1/N) sum_i sum_k vec(u_ik a_i^T) vec(u_ik a_i^T)^T`` has
+mean CE over the probe; CE per example unaveraged). With ``J_i`` example ``i``'s logit
+Jacobian in the parameters and ``v_ik`` a set of output directions, the matrix
+``M = (1/N) sum_i sum_k (J_i^T v_ik)(J_i^T v_ik)^T`` has the diagonal
 
-    diag_W(M)[o, j] = (1/N) sum_i (sum_k u_iko^2) a_ij^2       (weights, [d_out, d_in])
-    diag_b(M)[o]    = (1/N) sum_i  sum_k u_iko^2               (biases, [d_out])
+    diag(M) = (1/N) sum_i sum_k (J_i^T v_ik)^2        (elementwise square, every parameter)
 
-The three matrices differ only in their output directions:
+and the three matrices differ only in their output directions:
 
 * CE **GGN** ``(1/N) sum_i J_i^T H_i J_i``: ``v_ik = s_ik``, the ``C`` columns of the square-root
-  factor of the softmax Hessian (exact, not sampled);
+  factor of the softmax Hessian ``H_i = diag(p_i) - p_i p_i^T`` (exact, not sampled);
 * **empirical Fisher** ``(1/N) sum_i g_i g_i^T`` (observed labels): one direction ``r_i = p_i - e_y``;
-* **logit-Jacobian Gram** ``(1/N) sum_i sum_c J_ic^T J_ic``: ``v_ic = e_c``, the ``C`` unit logits.
+* **logit-Jacobian Gram** ``(1/N) sum_i J_i^T J_i``: ``v_ic = e_c``, the ``C`` unit logits.
 
-A snapshot pulls back only the ``C`` unit directions and forms the other two by linearity
-(:func:`directions_from_jacobian_rows`); :func:`exact_ggn_diagonal` pulls back the ``s_ik``
-directly. Both are tested against each other and against materialized matrices.
+How (the curvlinops way, step by step): one forward of the float64 copy under the seam's
+hooks; one batched backward of the ``C`` unit directions to every layer output (the
+Jacobian rows ``J_i^T e_c``, :func:`fathom.curvature.probe.pull_back`); then per layer
+
+* ``nn.Linear`` with one row per example (``a_i [d_in]``, ``u_ic = J_{z,i}^T e_c``): mix the
+  rows into GGN and Fisher directions by linearity (``J^T s_ik = sum_c S_i[c, k] u_ic``,
+  ``J^T r_i = sum_c r_ic u_ic``), then ``diag_W = (1/N) sum_i (sum_k u_iko^2) a_ij^2`` is one
+  matmul; per-example gradients are never formed;
+* every other layer (Linear over positions, Conv1d/2d, and by the generic ``torch.func``
+  path BatchNorm, LayerNorm, Embedding, attention, custom modules): the per-example
+  Jacobian rows ``J_i^T e_c`` of its parameters (:func:`fathom.pex.per_example_grads`),
+  mixed the same way and squared, in chunks of examples that bound memory.
 """
 
 from __future__ import annotations
@@ -27,113 +35,130 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fathom.curvature.chain import AffineChain, affine_chain, pullback
-from fathom.curvature.softmax import (
-    SoftmaxParts,
-    label_residual,
-    softmax_hessian_sqrt,
-    softmax_parts,
+from fathom.curvature.probe import (
+    float64_copy,
+    probe_inputs,
+    probe_labels,
+    pull_back,
 )
+from fathom.curvature.softmax import label_residual, softmax_hessian_sqrt, softmax_parts
+from fathom.pex import linear_rows, per_example_grads
+from fathom.seam import Call, Layer, Seam, discover
 
-
-def unit_directions(logits: torch.Tensor) -> torch.Tensor:
-    """The ``C`` unit logit directions ``e_c``, ``[C, N, C]``: their pullbacks are the Jacobian rows."""
-    n, c = logits.shape
-    return torch.eye(c, dtype=logits.dtype, device=logits.device)[:, None, :].expand(c, n, c)
-
-
-@dataclass(frozen=True)
-class LayerDirections:
-    """One layer's pulled-back directions: GGN ``[C, N, d]``, Fisher ``[N, d]``, Jacobian ``[C, N, d]``."""
-
-    ggn: torch.Tensor
-    fisher: torch.Tensor
-    jacobian: torch.Tensor
-
-
-def directions_from_jacobian_rows(
-    j: torch.Tensor, parts: SoftmaxParts, labels: torch.Tensor
-) -> LayerDirections:
-    """GGN and Fisher directions from the Jacobian rows ``j_ic = J_{z,i}^T e_c`` (``[C, N, d]``).
-
-    By linearity ``J^T v = sum_c v_c j_c``, so with the cancellation-resistant coefficients of
-    :mod:`fathom.curvature.softmax` (``1 - p`` from the complement, never ``1 - p`` formed)::
-
-        u_ik     = J^T s_ik = sum_c S_i[c, k] j_ic    (S_i the square-root factor of H_i)
-        delta_i  = J^T r_i  = sum_c r_ic j_ic         (r_i = p_i - e_y)
-
-    One pullback of the ``C`` unit directions thus serves the GGN, the empirical Fisher and the
-    Jacobian Gram; the extra work is a ``C x C`` mix per example and coordinate (``C^2 N d``),
-    small next to the ``C N d d'`` pullback.
-    """
-    s = softmax_hessian_sqrt(parts)  # [i, c, k]
-    r = label_residual(parts, labels)  # [i, c]
-    ggn = torch.einsum("ick,cid->kid", s, j)
-    fisher = torch.einsum("ic,cid->id", r, j)
-    return LayerDirections(ggn=ggn, fisher=fisher, jacobian=j)
-
-
-def ggn_directions(logits: torch.Tensor) -> torch.Tensor:
-    """The ``C`` GGN directions alone, ``[C, N, C]`` (columns of the softmax-Hessian root)."""
-    return softmax_hessian_sqrt(softmax_parts(logits)).permute(2, 0, 1)
-
-
-def weight_diagonal(u: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """``(1/N) sum_i (sum_k u_kio^2) a_ij^2`` for ``u [K, N, d_out]``, ``a [N, d_in]``."""
-    return (u.square().sum(0)).T @ a.square() / a.shape[0]
-
-
-def bias_diagonal(u: torch.Tensor) -> torch.Tensor:
-    """``(1/N) sum_i sum_k u_kio^2`` for ``u [K, N, d_out]``."""
-    return u.square().sum((0, 1)) / u.shape[1]
+KINDS: tuple[str, ...] = ("ggn", "fisher", "jacobian")
+_ELEMENTS = 2**25  # per chunk: directions x examples x parameters of the largest materialized layer
 
 
 @dataclass(frozen=True)
-class LayerDiagonals:
-    """Exact diagonals of one affine layer; a ``*_b`` entry is ``None`` when it has no bias."""
+class OutputDirections:
+    """Per-example output directions: ``S [N, C, K]`` (GGN) and ``r [N, C]`` (Fisher)."""
 
-    ggn_w: torch.Tensor
-    fisher_w: torch.Tensor
-    jacobian_w: torch.Tensor
-    ggn_b: torch.Tensor | None
-    fisher_b: torch.Tensor | None
-    jacobian_b: torch.Tensor | None
+    sqrt_hessian: torch.Tensor
+    residual: torch.Tensor
+
+    @staticmethod
+    def of(logits: torch.Tensor, labels: torch.Tensor) -> OutputDirections:
+        parts = softmax_parts(logits)
+        return OutputDirections(softmax_hessian_sqrt(parts), label_residual(parts, labels))
 
 
-def layer_diagonals(dirs: LayerDirections, a: torch.Tensor, has_bias: bool) -> LayerDiagonals:
-    """GGN, empirical-Fisher and Jacobian-Gram diagonals from one layer's pulled-back directions.
+Sums = dict[str, torch.Tensor]  # kind -> unnormalized sum over examples, one parameter
 
-    The three ``[N, d_out]`` squared-direction sums are stacked so that a single matmul with
-    ``a^2`` gives all three weight diagonals (see the module docstring for the formula).
-    """
-    n, d_out = a.shape[0], dirs.fisher.shape[1]
-    sq = torch.cat(
-        [dirs.ggn.square().sum(0), dirs.fisher.square(), dirs.jacobian.square().sum(0)], dim=1
+
+def single_row(layer: Layer, calls: list[Call]) -> bool:
+    """A linear layer called once on ``[N, d_in]``: the factorized (never materialized) path."""
+    return (
+        layer.kind == "linear"
+        and len(calls) == 1
+        and calls[0].input_leaves()[0].dim() == 2
+        and calls[0].in_dims[0] == (0, 1)
     )
-    w = (sq.T @ a.square() / n).split(d_out)
-    b = (sq.sum(0) / n).split(d_out) if has_bias else (None, None, None)
-    return LayerDiagonals(w[0], w[1], w[2], b[0], b[1], b[2])
 
 
-def exact_ggn_diagonal(
-    model: nn.Module | AffineChain, x: torch.Tensor
-) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
-    """Exact CE-GGN diagonal ``(weight [d_out, d_in], bias [d_out] or None)`` per affine layer.
+def _linear_sums(layer, calls, cots, n: int, dirs: OutputDirections) -> dict[str, Sums]:
+    a, u = linear_rows(layer, calls, cots, n, directions=True)
+    a, u = a[:, 0], u[:, :, 0]  # [N, d_in], [C, N, d_out]
+    d_out = u.shape[-1]
+    ggn = torch.einsum("ick,cio->kio", dirs.sqrt_hessian, u)
+    fisher = torch.einsum("ic,cio->io", dirs.residual, u)
+    sq = torch.cat([ggn.square().sum(0), fisher.square(), u.square().sum(0)], dim=1)
+    w = (sq.T @ a.square()).split(d_out)
+    out = {"weight": dict(zip(KINDS, w, strict=True))}
+    if "bias" in layer.params:
+        out["bias"] = dict(zip(KINDS, sq.sum(0).split(d_out), strict=True))
+    return out
 
-    Mean over the N examples of ``x``; dense evaluation mode; computed in the model's dtype.
-    The GGN does not depend on the labels.
+
+def _materialized_sums(layer, calls, cots, n: int, dirs: OutputDirections) -> dict[str, Sums]:
+    grads = per_example_grads(layer, calls, cots, n, directions=True)
+    out = {}
+    for name, j in grads.items():
+        shape = j.shape[2:]
+        jf = j.reshape(j.shape[0], n, -1)  # [C, N, numel]: rows J_i^T e_c
+        ggn = torch.einsum("ick,cim->kim", dirs.sqrt_hessian, jf)
+        fisher = torch.einsum("ic,cim->im", dirs.residual, jf)
+        out[name] = {
+            "ggn": ggn.square().sum((0, 1)).reshape(shape),
+            "fisher": fisher.square().sum(0).reshape(shape),
+            "jacobian": jf.square().sum((0, 1)).reshape(shape),
+        }
+    return out
+
+
+def layer_sums(layer, calls, cots, n: int, dirs: OutputDirections) -> dict[str, Sums]:
+    """``{local param: {kind: sum_i sum_k (J_i^T v_ik)^2}}`` for one layer (not yet / N)."""
+    if single_row(layer, calls):
+        return _linear_sums(layer, calls, cots, n, dirs)
+    return _materialized_sums(layer, calls, cots, n, dirs)
+
+
+def _layout(seam: Seam, x: torch.Tensor) -> tuple[int, int]:
+    """``(classes, examples per chunk)``: the largest materialized layer stays in budget."""
+    with seam.capture() as calls, torch.no_grad():
+        classes = int(seam.model(x[:1]).shape[1])
+    largest = max(
+        (
+            sum(t.numel() for t in layer.tensors().values())
+            for layer in seam.layers
+            if not single_row(layer, calls[layer.name])
+        ),
+        default=0,
+    )
+    return classes, max(1, _ELEMENTS // max(1, 3 * classes * largest))
+
+
+def exact_diagonals(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, chunk_size: int | None = None
+) -> dict[str, dict[str, torch.Tensor]]:
+    """Exact float64 ``{"ggn"|"fisher"|"jacobian": {param_name: diagonal}}`` on ``(x, y)``.
+
+    Diagonals of ``(1/N) sum_i J_i^T H_i J_i`` (CE GGN), ``(1/N) sum_i g_i g_i^T`` (empirical
+    Fisher at the labels ``y``) and ``(1/N) sum_i J_i^T J_i`` (logit-Jacobian Gram), see the
+    module docstring; keyed by every name of ``model.named_parameters()``, shaped like the
+    parameter. ``model`` is any ``nn.Module`` returning logits ``[N, C]``; it is left
+    untouched (a float64 copy in dense evaluation mode is used). A module the seam cannot
+    cover is refused, naming it.
     """
-    chain = model if isinstance(model, AffineChain) else affine_chain(model)
-    pb = pullback(chain, x, ggn_directions)
-    return [
-        (weight_diagonal(u, a), bias_diagonal(u) if lin.bias is not None else None)
-        for u, a, lin in zip(pb.directions, pb.inputs, chain.layers, strict=True)
-    ]
-
-
-def gradient_gram(delta: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """``K_ij = <g_i, g_j> = (delta_i . delta_j)(a_i . a_j)`` for ``g_i = delta_i a_i^T``, ``[N, N]``."""
-    return (delta @ delta.T) * (a @ a.T)
+    model64 = float64_copy(model)
+    x = probe_inputs(model64, x)
+    n = x.shape[0]
+    seam = discover(model64, x)
+    classes, auto_chunk = _layout(seam, x)
+    labels = probe_labels(y.to(x.device) if isinstance(y, torch.Tensor) else y, n, classes)
+    chunk = chunk_size or auto_chunk
+    names = [name for name, _ in model64.named_parameters()]
+    params = dict(model64.named_parameters())
+    total = {k: {p: torch.zeros_like(params[p]).detach() for p in names} for k in KINDS}
+    for start in range(0, n, chunk):
+        xc, yc = x[start : start + chunk], labels[start : start + chunk]
+        pb = pull_back(seam, xc)
+        dirs = OutputDirections.of(pb.logits, yc)
+        for layer in seam.layers:
+            sums = layer_sums(layer, pb.calls[layer.name], pb.cotangents[layer.name], len(xc), dirs)
+            for local, qualified in zip(layer.params, layer.qualified, strict=True):
+                for kind in KINDS:
+                    total[kind][qualified] += sums[local][kind]
+    return {k: {p: v / n for p, v in total[k].items()} for k in KINDS}
 
 
 def gradient_concentration(gram: torch.Tensor) -> dict[str, float | None]:

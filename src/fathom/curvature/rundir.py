@@ -2,8 +2,10 @@
 
 Outputs, under ``<run>/curvature/`` (or ``out_dir``):
 
-* ``epoch-NNNN.json``: one :func:`fathom.curvature.snapshot.curvature_snapshot` record with the
-  checkpoint file and hash it was computed from, the probe scope and hash, and runtimes;
+* ``epoch-NNNN.json``: one :func:`fathom.curvature.snapshot.curvature_snapshot` record with its
+  provenance (the source hash of the code that computed it, the checkpoint file and hash it
+  was computed from, and the agreement of the float64 probe model's predictions with the
+  recorded float32 model's on the same probe), the probe scope and hash, and runtimes;
 * ``summary.json`` and ``summary.md``: one row per snapshot.
 
 The probe is the first ``N`` examples of the run's fitting split, in stored order (the same
@@ -21,7 +23,9 @@ from typing import Any
 
 import torch
 
-from fathom.curvature.snapshot import NORMALIZATION, curvature_snapshot
+from fathom.curvature.definitions import NORMALIZATION
+from fathom.curvature.snapshot import curvature_snapshot
+from fathom.depth import dense_eval
 from fathom.errors import FathomError
 from fathom.io import (
     atomic_write_bytes,
@@ -30,6 +34,7 @@ from fathom.io import (
     ensure_writable_dir,
     tensor_digest,
 )
+from fathom.provenance import source_hash
 
 FORMAT = 1
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -78,7 +83,7 @@ def probe_from_split(
 
 
 def _summary_row(epoch: int, record: dict) -> dict[str, Any]:
-    errors = [layer["kfac"]["kfac_diag_rel_l1_error"] for layer in record["layers"]]
+    errors = [layer["kfac"].get("kfac_diag_rel_l1_error") for layer in record["layers"]]
     errors = [e for e in errors if e is not None]
     mism = record["output_mismatch"]
     return {
@@ -112,7 +117,7 @@ def summary_markdown(run_id: str, probe: int, rows: list[dict[str, Any]]) -> str
             f"# Curvature of run {run_id}",
             "",
             f"Probe: first {probe} fitting examples; float64; dense evaluation (gain one). "
-            "Traces are exact weight diagonals summed over all affine layers (biases excluded), "
+            "Traces are exact weight diagonals summed over every layer (biases excluded), "
             "means over the probe. KFAC diag err is the relative L1 error of diag(G)⊗diag(A) "
             "against the exact CE-GGN diagonal. rho = C / effective_rank(L).",
             "",
@@ -149,9 +154,10 @@ def run_curvature(
     rows = []
     for e in chosen:
         t0 = time.perf_counter()
-        model = rd.load_model(e, dtype=torch.float64, device=device)
+        model = rd.load_model(e, dtype=torch.float32, device=device)
         t_load = time.perf_counter() - t0
         snap = curvature_snapshot(model, x, y)
+        agreement = prediction_agreement(snap.logits, model, x)
         body = dict(snap.record)
         compute_s = body.pop("compute_s")
         record = {
@@ -165,6 +171,11 @@ def run_curvature(
                 "params_sha256": rd.checkpoint_hash(e),
                 "verified": True,
                 "converted_to": "float64",
+            },
+            "provenance": {
+                "source_sha256": source_hash(),
+                "checkpoint_sha256": rd.checkpoint_hash(e),
+                "prediction_agreement": agreement,
             },
             "model_type": type(model).__name__,
             "scope": {
@@ -197,6 +208,7 @@ def run_curvature(
         "kind": "fathom.curvature.summary",
         "run_id": rd.run_id,
         "scope": {"split": "fit", "N": probe, "probe_sha256": probe_hash},
+        "source_sha256": source_hash(),
         "normalization": NORMALIZATION,
         "rows": rows,
     }
@@ -205,16 +217,40 @@ def run_curvature(
     return rows
 
 
+def prediction_agreement(logits64: torch.Tensor, model32: torch.nn.Module, x: torch.Tensor) -> dict:
+    """The float64 probe logits against the recorded float32 model's on the same probe.
+
+    ``argmax_agreement`` is the fraction of examples with the same predicted class;
+    ``max_abs_logit_diff = max_ic |z64_ic - z32_ic|`` (float32 rounding, typically ~1e-6
+    relative; a large value means the float64 copy does not compute what was recorded).
+    """
+    with dense_eval(model32), torch.no_grad():
+        logits32 = model32(x).to(torch.float64)
+    diff = (logits64 - logits32).abs()
+    return {
+        "compared": "float64 probe model vs recorded float32 model, dense evaluation, same probe",
+        "argmax_agreement": float((logits64.argmax(1) == logits32.argmax(1)).double().mean()),
+        "max_abs_logit_diff": float(diff.max()),
+        "max_abs_logit": float(logits64.abs().max()),
+    }
+
+
 def _save_diagonals(path: Path, snap: Any) -> str:
     from safetensors.torch import save
 
-    tensors = {}
-    for i, d in enumerate(snap.diagonals):
-        for key in ("ggn_w", "fisher_w", "jacobian_w", "ggn_b", "fisher_b", "jacobian_b"):
-            t = getattr(d, key)
-            if t is not None:
-                tensors[f"layer{i}.{key}"] = t.detach().cpu().contiguous()
+    tensors = {
+        f"{kind}/{name}": t.detach().cpu().contiguous()
+        for kind, per in snap.diagonals.items()
+        for name, t in per.items()
+    }
     atomic_write_bytes(
-        path, save(tensors, metadata={"normalization": "mean over the N probe examples"})
+        path,
+        save(
+            tensors,
+            metadata={
+                "normalization": "mean over the N probe examples",
+                "keys": "<ggn|fisher|jacobian>/<parameter name of model.named_parameters()>",
+            },
+        ),
     )
     return path.name

@@ -1,8 +1,10 @@
 """One curvature snapshot: every quantity of :mod:`fathom.curvature` for one model and probe.
 
-The model is evaluated in dense mode (``eval()``, every branch at gain one, dropout off) in
-its own dtype (the CLI converts checkpoints to float64). One forward pass and one batched
-backward of the ``C`` unit logit directions (the Jacobian rows) feed everything below.
+Any ``nn.Module`` returning logits: a float64 copy in dense evaluation mode
+(:mod:`fathom.curvature.probe`), one forward under the seam's hooks and one batched
+backward of the ``C`` unit logit directions feed everything below, for the whole probe
+at once. Layers are the seam's (qualified module names, first-call order); KFAC covers
+``nn.Linear`` and ``nn.Conv2d`` and lists every other layer as not covered.
 """
 
 from __future__ import annotations
@@ -13,61 +15,40 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fathom.curvature.chain import affine_chain, pullback
-from fathom.curvature.exact import (
-    LayerDiagonals,
-    directions_from_jacobian_rows,
-    gradient_concentration,
-    gradient_gram,
-    layer_diagonals,
-    unit_directions,
-)
+from fathom.curvature.definitions import DEFINITIONS, NORMALIZATION
+from fathom.curvature.exact import KINDS, OutputDirections, gradient_concentration, layer_sums
 from fathom.curvature.kfac import (
     Spectrum,
     effective_rank,
     exact_ggn_quadratic,
     kfac_diagonal,
+    kfac_factors,
     kfac_quadratic,
-    kfac_spectra,
+    per_example_kfac_curvatures,
     relative_l1_error,
 )
 from fathom.curvature.mismatch import output_mismatch
-from fathom.curvature.softmax import cross_entropy, softmax_parts
-
-NORMALIZATION = (
-    "mean over the N probe examples: every matrix is (1/N) sum_i of per-example terms "
-    "(the curvature of the mean CE over the probe); KFAC factors A and G are also (1/N) sums"
+from fathom.curvature.probe import (
+    float64_copy,
+    mix_cotangents,
+    probe_inputs,
+    probe_labels,
+    pull_back,
 )
+from fathom.curvature.softmax import cross_entropy
+from fathom.pex import linear_rows, per_example_grams, summed_gram
+from fathom.seam import Layer, discover
 
-DEFINITIONS: dict[str, str] = {
-    "ggn": "CE generalized Gauss-Newton (1/N) sum_i J_i^T H_i J_i, H_i = diag(p_i) - p_i p_i^T; "
-    "estimator exact (full enumeration of the C columns of S_i = diag(sqrt p_i) - p_i sqrt(p_i)^T)",
-    "empirical_fisher": "(1/N) sum_i g_i g_i^T with g_i the gradient of CE_i at the observed label; "
-    "estimator exact",
-    "jacobian_gram": "logit-Jacobian Gram (1/N) sum_i sum_c J_ic^T J_ic (no loss curvature); "
-    "estimator exact",
-    "kfac": "KFAC approximation G (x) A of the layer's CE-GGN weight block, A = (1/N) sum_i a_i a_i^T "
-    "(uncentered), G = (1/N) sum_i sum_k u_ik u_ik^T from the same exact output directions; "
-    "biases excluded",
-    "activation_effective_rank": "effective rank of the layer input's uncentered second moment "
-    "A = (1/N) sum_i a_i a_i^T (not a centered covariance)",
-    "effective_rank": "exp of the spectral entropy: exp(-sum q log q), q = lambda / sum lambda",
-    "kfac_rayleigh_mean_gradient": "KFAC quantity: vec(gbar)^T (G (x) A) vec(gbar) / ||gbar||^2 "
-    "for gbar the layer's probe-mean CE gradient",
-    "exact_ggn_rayleigh_mean_gradient": "exact CE-GGN layer block along the same gbar, for comparison",
-    "kfac_diag_rel_l1_error": "sum |diag(G) (x) diag(A) - diag(GGN)| / sum |diag(GGN)| over the layer weights",
-    "gradient_concentration": "per-example observed-label CE gradients g_i of the layer weights "
-    "(biases excluded); covariance is the population one (1/N)",
-    "traces": "weight traces sum the exact weight diagonals; bias traces are reported separately",
-}
+KFAC_KINDS: dict[str, str] = {"linear": "Linear", "conv2d": "Conv2d"}
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The JSON-ready record and the exact diagonals (per layer) it was computed from."""
+    """The JSON-ready record, the exact diagonals ``{kind: {param: tensor}}`` and the float64 logits."""
 
     record: dict
-    diagonals: list[LayerDiagonals]
+    diagonals: dict[str, dict[str, torch.Tensor]]
+    logits: torch.Tensor
 
 
 def _spectrum_record(spec: Spectrum) -> dict:
@@ -81,89 +62,130 @@ def _spectrum_record(spec: Spectrum) -> dict:
     }
 
 
-def _opt_trace(t: torch.Tensor | None) -> float | None:
-    return None if t is None else float(t.sum())
+def _kfac_record(layer: Layer, calls, cots, n: int, dirs: OutputDirections, ggn_w) -> dict:
+    """KFAC of one Linear / Conv2d layer's weight (see :mod:`fathom.curvature.kfac`)."""
+    a, u = linear_rows(layer, calls, cots, n, directions=True)  # [N,T,d_in], [C,N,T,d_out]
+    u_ggn = torch.einsum("ick,cito->kito", dirs.sqrt_hessian, u)
+    delta = torch.einsum("ic,cito->ito", dirs.residual, u)  # dCE_i / dz_it
+    f = kfac_factors(u_ggn, a)
+    g_bar = torch.einsum("ito,itj->oj", delta, a) / n  # probe-mean CE gradient of W
+    g_sq = float(g_bar.square().sum())
+    spec_a, spec_g = f.A.spectrum(), f.G.spectrum()
+    erank_a, erank_g = effective_rank(spec_a.values), effective_rank(spec_g.values)
+    kfac_q = kfac_quadratic(g_bar, f)
+    exact_q = exact_ggn_quadratic(g_bar, u_ggn, a)
+    return {
+        "covered": True,
+        "positions_per_example": f.positions,
+        "A": _spectrum_record(spec_a),
+        "G": _spectrum_record(spec_g),
+        "kfac_effective_rank": erank_a * erank_g if erank_a and erank_g else None,
+        "kfac_effective_rank_note": "spectrum of G (x) A is all products; its entropy is the "
+        "sum, so its effective rank is erank(G) * erank(A)",
+        "kfac_diag_rel_l1_error": relative_l1_error(kfac_diagonal(f), ggn_w.reshape(g_bar.shape)),
+        "kfac_quadratic_mean_gradient": kfac_q,
+        "kfac_rayleigh_mean_gradient": kfac_q / g_sq if g_sq > 0 else None,
+        "exact_ggn_rayleigh_mean_gradient": exact_q / g_sq if g_sq > 0 else None,
+        "mean_gradient_sq_norm": g_sq,
+        "kfac_rayleigh_per_example": per_example_kfac_curvatures(delta, a, f),
+    }
+
+
+def _not_kfac(layer: Layer) -> dict:
+    return {
+        "covered": False,
+        "reason": f"not covered by KFAC: {layer.type_name} (fathom's KFAC covers nn.Linear "
+        "and nn.Conv2d weights); its exact diagonals are above",
+    }
+
+
+def _sum(ts: list[torch.Tensor]) -> float | None:
+    return float(sum(float(t.sum()) for t in ts)) if ts else None
+
+
+def _layer_record(layer: Layer, diag: dict, kfac: dict, gram) -> dict:
+    """Traces over the layer's weights and (separately) biases, from the exact diagonals."""
+    w = [layer.qualified[layer.params.index(p)] for p in layer.weights]
+    b = [layer.qualified[layer.params.index(p)] for p in layer.biases]
+    names = {"ggn": "ggn", "fisher": "empirical_fisher", "jacobian": "jacobian_gram"}
+    rec = {
+        "name": layer.name,
+        "type": layer.type_name,
+        "path": "generic torch.func" if layer.kind == "generic" else f"fast {layer.kind}",
+        "parameters": {q: list(diag["ggn"][q].shape) for q in layer.qualified},
+    }
+    for kind, label in names.items():
+        rec[f"{label}_weight_trace"] = _sum([diag[kind][q] for q in w]) or 0.0
+        rec[f"{label}_bias_trace"] = _sum([diag[kind][q] for q in b])
+    rec["ggn_weight_diag_max"] = max((float(diag["ggn"][q].max()) for q in w), default=None)
+    rec["kfac"] = kfac
+    rec["activation_effective_rank"] = kfac["A"]["effective_rank"] if kfac["covered"] else None
+    rec["gradient_concentration"] = gradient_concentration(gram) if gram is not None else None
+    return rec
 
 
 def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) -> Snapshot:
     """All curvature quantities of ``model`` on the probe ``(x, labels)``; see :data:`DEFINITIONS`."""
     t0 = time.perf_counter()
-    chain = affine_chain(model)
-    labels = labels.long().to(device=x.device)
-    pb = pullback(chain, x, unit_directions)
+    model64 = float64_copy(model)
+    x = probe_inputs(model64, x)
+    seam = discover(model64, x)
+    pb = pull_back(seam, x)
     n, c = pb.logits.shape
-    parts = softmax_parts(pb.logits)
-    ce = cross_entropy(pb.logits, labels)
+    labels = probe_labels(labels.to(x.device), n, c)
+    dirs = OutputDirections.of(pb.logits, labels)
+    params = dict(model64.named_parameters())
+    diag = {k: {p: torch.zeros_like(t).detach() for p, t in params.items()} for k in KINDS}
+    layers, grams = [], []
+    for layer in seam.layers:
+        calls, cots = pb.calls[layer.name], pb.cotangents[layer.name]
+        sums = layer_sums(layer, calls, cots, n, dirs)
+        for local, q in zip(layer.params, layer.qualified, strict=True):
+            for kind in KINDS:
+                diag[kind][q] = sums[local][kind] / n
+        fisher_cots = mix_cotangents(calls, cots, dirs.residual)
+        gram = summed_gram(per_example_grams(layer, calls, fisher_cots, n), layer.weights)
+        if gram is not None:
+            grams.append(gram)
+        if layer.kind in KFAC_KINDS and calls:
+            ggn_w = diag["ggn"][layer.qualified[layer.params.index("weight")]]
+            kfac = _kfac_record(layer, calls, cots, n, dirs, ggn_w)
+        else:
+            kfac = _not_kfac(layer)
+        layers.append(_layer_record(layer, diag, kfac, gram))
+    return Snapshot(_record(seam, pb.logits, labels, layers, grams, t0), diag, pb.logits)
 
-    layers: list[dict] = []
-    diagonals: list[LayerDiagonals] = []
-    gram_total = torch.zeros(n, n, dtype=pb.logits.dtype, device=pb.logits.device)
-    for name, lin, u, a in zip(chain.names, chain.layers, pb.directions, pb.inputs, strict=True):
-        has_bias = lin.bias is not None
-        dirs = directions_from_jacobian_rows(u, parts, labels)
-        d = layer_diagonals(dirs, a, has_bias)
-        diagonals.append(d)
-        u_ggn = dirs.ggn
-        delta = dirs.fisher  # [N, d_out], dCE_i/dz_i
-        g_bar = delta.T @ a / n  # probe-mean CE gradient of W
-        g_sq = float(g_bar.square().sum())
-        spec_a, spec_g = kfac_spectra(u_ggn, a)
-        erank_a, erank_g = effective_rank(spec_a.values), effective_rank(spec_g.values)
-        kfac_q = kfac_quadratic(g_bar, u_ggn, a)
-        exact_q = exact_ggn_quadratic(g_bar, u_ggn, a)
-        gram = gradient_gram(delta, a)
-        gram_total += gram
-        layers.append(
-            {
-                "name": name,
-                "weight_shape": [lin.out_features, lin.in_features],
-                "has_bias": has_bias,
-                "ggn_weight_trace": float(d.ggn_w.sum()),
-                "empirical_fisher_weight_trace": float(d.fisher_w.sum()),
-                "jacobian_gram_weight_trace": float(d.jacobian_w.sum()),
-                "ggn_bias_trace": _opt_trace(d.ggn_b),
-                "empirical_fisher_bias_trace": _opt_trace(d.fisher_b),
-                "jacobian_gram_bias_trace": _opt_trace(d.jacobian_b),
-                "ggn_weight_diag_max": float(d.ggn_w.max()),
-                "kfac": {
-                    "A": _spectrum_record(spec_a),
-                    "G": _spectrum_record(spec_g),
-                    "kfac_effective_rank": erank_a * erank_g if erank_a and erank_g else None,
-                    "kfac_effective_rank_note": "spectrum of G (x) A is all products; its "
-                    "entropy is the sum, so its effective rank is erank(G) * erank(A)",
-                    "kfac_diag_rel_l1_error": relative_l1_error(kfac_diagonal(u_ggn, a), d.ggn_w),
-                    "kfac_quadratic_mean_gradient": kfac_q,
-                    "kfac_rayleigh_mean_gradient": kfac_q / g_sq if g_sq > 0 else None,
-                    "exact_ggn_rayleigh_mean_gradient": exact_q / g_sq if g_sq > 0 else None,
-                    "mean_gradient_sq_norm": g_sq,
-                },
-                "activation_effective_rank": erank_a,
-                "gradient_concentration": gradient_concentration(gram),
-            }
-        )
 
+def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) -> dict:
     def total(key: str) -> float:
         return sum(layer[key] for layer in layers)
 
+    ce = cross_entropy(logits, labels)
     record = {
-        "dtype": str(pb.logits.dtype).removeprefix("torch."),
-        "mode": "dense evaluation: eval(), every branch at gain one, dropout off",
+        "dtype": str(logits.dtype).removeprefix("torch."),
+        "mode": "dense evaluation: eval() (BatchNorm on running statistics), every branch at "
+        "gain one, dropout off; spiking nets: surrogate Jacobians",
         "normalization": NORMALIZATION,
         "definitions": DEFINITIONS,
-        "probe_size": n,
-        "classes": c,
+        "probe_size": int(logits.shape[0]),
+        "classes": int(logits.shape[1]),
         "probe_ce_mean": float(ce.mean()),
-        "probe_accuracy": float((pb.logits.argmax(1) == labels).double().mean()),
+        "probe_accuracy": float((logits.argmax(1) == labels).double().mean()),
+        "coverage": dict(seam.coverage),
+        "kfac_not_covered": [
+            {"layer": la["name"], "type": la["type"]} for la in layers if not la["kfac"]["covered"]
+        ],
         "layers": layers,
         "totals": {
-            "scope": "sum over all affine layers, weights only (biases excluded); off-diagonal "
-            "blocks do not enter a trace",
-            "ggn_weight_trace": total("ggn_weight_trace"),
-            "empirical_fisher_weight_trace": total("empirical_fisher_weight_trace"),
-            "jacobian_gram_weight_trace": total("jacobian_gram_weight_trace"),
+            "scope": "sum over every layer's weights (biases excluded; a parameter whose name "
+            "ends in 'bias' is a bias); off-diagonal blocks do not enter a trace",
+            **{
+                f"{label}_weight_trace": total(f"{label}_weight_trace")
+                for label in ("ggn", "empirical_fisher", "jacobian_gram")
+            },
         },
-        "gradient_concentration_all_weights": gradient_concentration(gram_total),
-        "output_mismatch": output_mismatch(pb.logits, labels),
+        "gradient_concentration_all_weights": gradient_concentration(sum(grams)) if grams else None,
+        "output_mismatch": output_mismatch(logits, labels),
     }
     record["compute_s"] = time.perf_counter() - t0
-    return Snapshot(record, diagonals)
+    return record

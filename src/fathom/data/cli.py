@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
@@ -97,21 +98,41 @@ def info(spec: IdxDataset | CifarDataset) -> dict:
     return row
 
 
-def print_files(title: str, rows: list[dict]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def files_table(title: str, rows: list[dict], wide: bool = False):
+    """The verified files: name, SHA-256 (12 hex digits; all with ``wide``) and source.
 
-    table = Table(title=title)
-    for column in rows[0]:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
-    Console().print(table)
+    When every file lies in one directory it is named once, in the caption, so the table
+    fits 80 columns; otherwise each row shows its path.
+    """
+    from fathom.terminal import short_hash, table
+
+    if "sha256" not in rows[0]:
+        return table(title, list(rows[0]), [list(r.values()) for r in rows])
+    dirs = {str(Path(r["path"]).parent) for r in rows}
+    one_dir = len(dirs) == 1
+    columns = ["file", "sha256" if wide else "sha256 (first 12)", "source"]
+    columns += [] if one_dir else ["path"]
+    body = [
+        [r["file"], short_hash(r["sha256"], wide), r["source"], *([] if one_dir else [r["path"]])]
+        for r in rows
+    ]
+    caption = f"in {dirs.pop()}" if one_dir else None
+    return table(title, columns, body, wrap=["source", "path"], caption=caption)
+
+
+def print_files(title: str, rows: list[dict], args: argparse.Namespace) -> None:
+    """Rows as a table (``--wide``: full hashes) or, with ``--json``, as JSON."""
+    if args.json:
+        print(json.dumps({"title": title, "files": rows}, indent=2))
+        return
+    from fathom.terminal import console
+
+    console(args.wide).print(files_table(title, rows, args.wide))
 
 
 def run_fetch(args: argparse.Namespace) -> int:
     rows = fetch(args.dataset, args.data_dir)
-    print_files(f"{args.dataset}: verified (SHA-256) and available", rows)
+    print_files(f"{args.dataset}: verified (SHA-256) and available", rows, args)
     return 0
 
 
@@ -123,32 +144,39 @@ def run_verify(args: argparse.Namespace) -> int:
         except MissingDataError:
             if args.dataset:
                 raise
-            print_files(name, [{"status": "not present", "fix": f"fathom data fetch {name}"}])
+            print_files(name, [{"status": "not present", "fix": f"fathom data fetch {name}"}], args)
             continue
-        print_files(f"{name}: every file verified", rows)
+        print_files(f"{name}: every file verified", rows, args)
     return 0
 
 
+def info_table(row: dict, wide: bool = False):
+    """One dataset's registry entry as a two-column table; hashes shortened unless ``wide``."""
+    from fathom.terminal import short_hash, table
+
+    body = []
+    for key, value in row.items():
+        if isinstance(value, dict):
+            value = "\n".join(f"{k}  {short_hash(v, wide)}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = "\n".join(value)
+        body.append([key, str(value)])
+    return table(f"{row['title']} ({row['dataset']})", ["field", "value"], body, wrap=["value"])
+
+
 def run_info(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    from fathom.terminal import console
 
     specs = (
         [dataset_spec(args.dataset)] if args.dataset else [DATASETS[n] for n in sorted(DATASETS)]
     )
-    console = Console()
-    for spec in specs:
-        row = info(spec)
-        table = Table(title=f"{row['title']} ({row['dataset']})", show_header=False)
-        table.add_column("field")
-        table.add_column("value", overflow="fold")
-        for key, value in row.items():
-            if isinstance(value, dict):
-                value = "\n".join(f"{k}  {v}" for k, v in value.items())
-            elif isinstance(value, list):
-                value = "\n".join(value)
-            table.add_row(key, str(value))
-        console.print(table)
+    rows = [info(spec) for spec in specs]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    out = console(args.wide)
+    for row in rows:
+        out.print(info_table(row, args.wide))
     return 0
 
 
@@ -170,4 +198,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             + (f" (default {default})" if default else " (default: all)"),
         )
         p.add_argument("--data-dir", default=None, help="directory (or CIFAR archive) to use first")
+        p.add_argument("--wide", action="store_true", help="full SHA-256 hashes and paths")
+        p.add_argument("--json", action="store_true", help="print every value as JSON")
         p.set_defaults(func=func)

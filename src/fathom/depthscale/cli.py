@@ -9,7 +9,8 @@ from typing import Any
 
 from fathom.depthscale.config import PRESETS, DepthScaleConfig, make_config
 from fathom.depthscale.runner import ARMS, run_benchmark
-from fathom.depthscale.table import render_markdown, write_table
+from fathom.depthscale.table import write_table
+from fathom.depthscale.terminal import print_results
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -97,7 +98,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
     classes = json.loads((root / "benchmark.json").read_text())["classes"]
     note = _scale_note(cfg)
     table = write_table(root, classes, cfg.dataset, note)
-    print(render_markdown(table, note))
+    print_results(table, note)
     print(f"Results saved to {root}")
     return 0
 

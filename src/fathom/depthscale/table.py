@@ -28,7 +28,7 @@ from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text
 from fathom.rundir import RunDir
 from fathom.stats.flags import failure_flags
-from fathom.stats.verdicts import (
+from fathom.stats.scaling import (
     ArmRuns,
     DepthScalingTable,
     DepthScalingVerdict,

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, install_hint
 from fathom.export.common import VerifyReport, flatten_row
 from fathom.report.runs import RunData
 
@@ -32,7 +32,7 @@ def _require() -> None:
     except ImportError:
         raise FathomError(
             "the TensorBoard export needs the tensorboard package, which is not installed; install the "
-            "extra with `pip install 'fathom[tensorboard]'`"
+            f"extra with `{install_hint('tensorboard')}`"
         ) from None
 
 

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, install_hint
 from fathom.export.common import VerifyReport, flatten_row, same_value
 from fathom.io import json_safe
 from fathom.report.runs import RunData
@@ -43,7 +43,7 @@ def _wandb():
     except ImportError:
         raise FathomError(
             "the W&B export needs the wandb package, which is not installed; install the extra with "
-            "`pip install 'fathom[wandb]'`"
+            f"`{install_hint('wandb')}`"
         ) from None
     return wandb
 

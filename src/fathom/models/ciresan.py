@@ -9,8 +9,11 @@ Architecture (full width): ``784 -> 2500 -> 2000 -> 1500 -> 1000 -> 500 -> 10``,
     logits = head(h)                          # linear logits (``output_relu=True``: relu(head(h)))
 
 ``crop`` keeps the first ``out_features`` coordinates (the widths only narrow, so no
-projection is needed); ``gain`` is set by :class:`fathom.depth.GateController`
-(``kept / survival`` in training, one at evaluation, ``{0, 1}`` for explicit masks).
+projection is needed); ``gain`` is that of :class:`fathom.depth.SkippableResidual`:
+``kept / survival`` in training, one at evaluation, ``{0, 1}`` for explicit masks. The
+trainer draws the gates ahead (:class:`fathom.depth.GateController`, the recipe's schedule);
+in a plain loop the branches draw their own, once their probabilities are set, e.g.
+``set_drop_probs(model, recipe_schedule(model.recipe, epochs).at(epoch))``.
 """
 
 from __future__ import annotations
@@ -155,14 +158,14 @@ class CiresanMLP(nn.Module):
         for block in self.blocks:
             lin = block.linear
             if block.residual:
-                gain = block.res.gain
-                if gain == 0.0:
+                gain = block.res.decide()
+                if not isinstance(gain, torch.Tensor) and gain == 0.0:
                     taps.append((h, None))
                     h = block.dropout(F.relu(block.res.bypass(h)))
                     continue
                 z = lin(h)
                 taps.append((h, z))
-                pre = block.res.bypass(h) + (z * gain if gain != 1.0 else z)
+                pre = block.res.bypass(h) + (z if _is_one(gain) else z * gain)
             else:
                 z = lin(h)
                 taps.append((h, z))
@@ -195,6 +198,10 @@ class CiresanMLP(nn.Module):
 
     def extra_repr(self) -> str:
         return f"recipe={self.recipe.name}, widths={self.widths}, input_scale={self.input_scale:.6g}, output_relu={self.output_relu}"
+
+
+def _is_one(gain: float | torch.Tensor) -> bool:
+    return not isinstance(gain, torch.Tensor) and gain == 1.0
 
 
 def count_parameters(model: nn.Module) -> int:

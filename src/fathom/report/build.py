@@ -1,7 +1,9 @@
 """``fathom report DIR``: report.html, PNG figures and a summary.md that links them.
 
 Inputs, all optional except the runs: ``DIR/summary.json`` and ``DIR/summary.md`` (the
-study's), ``DIR/audit/audit.json``, ``<run>/curvature/*.json``. An optional input that
+study's), ``DIR/audit/audit.json`` with its ``.npz``, ``<run>/curvature/*.json``. Outputs:
+``report.html``, ``summary.md`` (cross-run tables, then the study's summary),
+``summary.json`` (the cross-run tables as data, units stated) and ``figures/*.png``. An optional input that
 does not parse is named in the report's warnings, never fatal. Outputs go to
 ``DIR/report/`` unless ``out`` is given (so the study's own summary.md is never
 overwritten).
@@ -14,9 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fathom.io import atomic_write_text, ensure_writable_dir
+from fathom.io import atomic_write_json, atomic_write_text, ensure_writable_dir
 from fathom.report import figures
+from fathom.report.audit_view import mask_payload
+from fathom.report.crossrun import CrossTable, crossrun_tables, default_reference
 from fathom.report.html import render_html
+from fathom.report.render import table_markdown
 from fathom.report.runs import RunData, load_runs
 
 
@@ -40,13 +45,19 @@ def _read_optional(path: Path, notes: list[str]) -> Any:
         return None
 
 
-def _curvature(runs: list[RunData], notes: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def load_curvature(runs: list[RunData], notes: list[str]) -> dict[str, dict[str, Any]]:
+    """``run_id -> {"summary": summary.json, "epochs": {epoch: epoch-NNNN.json}}``."""
+    out: dict[str, dict[str, Any]] = {}
     for run in runs:
-        for p in sorted((run.path / "curvature").glob("*.json")):
+        d = run.path / "curvature"
+        summary = _read_optional(d / "summary.json", notes)
+        epochs = {}
+        for p in sorted(d.glob("epoch-*.json")):
             value = _read_optional(p, notes)
-            if value is not None:
-                out[f"{run.run_id}/{p.name}"] = value
+            if isinstance(value, dict):
+                epochs[int(p.stem.split("-")[1])] = value
+        if summary is not None or epochs:
+            out[run.run_id] = {"summary": summary, "epochs": epochs}
     return out
 
 
@@ -60,30 +71,54 @@ def build_report(
     notes: list[str] = []
     summary = _read_optional(root / "summary.json", notes)
     audit = _read_optional(root / "audit" / "audit.json", notes)
-    curvature = _curvature(runs, notes)
+    curvature = load_curvature(runs, notes)
+    reference = default_reference(runs, summary)
+    tables = crossrun_tables(runs, reference, curvature)
+    masks = mask_payload(audit, root / "audit", {r.run_id: r for r in runs}) if audit else None
 
     title = f"Fathom report: {root.resolve().name}"
     html_path = out_dir / "report.html"
     atomic_write_text(
         html_path,
-        render_html(title, runs, summary=summary, audit=audit, curvature=curvature, notes=notes),
+        render_html(
+            title,
+            runs,
+            summary=summary,
+            audit=audit,
+            curvature=curvature,
+            crossrun=tables,
+            masks=masks,
+            notes=notes,
+        ),
+    )
+    atomic_write_json(
+        out_dir / "summary.json",
+        {
+            "kind": "fathom.report.crossrun",
+            "reference": reference,
+            "units": "accuracy and zero-activation fractions in percent (%), differences in "
+            "percentage points (pp), CE in nats; history.jsonl keeps fractions in [0, 1]",
+            "tables": [t.to_dict() for t in tables],
+        },
     )
 
     made: list[Path] = []
     if with_figures:
-        for fig in (
-            figures.learning_curves(runs, out_dir / "figures" / "learning_curves.png"),
-            figures.mask_damage(audit, out_dir / "figures" / "mask_damage.png") if audit else None,
-        ):
-            if fig is not None:
-                made.append(fig)
+        made += figures.all_figures(runs, audit, out_dir / "figures")
     flagged = [f"{r.run_id}: {reason}" for r in runs for reason in r.flag_reasons]
     md_path = out_dir / "summary.md"
     atomic_write_text(
         md_path,
-        summary_markdown(title, runs, out_dir, made, root, flagged, notes, audit is not None),
+        summary_markdown(
+            title, runs, out_dir, made, root, flagged, notes, audit is not None, tables
+        ),
     )
     return ReportOutputs(html_path, md_path, made, len(runs), flagged, notes)
+
+
+def _demoted(md: str) -> str:
+    """Markdown headings one level deeper (an included file's ``#`` becomes ``##``)."""
+    return "\n".join("#" + line if line.startswith("#") else line for line in md.splitlines())
 
 
 def summary_markdown(
@@ -95,8 +130,14 @@ def summary_markdown(
     flagged: list[str],
     notes: list[str],
     has_audit: bool,
+    tables: list[CrossTable] = (),  # type: ignore[assignment]
 ) -> str:
+    """The answer first (the study's own summary: verdicts and main table), then figures,
+    the cross-run tables, the runs and anything flagged."""
     lines = [f"# {title}", "", "Interactive explorer: [report.html](report.html)", ""]
+    study_md = root / "summary.md"
+    if study_md.exists():
+        lines += ["## Study summary", "", _demoted(study_md.read_text().strip()), ""]
     if made:
         lines += ["## Figures", ""]
         lines += [
@@ -105,6 +146,15 @@ def summary_markdown(
         lines.append("")
     if not has_audit:
         lines += ["_No audit/audit.json in this directory: no mask-damage figure._", ""]
+    if tables:
+        lines += [
+            "## Cross-run tables",
+            "",
+            "Accuracy in %, differences in percentage points (pp), CE in nats; the same "
+            "tables as data in summary.json.",
+            "",
+        ]
+        lines += ["#" + table_markdown(t) for t in tables]
     lines += [
         "## Runs",
         "",
@@ -118,7 +168,4 @@ def summary_markdown(
         )
     if flagged or notes:
         lines += ["", "## Flagged input", "", *[f"- {x}" for x in [*flagged, *notes]]]
-    study_md = root / "summary.md"
-    if study_md.exists():
-        lines += ["", "## Study summary", "", study_md.read_text().strip()]
     return "\n".join(lines) + "\n"

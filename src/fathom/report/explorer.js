@@ -1,298 +1,356 @@
-// Fathom report explorer: a small SVG line plotter over columnar data embedded once.
-// Data: JSON in <script id="fathom-data">; non-finite numbers arrive as the strings
-// "NaN" / "Infinity" / "-Infinity", missing values as null (drawn as gaps).
-// The data behind the current plots is exposed on window.fathomPlot and
-// window.fathomClassPlot so a browser test can compare it with the history.
+// Fathom report explorer: curves drawn with uPlot (inlined), and the mask/example explorer.
+// Curve data: JSON in <script id="fathom-data">. Cells: a number; null (due, missing: a
+// gap); "NaN"/"Infinity"/"-Infinity" (gaps); "-" (not scheduled at that epoch: spanned,
+// the line connects the recorded points). Accuracy arrives in percent.
+// window.fathomPlot holds the data behind the current charts and window.fathomCharts the
+// uPlot instances, so a browser test can compare them with the history.
 (function () {
   "use strict";
   const D = JSON.parse(document.getElementById("fathom-data").textContent);
-  const NS = "http://www.w3.org/2000/svg";
-  const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"];
-  const DASHES = ["", "6 3", "2 3", "8 3 2 3", "1 2", "10 4"];
+  const M = JSON.parse(document.getElementById("fathom-masks").textContent);
   const nameIndex = new Map(D.names.map((n, i) => [n, i]));
   const $ = (id) => document.getElementById(id);
+  const h = (tag, attrs, text) => {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (text !== undefined) e.textContent = text;
+    return e;
+  };
 
-  function num(v) {
-    if (v === null || v === undefined) return null;
-    return typeof v === "string" ? Number(v) : v;
-  }
-
-  function column(run, name) {
-    const i = nameIndex.get(name);
-    if (i === undefined || run.cols[i] === null) return null;
-    return run.cols[i].map(num);
-  }
-
-  function concrete(key, split) {
-    return key.includes("{split}") ? key.replace("{split}", split) : key;
-  }
-
-  function checked(containerId) {
-    return Array.from($(containerId).querySelectorAll("input:checked")).map((e) => e.value);
+  // A cell as a plotted value: undefined = not scheduled, null = gap, else a finite number.
+  function cellValue(v, logy) {
+    if (v === "-") return undefined;
+    if (v === null || typeof v === "string") return null;
+    if (!isFinite(v) || (logy && v <= 0)) return null;
+    return v;
   }
 
   function fmt(v) {
-    if (v === null || !isFinite(v)) return String(v);
+    if (v === null || v === undefined || !isFinite(v)) return "—";
     const a = Math.abs(v);
-    return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(2) : Number(v.toPrecision(4)).toString();
+    return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(3) : Number(v.toPrecision(4)).toString();
   }
 
-  function ticks(lo, hi, n) {
-    if (!(hi > lo)) return [lo];
-    const raw = (hi - lo) / n;
-    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-    const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw);
+  function concrete(key, split, facet) {
+    let n = key.replace("{split}", split);
+    if (facet !== null) n = n.replace(/\{(layer|class)\}$/, facet);
+    return n;
+  }
+
+  // Per run, the (x, y) points of one field; x from the chosen axis at the same row.
+  function runPoints(run, name, axis, logy) {
+    const i = nameIndex.get(name);
+    if (i === undefined || run.cols[i] === null) return null;
+    const col = run.cols[i];
+    const xs = axis === "epoch" ? run.epochs : run.cols[nameIndex.get(axis)] || null;
+    if (!xs) return null;
+    const pts = [];
+    for (let r = 0; r < col.length; r++) {
+      const x = axis === "epoch" ? xs[r] : cellValue(xs[r], false);
+      if (x === null || x === undefined) continue;
+      pts.push({ epoch: run.epochs[r], x: x, y: cellValue(col[r], logy) });
+    }
+    return pts;
+  }
+
+  const selectedCohorts = new Set(
+    Array.from(new Set(D.runs.filter((r) => r.phase === "main").map((r) => r.cohort))));
+  const shownFacets = {};
+  let syncing = false;
+
+  function cohortsList() {
+    const seen = new Map();
+    for (const r of D.runs) if (!seen.has(r.cohort)) seen.set(r.cohort, r);
+    return Array.from(seen.values()).sort((a, b) =>
+      (a.phase === "main" ? 0 : 1) - (b.phase === "main" ? 0 : 1) || a.cohort.localeCompare(b.cohort));
+  }
+
+  // Per cohort and epoch: mean, SD, min, max over the seeds holding a finite value; the
+  // x position is the mean of their x (the epoch itself on the epoch axis).
+  function aggregate(perRun) {
+    const byEpoch = new Map();
+    let scheduled = new Set();
+    for (const pts of perRun) for (const p of pts) {
+      if (p.y !== undefined) scheduled.add(p.epoch);
+      if (!byEpoch.has(p.epoch)) byEpoch.set(p.epoch, []);
+      byEpoch.get(p.epoch).push(p);
+    }
     const out = [];
-    for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push(t);
+    for (const e of Array.from(byEpoch.keys()).sort((a, b) => a - b)) {
+      const ps = byEpoch.get(e);
+      const ys = ps.filter((p) => p.y !== null && p.y !== undefined).map((p) => p.y);
+      const x = ps.reduce((s, p) => s + p.x, 0) / ps.length;
+      if (!scheduled.has(e)) { out.push({ epoch: e, x: x, mean: undefined }); continue; }
+      if (!ys.length) { out.push({ epoch: e, x: x, mean: null, lo: null, hi: null, sd: null, n: 0 }); continue; }
+      const mean = ys.reduce((s, y) => s + y, 0) / ys.length;
+      const sd = ys.length > 1 ? Math.sqrt(ys.reduce((s, y) => s + (y - mean) ** 2, 0) / (ys.length - 1)) : null;
+      out.push({ epoch: e, x: x, mean: mean, sd: sd, lo: Math.min(...ys), hi: Math.max(...ys), n: ys.length });
+    }
     return out;
   }
 
-  function el(tag, attrs, parent) {
-    const e = document.createElementNS(NS, tag);
-    for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-    if (parent) parent.appendChild(e);
-    return e;
-  }
-
-  // Draw traces [{label, color, dash, x: [], y: []}] into an <svg>; a null, NaN or
-  // infinite x or y (or y <= 0 on a log axis) breaks the line: a gap, never a zero.
-  function draw(svg, traces, opts) {
-    while (svg.firstChild) svg.removeChild(svg.firstChild);
-    const W = 760, H = 380, L = 70, R = 12, T = 12, B = 44;
-    svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-    const ty = (v) => (opts.logY ? (v > 0 ? Math.log10(v) : null) : v);
-    let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
-    for (const tr of traces) {
-      tr.x.forEach((x, i) => {
-        const y = ty(tr.y[i]);
-        if (x === null || y === null || !isFinite(x) || !isFinite(y)) return;
-        x0 = Math.min(x0, x); x1 = Math.max(x1, x); y0 = Math.min(y0, y); y1 = Math.max(y1, y);
-      });
-    }
-    if (!isFinite(x0)) {
-      el("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" }, svg)
-        .textContent = "no finite values for this selection";
-      return;
-    }
-    if (x1 === x0) { x0 -= 0.5; x1 += 0.5; }
-    if (y1 === y0) { const d = Math.abs(y0) * 0.05 || 0.5; y0 -= d; y1 += d; }
-    const pad = (y1 - y0) * 0.04; y0 -= pad; y1 += pad;
-    const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
-    const sy = (y) => T + (1 - (y - y0) / (y1 - y0)) * (H - T - B);
-    const axes = el("g", { class: "axes" }, svg);
-    for (const t of ticks(x0, x1, 8)) {
-      el("line", { x1: sx(t), x2: sx(t), y1: T, y2: H - B, class: "grid" }, axes);
-      el("text", { x: sx(t), y: H - B + 16, "text-anchor": "middle" }, axes).textContent = fmt(t);
-    }
-    for (const t of ticks(y0, y1, 6)) {
-      el("line", { x1: L, x2: W - R, y1: sy(t), y2: sy(t), class: "grid" }, axes);
-      el("text", { x: L - 6, y: sy(t) + 4, "text-anchor": "end" }, axes)
-        .textContent = opts.logY ? "1e" + fmt(t) : fmt(t);
-    }
-    el("rect", { x: L, y: T, width: W - L - R, height: H - T - B, class: "frame" }, axes);
-    el("text", { x: (L + W - R) / 2, y: H - 8, "text-anchor": "middle" }, axes).textContent = opts.xLabel;
-    svg.points = [];
-    for (const tr of traces) {
-      let d = "", pen = false;
-      const dots = [];
-      tr.x.forEach((x, i) => {
-        const y = ty(tr.y[i]);
-        if (x === null || y === null || !isFinite(x) || !isFinite(y)) { pen = false; return; }
-        d += (pen ? "L" : "M") + sx(x).toFixed(2) + " " + sy(y).toFixed(2);
-        dots.push([sx(x), sy(y)]);
-        svg.points.push({ px: sx(x), py: sy(y), label: tr.label, x: x, y: tr.y[i] });
-        pen = true;
-      });
-      const g = el("g", { class: "trace" }, svg);
-      el("path", { d: d, stroke: tr.color, "stroke-dasharray": tr.dash, fill: "none" }, g);
-      for (const [cx, cy] of dots) el("circle", { cx: cx, cy: cy, r: 1.8, fill: tr.color }, g);
-      el("title", {}, g).textContent = tr.label;
+  // A history row that a run lacks but another run of its phase (main or tuning: one
+  // schedule) has, inside the run's own epoch range, was due and is missing: a gap
+  // (null), not a span.
+  function markMissingRows(perRun) {
+    for (const [r, pts] of perRun) {
+      const all = new Set(D.runs.filter((x) => x.phase === r.phase).flatMap((x) => x.epochs));
+      const own = new Set(r.epochs);
+      const lo = Math.min(...r.epochs), hi = Math.max(...r.epochs);
+      for (const e of all) if (!own.has(e) && e > lo && e < hi) pts.push({ epoch: e, x: e, y: null });
+      pts.sort((a, b) => a.x - b.x);
     }
   }
 
-  // Show the recorded value of the point nearest the pointer (within 12 px) under a plot.
-  function readout(svg, div) {
-    svg.addEventListener("mousemove", (ev) => {
-      const box = svg.getBoundingClientRect();
-      const scale = svg.viewBox.baseVal.width / box.width;
-      const mx = (ev.clientX - box.left) * scale, my = (ev.clientY - box.top) * scale;
-      let best = null, dist = 12 * scale;
-      for (const p of svg.points || []) {
-        const d = Math.hypot(p.px - mx, p.py - my);
-        if (d < dist) { dist = d; best = p; }
+  function buildChart(field, facet, opts) {
+    const series = [];  // {label, colour, kind, cohort, run, pts: [{x, y}]}
+    for (const c of cohortsList()) {
+      if (!selectedCohorts.has(c.cohort)) continue;
+      const runs = D.runs.filter((r) => r.cohort === c.cohort);
+      const name = concrete(field, opts.split, facet);
+      const perRun = runs.map((r) => [r, runPoints(r, name, opts.axis, opts.logy)]).filter((p) => p[1]);
+      if (opts.axis === "epoch") markMissingRows(perRun);
+      if (!perRun.length) continue;
+      const colour = D.colours[c.recipe] || "#444";
+      const agg = aggregate(perRun.map((p) => p[1]));
+      const band = opts.band;
+      const lo = agg.map((a) => ({ x: a.x, y: a.mean === undefined ? undefined : band === "sd" ? (a.sd === null ? a.mean : a.mean - a.sd) : a.lo }));
+      const hi = agg.map((a) => ({ x: a.x, y: a.mean === undefined ? undefined : band === "sd" ? (a.sd === null ? a.mean : a.mean + a.sd) : a.hi }));
+      const n = perRun.length;
+      series.push({ label: `${c.cohort} mean (n=${n})`, colour: colour, kind: "mean", cohort: c.cohort, pts: agg.map((a) => ({ x: a.x, y: a.mean })) });
+      if (band !== "none" && n > 1) {
+        series.push({ label: `${c.cohort} ${band === "sd" ? "mean+SD" : "max"}`, colour: colour, kind: "hi", cohort: c.cohort, pts: hi });
+        series.push({ label: `${c.cohort} ${band === "sd" ? "mean−SD" : "min"}`, colour: colour, kind: "lo", cohort: c.cohort, pts: lo });
       }
-      div.textContent = best ? `${best.label}: x = ${best.x}, y = ${best.y}` : "";
-    });
+      if (opts.seeds || n === 1) {
+        for (const [r, pts] of perRun) {
+          if (n === 1) continue;  // the mean of one seed is that seed
+          series.push({ label: `${r.id}`, colour: colour, kind: "seed", cohort: c.cohort, run: r.id, pts: pts.map((p) => ({ x: p.x, y: p.y })) });
+        }
+      }
+    }
+    return series;
   }
 
-  function legend(div, traces) {
-    div.textContent = "";
-    for (const tr of traces) {
-      const s = document.createElement("span");
-      s.className = "key";
-      s.innerHTML = `<svg width="28" height="10"><line x1="0" y1="5" x2="28" y2="5" stroke="${tr.color}" stroke-width="2" stroke-dasharray="${tr.dash}"/></svg>`;
-      s.appendChild(document.createTextNode(tr.label));
-      div.appendChild(s);
+  // One x array for the chart (the union of the series' x); a series lacking an x gets
+  // undefined there, which uPlot spans.
+  function toAligned(series) {
+    const xs = Array.from(new Set(series.flatMap((s) => s.pts.map((p) => p.x)))).sort((a, b) => a - b);
+    const pos = new Map(xs.map((x, i) => [x, i]));
+    const data = [xs];
+    for (const s of series) {
+      const ys = new Array(xs.length).fill(undefined);
+      for (const p of s.pts) ys[pos.get(p.x)] = p.y;
+      data.push(ys);
+    }
+    return data;
+  }
+
+  function axisLabel(field) {
+    const m = D.meta[field] || {};
+    const base = field.replace("{split}", $("split").value).replace(/\/\{(layer|class)\}$/, "");
+    return m.units ? `${base} (${m.units})` : base;
+  }
+
+  function charts() {
+    const field = $("field").value;
+    const meta = D.meta[field] || {};
+    const opts = { axis: $("axis").value, split: $("split").value, logy: $("logy").checked, band: $("band").value, seeds: $("seeds").checked };
+    const facets = meta.facets && meta.facets.length ? meta.facets : [null];
+    if (!shownFacets[field]) shownFacets[field] = new Set(facets);
+    renderFacetBoxes(field, meta, facets);
+    const box = $("charts");
+    (window.fathomCharts || []).forEach((u) => u.destroy());
+    box.innerHTML = "";
+    box.className = facets.length === 1 || facets[0] === null ? "single" : "";
+    window.fathomCharts = [];
+    window.fathomPlot = { field: field, split: opts.split, axis: opts.axis, logy: opts.logy, band: opts.band, charts: [] };
+    $("charts-title").textContent = axisLabel(field) + (facets[0] === null ? "" : `: one chart per ${meta.facetKind}`);
+    const width = facets[0] === null ? Math.min(box.clientWidth || 1100, 1200) : 400;
+    for (const facet of facets) {
+      if (facet !== null && !shownFacets[field].has(facet)) continue;
+      const series = buildChart(field, facet, opts);
+      const wrap = h("div", { class: "chart", "data-facet": facet === null ? "" : facet });
+      if (facet !== null) wrap.appendChild(h("h4", {}, `${meta.facetKind} ${facet}`));
+      box.appendChild(wrap);
+      window.fathomPlot.charts.push({ facet: facet, series: series.map((s) => ({ label: s.label, kind: s.kind, cohort: s.cohort, run: s.run || null, x: s.pts.map((p) => p.x), y: s.pts.map((p) => p.y === undefined ? "not scheduled" : p.y) })) });
+      if (!series.length) { wrap.appendChild(h("p", { class: "note" }, "no selected run records this field")); continue; }
+      const bands = [];
+      series.forEach((s, i) => { if (s.kind === "hi") bands.push({ series: [i + 1, i + 2], fill: s.colour + "33" }); });
+      const u = new uPlot({
+        width: width, height: facet === null ? 360 : 240,
+        scales: { x: { time: false }, y: { distr: opts.logy ? 3 : 1, log: 10 } },
+        axes: [
+          Object.assign({ label: D.axes[opts.axis], labelSize: 20, size: 36 }, opts.axis === "epoch" ? { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500] } : {}),
+          { label: facet === null ? axisLabel(field) : (meta.units || "value"), labelSize: 20, size: 64, values: (u, vals) => vals.map(fmt) },
+        ],
+        legend: { show: false },
+        cursor: { sync: { key: "fathom" }, drag: { x: true, y: false } },
+        bands: bands,
+        series: [{ label: D.axes[opts.axis] }].concat(series.map((s) => ({
+          label: s.label, stroke: s.kind === "lo" || s.kind === "hi" ? s.colour + "66" : s.colour,
+          width: s.kind === "mean" ? 2 : 1, dash: s.kind === "seed" ? [4, 3] : undefined,
+          points: { show: s.kind === "mean" || s.kind === "seed", size: s.kind === "mean" ? 5 : 3 },
+          spanGaps: false,
+        }))),
+        hooks: {
+          setCursor: [(u) => readout(u, series)],
+          setScale: [(u, key) => { if (key === "x") syncX(u); }],
+        },
+      }, toAligned(series), wrap);
+      u.fathomSeries = series;
+      window.fathomCharts.push(u);
+    }
+    $("field-info").textContent = [meta.formula, meta.units && `units: ${meta.units}`, meta.scope && `scope: ${meta.scope}`, meta.caveats].filter(Boolean).join(" · ");
+  }
+
+  function syncX(src) {
+    if (syncing) return;
+    syncing = true;
+    const { min, max } = src.scales.x;
+    for (const u of window.fathomCharts) if (u !== src) u.setScale("x", { min: min, max: max });
+    syncing = false;
+  }
+
+  function readout(u, series) {
+    const i = u.cursor.idx;
+    if (i === null || i === undefined) return;
+    const parts = [`x = ${fmt(u.data[0][i])}`];
+    series.forEach((s, k) => { if (s.kind === "mean" || s.kind === "seed") { const v = u.data[k + 1][i]; if (v !== undefined) parts.push(`${s.label}: ${fmt(v)}`); } });
+    $("readout").textContent = parts.join("   ");
+  }
+
+  function renderFacetBoxes(field, meta, facets) {
+    const box = $("facets");
+    box.innerHTML = "";
+    $("facet-box").style.display = facets[0] === null ? "none" : "";
+    $("facet-legend").textContent = meta.facetKind === "class" ? "classes (small multiples)" : "layers (small multiples)";
+    if (facets[0] === null) return;
+    for (const f of facets) {
+      const lab = h("label"); const cb = h("input", { type: "checkbox", value: f, "data-facet": f });
+      cb.checked = shownFacets[field].has(f);
+      cb.addEventListener("change", () => { cb.checked ? shownFacets[field].add(f) : shownFacets[field].delete(f); charts(); });
+      lab.append(cb, ` ${f}`); box.appendChild(lab);
     }
   }
 
-  // ---------------------------------------------------------------- main explorer
-  const cohorts = [...new Set(D.runs.map((r) => r.cohort))];
-  const seeds = [...new Set(D.runs.map((r) => String(r.seed)))];
-
-  function checkboxes(containerId, values, label) {
-    const c = $(containerId);
-    for (const v of values) {
-      const lab = document.createElement("label");
-      const box = document.createElement("input");
-      box.type = "checkbox"; box.value = v; box.checked = true;
-      box.addEventListener("change", render);
-      lab.appendChild(box);
-      lab.appendChild(document.createTextNode(" " + label(v)));
-      c.appendChild(lab);
+  function renderCohorts() {
+    const box = $("cohorts");
+    for (const c of cohortsList()) {
+      const lab = h("label"); const cb = h("input", { type: "checkbox", value: c.cohort, "data-cohort": c.cohort });
+      cb.checked = selectedCohorts.has(c.cohort);
+      cb.addEventListener("change", () => { cb.checked ? selectedCohorts.add(c.cohort) : selectedCohorts.delete(c.cohort); charts(); });
+      const sw = h("span", { class: "swatch" }); sw.style.background = D.colours[c.recipe] || "#444";
+      lab.append(cb, sw, c.cohort); box.appendChild(lab);
     }
   }
 
   function fillFields() {
-    const q = $("field-search").value.trim().toLowerCase();
-    const sel = $("field");
-    const keep = sel.value;
-    sel.textContent = "";
-    for (const f of D.fields) {
-      if (q && !f.toLowerCase().includes(q)) continue;
-      const o = document.createElement("option");
-      o.value = f; o.textContent = f;
-      sel.appendChild(o);
-    }
-    if ([...sel.options].some((o) => o.value === keep)) sel.value = keep;
-    else if (sel.options.length) sel.selectedIndex = 0;
-    $("field-count").textContent = `${sel.options.length} of ${D.fields.length} fields`;
+    const q = $("field-search").value.toLowerCase();
+    const sel = $("field"); const cur = sel.value || D.defaultField;
+    sel.innerHTML = "";
+    const shown = D.fields.filter((f) => f.toLowerCase().includes(q));
+    for (const f of shown) { const o = h("option", { value: f }, f); if (f === cur) o.selected = true; sel.appendChild(o); }
+    if (!sel.value && shown.length) sel.value = shown[0];
+    $("field-count").textContent = `${shown.length} of ${D.fields.length} fields`;
   }
 
-  function fieldInfo(key) {
-    const m = D.meta[key] || {};
-    const parts = [];
-    if (m.formula) parts.push(`<b>formula</b> ${esc(m.formula)}`);
-    if (m.units) parts.push(`<b>units</b> ${esc(m.units)}`);
-    if (m.scope) parts.push(`<b>scope</b> ${esc(m.scope)}`);
-    if (m.caveats) parts.push(`<b>caveats</b> ${esc(m.caveats)}`);
-    if (m.source) parts.push(`<i>${esc(m.source)}</i>`);
-    $("field-info").innerHTML = parts.join(" · ");
+  // ---- masks and examples --------------------------------------------------------------
+  function drawImage(canvas, b64) {
+    const bytes = atob(b64); const n = Math.round(Math.sqrt(bytes.length));
+    canvas.width = n; canvas.height = n;
+    const ctx = canvas.getContext("2d"); const img = ctx.createImageData(n, n);
+    for (let i = 0; i < n * n; i++) { const v = 255 - bytes.charCodeAt(i); img.data.set([v, v, v, 255], 4 * i); }
+    ctx.putImageData(img, 0, 0);
   }
 
-  function esc(s) {
-    return String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+  const maskState = { key: null, mask: null, example: null };
+
+  function maskTable() {
+    const t = M.tables.find((x) => x.key === maskState.key);
+    const area = $("mask-area"); area.innerHTML = "";
+    if (!t) return;
+    const table = h("table", { id: "mask-table", class: "headline" });
+    table.appendChild(h("caption", {}, `Every mask of ${t.run} (${t.arm}, seed ${t.seed}), ${t.checkpoint} checkpoint, epoch ${t.epoch}: click a mask for its examples`));
+    const head = ["mask (1 = kept)", "kept", "MAC fraction", "test acc (%)", "test CE (nats)", "damage ΔCE (nats)", "val acc (%)"];
+    const tr = h("tr"); head.forEach((x) => tr.appendChild(h("th", {}, x))); table.appendChild(h("thead")).appendChild(tr);
+    const tb = h("tbody"); table.appendChild(tb);
+    for (const m of t.masks.slice().sort((a, b) => b.kept - a.kept || a.test_damage - b.test_damage)) {
+      const row = h("tr", { "data-mask": m.mask });
+      [m.mask, m.kept, fmt(m.macs_fraction), m.test_acc.toFixed(2), fmt(m.test_ce), (m.test_damage >= 0 ? "+" : "") + m.test_damage.toFixed(4), m.val_acc.toFixed(2)].forEach((v, i) => row.appendChild(h("td", { class: i ? "num" : "" }, String(v))));
+      if (m.mask === maskState.mask) row.className = "sel";
+      row.addEventListener("click", () => { maskState.mask = m.mask; maskTable(); examples(); });
+      tb.appendChild(row);
+    }
+    area.appendChild(table);
   }
 
-  function render() {
-    const key = $("field").value;
-    const axis = $("axis").value;
-    const split = $("split").value;
-    const logY = $("logy").checked;
-    const hasSplit = key.includes("{split}");
-    $("split").disabled = !hasSplit;
-    const name = concrete(key, split);
-    const onCohorts = new Set(checked("cohorts"));
-    const onSeeds = new Set(checked("seeds"));
-    const traces = [];
-    for (const run of D.runs) {
-      if (!onCohorts.has(run.cohort) || !onSeeds.has(String(run.seed))) continue;
-      const y = column(run, name);
-      const x = axis === "epoch" ? run.epochs.slice() : column(run, axis);
-      if (y === null || x === null) continue;
-      traces.push({
-        run: run.id, cohort: run.cohort, seed: run.seed, epochs: run.epochs, x: x, y: y,
-        label: `${run.cohort} · seed ${run.seed}`,
-        color: COLORS[cohorts.indexOf(run.cohort) % COLORS.length],
-        dash: DASHES[seeds.indexOf(String(run.seed)) % DASHES.length],
-      });
-    }
-    fieldInfo(key);
-    $("plot-title").textContent = `${name} vs ${D.axes[axis]}` + (traces.length ? "" : " — no run records it");
-    draw($("plot"), traces, { logY: logY, xLabel: D.axes[axis] });
-    legend($("legend"), traces);
-    window.fathomPlot = { field: name, key: key, axis: axis, split: split, logY: logY, traces: traces };
+  function argmax(a) { let k = 0; for (let i = 1; i < a.length; i++) if (a[i] > a[k]) k = i; return k; }
+  function margin(z, y) { let o = -Infinity; z.forEach((v, c) => { if (c !== y && v > o) o = v; }); return z[y] - o; }
+
+  function examples() {
+    const E = M.examples; const per = E.per && E.per[maskState.key];
+    const box = $("examples"); box.innerHTML = ""; $("example-detail").innerHTML = "";
+    if (!per) { $("examples-head").textContent = "Examples are kept for the first audited seed of each arm; choose that run above."; return; }
+    const mi = per.masks.indexOf(maskState.mask);
+    $("examples-head").textContent = `${E.indices.length} test examples under mask ${maskState.mask} (green border: correct under this mask). ${E.note}. Click one for its logits and the masks that keep it correct.`;
+    E.indices.forEach((idx, j) => {
+      const z = per.logits[mi][j]; const pred = argmax(z); const ok = pred === E.labels[j];
+      const d = h("div", { class: `ex ${ok ? "right" : "wrong"}`, "data-example": String(idx) });
+      if (E.images[j]) { const c = h("canvas"); drawImage(c, E.images[j]); d.appendChild(c); }
+      d.appendChild(h("div", {}, `#${idx} y=${E.labels[j]} ŷ=${pred}`));
+      if (idx === maskState.example) d.classList.add("sel");
+      d.addEventListener("click", () => { maskState.example = idx; examples(); });
+      box.appendChild(d);
+    });
+    if (maskState.example !== null && E.indices.includes(maskState.example)) detail(per, mi, E.indices.indexOf(maskState.example));
   }
 
-  // ---------------------------------------------------------------- per-class curves
-  function renderClasses() {
-    const runId = $("class-run").value;
-    const split = $("class-split").value;
-    const run = D.runs.find((r) => r.id === runId);
-    const traces = [];
-    if (run) {
-      for (let c = 0; c < D.classes; c++) {
-        const y = column(run, `split/${split}/class_acc/${c}`);
-        if (y === null) continue;
-        traces.push({ run: run.id, cls: c, epochs: run.epochs, x: run.epochs.slice(), y: y,
-          label: `class ${c}`, color: COLORS[c % COLORS.length], dash: DASHES[Math.floor(c / COLORS.length) % DASHES.length] });
-      }
-    }
-    $("class-title").textContent = traces.length
-      ? `per-class accuracy on ${split}, run ${runId}` : `no per-class accuracy recorded for ${split} in run ${runId}`;
-    draw($("class-plot"), traces, { logY: false, xLabel: "epoch" });
-    legend($("class-legend"), traces);
-    window.fathomClassPlot = { run: runId, split: split, traces: traces };
+  function detail(per, mi, j) {
+    const E = M.examples; const z = per.logits[mi][j]; const y = E.labels[j];
+    const box = $("example-detail"); box.innerHTML = "";
+    const left = h("div"); if (E.images[j]) { const c = h("canvas"); drawImage(c, E.images[j]); left.appendChild(c); }
+    const right = h("div", { id: "example-info" });
+    right.appendChild(h("div", {}, `test example #${E.indices[j]}: label ${y}, predicted ${argmax(z)} under mask ${per.masks[mi]}, margin ${fmt(margin(z, y))} (logit of the label minus the largest other logit)`));
+    const lt = h("table", { id: "logit-table" }); const lo = Math.min(...z), hi = Math.max(...z);
+    z.forEach((v, c) => { const r = h("tr", { "data-class": String(c) }); r.appendChild(h("td", {}, `class ${c}${c === y ? " (label)" : ""}`)); r.appendChild(h("td", { class: "num" }, v.toFixed(3))); const b = h("td"); const bar = h("span", { class: "bar" }); bar.style.width = `${(100 * (v - lo)) / (hi - lo || 1)}px`; b.appendChild(bar); r.appendChild(b); lt.appendChild(r); });
+    right.appendChild(lt);
+    const keep = per.masks.filter((m, k) => argmax(per.logits[k][j]) === y);
+    right.appendChild(h("div", {}, `correct under ${keep.length} of ${per.masks.length} masks:`));
+    const chips = h("div", { id: "mask-chips" });
+    per.masks.forEach((m, k) => chips.appendChild(h("span", { class: `chip ${argmax(per.logits[k][j]) === y ? "right" : "wrong"}` }, m)));
+    right.appendChild(chips);
+    box.append(left, right);
   }
 
-  // ---------------------------------------------------------------- table filters
-  function wireTables() {
-    for (const box of document.querySelectorAll("input.table-filter")) {
-      const table = document.getElementById(box.dataset.table);
-      box.addEventListener("input", () => {
-        const q = box.value.trim().toLowerCase();
-        for (const tr of table.tBodies[0].rows) {
-          tr.style.display = !q || tr.textContent.toLowerCase().includes(q) ? "" : "none";
-        }
-      });
-    }
-    for (const th of document.querySelectorAll("table.sortable th")) {
-      th.addEventListener("click", () => {
-        const table = th.closest("table");
-        const i = th.cellIndex;
-        const dir = th.dataset.dir === "asc" ? "desc" : "asc";
-        th.dataset.dir = dir;
-        const rows = Array.from(table.tBodies[0].rows);
-        const val = (r) => { const t = r.cells[i].textContent; const n = Number(t); return t !== "" && !isNaN(n) ? n : t; };
-        rows.sort((a, b) => {
-          const va = val(a), vb = val(b);
-          const cmp = typeof va === "number" && typeof vb === "number" ? va - vb : String(va).localeCompare(String(vb));
-          return dir === "asc" ? cmp : -cmp;
-        });
-        for (const r of rows) table.tBodies[0].appendChild(r);
-      });
-    }
+  function maskExplorer() {
+    const sel = $("mask-run");
+    if (!M.tables || !M.tables.length) { $("mask-controls").style.display = "none"; $("mask-area").textContent = "No audit in this directory."; return; }
+    for (const t of M.tables) sel.appendChild(h("option", { value: t.key }, `${t.arm} · seed ${t.seed} · ${t.checkpoint}${M.examples.per && M.examples.per[t.key] ? " · examples" : ""}`));
+    maskState.key = M.tables[0].key; maskState.mask = M.tables[0].masks.reduce((a, b) => (b.kept > a.kept ? b : a)).mask;
+    sel.addEventListener("change", () => { maskState.key = sel.value; maskTable(); examples(); });
+    maskTable(); examples();
   }
 
-  // ---------------------------------------------------------------- set-up
-  checkboxes("cohorts", cohorts, (v) => v);
-  checkboxes("seeds", seeds, (v) => "seed " + v);
-  for (const [k, v] of Object.entries(D.axes)) {
-    const o = document.createElement("option"); o.value = k; o.textContent = v; $("axis").appendChild(o);
+  // ---- wiring ----------------------------------------------------------------------------
+  for (const [k, label] of Object.entries(D.axes)) if (k === "epoch" || nameIndex.has(k)) $("axis").appendChild(h("option", { value: k }, label));
+  for (const s of D.splits) $("split").appendChild(h("option", { value: s }, s));
+  if (D.splits.includes("val")) $("split").value = "val";
+  renderCohorts(); fillFields();
+  $("field-search").addEventListener("input", () => { fillFields(); charts(); });
+  for (const id of ["field", "axis", "split", "logy", "band", "seeds"]) $(id).addEventListener("change", charts);
+  charts(); maskExplorer();
+  for (const t of document.querySelectorAll("table.sortable")) {
+    t.querySelectorAll("th").forEach((th, i) => th.addEventListener("click", () => {
+      const rows = Array.from(t.tBodies[0].rows); const dir = th.dataset.dir === "1" ? -1 : 1; th.dataset.dir = dir === 1 ? "1" : "-1";
+      rows.sort((a, b) => { const x = a.cells[i].textContent, y = b.cells[i].textContent; const nx = parseFloat(x), ny = parseFloat(y); return dir * (isNaN(nx) || isNaN(ny) ? x.localeCompare(y) : nx - ny); });
+      rows.forEach((r) => t.tBodies[0].appendChild(r));
+    }));
   }
-  for (const s of D.splits) {
-    for (const id of ["split", "class-split"]) {
-      const o = document.createElement("option"); o.value = s; o.textContent = s; $(id).appendChild(o);
-    }
-  }
-  if (D.splits.includes("val")) { $("split").value = "val"; $("class-split").value = "val"; }
-  for (const run of D.runs) {
-    const o = document.createElement("option"); o.value = run.id; o.textContent = `${run.id} (${run.cohort}, seed ${run.seed})`;
-    $("class-run").appendChild(o);
-  }
-  fillFields();
-  if (D.fields.includes(D.defaultField)) $("field").value = D.defaultField;
-  const chosen = $("field").selectedOptions[0];
-  if (chosen) chosen.scrollIntoView({ block: "nearest" });
-  $("field-search").addEventListener("input", () => { fillFields(); render(); });
-  for (const id of ["field", "axis", "split", "logy"]) $(id).addEventListener("change", render);
-  for (const id of ["class-run", "class-split"]) $(id).addEventListener("change", renderClasses);
-  wireTables();
-  readout($("plot"), $("readout"));
-  readout($("class-plot"), $("class-readout"));
-  render();
-  renderClasses();
+  for (const f of document.querySelectorAll("input.table-filter")) f.addEventListener("input", () => {
+    const q = f.value.toLowerCase();
+    for (const r of $(f.dataset.table).tBodies[0].rows) r.style.display = r.textContent.toLowerCase().includes(q) ? "" : "none";
+  });
   window.fathomReadyMs = performance.now();
   window.fathomReady = true;
 })();

@@ -9,6 +9,7 @@ fields.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fathom.errors import FathomError
@@ -74,3 +75,34 @@ def describe(key: str, example: str) -> dict[str, Any]:
         "caveats": f.caveats,
         "family": f.family,
     }
+
+
+_ACCURACY = re.compile(r"(^|/)(acc|class_acc/\d+)$")
+
+
+def is_accuracy(name: str) -> bool:
+    """Accuracy fields (fractions in the history, percent in every rendering)."""
+    return bool(_ACCURACY.search(name))
+
+
+def facet_key(key: str, example: str) -> tuple[str, str | None, str | None]:
+    """``(generic key, facet kind, facet)`` of a per-layer or per-class field.
+
+    A registry field whose pattern's last segment holds a placeholder (``L{layer}``,
+    ``L{hidden}``, ``{cls}``, a module-name placeholder) is faceted by that segment:
+    ``grad/pex/diversity/L5 -> (grad/pex/diversity/{layer}, layer, L5)``. Others: no facet.
+    """
+    if key in CORE:
+        return key, None, None
+    try:
+        from fathom.telemetry.registry import field_for
+
+        pattern = field_for(example).pattern
+    except (ImportError, FathomError):
+        return key, None, None
+    last = pattern.rsplit("/", 1)[-1]
+    if "{" not in last or "/" not in key:
+        return key, None, None
+    kind = "class" if "{cls}" in last else "layer"
+    prefix, facet = key.rsplit("/", 1)
+    return f"{prefix}/{{{kind}}}", kind, facet

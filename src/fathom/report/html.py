@@ -1,20 +1,18 @@
-"""``report.html``: one self-contained file, all script and data inline, no network request.
+"""``report.html``: one self-contained file, all script, style and data inline, no request.
 
-Plotting choice. The page carries hundreds of fields for tens of runs, and the explorer
-shows one field at a time. A general plotting library (Plotly: ~3.5 MB minified; Vega:
-~0.8 MB with its runtime) would have to be inlined to keep the file self-contained and
-would dwarf the data of a small study; and drawing every field as a hidden trace would
-multiply the DOM by the field count. Instead the data are embedded once, as compact
-columnar JSON (one global list of field names; per run, one value array per recorded
-field, ``null`` where a run lacks the field), and a ~300-line hand-written SVG plotter
-(``explorer.js``) draws only the traces of the current selection, rebuilding them on
-each selector change. It needs no build step, makes no request (a Content-Security-Policy
-``default-src 'none'`` enforces it) and exposes the plotted data on ``window.fathomPlot``
-for the browser test.
+Layout (what a reader sees first): what was run and the verdicts with the main table
+(:mod:`fathom.report.sections`), then the curves, the audit headline and the mask and
+example explorer, the cross-run telemetry and curvature tables, and raw tables collapsed.
 
-Values are embedded exactly as read (JSON floats round-trip through shortest repr), so
-a plotted point equals the history value; non-finite floats are the strings ``"NaN"``,
-``"Infinity"``, ``"-Infinity"`` and are drawn as gaps like nulls.
+Plotting: uPlot 1.6.32 (MIT, vendored under ``report/vendor``) inlined with its CSS; a
+Content-Security-Policy ``default-src 'none'`` forbids every request. Data are embedded
+once as columnar JSON: one global list of field names; per run, one value array per
+recorded field. Cell encoding: a number; ``null`` for a value that was due but is null;
+``"NaN"``, ``"Infinity"``, ``"-Infinity"`` for non-finite floats (all drawn as gaps); and
+``"-"`` where the row does not hold the field at all (not scheduled that epoch), which the
+plot spans, connecting the recorded points. Accuracy fields are converted to percent here
+by :func:`fathom.stats.units.percent`, the one conversion; every other value is embedded
+exactly as read (a plotted point equals the history value).
 """
 
 from __future__ import annotations
@@ -26,8 +24,14 @@ from importlib import resources
 from string import Template
 from typing import Any
 
-from fathom.report.fields import CORE, describe, split_key
-from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields
+from fathom.report.audit_view import audit_headline
+from fathom.report.crossrun import CrossTable
+from fathom.report.curvtables import trace_sentences
+from fathom.report.fields import CORE, describe, facet_key, is_accuracy, split_key
+from fathom.report.palette import recipe_colours
+from fathom.report.render import table_html
+from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields, widest_first
+from fathom.report.sections import answer_section
 from fathom.report.tables import (
     audit_section,
     curvature_section,
@@ -35,43 +39,61 @@ from fathom.report.tables import (
     provenance_section,
     study_section,
 )
+from fathom.stats.units import percent
 
 AXES = {
     "epoch": "epoch",
     "clock/training_s": "training clock (s)",
     "clock/elapsed_s": "elapsed time (s)",
 }
-_CLASS_ACC = re.compile(r"^split/(fit|val|test)/class_acc/(\d+)$")
+NOT_RECORDED = "-"
 
 
-def _encode(v: Any) -> Any:
+def _encode(v: Any, accuracy: bool) -> Any:
     name = nonfinite_name(v)
-    return v if name is None else name
+    if name is not None:
+        return name
+    return percent(v) if accuracy and v is not None else v
+
+
+def _fields(names: Sequence[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Generic field keys (over split and facet) with an example name and facets in order."""
+    keys: dict[str, dict[str, Any]] = {}
+    splits: set[str] = set()
+    for n in names:
+        key, split = split_key(n)
+        if split:
+            splits.add(split)
+        generic, kind, facet = facet_key(key, n)
+        entry = keys.setdefault(generic, {"example": n, "kind": kind, "facets": []})
+        if facet is not None and facet not in entry["facets"]:
+            entry["facets"].append(facet)
+    for entry in keys.values():
+        if entry["facets"] and all(re.fullmatch(r"L?\d+", f) for f in entry["facets"]):
+            entry["facets"].sort(key=lambda f: int(f.lstrip("L")))
+    return keys, [s for s in SPLITS if s in splits]
 
 
 def explorer_payload(runs: Sequence[RunData]) -> dict[str, Any]:
     """The columnar data the explorer script reads (see the module docstring)."""
-    names = sorted(n for n in scalar_fields(list(runs)) if n != "epoch")
-    keys: dict[str, str] = {}
-    splits: set[str] = set()
-    classes = 0
-    for n in names:
-        key, split = split_key(n)
-        keys.setdefault(key, n)
-        if split:
-            splits.add(split)
-        m = _CLASS_ACC.match(n)
-        if m:
-            classes = max(classes, int(m.group(2)) + 1)
+    recorded = [n for n in scalar_fields(widest_first(list(runs))) if n != "epoch"]
+    names = sorted(recorded)
+    keys, splits = _fields(recorded)  # facets keep the model's (recorded) layer order
     payload_runs = []
     for run in runs:
         present = {k for row in run.rows for k in row}
-        cols = [[_encode(row.get(n)) for row in run.rows] if n in present else None for n in names]
+        cols = [
+            [_encode(row[n], is_accuracy(n)) if n in row else NOT_RECORDED for row in run.rows]
+            if n in present
+            else None
+            for n in names
+        ]
         payload_runs.append(
             {
                 "id": run.run_id,
                 "cohort": run.cohort,
                 "recipe": run.recipe,
+                "phase": run.phase or "main",
                 "lr": run.lr,
                 "seed": run.seed,
                 "status": run.manifest.get("status"),
@@ -81,15 +103,22 @@ def explorer_payload(runs: Sequence[RunData]) -> dict[str, Any]:
             }
         )
     fields = sorted(keys, key=lambda k: (k not in CORE, k))  # the trainer's own fields first
+    meta = {}
+    for k, e in keys.items():
+        m = describe(split_key(e["example"])[0] if k in CORE else k, e["example"])
+        if is_accuracy(e["example"]):
+            m["units"] = "%"
+        m.update(facetKind=e["kind"], facets=e["facets"])
+        meta[k] = m
     default = "{split}/acc" if "{split}/acc" in keys else (fields[0] if fields else "")
     return {
         "names": names,
         "fields": fields,
-        "meta": {k: describe(k, ex) for k, ex in keys.items()},
-        "splits": [s for s in SPLITS if s in splits],
-        "classes": classes,
+        "meta": meta,
+        "splits": splits,
         "axes": AXES,
         "defaultField": default,
+        "colours": recipe_colours([r.recipe for r in runs]),
         "runs": payload_runs,
     }
 
@@ -99,6 +128,25 @@ def _json_for_script(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
 
 
+def _resource(name: str) -> str:
+    return resources.files("fathom.report").joinpath(name).read_text()
+
+
+def _by_file(curvature: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """``"<run>/<file>" -> JSON`` for the raw curvature tables."""
+    out: dict[str, Any] = {}
+    for run_id, c in curvature.items():
+        if c.get("summary") is not None:
+            out[f"{run_id}/summary.json"] = c["summary"]
+        for e, rec in sorted((c.get("epochs") or {}).items()):
+            out[f"{run_id}/epoch-{e:04d}.json"] = rec
+    return out
+
+
+def _tables_section(tables: Sequence[CrossTable], names: Sequence[str]) -> str:
+    return "\n".join(table_html(t, f"x-{t.name}") for t in tables if t.name in names)
+
+
 def render_html(
     title: str,
     runs: Sequence[RunData],
@@ -106,44 +154,81 @@ def render_html(
     summary: Mapping[str, Any] | None = None,
     audit: Mapping[str, Any] | None = None,
     curvature: Mapping[str, Mapping[str, Any]] | None = None,
+    crossrun: Sequence[CrossTable] = (),
+    masks: Mapping[str, Any] | None = None,
     notes: Sequence[str] = (),
 ) -> str:
-    """The whole page. ``curvature`` maps ``"<run>/<file>"`` to a snapshot's JSON."""
-    sections: list[str] = []
-    if summary is not None:
-        sections.append('<h2 id="study">Study tables</h2>' + study_section(summary))
-    else:
-        sections.append(
-            '<h2 id="study">Study tables</h2><p class="note">No summary.json in this directory (run `fathom study run` to write one).</p>'
-        )
-    if audit is not None:
-        sections.append('<h2 id="audit">Audit: mask explorer</h2>' + audit_section(audit))
-    if curvature:
-        sections.append('<h2 id="curvature">Curvature</h2>' + curvature_section(curvature))
-    sections.append(
-        '<h2 id="provenance">Provenance</h2>' + "\n".join(provenance_section(r) for r in runs)
+    """The whole page. ``curvature`` maps a run id to its ``{"summary", "epochs"}``."""
+    quality = _tables_section(crossrun, ("fitting", "digits_test"))
+    telemetry = _tables_section(crossrun, ("gradients", "zero_activations"))
+    curv_tables = _tables_section(crossrun, ("curvature_traces", "kfac_errors"))
+    traces = next((t for t in crossrun if t.name == "curvature_traces"), None)
+    reference = ((summary or {}).get("stats") or summary or {}).get("reference")
+    curv_sentences = trace_sentences(
+        traces, reference or (traces.rows[0]["recipe"] if traces else None)
     )
+    if curv_sentences:
+        curv_tables = (
+            "<ul class='verdicts' id='curvature-verdicts'>"
+            + "".join(f"<li>{esc(x)}</li>" for x in curv_sentences)
+            + "</ul>"
+            + curv_tables
+        )
+    raw: list[str] = []
+    if summary is not None:
+        raw.append(
+            f"<details><summary>study summary.json, every table</summary>{study_section(summary)}</details>"
+        )
+    sections = {
+        "quality": quality,
+        "audit": ""
+        if audit is None
+        else audit_headline(audit)
+        + f"<details><summary>raw audit tables (every run, checkpoint and mask)</summary>{audit_section(audit)}</details>",
+        "telemetry": telemetry,
+        "curvature": curv_tables
+        + (
+            f"<details><summary>raw curvature snapshots</summary>{curvature_section(_by_file(curvature))}</details>"
+            if curvature
+            else ""
+        ),
+    }
     flagged = [f"{r.run_id}: {reason}" for r in runs for reason in r.flag_reasons]
     warnings = list(notes) + flagged
     warn_html = (
-        '<div class="warn"><b>Flagged input</b><ul>'
+        '<details class="warn"><summary><b>Flagged input</b> ('
+        + str(len(warnings))
+        + ")</summary><ul>"
         + "".join(f"<li>{esc(w)}</li>" for w in warnings)
-        + "</ul></div>"
+        + "</ul></details>"
         if warnings
         else ""
     )
-    page = Template(resources.files("fathom.report").joinpath("template.html").read_text())
-    script = resources.files("fathom.report").joinpath("explorer.js").read_text()
+    page = Template(_resource("template.html"))
     cohorts = sorted({r.cohort for r in runs})
     subtitle = (
         f"{len(runs)} runs, {len(cohorts)} cohorts; data read from run directories. "
         "Self-contained: opens from disk, makes no network request."
     )
+    none = "<p class='note'>{}</p>"
     return page.substitute(
         title=esc(title),
         subtitle=esc(subtitle),
         warnings=warn_html,
-        sections="\n".join(sections),
+        answer=answer_section(summary, runs),
+        quality=sections["quality"]
+        or none.format("No fitting or per-digit scores in the histories."),
+        audit=sections["audit"]
+        or none.format("No audit/audit.json in this directory (run `fathom audit DIR`)."),
+        telemetry=sections["telemetry"]
+        or none.format("No fixed-probe telemetry in the histories."),
+        curvature=sections["curvature"]
+        or none.format("No curvature snapshots (run `fathom curvature RUN_DIR`)."),
+        raw="\n".join(raw),
+        provenance="\n".join(provenance_section(r) for r in runs),
         data=_json_for_script(explorer_payload(runs)),
-        script=script,
+        masks=_json_for_script(masks or {"tables": [], "examples": {}}),
+        uplot_css=_resource("vendor/uPlot.min.css"),
+        uplot=_resource("vendor/uPlot.iife.min.js"),
+        script=_resource("explorer.js"),
     )

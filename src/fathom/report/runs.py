@@ -152,6 +152,13 @@ def scalar_fields(runs: list[RunData]) -> list[str]:
     return [k for k, ok in seen.items() if ok]
 
 
+def widest_first(runs: list[RunData]) -> list[RunData]:
+    """Runs ordered by how many distinct fields they record, most first (stable), so that
+    first-seen field order follows the largest model's layer order."""
+    width = {id(r): len({k for row in r.rows for k in row}) for r in runs}
+    return sorted(runs, key=lambda r: -width[id(r)])
+
+
 def nonfinite_name(value: float) -> str | None:
     """``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` for a non-finite float (W&B's spelling)."""
     if isinstance(value, float) and not math.isfinite(value):

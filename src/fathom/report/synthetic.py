@@ -21,28 +21,35 @@ from fathom.io import atomic_write_json, config_digest
 from fathom.rundir import FORMAT, seal
 
 TELEMETRY_PATTERNS = (
-    "probe/act/mean/L{h}",
-    "probe/act/std/L{h}",
-    "probe/act/zero_frac/L{h}",
-    "probe/act/q50/L{h}",
-    "probe/delta/rms/L{l}",
-    "probe/delta/absmax/L{l}",
-    "param/weight_norm/L{l}",
-    "param/disp/L{l}",
-    "param/update_ratio/L{l}",
-    "grad/mean/weight_norm/L{l}",
-    "grad/pex/diversity/L{l}",
-    "grad/pex/noise_scale/L{l}",
+    "probe/act/mean/{input}",
+    "probe/act/std/{input}",
+    "probe/act/zero_frac/{input}",
+    "probe/act/q50/{input}",
+    "probe/delta/rms/{layer}",
+    "probe/delta/absmax/{layer}",
+    "param/weight_norm/{layer}",
+    "param/disp/{layer}",
+    "param/update_ratio/{layer}",
+    "grad/mean/weight_norm/{layer}",
+    "grad/pex/diversity/{layer}",
+    "grad/pex/noise_scale/{layer}",
 )
 
 
+def layer_names(layers: int) -> list[str]:
+    """The Ciresan MLP's qualified layer names: ``stem``, ``blocks.{i}.res.branch``, ``head``."""
+    return ["stem", *(f"blocks.{i}.res.branch" for i in range(layers - 2)), "head"]
+
+
 def telemetry_names(layers: int, patterns: Sequence[str] = TELEMETRY_PATTERNS) -> list[str]:
+    """Concrete names; ``{input}`` runs over every layer but the stem (its input is data)."""
     names = []
+    every = layer_names(layers)
     for p in patterns:
-        if "{h}" in p:
-            names += [p.replace("{h}", str(i)) for i in range(layers - 1)]
+        if "{input}" in p:
+            names += [p.replace("{input}", n) for n in every[1:]]
         else:
-            names += [p.replace("{l}", str(i)) for i in range(layers)]
+            names += [p.replace("{layer}", n) for n in every]
     return names
 
 
@@ -113,6 +120,7 @@ def write_run(
         "optim": {"lr": lr, "epochs": max((r["epoch"] for r in rows), default=0)},
     }
     last = rows[-1] if rows else {}
+    val_ce = [(r["val/ce"], r["epoch"]) for r in rows if _finite(r.get("val/ce"))]
     manifest: dict[str, Any] = {
         "format": FORMAT,
         "kind": "run",
@@ -132,6 +140,8 @@ def write_run(
             "elapsed_s": last.get("clock/elapsed_s"),
         },
         "epochs_completed": last.get("epoch"),
+        "selected": {"epoch": min(val_ce)[1] if val_ce else None, "by": "min val/ce"},
+        "final": {"epoch": last.get("epoch")},
     }
     text = "".join(json.dumps(r) + "\n" for r in rows)
     digest = hashlib.sha256(text.encode()).hexdigest()
@@ -144,15 +154,19 @@ def write_run(
     return path
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def awkward_rows(seed: int) -> list[dict[str, Any]]:
     """Rows with null, NaN, +-inf, float64-only values and epoch 2 missing."""
     rows = synthetic_history(seed, [0, 1, 3, 4], layers=3, classes=3)
     rows[1]["val/ce"] = math.nan
-    rows[1]["probe/act/mean/L0"] = math.inf
-    rows[2]["probe/act/mean/L0"] = -math.inf
+    rows[1]["probe/act/mean/blocks.0.res.branch"] = math.inf
+    rows[2]["probe/act/mean/blocks.0.res.branch"] = -math.inf
     rows[2]["val/acc"] = None
     rows[3]["fit/ce"] = 0.1 + 1e-12  # distinct from its float32 rounding
-    rows[3]["param/disp/L0"] = 1e300  # beyond float32 range
+    rows[3]["param/disp/stem"] = 1e300  # beyond float32 range
     rows[3]["diverged"] = False  # a boolean field, as the trainer writes for a diverged epoch
     rows[3]["note"] = "text"  # not a number: JSONL keeps it, W&B and TensorBoard leave it out
     return rows

@@ -425,7 +425,8 @@ def audit_section(audit: Mapping[str, Any]) -> str:
     """The mask explorer: one sortable, filterable row per (run, checkpoint, mask) with
     accuracy, CE, damage and MACs per split; single-branch deletions; per-digit resilience
     (mean fraction of resilience masks keeping a correctly classified example correct);
-    then the whole ``audit.json``, collapsed. An audit of another shape is shown whole."""
+    then a link to ``audit.json`` (not inlined: it is most of a page's bytes). An audit of
+    another shape is shown whole."""
     records = _checkpoint_records(audit)
     if not records:
         return generic(audit)
@@ -474,8 +475,19 @@ def audit_section(audit: Mapping[str, Any]) -> str:
         )
     if audit.get("skipped"):
         out.append(generic(audit["skipped"], "Skipped runs", 1))
-    out.append(f"<details><summary>whole audit.json</summary>{generic(audit)}</details>")
+    out.append(
+        "<p class='note'>Everything else (settings, environment, interactions, routing, speed) "
+        f"is in <code>{esc(audit.get('target', 'DIR'))}/audit/audit.json</code> and audit.md "
+        "beside it; per-example arrays in the <code>.npz</code> files.</p>"
+    )
     return "\n".join(out)
+
+
+def _probe_text(scope: Any) -> str:
+    """``probe: first 128 fit examples`` from a curvature summary's scope mapping."""
+    if not isinstance(scope, Mapping):
+        return "probe not recorded"
+    return f"probe: first {scope.get('N', '?')} {scope.get('split', '?')} examples"
 
 
 def curvature_section(snapshots: Mapping[str, Any]) -> str:
@@ -493,7 +505,7 @@ def curvature_section(snapshots: Mapping[str, Any]) -> str:
             out.append(
                 _record_table(
                     rows,
-                    f"Curvature summary: run {key.rsplit('/', 1)[0]} (probe {value.get('scope')})",
+                    f"Curvature summary: run {key.rsplit('/', 1)[0]} ({_probe_text(value.get('scope'))})",
                 )
             )
     for key, value in snapshots.items():

@@ -209,9 +209,11 @@ class RunDir:
         self, which: Which, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
     ) -> nn.Module:
         """The model at a checkpoint, hash-verified, in eval mode."""
+        from fathom.train.checkpoint import load_cpu_state
+
         state = self.load_state(which)
         model = self.build_model(torch.float32, "cpu")
-        model.load_state_dict(state)
+        load_cpu_state(model, state)
         return model.to(device=device, dtype=dtype).eval()
 
     def load_splits(self, device: str | torch.device = "cpu"):

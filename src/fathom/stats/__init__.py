@@ -12,15 +12,17 @@ from fathom.stats.flags import (
     is_excluded,
 )
 from fathom.stats.intervals import Interval, mean_sd, paired_difference, t_interval
-from fathom.stats.summary import RunRecord, summarise_study, to_markdown
-from fathom.stats.verdicts import (
+from fathom.stats.scaling import (
     ArmRuns,
     DepthScalingTable,
     DepthScalingVerdict,
+    depth_scaling_verdict,
+)
+from fathom.stats.summary import RunRecord, summarise_study, to_markdown
+from fathom.stats.verdicts import (
     RankComparison,
     Verdict,
     compare,
-    depth_scaling_verdict,
     first_crossing,
     rank_disagreement,
     verdict_sentence,

@@ -14,6 +14,8 @@ Definitions (all over seeds of one recipe, sample SD with ddof = 1):
 * fixed-horizon training time: training clock for the whole configured budget (every
   run trains the same epochs, enforced by the config fingerprint); ratio of means to
   the reference and the paired per-seed ratio with its t interval.
+* Accuracy is stored as a fraction (records, JSON) and rendered in percent through
+  :func:`fathom.stats.units.percent`; differences in percentage points.
 * A recipe with any excluded run (diverged, at chance, incomplete) takes part in no
   comparison and is listed; its table rows use only its non-excluded runs.
 """
@@ -29,6 +31,7 @@ from typing import Any
 from fathom.errors import FathomError
 from fathom.stats.flags import failure_flags, is_excluded
 from fathom.stats.intervals import mean_sd, paired_difference, t_interval
+from fathom.stats.units import percent
 from fathom.stats.verdicts import (
     Verdict,
     compare,
@@ -324,6 +327,16 @@ def _ms(stat: Mapping[str, Any] | None, digits: int = 4) -> str:
     return f"{text} (n={stat['n']})"
 
 
+def _ms_pct(stat: Mapping[str, Any] | None) -> str:
+    """An accuracy stat (fractions) as ``"92.36 ± 0.76 % (n=3)"`` via :func:`percent`."""
+    if stat is None or stat.get("mean") is None:
+        return "—"
+    text = f"{percent(stat['mean']):.2f}"
+    if stat.get("sd") is not None:
+        text += f" ± {percent(stat['sd']):.2f}"
+    return f"{text} % (n={stat['n']})"
+
+
 def _num(x: float | None, fmt: str = "+.4f") -> str:
     return "—" if x is None else format(x, fmt)
 
@@ -335,15 +348,16 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
     lines = [
         f"Reference recipe: **{ref}**. Values are mean ± sample SD over seeds (n stated).",
         "",
-        "| Method | LR | Validation-selected accuracy | Final accuracy | Selected test CE "
-        "| Final test CE | Flags |",
+        "| Method | LR | Validation-selected accuracy (%) | Final accuracy (%) "
+        "| Selected test CE (nats) | Final test CE (nats) | Flags |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, e in summary["recipes"].items():
         flags = sorted({f for fl in e["flags"].values() for f in fl})
         lr = ", ".join(f"{x:g}" for x in e["lr"]) or "—"
         lines.append(
-            f"| {name} | {lr} | {_ms(e['selected']['test_acc'])} | {_ms(e['final']['test_acc'])} "
+            f"| {name} | {lr} | {_ms_pct(e['selected']['test_acc'])} "
+            f"| {_ms_pct(e['final']['test_acc'])} "
             f"| {_ms(e['selected']['test_ce'])} | {_ms(e['final']['test_ce'])} "
             f"| {', '.join(flags) or '—'} |"
         )
@@ -362,7 +376,11 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
             f"| {_num(None if d is None else d['estimate'])} | {interval} "
             f"| {'—' if d is None else d['n']} | {c['verdict']} |"
         )
-    lines += ["", *[f"- {c['sentence']}" for c in summary["comparisons"]]]
+    shown = [c for c in summary["comparisons"] if c["verdict"] not in ("not established",)]
+    lines += ["", *[f"- {c['sentence']}" for c in shown]]
+    rest = len(summary["comparisons"]) - len(shown)
+    if rest:
+        lines.append(f"- {rest} other comparison(s): not established (see the Verdict column).")
     lines += [
         "",
         "| Method | Fixed-horizon training (s) | Ratio to reference | Time to target, training (s) "
@@ -389,9 +407,10 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
             "| Method | Selected | Rank | Final | Rank |",
             "|---|---|---|---|---|",
         ]
+        scale = 100.0 if rk["label"] == "test accuracy" else 1.0
         lines += [
-            f"| {r['name']} | {r['selected']:.4f} | {r['selected_rank']} | {r['final']:.4f} "
-            f"| {r['final_rank']} |"
+            f"| {r['name']} | {scale * r['selected']:.4f} | {r['selected_rank']} "
+            f"| {scale * r['final']:.4f} | {r['final_rank']} |"
             for r in rk["rows"]
         ]
     if summary["excluded"]:

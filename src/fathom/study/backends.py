@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, install_hint
 from fathom.study.execute import RunOutcome, execute_run
 from fathom.study.plan import RunSpec
 
@@ -65,6 +65,7 @@ class LocalBackend:
     workers: int = 1
     threads: int = 1
     splits_for: Any = None
+    live: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -89,6 +90,7 @@ class LocalBackend:
             threads=self.threads,
             registry_file=registry_file,
             splits_for=self.splits_for,
+            live=self.live,
         )
         if self.workers == 1 or len(specs) <= 1:
             outs = []
@@ -121,7 +123,7 @@ def _import_ray() -> Any:
         import ray
     except ImportError:
         raise FathomError(
-            "the Ray backend needs the optional extra: pip install 'fathom[ray]' "
+            f"the Ray backend needs the optional extra: {install_hint('ray')} "
             "(or use --backend local)"
         ) from None
     return ray
@@ -139,6 +141,7 @@ class RayBackend:
     address: str | None = None
     threads: int = 1
     splits_for: Any = None
+    live: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -171,6 +174,7 @@ class RayBackend:
                 threads=self.threads,
                 splits_for=self.splits_for,
                 allow_source_change=allow_source_change,
+                live=self.live,
             ): s
             for s in specs
         }
@@ -203,9 +207,10 @@ def make_backend(
     address: str | None = None,
     threads: int = 1,
     splits_for: Any = None,
+    live: tuple[str, ...] = (),
 ):
     if name == "local":
-        return LocalBackend(workers=workers, threads=threads, splits_for=splits_for)
+        return LocalBackend(workers=workers, threads=threads, splits_for=splits_for, live=live)
     if name == "ray":
-        return RayBackend(address=address, threads=threads, splits_for=splits_for)
+        return RayBackend(address=address, threads=threads, splits_for=splits_for, live=live)
     raise FathomError(f"unknown backend {name!r}; use 'local' or 'ray'")

@@ -23,19 +23,42 @@ def _threads(args: argparse.Namespace, study: Any) -> int:
     return threads
 
 
+def progress_line(info: Any) -> str:
+    """``  main-residual_dropout-s101  trained  complete  12.3s  params 3f9a0c1d2e4b``.
+
+    The run id is padded to the longest id a study of the shipped recipes makes (31
+    characters), so the line fits 80 columns; why a run was retried and an error reason
+    follow and may wrap.
+    """
+    from fathom.terminal import short_hash
+
+    extra = "".join(f"  ({t})" for t in (getattr(info, "note", None), info.error) if t)
+    return (
+        f"  {info.run_id:<31} {info.action:<7} {info.status:<8} {info.wall_s:6.1f}s "
+        f"params {short_hash(info.final_params)}{extra}"
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from fathom.study.backends import make_backend
     from fathom.study.config import load_study
     from fathom.study.report import print_summary
-    from fathom.study.runner import run_study, scale_down_text
+    from fathom.study.runner import run_study
+    from fathom.study.scaledown import scale_down_sentence, scaled_down
 
     study, origin = load_study(args.study)
     if args.backend != "ray" and args.address:
         raise FathomError("--address is for --backend ray; drop it or add --backend ray")
+    from fathom.export.live import parse_live
+
     backend = make_backend(
-        args.backend, workers=args.workers, address=args.address, threads=_threads(args, study)
+        args.backend,
+        workers=args.workers,
+        address=args.address,
+        threads=_threads(args, study),
+        live=parse_live(args.live),
     )
     console = Console(stderr=True)
 
@@ -45,19 +68,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         if event == "phase":
             console.print(f"[bold]{info}[/bold]")
         else:
-            h = info.final_params[:8] if info.final_params else "—"
-            extra = "".join(f"  ({t})" for t in (info.note, info.error) if t)
-            console.print(
-                f"  {info.run_id:<30} {info.action:<7} {info.status:<8} {info.wall_s:5.1f}s "
-                f"params {h}{extra}",
-                overflow="fold",
-            )
+            console.print(progress_line(info), overflow="fold")
 
     if not args.quiet:
         console.print(
-            f"study {study.study.name} ({origin}) on {backend.name}; runs under {Path(args.runs_dir) / study.study.name}"
+            f"study {study.study.name} ({origin}) on {backend.name}; "
+            f"runs under {Path(args.runs_dir) / study.study.name}"
         )
-        console.print(scale_down_text({"scale_down": list(study.study.scale_down)}))
+        console.print(scale_down_sentence(scaled_down(study)))
     result = run_study(
         study,
         args.runs_dir,
@@ -69,35 +87,71 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if not args.quiet:
         print_summary(result.summary)
+    counts = status_counts([{"status": o.status} for o in result.outcomes])
     print(f"summary: {result.root / 'summary.md'} and summary.json ({result.wall_s:.1f} s)")
+    print(f"runs: {counts}")
     failed = [o for o in result.outcomes if o.status == "failed"]
     return 1 if failed else 0
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+STATUS_ORDER = (
+    "complete",
+    "diverged",
+    "failed",
+    "interrupted or running",
+    "not started",
+    "waiting for tuning",
+)
 
+
+def status_counts(rows: list[dict[str, Any]]) -> str:
+    """``"12 complete, 2 diverged, 1 failed, 15 waiting for tuning (30 runs)"``.
+
+    Every state is counted on its own: a diverged run finished (its divergence is a result),
+    a failed one did not; neither is counted as complete.
+    """
+    counts = {st: sum(r["status"] == st for r in rows) for st in STATUS_ORDER}
+    other = sorted({r["status"] for r in rows} - set(STATUS_ORDER))
+    counts.update({st: sum(r["status"] == st for r in rows) for st in other})
+    parts = [f"{k} {st}" for st, k in counts.items() if k or st in STATUS_ORDER[:3]]
+    return f"{', '.join(parts)} ({len(rows)} runs)"
+
+
+def status_table(rows: list[dict[str, Any]], name: str, wide: bool = False):
+    """Run, status, epochs and final-parameter hash (12 hex digits; all with ``wide``)."""
+    from fathom.terminal import short_hash, table
+
+    columns = ["Run", "Status", "Epochs", "Final params"]
+    if wide:
+        columns[1:1] = ["Phase", "Recipe", "Seed", "LR"]
+    body = []
+    for r in rows:
+        extra = [r["phase"], r["recipe"], r["seed"], "—" if r["lr"] is None else f"{r['lr']:g}"]
+        body.append(
+            [
+                r["run_id"],
+                *(extra if wide else []),
+                r["status"],
+                r["epochs"],
+                short_hash(r["final_params"], wide),
+            ]
+        )
+    return table(
+        f"Study {name}: {status_counts(rows)}",
+        columns,
+        body,
+    )
+
+
+def cmd_status(args: argparse.Namespace) -> int:
     from fathom.study.status import study_status
+    from fathom.terminal import console
 
     rows, name = study_status(Path(args.dir))
-    table = Table(
-        title=f"Study {name}: {sum(r['status'] == 'complete' for r in rows)}/{len(rows)} runs complete"
-    )
-    for col in ("Run", "Phase", "Recipe", "Seed", "LR", "Status", "Epochs", "Final params"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(
-            r["run_id"],
-            r["phase"],
-            r["recipe"],
-            str(r["seed"]),
-            "—" if r["lr"] is None else f"{r['lr']:g}",
-            r["status"],
-            r["epochs"],
-            (r["final_params"] or "—")[:12],
-        )
-    Console().print(table)
+    if args.json:
+        print(json.dumps({"study": name, "runs": rows}, indent=2))
+        return 0
+    console(args.wide).print(status_table(rows, name, args.wide))
     return 0
 
 
@@ -112,9 +166,56 @@ def _registry(args: argparse.Namespace):
     return Registry(path)
 
 
+def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
+    """One table per study: run, status, test accuracy (%) and CE, final-parameter hash.
+
+    The run id names phase, recipe, LR and seed; ``wide`` adds them as columns with the
+    full hash.
+    """
+    from fathom.terminal import short_hash, table
+
+    def f(x: float | None, spec: str, scale: float = 1.0) -> str:
+        return "—" if x is None else format(scale * x, spec)
+
+    columns = [
+        "Run",
+        "Status",
+        "Sel.\nacc\n(%)",
+        "Final\nacc\n(%)",
+        "Final\nCE\n(nats)",
+        "Final params",
+    ]
+    if wide:
+        columns[1:1] = ["Phase", "Recipe", "Seed", "LR"]
+    out = []
+    for study in dict.fromkeys(r["study"] for r in rows):
+        body = []
+        for r in (r for r in rows if r["study"] == study):
+            extra = [r["phase"], r["recipe"], r["seed"], f(r["lr"], "g")]
+            body.append(
+                [
+                    r["run_id"],
+                    *(extra if wide else []),
+                    r["status"],
+                    f(r["selected_test_acc"], ".2f", 100),
+                    f(r["final_test_acc"], ".2f", 100),
+                    f(r["final_test_ce"], ".4f"),
+                    short_hash(r["final_params"], wide),
+                ]
+            )
+        out.append(
+            table(
+                f"Study {study}: {len(body)} runs",
+                columns,
+                body,
+                right=columns[-4:-1],
+            )
+        )
+    return out
+
+
 def cmd_runs_list(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
+    from fathom.terminal import console
 
     rows = _registry(args).query(
         study=args.study, phase=args.phase, recipe=args.recipe, seed=args.seed, status=args.status
@@ -122,38 +223,11 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    table = Table(title=f"{len(rows)} runs")
-    for col in (
-        "Study",
-        "Run",
-        "Phase",
-        "Recipe",
-        "Seed",
-        "LR",
-        "Status",
-        "Sel. test acc",
-        "Final test acc",
-        "Final test CE",
-    ):
-        table.add_column(col)
-
-    def f(x: float | None, spec: str = ".4f") -> str:
-        return "—" if x is None else format(x, spec)
-
-    for r in rows:
-        table.add_row(
-            r["study"],
-            r["run_id"],
-            r["phase"],
-            r["recipe"],
-            str(r["seed"]),
-            f(r["lr"], "g"),
-            r["status"],
-            f(r["selected_test_acc"]),
-            f(r["final_test_acc"]),
-            f(r["final_test_ce"]),
-        )
-    Console().print(table)
+    out = console(args.wide)
+    if not rows:
+        out.print("0 runs match")
+    for t in runs_tables(rows, args.wide):
+        out.print(t)
     return 0
 
 
@@ -206,9 +280,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="resume interrupted runs even though the fathom source changed (recorded)",
     )
     run.add_argument("--quiet", action="store_true", help="print only the final line")
+    run.add_argument(
+        "--live",
+        metavar="TARGETS",
+        help="stream every run's history rows while it trains: tensorboard, wandb (offline) "
+        "or both, comma-separated; logs under each RUN_DIR/live/ (default: off)",
+    )
     run.set_defaults(func=cmd_run)
     status = ssub.add_parser("status", help="per-run state of a study directory")
     status.add_argument("dir", help="the study directory, e.g. runs/ciresan-sd-quick")
+    status.add_argument("--wide", action="store_true", help="all columns and full hashes")
+    status.add_argument("--json", action="store_true", help="print the rows as JSON")
     status.set_defaults(func=cmd_status)
 
     runs = sub.add_parser("runs", help="query the run registry")
@@ -220,6 +302,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ls.add_argument("--recipe")
     ls.add_argument("--seed", type=int)
     ls.add_argument("--status", choices=["complete", "diverged", "failed", "running", "absent"])
+    ls.add_argument("--wide", action="store_true", help="all columns and full hashes")
     ls.add_argument("--json", action="store_true", help="print the rows as JSON")
     ls.set_defaults(func=cmd_runs_list)
     show = rsub.add_parser("show", help="one run's registry row as JSON")

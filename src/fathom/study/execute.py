@@ -127,18 +127,18 @@ def execute_run(
     registry_file: str | None = None,
     splits_for: Any = None,
     allow_source_change: bool = False,
+    live: tuple[str, ...] = (),
 ) -> RunOutcome:
     """Bring ``spec``'s run directory to a final state (see the module docstring).
 
     ``threads`` sets ``torch.set_num_threads`` for this process; ``registry_file`` (when
-    given) receives the run's row; ``splits_for(cfg, device) -> DataSplits`` replaces
+    given) receives the run's row; ``live`` names live-tracking targets
+    (:mod:`fathom.export.live`); ``splits_for(cfg, device) -> DataSplits`` replaces
     :func:`cached_splits` (tests use synthetic data). Errors of the run itself are returned as a ``failed``
     outcome with the message; bad input (``FathomError``) is raised. ``allow_source_change``
     lets a resumed run continue under changed source (recorded in its manifest).
     """
     import torch
-
-    from fathom.train.loop import train
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -146,26 +146,10 @@ def execute_run(
     path = Path(spec.run_dir)
     state, rd = _state(spec)
 
-    def outcome(
-        action: str,
-        status: str,
-        final: str | None,
-        error: str | None = None,
-        note: str | None = None,
-    ) -> RunOutcome:
+    def outcome(action: str, status: str, final: str | None, *details: str | None) -> RunOutcome:
         out = RunOutcome(
-            spec.run_id,
-            spec.phase,
-            spec.recipe,
-            spec.seed,
-            spec.lr,
-            spec.run_dir,
-            action,
-            status,
-            final,
-            time.perf_counter() - t0,
-            error,
-            note,
+            *(spec.run_id, spec.phase, spec.recipe, spec.seed, spec.lr, spec.run_dir),
+            *(action, status, final, time.perf_counter() - t0, *details),
         )
         if registry_file is not None:
             from fathom.study.records import registry_row
@@ -189,33 +173,41 @@ def execute_run(
         expected = (rd.manifest.get("hashes") or {}).get("final_params") if rd else None
         _wipe(path)
         state = "unstarted"
-
-    cfg = validate_run_config(spec.config, origin=f"study run {spec.run_id}")
     has_resume = (path / "checkpoints" / "resume.pt").exists()
     if state in ("running", "failed") and has_resume:
         verb, resume = ("retried" if state == "failed" else "resumed"), True
     else:
         _wipe(path)  # killed before its first epoch boundary: nothing to keep
         verb, resume = ("retried" if action in ("retry", "retrain") else "trained"), False
-    from fathom.provenance import resolve_device
-
-    splits = (splits_for or cached_splits)(cfg, resolve_device(cfg.device))
+    options = {"resume": resume, "phase": spec.phase, "allow_source_change": allow_source_change}
     try:
-        result = train(
-            cfg,
-            path,
-            splits=splits,
-            resume=resume,
-            phase=spec.phase,
-            allow_source_change=allow_source_change,
-        )
+        result, bad = _train_spec(spec, path, splits_for, live, options)
     except FathomError:
         raise
     except Exception as e:  # the run's own failure is data: recorded in its manifest
         return outcome(verb, "failed", None, f"{type(e).__name__}: {e}", note)
     if expected is not None and result.final_params != expected:
         note = f"{note}; the retrained run ended with another final hash than recorded ({expected[:12]}…)"
-    return outcome(verb, result.status, result.final_params, None, note)
+    return outcome(verb, result.status, result.final_params, bad, note)
+
+
+def _train_spec(
+    spec: RunSpec, path: Path, splits_for: Any, live: tuple[str, ...], options: dict[str, Any]
+) -> tuple[Any, str | None]:
+    """Train (or resume) ``spec`` into ``path``; return the result and live-tracking problems."""
+    from fathom.export.live import LiveTracker
+    from fathom.provenance import resolve_device
+    from fathom.train.loop import train
+
+    cfg = validate_run_config(spec.config, origin=f"study run {spec.run_id}")
+    splits = (splits_for or cached_splits)(cfg, resolve_device(cfg.device))
+    tracker = LiveTracker(path, live, cfg) if live else None
+    try:
+        result = train(cfg, path, splits=splits, progress=tracker, **options)
+    finally:
+        reports = tracker.close() if tracker is not None else []
+    bad = [line for r in reports if not r.ok for line in r.lines()[:3]]
+    return result, "; ".join(bad) or None
 
 
 _SPLITS_CACHE: dict[str, Any] = {}

@@ -29,6 +29,7 @@ from fathom.study.execute import RunOutcome
 from fathom.study.plan import RunSpec, main_specs, study_root, tuning_specs
 from fathom.study.records import run_record
 from fathom.study.registry import registry_path
+from fathom.study.scaledown import scale_down_sentence, scaled_down
 
 STUDY_FILE = "study.json"
 
@@ -217,13 +218,17 @@ def build_summary(
     summary = summarise_study(
         records, reference=study.study.reference, target_val_acc=study.study.target_val_acc
     )
+    scaled = scaled_down(study)
     devices = sorted(
         {RunDir(s.run_dir).manifest.get("environment", {}).get("device_name", "?") for s in m_specs}
     )
     return {
         "study": study.study.name,
         "description": study.study.description,
-        "scale_down": list(study.study.scale_down),
+        "scale_down": [d.text for d in scaled],
+        "scaled_down": [d.to_dict() for d in scaled],
+        "scale_down_sentence": scale_down_sentence(scaled),
+        "scale_down_notes": list(study.study.scale_down),
         "devices": devices,
         "tuning": {
             "enabled": study.tuning.enabled,
@@ -275,9 +280,14 @@ def integrity_markdown(summary: dict[str, Any]) -> list[str]:
 
 
 def scale_down_text(summary: dict[str, Any]) -> str:
-    if summary["scale_down"]:
-        return "Scaled down from the full protocol: " + "; ".join(summary["scale_down"]) + "."
-    return "Not scaled down: the full protocol."
+    """What was scaled down (computed by :func:`fathom.study.scaledown.scaled_down`)."""
+    if "scale_down_sentence" in summary:
+        return summary["scale_down_sentence"]
+    notes = "; ".join(summary.get("scale_down") or []) or "none"
+    return (
+        f"Scale-down not computed in this older summary (the study's own notes: {notes}); "
+        "rerun `fathom study run` to compute it."
+    )
 
 
 def tuning_markdown(summary: dict[str, Any]) -> list[str]:

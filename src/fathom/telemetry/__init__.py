@@ -6,6 +6,7 @@ Gram matrices), :mod:`~fathom.telemetry.distributions`, :mod:`~fathom.telemetry.
 :mod:`~fathom.telemetry.registry`; :class:`Recorder` is the thin object the trainer calls.
 """
 
+from fathom.telemetry.instruments import Instruments
 from fathom.telemetry.moments import (
     GradientMoments,
     gradient_gram,
@@ -22,6 +23,7 @@ __all__ = [
     "FIELDS",
     "Field",
     "GradientMoments",
+    "Instruments",
     "Recorder",
     "field_for",
     "gradient_gram",

@@ -26,16 +26,25 @@ dropout off), and leaves parameters, `.grad` tensors, optimizer state, gate gain
 flags and RNG states exactly as it found them. A missing or undefined value (0/0, an empty
 class, no momentum buffer yet) is `null`, never 0.
 
-Placeholders: `{layer}` is the affine layer index `0 .. L-1` (stem, body blocks, head);
-`{hidden}` the hidden activation index `0 .. L-2` (the ReLU output of affine layer `l`,
-the linear head excluded); `{split}` is `fit`, `val` or `test`; `{cls}` a class index.
+Placeholders: `{layer}` is an instrumented layer's qualified module name, the same scheme
+for every model (found by forward hooks, `fathom.seam`; for the Ciresan MLP `stem`,
+`blocks.0.res.branch` ... (`blocks.0.res` for the plain recipe), `head`; `<model>` for a
+parameter the root module uses itself); `{input}` names a layer whose input is a hidden
+activation (the data-facing stem is excluded); `{split}` is `fit`, `val` or `test`; `{cls}`
+a class index. The trainer's manifest (`telemetry.layers`) lists every instrumented layer's
+name, module type, path and parameter shapes.
 Scopes: `probe` = the first `probe_size` fitting examples (default 128); `split` = the
 whole split; `state` = parameters and optimizer state only.
 
-Per-example gradients are never materialised: for an affine layer `g_i = delta_i a_i^T`,
-so `||g_i||^2 = ||a_i||^2 ||delta_i||^2` and `g_i . g_j = (a_i . a_j)(delta_i . delta_j)`;
-every moment comes from the `N x N` matrix of these products, in float64. Biases are
-excluded from the per-example moments (weights only).
+Every moment comes from the `N x N` Gram matrix `K_ij = g_i . g_j` of the per-example
+weight gradients, in float64. For a Linear layer with one row per example the gradients are
+never materialised: `g_i = delta_i a_i^T`, so `g_i . g_j = (a_i . a_j)(delta_i . delta_j)`.
+Linear layers over sequences and Conv1d/2d layers sum `delta_it a_it^T` over positions
+(unfolded patches); every other module with parameters (BatchNorm/LayerNorm affine,
+Embedding, attention, custom modules) gets exact per-example gradients from `torch.func`.
+Biases are excluded from the per-example moments (weights only). Dense evaluation mode
+means BatchNorm uses its running statistics (examples independent); spiking nets report
+their surrogate gradients.
 """
 
 

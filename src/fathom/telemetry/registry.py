@@ -2,9 +2,12 @@
 
 A field's ``pattern`` names it with placeholders that expand per model and data:
 
-* ``{layer}``: affine layer index ``0 .. L-1`` (stem, body blocks, classifier head);
-* ``{hidden}``: hidden activation index ``0 .. L-2`` (the ReLU output of affine layer ``l``;
-  the linear head is excluded);
+* ``{layer}``: an instrumented layer's qualified module name (:mod:`fathom.seam`), e.g.
+  ``stem``, ``blocks.0.res.branch``, ``head`` for the Ciresan MLP, ``blocks.1.body.branch.0``
+  for a staged conv net, ``<model>`` for parameters the root module uses itself;
+* ``{input}``: the name of an instrumented layer whose input is a hidden activation (it
+  depends on parameters): the distribution of that input (for the Ciresan MLP the ReLU
+  output feeding each body block and the head; the stem's input, the data, is excluded);
 * ``{split}``: ``fit``, ``val``, ``test`` (those with examples);
 * ``{cls}``: class index ``0 .. C-1``.
 
@@ -24,13 +27,15 @@ from functools import cache
 from fathom.errors import FathomError
 from fathom.telemetry.distributions import QUANTILES, quantile_key
 
+NORM_QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)  # of per-example gradient norms
+
 FAMILIES: dict[str, str] = {
     "probe": "probe cross entropy and accuracy (one probe forward pass)",
-    "activations": "post-ReLU activation distributions on the probe",
-    "backprop": "distributions of dL_i/dz (gradients w.r.t. affine outputs) on the probe",
+    "activations": "distributions of each layer's input activations on the probe",
+    "backprop": "distributions of dL_i/dz (gradients w.r.t. each layer's output) on the probe",
     "params": "parameter norms, displacement from init, momentum-buffer norms, update-to-weight ratios",
-    "gradients": "norms of the probe mean gradient, per affine layer (weights and biases)",
-    "moments": "fixed-probe per-example gradient moments of each affine layer's weights",
+    "gradients": "norms of the probe mean gradient, per layer (weights and biases)",
+    "moments": "fixed-probe per-example gradient moments and norm quantiles of each layer's weights",
     "scores": "per-class counts, per-class accuracy and confusion matrices on full splits",
 }
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -56,12 +61,18 @@ class Field:
     def regex(self) -> re.Pattern[str]:
         return _compile(self.pattern)
 
-    def expand(self, layers: int, splits: Sequence[str], classes: int) -> list[str]:
-        """Concrete names for a model with ``layers`` affine layers and ``classes`` classes."""
+    def expand(
+        self,
+        layers: Sequence[str],
+        splits: Sequence[str],
+        classes: int,
+        inputs: Sequence[str] = (),
+    ) -> list[str]:
+        """Concrete names for a model with these layer names, input layers and classes."""
         names = [self.pattern]
         axes = {
-            "{layer}": [str(i) for i in range(layers)],
-            "{hidden}": [str(i) for i in range(layers - 1)],
+            "{layer}": list(layers),
+            "{input}": list(inputs),
             "{split}": list(splits),
             "{cls}": [str(c) for c in range(classes)],
         }
@@ -78,8 +89,8 @@ class Field:
 def _compile(pattern: str) -> re.Pattern[str]:
     rx = re.escape(pattern)
     for key, sub in {
-        "{layer}": r"\d+",
-        "{hidden}": r"\d+",
+        "{layer}": r"[^/]+",
+        "{input}": r"[^/]+",
         "{split}": r"fit|val|test",
         "{cls}": r"\d+",
     }.items():
@@ -90,43 +101,50 @@ def _compile(pattern: str) -> re.Pattern[str]:
 _PROBE_DEF = (
     "the probe: the first `probe_size` fitting examples, dense evaluation (gain one, dropout off)"
 )
-_DELTA = "delta_i = dL_i/dz_i, L_i the unaveraged cross entropy of example i, z the affine output"
-_G = "g_i = delta_i a_i^T (weights only, bias excluded), a_i the layer input"
+_DELTA = "delta_i = dL_i/dz_i, L_i the unaveraged cross entropy of example i, z the layer output"
+_G = (
+    "g_i = dL_i/dW of the layer's weights (every covered parameter whose name does not end in "
+    "'bias', flattened and concatenated; biases excluded); Linear/Conv: g_i = sum_t delta_it a_it^T "
+    "over positions t (a_it the input or unfolded patch), other modules: exact torch.func vjp"
+)
 
 
 def _activation_fields() -> list[Field]:
-    base = "h = relu output of affine layer l on the probe, all N x units entries"
+    base = (
+        "h = the layer's input on the probe (a hidden activation, e.g. the ReLU output feeding it), "
+        "all N x units entries (a unit = every non-example entry)"
+    )
     out = [
         Field(
-            "probe/act/mean/L{hidden}",
+            "probe/act/mean/{input}",
             "activations",
             f"mean(h); {base}",
             "activation units",
             "probe",
         ),
         Field(
-            "probe/act/std/L{hidden}",
+            "probe/act/std/{input}",
             "activations",
             f"sqrt(mean((h - mean h)^2)) (population, 1/n); {base}",
             "activation units",
             "probe",
         ),
         Field(
-            "probe/act/rms/L{hidden}",
+            "probe/act/rms/{input}",
             "activations",
             f"sqrt(mean(h^2)); {base}",
             "activation units",
             "probe",
         ),
         Field(
-            "probe/act/absmax/L{hidden}",
+            "probe/act/absmax/{input}",
             "activations",
             f"max |h|; {base}",
             "activation units",
             "probe",
         ),
         Field(
-            "probe/act/zero_frac/L{hidden}",
+            "probe/act/zero_frac/{input}",
             "activations",
             f"#{{entries h == 0.0 exactly}} / (N x units); {base}",
             "fraction in [0, 1]",
@@ -134,7 +152,7 @@ def _activation_fields() -> list[Field]:
             "a zero on this probe does not prove a permanently dead unit",
         ),
         Field(
-            "probe/act/dead_frac/L{hidden}",
+            "probe/act/dead_frac/{input}",
             "activations",
             f"#{{units with h == 0.0 for every probe example}} / units; {base}",
             "fraction in [0, 1]",
@@ -144,7 +162,7 @@ def _activation_fields() -> list[Field]:
     ]
     out += [
         Field(
-            f"probe/act/{quantile_key(q)}/L{{hidden}}",
+            f"probe/act/{quantile_key(q)}/{{input}}",
             "activations",
             f"{q:g}-quantile of h (linear interpolation between order statistics); {base}",
             "activation units",
@@ -159,27 +177,27 @@ def _backprop_fields() -> list[Field]:
     base = f"all N x units entries of delta; {_DELTA}"
     units = "nats per unit of z"
     out = [
-        Field("probe/delta/mean/L{layer}", "backprop", f"mean(delta); {base}", units, "probe"),
+        Field("probe/delta/mean/{layer}", "backprop", f"mean(delta); {base}", units, "probe"),
         Field(
-            "probe/delta/std/L{layer}",
+            "probe/delta/std/{layer}",
             "backprop",
             f"population std of delta (1/n); {base}",
             units,
             "probe",
         ),
         Field(
-            "probe/delta/rms/L{layer}",
+            "probe/delta/rms/{layer}",
             "backprop",
             f"sqrt(mean(delta^2)); {base}",
             units,
             "probe",
             "per-example (unaveraged) signals: a training step's gradient uses delta / batch size",
         ),
-        Field("probe/delta/absmax/L{layer}", "backprop", f"max |delta|; {base}", units, "probe"),
+        Field("probe/delta/absmax/{layer}", "backprop", f"max |delta|; {base}", units, "probe"),
     ]
     out += [
         Field(
-            f"probe/delta/{quantile_key(q)}/L{{layer}}",
+            f"probe/delta/{quantile_key(q)}/{{layer}}",
             "backprop",
             f"{q:g}-quantile of delta (linear interpolation); {base}",
             units,
@@ -192,17 +210,30 @@ def _backprop_fields() -> list[Field]:
 
 def _param_fields() -> list[Field]:
     return [
-        Field("param/weight_norm/L{layer}", "params", "||W_l||_F", "parameter units", "state"),
-        Field("param/bias_norm/L{layer}", "params", "||b_l||_2", "parameter units", "state"),
         Field(
-            "param/disp/L{layer}",
+            "param/weight_norm/{layer}",
+            "params",
+            "||W_l||_F, W_l = the layer's weights (non-bias parameters, jointly)",
+            "parameter units",
+            "state",
+        ),
+        Field(
+            "param/bias_norm/{layer}",
+            "params",
+            "||b_l||_2 over the layer's bias parameters jointly",
+            "parameter units",
+            "state",
+            "null for a layer without a bias",
+        ),
+        Field(
+            "param/disp/{layer}",
             "params",
             "||W_l - W_l(epoch 0)||_F (weights only)",
             "parameter units",
             "state",
         ),
         Field(
-            "param/disp_rel/L{layer}",
+            "param/disp_rel/{layer}",
             "params",
             "||W_l - W_l(0)||_F / ||W_l(0)||_F",
             "dimensionless",
@@ -217,7 +248,7 @@ def _param_fields() -> list[Field]:
             "state",
         ),
         Field(
-            "param/momentum_norm/L{layer}",
+            "param/momentum_norm/{layer}",
             "params",
             "||buf_W||_F, the SGD momentum buffer of W_l",
             "gradient units",
@@ -225,7 +256,7 @@ def _param_fields() -> list[Field]:
             "null before the first step or without momentum; a skipped SD branch keeps the buffer of its last computed step",
         ),
         Field(
-            "param/update_ratio/L{layer}",
+            "param/update_ratio/{layer}",
             "params",
             "lr * ||buf_W||_F / ||W_l||_F: the last SGD update of W_l relative to its norm "
             "(for SGD with momentum, dampening 0 and no Nesterov, W <- W - lr * buf, so lr * buf is the last update)",
@@ -239,34 +270,57 @@ def _param_fields() -> list[Field]:
 def _gradient_fields() -> list[Field]:
     return [
         Field(
-            "grad/mean/weight_norm/L{layer}",
+            "grad/mean/weight_norm/{layer}",
             "gradients",
             f"||m||_F, m = (1/N) sum_i g_i = d(mean_i L_i)/dW_l; ||m||^2 = (1/N^2) sum_ij (a_i.a_j)(delta_i.delta_j); {_G}",
             "nats per parameter unit",
             "probe",
         ),
         Field(
-            "grad/mean/bias_norm/L{layer}",
+            "grad/mean/bias_norm/{layer}",
             "gradients",
-            f"||(1/N) sum_i delta_i||_2 = ||d(mean_i L_i)/db_l||; {_DELTA}",
+            f"||(1/N) sum_i g_i(b)||_2 = ||d(mean_i L_i)/db_l|| over the layer's biases "
+            f"(Linear: g_i(b) = sum_t delta_it); {_DELTA}",
             "nats per parameter unit",
             "probe",
+            "null for a layer without a bias",
         ),
     ]
 
 
 def _moment_fields() -> list[Field]:
-    g = f"{_G}; {_DELTA}; N = probe size; computed from Gram matrices, float64"
-    return [
+    g = f"{_G}; {_DELTA}; N = probe size; computed from Gram matrices K_ij = g_i.g_j, float64"
+    quantiles = [
         Field(
-            "grad/pex/mean_sq_norm/L{layer}",
+            f"grad/pex/norm_{quantile_key(q)}/{{layer}}",
             "moments",
-            f"(1/N) sum_i ||g_i||^2, ||g_i||^2 = ||a_i||^2 ||delta_i||^2; {g}",
+            f"{q:g}-quantile over the probe of ||g_i|| = sqrt(K_ii) (linear interpolation between "
+            f"order statistics, torch.quantile's default); {g}",
+            "nats per parameter unit",
+            "probe",
+            "a small median with a large max means few examples carry the gradient",
+        )
+        for q in NORM_QUANTILES
+    ]
+    quantiles.append(
+        Field(
+            "grad/pex/norm_max/{layer}",
+            "moments",
+            f"max_i ||g_i|| over the probe; {g}",
+            "nats per parameter unit",
+            "probe",
+        )
+    )
+    core = [
+        Field(
+            "grad/pex/mean_sq_norm/{layer}",
+            "moments",
+            f"(1/N) sum_i ||g_i||^2 (one-row Linear: ||g_i||^2 = ||a_i||^2 ||delta_i||^2); {g}",
             "(nats per parameter unit)^2",
             "probe",
         ),
         Field(
-            "grad/pex/diversity/L{layer}",
+            "grad/pex/diversity/{layer}",
             "moments",
             f"D = (1/N) sum_i ||g_i||^2 / ||m||^2, m = (1/N) sum_i g_i; {g}",
             "dimensionless, in [1, inf)",
@@ -275,7 +329,7 @@ def _moment_fields() -> list[Field]:
             "not a count of useful independent examples; small denominators limit late-training interpretation; null when m = 0",
         ),
         Field(
-            "grad/pex/max_share/L{layer}",
+            "grad/pex/max_share/{layer}",
             "moments",
             f"max_i ||g_i||^2 / sum_i ||g_i||^2 (largest-example energy share); {g}",
             "fraction in [1/N, 1]",
@@ -283,7 +337,7 @@ def _moment_fields() -> list[Field]:
             "null when every g_i = 0",
         ),
         Field(
-            "grad/pex/participation/L{layer}",
+            "grad/pex/participation/{layer}",
             "moments",
             f"(sum_i ||g_i||)^2 / sum_i ||g_i||^2 (norm participation); {g}",
             "effective count in [1, N]",
@@ -291,7 +345,7 @@ def _moment_fields() -> list[Field]:
             "1 when one example carries all the norm; not a count of statistically independent samples; null when every g_i = 0",
         ),
         Field(
-            "grad/pex/cos_cyclic_mean/L{layer}",
+            "grad/pex/cos_cyclic_mean/{layer}",
             "moments",
             f"mean over i of cos(g_i, g_(i+1 mod N)) = K_i,i+1 / (||g_i|| ||g_i+1||), pairs with both norms > 0; {g}",
             "cosine in [-1, 1]",
@@ -299,7 +353,7 @@ def _moment_fields() -> list[Field]:
             "neighbours in the fixed probe order, not consecutive optimization steps; null when no pair is defined",
         ),
         Field(
-            "grad/pex/noise_scale/L{layer}",
+            "grad/pex/noise_scale/{layer}",
             "moments",
             f"tr(S) / ||m||^2 with S = (1/N) sum_i (g_i - m)(g_i - m)^T (plug-in covariance, 1/N): "
             f"the covariance-to-mean quadratic ratio, a plug-in simple gradient noise scale B_simple; equals D - 1; {g}",
@@ -308,7 +362,7 @@ def _moment_fields() -> list[Field]:
             "a single non-zero g_i gives N - 1 without any critical batch size existing; null when m = 0",
         ),
         Field(
-            "grad/pex/cov_along_mean/L{layer}",
+            "grad/pex/cov_along_mean/{layer}",
             "moments",
             f"m^T S m / ||m||^4 = (1/N) sum_i (m.g_i - ||m||^2)^2 / ||m||^4 (covariance along the mean direction); {g}",
             "dimensionless",
@@ -316,6 +370,7 @@ def _moment_fields() -> list[Field]:
             "a single non-zero g_i gives N - 1; null when m = 0",
         ),
     ]
+    return [*core, *quantiles]
 
 
 def _probe_fields() -> list[Field]:
@@ -405,8 +460,18 @@ def field_for(name: str) -> Field:
 
 
 def expected_names(
-    families: Iterable[str], layers: int, splits: Sequence[str], classes: int
+    families: Iterable[str],
+    layers: Sequence[str],
+    splits: Sequence[str],
+    classes: int,
+    inputs: Sequence[str] = (),
 ) -> list[str]:
-    """Every concrete field name the selected families produce for this model and data."""
+    """Every concrete field name the selected families produce for this model and data.
+
+    ``layers``: the instrumented layers' names; ``inputs``: those whose input is a hidden
+    activation (see the module docstring).
+    """
     fams = set(families)
-    return [n for f in FIELDS if f.family in fams for n in f.expand(layers, splits, classes)]
+    return [
+        n for f in FIELDS if f.family in fams for n in f.expand(layers, splits, classes, inputs)
+    ]

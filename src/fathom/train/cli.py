@@ -128,19 +128,31 @@ def cmd_train(args: argparse.Namespace) -> int:
         from fathom.train.loop import check_resumable
 
         check_resumable(Path(args.resume), config_from_args(args))
+    from fathom.export.live import LiveTracker, fan_out, parse_live
+
+    targets = parse_live(args.live)
     live = make_progress(args.quiet)
+    cfg = None
+    if args.resume:
+        run_dir = Path(args.resume)
+    else:
+        cfg = config_from_args(args)
+        run_dir = Path(args.runs_dir) / cfg.study / cfg.name
+    tracker = LiveTracker(run_dir, targets, cfg) if targets else None
+    progress = fan_out(live, tracker)
     try:
         if args.resume:
             result = resume(
-                args.resume, progress=live, allow_source_change=args.allow_source_change
+                args.resume, progress=progress, allow_source_change=args.allow_source_change
             )
         else:
-            cfg = config_from_args(args)
-            run_dir = Path(args.runs_dir) / cfg.study / cfg.name
-            result = train(cfg, run_dir, progress=live)
+            result = train(cfg, run_dir, progress=progress)
     finally:
         if live is not None:
             live.close()
+        reports = tracker.close() if tracker is not None else []
+    for report in reports:
+        print("\n".join(report.lines()))
     print(
         f"{result.status}: {result.run_dir} (epochs {result.epochs_completed}, final params {result.final_params})"
     )
@@ -190,6 +202,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="with --resume: continue even though the fathom source changed (recorded)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument(
+        "--live",
+        metavar="TARGETS",
+        help="stream history rows while training: tensorboard, wandb (offline) or both, "
+        "comma-separated; logs under RUN_DIR/live/ (default: off)",
+    )
     p.set_defaults(func=cmd_train)
 
     v = sub.add_parser("validate", help="check a run or study config and print it with defaults")

@@ -199,7 +199,7 @@ class EagerStepper:
             opt.zero_grad(set_to_none=True)
             loss_sum += loss.detach()
         if self.controller is not None:
-            self.controller.dense()
+            self.controller.release()
         return loss_sum
 
 
@@ -364,7 +364,7 @@ class GraphStepper:
                 graph = self.graphs[topo] = self._capture(topo, kept)
             graph.replay()
         if self.controller is not None:
-            self.controller.dense()
+            self.controller.release()
         return self.loss_sum.clone()
 
 

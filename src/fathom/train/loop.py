@@ -25,7 +25,7 @@ from fathom.rundir import FORMAT, RunDir, RunWriter
 from fathom.rundir.errors import failure_record
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
-from fathom.train.checkpoint import cpu_state
+from fathom.train.checkpoint import cpu_state, load_cpu_state
 from fathom.train.context import EpochContext
 from fathom.train.evaluate import split_scores
 from fathom.train.fast import make_stepper, plan_epoch
@@ -249,7 +249,7 @@ def _train(
     config_json = cfg.model_dump(mode="json")
 
     if resume:
-        model.load_state_dict(state["model"])
+        load_cpu_state(model, state["model"])
         optimizer.load_state_dict(state["optimizer"])
         if controller is not None:
             controller.load_state_dict(state["controller"])
@@ -307,6 +307,8 @@ def _train(
         clocks.elapsed_s = prior_elapsed + time.perf_counter() - t_invocation
         manifest["clocks"] = vars(clocks).copy()
         tel = clocks.telemetry_s
+        if recorder is not None:  # each instrumented layer: name, type, path, shapes
+            manifest["telemetry"]["layers"] = recorder.layer_records()
         manifest["telemetry"].update(
             {
                 "total_s": tel,

@@ -1,0 +1,57 @@
+"""CLI start-up: wall time of ``fathom --help`` for two source trees, interleaved.
+
+Usage: ``python bench/bench_cli_startup.py [--before /work/main/src] [--repeats 15]``.
+Runs ``python -m fathom.cli --help`` with ``PYTHONPATH`` set to each tree, alternating the
+two trees so load changes hit both alike; prints the machine, the load average, the
+median and min of each and their ratio. A fresh interpreter per repeat (the file-system
+cache is warm after the first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _once(src: str, argv: list[str]) -> float:
+    env = {**os.environ, "PYTHONPATH": src}
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "fathom.cli", *argv], env=env, check=True, stdout=subprocess.DEVNULL
+    )
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--before", default="/work/main/src", help="source tree to compare with")
+    ap.add_argument("--after", default=str(Path(__file__).resolve().parents[1] / "src"))
+    ap.add_argument("--repeats", type=int, default=15)
+    args = ap.parse_args()
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"python {platform.python_version()}; load average {os.getloadavg()}"
+    )
+    for argv in (["--help"], ["data", "--help"]):
+        times: dict[str, list[float]] = {"before": [], "after": []}
+        for tree in (args.before, args.after):  # warm the caches once
+            _once(tree, argv)
+        for _ in range(args.repeats):
+            for name, tree in (("before", args.before), ("after", args.after)):
+                times[name].append(_once(tree, argv))
+        med = {k: statistics.median(v) for k, v in times.items()}
+        print(f"fathom {' '.join(argv)}: repeats {args.repeats}")
+        for k, v in times.items():
+            print(f"  {k:<6} median {med[k]:.3f} s  min {min(v):.3f} s")
+        print(f"  ratio before/after {med['before'] / med['after']:.1f}x")
+    print(f"load average at end {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

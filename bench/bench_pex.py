@@ -1,0 +1,281 @@
+"""Per-example gradient moments on any model: Fathom vs BackPACK vs naive ``vmap``.
+
+Part 1 — a residual CNN with BatchNorm in eval mode (CPU size: 3x32x32 inputs, a conv stem,
+``--blocks`` residual blocks ``x + bn(conv(relu(bn(conv(x)))))`` at ``--width`` channels, 2x2
+pooling, global average pooling, a linear head; batch ``--batch``), timed interleaved over
+``--repeats`` rounds of ``--iters`` calls, medians:
+
+* fathom:   ``fathom.Instruments(model, x, y, families=("moments",)).observe()`` — the dense
+            forward with hooks, one ``autograd.grad`` to the layer outputs, per-example weight
+            Gram matrices (unfolded patches for the convs, the exact ``torch.func`` path for the
+            BatchNorm affines, the ``N x N`` Gram trick for the head), every moment and norm
+            quantile of every layer in float64 (layer discovery done once before timing; its
+            cold cost is printed separately);
+* BackPACK: forward + backward under ``backpack(BatchL2Grad(), SumGradSquared(), Variance())``
+            (``extend(model, use_converter=True)`` for the residual additions);
+* vmap:     ``torch.func.vmap(grad)`` full per-example gradients, then the same Gram matrices
+            and moments (``moments_from_grams``);
+* step:     one SGD step (forward, backward, update) for scale.
+
+Consistency is checked: BackPACK's ``batch_l2`` (per-example squared norms of the *mean* loss,
+``||g_i||^2 / N^2``) times ``N`` equals Fathom's ``mean_sq_norm`` for every conv and linear weight.
+
+Part 2 — a transformer block (Embedding, LayerNorm, ``nn.MultiheadAttention``, a position-wise
+Linear), which BackPACK refuses (its error is printed): fathom vs vmap, the same way.
+
+Usage: python bench/bench_pex.py [--batch 64] [--width 16] [--blocks 3] [--repeats 7] [--iters 3]
+BackPACK is a dev-only dependency (``pip install --no-deps backpack-for-pytorch einops unfoldNd``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import fathom
+from fathom.telemetry.moments import moments_from_grams
+
+
+class Residual(nn.Module):
+    """``x + branch(x)``."""
+
+    def __init__(self, branch: nn.Module) -> None:
+        super().__init__()
+        self.branch = branch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.branch(x)
+
+
+def residual_cnn(width: int, blocks: int, classes: int = 10) -> nn.Module:
+    def block() -> nn.Module:
+        return Residual(
+            nn.Sequential(
+                nn.Conv2d(width, width, 3, padding=1, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(),
+                nn.Conv2d(width, width, 3, padding=1, bias=False),
+                nn.BatchNorm2d(width),
+            )
+        )
+
+    layers: list[nn.Module] = [nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU()]
+    for i in range(blocks):
+        layers += [block(), nn.ReLU()]
+        if i < 2:
+            layers.append(nn.MaxPool2d(2))
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, classes)]
+    return nn.Sequential(*layers)
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, vocab: int, dim: int, heads: int, classes: int = 10) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Linear(dim, dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens)
+        a = self.ln1(h)
+        h = h + self.attn(a, a, a, need_weights=False)[0]
+        h = h + torch.relu(self.mlp(self.ln2(h)))
+        return self.head(h.mean(dim=1))
+
+
+def machine() -> str:
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    return (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {load}"
+    )
+
+
+def vmap_moments(model: nn.Module, x: torch.Tensor, y: torch.Tensor, layers) -> list:
+    """Naive: full per-example gradients by ``vmap(grad)``, then per-layer Gram matrices."""
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(p, xi, yi):
+        out = torch.func.functional_call(model, p, (xi.unsqueeze(0),))
+        return F.cross_entropy(out, yi.unsqueeze(0), reduction="sum")
+
+    g = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(params, x, y)
+    grams = []
+    for layer in layers:
+        qual = dict(zip(layer.params, layer.qualified, strict=True))
+        flat = torch.cat([g[qual[p]].reshape(len(y), -1) for p in layer.weights], 1).double()
+        grams.append(flat @ flat.T)
+    return moments_from_grams(torch.stack(grams))
+
+
+def timed(variants: dict[str, Callable[[], object]], repeats: int, iters: int) -> dict[str, float]:
+    for fn in variants.values():
+        fn()  # warm-up
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            times[name].append((time.perf_counter() - t0) / iters)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def _table(med: dict[str, float], ref: str) -> None:
+    print(f"| variant | median s | x {ref} |")
+    print("|---|---|---|")
+    for k, v in med.items():
+        print(f"| {k} | {v:.4f} | {v / med[ref]:.2f} |")
+
+
+def _instruments(model, x, y):
+    t0 = time.perf_counter()
+    ins = fathom.Instruments(model, x, y, families=("moments",))
+    ins.observe()
+    return ins, time.perf_counter() - t0
+
+
+def part1(batch: int, width: int, blocks: int, repeats: int, iters: int) -> None:
+    from backpack import backpack, extend
+    from backpack.extensions import BatchL2Grad, SumGradSquared, Variance
+
+    warnings.filterwarnings("ignore")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, 3, 32, 32, generator=g)
+    y = torch.randint(0, 10, (batch,), generator=g)
+    torch.manual_seed(0)
+    model = residual_cnn(width, blocks)
+    F.cross_entropy(model(x), y)  # (eval below; running statistics stay at their defaults)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
+    model.eval()
+    ins, cold = _instruments(model, x, y)
+    bp_model = extend(residual_cnn(width, blocks), use_converter=True)
+    bp_model.load_state_dict(model.state_dict())
+    bp_model.eval()
+    bp_loss = extend(nn.CrossEntropyLoss())
+    step_model = residual_cnn(width, blocks)
+    opt = torch.optim.SGD(step_model.parameters(), lr=1e-3, momentum=0.9)
+
+    def bp() -> None:
+        bp_model.zero_grad(set_to_none=True)
+        with backpack(BatchL2Grad(), SumGradSquared(), Variance()):
+            bp_loss(bp_model(x), y).backward()
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(step_model(x), y).backward()
+        opt.step()
+
+    row = ins.observe()
+    bp()
+    bp_params = dict(bp_model.named_parameters())
+    checked = 0
+    for layer in ins.layers:
+        if layer.kind in ("conv2d", "linear"):
+            theirs = float(bp_params[layer.qualified[0]].batch_l2.double().sum()) * batch
+            ours = row[f"grad/pex/mean_sq_norm/{layer.name}"]
+            assert abs(ours - theirs) <= 1e-3 * abs(ours), (layer.name, ours, theirs)
+            checked += 1
+    ref = vmap_moments(model, x, y, ins.layers)
+    for layer, mom in zip(ins.layers, ref, strict=True):
+        ours = row[f"grad/pex/diversity/{layer.name}"]
+        assert abs(ours - mom.diversity) <= 1e-3 * abs(mom.diversity), layer.name
+    n_params = sum(p.numel() for p in model.parameters())
+    kinds = {}
+    for layer in ins.layers:
+        kinds[layer.kind] = kinds.get(layer.kind, 0) + 1
+    print(f"\n## Part 1: residual CNN with BatchNorm (eval), batch {batch}")
+    print(f"width {width}, {blocks} residual blocks, {n_params:,} parameters; layers {kinds}")
+    print(f"fathom cold first call (discovery + observe): {cold:.3f} s")
+    print(f"repeats {repeats} x {iters} calls, interleaved; medians")
+    med = timed(
+        {
+            "fathom moments": lambda: ins.observe(),
+            "BackPACK BatchL2Grad+SumGradSquared+Variance": bp,
+            "vmap(grad) + Grams": lambda: vmap_moments(model, x, y, ins.layers),
+            "SGD step": step,
+        },
+        repeats,
+        iters,
+    )
+    _table(med, "SGD step")
+    fathom_s = med["fathom moments"]
+    print(
+        f"fathom / BackPACK = {fathom_s / med['BackPACK BatchL2Grad+SumGradSquared+Variance']:.2f}"
+    )
+    print(f"fathom / vmap = {fathom_s / med['vmap(grad) + Grams']:.2f}")
+    print(f"consistency: {checked} conv/linear weights vs BackPACK batch_l2 (rel 1e-3); "
+          "every layer's diversity vs vmap (rel 1e-3)")  # fmt: skip
+
+
+def part2(batch: int, repeats: int, iters: int, seq: int, dim: int) -> None:
+    from backpack import backpack, extend
+    from backpack.extensions import BatchL2Grad
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 100, (batch, seq), generator=g)
+    y = torch.randint(0, 10, (batch,), generator=g)
+    torch.manual_seed(1)
+    model = TransformerBlock(100, dim, 4).eval()
+    try:
+        bp_model = extend(TransformerBlock(100, dim, 4), use_converter=True)
+        with backpack(BatchL2Grad()):
+            extend(nn.CrossEntropyLoss())(bp_model(x), y).backward()
+        refusal = "none (BackPACK ran)"
+    except Exception as err:  # BackPACK's refusal, reported verbatim
+        refusal = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+    ins, cold = _instruments(model, x, y)
+    kinds = {layer.name: layer.kind for layer in ins.layers}
+    print(f"\n## Part 2: transformer block, batch {batch}, sequence {seq}, width {dim}")
+    print(f"{sum(p.numel() for p in model.parameters()):,} parameters; layers {kinds}")
+    print(f"BackPACK: {refusal}")
+    print(f"fathom cold first call (discovery + observe): {cold:.3f} s")
+    med = timed(
+        {
+            "fathom moments": lambda: ins.observe(),
+            "vmap(grad) + Grams": lambda: vmap_moments(model, x, y, ins.layers),
+            "forward + backward": lambda: F.cross_entropy(model(x), y).backward(),
+        },
+        repeats,
+        iters,
+    )
+    _table(med, "forward + backward")
+    print(f"fathom / vmap = {med['fathom moments'] / med['vmap(grad) + Grams']:.2f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--width", type=int, default=16)
+    p.add_argument("--blocks", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seq", type=int, default=16)
+    p.add_argument("--dim", type=int, default=32)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"# bench_pex on {machine()} (shared development machine; load varies)")
+    part1(args.batch, args.width, args.blocks, args.repeats, args.iters)
+    part2(args.batch, args.repeats, args.iters, args.seq, args.dim)
+    print(f"\nload average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

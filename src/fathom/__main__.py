@@ -1,0 +1,7 @@
+"""``python -m fathom``: the ``fathom`` command."""
+
+import sys
+
+from fathom.cli import main
+
+sys.exit(main())

@@ -1,0 +1,301 @@
+"""Per-example parameter gradients and Gram matrices of one layer, from its captured calls.
+
+Inputs: a :class:`fathom.seam.Layer`, its recorded calls and their output cotangents
+(:meth:`fathom.seam.Seam.cotangents`), and ``n`` examples. With ``delta_i`` the cotangent
+rows of example ``i`` (e.g. ``dL_i/dz_i`` for the unaveraged per-example loss ``L_i``):
+
+* **linear** ``z = a W^T + b``, rows ``t`` of example ``i`` (positions, timesteps, calls):
+  ``g_i(W) = sum_t delta_it a_it^T``, ``g_i(b) = sum_t delta_it``;
+* **conv1d / conv2d**: the same with ``a_it`` the input patch at output position ``t``; the
+  sum over positions is the weight gradient of one grouped convolution whose groups are the
+  examples (``aten.convolution_backward``, no unfolded copy of the patches);
+* **generic**: ``g_i = vjp(theta -> module(theta; inputs_i), delta_i)`` by ``torch.func``
+  (``functional_call`` + ``vjp``, ``vmap`` over examples in chunks of ``chunk_size``).
+
+Gram matrices ``K_ij = g_i . g_j`` (float64): for a linear layer with one row per example
+``K = (A A^T) * (Delta Delta^T)`` (elementwise, :func:`fathom.telemetry.moments.gradient_gram`,
+cost ``N^2 (d_in + d_out)``); otherwise ``K = G G^T`` from the materialized ``G = [g_i]``.
+Directions (``directions=True``): every cotangent has a leading ``D`` and the gradients come
+back as ``[D, N, *shape]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, vjp, vmap
+from torch.utils import _pytree as pytree
+
+from fathom.errors import FathomError
+from fathom.seam import Call, Layer
+
+Cotangents = list[list[torch.Tensor | None]]  # per call, per output leaf
+_ELEMENTS = 2**24  # per chunk: examples x directions x covered parameters (memory bound)
+
+
+def _split(t: torch.Tensor, dim: tuple[int, int] | None, n: int, where: str, lead: int = 0):
+    """``[.., N*k at d, ..] -> [.., N, k, ..]`` (example dim at ``d + lead``)."""
+    if dim is None:
+        raise FathomError(f"{where} has no example dimension")
+    d, k = dim
+    d += lead
+    if t.shape[d] != n * k:
+        raise FathomError(
+            f"{where}: dimension {d} has {t.shape[d]} entries, expected {n} examples x {k}"
+        )
+    return t.unflatten(d, (n, k)), d
+
+
+def linear_rows(
+    layer: Layer, calls: list[Call], cots: Cotangents, n: int, *, directions: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(A [N, T, d_in], Delta [(D,) N, T, d_out])`` of a linear or conv layer, every call.
+
+    Row ``t`` of example ``i`` is one position (sequence entry, timestep, output pixel with
+    its unfolded patch, ``F.unfold`` channel-major matching ``W.reshape(C_out, -1)``) of one
+    call; calls are concatenated along ``T``, so that ``g_i = sum_t delta_it a_it^T`` is
+    example ``i``'s weight gradient (KFAC factors and curvature diagonals read the same rows).
+    """
+    forms = [_linear_form(layer, c, t, n, directions) for c, t in zip(calls, cots, strict=True)]
+    if len(forms) == 1:
+        return forms[0]
+    return torch.cat([f[0] for f in forms], dim=1), torch.cat([f[1] for f in forms], dim=-2)
+
+
+def _conv_form(layer: Layer, call: Call, cot: list, n: int, directions: bool):
+    """Unfolded patches ``[N, T, C_in*k]`` and cotangents ``[(D,) N, T, C_out]`` of a conv call."""
+    x, d_cot, m = call.input_leaves()[0].detach(), cot[0], layer.module
+    lead = 1 if directions else 0
+    if call.in_dims[0] is None or call.in_dims[0][0] != 0 or call.out_dims[0][0] != 0:
+        raise FathomError(f"layer {layer.name!r}: a convolution needs the example dimension first")
+    if layer.kind == "conv1d":
+        x, d_cot = x.unsqueeze(2), d_cot.unsqueeze(2 + lead)
+        ks, st, pad, dil = ((1, *m.kernel_size), (1, *m.stride), (0, *m.padding), (1, *m.dilation))
+    else:
+        ks, st, pad, dil = m.kernel_size, m.stride, m.padding, m.dilation
+    k = call.in_dims[0][1]
+    u = F.unfold(x, ks, dilation=dil, padding=pad, stride=st)  # [N*k, C_in*kh*kw, P]
+    a = u.unflatten(0, (n, k)).transpose(2, 3).reshape(n, -1, u.shape[1])
+    g = d_cot.flatten(2 + lead).unflatten(lead, (n, k)).transpose(-1, -2)
+    return a, g.reshape(*g.shape[:lead], n, -1, g.shape[-1])
+
+
+def _linear_form(layer: Layer, call: Call, cot: list, n: int, directions: bool):
+    """``(A [N, T, d_in], Delta [(D,) N, T, d_out])`` of one call (``T`` rows per example)."""
+    if layer.kind in ("conv1d", "conv2d"):
+        return _conv_form(layer, call, cot, n, directions)
+    x = call.input_leaves()[0].detach()
+    d_cot = cot[0]
+    lead = 1 if directions else 0
+    where = f"layer {layer.name!r}"
+    a, d = _split(x, call.in_dims[0], n, where)
+    a = a.movedim((d, d + 1), (0, 1)).reshape(n, -1, x.shape[-1])
+    g, dd = _split(d_cot, call.out_dims[0], n, where, lead)
+    g = g.movedim((dd, dd + 1), (lead, lead + 1))
+    return a, g.reshape(*g.shape[:lead], n, -1, d_cot.shape[-1])
+
+
+def _linear_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
+    a, g = _linear_form(layer, call, cot, n, directions)
+    spec = "cnto,nti->cnoi" if directions else "nto,nti->noi"
+    out = {"weight": torch.einsum(spec, g, a)}
+    if "bias" in layer.params:
+        out["bias"] = g.sum(dim=-2)
+    return out
+
+
+def _conv_weight_grads(m, x: torch.Tensor, g: torch.Tensor, n: int) -> torch.Tensor:
+    """Per-example ``dW`` of a convolution: the weight gradient of one grouped convolution
+    whose groups are the examples (input ``[k, N*C_in, ...]``, output ``[k, N*C_out, ...]``,
+    ``groups = N * m.groups``), summed over the ``k`` rows of each example by the batch axis."""
+    w = m.weight
+    wide = w.detach().repeat(n, *([1] * (w.dim() - 1)))
+    spatial = w.dim() - 2
+    grads = torch.ops.aten.convolution_backward(
+        g,
+        x,
+        wide,
+        None,
+        list(m.stride),
+        list(m.padding),
+        list(m.dilation),
+        False,
+        [0] * spatial,
+        n * m.groups,
+        [False, True, False],
+    )[1]
+    return grads.view(n, *w.shape)
+
+
+def _conv_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
+    """Convolution: ``g_i(W) = sum_t delta_it u_it^T`` over output positions ``t`` and the
+    ``k`` rows of example ``i``, computed as a grouped-convolution weight gradient."""
+    where = f"layer {layer.name!r}"
+    x, d_cot = call.input_leaves()[0].detach(), cot[0]
+    if call.in_dims[0] is None or call.in_dims[0][0] != 0 or call.out_dims[0][0] != 0:
+        raise FathomError(f"{where}: a convolution needs the example dimension first")
+    k = call.in_dims[0][1]
+    fold = x.unflatten(0, (n, k)).transpose(0, 1).reshape(k, -1, *x.shape[2:])
+    slices = d_cot if directions else d_cot.unsqueeze(0)
+    weights, biases = [], []
+    for d in slices:
+        g = d.unflatten(0, (n, k))  # [N, k, C_out, ...]
+        gk = g.transpose(0, 1).reshape(k, -1, *d.shape[2:])
+        weights.append(_conv_weight_grads(layer.module, fold, gk, n))
+        if "bias" in layer.params:
+            biases.append(g.sum(dim=(1, *range(3, g.dim()))))
+    out = {"weight": torch.stack(weights) if directions else weights[0]}
+    if biases:
+        out["bias"] = torch.stack(biases) if directions else biases[0]
+    return out
+
+
+def _fast_grads(layer, calls, cots, n, directions) -> dict[str, torch.Tensor]:
+    fn = _linear_grads if layer.kind == "linear" else _conv_grads
+    total: dict[str, torch.Tensor] = {}
+    for call, cot in zip(calls, cots, strict=True):
+        g = fn(layer, call, cot, n, directions)
+        total = g if not total else {k: total[k] + g[k] for k in g}
+    return total
+
+
+def _batched(leaves, dims, n, where, lead=0):
+    """Leaves with an example dim reshaped to ``[.., N, k, ..]`` and their vmap in_dims."""
+    values, in_dims = [], []
+    for t, dim in zip(leaves, dims, strict=True):
+        if isinstance(t, torch.Tensor):
+            t = t.detach()
+        if dim is None or t is None:
+            values.append(t)
+            in_dims.append(None)
+        else:
+            v, d = _split(t, dim, n, where, lead)
+            values.append(v)
+            in_dims.append(d)
+    return values, in_dims
+
+
+def _generic_call(layer: Layer, call: Call, cot: list, n: int, directions: bool, chunk: int):
+    where = f"module {layer.name!r} ({layer.type_name})"
+    leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
+    ins, in_dims = _batched(leaves, call.in_dims, n, where)
+    keep = [j for j, t in enumerate(cot) if t is not None]
+    for j in keep:
+        if call.out_dims[j] is None and bool(cot[j].ne(0).any()):
+            raise FathomError(f"{where}: an output without an example dimension gets gradient")
+    keep = [j for j in keep if call.out_dims[j] is not None]
+    lead = 1 if directions else 0
+    cts, ct_dims = _batched(
+        [cot[j] for j in keep], [call.out_dims[j] for j in keep], n, where, lead
+    )
+    params = {k: v.detach() for k, v in layer.tensors().items()}
+
+    def one(p: dict, example_ins: list, example_cts: list) -> dict:
+        args, kwargs = pytree.tree_unflatten(list(example_ins), spec)
+
+        def f(q: dict) -> tuple:
+            outs = pytree.tree_leaves(functional_call(layer.module, q, args, kwargs))
+            return tuple(outs[j] for j in keep)
+
+        _, pull = vjp(f, p)
+        if directions:
+            return vmap(pull)(tuple(example_cts))[0]
+        return pull(tuple(example_cts))[0]
+
+    g = vmap(one, in_dims=(None, in_dims, ct_dims), chunk_size=chunk)(params, ins, cts)
+    return {k: v.transpose(0, 1) if directions else v for k, v in g.items()}
+
+
+def per_example_grads(
+    layer: Layer,
+    calls: list[Call],
+    cots: Cotangents,
+    n: int,
+    *,
+    directions: bool = False,
+    chunk_size: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """``{local param name: g}``, ``g[i] = sum over calls of example i's gradient``.
+
+    Shapes ``[N, *param.shape]`` (``[D, N, *param.shape]`` with ``directions``); a layer
+    that did not run (a skipped branch) gets exact zeros.
+    """
+    tensors = layer.tensors()
+    d = cots[0][0].shape[0] if directions and calls and cots[0][0] is not None else None
+    if not calls:
+        lead = (d,) if d else ()
+        return {k: torch.zeros(*lead, n, *t.shape, dtype=t.dtype) for k, t in tensors.items()}
+    if layer.kind != "generic":
+        return _fast_grads(layer, calls, cots, n, directions)
+    size = sum(t.numel() for t in tensors.values()) * (d or 1)
+    chunk = chunk_size or max(1, min(n, _ELEMENTS // max(size, 1)))
+    total: dict[str, torch.Tensor] = {}
+    for call, cot in zip(calls, cots, strict=True):
+        g = _generic_call(layer, call, cot, n, directions, chunk)
+        total = g if not total else {k: total[k] + g[k] for k in g}
+    return total
+
+
+def per_example_grams(
+    layer: Layer, calls: list[Call], cots: Cotangents, n: int, *, chunk_size: int | None = None
+) -> dict[str, torch.Tensor]:
+    """``{local param name: K}``, ``K_ij = g_i . g_j`` in float64, shape ``[N, N]``."""
+    if layer.kind == "linear" and len(calls) == 1:
+        a, g = _linear_form(layer, calls[0], cots[0], n, False)
+        if a.shape[1] == 1:  # one row per example: never materialize g_i
+            out = {"weight": gradient_gram(a[:, 0], g[:, 0])}
+            if "bias" in layer.params:
+                d64 = g[:, 0].detach().to(torch.float64)
+                out["bias"] = d64 @ d64.T
+            return out
+    grads = per_example_grads(layer, calls, cots, n, chunk_size=chunk_size)
+    return {k: _gram(v) for k, v in grads.items()}
+
+
+def gram_and_bias_mean(
+    layer: Layer, calls: list[Call], cots: Cotangents, n: int, *, chunk_size: int | None = None
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(K, m_b)``: the weights' Gram ``K = sum_{p in weights} K(p)`` (float64 ``[N, N]``)
+    and the biases' mean gradient ``m_b = (1/N) sum_i g_i(b)`` (float64, biases concatenated);
+    ``None`` for a layer without weights / biases. Per-example gradients are computed once."""
+    if layer.kind == "linear" and len(calls) == 1:
+        a, g = _linear_form(layer, calls[0], cots[0], n, False)
+        if a.shape[1] == 1:  # one row per example: never materialize g_i
+            bias = g[:, 0].detach().to(torch.float64).mean(dim=0) if layer.biases else None
+            return gradient_gram(a[:, 0], g[:, 0]), bias
+    grads = per_example_grads(layer, calls, cots, n, chunk_size=chunk_size)
+    k = summed_gram({p: _gram(grads[p]) for p in layer.weights}, layer.weights)
+    bias = (
+        torch.cat(
+            [grads[b].detach().reshape(n, -1).to(torch.float64) for b in layer.biases], 1
+        ).mean(dim=0)
+        if layer.biases
+        else None
+    )
+    return k, bias
+
+
+def gradient_gram(a: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """:func:`fathom.telemetry.moments.gradient_gram` (imported on use: the telemetry
+    package imports this module)."""
+    from fathom.telemetry.moments import gradient_gram as gram
+
+    return gram(a, delta)
+
+
+def _gram(g: torch.Tensor) -> torch.Tensor:
+    flat = g.detach().reshape(g.shape[0], -1).to(torch.float64)
+    return flat @ flat.T
+
+
+def summed_gram(grams: dict[str, torch.Tensor], names: Any) -> torch.Tensor | None:
+    """``sum_p K(p)`` over the named parameters (``None`` when there are none)."""
+    chosen = [grams[p] for p in names]
+    if not chosen:
+        return None
+    out = chosen[0]
+    for k in chosen[1:]:
+        out = out + k
+    return out

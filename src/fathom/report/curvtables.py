@@ -1,0 +1,160 @@
+"""Curvature cross-run tables: traces per recipe and epoch, ratios between recipes, KFAC errors.
+
+Input: ``curvature[run_id] = {"summary": <run>/curvature/summary.json, "epochs": {epoch:
+<run>/curvature/epoch-NNNN.json}}`` (as :func:`fathom.report.build.load_curvature` reads
+them). Per recipe and epoch, a trace is the mean over the recipe's main runs that have a
+snapshot at that epoch (n stated; often one seed). The ratio column is
+``trace(reference) / trace(recipe)`` at the same epoch ("19.2× lower" reads as 19.2).
+KFAC diagonal error per layer is ``‖diag(G)⊗diag(A) − diag(GGN)‖₁ / ‖diag(GGN)‖₁``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fathom.report.crossrun import Column, CrossTable, by_recipe, spread
+from fathom.report.runs import RunData
+from fathom.stats.units import percent
+
+TRACES = (
+    ("ggn_weight_trace", "CE-GGN trace"),
+    ("jacobian_gram_weight_trace", "Jacobian-Gram trace"),
+    ("empirical_fisher_weight_trace", "empirical Fisher trace"),
+)
+
+
+def _rows_by_epoch(curv: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
+    summary = curv.get("summary") or {}
+    return {int(r["epoch"]): r for r in summary.get("rows") or [] if isinstance(r, Mapping)}
+
+
+def _mean(values: Sequence[float | None]) -> tuple[float | None, int]:
+    s = spread(values)
+    return (None, 0) if s is None else (s["mean"], s["n"])
+
+
+def trace_table(
+    runs: Sequence[RunData], reference: str | None, curvature: Mapping[str, Mapping[str, Any]]
+) -> CrossTable | None:
+    groups = by_recipe(runs, reference)
+    per = {
+        recipe: [_rows_by_epoch(curvature[r.run_id]) for r in rs if r.run_id in curvature]
+        for recipe, rs in groups.items()
+    }
+    per = {k: v for k, v in per.items() if v}
+    if not per:
+        return None
+    cols = [
+        Column("recipe", "recipe", "text"),
+        Column("epoch", "epoch", "int"),
+        Column("n", "runs", "int"),
+    ]
+    for key, label in TRACES:
+        cols.append(Column(key, label, "num"))
+        if reference in per:
+            cols.append(Column(f"ratio:{key}", f"{reference} / recipe", "ratio"))
+    cols += [
+        Column("probe_ce_mean", "probe CE (nats)", "num", "nats"),
+        Column("probe_accuracy", "probe accuracy (%)", "pct", "%"),
+    ]
+    table = CrossTable(
+        "curvature_traces",
+        "Curvature traces per recipe and epoch (fixed probe, float64)",
+        "Exact weight diagonals summed over all affine layers (biases excluded), means over "
+        "the probe; per epoch the mean over runs with a snapshot (n). Ratio columns are "
+        f"trace({reference}) / trace(recipe) at the same epoch. CE-GGN curvature can fall "
+        "while the logit Jacobian grows: these traces are not interchangeable.",
+        cols,
+    )
+    ref_means: dict[tuple[int, str], float | None] = {}
+    for recipe, snaps in per.items():
+        epochs = sorted({e for s in snaps for e in s})
+        for e in epochs:
+            hits = [s[e] for s in snaps if e in s]
+            row: dict[str, Any] = {"recipe": recipe, "epoch": e, "n": len(hits)}
+            for key, _ in TRACES:
+                row[key], _n = _mean([h.get(key) for h in hits])
+                if recipe == reference:
+                    ref_means[(e, key)] = row[key]
+            row["probe_ce_mean"], _n = _mean([h.get("probe_ce_mean") for h in hits])
+            row["probe_accuracy"], _n = _mean([h.get("probe_accuracy") for h in hits])
+            row["probe_accuracy"] = percent(row["probe_accuracy"])
+            table.rows.append(row)
+    if reference in per:
+        for row in table.rows:
+            for key, _ in TRACES:
+                ref, own = ref_means.get((row["epoch"], key)), row[key]
+                row[f"ratio:{key}"] = None if ref is None or not own else ref / own
+    return table
+
+
+def kfac_table(
+    runs: Sequence[RunData], reference: str | None, curvature: Mapping[str, Mapping[str, Any]]
+) -> CrossTable | None:
+    groups = by_recipe(runs, reference)
+    cells: dict[tuple[str, int], dict[str, list[float | None]]] = {}
+    layer_names: list[str] = []
+    for recipe, rs in groups.items():
+        for r in rs:
+            for e, rec in sorted(((curvature.get(r.run_id) or {}).get("epochs") or {}).items()):
+                for layer in rec.get("layers") or []:
+                    name = str(layer.get("name"))
+                    if name not in layer_names:
+                        layer_names.append(name)
+                    err = (layer.get("kfac") or {}).get("kfac_diag_rel_l1_error")
+                    cells.setdefault((recipe, int(e)), {}).setdefault(name, []).append(err)
+    if not cells:
+        return None
+    cols = [Column("recipe", "recipe", "text"), Column("epoch", "epoch", "int")]
+    cols += [Column(f"layer:{n}", n, "pct", "%") for n in layer_names]
+    table = CrossTable(
+        "kfac_errors",
+        "KFAC CE-GGN diagonal error per layer (%)",
+        "Relative L1 error of the KFAC diagonal diag(G)⊗diag(A) against the exact CE-GGN "
+        "diagonal, in percent, mean over runs with a snapshot. Exact factor spectra do not "
+        "validate the factorization assumption.",
+        cols,
+    )
+    for (recipe, e), per_layer in cells.items():
+        row: dict[str, Any] = {"recipe": recipe, "epoch": e}
+        for n in layer_names:
+            m, _n = _mean(per_layer.get(n, []))
+            row[f"layer:{n}"] = percent(m)
+        table.rows.append(row)
+    return table
+
+
+def curvature_tables(
+    runs: Sequence[RunData], reference: str | None, curvature: Mapping[str, Mapping[str, Any]]
+) -> list[CrossTable | None]:
+    return [trace_table(runs, reference, curvature), kfac_table(runs, reference, curvature)]
+
+
+def trace_sentences(table: CrossTable | None, reference: str | None) -> list[str]:
+    """Per recipe, at the last epoch it shares with the reference: how many times lower (or
+    higher) each trace is than the reference's, from the table's ratio columns."""
+    if table is None or reference is None:
+        return []
+    ref_epochs = {r["epoch"] for r in table.rows if r["recipe"] == reference}
+    out = []
+    for recipe in dict.fromkeys(r["recipe"] for r in table.rows):
+        rows = [r for r in table.rows if r["recipe"] == recipe and r["epoch"] in ref_epochs]
+        if recipe == reference or not rows:
+            continue
+        row = max(rows, key=lambda r: r["epoch"])
+        parts = []
+        for key, label in TRACES:
+            ratio = row.get(f"ratio:{key}")
+            if ratio is None:
+                continue
+            parts.append(
+                f"{label} {ratio:.3g}× lower" if ratio >= 1 else f"{label} {1 / ratio:.3g}× higher"
+            )
+        if parts:
+            out.append(
+                f"At epoch {row['epoch']}, {recipe} (n={row['n']}) has, against {reference}: "
+                + ", ".join(parts)
+                + "."
+            )
+    return out

@@ -1,0 +1,76 @@
+"""Renderers of :class:`fathom.report.crossrun.CrossTable`: markdown and HTML, one cell format.
+
+Cell formats by column kind: ``num`` 4 significant digits; ``pct`` two decimals (values
+already in percent, the unit in the label); ``pp`` signed two decimals; ``ratio``
+``"19.2×"``; ``spread`` ``"mean (min–max)"`` in the column's number format; ``—`` for
+undefined.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from fathom.report.crossrun import Column, CrossTable
+from fathom.report.tables import esc
+
+
+def number(v: float | None, kind: str = "num") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    if kind in ("pct", "%"):
+        return f"{v:.2f}"
+    if kind in ("pp",):
+        return f"{v:+.2f}"
+    if kind == "ratio":
+        return f"{v:.3g}×"
+    if kind == "int":
+        return str(int(v))
+    return f"{v:.4g}"
+
+
+def cell_text(value: Any, col: Column) -> str:
+    if value is None:
+        return "—"
+    if col.kind == "text":
+        return str(value)
+    if col.kind == "spread":
+        if not isinstance(value, Mapping):
+            return "—"
+        kind = "pct" if col.unit == "%" else "num"
+        mean = number(value["mean"], kind)
+        if value["n"] < 2:
+            return f"{mean} (n=1)"
+        return f"{mean} ({number(value['min'], kind)}–{number(value['max'], kind)})"
+    return number(value, col.kind)
+
+
+def table_markdown(t: CrossTable) -> str:
+    lines = [f"### {t.title}", "", t.note, ""]
+    lines.append("| " + " | ".join(c.label for c in t.columns) + " |")
+    lines.append("|" + "---|" * len(t.columns))
+    for row in t.rows:
+        lines.append("| " + " | ".join(cell_text(row.get(c.key), c) for c in t.columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def table_html(t: CrossTable, table_id: str | None = None) -> str:
+    tid = f' id="{esc(table_id)}"' if table_id else ""
+    head = "".join(
+        f'<th class="{"" if c.kind == "text" else "num"}">{esc(c.label)}</th>' for c in t.columns
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="{"" if c.kind == "text" else "num"}">{esc(cell_text(row.get(c.key), c))}</td>'
+            for c in t.columns
+        )
+        + "</tr>"
+        for row in t.rows
+    )
+    return (
+        f'<table class="headline"{tid} data-table="{esc(t.name)}"><caption>{esc(t.title)}</caption>'
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        f'<p class="note">{esc(t.note)}</p>'
+    )

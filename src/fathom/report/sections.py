@@ -1,0 +1,190 @@
+"""The report's headline sections: what was run, the verdicts, the main table, the audit.
+
+Rendered once in Python from ``summary.json`` and ``audit.json``; no number here is new,
+every one is read from those files (accuracy converted by :func:`fathom.stats.units.percent`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fathom.report.runs import RunData
+from fathom.report.tables import esc
+from fathom.stats.units import fmt_percent
+
+
+def _ms_pct(stat: Mapping[str, Any] | None) -> str:
+    if not stat or stat.get("mean") is None:
+        return "—"
+    text = fmt_percent(stat["mean"])
+    if stat.get("sd") is not None:
+        text += f" ± {100 * stat['sd']:.2f}"
+    return text
+
+
+def _ms(stat: Mapping[str, Any] | None) -> str:
+    if not stat or stat.get("mean") is None:
+        return "—"
+    text = f"{stat['mean']:.4f}"
+    return text + (f" ± {stat['sd']:.4f}" if stat.get("sd") is not None else "")
+
+
+def _diff(c: Mapping[str, Any] | None) -> str:
+    if not c or not c.get("diff"):
+        return "—"
+    d = c["diff"]
+    text = f"{d['estimate']:+.2f}" if c["metric"] == "test_acc" else f"{d['estimate']:+.4f}"
+    if d.get("low") is not None:
+        f = ".2f" if c["metric"] == "test_acc" else ".4f"
+        text += f" [{d['low']:+{f}}, {d['high']:+{f}}]"
+    return text
+
+
+def what_was_run(summary: Mapping[str, Any] | None, runs: Sequence[RunData]) -> str:
+    """Study, recipes, seeds, scale (from a main run's config) and what was scaled down."""
+    main = [r for r in runs if r.phase is None]
+    tuning = [r for r in runs if r.phase is not None]
+    cfg = (main or list(runs))[0].config if runs else {}
+    data, optim, model = cfg.get("data") or {}, cfg.get("optim") or {}, cfg.get("model") or {}
+    recipes = sorted({r.recipe for r in main})
+    seeds = sorted({r.seed for r in main if r.seed is not None})
+    items = [
+        f"<b>{len(main)}</b> main runs: {len(recipes)} recipes ({esc(', '.join(recipes))}) × "
+        f"seeds {esc(', '.join(map(str, seeds)))}"
+        + (f"; {len(tuning)} tuning runs (learning-rate grid)" if tuning else ""),
+        f"data: {esc(data.get('dataset', '?'))}, split {esc(data.get('split', '?'))}"
+        + (f", fitting subset {data['fit_subset']:,}" if data.get("fit_subset") else "")
+        + (f", val/test subset {data['eval_subset']:,}" if data.get("eval_subset") else ""),
+        f"model: {esc(model.get('kind', '?'))}, width × {model.get('width_mult', 1.0):g}; "
+        f"{optim.get('epochs', '?')} epochs, batch {optim.get('batch_size', '?')}",
+    ]
+    out = "<ul class='facts'>" + "".join(f"<li>{x}</li>" for x in items) + "</ul>"
+    out += _scale_down(summary)
+    return out
+
+
+def _short(c: Mapping[str, Any]) -> str:
+    d = c.get("diff") or {}
+    unit = "pp" if c["metric"] == "test_acc" else "nats"
+    f = ".2f" if c["metric"] == "test_acc" else ".4f"
+    if d.get("estimate") is None:
+        return f"{c['checkpoint']}: {c['verdict']}"
+    iv = (
+        f" [{d['low']:+{f}}, {d['high']:+{f}}]"
+        if d.get("low") is not None
+        else f" (n={d.get('n')})"
+    )
+    return f"{c['checkpoint']} {c['verdict']} ({d['estimate']:+{f}} {unit}{iv})"
+
+
+def _scale_down(summary: Mapping[str, Any] | None) -> str:
+    """The computed scale-down statement (``scale_down_sentence``, written by
+    :mod:`fathom.study.scaledown` from the config against the full protocol); an older
+    summary without it shows the study's own notes, labelled as not computed."""
+    if summary is None:
+        return ""
+    sentence = summary.get("scale_down_sentence")
+    if sentence:
+        return f"<p class='scaled' id='scaled-down'><b>{esc(sentence)}</b></p>"
+    notes = list(summary.get("scale_down") or [])
+    text = "; ".join(notes) if notes else "none listed"
+    return (
+        "<p class='scaled' id='scaled-down'><b>Scale-down (the study's own notes, not computed "
+        f"against the full protocol by this older summary):</b> {esc(text)}.</p>"
+    )
+
+
+def verdict_sentences(stats: Mapping[str, Any]) -> list[str]:
+    """One sentence per compared recipe from its computed verdicts (accuracy and CE, at the
+    selected and final checkpoints), then any rank disagreement."""
+    groups: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
+    for c in stats.get("comparisons") or []:
+        groups.setdefault(c["recipe"], {}).setdefault(c["metric"], []).append(c)
+    out = []
+    for recipe, metrics in groups.items():
+        ref = next(iter(metrics.values()))[0]["reference"]
+        parts = [
+            f"{'test accuracy' if m == 'test_acc' else 'test CE'} "
+            + ", ".join(_short(c) for c in cs)
+            for m, cs in metrics.items()
+        ]
+        out.append(f"{recipe} vs {ref}: " + "; ".join(parts) + ".")
+    for rk in (stats.get("rankings") or {}).values():
+        if rk.get("disagree"):
+            out.append(
+                f"The ranking by {rk['label']} differs between the selected and final checkpoints."
+            )
+    return out
+
+
+def main_table(stats: Mapping[str, Any]) -> str:
+    """Per recipe: selected and final test accuracy and CE (mean ± sample SD) and paired
+    differences against the reference with their 95% intervals."""
+    ref = stats.get("reference")
+    comps = {(c["recipe"], c["metric"], c["checkpoint"]): c for c in stats.get("comparisons") or []}
+    head = [
+        "recipe", "LR", "n", "selected acc (%)", "final acc (%)", "selected CE (nats)",
+        "final CE (nats)", f"Δ acc selected (pp) vs {ref}", "Δ acc final (pp)",
+        "Δ CE selected (nats)", "Δ CE final (nats)", "flags",
+    ]  # fmt: skip
+    rows = []
+    for name, e in (stats.get("recipes") or {}).items():
+        flags = sorted({f for fl in (e.get("flags") or {}).values() for f in fl})
+        sel, fin = e.get("selected") or {}, e.get("final") or {}
+        cells = [
+            name,
+            ", ".join(f"{x:g}" for x in e.get("lr") or []) or "—",
+            str((sel.get("test_acc") or {}).get("n", "—")),
+            _ms_pct(sel.get("test_acc")),
+            _ms_pct(fin.get("test_acc")),
+            _ms(sel.get("test_ce")),
+            _ms(fin.get("test_ce")),
+        ]
+        if name == ref:
+            cells += ["reference"] * 4
+        else:
+            cells += [
+                _diff(comps.get((name, m, w)))
+                for m, w in (
+                    ("test_acc", "selected"),
+                    ("test_acc", "final"),
+                    ("test_ce", "selected"),
+                    ("test_ce", "final"),
+                )
+            ]
+        cells.append(", ".join(flags) or "—")
+        rows.append(cells)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td class='{'num' if i else ''}'>{esc(c)}</td>" for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
+    return (
+        "<table class='headline' id='main-table'><caption>Test accuracy and CE at the selected "
+        "(minimum validation CE) and final checkpoints</caption><thead><tr>"
+        + "".join(f"<th>{esc(h)}</th>" for h in head)
+        + f"</tr></thead><tbody>{body}</tbody></table>"
+        "<p class='note'>Mean ± sample SD over seeds. Δ: paired difference recipe − "
+        f"{esc(ref)} over common seeds with its 95% Student-t interval (descriptive, uncorrected "
+        "for multiple comparisons). Accuracy in %, differences in percentage points.</p>"
+    )
+
+
+def answer_section(summary: Mapping[str, Any] | None, runs: Sequence[RunData]) -> str:
+    out = ["<h2 id='answer'>What was run and what it shows</h2>", what_was_run(summary, runs)]
+    stats = (summary or {}).get("stats") if summary and "stats" in summary else summary
+    if not stats or "recipes" not in stats:
+        out.append(
+            "<p class='note'>No summary.json in this directory: no verdicts or main table (run `fathom study run` to write one).</p>"
+        )
+        return "\n".join(out)
+    sentences = verdict_sentences(stats)
+    out.append(
+        "<h3>Verdicts</h3><ul id='verdicts' class='verdicts'>"
+        + "".join(f"<li>{esc(s)}</li>" for s in sentences)
+        + "</ul>"
+    )
+    out.append(main_table(stats))
+    return "\n".join(out)

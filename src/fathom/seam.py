@@ -1,0 +1,367 @@
+"""The one seam every instrument uses: parametrized layers found by forward hooks.
+
+An instrument never asks what class a model is. :func:`discover` runs the model's own
+``forward`` and attributes every use of every parameter to the modules whose forward was
+running at that moment (a ``TorchFunctionMode`` sees each torch call; forward pre/post hooks
+keep the module stack). Each parameter is covered by the *innermost* module active at all
+of its uses, a **layer**; its kind picks the per-example path:
+
+* ``linear``: an ``nn.Linear`` (forward not overridden) covering exactly its own weight and
+  bias. Any leading dims: ``z = a W^T + b`` with ``a`` of shape ``[N, ..., d_in]``; every
+  position ``t`` of example ``i`` adds ``delta_it a_it^T`` to its gradient (a sequence
+  dimension sums over positions);
+* ``conv1d`` / ``conv2d``: ``nn.Conv1d/2d`` with zero padding given as numbers, ``groups=1``;
+  unfolded patches ``u_it`` make it a linear layer over positions, ``g_i = sum_t delta_it u_it^T``;
+* ``generic``: every other module (BatchNorm/LayerNorm affine, Embedding,
+  ``nn.MultiheadAttention`` (whose ``out_proj`` is never *called*, so the attention module
+  covers it), custom modules, the root model for a parameter used directly in its forward):
+  exact per-example gradients by ``torch.func`` — ``functional_call`` of that module on one
+  example's captured inputs, ``vjp`` w.r.t. its covered parameters, ``vmap`` over examples,
+  in chunks (see :mod:`fathom.pex`).
+
+Nothing is computed over a silent subset of parameters: :attr:`Seam.coverage` maps every
+parameter to the layer and path that covers it (or says it is frozen or unused), and
+:func:`discover` refuses, naming the module, a parameter that receives gradient but is used
+outside every module forward it can see, or a module whose example dimension cannot be
+found or that :mod:`torch.func` cannot differentiate per example.
+
+**Examples must be independent.** Per-example quantities exist only when example ``i``'s
+loss depends on example ``i``'s input alone. Instruments run in *dense evaluation mode*
+(``model.eval()``, every stochastic-depth branch at gain one, dropout off):
+
+* **BatchNorm** then normalizes with its *running* statistics, an affine map per example,
+  and its ``weight``/``bias`` are covered by the generic path. In ``train()`` mode (or with
+  ``track_running_stats=False``) it normalizes by the *batch* mean and variance, so every
+  example's output depends on every other example: ``L_i`` is a function of the whole batch,
+  and a per-example gradient is undefined. :func:`discover` refuses such a model.
+* **Spiking nets** (:class:`fathom.models.LIF`): the spike is a Heaviside step, whose true
+  derivative is zero almost everywhere. Every gradient here is the *surrogate* gradient
+  the model trains with (arctan surrogate), i.e. exactly what ``autograd`` returns; the
+  time-folded ``[B * T, ...]`` tensors (batch-major) give each example ``T`` positions.
+
+The example dimension of every captured tensor is measured, not guessed: discovery runs the
+forward on 2 and 3 examples; the dimension whose size grows by ``k`` per example is the
+example dimension (``k > 1`` for folded tensors, e.g. ``k = T`` timesteps) and the
+3-example tensor's first rows must reproduce the 2-example ones (independence check).
+
+**Capture.** :meth:`Seam.capture` records, per layer, each call's ``(args, kwargs, output)``
+during one ordinary forward (a branch that is skipped records nothing).
+:meth:`Seam.cotangents` pulls back output directions: given ``dF/dlogits`` of shape
+``[N, C]`` (one direction) or ``[D, N, C]`` (``D`` directions, e.g. ``D = C`` columns of a
+loss-Hessian square root for GGN curvature), it returns every layer output's cotangent,
+with the same leading ``D``. :func:`fathom.pex.per_example_grads` and
+:func:`fathom.pex.per_example_grams` turn ``(layer, calls, cotangents)`` into per-example
+gradients ``g_i`` (``[N, *shape]`` or ``[D, N, *shape]``) and Gram matrices
+``K_ij = g_i . g_j``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from fathom.errors import FathomError
+from fathom.seam_discovery import (
+    ROOT,
+    UseRecorder,
+    call_dims,
+    check_batchnorm,
+    check_logits,
+    coverage,
+    fast_kind,
+    hooks,
+    is_float_tensor,
+    record_calls,
+)
+
+KINDS: tuple[str, ...] = ("linear", "conv1d", "conv2d", "generic")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One instrumented layer: a module and the parameters it covers.
+
+    ``params`` are the module-relative names (``functional_call`` keys, e.g. ``weight`` or
+    ``out_proj.weight``); ``qualified`` the model-level names. ``weights`` / ``biases``
+    split them: a parameter whose local name ends in ``bias`` is a bias.
+    """
+
+    name: str
+    module: nn.Module
+    kind: str
+    params: tuple[str, ...]
+    qualified: tuple[str, ...]
+
+    @property
+    def type_name(self) -> str:
+        return type(self.module).__name__
+
+    @property
+    def weights(self) -> tuple[str, ...]:
+        return tuple(p for p in self.params if not p.split(".")[-1].endswith("bias"))
+
+    @property
+    def biases(self) -> tuple[str, ...]:
+        return tuple(p for p in self.params if p.split(".")[-1].endswith("bias"))
+
+    def tensors(self) -> dict[str, nn.Parameter]:
+        """``{local name: parameter}`` of the covered parameters."""
+        return {p: self.module.get_parameter(p) for p in self.params}
+
+    def shapes(self) -> dict[str, list[int]]:
+        return {p: list(t.shape) for p, t in self.tensors().items()}
+
+
+@dataclass
+class Call:
+    """One recorded forward call of a layer: inputs, output, and their example dims.
+
+    ``in_dims`` / ``out_dims`` hold, per pytree leaf, ``None`` (not per-example) or
+    ``(dim, k)``: the leaf's dimension ``dim`` has ``k`` consecutive entries per example.
+    """
+
+    args: tuple
+    kwargs: dict
+    output: Any
+    in_dims: list
+    out_dims: list
+    versions: list[int] = field(default_factory=list)
+
+    def input_leaves(self) -> list[Any]:
+        return pytree.tree_leaves((self.args, self.kwargs))
+
+    def output_leaves(self) -> list[Any]:
+        return pytree.tree_leaves(self.output)
+
+
+def discover(model: nn.Module, x: torch.Tensor) -> Seam:
+    """Find ``model``'s layers on the example inputs ``x`` (see the module docstring).
+
+    Runs the forward three times on at most 3 examples (repeated if ``x`` has fewer),
+    leaving parameters, gradients and the global RNG state as found.
+    """
+    check_batchnorm(model)
+    named = dict(model.named_parameters())
+    if not named:
+        raise FathomError(
+            f"{type(model).__name__} has no parameters: there is nothing to instrument"
+        )
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] == 0:
+        raise FathomError("instruments need example inputs with a leading example dimension")
+    rng = torch.get_rng_state()
+    try:
+        recorder = UseRecorder({id(p): n for n, p in named.items()}, [])
+        xb = x[torch.arange(3, device=x.device) % x.shape[0]]
+        out_b, calls_b = record_calls(model, xb, recorder)
+        logits = check_logits(out_b, 3)
+        owner, notes = coverage(model, recorder.uses, logits)
+        _, calls_a = record_calls(model, xb[:2])
+    finally:
+        torch.set_rng_state(rng)
+    modules = dict(model.named_modules())
+    order = {name: i for i, name in enumerate(calls_b)}
+    layers, dims = [], {}
+    for mod_name in sorted(set(owner.values()), key=order.__getitem__):
+        qualified = tuple(n for n, o in owner.items() if o == mod_name)
+        local = tuple(n[len(mod_name) + 1 :] if mod_name else n for n in qualified)
+        module = modules[mod_name]
+        label = mod_name or ROOT
+        layer = Layer(label, module, fast_kind(module, set(local)), local, qualified)
+        layers.append(layer)
+        dims[label] = call_dims(label, calls_a.get(mod_name, []), calls_b[mod_name])
+    seam = Seam(model, tuple(layers), dims, owner, notes)
+    seam.self_check(xb)
+    return seam
+
+
+class Seam:
+    """A model's layers, their coverage and example dimensions; captures and pullbacks."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        layers: tuple[Layer, ...],
+        dims: dict[str, list[tuple[list, list]]],
+        owner: dict[str, str],
+        notes: dict[str, str],
+    ) -> None:
+        self.model = model
+        self.layers = layers
+        self._dims = dims
+        by_module = {layer.name: layer for layer in layers}
+        self.coverage: dict[str, str] = {}
+        for name in dict(model.named_parameters()):
+            if name in owner:
+                layer = by_module[owner[name] or ROOT]
+                path = "generic torch.func" if layer.kind == "generic" else f"fast {layer.kind}"
+                self.coverage[name] = f"{layer.name} ({layer.type_name}, {path})"
+            else:
+                self.coverage[name] = notes[name]
+
+    def layer(self, name: str) -> Layer:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise FathomError(
+            f"no instrumented layer {name!r}; layers: {[la.name for la in self.layers]}"
+        )
+
+    def coverage_table(self) -> str:
+        """One line per parameter: ``name  shape  ->  layer (type, path)``."""
+        named = dict(self.model.named_parameters())
+        return "\n".join(
+            f"{n:<40} {list(named[n].shape)!s:<16} -> {c}" for n, c in self.coverage.items()
+        )
+
+    @contextmanager
+    def capture(self) -> Iterator[dict[str, list[Call]]]:
+        """Record each layer's calls during the forwards run inside the block.
+
+        ``with seam.capture() as calls: logits = model(x)`` gives ``calls[layer.name]``, one
+        :class:`Call` per forward call (empty for a layer that did not run, e.g. a skipped
+        branch). Refuses BatchNorm in train mode (see the module docstring).
+        """
+        check_batchnorm(self.model)
+        calls: dict[str, list[Call]] = {layer.name: [] for layer in self.layers}
+        modules = {layer.name: layer.module for layer in self.layers}
+
+        def pre(name):
+            return lambda m, args, kwargs: None
+
+        def post(name):
+            def hook(m, args, kwargs, output):
+                known = self._dims[name]
+                ins, outs = known[min(len(calls[name]), len(known) - 1)]
+                call = Call(args, kwargs, output, ins, outs)
+                leaves = [*call.input_leaves(), *call.output_leaves()]
+                call.versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in leaves]
+                calls[name].append(call)
+
+            return hook
+
+        with hooks(self.model, pre, post, modules):
+            yield calls
+
+    def cotangents(
+        self,
+        calls: dict[str, list[Call]],
+        outputs: torch.Tensor,
+        grad_outputs: torch.Tensor | None = None,
+        *,
+        directions: bool = False,
+        retain_graph: bool = False,
+    ) -> dict[str, list[list[torch.Tensor]]]:
+        """``d(<grad_outputs, outputs>)/d(layer output)`` for every float output leaf of every call.
+
+        ``outputs`` is a scalar (e.g. the summed per-example loss; ``grad_outputs=None``) or
+        the logits with ``grad_outputs`` of their shape; with ``directions=True``
+        ``grad_outputs`` has a leading direction dimension ``D`` and every cotangent gets it
+        too (one pullback per direction, batched by autograd when it can). Since example
+        ``i`` only reaches the rows of example ``i``, these rows are ``dF_i / dz_i`` exactly.
+        A leaf that does not reach ``outputs`` gets zeros.
+        """
+        slots: list[tuple[str, int, int]] = []
+        leaves: list[torch.Tensor] = []
+        for name, layer_calls in calls.items():
+            for c, call in enumerate(layer_calls):
+                self._check_versions(name, call)
+                for j, leaf in enumerate(call.output_leaves()):
+                    if is_float_tensor(leaf) and leaf.requires_grad:
+                        slots.append((name, c, j))
+                        leaves.append(leaf)
+        grads = _pullback(outputs, leaves, grad_outputs, directions, retain_graph)
+        found = {slot: g for slot, g in zip(slots, grads, strict=True) if g is not None}
+        lead = (grad_outputs.shape[0],) if directions and grad_outputs is not None else ()
+        out: dict[str, list[list[torch.Tensor]]] = {}
+        for name, layer_calls in calls.items():
+            out[name] = [
+                [
+                    found.get((name, c, j))
+                    if (name, c, j) in found
+                    else torch.zeros(lead + t.shape, dtype=t.dtype, device=t.device)
+                    if is_float_tensor(t)
+                    else None
+                    for j, t in enumerate(call.output_leaves())
+                ]
+                for c, call in enumerate(layer_calls)
+            ]
+        return out
+
+    def _check_versions(self, name: str, call: Call) -> None:
+        leaves = [*call.input_leaves(), *call.output_leaves()]
+        for t, v in zip(leaves, call.versions, strict=True):
+            if isinstance(t, torch.Tensor) and t._version != v:
+                raise FathomError(
+                    f"an input or output of layer {name!r} was modified in place after the layer "
+                    "ran (e.g. ReLU(inplace=True) or x += ...): its recorded value is gone; "
+                    "use the out-of-place form"
+                )
+
+    def self_check(self, x: torch.Tensor) -> None:
+        """Run every generic layer's per-example path on ``x``; its sum over examples must
+        match autograd's batch gradient. Refuses, naming the module, where it fails."""
+        from fathom.pex import per_example_grads
+
+        generic = [layer for layer in self.layers if layer.kind == "generic"]
+        if not generic:
+            return
+        with self.capture() as calls, torch.enable_grad():
+            logits = self.model(x)
+        total = logits.square().sum() / 2  # grad_logits = logits: a generic direction
+        cots = self.cotangents(calls, total, retain_graph=True)
+        for layer in generic:
+            tensors = layer.tensors()
+            want = torch.autograd.grad(
+                total, list(tensors.values()), allow_unused=True, retain_graph=True
+            )
+            try:
+                got = per_example_grads(layer, calls[layer.name], cots[layer.name], int(x.shape[0]))
+            except FathomError:
+                raise
+            except Exception as err:  # torch.func refuses: name the module and the reason
+                raise FathomError(
+                    f"module {layer.name!r} ({layer.type_name}) cannot be differentiated per "
+                    f"example by torch.func (functional_call + vjp + vmap): "
+                    f"{type(err).__name__}: {str(err).splitlines()[0]}; make its forward "
+                    "functional (no in-place updates of captured tensors, no .item()/.tolist() "
+                    "control flow, no randomness) or freeze its parameters"
+                ) from err
+            for p, w in zip(tensors, want, strict=True):
+                ref = torch.zeros_like(tensors[p]) if w is None else w
+                tol = 1e-3 * float(ref.abs().max().clamp_min(1e-6))
+                if not torch.allclose(got[p].sum(0), ref, rtol=1e-3, atol=tol):
+                    raise FathomError(
+                        f"module {layer.name!r} ({layer.type_name}): per-example gradients of "
+                        f"{p!r} do not add up to the batch gradient, so examples interact inside "
+                        "it; per-example quantities are undefined for this module"
+                    )
+
+
+def _pullback(outputs, leaves, grad_outputs, directions: bool, retain_graph: bool):
+    if not leaves:
+        return []
+    if not directions:
+        return torch.autograd.grad(
+            outputs, leaves, grad_outputs, allow_unused=True, retain_graph=retain_graph
+        )
+    try:
+        return torch.autograd.grad(
+            outputs,
+            leaves,
+            grad_outputs,
+            allow_unused=True,
+            retain_graph=True,
+            is_grads_batched=True,
+        )
+    except RuntimeError:  # an op without a batching rule: one pullback per direction
+        per = [
+            torch.autograd.grad(outputs, leaves, g, allow_unused=True, retain_graph=True)
+            for g in grad_outputs
+        ]
+        return [None if col[0] is None else torch.stack(col) for col in zip(*per, strict=True)]

@@ -1,0 +1,242 @@
+"""Discovery internals of :mod:`fathom.seam`: parameter-use attribution, example dimensions.
+
+:func:`fathom.seam.discover` runs the model's forward under :class:`UseRecorder` (a
+``TorchFunctionMode`` that notes, for each torch call receiving a parameter, the stack of
+module forwards running at that moment) and on 2 and 3 examples (:func:`example_dim`: the
+dimension that grows by ``k`` entries per example, with an independence check).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+
+from fathom.errors import FathomError
+
+ROOT = "<model>"  # the name shown for the root module (its qualified name is "")
+
+
+def is_float_tensor(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point()
+
+
+def check_batchnorm(model: nn.Module) -> None:
+    for name, m in model.named_modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and (
+            m.training or m.running_mean is None
+        ):
+            why = "is in train() mode" if m.training else "has track_running_stats=False"
+            raise FathomError(
+                f"BatchNorm module {name or ROOT!r} {why}: it normalizes by the statistics of the "
+                "whole batch, so each example's output (and loss) depends on every other example "
+                "and per-example gradients are undefined; call model.eval() (running statistics, "
+                "examples independent) — fathom.Instruments does this for you"
+            )
+
+
+# Reading these never carries gradient (metadata, or ``.data`` / ``.grad``): not a use.
+_METADATA_NAMES = (
+    "dtype shape device layout ndim names requires_grad is_leaf grad_fn grad data _version "
+    "is_cuda is_cpu is_sparse is_quantized is_meta is_mkldnn is_nested itemsize nbytes "
+    "size dim numel stride element_size is_contiguous is_floating_point is_complex "
+    "data_ptr storage_offset __len__ nelement ndimension get_device"
+)
+_METADATA = frozenset(_METADATA_NAMES.split())
+
+
+def _metadata_access(func: Any) -> bool:
+    name = getattr(func, "__name__", "")
+    if name == "__get__":
+        name = getattr(getattr(func, "__self__", None), "__name__", "")
+    return name in _METADATA
+
+
+class UseRecorder(TorchFunctionMode):
+    """Records, for every torch call that receives a parameter, the active module stack
+    (metadata reads such as ``.dtype`` or ``.shape`` are not uses)."""
+
+    def __init__(self, params: dict[int, str], stack: list[str]) -> None:
+        super().__init__()
+        self.params, self.stack, self.uses = params, stack, {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _metadata_access(func):
+            return func(*args, **kwargs)
+        for leaf in pytree.tree_leaves((args, kwargs)):
+            name = self.params.get(id(leaf)) if isinstance(leaf, torch.Tensor) else None
+            if name is not None:
+                self.uses.setdefault(name, []).append(tuple(self.stack))
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def hooks(model: nn.Module, pre, post, modules: dict[str, nn.Module] | None = None):
+    handles = []
+    for name, m in (modules or dict(model.named_modules())).items():
+        handles.append(m.register_forward_pre_hook(pre(name), with_kwargs=True))
+        handles.append(m.register_forward_hook(post(name), with_kwargs=True, always_call=True))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def common_module(stacks: list[tuple[str, ...]]) -> str | None:
+    """The innermost module name active in every one of ``stacks`` (``None`` if none)."""
+    common = list(stacks[0])
+    for s in stacks[1:]:
+        n = 0
+        while n < min(len(common), len(s)) and common[n] == s[n]:
+            n += 1
+        common = common[:n]
+    return common[-1] if common else None
+
+
+def fast_kind(module: nn.Module, covered: set[str]) -> str:
+    direct = {n for n, p in module.named_parameters(recurse=False)}
+    if covered != direct:
+        return "generic"
+    if isinstance(module, nn.Linear) and type(module).forward is nn.Linear.forward:
+        return "linear"
+    for cls, kind in ((nn.Conv1d, "conv1d"), (nn.Conv2d, "conv2d")):
+        if (
+            isinstance(module, cls)
+            and type(module).forward is cls.forward
+            and module.groups == 1
+            and module.padding_mode == "zeros"
+            and not isinstance(module.padding, str)
+        ):
+            return kind
+    return "generic"
+
+
+def example_dim(a: Any, b: Any, na: int, nb: int, where: str) -> tuple[int, int] | None:
+    """``(dim, k)`` of a leaf seen with ``na`` and ``nb`` examples, ``None`` if not per-example."""
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return None
+    if a.shape == b.shape:
+        return None
+    diff = [d for d in range(a.dim()) if a.dim() == b.dim() and a.shape[d] != b.shape[d]]
+    k = (b.shape[diff[0]] - a.shape[diff[0]]) // (nb - na) if len(diff) == 1 else 0
+    if len(diff) != 1 or k < 1 or a.shape[diff[0]] != k * na or b.shape[diff[0]] != k * nb:
+        raise FathomError(
+            f"cannot find the example dimension of {where}: shapes {list(a.shape)} with {na} "
+            f"examples and {list(b.shape)} with {nb}; instruments need one dimension that grows "
+            "by a fixed number of entries per example"
+        )
+    d = diff[0]
+    a, b = a.detach(), b.detach()
+    head = b.narrow(d, 0, a.shape[d])
+    same = (
+        torch.allclose(head, a, rtol=1e-4, atol=1e-5 * float(a.abs().max().clamp_min(1.0)))
+        if a.is_floating_point()
+        else torch.equal(head, a)
+    )
+    if not same:
+        raise FathomError(
+            f"examples are not independent at {where}: its first {na} examples change when a "
+            "further example joins the batch (batch statistics, randomness in train mode, or a "
+            "time-major fold); per-example quantities are undefined there — run in eval mode"
+        )
+    return (d, k)
+
+
+def record_calls(model: nn.Module, x: torch.Tensor, recorder: UseRecorder | None = None):
+    """Forward ``x``; every module's calls ``[(args, kwargs, output)]``, first-call order."""
+    stack: list[str] = recorder.stack if recorder is not None else []
+    calls: dict[str, list] = {}
+
+    def pre(name):
+        def hook(m, args, kwargs):
+            stack.append(name)
+            calls.setdefault(name, [])
+
+        return hook
+
+    def post(name):
+        def hook(m, args, kwargs, output):
+            stack.pop()
+            calls[name].append((args, kwargs, output))
+
+        return hook
+
+    with hooks(model, pre, post), torch.enable_grad():
+        if recorder is not None:
+            with recorder:
+                out = model(x)
+        else:
+            out = model(x)
+    return out, calls
+
+
+def check_logits(out: Any, n: int) -> torch.Tensor:
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != n:
+        shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise FathomError(
+            f"the model must return logits shaped [N, classes]; on {n} examples it returned "
+            f"{shape}; wrap it so that forward returns one row of class scores per example"
+        )
+    if not out.is_floating_point():
+        raise FathomError(
+            f"the model returned {out.dtype} outputs; instruments need floating-point logits "
+            "(differentiable class scores), not class indices"
+        )
+    return out
+
+
+def coverage(model: nn.Module, uses: dict, logits: torch.Tensor) -> tuple[dict, dict]:
+    """``({param: covering module name}, {param: coverage text for uncovered ones})``."""
+    named = dict(model.named_parameters())
+    trainable = [n for n, p in named.items() if p.requires_grad]
+    grads = (
+        torch.autograd.grad(
+            logits.sum(), [named[n] for n in trainable], allow_unused=True, retain_graph=True
+        )
+        if logits.requires_grad
+        else [None] * len(trainable)
+    )
+    connected = {n for n, g in zip(trainable, grads, strict=True) if g is not None}
+    owner: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    for name, p in named.items():
+        if not p.requires_grad:
+            notes[name] = "frozen (requires_grad=False): no gradient"
+        elif name in uses:
+            owner[name] = common_module(uses[name])
+        elif name in connected:
+            module = name.rpartition(".")[0] or ROOT
+            raise FathomError(
+                f"parameter {name!r} (module {module!r}) receives gradient but is used outside "
+                "every module forward the instruments can see (e.g. in a hook or through .data); "
+                "use it inside a module's forward so that a layer covers it"
+            )
+        else:
+            notes[name] = "unused by the forward: gradient zero"
+    return owner, notes
+
+
+def call_dims(label: str, calls_a: list, calls_b: list) -> list[tuple[list, list]]:
+    if len(calls_a) != len(calls_b):
+        raise FathomError(
+            f"module {label!r} is called {len(calls_a)} times on 2 examples and {len(calls_b)} "
+            "times on 3: its calls depend on the batch size, so they cannot be split per example"
+        )
+    out = []
+    for c, ((aa, ka, oa), (ab, kb, ob)) in enumerate(zip(calls_a, calls_b, strict=True)):
+        where_in = f"an input of module {label!r} (call {c})"
+        where_out = f"the output of module {label!r} (call {c})"
+        la, lb = pytree.tree_leaves((aa, ka)), pytree.tree_leaves((ab, kb))
+        oa_l, ob_l = pytree.tree_leaves(oa), pytree.tree_leaves(ob)
+        if len(la) != len(lb) or len(oa_l) != len(ob_l):
+            raise FathomError(f"module {label!r} changes its call structure with the batch size")
+        ins = [example_dim(a, b, 2, 3, where_in) for a, b in zip(la, lb, strict=True)]
+        outs = [example_dim(a, b, 2, 3, where_out) for a, b in zip(oa_l, ob_l, strict=True)]
+        out.append((ins, outs))
+    return out

@@ -1,0 +1,104 @@
+"""Cross-run tables against hand-computed values on a tiny synthetic study."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fathom.report import load_runs
+from fathom.report.crossrun import crossrun_tables, layer_fields
+from fathom.report.render import table_markdown
+from fathom.report.synthetic import write_run
+
+
+def _rows(seed_offset: float, head: str) -> list[dict]:
+    base = {"epoch": 0, "fit/acc": 0.5, "fit/ce": 1.0, "test/acc": 0.5}
+    last = {
+        "epoch": 2,
+        "fit/acc": 0.9 + seed_offset,
+        "fit/ce": 0.2 + seed_offset,
+        "test/acc": 0.8 + seed_offset,
+        "split/test/class_acc/0": 0.7 + seed_offset,
+        "split/test/class_acc/1": 0.9,
+        f"grad/pex/diversity/{head}": 10.0 + 100 * seed_offset,
+        f"grad/mean/weight_norm/{head}": 1.0,
+        f"grad/pex/max_share/{head}": 0.5,
+        f"grad/pex/participation/{head}": 2.0,
+        "probe/act/zero_frac/blocks.0": 0.25 + seed_offset,
+    }
+    return [base, {"epoch": 1, "fit/acc": 0.7}, last]
+
+
+@pytest.fixture()
+def study(tmp_path: Path) -> Path:
+    root = tmp_path / "s"
+    # residual seeds: offsets 0.00, 0.02; sd_constant seeds: 0.04, 0.10
+    for recipe, offs in (("residual", (0.0, 0.02)), ("sd_constant", (0.04, 0.10))):
+        for seed, off in zip((1, 2), offs):
+            write_run(
+                root / f"{recipe}-s{seed}",
+                study="s",
+                recipe=recipe,
+                seed=seed,
+                lr=0.1,
+                rows=_rows(off, "head"),
+            )
+    write_run(
+        root / "tune-residual-lr0.1-s9",
+        study="s",
+        recipe="residual",
+        seed=9,
+        lr=0.1,
+        rows=_rows(0.5, "head"),
+        phase="tuning",
+    )
+    return root
+
+
+def test_tables_hand_computed(study: Path) -> None:
+    tables = {t.name: t for t in crossrun_tables(load_runs(study), "residual")}
+    fit = {r["recipe"]: r for r in tables["fitting"].rows}
+    # residual fit/acc 0.90, 0.92 -> 91.0 %, min 90, max 92; the tuning run is left out
+    assert fit["residual"]["fit_acc"]["mean"] == pytest.approx(91.0)
+    assert (fit["residual"]["fit_acc"]["min"], fit["residual"]["fit_acc"]["max"]) == pytest.approx(
+        (90.0, 92.0)
+    )
+    assert fit["sd_constant"]["fit_ce"]["mean"] == pytest.approx((0.24 + 0.30) / 2)
+    assert fit["residual"]["fit_acc"]["sd"] == pytest.approx(2**0.5)  # sample SD of 90, 92
+    digits = tables["digits_test"].rows[0]
+    # digit 0: sd (0.74, 0.80) - residual (0.70, 0.72) = +4, +8 pp -> mean +6 pp
+    assert digits["recipe"] == "sd_constant" and digits["digit:0"] == pytest.approx(6.0)
+    assert digits["digit:1"] == pytest.approx(0.0) and digits["overall"] == pytest.approx(6.0)
+    assert digits["intervals"]["digit:0"]["n"] == 2
+    grad = [r for r in tables["gradients"].rows if r["recipe"] == "sd_constant"]
+    assert [r["epoch"] for r in grad] == [2]  # only the epoch the moments were recorded
+    assert grad[0]["diversity"]["mean"] == pytest.approx(17.0)  # (14 + 20) / 2
+    assert tables["gradients"].title.endswith("(head)")
+    zero = {r["recipe"]: r for r in tables["zero_activations"].rows}
+    assert zero["sd_constant"]["layer:blocks.0"]["mean"] == pytest.approx(32.0)  # (29 + 35) / 2
+    md = table_markdown(tables["fitting"])
+    assert "| residual | 2 | 2 | 91.00 (90.00–92.00) |" in md
+
+
+def test_layer_fields_order() -> None:
+    names = ["x/L10", "x/L2", "x/L0", "x/sub/L1", "y/L0"]
+    assert layer_fields(names, "x") == [("L0", "x/L0"), ("L2", "x/L2"), ("L10", "x/L10")]
+    mods = ["g/blocks.1", "g/blocks.0", "g/head"]
+    assert layer_fields(mods, "g") == [
+        ("blocks.1", "g/blocks.1"),
+        ("blocks.0", "g/blocks.0"),
+        ("head", "g/head"),
+    ]
+
+
+def test_scale_down_statement_is_the_computed_one(study: Path) -> None:
+    from fathom.report.sections import what_was_run
+
+    runs = load_runs(study)
+    computed = "Scaled down from the full protocol (preset ciresan-sd): 2 epochs instead of 100."
+    html = what_was_run({"scale_down_sentence": computed, "scale_down": ["x"]}, runs)
+    assert computed in html and "not computed" not in html
+    legacy = what_was_run({"scale_down": ["widths x 0.1"]}, runs)
+    assert "not computed" in legacy and "widths x 0.1" in legacy
+    assert "2 main runs" not in legacy and "<b>4</b> main runs" in legacy  # tuning run apart
