@@ -1,6 +1,7 @@
 """CLI start-up: wall time of ``fathom --help`` for two source trees, interleaved.
 
-Usage: ``python bench/bench_cli_startup.py [--before /work/main/src] [--repeats 15]``.
+Usage: ``python bench/bench_cli_startup.py --before OLD/src [--repeats 15]`` (OLD: e.g.
+``git archive 3ed7edf src | tar -x -C OLD``, the tree before the lazy command table).
 Runs ``python -m fathom.cli --help`` with ``PYTHONPATH`` set to each tree, alternating the
 two trees so load changes hit both alike; prints the machine, the load average, the
 median and min of each and their ratio. A fresh interpreter per repeat (the file-system
@@ -30,7 +31,11 @@ def _once(src: str, argv: list[str]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--before", default="/work/main/src", help="source tree to compare with")
+    ap.add_argument(
+        "--before",
+        required=True,
+        help="source tree to compare with, e.g. `git archive 3ed7edf src` unpacked",
+    )
     ap.add_argument("--after", default=str(Path(__file__).resolve().parents[1] / "src"))
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args()

@@ -21,7 +21,8 @@ Consistency is checked: BackPACK's ``batch_l2`` (per-example squared norms of th
 ``||g_i||^2 / N^2``) times ``N`` equals Fathom's ``mean_sq_norm`` for every conv and linear weight.
 
 Part 2 — a transformer block (Embedding, LayerNorm, ``nn.MultiheadAttention``, a position-wise
-Linear), which BackPACK refuses (its error is printed): fathom vs vmap, the same way.
+Linear), which BackPACK does not support (what it does is printed: an error, or the
+parameters it silently left without ``batch_l2``): fathom vs vmap, the same way.
 
 Usage: python bench/bench_pex.py [--batch 64] [--width 16] [--blocks 3] [--repeats 7] [--iters 3]
 BackPACK is a dev-only dependency (``pip install --no-deps backpack-for-pytorch einops unfoldNd``).
@@ -237,9 +238,14 @@ def part2(batch: int, repeats: int, iters: int, seq: int, dim: int) -> None:
         bp_model = extend(TransformerBlock(100, dim, 4), use_converter=True)
         with backpack(BatchL2Grad()):
             extend(nn.CrossEntropyLoss())(bp_model(x), y).backward()
-        refusal = "none (BackPACK ran)"
+        named = list(bp_model.named_parameters())
+        missing = [n for n, p in named if not hasattr(p, "batch_l2")]
+        refusal = (
+            f"ran, and attached batch_l2 to {len(named) - len(missing)} of {len(named)} "
+            f"parameter tensors; silently missing: {', '.join(missing) or 'none'}"
+        )
     except Exception as err:  # BackPACK's refusal, reported verbatim
-        refusal = f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+        refusal = f"refused: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
     ins, cold = _instruments(model, x, y)
     kinds = {layer.name: layer.kind for layer in ins.layers}
     print(f"\n## Part 2: transformer block, batch {batch}, sequence {seq}, width {dim}")

@@ -35,8 +35,10 @@ from fathom.config import RunConfig
 from fathom.data import load_raw, make_splits
 from fathom.models.ciresan import CiresanMLP, recipe_spec
 from fathom.train.build import build_controller, build_optimizer, init_model
-from fathom.train.fast import EagerStepper, GraphStepper, plan_epoch
+from fathom.train.fast import GraphStepper
 from fathom.train.loop import matmul_precision, train
+from fathom.train.plan import plan_epoch
+from fathom.train.steppers import EagerStepper
 
 RESULTS: dict = {}
 
@@ -128,7 +130,7 @@ def time_epochs(kind, cfg, splits, device, precision, epochs: int, max_steps: in
     with matmul_precision(precision, device):
         for e in range(epochs + 1):
             plan = plan_epoch(
-                e + 1, n_fit, cfg.optim.batch_size, gen, stepper.controller, cfg.optim.lr
+                e + 1, n_fit, cfg.optim.batch_size, gen, stepper.controller, cfg.optim
             )
             sync(device)
             t0 = time.perf_counter()
@@ -232,7 +234,7 @@ def main() -> None:
                             64,
                             gen,
                             stepper.controller,
-                            cfg.optim.lr,
+                            cfg.optim,
                         )
                         stepper.run_epoch(plan)
                     sync(device)
@@ -378,7 +380,7 @@ def main() -> None:
             return {
                 "optim.lr": lr,
                 "optim.epochs": end,
-                "optim.lr_schedule": [[0, 0.2], [1, 1.0], [end, 0.0]],
+                "optim.schedule": {"kind": "piecewise", "points": [[0, 0.2], [1, 1.0], [end, 0.0]]},
             }
 
         candidates = [

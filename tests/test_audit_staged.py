@@ -10,10 +10,10 @@ from fathom.audit.checkpoint import AuditSettings
 from fathom.audit.evaluate import load_scores
 from fathom.audit.run import audit_runs
 from fathom.depth import find_branches
-from fathom.depthscale.config import make_config
-from fathom.depthscale.runner import train_run
+from fathom.depthscale.config import make_config, run_config
 from fathom.errors import FathomError
 from fathom.rundir import RunDir
+from fathom.train.loop import train
 from test_audit_run import synthetic_splits
 
 pytest.importorskip("sklearn")
@@ -29,7 +29,8 @@ def staged_runs(tmp_path_factory):
         cfg = make_config("quick", residual=residual, **common)
         name = "d08-vanilla-s0" if residual else "d04-plain-s0"
         depth = 8 if residual else 4
-        train_run(cfg, splits, 10, depth, "vanilla", 0, root / name, study="ds")
+        run_cfg = run_config(cfg, depth, "vanilla", 0, "ds").with_updates({"name": name})
+        train(run_cfg, root / name, splits=splits)
     return root, splits
 
 
@@ -49,7 +50,7 @@ def test_depth_scaling_run_is_audited_with_every_mask(staged_runs, tmp_path):
     root, splits = staged_runs
     result = audit_runs(root, SETTINGS, tmp_path / "out", splits=splits)
     assert [r["run_id"] for r in result["runs"]] == ["d08-vanilla-s0"]
-    assert "residual = false" in result["skipped"][0]["reason"]
+    assert "no removable branches" in result["skipped"][0]["reason"]
     run = result["runs"][0]
     assert run["arm"] == "staged_conv-vanilla-d8" and run["seed"] == 0
     rec = run["checkpoints"]["final"]
@@ -66,11 +67,11 @@ def test_depth_scaling_run_is_audited_with_every_mask(staged_runs, tmp_path):
     with torch.no_grad():
         dense = model(splits.test_x).numpy()
     np.testing.assert_allclose(scores["test"].logits[-1], dense, rtol=1e-5, atol=1e-5)
-    assert result["speed"][0]["architecture"].startswith("StagedConvNet(")
+    assert "StagedConvNet(" in result["speed"][0]["architecture"]
     assert len(result["speed"][0]["timings"][0]["speedup_vs_dense"]) == 16
 
 
 def test_non_residual_depth_scaling_run_is_refused_clearly(staged_runs, tmp_path):
     root, splits = staged_runs
-    with pytest.raises(FathomError, match="residual = false.*--residual"):
+    with pytest.raises(FathomError, match="no removable branches.*--residual"):
         audit_runs(root / "d04-plain-s0", SETTINGS, tmp_path / "x", splits=splits)

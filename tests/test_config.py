@@ -20,8 +20,12 @@ BAD_RUNS = [
     ("lr true", {"optim": {"lr": True}}, "optim.lr: Input should be a valid number"),
     ("lr string", {"optim": {"lr": "0.1"}}, "optim.lr: Input should be a valid number"),
     ("seed true", {"seed": True}, "seed: Input should be a valid integer"),
-    ("widths bool", {"model": {"widths": [8, True]}}, "model.widths.1"),
-    ("schedule nan", {"optim": {"lr_schedule": [[0, math.nan]]}}, "optim.lr_schedule.0.1"),
+    ("widths bool", {"model": {"widths": [8, True]}}, "widths.1: Input should be a valid integer"),
+    (
+        "schedule nan",
+        {"optim": {"schedule": {"kind": "piecewise", "points": [[0, math.nan]]}}},
+        "optim.schedule.points.0.1",
+    ),
     ("telemetry on=1", {"telemetry": {"enabled": 1}}, "telemetry.enabled"),
 ]
 

@@ -210,3 +210,21 @@ def test_batchnorm_in_train_mode_is_evaluated_on_running_statistics() -> None:
     for kind in want:
         for name in want[kind]:
             torch.testing.assert_close(got[kind][name], want[kind][name], rtol=0, atol=0)
+
+
+def test_readme_curvature_snippet_runs(capsys: pytest.CaptureFixture) -> None:
+    import re
+    from pathlib import Path
+
+    import fathom
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("- **Exact curvature of your own model.**") :]
+    block = re.search(r"```python\n(.*?)```", section, re.S)
+    assert block is not None
+    code = "\n".join(line.strip() for line in block.group(1).splitlines())
+    model, x, y = make(CASES[1], n=6)
+    namespace = {"fathom": fathom, "model": model.float(), "x": x.float(), "y": y}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert set(namespace["diags"]["ggn"]) == {n for n, _ in model.named_parameters()}
+    assert "0.weight" in capsys.readouterr().out

@@ -310,7 +310,7 @@ def test_drop_probability_outside_unit_interval_is_refused(bad):
 
 
 def test_cuda_graph_capture_of_a_self_sampling_module_is_refused(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     res = SkippableResidual(nn.Linear(3, 3), p=0.2, seed=0)
     with pytest.raises(FathomError, match="cannot be captured in a CUDA graph"):
@@ -397,3 +397,26 @@ def test_plain_loop_skipped_branch_gets_no_update_of_any_optimizer_state(name, i
     if "step" in opt.state[own[0]]:  # Adam/AdamW count the steps a parameter was updated
         kept_steps = float(opt.state[own[0]]["step"])
         assert kept_steps < float(opt.state[model[0].weight]["step"]) == 30.0
+
+
+def test_ciresan_eval_alone_is_dense_after_a_controller_drew_gates():
+    """The reported bug: model.eval() kept the last training gains (a branch removed)."""
+    torch.manual_seed(0)
+    model = CiresanMLP(widths=WIDTHS, recipe="sd_constant", in_features=16)
+    x = torch.randn(5, 16)
+    with torch.no_grad(), dense_eval(model):
+        dense = model(x)
+    ctrl = GateController(model.branches(), DropSchedule("constant", (0.5,) * 4), seed=0)
+    while all(ctrl.sample(0)):  # until some branch is dropped
+        pass
+    assert 0.0 in ctrl.gains()
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(x), dense)
+        logits, taps = model.forward_taps(x)
+        assert torch.equal(logits, dense) and all(z is not None for _, z in taps)
+        with ctrl.masked((1, 0, 1, 1)):  # explicit masks do apply in eval()
+            with branch_mask(model, (1, 0, 1, 1)):
+                reference = model(x)
+            assert torch.equal(model(x), reference) and not torch.equal(reference, dense)
+        assert all(b.mask is None for b in model.branches())

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
 
 from fathom.depthscale.cli import add_parser
 from fathom.errors import FathomError
-from fathom.io import state_dict_digest
+from fathom.io import read_jsonl, state_dict_digest
+from fathom.rundir import RunDir
 from fathom.train.checkpoint import load_weights
 
 torch.set_num_threads(1)
@@ -123,3 +130,70 @@ def test_missing_or_corrupt_cifar_archive_reaches_the_user(tmp_path):
     with pytest.raises(FathomError, match=r"(?i)sha-?256|checksum|md5|digest"):
         run(argv)
     assert not (tmp_path / "out").exists()
+
+
+def _bench_cli(out, extra=()):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    argv = [
+        "quick",
+        "--depths",
+        "4",
+        "--epochs",
+        "4",
+        "--timesteps",
+        "2",
+        "--fit-subset",
+        "256",
+        "--eval-subset",
+        "32",
+        "--out",
+        str(out),
+        "--quiet",
+        *extra,
+    ]
+    return subprocess.Popen(
+        [sys.executable, "-m", "fathom.cli", "depth-scaling", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _rows(run_dir):
+    rows, _ = read_jsonl(run_dir / "history.jsonl")
+    return [{k: v for k, v in r.items() if not k.startswith("clock/")} for r in rows]
+
+
+def test_depth_scaling_resumes_byte_identically_after_sigkill(tmp_path):
+    pytest.importorskip("fathom.data")
+    ref = _bench_cli(tmp_path / "ref")
+    assert ref.wait(timeout=900) == 0, ref.stdout.read().decode()
+    victim = _bench_cli(tmp_path / "v")
+    first = tmp_path / "v" / "d04-vanilla-s0"
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        if first.exists() and len(read_jsonl(first / "history.jsonl")[0]) >= 3:
+            break
+        time.sleep(0.05)
+    time.sleep(random.uniform(0.0, 0.3))  # land inside a later epoch
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait(timeout=60) == -signal.SIGKILL
+    assert RunDir(first).status == "running"
+    again = _bench_cli(tmp_path / "v")
+    out = again.communicate(timeout=900)[0].decode()
+    assert again.returncode == 0, out
+    assert "resuming" not in out  # --quiet
+    for name in ("d04-vanilla-s0", "d04-lyapunov-s0"):
+        mine, theirs = RunDir(tmp_path / "v" / name), RunDir(tmp_path / "ref" / name)
+        assert mine.status == theirs.status == "complete"
+        for key in ("initial_params", "final_params", "training_order"):
+            assert mine.manifest["hashes"][key] == theirs.manifest["hashes"][key], (name, key)
+        assert _rows(tmp_path / "v" / name) == _rows(tmp_path / "ref" / name)
+    assert (tmp_path / "v" / "table.json").read_text() == (
+        tmp_path / "ref" / "table.json"
+    ).read_text().replace(str(tmp_path / "ref"), str(tmp_path / "v"))
+
+
+def test_a_benchmark_directory_holding_another_benchmark_is_refused(quick_run):
+    with pytest.raises(FathomError, match="holds another depth-scaling benchmark"):
+        run(["quick", "--depths", "4", "--epochs", "2", "--out", str(quick_run), "--quiet"])

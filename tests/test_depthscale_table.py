@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from fathom.depthscale.config import make_config, run_config
 from fathom.depthscale.table import RunRecord, build_table, read_runs, render_markdown, write_table
 from fathom.errors import FathomError
 
@@ -66,12 +67,14 @@ def test_kappa_notes_only_from_defined_kappa():
 def test_reads_run_directories(tmp_path):
     run = tmp_path / "d04-vanilla-s0"
     run.mkdir()
+    cfg = run_config(make_config("quick"), 4, "vanilla", 0, tmp_path.name)
     manifest = {
         "format": 2,
-        "kind": "depth_scaling",
+        "kind": "run",
         "run_id": run.name,
         "status": "complete",
-        "config": {"depth": 4, "arm": "vanilla", "seed": 0},
+        "config": cfg.model_dump(mode="json"),
+        "data": {"dataset": "mnist", "info": {"classes": 10}},
         "selected": {"epoch": 1, "val_ce": 2.0},
     }
     (run / "manifest.json").write_text(json.dumps(manifest))
@@ -98,6 +101,13 @@ def test_reads_run_directories(tmp_path):
         0.7,
     )
     with pytest.raises(FathomError, match="depth 4, arm .Lyapunov. has 0 test accuracies"):
-        write_table(tmp_path, classes=10, dataset="mnist")
+        write_table(tmp_path)
     with pytest.raises(FathomError, match="no run directories"):
         read_runs(tmp_path / "d04-vanilla-s0")
+    other = tmp_path / "plain-run"
+    other.mkdir()
+    (other / "manifest.json").write_text(
+        json.dumps({**manifest, "config": {"name": "plain-run"}})
+    )
+    with pytest.raises(FathomError, match="not a depth-scaling run"):
+        read_runs(tmp_path)

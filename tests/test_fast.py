@@ -8,23 +8,17 @@ import pytest
 import torch
 
 from conftest import synthetic_splits, tiny_config
+from fathom.config import OptimConfig
 from fathom.depth import DropSchedule, GateController
 from fathom.errors import FathomError
 from fathom.models.ciresan import CiresanMLP
 from fathom.rundir import RunDir
 from fathom.train.build import build_controller, build_optimizer, init_model
-from fathom.train.fast import (
-    EagerStepper,
-    GraphStepper,
-    active_parameters,
-    lr_multiplier,
-    make_stepper,
-    plan_epoch,
-    sgd_momentum_,
-    topology_index,
-    topology_mask,
-)
+from fathom.train.fast import GraphStepper, sgd_momentum_
 from fathom.train.loop import train
+from fathom.train.plan import active_parameters, plan_epoch, topology_index, topology_mask
+from fathom.train.schedule import lr_multiplier
+from fathom.train.steppers import EagerStepper, make_stepper
 
 
 def test_plan_draws_the_same_gates_as_eager_sampling():
@@ -33,7 +27,7 @@ def test_plan_draws_the_same_gates_as_eager_sampling():
     a = GateController(model.branches(), sched, seed=3)
     b = GateController(model.branches(), sched, seed=3)
     g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
-    plan = plan_epoch(1, 100, 32, g1, a, 0.1)
+    plan = plan_epoch(1, 100, 32, g1, a, OptimConfig(lr=0.1))
     perm = torch.randperm(100, generator=g2)
     kept = [b.sample(0) for _ in range(4)]
     assert torch.equal(plan.perm, perm)
@@ -127,7 +121,7 @@ def test_emulated_graph_stepper_equals_eager_stepper(recipe, impl):
         )
         losses = []
         for epoch in (1, 2):
-            plan = plan_epoch(epoch, 200, cfg.optim.batch_size, gen, controller, cfg.optim.lr)
+            plan = plan_epoch(epoch, 200, cfg.optim.batch_size, gen, controller, cfg.optim)
             losses.append(stepper.run_epoch(plan).item())
         results.append((copy.deepcopy(model.state_dict()), losses, opt))
     (sa, la, oa), (sb, lb, ob) = results
@@ -228,3 +222,35 @@ def test_too_many_branches_for_graphs_falls_back_to_eager_with_a_note():
     stepper, note = make_stepper(cfg, model, opt, ctrl, splits, torch.device("cuda"))
     assert stepper.name == "eager"
     assert "2**4 topologies" in note and "running eagerly" in note
+
+
+def test_graph_path_writes_back_the_applied_rate_for_update_ratios():
+    """Under a schedule the graph path must leave the applied rate in ``group["lr"]``:
+    ``param/update_ratio`` reads it (it was left at the base rate, off by 1/m(t))."""
+    from fathom.telemetry import params as P
+
+    sched = {"kind": "piecewise", "points": [[0, 1.0], [2, 0.15]]}
+    cfg = tiny_config(**{"model.recipe": "sd_constant", "optim.epochs": 2, "optim.schedule": sched})
+    splits = synthetic_splits(n_fit=96, n_eval=8)
+    device = torch.device("cpu")
+    seen = {}
+    for kind in ("eager", "graph"):
+        model = init_model(cfg)
+        controller = build_controller(model, cfg)
+        opt = build_optimizer(model, cfg.optim)
+        gen = torch.Generator().manual_seed(4)
+        stepper = (
+            EagerStepper(model, opt, controller, splits, device, "fp32")
+            if kind == "eager"
+            else GraphStepper(model, opt, controller, splits, device, "fp32", emulate=True)
+        )
+        for epoch in (1, 2):
+            plan = plan_epoch(epoch, 96, cfg.optim.batch_size, gen, controller, cfg.optim)
+            stepper.run_epoch(plan)
+            assert opt.param_groups[0]["lr"] == plan.lrs[-1] != cfg.optim.lr
+        w = next(model.parameters())  # the stem: updated at every step
+        buf = opt.state[w]["momentum_buffer"]
+        expected = plan.lrs[-1] * buf.double().norm().item()
+        seen[kind] = P.sgd_last_update_norm(w, opt)
+        assert seen[kind] == pytest.approx(expected, rel=1e-6)
+    assert seen["graph"] == pytest.approx(seen["eager"], rel=1e-6)

@@ -22,7 +22,10 @@ from fathom.errors import FathomError, install_hint
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("fathom.train.cli", "train one run into a run directory"),
-    "validate": ("fathom.train.cli", "check a run or study config and print it with defaults"),
+    "validate": (
+        "fathom.train.cli",
+        "check a run, study or depth-scaling config (file or preset) and print it with defaults",
+    ),
     "study": (
         "fathom.study.cli",
         "run a grid of runs (recipes x seeds, LR tuning) and summarise it",
@@ -48,6 +51,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fathom.depthscale.cli",
         "conv / spiking conv nets at several depths, vanilla vs Lyapunov-regularized",
     ),
+    "reproduce": (
+        "fathom.reproduce.cli",
+        "run a seed's protocol end to end: study, audit, curvature, head diagnostic, "
+        "comparison with the seed's numbers, report (resumable at every step)",
+    ),
+    "diagnose": ("fathom.reproduce.cli", "matched-pair diagnostics (head: ReLU vs linear head)"),
     "completion": ("fathom.cli", "print a shell completion script (bash, zsh, tcsh)"),
 }
 """command -> (module whose ``add_parser`` registers it, one-line help)."""

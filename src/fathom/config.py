@@ -7,115 +7,173 @@ so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import tomllib
-from itertools import pairwise
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    Strict,
-    ValidationError,
-    field_validator,
-    model_validator,
+from pydantic import Field, ValidationError, model_validator
+
+from fathom.config_models import (
+    MODEL_KINDS,
+    Bool,
+    Float,
+    Int,
+    ModelConfig,
+    ModelSpec,
+    PythonModelConfig,
+    StagedConvConfig,
+    _Strict,
+    check_factory_path,
 )
-
 from fathom.errors import FathomError
 
-#: Numbers of every config: an integer field takes no ``true`` or ``2.0``, a float field
-#: takes integers but no booleans or strings, and no float is ``inf`` or ``nan``.
-Int = Annotated[int, Strict()]
-Float = Annotated[float, Strict()]
-Bool = Annotated[bool, Strict()]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+__all__ = [
+    "MODEL_KINDS",
+    "DataConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "PythonModelConfig",
+    "RunConfig",
+    "StagedConvConfig",
+]
 
 
 class DataConfig(_Strict):
-    dataset: Literal["mnist", "fashion-mnist"] = "mnist"
+    """Where the examples come from and how they are split.
+
+    ``dataset``: a registered dataset (``mnist``, ``fashion-mnist``; ``cifar10`` /
+    ``cifar100`` from archives the user supplies in ``data_dir``), ``tensors`` (a user's
+    ``.npz`` / ``.pt`` file at ``path``, see :mod:`fathom.data.user`) or ``python`` (a
+    user's function ``factory = "package.module:function"`` called with ``kwargs`` that
+    returns the same arrays). ``augment = "crop_flip"`` applies the standard CIFAR
+    augmentation to fitting batches (pad 4, random crop, horizontal flip p = 1/2).
+    """
+
+    dataset: Literal["mnist", "fashion-mnist", "cifar10", "cifar100", "tensors", "python"] = "mnist"
     data_dir: str | None = None
+    path: str | None = None
+    factory: str | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
     split: Literal["fit-val", "fit-all"] = "fit-val"
     split_seed: Int = 0
+    val_size: Int | None = Field(default=None, gt=0)
+    test_size: Int | None = Field(default=None, gt=0)
     fit_subset: Int | None = Field(default=None, gt=0)
     eval_subset: Int | None = Field(default=None, gt=0)
-
-
-class ModelConfig(_Strict):
-    kind: Literal["ciresan"] = "ciresan"
-    recipe: Literal["plain", "residual", "residual_dropout", "sd_constant", "sd_decreasing"] = (
-        "residual"
-    )
-    widths: tuple[Int, ...] = (2500, 2000, 1500, 1000, 500)
-    width_mult: Float = Field(default=1.0, gt=0)
-    input_scale: Float = Field(default=1 / 255, gt=0)
-    output_relu: Bool = False
-    unit_dropout: Float | None = None
-    drop_probs: tuple[Float, ...] | None = None
-
-    @field_validator("widths")
-    @classmethod
-    def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if len(v) < 2 or any(w <= 0 for w in v):
-            raise ValueError("widths needs at least two positive hidden widths")
-        return v
-
-    @field_validator("unit_dropout")
-    @classmethod
-    def _dropout(cls, v: float | None) -> float | None:
-        if v is not None and not 0.0 <= v < 1.0:
-            raise ValueError(f"unit_dropout must be in [0, 1), got {v}")
-        return v
-
-    @field_validator("drop_probs")
-    @classmethod
-    def _probs(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
-        if v is not None:
-            for p in v:
-                if not 0.0 <= p < 1.0:
-                    raise ValueError(
-                        f"drop probability {p} is outside [0, 1); to delete a branch use an explicit mask"
-                    )
-        return v
+    augment: Literal["none", "crop_flip"] = "none"
 
     @model_validator(mode="after")
-    def _crop_needs_narrowing(self) -> ModelConfig:
-        if self.recipe != "plain":
-            w = self.widths
-            for a, b in pairwise(w):
-                if b > a:
-                    raise ValueError(
-                        f"widths {list(w)} increase ({a} -> {b}); the crop bypass of recipe "
-                        f"{self.recipe!r} needs non-increasing widths (or use recipe 'plain')"
-                    )
+    def _source_fields(self) -> DataConfig:
+        need = {"tensors": "path", "python": "factory"}.get(self.dataset)
+        for key in ("path", "factory"):
+            if key == need and getattr(self, key) is None:
+                raise ValueError(f"dataset {self.dataset!r} needs data.{key}")
+            if key != need and getattr(self, key) is not None:
+                raise ValueError(
+                    f"data.{key} is only used with dataset "
+                    f"{'tensors' if key == 'path' else 'python'!r}; remove it"
+                )
+        if self.kwargs and self.dataset != "python":
+            raise ValueError("data.kwargs is only used with dataset 'python'; remove it")
+        if self.factory is not None:
+            check_factory_path(self.factory, "data.factory")
+        return self
+
+
+class ScheduleConfig(_Strict):
+    """The learning-rate multiplier ``m(t)``; ``t`` = fractional epochs done, ``E`` = epochs.
+
+    * ``constant``: ``m = 1``;
+    * ``piecewise``: linear interpolation of ``points = [[epoch, m], ...]`` (constant outside);
+    * ``warmup_linear`` / ``warmup_cosine``: ``m`` rises linearly from ``warmup_start`` to 1
+      over ``warmup_epochs``, then falls to ``final`` at ``E``, linearly or as
+      ``final + (1 - final) (1 + cos(pi u)) / 2`` with ``u = (t - w) / (E - w)``;
+    * ``exponential``: ``m = gamma ** floor(t)`` (shrinkage once per epoch).
+
+    Evaluated per step at ``t = epoch - 1 + i / steps`` (:mod:`fathom.train.schedule`).
+    """
+
+    kind: Literal["constant", "piecewise", "warmup_linear", "warmup_cosine", "exponential"] = (
+        "constant"
+    )
+    points: tuple[tuple[Float, Float], ...] | None = None
+    warmup_epochs: Float = Field(default=0.0, ge=0)
+    warmup_start: Float = Field(default=0.0, ge=0)
+    final: Float = Field(default=0.0, ge=0)
+    gamma: Float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _fields(self) -> ScheduleConfig:
+        if self.kind == "piecewise":
+            v = self.points
+            if not v:
+                raise ValueError("schedule 'piecewise' needs points = [[epoch, multiplier], ...]")
+            epochs = [e for e, _ in v]
+            if epochs != sorted(epochs) or any(m < 0 for _, m in v):
+                raise ValueError("schedule points need increasing epochs and multipliers >= 0")
+        elif self.points is not None:
+            raise ValueError(
+                f"schedule.points is only used with kind 'piecewise', not {self.kind!r}"
+            )
+        if self.kind == "exponential" and self.gamma is None:
+            raise ValueError("schedule 'exponential' needs gamma (the per-epoch factor)")
+        if self.kind != "exponential" and self.gamma is not None:
+            raise ValueError("schedule.gamma is only used with kind 'exponential'")
         return self
 
 
 class OptimConfig(_Strict):
+    """The optimizer (SGD with momentum / Nesterov, or AdamW), its rate and its schedule.
+
+    ``weight_decay``: L2 added to the gradient for SGD, decoupled (``p -= lr * wd * p``) for
+    AdamW. A skipped branch (``grad is None``) gets no update of any kind: no momentum, no
+    moments, no step count, no decay.
+    """
+
+    name: Literal["sgd", "adamw"] = "sgd"
     lr: Float = Field(default=0.01, gt=0)
     momentum: Float = Field(default=0.9, ge=0, lt=1)
+    nesterov: Bool = False
+    betas: tuple[Float, Float] = (0.9, 0.999)
+    eps: Float = Field(default=1e-8, gt=0)
     weight_decay: Float = Field(default=0.0, ge=0)
     batch_size: Int = Field(default=64, gt=0)
     epochs: Int = Field(default=100, gt=0)
     impl: Literal["foreach", "for-loop", "fused"] = "foreach"
-    # piecewise-linear lr multiplier over training progress: [[epoch, multiplier], ...]
-    # (fractional epochs allowed, interpolated per step; constant outside the points)
-    lr_schedule: tuple[tuple[Float, Float], ...] | None = None
+    schedule: ScheduleConfig = ScheduleConfig()
 
-    @field_validator("lr_schedule")
-    @classmethod
-    def _schedule(cls, v):
-        if v is not None:
-            if len(v) < 1:
-                raise ValueError("lr_schedule needs at least one [epoch, multiplier] point")
-            epochs = [e for e, _ in v]
-            if epochs != sorted(epochs) or any(m < 0 for _, m in v):
-                raise ValueError(
-                    "lr_schedule points need increasing epochs and non-negative multipliers"
-                )
-        return v
+    @model_validator(mode="after")
+    def _combination(self) -> OptimConfig:
+        if self.nesterov and (self.name != "sgd" or self.momentum == 0):
+            raise ValueError("nesterov needs optimizer 'sgd' with momentum > 0")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"AdamW betas must lie in [0, 1), got {list(self.betas)}")
+        return self
+
+
+class RegularizerConfig(_Strict):
+    """The Lyapunov penalty (:mod:`fathom.dynamics.regularizer`): ``L = CE + weight · P``.
+
+    ``weight = 0`` trains on CE alone through the same step (the vanilla arm), so both arms
+    record the same per-step fields. Needs a model with ``lyapunov_blocks()``.
+    """
+
+    kind: Literal["lyapunov"] = "lyapunov"
+    weight: Float = Field(default=0.3, ge=0)
+    target: Float = -0.1
+    sub_batch: Int = Field(default=16, gt=0)
+
+
+class HealthConfig(_Strict):
+    """Dynamics health at epoch boundaries, on the first ``probe_size`` *validation* examples.
+
+    λ̂ (maximal depth-wise Lyapunov exponent), the float64 input-output Jacobian spectrum
+    and spiking firing rates (:mod:`fathom.dynamics.probe`), at epoch 0, every ``every``
+    epochs and at the last one. Needs a model with ``lyapunov_blocks()``.
+    """
+
+    enabled: Bool = False
+    every: Int = Field(default=10, gt=0)
+    probe_size: Int = Field(default=8, gt=0)
 
 
 class ExecutionConfig(_Strict):
@@ -163,18 +221,34 @@ class TelemetryConfig(_Strict):
 
 
 class RunConfig(_Strict):
+    """One training run. ``tags`` are labels a driver attaches (e.g. a depth-scaling arm);
+    they never change training."""
+
+    kind: Literal["run"] = "run"
     name: str = "run"
     study: str = "default"
     seed: Int = 101
     device: Literal["auto", "cpu", "cuda"] = "auto"
     data: DataConfig = DataConfig()
-    model: ModelConfig = ModelConfig()
+    model: ModelSpec = ModelConfig()
     optim: OptimConfig = OptimConfig()
+    regularizer: RegularizerConfig | None = None
+    health: HealthConfig = HealthConfig()
+    tags: dict[str, str | Int | Float | Bool] = Field(default_factory=dict)
     eval: EvalConfig = EvalConfig()
     checkpoints: CheckpointConfig = CheckpointConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     execution: ExecutionConfig = ExecutionConfig()
     stop: StopConfig = StopConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_model_kind(cls, data: Any) -> Any:
+        """``[model]`` without ``kind`` is the Ciresan MLP (the historical default)."""
+        model = data.get("model") if isinstance(data, dict) else None
+        if isinstance(model, dict) and "kind" not in model:
+            data = {**data, "model": {"kind": "ciresan", **model}}
+        return data
 
     @model_validator(mode="after")
     def _epochs_in_range(self) -> RunConfig:
@@ -187,6 +261,11 @@ class RunConfig(_Strict):
             raise ValueError(
                 "split 'fit-all' has no validation set, but eval.splits includes 'val' "
                 "(checkpoint selection needs it): use split 'fit-val' or drop 'val'"
+            )
+        if self.model.kind == "ciresan" and (self.regularizer or self.health.enabled):
+            raise ValueError(
+                "the Lyapunov regularizer and the health instrument need a model with "
+                "lyapunov_blocks() (model.kind 'staged_conv', or a 'python' model providing it)"
             )
         return self
 

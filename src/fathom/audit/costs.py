@@ -8,8 +8,9 @@ branches not computed (:func:`fathom.depth.branch_mask`), under
     macs_m  = flops_m / (2 * batch)          (one multiply-accumulate = 2 FLOPs; per example)
 
 torch counts matrix products and convolutions (``2 * m * n * k`` for an ``[m, k] @ [k, n]``
-product); elementwise work (bias-free activations, BatchNorm in eval, pooling, the crop
-bypass) is not counted. A spiking net's timesteps fold into the batch and are counted.
+product; an ``addmm`` bias is not counted); elementwise work (activations, BatchNorm in eval,
+pooling, the crop bypass) is not counted. A spiking net's timesteps fold into the batch and
+are counted.
 """
 
 from __future__ import annotations

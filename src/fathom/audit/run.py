@@ -68,8 +68,10 @@ def measure_speed(
 
 
 def _architecture(model: torch.nn.Module) -> str:
-    """``ClassName(widths)`` of the network (the last module of an input-prep Sequential)."""
-    net = model[-1] if isinstance(model, torch.nn.Sequential) else model
+    """``ClassName(widths)`` of the network (behind its input preparation, if any)."""
+    from fathom.models.prep import ImageInput
+
+    net = model.net if isinstance(model, ImageInput) else model
     depth = f", depth {net.depth}" if hasattr(net, "depth") else ""
     return f"{type(net).__name__}{tuple(getattr(net, 'widths', ()))}{depth}"
 

@@ -1,7 +1,15 @@
-"""The depth-scaling benchmark: runner, results table, computed verdict, CLI."""
+"""The depth-scaling benchmark: a plan of ordinary runs, its results table and verdict, CLI."""
 
-from fathom.depthscale.config import PRESETS, QUICK, DepthScaleConfig, make_config
-from fathom.depthscale.runner import ARMS, run_benchmark, train_run
+from fathom.depthscale.config import (
+    ARMS,
+    PRESETS,
+    QUICK,
+    DepthScaleConfig,
+    make_config,
+    plan_runs,
+    run_config,
+)
+from fathom.depthscale.runner import run_benchmark
 from fathom.depthscale.table import (
     ResultsTable,
     RunRecord,
@@ -22,11 +30,12 @@ __all__ = [
     "RunRecord",
     "build_table",
     "make_config",
+    "plan_runs",
     "read_run",
     "read_runs",
     "render_markdown",
     "run_benchmark",
-    "train_run",
+    "run_config",
     "verdict_table",
     "write_table",
 ]

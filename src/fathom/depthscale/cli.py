@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
-from fathom.depthscale.config import PRESETS, DepthScaleConfig, make_config
-from fathom.depthscale.runner import ARMS, run_benchmark
+from fathom.depthscale.config import ARMS, PRESETS, DepthScaleConfig, make_config
+from fathom.depthscale.runner import run_benchmark
 from fathom.depthscale.table import write_table
 from fathom.depthscale.terminal import print_results
+from fathom.errors import FathomError
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -52,11 +52,16 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
     console = progress.console
 
     def report(event: str, row: dict[str, Any]) -> None:
-        if event == "start":
+        if event in ("start", "skip"):
             progress.start()  # after the data loaded: errors print without a bar
+            what = {"skip": f"already {row.get('status')}", "start": "->"}[event]
+            if row.get("resume"):
+                what = "resuming"
             console.print(
-                f"{row['arm']}: depth={row['depth']} seed={row['seed']} -> {row['run_dir']}"
+                f"{row['arm']}: depth={row['depth']} seed={row['seed']} {what} {row['run_dir']}"
             )
+            if event == "skip":
+                progress.advance(task, cfg.epochs)
         elif event == "epoch" and row["epoch"] >= 1:
             progress.advance(task)
             if row["epoch"] % cfg.log_every == 0 or row["epoch"] == cfg.epochs:
@@ -70,8 +75,15 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
 
 
 def cmd_depth_scaling(args: argparse.Namespace) -> int:
-    cfg = make_config(
-        args.preset,
+    preset, base = args.preset, {}
+    if args.config is not None:
+        if args.preset is not None:
+            raise FathomError("give a config (file or preset name) or --preset, not both")
+        if args.config in PRESETS:
+            preset = args.config
+        else:
+            base = _config_file(args.config).model_dump(exclude={"kind"})
+    overrides = dict(
         dataset=args.dataset,
         data_dir=args.data_dir,
         depths=args.depths,
@@ -88,6 +100,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
         residual=True if args.residual else None,
         batchnorm=False if args.no_batchnorm else None,
     )
+    cfg = make_config(preset, **{**base, **{k: v for k, v in overrides.items() if v is not None}})
     report, progress = make_reporter(cfg, args.quiet)
     root = Path(args.out) if args.out else None
     try:
@@ -95,12 +108,22 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.stop()
-    classes = json.loads((root / "benchmark.json").read_text())["classes"]
     note = _scale_note(cfg)
-    table = write_table(root, classes, cfg.dataset, note)
+    table = write_table(root, note)
     print_results(table, note)
     print(f"Results saved to {root}")
     return 0
+
+
+def _config_file(path: str) -> DepthScaleConfig:
+    from fathom.config_family import load_config
+
+    cfg, origin = load_config(path)
+    if not isinstance(cfg, DepthScaleConfig):
+        raise FathomError(
+            f"{origin} is a {cfg.kind} config; `fathom depth-scaling` needs kind = 'depth_scaling'"
+        )
+    return cfg
 
 
 def _scale_note(cfg: DepthScaleConfig) -> str:
@@ -121,6 +144,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="conv / spiking conv nets at several depths, vanilla vs Lyapunov-regularized",
         description=__doc__,
     )
+    p.add_argument(
+        "config", nargs="?", default=None, help="a depth_scaling TOML file or preset name"
+    )
     p.add_argument("--preset", choices=sorted(PRESETS), default=None)
     p.add_argument("--dataset", default=None, help="mnist | fashion-mnist | cifar10 | cifar100")
     p.add_argument("--data-dir", default=None, help="folder holding the dataset's official files")
@@ -137,6 +163,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-batchnorm", action="store_true", help="no-BatchNorm control")
     p.add_argument("--device", default=None, help="auto | cpu | cuda")
     p.add_argument("--runs-dir", default=None, help="parent of depth_scaling/ (default runs)")
-    p.add_argument("--out", default=None, help="exact output directory (default timestamped)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="exact output directory (default timestamped); rerunning into it skips complete "
+        "runs and resumes interrupted ones",
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_depth_scaling)

@@ -66,17 +66,22 @@ def _last(history: list[dict[str, Any]], key: str) -> Any:
 
 
 def read_run(path: Path) -> RunRecord:
-    """A :class:`RunRecord` from one run directory."""
+    """A :class:`RunRecord` from one run directory (through the run-directory reader)."""
     rd = RunDir(path)
-    manifest, cfg = rd.manifest, rd.manifest["config"]
-    history = rd.history()
+    manifest = rd.manifest
+    if rd.kind != "run" or rd.config.tags.get("benchmark") != "depth_scaling":
+        raise FathomError(
+            f"{str(path)!r} is not a depth-scaling run (no depth/arm tags); "
+            "pass the benchmark's output directory"
+        )
+    cfg, history = rd.config, rd.history()
     observed = [r for r in history if r.get("epoch", 0) >= 1 and "val/acc" in r]
     sel_epoch = manifest.get("selected", {}).get("epoch")
     sel = next((r for r in observed if r["epoch"] == sel_epoch), None)
     return RunRecord(
-        depth=int(cfg["depth"]),
-        arm=str(cfg["arm"]),
-        seed=int(cfg["seed"]),
+        depth=int(cfg.tags["depth"]),
+        arm=str(cfg.tags["arm"]),
+        seed=int(cfg.seed),
         status=manifest["status"],
         test_acc=None if sel is None else sel.get("test/acc"),
         fit_ce=None if sel is None else sel.get("fit/ce"),
@@ -91,7 +96,7 @@ def read_run(path: Path) -> RunRecord:
 
 
 def read_runs(root: Path) -> list[RunRecord]:
-    """Every run directory directly under ``root``."""
+    """Every run directory directly under ``root``; the classes from their manifests."""
     dirs = sorted(p for p in Path(root).iterdir() if (p / "manifest.json").exists())
     if not dirs:
         raise FathomError(
@@ -245,8 +250,25 @@ def render_markdown(table: ResultsTable, note: str = "") -> str:
     return "\n".join(lines)
 
 
-def write_table(root: Path, classes: int, dataset: str, note: str = "") -> ResultsTable:
+def run_classes(root: Path) -> tuple[int, str]:
+    """``(classes, dataset)`` recorded by the benchmark's runs (they must agree)."""
+    seen = {
+        (int(rd.manifest["data"]["info"]["classes"]), str(rd.manifest["data"]["dataset"]))
+        for rd in (
+            RunDir(p) for p in sorted(Path(root).iterdir()) if (p / "manifest.json").exists()
+        )
+    }
+    if len(seen) != 1:
+        raise FathomError(
+            f"the runs under {str(root)!r} record {len(seen)} different datasets / class counts "
+            f"{sorted(seen)}; a benchmark's runs share one dataset"
+        )
+    return seen.pop()
+
+
+def write_table(root: Path, note: str = "") -> ResultsTable:
     """Read the run directories under ``root``; write ``table.md`` and ``table.json``."""
+    classes, dataset = run_classes(root)
     table = build_table(read_runs(root), classes, dataset)
     atomic_write_text(root / "table.md", render_markdown(table, note))
     atomic_write_json(root / "table.json", table.to_dict())

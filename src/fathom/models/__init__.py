@@ -1,7 +1,66 @@
-"""Model zoo: the Ciresan residual MLP and staged conv nets (ANN and spiking)."""
+"""Model zoo by ``model.kind``: the Ciresan MLP, staged conv / LIF nets, a user's factory.
+
+:func:`build_model` is the one place a config becomes a module; the trainer, the run
+directory reader, the audit and the curvature commands all call it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import nn
 
 from fathom.models.ciresan import RECIPES, CiresanMLP, Recipe, recipe_spec
-from fathom.models.convnet import StagedConvNet
+from fathom.models.convnet import StagedConvNet, blocks_per_stage_for_depth
 from fathom.models.neurons import LIF
 
-__all__ = ["LIF", "RECIPES", "CiresanMLP", "Recipe", "StagedConvNet", "recipe_spec"]
+if TYPE_CHECKING:
+    from fathom.config_models import ModelConfig, PythonModelConfig, StagedConvConfig
+
+__all__ = ["LIF", "RECIPES", "CiresanMLP", "Recipe", "StagedConvNet", "build_model", "recipe_spec"]
+
+
+def build_model(
+    cfg: ModelConfig | StagedConvConfig | PythonModelConfig,
+    classes: int = 10,
+    in_features: int = 784,
+    *,
+    input_shape: tuple[int, ...] | None = None,
+    dataset: str | None = None,
+) -> nn.Module:
+    """The module of ``cfg`` (freshly initialised from torch's global RNG).
+
+    ``input_shape`` is one example's shape (``(28, 28)``, ``(3, 32, 32)``); the MLP needs
+    only ``in_features`` = its product, the conv net the channel count. ``dataset`` picks
+    the conv net's input normalization (:mod:`fathom.models.prep`).
+    """
+    if cfg.kind == "ciresan":
+        return CiresanMLP(
+            widths=cfg.widths,
+            classes=classes,
+            recipe=cfg.recipe,
+            input_scale=cfg.input_scale,
+            output_relu=cfg.output_relu,
+            width_mult=cfg.width_mult,
+            in_features=in_features,
+            unit_dropout=cfg.unit_dropout,
+        )
+    if cfg.kind == "staged_conv":
+        from fathom.models.prep import ImageInput
+
+        shape = tuple(input_shape or (28, 28))
+        net = StagedConvNet(
+            blocks_per_stage=blocks_per_stage_for_depth(cfg.depth),
+            classes=classes,
+            neuron=cfg.neuron,
+            timesteps=cfg.timesteps,
+            residual=cfg.residual,
+            batchnorm=cfg.batchnorm,
+            width_mult=cfg.width_mult,
+            in_channels=shape[0] if len(shape) == 3 else 1,
+            image_size=cfg.image_size,
+        )
+        return ImageInput(net, dataset, cfg.image_size)
+    from fathom.models.factory import build_python_model
+
+    return build_python_model(cfg.factory, dict(cfg.kwargs))

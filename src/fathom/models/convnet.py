@@ -163,7 +163,7 @@ class StagedConvNet(nn.Module):
         if x.dim() != 4 or tuple(x.shape[1:]) != want:
             raise FathomError(
                 f"StagedConvNet expects images shaped [B, {want[0]}, {want[1]}, {want[2]}], got "
-                f"{list(x.shape)}; prepare them with fathom.depthscale.data.prepare_images"
+                f"{list(x.shape)}; prepare them with fathom.models.prep.ImageInput"
             )
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ the first ``eval_subset`` official test images and the labels agree; otherwise n
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +29,16 @@ from fathom.stats.units import percent
 MAX_EXAMPLES = 48
 
 
-def _iv(iv: Mapping[str, Any] | None, scale: float = 1.0, fmt: str = ".4f") -> str:
+def _iv(
+    iv: Mapping[str, Any] | None, convert: Callable[[float], Any] = float, fmt: str = ".4f"
+) -> str:
+    """``estimate [low, high]`` after ``convert`` (``percent`` for accuracy)."""
     if not iv:
         return "—"
-    text = format(scale * iv["estimate"], fmt)
+    text = format(convert(iv["estimate"]), fmt)
     if iv.get("low") is None:
         return f"{text} (n={iv['n']})"
-    return f"{text} [{format(scale * iv['low'], fmt)}, {format(scale * iv['high'], fmt)}]"
+    return f"{text} [{format(convert(iv['low']), fmt)}, {format(convert(iv['high']), fmt)}]"
 
 
 def _table(tid: str, caption: str, head: list[str], rows: list[list[str]]) -> str:
@@ -103,17 +106,17 @@ def audit_headline(audit: Mapping[str, Any]) -> str:
         },
         reverse=True,
     )
-    for key, caption, scale, fmt in (
+    for key, caption, convert, fmt in (
         (
             "test_damage",
             "Damage ΔCE (nats) [95% CI], mean over the masks keeping that many branches",
-            1,
+            float,
             "+.4f",
         ),
         (
             "test_acc",
             "Test accuracy (%) [95% CI], mean over the masks keeping that many branches",
-            100,
+            percent,
             ".2f",
         ),
     ):
@@ -125,7 +128,10 @@ def audit_headline(audit: Mapping[str, Any]) -> str:
                     [
                         arm,
                         which,
-                        *(_iv(by[str(k)][key], scale, fmt) if str(k) in by else "—" for k in sizes),
+                        *(
+                            _iv(by[str(k)][key], convert, fmt) if str(k) in by else "—"
+                            for k in sizes
+                        ),
                     ]
                 )
         if rows:
@@ -139,7 +145,7 @@ def audit_headline(audit: Mapping[str, Any]) -> str:
             for br in s.get("branches") or []:
                 branch_rows.append(
                     [arm, which, str(br["branch"]), f"{br['branch_macs_fraction']:.3f}",
-                     _iv(br["test_acc"], 100, ".2f"), _iv(br["test_damage"], 1, "+.4f")]
+                     _iv(br["test_acc"], percent, ".2f"), _iv(br["test_damage"], float, "+.4f")]
                 )  # fmt: skip
     if branch_rows:
         out.append(

@@ -88,9 +88,9 @@ def is_accuracy(name: str) -> bool:
 def facet_key(key: str, example: str) -> tuple[str, str | None, str | None]:
     """``(generic key, facet kind, facet)`` of a per-layer or per-class field.
 
-    A registry field whose pattern's last segment holds a placeholder (``L{layer}``,
-    ``L{hidden}``, ``{cls}``, a module-name placeholder) is faceted by that segment:
-    ``grad/pex/diversity/L5 -> (grad/pex/diversity/{layer}, layer, L5)``. Others: no facet.
+    A registry field whose pattern's last segment holds a placeholder (``{layer}``,
+    ``{input}`` (qualified module names), ``{cls}``) is faceted by that segment:
+    ``grad/pex/diversity/head -> (grad/pex/diversity/{layer}, layer, head)``. Others: no facet.
     """
     if key in CORE:
         return key, None, None

@@ -23,6 +23,7 @@ from fathom.report.fields import is_accuracy
 from fathom.report.palette import recipe_colours
 from fathom.report.runs import RunData
 from fathom.report.tables import flat
+from fathom.stats.units import percent
 
 CURVES = (("val/acc", "validation accuracy (%)"), ("val/ce", "validation CE (nats)"))
 X_AXES = (("epoch", "epoch"), ("clock/training_s", "training clock (s)"))
@@ -53,13 +54,13 @@ def _seed_curves(
     runs: Sequence[RunData], field: str, xfield: str
 ) -> tuple[list[float], list[float], list[float], list[float]]:
     """Per epoch: mean x, and mean, min, max of ``field`` over the runs (NaN where none)."""
-    scale = 100.0 if is_accuracy(field) else 1.0
+    convert = percent if is_accuracy(field) else float
     epochs = sorted({row["epoch"] for r in runs for row in r.rows if field in row})
     xs, mean, lo, hi = [], [], [], []
     for e in epochs:
         rows = [row for r in runs for row in r.rows if row["epoch"] == e and field in row]
         x = [v for v in (_num(row.get(xfield)) for row in rows) if math.isfinite(v)]
-        y = [scale * v for v in (_num(row.get(field)) for row in rows) if math.isfinite(v)]
+        y = [convert(v) for v in (_num(row.get(field)) for row in rows) if math.isfinite(v)]
         xs.append(sum(x) / len(x) if x else math.nan)
         mean.append(sum(y) / len(y) if y else math.nan)
         lo.append(min(y) if y else math.nan)

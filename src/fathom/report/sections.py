@@ -11,7 +11,7 @@ from typing import Any
 
 from fathom.report.runs import RunData
 from fathom.report.tables import esc
-from fathom.stats.units import fmt_percent
+from fathom.stats.units import fmt_percent, percent
 
 
 def _ms_pct(stat: Mapping[str, Any] | None) -> str:
@@ -19,7 +19,7 @@ def _ms_pct(stat: Mapping[str, Any] | None) -> str:
         return "—"
     text = fmt_percent(stat["mean"])
     if stat.get("sd") is not None:
-        text += f" ± {100 * stat['sd']:.2f}"
+        text += f" ± {percent(stat['sd']):.2f}"
     return text
 
 

@@ -196,12 +196,18 @@ class RunDir:
     def build_model(
         self, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
     ) -> nn.Module:
+        """The run's model by ``model.kind``, shaped by the recorded data (classes, input)."""
         self._require_kind("rebuilding its model")
-        from fathom.train.build import build_model
+        from fathom.models import build_model
 
         info = self.manifest.get("data", {}).get("info", {})
+        shape = tuple(info["input_shape"]) if info.get("input_shape") else None
         model = build_model(
-            self.config.model, int(info.get("classes", 10)), int(info.get("in_features", 784))
+            self.config.model,
+            int(info.get("classes", 10)),
+            int(info.get("in_features", 784)),
+            input_shape=shape,
+            dataset=self.config.data.dataset,
         )
         return model.to(device=device, dtype=dtype)
 
@@ -219,9 +225,9 @@ class RunDir:
     def load_splits(self, device: str | torch.device = "cpu"):
         """The run's data splits, re-derived and checked against the recorded split hash."""
         self._require_kind("re-deriving its data splits")
-        from fathom.train.loop import prepare_splits
+        from fathom.data.prepare import prepare_splits
 
-        splits = prepare_splits(self.config, torch.device(device))
+        splits = prepare_splits(self.config.data, torch.device(device))
         recorded = self.manifest.get("data", {}).get("split_hash")
         if recorded is not None and recorded != splits.split_hash:
             raise FathomError(

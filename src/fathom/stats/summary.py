@@ -47,8 +47,9 @@ COMPARED_METRICS = (
     ("test_ce", "test CE", False),
 )
 # Paired differences are reported in these units: accuracy (a fraction in the records) in
-# percentage points, CE in nats. ``DIFF_SCALE[key] * (a - b)``.
-DIFF_SCALE = {"test_acc": 100.0, "test_ce": 1.0}
+# percentage points (each value through :func:`percent`, so differences are in pp), CE in
+# nats. ``DIFF_CONVERT[key](a) - DIFF_CONVERT[key](b)``.
+DIFF_CONVERT = {"test_acc": percent, "test_ce": float}
 DIFF_UNIT = {"test_acc": "percentage points", "test_ce": "nats"}
 CHECKPOINTS = ("selected", "final")
 
@@ -272,9 +273,9 @@ def _comparisons(
         own_flags = [f for fl in flags[n].values() for f in fl]
         for where in CHECKPOINTS:
             for key, label, higher in COMPARED_METRICS:
-                scale = DIFF_SCALE[key]
-                a = {seed: scale * v for seed, v in _values(usable[n], where, key).items()}
-                b = {seed: scale * v for seed, v in _values(usable[reference], where, key).items()}
+                conv = DIFF_CONVERT[key]
+                a = {seed: conv(v) for seed, v in _values(usable[n], where, key).items()}
+                b = {seed: conv(v) for seed, v in _values(usable[reference], where, key).items()}
                 blocked = is_excluded(own_flags) or is_excluded(ref_flags)
                 if not blocked and not set(a) & set(b):
                     v = Verdict(
@@ -407,10 +408,10 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
             "| Method | Selected | Rank | Final | Rank |",
             "|---|---|---|---|---|",
         ]
-        scale = 100.0 if rk["label"] == "test accuracy" else 1.0
+        conv = percent if rk["label"] == "test accuracy" else float
         lines += [
-            f"| {r['name']} | {scale * r['selected']:.4f} | {r['selected_rank']} "
-            f"| {scale * r['final']:.4f} | {r['final_rank']} |"
+            f"| {r['name']} | {conv(r['selected']):.4f} | {r['selected_rank']} "
+            f"| {conv(r['final']):.4f} | {r['final_rank']} |"
             for r in rk["rows"]
         ]
     if summary["excluded"]:

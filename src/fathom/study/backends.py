@@ -1,4 +1,5 @@
-"""Where the runs of a study execute: this process, N local worker processes, or Ray.
+"""Where the runs of a study execute: this process, N local worker processes, Ray, or Slurm
+(:mod:`fathom.study.slurm`, through submitit).
 
 Every backend calls :func:`fathom.study.execute.execute_run` once per run and returns
 its :class:`RunOutcome` s in the order of the specs; a run is the same computation on
@@ -58,6 +59,44 @@ def die_with_parent(parent_pid: int, poll_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="fathom-parent-watch", daemon=True).start()
 
 
+def init_worker(parent_pid: int, indices: Any) -> None:
+    """Worker initializer: die with the study (:func:`die_with_parent`), then take a device."""
+    die_with_parent(parent_pid)
+    init_worker_device(indices)
+
+
+def wants_cuda(specs: Sequence[RunSpec]) -> bool:
+    """True when a run would train on CUDA here (device ``cuda``, or ``auto`` with a GPU)."""
+    import torch
+
+    devices = {s.config.get("device", "auto") for s in specs}
+    return bool(devices & {"auto", "cuda"}) and torch.cuda.is_available()
+
+
+def worker_devices(workers: int) -> list[int]:
+    """CUDA device index of each local worker process: worker ``i`` -> ``i mod device_count``.
+
+    With as many GPUs as workers every worker has its own device; with fewer, workers share
+    them round-robin (never all on ``cuda:0``).
+    """
+    import torch
+
+    count = torch.cuda.device_count()
+    if count < 1:
+        raise FathomError("no CUDA device is visible; worker devices apply to GPU runs only")
+    return [i % count for i in range(workers)]
+
+
+def init_worker_device(indices: Any) -> None:
+    """Pool initializer: take this worker's device index from the queue and make it current,
+    so the runs' ``cuda`` device (and CUDA graphs) land on it; ``None`` leaves the device alone."""
+    index = indices.get()
+    if index is not None:
+        import torch
+
+        torch.cuda.set_device(index)
+
+
 @dataclass
 class LocalBackend:
     """Sequential in this process (``workers == 1``) or ``workers`` spawned processes."""
@@ -103,11 +142,15 @@ class LocalBackend:
         results: dict[str, RunOutcome] = {}
         import os
 
+        n = min(self.workers, len(specs))
+        indices = ctx.Queue()
+        for index in worker_devices(n) if wants_cuda(specs) else [None] * n:
+            indices.put(index)
         with ProcessPoolExecutor(
-            max_workers=min(self.workers, len(specs)),
+            max_workers=n,
             mp_context=ctx,
-            initializer=die_with_parent,
-            initargs=(os.getpid(),),
+            initializer=init_worker,
+            initargs=(os.getpid(), indices),
         ) as pool:
             futures = {pool.submit(execute_run, s, **kwargs): s for s in specs}
             for fut in as_completed(futures):
@@ -207,10 +250,16 @@ def make_backend(
     address: str | None = None,
     threads: int = 1,
     splits_for: Any = None,
+    slurm: dict[str, Any] | None = None,
     live: tuple[str, ...] = (),
 ):
+    """The backend called ``name``; ``slurm`` holds :class:`fathom.study.slurm.SlurmBackend` fields."""
     if name == "local":
         return LocalBackend(workers=workers, threads=threads, splits_for=splits_for, live=live)
     if name == "ray":
         return RayBackend(address=address, threads=threads, splits_for=splits_for, live=live)
-    raise FathomError(f"unknown backend {name!r}; use 'local' or 'ray'")
+    if name == "slurm":
+        from fathom.study.slurm import SlurmBackend
+
+        return SlurmBackend(threads=threads, splits_for=splits_for, live=live, **(slurm or {}))
+    raise FathomError(f"unknown backend {name!r}; use 'local', 'ray' or 'slurm'")

@@ -64,6 +64,14 @@ def _tuning(summary: dict[str, Any]):
     )
 
 
+def _rates(summary: dict[str, Any]):
+    """Each recipe's rate and its source, for a study without a tuning phase."""
+    t = summary["tuning"]
+    sources = t.get("lr_source") or {}
+    rows = [[r, f"{lr:g}", sources.get(r, "study.lr")] for r, lr in t["selected_lr"].items()]
+    return table(f"No tuning phase: {t['rule']}", ["Method", "LR", "Source"], rows)
+
+
 def _quality(stats: dict[str, Any]):
     rows = []
     for name, e in stats["recipes"].items():
@@ -158,6 +166,8 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
             console.print(line, overflow="fold")
     if summary["tuning"]["enabled"]:
         console.print(_tuning(summary))
+    else:
+        console.print(_rates(summary))
     console.print(_quality(stats))
     for checkpoint in ("selected", "final"):
         console.print(_differences(stats, checkpoint))

@@ -32,6 +32,12 @@ from fathom.study.registry import registry_path
 from fathom.study.scaledown import scale_down_sentence, scaled_down
 
 STUDY_FILE = "study.json"
+LR_RULES: dict[str, str] = {
+    "tuning": "minimum validation CE over evaluated epochs; ties to the smaller rate; diverged or failed points never selected",
+    "study.lr": "every recipe at the study's one learning rate (study.lr), nothing selected",
+    "frozen": "every recipe at its frozen rate (tuning.lr), nothing selected and no tuning run",
+}
+"""The sentence that says how the main phase's rates were chosen, by source."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +193,10 @@ def _run_locked(
         grid = [grid_point(s) for s in t_specs]
         lrs = select_lr(grid)
     else:
-        lrs = dict.fromkeys(study.study.recipes, float(study.study.lr))
+        lrs = study.fixed_lrs() or {}
+        if progress is not None:
+            rates = ", ".join(f"{r} {lr:g}" for r, lr in lrs.items())
+            progress("phase", f"no tuning: learning rates from {study.lr_source()} ({rates})")
     m_specs = main_specs(study, runs_dir, lrs)
     if progress is not None:
         progress(
@@ -222,6 +231,8 @@ def build_summary(
     devices = sorted(
         {RunDir(s.run_dir).manifest.get("environment", {}).get("device_name", "?") for s in m_specs}
     )
+    source = study.lr_source()
+    grid_on = study.tuning.runs_grid
     return {
         "study": study.study.name,
         "description": study.study.description,
@@ -231,18 +242,21 @@ def build_summary(
         "scale_down_notes": list(study.study.scale_down),
         "devices": devices,
         "tuning": {
-            "enabled": study.tuning.enabled,
-            "seed": study.tuning.seed if study.tuning.enabled else None,
-            "lrs": list(study.tuning.lrs) if study.tuning.enabled else [],
-            "rule": "minimum validation CE over evaluated epochs; ties to the smaller rate; diverged or failed points never selected",
+            "enabled": grid_on,
+            "mode": "grid" if grid_on else ("frozen" if source == "frozen" else "off"),
+            "seed": study.tuning.seed if grid_on else None,
+            "lrs": list(study.tuning.lrs) if grid_on else [],
+            "rule": LR_RULES[source],
             "grid": [vars(p) for p in grid],
             "selected_lr": lrs,
+            "lr_source": dict.fromkeys(lrs, source),
         },
         "runs": {
             s.run_id: {
                 "recipe": s.recipe,
                 "seed": s.seed,
                 "lr": s.lr,
+                "lr_source": source,
                 "run_dir": s.run_dir,
                 "status": RunDir(s.run_dir).status,
                 "final_params": (RunDir(s.run_dir).manifest.get("hashes") or {}).get(
@@ -293,7 +307,11 @@ def scale_down_text(summary: dict[str, Any]) -> str:
 def tuning_markdown(summary: dict[str, Any]) -> list[str]:
     t = summary["tuning"]
     if not t["enabled"]:
-        return ["No tuning phase: every recipe used the study's fixed learning rate.", ""]
+        lines = [f"No tuning phase: {t['rule']}.", "", "| Method | LR | Source |", "|---|---|---|"]
+        sources = t.get("lr_source") or {}
+        for recipe, lr in t["selected_lr"].items():
+            lines.append(f"| {recipe} | {lr:g} | {sources.get(recipe, 'study.lr')} |")
+        return [*lines, ""]
     lines = [
         f"Tuning grid (seed {t['seed']}); selection: {t['rule']}.",
         "",

@@ -35,7 +35,6 @@ from fathom.telemetry import params as P
 from fathom.telemetry.distributions import (
     entry_summary,
     quantile_key,
-    sorted_quantiles,
     zero_fractions,
 )
 from fathom.telemetry.moments import moments_from_grams
@@ -146,6 +145,7 @@ class Instruments:
             else {k: v.detach().clone() for k, v in model.named_parameters()}
         )
         self._seam: Seam | None = None
+        self._names: list[str] | None = None
         self.inputs: tuple[str, ...] = ()
         self.classes = 0
 
@@ -178,10 +178,12 @@ class Instruments:
     def layers(self):
         return self.seam.layers
 
-    def field_names(self, splits: tuple[str, ...] = ()) -> list[str]:
-        """The names ``observe`` returns, in registry order."""
-        layers = [layer.name for layer in self.layers]
-        return expected_names(self.families, layers, splits, self.classes, self.inputs)
+    def field_names(self) -> list[str]:
+        """The names ``observe`` returns, in registry order (expanded once)."""
+        if self._names is None:
+            layers = [layer.name for layer in self.layers]
+            self._names = expected_names(self.families, layers, (), self.classes, self.inputs)
+        return list(self._names)
 
     def layer_records(self) -> list[dict[str, Any]]:
         """Per instrumented layer: name, module type, path kind and covered parameter shapes."""
@@ -211,7 +213,8 @@ class Instruments:
             if "params" in fams:
                 initial = self.initial if initial_params is None else initial_params
                 row.update(self.param_fields(optimizer, initial))
-        return {name: row[name] for name in self.field_names()}
+        names = self._names if self._names is not None else self.field_names()
+        return {name: row[name] for name in names}
 
     def _probe(self, seam: Seam, fams: set[str]) -> dict[str, Value]:
         row: dict[str, Value] = {}
@@ -248,14 +251,12 @@ class Instruments:
             if calls[layer.name]
         }
         with_gram = [name for name, (k, _) in stats.items() if k is not None]
-        moments = (
-            moments_from_grams(torch.stack([stats[name][0] for name in with_gram]))
-            if with_gram
-            else []
-        )
+        grams = torch.stack([stats[name][0] for name in with_gram]) if with_gram else None
+        moments = moments_from_grams(grams) if grams is not None else []
         by_name = dict(zip(with_gram, moments, strict=True))
+        quantiles = dict(zip(with_gram, norm_quantiles(grams), strict=True)) if with_gram else {}
         for layer in seam.layers:
-            k, bias_mean = stats.get(layer.name, (None, None))
+            _, bias_mean = stats.get(layer.name, (None, None))
             mom = by_name.get(layer.name)
             if "gradients" in fams:
                 row[f"grad/mean/weight_norm/{layer.name}"] = None if mom is None else mom.mean_norm
@@ -265,7 +266,10 @@ class Instruments:
             if "moments" in fams:
                 for key in _MOMENT_KEYS:
                     row[f"grad/pex/{key}/{layer.name}"] = None if mom is None else getattr(mom, key)
-                row.update(norm_quantile_row(layer.name, k))
+                values = quantiles.get(layer.name, [None] * (len(NORM_QUANTILES) + 1))
+                for q, v in zip(NORM_QUANTILES, values, strict=False):
+                    row[f"grad/pex/norm_{quantile_key(q)}/{layer.name}"] = v
+                row[f"grad/pex/norm_max/{layer.name}"] = values[-1]
         return row
 
     def param_fields(
@@ -301,15 +305,20 @@ class Instruments:
         return row
 
 
-def norm_quantile_row(name: str, k: torch.Tensor | None) -> dict[str, float | None]:
-    """Quantiles and max of ``||g_i|| = sqrt(K_ii)`` over the probe (``None`` without ``K``)."""
-    keys = [f"grad/pex/norm_{quantile_key(q)}/{name}" for q in NORM_QUANTILES]
-    keys.append(f"grad/pex/norm_max/{name}")
-    if k is None:
-        return dict.fromkeys(keys)
-    norms = torch.sort(torch.diagonal(k).clamp_min(0.0).sqrt()).values
-    values = torch.cat([sorted_quantiles(norms, NORM_QUANTILES), norms[-1:]]).tolist()
-    return dict(zip(keys, values, strict=True))
+def norm_quantiles(k: torch.Tensor) -> list[list[float]]:
+    """Per layer of ``k`` (``[L, N, N]`` Grams): the :data:`NORM_QUANTILES` of the
+    per-example norms ``||g_i|| = sqrt(K_ii)`` and their max, ``L`` lists of floats.
+
+    Linear interpolation between order statistics (``torch.quantile``'s default): with sorted
+    ``x_(0) <= ... <= x_(N-1)`` and ``p = q (N - 1)``,
+    ``Q(q) = x_(floor p) + (p - floor p) (x_(ceil p) - x_(floor p))``.
+    """
+    k = k.to("cpu", torch.float64)
+    norms = torch.sort(torch.diagonal(k, dim1=1, dim2=2).clamp_min(0.0).sqrt(), dim=1).values
+    pos = torch.tensor(NORM_QUANTILES, dtype=torch.float64) * (norms.shape[1] - 1)
+    lo, hi = pos.floor().long(), pos.ceil().long()
+    q = norms[:, lo] + (pos - lo.to(torch.float64)) * (norms[:, hi] - norms[:, lo])
+    return torch.cat([q, norms[:, -1:]], dim=1).tolist()  # note: one host read for all layers
 
 
 def _activation_row(name: str, calls: list[Call], n: int) -> dict[str, Value]:

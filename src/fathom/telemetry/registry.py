@@ -42,7 +42,10 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "all": tuple(FAMILIES),
     "cheap": ("probe", "activations", "params"),
 }
-SCOPES: tuple[str, ...] = ("probe", "split", "state")
+SCOPES: tuple[str, ...] = ("probe", "split", "state", "training", "health_probe")
+"""``training``: over an epoch's optimizer steps; ``health_probe``: the health instrument's
+probe (the first ``health.probe_size`` validation examples). Both are used by the trainer's
+own fields (:mod:`fathom.telemetry.trainer_fields`)."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,8 @@ _DELTA = "delta_i = dL_i/dz_i, L_i the unaveraged cross entropy of example i, z 
 _G = (
     "g_i = dL_i/dW of the layer's weights (every covered parameter whose name does not end in "
     "'bias', flattened and concatenated; biases excluded); Linear/Conv: g_i = sum_t delta_it a_it^T "
-    "over positions t (a_it the input or unfolded patch), other modules: exact torch.func vjp"
+    "over positions t (a_it the input or unfolded patch), eval BatchNorm / LayerNorm: "
+    "g_i(w) = sum_t delta_it * x_hat_it, other modules: exact torch.func vjp"
 )
 
 
@@ -449,8 +453,13 @@ def resolve_families(names: Iterable[str]) -> tuple[str, ...]:
 
 
 def field_for(name: str) -> Field:
-    """The registry entry a concrete field name belongs to (exactly one, or an error)."""
-    hits = [f for f in FIELDS if f.regex.match(name)]
+    """The registry entry a concrete field name belongs to (exactly one, or an error).
+
+    Searches the telemetry families and the trainer's own fields.
+    """
+    from fathom.telemetry.trainer_fields import TRAINER_FIELDS
+
+    hits = [f for f in (*FIELDS, *TRAINER_FIELDS) if f.regex.match(name)]
     if len(hits) != 1:
         raise FathomError(
             f"telemetry field {name!r} matches {len(hits)} registry entries; "

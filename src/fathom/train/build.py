@@ -6,9 +6,12 @@ import hashlib
 
 import torch
 
-from fathom.config import ModelConfig, OptimConfig, RunConfig
+from fathom.config import OptimConfig, RunConfig
 from fathom.depth import DropSchedule, GateController
-from fathom.models.ciresan import CiresanMLP, recipe_schedule, recipe_spec
+from fathom.models import build_model
+from fathom.models.ciresan import recipe_schedule, recipe_spec
+
+__all__ = ["build_controller", "build_model", "build_optimizer", "init_model", "stream_seed"]
 
 
 def stream_seed(seed: int, stream: str) -> int:
@@ -16,21 +19,13 @@ def stream_seed(seed: int, stream: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{stream}".encode()).digest()[:8], "little") >> 1
 
 
-def build_model(cfg: ModelConfig, classes: int = 10, in_features: int = 784) -> CiresanMLP:
-    return CiresanMLP(
-        widths=cfg.widths,
-        classes=classes,
-        recipe=cfg.recipe,
-        input_scale=cfg.input_scale,
-        output_relu=cfg.output_relu,
-        width_mult=cfg.width_mult,
-        in_features=in_features,
-        unit_dropout=cfg.unit_dropout,
-    )
-
-
 def build_schedule(cfg: RunConfig) -> DropSchedule | None:
-    """The recipe's drop schedule (``model.drop_probs`` overrides its probabilities)."""
+    """The recipe's drop schedule (``model.drop_probs`` overrides its probabilities).
+
+    Only the Ciresan recipes carry a drop schedule; other model kinds have none.
+    """
+    if cfg.model.kind != "ciresan":
+        return None
     spec = recipe_spec(cfg.model.recipe)
     if not spec.residual:
         return None
@@ -44,28 +39,41 @@ def build_schedule(cfg: RunConfig) -> DropSchedule | None:
     return schedule
 
 
-def build_controller(model: CiresanMLP, cfg: RunConfig) -> GateController | None:
+def build_controller(model: torch.nn.Module, cfg: RunConfig) -> GateController | None:
     schedule = build_schedule(cfg)
     if schedule is None:
         return None
     return GateController(model.branches(), schedule, seed=stream_seed(cfg.seed, "gates"))
 
 
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.SGD:
-    """SGD with momentum; ``impl`` picks torch's for-loop, foreach or fused kernel.
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+    """SGD with momentum (optionally Nesterov) or AdamW; ``impl`` picks torch's for-loop,
+    foreach or fused kernel.
 
     Skipped branches get ``grad is None`` (``zero_grad(set_to_none=True)``), which every
-    implementation skips: no momentum, no weight decay for them on that step.
+    implementation skips: for SGD no momentum and no weight decay on that step; for AdamW
+    no first or second moment update, no step-count increment (torch keeps one ``step``
+    per parameter) and no decoupled decay.
     """
     kwargs: dict = {"foreach": False}
     if cfg.impl == "foreach":
         kwargs = {"foreach": True}
     elif cfg.impl == "fused":
         kwargs = {"fused": True}
+    if cfg.name == "adamw":
+        return torch.optim.AdamW(
+            model.parameters(),
+            lr=cfg.lr,
+            betas=cfg.betas,
+            eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+            **kwargs,
+        )
     opt = torch.optim.SGD(
         model.parameters(),
         lr=cfg.lr,
         momentum=cfg.momentum,
+        nesterov=cfg.nesterov,
         weight_decay=cfg.weight_decay,
         **kwargs,
     )
@@ -92,8 +100,15 @@ def init_momentum_buffers(opt: torch.optim.SGD) -> None:
                 state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
-def init_model(cfg: RunConfig, classes: int = 10, in_features: int = 784) -> CiresanMLP:
+def init_model(
+    cfg: RunConfig,
+    classes: int = 10,
+    in_features: int = 784,
+    input_shape: tuple[int, ...] | None = None,
+) -> torch.nn.Module:
     """Build the model with the run's seeded initialisation (on the CPU)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(stream_seed(cfg.seed, "init"))
-        return build_model(cfg.model, classes, in_features)
+        return build_model(
+            cfg.model, classes, in_features, input_shape=input_shape, dataset=cfg.data.dataset
+        )

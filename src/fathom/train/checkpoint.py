@@ -8,7 +8,6 @@ from fathom.errors import FathomError
 from fathom.rundir.files import load_resume, load_weights, save_resume, save_weights
 
 __all__ = [
-    "EXTRA_STATE_SUFFIX",
     "cpu_state",
     "load_cpu_state",
     "load_resume",

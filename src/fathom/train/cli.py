@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fathom.config import RunConfig, load_run_config, load_toml, validate_run_config
+from fathom.config import RunConfig
 from fathom.errors import FathomError
 
 
@@ -26,28 +26,17 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def run_preset_names() -> list[str]:
-    from importlib import resources
-
-    root = resources.files("fathom") / "presets" / "runs"
-    return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
-
-
 def load_run_config_or_preset(name: str) -> RunConfig:
-    """A run config from a TOML path, or a shipped run preset (``ciresan-fast``)."""
-    path = Path(name)
-    if path.suffix == ".toml" or path.exists():
-        return load_run_config(path)
-    if name not in run_preset_names():
-        raise FathomError(
-            f"config {name!r} is neither a file nor a run preset; valid presets: "
-            f"{', '.join(run_preset_names())}"
-        )
-    import tomllib
-    from importlib import resources
+    """A run config from a TOML path or a run preset; another kind gets a pointer to its command."""
+    from fathom.config_family import load_config
 
-    text = (resources.files("fathom") / "presets" / "runs" / f"{name}.toml").read_text()
-    return validate_run_config(tomllib.loads(text), origin=f"preset {name}")
+    cfg, origin = load_config(name)
+    if not isinstance(cfg, RunConfig):
+        command = {"study": "fathom study run", "depth_scaling": "fathom depth-scaling"}[cfg.kind]
+        raise FathomError(
+            f"{origin} is a {cfg.kind} config, not a single run; run it with `{command} {name}`"
+        )
+    return cfg
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -163,18 +152,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    data = load_toml(args.config)
-    if (
-        "runs" in data
-        or "recipes" in data
-        or ("study" in data and isinstance(data.get("study"), dict))
-    ):
-        from fathom.study.config import validate_study_config
+    """Validate any config (file or preset); print its kind and every value, defaults included."""
+    from fathom.config_family import load_config
 
-        cfg = validate_study_config(data, origin=args.config)
-    else:
-        cfg = validate_run_config(data, origin=args.config)
-    print(f"{args.config}: valid")
+    cfg, origin = load_config(args.config)
+    print(f"{origin}: valid {cfg.kind} config")
     print(json.dumps(cfg.model_dump(mode="json"), indent=2))
     return 0
 
@@ -199,7 +181,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--allow-source-change",
         action="store_true",
-        help="with --resume: continue even though the fathom source changed (recorded)",
+        help="resume although the fathom source changed since the run started (recorded)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument(
@@ -210,6 +192,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=cmd_train)
 
-    v = sub.add_parser("validate", help="check a run or study config and print it with defaults")
-    v.add_argument("config")
+    v = sub.add_parser(
+        "validate",
+        help="check a run, study or depth-scaling config (file or preset) and print it with defaults",
+    )
+    v.add_argument("config", help="a TOML file or a preset name of any kind")
     v.set_defaults(func=cmd_validate)

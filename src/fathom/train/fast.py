@@ -1,10 +1,6 @@
-"""Step execution over precomputed epoch plans: the eager path and the CUDA-graph path.
+"""The CUDA-graph step path over precomputed epoch plans (:mod:`fathom.train.plan`).
 
-Everything random about an epoch (the shuffle permutation, every branch gate, the per-step
-learning rate) is drawn ahead, on the CPU, from the run's seeded generators, in exactly the
-order the eager loop would draw it. The step loop then never reads a device value back.
-
-The graph path captures one CUDA graph per branch topology (``2**k`` for ``k`` skippable
+The step loop never reads a device value back. The graph path captures one CUDA graph per branch topology (``2**k`` for ``k`` skippable
 branches, ``k <= max_graph_branches``). Each graph holds gather -> forward -> backward ->
 SGD-with-momentum update of exactly the topology's *active* parameters, so skipped branches
 keep parameters and momentum untouched — the same semantics as the eager path, where a
@@ -17,103 +13,14 @@ issues the same kernels as ``torch.optim.SGD(foreach=True)`` and agrees bit for 
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fathom.data import DataSplits
 from fathom.depth import GateController
-
-
-def lr_multiplier(schedule: Sequence[Sequence[float]] | None, epoch_progress: float) -> float:
-    """Piecewise-linear multiplier at fractional epoch ``epoch_progress`` (constant outside)."""
-    if not schedule:
-        return 1.0
-    xs = [float(e) for e, _ in schedule]
-    ys = [float(m) for _, m in schedule]
-    if epoch_progress <= xs[0]:
-        return ys[0]
-    if epoch_progress >= xs[-1]:
-        return ys[-1]
-    j = bisect.bisect_right(xs, epoch_progress)
-    x0, x1, y0, y1 = xs[j - 1], xs[j], ys[j - 1], ys[j]
-    return y0 + (y1 - y0) * (epoch_progress - x0) / (x1 - x0)
-
-
-def topology_index(kept: Sequence[bool]) -> int:
-    """``sum_l kept_l * 2**l``: branch ``l`` kept <=> bit ``l`` set."""
-    return sum(1 << i for i, k in enumerate(kept) if k)
-
-
-def topology_mask(index: int, k: int) -> tuple[bool, ...]:
-    return tuple(bool(index >> i & 1) for i in range(k))
-
-
-def active_parameters(
-    model: nn.Module, controller: GateController | None, kept: Sequence[bool]
-) -> list[nn.Parameter]:
-    """The parameters a step with these gates updates: all but those of skipped branches."""
-    skipped: set[int] = set()
-    if controller is not None:
-        for branch, k in zip(controller.branches, kept, strict=True):
-            if not k:
-                skipped.update(id(p) for p in branch.parameters())
-    return [p for p in model.parameters() if id(p) not in skipped]
-
-
-@dataclass
-class EpochPlan:
-    """All randomness and schedules of one epoch, drawn ahead on the CPU."""
-
-    epoch: int
-    perm: torch.Tensor  # int64 [n_fit]
-    kept: list[tuple[bool, ...]]  # per step (empty tuples without a controller)
-    gain_values: list[tuple[float, ...]]  # per step, Python floats (the eager path's gains)
-    gains: torch.Tensor  # float32 [steps, k] (the graph path's device copy)
-    lrs: list[float]  # per step
-    batch_size: int
-
-    @property
-    def steps(self) -> int:
-        return len(self.lrs)
-
-    def batch(self, i: int) -> slice:
-        return slice(i * self.batch_size, (i + 1) * self.batch_size)
-
-    def kept_bits(self) -> bytes:
-        return bytes(int(k) for step in self.kept for k in step)
-
-
-def plan_epoch(
-    epoch: int,
-    n_fit: int,
-    batch_size: int,
-    shuffle_gen: torch.Generator,
-    controller: GateController | None,
-    base_lr: float,
-    lr_schedule: Sequence[Sequence[float]] | None = None,
-) -> EpochPlan:
-    """Draw epoch ``epoch`` (1-based): the permutation first, then every step's gates."""
-    perm = torch.randperm(n_fit, generator=shuffle_gen)
-    steps = (n_fit + batch_size - 1) // batch_size
-    kept: list[tuple[bool, ...]] = []
-    values: list[tuple[float, ...]] = []
-    for _ in range(steps):
-        if controller is not None:
-            kk, gg = controller.draw(epoch - 1)
-        else:
-            kk, gg = (), ()
-        kept.append(kk)
-        values.append(gg)
-    k = controller.num_branches if controller is not None else 0
-    gains = torch.tensor(values, dtype=torch.float32) if k else torch.ones(steps, 0)
-    lrs = [base_lr * lr_multiplier(lr_schedule, epoch - 1 + i / steps) for i in range(steps)]
-    return EpochPlan(epoch, perm, kept, values, gains, lrs, batch_size)
+from fathom.train.plan import EpochPlan, active_parameters, topology_index
+from fathom.train.steppers import autocast_for
 
 
 def sgd_momentum_(
@@ -160,47 +67,6 @@ def sgd_momentum_(
         torch._foreach_sub_(params, torch._foreach_mul(direction, lr))
     else:
         torch._foreach_add_(params, direction, alpha=-lr)
-
-
-def _autocast(device: torch.device, precision: str):
-    if precision == "bf16":
-        # cache_enabled=False: required for CUDA-graph capture under autocast
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
-    return nullcontext()
-
-
-class EagerStepper:
-    """The reference path: ``loss.backward()``, ``torch.optim.SGD.step()``, ``zero_grad(None)``."""
-
-    name = "eager"
-
-    def __init__(
-        self, model, optimizer, controller, splits: DataSplits, device, precision: str = "fp32"
-    ):
-        self.model, self.optimizer, self.controller = model, optimizer, controller
-        self.splits, self.device, self.precision = splits, device, precision
-        self.captured = 0
-
-    def run_epoch(self, plan: EpochPlan) -> torch.Tensor:
-        model, opt, splits = self.model, self.optimizer, self.splits
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        perm = plan.perm.to(self.device)
-        for i in range(plan.steps):
-            idx = perm[plan.batch(i)]
-            if self.controller is not None:
-                self.controller.set_gains(plan.gain_values[i])
-            for group in opt.param_groups:
-                group["lr"] = plan.lrs[i]
-            with _autocast(self.device, self.precision):
-                logits = model(splits.fit_x[idx])
-            loss = F.cross_entropy(logits.float(), splits.fit_y[idx])
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            loss_sum += loss.detach()
-        if self.controller is not None:
-            self.controller.release()
-        return loss_sum
 
 
 class GraphStepper:
@@ -259,7 +125,7 @@ class GraphStepper:
     def _body(self, idx: torch.Tensor, kept: tuple[bool, ...], lr: float | torch.Tensor) -> None:
         self._set_gates(kept)
         params = self._params(kept)
-        with _autocast(self.device, self.precision):
+        with autocast_for(self.device, self.precision):
             logits = self.model(self.splits.fit_x.index_select(0, idx))
         loss = F.cross_entropy(logits.float(), self.splits.fit_y.index_select(0, idx))
         grads = list(torch.autograd.grad(loss, params))
@@ -365,28 +231,16 @@ class GraphStepper:
             graph.replay()
         if self.controller is not None:
             self.controller.release()
+        # the rate the last step applied, where readers of the optimizer look for it
+        for group in self.optimizer.param_groups:
+            group["lr"] = plan.lrs[-1]
         return self.loss_sum.clone()
 
+    def epoch_fields(self, n_fit: int) -> dict:
+        return {}
 
-def make_stepper(
-    cfg, model, optimizer, controller, splits, device
-) -> tuple[EagerStepper | GraphStepper, str | None]:
-    """Pick the execution path of ``cfg.execution``; return the stepper and a note (or None)."""
-    from fathom.errors import FathomError
+    def state_dict(self) -> dict:
+        return {}
 
-    ex = cfg.execution
-    k = controller.num_branches if controller is not None else 0
-    path, note = ex.path, None
-    if path == "graph" and device.type != "cuda":
-        raise FathomError("execution.path = 'graph' needs a CUDA device; use 'auto' or 'eager'")
-    if path in ("auto", "graph") and device.type == "cuda" and k > ex.max_graph_branches:
-        note = (
-            f"{k} skippable branches give 2**{k} topologies, above the capture limit "
-            f"2**{ex.max_graph_branches} (execution.max_graph_branches): running eagerly"
-        )
-        path = "eager"
-    if path == "auto":
-        path = "graph" if device.type == "cuda" else "eager"
-    if path == "graph":
-        return GraphStepper(model, optimizer, controller, splits, device, ex.precision), note
-    return EagerStepper(model, optimizer, controller, splits, device, ex.precision), note
+    def load_state_dict(self, state: dict) -> None:
+        return None

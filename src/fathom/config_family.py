@@ -1,0 +1,99 @@
+"""One validated config family chosen by ``kind``: ``run``, ``study``, ``depth_scaling``.
+
+:data:`ConfigFamily` is the pydantic discriminated union of the three; :func:`validate_config`
+picks the member by ``kind`` (a file without ``kind`` is a study when it has a ``[study]``
+table, else a run) and applies that member's own checks, so every command reports bad input
+the same way. :func:`load_config` accepts a TOML path or the name of any shipped preset.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, TypeAdapter
+
+from fathom.config import RunConfig, load_toml, validate_run_config
+from fathom.depthscale.config import PRESETS as DEPTH_PRESETS
+from fathom.depthscale.config import DepthScaleConfig, make_config, validate_depth_scaling
+from fathom.errors import FathomError
+from fathom.study.config import StudyConfig, validate_study_config
+
+ConfigFamily = Annotated[RunConfig | StudyConfig | DepthScaleConfig, Field(discriminator="kind")]
+FAMILY = TypeAdapter(ConfigFamily)
+KINDS: tuple[str, ...] = ("run", "study", "depth_scaling")
+
+
+def infer_kind(data: dict[str, Any]) -> str:
+    """``data["kind"]``; without it, ``study`` for a ``[study]`` table, else ``run``."""
+    kind = data.get("kind")
+    if kind is None:
+        return "study" if isinstance(data.get("study"), dict) else "run"
+    if kind not in KINDS:
+        raise FathomError(f"unknown config kind {kind!r}; use one of {', '.join(KINDS)}")
+    return str(kind)
+
+
+def validate_config(
+    data: dict[str, Any], origin: str = "config"
+) -> RunConfig | StudyConfig | DepthScaleConfig:
+    """The family member named by ``kind``, validated with that member's own rules."""
+    kind = infer_kind(data)
+    if kind == "run":
+        return validate_run_config(data, origin)
+    if kind == "study":
+        return validate_study_config(data, origin)
+    return validate_depth_scaling(dict(data), origin)
+
+
+def _run_presets() -> dict[str, str]:
+    root = resources.files("fathom") / "presets" / "runs"
+    return {
+        p.name.removesuffix(".toml"): p.read_text()
+        for p in root.iterdir()
+        if p.name.endswith(".toml")
+    }
+
+
+def _study_presets() -> dict[str, str]:
+    root = resources.files("fathom") / "presets"
+    return {
+        p.name.removesuffix(".toml"): p.read_text()
+        for p in root.iterdir()
+        if p.name.endswith(".toml")
+    }
+
+
+def preset_names() -> dict[str, list[str]]:
+    """Shipped presets by kind."""
+    return {
+        "run": sorted(_run_presets()),
+        "study": sorted(_study_presets()),
+        "depth_scaling": sorted(DEPTH_PRESETS),
+    }
+
+
+def load_config(name: str) -> tuple[RunConfig | StudyConfig | DepthScaleConfig, str]:
+    """``(config, origin)`` from a TOML path or a preset name of any kind."""
+    path = Path(name)
+    if path.suffix == ".toml" or path.exists():
+        return validate_config(load_toml(path), str(path)), str(path)
+    hits = [
+        (kind, text)
+        for kind, texts in (("run", _run_presets()), ("study", _study_presets()))
+        for preset, text in texts.items()
+        if preset == name
+    ]
+    if name in DEPTH_PRESETS:
+        hits.append(("depth_scaling", ""))
+    if len(hits) > 1:
+        raise FathomError(f"preset name {name!r} is ambiguous ({[k for k, _ in hits]})")
+    if not hits:
+        names = "; ".join(f"{k}: {', '.join(v)}" for k, v in preset_names().items())
+        raise FathomError(f"{name!r} is neither a config file nor a preset; presets: {names}")
+    kind, text = hits[0]
+    if kind == "depth_scaling":
+        return make_config(name), f"depth-scaling preset {name}"
+    return validate_config(tomllib.loads(text), f"preset {name}"), f"preset {name}"

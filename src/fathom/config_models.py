@@ -1,0 +1,134 @@
+"""The model section of a run config, one class per ``model.kind``.
+
+``ciresan`` (the residual MLP), ``staged_conv`` (conv / spiking conv nets) and ``python``
+(a user's factory). :data:`ModelSpec` is their discriminated union; a ``[model]`` table
+without ``kind`` is the Ciresan MLP.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+
+#: Numbers of every config: an integer field takes no ``true`` or ``2.0``, a float field
+#: takes integers but no booleans or strings, and no float is ``inf`` or ``nan``.
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def check_factory_path(path: str, key: str) -> str:
+    """``"package.module:function"`` (syntax only; importing happens when the run starts)."""
+    module, sep, attr = path.partition(":")
+    if not sep or not module or not attr.isidentifier():
+        raise ValueError(
+            f"{key} = {path!r} is not of the form 'package.module:function' "
+            "(e.g. 'mypkg.models:make_net')"
+        )
+    return path
+
+
+class ModelConfig(_Strict):
+    """The Ciresan residual MLP (:class:`fathom.models.ciresan.CiresanMLP`)."""
+
+    kind: Literal["ciresan"] = "ciresan"
+    recipe: Literal["plain", "residual", "residual_dropout", "sd_constant", "sd_decreasing"] = (
+        "residual"
+    )
+    widths: tuple[Int, ...] = (2500, 2000, 1500, 1000, 500)
+    width_mult: Float = Field(default=1.0, gt=0)
+    input_scale: Float = Field(default=1 / 255, gt=0)
+    output_relu: Bool = False
+    unit_dropout: Float | None = None
+    drop_probs: tuple[Float, ...] | None = None
+
+    @field_validator("widths")
+    @classmethod
+    def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if len(v) < 2 or any(w <= 0 for w in v):
+            raise ValueError("widths needs at least two positive hidden widths")
+        return v
+
+    @field_validator("unit_dropout")
+    @classmethod
+    def _dropout(cls, v: float | None) -> float | None:
+        if v is not None and not 0.0 <= v < 1.0:
+            raise ValueError(f"unit_dropout must be in [0, 1), got {v}")
+        return v
+
+    @field_validator("drop_probs")
+    @classmethod
+    def _probs(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+        if v is not None:
+            for p in v:
+                if not 0.0 <= p < 1.0:
+                    raise ValueError(
+                        f"drop probability {p} is outside [0, 1); to delete a branch use an explicit mask"
+                    )
+        return v
+
+    @model_validator(mode="after")
+    def _crop_needs_narrowing(self) -> ModelConfig:
+        if self.recipe != "plain":
+            w = self.widths
+            for a, b in pairwise(w):
+                if b > a:
+                    raise ValueError(
+                        f"widths {list(w)} increase ({a} -> {b}); the crop bypass of recipe "
+                        f"{self.recipe!r} needs non-increasing widths (or use recipe 'plain')"
+                    )
+        return self
+
+
+class StagedConvConfig(_Strict):
+    """The staged conv net, ANN or spiking LIF (:class:`fathom.models.convnet.StagedConvNet`).
+
+    ``depth`` conv layers in four stages (a multiple of 4); ``neuron = "lif"`` with
+    ``timesteps >= 1`` is spiking, ``timesteps = 0`` or ``neuron = "relu"`` the ANN. Inputs
+    are zero-padded to ``image_size`` and normalized with the dataset's channel moments
+    (:mod:`fathom.models.prep`).
+    """
+
+    kind: Literal["staged_conv"] = "staged_conv"
+    depth: Int = Field(default=4, gt=0)
+    neuron: Literal["lif", "relu"] = "lif"
+    timesteps: Int = Field(default=4, ge=0)
+    residual: Bool = False
+    batchnorm: Bool = True
+    width_mult: Float = Field(default=1.0, gt=0)
+    image_size: Int = Field(default=32, gt=0)
+
+    @field_validator("depth")
+    @classmethod
+    def _depth(cls, v: int) -> int:
+        if v % 4:
+            raise ValueError(f"depth {v} is not a multiple of the 4 stages; use e.g. 4, 8, 12, 16")
+        return v
+
+
+class PythonModelConfig(_Strict):
+    """A user's model: ``factory = "package.module:function"`` called with ``kwargs``.
+
+    The function must return a ``torch.nn.Module`` mapping a batch of inputs to logits.
+    """
+
+    kind: Literal["python"] = "python"
+    factory: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("factory")
+    @classmethod
+    def _factory(cls, v: str) -> str:
+        return check_factory_path(v, "model.factory")
+
+
+ModelSpec = Annotated[
+    ModelConfig | StagedConvConfig | PythonModelConfig, Field(discriminator="kind")
+]
+MODEL_KINDS: tuple[str, ...] = ("ciresan", "staged_conv", "python")

@@ -1,0 +1,172 @@
+"""Fields the trainer itself writes into history rows (not selectable telemetry families).
+
+Declared here once, with the registry's :class:`~fathom.telemetry.registry.Field` shape, so
+``field_for`` and ``docs/metrics.md`` cover them: the applied learning rate, the regularized
+step's per-epoch means, and the health instrument (``[health]`` in a run config).
+"""
+
+from __future__ import annotations
+
+from fathom.telemetry.registry import Field
+
+GROUPS: dict[str, str] = {
+    "optimizer": "the learning rate actually applied (one owner: fathom.train.schedule)",
+    "regularized": "per-epoch means of the regularized step (CE + λ_reg · P), training mode",
+    "health": "dynamics health on the first health.probe_size validation examples",
+}
+
+_STEP = "mean over the epoch's optimizer steps (training mode: BatchNorm batch statistics)"
+_HEALTH = "the first `health.probe_size` validation examples, eval mode, no gradient to parameters"
+_JAC = "J = d logits / d input of one probe example, float64; σ over numerically nonzero singular values"
+
+
+def _regularized() -> list[Field]:
+    g = "regularized"
+    return [
+        Field("train/ce", g, "(1/N) Σ_batches n_b · CE_b (per example)", "nats", "training"),
+        Field(
+            "train/acc",
+            g,
+            "(1/N) #{argmax logits == label} over the epoch's batches",
+            "fraction in [0, 1]",
+            "training",
+            "training mode, parameters moving during the epoch",
+        ),
+        Field(
+            "train/penalty",
+            g,
+            f"P = mean_b (λ̂_b - λ_target)^2 on the sub-batch; {_STEP}",
+            "nats^2 per layer^2",
+            "training",
+            "null when λ_reg = 0 (not in the loss)",
+        ),
+        Field(
+            "train/lyapunov",
+            g,
+            f"mean_b λ̂_b on the sub-batch; {_STEP}",
+            "nats per block",
+            "training",
+            "null when λ_reg = 0",
+        ),
+        Field(
+            "grad_norm/total",
+            g,
+            f"||∇CE + ∇(λ_reg P)||_2 over all parameters; {_STEP}",
+            "gradient units",
+            "training",
+        ),
+        Field("grad_norm/ce", g, f"||∇CE||_2; {_STEP}", "gradient units", "training"),
+        Field(
+            "grad_norm/penalty",
+            g,
+            f"||∇(λ_reg P)||_2; {_STEP}",
+            "gradient units",
+            "training",
+            "null when λ_reg = 0",
+        ),
+    ]
+
+
+def _health() -> list[Field]:
+    g = "health"
+    return [
+        Field(
+            "lyap/probe",
+            g,
+            f"mean over {_HEALTH} of the maximal depth-wise Lyapunov exponent λ̂",
+            "nats per block",
+            "health_probe",
+            "tangents from a per-epoch seeded generator",
+        ),
+        Field(
+            "lyap/probe_blocks",
+            g,
+            "per block: mean over probe examples of log(||J_l v|| / ||v||)",
+            "nats",
+            "health_probe",
+            "a list, one value per block",
+            kind="list",
+        ),
+        Field(
+            "jac/sigma_max",
+            g,
+            f"median over probes of σ_max(J); {_JAC}",
+            "logit / input units",
+            "health_probe",
+        ),
+        Field(
+            "jac/sigma_min",
+            g,
+            f"median of the smallest numerically nonzero σ(J); {_JAC}",
+            "logit / input units",
+            "health_probe",
+        ),
+        Field(
+            "jac/kappa",
+            g,
+            f"median of σ_max / σ_min; {_JAC}",
+            "ratio",
+            "health_probe",
+            "null when no singular value is numerically nonzero",
+        ),
+        Field(
+            "jac/stable_rank", g, "median of ||J||_F^2 / σ_max^2", "dimensionless", "health_probe"
+        ),
+        Field(
+            "jac/numerical_rank",
+            g,
+            "median count of numerically nonzero σ(J)",
+            "count",
+            "health_probe",
+        ),
+        Field("jac/full_rank", g, "min(classes, input dimension)", "count", "health_probe"),
+        Field("jac/probes", g, "number of probe examples", "examples", "health_probe"),
+        Field(
+            "jac/rank_floor_rule",
+            g,
+            "the rule deciding 'numerically nonzero'",
+            "text",
+            "health_probe",
+            kind="text",
+        ),
+        Field(
+            "jac/ill_conditioned",
+            g,
+            "jac/kappa > ILL_CONDITIONED_KAPPA (1e6)",
+            "boolean",
+            "health_probe",
+            "null when κ is undefined",
+        ),
+        Field(
+            "spike/rates",
+            g,
+            "per LIF layer: mean spike indicator over probe, time and units",
+            "spikes per unit per timestep",
+            "health_probe",
+            "null for an ANN",
+            kind="map",
+        ),
+        Field(
+            "spike/silent_layers",
+            g,
+            "LIF layers whose rate is below SILENT_RATE",
+            "layer names",
+            "health_probe",
+            "null for an ANN",
+            kind="list",
+        ),
+    ]
+
+
+TRAINER_FIELDS: tuple[Field, ...] = (
+    Field(
+        "optim/lr",
+        "optimizer",
+        "optim.lr · m(t) at the epoch's last step, t = epoch - 1 + (steps - 1) / steps",
+        "learning rate",
+        "training",
+        "null at epoch 0 (no step yet); the value in every param_group after the epoch",
+    ),
+    *_regularized(),
+    *_health(),
+)

@@ -1,0 +1,129 @@
+"""What the loop records at an epoch boundary: scores, selection, telemetry, health.
+
+Every instrument runs on the boundary's state and leaves it untouched (parameters,
+optimizer state, gates, train/eval flags, the training RNG). Scores are dense full-split
+accuracy and CE (:func:`fathom.train.evaluate.split_scores`); the selected checkpoint is
+the epoch >= 1 of minimum finite validation CE.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fathom.train.evaluate import split_scores
+
+if TYPE_CHECKING:
+    from fathom.train.loop import Session
+
+SPLITS: tuple[str, ...] = ("fit", "val", "test")
+
+
+def eval_due(cfg, epoch: int) -> bool:
+    """Evaluate at epoch 0, at ``eval.first``, every ``eval.every`` epochs, and at the last.
+
+    With a stopping target (``stop.target_test_acc``) every epoch is evaluated.
+    """
+    e = cfg.eval
+    if cfg.stop.target_test_acc is not None:
+        return True
+    return epoch == 0 or epoch in e.first or epoch % e.every == 0 or epoch == cfg.optim.epochs
+
+
+def health_due(cfg, epoch: int) -> bool:
+    """The health instrument: epoch 0, every ``health.every`` epochs, and the last."""
+    h = cfg.health
+    return h.enabled and (epoch % h.every == 0 or epoch == cfg.optim.epochs)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # note: CPU-GPU sync point (epoch boundary only)
+
+
+def score_splits(s: Session, row: dict[str, Any], keep_predictions: bool) -> dict:
+    """Fill ``{split}/acc`` and ``{split}/ce``; return the predictions kept for telemetry."""
+    predictions: dict[str, torch.Tensor] = {}
+    t0 = time.perf_counter()
+    for name in SPLITS:
+        if name not in s.cfg.eval.splits:
+            row[f"{name}/acc"], row[f"{name}/ce"] = None, None
+            continue
+        x, y = getattr(s.splits, f"{name}_x"), getattr(s.splits, f"{name}_y")
+        preds: list[torch.Tensor] | None = [] if keep_predictions else None
+        row[f"{name}/acc"], row[f"{name}/ce"] = split_scores(
+            s.model, x, y, s.cfg.eval.batch_size, preds
+        )
+        if preds:
+            predictions[name] = torch.cat(preds)
+    sync(s.device)
+    s.progress.clocks.evaluation_s += time.perf_counter() - t0
+    return predictions
+
+
+def select(s: Session, epoch: int, val_ce: float | None) -> None:
+    """Keep the weights of minimum finite validation CE (epochs >= 1) as ``selected``."""
+    best = s.progress.best
+    if epoch < 1 or val_ce is None or not math.isfinite(val_ce):
+        return
+    if best["val_ce"] is not None and val_ce >= best["val_ce"]:
+        return
+    best.update(epoch=epoch, val_ce=val_ce)
+    s.progress.selected_ckpt = s.save_weights("selected", epoch)
+
+
+def timed_instrument(s: Session, fn, *args) -> dict[str, Any]:
+    """Run an instrument on the telemetry clock (the first run also sets the cold time)."""
+    clocks = s.progress.clocks
+    t0 = time.perf_counter()
+    out = fn(*args)
+    sync(s.device)
+    dt = time.perf_counter() - t0
+    if clocks.telemetry_cold_s is None:
+        clocks.telemetry_cold_s = dt
+    clocks.telemetry_s += dt
+    return out
+
+
+def observe(s: Session, epoch: int, fields: dict[str, Any]) -> dict[str, Any] | None:
+    """The history row of this boundary (written), or ``None`` when nothing is due.
+
+    ``fields``: the epoch's training fields (``train/loss_running``, ``optim/lr``, the
+    stepper's own), recorded in the row as given.
+    """
+    cfg = s.cfg
+    evaluate = eval_due(cfg, epoch)
+    tel_due = s.recorder is not None and s.recorder.due(epoch)
+    health = health_due(cfg, epoch)
+    if not (evaluate or tel_due or health):
+        return None
+    row: dict[str, Any] = {"epoch": epoch, "step": s.progress.step, **fields}
+    predictions: dict[str, torch.Tensor] = {}
+    if evaluate:
+        predictions = score_splits(s, row, keep_predictions=tel_due)
+        select(s, epoch, row.get("val/ce"))
+    if tel_due:
+        # the instrument reuses this boundary's dense predictions (no second forward pass)
+        row.update(timed_instrument(s, s.recorder.observe, s.context(epoch), predictions or None))
+    if health:
+        row.update(timed_instrument(s, s.health_row, epoch))
+    elif cfg.health.enabled:
+        from fathom.dynamics.probe import HEALTH_KEYS
+
+        row.update(dict.fromkeys(HEALTH_KEYS))  # not due at this boundary: null, never absent
+    clocks = s.progress.clocks
+    row.update(
+        {
+            "clock/training_s": clocks.training_s,
+            "clock/evaluation_s": clocks.evaluation_s,
+            "clock/telemetry_s": clocks.telemetry_s,
+            "clock/elapsed_s": s.elapsed(),
+        }
+    )
+    s.writer.row(row)
+    if s.on_progress is not None:
+        s.on_progress("epoch", row)
+    return row

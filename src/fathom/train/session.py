@@ -1,0 +1,233 @@
+"""A run's live parts, built from its config: the state the loop's pieces share.
+
+:func:`build_session` makes, in this order (the order fixes every RNG draw): the data
+splits, the seeded model (``init`` stream, built on the CPU by ``model.kind``), the gate
+controller, the optimizer, the shuffle generator, the training RNG (``dropout`` stream), the
+recorder, the stepper and the manifest. Nothing here trains.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fathom.config import RunConfig
+from fathom.data import DataSplits
+from fathom.data.prepare import prepare_splits
+from fathom.depth import GateController
+from fathom.errors import FathomError
+from fathom.io import config_digest, state_dict_digest
+from fathom.provenance import environment, source_hash
+from fathom.rundir import FORMAT, RunWriter
+from fathom.train.allocator import tune_cpu_allocator
+from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
+from fathom.train.checkpoint import cpu_state
+from fathom.train.context import EpochContext
+from fathom.train.manifest import dataset_record, split_classes, telemetry_record
+from fathom.train.state import Progress, rng_state, set_rng_state
+from fathom.train.steppers import make_stepper
+
+
+@dataclass
+class Session:
+    cfg: RunConfig
+    run_dir: Path
+    device: torch.device
+    splits: DataSplits
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    controller: GateController | None
+    shuffle_gen: torch.Generator
+    recorder: Any
+    stepper: Any
+    writer: RunWriter
+    initial_params: dict[str, torch.Tensor]
+    on_progress: Any = None
+    t_invocation: float = 0.0
+    prior_elapsed: float = 0.0
+    progress: Progress = field(default_factory=Progress)
+    pending_manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        """The manifest the writer holds (before ``start``: the one it will be given)."""
+        return self.writer.manifest if self.writer.manifest is not None else self.pending_manifest
+
+    def elapsed(self) -> float:
+        return self.prior_elapsed + time.perf_counter() - self.t_invocation
+
+    def rng_state(self) -> dict[str, Any]:
+        return rng_state(self.device)
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        set_rng_state(state, self.device)
+
+    def context(self, epoch: int) -> EpochContext:
+        return EpochContext(
+            epoch,
+            self.progress.step,
+            self.model,
+            self.optimizer,
+            self.controller,
+            self.splits,
+            self.initial_params,
+            self.device,
+            self.cfg,
+        )
+
+    def health_row(self, epoch: int) -> dict[str, Any]:
+        from fathom.dynamics.probe import health_row
+
+        probe = self.splits.val_x[: self.cfg.health.probe_size]
+        return health_row(self.model, probe, stream_seed(self.cfg.seed, f"probe-{epoch}"))
+
+    # -- checkpoints and the manifest ----------------------------------------------------
+    def save_weights(self, name: str, epoch: int) -> dict[str, Any]:
+        """``checkpoints/<name>.safetensors`` of the current weights (on the checkpoint clock)."""
+        t0 = time.perf_counter()
+        meta: dict[str, Any] = {
+            "epoch": epoch,
+            "config_hash": self.manifest["config_hash"],
+            "run_id": self.run_dir.name,
+        }
+        if name == "selected":
+            meta["selected"] = 1
+        entry = self.writer.save_weights(f"{name}.safetensors", cpu_state(self.model), meta)
+        self.progress.clocks.checkpoint_s += time.perf_counter() - t0
+        return {**entry, "epoch": epoch}
+
+    def save_epoch_checkpoint(self, epoch: int) -> None:
+        entry = self.save_weights(f"epoch-{epoch:04d}", epoch)
+        self.progress.checkpoints[str(epoch)] = {k: v for k, v in entry.items() if k != "epoch"}
+
+    def write_manifest(self, **updates: Any) -> None:
+        """Bring the manifest up to date with the run's progress (and ``updates``); commit."""
+        self.refresh_manifest(**updates)
+        self.writer.commit()
+
+    def refresh_manifest(self, **updates: Any) -> None:
+        p = self.progress
+        p.clocks.elapsed_s = self.elapsed()
+        m = self.manifest
+        m["clocks"] = vars(p.clocks).copy()
+        m["telemetry"] = telemetry_record(p.clocks, m["telemetry"]["enabled"])
+        if self.recorder is not None:  # each instrumented layer: name, type, path, shapes
+            m["telemetry"]["layers"] = self.recorder.layer_records()
+        m["hashes"].update(training_order=p.order_digest, masks=p.mask_digest)
+        m.update(
+            epochs_completed=p.epoch,
+            steps_completed=p.step,
+            selected=p.best,
+            checkpoints=p.checkpoints,
+            selected_checkpoint=p.selected_ckpt,
+        )
+        m["execution"]["graphs_captured"] = self.stepper.captured
+        m.update(updates)
+
+
+def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model) -> Any:
+    if not (cfg.telemetry.enabled if telemetry is None else telemetry):
+        return None
+    from fathom.telemetry import Recorder
+
+    return Recorder(
+        cfg.telemetry, epochs=cfg.optim.epochs, splits=splits, model=model, seed=cfg.seed
+    )
+
+
+def new_manifest(
+    s: Session, allocator_tuned: bool, note: str | None, phase: str | None
+) -> dict[str, Any]:
+    cfg, config_json = s.cfg, s.cfg.model_dump(mode="json")
+    return {
+        "format": FORMAT,
+        "kind": "run",
+        "phase": phase,
+        "run_id": s.run_dir.name,
+        "study": cfg.study,
+        "status": "running",
+        "status_reason": None,
+        "config": config_json,
+        "config_hash": config_digest(config_json),
+        "source_hash": source_hash(),
+        "data": dataset_record(s.splits, cfg),
+        "model": {
+            "kind": cfg.model.kind,
+            "class": type(s.model).__name__,
+            "parameters": sum(p.numel() for p in s.model.parameters()),
+        },
+        "hashes": {
+            "initial_params": s.progress.initial_hash,
+            "final_params": None,
+            "training_order": s.progress.order_digest,
+            "masks": s.progress.mask_digest,
+        },
+        "environment": {**environment(s.device), "cpu_allocator_tuned": allocator_tuned},
+        "clocks": {},
+        "epochs_completed": s.progress.epoch,
+        "steps_completed": s.progress.step,
+        "diverged_epoch": None,
+        "selected": s.progress.best,
+        "checkpoints": s.progress.checkpoints,
+        "selected_checkpoint": s.progress.selected_ckpt,
+        "final": {"epoch": None},
+        "telemetry": {"enabled": s.recorder is not None},
+        "execution": {
+            "path": s.stepper.name,
+            "precision": cfg.execution.precision,
+            "note": note,
+            "graph_limit_branches": cfg.execution.max_graph_branches,
+        },
+    }
+
+
+def build_session(
+    cfg: RunConfig,
+    writer: RunWriter,
+    device: torch.device,
+    splits: DataSplits | None,
+    telemetry: bool | None,
+    on_progress: Any,
+    t_invocation: float,
+    phase: str | None = None,
+) -> Session:
+    """Every part of the run, seeded from ``cfg`` (see the module docstring for the order)."""
+    allocator_tuned = tune_cpu_allocator() if device.type == "cpu" else False
+    if splits is None:
+        splits = prepare_splits(cfg.data, device)
+    if splits.fit_y.shape[0] == 0:
+        raise FathomError("the fitting split is empty; check data.fit_subset")
+    shape = tuple(int(d) for d in splits.fit_x.shape[1:])
+    model = init_model(cfg, split_classes(splits), int(splits.fit_x[0].numel()), shape)
+    initial_hash = state_dict_digest(cpu_state(model))
+    model.to(device)
+    initial_params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    controller = build_controller(model, cfg)
+    optimizer = build_optimizer(model, cfg.optim)
+    shuffle_gen = torch.Generator().manual_seed(stream_seed(cfg.seed, "shuffle"))
+    torch.manual_seed(stream_seed(cfg.seed, "dropout"))
+    recorder = _recorder(cfg, telemetry, splits, model)
+    stepper, note = make_stepper(cfg, model, optimizer, controller, splits, device)
+    s = Session(
+        cfg,
+        writer.path,
+        device,
+        splits,
+        model,
+        optimizer,
+        controller,
+        shuffle_gen,
+        recorder,
+        stepper,
+        writer,
+        initial_params,
+        on_progress,
+        t_invocation,
+    )
+    s.progress.initial_hash = initial_hash
+    s.pending_manifest = new_manifest(s, allocator_tuned, note, phase)
+    return s

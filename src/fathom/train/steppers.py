@@ -1,0 +1,159 @@
+"""Step execution over epoch plans: the eager path, and the choice among the three paths.
+
+A stepper consumes an :class:`~fathom.train.plan.EpochPlan` and returns the device sum of
+the batches' training losses; the loop does everything else. Three paths share that
+interface (``run_epoch``, ``epoch_fields``, ``state_dict`` / ``load_state_dict`` for the
+stepper's own generators):
+
+* :class:`EagerStepper`: ``loss.backward()``, ``optimizer.step()``, ``zero_grad(None)``
+  (any device, SGD or AdamW; the reference);
+* :class:`fathom.train.fast.GraphStepper`: CUDA graphs, one per branch topology (SGD);
+* :class:`fathom.train.regularized.RegularizedStepper`: ``CE + λ_reg · P`` with the
+  Lyapunov penalty, the two gradients kept apart for their norms.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fathom.data import DataSplits, random_crop_flip
+from fathom.errors import FathomError
+from fathom.train.plan import EpochPlan
+
+
+def autocast_for(device: torch.device, precision: str):
+    """bfloat16 autocast for ``bf16``; nothing otherwise."""
+    if precision == "bf16":
+        # cache_enabled=False: required for CUDA-graph capture under autocast
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
+    return nullcontext()
+
+
+class Augmenter:
+    """The fitting batches' augmentation, drawn from its own seeded generator (on the device)."""
+
+    def __init__(self, kind: str, seed: int, device: torch.device) -> None:
+        self.kind = kind
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "none":
+            return x
+        return random_crop_flip(x, self.generator)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+
+
+class EagerStepper:
+    """The reference path: ``loss.backward()``, ``optimizer.step()``, ``zero_grad(None)``."""
+
+    name = "eager"
+
+    def __init__(
+        self,
+        model,
+        optimizer,
+        controller,
+        splits: DataSplits,
+        device,
+        precision: str = "fp32",
+        augmenter: Augmenter | None = None,
+    ):
+        self.model, self.optimizer, self.controller = model, optimizer, controller
+        self.splits, self.device, self.precision = splits, device, precision
+        self.augmenter = augmenter
+        self.captured = 0
+
+    def batch(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.splits.fit_x[idx]
+        return x if self.augmenter is None else self.augmenter(x)
+
+    def run_epoch(self, plan: EpochPlan) -> torch.Tensor:
+        model, opt, splits = self.model, self.optimizer, self.splits
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        perm = plan.perm.to(self.device)
+        for i in range(plan.steps):
+            idx = perm[plan.batch(i)]
+            if self.controller is not None:
+                self.controller.set_gains(plan.gain_values[i])
+            for group in opt.param_groups:
+                group["lr"] = plan.lrs[i]
+            with autocast_for(self.device, self.precision):
+                logits = model(self.batch(idx))
+            loss = F.cross_entropy(logits.float(), splits.fit_y[idx])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            loss_sum += loss.detach()
+        if self.controller is not None:
+            self.controller.release()
+        return loss_sum
+
+    def epoch_fields(self, n_fit: int) -> dict[str, Any]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"augmenter": None if self.augmenter is None else self.augmenter.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.augmenter is not None and state.get("augmenter") is not None:
+            self.augmenter.load_state_dict(state["augmenter"])
+
+
+def _graph_blocker(cfg, optimizer, k: int) -> str | None:
+    """Why the graph path cannot run this config (``None`` when it can)."""
+    if cfg.optim.name != "sgd" or cfg.optim.nesterov:
+        return f"the graph path implements plain SGD with momentum, not {cfg.optim.name}"
+    if cfg.data.augment != "none":
+        return "augmented batches run eagerly"
+    if k > cfg.execution.max_graph_branches:
+        return (
+            f"{k} skippable branches give 2**{k} topologies, above the capture limit "
+            f"2**{cfg.execution.max_graph_branches} (execution.max_graph_branches)"
+        )
+    return None
+
+
+def make_stepper(cfg, model, optimizer, controller, splits, device, *, seed_for=None):
+    """Pick the execution path of ``cfg``; return ``(stepper, note or None)``.
+
+    ``seed_for(stream)`` gives the seed of a named RNG stream (augmentation, tangents).
+    """
+    from fathom.train.build import stream_seed
+
+    seed_for = seed_for or (lambda stream: stream_seed(cfg.seed, stream))
+    augmenter = None
+    if cfg.data.augment != "none":
+        augmenter = Augmenter(cfg.data.augment, seed_for("augment"), device)
+    ex = cfg.execution
+    if cfg.regularizer is not None:
+        from fathom.train.regularized import RegularizedStepper
+
+        note = None if ex.path != "graph" else "the regularized step runs eagerly"
+        stepper = RegularizedStepper(
+            model, optimizer, splits, device, cfg.regularizer, seed_for("tangents"), augmenter
+        )
+        return stepper, note
+    k = controller.num_branches if controller is not None else 0
+    if ex.path == "graph" and device.type != "cuda":
+        raise FathomError("execution.path = 'graph' needs a CUDA device; use 'auto' or 'eager'")
+    path, note = ex.path, None
+    if path in ("auto", "graph") and device.type == "cuda":
+        blocker = _graph_blocker(cfg, optimizer, k)
+        if blocker is not None:
+            path, note = "eager", f"{blocker}: running eagerly"
+    if path == "auto":
+        path = "graph" if device.type == "cuda" else "eager"
+    if path == "graph":
+        from fathom.train.fast import GraphStepper
+
+        return GraphStepper(model, optimizer, controller, splits, device, ex.precision), note
+    return EagerStepper(model, optimizer, controller, splits, device, ex.precision, augmenter), note
