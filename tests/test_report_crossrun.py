@@ -51,6 +51,7 @@ def study(tmp_path: Path) -> Path:
         seed=9,
         lr=0.1,
         rows=_rows(0.5, "head"),
+        phase="tuning",
     )
     return root
 
