@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from fathom.config import RunConfig, config_diff
 from fathom.reproduce.head import HeadSettings, pair_configs, run_head_diagnostic
-from fathom.train.rundir import RunDir
+from fathom.rundir import RunDir
 from test_audit_run import synthetic_splits
 
 
@@ -103,6 +103,6 @@ def test_cli_refuses_bad_input(capsys):
     from fathom.cli import main
 
     assert main(["diagnose", "head", "no-such-preset"]) == 2
-    assert "valid presets" in capsys.readouterr().err
+    assert "ciresan-fidelity" in capsys.readouterr().err  # the error lists the presets
     assert main(["diagnose", "head", "--epochs", "0"]) == 2
     assert "--epochs must be at least 1" in capsys.readouterr().err
