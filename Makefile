@@ -1,4 +1,4 @@
-# The README's two commands: `make demo` (quick study on real MNIST, ending in a report) and
+# The README's two commands: `make demo` (`fathom reproduce quick` on real MNIST) and
 # `make test` (the test suite). Both create and reuse a local virtual environment in .venv.
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,19 +16,22 @@ $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_SPEC)"
+	# the distribution is now fathom-depth: drop this checkout's earlier name from an old .venv
+	$(PIP) uninstall -q -y fathom 2>/dev/null || true
 	$(PIP) install -q -e ".[audit,plot]"
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.base
-	$(PIP) install -q -e ".[dev,audit,plot,wandb,tensorboard,ray,browser]"
+	$(PIP) install -q -e ".[dev,audit,plot,wandb,tensorboard,ray,slurm,browser]"
 	bash scripts/install-browser.sh
 	touch $@
 
+# `fathom reproduce quick`: the seeds' protocol scaled to 2 CPU cores -- study (frozen LRs),
+# audit, curvature of the central recipes' snapshots, head diagnostic, the seed numbers
+# beside Fathom's, report. Resumable: rerunning it skips every complete, verified step.
 demo: $(VENV)/.base
 	$(VENV)/bin/fathom data fetch mnist
-	$(VENV)/bin/fathom study run ciresan-sd-quick --runs-dir $(RUNS) --workers $(WORKERS)
-	$(VENV)/bin/fathom audit $(RUNS)/ciresan-sd-quick --checkpoint both
-	$(VENV)/bin/fathom report $(RUNS)/ciresan-sd-quick
+	$(VENV)/bin/fathom reproduce quick --runs-dir $(RUNS) --workers $(WORKERS)
 
 test: $(VENV)/.dev
 	$(VENV)/bin/python -m pytest

@@ -310,7 +310,7 @@ def test_drop_probability_outside_unit_interval_is_refused(bad):
 
 
 def test_cuda_graph_capture_of_a_self_sampling_module_is_refused(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     res = SkippableResidual(nn.Linear(3, 3), p=0.2, seed=0)
     with pytest.raises(FathomError, match="cannot be captured in a CUDA graph"):

@@ -172,5 +172,5 @@ def test_readme_instruments_snippet_runs(capsys) -> None:
     row, ins = namespace["row"], namespace["ins"]
     assert row["grad/pex/norm_q50/3.branch.0"] > 0 and row["param/momentum_norm/6"] is not None
     out = capsys.readouterr().out
-    assert "3.branch.1.weight" in out and "generic torch.func" in out
+    assert "3.branch.1.weight" in out and "fast batchnorm" in out
     assert [la.name for la in ins.layers] == ["0", "1", "3.branch.0", "3.branch.1", "6"]

@@ -51,6 +51,7 @@ def study(tmp_path: Path) -> Path:
         seed=9,
         lr=0.1,
         rows=_rows(0.5, "head"),
+        phase="tuning",
     )
     return root
 
@@ -75,7 +76,8 @@ def test_tables_hand_computed(study: Path) -> None:
     assert grad[0]["diversity"]["mean"] == pytest.approx(17.0)  # (14 + 20) / 2
     assert tables["gradients"].title.endswith("(head)")
     zero = {r["recipe"]: r for r in tables["zero_activations"].rows}
-    assert zero["sd_constant"]["layer:blocks.0"]["mean"] == pytest.approx(32.0)  # (29 + 35) / 2
+    assert zero["sd_constant"]["layer:0"]["mean"] == pytest.approx(32.0)  # (29 + 35) / 2
+    assert tables["zero_activations"].columns[3].label == "→ blocks.0 (%)"
     md = table_markdown(tables["fitting"])
     assert "| residual | 2 | 2 | 91.00 (90.00–92.00) |" in md
 
@@ -109,3 +111,15 @@ def test_units_one_conversion() -> None:
     assert percent(0.9863) == pytest.approx(98.63) and percent(None) is None
     assert fmt_percent(0.98634) == "98.63%" and fmt_percent(float("nan")) == "—"
     assert fmt_points(-0.0057) == "-0.57 pp" and fmt_points(None) == "—"
+
+
+def test_zero_activations_align_layers_by_position(study: Path) -> None:
+    rows = _rows(0.0, "head")
+    rows[-1]["probe/act/zero_frac/blocks.0.res"] = rows[-1].pop("probe/act/zero_frac/blocks.0")
+    write_run(study / "plain-s1", study="s", recipe="plain", seed=1, lr=0.1, rows=rows)
+    table = next(
+        t for t in crossrun_tables(load_runs(study), "residual") if t.name == "zero_activations"
+    )
+    assert [c.label for c in table.columns[3:]] == ["→ blocks.0 / blocks.0.res (%)"]
+    plain = next(r for r in table.rows if r["recipe"] == "plain")
+    assert plain["layer:0"]["mean"] == pytest.approx(25.0) and plain["n"] == 1

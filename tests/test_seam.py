@@ -51,7 +51,7 @@ def test_kinds_and_coverage_of_the_transformer() -> None:
     kinds = {layer.name: layer.kind for layer in seam.layers}
     assert kinds == {
         "embed": "generic",
-        "ln": "generic",
+        "ln": "layernorm",
         "attn": "generic",
         "mlp": "linear",
         "head": "linear",
@@ -70,7 +70,7 @@ def test_conv_kinds_and_spiking_fold() -> None:
     seam = discover(model, x)
     kinds = {layer.name: layer.kind for layer in seam.layers}
     assert kinds["blocks.0.body.0"] == "conv2d"
-    assert kinds["blocks.1.body.branch.1"] == "generic"
+    assert kinds["blocks.1.body.branch.1"] == "batchnorm"
     assert kinds["classifier"] == "linear"
     with seam.capture() as calls:
         model(x)

@@ -19,6 +19,7 @@ from fathom.errors import FathomError
 from fathom.rundir import seal
 from fathom.study.backends import LocalBackend, make_backend
 from fathom.study.config import load_study, preset_names, validate_study_config
+from fathom.study.plan import tuning_specs
 from fathom.study.registry import Registry, registry_path
 from fathom.study.runner import GridPoint, run_study, select_lr
 from fathom.study.status import study_status
@@ -87,6 +88,60 @@ BAD_STUDIES = [
     ("base sets the lr", {"base": {"optim": {"lr": 0.1}}}, "optim.lr"),
     ("unknown key", {"tuning": {"lr_grid": [0.1]}}, "unknown key 'tuning.lr_grid'"),
     ("no lr without tuning", {"tuning": {"enabled": False}}, "set study.lr"),
+    (
+        "frozen without rates",
+        {"tuning": {"mode": "frozen", "enabled": False, "lrs": [0.1]}},
+        "needs tuning.lr",
+    ),
+    (
+        "frozen with a recipe missing",
+        {"tuning": {"mode": "frozen", "enabled": False, "lr": {"residual": 0.01}}},
+        "missing ['sd_constant']",
+    ),
+    (
+        "frozen rate for a recipe not studied",
+        {
+            "tuning": {
+                "mode": "frozen",
+                "enabled": False,
+                "lr": {"residual": 0.01, "sd_constant": 0.01, "plain": 0.03},
+            }
+        },
+        "not in study.recipes ['plain']",
+    ),
+    (
+        "frozen and enabled",
+        {"tuning": {"mode": "frozen", "enabled": True, "lr": {"residual": 0.01}}},
+        "runs no tuning, but tuning.enabled = true",
+    ),
+    (
+        "frozen and study.lr",
+        {
+            "tuning": {
+                "mode": "frozen",
+                "enabled": False,
+                "lr": {"residual": 0.01, "sd_constant": 0.01},
+            },
+            "study": {"lr": 0.01},
+        },
+        "remove study.lr",
+    ),
+    (
+        "rates without frozen",
+        {"tuning": {"enabled": False, "lr": {"residual": 0.01, "sd_constant": 0.01}}},
+        'used only with mode = "frozen"',
+    ),
+    (
+        "negative frozen rate",
+        {
+            "tuning": {
+                "mode": "frozen",
+                "enabled": False,
+                "lr": {"residual": -0.01, "sd_constant": 0.01},
+            }
+        },
+        "must be positive",
+    ),
 ]
 
 
@@ -183,6 +238,50 @@ def test_study_with_a_diverged_grid_point(tmp_path):
     assert again.summary["runs"] == s["runs"]
     rows, _ = study_status(result.root)
     assert len(rows) == 8 and {r["status"] for r in rows} == {"complete", "diverged"}
+
+
+def test_frozen_rates_run_no_tuning_and_are_recorded_per_recipe(tmp_path):
+    frozen = {"residual": 0.05, "sd_constant": 0.02}
+    # the grid of study_data (with a diverging 1e6) stays in the file but is not run
+    study = validate_study_config(
+        study_data(tuning={"mode": "frozen", "lr": frozen, "enabled": False}), "frozen"
+    )
+    assert tuning_specs(study, tmp_path) == [] and study.lr_source() == "frozen"
+    events: list[str] = []
+    result = run_study(
+        study, tmp_path, local(), progress=lambda e, i: events.append(i if e == "phase" else "")
+    )
+    # no tuning run: no tune-* directory, every outcome a main run at its frozen rate
+    assert not list(result.root.glob("tune-*"))
+    assert {o.phase for o in result.outcomes} == {"main"} and len(result.outcomes) == 4
+    for o in result.outcomes:
+        assert o.lr == frozen[o.recipe]
+        cfg = json.loads((Path(o.run_dir) / "manifest.json").read_text())["config"]
+        assert cfg["optim"]["lr"] == frozen[o.recipe]
+    s = result.summary
+    assert s["tuning"]["enabled"] is False and s["tuning"]["mode"] == "frozen"
+    assert s["tuning"]["grid"] == [] and s["tuning"]["selected_lr"] == frozen
+    assert s["tuning"]["lr_source"] == {"residual": "frozen", "sd_constant": "frozen"}
+    assert all(
+        r["lr_source"] == "frozen" and r["lr"] == frozen[r["recipe"]] for r in s["runs"].values()
+    )
+    assert {r: e["lr"] for r, e in s["stats"]["recipes"].items()} == {
+        "residual": [0.05],
+        "sd_constant": [0.02],
+    }
+    md = (result.root / "summary.md").read_text()
+    assert "| residual | 0.05 | frozen |" in md and "| sd_constant | 0.02 | frozen |" in md
+    assert "no tuning run" in md
+    assert any("learning rates from frozen (residual 0.05, sd_constant 0.02)" in e for e in events)
+    on_disk = json.loads((result.root / "summary.json").read_text())
+    assert on_disk["tuning"]["lr_source"] == s["tuning"]["lr_source"]
+    rows, _ = study_status(result.root)
+    assert [(r["phase"], r["lr"]) for r in rows] == [
+        ("main", 0.05),
+        ("main", 0.05),
+        ("main", 0.02),
+        ("main", 0.02),
+    ]
 
 
 def test_changed_base_config_is_refused_naming_the_field(tmp_path):
@@ -324,3 +423,32 @@ def test_cli_status_runs_list_show_and_bad_preset(tmp_path, capsys):
     assert main(["study", "run", "no-such-preset", "--runs-dir", str(tmp_path)]) == 2
     assert "valid presets" in capsys.readouterr().err
     assert main(["runs", "list", "--runs-dir", str(tmp_path / "empty")]) == 2
+
+
+def test_seed_003_presets_freeze_the_seed_protocol():
+    """Seed 002: 'frozen learning rates: .03 for plain and .01 for all residual recipes',
+    seeds 101-103, 100 epochs, evaluation at epoch 1 and every 5, seven snapshots."""
+    full, _ = load_study("ciresan-seed-003")
+    quick, _ = load_study("ciresan-seed-003-quick")
+    rates = {"plain": 0.03, **dict.fromkeys(RESIDUAL_RECIPES, 0.01)}
+    for s in (full, quick):
+        assert s.lr_source() == "frozen" and s.fixed_lrs() == rates
+        assert tuning_specs(s, "runs") == [] and s.study.seeds == (101, 102, 103)
+        assert s.base.model.input_scale == 1 / 255 and not s.base.model.output_relu
+    assert full.base.optim.epochs == 100 and full.base.optim.batch_size == 64
+    assert (full.base.eval.first, full.base.eval.every) == ((1,), 5)
+    assert full.base.checkpoints.save_epochs == (0, 1, 5, 10, 20, 50, 100)
+    assert full.study.scale_down == () and full.base.model.width_mult == 1.0
+    assert quick.base.model.width_mult < 1 and len(quick.study.scale_down) >= 5
+    # against the full (tuned) protocol: the full preset only changes how rates are chosen,
+    # the quick one also reduces the network, data and epochs
+    from fathom.study.scaledown import scaled_down
+
+    full_items = scaled_down(full)
+    assert [(d.key, d.kind) for d in full_items] == [("tuning.mode", "changed")]
+    assert "frozen learning rates (plain 0.03, residual 0.01" in full_items[0].text
+    reduced = {d.key for d in scaled_down(quick) if d.kind == "reduced"}
+    assert {"base.model.width_mult", "base.data.fit_subset", "base.optim.epochs"} <= reduced
+
+
+RESIDUAL_RECIPES = ("residual", "residual_dropout", "sd_constant", "sd_decreasing")

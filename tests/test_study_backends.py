@@ -64,3 +64,86 @@ def test_ray_matches_local(sequential, tmp_path):
         ray.shutdown()
     assert hashes(result) == sequential
     assert "ray" in result.summary["execution"]["backend"]
+
+
+def test_worker_device_mapping_with_a_faked_device_count(monkeypatch):
+    """Each local worker takes its own CUDA device (round-robin when fewer GPUs than workers)."""
+    import queue
+
+    import torch
+
+    from fathom.errors import FathomError
+    from fathom.study.backends import init_worker_device, wants_cuda, worker_devices
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    assert worker_devices(4) == [0, 1, 2, 3]
+    assert worker_devices(6) == [0, 1, 2, 3, 0, 1]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert worker_devices(3) == [0, 0, 0]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(FathomError, match="no CUDA device is visible"):
+        worker_devices(2)
+
+    # the pool initializer: each worker process takes the next index and makes it current
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    chosen: list[int] = []
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    indices: queue.Queue = queue.Queue()
+    for i in worker_devices(3):
+        indices.put(i)
+    for _ in range(3):
+        init_worker_device(indices)
+    assert chosen == [0, 1, 2]
+    indices.put(None)
+    init_worker_device(indices)  # a CPU study: the device is left alone
+    assert chosen == [0, 1, 2]
+
+    # which studies get devices: GPU runs only
+    from fathom.study.config import validate_study_config
+    from fathom.study.plan import main_specs
+
+    cpu = validate_study_config(TINY, "tiny")
+    specs = main_specs(cpu, "runs", cpu.fixed_lrs())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not wants_cuda(specs)  # device = "cpu" in the config
+    auto = validate_study_config({**TINY, "base": {**TINY["base"], "device": "auto"}}, "auto")
+    assert wants_cuda(main_specs(auto, "runs", auto.fixed_lrs()))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not wants_cuda(main_specs(auto, "runs", auto.fixed_lrs()))
+
+
+@pytest.mark.parametrize("cluster", ["local", "debug"])
+def test_slurm_backend_through_submitit_matches_local(sequential, tmp_path, cluster):
+    """submitit's LocalExecutor (a subprocess per run, as a Slurm task would be) and its
+    DebugExecutor (in process) give the local backend's final hashes."""
+    try:
+        import cloudpickle
+        import submitit  # noqa: F401
+    except ImportError:
+        print("SKIPPED: submitit is not installed (pip install -e '.[slurm]'); CI installs it")
+        pytest.skip("submitit is not installed: pip install -e '.[slurm]' (CI installs it)")
+    import test_study
+    from fathom.study.slurm import SlurmBackend
+
+    cloudpickle.register_pickle_by_value(test_study)
+    backend = SlurmBackend(
+        folder=str(tmp_path / "submitit"), cluster=cluster, threads=1, splits_for=synthetic_splits
+    )
+    study = validate_study_config(TINY, "tiny")
+    result = run_study(study, tmp_path, backend)
+    assert hashes(result) == sequential
+    assert "slurm via submitit" in result.summary["execution"]["backend"]
+    again = run_study(study, tmp_path, backend)  # resumable like every backend: all skipped
+    assert {o.action for o in again.outcomes} == {"skipped"}
+
+
+def test_missing_submitit_names_the_install(monkeypatch):
+    import sys
+
+    from fathom.errors import FathomError
+    from fathom.study.backends import make_backend
+
+    monkeypatch.setitem(sys.modules, "submitit", None)
+    backend = make_backend("slurm", slurm={"folder": "unused"})
+    with pytest.raises(FathomError, match=r"pip install -e '\.\[slurm\]'"):
+        backend.run([object()], retry_failed=False, registry_file=None)

@@ -51,6 +51,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fathom.depthscale.cli",
         "conv / spiking conv nets at several depths, vanilla vs Lyapunov-regularized",
     ),
+    "reproduce": (
+        "fathom.reproduce.cli",
+        "run a seed's protocol end to end: study, audit, curvature, head diagnostic, "
+        "comparison with the seed's numbers, report (resumable at every step)",
+    ),
+    "diagnose": ("fathom.reproduce.cli", "matched-pair diagnostics (head: ReLU vs linear head)"),
     "completion": ("fathom.cli", "print a shell completion script (bash, zsh, tcsh)"),
 }
 """command -> (module whose ``add_parser`` registers it, one-line help)."""
@@ -124,6 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         rc = args.func(args)
     except FathomError as e:
         print(f"fathom {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file-system failure no command turned into a FathomError
+        from fathom.rundir.errors import os_error
+
+        print(
+            f"fathom {args.command}: error: {os_error(e, 'complete the command')}", file=sys.stderr
+        )
         return 2
     except KeyboardInterrupt:
         print(

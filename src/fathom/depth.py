@@ -137,21 +137,31 @@ COMPILE_BREAK_REASON = (
 )
 
 
-@torch.compiler.disable(reason=COMPILE_BREAK_REASON)
+def _uniform(generator: torch.Generator) -> float:
+    """``u ~ U[0, 1)`` in float64 from ``generator``, read on the host."""
+    return torch.rand((), generator=generator, dtype=torch.float64).item()
+
+
+_uniform_outside_compile = torch.compiler.disable(_uniform, reason=COMPILE_BREAK_REASON)
+
+
 def draw_kept(generator: torch.Generator, p: float) -> bool:
     """One host-side Bernoulli decision ``kept = [u >= p]``, ``u ~ U[0, 1)`` in float64.
 
-    The same rule as :meth:`GateController.draw`; excluded from ``torch.compile`` tracing
-    (a graph break), so a compiled model decides exactly as the eager one. Refused inside
-    CUDA-graph capture, where the decision would be frozen.
+    The same rule as :meth:`GateController.draw`. Under ``torch.compile`` the draw runs in a
+    function excluded from tracing (a graph break), so a compiled model decides exactly as
+    the eager one; eagerly it is called directly (the exclusion wrapper costs more than the
+    draw). Refused inside CUDA-graph capture, where the decision would be frozen.
     """
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+    if torch.compiler.is_compiling():
+        return _uniform_outside_compile(generator) >= p
+    if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
         raise FathomError(
             "a self-sampling SkippableResidual (p > 0, no gain set) cannot be captured in a "
             "CUDA graph: its host-side draw would be frozen at capture; draw the gates ahead "
             "and set module.gain per topology, as fathom.train.fast does"
         )
-    return torch.rand((), generator=generator, dtype=torch.float64).item() >= p
+    return _uniform(generator) >= p
 
 
 class SkippableResidual(nn.Module):

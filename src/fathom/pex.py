@@ -9,6 +9,8 @@ rows of example ``i`` (e.g. ``dL_i/dz_i`` for the unaveraged per-example loss ``
 * **conv1d / conv2d**: the same with ``a_it`` the input patch at output position ``t``; the
   sum over positions is the weight gradient of one grouped convolution whose groups are the
   examples (``aten.convolution_backward``, no unfolded copy of the patches);
+* **batchnorm / layernorm** (eval-mode BatchNorm, LayerNorm): ``g_i(w) = sum_t delta_it *
+  x_hat_it``, ``g_i(b) = sum_t delta_it``;
 * **generic**: ``g_i = vjp(theta -> module(theta; inputs_i), delta_i)`` by ``torch.func``
   (``functional_call`` + ``vjp``, ``vmap`` over examples in chunks of ``chunk_size``).
 
@@ -152,8 +154,39 @@ def _conv_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
     return out
 
 
+def _per_example_sum(t, ex: int, k: int, feat: tuple[int, ...], n: int, lead: int):
+    """``[(D,) .., N*k at ex, .., F..]`` -> ``[(D,) N, F..]``: sum over every non-feature entry
+    of each example (its ``k`` rows and all positions)."""
+    t = t.movedim((ex + lead, *(f + lead for f in feat)), tuple(range(lead, lead + 1 + len(feat))))
+    t = t.unflatten(lead, (n, k)).sum(dim=lead + 1)
+    rest = tuple(range(lead + 1 + len(feat), t.dim()))
+    return t.sum(dim=rest) if rest else t
+
+
+def _norm_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
+    """BatchNorm (eval) / LayerNorm affine ``y = x_hat * w + b``: ``g_i(w) = sum_t delta_it
+    x_hat_it``, ``g_i(b) = sum_t delta_it``, ``x_hat`` recomputed from the captured input."""
+    m, x, g = layer.module, call.input_leaves()[0].detach(), cot[0]
+    if call.in_dims[0] is None or call.out_dims[0] != call.in_dims[0]:
+        raise FathomError(f"layer {layer.name!r}: input and output need one example dimension")
+    if layer.kind == "batchnorm":
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        x_hat = (x - m.running_mean.view(shape)) * torch.rsqrt(m.running_var.view(shape) + m.eps)
+        feat: tuple[int, ...] = (1,)
+    else:
+        x_hat = F.layer_norm(x, m.normalized_shape, None, None, m.eps)
+        feat = tuple(range(x.dim() - len(m.normalized_shape), x.dim()))
+    ex, k = call.in_dims[0]
+    lead = 1 if directions else 0
+    out = {"weight": _per_example_sum(g * x_hat, ex, k, feat, n, lead)}
+    if "bias" in layer.params:
+        out["bias"] = _per_example_sum(g, ex, k, feat, n, lead)
+    return out
+
+
 def _fast_grads(layer, calls, cots, n, directions) -> dict[str, torch.Tensor]:
-    fn = _linear_grads if layer.kind == "linear" else _conv_grads
+    fns = {"linear": _linear_grads, "batchnorm": _norm_grads, "layernorm": _norm_grads}
+    fn = fns.get(layer.kind, _conv_grads)
     total: dict[str, torch.Tensor] = {}
     for call, cot in zip(calls, cots, strict=True):
         g = fn(layer, call, cot, n, directions)

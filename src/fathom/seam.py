@@ -12,7 +12,11 @@ of its uses, a **layer**; its kind picks the per-example path:
   dimension sums over positions);
 * ``conv1d`` / ``conv2d``: ``nn.Conv1d/2d`` with zero padding given as numbers, ``groups=1``;
   unfolded patches ``u_it`` make it a linear layer over positions, ``g_i = sum_t delta_it u_it^T``;
-* ``generic``: every other module (BatchNorm/LayerNorm affine, Embedding,
+* ``batchnorm`` / ``layernorm``: ``nn.BatchNorm1d/2d/3d`` (affine, in eval mode: running
+  statistics) and ``nn.LayerNorm`` (forward not overridden): ``y = x_hat * w + b``, so
+  ``g_i(w) = sum_t delta_it * x_hat_it`` and ``g_i(b) = sum_t delta_it`` over positions ``t``
+  (``x_hat`` recomputed from the captured input; no per-example forward);
+* ``generic``: every other module (BatchNorm/LayerNorm of a subclass, Embedding,
   ``nn.MultiheadAttention`` (whose ``out_proj`` is never *called*, so the attention module
   covers it), custom modules, the root model for a parameter used directly in its forward):
   exact per-example gradients by ``torch.func`` — ``functional_call`` of that module on one
@@ -80,7 +84,7 @@ from fathom.seam_discovery import (
     record_calls,
 )
 
-KINDS: tuple[str, ...] = ("linear", "conv1d", "conv2d", "generic")
+KINDS: tuple[str, ...] = ("linear", "conv1d", "conv2d", "batchnorm", "layernorm", "generic")
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,11 @@ def fast_kind(module: nn.Module, covered: set[str]) -> str:
             and not isinstance(module.padding, str)
         ):
             return kind
+    bn = nn.modules.batchnorm._BatchNorm
+    if isinstance(module, bn) and type(module).forward is bn.forward and module.affine:
+        return "batchnorm"  # eval mode with running statistics is checked at every capture
+    if isinstance(module, nn.LayerNorm) and type(module).forward is nn.LayerNorm.forward:
+        return "layernorm"
     return "generic"
 
 

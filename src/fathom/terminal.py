@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console, RenderableType
 
 WIDTH = 80
 """The terminal width every default table fits."""
@@ -49,18 +48,21 @@ def table(
     wrap: Sequence[str] = (),
     right: Sequence[str] = (),
     caption: str | None = None,
-) -> Table:
+) -> RenderableType:
     """A compact table whose cells are never wrapped or cut, except the ``wrap`` columns.
 
     Identifiers, numbers, hashes and verdict words keep their full width (a number is never
     split across lines); ``wrap`` columns (free text) fold onto more lines instead of being
     cut. A header may hold ``\n`` to stack its words. Columns are separated by one space.
+    The title is a line of its own above the table (wrapped at the terminal's width, not
+    the table's).
     """
     from rich import box
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     out = Table(
-        title=title,
         caption=caption,
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -79,4 +81,4 @@ def table(
         out.add_column(name, no_wrap=True, min_width=widest, overflow="ignore", justify=justify)
     for r in cells:
         out.add_row(*r)
-    return out
+    return out if title is None else Group(Text(title, style="bold"), out)

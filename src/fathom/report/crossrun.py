@@ -180,34 +180,47 @@ def gradient_table(
 
 
 def activation_table(runs: Sequence[RunData], reference: str | None) -> CrossTable | None:
-    """Zero post-ReLU activation fraction per hidden layer at each run's last recorded epoch."""
-    layers = layer_fields(field_names(runs), ZERO_FRAC)
-    if not layers:
+    """Zero post-ReLU activation fraction per hidden layer at each run's last recorded epoch.
+
+    Recipes whose layers have different module names (a plain block is ``blocks.0.res``, a
+    residual branch ``blocks.0.res.branch``) are aligned by position in the model; the
+    column names every name found at that position."""
+    groups = by_recipe(runs, reference)
+    per = {recipe: layer_fields(field_names(rs), ZERO_FRAC) for recipe, rs in groups.items()}
+    per = {k: v for k, v in per.items() if v}
+    if not per:
         return None
+    width = max(len(v) for v in per.values())
+    labels = [
+        " / ".join(dict.fromkeys(v[i][0] for v in per.values() if i < len(v))) for i in range(width)
+    ]
     cols = [
         Column("recipe", "recipe", "text"),
         Column("epoch", "epoch", "int"),
         Column("n", "seeds", "int"),
     ]
-    cols += [Column(f"layer:{layer}", _act_label(layer), "spread", "%") for layer, _ in layers]
+    cols += [
+        Column(f"layer:{i}", _act_label(label), "spread", "%") for i, label in enumerate(labels)
+    ]
     table = CrossTable(
         "zero_activations",
         "Zero post-ReLU activations per hidden layer (last recorded epoch)",
         "#{h == 0} / (N × units) on the fixed probe, mean over the probe then over seeds "
-        "(min–max over seeds), in percent; a column '→ X' is the ReLU output feeding layer X. "
-        "A zero on this probe does not prove a permanently dead unit.",
+        "(min–max over seeds), in percent; a column '→ X' is the ReLU output feeding layer X "
+        "(layers aligned by position across recipes). A zero on this probe does not prove a "
+        "permanently dead unit.",
         cols,
     )
-    for recipe, rs in by_recipe(runs, reference).items():
-        name0 = layers[0][1]
-        ends = [e for e in (last_epoch(r, name0) for r in rs) if e is not None]
+    for recipe, layers in per.items():
+        rs = groups[recipe]
+        ends = [e for e in (last_epoch(r, layers[0][1]) for r in rs) if e is not None]
         if not ends:
             continue
         e = min(ends)
         row: dict[str, Any] = {"recipe": recipe, "epoch": e, "n": 0}
-        for layer, name in layers:
+        for i, (_layer, name) in enumerate(layers):
             s = spread([value_at(r, name, e) for r in rs], percent)
-            row[f"layer:{layer}"] = s
+            row[f"layer:{i}"] = s
             row["n"] = max(row["n"], s["n"] if s else 0)
         table.rows.append(row)
     return table
@@ -215,7 +228,7 @@ def activation_table(runs: Sequence[RunData], reference: str | None) -> CrossTab
 
 def _act_label(layer: str) -> str:
     """``L0 (%)`` for hidden-index names; ``→ head (%)`` for the input of a qualified layer."""
-    return f"{layer} (%)" if _INDEX.match(layer) else f"→ {layer} (%)"
+    return f"{layer} (%)" if all(_INDEX.match(x) for x in layer.split(" / ")) else f"→ {layer} (%)"
 
 
 def _final_row(run: RunData) -> Mapping[str, Any]:

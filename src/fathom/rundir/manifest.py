@@ -7,7 +7,8 @@ sections). These fields are the contract every reader relies on, validated by
 * ``format`` (:data:`FORMAT`), ``run_id``, ``study``;
 * ``kind``: which config family ``config`` belongs to (:data:`KINDS`, see
   :mod:`fathom.rundir.kinds`) -- a field, never parsed from a name;
-* ``phase``: the run's role in a study (:data:`PHASES`) or ``None`` for a lone run;
+* ``phase``: the run's role in a study (:data:`PHASES`: a tuning-grid run, a main run, or one
+  run of a diagnostic pair such as ``fathom diagnose head``) or ``None`` for a lone run;
 * ``status`` (:data:`STATUSES`) and ``status_reason``;
 * ``integrity``: ``manifest_sha256`` (SHA-256 of the canonical JSON of the manifest
   without this one key) and ``history`` (``bytes``, ``rows``, ``sha256`` of the first
@@ -29,7 +30,7 @@ from fathom.io import config_digest
 
 FORMAT = 2
 KINDS = ("run", "depth_scaling")
-PHASES = ("tuning", "main")
+PHASES = ("tuning", "main", "diagnostic")
 STATUSES = ("running", "complete", "diverged", "failed")
 
 
@@ -42,7 +43,7 @@ class ManifestHeader(BaseModel):
     run_id: str
     study: str | None = None
     kind: str
-    phase: Literal["tuning", "main"] | None = None
+    phase: Literal["tuning", "main", "diagnostic"] | None = None
     status: Literal["running", "complete", "diverged", "failed"]
     status_reason: str | None = None
     config: dict[str, Any]

@@ -1,4 +1,5 @@
-"""Where the runs of a study execute: this process, N local worker processes, or Ray.
+"""Where the runs of a study execute: this process, N local worker processes, Ray, or Slurm
+(:mod:`fathom.study.slurm`, through submitit).
 
 Every backend calls :func:`fathom.study.execute.execute_run` once per run and returns
 its :class:`RunOutcome` s in the order of the specs; a run is the same computation on
@@ -21,6 +22,79 @@ from fathom.study.execute import RunOutcome, execute_run
 from fathom.study.plan import RunSpec
 
 Progress = Callable[[RunOutcome], None]
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent_pid: int, poll_s: float = 0.5) -> None:
+    """Worker initializer: end this worker as soon as its parent (the study) dies.
+
+    A worker blocked on its task pipe never notices a ``kill -9`` of the parent by
+    itself. On Linux the kernel sends SIGKILL at once (``prctl(PR_SET_PDEATHSIG)``); a
+    daemon thread also polls ``os.getppid()`` every ``poll_s`` seconds (other systems,
+    and a parent that died before the ``prctl``) and ends the process with ``os._exit``.
+    """
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    threading.Thread(target=watch, name="fathom-parent-watch", daemon=True).start()
+
+
+def init_worker(parent_pid: int, indices: Any) -> None:
+    """Worker initializer: die with the study (:func:`die_with_parent`), then take a device."""
+    die_with_parent(parent_pid)
+    init_worker_device(indices)
+
+
+def wants_cuda(specs: Sequence[RunSpec]) -> bool:
+    """True when a run would train on CUDA here (device ``cuda``, or ``auto`` with a GPU)."""
+    import torch
+
+    devices = {s.config.get("device", "auto") for s in specs}
+    return bool(devices & {"auto", "cuda"}) and torch.cuda.is_available()
+
+
+def worker_devices(workers: int) -> list[int]:
+    """CUDA device index of each local worker process: worker ``i`` -> ``i mod device_count``.
+
+    With as many GPUs as workers every worker has its own device; with fewer, workers share
+    them round-robin (never all on ``cuda:0``).
+    """
+    import torch
+
+    count = torch.cuda.device_count()
+    if count < 1:
+        raise FathomError("no CUDA device is visible; worker devices apply to GPU runs only")
+    return [i % count for i in range(workers)]
+
+
+def init_worker_device(indices: Any) -> None:
+    """Pool initializer: take this worker's device index from the queue and make it current,
+    so the runs' ``cuda`` device (and CUDA graphs) land on it; ``None`` leaves the device alone."""
+    index = indices.get()
+    if index is not None:
+        import torch
+
+        torch.cuda.set_device(index)
 
 
 @dataclass
@@ -47,9 +121,11 @@ class LocalBackend:
         retry_failed: bool,
         registry_file: str | None,
         progress: Progress | None = None,
+        allow_source_change: bool = False,
     ) -> list[RunOutcome]:
         kwargs = dict(
             retry_failed=retry_failed,
+            allow_source_change=allow_source_change,
             threads=self.threads,
             registry_file=registry_file,
             splits_for=self.splits_for,
@@ -64,7 +140,18 @@ class LocalBackend:
             return outs
         ctx = multiprocessing.get_context("spawn")
         results: dict[str, RunOutcome] = {}
-        with ProcessPoolExecutor(max_workers=min(self.workers, len(specs)), mp_context=ctx) as pool:
+        import os
+
+        n = min(self.workers, len(specs))
+        indices = ctx.Queue()
+        for index in worker_devices(n) if wants_cuda(specs) else [None] * n:
+            indices.put(index)
+        with ProcessPoolExecutor(
+            max_workers=n,
+            mp_context=ctx,
+            initializer=init_worker,
+            initargs=(os.getpid(), indices),
+        ) as pool:
             futures = {pool.submit(execute_run, s, **kwargs): s for s in specs}
             for fut in as_completed(futures):
                 out = fut.result()
@@ -110,6 +197,7 @@ class RayBackend:
         retry_failed: bool,
         registry_file: str | None,
         progress: Progress | None = None,
+        allow_source_change: bool = False,
     ) -> list[RunOutcome]:
         ray = _import_ray()
         if not ray.is_initialized():
@@ -128,6 +216,7 @@ class RayBackend:
                 retry_failed=retry_failed,
                 threads=self.threads,
                 splits_for=self.splits_for,
+                allow_source_change=allow_source_change,
                 live=self.live,
             ): s
             for s in specs
@@ -161,10 +250,16 @@ def make_backend(
     address: str | None = None,
     threads: int = 1,
     splits_for: Any = None,
+    slurm: dict[str, Any] | None = None,
     live: tuple[str, ...] = (),
 ):
+    """The backend called ``name``; ``slurm`` holds :class:`fathom.study.slurm.SlurmBackend` fields."""
     if name == "local":
         return LocalBackend(workers=workers, threads=threads, splits_for=splits_for, live=live)
     if name == "ray":
         return RayBackend(address=address, threads=threads, splits_for=splits_for, live=live)
-    raise FathomError(f"unknown backend {name!r}; use 'local' or 'ray'")
+    if name == "slurm":
+        from fathom.study.slurm import SlurmBackend
+
+        return SlurmBackend(threads=threads, splits_for=splits_for, live=live, **(slurm or {}))
+    raise FathomError(f"unknown backend {name!r}; use 'local', 'ray' or 'slurm'")

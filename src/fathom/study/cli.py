@@ -23,15 +23,51 @@ def _threads(args: argparse.Namespace, study: Any) -> int:
     return threads
 
 
+def slurm_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """:class:`fathom.study.slurm.SlurmBackend` fields from ``--slurm-*`` (``None`` off Slurm)."""
+    if args.backend != "slurm":
+        given = [k for k in ("slurm_partition", "slurm_gpus") if getattr(args, k, None)]
+        if given:
+            raise FathomError(
+                f"--{given[0].replace('_', '-')} is for --backend slurm; add it or drop the option"
+            )
+        return None
+    return {
+        "folder": args.slurm_folder or str(Path(args.runs_dir) / "submitit"),
+        "cluster": args.slurm_cluster,
+        "partition": args.slurm_partition,
+        "gpus_per_task": args.slurm_gpus or 0,
+        "timeout_min": args.slurm_timeout_min,
+    }
+
+
+def add_slurm_arguments(p: argparse.ArgumentParser) -> None:
+    """``--slurm-*`` options shared by ``study run`` and ``reproduce``."""
+    p.add_argument("--slurm-partition", help="Slurm partition (--backend slurm)")
+    p.add_argument("--slurm-gpus", type=int, help="GPUs per run (--backend slurm; default 0)")
+    p.add_argument(
+        "--slurm-timeout-min", type=int, default=180, help="time limit per run in minutes"
+    )
+    p.add_argument(
+        "--slurm-folder", help="submitit logs and pickles (default RUNS_DIR/submitit; shared FS)"
+    )
+    p.add_argument(
+        "--slurm-cluster",
+        choices=["slurm", "local", "debug"],
+        help="submitit executor (default: slurm when sbatch exists, else local processes)",
+    )
+
+
 def progress_line(info: Any) -> str:
     """``  main-residual_dropout-s101  trained  complete  12.3s  params 3f9a0c1d2e4b``.
 
     The run id is padded to the longest id a study of the shipped recipes makes (31
-    characters), so the line fits 80 columns; an error reason follows and may wrap.
+    characters), so the line fits 80 columns; why a run was retried and an error reason
+    follow and may wrap.
     """
     from fathom.terminal import short_hash
 
-    extra = f"  ({info.error})" if info.error else ""
+    extra = "".join(f"  ({t})" for t in (getattr(info, "note", None), info.error) if t)
     return (
         f"  {info.run_id:<31} {info.action:<7} {info.status:<8} {info.wall_s:6.1f}s "
         f"params {short_hash(info.final_params)}{extra}"
@@ -57,6 +93,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         workers=args.workers,
         address=args.address,
         threads=_threads(args, study),
+        slurm=slurm_options(args),
         live=parse_live(args.live),
     )
     console = Console(stderr=True)
@@ -82,6 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         retry_failed=args.retry_failed,
         progress=progress,
         origin=origin,
+        allow_source_change=args.allow_source_change,
     )
     if not args.quiet:
         print_summary(result.summary)
@@ -260,15 +298,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--workers", type=int, default=1, help="local worker processes (default: 1, sequential)"
     )
-    run.add_argument("--backend", choices=["local", "ray"], default="local")
+    run.add_argument("--backend", choices=["local", "ray", "slurm"], default="local")
     run.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    add_slurm_arguments(run)
     run.add_argument(
         "--threads",
         type=int,
         help="torch threads per run (default: the study's threads_per_run, else 1; final hashes depend on it)",
     )
     run.add_argument(
-        "--retry-failed", action="store_true", help="retry runs that failed (default: keep them)"
+        "--retry-failed",
+        action="store_true",
+        help="retry runs that failed by themselves (runs failed by their environment, e.g. a full disk, are always retried)",
+    )
+    run.add_argument(
+        "--allow-source-change",
+        action="store_true",
+        help="resume interrupted runs even though the fathom source changed (recorded)",
     )
     run.add_argument("--quiet", action="store_true", help="print only the final line")
     run.add_argument(

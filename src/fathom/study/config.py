@@ -7,7 +7,7 @@ name = "my-study"
 reference = "residual"                 # the recipe every other one is compared against
 recipes = ["plain", "residual", "sd_constant"]
 seeds = [101, 102, 103]                # main-phase seeds
-lr = 0.01                              # used only when tuning is disabled
+lr = 0.01                              # one rate for every recipe, without tuning
 target_val_acc = 0.98                  # time-to-target threshold (optional)
 scale_down = ["width_mult 0.1 ..."]    # what this study scales down (printed in the summary)
 
@@ -19,6 +19,15 @@ lrs = [0.01, 0.03, 0.1]
 [base]                                 # a run config (see fathom.config.RunConfig)
 optim = { epochs = 100, batch_size = 64 }
 ```
+
+Where each recipe's learning rate comes from (its *source*, recorded in the summary):
+
+* ``"tuning"``: ``[tuning] enabled = true`` -- selected from the grid at the tuning seed;
+* ``"study.lr"``: tuning disabled, one rate ``study.lr`` for every recipe;
+* ``"frozen"``: ``[tuning] mode = "frozen"`` with ``lr = {plain = 0.03, residual = 0.01, ...}``
+  -- one fixed rate per recipe (every recipe listed, no other), no tuning run at all. This is
+  how a protocol whose rates were selected once is repeated without re-tuning (re-tuning
+  can flip the selection a published table rests on).
 
 The study sets ``name``, ``study``, ``seed``, ``model.recipe`` and ``optim.lr`` of every
 run itself, so ``[base]`` may not set them.
@@ -34,6 +43,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fathom.config import RunConfig, _format_validation_error, load_toml, validate_run_config
+from fathom.config_models import Bool, Float, Int
 from fathom.errors import FathomError
 from fathom.models.ciresan import RECIPES
 
@@ -42,7 +52,7 @@ STUDY_OWNED_KEYS: tuple[str, ...] = ("name", "study", "seed", "model.recipe", "o
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class StudySection(_Strict):
@@ -50,11 +60,11 @@ class StudySection(_Strict):
     description: str = ""
     reference: str
     recipes: tuple[str, ...]
-    seeds: tuple[int, ...] = (101, 102, 103)
-    lr: float | None = Field(default=None, gt=0)
-    target_val_acc: float | None = Field(default=None, gt=0, le=1)
+    seeds: tuple[Int, ...] = (101, 102, 103)
+    lr: Float | None = Field(default=None, gt=0)
+    target_val_acc: Float | None = Field(default=None, gt=0, le=1)
     scale_down: tuple[str, ...] = ()
-    threads_per_run: int | None = Field(default=None, gt=0)
+    threads_per_run: Int | None = Field(default=None, gt=0)
 
     @field_validator("recipes")
     @classmethod
@@ -87,10 +97,44 @@ class StudySection(_Strict):
         return self
 
 
+LR_SOURCES: tuple[str, ...] = ("tuning", "study.lr", "frozen")
+"""Where a recipe's learning rate came from (see the module docstring)."""
+
+
 class TuningSection(_Strict):
-    enabled: bool = True
-    seed: int = 1
-    lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
+    enabled: Bool = True
+    mode: Literal["grid", "frozen"] = "grid"
+    seed: Int = 1
+    lrs: tuple[Float, ...] = (0.01, 0.03, 0.1)
+    lr: dict[str, Float] = Field(default_factory=dict)
+
+    @property
+    def runs_grid(self) -> bool:
+        """True when a tuning phase trains the grid (``mode = "grid"`` and enabled)."""
+        return self.enabled and self.mode == "grid"
+
+    @model_validator(mode="after")
+    def _mode(self) -> TuningSection:
+        if self.mode == "frozen":
+            if "enabled" in self.model_fields_set and self.enabled:
+                raise ValueError(
+                    'tuning.mode = "frozen" runs no tuning, but tuning.enabled = true asks for '
+                    'a grid: drop tuning.enabled (or use mode = "grid")'
+                )
+            if not self.lr:
+                raise ValueError(
+                    'tuning.mode = "frozen" needs tuning.lr, one rate per recipe, e.g. '
+                    "lr = {plain = 0.03, residual = 0.01}"
+                )
+            bad = {k: v for k, v in self.lr.items() if not v > 0}
+            if bad:
+                raise ValueError(f"frozen learning rates must be positive, got {bad}")
+        elif self.lr:
+            raise ValueError(
+                'tuning.lr (per-recipe frozen rates) is used only with mode = "frozen"; add '
+                'mode = "frozen" or remove tuning.lr'
+            )
+        return self
 
     @field_validator("lrs")
     @classmethod
@@ -114,11 +158,39 @@ class StudyConfig(_Strict):
 
     @model_validator(mode="after")
     def _lr_source(self) -> StudyConfig:
-        if not self.tuning.enabled and self.study.lr is None:
+        if self.tuning.mode == "frozen":
+            recipes = set(self.study.recipes)
+            missing = sorted(recipes - set(self.tuning.lr))
+            extra = sorted(set(self.tuning.lr) - recipes)
+            if missing or extra:
+                raise ValueError(
+                    f"tuning.lr must give one frozen rate for each recipe of study.recipes: "
+                    f"missing {missing}, not in study.recipes {extra}"
+                )
+            if self.study.lr is not None:
+                raise ValueError(
+                    'study.lr and tuning.mode = "frozen" both set the rates: remove study.lr '
+                    "(the frozen rates are in tuning.lr)"
+                )
+        elif not self.tuning.enabled and self.study.lr is None:
             raise ValueError(
                 "tuning is disabled and study.lr is not set: set study.lr or enable [tuning]"
             )
         return self
+
+    def lr_source(self) -> str:
+        """Where every recipe's rate comes from: one of :data:`LR_SOURCES`."""
+        if self.tuning.mode == "frozen":
+            return "frozen"
+        return "tuning" if self.tuning.enabled else "study.lr"
+
+    def fixed_lrs(self) -> dict[str, float] | None:
+        """Each recipe's rate when no tuning phase selects it (frozen or ``study.lr``), else ``None``."""
+        if self.tuning.mode == "frozen":
+            return {r: float(self.tuning.lr[r]) for r in self.study.recipes}
+        if not self.tuning.enabled:
+            return dict.fromkeys(self.study.recipes, float(self.study.lr))  # type: ignore[arg-type]  # required without tuning
+        return None
 
     def to_data(self) -> dict[str, Any]:
         """JSON-able contents that :func:`validate_study_config` accepts back (owned keys dropped)."""

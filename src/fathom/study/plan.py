@@ -15,7 +15,7 @@ class RunSpec:
 
     run_id: str
     study: str
-    phase: str  # "tuning" | "main"
+    phase: str | None  # "tuning" | "main" | None (a lone run, e.g. a diagnostic pair)
     recipe: str
     seed: int
     lr: float
@@ -58,8 +58,9 @@ def _spec(
 
 
 def tuning_specs(study: StudyConfig, runs_dir: str | Path) -> list[RunSpec]:
-    """Every recipe at the tuning seed over the learning-rate grid (empty when disabled)."""
-    if not study.tuning.enabled:
+    """Every recipe at the tuning seed over the learning-rate grid (empty when disabled or
+    when the rates are frozen)."""
+    if not study.tuning.runs_grid:
         return []
     return [
         _spec(study, runs_dir, "tuning", recipe, study.tuning.seed, lr)
@@ -69,7 +70,11 @@ def tuning_specs(study: StudyConfig, runs_dir: str | Path) -> list[RunSpec]:
 
 
 def main_specs(study: StudyConfig, runs_dir: str | Path, lrs: dict[str, float]) -> list[RunSpec]:
-    """Every recipe at its learning rate over the main seeds."""
+    """Every recipe at its learning rate over the main seeds.
+
+    ``lrs`` is the tuning phase's selection, or :meth:`StudyConfig.fixed_lrs` (frozen
+    per-recipe rates or the one ``study.lr``) when the study has no tuning phase.
+    """
     return [
         _spec(study, runs_dir, "main", recipe, seed, lrs[recipe])
         for recipe in study.study.recipes

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from fathom.study.runner import scale_down_text
+from fathom.study.runner import integrity_markdown, scale_down_text
 from fathom.terminal import table
 
 METRIC_SHORT = {"test_acc": "accuracy", "test_ce": "CE"}
@@ -62,6 +62,14 @@ def _tuning(summary: dict[str, Any]):
         cols,
         rows,
     )
+
+
+def _rates(summary: dict[str, Any]):
+    """Each recipe's rate and its source, for a study without a tuning phase."""
+    t = summary["tuning"]
+    sources = t.get("lr_source") or {}
+    rows = [[r, f"{lr:g}", sources.get(r, "study.lr")] for r, lr in t["selected_lr"].items()]
+    return table(f"No tuning phase: {t['rule']}", ["Method", "LR", "Source"], rows)
 
 
 def _quality(stats: dict[str, Any]):
@@ -153,8 +161,13 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
     console.rule(f"Study {summary['study']}")
     console.print(scale_down_text(summary))
     console.print(f"Device(s): {', '.join(summary['devices'])}")
+    for line in integrity_markdown(summary):
+        if line:
+            console.print(line, overflow="fold")
     if summary["tuning"]["enabled"]:
         console.print(_tuning(summary))
+    else:
+        console.print(_rates(summary))
     console.print(_quality(stats))
     for checkpoint in ("selected", "final"):
         console.print(_differences(stats, checkpoint))

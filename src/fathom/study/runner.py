@@ -2,9 +2,12 @@
 
 Selection rule (tuning phase): for each recipe, the grid rate whose run reaches the
 lowest validation CE (its minimum over evaluated epochs, the same quantity that selects
-checkpoints); ties go to the smaller rate. A diverged or failed grid point is recorded
-in the grid and never selected. A recipe whose every grid point failed stops the study
-with an error naming it.
+checkpoints); ties go to the smaller rate. A diverged grid point is recorded in the grid
+and never selected. A failed or unfinished grid point stops the study before selection
+(a rate is never selected without it), naming the run and ``--retry-failed``.
+
+A study holds an exclusive lock on its directory for its whole duration: the same
+``fathom study run`` started twice is refused, naming the first one's PID.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 from fathom.config import config_diff
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest, dumps
-from fathom.rundir import RunDir
+from fathom.rundir import RunDir, study_lock
 from fathom.stats import summarise_study, to_markdown
 from fathom.study.config import StudyConfig, validate_study_config
 from fathom.study.execute import RunOutcome
@@ -29,6 +32,12 @@ from fathom.study.registry import registry_path
 from fathom.study.scaledown import scale_down_sentence, scaled_down
 
 STUDY_FILE = "study.json"
+LR_RULES: dict[str, str] = {
+    "tuning": "minimum validation CE over evaluated epochs; ties to the smaller rate; diverged or failed points never selected",
+    "study.lr": "every recipe at the study's one learning rate (study.lr), nothing selected",
+    "frozen": "every recipe at its frozen rate (tuning.lr), nothing selected and no tuning run",
+}
+"""The sentence that says how the main phase's rates were chosen, by source."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,17 @@ def select_lr(points: Sequence[GridPoint]) -> dict[str, float]:
         by_recipe.setdefault(p.recipe, []).append(p)
     chosen = {}
     for recipe, pts in by_recipe.items():
+        unfinished = [p for p in pts if p.status not in ("complete", "diverged")]
+        if unfinished:
+            names = ", ".join(
+                f"{p.run_id} ({p.status}: {p.status_reason})"
+                for p in sorted(unfinished, key=lambda p: p.lr)
+            )
+            raise FathomError(
+                f"the tuning grid of recipe {recipe!r} is incomplete: {names}. A learning rate "
+                "is never selected without every grid point; rerun the study with "
+                "--retry-failed to retry them"
+            )
         ok = [p for p in pts if p.status == "complete" and p.val_ce is not None]
         if not ok:
             grid = ", ".join(f"lr {p.lr:g}: {p.status}" for p in sorted(pts, key=lambda p: p.lr))
@@ -119,12 +139,30 @@ def run_study(
     retry_failed: bool = False,
     progress: Callable[[str, Any], None] | None = None,
     origin: str = "",
+    allow_source_change: bool = False,
 ) -> StudyResult:
     """Run (or resume) ``study`` under ``runs_dir`` on ``backend``; write the summary files."""
+    root = study_root(runs_dir, study)
+    if root.exists() and not root.is_dir():
+        raise FathomError(
+            f"{str(root)!r} is a file, not a study directory; move it away or choose another --runs-dir"
+        )
+    with study_lock(root):
+        opts = {"retry_failed": retry_failed, "allow_source_change": allow_source_change}
+        return _run_locked(study, runs_dir, backend, opts, progress, origin)
+
+
+def _run_locked(
+    study: StudyConfig,
+    runs_dir: str | Path,
+    backend: Any,
+    opts: dict[str, bool],
+    progress: Callable[[str, Any], None] | None,
+    origin: str,
+) -> StudyResult:
     t0 = time.perf_counter()
     root = study_root(runs_dir, study)
     check_study_file(root, study)
-    root.mkdir(parents=True, exist_ok=True)
     atomic_write_json(
         root / STUDY_FILE,
         {
@@ -151,20 +189,21 @@ def run_study(
                 "phase",
                 f"tuning: {len(t_specs)} runs ({len(study.study.recipes)} recipes x {len(study.tuning.lrs)} rates, seed {study.tuning.seed})",
             )
-        outcomes += backend.run(
-            t_specs, retry_failed=retry_failed, registry_file=reg, progress=report
-        )
+        outcomes += backend.run(t_specs, registry_file=reg, progress=report, **opts)
         grid = [grid_point(s) for s in t_specs]
         lrs = select_lr(grid)
     else:
-        lrs = dict.fromkeys(study.study.recipes, float(study.study.lr))
+        lrs = study.fixed_lrs() or {}
+        if progress is not None:
+            rates = ", ".join(f"{r} {lr:g}" for r, lr in lrs.items())
+            progress("phase", f"no tuning: learning rates from {study.lr_source()} ({rates})")
     m_specs = main_specs(study, runs_dir, lrs)
     if progress is not None:
         progress(
             "phase",
             f"main: {len(m_specs)} runs ({len(study.study.recipes)} recipes x {len(study.study.seeds)} seeds)",
         )
-    outcomes += backend.run(m_specs, retry_failed=retry_failed, registry_file=reg, progress=report)
+    outcomes += backend.run(m_specs, registry_file=reg, progress=report, **opts)
     summary = build_summary(study, m_specs, grid, lrs)
     summary["execution"] = {
         "backend": getattr(backend, "name", type(backend).__name__),
@@ -173,7 +212,9 @@ def run_study(
             a: sum(o.action == a for o in outcomes) for a in sorted({o.action for o in outcomes})
         },
         "runs": [o.to_dict() for o in outcomes],
+        "retried": [{"run_id": o.run_id, "note": o.note} for o in outcomes if o.note],
     }
+    summary["integrity"] = integrity(list(t_specs) + list(m_specs))
     write_summary(root, summary)
     return StudyResult(root, summary, outcomes, time.perf_counter() - t0)
 
@@ -190,6 +231,8 @@ def build_summary(
     devices = sorted(
         {RunDir(s.run_dir).manifest.get("environment", {}).get("device_name", "?") for s in m_specs}
     )
+    source = study.lr_source()
+    grid_on = study.tuning.runs_grid
     return {
         "study": study.study.name,
         "description": study.study.description,
@@ -199,18 +242,21 @@ def build_summary(
         "scale_down_notes": list(study.study.scale_down),
         "devices": devices,
         "tuning": {
-            "enabled": study.tuning.enabled,
-            "seed": study.tuning.seed if study.tuning.enabled else None,
-            "lrs": list(study.tuning.lrs) if study.tuning.enabled else [],
-            "rule": "minimum validation CE over evaluated epochs; ties to the smaller rate; diverged or failed points never selected",
+            "enabled": grid_on,
+            "mode": "grid" if grid_on else ("frozen" if source == "frozen" else "off"),
+            "seed": study.tuning.seed if grid_on else None,
+            "lrs": list(study.tuning.lrs) if grid_on else [],
+            "rule": LR_RULES[source],
             "grid": [vars(p) for p in grid],
             "selected_lr": lrs,
+            "lr_source": dict.fromkeys(lrs, source),
         },
         "runs": {
             s.run_id: {
                 "recipe": s.recipe,
                 "seed": s.seed,
                 "lr": s.lr,
+                "lr_source": source,
                 "run_dir": s.run_dir,
                 "status": RunDir(s.run_dir).status,
                 "final_params": (RunDir(s.run_dir).manifest.get("hashes") or {}).get(
@@ -221,6 +267,30 @@ def build_summary(
         },
         "stats": summary,
     }
+
+
+def integrity(specs: Sequence[RunSpec]) -> dict[str, list[str]]:
+    """Per run id, every integrity problem its run directory still has (see RunDir.problems)."""
+    out = {}
+    for s in specs:
+        problems = RunDir(s.run_dir).problems()
+        if problems:
+            out[s.run_id] = problems
+    return out
+
+
+def integrity_markdown(summary: dict[str, Any]) -> list[str]:
+    """The runs this invocation retried (and why) and any problem left in a run directory."""
+    retried = (summary.get("execution") or {}).get("retried") or []
+    problems = summary.get("integrity") or {}
+    if not retried and not problems:
+        return [
+            "Every run directory verified intact (manifest, history and checkpoint digests).",
+            "",
+        ]
+    lines = [f"- {r['run_id']}: {r['note']}" for r in retried]
+    lines += [f"- {rid}: {'; '.join(p)}" for rid, p in sorted(problems.items())]
+    return [*lines, ""]
 
 
 def scale_down_text(summary: dict[str, Any]) -> str:
@@ -237,7 +307,11 @@ def scale_down_text(summary: dict[str, Any]) -> str:
 def tuning_markdown(summary: dict[str, Any]) -> list[str]:
     t = summary["tuning"]
     if not t["enabled"]:
-        return ["No tuning phase: every recipe used the study's fixed learning rate.", ""]
+        lines = [f"No tuning phase: {t['rule']}.", "", "| Method | LR | Source |", "|---|---|---|"]
+        sources = t.get("lr_source") or {}
+        for recipe, lr in t["selected_lr"].items():
+            lines.append(f"| {recipe} | {lr:g} | {sources.get(recipe, 'study.lr')} |")
+        return [*lines, ""]
     lines = [
         f"Tuning grid (seed {t['seed']}); selection: {t['rule']}.",
         "",
@@ -267,6 +341,9 @@ def write_summary(root: Path, summary: dict[str, Any]) -> None:
         "## Tuning",
         "",
         *tuning_markdown(summary),
+        "## Run directories",
+        "",
+        *integrity_markdown(summary),
         "## Main phase",
         "",
         to_markdown(summary["stats"]),

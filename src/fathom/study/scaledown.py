@@ -140,6 +140,9 @@ def _recipes_item(s: StudyConfig, f: StudyConfig) -> tuple[bool, str]:
 def _tuning_item(s: StudyConfig, f: StudyConfig) -> tuple[bool, str]:
     a, b = s.tuning, f.tuning
     full = f"tuning at seed {b.seed} over LR {{{', '.join(f'{x:g}' for x in b.lrs)}}}"
+    if a.mode == "frozen":
+        rates = ", ".join(f"{r} {lr:g}" for r, lr in (s.fixed_lrs() or {}).items())
+        return False, f"frozen learning rates ({rates}; no tuning phase) instead of {full}"
     if not a.enabled:
         return b.enabled, f"no tuning phase (fixed LR {s.study.lr:g}) instead of {full}"
     mine = f"tuning at seed {a.seed} over LR {{{', '.join(f'{x:g}' for x in a.lrs)}}}"
@@ -173,7 +176,10 @@ _DESCRIBED: dict[
     ),
     "seeds": (("study.seeds",), _seeds_item),
     "recipes": (("study.recipes",), _recipes_item),
-    "tuning": (("tuning.enabled", "tuning.lrs", "tuning.seed", "study.lr"), _tuning_item),
+    "tuning": (
+        ("tuning.enabled", "tuning.mode", "tuning.lr", "tuning.lrs", "tuning.seed", "study.lr"),
+        _tuning_item,
+    ),
 }
 
 
@@ -199,7 +205,7 @@ def scaled_down(study: StudyConfig, full: StudyConfig | None = None) -> list[Sca
     out: list[ScaleDown] = []
     covered: set[str] = set()
     for covers, describe in _DESCRIBED.values():
-        hit = [k for k in covers if k in keys]
+        hit = [k for c in covers for k in keys if k == c or k.startswith(c + ".")]
         if not hit:
             continue
         covered.update(covers)
@@ -210,7 +216,7 @@ def scaled_down(study: StudyConfig, full: StudyConfig | None = None) -> list[Sca
             )
         )
     for k in keys:
-        if k not in covered:
+        if not any(k == c or k.startswith(c + ".") for c in covered):
             text = f"{k.removeprefix('base.')} {_fmt(a.get(k))} instead of {_fmt(b.get(k))}"
             out.append(ScaleDown(k, "changed", a.get(k), b.get(k), text))
     return sorted(out, key=lambda d: d.kind != "reduced")

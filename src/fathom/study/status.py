@@ -51,8 +51,9 @@ def study_status(root: Path) -> tuple[list[dict[str, Any]], str]:
     t_specs = tuning_specs(study, runs_dir)
     rows = [_row(s, epochs) for s in t_specs]
     lrs: dict[str, float]
-    if not t_specs:
-        lrs = dict.fromkeys(study.study.recipes, float(study.study.lr))  # type: ignore[arg-type]  # required without tuning
+    fixed = study.fixed_lrs()
+    if fixed is not None:
+        lrs = fixed
     elif all(r["status"] in ("complete", "diverged", "failed") for r in rows):
         try:
             lrs = dict(select_lr([grid_point(s) for s in t_specs]))

@@ -40,8 +40,9 @@ Every moment comes from the `N x N` Gram matrix `K_ij = g_i . g_j` of the per-ex
 weight gradients, in float64. For a Linear layer with one row per example the gradients are
 never materialised: `g_i = delta_i a_i^T`, so `g_i . g_j = (a_i . a_j)(delta_i . delta_j)`.
 Linear layers over sequences and Conv1d/2d layers sum `delta_it a_it^T` over positions
-(unfolded patches); every other module with parameters (BatchNorm/LayerNorm affine,
-Embedding, attention, custom modules) gets exact per-example gradients from `torch.func`.
+(patches); eval-mode BatchNorm and LayerNorm affines sum `delta_it * x_hat_it`; every other
+module with parameters (Embedding, attention, custom modules) gets exact per-example
+gradients from `torch.func`.
 Biases are excluded from the per-example moments (weights only). Dense evaluation mode
 means BatchNorm uses its running statistics (examples independent); spiking nets report
 their surrogate gradients.

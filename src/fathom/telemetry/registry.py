@@ -108,7 +108,8 @@ _DELTA = "delta_i = dL_i/dz_i, L_i the unaveraged cross entropy of example i, z 
 _G = (
     "g_i = dL_i/dW of the layer's weights (every covered parameter whose name does not end in "
     "'bias', flattened and concatenated; biases excluded); Linear/Conv: g_i = sum_t delta_it a_it^T "
-    "over positions t (a_it the input or unfolded patch), other modules: exact torch.func vjp"
+    "over positions t (a_it the input or unfolded patch), eval BatchNorm / LayerNorm: "
+    "g_i(w) = sum_t delta_it * x_hat_it, other modules: exact torch.func vjp"
 )
 
 

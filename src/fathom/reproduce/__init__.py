@@ -1,0 +1,1 @@
+"""Reproduce the seeds end to end: reference data, the pipeline and the comparison report."""

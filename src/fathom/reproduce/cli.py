@@ -1,0 +1,131 @@
+"""``fathom reproduce PRESET_OR_TOML`` and ``fathom diagnose head [CONFIG]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fathom.errors import FathomError
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from fathom.reproduce.config import load_pipeline
+    from fathom.reproduce.pipeline import Context, locations, reproduce
+    from fathom.study.backends import make_backend
+    from fathom.study.cli import slurm_options
+    from fathom.study.scaledown import scale_down_sentence, scaled_down
+
+    name, pipe, study, origin = load_pipeline(args.pipeline)
+    threads = args.threads or study.study.threads_per_run or 1
+    if threads < 1:
+        raise FathomError(f"--threads must be at least 1, got {threads}")
+    backend = make_backend(
+        args.backend,
+        workers=args.workers,
+        address=args.address,
+        threads=threads,
+        slurm=slurm_options(args),
+    )
+
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    ctx = Context(
+        name=name,
+        pipe=pipe,
+        study=study,
+        runs_dir=Path(args.runs_dir),
+        backend=backend,
+        say=say,
+        threads=threads,
+        retry_failed=args.retry_failed,
+    )
+    say(f"reproduce {name} ({origin}): study {study.study.name} on {backend.name}")
+    say(scale_down_sentence(scaled_down(study)))
+    reproduce(ctx)
+    print(f"reproduction: {ctx.root / 'reproduce' / 'reproduction.md'} and reproduction.json")
+    print(f"report: {ctx.root / 'report' / 'report.html'}")
+    print("where each seed table's counterpart is:")
+    from fathom.reproduce.seeds import load_seeds
+
+    data = load_seeds()
+    places = locations(ctx)
+    for t in data.table:
+        print(f"  {data.source(t)}: {t.title}\n    -> {places[t.id]}")
+    return 0
+
+
+def cmd_diagnose_head(args: argparse.Namespace) -> int:
+    from fathom.reproduce.head import HeadSettings, head_lines, run_head_diagnostic
+    from fathom.train.cli import load_run_config_or_preset
+
+    base = load_run_config_or_preset(args.config)
+    settings = HeadSettings(
+        seed=args.seed,
+        epochs=args.epochs,
+        width_mult=args.width_mult,
+        fit_subset=args.fit_subset,
+        eval_subset=args.eval_subset,
+        lr=args.lr,
+        device=args.device,
+    )
+    if args.epochs < 1:
+        raise FathomError(f"--epochs must be at least 1, got {args.epochs}")
+    result = run_head_diagnostic(base, settings, args.out, threads=args.threads)
+    print(
+        f"head diagnostic: seed {settings.seed}, {settings.epochs} epochs, test split; "
+        "ReLU head -> linear head (only model.output_relu differs)"
+    )
+    for line in head_lines(result):
+        print(line)
+    print(f"wrote {Path(args.out) / 'head.md'} and head.json")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from fathom.study.cli import add_slurm_arguments
+
+    p = sub.add_parser(
+        "reproduce",
+        help="run a seed's protocol end to end: study, audit, curvature, head diagnostic, "
+        "comparison with the seed's numbers, report (resumable at every step)",
+    )
+    p.add_argument(
+        "pipeline",
+        metavar="PRESET_OR_TOML",
+        help="a pipeline preset (quick: 2-core CPU; seed-003: a GPU) or a pipeline TOML",
+    )
+    p.add_argument("--runs-dir", default="runs", help="parent of the study directory")
+    p.add_argument("--workers", type=int, default=1, help="local worker processes for the study")
+    p.add_argument("--backend", choices=["local", "ray", "slurm"], default="local")
+    p.add_argument("--address", help="Ray cluster address (--backend ray)")
+    add_slurm_arguments(p)
+    p.add_argument("--threads", type=int, help="torch threads per run (final hashes depend on it)")
+    p.add_argument("--retry-failed", action="store_true", help="retry study runs that failed")
+    p.add_argument("--quiet", action="store_true", help="print only the final lines")
+    p.set_defaults(func=cmd_reproduce)
+
+    d = sub.add_parser("diagnose", help="matched-pair diagnostics (head: ReLU vs linear head)")
+    dsub = d.add_subparsers(dest="diagnose_command", required=True, metavar="SUBCOMMAND")
+    h = dsub.add_parser(
+        "head",
+        help="ReLU head vs linear head (only model.output_relu differs): per-class test counts",
+    )
+    h.add_argument(
+        "config",
+        nargs="?",
+        default="ciresan-fidelity",
+        help="run preset or TOML of the ReLU-head run (default ciresan-fidelity: raw pixels, ReLU head)",
+    )
+    h.add_argument("--seed", type=int, default=104)
+    h.add_argument("--epochs", type=int, default=5)
+    h.add_argument("--width-mult", type=float, help="scale the widths (e.g. 0.1 on a CPU)")
+    h.add_argument("--fit-subset", type=int, help="first N fitting examples (CPU scale-down)")
+    h.add_argument("--eval-subset", type=int, help="first N validation and test examples")
+    h.add_argument("--lr", type=float, help="learning rate (default: the config's)")
+    h.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    h.add_argument("--threads", type=int, default=None, help="torch threads")
+    h.add_argument("--out", default="runs/diagnose-head", help="output directory")
+    h.set_defaults(func=cmd_diagnose_head)

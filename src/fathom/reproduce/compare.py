@@ -1,0 +1,201 @@
+"""Each seed number beside Fathom's: the difference and whether it lies in Fathom's spread.
+
+For one seed value ``v`` (units of the seed) and Fathom's per-seed values ``x_1..x_n`` of
+the same quantity (:mod:`fathom.reproduce.extract`):
+
+* ``fathom = mean_i x_i``, ``sd`` the sample standard deviation, ``range = [min x, max x]``,
+  ``interval`` the 95% Student-t interval of the mean (:func:`fathom.stats.t_interval`);
+* ``difference = fathom - v`` (same units; percentage points for percentages);
+* ``within_spread``: ``min x <= v <= max x`` -- the seed's number is one Fathom's own seeds
+  produced or bracket -- defined only for ``n >= 2`` (a single run has no spread).
+
+The verdict says which of these applies, and never claims a digit-for-digit match: the
+seeds' runs drew other initial parameters and splits. A scaled-down study (its
+``scale_down`` list is not empty) is *not comparable in magnitude* and is labelled so; so is
+a clock measured on other hardware than the seed's.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from fathom.reproduce.extract import EXTRACTORS, Measured, Sources
+from fathom.reproduce.seeds import SeedData, SeedValue
+from fathom.stats import t_interval
+
+FORMAT = 1
+KIND = "fathom.reproduce.comparison"
+
+
+def spread(values: dict[int, float]) -> dict[str, Any]:
+    """Mean, sample SD, range and 95% t interval of the per-seed values (``n >= 1``)."""
+    xs = [values[s] for s in sorted(values)]
+    out: dict[str, Any] = {
+        "n": len(xs),
+        "mean": statistics.fmean(xs),
+        "sd": statistics.stdev(xs) if len(xs) > 1 else None,
+        "min": min(xs),
+        "max": max(xs),
+        "interval": None,
+    }
+    if len(xs) > 1:
+        ci = t_interval(xs, 0.95)
+        out["interval"] = [ci.low, ci.high]
+    return out
+
+
+def verdict(
+    seed: SeedValue, m: Measured, stats: dict[str, Any] | None, comparable: str | None
+) -> tuple[str, bool | None]:
+    """``(sentence, within_spread)`` for one row (``within_spread`` None when undefined)."""
+    if m.missing is not None or stats is None:
+        return f"no Fathom counterpart here: {m.missing}", None
+    within = stats["min"] <= float(seed.value) <= stats["max"] if stats["n"] > 1 else None  # type: ignore[arg-type]  # list values have kind none
+    if comparable is not None:
+        return f"not comparable in magnitude: {comparable}", within
+    if seed.hardware is not None:
+        return f"not comparable: measured on other hardware (seed: {seed.hardware})", within
+    if within is None:
+        return "one run: no seed-to-seed spread (difference shown, not judged)", None
+    if within:
+        return "within Fathom's seed-to-seed range", True
+    side = "above" if float(seed.value) > stats["max"] else "below"  # type: ignore[arg-type]
+    return f"outside Fathom's seed-to-seed range (seed value {side} it)", False
+
+
+def compare_row(seed: SeedValue, data: SeedData, src: Sources, comparable: str | None) -> dict:
+    """One row of the comparison (JSON-able)."""
+    m = EXTRACTORS[seed.kind](src, seed.extract)
+    stats = spread(m.values) if m.missing is None and m.values else None
+    sentence, within = verdict(seed, m, stats, comparable)
+    value = list(seed.value) if isinstance(seed.value, tuple) else seed.value
+    diff = None
+    if stats is not None and not isinstance(seed.value, tuple):
+        diff = stats["mean"] - float(seed.value)
+    inside_ci = None
+    if stats is not None and stats["interval"] is not None and not isinstance(seed.value, tuple):
+        lo, hi = stats["interval"]
+        inside_ci = bool(lo <= float(seed.value) <= hi)
+    return {
+        "id": seed.id,
+        "table": seed.table,
+        "quantity": seed.quantity,
+        "source": data.source(seed),
+        "quote": seed.quote,
+        "units": seed.units,
+        "statistic": seed.statistic,
+        "seed_value": value,
+        "seed_interval": list(seed.interval) if seed.interval else None,
+        "fathom": stats,
+        "fathom_per_seed": {str(k): v for k, v in sorted(m.values.items())},
+        "fathom_note": m.note,
+        "difference": diff,
+        "within_spread": within,
+        "seed_value_in_fathom_interval": inside_ci,
+        "comparable": comparable is None and seed.hardware is None,
+        "verdict": sentence,
+    }
+
+
+def reductions(summary: dict[str, Any]) -> list[str]:
+    """What the study reduced from the full protocol (smaller network, data, epochs, seeds):
+    the ``reduced`` items of ``summary["scaled_down"]``. Other *changes* (frozen learning
+    rates instead of tuning, say) do not change magnitudes and are not counted here."""
+    if "scaled_down" in summary:
+        return [d["text"] for d in summary["scaled_down"] if d["kind"] == "reduced"]
+    return list(summary.get("scale_down") or [])
+
+
+def comparison(
+    data: SeedData, src: Sources, *, pipeline: str, locations: dict[str, str]
+) -> dict[str, Any]:
+    """Every seed value beside Fathom's (``reproduction.json``'s contents)."""
+    scale_down = reductions(src.summary)
+    comparable = "scaled-down run (see scale_down)" if scale_down else None
+    rows = [compare_row(v, data, src, comparable) for v in data.value]
+    return {
+        "format": FORMAT,
+        "kind": KIND,
+        "pipeline": pipeline,
+        "study": src.summary.get("study"),
+        "devices": src.summary.get("devices", []),
+        "scale_down": scale_down,
+        "comparable_in_magnitude": comparable is None,
+        "definitions": {
+            "difference": "Fathom mean minus seed value, in the seed value's units",
+            "within_spread": "min <= seed value <= max over Fathom's per-seed values (n >= 2 only)",
+            "interval": "95% Student-t interval of Fathom's mean over seeds",
+        },
+        "caveat": (
+            "Fathom's runs draw other initial parameters and other fitting/validation splits "
+            "than the seeds' runs: numbers are compared with Fathom's seed-to-seed spread, "
+            "never digit for digit."
+        ),
+        "tables": [
+            {
+                "id": t.id,
+                "title": t.title,
+                "source": data.source(t),
+                "counterpart": locations.get(t.id, t.counterpart),
+            }
+            for t in data.table
+        ],
+        "rows": rows,
+    }
+
+
+def _num(x: Any, digits: int = 4) -> str:
+    """``digits`` significant digits (the seed's own values get 7: they print as quoted)."""
+    if x is None:
+        return "—"
+    if isinstance(x, list):
+        return ", ".join(_num(v, digits) for v in x)
+    return f"{float(x):.{digits}g}"
+
+
+def _fathom_cell(row: dict[str, Any]) -> str:
+    f = row["fathom"]
+    if f is None:
+        return "—"
+    text = _num(f["mean"])
+    if f["sd"] is not None:
+        text += f" ± {_num(f['sd'])} [{_num(f['min'])}, {_num(f['max'])}] (n={f['n']})"
+    return text
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    """The comparison as markdown: one table per seed table, definitions above them."""
+    lines = [
+        f"# Reproduction: {result['study']} beside the seeds",
+        "",
+        result["caveat"],
+        "",
+        f"Fathom cell: mean ± sample SD [min, max] (n seeds). Difference: {result['definitions']['difference']}. "
+        f"Within spread: {result['definitions']['within_spread']}.",
+        f"Device(s): {', '.join(result['devices']) or '?'}.",
+        "",
+    ]
+    if not result["comparable_in_magnitude"]:
+        lines += [
+            "**Scaled-down run: not comparable in magnitude with the seeds' full-size numbers.** "
+            f"Scaled down: {'; '.join(result['scale_down'])}.",
+            "",
+        ]
+    for table in result["tables"]:
+        rows = [r for r in result["rows"] if r["table"] == table["id"]]
+        lines += [
+            f"## {table['title']}",
+            "",
+            f"Source: {table['source']}. Fathom's counterpart: {table['counterpart']}.",
+            "",
+            "| Quantity | Units | Seed | Fathom | Difference | Verdict |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r['quantity']} | {r['units']} | {_num(r['seed_value'], 7)} | {_fathom_cell(r)} "
+                f"| {_num(r['difference'])} | {r['verdict']} |"
+            )
+        lines.append("")
+    return "\n".join(lines)

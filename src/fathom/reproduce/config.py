@@ -1,0 +1,165 @@
+"""Pipeline definitions for ``fathom reproduce``: a study plus what runs on its outputs.
+
+A pipeline preset lives in ``fathom/reproduce/pipelines.toml`` (one table per preset:
+``quick``, ``seed-003``); a pipeline TOML of your own has the same keys at top level, and
+its ``study`` may be a study TOML path relative to that file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fathom.config import _format_validation_error
+from fathom.errors import FathomError
+from fathom.study.config import StudyConfig, load_study
+
+CENTRAL_RECIPES: tuple[str, ...] = ("residual", "sd_constant", "sd_decreasing")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AuditStep(_Strict):
+    enabled: bool = True
+    checkpoint: Literal["selected", "final", "both"] = "both"
+    device: str = "cpu"
+    router: bool = True
+    # further fathom.audit.checkpoint.AuditSettings fields (margin_bins, timing_repeats, ...)
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+    def audit_settings(self) -> Any:
+        """The :class:`AuditSettings` of this step; an unknown field raises naming it."""
+        from fathom.audit.checkpoint import AuditSettings
+        from fathom.audit.cli import CHECKPOINT_CHOICES
+
+        fixed = {"checkpoints", "router", "device"}
+        clash = sorted(fixed & set(self.settings))
+        known = set(AuditSettings.__dataclass_fields__)
+        unknown = sorted(set(self.settings) - known)
+        if clash or unknown:
+            raise FathomError(
+                f"audit.settings: {clash + unknown} cannot be set there (set checkpoint, router "
+                f"and device directly; valid settings: {sorted(known - fixed)})"
+            )
+        return AuditSettings(
+            checkpoints=CHECKPOINT_CHOICES[self.checkpoint],
+            router=self.router,
+            device=self.device,
+            **self.settings,
+        )
+
+
+class CurvatureStep(_Strict):
+    enabled: bool = True
+    recipes: tuple[str, ...] = CENTRAL_RECIPES
+    seed: int = 101
+    epochs: tuple[int, ...] = (0, 1, 5, 10, 20, 50, 100)
+    epoch_map: dict[str, int] = Field(default_factory=dict)
+    probe: int = Field(default=128, gt=0)
+    device: str = "cpu"
+
+    @model_validator(mode="after")
+    def _map(self) -> CurvatureStep:
+        bad = {k: v for k, v in self.epoch_map.items() if v not in self.epochs}
+        if bad:
+            raise ValueError(
+                f"epoch_map points at snapshots {sorted(set(bad.values()))} that curvature.epochs "
+                f"{list(self.epochs)} does not compute; add them to epochs or fix the map"
+            )
+        return self
+
+
+class HeadStep(_Strict):
+    enabled: bool = True
+    preset: str = "ciresan-fidelity"
+    seed: int = 104
+    epochs: int = Field(default=5, gt=0)
+    width_mult: float | None = Field(default=None, gt=0)
+    fit_subset: int | None = Field(default=None, gt=0)
+    eval_subset: int | None = Field(default=None, gt=0)
+    lr: float | None = Field(default=None, gt=0)
+
+
+class ReportStep(_Strict):
+    figures: bool = True
+
+
+class PipelineConfig(_Strict):
+    description: str = ""
+    study: str
+    audit: AuditStep = AuditStep()
+    curvature: CurvatureStep = CurvatureStep()
+    head: HeadStep = HeadStep(enabled=False)
+    report: ReportStep = ReportStep()
+
+
+def _validate(data: dict[str, Any], origin: str) -> PipelineConfig:
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as e:
+        raise FathomError(_format_validation_error(e, origin)) from None
+
+
+def _presets() -> dict[str, Any]:
+    text = (resources.files("fathom") / "reproduce" / "pipelines.toml").read_text("utf-8")
+    return tomllib.loads(text)
+
+
+def pipeline_names() -> list[str]:
+    return sorted(_presets())
+
+
+def check_against_study(pipe: PipelineConfig, study: StudyConfig, origin: str) -> None:
+    """Curvature recipes and epochs must exist in the study (checked before anything runs)."""
+    c = pipe.curvature
+    if not c.enabled:
+        return
+    missing = [r for r in c.recipes if r not in study.study.recipes]
+    if missing or c.seed not in study.study.seeds:
+        raise FathomError(
+            f"pipeline {origin}: curvature of recipes {list(c.recipes)} at seed {c.seed} needs "
+            f"them in the study (recipes {list(study.study.recipes)}, seeds "
+            f"{list(study.study.seeds)}); fix [curvature] recipes/seed"
+        )
+    unsaved = [e for e in c.epochs if e not in study.base.checkpoints.save_epochs]
+    if unsaved:
+        raise FathomError(
+            f"pipeline {origin}: curvature epochs {unsaved} are not saved by the study "
+            f"(checkpoints.save_epochs = {list(study.base.checkpoints.save_epochs)}); choose "
+            "saved epochs in [curvature] epochs"
+        )
+
+
+def load_pipeline(name_or_path: str) -> tuple[str, PipelineConfig, StudyConfig, str]:
+    """``(name, pipeline, study, origin)`` from a preset name or a pipeline TOML path."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.exists():
+            raise FathomError(f"pipeline file {str(path)!r} does not exist")
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as e:
+            raise FathomError(f"pipeline file {str(path)!r} is not valid TOML: {e}") from None
+        pipe, origin, name = _validate(data, str(path)), str(path), path.stem
+        study_ref = pipe.study
+        if study_ref.endswith(".toml") and not Path(study_ref).is_absolute():
+            study_ref = str(path.parent / study_ref)
+    else:
+        presets = _presets()
+        if name_or_path not in presets:
+            raise FathomError(
+                f"unknown reproduce preset {name_or_path!r} (and no such file); valid presets: "
+                f"{', '.join(sorted(presets))}, or pass a pipeline TOML path"
+            )
+        name, origin = name_or_path, f"preset {name_or_path}"
+        pipe = _validate(presets[name], origin)
+        study_ref = pipe.study
+    study, _ = load_study(study_ref)
+    check_against_study(pipe, study, origin)
+    return name, pipe, study, origin

@@ -1,0 +1,287 @@
+"""Fathom's counterpart of each seed value, read from a pipeline's outputs on disk.
+
+Every extractor returns a :class:`Measured`: the per-seed values behind Fathom's number
+(one entry for a single run) in the seed value's units (``scale`` converts fractions to
+percent), or the reason it could not be computed. Nothing here trains or recomputes: the
+study's run directories, ``audit/audit.json``, each run's ``curvature/summary.json`` and the
+head diagnostic's ``head.json`` are the inputs (:class:`Sources`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fathom.rundir import RunDir
+from fathom.study.records import checkpoint_scores
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Per-seed values (``{seed: value}``) of one quantity, or ``missing`` saying why not."""
+
+    values: dict[int, float] = field(default_factory=dict)
+    missing: str | None = None
+    note: str | None = None
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+@dataclass
+class Sources:
+    """The outputs of one pipeline, loaded once (``None`` where a step has not run)."""
+
+    root: Path
+    summary: dict[str, Any]
+    audit: dict[str, Any] | None
+    curvature: dict[tuple[str, int], dict[int, dict[str, Any]]]
+    head: dict[str, Any] | None
+    epoch_map: dict[int, int]
+
+    @classmethod
+    def load(
+        cls,
+        root: Path,
+        curvature_runs: Mapping[tuple[str, int], Path],
+        head_dir: Path | None,
+        epoch_map: Mapping[int, int],
+    ) -> Sources:
+        curv: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
+        for key, run_dir in curvature_runs.items():
+            data = _read_json(run_dir / "curvature" / "summary.json")
+            if data is not None:
+                curv[key] = {int(r["epoch"]): r for r in data["rows"]}
+        return cls(
+            root=root,
+            summary=json.loads((root / "summary.json").read_text()),
+            audit=_read_json(root / "audit" / "audit.json"),
+            curvature=curv,
+            head=None if head_dir is None else _read_json(head_dir / "head.json"),
+            epoch_map={int(k): int(v) for k, v in epoch_map.items()},
+        )
+
+    def main_runs(self, recipe: str) -> dict[int, RunDir]:
+        """``{seed: RunDir}`` of the study's main runs of ``recipe``."""
+        return {
+            int(r["seed"]): RunDir(self.root / run_id)
+            for run_id, r in self.summary["runs"].items()
+            if r["recipe"] == recipe
+        }
+
+
+def _scaled(values: Mapping[int, float | None], scale: float) -> dict[int, float]:
+    return {s: scale * float(v) for s, v in values.items() if v is not None}
+
+
+def _study_values(src: Sources, ex: Mapping[str, Any], recipe: str) -> dict[int, float]:
+    out = {}
+    for seed, rd in src.main_runs(recipe).items():
+        out[seed] = checkpoint_scores(rd)[ex["checkpoint"]].get(ex["metric"])
+    return _scaled(out, float(ex.get("scale", 1)))
+
+
+def study(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    values = _study_values(src, ex, ex["recipe"])
+    return Measured(values) if values else Measured(missing=f"no complete {ex['recipe']} run")
+
+
+def study_diff(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    a = _study_values(src, ex, ex["recipe"])
+    b = _study_values(src, ex, ex["reference"])
+    common = sorted(set(a) & set(b))
+    if not common:
+        return Measured(missing=f"no seed with both {ex['recipe']} and {ex['reference']}")
+    return Measured({s: a[s] - b[s] for s in common}, note="paired by seed")
+
+
+def study_clock(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    values = {
+        seed: (rd.manifest.get("clocks") or {}).get("training_s")
+        for seed, rd in src.main_runs(ex["recipe"]).items()
+        if rd.status == "complete"
+    }
+    return Measured(_scaled(values, 1.0))
+
+
+def manifest_max(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    """The largest value of a dotted manifest field over every main run (one number)."""
+    found = []
+    for run_id in src.summary["runs"]:
+        node: Any = RunDir(src.root / run_id).manifest
+        for part in ex["path"].split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, (int, float)):
+            found.append(float(node) * float(ex.get("scale", 1)))
+    if not found:
+        return Measured(missing=f"no main run records {ex['path']}")
+    return Measured({0: max(found)}, note=f"maximum over {len(found)} main runs")
+
+
+def history_layers(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    """Per seed, the ``stat`` (min or max) over ``fields`` of the history row of the final
+    epoch: e.g. the range over hidden layers of probe zero-activation fractions."""
+    pick = {"min": min, "max": max}[ex["stat"]]
+    out: dict[int, float] = {}
+    for seed, rd in src.main_runs(ex["recipe"]).items():
+        final = (rd.manifest.get("final") or {}).get("epoch")
+        row = next((r for r in rd.history() if r.get("epoch") == final), {})
+        vals = [row.get(name) for name in ex["fields"]]
+        if final is not None and all(isinstance(v, (int, float)) for v in vals):
+            out[seed] = pick(vals) * float(ex.get("scale", 1))
+    if not out:
+        return Measured(missing=f"no {ex['fields'][0]} (and the rest) in the final-epoch rows")
+    return Measured(out, note=f"{ex['stat']} over {len(ex['fields'])} fields, per seed")
+
+
+def _audit_values(
+    src: Sources, ex: Mapping[str, Any], recipe: str, get: Callable[[dict[str, Any]], Any]
+) -> dict[int, float]:
+    out: dict[int, float | None] = {}
+    for run in (src.audit or {}).get("runs", []):
+        rec = run.get("checkpoints", {}).get(ex["checkpoint"])
+        if run["recipe"] != recipe or rec is None or "missing" in rec:
+            continue
+        try:
+            out[int(run["seed"])] = get(rec)
+        except (KeyError, TypeError, IndexError):
+            out[int(run["seed"])] = None
+    return _scaled(out, float(ex.get("scale", 1)))
+
+
+def _size_getter(ex: Mapping[str, Any]) -> Callable[[dict[str, Any]], Any]:
+    return lambda rec: rec["by_size"][str(ex["kept"])]["test"][ex["metric"]]
+
+
+def _needs_audit(src: Sources) -> str | None:
+    return None if src.audit is not None else "the audit step has not run (no audit/audit.json)"
+
+
+def audit_size(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    if (why := _needs_audit(src)) is not None:
+        return Measured(missing=why)
+    values = _audit_values(src, ex, ex["recipe"], _size_getter(ex))
+    return Measured(values) if values else Measured(missing=f"{ex['recipe']} was not audited")
+
+
+def audit_size_diff(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    if (why := _needs_audit(src)) is not None:
+        return Measured(missing=why)
+    a = _audit_values(src, ex, ex["recipe"], _size_getter(ex))
+    b = _audit_values(src, ex, ex["reference"], _size_getter(ex))
+    common = sorted(set(a) & set(b))
+    if not common:
+        return Measured(missing=f"no seed audited for both {ex['recipe']} and {ex['reference']}")
+    return Measured({s: a[s] - b[s] for s in common}, note="paired by seed")
+
+
+def audit_branch(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    if (why := _needs_audit(src)) is not None:
+        return Measured(missing=why)
+    values = _audit_values(
+        src, ex, ex["recipe"], lambda rec: rec["branches"][ex["branch"]]["test"][ex["metric"]]
+    )
+    return Measured(values) if values else Measured(missing=f"{ex['recipe']} was not audited")
+
+
+def audit_interactions(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    if (why := _needs_audit(src)) is not None:
+        return Measured(missing=why)
+    values = _audit_values(
+        src, ex, ex["recipe"], lambda rec: rec["interactions"]["test"]["mean_fraction"]
+    )
+    return Measured(values) if values else Measured(missing="interactions not defined")
+
+
+def _curvature_value(src: Sources, recipe: str, epoch: int, name: str) -> tuple[float | None, str]:
+    """One field of the snapshot standing in for seed epoch ``epoch`` (``epoch_map``) of the
+    curvature run of ``recipe``; ``(None, why)`` when absent."""
+    runs = [k for k in src.curvature if k[0] == recipe]
+    if not runs:
+        return None, f"no curvature of a {recipe} run (the curvature step has not run for it)"
+    if epoch not in src.epoch_map:
+        return None, f"seed epoch {epoch} has no counterpart snapshot in this pipeline"
+    mapped = src.epoch_map[epoch]
+    row = src.curvature[runs[0]].get(mapped)
+    if row is None or row.get(name) is None:
+        return None, f"no {name} at epoch {mapped} for {recipe}"
+    return float(row[name]), f"seed {runs[0][1]}, snapshot epoch {mapped}"
+
+
+def _curvature_seed(src: Sources, recipe: str) -> int:
+    return next(seed for r, seed in src.curvature if r == recipe)
+
+
+def curvature(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    v, why = _curvature_value(src, ex["recipe"], int(ex["epoch"]), ex["field"])
+    if v is None:
+        return Measured(missing=why)
+    seed = _curvature_seed(src, ex["recipe"])
+    return Measured({seed: v * float(ex.get("scale", 1))}, note=why)
+
+
+def curvature_ratio(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    a, why_a = _curvature_value(src, ex["recipe"], int(ex["epoch"]), ex["field"])
+    b, why_b = _curvature_value(src, ex["reference"], int(ex["epoch"]), ex["field"])
+    if a is None or b is None or b == 0:
+        return Measured(missing=why_a if a is None else (why_b if b is None else "zero divisor"))
+    return Measured({_curvature_seed(src, ex["recipe"]): a / b}, note=why_a)
+
+
+def curvature_field_ratio(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    a, why = _curvature_value(src, ex["recipe"], int(ex["epoch"]), ex["field"])
+    b, why_b = _curvature_value(src, ex["recipe"], int(ex["epoch"]), ex["over"])
+    if a is None or b is None or b == 0:
+        return Measured(missing=why if a is None else (why_b if b is None else "zero divisor"))
+    return Measured({_curvature_seed(src, ex["recipe"]): a / b}, note=why)
+
+
+def curvature_max(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    found = []
+    for recipe in ex["recipes"]:
+        v, why = _curvature_value(src, recipe, int(ex["epoch"]), ex["field"])
+        if v is None:
+            return Measured(missing=why)
+        found.append(v * float(ex.get("scale", 1)))
+    return Measured({0: max(found)}, note=f"maximum over {', '.join(ex['recipes'])}")
+
+
+def head(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    if src.head is None:
+        return Measured(missing="the head diagnostic has not run (no head.json)")
+    arm = src.head["heads"][ex["head"]]
+    if ex["metric"] == "accuracy":
+        value = arm["accuracy"] * float(ex.get("scale", 1))
+    else:
+        value = next(c for c in arm["per_class"] if c["digit"] == ex["digit"])[ex["metric"]]
+    return Measured({int(src.head["seed"]): float(value)}, note=f"seed {src.head['seed']}")
+
+
+def none(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    return Measured(missing="not recomputed by this pipeline")
+
+
+EXTRACTORS: dict[str, Callable[[Sources, Mapping[str, Any]], Measured]] = {
+    f.__name__: f
+    for f in (
+        study,
+        study_diff,
+        study_clock,
+        manifest_max,
+        history_layers,
+        audit_size,
+        audit_size_diff,
+        audit_branch,
+        audit_interactions,
+        curvature,
+        curvature_ratio,
+        curvature_field_ratio,
+        curvature_max,
+        head,
+        none,
+    )
+}

@@ -1,0 +1,275 @@
+"""``fathom reproduce``: study -> audit -> curvature -> head diagnostic -> comparison -> report.
+
+Every step reads the previous steps' files on disk (run directories, ``audit.json``, ...),
+never their memory, and is resumable: a step already complete and verified
+(:class:`fathom.reproduce.state.PipelineState`) is skipped and says so; an interrupted step
+reruns, and the study and head runs inside it resume from their own last epoch boundary.
+Outputs, under ``<runs-dir>/<study>/`` (the head pair beside it, in ``<study>-head/``):
+
+* the study's run directories, ``summary.json`` / ``summary.md``;
+* ``audit/audit.json`` / ``audit.md``; ``main-<recipe>-s<seed>/curvature/``;
+* ``reproduce/reproduction.json`` / ``.md`` (seed numbers beside Fathom's) and
+  ``reproduce/pipeline.json`` (the step records); ``report/`` (HTML explorer, figures).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fathom.errors import FathomError
+from fathom.io import atomic_write_json, atomic_write_text, config_digest
+from fathom.reproduce.config import PipelineConfig
+from fathom.reproduce.state import PipelineState
+from fathom.rundir import RunDir
+from fathom.study.config import StudyConfig
+from fathom.study.plan import study_root
+
+Say = Callable[[str], None]
+STEPS: tuple[str, ...] = ("study", "audit", "curvature", "head", "compare", "report")
+
+
+@dataclass
+class Context:
+    """One invocation: the pipeline, where it writes, how runs execute, what it prints."""
+
+    name: str
+    pipe: PipelineConfig
+    study: StudyConfig
+    runs_dir: Path
+    backend: Any
+    say: Say
+    splits_for: Any = None  # (cfg, device) -> DataSplits: synthetic data in tests
+    threads: int = 1
+    retry_failed: bool = False
+    actions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Path:
+        return study_root(self.runs_dir, self.study)
+
+    @property
+    def head_dir(self) -> Path:
+        return self.runs_dir / f"{self.study.study.name}-head"
+
+    def curvature_run(self, recipe: str) -> Path:
+        return self.root / f"main-{recipe}-s{self.pipe.curvature.seed}"
+
+
+def _step(ctx: Context, state: PipelineState, step: str, inputs: dict, body: Callable) -> None:
+    """Skip ``step`` when complete and verified, else run ``body() -> outputs`` and record it."""
+    done, why = state.check(step, inputs)
+    if done:
+        ctx.say(f"[{step}] skipped: {why}")
+        ctx.actions[step] = "skipped"
+        return
+    ctx.say(f"[{step}] running ({why})")
+    t0 = time.perf_counter()
+    outputs = body()
+    state.record(step, inputs, outputs, time.perf_counter() - t0)
+    ctx.actions[step] = "ran"
+    ctx.say(f"[{step}] done in {time.perf_counter() - t0:.1f} s")
+
+
+def _verify_study(ctx: Context) -> list[Path]:
+    """Every main run's final checkpoint against its recorded hash (raises on a mismatch)."""
+    import json
+
+    from fathom.study.execute import verify_complete
+
+    summary = json.loads((ctx.root / "summary.json").read_text())
+    for run_id, r in summary["runs"].items():
+        if r["status"] == "complete" and verify_complete(ctx.root / run_id) != r["final_params"]:
+            raise FathomError(f"run {run_id}: final parameters differ from summary.json")
+    return [ctx.root / "summary.json"]
+
+
+def step_study(ctx: Context, state: PipelineState) -> None:
+    from fathom.study.runner import run_study
+
+    inputs = {"study": config_digest(ctx.study.to_data())}
+    done, why = state.check("study", inputs)
+    if done:
+        _verify_study(ctx)
+        ctx.say(f"[study] skipped: {why}; every main run's final checkpoint re-verified")
+        ctx.actions["study"] = "skipped"
+        return
+
+    def body() -> list[Path]:
+        def progress(event: str, info: Any) -> None:
+            if event == "phase":
+                ctx.say(f"  {info}")
+            else:
+                ctx.say(
+                    f"  {info.run_id:<28} {info.action:<7} {info.status:<8} {info.wall_s:6.1f}s"
+                )
+
+        result = run_study(
+            ctx.study, ctx.runs_dir, ctx.backend, retry_failed=ctx.retry_failed, progress=progress
+        )
+        failed = [o.run_id for o in result.outcomes if o.status == "failed"]
+        if failed:
+            raise FathomError(
+                f"study runs {failed} failed (see their manifests' status_reason); the pipeline "
+                "stops before the audit. Fix the cause and rerun with --retry-failed"
+            )
+        return _verify_study(ctx)
+
+    _step(ctx, state, "study", inputs, body)
+
+
+def _splits(ctx: Context, cfg: Any, device: str) -> Any:
+    from fathom.provenance import resolve_device
+
+    return None if ctx.splits_for is None else ctx.splits_for(cfg, resolve_device(device))
+
+
+def step_audit(ctx: Context, state: PipelineState) -> None:
+    from fathom.audit.run import audit_runs
+
+    a = ctx.pipe.audit
+    settings = a.audit_settings()
+    inputs = {"study": state.output_digest("study"), "settings": settings.to_dict()}
+
+    def body() -> list[Path]:
+        out = ctx.root / "audit"
+        splits = _splits(ctx, ctx.study.base, a.device)
+        audit_runs(ctx.root, settings, out, splits=splits, progress=lambda m: ctx.say(f"  {m}"))
+        return [out / "audit.json", out / "audit.md"]
+
+    _step(ctx, state, "audit", inputs, body)
+
+
+def step_curvature(ctx: Context, state: PipelineState) -> None:
+    """One sub-step per central run: its snapshots, skipped per run when verified."""
+    from fathom.curvature.rundir import run_curvature
+
+    c = ctx.pipe.curvature
+    device = str(_resolve(c.device))
+    for recipe in c.recipes:
+        run_dir = ctx.curvature_run(recipe)
+        rd = RunDir(run_dir)
+        hashes = {e: rd.checkpoint_hash(e) for e in c.epochs}
+        inputs = {"epochs": list(c.epochs), "probe": c.probe, "checkpoints": hashes}
+
+        def body(rd: RunDir = rd) -> list[Path]:
+            if ctx.splits_for is not None:
+                rd = _WithSplits(rd.path, ctx, device)
+            run_curvature(rd, list(c.epochs), probe=c.probe, device=device)
+            out = Path(rd.path) / "curvature"
+            return [out / "summary.json", *(out / f"epoch-{e:04d}.json" for e in c.epochs)]
+
+        _step(ctx, state, f"curvature:{run_dir.name}", inputs, body)
+
+
+def _resolve(device: str) -> Any:
+    from fathom.provenance import resolve_device
+
+    return resolve_device(device)
+
+
+class _WithSplits(RunDir):
+    """A run directory whose splits come from ``ctx.splits_for`` (synthetic data in tests)."""
+
+    def __init__(self, path: Path, ctx: Context, device: str) -> None:
+        super().__init__(path)
+        self._ctx, self._device = ctx, device
+
+    def load_splits(self, device: Any = "cpu") -> Any:
+        return _splits(self._ctx, self.config, str(device))
+
+
+def step_head(ctx: Context, state: PipelineState) -> None:
+    from fathom.reproduce.head import HeadSettings, head_lines, run_head_diagnostic
+    from fathom.train.cli import load_run_config_or_preset
+
+    h = ctx.pipe.head
+    base = load_run_config_or_preset(h.preset)
+    settings = HeadSettings(
+        seed=h.seed,
+        epochs=h.epochs,
+        width_mult=h.width_mult,
+        fit_subset=h.fit_subset,
+        eval_subset=h.eval_subset,
+        lr=h.lr,
+    )
+    inputs = {"base": config_digest(base.model_dump(mode="json")), "settings": vars(settings)}
+
+    def body() -> list[Path]:
+        result = run_head_diagnostic(
+            base, settings, ctx.head_dir, splits_for=ctx.splits_for, threads=ctx.threads
+        )
+        for line in head_lines(result):
+            ctx.say(f"  {line}")
+        return [ctx.head_dir / "head.json", ctx.head_dir / "head.md"]
+
+    _step(ctx, state, "head", inputs, body)
+
+
+def locations(ctx: Context) -> dict[str, str]:
+    """Each seed table's counterpart path, with this pipeline's directories filled in."""
+    from fathom.reproduce.seeds import load_seeds
+
+    fill = {"study": str(ctx.root), "runs": str(ctx.root), "head": str(ctx.head_dir)}
+    return {t.id: t.counterpart.format(**fill) for t in load_seeds().table}
+
+
+def step_compare(ctx: Context, state: PipelineState) -> None:
+    from fathom.reproduce.compare import comparison, to_markdown
+    from fathom.reproduce.extract import Sources
+    from fathom.reproduce.seeds import load_seeds
+
+    c = ctx.pipe.curvature
+    inputs = {
+        s: state.output_digest(s)
+        for s in state.steps
+        if s.split(":")[0] in ("study", "audit", "curvature", "head")
+    }
+    seeds = load_seeds()
+    inputs["seeds"] = config_digest(seeds.model_dump(mode="json"))
+
+    def body() -> list[Path]:
+        src = Sources.load(
+            ctx.root,
+            {(r, c.seed): ctx.curvature_run(r) for r in c.recipes} if c.enabled else {},
+            ctx.head_dir if ctx.pipe.head.enabled else None,
+            {int(k): v for k, v in c.epoch_map.items()},
+        )
+        result = comparison(seeds, src, pipeline=ctx.name, locations=locations(ctx))
+        out = ctx.root / "reproduce"
+        atomic_write_json(out / "reproduction.json", result)
+        atomic_write_text(out / "reproduction.md", to_markdown(result))
+        return [out / "reproduction.json", out / "reproduction.md"]
+
+    _step(ctx, state, "compare", inputs, body)
+
+
+def step_report(ctx: Context, state: PipelineState) -> None:
+    from fathom.report.build import build_report
+
+    inputs = {s: state.output_digest(s) for s in state.steps if s != "report"}
+    inputs["figures"] = ctx.pipe.report.figures
+
+    def body() -> list[Path]:
+        result = build_report(ctx.root, with_figures=ctx.pipe.report.figures)
+        return [result.html, result.summary_md]
+
+    _step(ctx, state, "report", inputs, body)
+
+
+def reproduce(ctx: Context) -> PipelineState:
+    """Run every enabled step in order (see the module docstring); return the step records."""
+    state = PipelineState(ctx.root / "reproduce" / "pipeline.json", ctx.runs_dir, ctx.name)
+    step_study(ctx, state)
+    if ctx.pipe.audit.enabled:
+        step_audit(ctx, state)
+    if ctx.pipe.curvature.enabled:
+        step_curvature(ctx, state)
+    if ctx.pipe.head.enabled:
+        step_head(ctx, state)
+    step_compare(ctx, state)
+    step_report(ctx, state)
+    return state

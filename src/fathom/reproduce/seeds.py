@@ -1,0 +1,124 @@
+"""The seeds' published numbers as reference data (``seeds.toml``), validated on load.
+
+Each :class:`SeedValue` is one number quoted from a seed report: its source (seed file and
+section heading), units, the statistic it is, and ``extract``, the Fathom quantity computed
+beside it by :mod:`fathom.reproduce.compare`. Each :class:`SeedTable` is one table of a seed
+with the place its Fathom counterpart is written (a path template over ``{study}``,
+``{runs}``, ``{head}``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fathom.config import _format_validation_error
+from fathom.errors import FathomError
+
+EXTRACT_KINDS: tuple[str, ...] = (
+    "study",
+    "study_diff",
+    "study_clock",
+    "manifest_max",
+    "history_layers",
+    "audit_size",
+    "audit_size_diff",
+    "audit_branch",
+    "audit_interactions",
+    "curvature",
+    "curvature_ratio",
+    "curvature_field_ratio",
+    "curvature_max",
+    "head",
+    "none",
+)
+"""The Fathom quantities a seed value can be set beside (see :mod:`fathom.reproduce.compare`)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SeedTable(_Strict):
+    id: str
+    seed: str
+    section: str = Field(min_length=1)
+    title: str
+    counterpart: str
+
+
+class SeedValue(_Strict):
+    id: str
+    table: str
+    seed: str
+    section: str = Field(min_length=1)
+    quantity: str
+    value: float | tuple[float, ...]
+    interval: tuple[float, float] | None = None
+    units: str = Field(min_length=1)
+    statistic: str
+    quote: str = Field(min_length=1)
+    hardware: str | None = None
+    extract: dict[str, Any]
+
+    @model_validator(mode="after")
+    def _kind(self) -> SeedValue:
+        kind = self.extract.get("kind")
+        if kind not in EXTRACT_KINDS:
+            raise ValueError(f"extract.kind {kind!r} is not one of {list(EXTRACT_KINDS)}")
+        if isinstance(self.value, tuple) and kind != "none":
+            raise ValueError("a list of values (one per seed) can only have extract.kind 'none'")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return str(self.extract["kind"])
+
+
+class SeedData(_Strict):
+    format: int
+    files: dict[str, str]
+    table: tuple[SeedTable, ...]
+    value: tuple[SeedValue, ...]
+
+    @model_validator(mode="after")
+    def _references(self) -> SeedData:
+        tables = {t.id for t in self.table}
+        ids = [v.id for v in self.value]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"value ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
+        for item in (*self.table, *self.value):
+            if item.seed not in self.files:
+                raise ValueError(f"{item.id}: seed {item.seed!r} is not in [files]")
+        for v in self.value:
+            if v.table not in tables:
+                raise ValueError(f"value {v.id}: table {v.table!r} is not a [[table]] id")
+        return self
+
+    def source(self, item: SeedTable | SeedValue) -> str:
+        """``"seed 003 (003_....txt), section 'When did ...'"``."""
+        return f"seed {item.seed} ({self.files[item.seed]}), section {item.section!r}"
+
+    def values_of(self, table: str) -> list[SeedValue]:
+        return [v for v in self.value if v.table == table]
+
+
+def parse_seeds(text: str, origin: str = "seeds.toml") -> SeedData:
+    """Validate the text of a seeds file; bad input raises :class:`FathomError` naming the key."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise FathomError(f"{origin} is not valid TOML: {e}") from None
+    try:
+        return SeedData.model_validate(data)
+    except ValidationError as e:
+        raise FathomError(_format_validation_error(e, origin)) from None
+
+
+def load_seeds() -> SeedData:
+    """The reference data shipped in ``fathom/reproduce/seeds.toml``."""
+    text = (resources.files("fathom") / "reproduce" / "seeds.toml").read_text(encoding="utf-8")
+    return parse_seeds(text, "fathom/reproduce/seeds.toml")

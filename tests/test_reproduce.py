@@ -1,0 +1,300 @@
+"""`fathom reproduce` end to end on CPU-sized synthetic data: every step, a rerun that skips
+every verified step, a tampered output that reruns its step, and a SIGKILL mid-way whose
+resumed pipeline ends with the same outputs as an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fathom.errors import FathomError
+from fathom.reproduce.config import load_pipeline
+from fathom.reproduce.pipeline import Context, reproduce
+from fathom.study.backends import LocalBackend
+from test_audit_run import synthetic_splits as grid_splits
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+STUDY_TOML = """
+[study]
+name = "tiny-seed"
+reference = "residual"
+recipes = ["residual", "sd_constant", "sd_decreasing"]
+seeds = [101, 102]
+scale_down = ["tiny synthetic test study"]
+threads_per_run = 1
+
+[tuning]
+mode = "frozen"
+lr = { residual = 0.05, sd_constant = 0.05, sd_decreasing = 0.04 }
+
+[base]
+device = "cpu"
+[base.model]
+widths = [32, 24, 16, 12, 8]
+[base.optim]
+epochs = 3
+batch_size = 32
+[base.eval]
+every = 1
+[base.checkpoints]
+save_epochs = [0, 1, 3]
+[base.telemetry]
+enabled = true
+first = [0]
+every = 3
+probe_size = 32
+"""
+
+PIPELINE_TOML = """
+description = "tiny CPU pipeline for the tests"
+study = "study.toml"
+[audit]
+router = false
+settings = { margin_bins = 3, timing_batch_sizes = [8], timing_repeats = 1, n_permutations = 20 }
+[curvature]
+seed = 101
+epochs = [0, 1, 3]
+epoch_map = { "0" = 0, "1" = 1, "100" = 3 }
+probe = 32
+[head]
+preset = "head.toml"
+seed = 104
+epochs = 2
+[report]
+figures = false
+"""
+
+HEAD_TOML = """
+name = "head"
+device = "cpu"
+[model]
+recipe = "plain"
+widths = [32, 24, 16, 12, 8]
+input_scale = 1.0
+output_relu = true
+[optim]
+lr = 0.001
+batch_size = 32
+epochs = 2
+[eval]
+every = 1
+"""
+
+
+def splits_for(cfg, device):
+    """The grid-block synthetic digits (learnable in a few epochs), whatever the config."""
+    return grid_splits()
+
+
+def write_pipeline(d: Path) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "study.toml").write_text(STUDY_TOML)
+    (d / "head.toml").write_text(HEAD_TOML)
+    (d / "pipe.toml").write_text(PIPELINE_TOML.replace('"head.toml"', repr(str(d / "head.toml"))))
+    return d / "pipe.toml"
+
+
+def context(pipe_path: Path, runs: Path, log: list[str]) -> Context:
+    name, pipe, study, _ = load_pipeline(str(pipe_path))
+    return Context(
+        name,
+        pipe,
+        study,
+        runs,
+        LocalBackend(1, 1, splits_for),
+        say=log.append,
+        splits_for=splits_for,
+    )
+
+
+def final_outputs(runs: Path) -> dict:
+    """Everything that must not depend on being interrupted (clocks and timings left out)."""
+    root = runs / "tiny-seed"
+    summary = json.loads((root / "summary.json").read_text())
+    audit = json.loads((root / "audit" / "audit.json").read_text())
+    curv = {}
+    for p in sorted(root.glob("main-*-s101/curvature/summary.json")):
+        rows = json.loads(p.read_text())["rows"]
+        curv[p.parent.parent.name] = [
+            {k: v for k, v in r.items() if k != "runtime_s"} for r in rows
+        ]
+    head = json.loads((runs / "tiny-seed-head" / "head.json").read_text())
+    repro = json.loads((root / "reproduce" / "reproduction.json").read_text())
+    return {
+        "final_params": {k: v["final_params"] for k, v in summary["runs"].items()},
+        "audit": {
+            r["run_id"]: {
+                w: (c["by_size"], c["branches"], c["interactions"])
+                for w, c in r["checkpoints"].items()
+            }
+            for r in audit["runs"]
+        },
+        "curvature": curv,
+        "head": {
+            h: (a["params_sha256"], a["per_class"], a["accuracy"]) for h, a in head["heads"].items()
+        },
+        "reproduction": [
+            (r["id"], r["fathom_per_seed"], r["verdict"])
+            for r in repro["rows"]
+            if not r["id"].startswith(("timing.", "telemetry."))
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    d = tmp_path_factory.mktemp("straight")
+    log: list[str] = []
+    ctx = context(write_pipeline(d), d / "runs", log)
+    reproduce(ctx)
+    return d, ctx, log
+
+
+def test_pipeline_writes_every_step_and_the_comparison(straight):
+    d, ctx, _ = straight
+    assert ctx.actions == dict.fromkeys(
+        [
+            "study",
+            "audit",
+            "curvature:main-residual-s101",
+            "curvature:main-sd_constant-s101",
+            "curvature:main-sd_decreasing-s101",
+            "head",
+            "compare",
+            "report",
+        ],
+        "ran",
+    )
+    root = d / "runs" / "tiny-seed"
+    summary = json.loads((root / "summary.json").read_text())
+    assert summary["tuning"]["mode"] == "frozen" and not list(root.glob("tune-*"))
+    for recipe in ("residual", "sd_constant", "sd_decreasing"):
+        rows = json.loads((root / f"main-{recipe}-s101" / "curvature" / "summary.json").read_text())
+        assert [r["epoch"] for r in rows["rows"]] == [0, 1, 3]
+    repro = json.loads((root / "reproduce" / "reproduction.json").read_text())
+    assert repro["kind"] == "fathom.reproduce.comparison" and not repro["comparable_in_magnitude"]
+    rows = {r["id"]: r for r in repro["rows"]}
+    # the seed's number beside Fathom's, read back from the run directories
+    q = rows["quality.residual.selected_acc"]
+    per_seed = {}
+    for s in (101, 102):
+        run = root / f"main-residual-s{s}"
+        epoch = json.loads((run / "manifest.json").read_text())["selected"]["epoch"]
+        rows_ = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+        per_seed[s] = 100 * next(r["test/acc"] for r in rows_ if r["epoch"] == epoch)
+    assert q["fathom_per_seed"] == pytest.approx({str(k): v for k, v in per_seed.items()})
+    assert q["difference"] == pytest.approx(sum(per_seed.values()) / 2 - 98.373)
+    assert q["verdict"].startswith("not comparable in magnitude")
+    ggn = rows["curvature.residual.epoch100.ggn_trace"]
+    curv = json.loads((root / "main-residual-s101" / "curvature" / "epoch-0003.json").read_text())
+    assert ggn["fathom"]["mean"] == pytest.approx(curv["totals"]["ggn_weight_trace"])
+    # a seed epoch the pipeline maps to no snapshot says so instead of inventing a value
+    assert "no counterpart snapshot" in rows["curvature.residual.epoch5.ggn_trace"]["verdict"]
+    assert rows["head.relu.sixes_correct"]["fathom"]["n"] == 1
+    zero = rows["telemetry.sd_decreasing.zero_activations.max"]["fathom_per_seed"]
+    for s in (101, 102):
+        last = (root / f"main-sd_decreasing-s{s}" / "history.jsonl").read_text().splitlines()[-1]
+        row = json.loads(last)
+        names = [f"blocks.{i}.res.branch" for i in range(4)] + ["head"]
+        want = 100 * max(row[f"probe/act/zero_frac/{n}"] for n in names)
+        assert row["epoch"] == 3 and zero[str(s)] == pytest.approx(want)
+    assert rows["fidelity.plain.final_acc"]["verdict"].startswith("no Fathom counterpart here")
+    md = (root / "reproduce" / "reproduction.md").read_text()
+    assert "not comparable in magnitude" in md and "never digit for digit" in md
+    assert (root / "report" / "report.html").exists()
+
+
+def test_rerun_skips_every_verified_step_and_a_tampered_output_reruns(straight):
+    d = straight[0]
+    log: list[str] = []
+    again = context(d / "pipe.toml", d / "runs", log)
+    reproduce(again)
+    assert set(again.actions.values()) == {"skipped"}
+    assert any(line.startswith("[study] skipped: complete and verified") for line in log)
+    audit_md = d / "runs" / "tiny-seed" / "audit" / "audit.md"
+    audit_md.write_text(audit_md.read_text() + "\nedited by hand\n")
+    log.clear()
+    third = context(d / "pipe.toml", d / "runs", log)
+    reproduce(third)
+    assert third.actions["study"] == "skipped" and third.actions["audit"] == "ran"
+    assert "[audit] running (output tiny-seed/audit/audit.md was modified)" in log
+    assert third.actions["curvature:main-residual-s101"] == "skipped"
+
+
+def test_bad_pipeline_input_names_the_fix(tmp_path):
+    path = write_pipeline(tmp_path)
+    text = path.read_text().replace("epochs = [0, 1, 3]", "epochs = [0, 2]")
+    (tmp_path / "bad.toml").write_text(text.replace('"1" = 1, "100" = 3', '"100" = 2'))
+    with pytest.raises(FathomError, match=r"curvature epochs \[2\] are not saved by the study"):
+        load_pipeline(str(tmp_path / "bad.toml"))
+    with pytest.raises(FathomError, match="valid presets: quick, seed-003"):
+        load_pipeline("seed-004")
+    (tmp_path / "typo.toml").write_text(text.replace("[curvature]", "[curvture]"))
+    with pytest.raises(FathomError, match="unknown key 'curvture'"):
+        load_pipeline(str(tmp_path / "typo.toml"))
+
+
+def test_shipped_pipelines_match_their_studies():
+    for name in ("quick", "seed-003"):
+        _, pipe, study, _ = load_pipeline(name)
+        assert pipe.curvature.recipes == ("residual", "sd_constant", "sd_decreasing")
+        assert pipe.curvature.seed == 101 and pipe.head.seed == 104
+        assert study.lr_source() == "frozen"
+    _, full, study, _ = load_pipeline("seed-003")
+    assert full.curvature.epochs == (0, 1, 5, 10, 20, 50, 100) and full.head.epochs == 5
+    assert len(study.study.recipes) * len(study.study.seeds) == 15
+    assert len(full.curvature.epochs) * len(full.curvature.recipes) == 21
+
+
+SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from test_reproduce import context
+from fathom.reproduce.pipeline import reproduce
+reproduce(context(Path({pipe!r}), Path({runs!r}), []))
+"""
+
+
+def _recorded_steps(runs: Path) -> set[str]:
+    try:
+        return set(
+            json.loads((runs / "tiny-seed" / "reproduce" / "pipeline.json").read_text())["steps"]
+        )
+    except (FileNotFoundError, json.JSONDecodeError):
+        return set()
+
+
+def test_killed_pipeline_resumes_to_the_uninterrupted_outputs(straight, tmp_path):
+    pipe = write_pipeline(tmp_path)
+    runs = tmp_path / "runs"
+    script = SCRIPT.format(tests=str(TESTS_DIR), pipe=str(pipe), runs=str(runs))
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline:
+            done = _recorded_steps(runs)
+            if "study" in done:  # killed inside the audit, after the study step completed
+                break
+            assert proc.poll() is None, "the pipeline ended before it could be killed"
+            time.sleep(0.01)
+        else:
+            pytest.fail("the study step did not complete in time")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert "audit" not in _recorded_steps(runs) and "report" not in _recorded_steps(runs)
+    log: list[str] = []
+    resumed = context(pipe, runs, log)
+    reproduce(resumed)
+    assert resumed.actions["study"] == "skipped" and resumed.actions["audit"] == "ran"
+    assert resumed.actions["report"] == "ran"
+    assert final_outputs(runs) == final_outputs(straight[0] / "runs")
