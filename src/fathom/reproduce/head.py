@@ -117,7 +117,7 @@ def run_head_diagnostic(
         spec = RunSpec(
             run_id=cfg.name,
             study=out.name,
-            phase="diagnostic",
+            phase=None,  # a lone run: not an arm of any study
             recipe=cfg.model.recipe,
             seed=cfg.seed,
             lr=cfg.optim.lr,
