@@ -4,8 +4,11 @@ PyTorch has no caching allocator on the CPU. With glibc's defaults, the large gr
 activation buffers of each step are ``mmap``-ed and ``munmap``-ed again (the dynamic mmap
 threshold only adapts to sizes it has seen freed), so every step pays page faults for
 tens of megabytes. Stochastic depth makes it worse: the set of buffer sizes changes from
-step to step with the branch topology. A high trim threshold and a large top pad keep
-freed memory in the heap instead of returning it to the OS after every step. Numerics are unchanged; measured effect in ``BENCHMARKS.md``.
+step to step with the branch topology, and each new size can move glibc's dynamic mmap
+threshold. A fixed mmap threshold at its maximum (32 MiB on 64-bit glibc; this also stops the
+dynamic adjustment), a high trim threshold and a large top pad keep freed memory in the heap
+instead of returning it to the OS after every step. Numerics are unchanged; measured effect in
+``BENCHMARKS.md``.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import functools
 
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
+M_MMAP_THRESHOLD = -3
 TRIM_THRESHOLD = 2**30  # never give the top of the heap back between steps
 TOP_PAD = 2**29  # grow the heap in large steps (fewer brk calls and page-fault storms)
+MMAP_THRESHOLD = 2**25  # glibc's maximum on 64-bit (HEAP_MAX_SIZE / 2): larger blocks still mmap
 
 
 @functools.cache
@@ -33,4 +38,5 @@ def tune_cpu_allocator() -> bool:
         return False
     ok_trim = mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
     ok_pad = mallopt(M_TOP_PAD, TOP_PAD) == 1
-    return ok_trim and ok_pad
+    ok_mmap = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+    return ok_trim and ok_pad and ok_mmap
