@@ -138,10 +138,11 @@ class OptimConfig(_Strict):
     weight_decay: Float = Field(default=0.0, ge=0)
     batch_size: Int = Field(default=64, gt=0)
     epochs: Int = Field(default=100, gt=0)
-    # torch's SGD kernel. "fused": one kernel over every parameter (on the CPU ~2x cheaper than
-    # "foreach", which there falls back to small per-tensor ops; results agree to rounding, not
-    # bit for bit: the fused kernel's vector tails use FMA)
-    impl: Literal["foreach", "for-loop", "fused"] = "fused"
+    # torch's SGD kernel. "fused" (one kernel over every parameter) is ~2x cheaper on the CPU than
+    # "foreach" (which there falls back to per-tensor ops) but agrees only to rounding (its vector
+    # tails use FMA): as the default it flipped a near-tie in the quick study's LR selection and
+    # with it verdicts, so the default stays "foreach" (BENCHMARKS.md); choose "fused" per run
+    impl: Literal["foreach", "for-loop", "fused"] = "foreach"
     schedule: ScheduleConfig = ScheduleConfig()
 
     @model_validator(mode="after")

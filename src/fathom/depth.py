@@ -78,20 +78,15 @@ def skippable_residual(
     ``gain`` is a Python float, or (CUDA-graph path, :mod:`fathom.train.fast`) a device
     scalar tensor of a *kept* branch whose value changes between graph replays; a tensor
     is never compared on the host.
-
-    A kept branch at ``gain != 1`` costs one fused kernel, ``add(bypass, out, alpha=gain)``
-    (``addcmul`` with the device scalar: the same result bit for bit), forward and backward,
-    instead of a separate multiply: at small widths the separate multiply made an all-kept
-    stochastic-depth step ~6% dearer than a dense one (``BENCHMARKS.md``).
     """
     if isinstance(gain, torch.Tensor):
-        return torch.addcmul(bypass(x), branch(x), gain)
+        return bypass(x) + branch(x) * gain
     if gain == 0.0:
         return bypass(x)
     out = branch(x)
-    if gain == 1.0:
-        return bypass(x) + out
-    return torch.add(bypass(x), out, alpha=gain)
+    if gain != 1.0:
+        out = out * gain
+    return bypass(x) + out
 
 
 def drop_path_compute_then_mask(

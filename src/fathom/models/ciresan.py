@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fathom.depth import Crop, DropSchedule, SkippableResidual, find_branches, skippable_residual
+from fathom.depth import Crop, DropSchedule, SkippableResidual, find_branches
 from fathom.errors import FathomError
 
 FULL_WIDTHS: tuple[int, ...] = (2500, 2000, 1500, 1000, 500)
@@ -165,7 +165,7 @@ class CiresanMLP(nn.Module):
                     continue
                 z = lin(h)
                 taps.append((h, z))
-                pre = skippable_residual(h, lambda _h, z=z: z, block.res.bypass, gain)
+                pre = block.res.bypass(h) + (z if _is_one(gain) else z * gain)
             else:
                 z = lin(h)
                 taps.append((h, z))
@@ -198,6 +198,10 @@ class CiresanMLP(nn.Module):
 
     def extra_repr(self) -> str:
         return f"recipe={self.recipe.name}, widths={self.widths}, input_scale={self.input_scale:.6g}, output_relu={self.output_relu}"
+
+
+def _is_one(gain: float | torch.Tensor) -> bool:
+    return not isinstance(gain, torch.Tensor) and gain == 1.0
 
 
 def count_parameters(model: nn.Module) -> int:
