@@ -10,6 +10,7 @@ from __future__ import annotations
 from fathom.telemetry.registry import Field
 
 GROUPS: dict[str, str] = {
+    "trainer": "progress, running loss, full-split evaluation, clocks and divergence of every run",
     "optimizer": "the learning rate actually applied (one owner: fathom.train.schedule)",
     "regularized": "per-epoch means of the regularized step (CE + λ_reg · P), training mode",
     "health": "dynamics health on the first health.probe_size validation examples",
@@ -18,6 +19,62 @@ GROUPS: dict[str, str] = {
 _STEP = "mean over the epoch's optimizer steps (training mode: BatchNorm batch statistics)"
 _HEALTH = "the first `health.probe_size` validation examples, eval mode, no gradient to parameters"
 _JAC = "J = d logits / d input of one probe example, float64; σ over numerically nonzero singular values"
+
+
+def _trainer() -> list[Field]:
+    g = "trainer"
+    dense = "whole split, dense evaluation (gain one, dropout off)"
+    clock = "cumulative over the run's invocations (a resume continues the clock)"
+    return [
+        Field("epoch", g, "epochs completed (0 = before training)", "epochs", "state"),
+        Field("step", g, "optimizer steps completed", "steps", "state"),
+        Field(
+            "train/loss_running",
+            g,
+            "(1/steps) Σ_steps CE_b: mean training-batch cross entropy over the epoch",
+            "nats",
+            "training",
+            "training mode (gates and dropout on), parameters moving; null at epoch 0",
+        ),
+        Field(
+            "{split}/acc",
+            g,
+            f"(1/N) #{{argmax logits_i == y_i}}, ties to the lowest index; {dense}",
+            "fraction in [0, 1]",
+            "split",
+        ),
+        Field(
+            "{split}/ce",
+            g,
+            f"(1/N) Σ_i -log softmax(logits_i)[y_i] (natural log); {dense}",
+            "nats",
+            "split",
+        ),
+        Field(
+            "clock/training_s",
+            g,
+            f"training clock: optimizer steps only (synchronized on GPU); {clock}",
+            "s",
+            "state",
+        ),
+        Field("clock/evaluation_s", g, f"full-split evaluations; {clock}", "s", "state"),
+        Field("clock/telemetry_s", g, f"epoch-boundary instruments; {clock}", "s", "state"),
+        Field(
+            "clock/elapsed_s",
+            g,
+            f"elapsed wall time of the invocations, set-up included; {clock}",
+            "s",
+            "state",
+        ),
+        Field(
+            "diverged",
+            g,
+            "true on the row of the epoch whose loss or parameters became non-finite (the last row)",
+            "boolean",
+            "training",
+            "absent on every other row; that row carries no evaluation fields",
+        ),
+    ]
 
 
 def _regularized() -> list[Field]:
@@ -159,6 +216,7 @@ def _health() -> list[Field]:
 
 
 TRAINER_FIELDS: tuple[Field, ...] = (
+    *_trainer(),
     Field(
         "optim/lr",
         "optimizer",
