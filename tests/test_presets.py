@@ -64,3 +64,10 @@ def test_validate_command_reports_bad_files(tmp_path, capsys):
     bad.write_text('kind = "depth_scaling"\ndepths = [4]\nlyap_weight = -1\n')
     assert main(["validate", str(bad)]) == 2
     assert "lyap_weight" in capsys.readouterr().err
+
+
+def test_fidelity_preset_is_the_historical_configuration():
+    """Seed 003: raw pixels, ReLU head, the historical per-epoch shrinkage."""
+    cfg = load_run_config_or_preset("ciresan-fidelity")
+    assert cfg.model.input_scale == 1.0 and cfg.model.output_relu and cfg.model.recipe == "plain"
+    assert cfg.optim.schedule.kind == "exponential" and 0 < cfg.optim.schedule.gamma < 1

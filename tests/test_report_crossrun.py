@@ -51,7 +51,7 @@ def study(tmp_path: Path) -> Path:
         seed=9,
         lr=0.1,
         rows=_rows(0.5, "head"),
-        phase="tuning",  # a manifest field, not the run-id prefix
+        phase="tuning",
     )
     return root
 

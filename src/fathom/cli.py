@@ -131,6 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     except FathomError as e:
         print(f"fathom {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a file-system failure no command turned into a FathomError
+        from fathom.rundir.errors import os_error
+
+        print(
+            f"fathom {args.command}: error: {os_error(e, 'complete the command')}", file=sys.stderr
+        )
+        return 2
     except KeyboardInterrupt:
         print(
             f"fathom {args.command}: interrupted; completed epochs are kept and can be resumed",

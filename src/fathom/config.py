@@ -14,6 +14,9 @@ from pydantic import Field, ValidationError, model_validator
 
 from fathom.config_models import (
     MODEL_KINDS,
+    Bool,
+    Float,
+    Int,
     ModelConfig,
     ModelSpec,
     PythonModelConfig,
@@ -51,11 +54,11 @@ class DataConfig(_Strict):
     factory: str | None = None
     kwargs: dict[str, Any] = Field(default_factory=dict)
     split: Literal["fit-val", "fit-all"] = "fit-val"
-    split_seed: int = 0
-    val_size: int | None = Field(default=None, gt=0)
-    test_size: int | None = Field(default=None, gt=0)
-    fit_subset: int | None = Field(default=None, gt=0)
-    eval_subset: int | None = Field(default=None, gt=0)
+    split_seed: Int = 0
+    val_size: Int | None = Field(default=None, gt=0)
+    test_size: Int | None = Field(default=None, gt=0)
+    fit_subset: Int | None = Field(default=None, gt=0)
+    eval_subset: Int | None = Field(default=None, gt=0)
     augment: Literal["none", "crop_flip"] = "none"
 
     @model_validator(mode="after")
@@ -92,11 +95,11 @@ class ScheduleConfig(_Strict):
     kind: Literal["constant", "piecewise", "warmup_linear", "warmup_cosine", "exponential"] = (
         "constant"
     )
-    points: tuple[tuple[float, float], ...] | None = None
-    warmup_epochs: float = Field(default=0.0, ge=0)
-    warmup_start: float = Field(default=0.0, ge=0)
-    final: float = Field(default=0.0, ge=0)
-    gamma: float | None = Field(default=None, gt=0)
+    points: tuple[tuple[Float, Float], ...] | None = None
+    warmup_epochs: Float = Field(default=0.0, ge=0)
+    warmup_start: Float = Field(default=0.0, ge=0)
+    final: Float = Field(default=0.0, ge=0)
+    gamma: Float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _fields(self) -> ScheduleConfig:
@@ -127,14 +130,14 @@ class OptimConfig(_Strict):
     """
 
     name: Literal["sgd", "adamw"] = "sgd"
-    lr: float = Field(default=0.01, gt=0)
-    momentum: float = Field(default=0.9, ge=0, lt=1)
-    nesterov: bool = False
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = Field(default=1e-8, gt=0)
-    weight_decay: float = Field(default=0.0, ge=0)
-    batch_size: int = Field(default=64, gt=0)
-    epochs: int = Field(default=100, gt=0)
+    lr: Float = Field(default=0.01, gt=0)
+    momentum: Float = Field(default=0.9, ge=0, lt=1)
+    nesterov: Bool = False
+    betas: tuple[Float, Float] = (0.9, 0.999)
+    eps: Float = Field(default=1e-8, gt=0)
+    weight_decay: Float = Field(default=0.0, ge=0)
+    batch_size: Int = Field(default=64, gt=0)
+    epochs: Int = Field(default=100, gt=0)
     impl: Literal["foreach", "for-loop", "fused"] = "foreach"
     schedule: ScheduleConfig = ScheduleConfig()
 
@@ -155,9 +158,9 @@ class RegularizerConfig(_Strict):
     """
 
     kind: Literal["lyapunov"] = "lyapunov"
-    weight: float = Field(default=0.3, ge=0)
-    target: float = -0.1
-    sub_batch: int = Field(default=16, gt=0)
+    weight: Float = Field(default=0.3, ge=0)
+    target: Float = -0.1
+    sub_batch: Int = Field(default=16, gt=0)
 
 
 class HealthConfig(_Strict):
@@ -168,9 +171,9 @@ class HealthConfig(_Strict):
     epochs and at the last one. Needs a model with ``lyapunov_blocks()``.
     """
 
-    enabled: bool = False
-    every: int = Field(default=10, gt=0)
-    probe_size: int = Field(default=8, gt=0)
+    enabled: Bool = False
+    every: Int = Field(default=10, gt=0)
+    probe_size: Int = Field(default=8, gt=0)
 
 
 class ExecutionConfig(_Strict):
@@ -184,7 +187,7 @@ class ExecutionConfig(_Strict):
 
     path: Literal["auto", "eager", "graph"] = "auto"
     precision: Literal["fp32", "tf32", "bf16"] = "tf32"
-    max_graph_branches: int = Field(default=6, ge=0, le=10)
+    max_graph_branches: Int = Field(default=6, ge=0, le=10)
 
 
 class StopConfig(_Strict):
@@ -194,26 +197,26 @@ class StopConfig(_Strict):
     rule, not a model-selection rule.
     """
 
-    target_test_acc: float | None = Field(default=None, gt=0, le=1)
+    target_test_acc: Float | None = Field(default=None, gt=0, le=1)
 
 
 class EvalConfig(_Strict):
-    every: int = Field(default=5, gt=0)
-    first: tuple[int, ...] = (1,)
+    every: Int = Field(default=5, gt=0)
+    first: tuple[Int, ...] = (1,)
     splits: tuple[Literal["fit", "val", "test"], ...] = ("fit", "val", "test")
-    batch_size: int = Field(default=2000, gt=0)
+    batch_size: Int = Field(default=2000, gt=0)
 
 
 class CheckpointConfig(_Strict):
-    save_epochs: tuple[int, ...] = (0, 1, 5, 10, 20, 50, 100)
-    resume_every: int = Field(default=1, gt=0)
+    save_epochs: tuple[Int, ...] = (0, 1, 5, 10, 20, 50, 100)
+    resume_every: Int = Field(default=1, gt=0)
 
 
 class TelemetryConfig(_Strict):
-    enabled: bool = False
-    first: tuple[int, ...] = (0, 1)
-    every: int = Field(default=10, gt=0)
-    probe_size: int = Field(default=128, gt=0)
+    enabled: Bool = False
+    first: tuple[Int, ...] = (0, 1)
+    every: Int = Field(default=10, gt=0)
+    probe_size: Int = Field(default=128, gt=0)
     families: tuple[str, ...] = ("all",)
 
 
@@ -224,14 +227,14 @@ class RunConfig(_Strict):
     kind: Literal["run"] = "run"
     name: str = "run"
     study: str = "default"
-    seed: int = 101
+    seed: Int = 101
     device: Literal["auto", "cpu", "cuda"] = "auto"
     data: DataConfig = DataConfig()
     model: ModelSpec = ModelConfig()
     optim: OptimConfig = OptimConfig()
     regularizer: RegularizerConfig | None = None
     health: HealthConfig = HealthConfig()
-    tags: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    tags: dict[str, str | Int | Float | Bool] = Field(default_factory=dict)
     eval: EvalConfig = EvalConfig()
     checkpoints: CheckpointConfig = CheckpointConfig()
     telemetry: TelemetryConfig = TelemetryConfig()

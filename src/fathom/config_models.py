@@ -10,11 +10,17 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+
+#: Numbers of every config: an integer field takes no ``true`` or ``2.0``, a float field
+#: takes integers but no booleans or strings, and no float is ``inf`` or ``nan``.
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def check_factory_path(path: str, key: str) -> str:
@@ -35,12 +41,12 @@ class ModelConfig(_Strict):
     recipe: Literal["plain", "residual", "residual_dropout", "sd_constant", "sd_decreasing"] = (
         "residual"
     )
-    widths: tuple[int, ...] = (2500, 2000, 1500, 1000, 500)
-    width_mult: float = Field(default=1.0, gt=0)
-    input_scale: float = Field(default=1 / 255, gt=0)
-    output_relu: bool = False
-    unit_dropout: float | None = None
-    drop_probs: tuple[float, ...] | None = None
+    widths: tuple[Int, ...] = (2500, 2000, 1500, 1000, 500)
+    width_mult: Float = Field(default=1.0, gt=0)
+    input_scale: Float = Field(default=1 / 255, gt=0)
+    output_relu: Bool = False
+    unit_dropout: Float | None = None
+    drop_probs: tuple[Float, ...] | None = None
 
     @field_validator("widths")
     @classmethod
@@ -90,13 +96,13 @@ class StagedConvConfig(_Strict):
     """
 
     kind: Literal["staged_conv"] = "staged_conv"
-    depth: int = Field(default=4, gt=0)
+    depth: Int = Field(default=4, gt=0)
     neuron: Literal["lif", "relu"] = "lif"
-    timesteps: int = Field(default=4, ge=0)
-    residual: bool = False
-    batchnorm: bool = True
-    width_mult: float = Field(default=1.0, gt=0)
-    image_size: int = Field(default=32, gt=0)
+    timesteps: Int = Field(default=4, ge=0)
+    residual: Bool = False
+    batchnorm: Bool = True
+    width_mult: Float = Field(default=1.0, gt=0)
+    image_size: Int = Field(default=32, gt=0)
 
     @field_validator("depth")
     @classmethod

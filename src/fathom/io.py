@@ -155,8 +155,12 @@ def ensure_writable_dir(path: str | os.PathLike) -> Path:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
             pass
     except OSError as e:
+        import errno
+
+        code = errno.errorcode.get(e.errno or 0, "OSError")
         raise FathomError(
-            f"cannot write to directory {str(path)!r}: {e.strerror or e}. "
-            "Choose a writable location with --runs-dir (or fix its permissions)."
+            f"cannot write to directory {str(path)!r}: {code} {e.strerror or e}. "
+            "Choose a writable location (--runs-dir, --out) or fix its permissions; "
+            "copy a read-only run directory somewhere writable first."
         ) from None
     return path

@@ -129,6 +129,14 @@ def audit_runs(
     timed_architectures: set[str] = set()
     for sub in subjects:
         rd, recipe = sub.rd, sub.family
+        if single and rd.status != "complete" and "final" in settings.checkpoints:
+            epochs = (rd.manifest["config"].get("optim") or {}).get("epochs", "?")
+            raise FathomError(
+                f"run {rd.run_id!r} is incomplete (status {rd.status!r}, "
+                f"{rd.manifest.get('epochs_completed')} of {epochs} epochs): it has no final "
+                f"checkpoint. Resume it first (fathom train --resume {rd.path}) or audit its "
+                "selected checkpoint only (--checkpoint selected)"
+            )
         if rd.status != "complete" and not single:
             skipped.append({"run_id": rd.run_id, "reason": f"status {rd.status!r}, not complete"})
             continue

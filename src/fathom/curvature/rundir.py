@@ -27,7 +27,13 @@ from fathom.curvature.definitions import NORMALIZATION
 from fathom.curvature.snapshot import curvature_snapshot
 from fathom.depth import dense_eval
 from fathom.errors import FathomError
-from fathom.io import atomic_write_bytes, atomic_write_json, atomic_write_text, tensor_digest
+from fathom.io import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    ensure_writable_dir,
+    tensor_digest,
+)
 from fathom.provenance import source_hash
 
 FORMAT = 1
@@ -137,12 +143,13 @@ def run_curvature(
     ``load_state``, ``load_model``, ``load_splits``, ``manifest``, ``run_id``, ``path``).
     """
     chosen = check_epochs(rd.checkpoint_epochs(), epochs)
-    for e in chosen:  # verify every hash before computing anything
+    for e in chosen:  # verify every hash before computing (or writing) anything
         rd.load_state(e)
+    out = Path(out_dir) if out_dir is not None else Path(rd.path) / "curvature"
+    ensure_writable_dir(out)  # a read-only run: say so (and how to fix it) before computing
     splits = rd.load_splits(device=device)
     x, y = probe_from_split(splits.fit_x, splits.fit_y, probe)
     probe_hash = tensor_digest([("x", x), ("y", y)])
-    out = Path(out_dir) if out_dir is not None else Path(rd.path) / "curvature"
     files = rd.manifest.get("checkpoints", {})
     rows = []
     for e in chosen:

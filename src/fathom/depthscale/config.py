@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fathom.config import RunConfig, validate_run_config
+from fathom.config_models import Bool, Float, Int
 from fathom.errors import FathomError
 from fathom.models.convnet import blocks_per_stage_for_depth
 from fathom.models.prep import NORMALIZATION
@@ -25,36 +26,36 @@ class DepthScaleConfig(BaseModel):
     Arms: ``vanilla`` (λ_reg = 0) and ``Lyapunov`` (λ_reg = ``lyap_weight``).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     kind: Literal["depth_scaling"] = "depth_scaling"
     dataset: str = "cifar100"
     data_dir: str | None = None
-    depths: list[int] = Field(default_factory=lambda: [4, 8, 12, 16, 20])
-    timesteps: int = 4
-    epochs: int = 150
-    lyap_weight: float = 0.3
-    lyap_target: float = -0.1
-    seeds: list[int] = Field(default_factory=lambda: [0])
+    depths: list[Int] = Field(default_factory=lambda: [4, 8, 12, 16, 20])
+    timesteps: Int = 4
+    epochs: Int = 150
+    lyap_weight: Float = 0.3
+    lyap_target: Float = -0.1
+    seeds: list[Int] = Field(default_factory=lambda: [0])
     neuron: str = "lif"
-    residual: bool = False
-    batchnorm: bool = True
-    width_mult: float = 1.0
-    batch_size: int = 128
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    lyap_subbatch: int = 16
-    probe_size: int = 8
-    health_every: int = 10
-    log_every: int = 10
-    split_seed: int = 0
-    fit_subset: int | None = None
-    eval_subset: int | None = None
-    eval_batch_size: int = 500
-    augment: bool | None = None
+    residual: Bool = False
+    batchnorm: Bool = True
+    width_mult: Float = 1.0
+    batch_size: Int = 128
+    lr: Float = 0.1
+    momentum: Float = 0.9
+    weight_decay: Float = 5e-4
+    lyap_subbatch: Int = 16
+    probe_size: Int = 8
+    health_every: Int = 10
+    log_every: Int = 10
+    split_seed: Int = 0
+    fit_subset: Int | None = None
+    eval_subset: Int | None = None
+    eval_batch_size: Int = 500
+    augment: Bool | None = None
     device: str = "auto"
-    threads: int | None = None
+    threads: Int | None = None
     runs_dir: str = "runs"
     preset: str | None = None
 

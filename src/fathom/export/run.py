@@ -38,9 +38,13 @@ def default_out(root: Path, target: str) -> Path:
 
 
 def _flagged(runs: list[RunData]) -> list[str]:
-    return [
-        f"{r.run_id}: {reason} (exported without it)" for r in runs for reason in r.flag_reasons
-    ]
+    """Each flagged problem of each run; a left-out history row says it was not exported."""
+
+    def suffix(reason: str) -> str:
+        left_out = reason.startswith(("history line", "history row"))
+        return " (exported without it)" if left_out else ""
+
+    return [f"{r.run_id}: {reason}{suffix(reason)}" for r in runs for reason in r.flag_reasons]
 
 
 def export(

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fathom.study.records import checkpoint_scores
 from fathom.rundir import RunDir
+from fathom.study.records import checkpoint_scores
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,11 @@ import torch
 from fathom.config import RunConfig, config_diff
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text
+from fathom.rundir import RunDir
 from fathom.study.execute import execute_run
 from fathom.study.plan import RunSpec
 from fathom.telemetry.scores import class_scores, confusion_matrix
 from fathom.train.evaluate import split_scores
-from fathom.rundir import RunDir
 
 HEADS: tuple[str, ...] = ("relu", "linear")
 FORMAT = 1
@@ -117,7 +117,7 @@ def run_head_diagnostic(
         spec = RunSpec(
             run_id=cfg.name,
             study=out.name,
-            phase="diagnostic",
+            phase=None,  # a lone run: not an arm of any study
             recipe=cfg.model.recipe,
             seed=cfg.seed,
             lr=cfg.optim.lr,

@@ -24,9 +24,9 @@ from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest
 from fathom.reproduce.config import PipelineConfig
 from fathom.reproduce.state import PipelineState
+from fathom.rundir import RunDir
 from fathom.study.config import StudyConfig
 from fathom.study.plan import study_root
-from fathom.rundir import RunDir
 
 Say = Callable[[str], None]
 STEPS: tuple[str, ...] = ("study", "audit", "curvature", "head", "compare", "report")

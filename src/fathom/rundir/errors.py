@@ -7,8 +7,8 @@ import errno
 from fathom.errors import FathomError
 
 _FIX = {
-    errno.ENOSPC: "the disk is full: free space (or choose another --runs-dir) and rerun; "
-    "the run resumes from its last complete epoch",
+    errno.ENOSPC: "the disk is full: free space (or choose another --runs-dir) and rerun "
+    "(a study retries the run by itself)",
     errno.EDQUOT: "the disk quota is exhausted: free space and rerun",
     errno.EROFS: "the file system is read-only: choose a writable --runs-dir "
     "(or copy the run directory somewhere writable)",

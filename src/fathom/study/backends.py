@@ -23,6 +23,47 @@ from fathom.study.plan import RunSpec
 
 Progress = Callable[[RunOutcome], None]
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent_pid: int, poll_s: float = 0.5) -> None:
+    """Worker initializer: end this worker as soon as its parent (the study) dies.
+
+    A worker blocked on its task pipe never notices a ``kill -9`` of the parent by
+    itself. On Linux the kernel sends SIGKILL at once (``prctl(PR_SET_PDEATHSIG)``); a
+    daemon thread also polls ``os.getppid()`` every ``poll_s`` seconds (other systems,
+    and a parent that died before the ``prctl``) and ends the process with ``os._exit``.
+    """
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    threading.Thread(target=watch, name="fathom-parent-watch", daemon=True).start()
+
+
+def init_worker(parent_pid: int, indices: Any) -> None:
+    """Worker initializer: die with the study (:func:`die_with_parent`), then take a device."""
+    die_with_parent(parent_pid)
+    init_worker_device(indices)
+
 
 def wants_cuda(specs: Sequence[RunSpec]) -> bool:
     """True when a run would train on CUDA here (device ``cuda``, or ``auto`` with a GPU)."""
@@ -80,9 +121,11 @@ class LocalBackend:
         retry_failed: bool,
         registry_file: str | None,
         progress: Progress | None = None,
+        allow_source_change: bool = False,
     ) -> list[RunOutcome]:
         kwargs = dict(
             retry_failed=retry_failed,
+            allow_source_change=allow_source_change,
             threads=self.threads,
             registry_file=registry_file,
             splits_for=self.splits_for,
@@ -97,12 +140,17 @@ class LocalBackend:
             return outs
         ctx = multiprocessing.get_context("spawn")
         results: dict[str, RunOutcome] = {}
+        import os
+
         n = min(self.workers, len(specs))
         indices = ctx.Queue()
         for index in worker_devices(n) if wants_cuda(specs) else [None] * n:
             indices.put(index)
         with ProcessPoolExecutor(
-            max_workers=n, mp_context=ctx, initializer=init_worker_device, initargs=(indices,)
+            max_workers=n,
+            mp_context=ctx,
+            initializer=init_worker,
+            initargs=(os.getpid(), indices),
         ) as pool:
             futures = {pool.submit(execute_run, s, **kwargs): s for s in specs}
             for fut in as_completed(futures):
@@ -149,6 +197,7 @@ class RayBackend:
         retry_failed: bool,
         registry_file: str | None,
         progress: Progress | None = None,
+        allow_source_change: bool = False,
     ) -> list[RunOutcome]:
         ray = _import_ray()
         if not ray.is_initialized():
@@ -167,6 +216,7 @@ class RayBackend:
                 retry_failed=retry_failed,
                 threads=self.threads,
                 splits_for=self.splits_for,
+                allow_source_change=allow_source_change,
                 live=self.live,
             ): s
             for s in specs

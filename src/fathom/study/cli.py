@@ -62,11 +62,12 @@ def progress_line(info: Any) -> str:
     """``  main-residual_dropout-s101  trained  complete  12.3s  params 3f9a0c1d2e4b``.
 
     The run id is padded to the longest id a study of the shipped recipes makes (31
-    characters), so the line fits 80 columns; an error reason follows and may wrap.
+    characters), so the line fits 80 columns; why a run was retried and an error reason
+    follow and may wrap.
     """
     from fathom.terminal import short_hash
 
-    extra = f"  ({info.error})" if info.error else ""
+    extra = "".join(f"  ({t})" for t in (getattr(info, "note", None), info.error) if t)
     return (
         f"  {info.run_id:<31} {info.action:<7} {info.status:<8} {info.wall_s:6.1f}s "
         f"params {short_hash(info.final_params)}{extra}"
@@ -118,6 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         retry_failed=args.retry_failed,
         progress=progress,
         origin=origin,
+        allow_source_change=args.allow_source_change,
     )
     if not args.quiet:
         print_summary(result.summary)
@@ -305,7 +307,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="torch threads per run (default: the study's threads_per_run, else 1; final hashes depend on it)",
     )
     run.add_argument(
-        "--retry-failed", action="store_true", help="retry runs that failed (default: keep them)"
+        "--retry-failed",
+        action="store_true",
+        help="retry runs that failed by themselves (runs failed by their environment, e.g. a full disk, are always retried)",
+    )
+    run.add_argument(
+        "--allow-source-change",
+        action="store_true",
+        help="resume interrupted runs even though the fathom source changed (recorded)",
     )
     run.add_argument("--quiet", action="store_true", help="print only the final line")
     run.add_argument(

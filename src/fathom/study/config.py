@@ -43,6 +43,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fathom.config import RunConfig, _format_validation_error, load_toml, validate_run_config
+from fathom.config_models import Bool, Float, Int
 from fathom.errors import FathomError
 from fathom.models.ciresan import RECIPES
 
@@ -51,7 +52,7 @@ STUDY_OWNED_KEYS: tuple[str, ...] = ("name", "study", "seed", "model.recipe", "o
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class StudySection(_Strict):
@@ -59,11 +60,11 @@ class StudySection(_Strict):
     description: str = ""
     reference: str
     recipes: tuple[str, ...]
-    seeds: tuple[int, ...] = (101, 102, 103)
-    lr: float | None = Field(default=None, gt=0)
-    target_val_acc: float | None = Field(default=None, gt=0, le=1)
+    seeds: tuple[Int, ...] = (101, 102, 103)
+    lr: Float | None = Field(default=None, gt=0)
+    target_val_acc: Float | None = Field(default=None, gt=0, le=1)
     scale_down: tuple[str, ...] = ()
-    threads_per_run: int | None = Field(default=None, gt=0)
+    threads_per_run: Int | None = Field(default=None, gt=0)
 
     @field_validator("recipes")
     @classmethod
@@ -101,11 +102,11 @@ LR_SOURCES: tuple[str, ...] = ("tuning", "study.lr", "frozen")
 
 
 class TuningSection(_Strict):
-    enabled: bool = True
+    enabled: Bool = True
     mode: Literal["grid", "frozen"] = "grid"
-    seed: int = 1
-    lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
-    lr: dict[str, float] = Field(default_factory=dict)
+    seed: Int = 1
+    lrs: tuple[Float, ...] = (0.01, 0.03, 0.1)
+    lr: dict[str, Float] = Field(default_factory=dict)
 
     @property
     def runs_grid(self) -> bool:

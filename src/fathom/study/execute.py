@@ -163,9 +163,7 @@ def execute_run(
 
     tracker = LiveTracker(path, live, cfg) if live else None
     try:
-        result = train(
-            cfg, path, splits=splits, resume=resume, phase=spec.phase, progress=tracker
-        )
+        result = train(cfg, path, splits=splits, resume=resume, phase=spec.phase, progress=tracker)
     except FathomError:
         raise
     except Exception as e:  # the run's own failure is data: recorded in its manifest

@@ -15,7 +15,7 @@ class RunSpec:
 
     run_id: str
     study: str
-    phase: str  # "tuning" | "main"
+    phase: str | None  # "tuning" | "main" | None (a lone run, e.g. a diagnostic pair)
     recipe: str
     seed: int
     lr: float

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from fathom.study.runner import scale_down_text
+from fathom.study.runner import integrity_markdown, scale_down_text
 from fathom.terminal import table
 
 METRIC_SHORT = {"test_acc": "accuracy", "test_ce": "CE"}
@@ -161,6 +161,9 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
     console.rule(f"Study {summary['study']}")
     console.print(scale_down_text(summary))
     console.print(f"Device(s): {', '.join(summary['devices'])}")
+    for line in integrity_markdown(summary):
+        if line:
+            console.print(line, overflow="fold")
     if summary["tuning"]["enabled"]:
         console.print(_tuning(summary))
     else:

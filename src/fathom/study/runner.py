@@ -2,9 +2,12 @@
 
 Selection rule (tuning phase): for each recipe, the grid rate whose run reaches the
 lowest validation CE (its minimum over evaluated epochs, the same quantity that selects
-checkpoints); ties go to the smaller rate. A diverged or failed grid point is recorded
-in the grid and never selected. A recipe whose every grid point failed stops the study
-with an error naming it.
+checkpoints); ties go to the smaller rate. A diverged grid point is recorded in the grid
+and never selected. A failed or unfinished grid point stops the study before selection
+(a rate is never selected without it), naming the run and ``--retry-failed``.
+
+A study holds an exclusive lock on its directory for its whole duration: the same
+``fathom study run`` started twice is refused, naming the first one's PID.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 from fathom.config import config_diff
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest, dumps
-from fathom.rundir import RunDir
+from fathom.rundir import RunDir, study_lock
 from fathom.stats import summarise_study, to_markdown
 from fathom.study.config import StudyConfig, validate_study_config
 from fathom.study.execute import RunOutcome
@@ -83,6 +86,17 @@ def select_lr(points: Sequence[GridPoint]) -> dict[str, float]:
         by_recipe.setdefault(p.recipe, []).append(p)
     chosen = {}
     for recipe, pts in by_recipe.items():
+        unfinished = [p for p in pts if p.status not in ("complete", "diverged")]
+        if unfinished:
+            names = ", ".join(
+                f"{p.run_id} ({p.status}: {p.status_reason})"
+                for p in sorted(unfinished, key=lambda p: p.lr)
+            )
+            raise FathomError(
+                f"the tuning grid of recipe {recipe!r} is incomplete: {names}. A learning rate "
+                "is never selected without every grid point; rerun the study with "
+                "--retry-failed to retry them"
+            )
         ok = [p for p in pts if p.status == "complete" and p.val_ce is not None]
         if not ok:
             grid = ", ".join(f"lr {p.lr:g}: {p.status}" for p in sorted(pts, key=lambda p: p.lr))
@@ -125,12 +139,30 @@ def run_study(
     retry_failed: bool = False,
     progress: Callable[[str, Any], None] | None = None,
     origin: str = "",
+    allow_source_change: bool = False,
 ) -> StudyResult:
     """Run (or resume) ``study`` under ``runs_dir`` on ``backend``; write the summary files."""
+    root = study_root(runs_dir, study)
+    if root.exists() and not root.is_dir():
+        raise FathomError(
+            f"{str(root)!r} is a file, not a study directory; move it away or choose another --runs-dir"
+        )
+    with study_lock(root):
+        opts = {"retry_failed": retry_failed, "allow_source_change": allow_source_change}
+        return _run_locked(study, runs_dir, backend, opts, progress, origin)
+
+
+def _run_locked(
+    study: StudyConfig,
+    runs_dir: str | Path,
+    backend: Any,
+    opts: dict[str, bool],
+    progress: Callable[[str, Any], None] | None,
+    origin: str,
+) -> StudyResult:
     t0 = time.perf_counter()
     root = study_root(runs_dir, study)
     check_study_file(root, study)
-    root.mkdir(parents=True, exist_ok=True)
     atomic_write_json(
         root / STUDY_FILE,
         {
@@ -157,9 +189,7 @@ def run_study(
                 "phase",
                 f"tuning: {len(t_specs)} runs ({len(study.study.recipes)} recipes x {len(study.tuning.lrs)} rates, seed {study.tuning.seed})",
             )
-        outcomes += backend.run(
-            t_specs, retry_failed=retry_failed, registry_file=reg, progress=report
-        )
+        outcomes += backend.run(t_specs, registry_file=reg, progress=report, **opts)
         grid = [grid_point(s) for s in t_specs]
         lrs = select_lr(grid)
     else:
@@ -173,7 +203,7 @@ def run_study(
             "phase",
             f"main: {len(m_specs)} runs ({len(study.study.recipes)} recipes x {len(study.study.seeds)} seeds)",
         )
-    outcomes += backend.run(m_specs, retry_failed=retry_failed, registry_file=reg, progress=report)
+    outcomes += backend.run(m_specs, registry_file=reg, progress=report, **opts)
     summary = build_summary(study, m_specs, grid, lrs)
     summary["execution"] = {
         "backend": getattr(backend, "name", type(backend).__name__),
@@ -182,7 +212,9 @@ def run_study(
             a: sum(o.action == a for o in outcomes) for a in sorted({o.action for o in outcomes})
         },
         "runs": [o.to_dict() for o in outcomes],
+        "retried": [{"run_id": o.run_id, "note": o.note} for o in outcomes if o.note],
     }
+    summary["integrity"] = integrity(list(t_specs) + list(m_specs))
     write_summary(root, summary)
     return StudyResult(root, summary, outcomes, time.perf_counter() - t0)
 
@@ -237,6 +269,30 @@ def build_summary(
     }
 
 
+def integrity(specs: Sequence[RunSpec]) -> dict[str, list[str]]:
+    """Per run id, every integrity problem its run directory still has (see RunDir.problems)."""
+    out = {}
+    for s in specs:
+        problems = RunDir(s.run_dir).problems()
+        if problems:
+            out[s.run_id] = problems
+    return out
+
+
+def integrity_markdown(summary: dict[str, Any]) -> list[str]:
+    """The runs this invocation retried (and why) and any problem left in a run directory."""
+    retried = (summary.get("execution") or {}).get("retried") or []
+    problems = summary.get("integrity") or {}
+    if not retried and not problems:
+        return [
+            "Every run directory verified intact (manifest, history and checkpoint digests).",
+            "",
+        ]
+    lines = [f"- {r['run_id']}: {r['note']}" for r in retried]
+    lines += [f"- {rid}: {'; '.join(p)}" for rid, p in sorted(problems.items())]
+    return [*lines, ""]
+
+
 def scale_down_text(summary: dict[str, Any]) -> str:
     """What was scaled down (computed by :func:`fathom.study.scaledown.scaled_down`)."""
     if "scale_down_sentence" in summary:
@@ -285,6 +341,9 @@ def write_summary(root: Path, summary: dict[str, Any]) -> None:
         "## Tuning",
         "",
         *tuning_markdown(summary),
+        "## Run directories",
+        "",
+        *integrity_markdown(summary),
         "## Main phase",
         "",
         to_markdown(summary["stats"]),

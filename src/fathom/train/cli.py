@@ -105,6 +105,14 @@ def make_progress(quiet: bool) -> LiveProgress | None:
 def cmd_train(args: argparse.Namespace) -> int:
     from fathom.train.loop import resume, train
 
+    if args.resume:
+        ignored = [f"--{k}" for k in ("set", "name") if getattr(args, k, None)]
+        if ignored:
+            raise FathomError(
+                f"{' and '.join(ignored)} cannot change a run being resumed: --resume continues "
+                f"{args.resume!r} with the config recorded in its manifest. Drop "
+                f"{' and '.join(ignored)}, or start a new run with them"
+            )
     if args.resume and args.config:
         from fathom.train.loop import check_resumable
 

@@ -132,6 +132,17 @@ def train(
             else:
                 restore(s, state)
             return fit(s)
+    except KeyboardInterrupt:  # before the epoch loop (fit records its own)
+        if writer.manifest is not None:
+            writer.manifest["status_reason"] = "interrupted; continue with fathom train --resume"
+        writer.interrupted()  # status stays "running": the run can be resumed
+        raise
+    except FathomError as e:  # a full disk at epoch 0, a corrupt file: recorded, then raised
+        writer.fail(str(e), failure=failure_record(e))
+        raise
+    except Exception as e:
+        writer.fail(f"{type(e).__name__}: {e}", failure=failure_record(e))
+        raise
     finally:
         writer.close()
 

@@ -1,0 +1,63 @@
+"""Config validation: every number of the config family is a real, finite number of its type."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from fathom.config import RunConfig, validate_run_config
+from fathom.depthscale.config import DepthScaleConfig
+from fathom.errors import FathomError
+from fathom.study.config import validate_study_config
+
+BAD_RUNS = [
+    ("lr inf", {"optim": {"lr": math.inf}}, "optim.lr: Input should be a finite number"),
+    ("lr nan", {"optim": {"lr": math.nan}}, "optim.lr: Input should be a finite number"),
+    ("momentum -inf", {"optim": {"momentum": -math.inf}}, "optim.momentum"),
+    ("epochs true", {"optim": {"epochs": True}}, "optim.epochs: Input should be a valid integer"),
+    ("epochs 2.0", {"optim": {"epochs": 2.0}}, "optim.epochs: Input should be a valid integer"),
+    ("lr true", {"optim": {"lr": True}}, "optim.lr: Input should be a valid number"),
+    ("lr string", {"optim": {"lr": "0.1"}}, "optim.lr: Input should be a valid number"),
+    ("seed true", {"seed": True}, "seed: Input should be a valid integer"),
+    ("widths bool", {"model": {"widths": [8, True]}}, "widths.1: Input should be a valid integer"),
+    (
+        "schedule nan",
+        {"optim": {"schedule": {"kind": "piecewise", "points": [[0, math.nan]]}}},
+        "optim.schedule.points.0.1",
+    ),
+    ("telemetry on=1", {"telemetry": {"enabled": 1}}, "telemetry.enabled"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_RUNS, ids=[c[0] for c in BAD_RUNS])
+def test_non_finite_and_mistyped_numbers_are_refused(case):
+    _, data, needle = case
+    with pytest.raises(FathomError) as e:
+        validate_run_config(data, origin="case")
+    assert needle in str(e.value)
+
+
+def test_integers_are_accepted_for_floats_and_set_parses_infinity_as_an_error():
+    assert validate_run_config({"optim": {"lr": 1}}).optim.lr == 1.0
+    with pytest.raises(FathomError, match="finite number"):
+        RunConfig().with_updates({"optim.lr": float("inf")})
+
+
+def test_cli_set_lr_infinity_is_refused(capsys):
+    from fathom.cli import main
+
+    assert main(["train", "--set", "optim.lr=Infinity"]) == 2
+    assert "optim.lr: Input should be a finite number" in capsys.readouterr().err
+
+
+def test_study_and_depth_scaling_configs_are_strict_too():
+    with pytest.raises(FathomError, match="tuning.lrs.1: Input should be a finite number"):
+        validate_study_config(
+            {"study": {"name": "s", "recipes": ["residual"]}, "tuning": {"lrs": [0.1, math.inf]}},
+            "case",
+        )
+    with pytest.raises(ValueError, match="finite number"):
+        DepthScaleConfig(lr=math.nan)
+    with pytest.raises(ValueError, match="valid integer"):
+        DepthScaleConfig(epochs=True)

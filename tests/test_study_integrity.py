@@ -1,0 +1,193 @@
+"""A study never selects, summarises or runs on damaged or missing data (issue 13, defects
+2, 3, 4 and 6): it is locked, retries what failed and says so, and its workers die with it."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fathom.errors import FathomError
+from fathom.rundir import RunDir
+from fathom.study.backends import LocalBackend
+from fathom.study.config import validate_study_config
+from fathom.study.runner import run_study
+from test_rundir import SRC, hold_lock, tear_last_line
+from test_study import TESTS_DIR, local, study_data, synthetic_splits
+
+TUNED = study_data(
+    study={"recipes": ["residual"], "seeds": [101, 102]}, tuning={"lrs": [0.05, 0.1]}
+)
+
+
+def fail_writes(monkeypatch, match: str, error: OSError | Exception) -> None:
+    """Atomic writes of paths containing ``match`` raise ``error`` (a full disk, ...)."""
+    import fathom.rundir.writer as writer
+
+    real = writer.atomic_write_bytes
+
+    def broken(path, data):
+        if match in str(path):
+            raise error
+        return real(path, data)
+
+    import fathom.io
+    import fathom.rundir.files
+
+    for module in (writer, fathom.rundir.files, fathom.io):
+        monkeypatch.setattr(module, "atomic_write_bytes", broken)
+
+
+def test_disk_full_tuning_run_is_retried_never_left_out_of_the_grid(tmp_path, monkeypatch):
+    study = validate_study_config(TUNED, "a")
+    clean = run_study(study, tmp_path / "clean", local())
+    # the better rate's run hits a full disk at its epoch-1 resume state
+    best = clean.summary["tuning"]["selected_lr"]["residual"]
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with monkeypatch.context() as m:
+        fail_writes(m, f"tune-residual-lr{best:g}-s1/checkpoints/resume.pt", full)
+        with pytest.raises(FathomError, match="ENOSPC No space left on device; the disk is full"):
+            run_study(study, tmp_path / "full", local())
+    rd = RunDir(tmp_path / "full" / "t" / f"tune-residual-lr{best:g}-s1")
+    assert rd.status == "failed" and rd.manifest["failure"]["environment"] is True
+    rerun = run_study(study, tmp_path / "full", local())  # the disk has space again
+    retried = {o.run_id: o for o in rerun.outcomes if o.action == "retried"}
+    assert list(retried) == [f"tune-residual-lr{best:g}-s1"]
+    assert "its environment failed" in retried[f"tune-residual-lr{best:g}-s1"].note
+    assert rerun.summary["execution"]["retried"][0]["run_id"] == f"tune-residual-lr{best:g}-s1"
+    assert rerun.summary["tuning"]["selected_lr"] == clean.summary["tuning"]["selected_lr"]
+    final = {k: v["final_params"] for k, v in rerun.summary["runs"].items()}
+    assert final == {k: v["final_params"] for k, v in clean.summary["runs"].items()}
+    assert "retried (its environment failed)" in (rerun.root / "summary.md").read_text()
+
+
+def test_a_failed_grid_point_stops_selection_until_retried(tmp_path, monkeypatch):
+    study = validate_study_config(TUNED, "a")
+    with monkeypatch.context() as m:
+        fail_writes(m, "tune-residual-lr0.1-s1/checkpoints/epoch-0002", RuntimeError("bug"))
+        with pytest.raises(FathomError, match=r"tuning grid of recipe 'residual' is incomplete"):
+            run_study(study, tmp_path, local())
+    # without --retry-failed the run's own failure is kept, and selection still refuses
+    with pytest.raises(FathomError, match=r"tune-residual-lr0.1-s1 \(failed: RuntimeError: bug\)"):
+        run_study(study, tmp_path, local())
+    result = run_study(study, tmp_path, local(), retry_failed=True)
+    actions = {o.run_id: o.action for o in result.outcomes}
+    assert actions["tune-residual-lr0.1-s1"] == "retried"
+    assert actions["tune-residual-lr0.05-s1"] == "skipped"
+    assert {p["status"] for p in result.summary["tuning"]["grid"]} == {"complete"}
+
+
+def test_torn_history_of_a_complete_run_is_retrained_and_reported(tmp_path):
+    study = validate_study_config(
+        study_data(tuning={"enabled": False}, study={"lr": 0.05, "recipes": ["residual"]}), "a"
+    )
+    first = run_study(study, tmp_path, local())
+    assert first.summary["stats"]["n_runs"] == 2 and not first.summary["stats"]["excluded"]
+    tear_last_line(first.root / "main-residual-s102")
+    again = run_study(study, tmp_path, local())
+    out = {o.run_id: o for o in again.outcomes}
+    assert out["main-residual-s101"].action == "skipped"
+    assert out["main-residual-s102"].action == "retried"
+    assert "line 3 is torn" in out["main-residual-s102"].note
+    assert "another final hash" not in out["main-residual-s102"].note  # deterministic retrain
+    stats = again.summary["stats"]  # not silently n=1
+    assert stats["n_runs"] == 2 and stats["recipes"]["residual"]["seeds"] == [101, 102]
+    assert again.summary["runs"] == first.summary["runs"]
+    assert (
+        "main-residual-s102: retrained: history.jsonl line 3 is torn"
+        in (again.root / "summary.md").read_text()
+    )
+
+
+def test_the_same_study_twice_is_refused(tmp_path):
+    study = validate_study_config(
+        study_data(tuning={"enabled": False}, study={"lr": 0.05, "recipes": ["residual"]}), "a"
+    )
+    holder = hold_lock(tmp_path / "t", study=True)
+    try:
+        with pytest.raises(FathomError, match=f"study directory .* locked .*PID {holder.pid}"):
+            run_study(study, tmp_path, local())
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (tmp_path / "t" / "main-residual-s101").exists()
+
+
+WORKERS_SCRIPT = """
+import json, sys
+sys.path[:0] = [{src!r}, {tests!r}]
+from functools import partial
+from test_study import synthetic_splits
+from fathom.study.backends import LocalBackend
+from fathom.study.config import validate_study_config
+from fathom.study.runner import run_study
+study = validate_study_config(json.loads({study!r}), "kill")
+run_study(study, {runs!r}, LocalBackend(2, 1, partial(synthetic_splits, n_fit=2048)))
+"""
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split()[2] == "Z")
+
+
+def test_kill_9_of_a_two_worker_study_leaves_no_worker(tmp_path):
+    data = study_data(
+        tuning={"enabled": False},
+        study={"lr": 0.05, "recipes": ["residual", "sd_constant"], "seeds": [101]},
+        base={**study_data()["base"], "optim": {"epochs": 50}, "data": {"fit_subset": 2048}},
+    )
+    script = WORKERS_SCRIPT.format(
+        src=SRC, tests=str(TESTS_DIR), study=json.dumps(data), runs=str(tmp_path)
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            started = list((tmp_path / "t").glob("main-*/manifest.json"))
+            if len(started) == 2:  # both workers are training
+                workers = [p for c in _children(parent.pid) for p in [c, *_children(c)]]
+                break
+            assert parent.poll() is None, "the study ended before it could be killed"
+            time.sleep(0.05)
+        else:
+            pytest.fail("the workers did not start in time")
+        parent.send_signal(signal.SIGKILL)  # the parent only, not its process group
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [w for w in workers if _alive(w)]
+        assert workers and not left, f"workers {left} outlived the killed study"
+    finally:
+        for w in workers:
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
+
+
+def test_two_workers_still_match_sequential(tmp_path):
+    study = validate_study_config(
+        study_data(tuning={"enabled": False}, study={"lr": 0.05, "seeds": [101]}), "a"
+    )
+    seq = run_study(study, tmp_path / "seq", local())
+    par = run_study(study, tmp_path / "par", LocalBackend(2, 1, synthetic_splits))
+    assert {k: v["final_params"] for k, v in seq.summary["runs"].items()} == {
+        k: v["final_params"] for k, v in par.summary["runs"].items()
+    }
