@@ -25,8 +25,8 @@ def epoch_line(row: dict[str, Any]) -> str:
     Jacobian; κ their median ratio. Health fields appear on health-check epochs only.
     """
     line = f"Epoch {row['epoch']}: train={_fmt(row.get('fit/acc'), '.3f')} test={_fmt(row.get('test/acc'), '.3f')}"
-    if row.get("lyap/probe") is not None:
-        line += f" λ={row['lyap/probe']:.3f}"
+    if row.get("lyap/maximal") is not None:
+        line += f" λ={row['lyap/maximal']:.3f}"
     if row.get("jac/sigma_max") is not None:
         line += f" σ={row['jac/sigma_max']:.2e}/{_fmt(row.get('jac/sigma_min'), '.2e')}"
         line += f" κ={_fmt(row.get('jac/kappa'), '.1e')}"

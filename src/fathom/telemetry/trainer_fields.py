@@ -18,7 +18,7 @@ GROUPS: dict[str, str] = {
 
 _STEP = "mean over the epoch's optimizer steps (training mode: BatchNorm batch statistics)"
 _HEALTH = "the first `health.probe_size` validation examples, eval mode, no gradient to parameters"
-_JAC = "J = d logits / d input of one probe example, float64; σ over numerically nonzero singular values"
+_JAC = "J = d logits / d input of one health-probe example, float64; σ over numerically nonzero singular values"
 
 
 def _trainer() -> list[Field]:
@@ -128,7 +128,7 @@ def _health() -> list[Field]:
     g = "health"
     return [
         Field(
-            "lyap/probe",
+            "lyap/maximal",
             g,
             f"mean over {_HEALTH} of the maximal depth-wise Lyapunov exponent λ̂",
             "nats per block",
@@ -136,9 +136,9 @@ def _health() -> list[Field]:
             "tangents from a per-epoch seeded generator",
         ),
         Field(
-            "lyap/probe_blocks",
+            "lyap/blocks",
             g,
-            "per block: mean over probe examples of log(||J_l v|| / ||v||)",
+            "per block: mean over health-probe examples of log(||J_l v|| / ||v||)",
             "nats",
             "health_probe",
             "a list, one value per block",
@@ -147,7 +147,7 @@ def _health() -> list[Field]:
         Field(
             "jac/sigma_max",
             g,
-            f"median over probes of σ_max(J); {_JAC}",
+            f"median over health-probe examples of σ_max(J); {_JAC}",
             "logit / input units",
             "health_probe",
         ),
@@ -177,7 +177,7 @@ def _health() -> list[Field]:
             "health_probe",
         ),
         Field("jac/full_rank", g, "min(classes, input dimension)", "count", "health_probe"),
-        Field("jac/probes", g, "number of probe examples", "examples", "health_probe"),
+        Field("jac/examples", g, "number of health-probe examples", "examples", "health_probe"),
         Field(
             "jac/rank_floor_rule",
             g,
@@ -197,7 +197,7 @@ def _health() -> list[Field]:
         Field(
             "spike/rates",
             g,
-            "per LIF layer: mean spike indicator over probe, time and units",
+            "per LIF layer: mean spike indicator over health-probe examples, time and units",
             "spikes per unit per timestep",
             "health_probe",
             "null for an ANN",
