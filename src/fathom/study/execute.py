@@ -2,14 +2,18 @@
 
 Given a :class:`RunSpec`, :func:`execute_run` looks at the run directory first:
 
-* complete, final checkpoint hash checks        -> skipped (nothing is recomputed);
+* complete, final checkpoint and history intact -> skipped (nothing is recomputed);
+* complete but damaged (torn or edited history)  -> retrained (training is deterministic,
+  so the retrained run must end with the recorded final hash: checked);
 * diverged                                      -> kept (a divergence is a result);
 * running / interrupted, with a resume state    -> resumed from its last epoch boundary;
-* failed                                        -> retried only with ``retry_failed``
+* failed by its environment (full disk, read-only or failing file system) -> retried;
+* failed otherwise                              -> retried only with ``retry_failed``
   (resumed from its last resume state when there is one);
 * absent, or killed before its first boundary   -> trained from the start.
 
-A run directory holding another config than the spec is refused, naming the field.
+Every retry says why (:attr:`RunOutcome.note`). A run directory holding another config
+than the spec is refused, naming the field.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 from fathom.config import config_diff, validate_run_config
 from fathom.errors import FathomError
 from fathom.io import config_digest
+from fathom.rundir import DirLock, RunDir
+from fathom.rundir.lock import RUN_LOCK
 from fathom.study.plan import RunSpec
 
 OUTCOME_ACTIONS = ("skipped", "trained", "resumed", "retried", "kept", "failed")
@@ -30,7 +36,7 @@ OUTCOME_ACTIONS = ("skipped", "trained", "resumed", "retried", "kept", "failed")
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """What :func:`execute_run` did (``action``) and the run's resulting state."""
+    """What :func:`execute_run` did (``action``, ``note``: why a run was retried)."""
 
     run_id: str
     phase: str
@@ -43,6 +49,7 @@ class RunOutcome:
     final_params: str | None
     wall_s: float
     error: str | None = None
+    note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,8 +57,6 @@ class RunOutcome:
 
 def verify_complete(run_dir: Path) -> str:
     """The final-parameter hash of a complete run, after checking its final checkpoint file."""
-    from fathom.rundir import RunDir
-
     rd = RunDir(run_dir)
     recorded = rd.manifest.get("hashes", {}).get("final_params")
     on_disk = rd.checkpoint_hash("final")
@@ -65,10 +70,8 @@ def verify_complete(run_dir: Path) -> str:
     return recorded
 
 
-def _state(spec: RunSpec) -> tuple[str, dict[str, Any] | None]:
-    """``("absent" | "unstarted" | status, manifest)`` of the spec's run directory."""
-    from fathom.rundir import RunDir
-
+def _state(spec: RunSpec) -> tuple[str, RunDir | None]:
+    """``("absent" | "unstarted" | status, run)`` of the spec's run directory."""
     path = Path(spec.run_dir)
     if not (path / "manifest.json").exists():
         return ("absent" if not path.exists() else "unstarted"), None
@@ -83,7 +86,37 @@ def _state(spec: RunSpec) -> tuple[str, dict[str, Any] | None]:
             "the study definition changed since it ran. Use another --runs-dir or study name, "
             "or delete that run directory"
         )
-    return rd.status, rd.manifest
+    return rd.status, rd
+
+
+def _wipe(path: Path) -> None:
+    """Remove a run directory's contents, holding its lock (refused if another writer has it)."""
+    if not path.exists():
+        return
+    with DirLock(path):
+        for child in path.iterdir():
+            if child.name == RUN_LOCK:
+                continue
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+
+
+def _plan(state: str, rd: RunDir | None, retry_failed: bool) -> tuple[str, str | None]:
+    """``(action, note)`` for a run in ``state``: skip / keep / resume / retrain (and why)."""
+    if state == "complete":
+        problems = rd.history_problems() if rd is not None else []
+        if not problems:
+            return "skip", None
+        return "retrain", f"retrained: {'; '.join(problems)}"
+    if state == "diverged":
+        return "keep", None
+    if state == "failed":
+        m = rd.manifest if rd is not None else {}
+        env = bool((m.get("failure") or {}).get("environment"))
+        if not (env or retry_failed):
+            return "keep", None
+        why = "its environment failed" if env else "--retry-failed"
+        return "retry", f"retried ({why}); earlier failure: {m.get('status_reason')}"
+    return "run", None
 
 
 def execute_run(
@@ -93,6 +126,7 @@ def execute_run(
     threads: int | None = None,
     registry_file: str | None = None,
     splits_for: Any = None,
+    allow_source_change: bool = False,
     live: tuple[str, ...] = (),
 ) -> RunOutcome:
     """Bring ``spec``'s run directory to a final state (see the module docstring).
@@ -101,33 +135,21 @@ def execute_run(
     given) receives the run's row; ``live`` names live-tracking targets
     (:mod:`fathom.export.live`); ``splits_for(cfg, device) -> DataSplits`` replaces
     :func:`cached_splits` (tests use synthetic data). Errors of the run itself are returned as a ``failed``
-    outcome with the message; bad input (``FathomError``) is raised.
+    outcome with the message; bad input (``FathomError``) is raised. ``allow_source_change``
+    lets a resumed run continue under changed source (recorded in its manifest).
     """
     import torch
-
-    from fathom.train.loop import train
 
     if threads is not None:
         torch.set_num_threads(threads)
     t0 = time.perf_counter()
     path = Path(spec.run_dir)
-    state, manifest = _state(spec)
+    state, rd = _state(spec)
 
-    def outcome(
-        action: str, status: str, final: str | None, error: str | None = None
-    ) -> RunOutcome:
+    def outcome(action: str, status: str, final: str | None, *details: str | None) -> RunOutcome:
         out = RunOutcome(
-            spec.run_id,
-            spec.phase,
-            spec.recipe,
-            spec.seed,
-            spec.lr,
-            spec.run_dir,
-            action,
-            status,
-            final,
-            time.perf_counter() - t0,
-            error,
+            *(spec.run_id, spec.phase, spec.recipe, spec.seed, spec.lr, spec.run_dir),
+            *(action, status, final, time.perf_counter() - t0, *details),
         )
         if registry_file is not None:
             from fathom.study.records import registry_row
@@ -136,42 +158,56 @@ def execute_run(
             Registry(registry_file).upsert([registry_row(spec)])
         return out
 
-    if state == "complete":
+    action, note = _plan(state, rd, retry_failed)
+    if action == "skip":
         return outcome("skipped", "complete", verify_complete(path))
-    if state == "diverged":
+    if action == "keep" and state == "diverged":
         return outcome("kept", "diverged", None)
-    if state == "failed" and not retry_failed:
-        reason = (manifest or {}).get("status_reason")
+    if action == "keep":
+        reason = rd.manifest.get("status_reason") if rd is not None else None
         return outcome(
             "kept", "failed", None, f"failed earlier ({reason}); rerun with --retry-failed"
         )
-
-    cfg = validate_run_config(spec.config, origin=f"study run {spec.run_id}")
+    expected = None
+    if action == "retrain":
+        expected = (rd.manifest.get("hashes") or {}).get("final_params") if rd else None
+        _wipe(path)
+        state = "unstarted"
     has_resume = (path / "checkpoints" / "resume.pt").exists()
     if state in ("running", "failed") and has_resume:
-        action = "retried" if state == "failed" else "resumed"
-        resume = True
+        verb, resume = ("retried" if state == "failed" else "resumed"), True
     else:
-        if path.exists():
-            shutil.rmtree(path)  # killed before its first epoch boundary: nothing to keep
-        action = "retried" if state == "failed" else "trained"
-        resume = False
-    from fathom.provenance import resolve_device
-
-    splits = (splits_for or cached_splits)(cfg, resolve_device(cfg.device))
-    from fathom.export.live import LiveTracker
-
-    tracker = LiveTracker(path, live, cfg) if live else None
+        _wipe(path)  # killed before its first epoch boundary: nothing to keep
+        verb, resume = ("retried" if action in ("retry", "retrain") else "trained"), False
+    options = {"resume": resume, "phase": spec.phase, "allow_source_change": allow_source_change}
     try:
-        result = train(cfg, path, splits=splits, resume=resume, phase=spec.phase, progress=tracker)
+        result, bad = _train_spec(spec, path, splits_for, live, options)
     except FathomError:
         raise
     except Exception as e:  # the run's own failure is data: recorded in its manifest
-        return outcome(action, "failed", None, f"{type(e).__name__}: {e}")
+        return outcome(verb, "failed", None, f"{type(e).__name__}: {e}", note)
+    if expected is not None and result.final_params != expected:
+        note = f"{note}; the retrained run ended with another final hash than recorded ({expected[:12]}…)"
+    return outcome(verb, result.status, result.final_params, bad, note)
+
+
+def _train_spec(
+    spec: RunSpec, path: Path, splits_for: Any, live: tuple[str, ...], options: dict[str, Any]
+) -> tuple[Any, str | None]:
+    """Train (or resume) ``spec`` into ``path``; return the result and live-tracking problems."""
+    from fathom.export.live import LiveTracker
+    from fathom.provenance import resolve_device
+    from fathom.train.loop import train
+
+    cfg = validate_run_config(spec.config, origin=f"study run {spec.run_id}")
+    splits = (splits_for or cached_splits)(cfg, resolve_device(cfg.device))
+    tracker = LiveTracker(path, live, cfg) if live else None
+    try:
+        result = train(cfg, path, splits=splits, progress=tracker, **options)
     finally:
         reports = tracker.close() if tracker is not None else []
     bad = [line for r in reports if not r.ok for line in r.lines()[:3]]
-    return outcome(action, result.status, result.final_params, "; ".join(bad) or None)
+    return result, "; ".join(bad) or None
 
 
 _SPLITS_CACHE: dict[str, Any] = {}

@@ -85,6 +85,7 @@ class SlurmBackend:
         retry_failed: bool,
         registry_file: str | None,
         progress: Any = None,
+        allow_source_change: bool = False,
     ) -> list[RunOutcome]:
         if not specs:
             return []
@@ -92,6 +93,7 @@ class SlurmBackend:
         task = functools.partial(
             execute_run,
             retry_failed=retry_failed,
+            allow_source_change=allow_source_change,
             threads=self.threads,
             splits_for=self.splits_for,
             live=self.live,
