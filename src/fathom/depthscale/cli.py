@@ -104,7 +104,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
     report, progress = make_reporter(cfg, args.quiet)
     root = Path(args.out) if args.out else None
     try:
-        root = run_benchmark(cfg, root, progress=report)
+        root = run_benchmark(cfg, root, progress=report, workers=args.workers)
     finally:
         if progress is not None:
             progress.stop()
@@ -168,6 +168,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="exact output directory (default timestamped); rerunning into it skips complete "
         "runs and resumes interrupted ones",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="runs in parallel on this many processes (the study's local backend; default 1)",
     )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_depth_scaling)
