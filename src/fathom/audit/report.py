@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fathom.stats.units import fmt_percent
+
 
 def _num(x: float | None, fmt: str = ".4f") -> str:
     return "null" if x is None else format(x, fmt)
 
 
 def _pct(x: float | None) -> str:
-    return "null" if x is None else f"{100 * x:.3f}%"
+    return fmt_percent(x, 3)
 
 
 def _iv(iv: Mapping[str, Any] | None, scale: float = 1.0, fmt: str = ".4f") -> str:

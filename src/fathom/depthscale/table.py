@@ -34,6 +34,7 @@ from fathom.stats.scaling import (
     DepthScalingVerdict,
     depth_scaling_verdict,
 )
+from fathom.stats.units import percent
 
 BASELINE, CANDIDATE = "vanilla", "Lyapunov"
 
@@ -219,14 +220,15 @@ def render_markdown(table: ResultsTable, note: str = "") -> str:
     if note:
         lines += [note, ""]
     lines += [
-        "| depth | vanilla acc | Lyapunov acc | Δ acc | vanilla λ̂ | Lyapunov λ̂ | vanilla ∇norm | "
+        "| depth | vanilla acc (%) | Lyapunov acc (%) | Δ acc (pp) | vanilla λ̂ | Lyapunov λ̂ | vanilla ∇norm | "
         "Lyapunov ∇norm | vanilla κ | Lyapunov κ | failures |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in table.rows:
         lines.append(
-            f"| {r['depth']} | {_f(r['vanilla_acc'], '.3f')} | {_f(r['lyapunov_acc'], '.3f')} | "
-            f"{_f(r['delta_acc'], '+.3f')} | {_f(r['vanilla_lambda'], '.3f')} | "
+            f"| {r['depth']} | {_f(percent(r['vanilla_acc']), '.2f')} | "
+            f"{_f(percent(r['lyapunov_acc']), '.2f')} | {_f(percent(r['delta_acc']), '+.2f')} | "
+            f"{_f(r['vanilla_lambda'], '.3f')} | "
             f"{_f(r['lyapunov_lambda'], '.3f')} | {_f(r['vanilla_grad_norm'], '.2e')} | "
             f"{_f(r['lyapunov_grad_norm'], '.2e')} | {_f(r['vanilla_kappa'], '.1e')} | "
             f"{_f(r['lyapunov_kappa'], '.1e')} | {'; '.join(r['failures']) or '—'} |"
@@ -238,7 +240,8 @@ def render_markdown(table: ResultsTable, note: str = "") -> str:
         lines += ["", "Conditioning:", *[f"- {c}" for c in table.conditioning]]
     lines += [
         "",
-        "Accuracy: test accuracy at the epoch of minimum validation CE (mean over seeds). "
+        "Accuracy: test accuracy (%, differences in percentage points) at the epoch of minimum "
+        "validation CE (mean over seeds). "
         "λ̂: maximal depth-wise Lyapunov exponent on probe examples at the last health check. "
         "∇norm: mean total gradient norm over the last epoch's steps. κ: median over probe "
         "examples of σ_max/σ_min of the float64 input-output Jacobian, σ_min the smallest "

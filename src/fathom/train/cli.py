@@ -9,6 +9,7 @@ from typing import Any
 
 from fathom.config import RunConfig
 from fathom.errors import FathomError
+from fathom.stats.units import fmt_percent
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -78,8 +79,8 @@ class LiveProgress:
             self.bar.console.print(
                 f"epoch {row['epoch']:>3} step {row['step']:>6}  "
                 f"loss {fmt(row.get('train/loss_running'), '.4f')}  "
-                f"val acc {fmt(row.get('val/acc'), '.4f')} ce {fmt(row.get('val/ce'), '.4f')}  "
-                f"test acc {fmt(row.get('test/acc'), '.4f')}"
+                f"val acc {fmt_percent(row.get('val/acc'))} ce {fmt(row.get('val/ce'), '.4f')}  "
+                f"test acc {fmt_percent(row.get('test/acc'))}"
             )
         elif event == "epoch_end":
             if self.task is None:
