@@ -197,3 +197,35 @@ def test_depth_scaling_resumes_byte_identically_after_sigkill(tmp_path):
 def test_a_benchmark_directory_holding_another_benchmark_is_refused(quick_run):
     with pytest.raises(FathomError, match="holds another depth-scaling benchmark"):
         run(["quick", "--depths", "4", "--epochs", "2", "--out", str(quick_run), "--quiet"])
+
+
+def test_workers_run_the_same_runs_as_the_sequential_path(tmp_path):
+    """``--workers 2`` (the study's local backend) ends every run with the same final
+    weights as the sequential path, and a rerun skips them all."""
+    pytest.importorskip("fathom.data")
+    common = ["--preset", "quick", "--depths", "4", "--epochs", "1", "--timesteps", "0"]
+    common += ["--fit-subset", "32", "--eval-subset", "16", "--quiet"]
+    assert run([*common, "--out", str(tmp_path / "seq")]) == 0
+    assert run([*common, "--out", str(tmp_path / "par"), "--workers", "2"]) == 0
+
+    def finals(root):
+        return {
+            p.name: RunDir(p).manifest["hashes"]["final_params"]
+            for p in sorted(root.iterdir())
+            if p.is_dir()
+        }
+
+    seq, par = finals(tmp_path / "seq"), finals(tmp_path / "par")
+    assert list(par) == ["d04-lyapunov-s0", "d04-vanilla-s0"] and par == seq
+    assert all(RunDir(tmp_path / "par" / n).manifest["status"] == "complete" for n in par)
+    assert (tmp_path / "par" / "table.json").read_text() != ""
+    mtimes = {n: (tmp_path / "par" / n / "manifest.json").stat().st_mtime_ns for n in par}
+    assert run([*common, "--out", str(tmp_path / "par"), "--workers", "2"]) == 0
+    assert mtimes == {
+        n: (tmp_path / "par" / n / "manifest.json").stat().st_mtime_ns for n in par
+    }  # complete runs skipped
+
+
+def test_workers_must_be_positive(tmp_path):
+    with pytest.raises(FathomError, match="--workers must be at least 1"):
+        run(["--preset", "quick", "--out", str(tmp_path / "x"), "--workers", "0", "--quiet"])

@@ -86,7 +86,7 @@ def test_reads_run_directories(tmp_path):
             "test/acc": 0.45,
             "fit/ce": 1.2,
             "fit/acc": 0.6,
-            "lyap/probe": -0.2,
+            "lyap/maximal": -0.2,
             "jac/kappa": 12.0,
             "grad_norm/total": 0.7,
         },

@@ -53,7 +53,7 @@ def test_jacobian_matches_brute_force_and_leaves_model_alone(kw):
     model.float().train()
     assert state_dict_digest(model.state_dict()) == digest
     health = jacobian_health(model, x)
-    assert health["jac/full_rank"] == 3 and health["jac/probes"] == 2
+    assert health["jac/full_rank"] == 3 and health["jac/examples"] == 2
     assert health["jac/kappa"] >= 1.0
 
 

@@ -168,7 +168,9 @@ def test_real_trainer_run_and_real_audit(tmp_path: Path) -> None:
     meta = data["meta"]["probe/act/zero_frac/{layer}"]
     assert "blocks.0.res.branch" in meta["facets"]  # qualified module names as facets
     assert meta["source"] == "telemetry registry" and "N x units" in meta["formula"]
-    assert data["meta"]["{split}/acc"]["source"] == "run directory contract"
+    acc = data["meta"]["{split}/acc"]
+    assert acc["source"] == "telemetry registry" and acc["family"] == "trainer"
+    assert data["fields"][0] in ("epoch", "step", "{split}/acc", "clock/elapsed_s")  # trainer first
     assert "split/{split}/class_acc/{class}" in data["fields"]
     html = out.html.read_text()
     assert cfg.model_dump()["name"] in html and "config" in html  # provenance table

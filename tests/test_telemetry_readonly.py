@@ -177,3 +177,12 @@ def test_manifest_lists_each_instrumented_layer(tmp_path):
         "blocks.0.res.branch.weight": [12, 16],
         "blocks.0.res.branch.bias": [12],
     }
+
+
+def test_trainer_fields_are_compared_and_telemetry_fields_are_not():
+    from fathom.telemetry.qualify import is_scientific
+
+    for name in ("val/acc", "train/loss_running", "optim/lr", "lyap/maximal", "grad_norm/ce"):
+        assert is_scientific(name), name
+    for name in ("probe/ce", "param/disp_total", "clock/elapsed_s"):
+        assert not is_scientific(name), name

@@ -90,3 +90,25 @@ def test_cli_docs_and_bad_gate(tmp_path, capsys):
     assert main(["telemetry", "docs", "--out", str(out), "--check"]) == 0
     assert main(["telemetry", "qualify", "--gate", "-1"]) == 2
     assert "--gate must be a positive fraction" in capsys.readouterr().err
+
+
+def test_the_word_probe_has_one_meaning():
+    """A field name with "probe" is measured on the telemetry probe (first fitting
+    examples); the health instrument's fields (first validation examples) never use it."""
+    from fathom.telemetry.registry import FIELDS
+    from fathom.telemetry.trainer_fields import TRAINER_FIELDS
+
+    every = (*FIELDS, *TRAINER_FIELDS)
+    named = [f for f in every if "probe" in f.pattern.split("/")[0]]
+    assert named and all(f.scope == "probe" for f in named)
+    assert not [f.pattern for f in every if f.scope == "health_probe" and "probe" in f.pattern]
+    assert {f.pattern for f in TRAINER_FIELDS} >= {"lyap/maximal", "lyap/blocks", "jac/examples"}
+
+
+def test_the_trainer_fields_are_declared_once():
+    from fathom.telemetry.registry import field_for
+
+    for name in ("epoch", "step", "train/loss_running", "val/acc", "test/ce", "fit/ce"):
+        assert field_for(name).family == "trainer"
+    for name in ("clock/training_s", "clock/elapsed_s", "diverged", "optim/lr"):
+        assert field_for(name).pattern == name

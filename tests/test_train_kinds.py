@@ -353,9 +353,9 @@ def test_regularized_staged_conv_run_resumes_byte_identically_and_rebuilds(tmp_p
     full = train(cfg, tmp_path / "full", splits=splits)
     assert full.status == "complete"
     rows = full.history
-    assert [r["lyap/probe"] is not None for r in rows] == [True, False, True, True]
+    assert [r["lyap/maximal"] is not None for r in rows] == [True, False, True, True]
     assert all(r["grad_norm/penalty"] is not None and r["train/penalty"] >= 0 for r in rows[1:])
-    assert all(r["spike/rates"] for r in rows if r["lyap/probe"] is not None)  # LIF: spiking
+    assert all(r["spike/rates"] for r in rows if r["lyap/maximal"] is not None)  # LIF: spiking
     assert RunDir(tmp_path / "full").manifest["execution"]["path"] == "regularized"
 
     def interrupt_after_epoch_2(event, row):

@@ -165,13 +165,22 @@ def resilience_summary(
     per = {name: per_example_resilience(s.correct, masks, full, keep) for name, s in scores.items()}
     val = scores["val"]
     pop = contrast_population(per["val"], val.labels, a, b)
-    bins = fit_margin_bins(val.margin[full][pop], settings.margin_bins)
+    n_pop = int(pop.sum())
+    bins = None
     out: dict[str, Any] = {
         "keep": keep,
         "n_masks": int((masks.sum(axis=1) == keep).sum()),
         "contrast": {"a": a, "b": list(b)},
-        "margin_bins": bins.to_dict(),
+        "margin_bins": None,
     }
+    if n_pop >= settings.margin_bins:
+        bins = fit_margin_bins(val.margin[full][pop], settings.margin_bins)
+        out["margin_bins"] = bins.to_dict()
+    else:  # e.g. an untrained model: the standardized contrast is undefined, not an error
+        out["margin_bins_undefined"] = (
+            f"{n_pop} full-correct validation examples of the contrast classes cannot fill "
+            f"{settings.margin_bins} margin bins; standardized contrasts are null"
+        )
     for name, s in scores.items():
         res = class_resilience(per[name], s.margin[full], s.labels, classes, a, b, bins)
         out[name] = res.to_dict()

@@ -150,15 +150,19 @@ def class_resilience(
     classes: int,
     a: int,
     b: Sequence[int],
-    bins: MarginBins,
+    bins: MarginBins | None,
 ) -> ResilienceResult:
-    """Raw class means, raw contrast and margin-standardized contrast with given ``bins``."""
+    """Raw class means, raw contrast and margin-standardized contrast with given ``bins``
+    (``None``: too few full-correct contrast examples for bins; standardized values null)."""
     for c in (a, *b):
         if not 0 <= c < classes:
             raise FathomError(f"contrast class {c} is outside 0..{classes - 1}; pick valid digits")
     means = class_means(resilience, labels, classes)
     counts = [int(((labels == c) & ~np.isnan(resilience)).sum()) for c in range(classes)]
-    std = {c: standardized_class_mean(resilience, margin, labels, c, bins) for c in (a, *b)}
+    std = {
+        c: None if bins is None else standardized_class_mean(resilience, margin, labels, c, bins)
+        for c in (a, *b)
+    }
     std_values: list[float | None] = [std.get(c) for c in range(classes)]
     return ResilienceResult(
         class_means=means,

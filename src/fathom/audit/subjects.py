@@ -82,5 +82,12 @@ def subject_of(rd: RunDir) -> Subject:
             f"its model ({_family(cfg)}) has no removable branches (no SkippableResidual "
             "branch); audit a residual recipe (or a depth-scaling run with --residual)"
         )
+        if cfg.model.kind == "staged_conv" and cfg.model.residual:
+            reason = (
+                f"its model ({_family(cfg)}) has no removable branches: a residual staged "
+                "conv net has a skippable branch from the second block of each of its 4 "
+                f"stages on, and depth {cfg.model.depth} is one block per stage; audit a "
+                "depth-scaling run of depth 8 or more with --residual"
+            )
     classes = int(rd.manifest.get("data", {}).get("info", {}).get("classes", 10))
     return Subject(rd, "run", _family(cfg), cfg.seed, classes, reason)

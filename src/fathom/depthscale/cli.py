@@ -25,8 +25,8 @@ def epoch_line(row: dict[str, Any]) -> str:
     Jacobian; κ their median ratio. Health fields appear on health-check epochs only.
     """
     line = f"Epoch {row['epoch']}: train={_fmt(row.get('fit/acc'), '.3f')} test={_fmt(row.get('test/acc'), '.3f')}"
-    if row.get("lyap/probe") is not None:
-        line += f" λ={row['lyap/probe']:.3f}"
+    if row.get("lyap/maximal") is not None:
+        line += f" λ={row['lyap/maximal']:.3f}"
     if row.get("jac/sigma_max") is not None:
         line += f" σ={row['jac/sigma_max']:.2e}/{_fmt(row.get('jac/sigma_min'), '.2e')}"
         line += f" κ={_fmt(row.get('jac/kappa'), '.1e')}"
@@ -104,7 +104,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
     report, progress = make_reporter(cfg, args.quiet)
     root = Path(args.out) if args.out else None
     try:
-        root = run_benchmark(cfg, root, progress=report)
+        root = run_benchmark(cfg, root, progress=report, workers=args.workers)
     finally:
         if progress is not None:
             progress.stop()
@@ -168,6 +168,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="exact output directory (default timestamped); rerunning into it skips complete "
         "runs and resumes interrupted ones",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="runs in parallel on this many processes (the study's local backend; default 1)",
     )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_depth_scaling)

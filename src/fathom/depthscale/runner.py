@@ -24,6 +24,7 @@ from fathom.errors import FathomError
 from fathom.io import atomic_write_json, ensure_writable_dir
 from fathom.provenance import resolve_device
 from fathom.rundir import RunDir
+from fathom.study.plan import RunSpec
 from fathom.train.loop import train
 
 Progress = Callable[[str, dict[str, Any]], None]
@@ -76,9 +77,16 @@ def run_one(run_cfg: RunConfig, run_dir: Path, splits, progress: Progress | None
 
 
 def run_benchmark(
-    cfg: DepthScaleConfig, root: Path | None = None, *, progress: Progress | None = None
+    cfg: DepthScaleConfig,
+    root: Path | None = None,
+    *,
+    progress: Progress | None = None,
+    workers: int = 1,
 ) -> Path:
-    """Every depth × arm × seed into ``root`` (default ``runs/depth_scaling/<dataset>_<time>``)."""
+    """Every depth × arm × seed into ``root`` (default ``runs/depth_scaling/<dataset>_<time>``),
+    sequentially in this process or on ``workers`` processes (:func:`run_parallel`)."""
+    if workers < 1:
+        raise FathomError(f"--workers must be at least 1, got {workers}")
     device = resolve_device(cfg.device)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
@@ -90,6 +98,53 @@ def run_benchmark(
     atomic_write_json(
         root / "benchmark.json", {"kind": "depth_scaling", "config": cfg.model_dump()}
     )
-    for run_cfg in runs:
-        run_one(run_cfg, root / run_cfg.name, splits, progress)
+    if workers == 1:
+        for run_cfg in runs:
+            run_one(run_cfg, root / run_cfg.name, splits, progress)
+    else:
+        run_parallel(runs, root, workers, cfg.threads or 1, progress)
     return root
+
+
+def run_specs(runs: list[RunConfig], root: Path) -> list[RunSpec]:
+    """The benchmark's runs as study :class:`~fathom.study.plan.RunSpec` (no phase)."""
+    return [
+        RunSpec(
+            run_id=c.name,
+            study=root.name,
+            phase=None,
+            recipe=f"staged_conv-{str(c.tags['arm']).lower()}-d{c.tags['depth']}",
+            seed=c.seed,
+            lr=c.optim.lr,
+            run_dir=str(root / c.name),
+            config=c.model_dump(mode="json"),
+        )
+        for c in runs
+    ]
+
+
+def run_parallel(
+    runs: list[RunConfig], root: Path, workers: int, threads: int, progress: Progress | None
+) -> None:
+    """Every run on ``workers`` spawned processes (the study's local backend): complete runs
+    skipped, interrupted and failed ones resumed, as the sequential path does; a run that
+    fails raises a FathomError naming it after every other run finished."""
+    from fathom.study.backends import LocalBackend
+
+    tags = {c.name: c for c in runs}
+
+    def relay(out) -> None:
+        if progress is not None:
+            c = tags[out.run_id]
+            info = {"depth": c.tags["depth"], "arm": c.tags["arm"], "seed": c.seed}
+            progress("end", {**info, "status": out.status})
+
+    outcomes = LocalBackend(workers=workers, threads=threads).run(
+        run_specs(runs, root), retry_failed=True, registry_file=None, progress=relay
+    )
+    failed = [f"{o.run_id}: {o.error}" for o in outcomes if o.status == "failed"]
+    if failed:
+        raise FathomError(
+            f"{len(failed)} depth-scaling run(s) failed: {'; '.join(failed)}; "
+            "rerun the same command to resume them"
+        )

@@ -87,7 +87,7 @@ def read_run(path: Path) -> RunRecord:
         test_acc=None if sel is None else sel.get("test/acc"),
         fit_ce=None if sel is None else sel.get("fit/ce"),
         fit_acc=None if sel is None else sel.get("fit/acc"),
-        lyapunov=_last(observed, "lyap/probe"),
+        lyapunov=_last(observed, "lyap/maximal"),
         grad_norm=_last(history, "grad_norm/total"),
         kappa=_last(observed, "jac/kappa"),
         silent_layers=_last(observed, "spike/silent_layers"),

@@ -72,7 +72,7 @@ def print_results(results: ResultsTable, note: str = "", console: Console | None
     health_cols = ["Depth", "Van. λ̂", "Lyap. λ̂", "Van. ∇norm", "Lyap. ∇norm", "Van. κ", "Lyap. κ"]
     console.print(
         table(
-            "Gradient health (λ̂ probe Lyapunov exponent; κ median Jacobian condition)",
+            "Gradient health (λ̂ health-probe Lyapunov exponent; κ median Jacobian condition)",
             health_cols,
             _health_rows(results.rows),
             right=health_cols,

@@ -1,6 +1,6 @@
-"""Gradient health: input-output Jacobian spectra on probe examples, and spiking firing rates.
+"""Gradient health: input-output Jacobian spectra on health-probe examples, and spiking firing rates.
 
-Input-output Jacobian of one probe example ``x_b`` (logits w.r.t. the input image), in
+Input-output Jacobian of one health-probe example ``x_b`` (logits w.r.t. the input image), in
 float64 on a float64 copy of the model in eval mode (the model itself is untouched)::
 
     J_b = ∂ logits(x_b) / ∂ x_b          shape [classes, C·H·W]   (surrogate derivative when spiking)
@@ -15,9 +15,9 @@ indistinguishable from round-off and is not used. Per example::
 
 κ is therefore at most ``1 / (max(m, n) · eps)``: every κ reported is numerically
 meaningful. ``σ_1 = 0`` (a Jacobian that is exactly zero) leaves σ_min, κ and stable rank
-undefined (``None``). Summaries across probes are medians.
+undefined (``None``). Summaries across health-probe examples are medians.
 
-Firing rate of a spiking layer: mean of its spikes over probe examples, neurons and
+Firing rate of a spiking layer: mean of its spikes over health-probe examples, neurons and
 timesteps. A layer is *silent* when its rate is below :data:`SILENT_RATE`.
 """
 
@@ -36,7 +36,7 @@ from fathom.dynamics.lyapunov import eval_mode
 EPS64 = float(torch.finfo(torch.float64).eps)
 RANK_FLOOR_RULE = "sigma_i > sigma_max * max(m, n) * eps_float64 (numpy matrix_rank rule)"
 SILENT_RATE = 1e-4
-"""Silent: fewer than one spike per 10,000 neuron-timesteps on the probe examples."""
+"""Silent: fewer than one spike per 10,000 neuron-timesteps on the health-probe examples."""
 ILL_CONDITIONED_KAPPA = 1e6
 """κ above this (numerically meaningful, float64) is reported as ill-conditioned."""
 
@@ -91,10 +91,10 @@ def input_output_jacobian(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def jacobian_health(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
-    """Medians over probe examples of σ_max, σ_min, κ, stable rank, numerical rank.
+    """Medians over health-probe examples of σ_max, σ_min, κ, stable rank, numerical rank.
 
     Keys: ``jac/sigma_max``, ``jac/sigma_min``, ``jac/kappa``, ``jac/stable_rank``,
-    ``jac/numerical_rank``, ``jac/full_rank``, ``jac/probes``, ``jac/rank_floor_rule``,
+    ``jac/numerical_rank``, ``jac/full_rank``, ``jac/examples``, ``jac/rank_floor_rule``,
     ``jac/ill_conditioned`` (median κ > :data:`ILL_CONDITIONED_KAPPA`; ``None`` when κ is
     undefined). Medians skip undefined values; all undefined gives ``None``.
     """
@@ -114,14 +114,14 @@ def jacobian_health(model: nn.Module, x: torch.Tensor) -> dict[str, Any]:
         "jac/stable_rank": median("stable_rank"),
         "jac/numerical_rank": median("numerical_rank"),
         "jac/full_rank": min(m, n),
-        "jac/probes": len(sums),
+        "jac/examples": len(sums),
         "jac/rank_floor_rule": RANK_FLOOR_RULE,
         "jac/ill_conditioned": None if kappa is None else kappa > ILL_CONDITIONED_KAPPA,
     }
 
 
 def firing_rates(model: nn.Module, x: torch.Tensor) -> list[dict[str, Any]]:
-    """Per spiking layer ``{"layer", "rate", "silent"}`` on probe inputs ``x``.
+    """Per spiking layer ``{"layer", "rate", "silent"}`` on health-probe inputs ``x``.
 
     Needs ``model.neurons()`` (``(name, module)`` pairs); only modules with a
     ``timesteps`` attribute (spiking) are measured. Eval mode, no gradient, hooks removed.

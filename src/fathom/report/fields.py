@@ -2,9 +2,9 @@
 
 A field recorded per split (``val/acc``, ``split/test/class_acc/3``) is listed once under
 its generic key (``{split}/acc``, ``split/{split}/class_acc/3``); the split selector picks
-the concrete name. Definitions come from the telemetry registry when a field is declared
-there, and from the run-directory contract (docs/architecture.md) for the trainer's own
-fields.
+the concrete name. Every definition comes from the telemetry registry
+(:func:`fathom.telemetry.registry.field_for`, the trainer's own fields included); a name the
+registry does not declare is shown as ``undeclared``.
 """
 
 from __future__ import annotations
@@ -15,32 +15,12 @@ from typing import Any
 from fathom.errors import FathomError
 from fathom.report.runs import SPLITS
 
-CORE: dict[str, dict[str, str]] = {
-    "epoch": {"formula": "epochs completed (0 = before training)", "units": "epochs"},
-    "step": {"formula": "optimizer steps completed", "units": "steps"},
-    "train/loss_running": {
-        "formula": "mean training-batch CE over the epoch, in training mode (gates and dropout on)",
-        "units": "nats",
-    },
-    "{split}/acc": {
-        "formula": "(1/N) #{argmax logits == label} over the whole split, dense evaluation",
-        "units": "fraction in [0, 1]",
-    },
-    "{split}/ce": {
-        "formula": "mean natural-log cross entropy over the whole split, dense evaluation",
-        "units": "nats",
-    },
-    "clock/training_s": {
-        "formula": "training clock: optimizer steps only (synchronized on GPU)",
-        "units": "s",
-    },
-    "clock/evaluation_s": {"formula": "evaluation clock: full-split evaluations", "units": "s"},
-    "clock/telemetry_s": {"formula": "telemetry clock: epoch-boundary instruments", "units": "s"},
-    "clock/elapsed_s": {
-        "formula": "elapsed wall time of the invocation(s), set-up included",
-        "units": "s",
-    },
-}
+
+def is_trainer_field(key: str) -> bool:
+    """Whether a (generic) key is one of the trainer's own fields (registry group ``trainer``)."""
+    from fathom.telemetry.trainer_fields import TRAINER_FIELDS
+
+    return any(f.pattern == key and f.family == "trainer" for f in TRAINER_FIELDS)
 
 
 def split_key(name: str) -> tuple[str, str | None]:
@@ -57,10 +37,8 @@ def concrete(key: str, split: str | None) -> str:
     return key if split is None else key.replace("{split}", split, 1)
 
 
-def describe(key: str, example: str) -> dict[str, Any]:
-    """Formula, units, scope and caveats of a field (``example``: one concrete name)."""
-    if key in CORE:
-        return {"source": "run directory contract", **CORE[key]}
+def describe(example: str) -> dict[str, Any]:
+    """Formula, units, scope, caveats and family of a concrete field name, from the registry."""
     try:
         from fathom.telemetry.registry import field_for
 
@@ -92,8 +70,6 @@ def facet_key(key: str, example: str) -> tuple[str, str | None, str | None]:
     ``{input}`` (qualified module names), ``{cls}``) is faceted by that segment:
     ``grad/pex/diversity/head -> (grad/pex/diversity/{layer}, layer, head)``. Others: no facet.
     """
-    if key in CORE:
-        return key, None, None
     try:
         from fathom.telemetry.registry import field_for
 

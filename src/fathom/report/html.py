@@ -27,7 +27,7 @@ from typing import Any
 from fathom.report.audit_view import audit_headline
 from fathom.report.crossrun import CrossTable
 from fathom.report.curvtables import trace_sentences
-from fathom.report.fields import CORE, describe, facet_key, is_accuracy, split_key
+from fathom.report.fields import describe, facet_key, is_accuracy, is_trainer_field, split_key
 from fathom.report.palette import recipe_colours
 from fathom.report.render import table_html
 from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields, widest_first
@@ -102,10 +102,12 @@ def explorer_payload(runs: Sequence[RunData]) -> dict[str, Any]:
                 "cols": cols,
             }
         )
-    fields = sorted(keys, key=lambda k: (k not in CORE, k))  # the trainer's own fields first
+    fields = sorted(
+        keys, key=lambda k: (not is_trainer_field(k), k)
+    )  # the trainer's own fields first
     meta = {}
     for k, e in keys.items():
-        m = describe(split_key(e["example"])[0] if k in CORE else k, e["example"])
+        m = describe(e["example"])
         if is_accuracy(e["example"]):
             m["units"] = "%"
         m.update(facetKind=e["kind"], facets=e["facets"])

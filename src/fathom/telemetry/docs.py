@@ -34,7 +34,11 @@ activation (the data-facing stem is excluded); `{split}` is `fit`, `val` or `tes
 a class index. The trainer's manifest (`telemetry.layers`) lists every instrumented layer's
 name, module type, path and parameter shapes.
 Scopes: `probe` = the first `probe_size` fitting examples (default 128); `split` = the
-whole split; `state` = parameters and optimizer state only.
+whole split; `state` = parameters and optimizer state only; `training` = over an epoch's
+optimizer steps; `health_probe` = the first `health.probe_size` *validation* examples of
+the health instrument. The bare word "probe" (the `probe` family, the `probe/*` fields)
+always means the telemetry probe; the health instrument's examples are always called the
+health probe, and its fields (`lyap/*`, `jac/*`, `spike/*`) do not use the word.
 
 Every moment comes from the `N x N` Gram matrix `K_ij = g_i . g_j` of the per-example
 weight gradients, in float64. For a Linear layer with one row per example the gradients are

@@ -22,7 +22,7 @@ from typing import Any
 from fathom.config import RunConfig
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json
-from fathom.telemetry.registry import field_for
+from fathom.telemetry.registry import FAMILIES, field_for
 
 DEFAULT_GATE = 0.10
 
@@ -47,14 +47,15 @@ class Qualification:
 
 
 def is_scientific(name: str) -> bool:
-    """Fields compared between the off and on runs: everything except clocks and telemetry."""
+    """Fields compared between the off and on runs: everything except clocks and the
+    selectable telemetry families (the trainer's own fields, declared in the registry too,
+    are compared; an undeclared name is compared)."""
     if name.startswith("clock/"):
         return False
     try:
-        field_for(name)
+        return field_for(name).family not in FAMILIES
     except FathomError:
         return True
-    return False
 
 
 def history_mismatches(off: list[dict[str, Any]], on: list[dict[str, Any]]) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fathom.telemetry.registry import Field
 
 GROUPS: dict[str, str] = {
+    "trainer": "progress, running loss, full-split evaluation, clocks and divergence of every run",
     "optimizer": "the learning rate actually applied (one owner: fathom.train.schedule)",
     "regularized": "per-epoch means of the regularized step (CE + λ_reg · P), training mode",
     "health": "dynamics health on the first health.probe_size validation examples",
@@ -17,7 +18,63 @@ GROUPS: dict[str, str] = {
 
 _STEP = "mean over the epoch's optimizer steps (training mode: BatchNorm batch statistics)"
 _HEALTH = "the first `health.probe_size` validation examples, eval mode, no gradient to parameters"
-_JAC = "J = d logits / d input of one probe example, float64; σ over numerically nonzero singular values"
+_JAC = "J = d logits / d input of one health-probe example, float64; σ over numerically nonzero singular values"
+
+
+def _trainer() -> list[Field]:
+    g = "trainer"
+    dense = "whole split, dense evaluation (gain one, dropout off)"
+    clock = "cumulative over the run's invocations (a resume continues the clock)"
+    return [
+        Field("epoch", g, "epochs completed (0 = before training)", "epochs", "state"),
+        Field("step", g, "optimizer steps completed", "steps", "state"),
+        Field(
+            "train/loss_running",
+            g,
+            "(1/steps) Σ_steps CE_b: mean training-batch cross entropy over the epoch",
+            "nats",
+            "training",
+            "training mode (gates and dropout on), parameters moving; null at epoch 0",
+        ),
+        Field(
+            "{split}/acc",
+            g,
+            f"(1/N) #{{argmax logits_i == y_i}}, ties to the lowest index; {dense}",
+            "fraction in [0, 1]",
+            "split",
+        ),
+        Field(
+            "{split}/ce",
+            g,
+            f"(1/N) Σ_i -log softmax(logits_i)[y_i] (natural log); {dense}",
+            "nats",
+            "split",
+        ),
+        Field(
+            "clock/training_s",
+            g,
+            f"training clock: optimizer steps only (synchronized on GPU); {clock}",
+            "s",
+            "state",
+        ),
+        Field("clock/evaluation_s", g, f"full-split evaluations; {clock}", "s", "state"),
+        Field("clock/telemetry_s", g, f"epoch-boundary instruments; {clock}", "s", "state"),
+        Field(
+            "clock/elapsed_s",
+            g,
+            f"elapsed wall time of the invocations, set-up included; {clock}",
+            "s",
+            "state",
+        ),
+        Field(
+            "diverged",
+            g,
+            "true on the row of the epoch whose loss or parameters became non-finite (the last row)",
+            "boolean",
+            "training",
+            "absent on every other row; that row carries no evaluation fields",
+        ),
+    ]
 
 
 def _regularized() -> list[Field]:
@@ -71,7 +128,7 @@ def _health() -> list[Field]:
     g = "health"
     return [
         Field(
-            "lyap/probe",
+            "lyap/maximal",
             g,
             f"mean over {_HEALTH} of the maximal depth-wise Lyapunov exponent λ̂",
             "nats per block",
@@ -79,9 +136,9 @@ def _health() -> list[Field]:
             "tangents from a per-epoch seeded generator",
         ),
         Field(
-            "lyap/probe_blocks",
+            "lyap/blocks",
             g,
-            "per block: mean over probe examples of log(||J_l v|| / ||v||)",
+            "per block: mean over health-probe examples of log(||J_l v|| / ||v||)",
             "nats",
             "health_probe",
             "a list, one value per block",
@@ -90,7 +147,7 @@ def _health() -> list[Field]:
         Field(
             "jac/sigma_max",
             g,
-            f"median over probes of σ_max(J); {_JAC}",
+            f"median over health-probe examples of σ_max(J); {_JAC}",
             "logit / input units",
             "health_probe",
         ),
@@ -120,7 +177,7 @@ def _health() -> list[Field]:
             "health_probe",
         ),
         Field("jac/full_rank", g, "min(classes, input dimension)", "count", "health_probe"),
-        Field("jac/probes", g, "number of probe examples", "examples", "health_probe"),
+        Field("jac/examples", g, "number of health-probe examples", "examples", "health_probe"),
         Field(
             "jac/rank_floor_rule",
             g,
@@ -140,7 +197,7 @@ def _health() -> list[Field]:
         Field(
             "spike/rates",
             g,
-            "per LIF layer: mean spike indicator over probe, time and units",
+            "per LIF layer: mean spike indicator over health-probe examples, time and units",
             "spikes per unit per timestep",
             "health_probe",
             "null for an ANN",
@@ -159,6 +216,7 @@ def _health() -> list[Field]:
 
 
 TRAINER_FIELDS: tuple[Field, ...] = (
+    *_trainer(),
     Field(
         "optim/lr",
         "optimizer",
