@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from fathom.errors import FathomError
-from fathom.report.tables import esc
+from fathom.report.tables import esc, headline_table
 from fathom.stats.units import percent
 
 MAX_EXAMPLES = 48
@@ -39,20 +39,6 @@ def _iv(
     if iv.get("low") is None:
         return f"{text} (n={iv['n']})"
     return f"{text} [{format(convert(iv['low']), fmt)}, {format(convert(iv['high']), fmt)}]"
-
-
-def _table(tid: str, caption: str, head: list[str], rows: list[list[str]]) -> str:
-    body = "".join(
-        "<tr>"
-        + "".join(f"<td class='{'num' if i > 1 else ''}'>{esc(c)}</td>" for i, c in enumerate(r))
-        + "</tr>"
-        for r in rows
-    )
-    return (
-        f"<table class='headline' id='{tid}'><caption>{esc(caption)}</caption><thead><tr>"
-        + "".join(f"<th>{esc(h)}</th>" for h in head)
-        + f"</tr></thead><tbody>{body}</tbody></table>"
-    )
 
 
 def damage_sentences(agg: Mapping[str, Any]) -> list[str]:
@@ -137,7 +123,9 @@ def audit_headline(audit: Mapping[str, Any]) -> str:
         if rows:
             tid = "audit-table" if key == "test_damage" else "audit-acc-table"
             out.append(
-                _table(tid, caption, ["arm", "checkpoint", *(f"{k} kept" for k in sizes)], rows)
+                headline_table(
+                    tid, caption, ["arm", "checkpoint", *(f"{k} kept" for k in sizes)], rows, 2
+                )
             )
     branch_rows = []
     for which, a in agg.items():
@@ -150,7 +138,7 @@ def audit_headline(audit: Mapping[str, Any]) -> str:
     if branch_rows:
         out.append(
             "<details><summary>single-branch deletions (one row per arm, checkpoint and branch)</summary>"
-            + _table(
+            + headline_table(
                 "branch-table",
                 "Removing one branch",
                 [
@@ -162,6 +150,7 @@ def audit_headline(audit: Mapping[str, Any]) -> str:
                     "damage ΔCE (nats) [95% CI]",
                 ],
                 branch_rows,
+                2,
             )
             + "</details>"
         )

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fathom.report.runs import RunData
-from fathom.report.tables import esc
+from fathom.report.tables import esc, headline_table
 from fathom.stats.units import fmt_percent, percent
 
 
@@ -155,18 +155,14 @@ def main_table(stats: Mapping[str, Any]) -> str:
             ]
         cells.append(", ".join(flags) or "—")
         rows.append(cells)
-    body = "".join(
-        "<tr>"
-        + "".join(f"<td class='{'num' if i else ''}'>{esc(c)}</td>" for i, c in enumerate(r))
-        + "</tr>"
-        for r in rows
+    table = headline_table(
+        "main-table",
+        "Test accuracy and CE at the selected (minimum validation CE) and final checkpoints",
+        head,
+        rows,
     )
     return (
-        "<table class='headline' id='main-table'><caption>Test accuracy and CE at the selected "
-        "(minimum validation CE) and final checkpoints</caption><thead><tr>"
-        + "".join(f"<th>{esc(h)}</th>" for h in head)
-        + f"</tr></thead><tbody>{body}</tbody></table>"
-        "<p class='note'>Mean ± sample SD over seeds. Δ: paired difference recipe − "
+        table + "<p class='note'>Mean ± sample SD over seeds. Δ: paired difference recipe − "
         f"{esc(ref)} over common seeds with its 95% Student-t interval (descriptive, uncorrected "
         "for multiple comparisons). Accuracy in %, differences in percentage points.</p>"
     )

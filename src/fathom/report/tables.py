@@ -22,6 +22,27 @@ def esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
+def headline_table(
+    tid: str, caption: str, head: list[str], rows: list[list[str]], label_columns: int = 1
+) -> str:
+    """A headline ``<table>``: escaped cells, the columns after the first ``label_columns``
+    right-aligned as numbers (class ``num``)."""
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td class='{'num' if i >= label_columns else ''}'>{esc(c)}</td>"
+            for i, c in enumerate(r)
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return (
+        f"<table class='headline' id='{tid}'><caption>{esc(caption)}</caption><thead><tr>"
+        + "".join(f"<th>{esc(h)}</th>" for h in head)
+        + f"</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
 def cell(v: Any) -> str:
     """A value as table text: ``—`` for null, 6 significant digits for floats, JSON otherwise."""
     if v is None:
