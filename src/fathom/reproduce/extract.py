@@ -224,20 +224,26 @@ def curvature(src: Sources, ex: Mapping[str, Any]) -> Measured:
     return Measured({seed: v * float(ex.get("scale", 1))}, note=why)
 
 
-def curvature_ratio(src: Sources, ex: Mapping[str, Any]) -> Measured:
-    a, why_a = _curvature_value(src, ex["recipe"], int(ex["epoch"]), ex["field"])
-    b, why_b = _curvature_value(src, ex["reference"], int(ex["epoch"]), ex["field"])
+def _curvature_quotient(
+    src: Sources, ex: Mapping[str, Any], num: tuple[str, str], den: tuple[str, str]
+) -> Measured:
+    """``value(num) / value(den)`` at ``ex["epoch"]``, each a ``(recipe, field)`` pair."""
+    epoch = int(ex["epoch"])
+    a, why_a = _curvature_value(src, num[0], epoch, num[1])
+    b, why_b = _curvature_value(src, den[0], epoch, den[1])
     if a is None or b is None or b == 0:
         return Measured(missing=why_a if a is None else (why_b if b is None else "zero divisor"))
     return Measured({_curvature_seed(src, ex["recipe"]): a / b}, note=why_a)
 
 
+def curvature_ratio(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    """One field of ``recipe`` over the same field of ``reference``."""
+    return _curvature_quotient(src, ex, (ex["recipe"], ex["field"]), (ex["reference"], ex["field"]))
+
+
 def curvature_field_ratio(src: Sources, ex: Mapping[str, Any]) -> Measured:
-    a, why = _curvature_value(src, ex["recipe"], int(ex["epoch"]), ex["field"])
-    b, why_b = _curvature_value(src, ex["recipe"], int(ex["epoch"]), ex["over"])
-    if a is None or b is None or b == 0:
-        return Measured(missing=why if a is None else (why_b if b is None else "zero divisor"))
-    return Measured({_curvature_seed(src, ex["recipe"]): a / b}, note=why)
+    """Field ``field`` over field ``over`` of one recipe."""
+    return _curvature_quotient(src, ex, (ex["recipe"], ex["field"]), (ex["recipe"], ex["over"]))
 
 
 def curvature_max(src: Sources, ex: Mapping[str, Any]) -> Measured:
