@@ -15,7 +15,6 @@ Usage: python bench/bench_sd_product.py [--width-mult 0.5 0.1] [--repeats 3] [--
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import subprocess
@@ -23,15 +22,19 @@ import sys
 import tempfile
 from pathlib import Path
 
-PROBS = (0.1, 0.2, 0.3, 0.4)
-FULL = (784, 2500, 2000, 1500, 1000, 500, 10)
+from bench_sd_skip import PROBS, train_macs
+from fathom.models.ciresan import CiresanMLP
 
 
 def expected_saving(width_mult: float) -> float:
-    w = [784, *(max(1, round(x * width_mult)) for x in FULL[1:-1]), 10]
-    macs = [a * b for a, b in itertools.pairwise(w)]
-    dense = 2 * macs[0] + 3 * sum(macs[1:])
-    return sum(p * 3 * m for p, m in zip(PROBS, macs[1:-1], strict=True)) / dense
+    """The schedule's expected share of training MACs (one formula: ``bench_sd_skip``)."""
+    model = CiresanMLP(recipe="sd_constant", width_mult=width_mult)
+    dense = train_macs(model)
+    layers = model.affine_layers()[1:-1]
+    return (
+        sum(p * 3 * m.in_features * m.out_features for p, m in zip(PROBS, layers, strict=True))
+        / dense
+    )
 
 
 def train_once(
