@@ -384,7 +384,13 @@ def bench_protocol(probe: int) -> None:
                 rel = f"checkpoints/epoch-{e:04d}.safetensors"
                 digest = save_weights(root / recipe / rel, cpu_state(model), {"epoch": e})
                 ckpts[str(e)] = {"file": rel, "params_sha256": digest}
-            manifest = {"format": 2, "kind": "run", "status": "complete", "run_id": recipe, "config": cfg.model_dump(mode="json")}
+            manifest = {
+                "format": 2,
+                "kind": "run",
+                "status": "complete",
+                "run_id": recipe,
+                "config": cfg.model_dump(mode="json"),
+            }
             atomic_write_json(
                 root / recipe / "manifest.json",
                 {**manifest, "checkpoints": ckpts, "data": {"info": {}}},

@@ -106,8 +106,6 @@ def test_reads_run_directories(tmp_path):
         read_runs(tmp_path / "d04-vanilla-s0")
     other = tmp_path / "plain-run"
     other.mkdir()
-    (other / "manifest.json").write_text(
-        json.dumps({**manifest, "config": {"name": "plain-run"}})
-    )
+    (other / "manifest.json").write_text(json.dumps({**manifest, "config": {"name": "plain-run"}}))
     with pytest.raises(FathomError, match="not a depth-scaling run"):
         read_runs(tmp_path)
