@@ -7,7 +7,7 @@ from pathlib import Path
 
 from fathom.errors import FathomError
 from fathom.telemetry import docs
-from fathom.telemetry.qualify import DEFAULT_GATE, qualify
+from fathom.train.qualify import DEFAULT_GATE, qualify
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
