@@ -30,6 +30,7 @@ from fathom.errors import FathomError
 from fathom.io import atomic_write_bytes, atomic_write_json, dumps, read_jsonl, sha256_bytes
 from fathom.rundir import files
 from fathom.rundir.errors import os_error
+from fathom.rundir.interrupts import uninterrupted
 from fathom.rundir.lock import DirLock
 from fathom.rundir.manifest import note_recovery, seal
 
@@ -199,10 +200,11 @@ class RunWriter:
                 f.flush()
                 os.fsync(f.fileno())
 
-        self._guard("append to history.jsonl", append)
-        self._hist.update(line)
-        self._hist_bytes += len(line)
-        self._hist_rows += 1
+        with uninterrupted():  # the line and the digest that covers it
+            self._guard("append to history.jsonl", append)
+            self._hist.update(line)
+            self._hist_bytes += len(line)
+            self._hist_rows += 1
 
     def save_weights(
         self, name: str, state: dict[str, torch.Tensor], metadata: dict[str, Any]
