@@ -26,7 +26,6 @@ from fathom.errors import FathomError
 from fathom.io import config_digest, read_jsonl, state_dict_digest
 from fathom.provenance import resolve_device, source_hash
 from fathom.rundir import RunDir, RunWriter, uninterrupted
-from fathom.rundir.errors import failure_record
 from fathom.train.checkpoint import cpu_state, load_cpu_state
 from fathom.train.manifest import split_classes
 from fathom.train.observe import eval_due, observe, sync
@@ -140,11 +139,10 @@ def train(
             writer.manifest["status_reason"] = INTERRUPTED
         writer.interrupted()  # status stays "running": the run can be resumed
         raise
-    except FathomError as e:  # a full disk at epoch 0, a corrupt file: recorded, then raised
-        writer.fail(str(e), failure=failure_record(e))
-        raise
-    except Exception as e:
-        writer.fail(f"{type(e).__name__}: {e}", failure=failure_record(e))
+    except Exception as e:  # a full disk at epoch 0, a corrupt file: recorded, then raised
+        unrecorded = writer.record_failure(e)
+        if unrecorded is not None:
+            raise unrecorded from None
         raise
     finally:
         writer.close()
@@ -290,17 +288,15 @@ def fit(s: Session) -> RunResult:
     """Run the remaining epochs; record the outcome (failures are recorded, then raised)."""
     try:
         status, reason, diverged_epoch = run_epochs(s)
-    except FathomError as e:
-        s.refresh_manifest(cut_short=True)
-        s.writer.fail(str(e), failure=failure_record(e))
-        raise
     except KeyboardInterrupt:
         s.refresh_manifest(cut_short=True, status_reason=INTERRUPTED)
         s.writer.interrupted()
         raise
     except Exception as e:
         s.refresh_manifest(cut_short=True)
-        s.writer.fail(f"{type(e).__name__}: {e}", failure=failure_record(e))
+        unrecorded = s.writer.record_failure(e)
+        if unrecorded is not None:
+            raise unrecorded from None
         raise
     final_hash = None
     if status == "complete":
