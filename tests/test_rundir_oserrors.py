@@ -284,19 +284,34 @@ def trained(config, tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("code", [errno.EROFS, errno.EPERM])
-def test_curvature_of_a_read_only_run(trained, tmp_path, monkeypatch, capsys, code):
+@pytest.mark.parametrize(
+    ("command", "out"),
+    [
+        (["curvature", "--probe", "8"], "curvature"),
+        (["audit", "--no-router", "--quiet"], "audit"),
+        (["report", "--no-figures"], "report"),
+        (["export", "--to", "jsonl"], "exports/jsonl"),
+    ],
+)
+def test_analyses_of_a_read_only_run(trained, monkeypatch, capsys, code, command, out):
     failing_fs(monkeypatch, trained, code)
-    rc = main(["curvature", str(trained), "--probe", "8"])
+    rc = main([command[0], str(trained), *command[1:]])
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err, err
-    assert_explains(err, code, trained / "curvature")
+    assert_explains(err, code, trained / out)
     assert "--out" in err
     monkeypatch.undo()
     assert_intact(trained, "complete")
-    assert not (trained / "curvature").exists()
+    assert not (trained / out.split("/")[0]).exists()
+
+
+def test_curvature_of_a_read_only_run_writes_elsewhere(trained, tmp_path, monkeypatch):
+    failing_fs(monkeypatch, trained, errno.EROFS)
     out = tmp_path / "curv"
     assert main(["curvature", str(trained), "--probe", "8", "--out", str(out)]) == 0
     assert (out / "summary.json").exists()
+    monkeypatch.undo()
+    assert_intact(trained, "complete")
 
 
 def test_curvature_output_write_fails_midway(trained, tmp_path, monkeypatch, capsys):
