@@ -18,13 +18,18 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def epoch_line(row: dict[str, Any]) -> str:
-    """``Epoch 10: train=0.494 test=0.423 λ=1.940 σ=9.41e-01/3.56e-08 κ=2.6e+07``.
+    """``Epoch 10: train=49.4% test=42.3% λ=1.940 σ=9.41e-01/3.56e-08 κ=2.6e+07``.
 
-    train / test: dense accuracy on the fitting and test splits; λ: λ̂ on the probe
+    train / test: dense accuracy (percent) on the fitting and test splits; λ: λ̂ on the probe
     examples; σ: median σ_max / σ_min (numerically nonzero) of the float64 input-output
     Jacobian; κ their median ratio. Health fields appear on health-check epochs only.
     """
-    line = f"Epoch {row['epoch']}: train={_fmt(row.get('fit/acc'), '.3f')} test={_fmt(row.get('test/acc'), '.3f')}"
+    from fathom.stats.units import fmt_percent
+
+    line = (
+        f"Epoch {row['epoch']}: train={fmt_percent(row.get('fit/acc'), 1)} "
+        f"test={fmt_percent(row.get('test/acc'), 1)}"
+    )
     if row.get("lyap/maximal") is not None:
         line += f" λ={row['lyap/maximal']:.3f}"
     if row.get("jac/sigma_max") is not None:

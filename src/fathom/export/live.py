@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from fathom.errors import FathomError
-from fathom.export.common import VerifyReport, fingerprint, flatten_row, write_record
+from fathom.export.common import (
+    VerifyReport,
+    accuracy_name,
+    export_scalars,
+    fingerprint,
+    write_record,
+)
 from fathom.io import atomic_write_json
 
 LIVE_TARGETS = ("tensorboard", "wandb")
@@ -77,21 +83,20 @@ class _TensorBoardSink:
 
         self.writer = EventFileWriter(str(out / run_id))
         self.wall = 0.0
+        self.described: set[str] = set()  # accuracy tags whose unit is written
 
     def write(self, row: dict[str, Any], values: dict[str, Any]) -> None:
         from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        from fathom.export.tensorboard_export import summary_for
 
         elapsed = row.get("clock/elapsed_s")
         if isinstance(elapsed, int | float) and math.isfinite(elapsed):
             self.wall = float(elapsed)
-        summary = Summary(
-            value=[
-                Summary.Value(tag=k, simple_value=float(v))
-                for k, v in values.items()
-                if v is not None
-            ]
-        )
+        pending = {n for k in row if (n := accuracy_name(k)) is not None} - self.described
+        self.described |= pending
+        summary = summary_for(values, pending)
+        self.described -= pending  # tags without a value in this row are described later
         self.writer.add_event(Event(wall_time=self.wall, step=int(row["epoch"]), summary=summary))
         self.writer.flush()
 
@@ -232,7 +237,7 @@ class LiveTracker:
                 continue
             if self.last_epoch is not None and epoch <= self.last_epoch:
                 continue  # W&B refuses a step that does not increase; the read-back flags it
-            values, _ = flatten_row(row)
+            values, _ = export_scalars(row)
             for sink in self.sinks.values():
                 sink.write(row, values)
             self.last_epoch, written = epoch, written + 1

@@ -15,11 +15,8 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return docs.main(argv)
 
 
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:.2f}%"
-
-
 def cmd_qualify(args: argparse.Namespace) -> int:
+    from fathom.stats.units import fmt_percent
     from fathom.train.cli import config_from_args
 
     if not args.gate > 0:
@@ -41,9 +38,9 @@ def cmd_qualify(args: argparse.Namespace) -> int:
         f"training clock {q.training_s:.3f} s; telemetry clock {q.telemetry_s:.3f} s (cold first call {q.telemetry_cold_s or 0.0:.3f} s)"
     )
     print(
-        f"overhead       {_pct(q.overhead)} including cold start, {_pct(q.overhead_without_cold)} without"
+        f"overhead       {fmt_percent(q.overhead)} including cold start, {fmt_percent(q.overhead_without_cold)} without"
     )
-    print(f"gate           {_pct(q.gate)} {q.gated_on}: {'PASS' if q.passed else 'FAIL'}")
+    print(f"gate           {fmt_percent(q.gate)} {q.gated_on}: {'PASS' if q.passed else 'FAIL'}")
     print(f"written        {out / 'qualification.json'}")
     return 0 if q.passed else 1
 
