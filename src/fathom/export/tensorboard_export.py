@@ -108,8 +108,13 @@ def _same32(expected: float, got: float) -> bool:
     return bool(np.isnan(a) and np.isnan(b)) or bool(a == b)
 
 
-def verify(runs: list[RunData], out: Path, report: VerifyReport) -> None:
+def verify(
+    runs: list[RunData], out: Path, report: VerifyReport, *, events_dir: Path | None = None
+) -> None:
+    """Read ``out/<run_id>/`` back (``events_dir`` instead, for a single run's live log)."""
     _require()
+    if events_dir is not None and len(runs) != 1:
+        raise FathomError("events_dir names one run's event directory; pass exactly one run")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     report.notes.append(
@@ -118,7 +123,7 @@ def verify(runs: list[RunData], out: Path, report: VerifyReport) -> None:
     for run in runs:
         report.runs += 1
         report.rows += len(run.rows)
-        path = out / run.run_id
+        path = events_dir if events_dir is not None else out / run.run_id
         if not path.is_dir():
             report.mismatch(f"run {run.run_id}: no event directory {path}")
             continue

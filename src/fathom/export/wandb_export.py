@@ -87,9 +87,10 @@ def run_summary(run: RunData) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _offline_env(out: Path) -> Iterator[None]:
+def wandb_env(out: Path, mode: str = "offline") -> Iterator[None]:
+    """W&B's environment for one writer: ``mode``, quiet, its files under ``out``."""
     keys = {
-        "WANDB_MODE": "offline",
+        "WANDB_MODE": mode,
         "WANDB_SILENT": "true",
         "WANDB_DIR": str(out),
         "WANDB_CONSOLE": "off",
@@ -122,7 +123,7 @@ def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
         save_code=False,
         disable_git=True,
     )
-    with _offline_env(out):
+    with wandb_env(out):
         for run, wid in zip(runs, ids):
             wrun = wandb.init(
                 project=str(run.manifest.get("study") or "fathom"),

@@ -86,15 +86,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     study, origin = load_study(args.study)
     if args.backend != "ray" and args.address:
         raise FathomError("--address is for --backend ray; drop it or add --backend ray")
-    from fathom.export.live import parse_live
+    from fathom.train.cli import live_settings
 
+    tracking = live_settings(study.live, args.live)
     backend = make_backend(
         args.backend,
         workers=args.workers,
         address=args.address,
         threads=_threads(args, study),
         slurm=slurm_options(args),
-        live=parse_live(args.live),
+        live=tracking if tracking.enabled else (),
     )
     console = Console(stderr=True)
 
@@ -320,8 +321,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--live",
         metavar="TARGETS",
-        help="stream every run's history rows while it trains: tensorboard, wandb (offline) "
-        "or both, comma-separated; logs under each RUN_DIR/live/ (default: off)",
+        help="stream every run's history rows while it trains: tensorboard, wandb or both, "
+        "comma-separated, or off; overrides the study's [live] backends; logs under each "
+        "RUN_DIR/live/ unless [live] places them (default: off)",
     )
     run.set_defaults(func=cmd_run)
     status = ssub.add_parser("status", help="per-run state of a study directory")
