@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fathom.depthscale.config import ARMS, PRESETS, DepthScaleConfig, make_config
-from fathom.depthscale.runner import run_benchmark
-from fathom.depthscale.table import write_table
-from fathom.depthscale.terminal import print_results
 from fathom.errors import FathomError
+
+if TYPE_CHECKING:  # the parser stays light: `fathom depth-scaling --help` imports no torch
+    from fathom.depthscale.config import DepthScaleConfig
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -52,6 +51,8 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
+    from fathom.depthscale.config import ARMS
+
     total = len(cfg.depths) * len(ARMS) * len(cfg.seeds) * cfg.epochs
     task = progress.add_task("epochs", total=total)
     console = progress.console
@@ -80,6 +81,11 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
 
 
 def cmd_depth_scaling(args: argparse.Namespace) -> int:
+    from fathom.depthscale.config import PRESETS, make_config
+    from fathom.depthscale.runner import run_benchmark
+    from fathom.depthscale.table import write_table
+    from fathom.depthscale.terminal import print_results
+
     preset, base = args.preset, {}
     if args.config is not None:
         if args.preset is not None:
@@ -122,6 +128,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
 
 def _config_file(path: str) -> DepthScaleConfig:
     from fathom.config_family import load_config
+    from fathom.depthscale.config import DepthScaleConfig
 
     cfg, origin = load_config(path)
     if not isinstance(cfg, DepthScaleConfig):
@@ -152,7 +159,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "config", nargs="?", default=None, help="a depth_scaling TOML file or preset name"
     )
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None)
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="a depth-scaling preset, e.g. quick (an unknown name is refused with the list)",
+    )
     p.add_argument("--dataset", default=None, help="mnist | fashion-mnist | cifar10 | cifar100")
     p.add_argument("--data-dir", default=None, help="folder holding the dataset's official files")
     p.add_argument("--depths", type=int, nargs="+", default=None)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fathom.config import LiveConfig, RunConfig
 from fathom.errors import FathomError
-from fathom.stats.units import fmt_percent
+
+if TYPE_CHECKING:  # the parser stays light: `fathom train --help` imports no pydantic or torch
+    from fathom.config import LiveConfig, RunConfig
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -29,6 +30,7 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 def load_run_config_or_preset(name: str) -> RunConfig:
     """A run config from a TOML path or a run preset; another kind gets a pointer to its command."""
+    from fathom.config import RunConfig
     from fathom.config_family import load_config
 
     cfg, origin = load_config(name)
@@ -41,6 +43,8 @@ def load_run_config_or_preset(name: str) -> RunConfig:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    from fathom.config import RunConfig
+
     cfg = load_run_config_or_preset(args.config) if args.config else RunConfig()
     updates = parse_set(args.set or [])
     if getattr(args, "device", None):
@@ -74,6 +78,8 @@ class LiveProgress:
         return "—" if v is None else format(v, spec)
 
     def __call__(self, event: str, row: dict) -> None:
+        from fathom.stats.units import fmt_percent
+
         fmt = self._fmt
         if event == "epoch":
             self.bar.console.print(
