@@ -209,10 +209,11 @@ def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
     The run id names phase, recipe, LR and seed; ``wide`` adds them as columns with the
     full hash.
     """
+    from fathom.stats.units import percent
     from fathom.terminal import short_hash, table
 
-    def f(x: float | None, spec: str, scale: float = 1.0) -> str:
-        return "—" if x is None else format(scale * x, spec)
+    def f(x: float | None, spec: str) -> str:
+        return "—" if x is None else format(x, spec)
 
     columns = [
         "Run",
@@ -234,8 +235,8 @@ def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
                     r["run_id"],
                     *(extra if wide else []),
                     r["status"],
-                    f(r["selected_test_acc"], ".2f", 100),
-                    f(r["final_test_acc"], ".2f", 100),
+                    f(percent(r["selected_test_acc"]), ".2f"),
+                    f(percent(r["final_test_acc"]), ".2f"),
                     f(r["final_test_ce"], ".4f"),
                     short_hash(r["final_params"], wide),
                 ]
