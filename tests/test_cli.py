@@ -104,6 +104,13 @@ def test_help_defaults_name_the_real_defaults():
     assert args.gate is None  # resolved to DEFAULT_GATE when the command runs
 
 
+def test_depth_scaling_refuses_an_unknown_preset_with_the_list(capsys):
+    """``--preset`` has no argparse choices (they cost torch at --help): the config says no."""
+    assert cli.main(["depth-scaling", "--preset", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown preset 'nope'" in err and "quick" in err
+
+
 def test_python_dash_m_fathom_runs_the_cli():
     out = _python("-m", "fathom", "--version")
     assert out.returncode == 0 and out.stdout.strip() == "fathom 0.1.0"

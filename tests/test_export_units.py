@@ -124,3 +124,12 @@ def test_wandb_config_states_the_unit(study: Path) -> None:
     assert export(study, "wandb").ok
     units = run_config(load_runs(study)[0])["fathom"]["units"]
     assert units["val/acc_pct"] == "%" and units["split/fit/class_acc_pct/0"] == "%"
+
+
+def test_an_export_of_the_old_format_is_named(study: Path) -> None:
+    assert export(study, "jsonl").ok
+    path = study / "exports/jsonl/fathom-export.json"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "format": 1}))
+    report = verify(study, "jsonl")
+    assert any("export format 1" in m and "export again" in m for m in report.mismatches)
