@@ -160,3 +160,36 @@ def test_resume_keeps_the_recorded_live_settings(tmp_path: Path, splits, monkeyp
     assert manifest["status"] == "complete" and manifest["live"] == live.model_dump(mode="json")
     verify = json.loads((tmp_path / "tiny" / "live" / "tensorboard" / "verify.json").read_text())
     assert verify["ok"] and verify["rows"] == 4  # epochs 0-3, the earlier rows streamed again
+
+
+def test_study_live_reaches_every_run_and_its_manifest(tmp_path: Path) -> None:
+    from fathom.study.backends import LocalBackend
+    from fathom.study.runner import run_study
+    from test_study import synthetic_splits
+
+    data = study_data(tuning={"enabled": False}, study={"lr": 0.05, "seeds": [101]})
+    study = validate_study_config({**data, "live": {"backends": ["tensorboard"]}}, "live")
+    result = run_study(study, tmp_path, LocalBackend(1, 1, synthetic_splits, live=study.live))
+    assert all(o.error is None for o in result.outcomes) and result.outcomes
+    for o in result.outcomes:
+        run = tmp_path / "t" / o.run_id
+        assert json.loads((run / "manifest.json").read_text())["live"]["backends"] == [
+            "tensorboard"
+        ]
+        assert json.loads((run / "live" / "tensorboard" / "verify.json").read_text())["ok"]
+
+
+def test_wandb_placement_reaches_the_run_record(tmp_path: Path, splits) -> None:
+    pytest.importorskip("wandb")
+    from fathom.export.wandb_records import read_records
+
+    live = LiveConfig.model_validate({"backends": ["wandb"], "wandb": {"project": "proj"}})
+    cfg = tiny_config(**{"optim.epochs": 1}).model_copy(update={"live": live})
+    tracker = LiveTracker(tmp_path / "w", live, cfg)
+    train(cfg, tmp_path / "w", splits=splits, progress=tracker)
+    (report,) = tracker.close()
+    assert report.ok, report.mismatches
+    out = tmp_path / "w" / "live" / "wandb"
+    rel = json.loads((out / "fathom-export.json").read_text())["wandb_files"]["w"]
+    runs = [r.run for r in read_records(out / rel) if r.WhichOneof("record_type") == "run"]
+    assert runs and runs[0].project == "proj" and runs[0].run_id == "w"
