@@ -116,7 +116,20 @@ def test_units_one_conversion() -> None:
 def test_zero_activations_align_layers_by_position(study: Path) -> None:
     rows = _rows(0.0, "head")
     rows[-1]["probe/act/zero_frac/blocks.0.res"] = rows[-1].pop("probe/act/zero_frac/blocks.0")
-    write_run(study / "plain-s1", study="s", recipe="plain", seed=1, lr=0.1, rows=rows)
+    layers = ["stem", "blocks.0.res", "head"]
+    write_run(
+        study / "plain-s1", study="s", recipe="plain", seed=1, lr=0.1, rows=rows, layers=layers
+    )
+    # Without a manifest layer list the residual runs are matched by name only: two columns (listed layers first).
+    table = next(
+        t for t in crossrun_tables(load_runs(study), "residual") if t.name == "zero_activations"
+    )
+    assert [c.label for c in table.columns[3:]] == ["→ blocks.0.res (%)", "→ blocks.0 (%)"]
+    # With the manifests' layer lists, position 1 is one layer: one column, residual first.
+    for recipe, offs in (("residual", (0.0, 0.02)), ("sd_constant", (0.04, 0.10))):
+        for seed, off in zip((1, 2), offs):
+            write_run(study / f"{recipe}-s{seed}", study="s", recipe=recipe, seed=seed, lr=0.1,
+                      rows=_rows(off, "head"), layers=["stem", "blocks.0", "head"])  # fmt: skip
     table = next(
         t for t in crossrun_tables(load_runs(study), "residual") if t.name == "zero_activations"
     )

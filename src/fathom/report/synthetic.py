@@ -106,10 +106,13 @@ def write_run(
     rows: list[dict[str, Any]],
     truncated_tail: bool = False,
     phase: str | None = None,
+    layers: Sequence[str] | None = None,
 ) -> Path:
     """A run directory: manifest.json (contract fields, sealed) and history.jsonl.
 
-    ``truncated_tail`` appends a torn line after the rows the manifest's digest covers."""
+    ``truncated_tail`` appends a torn line after the rows the manifest's digest covers;
+    ``layers`` (model order) become the manifest's ``telemetry.layers`` list, as the seam
+    writes it (without it the manifest lists none, like a run with telemetry off)."""
     path.mkdir(parents=True, exist_ok=True)
     config = {
         "name": path.name,
@@ -143,6 +146,11 @@ def write_run(
         "selected": {"epoch": min(val_ce)[1] if val_ce else None, "by": "min val/ce"},
         "final": {"epoch": last.get("epoch")},
     }
+    if layers is not None:
+        manifest["telemetry"] = {
+            "enabled": True,
+            "layers": [{"name": n, "type": "Linear", "kind": "linear"} for n in layers],
+        }
     text = "".join(json.dumps(r) + "\n" for r in rows)
     digest = hashlib.sha256(text.encode()).hexdigest()
     history = {"bytes": len(text.encode()), "rows": len(rows), "sha256": digest}
