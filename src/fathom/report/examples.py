@@ -151,18 +151,24 @@ def _per(arrays: Mapping[str, Any], idx: list[int]) -> dict[str, Any]:
     }
 
 
+def _size(per: Mapping[str, Any]) -> int:
+    """Bytes of ``per`` in the page (compact JSON, as embedded)."""
+    return len(json.dumps(per, separators=(",", ":")))
+
+
 def _fit(arrays: dict[str, Any], budget: int) -> tuple[list[int], dict[str, Any], list[str]]:
     """The largest example set (and the keys kept) whose logits fit ``budget`` bytes."""
     correct = [a["correct"] for a in arrays.values()]
     idx = choose_examples(correct, MAX_EXAMPLES)
     per = _per(arrays, idx)
-    size = len(json.dumps(per, separators=(",", ":")))
-    if size > budget and len(idx) > MIN_EXAMPLES:
-        n = max(MIN_EXAMPLES, int(MAX_EXAMPLES * budget / size))
+    size, n = _size(per), len(idx)
+    while size > budget and n > MIN_EXAMPLES:  # the size is about proportional to n
+        n = max(MIN_EXAMPLES, min(n - 1, int(n * budget / size)))
         idx = choose_examples(correct, n)
         per = _per(arrays, idx)
+        size = _size(per)
     dropped: list[str] = []
-    while per and len(json.dumps(per, separators=(",", ":"))) > budget:
+    while per and _size(per) > budget:
         dropped.insert(0, list(per)[-1])
         per.pop(dropped[0])
     return idx, per, dropped
