@@ -37,16 +37,16 @@ from fathom.report.fields import (
 )
 from fathom.report.layers import LayerAlignment
 from fathom.report.palette import recipe_colours
-from fathom.report.render import table_html
-from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields, widest_first
-from fathom.report.sections import answer_section
-from fathom.report.tables import (
+from fathom.report.raw import (
     audit_section,
     curvature_section,
-    esc,
     provenance_section,
     study_section,
 )
+from fathom.report.render import table_html
+from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields, widest_first
+from fathom.report.sections import answer_section
+from fathom.report.tables import esc
 from fathom.stats.units import percent
 
 AXES = {
