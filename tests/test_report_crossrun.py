@@ -206,6 +206,8 @@ def test_telemetry_contrasts_hand_computed(tmp_path: Path) -> None:
         f"plain's head-layer ‖mean g‖ is lower than residual's at epoch 5: ratio "
         f"{math.exp(m):.3g} [{math.exp(m - half):.3g}, {math.exp(m + half):.3g}] (n = 3 seeds)."
     )
+    plain_row = next(r for r in grad.rows if r["recipe"] == "plain" and r["epoch"] == 5)
+    assert plain_row["max_share"]["mean"] == pytest.approx(50.0)  # 0.5 in percent
     # equal diversity in every seed: ratio exactly 1, no effect claimed
     assert _verdict(grad, "plain", "diversity")["verdict"] == "not established"
     # one sd_constant seed: n = 1, no interval, no claim

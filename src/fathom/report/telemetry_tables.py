@@ -46,7 +46,7 @@ ZERO_FRAC = "probe/act/zero_frac"
 GRADIENT_QUANTITIES = (
     ("grad_norm", GRAD_NORM, "‖mean g‖", "ratio"),
     ("diversity", DIVERSITY, "diversity D", "ratio"),
-    ("max_share", MAX_SHARE, "largest-example energy share", "difference"),
+    ("max_share", MAX_SHARE, "largest-example energy share (%)", "difference"),
     ("participation", PARTICIPATION, "norm participation", "ratio"),
 )
 
@@ -132,14 +132,18 @@ def gradient_table(
         "g_i: per-example weight gradient of the unaveraged CE on the fixed probe (bias "
         "excluded). ‖mean g‖ = ‖(1/N) Σ g_i‖; D = mean ‖g_i‖² / ‖mean g‖²; energy share = "
         "max ‖g_i‖² / Σ ‖g_i‖²; participation = (Σ ‖g_i‖)² / Σ ‖g_i‖². Cells: seed mean "
-        "(min–max). D near N can mean one example dominates vanishing gradients. Contrasts: "
+        "(min–max); the energy share in percent. D near N can mean one example dominates "
+        "vanishing gradients. Contrasts: "
         "geometric-mean ratio recipe / reference over paired seeds (energy share: difference "
         "in pp) with its 95% t interval; descriptive, uncorrected for multiple comparisons.",
         [
             Column("recipe", "recipe", "text"),
             Column("epoch", "epoch", "int"),
             Column("n", "seeds", "int"),
-            *(Column(key, label, "spread") for key, _, label, _ in GRADIENT_QUANTITIES),
+            *(
+                Column(key, label, "spread", "%" if scale == "difference" else "")
+                for key, _, label, scale in GRADIENT_QUANTITIES
+            ),
         ],
     )
     epochs = {
@@ -149,8 +153,9 @@ def gradient_table(
     for recipe, rs in groups.items():
         for e in epochs[recipe]:
             row: dict[str, Any] = {"recipe": recipe, "epoch": e}
-            for key in fields:
-                row[key] = spread([v for v in _per_seed(rs, fields[key], e).values()])
+            for key, _, _, scale in GRADIENT_QUANTITIES:
+                pct = percent if scale == "difference" else float  # fractions in %
+                row[key] = spread(list(_per_seed(rs, fields[key], e).values()), pct)
             row["n"] = max((row[k]["n"] for k in fields if row[k]), default=0)
             table.rows.append(row)
     if reference in groups:
@@ -162,7 +167,8 @@ def gradient_table(
                 for key, _, label, scale in GRADIENT_QUANTITIES:
                     table.verdicts.append(
                         _contrast_row(recipe, reference, groups, fields[key], e, scale=scale,
-                                      quantity=f"head-layer {label}", key=key, layer=head)
+                                      quantity=f"head-layer {label.removesuffix(' (%)')}",
+                                      key=key, layer=head)
                     )  # fmt: skip
     return table
 
