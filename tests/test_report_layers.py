@@ -41,6 +41,14 @@ def test_positions_align_and_unlisted_runs_match_by_name() -> None:
     assert b.labels[1] == "blocks.0.res / blocks.0.res.branch"
 
 
+def test_models_of_different_depth_are_matched_by_name_only() -> None:
+    deep = ["stem", "blocks.0.res.branch", "blocks.1.res.branch", "blocks.2.res.branch", "head"]
+    a = align_layers([_run("res", RES), _run("deep", deep), _run("plain", PLAIN)])
+    assert a.label("deep", "head") == a.label("res", "head") == "head"
+    assert a.label("plain", "blocks.0.res") == "blocks.0.res"  # no position claim
+    assert a.labels == [*RES[:3], "head", "blocks.2.res.branch", "blocks.0.res", "blocks.1.res"]
+
+
 def test_curves_put_the_same_layer_of_every_recipe_in_one_panel(tmp_path: Path) -> None:
     pattern = ("grad/pex/diversity/{layer}", "probe/act/zero_frac/{input}")
     for recipe, names in (("residual", RES), ("plain", PLAIN)):

@@ -8,7 +8,9 @@ names found there, first-seen over the runs given (reference recipe first), join
 ``" / "``: ``"blocks.0.res.branch / blocks.0.res"``, or just ``"head"`` when every recipe
 agrees. A run whose manifest has no layer list (an older or hand-made run) is matched by
 name only: its layer joins the position that holds the same name in another run, else a
-label of its own. Every per-layer view (curve small multiples, cross-run tables) goes
+label of its own. Positions only mean the same layer in models of one depth: when the
+listed runs' layer lists differ in length (a depth-scaling study), every run is matched
+by name only. Every per-layer view (curve small multiples, cross-run tables) goes
 through :class:`LayerAlignment`.
 """
 
@@ -57,6 +59,11 @@ def align_layers(
     for labels). ``extra[run_id]``: layer names a run records beyond (or without) its
     manifest list, e.g. from its history, matched by name."""
     listed = {r.run_id: manifest_layers(r.manifest) for r in runs}
+    if len({len(v) for v in listed.values() if v}) > 1:  # different depths: names only
+        extra = {
+            r.run_id: [*(listed[r.run_id] or []), *(extra or {}).get(r.run_id, ())] for r in runs
+        }
+        listed = dict.fromkeys(listed)
     width = max((len(v) for v in listed.values() if v), default=0)
     at: list[list[str]] = [[] for _ in range(width)]
     for names in listed.values():
