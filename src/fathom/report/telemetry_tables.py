@@ -108,6 +108,13 @@ def _contrast_row(
     }
 
 
+def _epochs(runs: Sequence[RunData], fields: dict[str, str]) -> list[int]:
+    """Epochs at which any of ``runs`` has a row holding its own field."""
+    return sorted(
+        {e for r in runs if r.run_id in fields for e in recorded_epochs([r], fields[r.run_id])}
+    )
+
+
 def _head(fields: dict[str, dict[str, str]]) -> str | None:
     """The aligned label of the output layer: ``head`` if a label is named so, else the last."""
     labels = list(fields)
@@ -146,10 +153,7 @@ def gradient_table(
             ),
         ],
     )
-    epochs = {
-        recipe: recorded_epochs(rs, next(iter(fields["diversity"].values()), ""))
-        for recipe, rs in groups.items()
-    }
+    epochs = {recipe: _epochs(rs, fields["diversity"]) for recipe, rs in groups.items()}
     for recipe, rs in groups.items():
         for e in epochs[recipe]:
             row: dict[str, Any] = {"recipe": recipe, "epoch": e}
