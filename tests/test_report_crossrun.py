@@ -243,3 +243,18 @@ def test_telemetry_contrasts_refuse_diverged_arms(tmp_path: Path) -> None:
         assert "no comparison (plain excluded (diverged))" in v["sentence"]
     # the seeds' spreads are still shown; the other recipes are still compared
     assert _verdict(tables["gradients"], "sd_constant", "grad_norm")["verdict"] == "not established"
+
+
+def test_gradient_table_reads_each_recipes_own_head(tmp_path: Path) -> None:
+    # a recipe whose output layer is named "fc": the head is found by position, not name
+    root = _aligned_study(tmp_path / "s")
+    names = ["stem", "blocks.0.res", "fc"]
+    for seed, norm in ((1, 0.5), (2, 0.9), (3, 1.1)):
+        write_run(root / f"plain-s{seed}", study="s", recipe="plain", seed=seed, lr=0.1,
+                  rows=_tel_rows(names, norm, 0.3), layers=names)  # fmt: skip
+    grad = next(t for t in crossrun_tables(load_runs(root), "residual") if t.name == "gradients")
+    assert grad.title.endswith("(head / fc)")
+    plain = [r for r in grad.rows if r["recipe"] == "plain"]
+    assert [r["epoch"] for r in plain] == [0, 5]
+    assert plain[1]["grad_norm"]["mean"] == pytest.approx((0.5 + 0.9 + 1.1) / 3)
+    assert _verdict(grad, "plain", "grad_norm")["verdict"] == "lower"
