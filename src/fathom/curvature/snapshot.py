@@ -38,6 +38,7 @@ from fathom.curvature.probe import (
 from fathom.curvature.softmax import cross_entropy
 from fathom.pex import linear_rows, per_example_grams, summed_gram
 from fathom.seam import Layer, discover
+from fathom.train.allocator import tune_cpu_allocator
 
 KFAC_KINDS: dict[str, str] = {"linear": "Linear", "conv2d": "Conv2d"}
 
@@ -127,6 +128,7 @@ def _layer_record(layer: Layer, diag: dict, kfac: dict, gram) -> dict:
 def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) -> Snapshot:
     """All curvature quantities of ``model`` on the probe ``(x, labels)``; see :data:`DEFINITIONS`."""
     t0 = time.perf_counter()
+    tune_cpu_allocator()  # as exact_diagonals (see there)
     model64 = float64_copy(model)
     x = probe_inputs(model64, x)
     seam = discover(model64, x)
