@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import fathom.pex
+import fathom.pex_conv
 from fathom.curvature import exact_diagonals
 from fathom.errors import FathomError
 from model_zoo import CASES, make
@@ -66,7 +66,7 @@ def test_unfolded_convolution_chunks_change_nothing(case_id, monkeypatch) -> Non
     case = next(c for c in CASES if c["id"] == case_id)
     model, x, y = make(case, n=5)
     want = exact_diagonals(model, x, y)
-    monkeypatch.setattr(fathom.pex, "_ELEMENTS", 1)
+    monkeypatch.setattr(fathom.pex_conv, "UNFOLD_ELEMENTS", 1)
     got = exact_diagonals(model, x, y)
     for kind in want:
         for name, t in want[kind].items():
