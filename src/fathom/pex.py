@@ -30,6 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vjp, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
@@ -176,7 +177,8 @@ def _generic_call(layer: Layer, call: Call, cot: list, n: int, directions: bool,
             return vmap(pull)(tuple(example_cts))[0]
         return pull(tuple(example_cts))[0]
 
-    g = vmap(one, in_dims=(None, in_dims, ct_dims), chunk_size=chunk)(params, ins, cts)
+    with sdpa_kernel(SDPBackend.MATH):
+        g = vmap(one, in_dims=(None, in_dims, ct_dims), chunk_size=chunk)(params, ins, cts)
     return {k: v.transpose(0, 1) if directions else v for k, v in g.items()}
 
 

@@ -44,17 +44,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fathom.curvature.probe import (
-    float64_copy,
-    probe_inputs,
-    probe_labels,
-    pull_back,
-    unit_directions,
-)
+from fathom.curvature.probe import probe_labels, pull_back, unit_directions
 from fathom.curvature.softmax import label_residual, softmax_hessian_sqrt, softmax_parts
+from fathom.curvature.twin import prepared
 from fathom.errors import FathomError
 from fathom.pex import linear_rows, per_example_grads
-from fathom.seam import Call, Layer, Seam, discover
+from fathom.seam import Call, Layer, Seam
 from fathom.train.allocator import tune_cpu_allocator
 
 KINDS: tuple[str, ...] = ("ggn", "fisher", "jacobian")
@@ -219,18 +214,17 @@ def exact_diagonals(
     (empirical Fisher at the labels ``y``) and ``(1/N) sum_i J_i^T J_i`` (logit-Jacobian Gram),
     see the module docstring; keyed by every name of ``model.named_parameters()``, shaped
     like the parameter. ``model`` is any ``nn.Module`` returning logits ``[N, C]``; it is left
-    untouched (a float64 copy in dense evaluation mode is used). A module the seam cannot
-    cover is refused, naming it. The first call tunes glibc's allocator process-wide as
+    untouched (a float64 copy in dense evaluation mode is used, cached with its seam per model
+    structure: :mod:`fathom.curvature.twin`). A module the seam cannot cover is refused,
+    naming it. The first call tunes glibc's allocator process-wide as
     ``fathom train`` does (:func:`fathom.train.allocator.tune_cpu_allocator`: the stacked
     cotangents are tens of megabytes, which glibc would otherwise ``mmap`` and fault in
     afresh on every call; numerics unchanged).
     """
     tune_cpu_allocator()
     plan = Plan(resolve_families(families))
-    model64 = float64_copy(model)
-    x = probe_inputs(model64, x)
+    model64, x, seam = prepared(model, x)
     n = x.shape[0]
-    seam = discover(model64, x)
     classes, auto_chunk = _layout(seam, x, plan)
     labels = probe_labels(y.to(x.device) if isinstance(y, torch.Tensor) else y, n, classes)
     chunk = chunk_size or auto_chunk
