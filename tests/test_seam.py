@@ -52,13 +52,11 @@ def test_kinds_and_coverage_of_the_transformer() -> None:
     assert kinds == {
         "embed": "generic",
         "ln": "layernorm",
-        "attn": "attention",
+        "attn": "generic",
         "mlp": "linear",
         "head": "linear",
     }
-    assert seam.coverage["attn.out_proj.weight"].startswith(
-        "attn (MultiheadAttention, fast attention"
-    )
+    assert seam.coverage["attn.out_proj.weight"].startswith("attn (MultiheadAttention, generic")
     assert seam.layer("attn").params == (
         "in_proj_weight",
         "in_proj_bias",

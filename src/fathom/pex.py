@@ -13,8 +13,6 @@ rows of example ``i`` (e.g. ``dL_i/dz_i`` for the unaveraged per-example loss ``
   patches with the ``D`` cotangents stacked as rows;
 * **batchnorm / layernorm** (eval-mode BatchNorm, LayerNorm): ``g_i(w) = sum_t delta_it *
   x_hat_it``, ``g_i(b) = sum_t delta_it``;
-* **attention** (:mod:`fathom.pex_attention`): ``nn.MultiheadAttention`` in closed form,
-  its core pulled back once over the examples repeated per direction;
 * **generic**: ``g_i = vjp(theta -> module(theta; inputs_i), delta_i)`` by ``torch.func``
   (``functional_call`` + ``vjp``, ``vmap`` over examples in chunks of ``chunk_size``).
 
@@ -36,7 +34,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
-from fathom.pex_attention import attention_grads
 from fathom.pex_conv import conv_form, conv_grads
 from fathom.seam import Call, Layer
 
@@ -204,15 +201,13 @@ def per_example_grads(
     if not calls:
         lead = (d,) if d else ()
         return {k: torch.zeros(*lead, n, *t.shape, dtype=t.dtype) for k, t in tensors.items()}
-    if layer.kind not in ("generic", "attention"):
+    if layer.kind != "generic":
         return _fast_grads(layer, calls, cots, n, directions)
     size = sum(t.numel() for t in tensors.values()) * (d or 1)
     chunk = chunk_size or max(1, min(n, _ELEMENTS // max(size, 1)))
     total: dict[str, torch.Tensor] = {}
     for call, cot in zip(calls, cots, strict=True):
-        g = attention_grads(layer, call, cot, n, directions) if layer.kind == "attention" else None
-        if g is None:  # generic, or an attention call outside the closed form
-            g = _generic_call(layer, call, cot, n, directions, chunk)
+        g = _generic_call(layer, call, cot, n, directions, chunk)
         total = g if not total else {k: total[k] + g[k] for k in g}
     return total
 

@@ -16,13 +16,9 @@ of its uses, a **layer**; its kind picks the per-example path:
   statistics) and ``nn.LayerNorm`` (forward not overridden): ``y = x_hat * w + b``, so
   ``g_i(w) = sum_t delta_it * x_hat_it`` and ``g_i(b) = sum_t delta_it`` over positions ``t``
   (``x_hat`` recomputed from the captured input; no per-example forward);
-* ``attention``: an unmodified ``nn.MultiheadAttention`` (one embedding size, no
-  ``bias_k``/``bias_v``; its ``out_proj`` is never *called*, so the attention module covers
-  it): closed-form per-example gradients (:mod:`fathom.pex_attention`); a call with a mask
-  or ``is_causal`` takes the generic path;
-* ``generic``: every other module (BatchNorm/LayerNorm of a subclass, Embedding, other
-  attention modules, custom modules, the root model for a parameter used directly in its
-  forward):
+* ``generic``: every other module (BatchNorm/LayerNorm of a subclass, Embedding,
+  ``nn.MultiheadAttention`` (whose ``out_proj`` is never *called*, so the attention module
+  covers it), custom modules, the root model for a parameter used directly in its forward):
   exact per-example gradients by ``torch.func`` — ``functional_call`` of that module on one
   example's captured inputs, ``vjp`` w.r.t. its covered parameters, ``vmap`` over examples,
   in chunks (see :mod:`fathom.pex`).
@@ -88,15 +84,7 @@ from fathom.seam_types import Call, Layer
 
 __all__ = ["KINDS", "Call", "Layer", "Seam", "discover"]
 
-KINDS: tuple[str, ...] = (
-    "linear",
-    "conv1d",
-    "conv2d",
-    "batchnorm",
-    "layernorm",
-    "attention",
-    "generic",
-)
+KINDS: tuple[str, ...] = ("linear", "conv1d", "conv2d", "batchnorm", "layernorm", "generic")
 
 
 def discover(model: nn.Module, x: torch.Tensor) -> Seam:
@@ -267,7 +255,7 @@ class Seam:
         match autograd's batch gradient. Refuses, naming the module, where it fails."""
         from fathom.pex import per_example_grads
 
-        generic = [layer for layer in self.layers if layer.kind in ("generic", "attention")]
+        generic = [layer for layer in self.layers if layer.kind == "generic"]
         if not generic:
             return
         with self.capture() as calls, torch.enable_grad():

@@ -100,10 +100,6 @@ def common_module(stacks: list[tuple[str, ...]]) -> str | None:
 
 
 def fast_kind(module: nn.Module, covered: set[str]) -> str:
-    from fathom.pex_attention import plain_attention
-
-    if plain_attention(module) and covered == {n for n, _ in module.named_parameters()}:
-        return "attention"  # out_proj is never called: the attention module covers it
     direct = {n for n, p in module.named_parameters(recurse=False)}
     if covered != direct:
         return "generic"
