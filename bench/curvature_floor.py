@@ -16,6 +16,13 @@ the fastest:
   ``sum delta_c`` for BatchNorm. The float64 CPU convolution weight gradient of autograd
   (``_slow_conv2d_backward``) is slower than this GEMM, so without this variant a method that
   uses GEMMs could beat the "floor" by kernel choice alone.
+
+Not a floor but reported beside it: ``bound: layer outputs only``, the ``C`` reverse passes to
+the layer outputs with no parameter gradient at all. Every pullback method needs at least
+this; it is the lower bound where the per-example gradients need not be formed (a Linear
+layer with one row per example: ``diag_W = sum_i (sum_k u_iko^2) a_ij^2`` is one GEMM for all
+directions together, less work than the floor's ``C`` weight gradients, so there the floor is
+*not* a lower bound).
 """
 
 from __future__ import annotations
@@ -150,7 +157,9 @@ def _summed_grads(m: nn.Module, prep: torch.Tensor, g: torch.Tensor) -> list[tor
     return [w, b] if m.bias is not None else [w]
 
 
-def layer_gemm_floor(model: nn.Module, x: torch.Tensor) -> dict[int, torch.Tensor]:
+def layer_gemm_floor(
+    model: nn.Module, x: torch.Tensor, contract: bool = True
+) -> dict[int, torch.Tensor]:
     """Forward; ``C`` reverse passes to every Conv2d / BatchNorm2d / Linear output; then per
     direction and layer the batch-summed parameter gradient by one GEMM (module docstring).
     Returns the last direction's gradients, keyed by ``id(parameter)``."""
@@ -165,12 +174,15 @@ def layer_gemm_floor(model: nn.Module, x: torch.Tensor) -> dict[int, torch.Tenso
     finally:
         for h in handles:
             h.remove()
-    prep = [_prepare(m, a) for m, a, _ in record]
+    prep = [_prepare(m, a) for m, a, _ in record] if contract else []
     outs = [o for _, _, o in record]
     eye = _units(logits)
+    last: dict[int, torch.Tensor] = {}
     for c in range(eye.shape[0]):
         grads = torch.autograd.grad(logits, outs, eye[c], retain_graph=c < eye.shape[0] - 1)
-        last: dict[int, torch.Tensor] = {}
+        if not contract:
+            continue
+        last = {}  # this direction's gradients
         for (m, _, _), p, g in zip(record, prep, grads, strict=True):
             for param, t in zip(m.parameters(recurse=False), _summed_grads(m, p, g), strict=True):
                 last[id(param)] = last.get(id(param), 0) + t  # a layer called twice adds up
@@ -185,4 +197,5 @@ def floors(model: nn.Module, x: torch.Tensor) -> dict:
     }
     if layer_gemm_supported(model):
         out["floor: layer outputs + summed GEMMs"] = lambda: layer_gemm_floor(model, x)
+        out["bound: layer outputs only"] = lambda: layer_gemm_floor(model, x, contract=False)
     return out
