@@ -134,3 +134,28 @@ def test_twins_go_with_their_models() -> None:
     del model
     gc.collect()
     assert len(twin_mod._TWINS) == 0
+
+
+def test_a_module_deleted_then_replaced_is_never_mistaken_for_the_old_one() -> None:
+    """The cached entry keeps the old module alive, so its identity cannot be reused."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body, self.head = nn.Linear(3, 4), nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.head(torch.tanh(self.body(x)))
+
+    clear_twins()
+    model = Net().double()
+    x, y = torch.randn(4, 3, dtype=torch.float64), torch.tensor([0, 1, 1, 0])
+    first = prepared(model, x)[0]
+    old = id(model.head)
+    del model.head
+    gc.collect()
+    model.head = nn.Linear(4, 2).double()
+    assert id(model.head) != old
+    assert prepared(model, x)[0] is not first
+    assert_same(exact_diagonals(model, x, y), fresh(model, x, y))
+    clear_twins()

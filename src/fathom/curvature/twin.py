@@ -22,7 +22,11 @@ rediscovers the seam:
 * the probe inputs' per-example shape, dtype and device.
 
 What the key cannot see is state outside the model that its ``forward`` reads (a global,
-a closure): such a model must call :func:`clear_twins` after changing it.
+a closure): such a model must call :func:`clear_twins` after changing it. Identities are
+sound: the objects they name are kept alive beside the cached twin (the model itself
+excepted), so none can be freed and its address reused by a different object. A model whose
+hooks or attributes hold a reference to the model itself stays cached until
+:func:`clear_twins` (the twin shares those hooks).
 """
 
 from __future__ import annotations
@@ -36,58 +40,58 @@ from torch import nn
 from fathom.curvature.probe import float64_copy, probe_inputs
 from fathom.seam import Seam, discover
 
-_TWINS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, nn.Module, Seam]] = (
+_TWINS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, list, nn.Module, Seam]] = (
     weakref.WeakKeyDictionary()
 )
 _OWN = frozenset({"_parameters", "_buffers", "_modules", "training"})
 
 
-def _value_key(v: Any, depth: int = 0) -> Any:
+def _value_key(v: Any, held: list, depth: int = 0) -> Any:
     if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
         return v
-    if isinstance(v, torch.Tensor):
-        return ("tensor", id(v), v._version, tuple(v.shape), str(v.dtype), str(v.device))
     if depth < 3 and isinstance(v, (tuple, list, set, frozenset)):
         items = sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v
-        return (type(v).__name__, tuple(_value_key(e, depth + 1) for e in items))
+        return (type(v).__name__, tuple(_value_key(e, held, depth + 1) for e in items))
     if depth < 3 and isinstance(v, dict):
-        return ("dict", tuple((repr(k), _value_key(e, depth + 1)) for k, e in v.items()))
+        return ("dict", tuple((repr(k), _value_key(e, held, depth + 1)) for k, e in v.items()))
+    held.append(v)
+    if isinstance(v, torch.Tensor):
+        return ("tensor", id(v), v._version, tuple(v.shape), str(v.dtype), str(v.device))
     return (type(v).__qualname__, id(v))
 
 
-def _tensor_key(name: str, t: torch.Tensor | None) -> tuple:
+def _tensor_key(name: str, t: torch.Tensor | None, held: list) -> tuple:
     if t is None:
         return (name, None)
+    held.append(t)
     return (name, id(t), tuple(t.shape), str(t.dtype), str(t.device))
 
 
-def structure_key(model: nn.Module, x: torch.Tensor) -> tuple:
-    """Everything the twin and its seam depend on besides parameter and buffer values."""
-    modules = tuple(
-        (
-            name,
-            id(m),
-            type(m),
-            id(type(m).forward),
-            m.training,
-            tuple((k, _value_key(v)) for k, v in vars(m).items() if k not in _OWN),
-        )
-        for name, m in model.named_modules(remove_duplicate=False)
+def structure_key(model: nn.Module, x: torch.Tensor) -> tuple[tuple, list]:
+    """``(key, held)``: everything the twin and its seam depend on besides parameter and
+    buffer values, and the objects whose identities the key holds (kept alive beside the
+    cached twin, the model itself excepted, so that no identity can be reused meanwhile)."""
+    held: list = []
+    modules = []
+    for name, m in model.named_modules(remove_duplicate=False):
+        attrs = tuple((k, _value_key(v, held)) for k, v in vars(m).items() if k not in _OWN)
+        modules.append((name, id(m), type(m), id(type(m).forward), m.training, attrs))
+        held.append(m)
+    tensors = tuple(_tensor_key(n, p, held) for n, p in model.named_parameters()) + tuple(
+        _tensor_key(n, b, held) for n, b in model.named_buffers()
     )
-    tensors = tuple(_tensor_key(n, p) for n, p in model.named_parameters()) + tuple(
-        _tensor_key(n, b) for n, b in model.named_buffers()
-    )
-    return modules, tensors, (tuple(x.shape[1:]), str(x.dtype), str(x.device))
+    key = (tuple(modules), tensors, (tuple(x.shape[1:]), str(x.dtype), str(x.device)))
+    return key, [o for o in held if o is not model]
 
 
 def prepared(model: nn.Module, x: torch.Tensor) -> tuple[nn.Module, torch.Tensor, Seam]:
     """``(model64, x64, seam)``: the float64 dense-evaluation twin holding ``model``'s current
     values, the probe inputs on its device (floating inputs in float64) and its seam."""
     valid = isinstance(model, nn.Module) and isinstance(x, torch.Tensor) and x.dim() > 0
-    key = structure_key(model, x) if valid else None  # else float64_copy / probe_inputs refuse
+    key, held = structure_key(model, x) if valid else (None, [])  # else the refusals below
     hit = _TWINS.get(model) if key is not None else None
     if hit is not None and hit[0] == key:
-        _, twin, seam = hit
+        twin, seam = hit[2], hit[3]
         with torch.no_grad():
             pairs = zip(model.parameters(), twin.parameters(), strict=True)
             for src, dst in (*pairs, *zip(model.buffers(), twin.buffers(), strict=True)):
@@ -97,7 +101,7 @@ def prepared(model: nn.Module, x: torch.Tensor) -> tuple[nn.Module, torch.Tensor
     x64 = probe_inputs(twin, x)
     seam = discover(twin, x64)
     if key is not None:
-        _TWINS[model] = (key, twin, seam)
+        _TWINS[model] = (key, held, twin, seam)
     return twin, x64, seam
 
 
