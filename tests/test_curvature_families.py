@@ -52,7 +52,7 @@ def test_one_family_name_is_accepted_as_a_string() -> None:
         torch.testing.assert_close(t, want[name], rtol=1e-13, atol=0)
 
 
-@pytest.mark.parametrize("families", [("ggn", "hessian"), (), "GGN", ["kfac"]])
+@pytest.mark.parametrize("families", [("ggn", "hessian"), (), "GGN", ["kfac"], 3, [["ggn"]]])
 def test_unknown_families_are_refused_naming_the_choices(families) -> None:
     model, x, y = make(CASES[0], n=4)
     with pytest.raises(FathomError, match="choose from ggn, fisher, jacobian or 'all'"):

@@ -60,7 +60,10 @@ def resolve_families(families: str | Iterable[str]) -> tuple[str, ...]:
     """``"all"``, one family name or several -> the requested families in :data:`KINDS` order."""
     if families == "all":
         return KINDS
-    chosen = {families} if isinstance(families, str) else set(families)
+    try:
+        chosen = {families} if isinstance(families, str) else set(families)
+    except TypeError:
+        chosen = {repr(families)}  # not a name nor an iterable of names: refused below
     unknown = sorted(str(f) for f in chosen - set(KINDS))
     if unknown or not chosen:
         raise FathomError(
