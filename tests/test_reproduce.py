@@ -298,3 +298,40 @@ def test_killed_pipeline_resumes_to_the_uninterrupted_outputs(straight, tmp_path
     assert resumed.actions["study"] == "skipped" and resumed.actions["audit"] == "ran"
     assert resumed.actions["report"] == "ran"
     assert final_outputs(runs) == final_outputs(straight[0] / "runs")
+    # the killed pipeline's lock was stale: taken over, said and recorded
+    events = json.loads((runs / "tiny-seed" / "reproduce" / "pipeline.json").read_text())["events"]
+    assert [(e["event"], e["pid"]) for e in events] == [("stale_lock_taken_over", proc.pid)]
+    assert any(f"PID {proc.pid}" in line for line in log)
+
+
+HOLD = """
+import sys, time
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from fathom.reproduce.state import pipeline_lock
+lock = pipeline_lock(Path({root!r})).acquire()
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def test_second_pipeline_on_the_same_directory_is_refused_naming_the_holder(tmp_path, capsys):
+    from fathom.cli import main
+
+    pipe, runs = write_pipeline(tmp_path), tmp_path / "runs"
+    src = str(TESTS_DIR.parent / "src")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD.format(src=src, root=str(runs / "tiny-seed"))],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        rc = main(["reproduce", str(pipe), "--runs-dir", str(runs), "--quiet"])
+        err = capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 2
+    assert f"PID {holder.pid}" in err and "reproduction output directory" in err
+    assert not (runs / "tiny-seed" / "summary.json").exists()  # nothing ran beside the holder
