@@ -18,6 +18,7 @@ a clock measured on other hardware than the seed's.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fathom.reproduce.extract import EXTRACTORS, Measured, Sources
@@ -52,6 +53,8 @@ def verdict(
     if m.missing is not None or stats is None:
         return f"no Fathom counterpart here: {m.missing}", None
     within = stats["min"] <= float(seed.value) <= stats["max"] if stats["n"] > 1 else None  # type: ignore[arg-type]  # list values have kind none
+    if seed.not_comparable is not None:
+        return f"not comparable: {seed.not_comparable}", within
     if comparable is not None:
         return f"not comparable in magnitude: {comparable}", within
     if seed.hardware is not None:
@@ -64,9 +67,16 @@ def verdict(
     return f"outside Fathom's seed-to-seed range (seed value {side} it)", False
 
 
-def compare_row(seed: SeedValue, data: SeedData, src: Sources, comparable: str | None) -> dict:
-    """One row of the comparison (JSON-able)."""
-    m = EXTRACTORS[seed.kind](src, seed.extract)
+def compare_row(
+    seed: SeedValue,
+    data: SeedData,
+    src: Any,
+    comparable: str | None,
+    extractors: Mapping[str, Callable[[Any, Mapping[str, Any]], Measured]] = EXTRACTORS,
+) -> dict:
+    """One row of the comparison (JSON-able); ``extractors[seed.kind](src, extract)`` gives
+    Fathom's per-seed values (a study's :class:`Sources` by default)."""
+    m = extractors[seed.kind](src, seed.extract)
     stats = spread(m.values) if m.missing is None and m.values else None
     sentence, within = verdict(seed, m, stats, comparable)
     value = list(seed.value) if isinstance(seed.value, tuple) else seed.value
@@ -93,7 +103,8 @@ def compare_row(seed: SeedValue, data: SeedData, src: Sources, comparable: str |
         "difference": diff,
         "within_spread": within,
         "seed_value_in_fathom_interval": inside_ci,
-        "comparable": comparable is None and seed.hardware is None,
+        "comparable": comparable is None and seed.hardware is None and not seed.not_comparable,
+        "not_comparable": seed.not_comparable,
         "verdict": sentence,
     }
 
@@ -113,7 +124,9 @@ def comparison(
     """Every seed value beside Fathom's (``reproduction.json``'s contents)."""
     scale_down = reductions(src.summary)
     comparable = "scaled-down run (see scale_down)" if scale_down else None
-    rows = [compare_row(v, data, src, comparable) for v in data.value]
+    tables = data.tables_of("study")
+    ids = {t.id for t in tables}
+    rows = [compare_row(v, data, src, comparable) for v in data.value if v.table in ids]
     return {
         "format": FORMAT,
         "kind": KIND,
@@ -139,7 +152,7 @@ def comparison(
                 "source": data.source(t),
                 "counterpart": locations.get(t.id, t.counterpart),
             }
-            for t in data.table
+            for t in tables
         ],
         "rows": rows,
     }

@@ -214,7 +214,7 @@ def locations(ctx: Context) -> dict[str, str]:
     from fathom.reproduce.seeds import load_seeds
 
     fill = {"study": str(ctx.root), "runs": str(ctx.root), "head": str(ctx.head_dir)}
-    return {t.id: t.counterpart.format(**fill) for t in load_seeds().table}
+    return {t.id: t.counterpart.format(**fill) for t in load_seeds().tables_of("study")}
 
 
 def step_compare(ctx: Context, state: PipelineState) -> None:
