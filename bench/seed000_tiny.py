@@ -23,10 +23,9 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]
 
 
 def main() -> int:
-    from test_data_cifar import checksummed, write_archive  # the tests' archive writer
-
     from fathom.cli import main as fathom_main
     from fathom.data import DATASETS
+    from test_data_cifar import checksummed, write_archive  # the tests' archive writer
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("pipeline")
@@ -39,8 +38,11 @@ def main() -> int:
     spec = DATASETS["cifar100"]
     write_archive(data / spec.archive, spec, per_batch=args.images)
     DATASETS["cifar100"] = checksummed(spec, data / spec.archive, per_batch=args.images)
-    print(f"synthetic CIFAR-100-format archive: {data / spec.archive} ({args.images} + "
-          f"{args.images} random images; not CIFAR-100)", flush=True)
+    print(
+        f"synthetic CIFAR-100-format archive: {data / spec.archive} ({args.images} + "
+        f"{args.images} random images; not CIFAR-100)",
+        flush=True,
+    )
     argv = ["reproduce", args.pipeline, "--runs-dir", args.runs_dir, "--data-dir", str(data)]
     return fathom_main(argv)
 

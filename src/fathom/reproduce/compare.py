@@ -22,9 +22,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fathom.reproduce.extract import EXTRACTORS, Measured, Sources
+from fathom.reproduce.extract_telemetry import TELEMETRY_EXTRACTORS, fathom_tables
 from fathom.reproduce.seeds import SeedData, SeedValue
 from fathom.stats import t_interval
 
+STUDY_EXTRACTORS = {**EXTRACTORS, **TELEMETRY_EXTRACTORS}
 FORMAT = 1
 KIND = "fathom.reproduce.comparison"
 
@@ -72,7 +74,7 @@ def compare_row(
     data: SeedData,
     src: Any,
     comparable: str | None,
-    extractors: Mapping[str, Callable[[Any, Mapping[str, Any]], Measured]] = EXTRACTORS,
+    extractors: Mapping[str, Callable[[Any, Mapping[str, Any]], Measured]] = STUDY_EXTRACTORS,
 ) -> dict:
     """One row of the comparison (JSON-able); ``extractors[seed.kind](src, extract)`` gives
     Fathom's per-seed values (a study's :class:`Sources` by default)."""
@@ -151,11 +153,28 @@ def comparison(
                 "title": t.title,
                 "source": data.source(t),
                 "counterpart": locations.get(t.id, t.counterpart),
+                **_whole_table(t.fathom_table, src),
             }
             for t in tables
         ],
         "rows": rows,
     }
+
+
+def _whole_table(name: str | None, src: Sources) -> dict[str, Any]:
+    """Fathom's cross-run table ``name`` (its dict and markdown), for a seed table whose
+    numbers the seed's text does not give; empty when ``name`` is None."""
+    if name is None:
+        return {}
+    from fathom.report.render import table_markdown
+
+    table = fathom_tables(src).get(name)
+    if table is None:
+        return {
+            "fathom_table": None,
+            "fathom_table_md": f"(no cross-run table {name!r}: its fields were not recorded)",
+        }
+    return {"fathom_table": table.to_dict(), "fathom_table_md": table_markdown(table)}
 
 
 def _num(x: Any, digits: int = 4) -> str:
@@ -210,5 +229,13 @@ def to_markdown(result: dict[str, Any]) -> str:
                 f"| {r['quantity']} | {r['units']} | {_num(r['seed_value'], 7)} | {_fathom_cell(r)} "
                 f"| {_num(r['difference'])} | {r['verdict']} |"
             )
+        if "fathom_table_md" in table:
+            lines += [
+                "",
+                "The seed's text gives no numbers of this table beyond the rows above; Fathom's "
+                "side, computed from the run directories (fathom.report.crossrun):",
+                "",
+                table["fathom_table_md"],
+            ]
         lines.append("")
     return "\n".join(lines)

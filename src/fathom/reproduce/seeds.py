@@ -22,8 +22,8 @@ EXTRACT_KINDS: tuple[str, ...] = (
     "study",
     "study_diff",
     "study_clock",
-    "manifest_max",
-    "history_layers",
+    "manifest_stat",
+    "telemetry_layers",
     "audit_size",
     "audit_size_diff",
     "audit_branch",
@@ -62,6 +62,9 @@ class SeedTable(_Strict):
     protocol: Literal["study", "depth_scaling"] = "study"
     # the seed's own verbal conclusion from this table, verbatim (set beside Fathom's verdict)
     conclusion: str | None = None
+    # a cross-run table (fathom.report.crossrun) printed whole as Fathom's side, for a seed
+    # table whose numbers the seed's text does not give
+    fathom_table: str | None = None
 
 
 class SeedValue(_Strict):
