@@ -171,3 +171,28 @@ def test_bad_depth_pipelines_are_refused(tmp_path):
         (tmp_path / f"p{i}.toml").write_text(text)
         with pytest.raises(FathomError, match=message):
             load_pipeline(str(tmp_path / f"p{i}.toml"))
+
+
+def test_gpu_script_parses_and_plans_seed_000(tmp_path):
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "gpu_reproduce.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHON": sys.executable,
+        "DRY": "1",
+        "PRESET": "seed-000",
+        "EPOCHS": "3",
+        "OUT": str(tmp_path / "out"),
+        "RUNS": str(tmp_path / "runs"),
+        "CIFAR_DIR": str(tmp_path / "nowhere"),
+    }
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "depths [4, 8, 12, 16, 20] T 4 epochs 3 seeds [0] runs 10" in done.stdout
+    assert "scaled down: epochs 3 (protocol: 150)" in done.stdout
+    assert "cifar-100-python.tar.gz not under CIFAR_DIR" in done.stdout
+    written = (tmp_path / "out" / "reproduce" / "seed-000.toml").read_text()
+    assert 'config = "cifar100-seed-000"' in written and "epochs = 3" in written
