@@ -121,6 +121,13 @@ def test_verdicts_beside_the_log_never_reach_its_false_conclusion(tiny, first):
     assert "Fathom's rule on the seed log's own numbers: no conclusion" in " ".join(out.split())
     md = (d / "runs" / "pipe" / "reproduce" / "reproduction.md").read_text()
     assert "| 4 | vanilla | acc (%) | 61.40 |" in md and "## Verdicts" in md
+    table = json.loads((d / "runs" / "pipe" / "table.json").read_text())
+    assert set(result["per_depth"]) == {"4", "20"}
+    for depth in ("4", "20"):  # each depth's cells and verdict, as Fathom's table has them
+        cells = table["rows"][["4", "20"].index(depth)]["cells"]
+        word = table["verdict"]["per_depth"][depth]["verdict"]
+        line = f"depth {depth}: vanilla {cells['vanilla']}, Lyapunov {cells['Lyapunov']}; "
+        assert line + f"Lyapunov vs vanilla: {word}" in " ".join(out.split()) and line in md
 
 
 def test_rerun_skips_both_verified_steps(tiny, first):

@@ -221,9 +221,12 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             f"Source: {table['source']}. Fathom's counterpart: {table['counterpart']}.",
             "",
-            "| Quantity | Units | Seed | Fathom | Difference | Verdict |",
-            "|---|---|---|---|---|---|",
         ]
+        if rows:
+            lines += [
+                "| Quantity | Units | Seed | Fathom | Difference | Verdict |",
+                "|---|---|---|---|---|---|",
+            ]
         for r in rows:
             lines.append(
                 f"| {r['quantity']} | {r['units']} | {_num(r['seed_value'], 7)} | {_fathom_cell(r)} "
@@ -232,8 +235,12 @@ def to_markdown(result: dict[str, Any]) -> str:
         if "fathom_table_md" in table:
             lines += [
                 "",
-                "The seed's text gives no numbers of this table beyond the rows above; Fathom's "
-                "side, computed from the run directories (fathom.report.crossrun):",
+                (
+                    "The seed's text gives no numbers of this table beyond the rows above"
+                    if rows
+                    else "The seed's text gives no numbers of this table"
+                )
+                + "; Fathom's side, computed from the run directories (fathom.report.crossrun):",
                 "",
                 table["fathom_table_md"],
             ]

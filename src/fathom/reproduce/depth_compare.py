@@ -168,6 +168,7 @@ def depth_comparison(
             for t in tables
         ],
         "cells": {str(r["depth"]): r["cells"] for r in table.rows},
+        "per_depth": {str(d): v.to_dict() for d, v in table.verdict.per_depth.items()},
         "failures": {str(r["depth"]): r["failures"] for r in table.rows if r["failures"]},
         "verdicts": {t.id: verdicts(data, table, t.id) for t in tables},
         "rows": rows,

@@ -88,6 +88,16 @@ def table_rows(result: dict[str, Any], wide: bool = False) -> list[list[str]]:
 COLUMNS = ["Depth", "Arm", "Quantity", "Seed", "Fathom", "Diff.", "In\nrange", "Note"]
 
 
+def depth_lines(result: dict[str, Any]) -> list[str]:
+    """``depth 4: vanilla trained, Lyapunov failed; Lyapunov vs vanilla: no comparison``."""
+    out = []
+    for depth, cells in result["cells"].items():
+        v = result["per_depth"].get(depth) or {}
+        arms = ", ".join(f"{a} {cells.get(a, '—')}" for a in ("vanilla", "Lyapunov"))
+        out.append(f"depth {depth}: {arms}; Lyapunov vs vanilla: {v.get('verdict', '—')}")
+    return out
+
+
 def verdict_lines(result: dict[str, Any]) -> list[str]:
     out = []
     for table_id, v in result["verdicts"].items():
@@ -134,11 +144,10 @@ def to_markdown(result: dict[str, Any]) -> str:
         for r, cells in zip(result["rows"], table_rows(result, wide=True), strict=True):
             lines.append("| " + " | ".join([*cells[:7], r["verdict"]]) + " |")
         lines.append("")
-    lines += ["## Fathom's cells per depth (trained / failed / partial)", ""]
-    for depth, cells in result["cells"].items():
-        fails = "; ".join(result["failures"].get(depth, [])) or "no failure flags"
-        lines.append(f"- depth {depth}: " + ", ".join(f"{a} {c}" for a, c in cells.items()))
-        lines.append(f"  ({fails})")
+    lines += ["## Fathom per depth: each arm's cell and Lyapunov vs vanilla", ""]
+    lines += [f"- {line}" for line in depth_lines(result)]
+    for depth, fails in result["failures"].items():
+        lines.append(f"  - depth {depth} failure flags: {'; '.join(fails)}")
     lines += ["", "## Verdicts", ""]
     lines += [f"- {line.strip()}" for line in verdict_lines(result)]
     return "\n".join(lines) + "\n"
@@ -154,5 +163,5 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
     title = f"Seed 000's {result['dataset']} depth-scaling table beside Fathom's"
     right = ["Seed", "Fathom", "Diff."]
     console.print(table(title, COLUMNS, table_rows(result), right=right))
-    for line in notes(result) + verdict_lines(result):
+    for line in notes(result) + depth_lines(result) + verdict_lines(result):
         console.print(line, highlight=False, markup=False)
