@@ -233,7 +233,7 @@ def test_every_seed_002_telemetry_table_has_a_counterpart(straight):
     wanted = ["overhead", "gradients", "activations", "digits", "concentration"]
     assert {f"telemetry_{w}" for w in wanted} <= set(tables)
     rows = [r for r in repro["rows"] if r["table"].startswith("telemetry_")]
-    assert len(rows) == 12 and all(r["fathom"] is not None for r in rows), [
+    assert len(rows) == 14 and all(r["fathom"] is not None for r in rows), [
         r["id"] for r in rows if r["fathom"] is None
     ]
     for r in rows:
@@ -251,6 +251,14 @@ def test_every_seed_002_telemetry_table_has_a_counterpart(straight):
     noise = _last_rows(root, "sd_constant", "grad/pex/noise_scale", ["head"])["head"]
     got = by_id["telemetry.sd_constant.noise_scale.head"]["fathom_per_seed"]
     assert got == pytest.approx({str(s): v for s, v in noise.items()})
+    io = [
+        json.loads((root / f"main-{r}-s101" / "manifest.json").read_text())["clocks"][
+            "checkpoint_s"
+        ]
+        for r in ("residual", "sd_constant", "sd_decreasing")
+    ]
+    assert by_id["telemetry.checkpoint_io.max"]["fathom"]["mean"] == pytest.approx(max(io))
+    assert by_id["telemetry.checkpoint_io.min"]["verdict"].startswith("not comparable")
     # the cells are the report's cross-run cells
     runs = load_runs(root)
     ref = default_reference(runs, None)
@@ -294,7 +302,9 @@ def test_bad_pipeline_input_names_the_fix(tmp_path):
     (tmp_path / "bad.toml").write_text(text.replace('"1" = 1, "100" = 3', '"100" = 2'))
     with pytest.raises(FathomError, match=r"curvature epochs \[2\] are not saved by the study"):
         load_pipeline(str(tmp_path / "bad.toml"))
-    with pytest.raises(FathomError, match="valid presets: quick, seed-003"):
+    with pytest.raises(
+        FathomError, match="valid presets: quick, seed-000, seed-000-tiny, seed-003"
+    ):
         load_pipeline("seed-004")
     (tmp_path / "typo.toml").write_text(text.replace("[curvature]", "[curvture]"))
     with pytest.raises(FathomError, match="unknown key 'curvture'"):
