@@ -29,7 +29,9 @@
 # PRESET=seed-000 (seed 000's CIFAR-100 depth-scaling protocol, `fathom reproduce seed-000`):
 # 5 depths x 2 arms of spiking LIF conv nets, T=4, 150 epochs; the log's own run took 36 h on
 # one A40, so it does NOT fit a 15-minute device budget: EPOCHS=N runs the same protocol with
-# N epochs (the comparison then labels itself scaled down). CIFAR-100 is supplied by the user:
+# N epochs (the comparison then labels itself scaled down). Sizing, NOT measured: the log's
+# rate is ~86 s per run-epoch on the A40 (36 h / (10 runs x 150 epochs)); at an assumed ~3x on
+# an H200, EPOCHS=3 (30 run-epochs) would take ~15 min, so try EPOCHS=2 with WORKERS=2 first. CIFAR-100 is supplied by the user:
 # CIFAR_DIR=DIR holding cifar-100-python.tar.gz (169 MB: more than a device call can carry, so
 # it must already be on the GPU machine). Its table prints beside the log's, with the verdicts.
 #   DRY=1 PRESET=seed-000 bash bench/gpu_reproduce.sh        # plan and checks only
