@@ -224,8 +224,9 @@ def _last_rows(root: Path, recipe: str, base: str, layers: list[str]) -> dict[st
 
 
 def test_every_seed_002_telemetry_table_has_a_counterpart(straight):
-    from fathom.report.crossrun import activation_table, default_reference, gradient_table
+    from fathom.report.crossrun import default_reference, study_alignment
     from fathom.report.runs import load_runs
+    from fathom.report.telemetry_tables import activation_table, gradient_table
 
     root = straight[0] / "runs" / "tiny-seed"
     repro = json.loads((root / "reproduce" / "reproduction.json").read_text())
@@ -262,12 +263,15 @@ def test_every_seed_002_telemetry_table_has_a_counterpart(straight):
     # the cells are the report's cross-run cells
     runs = load_runs(root)
     ref = default_reference(runs, None)
-    act = next(r for r in activation_table(runs, ref).rows if r["recipe"] == "sd_decreasing")
+    align = study_alignment(runs, ref)
+    act = next(r for r in activation_table(runs, ref, align).rows if r["recipe"] == "sd_decreasing")
     cells = [v for k, v in act.items() if k.startswith("layer:")]
     top = by_id["telemetry.sd_decreasing.zero_activations.max"]["fathom"]
     assert max(c["mean"] for c in cells) == pytest.approx(top["mean"])
     head = next(
-        r for r in gradient_table(runs, ref).rows if r["recipe"] == "residual" and r["epoch"] == 3
+        r
+        for r in gradient_table(runs, ref, align).rows
+        if r["recipe"] == "residual" and r["epoch"] == 3
     )
     part = _last_rows(root, "residual", "grad/pex/participation", ["head"])["head"]
     assert head["participation"]["mean"] == pytest.approx(sum(part.values()) / 2)

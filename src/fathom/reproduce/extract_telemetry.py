@@ -1,19 +1,21 @@
 """Fathom's counterparts of seed 002's telemetry tables, through the cross-run table code.
 
 The study's runs are read once by :func:`fathom.report.runs.load_runs`; only main-phase runs
-count (:func:`fathom.report.crossrun.by_recipe`). Every quantity is a field the telemetry
+count (:func:`fathom.report.crossrun.by_recipe`), and layers are matched across recipes by the
+report's alignment (:func:`fathom.report.crossrun.study_alignment`,
+:func:`fathom.report.telemetry_tables.aligned_fields`). Every quantity is a field the telemetry
 recorded (its one definition is in :mod:`fathom.telemetry.moments` and the registry); this
 module only selects cells, with the cross-run table helpers.
 
 ``telemetry_layers`` (``base``, ``recipe``, ``over``, optional ``percent``): the layers L are
-the ``<base>/<L>`` fields (:func:`~fathom.report.crossrun.layer_fields`). At the recipe's
-last recorded epoch ``e`` (the earliest last epoch over its seeds, as
-:func:`~fathom.report.crossrun.activation_table` takes it), each layer's cell is the spread
-over seeds of ``v_s(L) = value_at(run_s, <base>/<L>, e)`` (:func:`~fathom.report.crossrun.spread`;
+the aligned ``<base>/<L>`` fields. At the recipe's last recorded epoch ``e`` (the earliest
+last epoch over its runs and layers, as
+:func:`~fathom.report.telemetry_tables.activation_table` takes it), each layer's cell is the
+spread over seeds of ``v_s(L) = value_at(run_s, <base>/<L>, e)`` (:func:`~fathom.report.crossrun.spread`;
 fractions to percent by :func:`fathom.stats.units.percent`). ``over = "min"`` / ``"max"``
 picks the layer whose seed mean is smallest / largest -- the seed's "69–74% across its hidden
 layers" is the range of its per-layer seed means -- and ``"head"`` the head layer
-(:func:`~fathom.report.crossrun.head_layer`). Fathom's per-seed values are the chosen
+(as the report's gradient table picks it). Fathom's per-seed values are the chosen
 layer's ``v_s(L)``, so the comparison's mean, range and interval are that cell's.
 
 :func:`fathom_tables` gives the cross-run tables themselves (for a seed table whose numbers
@@ -30,13 +32,11 @@ from fathom.report.crossrun import (
     by_recipe,
     crossrun_tables,
     default_reference,
-    field_names,
-    head_layer,
     last_epoch,
-    layer_fields,
     spread,
-    value_at,
+    study_alignment,
 )
+from fathom.report.telemetry_tables import _head, _per_seed, aligned_fields
 from fathom.reproduce.extract import Measured, Sources
 from fathom.stats.units import percent
 
@@ -48,21 +48,24 @@ def _reference(src: Sources) -> str | None:
 def layer_cells(
     src: Sources, base: str, recipe: str, as_percent: bool
 ) -> tuple[int | None, list[tuple[str, dict[int, float], dict[str, Any] | None]]]:
-    """``(epoch, [(layer, {seed: v_s(L)}, spread)])`` of ``recipe`` at its last epoch."""
-    runs = by_recipe(src.run_data(), _reference(src)).get(recipe, [])
-    layers = layer_fields(field_names(runs), base)
-    ends = (
-        [e for e in (last_epoch(r, layers[0][1]) for r in runs) if e is not None] if layers else []
-    )
+    """``(epoch, [(layer, {seed: v_s(L)}, spread)])`` of ``recipe`` at its last epoch, the
+    layers aligned across recipes as the report aligns them."""
+    runs, ref = src.run_data(), _reference(src)
+    groups = by_recipe(runs, ref)
+    rs = groups.get(recipe, [])
+    main = [r for g in groups.values() for r in g]
+    fields = aligned_fields(main, base, study_alignment(runs, ref))
+    ends = [last_epoch(r, f) for lab in fields for r in rs if (f := fields[lab].get(r.run_id))]
+    ends = [e for e in ends if e is not None]
     if not ends:
         return None, []
     e = min(ends)
     convert = percent if as_percent else float
     cells = []
-    for layer, name in layers:
-        per = {int(r.seed or 0): value_at(r, name, e) for r in runs}
-        values = {s: float(convert(v)) for s, v in per.items() if v is not None}
-        cells.append((layer, values, spread(list(per.values()), convert)))
+    for lab, per_run in fields.items():
+        raw = _per_seed(rs, per_run, e)
+        values = {s: float(convert(v)) for s, v in raw.items()}
+        cells.append((lab, values, spread(list(raw.values()), convert)))
     return e, cells
 
 
@@ -74,7 +77,7 @@ def telemetry_layers(src: Sources, ex: Mapping[str, Any]) -> Measured:
         return Measured(missing=f"no {ex['base']}/<layer> field in the {ex['recipe']} runs")
     over = ex["over"]
     if over == "head":
-        head = head_layer([layer for layer, _, _ in cells])
+        head = _head({layer: {} for layer, _, _ in cells})
         layer, values, _ = next(c for c in cells if c[0] == head)
         note = f"head layer {layer}, epoch {epoch}"
     else:
