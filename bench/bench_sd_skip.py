@@ -8,6 +8,8 @@ runs on the CPU — over :class:`~fathom.train.plan.EpochPlan` s of the same bat
               a dropped branch is not called
 * ``mask``:   the same model and gates, but every branch computed and multiplied by its gain
               (timm/torchvision-style DropPath: regularises, saves nothing)
+* ``dense_b``: a second, identical dense model and stepper (an A/A control: its ratio to
+              ``dense`` is the measurement's own bias and noise, memory placement included)
 * ``plain``:  the same network written as a user would, an ordinary ``nn.Module`` with
               ``torch.optim.SGD`` in a plain loop (float inputs, defaults), no Fathom code
 
@@ -220,10 +222,12 @@ def build_variants(width_mult: float, steps: int, batch: int, block: int, warm: 
         bench_config("sd_constant", width_mult, batch),
     )
     dense_model, sd_model = init_model(dense_cfg), init_model(sd_cfg)
+    twin = init_model(dense_cfg)  # the A/A control: a second, identical dense model
     controller = build_controller(sd_model, sd_cfg)
     dense_step = EagerStepper(
         dense_model, build_optimizer(dense_model, dense_cfg.optim), None, splits, cpu
     )
+    twin_step = EagerStepper(twin, build_optimizer(twin, dense_cfg.optim), None, splits, cpu)
     sd_step = EagerStepper(
         sd_model, build_optimizer(sd_model, sd_cfg.optim), controller, splits, cpu
     )
@@ -244,6 +248,7 @@ def build_variants(width_mult: float, steps: int, batch: int, block: int, warm: 
 
     runners: dict[str, Callable[[EpochPlan], object]] = {
         "dense": dense_step.run_epoch,
+        "dense_b": twin_step.run_epoch,
         "skip": sd_step.run_epoch,
         "mask": run_mask,
         "plain": lambda p: plain_epoch(plain, plain_opt, xf, splits.fit_y, p.perm, batch),
@@ -269,7 +274,13 @@ def build_variants(width_mult: float, steps: int, batch: int, block: int, warm: 
         sd_plan.lrs,
         batch,
     )
-    plans = {"dense": dense_plan, "skip": sd_plan, "mask": mask_plan, "plain": sd_plan}
+    plans = {
+        "dense": dense_plan,
+        "dense_b": dense_plan,
+        "skip": sd_plan,
+        "mask": mask_plan,
+        "plain": sd_plan,
+    }
     variants = {name: blocks(name, plans[name]) for name in runners}
     topologies = sorted(set(sd_plan.kept), key=lambda k: -sd_plan.kept.count(k))
     topologies += [k for k in itertools.product((True, False), repeat=4) if k not in topologies]
