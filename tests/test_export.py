@@ -62,7 +62,10 @@ def test_jsonl_round_trip(study: Path) -> None:
     awk = [x for x in lines if x["run/run_id"] == "awkward-s7"]
     assert [x["epoch"] for x in awk] == [0, 1, 3, 4]  # epoch 2 missing, truncated line left out
     assert awk[1]["val/ce"] == "NaN" and awk[1]["probe/act/mean/blocks.0.res.branch"] == "Infinity"
-    assert awk[2]["probe/act/mean/blocks.0.res.branch"] == "-Infinity" and awk[2]["val/acc"] is None
+    assert (
+        awk[2]["probe/act/mean/blocks.0.res.branch"] == "-Infinity"
+        and awk[2]["val/acc_pct"] is None
+    )
     assert awk[3]["fit/ce"] == 0.1 + 1e-12 and awk[3]["param/disp/stem"] == 1e300
     assert awk[0]["run/flagged_lines"] == [5] and awk[0]["run/seed"] == 7
     assert awk[3]["diverged"] is False and awk[3]["note"] == "text"
@@ -76,12 +79,12 @@ def test_jsonl_verify_detects_tampering(study: Path) -> None:
     path = study / "exports" / "jsonl" / "history.jsonl"
     lines = path.read_text().splitlines()
     row = json.loads(lines[1])
-    row["val/acc"] = row["val/acc"] + 1e-15
+    row["val/acc_pct"] = row["val/acc_pct"] + 1e-13
     lines[1] = json.dumps(row)
     path.write_text("\n".join(lines[:-1]) + "\n")
     report = verify(study, "jsonl")
     assert not report.ok
-    assert any("val/acc" in m for m in report.mismatches)
+    assert any("val/acc_pct" in m for m in report.mismatches)
     assert any("lines, expected" in m for m in report.mismatches)
 
 
@@ -130,7 +133,7 @@ def test_tensorboard_round_trip(study: Path) -> None:
     acc.Reload()
     ev = acc.Scalars("val/ce")
     assert [e.step for e in ev] == [0, 1, 3, 4] and math.isnan(ev[1].value)
-    assert [e.step for e in acc.Scalars("val/acc")] == [0, 1, 4]  # null at epoch 3 is a gap
+    assert [e.step for e in acc.Scalars("val/acc_pct")] == [0, 1, 4]  # null at epoch 3 is a gap
     assert [e.value for e in acc.Scalars("probe/act/mean/blocks.0.res.branch")][1:3] == [
         math.inf,
         -math.inf,
@@ -159,12 +162,12 @@ def test_tensorboard_verify_detects_extra_event(study: Path) -> None:
         Event(
             step=7,
             wall_time=1.0,
-            summary=Summary(value=[Summary.Value(tag="val/acc", simple_value=0.5)]),
+            summary=Summary(value=[Summary.Value(tag="val/acc_pct", simple_value=50.0)]),
         )
     )
     w.close()
     report = verify(study, "tensorboard")
-    assert not report.ok and any("val/acc: steps" in m for m in report.mismatches)
+    assert not report.ok and any("val/acc_pct: steps" in m for m in report.mismatches)
 
 
 def test_wandb_round_trip(study: Path) -> None:
@@ -182,7 +185,7 @@ def test_wandb_round_trip(study: Path) -> None:
         for h in hist
     ]
     assert [x["_step"] for x in items] == [0, 1, 3, 4]
-    assert math.isnan(items[1]["val/ce"]) and items[2]["val/acc"] is None
+    assert math.isnan(items[1]["val/ce"]) and items[2]["val/acc_pct"] is None
     assert items[3]["fit/ce"] == 0.1 + 1e-12 and items[3]["param/disp/stem"] == 1e300
     assert "clock/training_s" in items[1] and "clock/elapsed_s" in items[1]
     assert items[3]["diverged"] is False and "note" not in items[3]

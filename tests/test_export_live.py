@@ -46,6 +46,13 @@ def test_live_on_and_off_train_the_same_bytes_and_stream_every_row(tmp_path, spl
         assert r.ok, r.mismatches
         assert r.runs == 1 and r.steps >= len(h_on)
     assert any((tmp_path / "on" / "live" / "tensorboard" / "on").glob("events.out.tfevents.*"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "on" / "live" / "tensorboard" / "on"))
+    acc.Reload()  # accuracy streamed in percent, as the exports write it
+    streamed = {e.step: e.value for e in acc.Scalars("val/acc_pct")}
+    expected = {r["epoch"]: 100.0 * r["val/acc"] for r in h_on if r.get("val/acc") is not None}
+    assert streamed == pytest.approx(expected, rel=1e-6) and "val/acc" not in acc.Tags()["scalars"]
     record = json.loads((tmp_path / "on" / "live" / "wandb" / "fathom-export.json").read_text())
     assert (tmp_path / "on" / "live" / "wandb" / record["wandb_files"]["on"]).exists()
     # the run directory still reads as one run (the live logs hold no manifest)

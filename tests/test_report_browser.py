@@ -18,7 +18,13 @@ import pytest
 
 from fathom.io import read_jsonl
 from fathom.report import build_report
-from fathom.report.synthetic import layer_names, write_study
+from fathom.report.synthetic import (
+    layer_names,
+    synthetic_history,
+    telemetry_names,
+    write_run,
+    write_study,
+)
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = [
@@ -50,11 +56,24 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("browser") / "study"
-    write_study(root, recipes=("residual", "sd_constant"), seeds=(101, 102), awkward=True)
+    write_study(
+        root, recipes=("residual", "sd_constant"), seeds=(101, 102), awkward=True, layer_lists=True
+    )
     shutil.rmtree(root / "awkward-s7")  # the summary compares the two recipes only
     write_summary(root, "residual")
     write_audit(root, ["residual-s101", "residual-s102", "sd_constant-s101", "sd_constant-s102"])
     write_study(root, recipes=(), awkward=True)  # the awkward run again, for the curves
+    # A plain recipe (layers named blocks.N.res, residual's blocks.N.res.branch): its
+    # head-layer ‖mean g‖ is 0.10x / 0.11x residual's in every epoch, a "lower" contrast.
+    for seed, factor in ((101, 0.10), (102, 0.11)):
+        res = _history(root, f"residual-s{seed}")
+        rows = synthetic_history(
+            seed + 7, (0, 1, 2, 3, 4), telemetry=telemetry_names(6, plain=True)
+        )
+        for r in rows:
+            r[NORM] = factor * res[r["epoch"]][NORM]
+        write_run(root / f"plain-s{seed}", study=root.name, recipe="plain", seed=seed, lr=0.01,
+                  rows=rows, layers=layer_names(6, plain=True))  # fmt: skip
     # residual-s101 records the head-layer moments only at epochs 0 and 4 (not scheduled
     # between): the chart must connect them, not show gaps.
     hist = root / "residual-s101" / "history.jsonl"
@@ -64,6 +83,14 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             del r["grad/pex/diversity/head"]
     hist.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root, build_report(root, with_figures=False).html
+
+
+NORM = "grad/mean/weight_norm/head"
+ALIGNED = [
+    "stem",
+    *(f"{a} / {b}" for a, b in zip(layer_names(6)[1:-1], layer_names(6, plain=True)[1:-1])),
+    "head",
+]
 
 
 def _history(root: Path, run_id: str) -> dict[int, dict]:
@@ -109,7 +136,12 @@ def test_report_in_chromium(report: tuple[Path, Path]) -> None:
             start = plot()
             assert start["field"] == "{split}/acc" and start["split"] == "val"
             cohorts = {s["cohort"] for s in start["charts"][0]["series"]}
-            assert cohorts == {"residual lr=0.01", "sd_constant lr=0.01", "plain lr=0.03"}
+            assert cohorts == {
+                "residual lr=0.01",
+                "sd_constant lr=0.01",
+                "plain lr=0.03",
+                "plain lr=0.01",
+            }
 
             # Plotted means and seeds equal the history (accuracy in percent).
             page.check("#seeds")
@@ -145,11 +177,21 @@ def test_report_in_chromium(report: tuple[Path, Path]) -> None:
             page.fill("#field-search", "grad/pex/diversity")
             page.select_option("#field", "grad/pex/diversity/{layer}")
             facets = [c["facet"] for c in plot()["charts"]]
-            assert facets == layer_names(6)  # qualified module names, in model order
-            page.locator("#facets input[data-facet='blocks.1.res.branch']").uncheck()
-            assert [c["facet"] for c in plot()["charts"]] == [
-                f for f in layer_names(6) if f != "blocks.1.res.branch"
-            ]
+            assert facets == ALIGNED  # one panel per network layer, in model order
+            # The aligned panel holds both recipes' own layer: plain's blocks.1.res and
+            # residual's blocks.1.res.branch, each plotted from its own history field.
+            block1 = next(c for c in plot()["charts"] if c["facet"] == ALIGNED[2])
+            for run_id, own in (
+                ("plain-s101", "blocks.1.res"),
+                ("residual-s102", "blocks.1.res.branch"),
+            ):
+                seed = next(s for s in block1["series"] if s["run"] == run_id)
+                hist = _history(root, run_id)
+                assert seed["y"] == [hist[int(x)][f"grad/pex/diversity/{own}"] for x in seed["x"]]
+            title = page.locator(f"#charts .chart[data-facet='{ALIGNED[2]}'] h4").inner_text()
+            assert title == f"layer {ALIGNED[2]}"
+            page.locator(f"#facets input[data-facet='{ALIGNED[2]}']").uncheck()
+            assert [c["facet"] for c in plot()["charts"]] == [f for f in ALIGNED if f != ALIGNED[2]]
             l5 = next(c for c in plot()["charts"] if c["facet"] == "head")
             seed = next(s for s in l5["series"] if s["run"] == "residual-s102")
             hist = _history(root, "residual-s102")
@@ -187,6 +229,38 @@ def test_report_in_chromium(report: tuple[Path, Path]) -> None:
             assert f"under mask {mask}" in info and "correct under" in info
             assert page.locator("#mask-chips .chip").count() == 8  # all 2^3 masks
             assert page.locator("#logit-table tr").count() == 3
+
+            # Every audited seed: the seed selector switches to sd_constant's second seed,
+            # keeping the mask; its examples show its own logits.
+            page.select_option("#mask-arm", "sd_constant")
+            page.select_option("#mask-seed", "102")
+            assert page.locator("#mask-seed option").count() == 2
+            caption = page.locator("#mask-table caption").inner_text()
+            assert "sd_constant-s102" in caption and "seed 102" in caption
+            assert page.locator("#mask-table tr.sel").get_attribute("data-mask") == mask
+            key = f"sd_constant-s102|{page.locator('#mask-checkpoint').input_value()}"
+            masks = json.loads(page.evaluate("document.getElementById('fathom-masks').textContent"))
+            per = masks["examples"]["per"][key]
+            page.locator("#examples .ex").first.click()
+            shown = [float(x) for x in page.locator("#logit-table td.num").all_inner_texts()]
+            want = per["logits"][per["masks"].index(mask)][0]
+            assert shown == [float(f"{v:.3f}") for v in want]
+
+            # Telemetry: the computed contrast sentences lead the gradient table.
+            out = json.loads((html.parent / "summary.json").read_text())
+            grad = next(t for t in out["tables"] if t["name"] == "gradients")
+            lower = next(v for v in grad["verdicts"] if v["recipe"] == "plain" and v["epoch"] == 4
+                         and v["quantity"] == "grad_norm")  # fmt: skip
+            assert lower["verdict"] == "lower"
+            assert lower["sentence"].startswith(
+                "plain's head-layer ‖mean g‖ is lower than residual's at epoch 4: ratio 0.105 ["
+            )
+            item = page.locator("#verdicts-gradients li", has_text=lower["sentence"])
+            item.scroll_into_view_if_needed()
+            assert item.count() == 1 and item.is_visible()
+            box = page.locator("#verdicts-gradients").bounding_box()
+            table_box = page.locator("#x-gradients").bounding_box()
+            assert box is not None and table_box is not None and box["y"] < table_box["y"]
             assert not errors, errors
             assert not outside, outside
         finally:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
+from fathom.config_live import LiveConfig
 from fathom.config_models import (
     MODEL_KINDS,
     Bool,
@@ -29,6 +30,7 @@ from fathom.errors import FathomError
 __all__ = [
     "MODEL_KINDS",
     "DataConfig",
+    "LiveConfig",
     "ModelConfig",
     "OptimConfig",
     "PythonModelConfig",
@@ -226,7 +228,8 @@ class TelemetryConfig(_Strict):
 
 class RunConfig(_Strict):
     """One training run. ``tags`` are labels a driver attaches (e.g. a depth-scaling arm);
-    they never change training."""
+    they never change training. ``live`` (:mod:`fathom.config_live`) is excluded from
+    ``model_dump()``: it is not part of the training config and never of ``config_hash``."""
 
     kind: Literal["run"] = "run"
     name: str = "run"
@@ -244,6 +247,7 @@ class RunConfig(_Strict):
     telemetry: TelemetryConfig = TelemetryConfig()
     execution: ExecutionConfig = ExecutionConfig()
     stop: StopConfig = StopConfig()
+    live: LiveConfig = Field(default_factory=LiveConfig, exclude=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -274,8 +278,8 @@ class RunConfig(_Strict):
         return self
 
     def with_updates(self, updates: dict[str, Any]) -> RunConfig:
-        """A copy with dotted-key updates, re-validated: ``{"optim.lr": 0.03}``."""
-        data = self.model_dump()
+        """A copy with dotted-key updates, re-validated: ``{"optim.lr": 0.03}`` (``live`` kept)."""
+        data = {**self.model_dump(), "live": self.live.model_dump()}
         for key, value in updates.items():
             node = data
             parts = key.split(".")

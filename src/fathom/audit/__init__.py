@@ -10,7 +10,12 @@ whose removable branches are :class:`fathom.depth.SkippableResidual` modules::
     costs = fathom.audit.mask_costs(model, x[:1])       # FLOPs per mask (torch's counter)
 """
 
-from fathom.audit.costs import mask_costs
-from fathom.audit.evaluate import MaskScores, evaluate_masks
+from fathom.lazy import exports
 
-__all__ = ["MaskScores", "evaluate_masks", "mask_costs"]
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "fathom.audit.costs": ["mask_costs"],
+        "fathom.audit.evaluate": ["MaskScores", "evaluate_masks"],
+    },
+)

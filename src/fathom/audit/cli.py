@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fathom.audit.checkpoint import AuditSettings
-from fathom.audit.masks import MAX_ENUMERATED_MASKS
 from fathom.errors import FathomError
+
+if TYPE_CHECKING:  # the parser stays light: `fathom audit --help` imports no numpy or torch
+    from fathom.audit.checkpoint import AuditSettings
+
+MAX_MASKS_HELP = 4096
+"""The default of ``--max-masks`` shown in its help: :data:`fathom.audit.masks.MAX_ENUMERATED_MASKS`
+(importing that module costs numpy; ``tests/test_cli_help.py`` checks the two agree)."""
 
 CHECKPOINT_CHOICES = {"selected": ("selected",), "final": ("final",), "both": ("selected", "final")}
 
@@ -36,12 +42,15 @@ def _contrast(text: str) -> tuple[int, tuple[int, ...]]:
 
 
 def settings_from_args(args: argparse.Namespace) -> AuditSettings:
+    from fathom.audit.checkpoint import AuditSettings
+    from fathom.audit.masks import MAX_ENUMERATED_MASKS
+
     a, b = _contrast(args.contrast)
     if args.tolerance < 0:
         raise FathomError(f"--tolerance {args.tolerance} must be >= 0 (an error-rate increase)")
     return AuditSettings(
         checkpoints=CHECKPOINT_CHOICES[args.checkpoint],
-        max_masks=args.max_masks,
+        max_masks=MAX_ENUMERATED_MASKS if args.max_masks is None else args.max_masks,
         sample_masks=args.sample_masks,
         keep=args.keep,
         contrast_a=a,
@@ -93,8 +102,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-masks",
         type=int,
-        default=MAX_ENUMERATED_MASKS,
-        help=f"enumerate all 2^k masks up to this many (default {MAX_ENUMERATED_MASKS})",
+        default=None,
+        help=f"enumerate all 2^k masks up to this many (default {MAX_MASKS_HELP})",
     )
     p.add_argument(
         "--sample-masks",

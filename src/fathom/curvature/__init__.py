@@ -7,17 +7,14 @@ float64 dense-evaluation copy and the pullback of the ``C`` logit directions thr
 :mod:`rundir` and :mod:`cli` run it over a run directory's checkpoints.
 """
 
-from fathom.curvature.exact import exact_diagonals, gradient_concentration
-from fathom.curvature.kfac import effective_rank, gram_spectrum
-from fathom.curvature.mismatch import output_mismatch, solve_lyapunov_on_support
-from fathom.curvature.snapshot import curvature_snapshot
+from fathom.lazy import exports
 
-__all__ = [
-    "curvature_snapshot",
-    "effective_rank",
-    "exact_diagonals",
-    "gradient_concentration",
-    "gram_spectrum",
-    "output_mismatch",
-    "solve_lyapunov_on_support",
-]
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "fathom.curvature.exact": ["exact_diagonals", "gradient_concentration"],
+        "fathom.curvature.kfac": ["effective_rank", "gram_spectrum"],
+        "fathom.curvature.mismatch": ["output_mismatch", "solve_lyapunov_on_support"],
+        "fathom.curvature.snapshot": ["curvature_snapshot"],
+    },
+)

@@ -5,22 +5,20 @@ official files; ``make_splits(raw, mode, seed, ...)`` builds the fitting / valid
 test tensors and their split hash. See :mod:`fathom.data.sources` for the source order.
 """
 
-from fathom.data.augment import pad_to, random_crop_flip
-from fathom.data.load import RawDataset, load_raw
-from fathom.data.registry import DATASETS, CifarDataset, IdxDataset, IdxFile, dataset_spec
-from fathom.data.splits import SPLIT_MODES, DataSplits, make_splits
+from fathom.lazy import exports
 
-__all__ = [
-    "DATASETS",
-    "SPLIT_MODES",
-    "CifarDataset",
-    "DataSplits",
-    "IdxDataset",
-    "IdxFile",
-    "RawDataset",
-    "dataset_spec",
-    "load_raw",
-    "make_splits",
-    "pad_to",
-    "random_crop_flip",
-]
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "fathom.data.augment": ["pad_to", "random_crop_flip"],
+        "fathom.data.load": ["RawDataset", "load_raw"],
+        "fathom.data.registry": [
+            "DATASETS",
+            "CifarDataset",
+            "IdxDataset",
+            "IdxFile",
+            "dataset_spec",
+        ],
+        "fathom.data.splits": ["SPLIT_MODES", "DataSplits", "make_splits"],
+    },
+)

@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 
 from fathom.data.registry import DATASETS, CifarDataset, IdxDataset, dataset_spec
-from fathom.data.sources import MissingDataError, cache_root, resolve_archive, resolve_idx
 from fathom.errors import FathomError
 
 
@@ -33,6 +32,8 @@ def fetch(name: str, data_dir: str | None) -> list[dict]:
     IDX datasets are downloaded into the cache when not found locally. A CIFAR archive
     is never downloaded: the verified archive from ``data_dir`` is copied into the cache.
     """
+    from fathom.data.sources import cache_root, resolve_archive, resolve_idx
+
     spec = dataset_spec(name)
     if isinstance(spec, IdxDataset):
         resolved = resolve_idx(spec, data_dir, download=True)
@@ -60,6 +61,8 @@ def copy_atomic(source: Path, target: Path) -> None:
 
 def verify(name: str, data_dir: str | None) -> list[dict]:
     """Verify the local files of ``name`` (no download); raise on a missing or corrupt file."""
+    from fathom.data.sources import resolve_archive, resolve_idx
+
     spec = dataset_spec(name)
     if isinstance(spec, IdxDataset):
         resolved = resolve_idx(spec, data_dir, download=False)
@@ -70,6 +73,8 @@ def verify(name: str, data_dir: str | None) -> list[dict]:
 
 def info(spec: IdxDataset | CifarDataset) -> dict:
     """What the registry knows about ``spec`` and where its cached copy would live."""
+    from fathom.data.sources import cache_root
+
     cache = cache_root() / spec.name
     row = {
         "dataset": spec.name,
@@ -137,6 +142,8 @@ def run_fetch(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    from fathom.data.sources import MissingDataError
+
     names = [args.dataset] if args.dataset else sorted(DATASETS)
     for name in names:
         try:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fathom.depthscale.config import ARMS, PRESETS, DepthScaleConfig, make_config
-from fathom.depthscale.runner import run_benchmark
-from fathom.depthscale.table import write_table
-from fathom.depthscale.terminal import print_results
 from fathom.errors import FathomError
+
+if TYPE_CHECKING:  # the parser stays light: `fathom depth-scaling --help` imports no torch
+    from fathom.depthscale.config import DepthScaleConfig
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -18,13 +17,18 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def epoch_line(row: dict[str, Any]) -> str:
-    """``Epoch 10: train=0.494 test=0.423 λ=1.940 σ=9.41e-01/3.56e-08 κ=2.6e+07``.
+    """``Epoch 10: train=49.4% test=42.3% λ=1.940 σ=9.41e-01/3.56e-08 κ=2.6e+07``.
 
-    train / test: dense accuracy on the fitting and test splits; λ: λ̂ on the probe
+    train / test: dense accuracy (percent) on the fitting and test splits; λ: λ̂ on the probe
     examples; σ: median σ_max / σ_min (numerically nonzero) of the float64 input-output
     Jacobian; κ their median ratio. Health fields appear on health-check epochs only.
     """
-    line = f"Epoch {row['epoch']}: train={_fmt(row.get('fit/acc'), '.3f')} test={_fmt(row.get('test/acc'), '.3f')}"
+    from fathom.stats.units import fmt_percent
+
+    line = (
+        f"Epoch {row['epoch']}: train={fmt_percent(row.get('fit/acc'), 1)} "
+        f"test={fmt_percent(row.get('test/acc'), 1)}"
+    )
     if row.get("lyap/maximal") is not None:
         line += f" λ={row['lyap/maximal']:.3f}"
     if row.get("jac/sigma_max") is not None:
@@ -47,6 +51,8 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
+    from fathom.depthscale.config import ARMS
+
     total = len(cfg.depths) * len(ARMS) * len(cfg.seeds) * cfg.epochs
     task = progress.add_task("epochs", total=total)
     console = progress.console
@@ -75,6 +81,11 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
 
 
 def cmd_depth_scaling(args: argparse.Namespace) -> int:
+    from fathom.depthscale.config import PRESETS, make_config
+    from fathom.depthscale.runner import run_benchmark
+    from fathom.depthscale.table import write_table
+    from fathom.depthscale.terminal import print_results
+
     preset, base = args.preset, {}
     if args.config is not None:
         if args.preset is not None:
@@ -117,6 +128,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
 
 def _config_file(path: str) -> DepthScaleConfig:
     from fathom.config_family import load_config
+    from fathom.depthscale.config import DepthScaleConfig
 
     cfg, origin = load_config(path)
     if not isinstance(cfg, DepthScaleConfig):
@@ -147,7 +159,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "config", nargs="?", default=None, help="a depth_scaling TOML file or preset name"
     )
-    p.add_argument("--preset", choices=sorted(PRESETS), default=None)
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="a depth-scaling preset, e.g. quick (an unknown name is refused with the list)",
+    )
     p.add_argument("--dataset", default=None, help="mnist | fashion-mnist | cifar10 | cifar100")
     p.add_argument("--data-dir", default=None, help="folder holding the dataset's official files")
     p.add_argument("--depths", type=int, nargs="+", default=None)

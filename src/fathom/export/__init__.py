@@ -1,6 +1,11 @@
 """Exports of run directories: JSONL, W&B (offline) and TensorBoard, each verified by reading back."""
 
-from fathom.export.common import VerifyReport
-from fathom.export.run import TARGETS, export, verify
+from fathom.lazy import exports
 
-__all__ = ["TARGETS", "VerifyReport", "export", "verify"]
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "fathom.export.common": ["VerifyReport"],
+        "fathom.export.run": ["TARGETS", "export", "verify"],
+    },
+)

@@ -1,5 +1,18 @@
 """What every export shares: the values to write, the export record, the target guard, the report.
 
+Units. ``history.jsonl`` keeps accuracy as a fraction in [0, 1] (the run directory's raw
+contract); every export writes accuracy in percent, the unit every Fathom rendering uses,
+through the one conversion :func:`fathom.stats.units.percent` (``100 f``), and states the
+unit in the name: an accuracy field (:data:`ACCURACY_PATTERNS`, registry patterns) is
+exported as its name with ``_pct`` appended to the accuracy segment (``val/acc`` ->
+``val/acc_pct``, ``split/val/class_acc/3`` -> ``split/val/class_acc_pct/3``), so an
+exported value can never be read as the history's fraction under the same key. The suffix
+keeps tags in TensorBoard's ``[A-Za-z0-9_./-]`` charset and W&B keys usable in queries
+(``%`` or spaces would not be). The export record and the W&B config also carry the
+``units`` table (:func:`units_table`); TensorBoard events carry it as each accuracy tag's
+description. Read-back verification converts the history through the same function, so an
+export holding fractions fails it.
+
 Values. A history row is flattened to scalars for W&B and TensorBoard: a numeric or
 boolean field (``diverged``) keeps its name; a matrix field (``split/val/confusion``)
 becomes one scalar per entry, ``split/val/confusion/<row>/<col>``; anything else (a
@@ -20,15 +33,74 @@ import math
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, config_digest
 from fathom.report.runs import RunData
+from fathom.stats.units import ACCURACY_UNIT, percent
 
 RECORD = "fathom-export.json"
-FORMAT = 1
+FORMAT = 2  # 2: accuracy exported in percent under *_pct names
+
+ACCURACY_PATTERNS: tuple[str, ...] = (
+    "{split}/acc",
+    "train/acc",
+    "probe/acc",
+    "split/{split}/class_acc/{cls}",
+)
+"""The registry patterns (:mod:`fathom.telemetry.registry`) of every accuracy field."""
+PERCENT_SUFFIX = "_pct"
+
+
+@cache
+def accuracy_name(name: str) -> str | None:
+    """The exported name of an accuracy field (``val/acc`` -> ``val/acc_pct``), else ``None``."""
+    from fathom.telemetry.registry import field_for
+
+    try:
+        pattern = field_for(name).pattern
+    except FathomError:  # not a declared field (a user's extra key): exported as recorded
+        return None
+    if pattern not in ACCURACY_PATTERNS:
+        return None
+    parts = name.split("/")
+    at = next(i for i, seg in enumerate(pattern.split("/")) if seg.endswith("acc"))
+    parts[at] += PERCENT_SUFFIX
+    return "/".join(parts)
+
+
+def in_export_units(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A history row with every accuracy field in percent under its exported name.
+
+    ``percent`` keeps ``None`` (undefined) and NaN as they are; other fields are unchanged.
+    """
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        name = accuracy_name(k)
+        if name is None:
+            out[k] = v
+        else:
+            if name in row:
+                raise FathomError(
+                    f"history field {name!r} collides with the exported name of {k!r}; "
+                    "rename it (the suffix _pct is reserved for exported accuracies)"
+                )
+            out[name] = v if isinstance(v, bool) or not isinstance(v, int | float) else percent(v)
+    return out
+
+
+def units_table(runs: list[RunData]) -> dict[str, str]:
+    """``{exported accuracy key: "%"}`` over every row of ``runs`` (what the record states)."""
+    keys = {accuracy_name(k) for r in runs for row in r.rows for k in row}
+    return {k: ACCURACY_UNIT for k in sorted(k for k in keys if k is not None)}
+
+
+def export_scalars(row: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The scalars W&B and TensorBoard receive for one row: :func:`flatten_row` in export units."""
+    return flatten_row(in_export_units(row))
 
 
 def flatten_row(row: Mapping[str, Any]) -> tuple[dict[str, float | int | bool | None], list[str]]:
@@ -169,6 +241,11 @@ def write_record(
             "source": str(root.resolve()),
             "fingerprint": fp,
             "paths": paths,
+            "units": {
+                "accuracy": "percent: 100 x the fraction in history.jsonl "
+                "(fathom.stats.units.percent), under the name + '_pct'",
+                "keys": units_table(runs),
+            },
             "runs": {
                 r.run_id: {
                     **r.metadata(),

@@ -1,6 +1,7 @@
 """JSONL export: one line per run-epoch, every history field plus the run's metadata.
 
-Each line is strict JSON: the row's fields as recorded, and the run metadata under keys
+Each line is strict JSON: the row's fields as recorded except accuracy, which is in percent
+under ``<name>_pct`` (:func:`fathom.export.common.in_export_units`), and the run metadata under keys
 ``run/<name>`` (``run/run_id``, ``run/study``, ``run/status``, ``run/recipe``, ``run/lr``,
 ``run/seed``, ``run/cohort``, ``run/config_hash``, ``run/source_hash``,
 ``run/history_sha256``, ``run/flagged_lines``). JSON has no NaN or infinity, so a
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.errors import FathomError
-from fathom.export.common import VerifyReport, same_value
+from fathom.export.common import VerifyReport, in_export_units, same_value
 from fathom.io import atomic_write_text
 from fathom.report.runs import RunData, nonfinite_name
 
@@ -43,7 +44,7 @@ def lines_for(run: RunData) -> list[dict[str, Any]]:
                 f"run {run.run_id!r}: history fields {clash} collide with the JSONL metadata keys; "
                 "rename them in the history (the prefix run/ is reserved for exports)"
             )
-        out.append({**meta, **encode(row)})
+        out.append({**meta, **encode(in_export_units(row))})
     return out
 
 

@@ -12,37 +12,49 @@ Layout, one per run and target (the export formats, :mod:`fathom.export.tensorbo
 and :mod:`fathom.export.wandb_export`)::
 
     <run_dir>/live/tensorboard/<run_id>/events.out.tfevents.*   tensorboard --logdir <study dir>
+    <log_dir>/<study>/<run_id>/events.out.tfevents.*            with [live.tensorboard] log_dir
     <run_dir>/live/wandb/wandb/offline-run-*/                    wandb sync <that dir>
-    <run_dir>/live/<target>/fathom-export.json, verify.json
+    <each of those>/fathom-live.json, fathom-export.json, verify.json
 
-Each invocation starts the live logs afresh from the first row (a resumed run streams its
-earlier rows again, then the new ones). W&B runs offline (no server, no account); its
-config and summary are set from the final manifest when the tracker closes. On close the
-logs are verified by the same read-back as the exports, against the run directory.
+Settings come from the ``[live]`` config section (:mod:`fathom.config_live`), with the
+CLI's ``--live`` choosing the backends. Each invocation starts the live logs afresh from
+the first row (a resumed run streams its earlier rows again, then the new ones); in a
+shared ``log_dir`` it replaces only a directory whose ``fathom-live.json`` names this run
+directory. W&B runs offline by default (no server, no account); its config and summary are
+set from the final manifest when the tracker closes. On close the logs are verified by the
+same read-back as the exports, against the run directory.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from fathom.config_live import BACKENDS, LiveConfig, live_config
 from fathom.errors import FathomError
-from fathom.export.common import VerifyReport, fingerprint, flatten_row, write_record
+from fathom.export.common import (
+    VerifyReport,
+    export_scalars,
+    fingerprint,
+    write_record,
+)
+from fathom.export.live_sinks import TensorBoardSink, WandbSink
 from fathom.io import atomic_write_json
 
-LIVE_TARGETS = ("tensorboard", "wandb")
+LIVE_TARGETS = BACKENDS
 LIVE_DIR = "live"
+MARKER = "fathom-live.json"
+"""Written first into every live log directory: the run directory it belongs to."""
 
 Observer = Callable[[str, dict[str, Any]], None]
 
 
 def parse_live(text: str | None) -> tuple[str, ...]:
-    """``"tensorboard,wandb"`` -> ``("tensorboard", "wandb")``; ``None``/``""`` -> ``()``."""
-    if not text:
+    """``"tensorboard,wandb"`` -> ``("tensorboard", "wandb")``; ``None``, ``""``, ``"off"`` -> ``()``."""
+    if not text or text.strip() == "off":
         return ()
     targets = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
     bad = [t for t in targets if t not in LIVE_TARGETS]
@@ -51,6 +63,20 @@ def parse_live(text: str | None) -> tuple[str, ...]:
             f"unknown live target(s) {bad}; use a comma-separated list of {', '.join(LIVE_TARGETS)}"
         )
     return targets
+
+
+def _check_log_dir(out: Path, run_dir: Path) -> None:
+    """Refuse to replace a directory that is not this run's live log (a shared ``log_dir``)."""
+    if not out.exists() or not any(out.iterdir()):
+        return
+    marker = out / MARKER
+    owner = json.loads(marker.read_text()).get("run_dir") if marker.exists() else None
+    if owner != str(run_dir.resolve()):
+        what = f"the live log of {owner}" if owner else "files that are not a Fathom live log"
+        raise FathomError(
+            f"{str(out)!r} holds {what}; each invocation replaces its own live log only: "
+            "choose another [live.tensorboard] log_dir or remove that directory"
+        )
 
 
 def fan_out(*observers: Observer | None) -> Observer | None:
@@ -68,95 +94,25 @@ def fan_out(*observers: Observer | None) -> Observer | None:
     return call
 
 
-class _TensorBoardSink:
-    def __init__(self, out: Path, run_id: str) -> None:
-        from fathom.export.tensorboard_export import _require
-
-        _require()
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
-        self.writer = EventFileWriter(str(out / run_id))
-        self.wall = 0.0
-
-    def write(self, row: dict[str, Any], values: dict[str, Any]) -> None:
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        elapsed = row.get("clock/elapsed_s")
-        if isinstance(elapsed, int | float) and math.isfinite(elapsed):
-            self.wall = float(elapsed)
-        summary = Summary(
-            value=[
-                Summary.Value(tag=k, simple_value=float(v))
-                for k, v in values.items()
-                if v is not None
-            ]
-        )
-        self.writer.add_event(Event(wall_time=self.wall, step=int(row["epoch"]), summary=summary))
-        self.writer.flush()
-
-    def close(self, run: Any) -> tuple[list[str], dict[str, Any]]:
-        self.writer.close()
-        return [run.run_id], {}
-
-
-class _WandbSink:
-    def __init__(self, out: Path, run_id: str, study: str | None, cohort: str) -> None:
-        from fathom.export import wandb_export
-
-        self.wandb = wandb_export._wandb()
-        self.out, self.run_id = out, run_id
-        with wandb_export._offline_env(out):
-            self.run = self.wandb.init(
-                project=str(study or "fathom"),
-                id=wandb_export.wandb_id(run_id),
-                name=run_id,
-                group=cohort,
-                dir=str(out),
-                mode="offline",
-                settings=self.wandb.Settings(
-                    x_disable_stats=True,
-                    x_disable_machine_info=True,
-                    console="off",
-                    save_code=False,
-                    disable_git=True,
-                ),
-            )
-        for metric in ("epoch", "clock/training_s", "clock/elapsed_s"):
-            self.run.define_metric(metric)
-
-    def write(self, row: dict[str, Any], values: dict[str, Any]) -> None:
-        self.run.log(values, step=int(row["epoch"]))
-
-    def close(self, run: Any) -> tuple[list[str], dict[str, Any]]:
-        from fathom.export import wandb_export
-
-        if run is not None:
-            self.run.config.update(wandb_export.run_config(run), allow_val_change=True)
-            self.run.summary.update(wandb_export.run_summary(run))
-        sync_file = Path(self.run.settings.sync_file)
-        self.run.finish()
-        rel = sync_file.relative_to(self.out).as_posix()
-        return [wandb_export.DIR], {"wandb_files": {self.run_id: rel}}
-
-
 class LiveTracker:
     """The observer: pass it (or :func:`fan_out` of it and a display) as ``progress``.
 
-    ``close()`` after training (also after an error) streams the last rows, finishes the
-    logs and returns one :class:`~fathom.export.common.VerifyReport` per target. ``config``
-    (the run's :class:`~fathom.config.RunConfig`) names the W&B project and group before the
-    trainer's first manifest exists, so the epoch-0 row is streamed at once; without it the
-    tracker waits for the manifest.
+    ``live``: the run's :class:`~fathom.config_live.LiveConfig` (or a list of backends, with
+    the default settings). ``close()`` after training (also after an error) streams the last
+    rows, finishes the logs and returns one :class:`~fathom.export.common.VerifyReport` per
+    backend. ``config`` (the run's :class:`~fathom.config.RunConfig`) names the study, W&B
+    project and group before the trainer's first manifest exists, so the epoch-0 row is
+    streamed at once and a shared TensorBoard ``log_dir`` is checked before training;
+    without it the tracker waits for the manifest.
     """
 
-    def __init__(self, run_dir: str | Path, targets: Sequence[str], config: Any = None) -> None:
+    def __init__(
+        self, run_dir: str | Path, live: LiveConfig | Sequence[str], config: Any = None
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.config = config
-        self.targets = tuple(targets)
-        for t in self.targets:
-            if t not in LIVE_TARGETS:
-                raise FathomError(f"unknown live target {t!r}; use {', '.join(LIVE_TARGETS)}")
+        self.live = live = live_config(live)
+        self.targets: tuple[str, ...] = live.backends
         if "tensorboard" in self.targets:
             from fathom.export.tensorboard_export import _require
 
@@ -170,10 +126,25 @@ class LiveTracker:
         self.last_epoch: int | None = None
         self.rows = 0
         self.error: str | None = None
+        self.study: str | None = None
+        known = self._config()
+        if known is not None and "tensorboard" in self.targets:
+            self._check("tensorboard", self.out("tensorboard", known.get("study")))
 
-    def out(self, target: str) -> Path:
-        """``<run_dir>/live/<target>``."""
+    def out(self, target: str, study: str | None = None) -> Path:
+        """``<run_dir>/live/<target>``, or ``<log_dir>/<study>/<run_id>`` for a shared TensorBoard dir."""
+        log_dir = self.live.tensorboard.log_dir
+        if target == "tensorboard" and log_dir is not None:
+            return Path(log_dir) / str(study or "default") / self.run_dir.name
         return self.run_dir / LIVE_DIR / target
+
+    def _check(self, target: str, out: Path) -> None:
+        """A shared ``log_dir`` may hold other runs' logs: replace only this run's own."""
+        if target == "tensorboard" and self.live.tensorboard.log_dir is not None:
+            _check_log_dir(out, self.run_dir)
+
+    def _events_dir(self, out: Path) -> Path:
+        return out if self.live.tensorboard.log_dir is not None else out / self.run_dir.name
 
     def _config(self) -> dict[str, Any] | None:
         """The run's config: from the manifest once written, else the one given."""
@@ -186,18 +157,21 @@ class LiveTracker:
 
     def _open(self, config: dict[str, Any]) -> None:
         run_id = self.run_dir.name  # the trainer's run id (manifest "run_id")
+        self.study = config.get("study")
         recipe = (config.get("model") or {}).get("recipe", "unknown")
         lr = (config.get("optim") or {}).get("lr")
         cohort = recipe if lr is None else f"{recipe} lr={lr:g}"
         for target in self.targets:
-            out = self.out(target)
+            out = self.out(target, self.study)
+            self._check(target, out)
             if out.exists():
                 shutil.rmtree(out)  # each invocation streams the whole history afresh
             out.mkdir(parents=True)
+            atomic_write_json(out / MARKER, {"run_dir": str(self.run_dir.resolve())})
             if target == "tensorboard":
-                self.sinks[target] = _TensorBoardSink(out, run_id)
+                self.sinks[target] = TensorBoardSink(out, self._events_dir(out))
             else:
-                self.sinks[target] = _WandbSink(out, run_id, config.get("study"), cohort)
+                self.sinks[target] = WandbSink(out, run_id, self.study, cohort, self.live.wandb)
 
     def _new_rows(self) -> list[dict[str, Any]]:
         """Complete lines appended to history.jsonl since the last read (a torn tail waits)."""
@@ -232,7 +206,7 @@ class LiveTracker:
                 continue
             if self.last_epoch is not None and epoch <= self.last_epoch:
                 continue  # W&B refuses a step that does not increase; the read-back flags it
-            values, _ = flatten_row(row)
+            values, _ = export_scalars(row)
             for sink in self.sinks.values():
                 sink.write(row, values)
             self.last_epoch, written = epoch, written + 1
@@ -261,7 +235,7 @@ class LiveTracker:
         run = load_runs(self.run_dir)[0] if (self.run_dir / "manifest.json").exists() else None
         reports = []
         for target, sink in self.sinks.items():
-            out = self.out(target)
+            out = self.out(target, self.study)
             paths, extra = sink.close(run)
             if run is None:
                 continue
@@ -271,14 +245,14 @@ class LiveTracker:
                 self.run_dir,
                 [run],
                 fingerprint(target, [run]),
-                [*paths, VERIFY_FILE],
+                [*paths, MARKER, VERIFY_FILE],
                 extra,
             )
             report = VerifyReport(target=f"live {target}", out=out)
             if self.error is not None:
                 report.mismatch(self.error)
             if target == "tensorboard":
-                tensorboard_export.verify([run], out, report)
+                tensorboard_export.verify([run], out, report, events_dir=sink.events_dir)
             else:
                 wandb_export.verify([run], out, {"wandb_files": extra["wandb_files"]}, report)
             atomic_write_json(out / VERIFY_FILE, report.to_dict())

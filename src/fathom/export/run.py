@@ -14,6 +14,7 @@ from pathlib import Path
 from fathom.errors import FathomError
 from fathom.export import jsonl, tensorboard_export, wandb_export
 from fathom.export.common import (
+    FORMAT,
     VerifyReport,
     fingerprint,
     flatten_row,
@@ -87,6 +88,11 @@ def verify(root: str | Path, target: str, out: str | Path | None = None) -> Veri
             f"{str(out)!r} holds a {record.get('target')} export, not {target}; pass --to {record.get('target')}"
         )
     report = _verify_runs(runs, target, out, record)
+    if record.get("format") != FORMAT:
+        report.mismatch(
+            f"export format {record.get('format')} (format {FORMAT} writes accuracy in percent "
+            "under <name>_pct); export again with --force"
+        )
     if record.get("fingerprint") != fingerprint(target, runs):
         report.mismatch(
             "the run directories changed since this export (runs or history hashes differ); export again with --force"

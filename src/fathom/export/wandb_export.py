@@ -6,7 +6,8 @@ manifest config, hashes, environment, clocks and export metadata under ``fathom`
 Summary: ``fathom/status``, ``fathom/epochs_completed``, ``fathom/selected_epoch``,
 ``fathom/selected_val_ce`` and the manifest clocks as ``fathom/clock/<name>``.
 
-History: one ``log`` per history row with ``step = epoch``; ``clock/training_s`` and
+History: one ``log`` per history row with ``step = epoch``, accuracy in percent under
+``<name>_pct`` (:mod:`fathom.export.common`; the config's ``fathom.units`` states it); ``clock/training_s`` and
 ``clock/elapsed_s`` are logged values and declared metrics, to be chosen as x axes.
 W&B's own ``_runtime`` and ``_timestamp`` measure the exporter, not training: they are
 never a Fathom clock and verification ignores them. W&B silently drops a row whose step
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.errors import FathomError, install_hint
-from fathom.export.common import VerifyReport, flatten_row, same_value
+from fathom.export.common import VerifyReport, export_scalars, same_value, units_table
 from fathom.io import json_safe
 from fathom.report.runs import RunData
 
@@ -66,6 +67,7 @@ def run_config(run: RunData) -> dict[str, Any]:
                 "environment": m.get("environment"),
                 "clocks": m.get("clocks"),
                 "export": run.metadata(),
+                "units": units_table([run]),
             }
         )
     }
@@ -85,9 +87,10 @@ def run_summary(run: RunData) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _offline_env(out: Path) -> Iterator[None]:
+def wandb_env(out: Path, mode: str = "offline") -> Iterator[None]:
+    """W&B's environment for one writer: ``mode``, quiet, its files under ``out``."""
     keys = {
-        "WANDB_MODE": "offline",
+        "WANDB_MODE": mode,
         "WANDB_SILENT": "true",
         "WANDB_DIR": str(out),
         "WANDB_CONSOLE": "off",
@@ -120,7 +123,7 @@ def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
         save_code=False,
         disable_git=True,
     )
-    with _offline_env(out):
+    with wandb_env(out):
         for run, wid in zip(runs, ids):
             wrun = wandb.init(
                 project=str(run.manifest.get("study") or "fathom"),
@@ -137,7 +140,7 @@ def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
                 wrun.define_metric("clock/training_s")
                 wrun.define_metric("clock/elapsed_s")
                 for row in run.rows:
-                    values, _ = flatten_row(row)
+                    values, _ = export_scalars(row)
                     wrun.log(values, step=int(row["epoch"]))
                 wrun.summary.update(run_summary(run))
                 sync_file = Path(wrun.settings.sync_file)
@@ -199,7 +202,7 @@ def verify(runs: list[RunData], out: Path, record: dict[str, Any], report: Verif
             report.mismatch(f"run {run.run_id}: step sequence {steps} != epochs {epochs}")
         for row, (_, items) in zip(run.rows, history):
             report.rows += 1
-            values, _ = flatten_row(row)
+            values, _ = export_scalars(row)
             got = {k: v for k, v in items.items() if k is not None and not k.startswith("_")}
             if set(got) != set(values):
                 report.mismatch(
@@ -215,7 +218,7 @@ def verify(runs: list[RunData], out: Path, record: dict[str, Any], report: Verif
         nonfinite = sum(
             1
             for row in run.rows
-            for v in flatten_row(row)[0].values()
+            for v in export_scalars(row)[0].values()
             if isinstance(v, float) and not math.isfinite(v)
         )
         if nonfinite:

@@ -3,7 +3,12 @@
 Reads run directories and analysis outputs only (see :mod:`fathom.report.build`).
 """
 
-from fathom.report.build import ReportOutputs, build_report
-from fathom.report.runs import RunData, load_runs
+from fathom.lazy import exports
 
-__all__ = ["ReportOutputs", "RunData", "build_report", "load_runs"]
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "fathom.report.build": ["ReportOutputs", "build_report"],
+        "fathom.report.runs": ["RunData", "load_runs"],
+    },
+)

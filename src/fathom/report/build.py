@@ -18,8 +18,13 @@ from typing import Any
 
 from fathom.io import atomic_write_json, atomic_write_text, ensure_writable_dir
 from fathom.report import figures
-from fathom.report.audit_view import mask_payload
-from fathom.report.crossrun import CrossTable, crossrun_tables, default_reference
+from fathom.report.crossrun import (
+    CrossTable,
+    crossrun_tables,
+    default_reference,
+    study_alignment,
+)
+from fathom.report.examples import mask_payload
 from fathom.report.html import render_html
 from fathom.report.render import table_markdown
 from fathom.report.runs import RunData, load_runs
@@ -73,7 +78,8 @@ def build_report(
     audit = _read_optional(root / "audit" / "audit.json", notes)
     curvature = load_curvature(runs, notes)
     reference = default_reference(runs, summary)
-    tables = crossrun_tables(runs, reference, curvature)
+    alignment = study_alignment(runs, reference)
+    tables = crossrun_tables(runs, reference, curvature, alignment)
     masks = mask_payload(audit, root / "audit", {r.run_id: r for r in runs}) if audit else None
 
     title = f"Fathom report: {root.resolve().name}"
@@ -89,6 +95,7 @@ def build_report(
             crossrun=tables,
             masks=masks,
             notes=notes,
+            alignment=alignment,
         ),
     )
     atomic_write_json(

@@ -31,9 +31,14 @@
     return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(3) : Number(v.toPrecision(4)).toString();
   }
 
-  function concrete(key, split, facet) {
+  // The run's own field name: a layer facet is an aligned label (the same network layer of
+  // every recipe); run.layers maps it to this run's layer name where the two differ.
+  function concrete(key, split, facet, run) {
     let n = key.replace("{split}", split);
-    if (facet !== null) n = n.replace(/\{(layer|class)\}$/, facet);
+    if (facet !== null) {
+      const own = run && run.layers && /\{layer\}$/.test(n) ? run.layers[facet] : undefined;
+      n = n.replace(/\{(layer|class)\}$/, own === undefined ? facet : own);
+    }
     return n;
   }
 
@@ -107,8 +112,7 @@
     for (const c of cohortsList()) {
       if (!selectedCohorts.has(c.cohort)) continue;
       const runs = D.runs.filter((r) => r.cohort === c.cohort);
-      const name = concrete(field, opts.split, facet);
-      const perRun = runs.map((r) => [r, runPoints(r, name, opts.axis, opts.logy)]).filter((p) => p[1]);
+      const perRun = runs.map((r) => [r, runPoints(r, concrete(field, opts.split, facet, r), opts.axis, opts.logy)]).filter((p) => p[1]);
       if (opts.axis === "epoch") markMissingRows(perRun);
       if (!perRun.length) continue;
       const colour = D.colours[c.recipe] || "#444";
@@ -291,7 +295,7 @@
   function examples() {
     const E = M.examples; const per = E.per && E.per[maskState.key];
     const box = $("examples"); box.innerHTML = ""; $("example-detail").innerHTML = "";
-    if (!per) { $("examples-head").textContent = "Examples are kept for the first audited seed of each arm; choose that run above."; return; }
+    if (!per) { $("examples-head").textContent = `No examples kept for this run and checkpoint (${E.note}).`; return; }
     const mi = per.masks.indexOf(maskState.mask);
     $("examples-head").textContent = `${E.indices.length} test examples under mask ${maskState.mask} (green border: correct under this mask). ${E.note}. Click one for its logits and the masks that keep it correct.`;
     E.indices.forEach((idx, j) => {
@@ -323,13 +327,32 @@
     box.append(left, right);
   }
 
+  // Three selectors (arm, seed, checkpoint) pick one audited (run, checkpoint); every
+  // audited seed of every arm has its masks, and its examples where the page kept them.
   function maskExplorer() {
-    const sel = $("mask-run");
     if (!M.tables || !M.tables.length) { $("mask-controls").style.display = "none"; $("mask-area").textContent = "No audit in this directory."; return; }
-    for (const t of M.tables) sel.appendChild(h("option", { value: t.key }, `${t.arm} · seed ${t.seed} · ${t.checkpoint}${M.examples.per && M.examples.per[t.key] ? " · examples" : ""}`));
-    maskState.key = M.tables[0].key; maskState.mask = M.tables[0].masks.reduce((a, b) => (b.kept > a.kept ? b : a)).mask;
-    sel.addEventListener("change", () => { maskState.key = sel.value; maskTable(); examples(); });
-    maskTable(); examples();
+    const uniq = (xs) => Array.from(new Set(xs));
+    const fill = (id, values, label) => {
+      const sel = $(id); const cur = sel.value; sel.innerHTML = "";
+      for (const v of values) sel.appendChild(h("option", { value: String(v) }, label(v)));
+      if (values.map(String).includes(cur)) sel.value = cur;
+    };
+    const pick = () => {
+      const arm = $("mask-arm").value;
+      const ofArm = M.tables.filter((t) => t.arm === arm);
+      fill("mask-seed", uniq(ofArm.map((t) => t.seed)), (s) => `seed ${s}`);
+      const ofSeed = ofArm.filter((t) => String(t.seed) === $("mask-seed").value);
+      fill("mask-checkpoint", uniq(ofSeed.map((t) => t.checkpoint)), (c) => `${c}${M.examples.per && M.examples.per[ofSeed.find((t) => t.checkpoint === c).key] ? " · examples" : ""}`);
+      const t = ofSeed.find((x) => x.checkpoint === $("mask-checkpoint").value) || ofSeed[0];
+      if (t.key !== maskState.key) {
+        maskState.key = t.key;
+        if (!t.masks.some((m) => m.mask === maskState.mask)) maskState.mask = t.masks.reduce((a, b) => (b.kept > a.kept ? b : a)).mask;
+      }
+      maskTable(); examples();
+    };
+    fill("mask-arm", uniq(M.tables.map((t) => t.arm)), (a) => a);
+    for (const id of ["mask-arm", "mask-seed", "mask-checkpoint"]) $(id).addEventListener("change", pick);
+    pick();
   }
 
   // ---- wiring ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ registry does not declare is shown as ``undeclared``.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -82,3 +83,24 @@ def facet_key(key: str, example: str) -> tuple[str, str | None, str | None]:
     kind = "class" if "{cls}" in last else "layer"
     prefix, facet = key.rsplit("/", 1)
     return f"{prefix}/{{{kind}}}", kind, facet
+
+
+def recorded_layers(run: Any) -> list[str]:
+    """The layer names (facets of kind ``layer``) a run's history records: the longest
+    per-field layer list first (a field recorded for every layer gives the model order),
+    then names only other fields hold, in first-seen order."""
+    per: dict[str, list[str]] = {}
+    for name in dict.fromkeys(k for row in run.rows for k in row):
+        generic, kind, facet = facet_cached(split_key(name)[0], name)
+        if kind == "layer" and facet is not None and facet not in per.setdefault(generic, []):
+            per[generic].append(facet)
+    out: dict[str, None] = {}
+    for names in sorted(per.values(), key=len, reverse=True):
+        out.update(dict.fromkeys(names))
+    return list(out)
+
+
+@functools.lru_cache(maxsize=65536)
+def facet_cached(key: str, example: str) -> tuple[str, str | None, str | None]:
+    """:func:`facet_key`, memoized (a registry look-up per distinct name)."""
+    return facet_key(key, example)

@@ -25,20 +25,28 @@ from string import Template
 from typing import Any
 
 from fathom.report.audit_view import audit_headline
-from fathom.report.crossrun import CrossTable
+from fathom.report.crossrun import CrossTable, study_alignment
 from fathom.report.curvtables import trace_sentences
-from fathom.report.fields import describe, facet_key, is_accuracy, is_trainer_field, split_key
+from fathom.report.fields import (
+    describe,
+    facet_cached,
+    facet_key,
+    is_accuracy,
+    is_trainer_field,
+    split_key,
+)
+from fathom.report.layers import LayerAlignment
 from fathom.report.palette import recipe_colours
-from fathom.report.render import table_html
-from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields, widest_first
-from fathom.report.sections import answer_section
-from fathom.report.tables import (
+from fathom.report.raw import (
     audit_section,
     curvature_section,
-    esc,
     provenance_section,
     study_section,
 )
+from fathom.report.render import table_html
+from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields, widest_first
+from fathom.report.sections import answer_section
+from fathom.report.tables import esc
 from fathom.stats.units import percent
 
 AXES = {
@@ -56,29 +64,52 @@ def _encode(v: Any, accuracy: bool) -> Any:
     return percent(v) if accuracy and v is not None else v
 
 
-def _fields(names: Sequence[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """Generic field keys (over split and facet) with an example name and facets in order."""
+def _fields(
+    runs: Sequence[RunData], recorded: Sequence[str], alignment: LayerAlignment
+) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, dict[str, str]]]:
+    """Generic field keys (over split and facet) with an example name and facets in order,
+    the splits, and per run the layer names that differ from their aligned facet label.
+
+    A layer facet is the layer's aligned label (:mod:`fathom.report.layers`): the same
+    network layer of every recipe is one small multiple, in model order."""
     keys: dict[str, dict[str, Any]] = {}
     splits: set[str] = set()
-    for n in names:
+    for n in recorded:
         key, split = split_key(n)
         if split:
             splits.add(split)
-        generic, kind, facet = facet_key(key, n)
-        entry = keys.setdefault(generic, {"example": n, "kind": kind, "facets": []})
-        if facet is not None and facet not in entry["facets"]:
-            entry["facets"].append(facet)
+        generic, kind, _facet = facet_key(key, n)
+        keys.setdefault(generic, {"example": n, "kind": kind, "facets": []})
+    renamed: dict[str, dict[str, str]] = {}
+    for run in runs:
+        for n in dict.fromkeys(k for row in run.rows for k in row):
+            generic, kind, facet = facet_cached(split_key(n)[0], n)
+            if facet is None or generic not in keys:
+                continue
+            label = alignment.label(run.run_id, facet) if kind == "layer" else facet
+            if label != facet:
+                renamed.setdefault(run.run_id, {})[label] = facet
+            if label not in keys[generic]["facets"]:
+                keys[generic]["facets"].append(label)
+    order = {lab: i for i, lab in enumerate(alignment.labels)}
     for entry in keys.values():
         if entry["facets"] and all(re.fullmatch(r"L?\d+", f) for f in entry["facets"]):
             entry["facets"].sort(key=lambda f: int(f.lstrip("L")))
-    return keys, [s for s in SPLITS if s in splits]
+        elif entry["kind"] == "layer":
+            entry["facets"].sort(key=lambda f: order.get(f, len(order)))
+    return keys, [s for s in SPLITS if s in splits], renamed
 
 
-def explorer_payload(runs: Sequence[RunData]) -> dict[str, Any]:
-    """The columnar data the explorer script reads (see the module docstring)."""
+def explorer_payload(
+    runs: Sequence[RunData], alignment: LayerAlignment | None = None
+) -> dict[str, Any]:
+    """The columnar data the explorer script reads (see the module docstring); per run,
+    ``layers`` maps an aligned layer label to the run's own layer name where they differ."""
     recorded = [n for n in scalar_fields(widest_first(list(runs))) if n != "epoch"]
     names = sorted(recorded)
-    keys, splits = _fields(recorded)  # facets keep the model's (recorded) layer order
+    if alignment is None:
+        alignment = study_alignment(runs, None)
+    keys, splits, renamed = _fields(runs, recorded, alignment)
     payload_runs = []
     for run in runs:
         present = {k for row in run.rows for k in row}
@@ -99,6 +130,7 @@ def explorer_payload(runs: Sequence[RunData]) -> dict[str, Any]:
                 "status": run.manifest.get("status"),
                 "flagged": run.flag_reasons,
                 "epochs": [row["epoch"] for row in run.rows],
+                "layers": renamed.get(run.run_id, {}),
                 "cols": cols,
             }
         )
@@ -149,6 +181,51 @@ def _tables_section(tables: Sequence[CrossTable], names: Sequence[str]) -> str:
     return "\n".join(table_html(t, f"x-{t.name}") for t in tables if t.name in names)
 
 
+def _curvature_html(
+    crossrun: Sequence[CrossTable],
+    curvature: Mapping[str, Mapping[str, Any]],
+    reference: str | None,
+) -> str:
+    """Curvature trace sentences, the curvature tables and the raw snapshots (collapsed)."""
+    out = _tables_section(crossrun, ("curvature_traces", "kfac_errors"))
+    traces = next((t for t in crossrun if t.name == "curvature_traces"), None)
+    sentences = trace_sentences(traces, reference or (traces.rows[0]["recipe"] if traces else None))
+    if sentences:
+        out = (
+            "<ul class='verdicts' id='curvature-verdicts'>"
+            + "".join(f"<li>{esc(x)}</li>" for x in sentences)
+            + "</ul>"
+            + out
+        )
+    if curvature:
+        out += (
+            "<details><summary>raw curvature snapshots</summary>"
+            f"{curvature_section(_by_file(curvature))}</details>"
+        )
+    return out
+
+
+def _audit_html(audit: Mapping[str, Any] | None) -> str:
+    if audit is None:
+        return ""
+    return (
+        audit_headline(audit)
+        + "<details><summary>raw audit tables (every run, checkpoint and mask)</summary>"
+        + f"{audit_section(audit)}</details>"
+    )
+
+
+def _warnings_html(runs: Sequence[RunData], notes: Sequence[str]) -> str:
+    warnings = list(notes) + [f"{r.run_id}: {reason}" for r in runs for reason in r.flag_reasons]
+    if not warnings:
+        return ""
+    return (
+        f'<details class="warn"><summary><b>Flagged input</b> ({len(warnings)})</summary><ul>'
+        + "".join(f"<li>{esc(w)}</li>" for w in warnings)
+        + "</ul></details>"
+    )
+
+
 def render_html(
     title: str,
     runs: Sequence[RunData],
@@ -159,76 +236,39 @@ def render_html(
     crossrun: Sequence[CrossTable] = (),
     masks: Mapping[str, Any] | None = None,
     notes: Sequence[str] = (),
+    alignment: LayerAlignment | None = None,
 ) -> str:
-    """The whole page. ``curvature`` maps a run id to its ``{"summary", "epochs"}``."""
-    quality = _tables_section(crossrun, ("fitting", "digits_test"))
-    telemetry = _tables_section(crossrun, ("gradients", "zero_activations"))
-    curv_tables = _tables_section(crossrun, ("curvature_traces", "kfac_errors"))
-    traces = next((t for t in crossrun if t.name == "curvature_traces"), None)
+    """The whole page. ``curvature`` maps a run id to its ``{"summary", "epochs"}``;
+    ``alignment``: the layer alignment of the curves' small multiples (default: the runs')."""
     reference = ((summary or {}).get("stats") or summary or {}).get("reference")
-    curv_sentences = trace_sentences(
-        traces, reference or (traces.rows[0]["recipe"] if traces else None)
+    raw = (
+        ""
+        if summary is None
+        else "<details><summary>study summary.json, every table</summary>"
+        f"{study_section(summary)}</details>"
     )
-    if curv_sentences:
-        curv_tables = (
-            "<ul class='verdicts' id='curvature-verdicts'>"
-            + "".join(f"<li>{esc(x)}</li>" for x in curv_sentences)
-            + "</ul>"
-            + curv_tables
-        )
-    raw: list[str] = []
-    if summary is not None:
-        raw.append(
-            f"<details><summary>study summary.json, every table</summary>{study_section(summary)}</details>"
-        )
-    sections = {
-        "quality": quality,
-        "audit": ""
-        if audit is None
-        else audit_headline(audit)
-        + f"<details><summary>raw audit tables (every run, checkpoint and mask)</summary>{audit_section(audit)}</details>",
-        "telemetry": telemetry,
-        "curvature": curv_tables
-        + (
-            f"<details><summary>raw curvature snapshots</summary>{curvature_section(_by_file(curvature))}</details>"
-            if curvature
-            else ""
-        ),
-    }
-    flagged = [f"{r.run_id}: {reason}" for r in runs for reason in r.flag_reasons]
-    warnings = list(notes) + flagged
-    warn_html = (
-        '<details class="warn"><summary><b>Flagged input</b> ('
-        + str(len(warnings))
-        + ")</summary><ul>"
-        + "".join(f"<li>{esc(w)}</li>" for w in warnings)
-        + "</ul></details>"
-        if warnings
-        else ""
-    )
-    page = Template(_resource("template.html"))
     cohorts = sorted({r.cohort for r in runs})
     subtitle = (
         f"{len(runs)} runs, {len(cohorts)} cohorts; data read from run directories. "
         "Self-contained: opens from disk, makes no network request."
     )
     none = "<p class='note'>{}</p>"
-    return page.substitute(
+    return Template(_resource("template.html")).substitute(
         title=esc(title),
         subtitle=esc(subtitle),
-        warnings=warn_html,
+        warnings=_warnings_html(runs, notes),
         answer=answer_section(summary, runs),
-        quality=sections["quality"]
+        quality=_tables_section(crossrun, ("fitting", "digits_test"))
         or none.format("No fitting or per-digit scores in the histories."),
-        audit=sections["audit"]
+        audit=_audit_html(audit)
         or none.format("No audit/audit.json in this directory (run `fathom audit DIR`)."),
-        telemetry=sections["telemetry"]
+        telemetry=_tables_section(crossrun, ("gradients", "zero_activations"))
         or none.format("No fixed-probe telemetry in the histories."),
-        curvature=sections["curvature"]
+        curvature=_curvature_html(crossrun, curvature or {}, reference)
         or none.format("No curvature snapshots (run `fathom curvature RUN_DIR`)."),
-        raw="\n".join(raw),
+        raw=raw,
         provenance="\n".join(provenance_section(r) for r in runs),
-        data=_json_for_script(explorer_payload(runs)),
+        data=_json_for_script(explorer_payload(runs, alignment)),
         masks=_json_for_script(masks or {"tables": [], "examples": {}}),
         uplot_css=_resource("vendor/uPlot.min.css"),
         uplot=_resource("vendor/uPlot.iife.min.js"),

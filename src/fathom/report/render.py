@@ -46,13 +46,57 @@ def cell_text(value: Any, col: Column) -> str:
     return number(value, col.kind)
 
 
+def headline_verdicts(t: CrossTable) -> tuple[list[str], list[str]]:
+    """``(headline, rest)`` sentences of a table's computed contrasts: the headline holds,
+    at each recipe's latest compared epoch, every contrast that is not "not established"
+    (a direction, or a "no comparison" naming its reason); the rest holds every other."""
+    latest: dict[str, int] = {}
+    for v in t.verdicts:
+        latest[v["recipe"]] = max(latest.get(v["recipe"], v["epoch"]), v["epoch"])
+    head, rest = [], []
+    for v in t.verdicts:
+        shown = v["epoch"] == latest[v["recipe"]] and v["verdict"] != "not established"
+        (head if shown else rest).append(v["sentence"])
+    return head, rest
+
+
+def _rest_note(rest: list[str]) -> str:
+    return (
+        f"{len(rest)} other contrast(s): not established, or at an earlier epoch "
+        "(every sentence in summary.json)."
+    )
+
+
 def table_markdown(t: CrossTable) -> str:
     lines = [f"### {t.title}", "", t.note, ""]
     lines.append("| " + " | ".join(c.label for c in t.columns) + " |")
     lines.append("|" + "---|" * len(t.columns))
     for row in t.rows:
         lines.append("| " + " | ".join(cell_text(row.get(c.key), c) for c in t.columns) + " |")
+    if t.verdicts:
+        head, rest = headline_verdicts(t)
+        lines += ["", *[f"- {x}" for x in head]]
+        if rest:
+            lines.append(f"- {_rest_note(rest)}")
     return "\n".join(lines) + "\n"
+
+
+def verdicts_html(t: CrossTable) -> str:
+    """The table's contrast sentences: the headline as a list, every other one collapsed."""
+    if not t.verdicts:
+        return ""
+    head, rest = headline_verdicts(t)
+    items = [f"<li>{esc(x)}</li>" for x in head]
+    if rest:
+        items.append(f"<li class='note'>{esc(_rest_note(rest))}</li>")
+    out = f"<ul class='verdicts' id='verdicts-{esc(t.name)}'>{''.join(items)}</ul>"
+    if rest:
+        out += (
+            "<details><summary>every other contrast</summary><ul>"
+            + "".join(f"<li>{esc(x)}</li>" for x in rest)
+            + "</ul></details>"
+        )
+    return out
 
 
 def table_html(t: CrossTable, table_id: str | None = None) -> str:
@@ -70,7 +114,8 @@ def table_html(t: CrossTable, table_id: str | None = None) -> str:
         for row in t.rows
     )
     return (
-        f'<table class="headline"{tid} data-table="{esc(t.name)}"><caption>{esc(t.title)}</caption>'
+        verdicts_html(t)
+        + f'<table class="headline"{tid} data-table="{esc(t.name)}"><caption>{esc(t.title)}</caption>'
         f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
         f'<p class="note">{esc(t.note)}</p>'
     )

@@ -36,15 +36,19 @@ TELEMETRY_PATTERNS = (
 )
 
 
-def layer_names(layers: int) -> list[str]:
-    """The Ciresan MLP's qualified layer names: ``stem``, ``blocks.{i}.res.branch``, ``head``."""
-    return ["stem", *(f"blocks.{i}.res.branch" for i in range(layers - 2)), "head"]
+def layer_names(layers: int, plain: bool = False) -> list[str]:
+    """The Ciresan MLP's qualified layer names: ``stem``, ``blocks.{i}.res.branch``, ``head``
+    (``plain``: a plain recipe's ``blocks.{i}.res``, as the seam names them)."""
+    block = "blocks.{}.res" if plain else "blocks.{}.res.branch"
+    return ["stem", *(block.format(i) for i in range(layers - 2)), "head"]
 
 
-def telemetry_names(layers: int, patterns: Sequence[str] = TELEMETRY_PATTERNS) -> list[str]:
+def telemetry_names(
+    layers: int, patterns: Sequence[str] = TELEMETRY_PATTERNS, plain: bool = False
+) -> list[str]:
     """Concrete names; ``{input}`` runs over every layer but the stem (its input is data)."""
     names = []
-    every = layer_names(layers)
+    every = layer_names(layers, plain)
     for p in patterns:
         if "{input}" in p:
             names += [p.replace("{input}", n) for n in every[1:]]
@@ -106,10 +110,14 @@ def write_run(
     rows: list[dict[str, Any]],
     truncated_tail: bool = False,
     phase: str | None = None,
+    layers: Sequence[str] | None = None,
+    status: str = "complete",
 ) -> Path:
     """A run directory: manifest.json (contract fields, sealed) and history.jsonl.
 
-    ``truncated_tail`` appends a torn line after the rows the manifest's digest covers."""
+    ``truncated_tail`` appends a torn line after the rows the manifest's digest covers;
+    ``layers`` (model order) become the manifest's ``telemetry.layers`` list, as the seam
+    writes it (without it the manifest lists none, like a run with telemetry off)."""
     path.mkdir(parents=True, exist_ok=True)
     config = {
         "name": path.name,
@@ -127,7 +135,7 @@ def write_run(
         "phase": phase,
         "run_id": path.name,
         "study": study,
-        "status": "complete",
+        "status": status,
         "status_reason": None,
         "config": config,
         "config_hash": config_digest(config),
@@ -143,6 +151,11 @@ def write_run(
         "selected": {"epoch": min(val_ce)[1] if val_ce else None, "by": "min val/ce"},
         "final": {"epoch": last.get("epoch")},
     }
+    if layers is not None:
+        manifest["telemetry"] = {
+            "enabled": True,
+            "layers": [{"name": n, "type": "Linear", "kind": "linear"} for n in layers],
+        }
     text = "".join(json.dumps(r) + "\n" for r in rows)
     digest = hashlib.sha256(text.encode()).hexdigest()
     history = {"bytes": len(text.encode()), "rows": len(rows), "sha256": digest}
@@ -183,13 +196,20 @@ def write_study(
     lr: float = 0.01,
     awkward: bool = False,
     telemetry: Sequence[str] | None = None,
+    layer_lists: bool = False,
 ) -> list[Path]:
-    """A study directory of ``len(recipes) * len(seeds)`` runs (plus one awkward run)."""
+    """A study directory of ``len(recipes) * len(seeds)`` runs (plus one awkward run).
+
+    ``layer_lists``: every manifest lists its layers (``telemetry.layers``, as the seam
+    writes them) and a recipe named ``plain`` records the plain layer names
+    (``blocks.{i}.res``), as a real study of plain and residual recipes does."""
     root = Path(root)
     out = []
     for i, recipe in enumerate(recipes):
+        plain = layer_lists and recipe == "plain"
+        tel = telemetry_names(layers, plain=True) if plain and telemetry is None else telemetry
         for seed in seeds:
-            rows = synthetic_history(seed * 31 + i, epochs, layers, classes, telemetry)
+            rows = synthetic_history(seed * 31 + i, epochs, layers, classes, tel)
             out.append(
                 write_run(
                     root / f"{recipe}-s{seed}",
@@ -198,6 +218,7 @@ def write_study(
                     seed=seed,
                     lr=lr,
                     rows=rows,
+                    layers=layer_names(layers, plain) if layer_lists else None,
                 )
             )
     if awkward:

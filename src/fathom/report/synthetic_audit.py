@@ -45,37 +45,26 @@ def write_summary(root: Path, reference: str) -> dict[str, Any]:
     return summary
 
 
-def write_audit(
-    root: Path, run_ids: list[str], *, examples: int = 400, classes: int = 3
-) -> dict[str, Any]:
-    """``root/audit/audit.json`` and ``.npz`` for the named runs (selected and final)."""
-    from fathom.audit.aggregate import aggregate
-    from fathom.audit.checkpoint import AuditSettings, audit_checkpoint
+def _model(recipe: str, seed: int | None, classes: int) -> Any:
+    """One base network (torch seed 0); a run's seed perturbs every parameter a little."""
     from fathom.models.ciresan import CiresanMLP
 
-    settings = AuditSettings(
-        checkpoints=("selected", "final"),
-        router=False,
-        eval_batch_size=256,
-        contrast_a=0,
-        contrast_b=(1, 2),
-        margin_bins=2,
-    )
+    torch.manual_seed(0)
+    m = CiresanMLP(
+        widths=WIDTHS, classes=classes, recipe=recipe, in_features=IN_FEATURES, input_scale=1.0
+    ).eval()
+    if seed is not None:
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(0.3 * p.abs().mean() * torch.randn(p.shape, generator=g))
+    return m
+
+
+def _data(examples: int, classes: int) -> SimpleNamespace:
+    """Random inputs labelled by the base network, 15% of the labels redrawn."""
     gen = torch.Generator().manual_seed(0)
-
-    def model_for(recipe: str, seed: int | None) -> CiresanMLP:
-        torch.manual_seed(0)  # one base network; each run perturbs it a little
-        m = CiresanMLP(
-            widths=WIDTHS, classes=classes, recipe=recipe, in_features=IN_FEATURES, input_scale=1.0
-        ).eval()
-        if seed is not None:
-            g = torch.Generator().manual_seed(seed)
-            with torch.no_grad():
-                for p in m.parameters():
-                    p.add_(0.3 * p.abs().mean() * torch.randn(p.shape, generator=g))
-        return m
-
-    base = model_for("residual", None)
+    base = _model("residual", None, classes)
 
     def labelled(n: int) -> tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(n, IN_FEATURES, generator=gen)
@@ -86,37 +75,62 @@ def write_audit(
         return x, y
 
     (vx, vy), (tx, ty) = labelled(examples), labelled(examples)
-    data = SimpleNamespace(val_x=vx, val_y=vy, test_x=tx, test_y=ty)
+    return SimpleNamespace(val_x=vx, val_y=vy, test_x=tx, test_y=ty)
+
+
+def _audit_run(
+    root: Path, run_id: str, i: int, data: Any, settings: Any, classes: int
+) -> dict[str, Any]:
+    """The audit record of one run: every checkpoint of a perturbed base network."""
+    from fathom.audit.checkpoint import audit_checkpoint
+
     out = root / "audit"
-    records = []
-    for i, run_id in enumerate(run_ids):
-        rd = RunDir(root / run_id)
-        recipe = rd.manifest["config"]["model"]["recipe"]
-        run_rec: dict[str, Any] = {
-            "run_id": run_id,
-            "path": run_id,
-            "arm": recipe,
-            "recipe": recipe,
-            "seed": rd.manifest["config"]["seed"],
-            "status": "complete",
-            "checkpoints": {},
-            "flags": {},
-        }
-        for j, which in enumerate(settings.checkpoints):
-            model = model_for(recipe, 100 * i + j + 1)
-            arrays = out / run_id / f"{which}.npz"
-            arrays.parent.mkdir(parents=True, exist_ok=True)
-            meta = {"run_id": run_id, "checkpoint": which, "epoch": str(j), "params_sha256": "x"}
-            rec = audit_checkpoint(model, data, settings, arrays, meta)
-            rec.update(
-                checkpoint=which,
-                epoch=j,
-                params_sha256=f"synthetic-{i}-{j}",
-                arrays=str(arrays.relative_to(out)),
-            )
-            run_rec["checkpoints"][which] = rec
-            run_rec["flags"][which] = []
-        records.append(run_rec)
+    rd = RunDir(root / run_id)
+    recipe = rd.manifest["config"]["model"]["recipe"]
+    run_rec: dict[str, Any] = {
+        "run_id": run_id,
+        "path": run_id,
+        "arm": recipe,
+        "recipe": recipe,
+        "seed": rd.manifest["config"]["seed"],
+        "status": "complete",
+        "checkpoints": {},
+        "flags": {},
+    }
+    for j, which in enumerate(settings.checkpoints):
+        model = _model(recipe, 100 * i + j + 1, classes)
+        arrays = out / run_id / f"{which}.npz"
+        arrays.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"run_id": run_id, "checkpoint": which, "epoch": str(j), "params_sha256": "x"}
+        rec = audit_checkpoint(model, data, settings, arrays, meta)
+        rec.update(
+            checkpoint=which,
+            epoch=j,
+            params_sha256=f"synthetic-{i}-{j}",
+            arrays=str(arrays.relative_to(out)),
+        )
+        run_rec["checkpoints"][which] = rec
+        run_rec["flags"][which] = []
+    return run_rec
+
+
+def write_audit(
+    root: Path, run_ids: list[str], *, examples: int = 400, classes: int = 3
+) -> dict[str, Any]:
+    """``root/audit/audit.json`` and ``.npz`` for the named runs (selected and final)."""
+    from fathom.audit.aggregate import aggregate
+    from fathom.audit.checkpoint import AuditSettings
+
+    settings = AuditSettings(
+        checkpoints=("selected", "final"),
+        router=False,
+        eval_batch_size=256,
+        contrast_a=0,
+        contrast_b=(1, 2),
+        margin_bins=2,
+    )
+    data = _data(examples, classes)
+    records = [_audit_run(root, r, i, data, settings, classes) for i, r in enumerate(run_ids)]
     result = {
         "format": 1,
         "kind": "study",
@@ -129,5 +143,5 @@ def write_audit(
         "aggregate": aggregate(records, settings.checkpoints),
         "wall_s": 0.0,
     }
-    atomic_write_json(out / "audit.json", result)
+    atomic_write_json(root / "audit" / "audit.json", result)
     return result

@@ -4,6 +4,7 @@ Pure functions over plain Python data; :mod:`fathom.study` turns run directories
 into these inputs.
 """
 
+from fathom.stats.contrasts import Contrast, contrast, contrast_sentence
 from fathom.stats.flags import (
     CHANCE_CE_TOLERANCE,
     EXCLUDING_FLAGS,
@@ -33,6 +34,7 @@ __all__ = [
     "EXCLUDING_FLAGS",
     "NOT_FITTING_ACCURACY",
     "ArmRuns",
+    "Contrast",
     "DepthScalingTable",
     "DepthScalingVerdict",
     "Interval",
@@ -40,6 +42,8 @@ __all__ = [
     "RunRecord",
     "Verdict",
     "compare",
+    "contrast",
+    "contrast_sentence",
     "depth_scaling_verdict",
     "failure_flags",
     "first_crossing",

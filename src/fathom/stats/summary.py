@@ -3,7 +3,7 @@ target, fixed-horizon training time, failure flags, verdicts and rankings.
 
 Input is plain data (:class:`RunRecord`, one per main-phase run); :mod:`fathom.study`
 builds the records from run directories. Output is a JSON-able dict
-(:func:`summarise_study`) and its markdown rendering (:func:`to_markdown`).
+(:func:`summarise_study`); its markdown rendering is :func:`fathom.stats.summary_md.to_markdown`.
 
 Definitions (all over seeds of one recipe, sample SD with ddof = 1):
 
@@ -31,6 +31,7 @@ from typing import Any
 from fathom.errors import FathomError
 from fathom.stats.flags import failure_flags, is_excluded
 from fathom.stats.intervals import mean_sd, paired_difference, t_interval
+from fathom.stats.summary_md import to_markdown
 from fathom.stats.units import percent
 from fathom.stats.verdicts import (
     Verdict,
@@ -39,6 +40,8 @@ from fathom.stats.verdicts import (
     rank_disagreement,
     verdict_sentence,
 )
+
+__all__ = ["RunRecord", "summarise_study", "to_markdown"]
 
 CHECKPOINT_KEYS = ("test_acc", "test_ce", "val_ce", "epoch")
 COMPARED_METRICS = (
@@ -159,40 +162,72 @@ def summarise_study(
     flags = {n: {r.seed: r.flags() for r in by_recipe[n]} for n in names}
     excluded_recipe = {n: any(is_excluded(f) for f in flags[n].values()) for n in names}
     usable = {n: [r for r in by_recipe[n] if not is_excluded(flags[n][r.seed])] for n in names}
-
-    recipes: dict[str, Any] = {}
-    cadences: list[int] = []
     ref_train = {r.seed: r.training_clock_s for r in usable[reference] if r.training_clock_s}
-    for n in names:
-        runs = usable[n]
-        entry: dict[str, Any] = {
-            "seeds": sorted(r.seed for r in by_recipe[n]),
-            "lr": sorted({r.lr for r in by_recipe[n] if r.lr is not None}),
-            "flags": {str(s): f for s, f in sorted(flags[n].items())},
-            "excluded": excluded_recipe[n],
-        }
-        for where in CHECKPOINTS:
-            entry[where] = {
-                key: _stat([getattr(r, where)[key] for r in runs]) for key, _, _ in COMPARED_METRICS
-            }
-        train = {r.seed: r.training_clock_s for r in runs if r.training_clock_s is not None}
-        entry["training_s"] = _stat(list(train.values()))
-        ref_mean = _stat(list(ref_train.values()))["mean"]
-        own_mean = entry["training_s"]["mean"]
-        entry["training_ratio_to_reference"] = {
-            "ratio_of_means": None
-            if ref_mean in (None, 0.0) or own_mean is None
-            else own_mean / ref_mean,
-            "paired_ratio": _paired_ratio(train, ref_train, level),
-        }
-        if target_val_acc is not None:
-            entry["time_to_target"] = _time_to_target(runs, target_val_acc)
-            cadences += [c for c in (_cadence(r.curve) for r in runs) if c is not None]
-        recipes[n] = entry
+    recipes = {
+        n: _recipe_entry(by_recipe[n], usable[n], flags[n], excluded_recipe[n], ref_train,
+                         target_val_acc, level)
+        for n in names
+    }  # fmt: skip
+    cadences = [c for n in names for c in (_cadence(r.curve) for r in usable[n]) if c is not None]
+    return {
+        "reference": reference,
+        "level": level,
+        "target_val_acc": target_val_acc,
+        "n_runs": len(records),
+        "config": dict(records[0].config_fingerprint),
+        "recipes": recipes,
+        "comparisons": _comparisons(names, reference, usable, flags, level),
+        "rankings": _rankings(recipes, [n for n in names if not excluded_recipe[n]]),
+        "excluded": [
+            {"recipe": n, "seed": s, "flags": f}
+            for n in names
+            for s, f in sorted(flags[n].items())
+            if is_excluded(f)
+        ],
+        "notes": _notes(level, target_val_acc, cadences),
+    }
 
-    comparisons = _comparisons(names, reference, usable, flags, level)
+
+def _recipe_entry(
+    runs_all: Sequence[RunRecord],
+    runs: Sequence[RunRecord],
+    flags: Mapping[int, list[str]],
+    excluded: bool,
+    ref_train: Mapping[int, float | None],
+    target_val_acc: float | None,
+    level: float,
+) -> dict[str, Any]:
+    """One recipe's row: seeds, LRs, flags, checkpoint stats over its usable ``runs``,
+    fixed-horizon training time (and its ratio to the reference), time to target."""
+    entry: dict[str, Any] = {
+        "seeds": sorted(r.seed for r in runs_all),
+        "lr": sorted({r.lr for r in runs_all if r.lr is not None}),
+        "flags": {str(s): f for s, f in sorted(flags.items())},
+        "excluded": excluded,
+    }
+    for where in CHECKPOINTS:
+        entry[where] = {
+            key: _stat([getattr(r, where)[key] for r in runs]) for key, _, _ in COMPARED_METRICS
+        }
+    train = {r.seed: r.training_clock_s for r in runs if r.training_clock_s is not None}
+    entry["training_s"] = _stat(list(train.values()))
+    ref_mean = _stat(list(ref_train.values()))["mean"]
+    own_mean = entry["training_s"]["mean"]
+    entry["training_ratio_to_reference"] = {
+        "ratio_of_means": None
+        if ref_mean in (None, 0.0) or own_mean is None
+        else own_mean / ref_mean,
+        "paired_ratio": _paired_ratio(train, ref_train, level),  # type: ignore[arg-type]
+    }
+    if target_val_acc is not None:
+        entry["time_to_target"] = _time_to_target(runs, target_val_acc)
+    return entry
+
+
+def _rankings(recipes: Mapping[str, Any], ranked: Sequence[str]) -> dict[str, Any]:
+    """Per compared metric, the ranking at the selected and final checkpoints (recipes
+    with a mean at both; at least two)."""
     rankings = {}
-    ranked = [n for n in names if not excluded_recipe[n]]
     for key, label, higher in COMPARED_METRICS:
         sel = {n: recipes[n]["selected"][key]["mean"] for n in ranked}
         fin = {n: recipes[n]["final"][key]["mean"] for n in ranked}
@@ -202,7 +237,10 @@ def summarise_study(
                 {n: sel[n] for n in keep}, {n: fin[n] for n in keep}, higher_is_better=higher
             )
             rankings[key] = {"label": label, **rc.to_dict()}
+    return rankings
 
+
+def _notes(level: float, target_val_acc: float | None, cadences: Sequence[int]) -> list[str]:
     notes = [
         f"{100 * level:g}% Student-t intervals over seeds; descriptive, uncorrected for "
         "multiple comparisons; n < 2 gives no interval.",
@@ -215,23 +253,7 @@ def summarise_study(
             f"evaluation every {step} epoch(s) bounds its precision (it can be late by up to "
             "one evaluation interval)."
         )
-    return {
-        "reference": reference,
-        "level": level,
-        "target_val_acc": target_val_acc,
-        "n_runs": len(records),
-        "config": dict(records[0].config_fingerprint),
-        "recipes": recipes,
-        "comparisons": comparisons,
-        "rankings": rankings,
-        "excluded": [
-            {"recipe": n, "seed": s, "flags": f}
-            for n in names
-            for s, f in sorted(flags[n].items())
-            if is_excluded(f)
-        ],
-        "notes": notes,
-    }
+    return notes
 
 
 def _paired_ratio(
@@ -313,112 +335,3 @@ def _values(runs: Sequence[RunRecord], where: str, key: str) -> dict[int, float]
         if v is not None and math.isfinite(float(v)):
             out[r.seed] = float(v)
     return out
-
-
-# ----------------------------------------------------------------------------------------
-# Markdown
-
-
-def _ms(stat: Mapping[str, Any] | None, digits: int = 4) -> str:
-    if stat is None or stat.get("mean") is None:
-        return "—"
-    text = f"{stat['mean']:.{digits}f}"
-    if stat.get("sd") is not None:
-        text += f" ± {stat['sd']:.{digits}f}"
-    return f"{text} (n={stat['n']})"
-
-
-def _ms_pct(stat: Mapping[str, Any] | None) -> str:
-    """An accuracy stat (fractions) as ``"92.36 ± 0.76 % (n=3)"`` via :func:`percent`."""
-    if stat is None or stat.get("mean") is None:
-        return "—"
-    text = f"{percent(stat['mean']):.2f}"
-    if stat.get("sd") is not None:
-        text += f" ± {percent(stat['sd']):.2f}"
-    return f"{text} % (n={stat['n']})"
-
-
-def _num(x: float | None, fmt: str = "+.4f") -> str:
-    return "—" if x is None else format(x, fmt)
-
-
-def to_markdown(summary: Mapping[str, Any]) -> str:
-    """Render :func:`summarise_study` output as markdown tables (mean ± sample SD)."""
-    ref = summary["reference"]
-    pct = f"{100 * summary['level']:g}%"
-    lines = [
-        f"Reference recipe: **{ref}**. Values are mean ± sample SD over seeds (n stated).",
-        "",
-        "| Method | LR | Validation-selected accuracy (%) | Final accuracy (%) "
-        "| Selected test CE (nats) | Final test CE (nats) | Flags |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, e in summary["recipes"].items():
-        flags = sorted({f for fl in e["flags"].values() for f in fl})
-        lr = ", ".join(f"{x:g}" for x in e["lr"]) or "—"
-        lines.append(
-            f"| {name} | {lr} | {_ms_pct(e['selected']['test_acc'])} "
-            f"| {_ms_pct(e['final']['test_acc'])} "
-            f"| {_ms(e['selected']['test_ce'])} | {_ms(e['final']['test_ce'])} "
-            f"| {', '.join(flags) or '—'} |"
-        )
-    lines += [
-        "",
-        f"Paired differences (recipe − {ref}) with {pct} t intervals:",
-        "",
-        "| Method | Metric | Checkpoint | Difference | Interval | n | Verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for c in summary["comparisons"]:
-        d = c["diff"]
-        interval = "—" if d is None or d["low"] is None else f"[{d['low']:+.4f}, {d['high']:+.4f}]"
-        lines.append(
-            f"| {c['recipe']} | {c['metric']} ({c['unit']}) | {c['checkpoint']} "
-            f"| {_num(None if d is None else d['estimate'])} | {interval} "
-            f"| {'—' if d is None else d['n']} | {c['verdict']} |"
-        )
-    shown = [c for c in summary["comparisons"] if c["verdict"] not in ("not established",)]
-    lines += ["", *[f"- {c['sentence']}" for c in shown]]
-    rest = len(summary["comparisons"]) - len(shown)
-    if rest:
-        lines.append(f"- {rest} other comparison(s): not established (see the Verdict column).")
-    lines += [
-        "",
-        "| Method | Fixed-horizon training (s) | Ratio to reference | Time to target, training (s) "
-        "| Time to target, elapsed (s) | Reached |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, e in summary["recipes"].items():
-        ratio = e["training_ratio_to_reference"]["ratio_of_means"]
-        ttt = e.get("time_to_target")
-        reached = f"{ttt['reached']}/{ttt['n']}" if ttt else "—"
-        lines.append(
-            f"| {name} | {_ms(e['training_s'], 1)} | {_num(ratio, '.3f')} "
-            f"| {_ms(ttt['training_s'], 1) if ttt else '—'} "
-            f"| {_ms(ttt['elapsed_s'], 1) if ttt else '—'} "
-            f"| {reached} |"
-        )
-    for rk in summary["rankings"].values():
-        if not rk["disagree"]:
-            continue
-        lines += [
-            "",
-            f"Ranking by {rk['label']} disagrees between the selected and final checkpoints:",
-            "",
-            "| Method | Selected | Rank | Final | Rank |",
-            "|---|---|---|---|---|",
-        ]
-        conv = percent if rk["label"] == "test accuracy" else float
-        lines += [
-            f"| {r['name']} | {conv(r['selected']):.4f} | {r['selected_rank']} "
-            f"| {conv(r['final']):.4f} | {r['final_rank']} |"
-            for r in rk["rows"]
-        ]
-    if summary["excluded"]:
-        lines += ["", "Excluded runs (no comparison):", ""]
-        lines += [
-            f"- {x['recipe']} seed {x['seed']}: {', '.join(x['flags'])}"
-            for x in summary["excluded"]
-        ]
-    lines += ["", *[f"_{n}_" for n in summary["notes"]], ""]
-    return "\n".join(lines)

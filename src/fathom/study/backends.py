@@ -17,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
+from fathom.config_live import LiveConfig
 from fathom.errors import FathomError, install_hint
 from fathom.study.execute import RunOutcome, execute_run
 from fathom.study.plan import RunSpec
@@ -104,7 +105,7 @@ class LocalBackend:
     workers: int = 1
     threads: int = 1
     splits_for: Any = None
-    live: tuple[str, ...] = ()
+    live: LiveConfig | tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -184,7 +185,7 @@ class RayBackend:
     address: str | None = None
     threads: int = 1
     splits_for: Any = None
-    live: tuple[str, ...] = ()
+    live: LiveConfig | tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -251,7 +252,7 @@ def make_backend(
     threads: int = 1,
     splits_for: Any = None,
     slurm: dict[str, Any] | None = None,
-    live: tuple[str, ...] = (),
+    live: LiveConfig | tuple[str, ...] = (),
 ):
     """The backend called ``name``; ``slurm`` holds :class:`fathom.study.slurm.SlurmBackend` fields."""
     if name == "local":

@@ -86,15 +86,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     study, origin = load_study(args.study)
     if args.backend != "ray" and args.address:
         raise FathomError("--address is for --backend ray; drop it or add --backend ray")
-    from fathom.export.live import parse_live
+    from fathom.train.cli import live_settings
 
+    tracking = live_settings(study.live, args.live)
     backend = make_backend(
         args.backend,
         workers=args.workers,
         address=args.address,
         threads=_threads(args, study),
         slurm=slurm_options(args),
-        live=parse_live(args.live),
+        live=tracking if tracking.enabled else (),
     )
     console = Console(stderr=True)
 
@@ -208,10 +209,11 @@ def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
     The run id names phase, recipe, LR and seed; ``wide`` adds them as columns with the
     full hash.
     """
+    from fathom.stats.units import percent
     from fathom.terminal import short_hash, table
 
-    def f(x: float | None, spec: str, scale: float = 1.0) -> str:
-        return "—" if x is None else format(scale * x, spec)
+    def f(x: float | None, spec: str) -> str:
+        return "—" if x is None else format(x, spec)
 
     columns = [
         "Run",
@@ -233,8 +235,8 @@ def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
                     r["run_id"],
                     *(extra if wide else []),
                     r["status"],
-                    f(r["selected_test_acc"], ".2f", 100),
-                    f(r["final_test_acc"], ".2f", 100),
+                    f(percent(r["selected_test_acc"]), ".2f"),
+                    f(percent(r["final_test_acc"]), ".2f"),
                     f(r["final_test_ce"], ".4f"),
                     short_hash(r["final_params"], wide),
                 ]
@@ -320,8 +322,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--live",
         metavar="TARGETS",
-        help="stream every run's history rows while it trains: tensorboard, wandb (offline) "
-        "or both, comma-separated; logs under each RUN_DIR/live/ (default: off)",
+        help="stream every run's history rows while it trains: tensorboard, wandb or both, "
+        "comma-separated, or off; overrides the study's [live] backends; logs under each "
+        "RUN_DIR/live/ unless [live] places them (default: off)",
     )
     run.set_defaults(func=cmd_run)
     status = ssub.add_parser("status", help="per-run state of a study directory")

@@ -18,6 +18,9 @@ lrs = [0.01, 0.03, 0.1]
 
 [base]                                 # a run config (see fathom.config.RunConfig)
 optim = { epochs = 100, batch_size = 64 }
+
+[live]                                 # optional live tracking of every run (fathom.config_live)
+backends = ["tensorboard"]
 ```
 
 Where each recipe's learning rate comes from (its *source*, recorded in the summary):
@@ -43,6 +46,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fathom.config import RunConfig, _format_validation_error, load_toml, validate_run_config
+from fathom.config_live import LiveConfig
 from fathom.config_models import Bool, Float, Int
 from fathom.errors import FathomError
 from fathom.models.ciresan import RECIPES
@@ -155,6 +159,7 @@ class StudyConfig(_Strict):
     study: StudySection
     tuning: TuningSection = TuningSection(enabled=False)
     base: RunConfig = RunConfig()
+    live: LiveConfig = Field(default_factory=LiveConfig, exclude=True)  # not in the definition
 
     @model_validator(mode="after")
     def _lr_source(self) -> StudyConfig:
@@ -237,6 +242,11 @@ def validate_study_config(data: dict[str, Any], origin: str = "study config") ->
             "reference, recipes and seeds"
         )
     base = data.get("base", {})
+    if isinstance(base, dict) and "live" in base:
+        raise FathomError(
+            f"invalid study ({origin}): [base.live] is set; live tracking of a study's runs is "
+            "the study's own top-level [live] section: move it there"
+        )
     if isinstance(base, dict):
         owned = _owned_keys_set(base)
         if owned:

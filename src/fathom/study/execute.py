@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fathom.config import config_diff, validate_run_config
+from fathom.config import LiveConfig, config_diff, validate_run_config
 from fathom.errors import FathomError
 from fathom.io import config_digest
 from fathom.rundir import DirLock, RunDir
@@ -127,13 +127,13 @@ def execute_run(
     registry_file: str | None = None,
     splits_for: Any = None,
     allow_source_change: bool = False,
-    live: tuple[str, ...] = (),
+    live: LiveConfig | tuple[str, ...] = (),
 ) -> RunOutcome:
     """Bring ``spec``'s run directory to a final state (see the module docstring).
 
     ``threads`` sets ``torch.set_num_threads`` for this process; ``registry_file`` (when
-    given) receives the run's row; ``live`` names live-tracking targets
-    (:mod:`fathom.export.live`); ``splits_for(cfg, device) -> DataSplits`` replaces
+    given) receives the run's row; ``live`` is the study's live-tracking settings (a
+    :class:`~fathom.config_live.LiveConfig`, or the backends to stream to; :mod:`fathom.export.live`); ``splits_for(cfg, device) -> DataSplits`` replaces
     :func:`cached_splits` (tests use synthetic data). Errors of the run itself are returned as a ``failed``
     outcome with the message; bad input (``FathomError``) is raised. ``allow_source_change``
     lets a resumed run continue under changed source (recorded in its manifest).
@@ -192,16 +192,23 @@ def execute_run(
 
 
 def _train_spec(
-    spec: RunSpec, path: Path, splits_for: Any, live: tuple[str, ...], options: dict[str, Any]
+    spec: RunSpec,
+    path: Path,
+    splits_for: Any,
+    live: LiveConfig | tuple[str, ...],
+    options: dict[str, Any],
 ) -> tuple[Any, str | None]:
     """Train (or resume) ``spec`` into ``path``; return the result and live-tracking problems."""
+    from fathom.config_live import live_config
     from fathom.export.live import LiveTracker
     from fathom.provenance import resolve_device
     from fathom.train.loop import train
 
     cfg = validate_run_config(spec.config, origin=f"study run {spec.run_id}")
+    if live:  # recorded in the manifest; never part of the training config
+        cfg = cfg.model_copy(update={"live": live_config(live)})
     splits = (splits_for or cached_splits)(cfg, resolve_device(cfg.device))
-    tracker = LiveTracker(path, live, cfg) if live else None
+    tracker = LiveTracker(path, cfg.live, cfg) if live else None
     try:
         result = train(cfg, path, splits=splits, progress=tracker, **options)
     finally:

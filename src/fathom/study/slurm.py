@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fathom.config_live import LiveConfig
 from fathom.errors import FathomError, install_hint
 from fathom.study.execute import RunOutcome, execute_run
 from fathom.study.plan import RunSpec
@@ -51,7 +52,7 @@ class SlurmBackend:
     mem_gb: float | None = None
     array_parallelism: int = 64
     splits_for: Any = None
-    live: tuple[str, ...] = ()
+    live: LiveConfig | tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

@@ -6,31 +6,27 @@ Gram matrices), :mod:`~fathom.telemetry.distributions`, :mod:`~fathom.telemetry.
 :mod:`~fathom.telemetry.registry`; :class:`Recorder` is the thin object the trainer calls.
 """
 
-from fathom.telemetry.instruments import Instruments
-from fathom.telemetry.moments import (
-    GradientMoments,
-    gradient_gram,
-    gradient_moments,
-    moments_from_gram,
-    moments_from_grams,
-)
-from fathom.telemetry.recorder import Recorder, read_only, schedule_due
-from fathom.telemetry.registry import ALIASES, FAMILIES, FIELDS, Field, field_for, resolve_families
+from fathom.lazy import exports
 
-__all__ = [
-    "ALIASES",
-    "FAMILIES",
-    "FIELDS",
-    "Field",
-    "GradientMoments",
-    "Instruments",
-    "Recorder",
-    "field_for",
-    "gradient_gram",
-    "gradient_moments",
-    "moments_from_gram",
-    "moments_from_grams",
-    "read_only",
-    "resolve_families",
-    "schedule_due",
-]
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "fathom.telemetry.instruments": ["Instruments"],
+        "fathom.telemetry.moments": [
+            "GradientMoments",
+            "gradient_gram",
+            "gradient_moments",
+            "moments_from_gram",
+            "moments_from_grams",
+        ],
+        "fathom.telemetry.recorder": ["Recorder", "read_only", "schedule_due"],
+        "fathom.telemetry.registry": [
+            "ALIASES",
+            "FAMILIES",
+            "FIELDS",
+            "Field",
+            "field_for",
+            "resolve_families",
+        ],
+    },
+)

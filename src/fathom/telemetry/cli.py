@@ -6,22 +6,26 @@ import argparse
 from pathlib import Path
 
 from fathom.errors import FathomError
-from fathom.telemetry import docs
-from fathom.telemetry.qualify import DEFAULT_GATE, qualify
+
+GATE_HELP = "0.10"
+"""The default of ``--gate`` shown in its help: :data:`fathom.telemetry.qualify.DEFAULT_GATE`
+(importing that module costs torch; ``tests/test_cli_help.py`` checks the two agree)."""
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    argv = ["--out", str(args.out)] + (["--check"] if args.check else [])
+    from fathom.telemetry import docs
+
+    argv = ["--out", str(args.out or docs.DEFAULT_PATH)] + (["--check"] if args.check else [])
     return docs.main(argv)
 
 
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:.2f}%"
-
-
 def cmd_qualify(args: argparse.Namespace) -> int:
+    from fathom.stats.units import fmt_percent
+    from fathom.telemetry.qualify import DEFAULT_GATE, qualify
     from fathom.train.cli import config_from_args
 
+    if args.gate is None:
+        args.gate = DEFAULT_GATE
     if not args.gate > 0:
         raise FathomError(f"--gate must be a positive fraction (0.10 = 10%), got {args.gate}")
     cfg = config_from_args(args)
@@ -41,9 +45,9 @@ def cmd_qualify(args: argparse.Namespace) -> int:
         f"training clock {q.training_s:.3f} s; telemetry clock {q.telemetry_s:.3f} s (cold first call {q.telemetry_cold_s or 0.0:.3f} s)"
     )
     print(
-        f"overhead       {_pct(q.overhead)} including cold start, {_pct(q.overhead_without_cold)} without"
+        f"overhead       {fmt_percent(q.overhead)} including cold start, {fmt_percent(q.overhead_without_cold)} without"
     )
-    print(f"gate           {_pct(q.gate)} {q.gated_on}: {'PASS' if q.passed else 'FAIL'}")
+    print(f"gate           {fmt_percent(q.gate)} {q.gated_on}: {'PASS' if q.passed else 'FAIL'}")
     print(f"written        {out / 'qualification.json'}")
     return 0 if q.passed else 1
 
@@ -53,7 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     tsub = p.add_subparsers(dest="telemetry_command", required=True, metavar="SUBCOMMAND")
 
     d = tsub.add_parser("docs", help="write docs/metrics.md from the field registry")
-    d.add_argument("--out", type=Path, default=docs.DEFAULT_PATH)
+    d.add_argument("--out", type=Path, default=None, help="output path (default docs/metrics.md)")
     d.add_argument("--check", action="store_true", help="exit 1 if the file is not current")
     d.set_defaults(func=cmd_docs)
 
@@ -70,8 +74,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument(
         "--gate",
         type=float,
-        default=DEFAULT_GATE,
-        help="overhead gate as a fraction (default 0.10)",
+        default=None,
+        help=f"overhead gate as a fraction (default {GATE_HELP})",
     )
     q.add_argument(
         "--exclude-cold",

@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fathom.config import RunConfig
 from fathom.errors import FathomError
-from fathom.stats.units import fmt_percent
+
+if TYPE_CHECKING:  # the parser stays light: `fathom train --help` imports no pydantic or torch
+    from fathom.config import LiveConfig, RunConfig
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -29,6 +30,7 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 def load_run_config_or_preset(name: str) -> RunConfig:
     """A run config from a TOML path or a run preset; another kind gets a pointer to its command."""
+    from fathom.config import RunConfig
     from fathom.config_family import load_config
 
     cfg, origin = load_config(name)
@@ -41,6 +43,8 @@ def load_run_config_or_preset(name: str) -> RunConfig:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    from fathom.config import RunConfig
+
     cfg = load_run_config_or_preset(args.config) if args.config else RunConfig()
     updates = parse_set(args.set or [])
     if getattr(args, "device", None):
@@ -74,6 +78,8 @@ class LiveProgress:
         return "—" if v is None else format(v, spec)
 
     def __call__(self, event: str, row: dict) -> None:
+        from fathom.stats.units import fmt_percent
+
         fmt = self._fmt
         if event == "epoch":
             self.bar.console.print(
@@ -103,6 +109,30 @@ def make_progress(quiet: bool) -> LiveProgress | None:
     return None if quiet else LiveProgress()
 
 
+def live_settings(configured: LiveConfig, flag: str | None) -> LiveConfig:
+    """The ``[live]`` settings with ``--live`` (when given) choosing the backends."""
+    from fathom.export.live import parse_live
+
+    return configured if flag is None else configured.with_backends(parse_live(flag))
+
+
+def recorded_live(run_dir: Path) -> LiveConfig:
+    """The live-tracking settings a run's manifest records (off for a run that has none)."""
+    from pydantic import ValidationError
+
+    from fathom.config_live import LiveConfig
+    from fathom.rundir import RunDir
+
+    recorded = RunDir(run_dir).manifest.get("live")
+    try:
+        return LiveConfig.model_validate(recorded or {})
+    except ValidationError as e:
+        raise FathomError(
+            f"{run_dir}/manifest.json records live settings this version cannot read ({e.errors()[0]['msg']}); "
+            "choose the backends with --live (or --live off)"
+        ) from None
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from fathom.train.loop import resume, train
 
@@ -118,22 +148,27 @@ def cmd_train(args: argparse.Namespace) -> int:
         from fathom.train.loop import check_resumable
 
         check_resumable(Path(args.resume), config_from_args(args))
-    from fathom.export.live import LiveTracker, fan_out, parse_live
+    from fathom.export.live import LiveTracker, fan_out
 
-    targets = parse_live(args.live)
-    live = make_progress(args.quiet)
     cfg = None
     if args.resume:
         run_dir = Path(args.resume)
+        tracking = live_settings(recorded_live(run_dir), args.live)
     else:
         cfg = config_from_args(args)
         run_dir = Path(args.runs_dir) / cfg.study / cfg.name
-    tracker = LiveTracker(run_dir, targets, cfg) if targets else None
+        tracking = live_settings(cfg.live, args.live)
+        cfg = cfg.model_copy(update={"live": tracking})
+    tracker = LiveTracker(run_dir, tracking, cfg) if tracking.enabled else None
+    live = make_progress(args.quiet)
     progress = fan_out(live, tracker)
     try:
         if args.resume:
             result = resume(
-                args.resume, progress=progress, allow_source_change=args.allow_source_change
+                args.resume,
+                progress=progress,
+                allow_source_change=args.allow_source_change,
+                live=tracking,
             )
         else:
             result = train(cfg, run_dir, progress=progress)
@@ -158,7 +193,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     cfg, origin = load_config(args.config)
     print(f"{origin}: valid {cfg.kind} config")
-    print(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    data = cfg.model_dump(mode="json")
+    live = getattr(cfg, "live", None)
+    if live is not None:  # excluded from the training config (and its hash), shown here
+        data["live"] = live.model_dump(mode="json")
+    print(json.dumps(data, indent=2))
     return 0
 
 
@@ -188,8 +227,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--live",
         metavar="TARGETS",
-        help="stream history rows while training: tensorboard, wandb (offline) or both, "
-        "comma-separated; logs under RUN_DIR/live/ (default: off)",
+        help="stream history rows while training: tensorboard, wandb or both, comma-separated, "
+        "or off; overrides the config's [live] backends (a resume keeps the recorded ones); "
+        "logs under RUN_DIR/live/ unless [live] places them (default: off)",
     )
     p.set_defaults(func=cmd_train)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from fathom.config import RunConfig, config_diff, validate_run_config
+from fathom.config import LiveConfig, RunConfig, config_diff, validate_run_config
 from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
@@ -313,10 +313,16 @@ def resume(
     progress: Any = None,
     telemetry: bool | None = None,
     allow_source_change: bool = False,
+    live: LiveConfig | None = None,
 ) -> RunResult:
-    """Continue an interrupted run from its last resume state; ends byte-identical."""
+    """Continue an interrupted run from its last resume state; ends byte-identical.
+
+    ``live``: the live-tracking settings to record for this invocation (they never train).
+    """
     rd = RunDir(run_dir)
     cfg = validate_run_config(rd.manifest["config"], origin=f"{run_dir}/manifest.json")
+    if live is not None:
+        cfg = cfg.model_copy(update={"live": live})
     return train(
         cfg,
         run_dir,

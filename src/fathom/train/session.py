@@ -176,6 +176,7 @@ def new_manifest(
         "selected_checkpoint": s.progress.selected_ckpt,
         "final": {"epoch": None},
         "telemetry": {"enabled": s.recorder is not None},
+        "live": cfg.live.model_dump(mode="json"),  # not in config / config_hash: never trains
         "execution": {
             "path": s.stepper.name,
             "precision": cfg.execution.precision,

@@ -1,0 +1,49 @@
+"""Lazy package exports: importing a package costs nothing until one of its names is used."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+PACKAGES = ("audit", "curvature", "data", "depthscale", "export", "report", "telemetry")
+
+
+def test_packages_import_without_torch_and_resolve_every_name_on_use():
+    code = (
+        "import importlib, sys\n"
+        f"for p in {PACKAGES!r}:\n"
+        "    importlib.import_module('fathom.' + p)\n"
+        "print('torch' in sys.modules, 'numpy' in sys.modules)\n"
+        "import fathom.data\n"
+        "fathom.data.DataSplits\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "True"]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_exported_name_resolves(package: str):
+    import importlib
+
+    mod = importlib.import_module(f"fathom.{package}")
+    for name in mod.__all__:
+        value = getattr(mod, name)
+        assert value is getattr(mod, name) and name in dir(mod)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        mod.nope  # noqa: B018
+    from fathom.data import DataSplits
+    from fathom.data.splits import DataSplits as direct
+
+    assert DataSplits is direct
