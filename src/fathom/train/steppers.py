@@ -5,8 +5,10 @@ the batches' training losses; the loop does everything else. Three paths share t
 interface (``run_epoch``, ``epoch_fields``, ``state_dict`` / ``load_state_dict`` for the
 stepper's own generators):
 
-* :class:`EagerStepper`: ``loss.backward()``, ``optimizer.step()``, ``zero_grad(None)``
-  (any device, SGD or AdamW; the reference);
+* :class:`EagerStepper`: forward, gradients, update (any device, SGD or AdamW; the
+  reference): plain SGD through :class:`fathom.train.sgd.ActiveSGD` (``autograd.grad`` over
+  the step's active parameters, torch's foreach kernels, bit-identical), every other optimizer
+  through ``loss.backward()``, ``optimizer.step()``, ``zero_grad(None)``;
 * :class:`fathom.train.fast.GraphStepper`: CUDA graphs, one per branch topology (SGD);
 * :class:`fathom.train.regularized.RegularizedStepper`: ``CE + λ_reg · P`` with the
   Lyapunov penalty, the two gradients kept apart for their norms.
