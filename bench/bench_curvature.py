@@ -1,29 +1,35 @@
 """Exact curvature diagonals: fathom ``exact_diagonals`` vs BackPACK vs naive vmap, and the floor.
 
 Part 1 (issue 12), float64, probe N = ``--probe``, C = 10, timings interleaved over
-``--repeats``, medians:
+``--repeats`` rounds (each round runs every method once, after one warm-up each), medians;
+with ``--threads 1`` (the default) on the calling thread's CPU clock (``time.thread_time``:
+user + system time of this thread, so other engineers' jobs on the shared machine do not
+enter), else wall time:
 
 * **residual CNN with BatchNorm** (eval; conv stem, two residual blocks, a strided
   downsampling conv, a residual block at the new width, 2x2 max pooling, linear head):
-  - fathom ``exact_diagonals`` (GGN, empirical Fisher and Jacobian Gram, all three);
+  - fathom ``exact_diagonals``: all three families (GGN, empirical Fisher, Jacobian Gram),
+    and ``families="ggn"`` (the GGN alone);
   - BackPACK 1.7 ``DiagGGNExact`` on the mean CE (``extend(..., use_converter=True)`` for the
     residual graph) — the GGN alone — and its three-pass equivalent of what fathom returns
     (DiagGGNExact + SumGradSquared on the summed CE, DiagGGNExact on a summed MSE for JᵀJ);
   - naive: ``vmap(jacrev)`` full per-example Jacobians ``J_i [C, P]``, then the diagonals;
-  - **pullback floor**: one forward plus the ``C`` vector-Jacobian products of the unit
-    logit directions back to every parameter through the same network, summed over the
-    examples (``autograd.grad(logits, params, e_c)``), with no per-example split and no
-    diagonal accumulation; measured two ways in the same run (one vmapped reverse pass with
-    ``is_grads_batched=True``, and ``C`` reverse passes of one graph) and the faster one is
-    the floor. Any exact diagonal needs at least this work.
+  - **pullback floor** (``bench/curvature_floor.py``): forward + the ``C`` unit logit
+    directions pulled back to every parameter, summed over the examples (no per-example
+    split, no diagonal accumulation), measured three ways in the same rounds; the fastest
+    is the floor.
 * **tiny transformer block** (Embedding, LayerNorm, ``nn.MultiheadAttention``, MLP), which
-  BackPACK refuses: fathom vs naive vmap vs the floor.
+  BackPACK refuses: fathom (all three; GGN alone) vs naive vmap vs the floor.
+
+Every method runs under the same CPU allocator settings: glibc's thresholds as ``fathom
+train`` sets them (``fathom.train.allocator``; ``exact_diagonals`` applies them on its first
+call), applied here before any timing.
 
 Part 2: the Ciresan-width plain MLP (issue 5's comparison) with ``exact_diagonals``.
 Part 3: wall time of ``run_curvature`` over 7 checkpoints of 3 synthesized run directories.
 
-Usage: python bench/bench_curvature.py [--probe 64] [--repeats 7] [--threads 2] [--skip-mlp]
-       [--skip-protocol] [--device cpu]
+Usage: python bench/bench_curvature.py [--probe 32] [--repeats 7] [--threads 1] [--skip-mlp]
+       [--skip-protocol]
 BackPACK is a dev-only dependency: ``pip install --no-deps backpack-for-pytorch einops unfoldNd``.
 """
 
@@ -42,78 +48,20 @@ import torch
 from torch import nn
 from torch.func import functional_call, jacrev, vmap
 
+from curvature_floor import (
+    DT,
+    ResidualCNN,
+    TransformerBlock,
+    autograd_floor,
+    floors,
+    layer_gemm_floor,
+    randomize_bn,
+)
 from fathom.curvature import exact_diagonals
+from fathom.train.allocator import tune_cpu_allocator
 
-DT = torch.float64
+CLOCK = {"clock": time.perf_counter}
 EPOCHS = (0, 1, 5, 10, 20, 50, 100)
-
-
-class ResidualBlock(nn.Module):
-    def __init__(self, c: int) -> None:
-        super().__init__()
-        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
-        self.act1, self.act2 = nn.ReLU(), nn.ReLU()  # modules, so BackPACK's converter can see them
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.act1(self.bn1(self.conv1(x)))
-        return self.act2(x + self.bn2(self.conv2(h)))
-
-
-class ResidualCNN(nn.Module):
-    """1 x side x side -> 16 ch -> 2 blocks -> 32 ch (stride 2) -> 1 block -> 2x2 max pool -> 10.
-
-    (Max, not average, pooling: BackPACK 1.7's average-pool derivative builds a float32
-    transposed convolution and fails in float64.)"""
-
-    def __init__(self, width: int = 16, side: int = 16) -> None:
-        super().__init__()
-        self.stem = nn.Sequential(
-            nn.Conv2d(1, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU()
-        )
-        self.stage1 = nn.Sequential(ResidualBlock(width), ResidualBlock(width))
-        self.down = nn.Sequential(
-            nn.Conv2d(width, 2 * width, 3, stride=2, padding=1),
-            nn.BatchNorm2d(2 * width),
-            nn.ReLU(),
-        )
-        self.stage2 = ResidualBlock(2 * width)
-        self.pool = nn.MaxPool2d(2)
-        self.flat = nn.Flatten()
-        self.head = nn.Linear(2 * width * (side // 4) ** 2, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.stage2(self.down(self.stage1(self.stem(x))))
-        return self.head(self.flat(self.pool(h)))
-
-
-class TransformerBlock(nn.Module):
-    """Tokens -> Embedding + learned positions -> pre-LN attention and MLP -> mean pool -> 10."""
-
-    def __init__(self, vocab: int = 100, length: int = 16, dim: int = 32, heads: int = 4) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.pos = nn.Parameter(torch.randn(length, dim) * 0.1)
-        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
-        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
-        self.head = nn.Linear(dim, 10)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.embed(tokens) + self.pos
-        a = self.ln1(h)
-        h = h + self.attn(a, a, a, need_weights=False)[0]
-        h = h + self.mlp(self.ln2(h))
-        return self.head(h.mean(1))
-
-
-def randomize_bn(model: nn.Module) -> nn.Module:
-    g = torch.Generator().manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.2)
-            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-    return model
 
 
 def naive_diagonals(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
@@ -140,28 +88,9 @@ def naive_diagonals(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
     return out
 
 
-def pullback_floor(model: nn.Module, x: torch.Tensor, batched: bool) -> None:
-    """Forward + C VJPs of the logits to every parameter (the floor, module docstring):
-    one vmapped reverse pass (``is_grads_batched``) or C reverse passes of one graph."""
-    params = list(model.parameters())
-    logits = model(x)
-    eye = torch.eye(10, dtype=DT)[:, None, :].expand(10, x.shape[0], 10)
-    if batched:
-        torch.autograd.grad(logits, params, eye, is_grads_batched=True)
-        return
-    for c in range(10):
-        torch.autograd.grad(logits, params, eye[c], retain_graph=c < 9)
-
-
-FLOORS = {
-    "floor: C VJPs, one batched pass": True,
-    "floor: C VJPs, C passes": False,
-}
-
-
 def with_floor(med: dict[str, float]) -> dict[str, float]:
-    """Add ``pullback floor`` = the faster of the two floor measurements of the same run."""
-    return {"pullback floor": min(med[k] for k in FLOORS), **med}
+    """Add ``pullback floor`` = the fastest floor variant of the same rounds."""
+    return {"pullback floor": min(v for k, v in med.items() if k.startswith("floor:")), **med}
 
 
 def backpack_ggn(bp_model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
@@ -208,11 +137,12 @@ def interleaved(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str,
     times: dict[str, list[float]] = {k: [] for k in fns}
     for fn in fns.values():
         fn()  # warm-up
+    clock = CLOCK["clock"]
     for _ in range(repeats):
         for k, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(clock() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -222,6 +152,27 @@ def report(title: str, med: dict[str, float], base: str, extra: list[str]) -> No
         print(f"{k:<42}: {v * 1e3:9.1f} ms   ({v / med[base]:.2f}x {base})")
     for line in extra:
         print(line)
+
+
+def check_floor(model: nn.Module, x: torch.Tensor) -> float:
+    """The GEMM floor computes the same summed gradients as autograd (max relative diff)."""
+    want = autograd_floor(model, x, False)
+    got = layer_gemm_floor(model, x)
+    return max(
+        float((got[id(p)] - w).abs().max() / w.abs().max().clamp_min(1e-300))
+        for p, w in zip(model.parameters(), want, strict=True)
+    )
+
+
+def fathom_rows(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
+    return {
+        "fathom exact_diagonals (GGN+EF+Jac)": lambda: exact_diagonals(model, x, y),
+        "fathom exact_diagonals (GGN only)": lambda: exact_diagonals(model, x, y, families="ggn"),
+    }
+
+
+ALL, GGN = "fathom exact_diagonals (GGN+EF+Jac)", "fathom exact_diagonals (GGN only)"
+BP_GGN, BP_THREE = "BackPACK DiagGGNExact (GGN only)", "BackPACK three passes (GGN+EF+Jac)"
 
 
 def bench_cnn(probe: int, repeats: int, side: int) -> None:
@@ -234,8 +185,9 @@ def bench_cnn(probe: int, repeats: int, side: int) -> None:
     bp_model = extend(randomize_bn(ResidualCNN(side=side)).to(DT).eval(), use_converter=True)
     bp_model.load_state_dict(model.state_dict())
     ours = exact_diagonals(model, x, y)
+    ggn_only = exact_diagonals(model, x, y, families="ggn")
     names = [n for n, _ in model.named_parameters()]
-    rel_ggn = max_rel([ours["ggn"][n] for n in names], backpack_ggn(bp_model, x, y))
+    rel_ggn = max_rel([ggn_only["ggn"][n] for n in names], backpack_ggn(bp_model, x, y))
     three = backpack_three(bp_model, x, y)
     rel3 = {k: max_rel([ours[k][n] for n in names], three[k]) for k in three}
     sub = slice(0, min(probe, 16))
@@ -248,28 +200,29 @@ def bench_cnn(probe: int, repeats: int, side: int) -> None:
     med = with_floor(
         interleaved(
             {
-                **{k: (lambda b=b: pullback_floor(model, x, b)) for k, b in FLOORS.items()},
-                "fathom exact_diagonals (GGN+EF+Jac)": lambda: exact_diagonals(model, x, y),
-                "BackPACK DiagGGNExact (GGN only)": lambda: backpack_ggn(bp_model, x, y),
-                "BackPACK three passes (GGN+EF+Jac)": lambda: backpack_three(bp_model, x, y),
+                **floors(model, x),
+                **fathom_rows(model, x, y),
+                BP_GGN: lambda: backpack_ggn(bp_model, x, y),
+                BP_THREE: lambda: backpack_three(bp_model, x, y),
                 "naive vmap(jacrev) (GGN+EF+Jac)": lambda: naive_diagonals(model, x, y),
             },
             repeats,
         )
     )
     base = "pullback floor"
-    fathom = med["fathom exact_diagonals (GGN+EF+Jac)"]
     report(
         f"residual CNN with BatchNorm (eval), {params:,} params, 1x{side}x{side}, N={probe}, C=10, float64",
         med,
         base,
         [
-            f"BackPACK GGN / fathom: {med['BackPACK DiagGGNExact (GGN only)'] / fathom:.2f}x; "
-            f"BackPACK three / fathom: {med['BackPACK three passes (GGN+EF+Jac)'] / fathom:.2f}x; "
-            f"fathom / floor: {fathom / med[base]:.2f}x",
-            f"max rel diff vs BackPACK: GGN {rel_ggn:.1e}; "
+            f"BackPACK GGN / fathom GGN: {med[BP_GGN] / med[GGN]:.2f}x; "
+            f"BackPACK three / fathom all: {med[BP_THREE] / med[ALL]:.2f}x; "
+            f"fathom GGN / floor: {med[GGN] / med[base]:.2f}x; "
+            f"fathom all / floor: {med[ALL] / med[base]:.2f}x",
+            f"max rel diff vs BackPACK: GGN only {rel_ggn:.1e}; "
             + ", ".join(f"{k} {v:.1e}" for k, v in rel3.items())
-            + f"; vs naive vmap (N={sub.stop}): {rel_naive:.1e}",
+            + f"; vs naive vmap (N={sub.stop}): {rel_naive:.1e}; "
+            f"GEMM floor vs autograd gradients: {check_floor(model, x):.1e}",
         ],
     )
 
@@ -292,12 +245,14 @@ def bench_transformer(probe: int, repeats: int) -> None:
     sub = slice(0, min(probe, 16))
     ours, naive = exact_diagonals(model, x[sub], y[sub]), naive_diagonals(model, x[sub], y[sub])
     rel = max(max_rel(list(ours[k].values()), list(naive[k].values())) for k in naive)
+    ggn = exact_diagonals(model, x[sub], y[sub], families="ggn")["ggn"]
+    rel = max(rel, max_rel(list(ggn.values()), list(naive["ggn"].values())))
     params = sum(p.numel() for p in model.parameters())
     med = with_floor(
         interleaved(
             {
-                **{k: (lambda b=b: pullback_floor(model, x, b)) for k, b in FLOORS.items()},
-                "fathom exact_diagonals (GGN+EF+Jac)": lambda: exact_diagonals(model, x, y),
+                **floors(model, x),
+                **fathom_rows(model, x, y),
                 "naive vmap(jacrev) (GGN+EF+Jac)": lambda: naive_diagonals(model, x, y),
             },
             repeats,
@@ -308,12 +263,14 @@ def bench_transformer(probe: int, repeats: int) -> None:
         f"seq 16, N={probe}, C=10, float64",
         med,
         "pullback floor",
-        [refusal, f"max rel diff fathom vs naive vmap (N={sub.stop}): {rel:.1e}"],
+        [refusal, f"max rel diff fathom (all; GGN only) vs naive vmap (N={sub.stop}): {rel:.1e}"],
     )
 
 
 def bench_mlp(probe: int, repeats: int, width_mult: float) -> None:
     import itertools
+
+    from backpack import extend
 
     from fathom.models.ciresan import FULL_WIDTHS, scaled_widths
 
@@ -323,8 +280,6 @@ def bench_mlp(probe: int, repeats: int, width_mult: float) -> None:
         layers += [nn.Linear(a, b), nn.ReLU()]
     torch.manual_seed(0)
     model = nn.Sequential(*layers, nn.Linear(dims[-1], 10)).to(DT)
-    from backpack import extend
-
     bp_model = extend(
         nn.Sequential(
             *[
@@ -339,10 +294,10 @@ def bench_mlp(probe: int, repeats: int, width_mult: float) -> None:
     med = with_floor(
         interleaved(
             {
-                **{k: (lambda b=b: pullback_floor(model, x, b)) for k, b in FLOORS.items()},
-                "fathom exact_diagonals (GGN+EF+Jac)": lambda: exact_diagonals(model, x, y),
-                "BackPACK DiagGGNExact (GGN only)": lambda: backpack_ggn(bp_model, x, y),
-                "BackPACK three passes (GGN+EF+Jac)": lambda: backpack_three(bp_model, x, y),
+                **floors(model, x),
+                **fathom_rows(model, x, y),
+                BP_GGN: lambda: backpack_ggn(bp_model, x, y),
+                BP_THREE: lambda: backpack_three(bp_model, x, y),
             },
             repeats,
         )
@@ -411,20 +366,25 @@ def bench_protocol(probe: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--probe", type=int, default=64)
+    ap.add_argument("--probe", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    ap.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (1: thread CPU clock)"
+    )
     ap.add_argument("--side", type=int, default=16, help="CNN image side (multiple of 4)")
     ap.add_argument("--mlp-width-mult", type=float, default=0.25)
     ap.add_argument("--skip-mlp", action="store_true")
     ap.add_argument("--skip-protocol", action="store_true")
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    CLOCK["clock"] = time.thread_time if args.threads == 1 else time.perf_counter
+    tuned = tune_cpu_allocator()
     print(
         f"machine: {platform.machine()} {platform.processor() or ''}, {os.cpu_count()} CPUs, "
         f"{torch.get_num_threads()} torch threads, torch {torch.__version__}; "
-        f"load average at start {os.getloadavg()[0]:.2f}; repeats {args.repeats} (interleaved), medians"
+        f"clock {CLOCK['clock'].__name__}; allocator tuned: {tuned}; "
+        f"load average at start {' '.join(f'{v:.2f}' for v in os.getloadavg())}; "
+        f"repeats {args.repeats} (interleaved), medians"
     )
     bench_cnn(args.probe, args.repeats, args.side)
     bench_transformer(args.probe, args.repeats)
@@ -432,7 +392,7 @@ def main() -> None:
         bench_mlp(128, args.repeats, args.mlp_width_mult)
     if not args.skip_protocol:
         bench_protocol(128)
-    print(f"load average at end {os.getloadavg()[0]:.2f}")
+    print(f"load average at end {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":

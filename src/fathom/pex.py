@@ -6,9 +6,11 @@ rows of example ``i`` (e.g. ``dL_i/dz_i`` for the unaveraged per-example loss ``
 
 * **linear** ``z = a W^T + b``, rows ``t`` of example ``i`` (positions, timesteps, calls):
   ``g_i(W) = sum_t delta_it a_it^T``, ``g_i(b) = sum_t delta_it``;
-* **conv1d / conv2d**: the same with ``a_it`` the input patch at output position ``t``; the
-  sum over positions is the weight gradient of one grouped convolution whose groups are the
-  examples (``aten.convolution_backward``, no unfolded copy of the patches);
+* **conv1d / conv2d** (:mod:`fathom.pex_conv`): the same with ``a_it`` the input patch at
+  output position ``t``; for one direction the sum over positions is the weight gradient of
+  one grouped convolution whose groups are the examples (``aten.convolution_backward``, no
+  unfolded copy of the patches), for ``D`` directions one batched matmul of the unfolded
+  patches with the ``D`` cotangents stacked as rows;
 * **batchnorm / layernorm** (eval-mode BatchNorm, LayerNorm): ``g_i(w) = sum_t delta_it *
   x_hat_it``, ``g_i(b) = sum_t delta_it``;
 * **generic**: ``g_i = vjp(theta -> module(theta; inputs_i), delta_i)`` by ``torch.func``
@@ -28,9 +30,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vjp, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
+from fathom.pex_conv import conv_form, conv_grads
 from fathom.seam import Call, Layer
 
 Cotangents = list[list[torch.Tensor | None]]  # per call, per output leaf
@@ -66,28 +70,10 @@ def linear_rows(
     return torch.cat([f[0] for f in forms], dim=1), torch.cat([f[1] for f in forms], dim=-2)
 
 
-def _conv_form(layer: Layer, call: Call, cot: list, n: int, directions: bool):
-    """Unfolded patches ``[N, T, C_in*k]`` and cotangents ``[(D,) N, T, C_out]`` of a conv call."""
-    x, d_cot, m = call.input_leaves()[0].detach(), cot[0], layer.module
-    lead = 1 if directions else 0
-    if call.in_dims[0] is None or call.in_dims[0][0] != 0 or call.out_dims[0][0] != 0:
-        raise FathomError(f"layer {layer.name!r}: a convolution needs the example dimension first")
-    if layer.kind == "conv1d":
-        x, d_cot = x.unsqueeze(2), d_cot.unsqueeze(2 + lead)
-        ks, st, pad, dil = ((1, *m.kernel_size), (1, *m.stride), (0, *m.padding), (1, *m.dilation))
-    else:
-        ks, st, pad, dil = m.kernel_size, m.stride, m.padding, m.dilation
-    k = call.in_dims[0][1]
-    u = F.unfold(x, ks, dilation=dil, padding=pad, stride=st)  # [N*k, C_in*kh*kw, P]
-    a = u.unflatten(0, (n, k)).transpose(2, 3).reshape(n, -1, u.shape[1])
-    g = d_cot.flatten(2 + lead).unflatten(lead, (n, k)).transpose(-1, -2)
-    return a, g.reshape(*g.shape[:lead], n, -1, g.shape[-1])
-
-
 def _linear_form(layer: Layer, call: Call, cot: list, n: int, directions: bool):
     """``(A [N, T, d_in], Delta [(D,) N, T, d_out])`` of one call (``T`` rows per example)."""
     if layer.kind in ("conv1d", "conv2d"):
-        return _conv_form(layer, call, cot, n, directions)
+        return conv_form(layer, call, cot, n, directions)
     x = call.input_leaves()[0].detach()
     d_cot = cot[0]
     lead = 1 if directions else 0
@@ -105,52 +91,6 @@ def _linear_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
     out = {"weight": torch.einsum(spec, g, a)}
     if "bias" in layer.params:
         out["bias"] = g.sum(dim=-2)
-    return out
-
-
-def _conv_weight_grads(m, x: torch.Tensor, g: torch.Tensor, n: int) -> torch.Tensor:
-    """Per-example ``dW`` of a convolution: the weight gradient of one grouped convolution
-    whose groups are the examples (input ``[k, N*C_in, ...]``, output ``[k, N*C_out, ...]``,
-    ``groups = N * m.groups``), summed over the ``k`` rows of each example by the batch axis."""
-    w = m.weight
-    wide = w.detach().repeat(n, *([1] * (w.dim() - 1)))
-    spatial = w.dim() - 2
-    grads = torch.ops.aten.convolution_backward(
-        g,
-        x,
-        wide,
-        None,
-        list(m.stride),
-        list(m.padding),
-        list(m.dilation),
-        False,
-        [0] * spatial,
-        n * m.groups,
-        [False, True, False],
-    )[1]
-    return grads.view(n, *w.shape)
-
-
-def _conv_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
-    """Convolution: ``g_i(W) = sum_t delta_it u_it^T`` over output positions ``t`` and the
-    ``k`` rows of example ``i``, computed as a grouped-convolution weight gradient."""
-    where = f"layer {layer.name!r}"
-    x, d_cot = call.input_leaves()[0].detach(), cot[0]
-    if call.in_dims[0] is None or call.in_dims[0][0] != 0 or call.out_dims[0][0] != 0:
-        raise FathomError(f"{where}: a convolution needs the example dimension first")
-    k = call.in_dims[0][1]
-    fold = x.unflatten(0, (n, k)).transpose(0, 1).reshape(k, -1, *x.shape[2:])
-    slices = d_cot if directions else d_cot.unsqueeze(0)
-    weights, biases = [], []
-    for d in slices:
-        g = d.unflatten(0, (n, k))  # [N, k, C_out, ...]
-        gk = g.transpose(0, 1).reshape(k, -1, *d.shape[2:])
-        weights.append(_conv_weight_grads(layer.module, fold, gk, n))
-        if "bias" in layer.params:
-            biases.append(g.sum(dim=(1, *range(3, g.dim()))))
-    out = {"weight": torch.stack(weights) if directions else weights[0]}
-    if biases:
-        out["bias"] = torch.stack(biases) if directions else biases[0]
     return out
 
 
@@ -186,7 +126,7 @@ def _norm_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
 
 def _fast_grads(layer, calls, cots, n, directions) -> dict[str, torch.Tensor]:
     fns = {"linear": _linear_grads, "batchnorm": _norm_grads, "layernorm": _norm_grads}
-    fn = fns.get(layer.kind, _conv_grads)
+    fn = fns.get(layer.kind, conv_grads)
     total: dict[str, torch.Tensor] = {}
     for call, cot in zip(calls, cots, strict=True):
         g = fn(layer, call, cot, n, directions)
@@ -237,7 +177,8 @@ def _generic_call(layer: Layer, call: Call, cot: list, n: int, directions: bool,
             return vmap(pull)(tuple(example_cts))[0]
         return pull(tuple(example_cts))[0]
 
-    g = vmap(one, in_dims=(None, in_dims, ct_dims), chunk_size=chunk)(params, ins, cts)
+    with sdpa_kernel(SDPBackend.MATH):
+        g = vmap(one, in_dims=(None, in_dims, ct_dims), chunk_size=chunk)(params, ins, cts)
     return {k: v.transpose(0, 1) if directions else v for k, v in g.items()}
 
 

@@ -2,7 +2,8 @@
 
 Functional core: :mod:`softmax` (cancellation-resistant CE pieces), :mod:`probe` (the
 float64 dense-evaluation copy and the pullback of the ``C`` logit directions through
-:mod:`fathom.seam`), :mod:`exact` (diagonals of any model, gradient concentration),
+:mod:`fathom.seam`), :mod:`twin` (that copy and its seam, cached per model structure),
+:mod:`exact` (diagonals of any model, any subset of the families; gradient concentration),
 :mod:`kfac` (Linear / Conv2d), :mod:`mismatch`; :mod:`snapshot` assembles one record;
 :mod:`rundir` and :mod:`cli` run it over a run directory's checkpoints.
 """

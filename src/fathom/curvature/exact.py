@@ -7,7 +7,7 @@ Jacobian in the parameters and ``v_ik`` a set of output directions, the matrix
 
     diag(M) = (1/N) sum_i sum_k (J_i^T v_ik)^2        (elementwise square, every parameter)
 
-and the three matrices differ only in their output directions:
+and the three matrices (the *families*) differ only in their output directions:
 
 * CE **GGN** ``(1/N) sum_i J_i^T H_i J_i``: ``v_ik = s_ik``, the ``C`` columns of the square-root
   factor of the softmax Hessian ``H_i = diag(p_i) - p_i p_i^T`` (exact, not sampled);
@@ -15,38 +15,62 @@ and the three matrices differ only in their output directions:
 * **logit-Jacobian Gram** ``(1/N) sum_i J_i^T J_i``: ``v_ic = e_c``, the ``C`` unit logits.
 
 How (the curvlinops way, step by step): one forward of the float64 copy under the seam's
-hooks; one batched backward of the ``C`` unit directions to every layer output (the
-Jacobian rows ``J_i^T e_c``, :func:`fathom.curvature.probe.pull_back`); then per layer
+hooks; one backward of ``D`` output directions to every layer output
+(:func:`fathom.curvature.probe.pull_back`), where the directions are chosen by the requested
+families (:class:`Plan`):
 
-* ``nn.Linear`` with one row per example (``a_i [d_in]``, ``u_ic = J_{z,i}^T e_c``): mix the
-  rows into GGN and Fisher directions by linearity (``J^T s_ik = sum_c S_i[c, k] u_ic``,
-  ``J^T r_i = sum_c r_ic u_ic``), then ``diag_W = (1/N) sum_i (sum_k u_iko^2) a_ij^2`` is one
-  matmul; per-example gradients are never formed;
+* with the Jacobian Gram: the ``C`` unit directions ``e_c`` (the Jacobian rows ``J_i^T e_c``),
+  from which the GGN and Fisher rows follow by linearity, ``J^T s_ik = sum_c S_i[c, k] J^T e_c``
+  and ``J^T r_i = sum_c r_ic J^T e_c`` (one ``[K+1, C] @ [C, M]`` product per example);
+* without it: the families' own directions, pulled back directly (``C`` for the GGN, one for
+  the Fisher, ``C + 1`` for both), so nothing is mixed;
+
+then per layer
+
+* ``nn.Linear`` with one row per example (``a_i [d_in]``, ``u_id`` the cotangent of direction
+  ``d``): ``diag_W = (1/N) sum_i (sum_k u_iko^2) a_ij^2`` is one matmul; per-example gradients
+  are never formed;
 * every other layer (Linear over positions, Conv1d/2d, and by the generic ``torch.func``
   path BatchNorm, LayerNorm, Embedding, attention, custom modules): the per-example
-  Jacobian rows ``J_i^T e_c`` of its parameters (:func:`fathom.pex.per_example_grads`),
-  mixed the same way and squared, in chunks of examples that bound memory.
+  gradients of the pulled-back directions (:func:`fathom.pex.per_example_grads`), mixed as
+  above where needed and squared, in chunks of examples that bound memory.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from fathom.curvature.probe import (
-    float64_copy,
-    probe_inputs,
-    probe_labels,
-    pull_back,
-)
+from fathom.curvature.probe import probe_labels, pull_back, unit_directions
 from fathom.curvature.softmax import label_residual, softmax_hessian_sqrt, softmax_parts
+from fathom.curvature.twin import prepared
+from fathom.errors import FathomError
 from fathom.pex import linear_rows, per_example_grads
-from fathom.seam import Call, Layer, Seam, discover
+from fathom.seam import Call, Layer, Seam
+from fathom.train.allocator import tune_cpu_allocator
 
 KINDS: tuple[str, ...] = ("ggn", "fisher", "jacobian")
 _ELEMENTS = 2**25  # per chunk: directions x examples x parameters of the largest materialized layer
+
+
+def resolve_families(families: str | Iterable[str]) -> tuple[str, ...]:
+    """``"all"``, one family name or several -> the requested families in :data:`KINDS` order."""
+    if families == "all":
+        return KINDS
+    try:
+        chosen = {families} if isinstance(families, str) else set(families)
+    except TypeError:
+        chosen = {repr(families)}  # not a name nor an iterable of names: refused below
+    unknown = sorted(str(f) for f in chosen - set(KINDS))
+    if unknown or not chosen:
+        raise FathomError(
+            f"unknown curvature families {unknown or '(none given)'}: choose from "
+            f"{', '.join(KINDS)} or 'all'"
+        )
+    return tuple(k for k in KINDS if k in chosen)
 
 
 @dataclass(frozen=True)
@@ -62,6 +86,59 @@ class OutputDirections:
         return OutputDirections(softmax_hessian_sqrt(parts), label_residual(parts, labels))
 
 
+@dataclass(frozen=True)
+class Plan:
+    """Which output directions are pulled back for ``families``, and how each family's
+    per-example rows ``J_i^T v_ik`` follow from the pulled-back ones (module docstring)."""
+
+    families: tuple[str, ...] = KINDS
+
+    @property
+    def units(self) -> bool:
+        """Pull back the ``C`` unit directions (needed by the Jacobian Gram) and mix."""
+        return "jacobian" in self.families
+
+    def grad_outputs(self, logits: torch.Tensor, dirs: OutputDirections) -> torch.Tensor:
+        """The pulled-back directions ``[D, N, C]``."""
+        if self.units:
+            return unit_directions(logits)
+        parts = []
+        if "ggn" in self.families:
+            parts.append(dirs.sqrt_hessian.permute(2, 0, 1))  # [K, N, C]: v_ik = S_i[:, k]
+        if "fisher" in self.families:
+            parts.append(dirs.residual[None])
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    def rows(self, r: torch.Tensor, dirs: OutputDirections) -> dict[str, torch.Tensor]:
+        """``{family: [N, K_f, M]}`` from the rows ``r [N, D, M]`` of the pulled-back directions."""
+        k = dirs.sqrt_hessian.shape[2]
+        if not self.units:
+            out, at = {}, 0
+            for kind, width in (("ggn", k), ("fisher", 1)):
+                if kind in self.families:
+                    out[kind], at = r[:, at : at + width], at + width
+            return out
+        mix = []
+        if "ggn" in self.families:
+            mix.append(dirs.sqrt_hessian.transpose(1, 2))  # [N, K, C]
+        if "fisher" in self.families:
+            mix.append(dirs.residual[:, None, :])  # [N, 1, C]
+        out = {"jacobian": r}
+        if mix:
+            mixed = torch.bmm(torch.cat(mix, 1).to(r.dtype), r)  # [N, K(+1), M]
+            if "ggn" in self.families:
+                out["ggn"] = mixed[:, :k]
+            if "fisher" in self.families:
+                out["fisher"] = mixed[:, -1:]
+        return out
+
+    def width(self, classes: int) -> int:
+        """Rows materialized per example and parameter (pulled back plus mixed)."""
+        if self.units:
+            return classes + classes * ("ggn" in self.families) + ("fisher" in self.families)
+        return classes * ("ggn" in self.families) + ("fisher" in self.families)
+
+
 Sums = dict[str, torch.Tensor]  # kind -> unnormalized sum over examples, one parameter
 
 
@@ -75,44 +152,42 @@ def single_row(layer: Layer, calls: list[Call]) -> bool:
     )
 
 
-def _linear_sums(layer, calls, cots, n: int, dirs: OutputDirections) -> dict[str, Sums]:
+def _linear_sums(layer, calls, cots, n: int, dirs, plan: Plan) -> dict[str, Sums]:
     a, u = linear_rows(layer, calls, cots, n, directions=True)
-    a, u = a[:, 0], u[:, :, 0]  # [N, d_in], [C, N, d_out]
+    a, u = a[:, 0], u[:, :, 0]  # [N, d_in], [D, N, d_out]
+    rows = plan.rows(u.transpose(0, 1), dirs)  # family -> [N, K_f, d_out]
+    kinds = list(rows)
+    sq = torch.cat([rows[k].square().sum(1) for k in kinds], dim=1)  # [N, F * d_out]
     d_out = u.shape[-1]
-    ggn = torch.einsum("ick,cio->kio", dirs.sqrt_hessian, u)
-    fisher = torch.einsum("ic,cio->io", dirs.residual, u)
-    sq = torch.cat([ggn.square().sum(0), fisher.square(), u.square().sum(0)], dim=1)
-    w = (sq.T @ a.square()).split(d_out)
-    out = {"weight": dict(zip(KINDS, w, strict=True))}
+    out = {"weight": dict(zip(kinds, (sq.T @ a.square()).split(d_out), strict=True))}
     if "bias" in layer.params:
-        out["bias"] = dict(zip(KINDS, sq.sum(0).split(d_out), strict=True))
+        out["bias"] = dict(zip(kinds, sq.sum(0).split(d_out), strict=True))
     return out
 
 
-def _materialized_sums(layer, calls, cots, n: int, dirs: OutputDirections) -> dict[str, Sums]:
+def _materialized_sums(layer, calls, cots, n: int, dirs, plan: Plan) -> dict[str, Sums]:
     grads = per_example_grads(layer, calls, cots, n, directions=True)
     out = {}
     for name, j in grads.items():
         shape = j.shape[2:]
-        jf = j.reshape(j.shape[0], n, -1)  # [C, N, numel]: rows J_i^T e_c
-        ggn = torch.einsum("ick,cim->kim", dirs.sqrt_hessian, jf)
-        fisher = torch.einsum("ic,cim->im", dirs.residual, jf)
-        out[name] = {
-            "ggn": ggn.square().sum((0, 1)).reshape(shape),
-            "fisher": fisher.square().sum(0).reshape(shape),
-            "jacobian": jf.square().sum((0, 1)).reshape(shape),
-        }
+        r = j.transpose(0, 1).reshape(n, j.shape[0], -1)  # [N, D, numel]
+        rows = plan.rows(r, dirs)
+        out[name] = {k: v.square().sum((0, 1)).reshape(shape) for k, v in rows.items()}
     return out
 
 
-def layer_sums(layer, calls, cots, n: int, dirs: OutputDirections) -> dict[str, Sums]:
-    """``{local param: {kind: sum_i sum_k (J_i^T v_ik)^2}}`` for one layer (not yet / N)."""
+def layer_sums(layer, calls, cots, n: int, dirs, plan: Plan | None = None) -> dict[str, Sums]:
+    """``{local param: {kind: sum_i sum_k (J_i^T v_ik)^2}}`` for one layer (not yet / N).
+
+    ``cots`` are the cotangents of ``plan``'s pulled-back directions (default: every family,
+    from the ``C`` unit directions)."""
+    plan = plan or Plan()
     if single_row(layer, calls):
-        return _linear_sums(layer, calls, cots, n, dirs)
-    return _materialized_sums(layer, calls, cots, n, dirs)
+        return _linear_sums(layer, calls, cots, n, dirs, plan)
+    return _materialized_sums(layer, calls, cots, n, dirs, plan)
 
 
-def _layout(seam: Seam, x: torch.Tensor) -> tuple[int, int]:
+def _layout(seam: Seam, x: torch.Tensor, plan: Plan) -> tuple[int, int]:
     """``(classes, examples per chunk)``: the largest materialized layer stays in budget."""
     with seam.capture() as calls, torch.no_grad():
         classes = int(seam.model(x[:1]).shape[1])
@@ -124,41 +199,51 @@ def _layout(seam: Seam, x: torch.Tensor) -> tuple[int, int]:
         ),
         default=0,
     )
-    return classes, max(1, _ELEMENTS // max(1, 3 * classes * largest))
+    return classes, max(1, _ELEMENTS // max(1, plan.width(classes) * largest))
 
 
 def exact_diagonals(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, chunk_size: int | None = None
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    families: str | Iterable[str] = "all",
+    chunk_size: int | None = None,
 ) -> dict[str, dict[str, torch.Tensor]]:
-    """Exact float64 ``{"ggn"|"fisher"|"jacobian": {param_name: diagonal}}`` on ``(x, y)``.
+    """Exact float64 ``{family: {param_name: diagonal}}`` on ``(x, y)``.
 
-    Diagonals of ``(1/N) sum_i J_i^T H_i J_i`` (CE GGN), ``(1/N) sum_i g_i g_i^T`` (empirical
-    Fisher at the labels ``y``) and ``(1/N) sum_i J_i^T J_i`` (logit-Jacobian Gram), see the
-    module docstring; keyed by every name of ``model.named_parameters()``, shaped like the
-    parameter. ``model`` is any ``nn.Module`` returning logits ``[N, C]``; it is left
-    untouched (a float64 copy in dense evaluation mode is used). A module the seam cannot
-    cover is refused, naming it.
+    Families (``"all"`` or any of ``"ggn"``, ``"fisher"``, ``"jacobian"``; only those are
+    computed): diagonals of ``(1/N) sum_i J_i^T H_i J_i`` (CE GGN), ``(1/N) sum_i g_i g_i^T``
+    (empirical Fisher at the labels ``y``) and ``(1/N) sum_i J_i^T J_i`` (logit-Jacobian Gram),
+    see the module docstring; keyed by every name of ``model.named_parameters()``, shaped
+    like the parameter. ``model`` is any ``nn.Module`` returning logits ``[N, C]``; it is left
+    untouched (a float64 copy in dense evaluation mode is used, cached with its seam per model
+    structure: :mod:`fathom.curvature.twin`). A module the seam cannot cover is refused,
+    naming it. The first call tunes glibc's allocator process-wide as
+    ``fathom train`` does (:func:`fathom.train.allocator.tune_cpu_allocator`: the stacked
+    cotangents are tens of megabytes, which glibc would otherwise ``mmap`` and fault in
+    afresh on every call; numerics unchanged).
     """
-    model64 = float64_copy(model)
-    x = probe_inputs(model64, x)
+    tune_cpu_allocator()
+    plan = Plan(resolve_families(families))
+    model64, x, seam = prepared(model, x)
     n = x.shape[0]
-    seam = discover(model64, x)
-    classes, auto_chunk = _layout(seam, x)
+    classes, auto_chunk = _layout(seam, x, plan)
     labels = probe_labels(y.to(x.device) if isinstance(y, torch.Tensor) else y, n, classes)
     chunk = chunk_size or auto_chunk
-    names = [name for name, _ in model64.named_parameters()]
     params = dict(model64.named_parameters())
-    total = {k: {p: torch.zeros_like(params[p]).detach() for p in names} for k in KINDS}
+    total = {k: {p: torch.zeros_like(t).detach() for p, t in params.items()} for k in plan.families}
     for start in range(0, n, chunk):
         xc, yc = x[start : start + chunk], labels[start : start + chunk]
-        pb = pull_back(seam, xc)
+        pb = pull_back(seam, xc, lambda z, yc=yc: plan.grad_outputs(z, OutputDirections.of(z, yc)))
         dirs = OutputDirections.of(pb.logits, yc)
         for layer in seam.layers:
-            sums = layer_sums(layer, pb.calls[layer.name], pb.cotangents[layer.name], len(xc), dirs)
+            calls, cots = pb.calls[layer.name], pb.cotangents[layer.name]
+            sums = layer_sums(layer, calls, cots, len(xc), dirs, plan)
             for local, qualified in zip(layer.params, layer.qualified, strict=True):
-                for kind in KINDS:
+                for kind in plan.families:
                     total[kind][qualified] += sums[local][kind]
-    return {k: {p: v / n for p, v in total[k].items()} for k in KINDS}
+    return {k: {p: v / n for p, v in total[k].items()} for k in plan.families}
 
 
 def gradient_concentration(gram: torch.Tensor) -> dict[str, float | None]:

@@ -24,6 +24,7 @@ directions from them by linearity, ``J^T v = sum_c v_c J^T e_c``.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -86,13 +87,19 @@ def unit_directions(logits: torch.Tensor) -> torch.Tensor:
     return torch.eye(c, dtype=logits.dtype, device=logits.device)[:, None, :].expand(c, n, c)
 
 
-def pull_back(seam: Seam, x: torch.Tensor) -> Pullback:
-    """One forward of ``seam.model`` on ``x``, then one batched backward of the ``C`` units."""
+def pull_back(
+    seam: Seam,
+    x: torch.Tensor,
+    directions: Callable[[torch.Tensor], torch.Tensor] = unit_directions,
+) -> Pullback:
+    """One forward of ``seam.model`` on ``x``, then one batched backward of the output
+    directions ``directions(logits) [D, N, C]`` (default: the ``C`` units ``e_c``) to every
+    layer output."""
     with seam.capture() as calls, torch.enable_grad():
         logits = seam.model(x)
     if not isinstance(logits, torch.Tensor) or logits.shape[:1] != x.shape[:1]:
         raise FathomError("the model must return logits shaped [N, classes]")
-    cots = seam.cotangents(calls, logits, unit_directions(logits.detach()), directions=True)
+    cots = seam.cotangents(calls, logits, directions(logits.detach()), directions=True)
     return Pullback(logits.detach(), calls, cots)
 
 

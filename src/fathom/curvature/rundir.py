@@ -129,6 +129,44 @@ def summary_markdown(run_id: str, probe: int, rows: list[dict[str, Any]]) -> str
     )
 
 
+def _snapshot_record(rd: Any, e: int, snap, model, x, probe: int, probe_hash: str) -> dict:
+    """One epoch's JSON record: checkpoint, provenance, scope, the snapshot, environment
+    (``compute_s`` still inside; the caller moves it into ``runtime_s``)."""
+    files = rd.manifest.get("checkpoints", {})
+    return {
+        "format": FORMAT,
+        "kind": "fathom.curvature.snapshot",
+        "run_id": rd.run_id,
+        "run_dir": str(rd.path),
+        "epoch": e,
+        "checkpoint": {
+            "file": files.get(str(e), {}).get("file"),
+            "params_sha256": rd.checkpoint_hash(e),
+            "verified": True,
+            "converted_to": "float64",
+        },
+        "provenance": {
+            "source_sha256": source_hash(),
+            "checkpoint_sha256": rd.checkpoint_hash(e),
+            "prediction_agreement": prediction_agreement(snap.logits, model, x),
+        },
+        "model_type": type(model).__name__,
+        "scope": {
+            "split": "fit",
+            "probe": f"first {probe} examples of the fitting split, stored order",
+            "N": probe,
+            "probe_sha256": probe_hash,
+        },
+        **snap.record,
+        "environment": {
+            "torch": torch.__version__,
+            "device": str(x.device),
+            "threads": torch.get_num_threads(),
+            "platform": platform.platform(),
+        },
+    }
+
+
 def run_curvature(
     rd: Any,
     epochs: Sequence[int] | None,
@@ -150,55 +188,20 @@ def run_curvature(
     splits = rd.load_splits(device=device)
     x, y = probe_from_split(splits.fit_x, splits.fit_y, probe)
     probe_hash = tensor_digest([("x", x), ("y", y)])
-    files = rd.manifest.get("checkpoints", {})
     rows = []
     for e in chosen:
         t0 = time.perf_counter()
         model = rd.load_model(e, dtype=torch.float32, device=device)
         t_load = time.perf_counter() - t0
         snap = curvature_snapshot(model, x, y)
-        agreement = prediction_agreement(snap.logits, model, x)
-        body = dict(snap.record)
-        compute_s = body.pop("compute_s")
-        record = {
-            "format": FORMAT,
-            "kind": "fathom.curvature.snapshot",
-            "run_id": rd.run_id,
-            "run_dir": str(rd.path),
-            "epoch": e,
-            "checkpoint": {
-                "file": files.get(str(e), {}).get("file"),
-                "params_sha256": rd.checkpoint_hash(e),
-                "verified": True,
-                "converted_to": "float64",
-            },
-            "provenance": {
-                "source_sha256": source_hash(),
-                "checkpoint_sha256": rd.checkpoint_hash(e),
-                "prediction_agreement": agreement,
-            },
-            "model_type": type(model).__name__,
-            "scope": {
-                "split": "fit",
-                "probe": f"first {probe} examples of the fitting split, stored order",
-                "N": probe,
-                "probe_sha256": probe_hash,
-            },
-            **body,
-            "environment": {
-                "torch": torch.__version__,
-                "device": str(x.device),
-                "threads": torch.get_num_threads(),
-                "platform": platform.platform(),
-            },
-        }
+        record = _snapshot_record(rd, e, snap, model, x, probe, probe_hash)
         if save_diagonals:
             record["diagonals_file"] = _save_diagonals(
                 out / f"epoch-{e:04d}.diagonals.safetensors", snap
             )
         record["runtime_s"] = {
             "load_s": t_load,
-            "compute_s": compute_s,
+            "compute_s": record.pop("compute_s"),
             "total_s": time.perf_counter() - t0,
         }
         atomic_write_json(out / f"epoch-{e:04d}.json", record)

@@ -29,15 +29,15 @@ from fathom.curvature.kfac import (
 )
 from fathom.curvature.mismatch import output_mismatch
 from fathom.curvature.probe import (
-    float64_copy,
     mix_cotangents,
-    probe_inputs,
     probe_labels,
     pull_back,
 )
 from fathom.curvature.softmax import cross_entropy
+from fathom.curvature.twin import prepared
 from fathom.pex import linear_rows, per_example_grams, summed_gram
-from fathom.seam import Layer, discover
+from fathom.seam import Layer
+from fathom.train.allocator import tune_cpu_allocator
 
 KFAC_KINDS: dict[str, str] = {"linear": "Linear", "conv2d": "Conv2d"}
 
@@ -127,9 +127,8 @@ def _layer_record(layer: Layer, diag: dict, kfac: dict, gram) -> dict:
 def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) -> Snapshot:
     """All curvature quantities of ``model`` on the probe ``(x, labels)``; see :data:`DEFINITIONS`."""
     t0 = time.perf_counter()
-    model64 = float64_copy(model)
-    x = probe_inputs(model64, x)
-    seam = discover(model64, x)
+    tune_cpu_allocator()  # as exact_diagonals (see there)
+    model64, x, seam = prepared(model, x)
     pb = pull_back(seam, x)
     n, c = pb.logits.shape
     labels = probe_labels(labels.to(x.device), n, c)

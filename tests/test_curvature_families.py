@@ -1,0 +1,73 @@
+"""exact_diagonals(families=...): only the requested families, each exact.
+
+Without the Jacobian Gram the families' own output directions are pulled back (the GGN's
+``C`` softmax-Hessian square-root columns, the Fisher's residual) instead of the ``C`` unit
+directions; these tests hold every subset to the float64 ``vmap(jacrev)`` brute force of
+``test_curvature_zoo`` and to the all-families result.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fathom.pex_conv
+from fathom.curvature import exact_diagonals
+from fathom.errors import FathomError
+from model_zoo import CASES, make
+from test_curvature_zoo import RTOL, ZOO, brute_force, relative_error
+
+torch.set_num_threads(1)
+SUBSETS = [("ggn",), ("fisher",), ("jacobian",), ("ggn", "fisher"), ("fisher", "jacobian")]
+
+
+@pytest.mark.parametrize("case", ZOO, ids=[c["id"] for c in ZOO])
+def test_every_family_subset_matches_brute_force(case) -> None:
+    model, x, y = make(case, n=5)
+    want = brute_force(model, x, y)
+    every = exact_diagonals(model, x, y, families="all")
+    names = [n for n, _ in model.named_parameters()]
+    bad = []
+    for subset in SUBSETS:
+        got = exact_diagonals(model, x, y, families=subset)
+        assert list(got) == list(subset), f"{subset}: returned {list(got)}"
+        for kind in subset:
+            assert list(got[kind]) == names
+            for name in names:
+                g = got[kind][name]
+                assert g.dtype == torch.float64 and g.shape == want[kind][name].shape
+                err = relative_error(g, want[kind][name])
+                same = relative_error(g, every[kind][name])
+                if not (err <= RTOL and same <= 1e-12):
+                    bad.append(f"{subset} {kind}/{name}: {err:.3g} vs brute force, {same:.3g}")
+    assert not bad, "\n".join(bad)
+
+
+def test_one_family_name_is_accepted_as_a_string() -> None:
+    model, x, y = make(CASES[0], n=4)
+    got = exact_diagonals(model, x, y, families="fisher")
+    assert list(got) == ["fisher"]
+    want = exact_diagonals(model, x, y)["fisher"]
+    for name, t in got["fisher"].items():
+        torch.testing.assert_close(t, want[name], rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("families", [("ggn", "hessian"), (), "GGN", ["kfac"], 3, [["ggn"]]])
+def test_unknown_families_are_refused_naming_the_choices(families) -> None:
+    model, x, y = make(CASES[0], n=4)
+    with pytest.raises(FathomError, match="choose from ggn, fisher, jacobian or 'all'"):
+        exact_diagonals(model, x, y, families=families)
+
+
+@pytest.mark.parametrize("case_id", ["residual_cnn", "staged_lif"])
+def test_unfolded_convolution_chunks_change_nothing(case_id, monkeypatch) -> None:
+    """The per-direction convolution gradients unfold patches in chunks of examples that
+    bound memory; a budget of one example per chunk gives the same diagonals."""
+    case = next(c for c in CASES if c["id"] == case_id)
+    model, x, y = make(case, n=5)
+    want = exact_diagonals(model, x, y)
+    monkeypatch.setattr(fathom.pex_conv, "UNFOLD_ELEMENTS", 1)
+    got = exact_diagonals(model, x, y)
+    for kind in want:
+        for name, t in want[kind].items():
+            torch.testing.assert_close(got[kind][name], t, rtol=1e-13, atol=0)
