@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import sd_harness
 from fathom.config import RunConfig
 from fathom.data import DataSplits
 from fathom.depth import find_branches
@@ -55,6 +56,7 @@ from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model
 from fathom.train.plan import EpochPlan, plan_epoch
 from fathom.train.steppers import EagerStepper
+from sd_harness import Block, blocks_of, interleaved_rounds, topology_rounds
 
 PROBS = (0.1, 0.2, 0.3, 0.4)
 
@@ -123,73 +125,6 @@ def mask_mode(model: nn.Module, on: bool) -> None:
             b.forward = lambda x, b=b: b.bypass(x) + b.branch(x) * b.gain
         else:
             b.__dict__.pop("forward", None)
-
-
-CLOCK = time.thread_time
-
-
-def blocks_of(plan: EpochPlan, block: int) -> list[EpochPlan]:
-    """``plan`` cut into consecutive sub-plans of ``block`` steps (the same batches, gates, rates)."""
-    out = []
-    for a in range(0, plan.steps, block):
-        b = min(a + block, plan.steps)
-        out.append(
-            EpochPlan(
-                plan.epoch,
-                plan.perm[a * plan.batch_size : b * plan.batch_size],
-                plan.kept[a:b],
-                plan.gain_values[a:b],
-                plan.gains[a:b],
-                plan.lrs[a:b],
-                plan.batch_size,
-            )
-        )
-    return out
-
-
-Block = tuple[Callable[[], object], Callable[[], object]]  # (untimed warm-up, timed block)
-
-
-def timed(block: Block) -> float:
-    """CPU seconds of one block, after its untimed warm-up steps (the same variant's model)."""
-    block[0]()
-    t0 = CLOCK()
-    block[1]()
-    return CLOCK() - t0
-
-
-def interleaved_rounds(
-    variants: dict[str, list[Block]], rounds: int
-) -> dict[str, list[list[float]]]:
-    """Seconds of each variant's blocks, ``[round][block]``; blocks interleaved, the variants'
-    order rotating from block to block."""
-    names = list(variants)
-    nblocks = len(variants[names[0]])
-    out: dict[str, list[list[float]]] = {k: [] for k in names}
-    turn = 0
-    for _ in range(rounds):
-        acc = {name: [0.0] * nblocks for name in names}
-        for b in range(nblocks):
-            order = names[turn % len(names) :] + names[: turn % len(names)]
-            turn += 1
-            for name in order:
-                acc[name][b] = timed(variants[name][b])
-        for name in names:
-            out[name].append(acc[name])
-    return out
-
-
-def topology_rounds(
-    dense: list[Block], topo: dict[tuple[bool, ...], list[Block]], rounds: int
-) -> dict[tuple[bool, ...], tuple[list[float], list[float]]]:
-    """Per topology: its blocks' seconds and those of the dense block run just before each."""
-    out: dict[tuple[bool, ...], tuple[list[float], list[float]]] = {k: ([], []) for k in topo}
-    for r in range(rounds):
-        for k, blocks in topo.items():
-            j = r % len(blocks)
-            out[k][0].append(timed(dense[j]))
-            out[k][1].append(timed(blocks[j]))
-    return out
 
 
 def bench_splits(n: int, batch: int) -> DataSplits:
@@ -377,8 +312,7 @@ def main() -> None:
         "counted); wall: time.perf_counter",
     )
     args = ap.parse_args()
-    global CLOCK
-    CLOCK = time.thread_time if args.clock == "thread" else time.perf_counter
+    sd_harness.CLOCK = time.thread_time if args.clock == "thread" else time.perf_counter
     cpu = args.cpu if args.cpu >= 0 else max(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpu})
     torch.set_num_threads(args.threads)
