@@ -25,6 +25,18 @@
 #   run(command="bash bench/gpu_reproduce.sh", carry=["runs/.data-cache"], timeout_s=600)
 # Outputs: $OUT/reproduce/ (reproduction.md/json, summary, audit, curvature, head, timings,
 # RESULTS-$PRESET.md) when $OUT is set, else runs/gpu-reproduce/.
+#
+# PRESET=seed-000 (seed 000's CIFAR-100 depth-scaling protocol, `fathom reproduce seed-000`):
+# 5 depths x 2 arms of spiking LIF conv nets, T=4, 150 epochs; the log's own run took 36 h on
+# one A40, so it does NOT fit a 15-minute device budget: EPOCHS=N runs the same protocol with
+# N epochs (the comparison then labels itself scaled down). Sizing, NOT measured: the log's
+# rate is ~86 s per run-epoch on the A40 (36 h / (10 runs x 150 epochs)); at an assumed ~3x on
+# an H200, EPOCHS=3 (30 run-epochs) would take ~15 min, so try EPOCHS=2 with WORKERS=2 first. CIFAR-100 is supplied by the user:
+# CIFAR_DIR=DIR holding cifar-100-python.tar.gz (169 MB: more than a device call can carry, so
+# it must already be on the GPU machine). Its table prints beside the log's, with the verdicts.
+#   DRY=1 PRESET=seed-000 bash bench/gpu_reproduce.sh        # plan and checks only
+#   PRESET=seed-000-tiny DEVICE=cpu bash bench/gpu_reproduce.sh
+#       # the CPU scaled path: a synthetic CIFAR-100-format archive (bench/seed000_tiny.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -44,6 +56,54 @@ export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA device')"
 } | tee "$DEST/machine.txt"
+
+kind=$($PY -c "import sys, tomllib; from importlib import resources; p = tomllib.loads((resources.files('fathom') / 'reproduce' / 'pipelines.toml').read_text())[sys.argv[1]]; print('depth' if 'depth_scaling' in p else 'study')" "$PRESET")
+if [ "$kind" = depth ]; then
+  # seed 000: a depth-scaling pipeline file with this machine's device (and EPOCHS, if set)
+  $PY - "$DEST/$PRESET.toml" "$PRESET" "$DEVICE" "${EPOCHS:-}" <<'PY'
+import sys, tomllib
+from importlib import resources
+path, preset, dev, epochs = sys.argv[1:]
+p = tomllib.loads((resources.files("fathom") / "reproduce" / "pipelines.toml").read_text())[preset]
+over = [f'device = "{dev}"'] + ([f"epochs = {int(epochs)}"] if epochs else [])
+open(path, "w").write(
+    f'description = "{p["description"]} (bench/gpu_reproduce.sh)"\n'
+    f'depth_scaling = {{ config = "{p["depth_scaling"]["config"]}", overrides = {{ {", ".join(over)} }} }}\n'
+)
+PY
+  $PY -c "import sys; from fathom.reproduce.config import load_pipeline; from fathom.depthscale.config import protocol_reductions; n, p, c, o = load_pipeline(sys.argv[1]); print('pipeline', o, '->', n, ':', c.dataset, 'depths', c.depths, 'T', c.timesteps, 'epochs', c.epochs, 'seeds', c.seeds, 'runs', 2 * len(c.depths) * len(c.seeds), 'device', c.device); print('scaled down:', '; '.join(protocol_reductions(c)) or 'no (the full protocol)')" "$DEST/$PRESET.toml" | tee -a "$DEST/machine.txt"
+  CIFAR_DIR=${CIFAR_DIR:-${FATHOM_DATA:-runs/.data-cache}}
+  if [ "$PRESET" != seed-000-tiny ]; then
+    ls -l "$CIFAR_DIR"/cifar-100-python.tar.gz "$CIFAR_DIR"/cifar100/cifar-100-python.tar.gz 2>/dev/null \
+      | tee -a "$DEST/machine.txt" || echo "cifar-100-python.tar.gz not under CIFAR_DIR=$CIFAR_DIR: the run will stop naming the fix" | tee -a "$DEST/machine.txt"
+  fi
+  [ "$DRY" = 1 ] && exit 0
+  start=$(date +%s)
+  set +e
+  if [ "$PRESET" = seed-000-tiny ]; then   # the CPU scaled path: synthetic archive
+    $PY bench/seed000_tiny.py "$DEST/$PRESET.toml" "$RUNS" 2>&1 | tee "$DEST/reproduce.log"
+  else
+    $PY -m fathom.cli reproduce "$DEST/$PRESET.toml" --runs-dir "$RUNS" --workers "$WORKERS" \
+      --data-dir "$CIFAR_DIR" 2>&1 | tee "$DEST/reproduce.log"
+  fi
+  rc=${PIPESTATUS[0]}
+  set -e
+  echo "exit $rc after $(( $(date +%s) - start )) s (load: $(cat /proc/loadavg))" | tee -a "$DEST/machine.txt"
+  root="$RUNS/$PRESET"
+  for f in table.md table.json reproduce/reproduction.md reproduce/reproduction.json reproduce/pipeline.json; do
+    [ -f "$root/$f" ] && mkdir -p "$DEST/$(dirname "$f")" && cp "$root/$f" "$DEST/$f"
+  done
+  {
+    echo "## fathom reproduce $PRESET (bench/gpu_reproduce.sh)"
+    echo
+    sed 's/^/    /' "$DEST/machine.txt"
+    echo
+    [ -f "$DEST/reproduce/reproduction.md" ] && cat "$DEST/reproduce/reproduction.md"
+    [ -f "$DEST/table.md" ] && cat "$DEST/table.md"
+  } > "$DEST/RESULTS-$PRESET.md"
+  echo "RESULTS-ready: $DEST/RESULTS-$PRESET.md"
+  exit "$rc"
+fi
 
 # The audit's router needs scikit-learn and the report's figures matplotlib: a copy of the
 # seed-003 pipeline switches off only what this machine cannot import (said in the output).

@@ -440,3 +440,17 @@ def test_gradient_concentration_of_a_snapshot_matches_per_example_gradients(case
     want = gradient_concentration(flat @ flat.T)
     for k, v in rec["gradient_concentration_all_weights"].items():
         assert v == pytest.approx(want[k], rel=1e-10), k
+
+
+def test_gradient_concentration_against_per_example_vectors() -> None:
+    """The Gram-based quantities equal their definitions computed from the vectors g_i."""
+    g = torch.randn(7, 5, dtype=DT, generator=torch.Generator().manual_seed(3))
+    got = gradient_concentration(g @ g.T)
+    gbar = g.mean(dim=0)
+    norms = g.norm(dim=1)
+    cov = ((g - gbar) ** 2).sum(dim=1).mean()
+    assert got["mean_gradient_sq_norm"] == pytest.approx(float(gbar @ gbar), rel=1e-13)
+    assert got["covariance_trace"] == pytest.approx(float(cov), rel=1e-13)
+    assert got["covariance_to_mean_ratio"] == pytest.approx(float(cov / (gbar @ gbar)), rel=1e-13)
+    want_pr = float(norms.sum() ** 2 / (norms**2).sum())
+    assert got["norm_participation"] == pytest.approx(want_pr, rel=1e-13)

@@ -200,16 +200,87 @@ def test_pipeline_writes_every_step_and_the_comparison(straight):
     assert "no counterpart snapshot" in rows["curvature.residual.epoch5.ggn_trace"]["verdict"]
     assert rows["head.relu.sixes_correct"]["fathom"]["n"] == 1
     zero = rows["telemetry.sd_decreasing.zero_activations.max"]["fathom_per_seed"]
-    for s in (101, 102):
-        last = (root / f"main-sd_decreasing-s{s}" / "history.jsonl").read_text().splitlines()[-1]
-        row = json.loads(last)
-        names = [f"blocks.{i}.res.branch" for i in range(4)] + ["head"]
-        want = 100 * max(row[f"probe/act/zero_frac/{n}"] for n in names)
-        assert row["epoch"] == 3 and zero[str(s)] == pytest.approx(want)
+    names = [f"blocks.{i}.res.branch" for i in range(4)] + ["head"]
+    per_layer = _last_rows(root, "sd_decreasing", "probe/act/zero_frac", names)
+    top = max(names, key=lambda n: sum(per_layer[n].values()))  # largest seed mean
+    assert zero == pytest.approx({str(s): 100 * v for s, v in per_layer[top].items()})
     assert rows["fidelity.plain.final_acc"]["verdict"].startswith("no Fathom counterpart here")
     md = (root / "reproduce" / "reproduction.md").read_text()
     assert "not comparable in magnitude" in md and "never digit for digit" in md
     assert (root / "report" / "report.html").exists()
+
+
+def _last_rows(root: Path, recipe: str, base: str, layers: list[str]) -> dict[str, dict]:
+    """``{layer: {seed: value}}`` of ``base/<layer>`` in each run's last row holding it, read
+    straight from history.jsonl (the brute-force reference of the telemetry counterparts)."""
+    out: dict[str, dict] = {n: {} for n in layers}
+    for s in (101, 102):
+        lines = (root / f"main-{recipe}-s{s}" / "history.jsonl").read_text().splitlines()
+        row = [r for r in map(json.loads, lines) if f"{base}/{layers[0]}" in r][-1]
+        assert row["epoch"] == 3
+        for n in layers:
+            out[n][s] = row[f"{base}/{n}"]
+    return out
+
+
+def test_every_seed_002_telemetry_table_has_a_counterpart(straight):
+    from fathom.report.crossrun import default_reference, study_alignment
+    from fathom.report.runs import load_runs
+    from fathom.report.telemetry_tables import activation_table, gradient_table
+
+    root = straight[0] / "runs" / "tiny-seed"
+    repro = json.loads((root / "reproduce" / "reproduction.json").read_text())
+    tables = {t["id"]: t for t in repro["tables"]}
+    wanted = ["overhead", "gradients", "activations", "digits", "concentration"]
+    assert {f"telemetry_{w}" for w in wanted} <= set(tables)
+    rows = [r for r in repro["rows"] if r["table"].startswith("telemetry_")]
+    assert len(rows) == 14 and all(r["fathom"] is not None for r in rows), [
+        r["id"] for r in rows if r["fathom"] is None
+    ]
+    for r in rows:
+        f = r["fathom"]
+        assert r["difference"] == pytest.approx(f["mean"] - r["seed_value"])
+        if f["n"] > 1:
+            assert r["within_spread"] == (f["min"] <= r["seed_value"] <= f["max"])
+    by_id = {r["id"]: r for r in rows}
+    layers = ["stem", *(f"blocks.{i}.res.branch" for i in range(4)), "head"]
+    for recipe in ("residual", "sd_constant", "sd_decreasing"):
+        per_layer = _last_rows(root, recipe, "grad/pex/participation", layers)
+        low = min(layers, key=lambda n: sum(per_layer[n].values()))
+        got = by_id[f"telemetry.{recipe}.participation.min"]["fathom_per_seed"]
+        assert got == pytest.approx({str(s): v for s, v in per_layer[low].items()})
+    noise = _last_rows(root, "sd_constant", "grad/pex/noise_scale", ["head"])["head"]
+    got = by_id["telemetry.sd_constant.noise_scale.head"]["fathom_per_seed"]
+    assert got == pytest.approx({str(s): v for s, v in noise.items()})
+    io = [
+        json.loads((root / f"main-{r}-s101" / "manifest.json").read_text())["clocks"][
+            "checkpoint_s"
+        ]
+        for r in ("residual", "sd_constant", "sd_decreasing")
+    ]
+    assert by_id["telemetry.checkpoint_io.max"]["fathom"]["mean"] == pytest.approx(max(io))
+    assert by_id["telemetry.checkpoint_io.min"]["verdict"].startswith("not comparable")
+    # the cells are the report's cross-run cells
+    runs = load_runs(root)
+    ref = default_reference(runs, None)
+    align = study_alignment(runs, ref)
+    act = next(r for r in activation_table(runs, ref, align).rows if r["recipe"] == "sd_decreasing")
+    cells = [v for k, v in act.items() if k.startswith("layer:")]
+    top = by_id["telemetry.sd_decreasing.zero_activations.max"]["fathom"]
+    assert max(c["mean"] for c in cells) == pytest.approx(top["mean"])
+    head = next(
+        r
+        for r in gradient_table(runs, ref, align).rows
+        if r["recipe"] == "residual" and r["epoch"] == 3
+    )
+    part = _last_rows(root, "residual", "grad/pex/participation", ["head"])["head"]
+    assert head["participation"]["mean"] == pytest.approx(sum(part.values()) / 2)
+    # tables whose numbers the seed does not give: Fathom's cross-run table printed whole
+    assert tables["telemetry_gradients"]["fathom_table"]["name"] == "gradients"
+    assert tables["telemetry_digits"]["fathom_table"]["name"] == "digits_test"
+    md = (root / "reproduce" / "reproduction.md").read_text()
+    assert "### Fixed-probe gradients of the head layer (head)" in md
+    assert "### Per-digit test accuracy difference from residual" in md
 
 
 def test_rerun_skips_every_verified_step_and_a_tampered_output_reruns(straight):
@@ -235,7 +306,9 @@ def test_bad_pipeline_input_names_the_fix(tmp_path):
     (tmp_path / "bad.toml").write_text(text.replace('"1" = 1, "100" = 3', '"100" = 2'))
     with pytest.raises(FathomError, match=r"curvature epochs \[2\] are not saved by the study"):
         load_pipeline(str(tmp_path / "bad.toml"))
-    with pytest.raises(FathomError, match="valid presets: quick, seed-003"):
+    with pytest.raises(
+        FathomError, match="valid presets: quick, seed-000, seed-000-tiny, seed-003"
+    ):
         load_pipeline("seed-004")
     (tmp_path / "typo.toml").write_text(text.replace("[curvature]", "[curvture]"))
     with pytest.raises(FathomError, match="unknown key 'curvture'"):
@@ -298,3 +371,40 @@ def test_killed_pipeline_resumes_to_the_uninterrupted_outputs(straight, tmp_path
     assert resumed.actions["study"] == "skipped" and resumed.actions["audit"] == "ran"
     assert resumed.actions["report"] == "ran"
     assert final_outputs(runs) == final_outputs(straight[0] / "runs")
+    # the killed pipeline's lock was stale: taken over, said and recorded
+    events = json.loads((runs / "tiny-seed" / "reproduce" / "pipeline.json").read_text())["events"]
+    assert [(e["event"], e["pid"]) for e in events] == [("stale_lock_taken_over", proc.pid)]
+    assert any(f"PID {proc.pid}" in line for line in log)
+
+
+HOLD = """
+import sys, time
+sys.path.insert(0, {src!r})
+from pathlib import Path
+from fathom.reproduce.state import pipeline_lock
+lock = pipeline_lock(Path({root!r})).acquire()
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def test_second_pipeline_on_the_same_directory_is_refused_naming_the_holder(tmp_path, capsys):
+    from fathom.cli import main
+
+    pipe, runs = write_pipeline(tmp_path), tmp_path / "runs"
+    src = str(TESTS_DIR.parent / "src")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD.format(src=src, root=str(runs / "tiny-seed"))],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        rc = main(["reproduce", str(pipe), "--runs-dir", str(runs), "--quiet"])
+        err = capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert rc == 2
+    assert f"PID {holder.pid}" in err and "reproduction output directory" in err
+    assert not (runs / "tiny-seed" / "summary.json").exists()  # nothing ran beside the holder

@@ -4,6 +4,7 @@ missing counterpart."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -15,13 +16,16 @@ from fathom.reproduce.extract import Measured
 from fathom.reproduce.seeds import SeedValue, load_seeds, parse_seeds
 
 # the seed reports live in shared/ beside the checkout (developers' machines and CI alike)
-SEEDS_DIR = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+# (or where $FATHOM_SEEDS_DIR points, e.g. from a git worktree)
+SEEDS_DIR = Path(
+    os.environ.get("FATHOM_SEEDS_DIR", Path(__file__).resolve().parents[2] / "shared" / "seeds")
+)
 
 
 def _numbers(text: str) -> list[float]:
     """Every number written in ``text`` (thousands commas and unicode minus understood)."""
     text = text.replace("−", "-").replace("–", " ")
-    return [float(m.replace(",", "")) for m in re.findall(r"[-+]?\d[\d,]*\.?\d*(?:e-?\d+)?", text)]
+    return [float(m.replace(",", "")) for m in re.findall(r"[-+]?\d[\d,]*\.?\d*(?:e[-+]?\d+)?", text)]
 
 
 def test_every_seed_value_has_source_units_and_a_quote_holding_it():
@@ -49,6 +53,24 @@ def test_quotes_and_sections_are_verbatim_in_the_seed_files():
         assert item.section in texts[item.seed], f"{item.id}: section {item.section!r}"
     for v in data.value:
         assert v.quote in texts[v.seed], f"{v.id}: quote {v.quote!r} not in seed {v.seed}"
+    conclusions = [t for t in data.table if t.conclusion is not None]
+    assert [t.id for t in conclusions] == ["depth_scaling"]
+    for t in conclusions:
+        assert t.conclusion in texts[t.seed], f"{t.id}: conclusion {t.conclusion!r}"
+
+
+def test_seed_000_table_is_complete():
+    """Every cell of the log's results table (5 depths x 7 columns) and both observations."""
+    data = load_seeds()
+    values = {v.id: v for v in data.values_of("depth_scaling")}
+    assert len(values) == 5 * 7 + 2
+    assert values["depth.d4.vanilla.test_acc"].value == 0.614
+    assert values["depth.d12.lyapunov.lambda"].value == 2.462
+    assert values["depth.d8.vanilla.kappa"].value == 1.4e9
+    assert values["depth.d20.delta_acc"].value == 0.0
+    for v in values.values():  # each row quote is the log's row of its depth
+        if v.extract.get("depth") is not None:
+            assert v.quote.split()[0] == str(v.extract["depth"]), v.id
 
 
 def test_bad_seed_data_is_refused_naming_the_key():

@@ -50,6 +50,7 @@ from fathom.curvature.twin import prepared
 from fathom.errors import FathomError
 from fathom.pex import linear_rows, per_example_grads
 from fathom.seam import Call, Layer, Seam
+from fathom.telemetry.moments import moments_from_gram
 from fathom.train.allocator import tune_cpu_allocator
 
 KINDS: tuple[str, ...] = ("ggn", "fisher", "jacobian")
@@ -249,20 +250,21 @@ def exact_diagonals(
 def gradient_concentration(gram: torch.Tensor) -> dict[str, float | None]:
     """Concentration of per-example gradients ``g_i`` from their Gram ``K_ij = <g_i, g_j>``.
 
-    * ``mean_gradient_sq_norm = ||gbar||^2 = 1^T K 1 / N^2`` with ``gbar = (1/N) sum_i g_i``;
+    The curvature job's names for quantities defined once in
+    :func:`fathom.telemetry.moments.moments_from_gram` (``N`` examples, ``gbar = (1/N) sum_i g_i``):
+
+    * ``mean_gradient_sq_norm = ||gbar||^2 = 1^T K 1 / N^2`` (telemetry's ``mean_norm``, squared);
     * ``covariance_trace = (1/N) sum_i ||g_i - gbar||^2 = tr(K)/N - ||gbar||^2`` (population, 1/N);
-    * ``covariance_to_mean_ratio = covariance_trace / ||gbar||^2`` (equals N-1 when one example
-      carries all the gradient; ``None`` when ``gbar = 0``);
-    * ``norm_participation = (sum_i ||g_i||)^2 / sum_i ||g_i||^2`` in ``[1, N]`` (``None`` if all zero).
+    * ``covariance_to_mean_ratio = covariance_trace / ||gbar||^2`` (telemetry's ``noise_scale``:
+      N-1 when one example carries all the gradient; ``None`` when ``gbar = 0``);
+    * ``norm_participation = (sum_i ||g_i||)^2 / sum_i ||g_i||^2`` in ``[1, N]`` (telemetry's
+      ``participation``; ``None`` if all zero).
     """
-    n = gram.shape[0]
-    sq = gram.diagonal().clamp_min(0.0)
-    mean_sq = float(gram.sum()) / n**2
-    cov = float(sq.sum()) / n - mean_sq
-    total_sq = float(sq.sum())
+    m = moments_from_gram(gram)
+    mean_sq = m.mean_norm**2
     return {
         "mean_gradient_sq_norm": mean_sq,
-        "covariance_trace": cov,
-        "covariance_to_mean_ratio": cov / mean_sq if mean_sq > 0 else None,
-        "norm_participation": float(sq.sqrt().sum()) ** 2 / total_sq if total_sq > 0 else None,
+        "covariance_trace": max(m.mean_sq_norm - mean_sq, 0.0),
+        "covariance_to_mean_ratio": m.noise_scale,
+        "norm_participation": m.participation,
     }

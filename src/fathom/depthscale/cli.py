@@ -119,7 +119,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             progress.stop()
-    note = _scale_note(cfg)
+    note = scale_note(cfg)
     table = write_table(root, note)
     print_results(table, note)
     print(f"Results saved to {root}")
@@ -138,15 +138,21 @@ def _config_file(path: str) -> DepthScaleConfig:
     return cfg
 
 
-def _scale_note(cfg: DepthScaleConfig) -> str:
+def scale_note(cfg: DepthScaleConfig) -> str:
+    """``Setup: ...``: the settings that set the magnitudes; a scaled-down preset says so."""
+    from fathom.depthscale.config import protocol_reductions
+
     kind = f"spiking LIF T={cfg.timesteps}" if cfg.neuron == "lif" and cfg.timesteps > 0 else "ANN"
     parts = [
         f"{kind}, width_mult={cfg.width_mult:g}, epochs={cfg.epochs}, seeds={cfg.seeds}",
         f"fit subset={cfg.fit_subset or 'all'}, eval subset={cfg.eval_subset or 'all'}",
         f"λ_reg={cfg.lyap_weight:g}, λ_target={cfg.lyap_target:g}, device={cfg.device}",
     ]
-    if cfg.preset:
-        parts.insert(0, f"preset {cfg.preset} (scaled down for a CPU; not a full-size result)")
+    reduced = protocol_reductions(cfg)
+    if cfg.preset and reduced:
+        parts.insert(0, f"preset {cfg.preset} (scaled down; not a full-size result)")
+    elif cfg.preset:
+        parts.insert(0, f"preset {cfg.preset} (seed 000's full CIFAR-100 protocol)")
     return "Setup: " + "; ".join(parts) + "."
 
 

@@ -52,6 +52,7 @@ class DepthScaleConfig(BaseModel):
     split_seed: Int = 0
     fit_subset: Int | None = None
     eval_subset: Int | None = None
+    val_size: Int | None = None
     eval_batch_size: Int = 500
     augment: Bool | None = None
     device: str = "auto"
@@ -132,6 +133,7 @@ def run_config(cfg: DepthScaleConfig, depth: int, arm: str, seed: int, study: st
             "data_dir": cfg.data_dir,
             "split": "fit-val",
             "split_seed": cfg.split_seed,
+            "val_size": cfg.val_size,
             "fit_subset": cfg.fit_subset,
             "eval_subset": cfg.eval_subset,
             "augment": "crop_flip" if cfg.do_augment else "none",
@@ -222,10 +224,73 @@ arms. Measured once (seed 0, depths 4 and 16, 2-core shared CPU): vanilla test a
 CPU_DEGRADE_LIF: dict[str, Any] = {**CPU_DEGRADE, "timesteps": 2, "neuron": "lif"}
 """The same protocol with spiking LIF neurons (T = 2): about twice the ANN's cost."""
 
+SEED_000: dict[str, Any] = {
+    "dataset": "cifar100",
+    "depths": [4, 8, 12, 16, 20],
+    "timesteps": 4,
+    "neuron": "lif",
+    "epochs": 150,
+    "lyap_weight": 0.3,
+    "lyap_target": -0.1,
+    "seeds": [0],
+    "width_mult": 1.0,
+    "batchnorm": True,
+    "residual": False,
+    "device": "auto",
+}
+"""Seed 000's CIFAR-100 protocol as its log states it (a GPU job: the log's run took 36 h on
+one A40): spiking LIF staged conv nets, T = 4, depths 4/8/12/16/20 (4 stages x 1-5 blocks,
+full width: 1,756,836 to 14,298,276 parameters, as logged), vanilla and Lyapunov arms
+(λ_reg = 0.3, λ_target = -0.1), 150 epochs, one run per depth and arm. What the log does not
+state keeps Fathom's defaults (SGD + Nesterov 0.9, lr 0.1 cosine, weight decay 5e-4, batch
+128, crop/flip augmentation). The log printed the last epoch's test accuracy and trained on
+all 50,000 images; Fathom holds out 10,000 for validation and reports the test accuracy at
+the validation-selected epoch. Set ``seeds`` to several values for a seed-to-seed spread."""
+
+SEED_000_TINY: dict[str, Any] = {
+    **SEED_000,
+    "timesteps": 2,
+    "epochs": 1,
+    "seeds": [0, 1],
+    "width_mult": 1 / 16,
+    "batch_size": 32,
+    "val_size": 32,
+    "fit_subset": 64,
+    "eval_subset": 32,
+    "lyap_subbatch": 4,
+    "probe_size": 2,
+    "health_every": 1,
+    "log_every": 1,
+    "eval_batch_size": 64,
+    "device": "cpu",
+    "threads": 1,
+}
+"""The seed-000 protocol scaled down to a CPU smoke test (every depth and arm, two seeds, T =
+2, widths x 1/16, 64 fitting / 32 validation / 32 test images, 1 epoch): it exercises the
+CIFAR-100 reader, the runs, the table and the side-by-side printing, not the result."""
+
+
+def protocol_reductions(cfg: DepthScaleConfig, protocol: dict[str, Any] = SEED_000) -> list[str]:
+    """How ``cfg`` departs from ``protocol`` in what sets the magnitudes (every key of
+    ``protocol`` but ``seeds`` and ``device``; a fitting or evaluation subset; another
+    validation size): ``["epochs 1 (protocol: 150)", ...]``, empty for the full protocol."""
+    out = [
+        f"{key} {getattr(cfg, key)!r} (protocol: {want!r})"
+        for key, want in protocol.items()
+        if key not in ("seeds", "device") and getattr(cfg, key) != want
+    ]
+    for key in ("fit_subset", "eval_subset", "val_size"):
+        if getattr(cfg, key) is not None:
+            out.append(f"{key} {getattr(cfg, key)} (protocol: all / default)")
+    return out
+
+
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": QUICK,
     "cpu-degrade": CPU_DEGRADE,
     "cpu-degrade-lif": CPU_DEGRADE_LIF,
+    "cifar100-seed-000": SEED_000,
+    "cifar100-seed-000-tiny": SEED_000_TINY,
 }
 
 

@@ -44,7 +44,7 @@ def _check_benchmark_file(root: Path, cfg: DepthScaleConfig) -> None:
         stored = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise FathomError(f"{str(path)!r} is unreadable ({e}); choose another --out") from None
-    mine = cfg.model_dump(mode="json", exclude={"preset", "runs_dir", "threads"})
+    mine = cfg.model_dump(mode="json", exclude={"preset", "runs_dir", "threads", "data_dir"})
     theirs = {k: v for k, v in stored.get("config", {}).items() if k in mine}
     if theirs != mine:
         diff = [f"{k}: {theirs.get(k)!r} != {v!r}" for k, v in mine.items() if theirs.get(k) != v]

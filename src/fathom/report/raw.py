@@ -7,18 +7,20 @@ is still shown through :func:`fathom.report.tables.generic`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fathom.report.tables import esc, flat, generic, table
+from fathom.stats.units import percent
 
 
-def _ms(stat: Mapping[str, Any] | None) -> str:
+def _ms(stat: Mapping[str, Any] | None, scale: Callable[[float], float] = float) -> str:
+    """``mean ± SD (n=…)`` of a summary statistic; ``scale`` converts units (e.g. to percent)."""
     if not stat or stat.get("mean") is None:
         return "—"
-    text = f"{stat['mean']:.4g}"
+    text = f"{scale(stat['mean']):.4g}"
     if stat.get("sd") is not None:
-        text += f" ± {stat['sd']:.2g}"
+        text += f" ± {scale(stat['sd']):.2g}"
     return f"{text} (n={stat.get('n')})"
 
 
@@ -80,15 +82,15 @@ def _recipe_table(recipes: Mapping[str, Any]) -> str:
             [
                 name,
                 ", ".join(f"{x:g}" for x in e.get("lr") or []) or None,
-                _ms((e.get("selected") or {}).get("test_acc")),
-                _ms((e.get("final") or {}).get("test_acc")),
+                _ms((e.get("selected") or {}).get("test_acc"), percent),
+                _ms((e.get("final") or {}).get("test_acc"), percent),
                 _ms((e.get("selected") or {}).get("test_ce")),
                 _ms((e.get("final") or {}).get("test_ce")),
                 ", ".join(flags) or None,
             ]
         )
-    head = ["method", "LR", "selected test acc", "final test acc", "selected test CE",
-            "final test CE", "flags"]  # fmt: skip
+    head = ["method", "LR", "selected test acc (%)", "final test acc (%)",
+            "selected test CE (nats)", "final test CE (nats)", "flags"]  # fmt: skip
     return table(head, rows, caption="Selected (minimum validation CE) and final checkpoints")
 
 
@@ -97,11 +99,12 @@ def _comparison_table(comps: Sequence[Mapping[str, Any]], reference: Any) -> str
     for c in comps:
         d = c.get("diff") or {}
         interval = None if d.get("low") is None else f"[{d['low']:+.4g}, {d['high']:+.4g}]"
+        metric = f"{c.get('metric')} ({c['unit']})" if c.get("unit") else c.get("metric")
         rows.append(
-            [c.get("recipe"), c.get("metric"), c.get("checkpoint"), d.get("estimate"), interval,
+            [c.get("recipe"), metric, c.get("checkpoint"), d.get("estimate"), interval,
              d.get("n"), c.get("verdict")]
         )  # fmt: skip
-    head = ["method", "metric", "checkpoint", "difference", "interval", "n", "verdict"]
+    head = ["method", "metric (unit)", "checkpoint", "difference", "interval", "n", "verdict"]
     return (
         table(head, rows, interactive=True, caption=f"Paired differences against {reference}")
         + "\n<ul>"

@@ -17,6 +17,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from fathom.study.scaledown import scale_down_sentence, scaled_down
 
     name, pipe, study, origin = load_pipeline(args.pipeline)
+    if pipe.depth_scaling is not None:
+        return _reproduce_depth(args, name, pipe, study, origin)
+    if args.data_dir is not None:
+        raise FathomError(
+            "--data-dir applies to depth-scaling pipelines (seed-000); a study takes its data "
+            "from its [base.data] section or FATHOM_DATA"
+        )
     threads = args.threads or study.study.threads_per_run or 1
     if threads < 1:
         raise FathomError(f"--threads must be at least 1, got {threads}")
@@ -27,11 +34,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         threads=threads,
         slurm=slurm_options(args),
     )
-
-    def say(msg: str) -> None:
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
-
+    say = _say(args)
     ctx = Context(
         name=name,
         pipe=pipe,
@@ -52,8 +55,40 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     data = load_seeds()
     places = locations(ctx)
-    for t in data.table:
+    for t in data.tables_of("study"):
         print(f"  {data.source(t)}: {t.title}\n    -> {places[t.id]}")
+    return 0
+
+
+def _say(args: argparse.Namespace):
+    def say(msg: str) -> None:
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    return say
+
+
+def _reproduce_depth(args: argparse.Namespace, name: str, pipe, cfg, origin: str) -> int:
+    """A depth-scaling pipeline: the benchmark, its table, seed 000's table beside it."""
+    from fathom.depthscale.cli import scale_note
+    from fathom.reproduce.depth_pipeline import DepthContext, reproduce_depth
+    from fathom.reproduce.depth_render import print_comparison
+
+    if args.backend != "local":
+        raise FathomError(
+            f"--backend {args.backend}: a depth-scaling pipeline runs on local workers only "
+            "(--workers N); use `fathom depth-scaling` for other setups"
+        )
+    overrides = {"data_dir": args.data_dir, "threads": args.threads}
+    cfg = cfg.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    say = _say(args)
+    ctx = DepthContext(name, pipe, cfg, Path(args.runs_dir), say, workers=args.workers)
+    say(f"reproduce {name} ({origin}): depth scaling on {cfg.dataset} into {ctx.root}")
+    say(scale_note(cfg))
+    result = reproduce_depth(ctx)
+    print_comparison(result)
+    print(f"reproduction: {ctx.root / 'reproduce' / 'reproduction.md'} and reproduction.json")
+    print(f"Fathom's table: {ctx.root / 'table.md'}")
     return 0
 
 
@@ -95,7 +130,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "pipeline",
         metavar="PRESET_OR_TOML",
-        help="a pipeline preset (quick: 2-core CPU; seed-003: a GPU) or a pipeline TOML",
+        help="a pipeline preset (quick: 2-core CPU; seed-003, seed-000: a GPU; seed-000-tiny: "
+        "a CPU smoke test) or a pipeline TOML",
     )
     p.add_argument("--runs-dir", default="runs", help="parent of the study directory")
     p.add_argument("--workers", type=int, default=1, help="local worker processes for the study")
@@ -104,6 +140,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_slurm_arguments(p)
     p.add_argument("--threads", type=int, help="torch threads per run (final hashes depend on it)")
     p.add_argument("--retry-failed", action="store_true", help="retry study runs that failed")
+    p.add_argument(
+        "--data-dir",
+        help="folder holding cifar-100-python.tar.gz (depth-scaling pipelines: seed-000)",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the final lines")
     p.set_defaults(func=cmd_reproduce)
 

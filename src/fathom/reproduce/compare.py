@@ -18,12 +18,15 @@ a clock measured on other hardware than the seed's.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fathom.reproduce.extract import EXTRACTORS, Measured, Sources
+from fathom.reproduce.extract_telemetry import TELEMETRY_EXTRACTORS, fathom_tables
 from fathom.reproduce.seeds import SeedData, SeedValue
 from fathom.stats import t_interval
 
+STUDY_EXTRACTORS = {**EXTRACTORS, **TELEMETRY_EXTRACTORS}
 FORMAT = 1
 KIND = "fathom.reproduce.comparison"
 
@@ -52,6 +55,8 @@ def verdict(
     if m.missing is not None or stats is None:
         return f"no Fathom counterpart here: {m.missing}", None
     within = stats["min"] <= float(seed.value) <= stats["max"] if stats["n"] > 1 else None  # type: ignore[arg-type]  # list values have kind none
+    if seed.not_comparable is not None:
+        return f"not comparable: {seed.not_comparable}", within
     if comparable is not None:
         return f"not comparable in magnitude: {comparable}", within
     if seed.hardware is not None:
@@ -64,9 +69,16 @@ def verdict(
     return f"outside Fathom's seed-to-seed range (seed value {side} it)", False
 
 
-def compare_row(seed: SeedValue, data: SeedData, src: Sources, comparable: str | None) -> dict:
-    """One row of the comparison (JSON-able)."""
-    m = EXTRACTORS[seed.kind](src, seed.extract)
+def compare_row(
+    seed: SeedValue,
+    data: SeedData,
+    src: Any,
+    comparable: str | None,
+    extractors: Mapping[str, Callable[[Any, Mapping[str, Any]], Measured]] = STUDY_EXTRACTORS,
+) -> dict:
+    """One row of the comparison (JSON-able); ``extractors[seed.kind](src, extract)`` gives
+    Fathom's per-seed values (a study's :class:`Sources` by default)."""
+    m = extractors[seed.kind](src, seed.extract)
     stats = spread(m.values) if m.missing is None and m.values else None
     sentence, within = verdict(seed, m, stats, comparable)
     value = list(seed.value) if isinstance(seed.value, tuple) else seed.value
@@ -93,7 +105,8 @@ def compare_row(seed: SeedValue, data: SeedData, src: Sources, comparable: str |
         "difference": diff,
         "within_spread": within,
         "seed_value_in_fathom_interval": inside_ci,
-        "comparable": comparable is None and seed.hardware is None,
+        "comparable": comparable is None and seed.hardware is None and not seed.not_comparable,
+        "not_comparable": seed.not_comparable,
         "verdict": sentence,
     }
 
@@ -113,7 +126,9 @@ def comparison(
     """Every seed value beside Fathom's (``reproduction.json``'s contents)."""
     scale_down = reductions(src.summary)
     comparable = "scaled-down run (see scale_down)" if scale_down else None
-    rows = [compare_row(v, data, src, comparable) for v in data.value]
+    tables = data.tables_of("study")
+    ids = {t.id for t in tables}
+    rows = [compare_row(v, data, src, comparable) for v in data.value if v.table in ids]
     return {
         "format": FORMAT,
         "kind": KIND,
@@ -138,11 +153,28 @@ def comparison(
                 "title": t.title,
                 "source": data.source(t),
                 "counterpart": locations.get(t.id, t.counterpart),
+                **_whole_table(t.fathom_table, src),
             }
-            for t in data.table
+            for t in tables
         ],
         "rows": rows,
     }
+
+
+def _whole_table(name: str | None, src: Sources) -> dict[str, Any]:
+    """Fathom's cross-run table ``name`` (its dict and markdown), for a seed table whose
+    numbers the seed's text does not give; empty when ``name`` is None."""
+    if name is None:
+        return {}
+    from fathom.report.render import table_markdown
+
+    table = fathom_tables(src).get(name)
+    if table is None:
+        return {
+            "fathom_table": None,
+            "fathom_table_md": f"(no cross-run table {name!r}: its fields were not recorded)",
+        }
+    return {"fathom_table": table.to_dict(), "fathom_table_md": table_markdown(table)}
 
 
 def _num(x: Any, digits: int = 4) -> str:
@@ -189,13 +221,28 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             f"Source: {table['source']}. Fathom's counterpart: {table['counterpart']}.",
             "",
-            "| Quantity | Units | Seed | Fathom | Difference | Verdict |",
-            "|---|---|---|---|---|---|",
         ]
+        if rows:
+            lines += [
+                "| Quantity | Units | Seed | Fathom | Difference | Verdict |",
+                "|---|---|---|---|---|---|",
+            ]
         for r in rows:
             lines.append(
                 f"| {r['quantity']} | {r['units']} | {_num(r['seed_value'], 7)} | {_fathom_cell(r)} "
                 f"| {_num(r['difference'])} | {r['verdict']} |"
             )
+        if "fathom_table_md" in table:
+            lines += [
+                "",
+                (
+                    "The seed's text gives no numbers of this table beyond the rows above"
+                    if rows
+                    else "The seed's text gives no numbers of this table"
+                )
+                + "; Fathom's side, computed from the run directories (fathom.report.crossrun):",
+                "",
+                table["fathom_table_md"],
+            ]
         lines.append("")
     return "\n".join(lines)

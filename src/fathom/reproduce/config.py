@@ -90,13 +90,60 @@ class ReportStep(_Strict):
     figures: bool = True
 
 
+class DepthStep(_Strict):
+    """A depth-scaling benchmark: a ``fathom depth-scaling`` preset name or a
+    ``kind = "depth_scaling"`` TOML (relative to the pipeline file), then ``overrides``."""
+
+    config: str
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+    def load(self, base: Path | None) -> Any:
+        """The :class:`~fathom.depthscale.config.DepthScaleConfig` (bad keys name the fix)."""
+        from fathom.depthscale.config import (
+            PRESETS,
+            DepthScaleConfig,
+            make_config,
+            validate_depth_scaling,
+        )
+
+        if self.config in PRESETS:
+            return make_config(self.config, **self.overrides)
+        from fathom.config_family import load_config
+
+        path = Path(self.config)
+        if base is not None and not path.is_absolute():
+            path = base / path
+        cfg, origin = load_config(str(path))
+        if not isinstance(cfg, DepthScaleConfig):
+            raise FathomError(
+                f"depth_scaling.config {origin} is a {cfg.kind} config; give a depth-scaling "
+                f"preset ({', '.join(PRESETS)}) or a kind = 'depth_scaling' TOML"
+            )
+        return validate_depth_scaling({**cfg.model_dump(), **self.overrides}, origin)
+
+
 class PipelineConfig(_Strict):
+    """A study pipeline (``study`` and its audit, curvature, head steps) or a depth-scaling
+    one (``depth_scaling``: the benchmark, its table beside seed 000's, the verdicts)."""
+
     description: str = ""
-    study: str
+    study: str | None = None
+    depth_scaling: DepthStep | None = None
     audit: AuditStep = AuditStep()
     curvature: CurvatureStep = CurvatureStep()
     head: HeadStep = HeadStep(enabled=False)
     report: ReportStep = ReportStep()
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> PipelineConfig:
+        if (self.study is None) == (self.depth_scaling is None):
+            raise ValueError("give exactly one of study (a study pipeline) or [depth_scaling]")
+        steps = sorted({"audit", "curvature", "head", "report"} & self.model_fields_set)
+        if self.depth_scaling is not None and steps:
+            raise ValueError(
+                f"{steps} are steps of a study pipeline, not of a depth-scaling one; remove them"
+            )
+        return self
 
 
 def _validate(data: dict[str, Any], origin: str) -> PipelineConfig:
@@ -136,8 +183,10 @@ def check_against_study(pipe: PipelineConfig, study: StudyConfig, origin: str) -
         )
 
 
-def load_pipeline(name_or_path: str) -> tuple[str, PipelineConfig, StudyConfig, str]:
-    """``(name, pipeline, study, origin)`` from a preset name or a pipeline TOML path."""
+def load_pipeline(name_or_path: str) -> tuple[str, PipelineConfig, Any, str]:
+    """``(name, pipeline, target, origin)`` from a preset name or a pipeline TOML path;
+    ``target`` is the :class:`StudyConfig`, or for a depth-scaling pipeline its
+    :class:`~fathom.depthscale.config.DepthScaleConfig`."""
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
         if not path.exists():
@@ -147,8 +196,9 @@ def load_pipeline(name_or_path: str) -> tuple[str, PipelineConfig, StudyConfig, 
         except tomllib.TOMLDecodeError as e:
             raise FathomError(f"pipeline file {str(path)!r} is not valid TOML: {e}") from None
         pipe, origin, name = _validate(data, str(path)), str(path), path.stem
+        base: Path | None = path.parent
         study_ref = pipe.study
-        if study_ref.endswith(".toml") and not Path(study_ref).is_absolute():
+        if study_ref and study_ref.endswith(".toml") and not Path(study_ref).is_absolute():
             study_ref = str(path.parent / study_ref)
     else:
         presets = _presets()
@@ -159,7 +209,10 @@ def load_pipeline(name_or_path: str) -> tuple[str, PipelineConfig, StudyConfig, 
             )
         name, origin = name_or_path, f"preset {name_or_path}"
         pipe = _validate(presets[name], origin)
-        study_ref = pipe.study
+        study_ref, base = pipe.study, None
+    if pipe.depth_scaling is not None:
+        return name, pipe, pipe.depth_scaling.load(base), origin
+    assert study_ref is not None  # the validator: a study pipeline names its study
     study, _ = load_study(study_ref)
     check_against_study(pipe, study, origin)
     return name, pipe, study, origin

@@ -42,6 +42,15 @@ class Sources:
     curvature: dict[tuple[str, int], dict[int, dict[str, Any]]]
     head: dict[str, Any] | None
     epoch_map: dict[int, int]
+    _runs: list[Any] | None = field(default=None, repr=False)
+
+    def run_data(self) -> list[Any]:
+        """Every run under the study root as reports read it (loaded once)."""
+        from fathom.report.runs import load_runs
+
+        if self._runs is None:
+            self._runs = load_runs(self.root)
+        return self._runs
 
     @classmethod
     def load(
@@ -108,34 +117,25 @@ def study_clock(src: Sources, ex: Mapping[str, Any]) -> Measured:
     return Measured(_scaled(values, 1.0))
 
 
-def manifest_max(src: Sources, ex: Mapping[str, Any]) -> Measured:
-    """The largest value of a dotted manifest field over every main run (one number)."""
+def manifest_stat(src: Sources, ex: Mapping[str, Any]) -> Measured:
+    """The ``stat`` (``min`` or ``max``) of a dotted manifest field over every main run, or
+    those of ``recipes`` / ``seed`` when given (one number): e.g. the range of the telemetry
+    overhead over the study's runs."""
     found = []
-    for run_id in src.summary["runs"]:
+    for run_id, r in src.summary["runs"].items():
+        if ("recipes" in ex and r["recipe"] not in ex["recipes"]) or (
+            "seed" in ex and int(r["seed"]) != int(ex["seed"])
+        ):
+            continue
         node: Any = RunDir(src.root / run_id).manifest
         for part in ex["path"].split("."):
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, (int, float)):
             found.append(float(node) * float(ex.get("scale", 1)))
     if not found:
-        return Measured(missing=f"no main run records {ex['path']}")
-    return Measured({0: max(found)}, note=f"maximum over {len(found)} main runs")
-
-
-def history_layers(src: Sources, ex: Mapping[str, Any]) -> Measured:
-    """Per seed, the ``stat`` (min or max) over ``fields`` of the history row of the final
-    epoch: e.g. the range over hidden layers of probe zero-activation fractions."""
+        return Measured(missing=f"no (selected) main run records {ex['path']}")
     pick = {"min": min, "max": max}[ex["stat"]]
-    out: dict[int, float] = {}
-    for seed, rd in src.main_runs(ex["recipe"]).items():
-        final = (rd.manifest.get("final") or {}).get("epoch")
-        row = next((r for r in rd.history() if r.get("epoch") == final), {})
-        vals = [row.get(name) for name in ex["fields"]]
-        if final is not None and all(isinstance(v, (int, float)) for v in vals):
-            out[seed] = pick(vals) * float(ex.get("scale", 1))
-    if not out:
-        return Measured(missing=f"no {ex['fields'][0]} (and the rest) in the final-epoch rows")
-    return Measured(out, note=f"{ex['stat']} over {len(ex['fields'])} fields, per seed")
+    return Measured({0: pick(found)}, note=f"{ex['stat']} over {len(found)} main runs")
 
 
 def _audit_values(
@@ -277,8 +277,7 @@ EXTRACTORS: dict[str, Callable[[Sources, Mapping[str, Any]], Measured]] = {
         study,
         study_diff,
         study_clock,
-        manifest_max,
-        history_layers,
+        manifest_stat,
         audit_size,
         audit_size_diff,
         audit_branch,

@@ -25,6 +25,7 @@ from fathom.config import RunConfig, config_diff
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text
 from fathom.rundir import RunDir
+from fathom.stats.units import fmt_percent
 from fathom.study.execute import execute_run
 from fathom.study.plan import RunSpec
 from fathom.telemetry.scores import class_scores, confusion_matrix
@@ -176,7 +177,7 @@ def head_markdown(result: dict[str, Any]) -> str:
             f"| {a['digit']} | {a['correct']}/{a['total']} | {b['correct']}/{b['total']} |"
         )
     lines += [
-        f"| all | {100 * relu['accuracy']:.2f}% | {100 * lin['accuracy']:.2f}% |",
+        f"| all | {fmt_percent(relu['accuracy'])} | {fmt_percent(lin['accuracy'])} |",
         "",
         *head_lines(result),
         "",
@@ -191,5 +192,5 @@ def head_lines(result: dict[str, Any]) -> list[str]:
         f"{a['digit']}: {a['correct']}/{a['total']} -> {b['correct']}/{b['total']}"
         for a, b in zip(relu["per_class"], lin["per_class"], strict=True)
     ]
-    out.append(f"accuracy: {100 * relu['accuracy']:.2f}% -> {100 * lin['accuracy']:.2f}%")
+    out.append(f"accuracy: {fmt_percent(relu['accuracy'])} -> {fmt_percent(lin['accuracy'])}")
     return out

@@ -23,7 +23,7 @@ from typing import Any
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest
 from fathom.reproduce.config import PipelineConfig
-from fathom.reproduce.state import PipelineState
+from fathom.reproduce.state import PipelineState, pipeline_lock
 from fathom.rundir import RunDir
 from fathom.study.config import StudyConfig
 from fathom.study.plan import study_root
@@ -214,7 +214,7 @@ def locations(ctx: Context) -> dict[str, str]:
     from fathom.reproduce.seeds import load_seeds
 
     fill = {"study": str(ctx.root), "runs": str(ctx.root), "head": str(ctx.head_dir)}
-    return {t.id: t.counterpart.format(**fill) for t in load_seeds().table}
+    return {t.id: t.counterpart.format(**fill) for t in load_seeds().tables_of("study")}
 
 
 def step_compare(ctx: Context, state: PipelineState) -> None:
@@ -260,9 +260,24 @@ def step_report(ctx: Context, state: PipelineState) -> None:
     _step(ctx, state, "report", inputs, body)
 
 
-def reproduce(ctx: Context) -> PipelineState:
-    """Run every enabled step in order (see the module docstring); return the step records."""
+def open_state(ctx: Any, lock: Any) -> PipelineState:
+    """The step records under ``ctx.root``, once ``lock`` is held; a stale lock taken over
+    (its holder was killed) is recorded and said."""
     state = PipelineState(ctx.root / "reproduce" / "pipeline.json", ctx.runs_dir, ctx.name)
+    if lock.stale_pid is not None:
+        state.note("stale_lock_taken_over", {"pid": lock.stale_pid})
+        ctx.say(f"took over the lock of pipeline PID {lock.stale_pid}, which is no longer alive")
+    return state
+
+
+def reproduce(ctx: Context) -> PipelineState:
+    """Run every enabled step in order (see the module docstring), holding the pipeline lock
+    on the output directory; return the step records."""
+    with pipeline_lock(ctx.root) as lock:
+        return _run_steps(ctx, open_state(ctx, lock))
+
+
+def _run_steps(ctx: Context, state: PipelineState) -> PipelineState:
     step_study(ctx, state)
     if ctx.pipe.audit.enabled:
         step_audit(ctx, state)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import tomllib
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -22,8 +22,8 @@ EXTRACT_KINDS: tuple[str, ...] = (
     "study",
     "study_diff",
     "study_clock",
-    "manifest_max",
-    "history_layers",
+    "manifest_stat",
+    "telemetry_layers",
     "audit_size",
     "audit_size_diff",
     "audit_branch",
@@ -35,7 +35,18 @@ EXTRACT_KINDS: tuple[str, ...] = (
     "head",
     "none",
 )
-"""The Fathom quantities a seed value can be set beside (see :mod:`fathom.reproduce.compare`)."""
+"""The Fathom quantities a seed value of a study table can be set beside
+(:mod:`fathom.reproduce.extract`)."""
+
+DEPTH_KINDS: tuple[str, ...] = ("depth_arm", "depth_delta", "depth_change")
+"""Those of a depth-scaling table (:mod:`fathom.reproduce.depth_compare`)."""
+
+PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "study": EXTRACT_KINDS,
+    "depth_scaling": (*DEPTH_KINDS, "none"),
+}
+"""Which pipeline computes a table's counterparts: a study (``fathom reproduce quick``,
+``seed-003``) or a depth-scaling benchmark (``seed-000``); each has its extract kinds."""
 
 
 class _Strict(BaseModel):
@@ -48,6 +59,12 @@ class SeedTable(_Strict):
     section: str = Field(min_length=1)
     title: str
     counterpart: str
+    protocol: Literal["study", "depth_scaling"] = "study"
+    # the seed's own verbal conclusion from this table, verbatim (set beside Fathom's verdict)
+    conclusion: str | None = None
+    # a cross-run table (fathom.report.crossrun) printed whole as Fathom's side, for a seed
+    # table whose numbers the seed's text does not give
+    fathom_table: str | None = None
 
 
 class SeedValue(_Strict):
@@ -62,13 +79,16 @@ class SeedValue(_Strict):
     statistic: str
     quote: str = Field(min_length=1)
     hardware: str | None = None
+    # why the seed's number and Fathom's are not the same quantity (another definition)
+    not_comparable: str | None = None
     extract: dict[str, Any]
 
     @model_validator(mode="after")
     def _kind(self) -> SeedValue:
         kind = self.extract.get("kind")
-        if kind not in EXTRACT_KINDS:
-            raise ValueError(f"extract.kind {kind!r} is not one of {list(EXTRACT_KINDS)}")
+        known = sorted({k for kinds in PROTOCOLS.values() for k in kinds})
+        if kind not in known:
+            raise ValueError(f"extract.kind {kind!r} is not one of {known}")
         if isinstance(self.value, tuple) and kind != "none":
             raise ValueError("a list of values (one per seed) can only have extract.kind 'none'")
         return self
@@ -93,10 +113,21 @@ class SeedData(_Strict):
         for item in (*self.table, *self.value):
             if item.seed not in self.files:
                 raise ValueError(f"{item.id}: seed {item.seed!r} is not in [files]")
+        protocol = {t.id: t.protocol for t in self.table}
         for v in self.value:
             if v.table not in tables:
                 raise ValueError(f"value {v.id}: table {v.table!r} is not a [[table]] id")
+            if v.kind not in PROTOCOLS[protocol[v.table]]:
+                raise ValueError(
+                    f"value {v.id}: extract.kind {v.kind!r} cannot be computed by a "
+                    f"{protocol[v.table]} pipeline (table {v.table!r}); use one of "
+                    f"{list(PROTOCOLS[protocol[v.table]])}"
+                )
         return self
+
+    def tables_of(self, protocol: str) -> list[SeedTable]:
+        """The tables whose counterparts a ``protocol`` pipeline computes."""
+        return [t for t in self.table if t.protocol == protocol]
 
     def source(self, item: SeedTable | SeedValue) -> str:
         """``"seed 003 (003_....txt), section 'When did ...'"``."""

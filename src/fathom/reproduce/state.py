@@ -5,6 +5,12 @@ it read) and the SHA-256 of every file it wrote. A step is *complete and verifie
 record exists, its inputs digest equals the current one and every output file still has its
 recorded hash; then it is skipped. Anything else (no record, changed inputs, an output
 missing or modified) reruns the step, and the reason is said.
+
+One pipeline at a time writes an output directory: :func:`pipeline_lock` is a
+:class:`fathom.rundir.DirLock` on ``<root>/.fathom-reproduce.lock`` (a second ``fathom
+reproduce`` on the same directory is refused naming the holder's PID); a lock left by a
+killed pipeline is taken over and the takeover is recorded in ``pipeline.json``'s
+``events`` (:meth:`PipelineState.note`).
 """
 
 from __future__ import annotations
@@ -16,8 +22,15 @@ from typing import Any
 
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, config_digest, sha256_file
+from fathom.rundir import DirLock
 
 FORMAT = 1
+REPRODUCE_LOCK = ".fathom-reproduce.lock"
+
+
+def pipeline_lock(root: Path) -> DirLock:
+    """The lock one ``fathom reproduce`` holds on its output directory ``root`` throughout."""
+    return DirLock(root, name=REPRODUCE_LOCK, what="reproduction output directory")
 
 
 class PipelineState:
@@ -26,10 +39,12 @@ class PipelineState:
     def __init__(self, path: Path, base: Path, pipeline: str) -> None:
         self.path, self.base, self.pipeline = path, base, pipeline
         self.steps: dict[str, dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
         if path.exists():
             try:
                 data = json.loads(path.read_text())
                 self.steps = dict(data["steps"])
+                self.events = list(data.get("events", []))
             except (json.JSONDecodeError, KeyError, TypeError):
                 raise FathomError(
                     f"{str(path)!r} is corrupt; delete it (every step then reruns, skipping "
@@ -62,8 +77,22 @@ class PipelineState:
             "wall_s": wall_s,
             "finished_at": time.time(),
         }
+        self._write()
+
+    def note(self, event: str, info: dict[str, Any]) -> None:
+        """Append ``{"event", "at", **info}`` to the recorded events (a stale-lock takeover)."""
+        self.events.append({"event": event, "at": time.time(), **info})
+        self._write()
+
+    def _write(self) -> None:
         atomic_write_json(
-            self.path, {"format": FORMAT, "pipeline": self.pipeline, "steps": self.steps}
+            self.path,
+            {
+                "format": FORMAT,
+                "pipeline": self.pipeline,
+                "steps": self.steps,
+                "events": self.events,
+            },
         )
 
     def output_digest(self, step: str) -> str | None:

@@ -27,6 +27,7 @@ from fathom.io import config_digest, read_jsonl, state_dict_digest
 from fathom.provenance import resolve_device, source_hash
 from fathom.rundir import RunDir, RunWriter
 from fathom.rundir.errors import failure_record
+from fathom.stats.units import fmt_percent
 from fathom.train.checkpoint import cpu_state, load_cpu_state
 from fathom.train.manifest import split_classes
 from fathom.train.observe import eval_due, observe, sync
@@ -239,8 +240,9 @@ def _target_reached(s: Session, epoch: int, row: dict[str, Any] | None) -> str |
         "elapsed_s": row["clock/elapsed_s"],
     }
     return (
-        f"stopped at epoch {epoch}: official test accuracy {row['test/acc']:.4f} first "
-        f"reached the target {target} (monitored on the test set, a speed benchmark rule)"
+        f"stopped at epoch {epoch}: official test accuracy {fmt_percent(row['test/acc'])} first "
+        f"reached the target {fmt_percent(target)} (monitored on the test set, a speed "
+        "benchmark rule)"
     )
 
 

@@ -1,0 +1,167 @@
+"""The depth-scaling comparison as markdown and as an 80-column terminal table.
+
+One line per seed value, ordered by depth then arm: the seed log's value, Fathom's (seed mean,
+with the sample SD and range when there are several seeds), the difference (Fathom minus
+seed) and whether the seed's value lies in Fathom's seed range. Accuracies, stored as
+fractions like the log prints them, are rendered through :func:`fathom.stats.units.percent`
+(differences in percentage points). The verdicts follow: the log's own conclusion, Fathom's
+rule on the log's numbers, Fathom's verdict on its own runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fathom.stats.units import percent
+
+FRACTION = "fraction of test images"
+SHORT = {
+    "test_acc": "acc (%)",
+    "lyapunov": "λ̂",
+    "grad_norm": "∇norm",
+    "kappa": "κ",
+    "depth_delta": "Δ acc (pp)",
+    "depth_change": "change (pp)",
+}
+
+
+def _is_fraction(row: dict[str, Any]) -> bool:
+    return str(row["units"]).startswith(FRACTION)
+
+
+def _shown(row: dict[str, Any], x: float | None) -> float | None:
+    return percent(x) if x is not None and _is_fraction(row) else x
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.2f}" if 0.01 <= abs(x) < 1e5 or x == 0 else f"{x:.2e}"
+
+
+def label(row: dict[str, Any]) -> tuple[str, str, str]:
+    """``(depth, arm, quantity)`` of a row, for ordering and printing."""
+    ex = row["extract"]
+    if ex["kind"] == "depth_change":
+        return f"{ex['from']}→{ex['to']}", ex["arm"], SHORT["depth_change"]
+    if ex["kind"] == "depth_delta":
+        return str(ex["depth"]), "Lyap−van", SHORT["depth_delta"]
+    return str(ex["depth"]), ex["arm"], SHORT[ex["metric"]]
+
+
+def fathom_cell(row: dict[str, Any], wide: bool) -> str:
+    f = row["fathom"]
+    if f is None:
+        return "—"
+    text = _num(_shown(row, f["mean"]))
+    if f["n"] > 1 and wide:
+        text += f" ± {_num(_shown(row, f['sd']))} [{_num(_shown(row, f['min']))}, "
+        text += f"{_num(_shown(row, f['max']))}] (n={f['n']})"
+    return text
+
+
+def flags(row: dict[str, Any]) -> tuple[str, str]:
+    """``(in range, note)``: yes / no / — and why a row is not judged on magnitude."""
+    inside = {True: "yes", False: "no", None: "—"}[row["within_spread"]]
+    if row["fathom"] is None:
+        return inside, "none"
+    if row.get("not_comparable"):
+        return inside, "n/c"
+    if row["verdict"].startswith("not comparable in magnitude"):
+        return inside, "scaled"
+    if row["verdict"].startswith("not comparable"):
+        return inside, "n/c"
+    return inside, f"n={row['fathom']['n']}"
+
+
+def table_rows(result: dict[str, Any], wide: bool = False) -> list[list[str]]:
+    out = []
+    for r in result["rows"]:
+        depth, arm, qty = label(r)
+        inside, note = flags(r)
+        seed = _num(_shown(r, float(r["seed_value"])))
+        diff = _num(_shown(r, r["difference"]))
+        out.append([depth, arm, qty, seed, fathom_cell(r, wide), diff, inside, note])
+    return out
+
+
+COLUMNS = ["Depth", "Arm", "Quantity", "Seed", "Fathom", "Diff.", "In\nrange", "Note"]
+
+
+def depth_lines(result: dict[str, Any]) -> list[str]:
+    """``depth 4: vanilla trained, Lyapunov failed; Lyapunov vs vanilla: no comparison``."""
+    out = []
+    for depth, cells in result["cells"].items():
+        v = result["per_depth"].get(depth) or {}
+        arms = ", ".join(f"{a} {cells.get(a, '—')}" for a in ("vanilla", "Lyapunov"))
+        out.append(f"depth {depth}: {arms}; Lyapunov vs vanilla: {v.get('verdict', '—')}")
+    return out
+
+
+def verdict_lines(result: dict[str, Any]) -> list[str]:
+    out = []
+    for table_id, v in result["verdicts"].items():
+        yes = {True: "REACHES it", False: "does not reach it"}
+        out += [
+            f"[{table_id}] the seed log concluded: {v['seed_conclusion']!r} "
+            f"(= the Lyapunov arm's {v['seed_claim']})",
+            f"  Fathom's rule on the seed log's own numbers: {v['rule_on_seed_log']['sentence']} "
+            f"— {yes[v['rule_on_seed_log']['reaches_seed_claim']]}",
+            f"  Fathom's verdict on Fathom's runs: {v['fathom']['sentence']} "
+            f"— {yes[v['fathom']['reaches_seed_claim']]}",
+        ]
+    return out
+
+
+def notes(result: dict[str, Any]) -> list[str]:
+    out = [result["caveat"]]
+    if result["scale_down"]:
+        out.append(
+            "Scaled-down run: not comparable in magnitude with the log's full-size numbers. "
+            f"Scaled down: {'; '.join(result['scale_down'])}."
+        )
+    out.append(
+        "Seed: the log's value; Fathom: seed mean (± sample SD [min, max] (n) in the markdown); "
+        "Diff.: Fathom minus seed; in range: min <= seed value <= max over Fathom's seeds "
+        "(n >= 2); accuracy in %, differences in pp; n/c: another definition (see markdown)."
+    )
+    return out
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    """``reproduction.md`` of a depth-scaling pipeline."""
+    lines = [f"# Reproduction: {result['dataset']} depth scaling beside seed 000's log", ""]
+    lines += [n + "\n" for n in notes(result)]
+    for t in result["tables"]:
+        lines += [
+            f"## {t['title']}",
+            "",
+            f"Source: {t['source']}. Fathom's counterpart: {t['counterpart']}.",
+            "",
+            "| Depth | Arm | Quantity | Seed | Fathom | Difference | In range | Verdict |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r, cells in zip(result["rows"], table_rows(result, wide=True), strict=True):
+            lines.append("| " + " | ".join([*cells[:7], r["verdict"]]) + " |")
+        lines.append("")
+    lines += ["## Fathom per depth: each arm's cell and Lyapunov vs vanilla", ""]
+    lines += [f"- {line}" for line in depth_lines(result)]
+    for depth, fails in result["failures"].items():
+        lines.append(f"  - depth {depth} failure flags: {'; '.join(fails)}")
+    lines += ["", "## Verdicts", ""]
+    lines += [f"- {line.strip()}" for line in verdict_lines(result)]
+    return "\n".join(lines) + "\n"
+
+
+def print_comparison(result: dict[str, Any], console: Any = None) -> None:
+    """The side-by-side table, its notes and the verdicts on an 80-column terminal."""
+    from rich.console import Console
+
+    from fathom.terminal import table
+
+    console = console or Console()
+    title = f"Seed 000's {result['dataset']} depth-scaling table beside Fathom's"
+    right = ["Seed", "Fathom", "Diff."]
+    console.print(table(title, COLUMNS, table_rows(result), right=right))
+    for line in notes(result) + depth_lines(result) + verdict_lines(result):
+        console.print(line, highlight=False, markup=False)
