@@ -2,63 +2,97 @@
 
 ``residual`` vs ``sd_constant`` (p = 0.1/0.2/0.3/0.4) at fixed exposure — the same data
 subset, batches and epochs, telemetry off, one thread — each run a separate ``fathom train``
-process, interleaved over the repeats. The training clock (optimizer steps only, see the
-manifest's ``clocks.training_s``) is compared, not elapsed time.
+process pinned to one CPU, the two recipes alternating over the repeats. Compared: the
+training clock (optimizer steps only; the history row of every epoch carries the cumulative
+``clock/training_s``, a wall clock), per epoch; epoch 1 (first-touch of every buffer) is left
+out, a run's figure is the median of its other epochs' clocks, and a recipe's figure the median
+over its runs.
 
-Expected saving = sum_l p_l * 3 * in_l * out_l / train_macs(dense) (the schedule's expectation,
-training MACs as in ``bench/bench_sd_skip.py``); realized = 1 - min T_sd / min T_residual over
-the repeats (the minimum: each run is a whole process on a shared machine).
+Expected saving = the share of training MACs (``bench/bench_sd_skip.train_macs``) of the
+branches the run actually dropped in the timed epochs: the run's gates are replayed from its
+config (the controller's own generator) and checked against the mask digest in its manifest.
+Realized = 1 - T_sd / T_residual.
 
 Usage: python bench/bench_sd_product.py [--width-mult 0.5 0.1] [--repeats 3] [--fit 6400]
+                                        [--epochs 6] [--cpu N]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench_sd_skip import PROBS, train_macs
-from fathom.models.ciresan import CiresanMLP
-
-
-def expected_saving(width_mult: float) -> float:
-    """The schedule's expected share of training MACs (one formula: ``bench_sd_skip``)."""
-    model = CiresanMLP(recipe="sd_constant", width_mult=width_mult)
-    dense = train_macs(model)
-    layers = model.affine_layers()[1:-1]
-    return (
-        sum(p * 3 * m.in_features * m.out_features for p, m in zip(PROBS, layers, strict=True))
-        / dense
-    )
+from bench_sd_skip import train_macs
+from fathom.config import RunConfig
+from fathom.train.build import build_controller, init_model
+from fathom.train.state import GENESIS, chain
 
 
 def train_once(
-    recipe: str, width_mult: float, fit: int, epochs: int, runs: Path, tag: str
-) -> float:
+    recipe: str, width_mult: float, args: argparse.Namespace, runs: Path, tag: str
+) -> Path:
+    """One pinned ``fathom train`` process; returns its run directory."""
     sets = {
         "model.recipe": recipe,
         "model.width_mult": width_mult,
         "optim.lr": 0.01,
-        "optim.epochs": epochs,
-        "data.fit_subset": fit,
-        "data.eval_subset": 1000,
+        "optim.epochs": args.epochs,
+        "data.fit_subset": args.fit,
+        "data.eval_subset": 500,
         "telemetry.enabled": "false",
-        "eval.every": epochs,
+        "eval.every": 1,
         "device": "cpu",
     }
-    args = [sys.executable, "-m", "fathom.cli", "train", "--quiet", "--runs-dir", str(runs)]
-    args += ["--name", tag]
+    cmd = [sys.executable, "-m", "fathom.cli", "train", "--quiet", "--runs-dir", str(runs)]
+    cmd += ["--name", tag]
     for k, v in sets.items():
-        args += ["--set", f"{k}={v}"]
+        cmd += ["--set", f"{k}={v}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(args, check=True, env=env, stdout=subprocess.DEVNULL)
-    manifest = next(runs.glob(f"*/{tag}/manifest.json"))
-    return float(json.loads(manifest.read_text())["clocks"]["training_s"])
+    subprocess.run(
+        cmd,
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        preexec_fn=lambda: os.sched_setaffinity(0, {args.cpu}),
+    )
+    return next(runs.glob(f"*/{tag}/manifest.json")).parent
+
+
+def epoch_clocks(run_dir: Path) -> list[float]:
+    """Training-clock seconds of epochs 1..E (differences of the cumulative history clock)."""
+    rows = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    cum = {r["epoch"]: r["clock/training_s"] for r in rows if "clock/training_s" in r}
+    epochs = sorted(cum)
+    return [cum[b] - cum[a] for a, b in itertools.pairwise(epochs)]
+
+
+def drawn_saving(run_dir: Path, first_epoch: int) -> float:
+    """The dropped share of training MACs over epochs ``first_epoch..E``, from the replayed gates.
+
+    The gates are drawn again from the run's config (the controller's seeded generator, in
+    the trainer's order) and their digest is checked against the manifest's ``masks`` hash.
+    """
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    cfg = RunConfig.model_validate(manifest["config"])
+    model = init_model(cfg)
+    controller = build_controller(model, cfg)
+    steps = -(-cfg.data.fit_subset // cfg.optim.batch_size)
+    digest, kept = GENESIS, []
+    for epoch in range(1, cfg.optim.epochs + 1):
+        drawn = [controller.draw(epoch - 1)[0] for _ in range(steps)]
+        digest = chain(digest, bytes(int(k) for step in drawn for k in step))
+        if epoch >= first_epoch:
+            kept += drawn
+    if digest != manifest["hashes"]["masks"]:
+        raise SystemExit(f"{run_dir}: replayed gates do not match the run's mask digest")
+    return 1 - statistics.mean(train_macs(model, k) for k in kept) / train_macs(model)
 
 
 def main() -> None:
@@ -66,26 +100,32 @@ def main() -> None:
     ap.add_argument("--width-mult", type=float, nargs="+", default=[0.5, 0.1])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--fit", type=int, default=6400)
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=6)
+    ap.add_argument("--cpu", type=int, default=-1, help="pin the runs to this CPU (-1: the last)")
     args = ap.parse_args()
-    print(f"load average at start: {os.getloadavg()[0]:.2f}; {os.cpu_count()} cpus; one thread")
+    args.cpu = args.cpu if args.cpu >= 0 else max(os.sched_getaffinity(0))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"load average at start: {load}; {os.cpu_count()} cpus; one thread, cpu {args.cpu}")
     with tempfile.TemporaryDirectory() as tmp:
         for w in args.width_mult:
-            clocks: dict[str, list[float]] = {"residual": [], "sd_constant": []}
+            per_run: dict[str, list[float]] = {"residual": [], "sd_constant": []}
+            expected = []
             for r in range(args.repeats):
-                for recipe in clocks:
-                    tag = f"{recipe}-w{w}-r{r}"
-                    clocks[recipe].append(
-                        train_once(recipe, w, args.fit, args.epochs, Path(tmp), tag)
-                    )
-            t_res, t_sd = min(clocks["residual"]), min(clocks["sd_constant"])
-            exp = expected_saving(w)
-            real = 1 - t_sd / t_res
+                for recipe in per_run if r % 2 == 0 else list(per_run)[::-1]:
+                    run = train_once(recipe, w, args, Path(tmp), f"{recipe}-w{w}-r{r}")
+                    per_run[recipe].append(statistics.median(epoch_clocks(run)[1:]))
+                    if recipe == "sd_constant":
+                        expected.append(drawn_saving(run, first_epoch=2))
+            t_res = statistics.median(per_run["residual"])
+            t_sd = statistics.median(per_run["sd_constant"])
+            exp, real = statistics.mean(expected), 1 - t_sd / t_res
+            fmt = lambda v: ", ".join(f"{t:.3f}" for t in v)  # noqa: E731
             print(
-                f"width x {w}: training clock residual {t_res:.2f} s, sd_constant {t_sd:.2f} s "
-                f"(min of {args.repeats}; all: {[round(t, 2) for t in clocks['residual']]} / "
-                f"{[round(t, 2) for t in clocks['sd_constant']]}); expected saving {exp:.2%}, "
-                f"realized {real:+.2%}, realized/expected {real / exp:.2f}"
+                f"width x {w}: s per epoch (median of epochs 2..{args.epochs}) residual "
+                f"[{fmt(per_run['residual'])}], sd_constant [{fmt(per_run['sd_constant'])}]; "
+                f"medians {t_res:.3f} / {t_sd:.3f}; expected saving (drawn gates) {exp:.2%}, "
+                f"realized {real:+.2%}, realized/expected {real / exp:.2f} "
+                f"(load now {os.getloadavg()[0]:.2f})"
             )
 
 

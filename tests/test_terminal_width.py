@@ -15,9 +15,10 @@ from fathom.depthscale.table import RunRecord as DepthRecord
 from fathom.depthscale.table import build_table
 from fathom.depthscale.terminal import print_results
 from fathom.stats.summary import RunRecord, summarise_study
-from fathom.study.cli import progress_line, runs_tables, status_counts, status_table
+from fathom.study.cli import progress_line, status_counts, status_table
 from fathom.study.execute import RunOutcome
 from fathom.study.report import print_summary
+from fathom.study.runs_cli import runs_tables
 
 RECIPES = ("plain", "residual", "residual_dropout", "sd_constant", "sd_decreasing")
 

@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fathom.study.cli",
         "run a grid of runs (recipes x seeds, LR tuning) and summarise it",
     ),
-    "runs": ("fathom.study.cli", "query the run registry"),
+    "runs": ("fathom.study.runs_cli", "query the run registry"),
     "data": ("fathom.data.cli", "fetch, verify and describe datasets"),
     "curvature": (
         "fathom.curvature.cli",

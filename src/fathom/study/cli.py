@@ -1,4 +1,4 @@
-"""``fathom study run|status`` and ``fathom runs list|show``."""
+"""``fathom study run|status`` (``fathom runs list|show``: :mod:`fathom.study.runs_cli`)."""
 
 from __future__ import annotations
 
@@ -192,97 +192,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _registry(args: argparse.Namespace):
-    from fathom.study.registry import Registry, registry_path
-
-    path = registry_path(args.runs_dir)
-    if not path.exists():
-        raise FathomError(
-            f"no run registry at {str(path)!r}; run a study with --runs-dir {args.runs_dir} first"
-        )
-    return Registry(path)
-
-
-def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
-    """One table per study: run, status, test accuracy (%) and CE, final-parameter hash.
-
-    The run id names phase, recipe, LR and seed; ``wide`` adds them as columns with the
-    full hash.
-    """
-    from fathom.stats.units import percent
-    from fathom.terminal import short_hash, table
-
-    def f(x: float | None, spec: str) -> str:
-        return "—" if x is None else format(x, spec)
-
-    columns = [
-        "Run",
-        "Status",
-        "Sel.\nacc\n(%)",
-        "Final\nacc\n(%)",
-        "Final\nCE\n(nats)",
-        "Final params",
-    ]
-    if wide:
-        columns[1:1] = ["Phase", "Recipe", "Seed", "LR"]
-    out = []
-    for study in dict.fromkeys(r["study"] for r in rows):
-        body = []
-        for r in (r for r in rows if r["study"] == study):
-            extra = [r["phase"], r["recipe"], r["seed"], f(r["lr"], "g")]
-            body.append(
-                [
-                    r["run_id"],
-                    *(extra if wide else []),
-                    r["status"],
-                    f(percent(r["selected_test_acc"]), ".2f"),
-                    f(percent(r["final_test_acc"]), ".2f"),
-                    f(r["final_test_ce"], ".4f"),
-                    short_hash(r["final_params"], wide),
-                ]
-            )
-        out.append(
-            table(
-                f"Study {study}: {len(body)} runs",
-                columns,
-                body,
-                right=columns[-4:-1],
-            )
-        )
-    return out
-
-
-def cmd_runs_list(args: argparse.Namespace) -> int:
-    from fathom.terminal import console
-
-    rows = _registry(args).query(
-        study=args.study, phase=args.phase, recipe=args.recipe, seed=args.seed, status=args.status
-    )
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    out = console(args.wide)
-    if not rows:
-        out.print("0 runs match")
-    for t in runs_tables(rows, args.wide):
-        out.print(t)
-    return 0
-
-
-def cmd_runs_show(args: argparse.Namespace) -> int:
-    rows = _registry(args).get(args.run_id, args.study)
-    if not rows:
-        raise FathomError(
-            f"no run {args.run_id!r} in the registry; list runs with `fathom runs list`"
-        )
-    if len(rows) > 1:
-        raise FathomError(
-            f"run id {args.run_id!r} exists in studies {[r['study'] for r in rows]}; pass --study"
-        )
-    print(json.dumps(rows[0], indent=2))
-    return 0
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     study = sub.add_parser(
         "study", help="run a grid of runs (recipes x seeds, LR tuning) and summarise it"
@@ -332,21 +241,3 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     status.add_argument("--wide", action="store_true", help="all columns and full hashes")
     status.add_argument("--json", action="store_true", help="print the rows as JSON")
     status.set_defaults(func=cmd_status)
-
-    runs = sub.add_parser("runs", help="query the run registry")
-    rsub = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND")
-    ls = rsub.add_parser("list", help="runs in the registry, filtered")
-    ls.add_argument("--runs-dir", default="runs")
-    ls.add_argument("--study")
-    ls.add_argument("--phase", choices=["tuning", "main"])
-    ls.add_argument("--recipe")
-    ls.add_argument("--seed", type=int)
-    ls.add_argument("--status", choices=["complete", "diverged", "failed", "running", "absent"])
-    ls.add_argument("--wide", action="store_true", help="all columns and full hashes")
-    ls.add_argument("--json", action="store_true", help="print the rows as JSON")
-    ls.set_defaults(func=cmd_runs_list)
-    show = rsub.add_parser("show", help="one run's registry row as JSON")
-    show.add_argument("run_id")
-    show.add_argument("--runs-dir", default="runs")
-    show.add_argument("--study")
-    show.set_defaults(func=cmd_runs_show)

@@ -6,8 +6,9 @@ SGD-with-momentum update of exactly the topology's *active* parameters, so skipp
 keep parameters and momentum untouched — the same semantics as the eager path, where a
 skipped branch has ``grad is None`` and ``torch.optim.SGD`` skips it.
 
-The graph path's update (:func:`sgd_momentum_`) is torch's foreach SGD written with a
-device-resident learning rate (``p -= lr_t * buf``); with a Python-float learning rate it
+The graph path's update (:func:`fathom.train.sgd.sgd_momentum_`, through
+:class:`~fathom.train.sgd.ActiveSGD`) is torch's foreach SGD written with a device-resident
+learning rate (``p -= lr_t * buf``); with a Python-float learning rate it
 issues the same kernels as ``torch.optim.SGD(foreach=True)`` and agrees bit for bit.
 """
 
@@ -19,54 +20,11 @@ from torch import nn
 
 from fathom.data import DataSplits
 from fathom.depth import GateController
-from fathom.train.plan import EpochPlan, active_parameters, topology_index
+from fathom.train.plan import EpochPlan, topology_index
+from fathom.train.sgd import ActiveSGD, sgd_momentum_
 from fathom.train.steppers import autocast_for
 
-
-def sgd_momentum_(
-    params: list[torch.Tensor],
-    grads: list[torch.Tensor],
-    bufs: list[torch.Tensor],
-    lr: float | torch.Tensor,
-    momentum: float,
-    weight_decay: float,
-    fused: bool = False,
-) -> None:
-    """``torch.optim.SGD`` (dampening 0, no Nesterov) for parameters whose buffers exist::
-
-        d = g + weight_decay * p;   b = momentum * b + d;   p = p - lr * b
-
-    ``lr`` may be a device scalar (graph capture: its value changes between replays).
-    ``fused=True`` calls torch's single-kernel fused SGD (the kernel behind
-    ``torch.optim.SGD(fused=True)``; it reads a tensor ``lr`` on the device): one pass over
-    params, grads and buffers instead of four foreach passes.
-    """
-    if fused:
-        torch._fused_sgd_(
-            params,
-            grads,
-            bufs if momentum else [],
-            weight_decay=weight_decay,
-            momentum=momentum,
-            lr=lr,
-            dampening=0.0,
-            nesterov=False,
-            maximize=False,
-            is_first_step=False,
-        )
-        return
-    if weight_decay:
-        grads = torch._foreach_add(grads, params, alpha=weight_decay)
-    if momentum:
-        torch._foreach_mul_(bufs, momentum)
-        torch._foreach_add_(bufs, grads)
-        direction = bufs
-    else:
-        direction = grads
-    if isinstance(lr, torch.Tensor):
-        torch._foreach_sub_(params, torch._foreach_mul(direction, lr))
-    else:
-        torch._foreach_add_(params, direction, alpha=-lr)
+__all__ = ["GraphStepper", "sgd_momentum_"]
 
 
 class GraphStepper:
@@ -94,8 +52,6 @@ class GraphStepper:
         self.model, self.optimizer, self.controller = model, optimizer, controller
         self.splits, self.device, self.precision = splits, device, precision
         self.emulate = emulate or device.type != "cuda"
-        group = optimizer.param_groups[0]
-        self.momentum, self.weight_decay = float(group["momentum"]), float(group["weight_decay"])
         self.k = controller.num_branches if controller is not None else 0
         self.idx: torch.Tensor | None = None
         self.gain = torch.ones(self.k, dtype=torch.float32, device=device)
@@ -108,8 +64,7 @@ class GraphStepper:
         if fused is None:
             fused = device.type == "cuda" or bool(optimizer.param_groups[0].get("fused"))
         self.fused = fused
-        self._active: dict[tuple[bool, ...], list[nn.Parameter]] = {}
-        self._ready_topologies: set[tuple[bool, ...]] = set()
+        self.sgd = ActiveSGD(model, optimizer, controller, fused=fused)
         if self.fused:
             from fathom.train.build import init_momentum_buffers
 
@@ -124,53 +79,14 @@ class GraphStepper:
 
     def _body(self, idx: torch.Tensor, kept: tuple[bool, ...], lr: float | torch.Tensor) -> None:
         self._set_gates(kept)
-        params = self._params(kept)
+        params = self.sgd.params(kept)
         with autocast_for(self.device, self.precision):
             logits = self.model(self.splits.fit_x.index_select(0, idx))
         loss = F.cross_entropy(logits.float(), self.splits.fit_y.index_select(0, idx))
         grads = list(torch.autograd.grad(loss, params))
-        state = self.optimizer.state
-        bufs = [state[p].get("momentum_buffer") for p in params]
+        self.sgd.update(params, grads, lr)
         with torch.no_grad():
-            if not self.momentum:
-                sgd_momentum_(params, grads, [], lr, 0.0, self.weight_decay, self.fused)
-            elif any(b is None for b in bufs):
-                self._bootstrap(params, grads, bufs, lr)
-            else:
-                sgd_momentum_(params, grads, bufs, lr, self.momentum, self.weight_decay, self.fused)
             self.loss_sum.add_(loss.detach())
-
-    @torch.no_grad()
-    def _bootstrap(self, params, grads, bufs, lr) -> None:
-        """torch's first-step rule for parameters without a buffer: ``b = d`` (a copy)."""
-        if self.weight_decay:
-            grads = torch._foreach_add(grads, params, alpha=self.weight_decay)
-        for p, d, b in zip(params, grads, bufs, strict=True):
-            if b is None:
-                self.optimizer.state[p]["momentum_buffer"] = torch.clone(d).detach()
-            else:
-                b.mul_(self.momentum).add_(d)
-        new = [self.optimizer.state[p]["momentum_buffer"] for p in params]
-        if isinstance(lr, torch.Tensor):
-            torch._foreach_sub_(params, torch._foreach_mul(new, lr))
-        else:
-            torch._foreach_add_(params, new, alpha=-lr)
-
-    def _params(self, kept: tuple[bool, ...]) -> list[nn.Parameter]:
-        params = self._active.get(kept)
-        if params is None:
-            params = self._active[kept] = active_parameters(self.model, self.controller, kept)
-        return params
-
-    def _ready(self, kept: tuple[bool, ...]) -> bool:
-        """Every active parameter has a momentum buffer (then it keeps it for good)."""
-        if not self.momentum or kept in self._ready_topologies:
-            return True
-        state = self.optimizer.state
-        if all(state[p].get("momentum_buffer") is not None for p in self._params(kept)):
-            self._ready_topologies.add(kept)
-            return True
-        return False
 
     # -- capture ------------------------------------------------------------------------------
     def _capture(self, topo: int, kept: tuple[bool, ...]) -> torch.cuda.CUDAGraph:
@@ -218,7 +134,7 @@ class GraphStepper:
             full = sl.stop <= n
             if self.k:
                 self.gain.copy_(gains[i])
-            if self.emulate or not full or not self._ready(kept):
+            if self.emulate or not full or not self.sgd.ready(kept):
                 # eager body: same ops; a Python-float lr keeps the bootstrap exact
                 self._body(perm[sl], kept, plan.lrs[i] if self.emulate else lrs[i])
                 continue

@@ -5,8 +5,10 @@ the batches' training losses; the loop does everything else. Three paths share t
 interface (``run_epoch``, ``epoch_fields``, ``state_dict`` / ``load_state_dict`` for the
 stepper's own generators):
 
-* :class:`EagerStepper`: ``loss.backward()``, ``optimizer.step()``, ``zero_grad(None)``
-  (any device, SGD or AdamW; the reference);
+* :class:`EagerStepper`: forward, gradients, update (any device, SGD or AdamW; the
+  reference): plain SGD through :class:`fathom.train.sgd.ActiveSGD` (``autograd.grad`` over
+  the step's active parameters, torch's foreach kernels, bit-identical), every other optimizer
+  through ``loss.backward()``, ``optimizer.step()``, ``zero_grad(None)``;
 * :class:`fathom.train.fast.GraphStepper`: CUDA graphs, one per branch topology (SGD);
 * :class:`fathom.train.regularized.RegularizedStepper`: ``CE + λ_reg · P`` with the
   Lyapunov penalty, the two gradients kept apart for their norms.
@@ -53,7 +55,14 @@ class Augmenter:
 
 
 class EagerStepper:
-    """The reference path: ``loss.backward()``, ``optimizer.step()``, ``zero_grad(None)``."""
+    """The reference path: forward, gradients, update, one batch at a time.
+
+    With ``torch.optim.SGD`` (foreach kernels, the default) the gradients and the update
+    go through :class:`fathom.train.sgd.ActiveSGD`: ``torch.autograd.grad`` over the step's
+    active parameters and torch's own foreach SGD kernels, bit-identical to
+    ``loss.backward(); optimizer.step(); optimizer.zero_grad(set_to_none=True)``, which
+    every other optimizer runs.
+    """
 
     name = "eager"
 
@@ -67,31 +76,39 @@ class EagerStepper:
         precision: str = "fp32",
         augmenter: Augmenter | None = None,
     ):
+        from fathom.train.sgd import ActiveSGD, plain_sgd_blocker
+
         self.model, self.optimizer, self.controller = model, optimizer, controller
         self.splits, self.device, self.precision = splits, device, precision
         self.augmenter = augmenter
         self.captured = 0
+        plain = plain_sgd_blocker(optimizer, model) is None
+        self.sgd = ActiveSGD(model, optimizer, controller) if plain else None
 
     def batch(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.splits.fit_x[idx]
+        x = self.splits.fit_x.index_select(0, idx)
         return x if self.augmenter is None else self.augmenter(x)
 
     def run_epoch(self, plan: EpochPlan) -> torch.Tensor:
-        model, opt, splits = self.model, self.optimizer, self.splits
+        model, opt, splits, sgd = self.model, self.optimizer, self.splits, self.sgd
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         perm = plan.perm.to(self.device)
         for i in range(plan.steps):
             idx = perm[plan.batch(i)]
             if self.controller is not None:
                 self.controller.set_gains(plan.gain_values[i])
+            lr = plan.lrs[i]
             for group in opt.param_groups:
-                group["lr"] = plan.lrs[i]
+                group["lr"] = lr
             with autocast_for(self.device, self.precision):
                 logits = model(self.batch(idx))
-            loss = F.cross_entropy(logits.float(), splits.fit_y[idx])
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(logits.float(), splits.fit_y.index_select(0, idx))
+            if sgd is not None:
+                sgd.step(loss, plan.kept[i], lr)
+            else:
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
             loss_sum += loss.detach()
         if self.controller is not None:
             self.controller.release()

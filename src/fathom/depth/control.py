@@ -1,0 +1,160 @@
+"""Driving the branches from outside: the gate controller, masks, dense evaluation.
+
+See :mod:`fathom.depth` for the precedence of a mask, ``eval()``, an outside gain and a
+module's own draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from fathom.depth.residual import (
+    SkippableResidual,
+    check_drop_prob,
+    find_branches,
+    survival_gain,
+)
+from fathom.depth.schedule import DropSchedule
+from fathom.errors import FathomError
+
+
+class GateController:
+    """Draws one keep/skip decision per branch per minibatch from its own generator.
+
+    It drives the model from outside (module docstring, precedence 3): ``sample(epoch)``
+    sets each branch's ``gain`` to ``kept / survival`` and returns the decisions;
+    ``release()`` hands every branch back to its own behaviour (``gain = None``);
+    ``apply_mask(mask)`` sets explicit masks (deletion, gain one, any mode); ``masked(mask)``
+    and ``dense_mode()`` are context managers that restore what they change.
+    """
+
+    def __init__(self, branches: Sequence[SkippableResidual], schedule: DropSchedule, seed: int):
+        if len(schedule.probs) != len(branches):
+            raise FathomError(
+                f"drop schedule has {len(schedule.probs)} probabilities but the model has "
+                f"{len(branches)} skippable branches"
+            )
+        self.branches = list(branches)
+        self.schedule = schedule
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @property
+    def num_branches(self) -> int:
+        return len(self.branches)
+
+    def draw(self, epoch: float) -> tuple[tuple[bool, ...], tuple[float, ...]]:
+        """Draw decisions without touching the model: ``(kept, gains)``, ``kept = [u >= p]``."""
+        probs = self.schedule.at(epoch)
+        u = torch.rand(len(probs), generator=self.generator, dtype=torch.float64).tolist()
+        kept = tuple(ui >= p for ui, p in zip(u, probs, strict=True))
+        gains = tuple(survival_gain(k, p) for k, p in zip(kept, probs, strict=True))
+        return kept, gains
+
+    def set_gains(self, gains: Sequence[float | torch.Tensor | None]) -> None:
+        for b, g in zip(self.branches, gains, strict=True):
+            b.gain = g if g is None or isinstance(g, torch.Tensor) else float(g)
+
+    def gains(self) -> tuple[float | torch.Tensor | None, ...]:
+        return tuple(b.gain for b in self.branches)
+
+    def sample(self, epoch: float) -> tuple[bool, ...]:
+        kept, gains = self.draw(epoch)
+        self.set_gains(gains)
+        return kept
+
+    def release(self) -> None:
+        """No gain set from outside: each branch follows ``train()``/``eval()`` and its ``p``."""
+        self.set_gains([None] * self.num_branches)
+
+    def apply_mask(self, mask: Sequence[int | bool]) -> None:
+        set_masks(self.branches, mask)
+
+    @contextmanager
+    def masked(self, mask: Sequence[int | bool]):
+        saved = [b.mask for b in self.branches]
+        try:
+            self.apply_mask(mask)
+            yield
+        finally:
+            for b, m in zip(self.branches, saved, strict=True):
+                b.mask = m
+
+    @contextmanager
+    def dense_mode(self):
+        """Gain one on every branch (set from outside), restoring the previous gains."""
+        saved = self.gains()
+        try:
+            self.set_gains([1.0] * self.num_branches)
+            yield
+        finally:
+            self.set_gains(saved)
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state(), "gains": list(self.gains())}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
+        self.set_gains(state["gains"])
+
+
+def set_masks(branches: Sequence[SkippableResidual], mask: Sequence[int | bool | None]) -> None:
+    """``branches[l].mask = mask[l]`` (``None`` clears it); a length mismatch is refused."""
+    if len(mask) != len(branches):
+        raise FathomError(
+            f"mask has {len(mask)} entries, model has {len(branches)} branches "
+            "(one entry per SkippableResidual, in registration order)"
+        )
+    for b, m in zip(branches, mask, strict=True):
+        b.mask = None if m is None else bool(m)
+
+
+def set_drop_probs(model: nn.Module, probs: Sequence[float]) -> None:
+    """Set the drop probability ``p`` of every branch of ``model`` (e.g. once per epoch).
+
+    ``probs`` has one entry per :class:`SkippableResidual`, in :func:`find_branches` order
+    (a :class:`DropSchedule` gives them: ``set_drop_probs(model, schedule.at(epoch))``).
+    """
+    branches = find_branches(model)
+    if len(probs) != len(branches):
+        raise FathomError(
+            f"{len(probs)} drop probabilities for {len(branches)} skippable branches; give one "
+            "per SkippableResidual, in registration order"
+        )
+    checked = [check_drop_prob(p, f"branch {i}") for i, p in enumerate(probs)]
+    for b, p in zip(branches, checked, strict=True):
+        b.p = p
+
+
+@contextmanager
+def branch_mask(model: nn.Module, mask: Sequence[int | bool]):
+    """Run ``model`` with branch ``l`` kept iff ``mask[l]`` (gain one, any mode); restores masks."""
+    branches = find_branches(model)
+    saved = [b.mask for b in branches]
+    try:
+        set_masks(branches, mask)
+        yield
+    finally:
+        set_masks(branches, saved)
+
+
+@contextmanager
+def dense_eval(model: nn.Module):
+    """Dense evaluation mode: ``model.eval()`` and no mask (every branch at gain one).
+
+    Gains set from outside are ignored in ``eval()`` and left as they were; the mode and
+    the masks are restored on exit.
+    """
+    branches = find_branches(model)
+    saved = [b.mask for b in branches]
+    was_training = model.training
+    try:
+        model.eval()
+        set_masks(branches, [None] * len(branches))
+        yield
+    finally:
+        set_masks(branches, saved)
+        model.train(was_training)

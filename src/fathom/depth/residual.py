@@ -1,0 +1,203 @@
+"""The skippable residual module and its per-forward decision (:mod:`fathom.depth`).
+
+``y = bypass(x) + gain * branch(x)``, with the branch not called when ``gain == 0``; the
+precedence of what decides ``gain``, and the conventions, are in the :mod:`fathom.depth`
+docstring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from fathom.errors import FathomError
+
+
+def skippable_residual(
+    x: torch.Tensor,
+    branch: Callable[[torch.Tensor], torch.Tensor],
+    bypass: Callable[[torch.Tensor], torch.Tensor],
+    gain: float | torch.Tensor,
+) -> torch.Tensor:
+    """``bypass(x) + gain * branch(x)``, with ``branch`` not called when ``gain == 0``.
+
+    ``gain`` is a Python float, or (CUDA-graph path, :mod:`fathom.train.fast`) a device
+    scalar tensor of a *kept* branch whose value changes between graph replays; a tensor
+    is never compared on the host.
+    """
+    if isinstance(gain, torch.Tensor):
+        return bypass(x) + branch(x) * gain
+    if gain == 0.0:
+        return bypass(x)
+    out = branch(x)
+    if gain != 1.0:
+        out = out * gain
+    return bypass(x) + out
+
+
+def drop_path_compute_then_mask(
+    x: torch.Tensor,
+    branch: Callable[[torch.Tensor], torch.Tensor],
+    bypass: Callable[[torch.Tensor], torch.Tensor],
+    keep: bool,
+    survival: float,
+) -> torch.Tensor:
+    """timm-style batch DropPath: always compute the branch, then scale by keep/survival."""
+    out = branch(x) * (float(keep) / survival)
+    return bypass(x) + out
+
+
+class Crop(nn.Module):
+    """Keep the first ``features`` coordinates of the last dimension (a zero-parameter bypass)."""
+
+    def __init__(self, features: int) -> None:
+        super().__init__()
+        self.features = features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[..., : self.features]
+
+    def extra_repr(self) -> str:
+        return f"features={self.features}"
+
+
+def check_drop_prob(p: float, where: str = "SkippableResidual") -> float:
+    """``p`` as a float in ``[0, 1)``, or a FathomError naming the problem and the fix."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+        raise FathomError(
+            f"drop probability {p!r} of {where} is outside [0, 1): p = 1 would drop the branch "
+            "on every step and leave no survival gain 1/(1-p); delete a branch with "
+            "fathom.depth.branch_mask(model, mask) instead"
+        )
+    return float(p)
+
+
+def survival_gain(kept: bool, p: float) -> float:
+    """The training gain of one decision: ``kept / (1 - p)`` (``0.0`` when dropped)."""
+    return 1.0 / (1.0 - p) if kept else 0.0
+
+
+COMPILE_BREAK_REASON = (
+    "fathom.depth.SkippableResidual draws its stochastic-depth decision on the host (a graph "
+    "break); compile without fullgraph=True, or set module.gain (or p = 0) to compile it whole"
+)
+
+
+def _uniform(generator: torch.Generator) -> float:
+    """``u ~ U[0, 1)`` in float64 from ``generator``, read on the host."""
+    return torch.rand((), generator=generator, dtype=torch.float64).item()
+
+
+_uniform_outside_compile = torch.compiler.disable(_uniform, reason=COMPILE_BREAK_REASON)
+
+
+def draw_kept(generator: torch.Generator, p: float) -> bool:
+    """One host-side Bernoulli decision ``kept = [u >= p]``, ``u ~ U[0, 1)`` in float64.
+
+    The same rule as :meth:`GateController.draw`. Under ``torch.compile`` the draw runs in a
+    function excluded from tracing (a graph break), so a compiled model decides exactly as
+    the eager one; eagerly it is called directly (the exclusion wrapper costs more than the
+    draw). Refused inside CUDA-graph capture, where the decision would be frozen.
+    """
+    if torch.compiler.is_compiling():
+        return _uniform_outside_compile(generator) >= p
+    if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
+        raise FathomError(
+            "a self-sampling SkippableResidual (p > 0, no gain set) cannot be captured in a "
+            "CUDA graph: its host-side draw would be frozen at capture; draw the gates ahead "
+            "and set module.gain per topology, as fathom.train.fast does"
+        )
+    return _uniform(generator) >= p
+
+
+class SkippableResidual(nn.Module):
+    """``y = bypass(x) + gain * branch(x)``; ``gain == 0`` skips the branch entirely.
+
+    ``p``: drop probability of the module's own decisions in ``train()`` (``[0, 1)``,
+    settable at any time, e.g. per epoch). ``seed``: seeds its generator; ``None`` seeds it
+    at its first draw from torch's global generator (so ``torch.manual_seed`` makes a run
+    reproducible and distinct branches draw independently). ``gain`` (``None`` unless set
+    from outside) and ``mask`` (``None`` unless set by :func:`branch_mask`) override the
+    draw as the module docstring orders them.
+    """
+
+    def __init__(
+        self,
+        branch: nn.Module,
+        bypass: nn.Module | None = None,
+        p: float = 0.0,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.branch = branch
+        self.bypass = bypass if bypass is not None else nn.Identity()
+        self.p = p
+        self.gain: float | torch.Tensor | None = None
+        self.mask: bool | None = None
+        self.generator: torch.Generator | None = None
+        if seed is not None:
+            self.generator = torch.Generator().manual_seed(int(seed))
+
+    @property
+    def p(self) -> float:
+        return self._p
+
+    @p.setter
+    def p(self, value: float) -> None:
+        self._p = check_drop_prob(value)
+
+    def decide(self) -> float | torch.Tensor:
+        """This forward's gain (module docstring: mask, eval, outside gain, own draw)."""
+        if self.mask is not None:
+            return 1.0 if self.mask else 0.0
+        if not self.training:
+            return 1.0
+        if self.gain is not None:
+            return self.gain
+        if self._p == 0.0:
+            return 1.0
+        return survival_gain(draw_kept(self._generator(), self._p), self._p)
+
+    def _generator(self) -> torch.Generator:
+        if self.generator is None:
+            seed = int(torch.randint(0, 2**62, ()).item())
+            self.generator = torch.Generator().manual_seed(seed)
+        return self.generator
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return skippable_residual(x, self.branch, self.bypass, self.decide())
+
+    # -- state: the generator travels in state_dict() as "<prefix>_extra_state" ----------
+    def get_extra_state(self) -> torch.Tensor:
+        """The generator state (``uint8``; empty while not yet seeded)."""
+        if self.generator is None:
+            return torch.empty(0, dtype=torch.uint8)
+        return self.generator.get_state()
+
+    def set_extra_state(self, state: torch.Tensor) -> None:
+        if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
+            raise FathomError(
+                "SkippableResidual extra state must be the uint8 generator state written by "
+                f"state_dict(), got {type(state).__name__}"
+            )
+        if state.numel() == 0:
+            self.generator = None
+            return
+        self.generator = torch.Generator()
+        self.generator.set_state(state.detach().cpu().clone())
+
+    def extra_repr(self) -> str:
+        parts = [f"p={self._p:g}"]
+        if self.gain is not None:
+            parts.append(f"gain={self.gain}")
+        if self.mask is not None:
+            parts.append(f"mask={int(self.mask)}")
+        return ", ".join(parts)
+
+
+def find_branches(model: nn.Module) -> list[SkippableResidual]:
+    """All skippable branches of ``model`` in registration (shallow-to-deep) order."""
+    return [m for m in model.modules() if isinstance(m, SkippableResidual)]
