@@ -14,7 +14,7 @@ are checked against the moments (``B * sum_i batch_l2_i == mean_i ||g_i||^2`` pe
 
 Part 2 (``--overhead``): the quick study's run config (``presets/ciresan-sd-quick.toml``,
 recipe ``--recipe``, real MNIST) trained with telemetry off and on through
-``fathom.telemetry.qualify`` (all families, default schedule): overhead = telemetry clock /
+``fathom.train.qualify`` (all families, default schedule): overhead = telemetry clock /
 training clock, cold first observation separately, plus each family's median cost alone.
 
 Usage: python bench/bench_telemetry.py [--width-mult 0.1] [--batch 128] [--repeats 7] [--overhead]
@@ -143,8 +143,8 @@ def quick_config(recipe: str) -> RunConfig:
 
 
 def part2(recipe: str, repeats: int) -> None:
-    from fathom.telemetry.qualify import qualify
     from fathom.train.loop import prepare_splits
+    from fathom.train.qualify import qualify
 
     cfg = quick_config(recipe)
     splits = prepare_splits(cfg, torch.device("cpu"))

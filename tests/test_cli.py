@@ -95,7 +95,7 @@ def test_help_defaults_name_the_real_defaults():
     from fathom.audit.masks import MAX_ENUMERATED_MASKS
     from fathom.telemetry import cli as telemetry_cli
     from fathom.telemetry.docs import DEFAULT_PATH
-    from fathom.telemetry.qualify import DEFAULT_GATE
+    from fathom.train.qualify import DEFAULT_GATE
 
     assert audit_cli.MAX_MASKS_HELP == MAX_ENUMERATED_MASKS
     assert float(telemetry_cli.GATE_HELP) == DEFAULT_GATE

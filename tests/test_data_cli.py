@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from fathom.cli import main
-from fathom.data import DATASETS, IdxDataset, IdxFile
-from fathom.data import sources as src
+from fathom.data import DATASETS, IdxDataset, IdxFile, remote
 from fathom.data.idx import encode_idx
 
 STEMS = {
@@ -26,7 +25,7 @@ def tiny(tmp_path, monkeypatch):
     monkeypatch.setenv("FATHOM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("FATHOM_DATA", raising=False)
     monkeypatch.setattr(
-        src, "http_get", lambda url, timeout=5.0: (_ for _ in ()).throw(OSError("offline"))
+        remote, "http_get", lambda url, timeout=5.0: (_ for _ in ()).throw(OSError("offline"))
     )
     (tmp_path / "d").mkdir()
     files = []

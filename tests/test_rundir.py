@@ -253,8 +253,8 @@ def test_audit_of_an_interrupted_run_says_it_is_incomplete(tmp_path, splits):
     from fathom.audit.checkpoint import AuditSettings
     from fathom.audit.run import audit_runs
 
-    run = interrupted(tmp_path, splits)
-    with pytest.raises(FathomError, match="is incomplete .* 1 of 4 epochs"):
+    run = interrupted(tmp_path, splits)  # cut short in epoch 1: epoch 0 is the last complete
+    with pytest.raises(FathomError, match="is incomplete .* 0 of 4 epochs"):
         audit_runs(run, AuditSettings(checkpoints=("final",), router=False), splits=splits)
 
 

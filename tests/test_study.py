@@ -21,7 +21,8 @@ from fathom.study.backends import LocalBackend, make_backend
 from fathom.study.config import load_study, preset_names, validate_study_config
 from fathom.study.plan import tuning_specs
 from fathom.study.registry import Registry, registry_path
-from fathom.study.runner import GridPoint, run_study, select_lr
+from fathom.study.runner import run_study
+from fathom.study.selection import GridPoint, select_lr
 from fathom.study.status import study_status
 
 TESTS_DIR = Path(__file__).resolve().parent

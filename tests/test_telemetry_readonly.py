@@ -122,7 +122,7 @@ def _trainer_setup(tmp_path):
 
 
 def test_trainer_run_with_telemetry_ends_byte_identical(tmp_path):
-    from fathom.telemetry.qualify import qualify
+    from fathom.train.qualify import qualify
 
     cfg, splits = _trainer_setup(tmp_path)
     q = qualify(cfg, tmp_path / "q", splits=splits, gate=1e9)
@@ -140,7 +140,7 @@ def test_trainer_run_with_telemetry_ends_byte_identical(tmp_path):
 
 
 def test_qualify_reports_a_failed_gate(tmp_path):
-    from fathom.telemetry.qualify import qualify
+    from fathom.train.qualify import qualify
 
     cfg, splits = _trainer_setup(tmp_path)
     q = qualify(cfg, tmp_path / "q", splits=splits, gate=1e-9)
@@ -148,7 +148,7 @@ def test_qualify_reports_a_failed_gate(tmp_path):
 
 
 def test_history_mismatch_is_reported():
-    from fathom.telemetry.qualify import history_mismatches
+    from fathom.train.qualify import history_mismatches
 
     off = [{"epoch": 0, "val/acc": 0.5, "clock/training_s": 1.0}]
     on = [{"epoch": 0, "val/acc": 0.25, "clock/training_s": 2.0, "probe/ce": 1.0}]
@@ -180,7 +180,7 @@ def test_manifest_lists_each_instrumented_layer(tmp_path):
 
 
 def test_trainer_fields_are_compared_and_telemetry_fields_are_not():
-    from fathom.telemetry.qualify import is_scientific
+    from fathom.train.qualify import is_scientific
 
     for name in ("val/acc", "train/loss_running", "optim/lr", "lyap/maximal", "grad_norm/ce"):
         assert is_scientific(name), name

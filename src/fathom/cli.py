@@ -135,11 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fathom {args.command}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # a file-system failure no command turned into a FathomError
-        from fathom.rundir.errors import os_error
+        from fathom.errors import os_error
 
-        print(
-            f"fathom {args.command}: error: {os_error(e, 'complete the command')}", file=sys.stderr
-        )
+        err = os_error(e, "complete the command", where="output location (--out, --runs-dir)")
+        print(f"fathom {args.command}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from fathom.errors import FathomError
+from fathom.errors import os_error
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -147,20 +147,14 @@ def config_digest(obj: Any) -> str:
     return sha256_bytes(json.dumps(json_safe(obj), sort_keys=True, separators=(",", ":")).encode())
 
 
-def ensure_writable_dir(path: str | os.PathLike) -> Path:
-    """Create ``path`` and prove it is writable, or raise a clear error."""
+def ensure_writable_dir(path: str | os.PathLike, where: str = "--out") -> Path:
+    """Create ``path`` and prove it is writable, or raise a clear error (``where``: the
+    option that chooses another location)."""
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):
             pass
     except OSError as e:
-        import errno
-
-        code = errno.errorcode.get(e.errno or 0, "OSError")
-        raise FathomError(
-            f"cannot write to directory {str(path)!r}: {code} {e.strerror or e}. "
-            "Choose a writable location (--runs-dir, --out) or fix its permissions; "
-            "copy a read-only run directory somewhere writable first."
-        ) from None
+        raise os_error(e, f"write to directory {str(path)!r}", where) from None
     return path

@@ -111,6 +111,7 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
 
 
 def _aggregate(which: str, agg: Mapping[str, Any]) -> list[str]:
+    """The across-seed section of one checkpoint (``aggregate[which]`` of ``audit.json``)."""
     lines = [f"## Across seeds: {which} checkpoint", ""]
     arms = agg["arms"]
     if not arms:
@@ -119,50 +120,59 @@ def _aggregate(which: str, agg: Mapping[str, Any]) -> list[str]:
         "Means over seeds with 95% Student-t intervals (descriptive, uncorrected for multiple "
         "comparisons). Damage is the increase of test CE over the same model's full output, in nats.",
         "",
-        "### By number of kept branches (mean over the masks of that size)",
-        "",
     ]
-    rows = []
-    for name, arm in arms.items():
-        for size, s in sorted(arm["by_size"].items(), key=lambda kv: int(kv[0])):
-            rows.append(
-                [
-                    name,
-                    f"{size} of {arm['k']}",
-                    str(s["n_masks"]),
-                    _iv(s["test_acc"], 100, ".3f"),
-                    _iv(s["test_damage"], 1, "+.4f"),
-                ]
-            )
-    lines += _table(["arm", "kept", "masks", "test acc (%)", "test damage (nats)"], rows)
+    lines += _by_size(arms)
     lines += ["", "### Paired damage differences against the reference arm", ""]
     lines += [f"- {p['sentence']}" for p in agg["paired_damage"]] or ["- no second arm to compare"]
-    lines += ["", "### Single-branch deletion", ""]
-    rows = []
-    for name, arm in arms.items():
-        for b in arm["branches"]:
-            rows.append(
-                [
-                    name,
-                    str(b["branch"]),
-                    str(b["branch_macs"]),
-                    _num(b["branch_macs_fraction"], ".3f"),
-                    _iv(b["test_acc"], 100, ".3f"),
-                    _iv(b["test_damage"], 1, "+.4f"),
-                ]
-            )
-    lines += _table(
+    lines += _branch_deletion(arms)
+    lines += _interactions(arms)
+    lines += _resilience(arms)
+    lines += _routing_summary(arms)
+    return [*lines, ""]
+
+
+def _by_size(arms: Mapping[str, Any]) -> list[str]:
+    rows = [
         [
-            "arm",
-            "branch removed",
-            "branch MACs",
-            "fraction of dense",
-            "test acc (%)",
-            "test damage",
-        ],
-        rows,
-    )
-    lines += [
+            name,
+            f"{size} of {arm['k']}",
+            str(s["n_masks"]),
+            _iv(s["test_acc"], 100, ".3f"),
+            _iv(s["test_damage"], 1, "+.4f"),
+        ]
+        for name, arm in arms.items()
+        for size, s in sorted(arm["by_size"].items(), key=lambda kv: int(kv[0]))
+    ]
+    lines = ["### By number of kept branches (mean over the masks of that size)", ""]
+    return lines + _table(["arm", "kept", "masks", "test acc (%)", "test damage (nats)"], rows)
+
+
+def _branch_deletion(arms: Mapping[str, Any]) -> list[str]:
+    rows = [
+        [
+            name,
+            str(b["branch"]),
+            str(b["branch_macs"]),
+            _num(b["branch_macs_fraction"], ".3f"),
+            _iv(b["test_acc"], 100, ".3f"),
+            _iv(b["test_damage"], 1, "+.4f"),
+        ]
+        for name, arm in arms.items()
+        for b in arm["branches"]
+    ]
+    header = [
+        "arm",
+        "branch removed",
+        "branch MACs",
+        "fraction of dense",
+        "test acc (%)",
+        "test damage",
+    ]
+    return ["", "### Single-branch deletion", "", *_table(header, rows)]
+
+
+def _interactions(arms: Mapping[str, Any]) -> list[str]:
+    lines = [
         "",
         "### Interactions",
         "",
@@ -170,7 +180,7 @@ def _aggregate(which: str, agg: Mapping[str, Any]) -> list[str]:
         "Möbius coefficients) in interactions of order >= 2.",
         "",
     ]
-    lines += _table(
+    return lines + _table(
         ["arm", "val", "test"],
         [
             [
@@ -181,7 +191,10 @@ def _aggregate(which: str, agg: Mapping[str, Any]) -> list[str]:
             for n, a in arms.items()
         ],
     )
-    lines += ["", "### Per-class resilience", ""]
+
+
+def _resilience(arms: Mapping[str, Any]) -> list[str]:
+    lines = ["", "### Per-class resilience", ""]
     for name, arm in arms.items():
         r = arm["resilience"]
         lines.append(
@@ -189,7 +202,11 @@ def _aggregate(which: str, agg: Mapping[str, Any]) -> list[str]:
             f"margin-standardized {_iv(r['test_contrast_standardized'], 100, '+.3f')} pp "
             f"(bins and weights fixed on validation)."
         )
-    lines += ["", "### Routing", ""]
+    return lines
+
+
+def _routing_summary(arms: Mapping[str, Any]) -> list[str]:
+    lines = ["", "### Routing", ""]
     for name, arm in arms.items():
         r = arm["routing"]
         if r is None:
@@ -202,7 +219,7 @@ def _aggregate(which: str, agg: Mapping[str, Any]) -> list[str]:
             f"{_iv(r['control_accuracy'], 100, '.3f')} %; routed/dense time {_iv(r['routed_over_dense_time'], 1, '.2f')}; "
             f"{r['runs_beating_control']} of {r['runs']} runs beat their control (permutation test). {r['sentence']}"
         )
-    return [*lines, ""]
+    return lines
 
 
 def _speed(result: Mapping[str, Any]) -> list[str]:

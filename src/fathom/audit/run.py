@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from fathom.audit.speed import time_masks
 from fathom.audit.subjects import Subject, subject_of
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest, ensure_writable_dir
-from fathom.rundir import find_runs
+from fathom.rundir import RunDir, find_runs
 from fathom.stats import failure_flags
 
 FORMAT = 1
@@ -99,23 +100,20 @@ def audit_runs(
     """
     t0 = time.perf_counter()
     target = Path(target)
-    if not target.exists():
-        raise FathomError(f"{str(target)!r} does not exist; pass a run or study directory")
-    single = (target / "manifest.json").exists()
-    runs = find_runs(target)
-    if not runs:
-        raise FathomError(
-            f"no run directories (manifest.json + history.jsonl) under {str(target)!r}; pass a run "
-            "directory or a study directory that holds runs"
-        )
+    runs = _find_runs(target)
     if settings.router:
         require_sklearn()
-    out = ensure_writable_dir(Path(out_dir) if out_dir is not None else target / "audit")
-    device = _resolve_device(settings.device)
-    say = progress or (lambda _msg: None)
-    skipped: list[dict[str, str]] = []
-    if not single:  # a study's tuning grid selects learning rates; it is not an arm
-        skipped += [
+    audit = _Audit(
+        target=target,
+        single=(target / "manifest.json").exists(),
+        settings=settings,
+        out=ensure_writable_dir(Path(out_dir) if out_dir is not None else target / "audit"),
+        device=_resolve_device(settings.device),
+        say=progress or (lambda _msg: None),
+        splits=splits,
+    )
+    if not audit.single:  # a study's tuning grid selects learning rates; it is not an arm
+        audit.skipped += [
             {"run_id": rd.run_id, "reason": "tuning-phase run (learning-rate selection)"}
             for rd in runs
             if rd.phase == "tuning"
@@ -123,41 +121,79 @@ def audit_runs(
         runs = [rd for rd in runs if rd.phase != "tuning"]
     subjects = [subject_of(rd) for rd in runs]
     arms = _arm_names(subjects)
-    split_cache: dict[str, Any] = {}
-    records: list[dict[str, Any]] = []
-    speed: list[dict[str, Any]] = []
-    timed_architectures: set[str] = set()
-    for sub in subjects:
-        rd, recipe = sub.rd, sub.family
-        if single and rd.status != "complete" and "final" in settings.checkpoints:
-            epochs = (rd.manifest["config"].get("optim") or {}).get("epochs", "?")
-            raise FathomError(
-                f"run {rd.run_id!r} is incomplete (status {rd.status!r}, "
-                f"{rd.manifest.get('epochs_completed')} of {epochs} epochs): it has no final "
-                f"checkpoint. Resume it first (fathom train --resume {rd.path}) or audit its "
-                "selected checkpoint only (--checkpoint selected)"
-            )
-        if rd.status != "complete" and not single:
-            skipped.append({"run_id": rd.run_id, "reason": f"status {rd.status!r}, not complete"})
-            continue
-        if sub.removable_reason is not None:
-            if single:
-                raise FathomError(f"run {rd.run_id!r}: {sub.removable_reason}")
-            skipped.append({"run_id": rd.run_id, "reason": sub.removable_reason})
-            continue
-        if splits is not None:
-            data = splits
-        else:
-            key = f"{sub.kind}:{rd.manifest.get('data', {}).get('split_hash')}"
-            if key not in split_cache:
-                say(f"loading data splits for {rd.run_id}")
-                split_cache[key] = sub.load_splits(device)
-            data = split_cache[key]
-        run_rec: dict[str, Any] = {
+    records = [r for sub in subjects if (r := audit.run(sub, arms[sub.rd.run_id])) is not None]
+    result = {
+        "format": FORMAT,
+        "kind": "run" if audit.single else "study",
+        "target": str(target),
+        "settings": settings.to_dict(),
+        "environment": {
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "device": str(audit.device),
+            "threads": torch.get_num_threads(),
+        },
+        "runs": records,
+        "skipped": audit.skipped,
+        "speed": audit.speed,
+        "aggregate": aggregate(records, settings.checkpoints),
+        "wall_s": None,
+    }
+    result["wall_s"] = time.perf_counter() - t0
+    atomic_write_json(audit.out / "audit.json", result)
+    atomic_write_text(audit.out / "audit.md", to_markdown(result))
+    return result
+
+
+def _find_runs(target: Path) -> list[RunDir]:
+    """The run directories of ``target`` (itself, or the runs of a study), or an error."""
+    if not target.exists():
+        raise FathomError(f"{str(target)!r} does not exist; pass a run or study directory")
+    runs = find_runs(target)
+    if not runs:
+        raise FathomError(
+            f"no run directories (manifest.json + history.jsonl) under {str(target)!r}; pass a run "
+            "directory or a study directory that holds runs"
+        )
+    return runs
+
+
+@dataclass
+class _Audit:
+    """One ``audit_runs`` invocation: its settings and what its runs accumulate.
+
+    A single run (``single``) is strict: anything that stops its audit is an error. In a
+    study, such a run is skipped with its reason, and a checkpoint that cannot be loaded
+    is recorded as missing.
+    """
+
+    target: Path
+    single: bool
+    settings: AuditSettings
+    out: Path
+    device: torch.device
+    say: Progress
+    splits: Any  # data overriding every run's own splits (tests, synthetic data), or None
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    speed: list[dict[str, Any]] = field(default_factory=list)
+    _split_cache: dict[str, Any] = field(default_factory=dict)
+    _timed: set[str] = field(default_factory=set)
+
+    def run(self, sub: Subject, arm: str) -> dict[str, Any] | None:
+        """The record of one run, every requested checkpoint audited (None: skipped)."""
+        reason = self._skip_reason(sub)
+        if reason is not None:
+            self.skipped.append({"run_id": sub.rd.run_id, "reason": reason})
+            return None
+        rd = sub.rd
+        data = self._splits_for(sub)
+        record: dict[str, Any] = {
             "run_id": rd.run_id,
-            "path": str(rd.path.resolve().relative_to(target.resolve())) if not single else ".",
-            "arm": arms[rd.run_id],
-            "recipe": recipe,
+            "path": str(rd.path.resolve().relative_to(self.target.resolve()))
+            if not self.single
+            else ".",
+            "arm": arm,
+            "recipe": sub.family,
             "seed": sub.seed,
             "status": rd.status,
             "config_hash": rd.manifest.get("config_hash"),
@@ -165,73 +201,88 @@ def audit_runs(
             "checkpoints": {},
             "flags": {},
         }
-        for which in settings.checkpoints:
-            try:
-                model = sub.load_model(which, device)
-                digest = rd.checkpoint_hash(which)
-                epoch = rd.checkpoint_epoch(which)
-            except FathomError as e:
-                if single:
-                    raise
-                run_rec["checkpoints"][which] = {"missing": str(e)}
-                continue
-            say(f"auditing {rd.run_id} at {which} checkpoint (epoch {epoch})")
-            arrays = out / rd.run_id / f"{which}.npz"
-            ensure_writable_dir(arrays.parent)
-            meta = {
-                "run_id": rd.run_id,
+        for which in self.settings.checkpoints:
+            self._checkpoint(sub, which, data, record)
+        return record
+
+    def _skip_reason(self, sub: Subject) -> str | None:
+        """Why ``sub`` cannot be audited (raised for a single run), or None."""
+        rd = sub.rd
+        if self.single and rd.status != "complete" and "final" in self.settings.checkpoints:
+            epochs = (rd.manifest["config"].get("optim") or {}).get("epochs", "?")
+            raise FathomError(
+                f"run {rd.run_id!r} is incomplete (status {rd.status!r}, "
+                f"{rd.manifest.get('epochs_completed')} of {epochs} epochs): it has no final "
+                f"checkpoint. Resume it first (fathom train --resume {rd.path}) or audit its "
+                "selected checkpoint only (--checkpoint selected)"
+            )
+        if rd.status != "complete" and not self.single:
+            return f"status {rd.status!r}, not complete"
+        if sub.removable_reason is not None and self.single:
+            raise FathomError(f"run {rd.run_id!r}: {sub.removable_reason}")
+        return sub.removable_reason
+
+    def _splits_for(self, sub: Subject) -> Any:
+        """The override, else the run's own splits, loaded once per recorded split hash."""
+        if self.splits is not None:
+            return self.splits
+        key = f"{sub.kind}:{sub.rd.manifest.get('data', {}).get('split_hash')}"
+        if key not in self._split_cache:
+            self.say(f"loading data splits for {sub.rd.run_id}")
+            self._split_cache[key] = sub.load_splits(self.device)
+        return self._split_cache[key]
+
+    def _checkpoint(self, sub: Subject, which: str, data: Any, record: dict[str, Any]) -> None:
+        """Audit checkpoint ``which`` into ``record`` (its arrays into ``<run-id>/<which>.npz``)."""
+        rd = sub.rd
+        try:
+            model = sub.load_model(which, self.device)
+            digest = rd.checkpoint_hash(which)
+            epoch = rd.checkpoint_epoch(which)
+        except FathomError as e:
+            if self.single:
+                raise
+            record["checkpoints"][which] = {"missing": str(e)}
+            return
+        self.say(f"auditing {rd.run_id} at {which} checkpoint (epoch {epoch})")
+        arrays = self.out / rd.run_id / f"{which}.npz"
+        ensure_writable_dir(arrays.parent)
+        meta = {
+            "run_id": rd.run_id,
+            "checkpoint": which,
+            "epoch": str(epoch),
+            "params_sha256": digest,
+        }
+        rec = audit_checkpoint(model, data, self.settings, arrays, meta)
+        rec.update(
+            checkpoint=which,
+            epoch=epoch,
+            params_sha256=digest,
+            arrays=str(arrays.relative_to(self.out)),
+        )
+        full_row = next(m for m in rec["masks"] if m["mask"] == rec["full_mask"])
+        record["flags"][which] = failure_flags(
+            status=rd.status, test_acc=full_row["test"]["acc"], train_ce=None, classes=sub.classes
+        )
+        record["checkpoints"][which] = rec
+        self._time_once(model, data, rd.run_id, which, digest)
+
+    def _time_once(
+        self, model: torch.nn.Module, data: Any, run_id: str, which: str, digest: str
+    ) -> None:
+        """Reduced-network timings, once per architecture (the first checkpoint audited)."""
+        arch = _architecture(model)
+        if arch in self._timed:
+            return
+        self._timed.add(arch)
+        self.say(f"timing reduced networks of {arch}")
+        self.speed.append(
+            {
+                "architecture": arch,
+                "run_id": run_id,
                 "checkpoint": which,
-                "epoch": str(epoch),
                 "params_sha256": digest,
+                "dtype": "float32",
+                "timings": measure_speed(model, data.test_x, self.settings),
             }
-            rec = audit_checkpoint(model, data, settings, arrays, meta)
-            rec.update(
-                checkpoint=which,
-                epoch=epoch,
-                params_sha256=digest,
-                arrays=str(arrays.relative_to(out)),
-            )
-            full_row = next(m for m in rec["masks"] if m["mask"] == rec["full_mask"])
-            run_rec["flags"][which] = failure_flags(
-                status=rd.status,
-                test_acc=full_row["test"]["acc"],
-                train_ce=None,
-                classes=sub.classes,
-            )
-            run_rec["checkpoints"][which] = rec
-            arch = _architecture(model)
-            if arch not in timed_architectures:
-                timed_architectures.add(arch)
-                say(f"timing reduced networks of {arch}")
-                speed.append(
-                    {
-                        "architecture": arch,
-                        "run_id": rd.run_id,
-                        "checkpoint": which,
-                        "params_sha256": digest,
-                        "dtype": "float32",
-                        "timings": measure_speed(model, data.test_x, settings),
-                    }
-                )
-        records.append(run_rec)
-    result = {
-        "format": FORMAT,
-        "kind": "run" if single else "study",
-        "target": str(target),
-        "settings": settings.to_dict(),
-        "environment": {
-            "torch": torch.__version__,
-            "numpy": np.__version__,
-            "device": str(device),
-            "threads": torch.get_num_threads(),
-        },
-        "runs": records,
-        "skipped": skipped,
-        "speed": speed,
-        "aggregate": aggregate(records, settings.checkpoints),
-        "wall_s": None,
-    }
-    result["wall_s"] = time.perf_counter() - t0
-    atomic_write_json(out / "audit.json", result)
-    atomic_write_text(out / "audit.md", to_markdown(result))
-    return result
+        )

@@ -30,6 +30,7 @@ from fathom.data.load import RawDataset
 from fathom.data.splits import DataSplits, split_permutation
 from fathom.errors import FathomError
 from fathom.io import sha256_file, tensor_digest
+from fathom.user_code import call_factory
 
 if TYPE_CHECKING:
     from fathom.config import DataConfig
@@ -44,8 +45,6 @@ LAYOUTS: tuple[tuple[str, ...], ...] = (
 def read_arrays(cfg: DataConfig) -> tuple[dict[str, Any], dict[str, str], str]:
     """``(arrays, files: {name: sha256}, origin)`` of a ``tensors`` or ``python`` dataset."""
     if cfg.dataset == "python":
-        from fathom.models.factory import call_factory
-
         arrays = call_factory(cfg.factory or "", dict(cfg.kwargs), "data.factory")
         if not isinstance(arrays, dict):
             raise FathomError(

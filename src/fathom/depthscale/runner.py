@@ -94,7 +94,7 @@ def run_benchmark(
     runs = plan_runs(cfg, root.name)
     splits = prepare_splits(runs[0].data, device)  # data errors surface before any directory
     _check_benchmark_file(root, cfg)
-    root = ensure_writable_dir(root)
+    root = ensure_writable_dir(root, where="--runs-dir")
     atomic_write_json(
         root / "benchmark.json", {"kind": "depth_scaling", "config": cfg.model_dump()}
     )

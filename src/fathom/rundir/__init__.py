@@ -3,6 +3,7 @@ atomic) and reader. See ``docs/architecture.md`` ("Run directory")."""
 
 from fathom.rundir.errors import os_error
 from fathom.rundir.files import load_resume, load_weights, save_resume, save_weights
+from fathom.rundir.interrupts import uninterrupted
 from fathom.rundir.kinds import register_kind
 from fathom.rundir.lock import DirLock, study_lock
 from fathom.rundir.manifest import FORMAT, KINDS, PHASES, STATUSES, ManifestHeader, seal
@@ -28,4 +29,5 @@ __all__ = [
     "save_weights",
     "seal",
     "study_lock",
+    "uninterrupted",
 ]

@@ -1,41 +1,13 @@
-"""Operating-system errors of a run directory as clear :class:`FathomError` s."""
+"""Operating-system failures of a run: which are the environment's, and how a manifest
+records them (the translation into a ``FathomError`` is :func:`fathom.errors.os_error`)."""
 
 from __future__ import annotations
 
 import errno
 
-from fathom.errors import FathomError
+from fathom.errors import os_error
 
-_FIX = {
-    errno.ENOSPC: "the disk is full: free space (or choose another --runs-dir) and rerun "
-    "(a study retries the run by itself)",
-    errno.EDQUOT: "the disk quota is exhausted: free space and rerun",
-    errno.EROFS: "the file system is read-only: choose a writable --runs-dir "
-    "(or copy the run directory somewhere writable)",
-    errno.EACCES: "permission denied: fix the permissions or choose another --runs-dir",
-    errno.EPERM: "operation not permitted (an immutable or protected file?): "
-    "check `lsattr`/permissions or choose another --runs-dir",
-    errno.ENOTDIR: "a file stands where a directory is expected: move it away or choose "
-    "another --runs-dir",
-    errno.EISDIR: "a directory stands where a file is expected: move it away",
-    errno.EEXIST: "a file of that name already exists: move it away",
-}
-
-
-def os_error(e: OSError, doing: str) -> FathomError:
-    """``FathomError`` for ``e`` raised while ``doing`` (e.g. "write history.jsonl").
-
-    The message keeps the OS name of the error (``ENOSPC``, ``EROFS``, ...) so that a
-    full disk is reported as a full disk, never as a missing or corrupt run directory.
-    """
-    code = errno.errorcode.get(e.errno or 0, "OSError")
-    fix = _FIX.get(e.errno or 0, "check the path and its file system")
-    name = getattr(e, "filename", None)
-    where = f" ({name})" if name and str(name) not in doing else ""
-    err = FathomError(f"cannot {doing}{where}: {code} {e.strerror or e}; {fix}")
-    err.errno = e.errno  # type: ignore[attr-defined]
-    return err
-
+__all__ = ["ENVIRONMENT_ERRNOS", "failure_record", "os_error"]
 
 #: errno values that say the environment failed, not the run: a rerun retries such runs.
 ENVIRONMENT_ERRNOS = frozenset(

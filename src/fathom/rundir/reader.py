@@ -24,6 +24,7 @@ from fathom.io import read_jsonl
 from fathom.rundir import files
 from fathom.rundir.kinds import config_validator
 from fathom.rundir.manifest import check_manifest
+from fathom.rundir.weights import load_cpu_state
 
 Which = int | Literal["selected", "final"]
 
@@ -215,8 +216,6 @@ class RunDir:
         self, which: Which, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
     ) -> nn.Module:
         """The model at a checkpoint, hash-verified, in eval mode."""
-        from fathom.train.checkpoint import load_cpu_state
-
         state = self.load_state(which)
         model = self.build_model(torch.float32, "cpu")
         load_cpu_state(model, state)

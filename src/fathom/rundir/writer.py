@@ -29,7 +29,8 @@ import torch
 from fathom.errors import FathomError
 from fathom.io import atomic_write_bytes, atomic_write_json, dumps, read_jsonl, sha256_bytes
 from fathom.rundir import files
-from fathom.rundir.errors import os_error
+from fathom.rundir.errors import failure_record, os_error
+from fathom.rundir.interrupts import uninterrupted
 from fathom.rundir.lock import DirLock
 from fathom.rundir.manifest import note_recovery, seal
 
@@ -199,10 +200,11 @@ class RunWriter:
                 f.flush()
                 os.fsync(f.fileno())
 
-        self._guard("append to history.jsonl", append)
-        self._hist.update(line)
-        self._hist_bytes += len(line)
-        self._hist_rows += 1
+        with uninterrupted():  # the line and the digest that covers it
+            self._guard("append to history.jsonl", append)
+            self._hist.update(line)
+            self._hist_bytes += len(line)
+            self._hist_rows += 1
 
     def save_weights(
         self, name: str, state: dict[str, torch.Tensor], metadata: dict[str, Any]
@@ -247,14 +249,30 @@ class RunWriter:
         finally:
             self.close()
 
-    def fail(self, reason: str, **fields: Any) -> str | None:
-        """Best effort: record a failure; return why it could not be recorded, if so."""
+    def record_failure(self, e: Exception) -> FathomError | None:
+        """Best effort: finish the run as ``failed`` with ``e`` as its cause (and errno,
+        :func:`~fathom.rundir.errors.failure_record`); unlock.
+
+        When ``e`` is a ``FathomError`` that cannot be recorded (the disk is full, the file
+        system went read-only), returns the error to raise instead: ``e``, saying so and
+        that the manifest keeps its last commit.
+        """
+        reason = str(e) if isinstance(e, FathomError) else f"{type(e).__name__}: {e}"
         try:
             if self.manifest is not None and self.lock.held:
-                self.finish("failed", reason, **fields)
+                self.finish("failed", reason, failure=failure_record(e))
             return None
-        except FathomError as e:
-            return str(e)
+        except FathomError as unrecorded:
+            if not isinstance(e, FathomError):
+                return None
+            err = FathomError(
+                f"{e}. The failure could not be recorded either "
+                f"({str(unrecorded).split(';')[0]}): manifest.json keeps its last commit, "
+                "which still verifies; once the cause is fixed, continue with "
+                f"`fathom train --resume {self.path}`"
+            )
+            err.errno = getattr(e, "errno", None)  # type: ignore[attr-defined]
+            return err
         finally:
             self.close()
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from fathom.study.runner import integrity_markdown, scale_down_text
+from fathom.study.markdown import integrity_markdown, scale_down_text
 from fathom.terminal import table
 
 METRIC_SHORT = {"test_acc": "accuracy", "test_ce": "CE"}

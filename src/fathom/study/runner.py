@@ -1,10 +1,7 @@
 """Run a study: tuning phase, learning-rate selection, main phase, summary.
 
-Selection rule (tuning phase): for each recipe, the grid rate whose run reaches the
-lowest validation CE (its minimum over evaluated epochs, the same quantity that selects
-checkpoints); ties go to the smaller rate. A diverged grid point is recorded in the grid
-and never selected. A failed or unfinished grid point stops the study before selection
-(a rate is never selected without it), naming the run and ``--retry-failed``.
+The tuning phase's selection rule is :func:`fathom.study.selection.select_lr`; the
+summary's Markdown rendering is :mod:`fathom.study.markdown`.
 
 A study holds an exclusive lock on its directory for its whole duration: the same
 ``fathom study run`` started twice is refused, naming the first one's PID.
@@ -12,7 +9,6 @@ A study holds an exclusive lock on its directory for its whole duration: the sam
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,15 +17,17 @@ from typing import Any
 
 from fathom.config import config_diff
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json, atomic_write_text, config_digest, dumps
+from fathom.io import atomic_write_json, config_digest
 from fathom.rundir import RunDir, study_lock
-from fathom.stats import summarise_study, to_markdown
+from fathom.stats import summarise_study
 from fathom.study.config import StudyConfig, validate_study_config
 from fathom.study.execute import RunOutcome
+from fathom.study.markdown import write_summary
 from fathom.study.plan import RunSpec, main_specs, study_root, tuning_specs
 from fathom.study.records import run_record
 from fathom.study.registry import registry_path
 from fathom.study.scaledown import scale_down_sentence, scaled_down
+from fathom.study.selection import GridPoint, grid_point, select_lr
 
 STUDY_FILE = "study.json"
 LR_RULES: dict[str, str] = {
@@ -40,72 +38,12 @@ LR_RULES: dict[str, str] = {
 """The sentence that says how the main phase's rates were chosen, by source."""
 
 
-@dataclass(frozen=True)
-class GridPoint:
-    """One tuning run: its rate, status and minimum validation CE (``None`` when undefined)."""
-
-    recipe: str
-    lr: float
-    run_id: str
-    status: str
-    val_ce: float | None
-    selected_epoch: int | None
-    diverged_epoch: int | None
-    status_reason: str | None = None
-
-
 @dataclass
 class StudyResult:
     root: Path
     summary: dict[str, Any]
     outcomes: list[RunOutcome] = field(default_factory=list)
     wall_s: float = 0.0
-
-
-def grid_point(spec: RunSpec) -> GridPoint:
-    rd = RunDir(spec.run_dir)
-    sel = rd.manifest.get("selected") or {}
-    val_ce = sel.get("val_ce")
-    usable = rd.status == "complete" and val_ce is not None and math.isfinite(val_ce)
-    return GridPoint(
-        recipe=spec.recipe,
-        lr=spec.lr,
-        run_id=spec.run_id,
-        status=rd.status,
-        val_ce=float(val_ce) if usable else None,
-        selected_epoch=sel.get("epoch") if usable else None,
-        diverged_epoch=rd.manifest.get("diverged_epoch"),
-        status_reason=rd.manifest.get("status_reason"),
-    )
-
-
-def select_lr(points: Sequence[GridPoint]) -> dict[str, float]:
-    """Per recipe, the rate with the lowest validation CE among complete grid points."""
-    by_recipe: dict[str, list[GridPoint]] = {}
-    for p in points:
-        by_recipe.setdefault(p.recipe, []).append(p)
-    chosen = {}
-    for recipe, pts in by_recipe.items():
-        unfinished = [p for p in pts if p.status not in ("complete", "diverged")]
-        if unfinished:
-            names = ", ".join(
-                f"{p.run_id} ({p.status}: {p.status_reason})"
-                for p in sorted(unfinished, key=lambda p: p.lr)
-            )
-            raise FathomError(
-                f"the tuning grid of recipe {recipe!r} is incomplete: {names}. A learning rate "
-                "is never selected without every grid point; rerun the study with "
-                "--retry-failed to retry them"
-            )
-        ok = [p for p in pts if p.status == "complete" and p.val_ce is not None]
-        if not ok:
-            grid = ", ".join(f"lr {p.lr:g}: {p.status}" for p in sorted(pts, key=lambda p: p.lr))
-            raise FathomError(
-                f"no learning rate of the tuning grid trained recipe {recipe!r} ({grid}); add "
-                "smaller rates to tuning.lrs (or retry failed runs with --retry-failed)"
-            )
-        chosen[recipe] = min(ok, key=lambda p: (p.val_ce, p.lr)).lr
-    return chosen
 
 
 def check_study_file(root: Path, study: StudyConfig) -> None:
@@ -277,76 +215,3 @@ def integrity(specs: Sequence[RunSpec]) -> dict[str, list[str]]:
         if problems:
             out[s.run_id] = problems
     return out
-
-
-def integrity_markdown(summary: dict[str, Any]) -> list[str]:
-    """The runs this invocation retried (and why) and any problem left in a run directory."""
-    retried = (summary.get("execution") or {}).get("retried") or []
-    problems = summary.get("integrity") or {}
-    if not retried and not problems:
-        return [
-            "Every run directory verified intact (manifest, history and checkpoint digests).",
-            "",
-        ]
-    lines = [f"- {r['run_id']}: {r['note']}" for r in retried]
-    lines += [f"- {rid}: {'; '.join(p)}" for rid, p in sorted(problems.items())]
-    return [*lines, ""]
-
-
-def scale_down_text(summary: dict[str, Any]) -> str:
-    """What was scaled down (computed by :func:`fathom.study.scaledown.scaled_down`)."""
-    if "scale_down_sentence" in summary:
-        return summary["scale_down_sentence"]
-    notes = "; ".join(summary.get("scale_down") or []) or "none"
-    return (
-        f"Scale-down not computed in this older summary (the study's own notes: {notes}); "
-        "rerun `fathom study run` to compute it."
-    )
-
-
-def tuning_markdown(summary: dict[str, Any]) -> list[str]:
-    t = summary["tuning"]
-    if not t["enabled"]:
-        lines = [f"No tuning phase: {t['rule']}.", "", "| Method | LR | Source |", "|---|---|---|"]
-        sources = t.get("lr_source") or {}
-        for recipe, lr in t["selected_lr"].items():
-            lines.append(f"| {recipe} | {lr:g} | {sources.get(recipe, 'study.lr')} |")
-        return [*lines, ""]
-    lines = [
-        f"Tuning grid (seed {t['seed']}); selection: {t['rule']}.",
-        "",
-        "| Method | LR | Status | Min validation CE | At epoch | Diverged in epoch | Selected |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for p in t["grid"]:
-        sel = "yes" if t["selected_lr"].get(p["recipe"]) == p["lr"] else ""
-        ce = "—" if p["val_ce"] is None else f"{p['val_ce']:.4f}"
-        lines.append(
-            f"| {p['recipe']} | {p['lr']:g} | {p['status']} | {ce} | {p['selected_epoch'] if p['selected_epoch'] is not None else '—'} "
-            f"| {p['diverged_epoch'] if p['diverged_epoch'] is not None else '—'} | {sel} |"
-        )
-    return [*lines, ""]
-
-
-def write_summary(root: Path, summary: dict[str, Any]) -> None:
-    """``summary.json`` (every number) and ``summary.md`` at the study root, atomically."""
-    md = [
-        f"# Study {summary['study']}",
-        "",
-        summary["description"],
-        "",
-        scale_down_text(summary),
-        f"Device(s): {', '.join(summary['devices'])}.",
-        "",
-        "## Tuning",
-        "",
-        *tuning_markdown(summary),
-        "## Run directories",
-        "",
-        *integrity_markdown(summary),
-        "## Main phase",
-        "",
-        to_markdown(summary["stats"]),
-    ]
-    atomic_write_text(root / "summary.json", dumps(summary, indent=2) + "\n")
-    atomic_write_text(root / "summary.md", "\n".join(md))

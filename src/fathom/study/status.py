@@ -37,7 +37,8 @@ def _row(spec: RunSpec, epochs: int) -> dict[str, Any]:
 
 def study_status(root: Path) -> tuple[list[dict[str, Any]], str]:
     """Rows for the tuning runs and, once the rates are selected, the main runs."""
-    from fathom.study.runner import STUDY_FILE, grid_point, select_lr
+    from fathom.study.runner import STUDY_FILE
+    from fathom.study.selection import grid_point, select_lr
 
     path = root / STUDY_FILE
     if not path.exists():

@@ -8,7 +8,7 @@ from pathlib import Path
 from fathom.errors import FathomError
 
 GATE_HELP = "0.10"
-"""The default of ``--gate`` shown in its help: :data:`fathom.telemetry.qualify.DEFAULT_GATE`
+"""The default of ``--gate`` shown in its help: :data:`fathom.train.qualify.DEFAULT_GATE`
 (importing that module costs torch; ``tests/test_cli_help.py`` checks the two agree)."""
 
 
@@ -21,8 +21,8 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 def cmd_qualify(args: argparse.Namespace) -> int:
     from fathom.stats.units import fmt_percent
-    from fathom.telemetry.qualify import DEFAULT_GATE, qualify
     from fathom.train.cli import config_from_args
+    from fathom.train.qualify import DEFAULT_GATE, qualify
 
     if args.gate is None:
         args.gate = DEFAULT_GATE

@@ -19,15 +19,31 @@ and optimizer state only; no data). ``docs/metrics.md`` is generated from this m
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from functools import cache
 
 from fathom.errors import FathomError
 from fathom.telemetry.distributions import QUANTILES, quantile_key
+from fathom.telemetry.field import SCOPES, Field
+from fathom.telemetry.gradient_fields import (
+    NORM_QUANTILES,
+    backprop_fields,
+    gradient_fields,
+    moment_fields,
+    norm_quantile_fields,
+)
+from fathom.telemetry.trainer_fields import TRAINER_FIELDS
 
-NORM_QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)  # of per-example gradient norms
+__all__ = [
+    "ALIASES",
+    "FAMILIES",
+    "FIELDS",
+    "NORM_QUANTILES",
+    "SCOPES",
+    "Field",
+    "expected_names",
+    "field_for",
+    "resolve_families",
+]
 
 FAMILIES: dict[str, str] = {
     "probe": "probe cross entropy and accuracy (one probe forward pass)",
@@ -42,74 +58,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "all": tuple(FAMILIES),
     "cheap": ("probe", "activations", "params"),
 }
-SCOPES: tuple[str, ...] = ("probe", "split", "state", "training", "health_probe")
-"""``training``: over an epoch's optimizer steps; ``health_probe``: the health instrument's
-probe (the first ``health.probe_size`` validation examples). Both are used by the trainer's
-own fields (:mod:`fathom.telemetry.trainer_fields`)."""
-
-
-@dataclass(frozen=True)
-class Field:
-    """One declared field (or family of per-layer / per-class fields)."""
-
-    pattern: str
-    family: str
-    formula: str
-    units: str
-    scope: str
-    caveats: str = ""
-    kind: str = "scalar"  # scalar | matrix (list of lists)
-
-    @property
-    def regex(self) -> re.Pattern[str]:
-        return _compile(self.pattern)
-
-    def expand(
-        self,
-        layers: Sequence[str],
-        splits: Sequence[str],
-        classes: int,
-        inputs: Sequence[str] = (),
-    ) -> list[str]:
-        """Concrete names for a model with these layer names, input layers and classes."""
-        names = [self.pattern]
-        axes = {
-            "{layer}": list(layers),
-            "{input}": list(inputs),
-            "{split}": list(splits),
-            "{cls}": [str(c) for c in range(classes)],
-        }
-        for key, values in axes.items():
-            names = (
-                [n.replace(key, v, 1) for n in names for v in values]
-                if any(key in n for n in names)
-                else names
-            )
-        return names
-
-
-@cache
-def _compile(pattern: str) -> re.Pattern[str]:
-    rx = re.escape(pattern)
-    for key, sub in {
-        "{layer}": r"[^/]+",
-        "{input}": r"[^/]+",
-        "{split}": r"fit|val|test",
-        "{cls}": r"\d+",
-    }.items():
-        rx = rx.replace(re.escape(key), f"(?:{sub})")
-    return re.compile(f"^{rx}$")
-
 
 _PROBE_DEF = (
     "the probe: the first `probe_size` fitting examples, dense evaluation (gain one, dropout off)"
-)
-_DELTA = "delta_i = dL_i/dz_i, L_i the unaveraged cross entropy of example i, z the layer output"
-_G = (
-    "g_i = dL_i/dW of the layer's weights (every covered parameter whose name does not end in "
-    "'bias', flattened and concatenated; biases excluded); Linear/Conv: g_i = sum_t delta_it a_it^T "
-    "over positions t (a_it the input or unfolded patch), eval BatchNorm / LayerNorm: "
-    "g_i(w) = sum_t delta_it * x_hat_it, other modules: exact torch.func vjp"
 )
 
 
@@ -177,41 +128,6 @@ def _activation_fields() -> list[Field]:
     return out
 
 
-def _backprop_fields() -> list[Field]:
-    base = f"all N x units entries of delta; {_DELTA}"
-    units = "nats per unit of z"
-    out = [
-        Field("probe/delta/mean/{layer}", "backprop", f"mean(delta); {base}", units, "probe"),
-        Field(
-            "probe/delta/std/{layer}",
-            "backprop",
-            f"population std of delta (1/n); {base}",
-            units,
-            "probe",
-        ),
-        Field(
-            "probe/delta/rms/{layer}",
-            "backprop",
-            f"sqrt(mean(delta^2)); {base}",
-            units,
-            "probe",
-            "per-example (unaveraged) signals: a training step's gradient uses delta / batch size",
-        ),
-        Field("probe/delta/absmax/{layer}", "backprop", f"max |delta|; {base}", units, "probe"),
-    ]
-    out += [
-        Field(
-            f"probe/delta/{quantile_key(q)}/{{layer}}",
-            "backprop",
-            f"{q:g}-quantile of delta (linear interpolation); {base}",
-            units,
-            "probe",
-        )
-        for q in QUANTILES
-    ]
-    return out
-
-
 def _param_fields() -> list[Field]:
     return [
         Field(
@@ -271,112 +187,6 @@ def _param_fields() -> list[Field]:
     ]
 
 
-def _gradient_fields() -> list[Field]:
-    return [
-        Field(
-            "grad/mean/weight_norm/{layer}",
-            "gradients",
-            f"||m||_F, m = (1/N) sum_i g_i = d(mean_i L_i)/dW_l; ||m||^2 = (1/N^2) sum_ij (a_i.a_j)(delta_i.delta_j); {_G}",
-            "nats per parameter unit",
-            "probe",
-        ),
-        Field(
-            "grad/mean/bias_norm/{layer}",
-            "gradients",
-            f"||(1/N) sum_i g_i(b)||_2 = ||d(mean_i L_i)/db_l|| over the layer's biases "
-            f"(Linear: g_i(b) = sum_t delta_it); {_DELTA}",
-            "nats per parameter unit",
-            "probe",
-            "null for a layer without a bias",
-        ),
-    ]
-
-
-def _moment_fields() -> list[Field]:
-    g = f"{_G}; {_DELTA}; N = probe size; computed from Gram matrices K_ij = g_i.g_j, float64"
-    quantiles = [
-        Field(
-            f"grad/pex/norm_{quantile_key(q)}/{{layer}}",
-            "moments",
-            f"{q:g}-quantile over the probe of ||g_i|| = sqrt(K_ii) (linear interpolation between "
-            f"order statistics, torch.quantile's default); {g}",
-            "nats per parameter unit",
-            "probe",
-            "a small median with a large max means few examples carry the gradient",
-        )
-        for q in NORM_QUANTILES
-    ]
-    quantiles.append(
-        Field(
-            "grad/pex/norm_max/{layer}",
-            "moments",
-            f"max_i ||g_i|| over the probe; {g}",
-            "nats per parameter unit",
-            "probe",
-        )
-    )
-    core = [
-        Field(
-            "grad/pex/mean_sq_norm/{layer}",
-            "moments",
-            f"(1/N) sum_i ||g_i||^2 (one-row Linear: ||g_i||^2 = ||a_i||^2 ||delta_i||^2); {g}",
-            "(nats per parameter unit)^2",
-            "probe",
-        ),
-        Field(
-            "grad/pex/diversity/{layer}",
-            "moments",
-            f"D = (1/N) sum_i ||g_i||^2 / ||m||^2, m = (1/N) sum_i g_i; {g}",
-            "dimensionless, in [1, inf)",
-            "probe",
-            "D near N can mean one example dominates nearly vanishing gradients (a single non-zero g_i gives D = N); "
-            "not a count of useful independent examples; small denominators limit late-training interpretation; null when m = 0",
-        ),
-        Field(
-            "grad/pex/max_share/{layer}",
-            "moments",
-            f"max_i ||g_i||^2 / sum_i ||g_i||^2 (largest-example energy share); {g}",
-            "fraction in [1/N, 1]",
-            "probe",
-            "null when every g_i = 0",
-        ),
-        Field(
-            "grad/pex/participation/{layer}",
-            "moments",
-            f"(sum_i ||g_i||)^2 / sum_i ||g_i||^2 (norm participation); {g}",
-            "effective count in [1, N]",
-            "probe",
-            "1 when one example carries all the norm; not a count of statistically independent samples; null when every g_i = 0",
-        ),
-        Field(
-            "grad/pex/cos_cyclic_mean/{layer}",
-            "moments",
-            f"mean over i of cos(g_i, g_(i+1 mod N)) = K_i,i+1 / (||g_i|| ||g_i+1||), pairs with both norms > 0; {g}",
-            "cosine in [-1, 1]",
-            "probe",
-            "neighbours in the fixed probe order, not consecutive optimization steps; null when no pair is defined",
-        ),
-        Field(
-            "grad/pex/noise_scale/{layer}",
-            "moments",
-            f"tr(S) / ||m||^2 with S = (1/N) sum_i (g_i - m)(g_i - m)^T (plug-in covariance, 1/N): "
-            f"the covariance-to-mean quadratic ratio, a plug-in simple gradient noise scale B_simple; equals D - 1; {g}",
-            "examples",
-            "probe",
-            "a single non-zero g_i gives N - 1 without any critical batch size existing; null when m = 0",
-        ),
-        Field(
-            "grad/pex/cov_along_mean/{layer}",
-            "moments",
-            f"m^T S m / ||m||^4 = (1/N) sum_i (m.g_i - ||m||^2)^2 / ||m||^4 (covariance along the mean direction); {g}",
-            "dimensionless",
-            "probe",
-            "a single non-zero g_i gives N - 1; null when m = 0",
-        ),
-    ]
-    return [*core, *quantiles]
-
-
 def _probe_fields() -> list[Field]:
     return [
         Field(
@@ -428,10 +238,11 @@ def _score_fields() -> list[Field]:
 FIELDS: tuple[Field, ...] = (
     *_probe_fields(),
     *_activation_fields(),
-    *_backprop_fields(),
+    *backprop_fields(),
     *_param_fields(),
-    *_gradient_fields(),
-    *_moment_fields(),
+    *gradient_fields(),
+    *moment_fields(),
+    *norm_quantile_fields(),
     *_score_fields(),
 )
 
@@ -457,8 +268,6 @@ def field_for(name: str) -> Field:
 
     Searches the telemetry families and the trainer's own fields.
     """
-    from fathom.telemetry.trainer_fields import TRAINER_FIELDS
-
     hits = [f for f in (*FIELDS, *TRAINER_FIELDS) if f.regex.match(name)]
     if len(hits) != 1:
         raise FathomError(

@@ -7,7 +7,7 @@ step's per-epoch means, and the health instrument (``[health]`` in a run config)
 
 from __future__ import annotations
 
-from fathom.telemetry.registry import Field
+from fathom.telemetry.field import Field
 
 GROUPS: dict[str, str] = {
     "trainer": "progress, running loss, full-split evaluation, clocks and divergence of every run",
@@ -124,7 +124,8 @@ def _regularized() -> list[Field]:
     ]
 
 
-def _health() -> list[Field]:
+def _lyapunov() -> list[Field]:
+    """The health instrument's depth-wise Lyapunov exponents."""
     g = "health"
     return [
         Field(
@@ -144,6 +145,13 @@ def _health() -> list[Field]:
             "a list, one value per block",
             kind="list",
         ),
+    ]
+
+
+def _jacobian() -> list[Field]:
+    """The health instrument's input-output Jacobian spectrum."""
+    g = "health"
+    return [
         Field(
             "jac/sigma_max",
             g,
@@ -194,6 +202,13 @@ def _health() -> list[Field]:
             "health_probe",
             "null when κ is undefined",
         ),
+    ]
+
+
+def _spikes() -> list[Field]:
+    """The health instrument's spike rates of LIF layers."""
+    g = "health"
+    return [
         Field(
             "spike/rates",
             g,
@@ -226,5 +241,7 @@ TRAINER_FIELDS: tuple[Field, ...] = (
         "null at epoch 0 (no step yet); the value in every param_group after the epoch",
     ),
     *_regularized(),
-    *_health(),
+    *_lyapunov(),
+    *_jacobian(),
+    *_spikes(),
 )

@@ -1,13 +1,13 @@
-"""Model state for checkpoints; the file formats live in :mod:`fathom.rundir.files`."""
+"""The trainer's view of checkpoints: the model state (:mod:`fathom.rundir.weights`) and the
+file formats (:mod:`fathom.rundir.files`) of the run-directory contract."""
 
 from __future__ import annotations
 
-import torch
-
-from fathom.errors import FathomError
 from fathom.rundir.files import load_resume, load_weights, save_resume, save_weights
+from fathom.rundir.weights import EXTRA_STATE_SUFFIX, cpu_state, load_cpu_state
 
 __all__ = [
+    "EXTRA_STATE_SUFFIX",
     "cpu_state",
     "load_cpu_state",
     "load_resume",
@@ -15,39 +15,3 @@ __all__ = [
     "save_resume",
     "save_weights",
 ]
-
-EXTRA_STATE_SUFFIX = "_extra_state"
-"""torch's key suffix for a module's ``get_extra_state()`` (e.g. a branch's generator state)."""
-
-
-def cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Parameters and persistent buffers on the host: the weights that checkpoints and hashes cover.
-
-    Modules' extra state (``*._extra_state``, e.g. the generator of a self-sampling
-    :class:`fathom.depth.SkippableResidual`) is left out, so weights files and
-    ``params_sha256`` digests are those of the tensors alone.
-    """
-    return {
-        k: v.detach().to("cpu").contiguous().clone()
-        for k, v in model.state_dict().items()
-        if not k.endswith(EXTRA_STATE_SUFFIX)
-    }
-
-
-def load_cpu_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Inverse of :func:`cpu_state`: every parameter and buffer must be present and match.
-
-    Extra state absent from ``state`` keeps the model's current one (a weights file holds
-    none); anything else missing or unexpected is refused. (A dict read from safetensors has
-    no ``_metadata`` versions, so torch's BatchNorm inserts a ``num_batches_tracked`` key of
-    its own even where the model dropped that buffer; such keys, absent from ``state``, are
-    not the checkpoint's and are ignored.)
-    """
-    result = model.load_state_dict(state, strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith(EXTRA_STATE_SUFFIX)]
-    unexpected = [k for k in result.unexpected_keys if k in state]
-    if missing or unexpected:
-        raise FathomError(
-            f"weights do not fit {type(model).__name__}: missing {missing[:5]}, unexpected "
-            f"{unexpected[:5]}; the checkpoint belongs to another model or config"
-        )

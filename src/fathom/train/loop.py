@@ -25,8 +25,7 @@ from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
 from fathom.io import config_digest, read_jsonl, state_dict_digest
 from fathom.provenance import resolve_device, source_hash
-from fathom.rundir import RunDir, RunWriter
-from fathom.rundir.errors import failure_record
+from fathom.rundir import RunDir, RunWriter, uninterrupted
 from fathom.stats.units import fmt_percent
 from fathom.train.checkpoint import cpu_state, load_cpu_state
 from fathom.train.manifest import split_classes
@@ -45,6 +44,9 @@ __all__ = [
     "split_classes",
     "train",
 ]
+
+INTERRUPTED = "interrupted; continue with fathom train --resume"
+"""``status_reason`` of an interrupted run (Ctrl-C); its status stays ``running``."""
 
 
 @dataclass
@@ -135,14 +137,13 @@ def train(
             return fit(s)
     except KeyboardInterrupt:  # before the epoch loop (fit records its own)
         if writer.manifest is not None:
-            writer.manifest["status_reason"] = "interrupted; continue with fathom train --resume"
+            writer.manifest["status_reason"] = INTERRUPTED
         writer.interrupted()  # status stays "running": the run can be resumed
         raise
-    except FathomError as e:  # a full disk at epoch 0, a corrupt file: recorded, then raised
-        writer.fail(str(e), failure=failure_record(e))
-        raise
-    except Exception as e:
-        writer.fail(f"{type(e).__name__}: {e}", failure=failure_record(e))
+    except Exception as e:  # a full disk at epoch 0, a corrupt file: recorded, then raised
+        unrecorded = writer.record_failure(e)
+        if unrecorded is not None:
+            raise unrecorded from None
         raise
     finally:
         writer.close()
@@ -154,7 +155,9 @@ def begin(s: Session) -> None:
     observe(s, 0, {"train/loss_running": None, "optim/lr": None})
     if 0 in s.cfg.checkpoints.save_epochs:
         s.save_epoch_checkpoint(0)
-    save_resume_state(s)
+    with uninterrupted():  # the resume state and the boundary it records
+        save_resume_state(s)
+        s.mark_boundary()
     s.write_manifest()
 
 
@@ -190,6 +193,7 @@ def restore(s: Session, state: dict[str, Any]) -> None:
     s.stepper.load_state_dict(state.get("stepper") or {})
     if s.recorder is not None and "recorder" in state and hasattr(s.recorder, "load_state_dict"):
         s.recorder.load_state_dict(state["recorder"])
+    s.mark_boundary()
     s.refresh_manifest()
     s.writer.begin_resumed(s.pending_manifest)
 
@@ -272,8 +276,10 @@ def run_epochs(s: Session) -> tuple[str, str | None, int | None]:
         last = epoch == cfg.optim.epochs or stop is not None
         if epoch in cfg.checkpoints.save_epochs or last:
             s.save_epoch_checkpoint(epoch)
-        if epoch % cfg.checkpoints.resume_every == 0 or last:
-            save_resume_state(s)
+        with uninterrupted():  # the resume state and the boundary it records
+            if epoch % cfg.checkpoints.resume_every == 0 or last:
+                save_resume_state(s)
+            s.mark_boundary()
         s.write_manifest()
         if stop is not None:
             return "complete", stop, None
@@ -284,17 +290,15 @@ def fit(s: Session) -> RunResult:
     """Run the remaining epochs; record the outcome (failures are recorded, then raised)."""
     try:
         status, reason, diverged_epoch = run_epochs(s)
-    except FathomError as e:
-        s.write_manifest()
-        s.writer.fail(str(e), failure=failure_record(e))
-        raise
     except KeyboardInterrupt:
-        s.write_manifest(status_reason="interrupted; continue with fathom train --resume")
+        s.refresh_manifest(cut_short=True, status_reason=INTERRUPTED)
         s.writer.interrupted()
         raise
     except Exception as e:
-        s.write_manifest()
-        s.writer.fail(f"{type(e).__name__}: {e}", failure=failure_record(e))
+        s.refresh_manifest(cut_short=True)
+        unrecorded = s.writer.record_failure(e)
+        if unrecorded is not None:
+            raise unrecorded from None
         raise
     final_hash = None
     if status == "complete":

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fathom.rundir import uninterrupted
 from fathom.train.evaluate import split_scores
 
 if TYPE_CHECKING:
@@ -71,8 +72,9 @@ def select(s: Session, epoch: int, val_ce: float | None) -> None:
         return
     if best["val_ce"] is not None and val_ce >= best["val_ce"]:
         return
-    best.update(epoch=epoch, val_ce=val_ce)
-    s.progress.selected_ckpt = s.save_weights("selected", epoch)
+    with uninterrupted():  # the file, its entry and the selection it records
+        s.progress.selected_ckpt = s.save_weights("selected", epoch)
+        best.update(epoch=epoch, val_ce=val_ce)
 
 
 def timed_instrument(s: Session, fn, *args) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from fathom.depth import GateController
 from fathom.errors import FathomError
 from fathom.io import config_digest, state_dict_digest
 from fathom.provenance import environment, source_hash
-from fathom.rundir import FORMAT, RunWriter
+from fathom.rundir import FORMAT, RunWriter, uninterrupted
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
 from fathom.train.checkpoint import cpu_state
@@ -51,6 +51,7 @@ class Session:
     prior_elapsed: float = 0.0
     progress: Progress = field(default_factory=Progress)
     pending_manifest: dict[str, Any] = field(default_factory=dict)
+    completed: Progress | None = None  # the progress at the last complete epoch boundary
 
     @property
     def manifest(self) -> dict[str, Any]:
@@ -101,26 +102,41 @@ class Session:
         return {**entry, "epoch": epoch}
 
     def save_epoch_checkpoint(self, epoch: int) -> None:
-        entry = self.save_weights(f"epoch-{epoch:04d}", epoch)
-        self.progress.checkpoints[str(epoch)] = {k: v for k, v in entry.items() if k != "epoch"}
+        with uninterrupted():  # the file and its entry
+            entry = self.save_weights(f"epoch-{epoch:04d}", epoch)
+            self.progress.checkpoints[str(epoch)] = {k: v for k, v in entry.items() if k != "epoch"}
 
     def write_manifest(self, **updates: Any) -> None:
         """Bring the manifest up to date with the run's progress (and ``updates``); commit."""
         self.refresh_manifest(**updates)
         self.writer.commit()
 
-    def refresh_manifest(self, **updates: Any) -> None:
+    def mark_boundary(self) -> None:
+        """The current epoch's boundary is written (row, checkpoints, resume state): remember
+        its progress as the last complete one (see :meth:`refresh_manifest`)."""
+        self.completed = Progress.from_state(self.progress.to_state())
+
+    def refresh_manifest(self, *, cut_short: bool = False, **updates: Any) -> None:
+        """Copy the run's progress into the manifest (and ``updates``), without committing.
+
+        ``cut_short``: the run stops inside an epoch (Ctrl-C, a failure). Its epoch counts,
+        step count, training-order and mask digests and clocks are then those of the last
+        complete boundary (:meth:`mark_boundary`), the point a resume continues from, never
+        those of the epoch in flight. The checkpoint entries stay the current ones: they
+        describe the weights files on disk, which that epoch may already have rewritten.
+        """
         p = self.progress
         p.clocks.elapsed_s = self.elapsed()
+        done = self.completed if cut_short and self.completed is not None else p
         m = self.manifest
-        m["clocks"] = vars(p.clocks).copy()
-        m["telemetry"] = telemetry_record(p.clocks, m["telemetry"]["enabled"])
+        m["clocks"] = vars(done.clocks).copy()
+        m["telemetry"] = telemetry_record(done.clocks, m["telemetry"]["enabled"])
         if self.recorder is not None:  # each instrumented layer: name, type, path, shapes
             m["telemetry"]["layers"] = self.recorder.layer_records()
-        m["hashes"].update(training_order=p.order_digest, masks=p.mask_digest)
+        m["hashes"].update(training_order=done.order_digest, masks=done.mask_digest)
         m.update(
-            epochs_completed=p.epoch,
-            steps_completed=p.step,
+            epochs_completed=done.epoch,
+            steps_completed=done.step,
             selected=p.best,
             checkpoints=p.checkpoints,
             selected_checkpoint=p.selected_ckpt,

@@ -1,0 +1,85 @@
+"""``summary.md``: the study summary rendered as Markdown (``summary.json`` holds every number).
+
+The terminal rendering of the same summary is :mod:`fathom.study.report`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fathom.io import atomic_write_text, dumps
+from fathom.stats import to_markdown
+
+
+def integrity_markdown(summary: dict[str, Any]) -> list[str]:
+    """The runs this invocation retried (and why) and any problem left in a run directory."""
+    retried = (summary.get("execution") or {}).get("retried") or []
+    problems = summary.get("integrity") or {}
+    if not retried and not problems:
+        return [
+            "Every run directory verified intact (manifest, history and checkpoint digests).",
+            "",
+        ]
+    lines = [f"- {r['run_id']}: {r['note']}" for r in retried]
+    lines += [f"- {rid}: {'; '.join(p)}" for rid, p in sorted(problems.items())]
+    return [*lines, ""]
+
+
+def scale_down_text(summary: dict[str, Any]) -> str:
+    """What was scaled down (computed by :func:`fathom.study.scaledown.scaled_down`)."""
+    if "scale_down_sentence" in summary:
+        return summary["scale_down_sentence"]
+    notes = "; ".join(summary.get("scale_down") or []) or "none"
+    return (
+        f"Scale-down not computed in this older summary (the study's own notes: {notes}); "
+        "rerun `fathom study run` to compute it."
+    )
+
+
+def tuning_markdown(summary: dict[str, Any]) -> list[str]:
+    t = summary["tuning"]
+    if not t["enabled"]:
+        lines = [f"No tuning phase: {t['rule']}.", "", "| Method | LR | Source |", "|---|---|---|"]
+        sources = t.get("lr_source") or {}
+        for recipe, lr in t["selected_lr"].items():
+            lines.append(f"| {recipe} | {lr:g} | {sources.get(recipe, 'study.lr')} |")
+        return [*lines, ""]
+    lines = [
+        f"Tuning grid (seed {t['seed']}); selection: {t['rule']}.",
+        "",
+        "| Method | LR | Status | Min validation CE | At epoch | Diverged in epoch | Selected |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in t["grid"]:
+        sel = "yes" if t["selected_lr"].get(p["recipe"]) == p["lr"] else ""
+        ce = "—" if p["val_ce"] is None else f"{p['val_ce']:.4f}"
+        lines.append(
+            f"| {p['recipe']} | {p['lr']:g} | {p['status']} | {ce} | {p['selected_epoch'] if p['selected_epoch'] is not None else '—'} "
+            f"| {p['diverged_epoch'] if p['diverged_epoch'] is not None else '—'} | {sel} |"
+        )
+    return [*lines, ""]
+
+
+def write_summary(root: Path, summary: dict[str, Any]) -> None:
+    """``summary.json`` (every number) and ``summary.md`` at the study root, atomically."""
+    md = [
+        f"# Study {summary['study']}",
+        "",
+        summary["description"],
+        "",
+        scale_down_text(summary),
+        f"Device(s): {', '.join(summary['devices'])}.",
+        "",
+        "## Tuning",
+        "",
+        *tuning_markdown(summary),
+        "## Run directories",
+        "",
+        *integrity_markdown(summary),
+        "## Main phase",
+        "",
+        to_markdown(summary["stats"]),
+    ]
+    atomic_write_text(root / "summary.json", dumps(summary, indent=2) + "\n")
+    atomic_write_text(root / "summary.md", "\n".join(md))

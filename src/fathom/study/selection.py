@@ -1,0 +1,78 @@
+"""The tuning phase's learning-rate selection.
+
+Selection rule (tuning phase): for each recipe, the grid rate whose run reaches the
+lowest validation CE (its minimum over evaluated epochs, the same quantity that selects
+checkpoints); ties go to the smaller rate. A diverged grid point is recorded in the grid
+and never selected. A failed or unfinished grid point stops the study before selection
+(a rate is never selected without it), naming the run and ``--retry-failed``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fathom.errors import FathomError
+from fathom.rundir import RunDir
+from fathom.study.plan import RunSpec
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One tuning run: its rate, status and minimum validation CE (``None`` when undefined)."""
+
+    recipe: str
+    lr: float
+    run_id: str
+    status: str
+    val_ce: float | None
+    selected_epoch: int | None
+    diverged_epoch: int | None
+    status_reason: str | None = None
+
+
+def grid_point(spec: RunSpec) -> GridPoint:
+    rd = RunDir(spec.run_dir)
+    sel = rd.manifest.get("selected") or {}
+    val_ce = sel.get("val_ce")
+    usable = rd.status == "complete" and val_ce is not None and math.isfinite(val_ce)
+    return GridPoint(
+        recipe=spec.recipe,
+        lr=spec.lr,
+        run_id=spec.run_id,
+        status=rd.status,
+        val_ce=float(val_ce) if usable else None,
+        selected_epoch=sel.get("epoch") if usable else None,
+        diverged_epoch=rd.manifest.get("diverged_epoch"),
+        status_reason=rd.manifest.get("status_reason"),
+    )
+
+
+def select_lr(points: Sequence[GridPoint]) -> dict[str, float]:
+    """Per recipe, the rate with the lowest validation CE among complete grid points."""
+    by_recipe: dict[str, list[GridPoint]] = {}
+    for p in points:
+        by_recipe.setdefault(p.recipe, []).append(p)
+    chosen = {}
+    for recipe, pts in by_recipe.items():
+        unfinished = [p for p in pts if p.status not in ("complete", "diverged")]
+        if unfinished:
+            names = ", ".join(
+                f"{p.run_id} ({p.status}: {p.status_reason})"
+                for p in sorted(unfinished, key=lambda p: p.lr)
+            )
+            raise FathomError(
+                f"the tuning grid of recipe {recipe!r} is incomplete: {names}. A learning rate "
+                "is never selected without every grid point; rerun the study with "
+                "--retry-failed to retry them"
+            )
+        ok = [p for p in pts if p.status == "complete" and p.val_ce is not None]
+        if not ok:
+            grid = ", ".join(f"lr {p.lr:g}: {p.status}" for p in sorted(pts, key=lambda p: p.lr))
+            raise FathomError(
+                f"no learning rate of the tuning grid trained recipe {recipe!r} ({grid}); add "
+                "smaller rates to tuning.lrs (or retry failed runs with --retry-failed)"
+            )
+        chosen[recipe] = min(ok, key=lambda p: (p.val_ce, p.lr)).lr
+    return chosen

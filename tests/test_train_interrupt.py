@@ -1,0 +1,143 @@
+"""Ctrl-C (SIGINT) during ``fathom train``: the manifest counts only complete epochs, and
+``--resume`` ends byte-identical to an uninterrupted run.
+
+An epoch is complete once its boundary is written (history row, checkpoints, resume
+state). SIGINT in the middle of an epoch's steps, or in its boundary, leaves a manifest
+whose ``epochs_completed`` / ``steps_completed`` are those of the resume state (the point
+a resume continues from), never those of the epoch cut short. The deterministic cases use
+a ``python``-kind model that signals its own process at a chosen forward
+(:mod:`interrupt_models`); one case sends SIGINT from the test, at a moment it cannot
+choose within the run. The interrupted runs are subprocesses; the uninterrupted reference
+and the resumes run in this process (the same thread count).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from done_means_models import write_toml
+from fathom.cli import main
+from fathom.rundir import RunDir, load_resume
+from interrupt_models import ENV, write_features_npz
+
+ROOT = Path(__file__).resolve().parents[1]
+EPOCHS = 4
+if str(ROOT / "tests") not in sys.path:  # the factory's module, as a user's would be
+    sys.path.insert(0, str(ROOT / "tests"))
+
+
+def fathom(args: list[str], sigint: str | None = None, **popen) -> subprocess.Popen:
+    """``python -m fathom.cli ARGS`` with this checkout's source and the test models."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
+    env.pop(ENV, None)
+    env["OMP_NUM_THREADS"] = "1"
+    if sigint is not None:
+        env[ENV] = sigint
+    cmd = [sys.executable, "-m", "fathom.cli", *args]
+    return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def finish(proc: subprocess.Popen) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=240)
+    return proc.returncode, err
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("interrupt")
+    npz = write_features_npz(tmp / "features.npz", n=1200)
+    config = write_toml(
+        tmp / "run.toml",
+        {
+            "name": "mlp",
+            "study": "interrupt",
+            "seed": 3,
+            "device": "cpu",
+            "data": {"dataset": "tensors", "path": str(npz)},
+            "model": {"kind": "python", "factory": "interrupt_models:interruptible_mlp"},
+            "optim": {"lr": 0.05, "batch_size": 16, "epochs": EPOCHS},
+            "eval": {"every": 1},
+            "checkpoints": {"save_epochs": [0, 2, EPOCHS]},
+            "telemetry": {"enabled": False},
+        },
+    )
+    runs = tmp / "runs"
+    assert main(["train", str(config), "--runs-dir", str(runs), "--quiet"]) == 0
+    ref = RunDir(runs / "interrupt" / "mlp").manifest
+    assert ref["status"] == "complete" and ref["epochs_completed"] == EPOCHS
+    return {
+        "config": config,
+        "runs": runs,
+        "final": ref["hashes"]["final_params"],
+        "steps": ref["steps_completed"] // EPOCHS,
+    }
+
+
+def check_interrupted(run: Path, rc: int, err: str) -> dict:
+    """Exit 130 without a traceback; the manifest counts what the resume state holds."""
+    assert rc == 130, err
+    assert "interrupted; completed epochs are kept" in err and "Traceback" not in err
+    rd = RunDir(run)
+    assert rd.status == "running"
+    assert rd.problems() == [], rd.problems()  # every file it lists verifies
+    state = load_resume(run / "checkpoints" / "resume.pt")
+    m = rd.manifest
+    assert (m["epochs_completed"], m["steps_completed"]) == (state["epoch"], state["step"])
+    assert m["hashes"]["training_order"] == state["order_digest"]
+    assert m["hashes"]["masks"] == state["mask_digest"]
+    rows = [json.loads(line)["epoch"] for line in (run / "history.jsonl").read_text().splitlines()]
+    assert rows[: m["epochs_completed"] + 1] == list(range(m["epochs_completed"] + 1))
+    return m
+
+
+def check_resume(setup: dict, run: Path) -> None:
+    """``fathom train --resume`` (in this process) ends with the reference's final hash."""
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0
+    m = RunDir(run).manifest
+    assert m["status"] == "complete" and m["epochs_completed"] == EPOCHS
+    assert m["hashes"]["final_params"] == setup["final"]
+    assert RunDir(run).problems() == []
+    epochs = [
+        json.loads(line)["epoch"] for line in (run / "history.jsonl").read_text().splitlines()
+    ]
+    assert epochs == list(range(EPOCHS + 1))
+
+
+@pytest.mark.parametrize(
+    ("where", "plan"),
+    [
+        ("during a step of epoch 2", lambda steps: f"train:{steps + steps // 2}"),
+        ("in the boundary of epoch 2", lambda steps: f"eval:{2 * steps}"),
+    ],
+)
+def test_sigint_inside_an_epoch_counts_only_complete_epochs(setup, where, plan):
+    name = "cut-train" if "step" in where else "cut-boundary"
+    args = ["train", str(setup["config"]), "--runs-dir", str(setup["runs"]), "--name", name]
+    rc, err = finish(fathom([*args, "--quiet"], sigint=plan(setup["steps"])))
+    run = setup["runs"] / "interrupt" / name
+    m = check_interrupted(run, rc, err)
+    assert m["epochs_completed"] == 1, f"SIGINT {where}: epoch 1 is the last complete one"
+    check_resume(setup, run)
+
+
+def test_sigint_from_another_process(setup):
+    args = ["train", str(setup["config"]), "--runs-dir", str(setup["runs"]), "--name", "ext"]
+    proc = fathom([*args, "--quiet"])
+    history = setup["runs"] / "interrupt" / "ext" / "history.jsonl"
+    deadline = time.monotonic() + 200
+    while not (history.exists() and history.read_text().count("\n") >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended early"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+    rc, err = finish(proc)
+    m = check_interrupted(history.parent, rc, err)
+    assert m["epochs_completed"] < EPOCHS
+    check_resume(setup, history.parent)
