@@ -169,7 +169,9 @@ def test_study_live_reaches_every_run_and_its_manifest(tmp_path: Path) -> None:
 
     data = study_data(tuning={"enabled": False}, study={"lr": 0.05, "seeds": [101]})
     study = validate_study_config({**data, "live": {"backends": ["tensorboard"]}}, "live")
-    result = run_study(study, tmp_path, LocalBackend(1, 1, synthetic_splits, live=study.live))
+    result = run_study(
+        study, tmp_path, LocalBackend(1, 1, synthetic_splits, live=study.live, tracker=LiveTracker)
+    )
     assert all(o.error is None for o in result.outcomes) and result.outcomes
     for o in result.outcomes:
         run = tmp_path / "t" / o.run_id

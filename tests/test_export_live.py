@@ -141,7 +141,9 @@ def test_study_runs_stream_live_with_the_same_hashes(tmp_path):
     )
     plain = run_study(study, tmp_path / "a", LocalBackend(1, 1, synthetic_splits))
     live = run_study(
-        study, tmp_path / "b", LocalBackend(1, 1, synthetic_splits, live=("tensorboard",))
+        study,
+        tmp_path / "b",
+        LocalBackend(1, 1, synthetic_splits, live=("tensorboard",), tracker=LiveTracker),
     )
     hashes = {k: v["final_params"] for k, v in plain.summary["runs"].items()}
     assert hashes == {k: v["final_params"] for k, v in live.summary["runs"].items()}
@@ -152,3 +154,20 @@ def test_study_runs_stream_live_with_the_same_hashes(tmp_path):
         )
         assert verify["ok"] and verify["rows"] > 0
     assert not any((tmp_path / "a" / "t").glob("*/live"))
+
+
+def test_study_live_settings_without_a_tracker_are_refused(tmp_path):
+    """The study layer never imports the exports: live settings need the tracker passed in."""
+    from fathom.errors import FathomError
+    from fathom.study.backends import LocalBackend
+    from fathom.study.config import validate_study_config
+    from fathom.study.runner import run_study
+    from test_study import study_data, synthetic_splits
+
+    study = validate_study_config(
+        study_data(tuning={"enabled": False}, study={"lr": 0.05, "seeds": [101]}), "live"
+    )
+    with pytest.raises(FathomError, match="tracker=fathom.export.live.LiveTracker"):
+        run_study(
+            study, tmp_path / "c", LocalBackend(1, 1, synthetic_splits, live=("tensorboard",))
+        )

@@ -25,7 +25,9 @@ SEEDS_DIR = Path(
 def _numbers(text: str) -> list[float]:
     """Every number written in ``text`` (thousands commas and unicode minus understood)."""
     text = text.replace("−", "-").replace("–", " ")
-    return [float(m.replace(",", "")) for m in re.findall(r"[-+]?\d[\d,]*\.?\d*(?:e[-+]?\d+)?", text)]
+    return [
+        float(m.replace(",", "")) for m in re.findall(r"[-+]?\d[\d,]*\.?\d*(?:e[-+]?\d+)?", text)
+    ]
 
 
 def test_every_seed_value_has_source_units_and_a_quote_holding_it():

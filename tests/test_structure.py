@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "fathom.lazy",
             "fathom.provenance",
             "fathom.terminal",
+            "fathom.units",
             "fathom.user_code",
         ),
     ),

@@ -97,3 +97,14 @@ def load_config(name: str) -> tuple[RunConfig | StudyConfig | DepthScaleConfig, 
     if kind == "depth_scaling":
         return make_config(name), f"depth-scaling preset {name}"
     return validate_config(tomllib.loads(text), f"preset {name}"), f"preset {name}"
+
+
+def load_run_config_or_preset(name: str) -> RunConfig:
+    """A run config from a TOML path or a run preset; another kind gets a pointer to its command."""
+    cfg, origin = load_config(name)
+    if not isinstance(cfg, RunConfig):
+        command = {"study": "fathom study run", "depth_scaling": "fathom depth-scaling"}[cfg.kind]
+        raise FathomError(
+            f"{origin} is a {cfg.kind} config, not a single run; run it with `{command} {name}`"
+        )
+    return cfg

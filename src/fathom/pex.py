@@ -17,7 +17,7 @@ rows of example ``i`` (e.g. ``dL_i/dz_i`` for the unaveraged per-example loss ``
   (``functional_call`` + ``vjp``, ``vmap`` over examples in chunks of ``chunk_size``).
 
 Gram matrices ``K_ij = g_i . g_j`` (float64): for a linear layer with one row per example
-``K = (A A^T) * (Delta Delta^T)`` (elementwise, :func:`fathom.telemetry.moments.gradient_gram`,
+``K = (A A^T) * (Delta Delta^T)`` (elementwise, :func:`gradient_gram`,
 cost ``N^2 (d_in + d_out)``); otherwise ``K = G G^T`` from the materialized ``G = [g_i]``.
 Directions (``directions=True``): every cotangent has a leading ``D`` and the gradients come
 back as ``[D, N, *shape]``.
@@ -251,12 +251,20 @@ def gram_and_bias_mean(
     return k, bias
 
 
-def gradient_gram(a: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-    """:func:`fathom.telemetry.moments.gradient_gram` (imported on use: the telemetry
-    package imports this module)."""
-    from fathom.telemetry.moments import gradient_gram as gram
+def gradient_gram(
+    a: torch.Tensor, delta: torch.Tensor, *, include_bias: bool = False
+) -> torch.Tensor:
+    """``K_ij = g_i . g_j = (a_i . a_j + [bias]) (delta_i . delta_j)``, float64, shape ``(N, N)``.
 
-    return gram(a, delta)
+    The Gram of the per-example weight gradients ``g_i = delta_i a_i^T`` of an affine layer
+    with one row per example, without forming them.
+    """
+    a64 = a.detach().reshape(a.shape[0], -1).to(torch.float64)
+    d64 = delta.detach().reshape(delta.shape[0], -1).to(torch.float64)
+    ka = a64 @ a64.T
+    if include_bias:
+        ka = ka + 1.0
+    return ka * (d64 @ d64.T)
 
 
 def _gram(g: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fathom.audit.options import CHECKPOINT_CHOICES
 from fathom.errors import FathomError
 
 if TYPE_CHECKING:  # the parser stays light: `fathom audit --help` imports no numpy or torch
@@ -13,9 +14,7 @@ if TYPE_CHECKING:  # the parser stays light: `fathom audit --help` imports no nu
 
 MAX_MASKS_HELP = 4096
 """The default of ``--max-masks`` shown in its help: :data:`fathom.audit.masks.MAX_ENUMERATED_MASKS`
-(importing that module costs numpy; ``tests/test_cli_help.py`` checks the two agree)."""
-
-CHECKPOINT_CHOICES = {"selected": ("selected",), "final": ("final",), "both": ("selected", "final")}
+(importing that module costs numpy; ``tests/test_cli.py`` checks the two agree)."""
 
 
 def _int_list(text: str) -> tuple[int, ...]:

@@ -81,7 +81,7 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
 
 
 def cmd_depth_scaling(args: argparse.Namespace) -> int:
-    from fathom.depthscale.config import PRESETS, make_config
+    from fathom.depthscale.config import PRESETS, make_config, scale_note
     from fathom.depthscale.runner import run_benchmark
     from fathom.depthscale.table import write_table
     from fathom.depthscale.terminal import print_results
@@ -136,24 +136,6 @@ def _config_file(path: str) -> DepthScaleConfig:
             f"{origin} is a {cfg.kind} config; `fathom depth-scaling` needs kind = 'depth_scaling'"
         )
     return cfg
-
-
-def scale_note(cfg: DepthScaleConfig) -> str:
-    """``Setup: ...``: the settings that set the magnitudes; a scaled-down preset says so."""
-    from fathom.depthscale.config import protocol_reductions
-
-    kind = f"spiking LIF T={cfg.timesteps}" if cfg.neuron == "lif" and cfg.timesteps > 0 else "ANN"
-    parts = [
-        f"{kind}, width_mult={cfg.width_mult:g}, epochs={cfg.epochs}, seeds={cfg.seeds}",
-        f"fit subset={cfg.fit_subset or 'all'}, eval subset={cfg.eval_subset or 'all'}",
-        f"λ_reg={cfg.lyap_weight:g}, λ_target={cfg.lyap_target:g}, device={cfg.device}",
-    ]
-    reduced = protocol_reductions(cfg)
-    if cfg.preset and reduced:
-        parts.insert(0, f"preset {cfg.preset} (scaled down; not a full-size result)")
-    elif cfg.preset:
-        parts.insert(0, f"preset {cfg.preset} (seed 000's full CIFAR-100 protocol)")
-    return "Setup: " + "; ".join(parts) + "."
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

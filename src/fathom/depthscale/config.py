@@ -316,3 +316,19 @@ def validate_depth_scaling(values: dict[str, Any], origin: str = "") -> DepthSca
         )
         where = f" ({origin})" if origin else ""
         raise FathomError(f"invalid depth-scaling configuration{where}: {problems}") from None
+
+
+def scale_note(cfg: DepthScaleConfig) -> str:
+    """``Setup: ...``: the settings that set the magnitudes; a scaled-down preset says so."""
+    kind = f"spiking LIF T={cfg.timesteps}" if cfg.neuron == "lif" and cfg.timesteps > 0 else "ANN"
+    parts = [
+        f"{kind}, width_mult={cfg.width_mult:g}, epochs={cfg.epochs}, seeds={cfg.seeds}",
+        f"fit subset={cfg.fit_subset or 'all'}, eval subset={cfg.eval_subset or 'all'}",
+        f"λ_reg={cfg.lyap_weight:g}, λ_target={cfg.lyap_target:g}, device={cfg.device}",
+    ]
+    reduced = protocol_reductions(cfg)
+    if cfg.preset and reduced:
+        parts.insert(0, f"preset {cfg.preset} (scaled down; not a full-size result)")
+    elif cfg.preset:
+        parts.insert(0, f"preset {cfg.preset} (seed 000's full CIFAR-100 protocol)")
+    return "Setup: " + "; ".join(parts) + "."

@@ -70,7 +70,7 @@ def _say(args: argparse.Namespace):
 
 def _reproduce_depth(args: argparse.Namespace, name: str, pipe, cfg, origin: str) -> int:
     """A depth-scaling pipeline: the benchmark, its table, seed 000's table beside it."""
-    from fathom.depthscale.cli import scale_note
+    from fathom.depthscale.config import scale_note
     from fathom.reproduce.depth_pipeline import DepthContext, reproduce_depth
     from fathom.reproduce.depth_render import print_comparison
 
@@ -93,8 +93,8 @@ def _reproduce_depth(args: argparse.Namespace, name: str, pipe, cfg, origin: str
 
 
 def cmd_diagnose_head(args: argparse.Namespace) -> int:
+    from fathom.config_family import load_run_config_or_preset
     from fathom.reproduce.head import HeadSettings, head_lines, run_head_diagnostic
-    from fathom.train.cli import load_run_config_or_preset
 
     base = load_run_config_or_preset(args.config)
     settings = HeadSettings(

@@ -36,7 +36,7 @@ class AuditStep(_Strict):
     def audit_settings(self) -> Any:
         """The :class:`AuditSettings` of this step; an unknown field raises naming it."""
         from fathom.audit.checkpoint import AuditSettings
-        from fathom.audit.cli import CHECKPOINT_CHOICES
+        from fathom.audit.options import CHECKPOINT_CHOICES
 
         fixed = {"checkpoints", "router", "device"}
         clash = sorted(fixed & set(self.settings))

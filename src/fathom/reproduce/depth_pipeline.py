@@ -56,7 +56,7 @@ def _config_inputs(cfg: Any) -> dict[str, Any]:
 
 
 def step_benchmark(ctx: DepthContext, state: PipelineState) -> None:
-    from fathom.depthscale.cli import scale_note
+    from fathom.depthscale.config import scale_note
     from fathom.depthscale.runner import run_benchmark
     from fathom.depthscale.table import write_table
 

@@ -183,8 +183,8 @@ class _WithSplits(RunDir):
 
 
 def step_head(ctx: Context, state: PipelineState) -> None:
+    from fathom.config_family import load_run_config_or_preset
     from fathom.reproduce.head import HeadSettings, head_lines, run_head_diagnostic
-    from fathom.train.cli import load_run_config_or_preset
 
     h = ctx.pipe.head
     base = load_run_config_or_preset(h.preset)

@@ -106,6 +106,7 @@ class LocalBackend:
     threads: int = 1
     splits_for: Any = None
     live: LiveConfig | tuple[str, ...] = ()
+    tracker: Any = None  # LiveTracker-like factory (commands pass fathom.export.live's)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -131,6 +132,7 @@ class LocalBackend:
             registry_file=registry_file,
             splits_for=self.splits_for,
             live=self.live,
+            tracker=self.tracker,
         )
         if self.workers == 1 or len(specs) <= 1:
             outs = []
@@ -186,6 +188,7 @@ class RayBackend:
     threads: int = 1
     splits_for: Any = None
     live: LiveConfig | tuple[str, ...] = ()
+    tracker: Any = None  # LiveTracker-like factory (commands pass fathom.export.live's)
 
     @property
     def name(self) -> str:
@@ -219,6 +222,7 @@ class RayBackend:
                 splits_for=self.splits_for,
                 allow_source_change=allow_source_change,
                 live=self.live,
+                tracker=self.tracker,
             ): s
             for s in specs
         }
@@ -253,14 +257,21 @@ def make_backend(
     splits_for: Any = None,
     slurm: dict[str, Any] | None = None,
     live: LiveConfig | tuple[str, ...] = (),
+    tracker: Any = None,
 ):
     """The backend called ``name``; ``slurm`` holds :class:`fathom.study.slurm.SlurmBackend` fields."""
     if name == "local":
-        return LocalBackend(workers=workers, threads=threads, splits_for=splits_for, live=live)
+        return LocalBackend(
+            workers=workers, threads=threads, splits_for=splits_for, live=live, tracker=tracker
+        )
     if name == "ray":
-        return RayBackend(address=address, threads=threads, splits_for=splits_for, live=live)
+        return RayBackend(
+            address=address, threads=threads, splits_for=splits_for, live=live, tracker=tracker
+        )
     if name == "slurm":
         from fathom.study.slurm import SlurmBackend
 
-        return SlurmBackend(threads=threads, splits_for=splits_for, live=live, **(slurm or {}))
+        return SlurmBackend(
+            threads=threads, splits_for=splits_for, live=live, tracker=tracker, **(slurm or {})
+        )
     raise FathomError(f"unknown backend {name!r}; use 'local', 'ray' or 'slurm'")

@@ -86,6 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     study, origin = load_study(args.study)
     if args.backend != "ray" and args.address:
         raise FathomError("--address is for --backend ray; drop it or add --backend ray")
+    from fathom.export.live import LiveTracker
     from fathom.train.cli import live_settings
 
     tracking = live_settings(study.live, args.live)
@@ -96,6 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         threads=_threads(args, study),
         slurm=slurm_options(args),
         live=tracking if tracking.enabled else (),
+        tracker=LiveTracker if tracking.enabled else None,
     )
     console = Console(stderr=True)
 

@@ -128,12 +128,16 @@ def execute_run(
     splits_for: Any = None,
     allow_source_change: bool = False,
     live: LiveConfig | tuple[str, ...] = (),
+    tracker: Any = None,
 ) -> RunOutcome:
     """Bring ``spec``'s run directory to a final state (see the module docstring).
 
     ``threads`` sets ``torch.set_num_threads`` for this process; ``registry_file`` (when
     given) receives the run's row; ``live`` is the study's live-tracking settings (a
-    :class:`~fathom.config_live.LiveConfig`, or the backends to stream to; :mod:`fathom.export.live`); ``splits_for(cfg, device) -> DataSplits`` replaces
+    :class:`~fathom.config_live.LiveConfig`, or the backends to stream to) and ``tracker`` the
+    observer class that streams them, ``tracker(run_dir, live, config)`` (the commands pass
+    :class:`fathom.export.live.LiveTracker`: a study, an analysis, never imports the export
+    layer itself); ``splits_for(cfg, device) -> DataSplits`` replaces
     :func:`cached_splits` (tests use synthetic data). Errors of the run itself are returned as a ``failed``
     outcome with the message; bad input (``FathomError``) is raised. ``allow_source_change``
     lets a resumed run continue under changed source (recorded in its manifest).
@@ -181,7 +185,7 @@ def execute_run(
         verb, resume = ("retried" if action in ("retry", "retrain") else "trained"), False
     options = {"resume": resume, "phase": spec.phase, "allow_source_change": allow_source_change}
     try:
-        result, bad = _train_spec(spec, path, splits_for, live, options)
+        result, bad = _train_spec(spec, path, splits_for, (live, tracker), options)
     except FathomError:
         raise
     except Exception as e:  # the run's own failure is data: recorded in its manifest
@@ -195,20 +199,28 @@ def _train_spec(
     spec: RunSpec,
     path: Path,
     splits_for: Any,
-    live: LiveConfig | tuple[str, ...],
+    streaming: tuple[LiveConfig | tuple[str, ...], Any],
     options: dict[str, Any],
 ) -> tuple[Any, str | None]:
-    """Train (or resume) ``spec`` into ``path``; return the result and live-tracking problems."""
+    """Train (or resume) ``spec`` into ``path``; return the result and live-tracking problems.
+
+    ``streaming`` is ``(live settings, tracker class)`` as given to :func:`execute_run`.
+    """
     from fathom.config_live import live_config
-    from fathom.export.live import LiveTracker
     from fathom.provenance import resolve_device
     from fathom.train.loop import train
 
     cfg = validate_run_config(spec.config, origin=f"study run {spec.run_id}")
+    live, make_tracker = streaming
+    if live and make_tracker is None:
+        raise FathomError(
+            "live tracking was asked for without a tracker: pass "
+            "tracker=fathom.export.live.LiveTracker with live=... (the fathom commands do)"
+        )
     if live:  # recorded in the manifest; never part of the training config
         cfg = cfg.model_copy(update={"live": live_config(live)})
     splits = (splits_for or cached_splits)(cfg, resolve_device(cfg.device))
-    tracker = LiveTracker(path, cfg.live, cfg) if live else None
+    tracker = make_tracker(path, cfg.live, cfg) if live else None
     try:
         result = train(cfg, path, splits=splits, progress=tracker, **options)
     finally:

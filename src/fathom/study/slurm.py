@@ -53,6 +53,7 @@ class SlurmBackend:
     array_parallelism: int = 64
     splits_for: Any = None
     live: LiveConfig | tuple[str, ...] = ()
+    tracker: Any = None  # LiveTracker-like factory (commands pass fathom.export.live's)
 
     @property
     def name(self) -> str:
@@ -98,6 +99,7 @@ class SlurmBackend:
             threads=self.threads,
             splits_for=self.splits_for,
             live=self.live,
+            tracker=self.tracker,
         )
         jobs = self.executor().map_array(task, list(specs))
         outs: list[RunOutcome] = []

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from fathom.pex import gradient_gram
+
 
 @dataclass(frozen=True)
 class GradientMoments:
@@ -42,18 +44,6 @@ class GradientMoments:
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
-
-
-def gradient_gram(
-    a: torch.Tensor, delta: torch.Tensor, *, include_bias: bool = False
-) -> torch.Tensor:
-    """``K_ij = g_i . g_j = (a_i . a_j + [bias]) (delta_i . delta_j)``, float64, shape ``(N, N)``."""
-    a64 = a.detach().reshape(a.shape[0], -1).to(torch.float64)
-    d64 = delta.detach().reshape(delta.shape[0], -1).to(torch.float64)
-    ka = a64 @ a64.T
-    if include_bias:
-        ka = ka + 1.0
-    return ka * (d64 @ d64.T)
 
 
 def _ratio(num: float, den: float) -> float | None:

@@ -28,22 +28,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def load_run_config_or_preset(name: str) -> RunConfig:
-    """A run config from a TOML path or a run preset; another kind gets a pointer to its command."""
-    from fathom.config import RunConfig
-    from fathom.config_family import load_config
-
-    cfg, origin = load_config(name)
-    if not isinstance(cfg, RunConfig):
-        command = {"study": "fathom study run", "depth_scaling": "fathom depth-scaling"}[cfg.kind]
-        raise FathomError(
-            f"{origin} is a {cfg.kind} config, not a single run; run it with `{command} {name}`"
-        )
-    return cfg
-
-
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     from fathom.config import RunConfig
+    from fathom.config_family import load_run_config_or_preset
 
     cfg = load_run_config_or_preset(args.config) if args.config else RunConfig()
     updates = parse_set(args.set or [])

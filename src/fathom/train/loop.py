@@ -26,13 +26,13 @@ from fathom.errors import FathomError
 from fathom.io import config_digest, read_jsonl, state_dict_digest
 from fathom.provenance import resolve_device, source_hash
 from fathom.rundir import RunDir, RunWriter, uninterrupted
-from fathom.stats.units import fmt_percent
 from fathom.train.checkpoint import cpu_state, load_cpu_state
 from fathom.train.manifest import split_classes
 from fathom.train.observe import eval_due, observe, sync
 from fathom.train.plan import plan_epoch
 from fathom.train.session import Session, build_session
 from fathom.train.state import PROGRESS_FIELDS, Progress, chain
+from fathom.units import fmt_percent
 
 __all__ = [
     "RunResult",
