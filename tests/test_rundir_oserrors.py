@@ -326,24 +326,55 @@ def test_curvature_output_write_fails_midway(trained, tmp_path, monkeypatch, cap
     assert not list(out.glob(".*.tmp"))  # no half-written file left behind
 
 
-# -- real permission bits, where they apply ------------------------------------------------
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permission bits (covered above)")
-def test_real_permissions(config, reference, tmp_path, capsys):
+# -- real permission bits ------------------------------------------------------------------
+def _without_dac_override() -> None:
+    """In the child, before exec: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the
+    capability bounding set, so that even root obeys permission bits after exec."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):  # linux/capability.h: CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def cli_obeying_permissions(*args: str) -> tuple[int, str]:
+    """``python -m fathom ARGS`` in a process for which permission bits apply (as root too)."""
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent / "src"), str(here)])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "fathom", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        preexec_fn=_without_dac_override if os.geteuid() == 0 else None,
+        timeout=600,
+    )
+    return proc.returncode, proc.stderr
+
+
+def test_real_permissions(config, tmp_path):
+    """Real mode bits (no patching): a runs directory without write permission, then
+    ``fathom curvature`` on a run whose files are all read-only; root included, by running
+    the command without the capabilities that let root ignore permission bits."""
     runs = tmp_path / "runs"
     runs.mkdir()
     runs.chmod(stat.S_IRUSR | stat.S_IXUSR)
     try:
-        err = train_cli(config, runs, capsys)
+        rc, err = cli_obeying_permissions("train", str(config), "--runs-dir", str(runs), "--quiet")
+        assert rc == 2 and "Traceback" not in err, err
         assert_explains(err, errno.EACCES, runs / "oserr")
     finally:
         runs.chmod(stat.S_IRWXU)
+    assert list(runs.iterdir()) == []
     assert main(["train", str(config), "--runs-dir", str(runs), "--quiet"]) == 0
     run = runs / "oserr" / "mlp"
     for p in [run, *run.rglob("*")]:
         p.chmod(p.stat().st_mode & ~0o222)
     try:
-        rc = main(["curvature", str(run), "--probe", "8"])
-        err = capsys.readouterr().err
+        rc, err = cli_obeying_permissions("curvature", str(run), "--probe", "8")
         assert rc == 2 and "Traceback" not in err, err
         assert_explains(err, errno.EACCES, run / "curvature")
         assert_intact(run, "complete")  # reading works; only writing is refused
