@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 from fathom.config import RunConfig
 from fathom.data import DataSplits
 
 torch.set_num_threads(1)
+
+# Properties run under a fixed-seed profile in CI and by default (same examples every run, so a
+# red run is reproducible); FATHOM_HYPOTHESIS=long explores far more. Each test states its own
+# max_examples for the default profile; every counter-example found is kept as a named test.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "long", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile(os.environ.get("FATHOM_HYPOTHESIS", "ci"))
 
 TINY_WIDTHS = (32, 24, 16, 12, 8)
 
