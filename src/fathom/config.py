@@ -20,6 +20,7 @@ from fathom.config_models import (
     Int,
     ModelConfig,
     ModelSpec,
+    Name,
     PythonModelConfig,
     StagedConvConfig,
     _Strict,
@@ -232,8 +233,8 @@ class RunConfig(_Strict):
     ``model_dump()``: it is not part of the training config and never of ``config_hash``."""
 
     kind: Literal["run"] = "run"
-    name: str = "run"
-    study: str = "default"
+    name: Name = "run"
+    study: Name = "default"
     seed: Int = 101
     device: Literal["auto", "cpu", "cuda"] = "auto"
     data: DataConfig = DataConfig()

@@ -10,13 +10,52 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
 #: Numbers of every config: an integer field takes no ``true`` or ``2.0``, a float field
 #: takes integers but no booleans or strings, and no float is ``inf`` or ``nan``.
 Int = Annotated[int, Strict()]
 Float = Annotated[float, Strict()]
 Bool = Annotated[bool, Strict()]
+
+
+NAME_MAX_BYTES = 128
+
+
+def check_name(value: str) -> str:
+    """A run or study name: exactly one directory name under ``--runs-dir``.
+
+    Refused: the empty name, ``.`` and ``..``, a leading ``.`` (hidden; Fathom's lock and
+    temporary files start with one), ``/`` or ``\\``, NUL or any other control character,
+    and more than :data:`NAME_MAX_BYTES` bytes of UTF-8. So ``runs_dir / study / name`` is
+    always a directory two levels inside ``runs_dir``.
+    """
+    fix = "use one plain directory name, e.g. 'my-run' (letters, digits, '-', '_', '.')"
+    if not value:
+        raise ValueError(f"the name is empty; {fix}")
+    bad = sorted({c for c in value if c in "/\\" or ord(c) < 32 or ord(c) == 127})
+    if bad:
+        raise ValueError(
+            f"the name {value!r} contains {', '.join(repr(c) for c in bad)}, which would "
+            f"leave or split its directory; {fix}"
+        )
+    if value.startswith("."):
+        raise ValueError(f"the name {value!r} starts with '.' (hidden or a parent); {fix}")
+    if len(value.encode("utf-8")) > NAME_MAX_BYTES:
+        raise ValueError(f"the name is longer than {NAME_MAX_BYTES} bytes; {fix}")
+    return value
+
+
+#: A validated run or study name (:func:`check_name`).
+Name = Annotated[str, AfterValidator(check_name)]
 
 
 class _Strict(BaseModel):

@@ -91,7 +91,7 @@ def run_benchmark(
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     root = Path(root) if root is not None else benchmark_root(cfg)
-    runs = plan_runs(cfg, root.name)
+    runs = plan_runs(cfg, root.resolve().name)  # `--out .` is the current directory's name
     splits = prepare_splits(runs[0].data, device)  # data errors surface before any directory
     _check_benchmark_file(root, cfg)
     root = ensure_writable_dir(root, where="--runs-dir")
