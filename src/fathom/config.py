@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, Strict, ValidationError, model_validator
 
 from fathom.config_live import LiveConfig
 from fathom.config_models import (
@@ -207,21 +207,30 @@ class StopConfig(_Strict):
     target_test_acc: Float | None = Field(default=None, gt=0, le=1)
 
 
+Epoch = Annotated[int, Strict(), Field(ge=0)]
+"""An epoch number: 0 is the state before training, ``optim.epochs`` the last."""
+
+
 class EvalConfig(_Strict):
     every: Int = Field(default=5, gt=0)
-    first: tuple[Int, ...] = (1,)
+    first: tuple[Epoch, ...] = (1,)
     splits: tuple[Literal["fit", "val", "test"], ...] = ("fit", "val", "test")
     batch_size: Int = Field(default=2000, gt=0)
 
 
+DEFAULT_SAVE_EPOCHS: tuple[int, ...] = (0, 1, 5, 10, 20, 50, 100)
+"""The default snapshot schedule; its epochs beyond ``optim.epochs`` are not written (a
+``save_epochs`` the user lists must lie within training)."""
+
+
 class CheckpointConfig(_Strict):
-    save_epochs: tuple[Int, ...] = (0, 1, 5, 10, 20, 50, 100)
+    save_epochs: tuple[Epoch, ...] = DEFAULT_SAVE_EPOCHS
     resume_every: Int = Field(default=1, gt=0)
 
 
 class TelemetryConfig(_Strict):
     enabled: Bool = False
-    first: tuple[Int, ...] = (0, 1)
+    first: tuple[Epoch, ...] = (0, 1)
     every: Int = Field(default=10, gt=0)
     probe_size: Int = Field(default=128, gt=0)
     families: tuple[str, ...] = ("all",)
@@ -261,11 +270,21 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _epochs_in_range(self) -> RunConfig:
-        late = [e for e in self.telemetry.first if e > self.optim.epochs]
-        if self.telemetry.enabled and late:
-            raise ValueError(
-                f"telemetry.first names epochs {late} beyond training (epochs = {self.optim.epochs})"
-            )
+        epochs = self.optim.epochs
+        late = {
+            "telemetry.first": self.telemetry.first if self.telemetry.enabled else (),
+            "eval.first": self.eval.first,
+            "checkpoints.save_epochs": ()
+            if self.checkpoints.save_epochs == DEFAULT_SAVE_EPOCHS
+            else self.checkpoints.save_epochs,
+        }
+        for key, values in late.items():
+            beyond = [e for e in values if e > epochs]
+            if beyond:
+                raise ValueError(
+                    f"{key} names epochs {beyond} beyond training (optim.epochs = {epochs}): "
+                    f"list epochs from 0 to {epochs}, or raise optim.epochs"
+                )
         if self.data.split == "fit-all" and "val" in self.eval.splits:
             raise ValueError(
                 "split 'fit-all' has no validation set, but eval.splits includes 'val' "
@@ -319,7 +338,8 @@ def _format_validation_error(e: ValidationError, origin: str) -> str:
             lines.append(f"  - unknown key {loc!r}: remove it or check its spelling")
         else:
             msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"  - {loc}: {msg} (got {err.get('input')!r})")
+            got = f" (got {err.get('input')!r})" if err["loc"] else ""  # not the whole config
+            lines.append(f"  - {loc}: {msg}{got}")
     return "\n".join(lines)
 
 
