@@ -92,3 +92,30 @@ def test_the_default_snapshot_schedule_is_cut_at_training_not_refused() -> None:
     cfg = RunConfig().with_updates({"optim.epochs": 3})
     assert cfg.checkpoints.save_epochs == DEFAULT_SAVE_EPOCHS
     assert RunConfig.model_validate(cfg.model_dump(mode="json")) == cfg  # reads back
+
+
+def test_a_config_change_is_never_described_by_an_empty_diff(tmp_path) -> None:
+    """The resume check names what differs; where every value agrees (a hand-written or
+    edited manifest whose hash is not its config's digest) it says so instead of ``()``."""
+    from fathom.config import describe_config_change
+    from fathom.report.synthetic import synthetic_history, write_run
+    from fathom.train.loop import check_resumable
+
+    a = RunConfig().model_dump(mode="json")
+    b = RunConfig().with_updates({"optim.lr": 0.03}).model_dump(mode="json")
+    assert describe_config_change(a, "x", b) == "optim.lr: 0.01 != 0.03"
+    assert "recorded config_hash abc" in describe_config_change(a, "abc", a)
+    run = write_run(
+        tmp_path / "s" / "r",
+        study="s",
+        recipe="plain",
+        seed=1,
+        lr=0.1,
+        rows=synthetic_history(1, [0, 1]),
+        status="running",
+    )
+    from fathom.rundir import RunDir
+
+    cfg = RunDir(run).config
+    with pytest.raises(FathomError, match=r"another config \(every value agrees, but the recorded"):
+        check_resumable(run, cfg)

@@ -330,6 +330,24 @@ def config_diff(
     return out
 
 
+def describe_config_change(
+    recorded: dict, recorded_hash: str | None, new: dict, labels: tuple[str, str] = ("", "")
+) -> str:
+    """Why ``new`` is not the recorded config: its :func:`config_diff`, or — when every value
+    agrees — that the recorded ``config_hash`` is not the digest of the recorded config (the
+    manifest's hash or config was edited), never an empty ``()``."""
+    from fathom.io import config_digest
+
+    diff = config_diff(recorded, new, labels)
+    if diff:
+        return "; ".join(diff)
+    return (
+        f"every value agrees, but the recorded config_hash {str(recorded_hash)[:12]}… is not "
+        f"the digest {config_digest(recorded)[:12]}… of the recorded config: the manifest's "
+        "config or hash was edited, or its config was written incomplete (by hand)"
+    )
+
+
 def _format_validation_error(e: ValidationError, origin: str) -> str:
     lines = [f"invalid configuration ({origin}):"]
     for err in e.errors():

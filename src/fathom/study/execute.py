@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fathom.config import LiveConfig, config_diff, validate_run_config
+from fathom.config import LiveConfig, describe_config_change, validate_run_config
 from fathom.errors import FathomError
 from fathom.io import config_digest
 from fathom.rundir import DirLock, RunDir
@@ -78,11 +78,11 @@ def _state(spec: RunSpec) -> tuple[str, RunDir | None]:
     rd = RunDir(path)
     stored_hash = rd.manifest.get("config_hash")
     if stored_hash != config_digest(spec.config):
-        diff = config_diff(
-            rd.manifest.get("config", {}), spec.config, labels=(" (on disk)", " (study)")
+        why = describe_config_change(
+            rd.manifest.get("config", {}), stored_hash, spec.config, (" (on disk)", " (study)")
         )
         raise FathomError(
-            f"run directory {spec.run_dir!r} holds a run of another config ({'; '.join(diff)}); "
+            f"run directory {spec.run_dir!r} holds a run of another config ({why}); "
             "the study definition changed since it ran. Use another --runs-dir or study name, "
             "or delete that run directory"
         )

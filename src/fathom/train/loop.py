@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from fathom.config import LiveConfig, RunConfig, config_diff, validate_run_config
+from fathom.config import LiveConfig, RunConfig, describe_config_change, validate_run_config
 from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
@@ -73,9 +73,13 @@ def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
     if cfg is not None and config_digest(cfg.model_dump(mode="json")) != rd.manifest.get(
         "config_hash"
     ):
-        diff = config_diff(stored.model_dump(mode="json"), cfg.model_dump(mode="json"))
+        why = describe_config_change(
+            stored.model_dump(mode="json"),
+            rd.manifest.get("config_hash"),
+            cfg.model_dump(mode="json"),
+        )
         raise FathomError(
-            f"run {str(run_dir)!r} was started with another config ({'; '.join(diff)}); "
+            f"run {str(run_dir)!r} was started with another config ({why}); "
             "resume without a config, or start a new run directory"
         )
     return stored
