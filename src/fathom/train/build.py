@@ -105,10 +105,20 @@ def init_model(
     classes: int = 10,
     in_features: int = 784,
     input_shape: tuple[int, ...] | None = None,
+    example: torch.Tensor | None = None,
 ) -> torch.nn.Module:
-    """Build the model with the run's seeded initialisation (on the CPU)."""
+    """Build the model with the run's seeded initialisation (on the CPU).
+
+    A user's model (``model.kind = "python"``) is checked on ``example`` (a few of the run's
+    inputs) to return at least ``classes`` logits (:func:`fathom.models.factory.check_logits`).
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(stream_seed(cfg.seed, "init"))
-        return build_model(
+        model = build_model(
             cfg.model, classes, in_features, input_shape=input_shape, dataset=cfg.data.dataset
         )
+    if cfg.model.kind == "python" and example is not None:
+        from fathom.models.factory import check_logits
+
+        check_logits(model, example.cpu(), classes, f"model.factory = {cfg.model.factory!r}")
+    return model
