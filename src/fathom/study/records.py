@@ -107,7 +107,7 @@ def registry_row(spec: RunSpec) -> dict[str, Any]:
         "recipe": spec.recipe,
         "seed": spec.seed,
         "lr": spec.lr,
-        "directory": str(path.resolve()),
+        "directory": str(path.resolve()),  # the registry stores it relative to its folder
     }
     if not (path / "manifest.json").exists():
         return {
