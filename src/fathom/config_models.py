@@ -1,8 +1,9 @@
-"""The model section of a run config, one class per ``model.kind``.
+"""The data and model sections of a run config, and the config's shared field types.
 
-``ciresan`` (the residual MLP), ``staged_conv`` (conv / spiking conv nets) and ``python``
-(a user's factory). :data:`ModelSpec` is their discriminated union; a ``[model]`` table
-without ``kind`` is the Ciresan MLP.
+Models, one class per ``model.kind``: ``ciresan`` (the residual MLP), ``staged_conv`` (conv
+/ spiking conv nets) and ``python`` (a user's factory). :data:`ModelSpec` is their
+discriminated union; a ``[model]`` table without ``kind`` is the Ciresan MLP. Names of runs
+and studies are one directory component (:func:`check_name`).
 """
 
 from __future__ import annotations
@@ -171,3 +172,45 @@ ModelSpec = Annotated[
     ModelConfig | StagedConvConfig | PythonModelConfig, Field(discriminator="kind")
 ]
 MODEL_KINDS: tuple[str, ...] = ("ciresan", "staged_conv", "python")
+
+
+class DataConfig(_Strict):
+    """Where the examples come from and how they are split.
+
+    ``dataset``: a registered dataset (``mnist``, ``fashion-mnist``; ``cifar10`` /
+    ``cifar100`` from archives the user supplies in ``data_dir``), ``tensors`` (a user's
+    ``.npz`` / ``.pt`` file at ``path``, see :mod:`fathom.data.user`) or ``python`` (a
+    user's function ``factory = "package.module:function"`` called with ``kwargs`` that
+    returns the same arrays). ``augment = "crop_flip"`` applies the standard CIFAR
+    augmentation to fitting batches (pad 4, random crop, horizontal flip p = 1/2).
+    """
+
+    dataset: Literal["mnist", "fashion-mnist", "cifar10", "cifar100", "tensors", "python"] = "mnist"
+    data_dir: str | None = None
+    path: str | None = None
+    factory: str | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    split: Literal["fit-val", "fit-all"] = "fit-val"
+    split_seed: Int = 0
+    val_size: Int | None = Field(default=None, gt=0)
+    test_size: Int | None = Field(default=None, gt=0)
+    fit_subset: Int | None = Field(default=None, gt=0)
+    eval_subset: Int | None = Field(default=None, gt=0)
+    augment: Literal["none", "crop_flip"] = "none"
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> DataConfig:
+        need = {"tensors": "path", "python": "factory"}.get(self.dataset)
+        for key in ("path", "factory"):
+            if key == need and getattr(self, key) is None:
+                raise ValueError(f"dataset {self.dataset!r} needs data.{key}")
+            if key != need and getattr(self, key) is not None:
+                raise ValueError(
+                    f"data.{key} is only used with dataset "
+                    f"{'tensors' if key == 'path' else 'python'!r}; remove it"
+                )
+        if self.kwargs and self.dataset != "python":
+            raise ValueError("data.kwargs is only used with dataset 'python'; remove it")
+        if self.factory is not None:
+            check_factory_path(self.factory, "data.factory")
+        return self
