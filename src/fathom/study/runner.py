@@ -194,7 +194,7 @@ def integrity(specs: Sequence[RunSpec]) -> dict[str, list[str]]:
     """Per run id, every integrity problem its run directory still has (see RunDir.problems)."""
     out = {}
     for s in specs:
-        problems = RunDir(s.run_dir).problems()
+        problems = RunDir(s.run_dir).problems(deep=True)  # the checkpoints too, as the summary says
         if problems:
             out[s.run_id] = problems
     return out
