@@ -27,6 +27,7 @@ from fathom.study.records import run_record
 from fathom.study.registry import registry_path
 from fathom.study.scaledown import scale_down_sentence, scaled_down
 from fathom.study.selection import GridPoint, grid_point, select_lr
+from fathom.study.sources import check_sources, source_summary
 from fathom.study.studyfile import STUDY_FILE, read_study_file, write_study_file
 
 LR_RULES: dict[str, str] = {
@@ -104,6 +105,7 @@ def _run_locked(
     outcomes: list[RunOutcome] = []
     grid: list[GridPoint] = []
     t_specs = tuning_specs(study, runs_dir)
+    check_sources(t_specs, opts["allow_source_change"])
     if t_specs:
         if progress is not None:
             progress(
@@ -119,6 +121,7 @@ def _run_locked(
             rates = ", ".join(f"{r} {lr:g}" for r, lr in lrs.items())
             progress("phase", f"no tuning: learning rates from {study.lr_source()} ({rates})")
     m_specs = main_specs(study, runs_dir, lrs)
+    check_sources(m_specs, opts["allow_source_change"])
     if progress is not None:
         progress(
             "phase",
@@ -136,6 +139,7 @@ def _run_locked(
         "retried": [{"run_id": o.run_id, "note": o.note} for o in outcomes if o.note],
     }
     summary["integrity"] = integrity(list(t_specs) + list(m_specs))
+    summary["sources"] = source_summary(list(t_specs) + list(m_specs))
     write_summary(root, summary)
     return StudyResult(root, summary, outcomes, time.perf_counter() - t0)
 
