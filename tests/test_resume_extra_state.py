@@ -86,3 +86,26 @@ def test_self_sampling_branches_resume_byte_identical(tmp_path, user, optim, p) 
     assert _scores(a) == _scores(b)
     weights = RunDir(tmp_path / "whole").load_state("final")
     assert not [k for k in weights if k.endswith("_extra_state")]  # weights: tensors alone
+
+
+def test_the_config_drives_a_python_models_branches_when_asked(tmp_path, user) -> None:
+    """``[model] drop_probs``: the trainer's schedule overrides the branches' own ``p`` (here
+    0, never dropping); the run resumes exactly and differs from the undriven run."""
+    from fathom.errors import FathomError
+
+    def cfg(**model):
+        base = _config(user, "sgd", 0.0).model_dump(mode="json")
+        base["model"].update(model)
+        return validate_run_config(base)
+
+    driven = cfg(drop_probs=[0.5, 0.5, 0.5], drop_schedule="linear_decrease")
+    whole = train(driven, tmp_path / "whole")
+    assert RunDir(tmp_path / "whole").manifest["hashes"]["masks"] is not None
+    _stopped_at(driven, tmp_path / "cut", epoch=2)
+    assert resume(tmp_path / "cut").final_params == whole.final_params
+    plain = train(cfg(), tmp_path / "plain")
+    assert plain.final_params != whole.final_params
+    with pytest.raises(FathomError, match="gives 2 probabilities but the model has 3"):
+        train(cfg(drop_probs=[0.5, 0.5]), tmp_path / "bad")
+    with pytest.raises(FathomError, match="drop_schedule needs model.drop_probs"):
+        cfg(drop_schedule="linear_decrease")

@@ -74,6 +74,16 @@ def check_factory_path(path: str, key: str) -> str:
     return path
 
 
+def check_drop_probs(v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+    """``model.drop_probs``: every probability in ``[0, 1)``."""
+    for p in v or ():
+        if not 0.0 <= p < 1.0:
+            raise ValueError(
+                f"drop probability {p} is outside [0, 1); to delete a branch use an explicit mask"
+            )
+    return v
+
+
 class ModelConfig(_Strict):
     """The Ciresan residual MLP (:class:`fathom.models.ciresan.CiresanMLP`)."""
 
@@ -105,13 +115,7 @@ class ModelConfig(_Strict):
     @field_validator("drop_probs")
     @classmethod
     def _probs(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
-        if v is not None:
-            for p in v:
-                if not 0.0 <= p < 1.0:
-                    raise ValueError(
-                        f"drop probability {p} is outside [0, 1); to delete a branch use an explicit mask"
-                    )
-        return v
+        return check_drop_probs(v)
 
     @model_validator(mode="after")
     def _crop_needs_narrowing(self) -> ModelConfig:
@@ -156,11 +160,25 @@ class PythonModelConfig(_Strict):
     """A user's model: ``factory = "package.module:function"`` called with ``kwargs``.
 
     The function must return a ``torch.nn.Module`` mapping a batch of inputs to logits.
+    ``drop_probs`` (one probability per :class:`fathom.depth.SkippableResidual`, in module
+    order) asks the trainer to drive those branches by a drop schedule, as for the Ciresan
+    recipes: ``drop_schedule = "constant"`` (``p_l``) or ``"linear_decrease"``
+    (``p_l · max(0, 1 - e / E)``, zero at the last epoch); the branches' own ``p`` is then
+    overridden. Without ``drop_probs`` the branches draw by their own ``p`` (or not at all).
     """
 
     kind: Literal["python"] = "python"
     factory: str
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    drop_probs: tuple[Float, ...] | None = None
+    drop_schedule: Literal["constant", "linear_decrease"] = "constant"
+
+    @model_validator(mode="after")
+    def _drop(self) -> PythonModelConfig:
+        check_drop_probs(self.drop_probs)
+        if self.drop_probs is None and self.drop_schedule != "constant":
+            raise ValueError("model.drop_schedule needs model.drop_probs (one per branch)")
+        return self
 
     @field_validator("factory")
     @classmethod
