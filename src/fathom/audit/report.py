@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fathom.stats.sentences_repro import speedup_sentence
+from fathom.stats.sentences_repro import SPEEDUP_RULE, speedup_sentence
 from fathom.stats.units import fmt_percent
 
 
@@ -239,9 +239,7 @@ def _speed(result: Mapping[str, Any]) -> list[str]:
             lines.append(
                 f"{s['architecture']} ({s['dtype']}, weights of `{s['run_id']}` {s['checkpoint']}), batch "
                 f"{t['batch_size']}, {t['device']}, {t['threads']} threads, {t['repeats']} repeats: "
-                "median and interquartile range over repeats; a repeat's speed-up is its dense "
-                "time over the mask's, and a mask is called faster or slower only when the "
-                "IQR of its speed-up excludes 1."
+                f"{SPEEDUP_RULE}."
             )
             lines.append("")
             lines += _table(

@@ -5,7 +5,7 @@ Each fixed mask runs the model with its removed branches not computed
 fresh random order, so drifting machine load spreads over all masks alike. A mask's time is
 the median over repeats with the interquartile range of the repeats as its spread; its
 speed-up in repeat ``r`` is ``dense_r / mask_r`` (both timed in that repeat), reported as the
-median and IQR of those ratios, and called faster or slower only when the IQR excludes 1
+median and IQR of those ratios, with a verdict only when the IQR excludes 1
 (:func:`fathom.stats.sentences_repro.speedup_claim`). Routed inference is reported the same
 way (``routed_r / dense_r``). On CUDA the clock is read after ``torch.cuda.synchronize``.
 """
@@ -172,7 +172,7 @@ class RoutedTiming:
 
     @property
     def slowdown(self) -> float:
-        """Median of ``routed_r / dense_r``: above 1 means routing is slower than dense."""
+        """Median of ``routed_r / dense_r``: above 1 means routing takes more time than dense."""
         return iqr(self.ratios())[0]
 
     def to_dict(self) -> dict[str, Any]:

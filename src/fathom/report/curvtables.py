@@ -154,7 +154,7 @@ def trace_contrasts(
         l_s = ln(trace_recipe,s / trace_reference,s),  ratio = exp(mean_s l_s),
         interval = exp(mean(l) ± t · sd(l) / √n)
 
-    ``higher`` / ``lower`` only when the interval excludes 1; with n < 2 paired seeds the
+    a direction only when the interval excludes 1; with n < 2 paired seeds the
     ratio is stated and ``not established`` (one seed has no interval)."""
     groups = by_recipe(runs, reference)
     if reference is None or reference not in groups:

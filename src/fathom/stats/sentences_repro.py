@@ -28,6 +28,12 @@ from typing import Any
 import numpy as np
 
 ESTABLISHED = ("better", "worse")
+SPEEDUP_RULE = (
+    "median and interquartile range over repeats; a repeat's speed-up is its dense time over "
+    "the mask's, and a mask is called faster or slower only when the IQR of its speed-up "
+    "excludes 1"
+)
+"""The speed-up rule, as the audit page states it above its timing tables."""
 
 
 def _swapped_pairs(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
