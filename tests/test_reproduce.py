@@ -210,6 +210,8 @@ def test_pipeline_writes_every_step_and_the_comparison(straight):
     # true epochs on both sides: the seed's epoch 100 is this 3-epoch study's epoch 3
     final = next(x for x in md.splitlines() if x.startswith("| residual dense: epoch-100 test acc"))
     assert "| 100 → 3 |" in final
+    overhead = next(x for x in md.splitlines() if x.startswith("| largest telemetry overhead"))
+    assert "| 100 → 3 |" in overhead  # a whole-run quantity: the runs' lengths
     sel = next(x for x in md.splitlines() if x.startswith("| residual dense: validation-selected"))
     epochs = sorted(
         {

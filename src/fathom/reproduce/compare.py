@@ -79,13 +79,14 @@ def verdict(
 
 def seed_epoch(seed: SeedValue, data: SeedData) -> int | str | None:
     """The seed's epoch of a value: its snapshot epoch, ``"selected"`` for the
-    validation-selected checkpoint, else the epoch its table's protocol ended at (``None``
-    for a whole-run quantity, or a table without one)."""
+    validation-selected checkpoint, else the epoch its table's protocol ended at (for a
+    whole-run quantity such as a clock, the run's length; ``None`` for a table without
+    one)."""
     if "epoch" in seed.extract:
         return int(seed.extract["epoch"])
     if seed.extract.get("checkpoint") == "selected":
         return "selected"
-    if seed.kind in ("manifest_stat", "none"):
+    if seed.kind == "none":
         return None
     return next((t.epochs for t in data.table if t.id == seed.table), None)
 

@@ -135,22 +135,26 @@ def study_clock(src: Sources, ex: Mapping[str, Any]) -> Measured:
 def manifest_stat(src: Sources, ex: Mapping[str, Any]) -> Measured:
     """The ``stat`` (``min`` or ``max``) of a dotted manifest field over every main run, or
     those of ``recipes`` / ``seed`` when given (one number): e.g. the range of the telemetry
-    overhead over the study's runs."""
-    found = []
+    overhead over the study's runs. ``epochs``: the epochs those runs completed."""
+    found, lengths = [], []
     for run_id, r in src.summary["runs"].items():
         if ("recipes" in ex and r["recipe"] not in ex["recipes"]) or (
             "seed" in ex and int(r["seed"]) != int(ex["seed"])
         ):
             continue
-        node: Any = RunDir(src.root / run_id).manifest
+        manifest = RunDir(src.root / run_id).manifest
+        node: Any = manifest
         for part in ex["path"].split("."):
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, (int, float)):
             found.append(float(node) * float(ex.get("scale", 1)))
+            if manifest.get("epochs_completed") is not None:
+                lengths.append(int(manifest["epochs_completed"]))
     if not found:
         return Measured(missing=f"no (selected) main run records {ex['path']}")
     pick = {"min": min, "max": max}[ex["stat"]]
-    return Measured({0: pick(found)}, note=f"{ex['stat']} over {len(found)} main runs")
+    note = f"{ex['stat']} over {len(found)} main runs"
+    return Measured({0: pick(found)}, note=note, epochs=dict(enumerate(lengths)))
 
 
 def _audit_values(
