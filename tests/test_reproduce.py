@@ -212,6 +212,8 @@ def test_pipeline_writes_every_step_and_the_comparison(straight):
     assert "| 100 → 3 |" in final
     overhead = next(x for x in md.splitlines() if x.startswith("| largest telemetry overhead"))
     assert "| 100 → 3 |" in overhead  # a whole-run quantity: the runs' lengths
+    digits = next(x for x in md.splitlines() if x.startswith("## Epoch-100 per-digit"))
+    assert digits.endswith("— seed epoch 100 → Fathom epoch 3 (final checkpoint)")  # whole table
     sel = next(x for x in md.splitlines() if x.startswith("| residual dense: validation-selected"))
     epochs = sorted(
         {

@@ -156,6 +156,13 @@ def compare_row(
     }
 
 
+def final_epochs(data: SeedData, rows: list[dict[str, Any]]) -> list[int]:
+    """The epochs of Fathom's final checkpoints, over the rows read at one: what a whole
+    cross-run table "at the final checkpoint" (the seed's epoch 100) holds."""
+    final = {v.id for v in data.value if v.extract.get("checkpoint") == "final"}
+    return sorted({e for r in rows if r["id"] in final for e in r["fathom_epochs"].values()})
+
+
 def reductions(summary: dict[str, Any]) -> list[str]:
     """What the study reduced from the full protocol (smaller network, data, epochs, seeds):
     the ``reduced`` items of ``summary["scaled_down"]``. Other *changes* (frozen learning
@@ -198,11 +205,13 @@ def comparison(
                 "title": t.title,
                 "source": data.source(t),
                 "counterpart": locations.get(t.id, t.counterpart),
+                "seed_epochs": t.epochs,
                 **_whole_table(t.fathom_table, src),
             }
             for t in tables
         ],
         "rows": rows,
+        "final_epochs": final_epochs(data, rows),
         "head_collapse": head_collapse(
             src.head, [v for v in data.value if v.kind == "head" and v.denominator is not None]
         ),

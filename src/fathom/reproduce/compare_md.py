@@ -128,6 +128,9 @@ def _header(result: dict[str, Any]) -> list[str]:
 
 def _table(table: dict[str, Any], rows: list[dict[str, Any]], result: dict[str, Any]) -> list[str]:
     epochs = epoch_summary(rows)
+    if epochs is None and table.get("seed_epochs") is not None and result.get("final_epochs"):
+        fathom = ", ".join(str(e) for e in result["final_epochs"])
+        epochs = f"seed epoch {table['seed_epochs']} → Fathom epoch {fathom} (final checkpoint)"
     title = table["title"] + (f" — {epochs}" if epochs else "")
     lines = [
         f"## {title}",
