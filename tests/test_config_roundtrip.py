@@ -196,3 +196,25 @@ def test_study_status_reads_the_demo_study(tmp_path: Path, capsys) -> None:
     assert main(["study", "status", str(root)]) == 0
     out = capsys.readouterr().out
     assert out.count("main-") == 15 and "not started" in out
+
+
+def test_a_frozen_study_reruns_over_its_own_older_study_file(tmp_path: Path) -> None:
+    """``fathom study run`` again on a frozen study whose study.json an older Fathom wrote
+    (``enabled = true`` beside ``frozen``): accepted, complete runs skipped."""
+    from fathom.study.runner import run_study
+    from test_study import local, study_data
+
+    data = study_data(
+        study={"recipes": ["residual"], "seeds": [101]},
+        tuning={"mode": "frozen", "lr": {"residual": 0.05}},
+    )
+    data["tuning"].pop("enabled")
+    study = validate_study_config(data)
+    first = run_study(study, tmp_path, local())
+    stored = json.loads((first.root / STUDY_FILE).read_text())
+    assert stored["config"]["tuning"]["enabled"] is False
+    stored["config"]["tuning"]["enabled"] = True  # what older Fathom wrote
+    (first.root / STUDY_FILE).write_text(json.dumps(stored))
+    again = run_study(study, tmp_path, local())
+    assert [o.action for o in again.outcomes] == ["skipped"]
+    assert read_study_file(first.root).to_data() == study.to_data()
