@@ -68,32 +68,40 @@ import torch
 from torch import nn
 
 from fathom.errors import FathomError
+from fathom.seam_attribution import attribute, coverage, make_layer
 from fathom.seam_discovery import (
-    ROOT,
     UseRecorder,
-    call_dims,
     check_batchnorm,
+    check_inference_mode,
     check_logits,
-    coverage,
-    fast_kind,
+    check_model,
     hooks,
     is_float_tensor,
+    preserved,
     record_calls,
 )
-from fathom.seam_types import Call, Layer
+from fathom.seam_types import ROOT, Call, Layer
 
 __all__ = ["KINDS", "Call", "Layer", "Seam", "discover"]
 
-KINDS: tuple[str, ...] = ("linear", "conv1d", "conv2d", "batchnorm", "layernorm", "generic")
+KINDS: tuple[str, ...] = (
+    "linear",
+    "conv1d",
+    "conv2d",
+    "batchnorm",
+    "layernorm",
+    "recurrent",
+    "generic",
+)
 
 
 def discover(model: nn.Module, x: torch.Tensor) -> Seam:
     """Find ``model``'s layers on the example inputs ``x`` (see the module docstring).
 
     Runs the forward three times on at most 3 examples (repeated if ``x`` has fewer),
-    leaving parameters, gradients and the global RNG state as found.
+    leaving parameters, gradients, module attributes and the global RNG state as found.
     """
-    check_batchnorm(model)
+    check_model(model)
     named = dict(model.named_parameters())
     if not named:
         raise FathomError(
@@ -107,22 +115,18 @@ def discover(model: nn.Module, x: torch.Tensor) -> Seam:
         xb = x[torch.arange(3, device=x.device) % x.shape[0]]
         out_b, calls_b = record_calls(model, xb, recorder)
         logits = check_logits(out_b, 3)
-        owner, notes = coverage(model, recorder.uses, logits)
+        uses, notes = coverage(model, recorder.uses, logits)
         _, calls_a = record_calls(model, xb[:2])
     finally:
         torch.set_rng_state(rng)
-    modules = dict(model.named_modules())
+    owner, dims = attribute(model, uses, calls_a, calls_b)
     order = {name: i for i, name in enumerate(calls_b)}
-    layers, dims = [], {}
-    for mod_name in sorted(set(owner.values()), key=order.__getitem__):
-        qualified = tuple(n for n, o in owner.items() if o == mod_name)
-        local = tuple(n[len(mod_name) + 1 :] if mod_name else n for n in qualified)
-        module = modules[mod_name]
-        label = mod_name or ROOT
-        layer = Layer(label, module, fast_kind(module, set(local)), local, qualified)
-        layers.append(layer)
-        dims[label] = call_dims(label, calls_a.get(mod_name, []), calls_b[mod_name])
-    seam = Seam(model, tuple(layers), dims, owner, notes)
+    modules = sorted(set(owner.values()), key=order.__getitem__)
+    layers = tuple(
+        make_layer(model, m, tuple(n for n in named if owner.get(n) == m), dims[m]) for m in modules
+    )
+    by_label = {m or ROOT: dims[m] for m in modules}
+    seam = Seam(model, layers, by_label, {n: m or ROOT for n, m in owner.items()}, notes)
     seam.self_check(xb)
     return seam
 
@@ -145,9 +149,8 @@ class Seam:
         self.coverage: dict[str, str] = {}
         for name in dict(model.named_parameters()):
             if name in owner:
-                layer = by_module[owner[name] or ROOT]
-                path = "generic torch.func" if layer.kind == "generic" else f"fast {layer.kind}"
-                self.coverage[name] = f"{layer.name} ({layer.type_name}, {path})"
+                layer = by_module[owner[name]]
+                self.coverage[name] = f"{layer.name} ({layer.type_name}, {_path(layer)})"
             else:
                 self.coverage[name] = notes[name]
 
@@ -174,17 +177,23 @@ class Seam:
         :class:`Call` per forward call (empty for a layer that did not run, e.g. a skipped
         branch). Refuses BatchNorm in train mode (see the module docstring).
         """
+        check_inference_mode()
         check_batchnorm(self.model)
         calls: dict[str, list[Call]] = {layer.name: [] for layer in self.layers}
         modules = {layer.name: layer.module for layer in self.layers}
+        pending: dict[str, list] = {name: [] for name in modules}
 
         def pre(name):
-            return lambda m, args, kwargs: None
+            def hook(m, args, kwargs):
+                pending[name].append((args, kwargs))
+
+            return hook
 
         def post(name):
             def hook(m, args, kwargs, output):
                 known = self._dims[name]
                 ins, outs = known[min(len(calls[name]), len(known) - 1)]
+                args, kwargs = pending[name].pop()
                 call = Call(args, kwargs, output, ins, outs)
                 leaves = [*call.input_leaves(), *call.output_leaves()]
                 call.versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in leaves]
@@ -251,24 +260,26 @@ class Seam:
                 )
 
     def self_check(self, x: torch.Tensor) -> None:
-        """Run every generic layer's per-example path on ``x``; its sum over examples must
-        match autograd's batch gradient. Refuses, naming the module, where it fails."""
+        """Run every layer's per-example path on ``x`` (fast, recurrent and generic alike);
+        for every covered parameter (by identity) the sum over examples must match
+        autograd's batch gradient. Refuses, naming the module and the parameter, where it
+        fails: a fast path that missed a hook, a parameter attributed to the wrong call, or
+        examples that interact would all show up here."""
         from fathom.pex import per_example_grads
 
-        generic = [layer for layer in self.layers if layer.kind == "generic"]
-        if not generic:
-            return
-        with self.capture() as calls, torch.enable_grad():
+        with preserved(self.model), self.capture() as calls, torch.enable_grad():
             logits = self.model(x)
         total = logits.square().sum() / 2  # grad_logits = logits: a generic direction
         cots = self.cotangents(calls, total, retain_graph=True)
-        for layer in generic:
+        n = int(x.shape[0])
+        for layer in self.layers:
             tensors = layer.tensors()
             want = torch.autograd.grad(
                 total, list(tensors.values()), allow_unused=True, retain_graph=True
             )
             try:
-                got = per_example_grads(layer, calls[layer.name], cots[layer.name], int(x.shape[0]))
+                with preserved(self.model):
+                    got = per_example_grads(layer, calls[layer.name], cots[layer.name], n)
             except FathomError:
                 raise
             except Exception as err:  # torch.func refuses: name the module and the reason
@@ -279,15 +290,25 @@ class Seam:
                     "functional (no in-place updates of captured tensors, no .item()/.tolist() "
                     "control flow, no randomness) or freeze its parameters"
                 ) from err
-            for p, w in zip(tensors, want, strict=True):
+            for p, q, w in zip(tensors, layer.qualified, want, strict=True):
                 ref = torch.zeros_like(tensors[p]) if w is None else w
                 tol = 1e-3 * float(ref.abs().max().clamp_min(1e-6))
                 if not torch.allclose(got[p].sum(0), ref, rtol=1e-3, atol=tol):
                     raise FathomError(
-                        f"module {layer.name!r} ({layer.type_name}): per-example gradients of "
-                        f"{p!r} do not add up to the batch gradient, so examples interact inside "
-                        "it; per-example quantities are undefined for this module"
+                        f"module {layer.name!r} ({layer.type_name}, {_path(layer)}): per-example "
+                        f"gradients of parameter {q!r} do not add up to the batch gradient, so "
+                        "examples interact inside it or its path is not the module's function; "
+                        "per-example quantities are undefined for this module"
                     )
+
+
+def _path(layer: Layer) -> str:
+    """The coverage table's path text: ``fast linear``, ``generic torch.func: <why>``, ..."""
+    if layer.kind == "generic":
+        return f"generic torch.func: {layer.reason}" if layer.reason else "generic torch.func"
+    if layer.kind == "recurrent":
+        return "recurrent torch.func (functional cell)"
+    return f"fast {layer.kind}"
 
 
 def _pullback(outputs, leaves, grad_outputs, directions: bool, retain_graph: bool):
