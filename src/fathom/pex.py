@@ -36,7 +36,7 @@ from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
 from fathom.pex_conv import conv_form, conv_grads
-from fathom.pex_rnn import recurrent_forward
+from fathom.pex_rnn import functional_recurrent
 from fathom.seam import Call, Layer
 from fathom.seam_discovery import preserved
 
@@ -178,11 +178,11 @@ def _module_fn(layer: Layer, spec, slots: dict[int, str]):
     def f(q: dict, leaves: list) -> Any:
         leaves = [q[slots[j]] if j in slots else v for j, v in enumerate(leaves)]
         args, kwargs = pytree.tree_unflatten(leaves, spec)
-        if layer.kind == "recurrent":
-            return recurrent_forward(layer.module, q, args, kwargs)
-        if scope is None:
-            return functional_call(layer.module, q, args, kwargs)
-        return functional_call(scope, {"root." + names[k]: v for k, v in q.items()}, (args, kwargs))
+        with functional_recurrent(layer.module):
+            if scope is None:
+                return functional_call(layer.module, q, args, kwargs)
+            subs = {"root." + names[k]: v for k, v in q.items()}
+            return functional_call(scope, subs, (args, kwargs))
 
     return f
 

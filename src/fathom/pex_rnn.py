@@ -25,6 +25,8 @@ memory; measured in ``BENCHMARKS.md``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -118,3 +120,32 @@ def recurrent_forward(m: nn.RNNBase, q: dict[str, torch.Tensor], args: tuple, kw
     out = layer_in.transpose(0, 1) if m.batch_first else layer_in
     h_n = torch.stack(hs)
     return (out, (h_n, torch.stack(cs))) if lstm else (out, h_n)
+
+
+RECURRENT = (nn.RNN, nn.GRU, nn.LSTM)
+
+
+@contextmanager
+def functional_recurrent(module: nn.Module) -> Iterator[None]:
+    """Inside the block every stock recurrent layer in ``module`` (itself included; its class
+    ``forward``, no instance ``forward``) runs :func:`recurrent_forward` on its current
+    parameters (those a ``functional_call`` substituted), so the per-example path can
+    ``vmap`` a module that contains one. Hooks still run (``__call__`` is unchanged)."""
+    patched = []
+    for m in module.modules():
+        stock = any(isinstance(m, c) and type(m).forward is c.forward for c in RECURRENT)
+        if stock and "forward" not in vars(m):
+            m.forward = _bound(m)
+            patched.append(m)
+    try:
+        yield
+    finally:
+        for m in patched:
+            del m.forward
+
+
+def _bound(m: nn.RNNBase):
+    def forward(*args, **kwargs):
+        return recurrent_forward(m, {}, args, kwargs)
+
+    return forward

@@ -30,6 +30,7 @@ from torch.nn.utils import parametrize
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
+from fathom.pex_rnn import RECURRENT
 from fathom.seam_discovery import call_dims, is_float_tensor
 from fathom.seam_types import FOREIGN, ROOT, Layer
 
@@ -180,12 +181,9 @@ def _why_generic(module: nn.Module, keys: tuple[str, ...], cls: type, subset: bo
     return ""
 
 
-_RECURRENT = (nn.RNN, nn.GRU, nn.LSTM)
-
-
 def fast_kind(module: nn.Module, keys: tuple[str, ...], dims: list) -> tuple[str, str]:
     """``(kind, reason)``: a fast kind (reason ``""``) or ``("generic", why)``."""
-    for cls in _RECURRENT:
+    for cls in RECURRENT:
         if isinstance(module, cls):
             why = _why_generic(module, keys, cls, subset=True)
             return ("generic", why) if why else ("recurrent", "")

@@ -31,6 +31,7 @@ from fathom.depth import dense_eval
 from fathom.errors import FathomError
 from fathom.pex import gram_and_bias_mean
 from fathom.seam import Call, Seam, discover
+from fathom.seam_discovery import preserved
 from fathom.telemetry import params as P
 from fathom.telemetry.distributions import (
     entry_summary,
@@ -55,7 +56,8 @@ _MOMENT_KEYS = (
 
 @contextmanager
 def read_only(model: nn.Module) -> Iterator[None]:
-    """Dense evaluation for the block; restores module flags, gate gains and RNG states."""
+    """Dense evaluation for the block; restores module flags, masks, plain tensor attributes
+    (:func:`fathom.seam_discovery.preserved`) and RNG states."""
     flags = [(m, m.training) for m in model.modules()]
     cpu_rng = torch.get_rng_state()
     cuda_rng = (
@@ -64,7 +66,7 @@ def read_only(model: nn.Module) -> Iterator[None]:
         else None
     )
     try:
-        with dense_eval(model):
+        with dense_eval(model), preserved(model):
             yield
     finally:
         for m, flag in flags:
