@@ -198,3 +198,72 @@ def test_legacy_weight_norm_leaves_no_grad_tracking_tensor() -> None:
         fathom.Instruments(model, x, y).observe()
         assert not is_gradtrackingtensor(model[0].weight), cid
         model(x)  # and the module still runs afterwards
+
+
+def _mlp64(frozen: bool = False) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3)).double()
+    model[0].requires_grad_(not frozen)
+    g = torch.Generator().manual_seed(4)
+    return model, torch.randn(6, 6, generator=g, dtype=torch.float64), torch.arange(6) % 3
+
+
+def test_unfreezing_a_backbone_gives_its_layers_fields() -> None:
+    model, x, y = _mlp64(frozen=True)
+    ins = fathom.Instruments(model, x, y, families=("gradients", "params"))
+    assert not any(k.endswith("/0") for k in ins.observe())
+    model[0].requires_grad_(True)  # the fine-tuning pattern
+    row = ins.observe()
+    want = loop_grads(model, x, y)["0.weight"].mean(0).norm()
+    assert abs(row["grad/mean/weight_norm/0"] - float(want)) <= 1e-9 * float(want)
+
+
+def test_swapping_the_head_reports_the_new_head() -> None:
+    model, x, y = _mlp64()
+    ins = fathom.Instruments(model, x, y, families=("params",))
+    old = ins.observe()["param/weight_norm/2"]
+    assert old == float(model[2].weight.norm())
+    model[2] = nn.Linear(8, 3).double()
+    row = ins.observe()
+    assert row["param/weight_norm/2"] == float(model[2].weight.norm()) != old
+    assert row["param/disp/2"] == 0.0  # a new parameter is measured from first sight
+
+
+def test_unchanged_structure_is_not_rediscovered() -> None:
+    from model_zoo import CASES as ZOO
+    from model_zoo import make as make_zoo
+
+    model, x, y = make_zoo(next(c for c in ZOO if c["id"] == "residual_mlp"))
+    ins = fathom.Instruments(model, x, y, families=("gradients",))
+    ins.observe()
+    seam = ins.seam
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.9)  # an optimizer step: values, not structure
+    model.blocks[0].gain = 2.0  # a gate drawn by the trainer: dense evaluation ignores it
+    model.blocks[1].p = 0.3
+    ins.observe()
+    assert ins.seam is seam
+    model.blocks[0].register_forward_hook(lambda m, a, o: o)
+    assert ins.seam is not seam
+
+
+def test_exact_diagonals_are_dense_with_a_mask_left_on() -> None:
+    from fathom.curvature.probe import float64_copy
+    from model_zoo import CASES as ZOO
+    from model_zoo import make as make_zoo
+
+    model, x, y = make_zoo(next(c for c in ZOO if c["id"] == "residual_mlp"), n=5)
+    clear_twins()
+    dense = exact_diagonals(model, x, y)
+    model.blocks[1].mask = False  # a deletion left on by an audit
+    clear_twins()
+    got = exact_diagonals(model, x, y)
+    assert model.blocks[1].mask is False  # the user's model keeps its mask
+    for kind in dense:
+        for name, t in dense[kind].items():
+            assert torch.equal(got[kind][name], t), (kind, name)
+    assert float(got["ggn"]["blocks.1.branch.0.weight"].abs().max()) > 0
+    twin = float64_copy(model)
+    assert all(b.mask is None for b in twin.blocks) and not twin.training
+    clear_twins()
