@@ -267,3 +267,56 @@ def test_exact_diagonals_are_dense_with_a_mask_left_on() -> None:
     twin = float64_copy(model)
     assert all(b.mask is None for b in twin.blocks) and not twin.training
     clear_twins()
+
+
+GRU_MODULE = """
+import torch
+from torch import nn
+
+
+class GRUNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(3, 8, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        out, _ = self.gru(x.reshape(x.shape[0], 4, 3))
+        return self.head(out[:, -1])
+
+
+def gru():
+    return GRUNet()
+"""
+
+
+def test_fathom_train_with_telemetry_on_a_gru(tmp_path, monkeypatch) -> None:
+    """The issue's report: ``nn.GRU`` was refused on every path, so training with telemetry
+    failed at epoch 0. Now every field of the GRU's layer is measured at every boundary."""
+    import sys
+
+    from fathom.config import validate_run_config
+    from fathom.rundir import RunDir
+    from fathom.train.loop import train
+    from test_train_kinds import user_config, user_files
+
+    _, npz = user_files(tmp_path, n=120)
+    (tmp_path / "grumodels.py").write_text(GRU_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("grumodels", None)
+    cfg = user_config(
+        npz,
+        model={"kind": "python", "factory": "grumodels:gru", "kwargs": {}},
+        optim={"epochs": 1, "batch_size": 32},
+        telemetry={"enabled": True, "probe_size": 16, "first": [0, 1]},
+        checkpoints={"save_epochs": [1]},
+    )
+    assert train(validate_run_config(cfg), tmp_path / "run").status == "complete"
+    rd = RunDir(tmp_path / "run")
+    layers = {la["name"]: la["kind"] for la in rd.manifest["telemetry"]["layers"]}
+    assert layers == {"gru": "recurrent", "head": "linear"}
+    rows = rd.history()
+    assert len(rows) == 2
+    for row in rows:
+        assert row["grad/pex/norm_max/gru"] > 0 and row["grad/mean/bias_norm/gru"] > 0
+        assert row["param/bias_norm/gru"] > 0
