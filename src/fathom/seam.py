@@ -1,10 +1,17 @@
 """The one seam every instrument uses: parametrized layers found by forward hooks.
 
 An instrument never asks what class a model is. :func:`discover` runs the model's own
-``forward`` and attributes every use of every parameter to the modules whose forward was
-running at that moment (a ``TorchFunctionMode`` sees each torch call; forward pre/post hooks
-keep the module stack). Each parameter is covered by the *innermost* module active at all
-of its uses, a **layer**; its kind picks the per-example path:
+``forward`` and attributes every use of every parameter, **by tensor identity**, to the
+modules whose forward was running at that moment (a ``TorchFunctionMode`` sees each torch
+call; forward pre/post hooks keep the module stack). Each parameter is covered by the
+*innermost* module active at all of its uses whose calls map examples to outputs, a
+**layer** (:mod:`fathom.seam_attribution`: tied weights go to the common parent, a
+parametrization's original to the module it parametrizes, a root parameter passed into a
+submodule to that submodule; names play no part). Its kind picks the per-example path; a
+fast kind only where it is provably the module's function — the exact class and its
+``forward``, no forward hook or pre-hook, no parametrization, no instance-level
+``forward``, exactly its own parameters (otherwise ``generic``, the reason in
+:attr:`Seam.coverage`):
 
 * ``linear``: an ``nn.Linear`` (forward not overridden) covering exactly its own weight and
   bias. Any leading dims: ``z = a W^T + b`` with ``a`` of shape ``[N, ..., d_in]``; every
@@ -16,6 +23,8 @@ of its uses, a **layer**; its kind picks the per-example path:
   statistics) and ``nn.LayerNorm`` (forward not overridden): ``y = x_hat * w + b``, so
   ``g_i(w) = sum_t delta_it * x_hat_it`` and ``g_i(b) = sum_t delta_it`` over positions ``t``
   (``x_hat`` recomputed from the captured input; no per-example forward);
+* ``recurrent``: ``nn.RNN`` / ``nn.GRU`` / ``nn.LSTM`` (the stock forward): the functional
+  cell of :mod:`fathom.pex_rnn` under ``torch.func`` (the fused kernels cannot be vmapped);
 * ``generic``: every other module (BatchNorm/LayerNorm of a subclass, Embedding,
   ``nn.MultiheadAttention`` (whose ``out_proj`` is never *called*, so the attention module
   covers it), custom modules, the root model for a parameter used directly in its forward):
@@ -27,7 +36,14 @@ Nothing is computed over a silent subset of parameters: :attr:`Seam.coverage` ma
 parameter to the layer and path that covers it (or says it is frozen or unused), and
 :func:`discover` refuses, naming the module, a parameter that receives gradient but is used
 outside every module forward it can see, or a module whose example dimension cannot be
-found or that :mod:`torch.func` cannot differentiate per example.
+found or that :mod:`torch.func` cannot differentiate per example. Its self-check runs
+every layer's path (fast ones too) on the discovery batch: for every covered parameter the
+per-example gradients must sum to autograd's batch gradient, so a missed hook or a
+misattributed parameter is refused at discovery, never reported. Refused before any
+forward runs (:func:`fathom.seam_discovery.check_model`): ``torch.inference_mode()``,
+BatchNorm in train mode, an ``Embedding(max_norm=...)`` (its forward renormalizes the
+weight in place), global module hooks. Every tensor a forward leaves as a plain module
+attribute (legacy ``weight_norm`` / ``prune``) is put back as found.
 
 **Examples must be independent.** Per-example quantities exist only when example ``i``'s
 loss depends on example ``i``'s input alone. Instruments run in *dense evaluation mode*
@@ -78,6 +94,7 @@ from fathom.seam_discovery import (
     hooks,
     is_float_tensor,
     preserved,
+    pullback,
     record_calls,
 )
 from fathom.seam_types import ROOT, Call, Layer
@@ -231,7 +248,7 @@ class Seam:
                     if is_float_tensor(leaf) and leaf.requires_grad:
                         slots.append((name, c, j))
                         leaves.append(leaf)
-        grads = _pullback(outputs, leaves, grad_outputs, directions, retain_graph)
+        grads = pullback(outputs, leaves, grad_outputs, directions, retain_graph)
         found = {slot: g for slot, g in zip(slots, grads, strict=True) if g is not None}
         lead = (grad_outputs.shape[0],) if directions and grad_outputs is not None else ()
         out: dict[str, list[list[torch.Tensor]]] = {}
@@ -309,27 +326,3 @@ def _path(layer: Layer) -> str:
     if layer.kind == "recurrent":
         return "recurrent torch.func (functional cell)"
     return f"fast {layer.kind}"
-
-
-def _pullback(outputs, leaves, grad_outputs, directions: bool, retain_graph: bool):
-    if not leaves:
-        return []
-    if not directions:
-        return torch.autograd.grad(
-            outputs, leaves, grad_outputs, allow_unused=True, retain_graph=retain_graph
-        )
-    try:
-        return torch.autograd.grad(
-            outputs,
-            leaves,
-            grad_outputs,
-            allow_unused=True,
-            retain_graph=True,
-            is_grads_batched=True,
-        )
-    except RuntimeError:  # an op without a batching rule: one pullback per direction
-        per = [
-            torch.autograd.grad(outputs, leaves, g, allow_unused=True, retain_graph=True)
-            for g in grad_outputs
-        ]
-        return [None if col[0] is None else torch.stack(col) for col in zip(*per, strict=True)]

@@ -237,3 +237,29 @@ def call_dims(label: str, calls_a: list, calls_b: list) -> list[tuple[list, list
         outs = [example_dim(a, b, 2, 3, where_out) for a, b in zip(oa_l, ob_l, strict=True)]
         out.append((ins, outs))
     return out
+
+
+def pullback(outputs, leaves, grad_outputs, directions: bool, retain_graph: bool):
+    """``d<grad_outputs, outputs>/d leaf`` for every leaf; with ``directions`` one pullback
+    per leading direction of ``grad_outputs`` (batched by autograd where it can)."""
+    if not leaves:
+        return []
+    if not directions:
+        return torch.autograd.grad(
+            outputs, leaves, grad_outputs, allow_unused=True, retain_graph=retain_graph
+        )
+    try:
+        return torch.autograd.grad(
+            outputs,
+            leaves,
+            grad_outputs,
+            allow_unused=True,
+            retain_graph=True,
+            is_grads_batched=True,
+        )
+    except RuntimeError:  # an op without a batching rule: one pullback per direction
+        per = [
+            torch.autograd.grad(outputs, leaves, g, allow_unused=True, retain_graph=True)
+            for g in grad_outputs
+        ]
+        return [None if col[0] is None else torch.stack(col) for col in zip(*per, strict=True)]
