@@ -43,7 +43,9 @@ misattributed parameter is refused at discovery, never reported. Refused before 
 forward runs (:func:`fathom.seam_discovery.check_model`): ``torch.inference_mode()``,
 BatchNorm in train mode, an ``Embedding(max_norm=...)`` (its forward renormalizes the
 weight in place), global module hooks. Every tensor a forward leaves as a plain module
-attribute (legacy ``weight_norm`` / ``prune``) is put back as found.
+attribute (legacy ``weight_norm`` / ``prune``) is put back as found. A module's own hooks
+are part of its function: the generic path runs them (per example, under ``torch.func``),
+so a hook with side effects (one that stores outputs) sees those calls too.
 
 **Examples must be independent.** Per-example quantities exist only when example ``i``'s
 loss depends on example ``i``'s input alone. Instruments run in *dense evaluation mode*
