@@ -191,6 +191,18 @@ def _img(n: int, g: torch.Generator) -> torch.Tensor:
     return torch.randn(n, 1, 8, 8, generator=g)
 
 
+class Tokens(nn.Module):
+    """A stock Embedding (closed-form path) with a padding row, tokens repeated per example."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(11, 6, padding_idx=0)
+        self.head = nn.Linear(6, CLASSES)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.embed(tokens)).mean(1))
+
+
 def _frozen_gru() -> nn.Module:
     model = Recurrent(nn.GRU(3, 5, num_layers=2, batch_first=True))
     model.rnn.weight_hh_l1.requires_grad_(False)
@@ -198,6 +210,12 @@ def _frozen_gru() -> nn.Module:
 
 
 CASES: list[dict] = [
+    {
+        "id": "embedding_padding_idx",
+        "build": Tokens,
+        "x": lambda n, g: torch.randint(0, 4, (n, 6), generator=g),
+        "path": {"embed": "fast embedding"},
+    },
     {"id": "hooked_linear", "build": hooked_linear, "x": _vec, "path": {"0": "forward hook"}},
     {
         "id": "pre_hooked_linear",

@@ -50,7 +50,7 @@ def test_kinds_and_coverage_of_the_transformer() -> None:
     seam = discover(model, x)
     kinds = {layer.name: layer.kind for layer in seam.layers}
     assert kinds == {
-        "embed": "generic",
+        "embed": "embedding",
         "ln": "layernorm",
         "attn": "generic",
         "mlp": "linear",

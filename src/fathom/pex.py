@@ -13,6 +13,7 @@ rows of example ``i`` (e.g. ``dL_i/dz_i`` for the unaveraged per-example loss ``
   patches with the ``D`` cotangents stacked as rows;
 * **batchnorm / layernorm** (eval-mode BatchNorm, LayerNorm): ``g_i(w) = sum_t delta_it *
   x_hat_it``, ``g_i(b) = sum_t delta_it``;
+* **embedding** (:mod:`fathom.pex_embedding`): ``g_i(W)[v] = sum_{t: tok_it = v} delta_it``;
 * **generic**: ``g_i = vjp(theta -> module(theta; inputs_i), delta_i)`` by ``torch.func``
   (``functional_call`` + ``vjp``, ``vmap`` over examples in chunks of ``chunk_size``).
 
@@ -36,6 +37,7 @@ from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
 from fathom.pex_conv import conv_form, conv_grads
+from fathom.pex_embedding import embedding_grads
 from fathom.pex_rnn import functional_recurrent
 from fathom.seam import Call, Layer
 from fathom.seam_discovery import preserved
@@ -128,7 +130,12 @@ def _norm_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
 
 
 def _fast_grads(layer, calls, cots, n, directions) -> dict[str, torch.Tensor]:
-    fns = {"linear": _linear_grads, "batchnorm": _norm_grads, "layernorm": _norm_grads}
+    fns = {
+        "linear": _linear_grads,
+        "batchnorm": _norm_grads,
+        "layernorm": _norm_grads,
+        "embedding": embedding_grads,
+    }
     fn = fns.get(layer.kind, conv_grads)
     total: dict[str, torch.Tensor] = {}
     for call, cot in zip(calls, cots, strict=True):

@@ -23,9 +23,11 @@ fast kind only where it is provably the module's function — the exact class an
   statistics) and ``nn.LayerNorm`` (forward not overridden): ``y = x_hat * w + b``, so
   ``g_i(w) = sum_t delta_it * x_hat_it`` and ``g_i(b) = sum_t delta_it`` over positions ``t``
   (``x_hat`` recomputed from the captured input; no per-example forward);
+* ``embedding``: ``nn.Embedding`` (no ``max_norm``, ``scale_grad_by_freq`` or sparse
+  gradient): ``g_i(W)[v] = sum_{t: tok_it = v} delta_it``, in closed form;
 * ``recurrent``: ``nn.RNN`` / ``nn.GRU`` / ``nn.LSTM`` (the stock forward): the functional
   cell of :mod:`fathom.pex_rnn` under ``torch.func`` (the fused kernels cannot be vmapped);
-* ``generic``: every other module (BatchNorm/LayerNorm of a subclass, Embedding,
+* ``generic``: every other module (BatchNorm/LayerNorm of a subclass,
   ``nn.MultiheadAttention`` (whose ``out_proj`` is never *called*, so the attention module
   covers it), custom modules, the root model for a parameter used directly in its forward):
   exact per-example gradients by ``torch.func`` — ``functional_call`` of that module on one
@@ -109,6 +111,7 @@ KINDS: tuple[str, ...] = (
     "conv2d",
     "batchnorm",
     "layernorm",
+    "embedding",
     "recurrent",
     "generic",
 )

@@ -150,6 +150,7 @@ _FAST = (
     (nn.Conv2d, "conv2d"),
     (nn.modules.batchnorm._BatchNorm, "batchnorm"),
     (nn.LayerNorm, "layernorm"),
+    (nn.Embedding, "embedding"),
 )
 
 
@@ -178,6 +179,8 @@ def _why_generic(module: nn.Module, keys: tuple[str, ...], cls: type, subset: bo
             return f"padding {module.padding!r} ({module.padding_mode})"
     if isinstance(module, nn.modules.batchnorm._BatchNorm) and not module.affine:
         return "no affine parameters"
+    if isinstance(module, nn.Embedding) and (module.scale_grad_by_freq or module.sparse):
+        return "scale_grad_by_freq" if module.scale_grad_by_freq else "sparse gradient"
     return ""
 
 
@@ -193,7 +196,7 @@ def fast_kind(module: nn.Module, keys: tuple[str, ...], dims: list) -> tuple[str
             first = [ins[0] if ins else None for ins, _ in dims]
             if not why and any(d is None for d in first):
                 why = "an input without an example dimension"
-            if not why and kind.startswith("conv") and any(d[0] != 0 for d in first):
+            if not why and kind in ("conv1d", "conv2d") and any(d[0] != 0 for d in first):
                 why = "example dimension not first"
             return ("generic", why) if why else (kind, "")
     return "generic", f"no closed form for {type(module).__name__}"
