@@ -59,6 +59,7 @@ from fathom.depth.control import (
     GateController,
     branch_mask,
     dense_eval,
+    enter_dense,
     set_drop_probs,
     set_masks,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "dense_eval",
     "draw_kept",
     "drop_path_compute_then_mask",
+    "enter_dense",
     "find_branches",
     "huang_linear_in_depth",
     "set_drop_probs",
