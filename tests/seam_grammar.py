@@ -193,17 +193,25 @@ def modifiers(draw, weight: bool) -> dict:
 
 
 @st.composite
-def block(draw, d: int, t: int, depth: int, squares: tuple[tuple[int, int], ...]):
+def block(draw, d: int, t: int, depth: int, squares: tuple[tuple[int, int, str | None], ...]):
     """One block spec for input ``[N, t, d]`` and its output ``(d', t')``.
 
-    ``squares``: ``(index, width)`` of the top-level square Linears a later block may tie to
-    (only at depth 0); inside a residual branch (depth > 0) the token count is kept.
+    ``squares``: ``(index, width, tie)`` of the top-level square Linears a later block may tie
+    to (only at depth 0; ``tie`` the kind of tie already made to it, if any); inside a
+    residual branch (depth > 0) the token count is kept.
+
+    Out of the grammar (a known open seam defect, pinned by the strict xfail
+    ``test_shared_module_whose_weight_a_sibling_uses`` in test_seam_generated.py): one Linear
+    both shared (called twice) and used by a sibling's ``F.linear`` -- each tie alone is in.
     """
     kinds = ["linear", "act", "bn", "ln", "gn", "mha", "encoder", "rnn"]
     kinds += ["conv1d", "conv2d", "argshift"] if depth == 0 else []
     kinds += ["res"] if depth < 2 else []
-    tied = [i for i, width in squares if width == d] if depth == 0 else []
-    kinds += ["shared", "sibling"] if tied else []
+    ties = {
+        tie: [i for i, width, made in squares if width == d and made in (None, tie)]
+        for tie in ("shared", "sibling")
+    }
+    kinds += [tie for tie, sources in ties.items() if sources and depth == 0]
     kind = draw(st.sampled_from(kinds))
     w = st.integers(1, 5)
     spec: dict = {"kind": kind}
@@ -213,7 +221,7 @@ def block(draw, d: int, t: int, depth: int, squares: tuple[tuple[int, int], ...]
     elif kind == "act":
         spec["fn"] = draw(st.sampled_from(["tanh", "relu", "gelu"]))
     elif kind in ("shared", "sibling"):
-        spec["source"] = draw(st.sampled_from(tied))
+        spec["source"] = draw(st.sampled_from(ties[kind]))
     elif kind == "conv1d":
         spec, d, t = _conv1d(draw, d, t)
     elif kind == "conv2d":
@@ -295,11 +303,13 @@ def specs(draw) -> dict:
         "seed": draw(st.integers(0, 2**16)),
         "blocks": [],
     }
-    squares: list[tuple[int, int]] = []
+    squares: list[tuple[int, int, str | None]] = []
     for i in range(draw(st.integers(1, 3))):
         b, d_new, t = draw(block(d, t, 0, tuple(squares)))
         if b["kind"] == "linear" and d_new == d and not b["lead"]:
-            squares.append((i, d))
+            squares.append((i, d, None))
+        if b["kind"] in ("shared", "sibling"):
+            squares = [(j, w, b["kind"] if j == b["source"] else made) for j, w, made in squares]
         spec["blocks"].append(b)
         d = d_new
     spec["d_out"] = d
