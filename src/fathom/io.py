@@ -96,17 +96,22 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[int]
     A line that is not terminated by a newline or does not parse is a truncated
     write: it is reported, never accepted.
     """
-    rows: list[dict[str, Any]] = []
+    return parse_jsonl(Path(path).read_bytes() if Path(path).exists() else b"")
+
+
+def parse_jsonl(data: bytes) -> tuple[list[Any], list[int]]:
+    """The complete JSON lines of ``data`` and the (1-based) numbers of torn ones
+    (unterminated, not UTF-8, or not JSON; see :func:`read_jsonl`)."""
+    rows: list[Any] = []
     bad: list[int] = []
-    text = Path(path).read_text(encoding="utf-8") if Path(path).exists() else ""
-    lines = text.split("\n")
+    lines = data.split(b"\n")
     complete, tail = lines[:-1], lines[-1]
     for i, line in enumerate(complete, start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            rows.append(json.loads(line.decode("utf-8")))
+        except (UnicodeDecodeError, json.JSONDecodeError):
             bad.append(i)
     if tail.strip():
         bad.append(len(complete) + 1)

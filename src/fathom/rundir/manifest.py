@@ -62,14 +62,70 @@ def seal(manifest: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
+#: The keys of ``integrity`` and of its ``history`` record, exactly: a renamed or missing key
+#: would switch a check off, so it is refused (:func:`integrity_problems`).
+INTEGRITY_KEYS = frozenset({"manifest_sha256", "history"})
+HISTORY_KEYS = frozenset({"bytes", "rows", "sha256"})
+
+
+def integrity_problems(manifest: dict[str, Any]) -> list[str]:
+    """What is malformed in ``manifest["integrity"]`` (empty: well-formed or absent).
+
+    Absent altogether (a hand-made fixture) is not malformed: readers report it as
+    unverified. Present, it must hold exactly :data:`INTEGRITY_KEYS`, and ``history``
+    exactly :data:`HISTORY_KEYS` (two non-negative integers and a SHA-256 hex digest).
+    """
+    if "integrity" not in manifest:
+        return []
+    integrity = manifest["integrity"]
+    if not isinstance(integrity, dict):
+        return [f"integrity is a {type(integrity).__name__}, not an object"]
+    out = _keys_problems("integrity", integrity, INTEGRITY_KEYS)
+    history = integrity.get("history")
+    if "history" in integrity and not isinstance(history, dict):
+        out.append(f"integrity.history is a {type(history).__name__}, not an object")
+    elif isinstance(history, dict):
+        out += _keys_problems("integrity.history", history, HISTORY_KEYS)
+        for key in ("bytes", "rows"):
+            value = history.get(key)
+            if key in history and (type(value) is not int or value < 0):
+                out.append(f"integrity.history.{key} is {value!r}, not a byte/row count")
+        digest = history.get("sha256")
+        if "sha256" in history and not _is_sha256(digest):
+            out.append(f"integrity.history.sha256 is {digest!r}, not a SHA-256 digest")
+    return out
+
+
+def _keys_problems(where: str, section: dict[str, Any], expected: frozenset[str]) -> list[str]:
+    unknown, missing = sorted(set(section) - expected), sorted(expected - set(section))
+    return [f"{where} has unknown key {k!r}" for k in unknown] + [
+        f"{where} lacks key {k!r}" for k in missing
+    ]
+
+
+def _is_sha256(value: Any) -> bool:
+    return (
+        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    )
+
+
 def check_manifest(manifest: Any, origin: str) -> ManifestHeader:
     """Validate the contract fields and the digest of a parsed manifest, or raise.
 
     A manifest without ``integrity`` (a hand-made fixture, another tool) is accepted:
-    readers report it as unverified (:func:`fathom.rundir.reader.RunDir.problems`).
+    readers report it as unverified (:func:`fathom.rundir.reader.RunDir.problems`). A
+    malformed ``integrity`` section (:func:`integrity_problems`) is refused: a renamed
+    digest key must not switch verification off.
     """
     if not isinstance(manifest, dict):
         raise FathomError(f"{origin} is not a JSON object; the run cannot be read")
+    malformed = integrity_problems(manifest)
+    if malformed:
+        raise FathomError(
+            f"{origin} cannot be verified: {'; '.join(malformed)}. Its digests were renamed, "
+            "removed or corrupted after fathom wrote it; restore the run directory from a copy "
+            "or retrain the run"
+        )
     recorded = (manifest.get("integrity") or {}).get("manifest_sha256")
     if recorded is not None and recorded != manifest_digest(manifest):
         raise FathomError(
