@@ -326,3 +326,19 @@ def test_checkpoint_bytes_do_not_depend_on_the_process(tmp_path):
         assert a.read_bytes() == b.read_bytes(), name
     m1, m2 = (RunDir(tmp_path / s / "run").manifest["checkpoints"] for s in ("1", "2"))
     assert m1 == m2  # the recorded file digests reproduce
+
+
+def test_recovery_is_shown_by_runs_show_and_the_report(run, data, tmp_path):
+    from fathom.report.build import build_report
+    from fathom.study.runs_cli import run_directory_state
+
+    with open(run / "history.jsonl", "ab") as f:
+        f.write(b'{"epoch": 4, "val/acc": 0.')
+    resume(run, splits=data)
+    state = run_directory_state({"directory": str(run)}, str(tmp_path))
+    assert state["problems"] == []
+    assert any("history lines [5] were torn" in note for note in state["recovery"])
+    assert any("epochs [3] after the resume point were cut" in n for n in state["recovery"])
+    out = build_report(run, tmp_path / "report", with_figures=False)
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "recovered: history lines [5] were torn" in summary, out

@@ -146,3 +146,32 @@ def check_manifest(manifest: Any, origin: str) -> ManifestHeader:
 def note_recovery(manifest: dict[str, Any], event: str, **details: Any) -> None:
     """Append ``{"event", **details}`` to ``manifest["recovery"]`` (what a writer repaired)."""
     manifest.setdefault("recovery", []).append({"event": event, **details})
+
+
+#: One sentence per ``recovery`` event, formatted with its details (``docs/architecture.md``).
+RECOVERY_SENTENCES = {
+    "stale_lock_taken_over": "took over the lock of a dead writer (PID {pid})",
+    "removed_temp_files": "removed leftovers of killed writes: {files}",
+    "history_lines_unreadable": "history lines {lines} were torn; cut when resuming from "
+    "epoch {resumed_from}",
+    "history_truncated": "history rows of epochs {dropped_epochs} after the resume point were "
+    "cut (resumed from epoch {to_epoch}) and written again",
+    "selected_beyond_resume_point": "selected weights of epoch {epoch}, newer than the resume "
+    "point (epoch {resume}), were rewritten by the replayed epochs",
+    "source_changed": "the fathom source changed from epoch {from_epoch} on (source hash "
+    "{source_hash}; --allow-source-change)",
+    "restarted": "started again from scratch: {reason} (status found: {found})",
+    "threads_set_to_recorded": "resumed with the recorded {recorded} thread(s) instead of the "
+    "{found} found",
+}
+
+
+def describe_recovery(event: dict[str, Any]) -> str:
+    """The sentence for one ``recovery`` event (:data:`RECOVERY_SENTENCES`); an event this
+    version does not know is shown with its raw details, never dropped."""
+    details = {k: v for k, v in event.items() if k != "event"}
+    template = RECOVERY_SENTENCES.get(str(event.get("event")))
+    try:
+        return template.format(**details) if template else f"{event.get('event')}: {details}"
+    except (KeyError, IndexError, ValueError):
+        return f"{event.get('event')}: {details}"

@@ -23,7 +23,7 @@ from fathom.errors import FathomError
 from fathom.io import read_jsonl
 from fathom.rundir import files
 from fathom.rundir.kinds import config_validator
-from fathom.rundir.manifest import check_manifest
+from fathom.rundir.manifest import check_manifest, describe_recovery
 from fathom.rundir.weights import load_cpu_state
 
 Which = int | Literal["selected", "final"]
@@ -43,8 +43,8 @@ class RunDir:
                 "pass a directory created by `fathom train` or `fathom study run`"
             )
         try:
-            manifest = json.loads(mpath.read_text())
-        except json.JSONDecodeError as e:
+            manifest = json.loads(mpath.read_bytes())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise FathomError(f"{str(mpath)!r} is corrupt ({e}); the run cannot be read") from None
         except OSError as e:
             from fathom.rundir.errors import os_error
@@ -213,6 +213,10 @@ class RunDir:
         each ``{"event", ...details}`` (see ``docs/architecture.md``, Integrity)."""
         events = self.manifest.get("recovery") or []
         return [dict(e) for e in events if isinstance(e, dict)]
+
+    def recovery_notes(self) -> list[str]:
+        """:meth:`recovery` as sentences (:func:`fathom.rundir.manifest.describe_recovery`)."""
+        return [describe_recovery(e) for e in self.recovery()]
 
     # -- models and data (kind "run") ----------------------------------------------------
     def _require_kind(self, what: str) -> None:

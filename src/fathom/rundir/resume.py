@@ -207,7 +207,9 @@ def unchanged_inputs(recorded: dict[str, Any], current: dict[str, Any], path: Pa
         raise FathomError(
             f"cannot resume {str(path)!r}: what it trains with changed since it started "
             f"({'; '.join(changed)}); continuing would mix two inputs in one run. Restore the "
-            "original dataset files (and thread count), or start a new run"
+            "original dataset files (and thread count), or start a new run. A run trained on "
+            "data given in memory (`train(cfg, dir, splits=...)`) is resumed with the same "
+            "data (`resume(dir, splits=...)`)"
         )
 
 

@@ -96,8 +96,24 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
         raise FathomError(
             f"run id {args.run_id!r} exists in studies {[r['study'] for r in rows]}; pass --study"
         )
-    print(json.dumps(rows[0], indent=2))
+    print(json.dumps({**rows[0], **run_directory_state(rows[0], args.runs_dir)}, indent=2))
     return 0
+
+
+def run_directory_state(row: dict[str, Any], runs_dir: str) -> dict[str, Any]:
+    """What the run directory itself says beside its registry row: ``recovery`` (what
+    writers found and repaired, as sentences) and ``problems`` (integrity problems now)."""
+    from pathlib import Path
+
+    from fathom.rundir import RunDir
+
+    path = Path(row["directory"])
+    path = path if path.is_absolute() else Path(runs_dir) / path
+    try:
+        rd = RunDir(path)
+    except FathomError as e:
+        return {"recovery": None, "problems": [str(e)]}
+    return {"recovery": rd.recovery_notes(), "problems": rd.problems()}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
