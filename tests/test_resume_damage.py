@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import synthetic_splits, tiny_config
@@ -67,7 +67,8 @@ def damage(run: Path, name: str, op: str, where: int, bit: int, other: str) -> N
     if op == "delete":
         path.unlink(missing_ok=True)
     elif op == "copy_over":
-        shutil.copyfile(run / other, path)
+        if other != name:
+            shutil.copyfile(run / other, path)
     elif not data:
         return
     elif op == "flip":
@@ -97,7 +98,7 @@ def resume_damaged(template, tmp_path_factory, data, reference, name, op, where,
         shutil.rmtree(run.parent, ignore_errors=True)
 
 
-@settings(max_examples=40)
+@settings(max_examples=100)
 @given(
     name=st.sampled_from(FILES),
     op=st.sampled_from(OPS),
@@ -108,10 +109,13 @@ def resume_damaged(template, tmp_path_factory, data, reference, name, op, where,
 @example(name="manifest.json", op="flip", where=40, bit=7, other="history.jsonl")  # not UTF-8
 @example(name="history.jsonl", op="duplicate_line", where=3, bit=0, other="manifest.json")
 @example(name="history.jsonl", op="truncate", where=10**9, bit=0, other="manifest.json")
+@example(name=".fathom-run.lock", op="copy_over", where=0, bit=0, other="checkpoints/resume.pt")
+@example(name="manifest.json", op="copy_over", where=0, bit=0, other="manifest.json")  # no-op
 def test_damage_is_refused_or_resumed_exactly(
     template, tmp_path_factory, data, reference, name, op, where, bit, other
 ):
     outcome = resume_damaged(
         template, tmp_path_factory, data, reference, name, op, where, bit, other
     )
+    event(f"{op} {name}: {outcome if outcome == 'refused' else 'exact'}")
     assert outcome in ("refused", ("complete", True, [])), (name, op, where, bit, other, outcome)
