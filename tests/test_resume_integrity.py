@@ -276,22 +276,31 @@ def test_ctrl_c_in_epoch_0_evaluation_resumes_and_is_recorded(data, reference, t
 
 
 def test_disk_full_in_epoch_0_says_how_much_space_finishing_needs(data, reference, tmp_path):
+    import re
+    import shutil
+
     run = tmp_path / "run"
     real = torch.save
 
     def full(obj, f, *a, **kw):
         raise OSError(errno.ENOSPC, "No space left on device")
 
+    few_kib = shutil.disk_usage(tmp_path)._replace(free=4096)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch, "save", full)
+        mp.setattr(torch, "save", full)  # the epoch-0 resume state does not fit
+        mp.setattr("fathom.train.guards.shutil.disk_usage", lambda path: few_kib)
         with pytest.raises(FathomError) as info:
             train(tiny_config(**CFG), run, splits=data)
     assert torch.save is real
     msg = str(info.value)
-    assert "ENOSPC" in msg and "needs about" in msg and "free now" in msg
-    assert f"continue with `fathom train --resume {run}`" in msg
+    assert "ENOSPC" in msg and "4.0 KiB free now: free at least" in msg, msg
+    assert msg.endswith(f"then continue with `fathom train --resume {run}`")
     assert RunDir(run).status == "failed"
     assert resume(run, splits=data).final_params == reference  # the advice works
+    number, unit = re.search(r"needs about ([0-9.]+) (B|KiB|MiB|GiB)", msg).groups()
+    need = float(number) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(unit)
+    written = sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
+    assert need >= written  # the estimate covers every byte the run went on to write
 
 
 def test_a_deleted_resume_state_at_epoch_2_says_what_is_lost(run, data):

@@ -69,11 +69,15 @@ def disk_full_advice(e: BaseException, s: Session | None, run_dir: Path) -> Base
         free = shutil.disk_usage(run_dir).free
     except OSError:
         free = None
-    now = "" if free is None else f", {_size(free)} free now"
-    short = "" if free is None else f"free at least {_size(max(need - free, 0))} more, then "
+    if free is None:
+        step = "free space, then"
+    elif free < need:
+        step = f"{_size(free)} free now: free at least {_size(need - free)} more, then"
+    else:
+        step = f"{_size(free)} free now (enough, unless something else fills it):"
     advice = FathomError(
-        f"{e}. Finishing {str(run_dir)!r} needs about {_size(need)} on its file system"
-        f"{now}: {short or 'free space, then '}continue with `fathom train --resume {run_dir}`"
+        f"{e}. Finishing {str(run_dir)!r} needs about {_size(need)} on its file system; "
+        f"{step} continue with `fathom train --resume {run_dir}`"
     )
     advice.errno = e.errno  # type: ignore[attr-defined]
     advice.space_advised = True  # type: ignore[attr-defined]
