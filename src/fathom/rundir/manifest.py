@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fathom.errors import FathomError
 from fathom.io import config_digest
@@ -34,12 +34,41 @@ PHASES = ("tuning", "main", "diagnostic")
 STATUSES = ("running", "complete", "diverged", "failed")
 
 
+class WeightsEntry(BaseModel):
+    """A weights file the manifest lists: ``file`` (relative to the run), ``params_sha256``
+    (:func:`fathom.io.state_dict_digest` of its tensors), ``sha256`` of the whole file
+    (absent in manifests written before it was recorded) and, for the selected weights,
+    ``epoch``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    file: str
+    params_sha256: str
+    sha256: str | None = None
+    epoch: int | None = None
+
+
+class RecoveryEvent(BaseModel):
+    """One thing a writer found and repaired: ``event`` and its details (see
+    :data:`RECOVERY_SENTENCES`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    event: str
+
+
 class ManifestHeader(BaseModel):
-    """The contract fields of a manifest (other sections are free-form per kind)."""
+    """The typed contract fields of a manifest (other sections are free-form per kind).
+
+    ``format`` is the manifest version: this fathom writes :data:`FORMAT` and reads every
+    earlier one; a later one is refused (written by a newer fathom). The checkpoint entries,
+    the selected entry and the recovery events are typed, so that a reader never meets a
+    half-formed entry (a missing digest) as a ``KeyError`` later.
+    """
 
     model_config = ConfigDict(extra="ignore")
 
-    format: int
+    format: int = Field(le=FORMAT)
     run_id: str
     study: str | None = None
     kind: str
@@ -47,6 +76,25 @@ class ManifestHeader(BaseModel):
     status: Literal["running", "complete", "diverged", "failed"]
     status_reason: str | None = None
     config: dict[str, Any]
+    epochs_completed: int | None = None
+    checkpoints: dict[str, WeightsEntry] = Field(default_factory=dict)
+    selected_checkpoint: WeightsEntry | None = None
+    recovery: list[RecoveryEvent] = Field(default_factory=list)
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _epoch_keys(cls, value: dict[str, WeightsEntry]) -> dict[str, WeightsEntry]:
+        bad = [k for k in value if not k.isdigit()]
+        if bad:
+            raise ValueError(f"checkpoint keys must be epoch numbers, got {bad}")
+        return value
+
+    @field_validator("selected_checkpoint")
+    @classmethod
+    def _selected_epoch(cls, value: WeightsEntry | None) -> WeightsEntry | None:
+        if value is not None and value.epoch is None:
+            raise ValueError("the selected checkpoint entry lacks its epoch")
+        return value
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
@@ -132,6 +180,12 @@ def check_manifest(manifest: Any, origin: str) -> ManifestHeader:
             f"{origin} fails its digest check (recorded {recorded}, content hashes to "
             f"{manifest_digest(manifest)}): it was edited or corrupted after fathom wrote it. "
             "Restore the run directory from a copy or retrain the run"
+        )
+    version = manifest.get("format")
+    if isinstance(version, int) and version > FORMAT:
+        raise FathomError(
+            f"{origin} has manifest format {version}, written by a newer fathom (this one reads "
+            f"formats up to {FORMAT}); read it with that version or upgrade fathom"
         )
     data = {"kind": "run", **manifest} if "kind" not in manifest else manifest
     try:

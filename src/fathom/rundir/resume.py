@@ -89,6 +89,26 @@ def check_binding(state: dict[str, Any], manifest: dict[str, Any], path: Path) -
         )
 
 
+def source_changed(
+    manifest: dict[str, Any], current: str, allow: bool, epoch: int, path: Path
+) -> bool:
+    """Has the source changed since the run started? Refused unless ``allow``; then
+    ``{"from_epoch", "source_hash"}`` is appended to ``manifest["source_changes"]``."""
+    recorded = manifest.get("source_hash")
+    if recorded is None or recorded == current:
+        return False
+    if not allow:
+        raise FathomError(
+            f"the fathom source changed since run {str(path)!r} started (recorded source hash "
+            f"{recorded[:12]}…, now {current[:12]}…): resuming would mix two code versions in "
+            "one run. Restore the original source, start a new run, or pass "
+            "--allow-source-change to continue anyway (recorded in the manifest)"
+        )
+    changes = list(manifest.get("source_changes") or [])
+    manifest["source_changes"] = [*changes, {"from_epoch": epoch, "source_hash": current}]
+    return True
+
+
 def verified_history(data: bytes | None, record: Any, path: Path, epoch: int) -> bytes:
     """The first ``record["bytes"]`` bytes of ``history.jsonl`` (``data``), verified.
 

@@ -32,7 +32,7 @@ from fathom.rundir import files
 from fathom.rundir.errors import failure_record, os_error
 from fathom.rundir.interrupts import uninterrupted
 from fathom.rundir.lock import DirLock
-from fathom.rundir.manifest import note_recovery, seal
+from fathom.rundir.manifest import check_manifest, note_recovery, seal
 from fathom.rundir.resume import (
     RESTART_REASON,
     bind,
@@ -40,6 +40,7 @@ from fathom.rundir.resume import (
     check_selected,
     history_record,
     restart_allowed,
+    source_changed,
     unchanged_inputs,
     verified_history,
 )
@@ -140,7 +141,8 @@ class RunWriter:
         state = files.load_resume(path)
         check_binding(state, rd.manifest, self.path)
         epoch = int(state["epoch"])
-        self._check_source(source_hash, allow_source_change, epoch)
+        if source_changed(rd.manifest, source_hash, allow_source_change, epoch, self.path):
+            self._pending.append(("source_changed", rd.manifest["source_changes"][-1]))
         for key, entry in sorted(state.get("checkpoints", {}).items(), key=lambda kv: int(kv[0])):
             rd.verify_entry(entry, f"epoch {key}")
         later = check_selected(rd, state.get("selected_ckpt"), epoch)
@@ -150,23 +152,6 @@ class RunWriter:
             )
         self._verify_history(state["history"], epoch)
         return state
-
-    def _check_source(self, current: str, allow: bool, epoch: int) -> None:
-        recorded = (self._disk or {}).get("source_hash")
-        if recorded is None or recorded == current:
-            return
-        if not allow:
-            raise FathomError(
-                f"the fathom source changed since run {str(self.path)!r} started (recorded "
-                f"source hash {recorded[:12]}…, now {current[:12]}…): resuming would mix two "
-                "code versions in one run. Restore the original source, start a new run, or "
-                "pass --allow-source-change to continue anyway (recorded in the manifest)"
-            )
-        changes = list((self._disk or {}).get("source_changes") or [])
-        changes.append({"from_epoch": epoch, "source_hash": current})
-        assert self._disk is not None
-        self._disk["source_changes"] = changes
-        self._pending.append(("source_changed", {"from_epoch": epoch, "source_hash": current}))
 
     def _verify_history(self, record: Any, epoch: int) -> None:
         """Verify the rows up to the resume point; the rows after it are cut (and recorded)
@@ -279,6 +264,9 @@ class RunWriter:
         assert self.manifest is not None
         self.manifest.setdefault("integrity", {})["history"] = self._history_record()
         seal(self.manifest)
+        check_manifest(
+            self.manifest, "the manifest being written"
+        )  # never write what no reader reads
         self._guard(
             "write manifest.json", atomic_write_json, self.path / "manifest.json", self.manifest
         )
