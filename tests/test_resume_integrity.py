@@ -344,7 +344,7 @@ def test_recovery_is_shown_by_runs_show_and_the_report(run, data, tmp_path):
     with open(run / "history.jsonl", "ab") as f:
         f.write(b'{"epoch": 4, "val/acc": 0.')
     resume(run, splits=data)
-    state = run_directory_state({"directory": str(run)}, str(tmp_path))
+    state = run_directory_state(run)
     assert state["problems"] == []
     assert any("history lines [5] were torn" in note for note in state["recovery"])
     assert any("epochs [3] after the resume point were cut" in n for n in state["recovery"])
