@@ -203,6 +203,13 @@ class Tokens(nn.Module):
         return self.head(torch.tanh(self.embed(tokens)).mean(1))
 
 
+def shared_and_sibling() -> nn.Module:
+    """A Linear registered twice (called twice) whose weight a sibling also reads (found by
+    the generated-model property: a module under two names was restored wrongly)."""
+    lin = nn.Linear(6, 6)
+    return nn.Sequential(lin, nn.Tanh(), lin, Borrow(lin), nn.Linear(6, CLASSES))
+
+
 def _frozen_gru() -> nn.Module:
     model = Recurrent(nn.GRU(3, 5, num_layers=2, batch_first=True))
     model.rnn.weight_hh_l1.requires_grad_(False)
@@ -210,6 +217,12 @@ def _frozen_gru() -> nn.Module:
 
 
 CASES: list[dict] = [
+    {
+        "id": "shared_module_and_sibling",
+        "build": shared_and_sibling,
+        "x": _vec,
+        "path": {"<model>": "generic", "0": "shares one of its parameters"},
+    },
     {
         "id": "embedding_padding_idx",
         "build": Tokens,

@@ -175,12 +175,29 @@ class _Scope(nn.Module):
         return self.target(*args, **kwargs)
 
 
+def _locations(layer: Layer) -> dict[str, list[str]]:
+    """Per key, the scope names of every *distinct* place its parameter sits (a tied weight
+    under two modules: both; a module registered under two names: once, or restoring the
+    second name would write back the substituted tensor)."""
+    assert layer.root is not None
+    wanted = {id(t): k for k, t in layer.tensors().items()}
+    out: dict[str, list[str]] = {k: [] for k in layer.params}
+    seen: set[tuple[int, str]] = set()
+    for name, p in layer.root.named_parameters(remove_duplicate=False):
+        path, _, attr = name.rpartition(".")
+        where = (id(layer.root.get_submodule(path)), attr)
+        if id(p) in wanted and where not in seen:
+            seen.add(where)
+            out[wanted[id(p)]].append("root." + name)
+    return out
+
+
 def _module_fn(layer: Layer, spec, slots: dict[int, str]):
     """``f(q, leaves) -> output`` of one call of the layer with its parameters ``q`` (keys
     of ``layer.params``): the input leaves at ``slots`` are parameters passed as arguments,
     replaced by ``q`` (by identity of the captured leaf)."""
     scope = _Scope(layer.root, layer.module) if layer.root is not None else None
-    names = dict(zip(layer.params, layer.qualified, strict=True))
+    names = _locations(layer) if scope is not None else {}
 
     def f(q: dict, leaves: list) -> Any:
         leaves = [q[slots[j]] if j in slots else v for j, v in enumerate(leaves)]
@@ -188,8 +205,8 @@ def _module_fn(layer: Layer, spec, slots: dict[int, str]):
         with functional_recurrent(layer.module):
             if scope is None:
                 return functional_call(layer.module, q, args, kwargs)
-            subs = {"root." + names[k]: v for k, v in q.items()}
-            return functional_call(scope, subs, (args, kwargs))
+            subs = {n: v for k, v in q.items() for n in names[k]}
+            return functional_call(scope, subs, (args, kwargs), tie_weights=False)
 
     return f
 

@@ -170,8 +170,10 @@ def _why_generic(module: nn.Module, keys: tuple[str, ...], cls: type, subset: bo
     if foreign:
         return f"uses parameter {foreign[0]!r} it does not own"
     direct = {n for n, _ in module.named_parameters(recurse=False)}
-    if not set(keys) <= direct if subset else set(keys) != direct:
+    if not set(keys) <= direct:
         return "covers parameters beyond its own"
+    if not subset and set(keys) != direct:
+        return "another module shares one of its parameters"
     if isinstance(module, (nn.Conv1d, nn.Conv2d)):
         if module.groups != 1:
             return f"groups={module.groups}"
