@@ -59,7 +59,9 @@ def test_n1_sentence_says_no_interval():
 
 
 def test_diverged_arm_is_excluded_and_listed():
-    flags_b = failure_flags(status="diverged", test_acc=math.nan, train_ce=None, classes=10)
+    flags_b = failure_flags(
+        status="diverged", test_acc=math.nan, train_ce=None, classes=10, n_eval=10_000
+    )
     v = compare(
         None, higher_is_better=True, flags_a=[], flags_b=flags_b, name_a="sd", name_b="plain"
     )
@@ -74,8 +76,8 @@ def test_all_arms_at_chance_make_no_claim():
     # Both arms at 10% on a 10-class problem, yet one is "significantly" higher.
     a = {1: 0.102, 2: 0.103, 3: 0.104}
     b = {1: 0.098, 2: 0.097, 3: 0.099}
-    fa = failure_flags(status="complete", test_acc=0.103, train_ce=2.30, classes=10)
-    fb = failure_flags(status="complete", test_acc=0.098, train_ce=2.31, classes=10)
+    fa = failure_flags(status="complete", test_acc=0.103, train_ce=2.30, classes=10, n_eval=10_000)
+    fb = failure_flags(status="complete", test_acc=0.098, train_ce=2.31, classes=10, n_eval=10_000)
     diff = paired_difference(a, b)
     assert diff.low > 0
     v = compare(diff, higher_is_better=True, flags_a=fa, flags_b=fb, name_a="a", name_b="b")
