@@ -29,10 +29,11 @@ from fathom.reproduce.compare import compare_row
 from fathom.reproduce.extract import Measured, none
 from fathom.reproduce.seeds import SeedData
 from fathom.stats.scaling import ArmRuns, DepthScalingTable, depth_scaling_verdict
+from fathom.stats.scaling_sentences import BETTER_SCALING
 
 FORMAT = 1
 KIND = "fathom.reproduce.depth_comparison"
-SEED_CLAIM = "better scaling"
+SEED_CLAIM = BETTER_SCALING
 """The verdict the seed log's conclusion amounts to: the Lyapunov arm scales better."""
 
 

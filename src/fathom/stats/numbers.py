@@ -9,8 +9,11 @@ value prints ``—`` (undefined is never 0).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from fathom.stats.results import Comparison
+from fathom.stats.units import percent
 
 _DIGITS = {"%": 2, "pp": 2, "nats": 4, "s": 1, "": 4}
 _SUFFIX = {"%": "%", "pp": " pp", "nats": " nats", "s": " s", "": ""}
@@ -66,3 +69,23 @@ def fmt_region(c: Comparison) -> str:
 def fmt_level(level: float | None) -> str:
     """An interval level as a percentage: ``95%``, ``99.69%``."""
     return "—" if level is None else f"{100 * level:.4g}%"
+
+
+def fmt_stat(stat: Mapping[str, Any] | None, unit: str) -> str:
+    """A summary stat ``{"mean", "sd", "n"}`` in ``unit`` (``%``: stored as a fraction)."""
+    if not stat or stat.get("mean") is None:
+        return "—"
+    conv = percent if unit == "%" else float
+    sd = None if stat.get("sd") is None else conv(stat["sd"])
+    return fmt_mean_sd(conv(stat["mean"]), sd, stat.get("n"), unit)
+
+
+def fmt_diff_row(row: Mapping[str, Any] | None) -> str:
+    """A summary comparison row's difference and interval: ``+1.17 pp [+0.06 pp, +2.28 pp]``."""
+    if not row or not row.get("diff"):
+        return "—"
+    d, unit = row["diff"], "pp" if row["metric"] == "test_acc" else "nats"
+    text = fmt_value(d["estimate"], unit, signed=True)
+    if d.get("low") is None:
+        return f"{text} (n={d.get('n')})"
+    return f"{text} [{fmt_value(d['low'], unit, signed=True)}, {fmt_value(d['high'], unit, signed=True)}]"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 VERDICTS = ("better", "worse", "higher", "lower", "equivalent", "not established", "no comparison")
+NOT_ESTABLISHED = "not established"
 ESTABLISHED = ("better", "worse", "higher", "lower", "equivalent")
 OPPOSITE = {"better": "worse", "worse": "better", "higher": "lower", "lower": "higher"}
 

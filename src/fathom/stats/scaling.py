@@ -40,6 +40,7 @@ from fathom.stats.chance import chance_test
 from fathom.stats.inference import Paired, judge, paired
 from fathom.stats.numbers import fmt_value
 from fathom.stats.quantities import accuracy, accuracy_variance_pp
+from fathom.stats.results import Comparison
 from fathom.stats.rules import DEFAULT_RULES, Rules
 from fathom.stats.scaling_sentences import combine, observations
 from fathom.stats.scaling_table import (
@@ -204,7 +205,8 @@ def depth_scaling_verdict(
     """Conclusion about depth scaling of ``candidate`` against ``baseline`` (module docstring)."""
     why = bad_table(table)
     if why is not None:
-        return DepthScalingVerdict("no comparison", f"no comparison: {why}")
+        blank = _blank(table, list(table.rows), why)
+        return DepthScalingVerdict("no comparison", f"no comparison: {why}", per_depth=blank)
     states = _states(table, rules)
     arms = (table.baseline, table.candidate)
     cells = {d: {arm: _cell(states[d][arm]) for arm in arms} for d in states}
@@ -227,17 +229,22 @@ def depth_scaling_verdict(
     }
     stop = _never_trained(table, states)
     if stop is not None:
-        return DepthScalingVerdict(stop.split(":")[0], stop, **out)
+        blank = _blank(table, list(states), stop.split(": ", 1)[1])
+        return DepthScalingVerdict(stop.split(":")[0], stop, per_depth=blank, **out)
     if len(determined) < 2:
-        return DepthScalingVerdict(
-            "no comparison",
-            f"no comparison: {len(determined)} determined depth(s) {determined}; a depth "
-            "profile needs at least two (undetermined runs decide nothing)",
-            **out,
+        why = (
+            f"{len(determined)} determined depth(s) {determined}; a depth profile needs at "
+            "least two (undetermined runs decide nothing)"
         )
+        blank = _blank(table, list(states), why)
+        return DepthScalingVerdict("no comparison", f"no comparison: {why}", per_depth=blank, **out)
     comps = judge(FAMILY, _items(table, states, determined), rules)
     evidence = _evidence(table, states, rules.level)
     profile, per_depth = comps[0], {d: c for d, c in zip(determined, comps[1:])}
+    for d, why in out["excluded_depths"].items():
+        blank = _blank(table, [d], why)[d]
+        per_depth[d] = blank.model_copy(update={"family_size": profile.family_size})
+    per_depth = dict(sorted(per_depth.items()))
     verdict, sentence, results = combine(
         table, profile, per_depth, evidence, out["excluded_depths"]
     )
@@ -262,3 +269,21 @@ def _undetermined_text(table: DepthScalingTable, cell: dict[str, dict]) -> str:
             accs = ", ".join(fmt_value(percent(v), "%") for _, v in runs)
             parts.append(f"{arm} seed(s) {[s for s, _ in runs]} ({accs})")
     return f"undetermined against chance: {'; '.join(parts)}"
+
+
+def _blank(table: DepthScalingTable, depths: list[int], why: str) -> dict[int, Comparison]:
+    """``no comparison`` at each of ``depths``, naming ``why`` (every depth keeps an entry)."""
+    q = accuracy("test accuracy")
+    return {
+        d: Comparison(
+            id=f"depth {d}",
+            family=FAMILY,
+            quantity=q,
+            a=table.candidate,
+            b=table.baseline,
+            verdict="no comparison",
+            reason=why,
+            context={"scope": f"depth {d}"},
+        )
+        for d in sorted(depths)
+    }

@@ -18,6 +18,7 @@ from fathom.stats.sentences import (
 )
 
 SCALING = {"better": "better scaling", "worse": "worse scaling", "equivalent": "equivalent scaling"}
+BETTER_SCALING = SCALING["better"]
 
 
 def adverse(

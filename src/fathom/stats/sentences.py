@@ -76,3 +76,11 @@ def family_note(comparisons: Sequence[Comparison], level: float) -> str:
 def established(comparisons: Sequence[Comparison]) -> list[Comparison]:
     """The comparisons whose verdict is established (better/worse/higher/lower/equivalent)."""
     return [c for c in comparisons if c.verdict in ESTABLISHED]
+
+
+def rest_note(n: int) -> str:
+    """The line standing for the contrasts a headline does not list."""
+    return (
+        f"{n} other contrast(s): not established, or at an earlier epoch "
+        "(every sentence in summary.json)."
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fathom.stats.numbers import fmt_level, fmt_mean_sd, fmt_value
+from fathom.stats.numbers import fmt_level, fmt_stat, fmt_value
 from fathom.stats.units import percent
 
 UNIT = {"test_acc": "%", "test_ce": "nats"}
@@ -18,12 +18,7 @@ DIFF = {"test_acc": "pp", "test_ce": "nats"}
 
 
 def _ms(stat: Mapping[str, Any] | None, unit: str) -> str:
-    """A stat ``{"mean", "sd", "n"}`` through the unit's formatter (accuracy: fractions)."""
-    if stat is None or stat.get("mean") is None:
-        return "—"
-    conv = percent if unit == "%" else float
-    sd = None if stat.get("sd") is None else conv(stat["sd"])
-    return fmt_mean_sd(conv(stat["mean"]), sd, stat["n"], unit)
+    return fmt_stat(stat, unit)
 
 
 def _num(x: float | None, fmt: str = "+.4f") -> str:
