@@ -231,7 +231,9 @@ def test_telemetry_contrasts_hand_computed(tmp_path: Path) -> None:
     )
     md = table_markdown(zero)
     assert f"- {z['sentence']}" in md
-    assert "zero-activation fraction into blocks.0.res.branch / blocks.0.res (epoch 5): higher" in md
+    assert (
+        "zero-activation fraction into blocks.0.res.branch / blocks.0.res (epoch 5): higher" in md
+    )
 
 
 def test_telemetry_contrasts_refuse_diverged_arms(tmp_path: Path) -> None:
