@@ -78,6 +78,25 @@ class Comparison(BaseModel):
         """JSON-able form."""
         return self.model_dump(mode="json")
 
+    def verdict_fields(self) -> dict:
+        """The fields renderers read (verdict, reason, fragile, ``diff``), and the full model."""
+        diff = None
+        if self.estimate is not None:
+            diff = {
+                "estimate": self.estimate,
+                "low": self.low,
+                "high": self.high,
+                "n": self.n,
+                "level": self.level,
+            }
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "fragile": self.fragile,
+            "diff": diff,
+            "comparison": self.to_dict(),
+        }
+
 
 class Claim(BaseModel):
     """A sentence's claim: comparison ``comparison`` has verdict ``verdict``
