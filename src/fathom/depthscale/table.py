@@ -255,8 +255,9 @@ def render_markdown(table: ResultsTable, note: str = "") -> str:
         "∇norm: mean total gradient norm over the last epoch's steps. κ: median over probe "
         "examples of σ_max/σ_min of the float64 input-output Jacobian, σ_min the smallest "
         f"numerically nonzero singular value ({RANK_FLOOR_RULE}). A run FAILED when it "
-        "diverged, did not complete, its test accuracy is below twice chance or its fitting "
-        "CE is near ln C.",
+        "diverged or its test accuracy is statistically indistinguishable from chance (exact "
+        "binomial interval on the test set), is UNDETERMINED near that boundary and then "
+        "decides nothing (docs/statistics.md).",
         "",
     ]
     return "\n".join(lines)

@@ -2,7 +2,8 @@
 
 Headline: the computed paired-damage sentences of ``audit.json``'s aggregate (per checkpoint),
 a table per arm, checkpoint and number of kept branches (test accuracy in %, damage ΔCE in
-nats, both with their 95% t intervals over seeds), and the single-branch deletions. The
+nats, both with their 95% t intervals over seeds; verdicts Holm-corrected per checkpoint),
+and the single-branch deletions. The
 mask and example explorer's data are :mod:`fathom.report.examples`.
 """
 

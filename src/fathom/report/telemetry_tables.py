@@ -142,7 +142,8 @@ def gradient_table(
         "(min–max); the energy share in percent. D near N can mean one example dominates "
         "vanishing gradients. Contrasts: "
         "geometric-mean ratio recipe / reference over paired seeds (energy share: difference "
-        "in pp) with its 95% t interval; descriptive, uncorrected for multiple comparisons.",
+        "in pp) with its interval, resolution floor and region of no interest (docs/statistics.md); "
+        "each contrast is judged on its own, with no multiplicity correction across the table.",
         [
             Column("recipe", "recipe", "text"),
             Column("epoch", "epoch", "int"),
