@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from fathom.errors import FathomError
@@ -164,3 +166,42 @@ def test_the_claim_checker_catches_a_false_sentence():
         results.model_copy(update={"comparisons": [tampered, *results.comparisons[1:]]})
     )
     assert any("re-derived" in p for p in problems)
+
+
+def test_every_output_renders_the_one_results_model():
+    """summary.md, the report's verdict list and summary.json print the model's sentences."""
+    from fathom.report.sections import verdict_sentences
+    from fathom.stats.results import Results
+
+    s = summarise_study(_study(), reference="plain", target_val_acc=0.97)
+    results = Results.model_validate(json.loads(json.dumps(s))["results"])
+    md = to_markdown(s)
+    texts = [x.text for x in results.sentences]
+    assert all(f"- {t}" in md for t in texts)
+    assert verdict_sentences(s)[: len(texts)] == texts
+    for c, row in zip(results.comparisons, s["comparisons"]):
+        assert (row["verdict"], row["fragile"]) == (c.verdict, c.fragile)
+        assert row["diff"] is None or row["diff"]["low"] == c.low
+        assert f"| {c.verdict} |" in md or f"| {c.verdict}, fragile |" in md
+
+
+@settings(max_examples=12)
+@given(
+    st.integers(2, 4),
+    st.lists(st.lists(st.floats(0.05, 1.0), min_size=8, max_size=8), min_size=3, max_size=3),
+)
+def test_generated_summaries_pass_the_claim_checker(n_seeds, accs):
+    from fathom.stats.claims import check
+    from fathom.stats.results import Results
+
+    recs = [
+        _record(name, seed, accs[i][j], accs[i][j + 4])
+        for i, name in enumerate(("plain", "sd", "res"))
+        for j, seed in enumerate(range(1, n_seeds + 1))
+    ]
+    s = summarise_study(recs, reference="plain")
+    assert check(Results.model_validate(s["results"])) == []
+    # an excluded recipe (at or near chance) is never ranked by a verdict
+    for c in s["comparisons"]:
+        if s["recipes"][c["recipe"]]["excluded"]:
+            assert c["verdict"] == "no comparison"
