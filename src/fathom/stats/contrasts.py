@@ -13,8 +13,8 @@ a resolution floor, a smallest effect of interest, leave-one-seed-out. Two scale
 
 Verdicts: ``higher`` | ``lower`` | ``equivalent`` | ``not established`` (n < 2 included) |
 ``no comparison`` (an excluding failure flag, unequal seeds, a missing value, no ratio).
-Each call is a family of one; a caller printing several together passes them to
-:func:`fathom.stats.inference.judge` as one family (:func:`contrast_item`).
+Each call is a family of one; a table printing several together re-judges them as one Holm
+family (:func:`judge_contrast_rows`).
 """
 
 from __future__ import annotations
@@ -160,3 +160,37 @@ def contrast_sentence(c: Contrast, *, name_a: str, name_b: str, quantity: str, e
         update={"quantity": q, "a": name_a, "b": name_b, "context": {"scope": f"epoch {epoch}"}}
     )
     return comparison_sentence(named).text
+
+
+def judge_contrast_rows(rows: Sequence[dict[str, Any]], family: str) -> list[dict[str, Any]]:
+    """Re-judge contrast rows printed together as one Holm family.
+
+    Each row holds ``comparison`` (from :meth:`Contrast.to_dict`), ``recipe``, ``reference``,
+    ``label`` and ``epoch``; the returned rows carry the family's verdicts, intervals and
+    sentences (the per-row judgments were families of one).
+    """
+    comps = [Comparison.model_validate(r["comparison"]) for r in rows]
+    items = [
+        Paired(
+            f"{family}#{i}",
+            c.quantity,
+            c.a,
+            c.b,
+            dict(zip(c.seeds, c.diffs)),
+            dict(zip(c.seeds, c.variances)),
+            blocked=c.reason if c.verdict == "no comparison" else None,
+        )
+        for i, c in enumerate(comps)
+    ]
+    out = []
+    for row, c in zip(rows, judge(family, items)):
+        view = from_comparison(c)
+        sentence = contrast_sentence(
+            view,
+            name_a=row["recipe"],
+            name_b=row["reference"],
+            quantity=row["label"],
+            epoch=row["epoch"],
+        )
+        out.append({**row, **view.to_dict(), "sentence": sentence})
+    return out
