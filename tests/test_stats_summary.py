@@ -205,3 +205,12 @@ def test_generated_summaries_pass_the_claim_checker(n_seeds, accs):
     for c in s["comparisons"]:
         if s["recipes"][c["recipe"]]["excluded"]:
             assert c["verdict"] == "no comparison"
+
+
+def test_not_fitting_is_a_caveat_in_the_sentence_not_an_exclusion():
+    recs = [*_study()[:6]]
+    recs[3] = _record("sd", 101, 0.990, 0.980, train_s=70.0, fit_acc=0.3)
+    s = summarise_study(recs, reference="plain")
+    c = next(c for c in s["comparisons"] if c["recipe"] == "sd")
+    assert c["verdict"] != "no comparison"
+    assert "caveat: sd not fitting" in c["sentence"]

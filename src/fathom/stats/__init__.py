@@ -30,14 +30,7 @@ from fathom.stats.scaling import (
     depth_scaling_verdict,
 )
 from fathom.stats.summary import RunRecord, summarise_study, to_markdown
-from fathom.stats.verdicts import (
-    RankComparison,
-    Verdict,
-    compare,
-    first_crossing,
-    rank_disagreement,
-    verdict_sentence,
-)
+from fathom.stats.verdicts import RankComparison, first_crossing, rank_disagreement
 
 __all__ = [
     "CHANCE_CE_TOLERANCE",
@@ -58,10 +51,8 @@ __all__ = [
     "Rules",
     "RunRecord",
     "Sentence",
-    "Verdict",
     "chance_test",
     "check",
-    "compare",
     "contrast",
     "contrast_sentence",
     "depth_scaling_verdict",
@@ -77,5 +68,4 @@ __all__ = [
     "t_interval",
     "to_markdown",
     "verdict_of",
-    "verdict_sentence",
 ]

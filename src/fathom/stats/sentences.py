@@ -52,7 +52,11 @@ def comparison_text(c: Comparison) -> str:
 
 def comparison_sentence(c: Comparison) -> Sentence:
     """``"plain vs residual on test accuracy (selected checkpoint): worse (difference ...)."``"""
-    text = f"{c.a} vs {c.b} on {c.quantity.name}{_scope(c)}: {verdict_words(c)} ({comparison_text(c)})."
+    caveat = f"; {c.context['caveat']}" if c.context.get("caveat") else ""
+    text = (
+        f"{c.a} vs {c.b} on {c.quantity.name}{_scope(c)}: {verdict_words(c)} "
+        f"({comparison_text(c)}{caveat})."
+    )
     return Sentence(
         text=text, claims=[Claim(comparison=c.id, verdict=c.verdict, fragile=c.fragile)]
     )

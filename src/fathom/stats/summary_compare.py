@@ -75,7 +75,12 @@ def paired_items(
                         var_a=var[n],
                         var_b=var[reference],
                         blocked=blocked,
-                        context={"recipe": n, "metric": key, "checkpoint": where},
+                        context={
+                            "recipe": n,
+                            "metric": key,
+                            "checkpoint": where,
+                            **_caveat(flags, (n, reference)),
+                        },
                     )
                 )
     return items
@@ -111,3 +116,17 @@ def row(c: Comparison, sentence: str) -> dict[str, Any]:
 
 def _values(runs: Sequence[Any], where: str, key: str) -> dict[int, float | None]:
     return {r.seed: getattr(r, where)[key] for r in runs}
+
+
+CAVEATS = {"not_fitting": "not fitting", "ce_near_chance": "fitting CE near ln C"}
+
+
+def _caveat(flags: Mapping[str, Mapping[int, list[str]]], names: tuple[str, ...]) -> dict[str, str]:
+    """``{"caveat": "caveat: sd not fitting"}`` when an arm carries a caveat flag, else ``{}``."""
+    parts = [
+        f"{n} {text}"
+        for n in names
+        for f, text in CAVEATS.items()
+        if any(f in fl for fl in flags[n].values())
+    ]
+    return {"caveat": "caveat: " + ", ".join(parts)} if parts else {}
