@@ -12,10 +12,6 @@ WORDS = re.compile(
     r"\b(better|worse|higher|lower|equivalent|not established|fragile|inconclusive)\b",
     re.IGNORECASE,
 )
-PENDING = {
-    # file (relative to src/fathom): why it is not migrated yet, and who migrates it
-    "report/curvtables.py": "curvature sentences: moved onto fathom.stats by issue 21's repro part",
-}
 
 
 def _documentation(tree: ast.AST) -> set[int]:
@@ -47,14 +43,8 @@ def offenders(root: Path = SRC) -> list[str]:
 
 
 def test_no_comparative_word_outside_stats():
-    bad = [o for o in offenders() if o.split(":")[0] not in PENDING]
+    bad = offenders()
     assert not bad, "comparative words outside fathom.stats:\n" + "\n".join(bad)
-
-
-def test_pending_files_still_hold_what_they_are_listed_for():
-    """When a pending file is migrated, this fails: remove it from PENDING."""
-    files = {o.split(":")[0] for o in offenders()}
-    assert set(PENDING) <= files, sorted(set(PENDING) - files)
 
 
 def test_the_scan_finds_a_planted_word(tmp_path):
