@@ -124,7 +124,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from fathom.train.loop import resume, train
 
     if args.resume:
-        ignored = [f"--{k}" for k in ("set", "name") if getattr(args, k, None)]
+        given = ("set", "name", "device", "runs_dir")
+        ignored = [f"--{k.replace('_', '-')}" for k in given if getattr(args, k, None)]
         if ignored:
             raise FathomError(
                 f"{' and '.join(ignored)} cannot change a run being resumed: --resume continues "
@@ -143,7 +144,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         tracking = live_settings(recorded_live(run_dir), args.live)
     else:
         cfg = config_from_args(args)
-        run_dir = Path(args.runs_dir) / cfg.study / cfg.name
+        run_dir = Path(args.runs_dir or "runs") / cfg.study / cfg.name
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
     tracker = LiveTracker(run_dir, tracking, cfg) if tracking.enabled else None
@@ -171,6 +172,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if result.status == "diverged":
         print(f"diverged in epoch {result.diverged_epoch}; see manifest.json status_reason")
         return 3
+    from fathom.rundir import RunDir
+    from fathom.study.records import outcome_warnings
+
+    for warning in outcome_warnings(RunDir(result.run_dir)):
+        print(f"warning: {warning}")
     return 0
 
 
@@ -199,7 +205,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="override a config key, e.g. optim.lr=0.03",
     )
-    p.add_argument("--runs-dir", default="runs", help="parent of <study>/<name> (default: runs)")
+    p.add_argument("--runs-dir", help="parent of <study>/<name> (default: runs)")
     p.add_argument("--name", help="run name (directory under runs/<study>/)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"])
     p.add_argument(

@@ -12,21 +12,21 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from fathom.config import LiveConfig, RunConfig, config_diff, validate_run_config
+from fathom.config import LiveConfig, RunConfig, describe_config_change, validate_run_config
 from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
 from fathom.io import config_digest, read_jsonl, state_dict_digest
 from fathom.provenance import resolve_device, source_hash
 from fathom.rundir import RunDir, RunWriter, uninterrupted
-from fathom.train.checkpoint import cpu_state, load_cpu_state
+from fathom.train.checkpoint import cpu_state, extra_state, load_cpu_state, load_extra_state
+from fathom.train.guards import disk_full_advice, matmul_precision, recorded_threads
 from fathom.train.manifest import split_classes
 from fathom.train.observe import eval_due, observe, sync
 from fathom.train.plan import plan_epoch
@@ -73,25 +73,16 @@ def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
     if cfg is not None and config_digest(cfg.model_dump(mode="json")) != rd.manifest.get(
         "config_hash"
     ):
-        diff = config_diff(stored.model_dump(mode="json"), cfg.model_dump(mode="json"))
+        why = describe_config_change(
+            stored.model_dump(mode="json"),
+            rd.manifest.get("config_hash"),
+            cfg.model_dump(mode="json"),
+        )
         raise FathomError(
-            f"run {str(run_dir)!r} was started with another config ({'; '.join(diff)}); "
+            f"run {str(run_dir)!r} was started with another config ({why}); "
             "resume without a config, or start a new run directory"
         )
     return stored
-
-
-@contextmanager
-def matmul_precision(precision: str, device: torch.device):
-    """TF32 matmuls on CUDA for ``tf32``/``bf16``; strict FP32 for ``fp32``. Restores flags."""
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    allow = precision in ("tf32", "bf16") and device.type == "cuda"
-    torch.backends.cuda.matmul.allow_tf32 = allow
-    torch.backends.cudnn.allow_tf32 = allow
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def train(
@@ -122,13 +113,14 @@ def train(
     if resume:
         check_resumable(run_dir, cfg)  # before locking: never create a missing directory
     writer = RunWriter(run_dir).acquire()
+    s = None
     try:
         state = None
-        if resume:
+        if resume:  # None: a run stopped inside epoch 0 starts again (recorded)
             state = writer.resume(
                 source_hash=source_hash(), allow_source_change=allow_source_change
             )
-        with matmul_precision(cfg.execution.precision, device):
+        with matmul_precision(cfg.execution.precision, device), recorded_threads(writer):
             s = build_session(cfg, writer, device, splits, telemetry, progress, t_invocation, phase)
             if state is None:
                 begin(s)
@@ -141,12 +133,19 @@ def train(
         writer.interrupted()  # status stays "running": the run can be resumed
         raise
     except Exception as e:  # a full disk at epoch 0, a corrupt file: recorded, then raised
-        unrecorded = writer.record_failure(e)
-        if unrecorded is not None:
-            raise unrecorded from None
-        raise
+        raise_recorded(writer, disk_full_advice(e, s, run_dir), e)
     finally:
         writer.close()
+
+
+def raise_recorded(writer: RunWriter, e: BaseException, original: BaseException) -> None:
+    """Record the failure ``e`` (``original`` with advice added, or itself), then raise it."""
+    unrecorded = writer.record_failure(e)  # type: ignore[arg-type]
+    if unrecorded is not None:
+        raise unrecorded from None
+    if e is original:
+        raise original
+    raise e from None
 
 
 def begin(s: Session) -> None:
@@ -165,6 +164,7 @@ def save_resume_state(s: Session) -> None:
     t0 = time.perf_counter()
     state = {
         "model": cpu_state(s.model),
+        "model_extra": extra_state(s.model),  # e.g. self-sampling branches' generators
         "optimizer": s.optimizer.state_dict(),
         "controller": s.controller.state_dict() if s.controller is not None else None,
         "shuffle_gen": s.shuffle_gen.get_state(),
@@ -182,6 +182,8 @@ def save_resume_state(s: Session) -> None:
 def restore(s: Session, state: dict[str, Any]) -> None:
     """Continue from the verified resume state: every state, RNG and clock as saved."""
     load_cpu_state(s.model, state["model"])
+    if "model_extra" in state:  # absent from resume states written before it was kept
+        load_extra_state(s.model, state["model_extra"])
     s.optimizer.load_state_dict(state["optimizer"])
     if s.controller is not None:
         s.controller.load_state_dict(state["controller"])
@@ -296,10 +298,7 @@ def fit(s: Session) -> RunResult:
         raise
     except Exception as e:
         s.refresh_manifest(cut_short=True)
-        unrecorded = s.writer.record_failure(e)
-        if unrecorded is not None:
-            raise unrecorded from None
-        raise
+        raise_recorded(s.writer, disk_full_advice(e, s, s.run_dir), e)
     final_hash = None
     if status == "complete":
         final_hash = state_dict_digest(cpu_state(s.model))
@@ -320,10 +319,13 @@ def resume(
     telemetry: bool | None = None,
     allow_source_change: bool = False,
     live: LiveConfig | None = None,
+    splits: DataSplits | None = None,
 ) -> RunResult:
     """Continue an interrupted run from its last resume state; ends byte-identical.
 
     ``live``: the live-tracking settings to record for this invocation (they never train).
+    ``splits``: the data given to :func:`train` when the run was started with data of its
+    own (checked against the recorded data digests like data read from the config).
     """
     rd = RunDir(run_dir)
     cfg = validate_run_config(rd.manifest["config"], origin=f"{run_dir}/manifest.json")
@@ -332,6 +334,7 @@ def resume(
     return train(
         cfg,
         run_dir,
+        splits=splits,
         resume=True,
         progress=progress,
         telemetry=telemetry,
