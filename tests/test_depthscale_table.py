@@ -21,9 +21,22 @@ LOG_KAPPA = {4: 1.2e9, 8: 1.4e9, 12: 2.5e7, 16: 2.4e7, 20: 6.5e7}
 def log_like_records() -> list[RunRecord]:
     recs = []
     for depth, acc in LOG_VANILLA.items():
-        recs.append(RunRecord(depth, "vanilla", 0, "complete", acc, None, kappa=LOG_KAPPA[depth]))
         recs.append(
-            RunRecord(depth, "Lyapunov", 0, "complete", 0.010, None, lyapunov=1.9 + depth / 40)
+            RunRecord(
+                depth, "vanilla", 0, "complete", acc, None, kappa=LOG_KAPPA[depth], n_test=10_000
+            )
+        )
+        recs.append(
+            RunRecord(
+                depth,
+                "Lyapunov",
+                0,
+                "complete",
+                0.010,
+                None,
+                lyapunov=1.9 + depth / 40,
+                n_test=10_000,
+            )
         )
     return recs
 
@@ -52,13 +65,20 @@ def test_both_arms_train_gives_a_computed_claim_with_an_interval():
     }
     for (arm, depth), pair in accs.items():
         for seed, acc in enumerate(pair):
-            recs.append(RunRecord(depth, arm, seed, "complete", acc, 0.9, fit_acc=0.9))
+            recs.append(
+                RunRecord(depth, arm, seed, "complete", acc, 0.9, fit_acc=0.9, n_test=10_000)
+            )
     table = build_table(recs, classes=10)
-    assert table.verdict.verdict == "better scaling"
-    assert table.verdict.scaling is not None and table.verdict.scaling.low > 0
+    v = table.verdict
+    # Lyapunov − vanilla over the profile, per seed: +4.0 and +3.5 pp; two seeds, Holm over 3
+    assert v.profile.estimate == pytest.approx(3.75)
+    assert v.profile.low is not None and v.profile.low < v.profile.estimate < v.profile.high
+    assert v.verdict == ("better scaling" if v.profile.low > 0.5 else "not established")
     assert table.rows[0]["delta_acc"] == pytest.approx(-0.005)
     one_seed = [r for r in recs if r.seed == 0]
-    assert build_table(one_seed, classes=10).verdict.verdict == "inconclusive"
+    assert build_table(one_seed, classes=10).verdict.verdict == "not established"
+    no_size = [RunRecord(**{**r.__dict__, "n_test": None}) for r in recs]
+    assert "test-set size is unknown" in build_table(no_size, classes=10).verdict.sentence
 
 
 def test_kappa_notes_only_from_defined_kappa():
@@ -89,7 +109,7 @@ def test_reads_run_directories(tmp_path):
         "run_id": run.name,
         "status": "complete",
         "config": cfg.model_dump(mode="json"),
-        "data": {"dataset": "mnist", "info": {"classes": 10}},
+        "data": {"dataset": "mnist", "info": {"classes": 10}, "sizes": {"test": 10_000}},
         "selected": {"epoch": 1, "val_ce": 2.0},
     }
     rows = [
@@ -114,8 +134,10 @@ def test_reads_run_directories(tmp_path):
         12.0,
         0.7,
     )
-    with pytest.raises(FathomError, match="depth 4, arm .Lyapunov. has 0 test accuracies"):
-        write_table(tmp_path)
+    assert rec.n_test == 10_000
+    table = write_table(tmp_path)
+    assert table.verdict.verdict == "no comparison"
+    assert "1 depth(s)" in table.verdict.sentence
     with pytest.raises(FathomError, match="no run directories"):
         read_runs(tmp_path / "d04-vanilla-s0")
     other = tmp_path / "plain-run"

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+from scipy import stats as scipy_stats
 
 from fathom.report import load_runs
 from fathom.report.crossrun import crossrun_tables, layer_fields
@@ -197,23 +198,27 @@ def test_telemetry_contrasts_hand_computed(tmp_path: Path) -> None:
     # ratios plain / residual per seed: 0.5, 0.45, 0.55 -> geometric mean and t interval on logs
     logs = [math.log(r) for r in (0.5, 0.45, 0.55)]
     m = sum(logs) / 3
-    half = T2 * math.sqrt(sum((x - m) ** 2 for x in logs) / 2) / math.sqrt(3)
+    # the table's contrasts are one Holm family: the interval is read at its step's level
+    t_q = scipy_stats.t.ppf((1 + v["level"]) / 2, 2)
+    assert v["comparison"]["family_size"] > 1 and v["level"] >= 0.95
+    half = t_q * math.sqrt(sum((x - m) ** 2 for x in logs) / 2) / math.sqrt(3)
     assert v["verdict"] == "lower" and v["n"] == 3 and v["scale"] == "ratio"
     assert (v["estimate"], v["low"], v["high"]) == pytest.approx(
         (math.exp(m), math.exp(m - half), math.exp(m + half)), rel=1e-12
     )
-    assert v["sentence"] == (
-        f"plain's head-layer ‖mean g‖ is lower than residual's at epoch 5: ratio "
-        f"{math.exp(m):.3g} [{math.exp(m - half):.3g}, {math.exp(m + half):.3g}] (n = 3 seeds)."
+    assert v["sentence"].startswith(
+        f"plain vs residual on head-layer ‖mean g‖ (epoch 5): lower (ratio {math.exp(m):.3g}×, "
+        f"{100 * v['level']:.4g}% interval [{math.exp(m - half):.3g}×, {math.exp(m + half):.3g}×], "
+        "paired over n=3 seeds"
     )
     plain_row = next(r for r in grad.rows if r["recipe"] == "plain" and r["epoch"] == 5)
     assert plain_row["max_share"]["mean"] == pytest.approx(50.0)  # 0.5 in percent
-    # equal diversity in every seed: ratio exactly 1, no effect claimed
-    assert _verdict(grad, "plain", "diversity")["verdict"] == "not established"
-    # one sd_constant seed: n = 1, no interval, no claim
+    # equal diversity in every seed: ratio exactly 1, inside the region of no interest
+    assert _verdict(grad, "plain", "diversity")["verdict"] == "equivalent"
+    # one sd_constant seed against three reference seeds: unequal seeds, no comparison
     one = _verdict(grad, "sd_constant", "grad_norm")
-    assert one["verdict"] == "not established" and one["n"] == 1 and one["low"] is None
-    assert "n = 1 seed: no interval" in one["sentence"]
+    assert one["verdict"] == "no comparison" and one["low"] is None
+    assert "unequal seeds" in one["sentence"]
     # zero activations: plain's blocks.0.res and residual's blocks.0.res.branch in one column
     zero = tables["zero_activations"]
     assert [c.label for c in zero.columns[3:]] == [
@@ -224,14 +229,17 @@ def test_telemetry_contrasts_hand_computed(tmp_path: Path) -> None:
     assert plain["layer:0"]["mean"] == pytest.approx((30 + 32 + 35) / 3)
     z = _verdict(zero, "plain", "zero_frac", layer="blocks.0.res.branch / blocks.0.res")
     d = [20.0, 21.0, 23.0]  # pp
-    half = T2 * math.sqrt(sum((x - 64 / 3) ** 2 for x in d) / 2) / math.sqrt(3)
+    t_q = scipy_stats.t.ppf((1 + z["level"]) / 2, 2)
+    half = t_q * math.sqrt(sum((x - 64 / 3) ** 2 for x in d) / 2) / math.sqrt(3)
     assert z["verdict"] == "higher"
     assert (z["estimate"], z["low"], z["high"]) == pytest.approx(
         (64 / 3, 64 / 3 - half, 64 / 3 + half)
     )
     md = table_markdown(zero)
     assert f"- {z['sentence']}" in md
-    assert "zero-activation fraction into blocks.0.res.branch / blocks.0.res is higher" in md
+    assert (
+        "zero-activation fraction into blocks.0.res.branch / blocks.0.res (epoch 5): higher" in md
+    )
 
 
 def test_telemetry_contrasts_refuse_diverged_arms(tmp_path: Path) -> None:
@@ -242,7 +250,7 @@ def test_telemetry_contrasts_refuse_diverged_arms(tmp_path: Path) -> None:
         assert v["verdict"] == "no comparison" and v["estimate"] is None
         assert "no comparison (plain excluded (diverged))" in v["sentence"]
     # the seeds' spreads are still shown; the other recipes are still compared
-    assert _verdict(tables["gradients"], "sd_constant", "grad_norm")["verdict"] == "not established"
+    assert "unequal seeds" in _verdict(tables["gradients"], "sd_constant", "grad_norm")["reason"]
 
 
 def test_gradient_table_reads_each_recipes_own_head(tmp_path: Path) -> None:

@@ -80,35 +80,42 @@ def test_bad_interval_input_is_refused():
         paired_difference({1: 0.1}, {2: 0.2})
 
 
+def _flags(**kw):
+    return failure_flags(**{"train_ce": None, "n_eval": 10_000, **kw})
+
+
 def test_flags_diverged_from_status_or_non_finite():
-    assert failure_flags(status="diverged", test_acc=None, train_ce=None, classes=10) == [
-        "diverged"
-    ]
-    assert failure_flags(status="complete", test_acc=0.9, train_ce=math.inf, classes=10) == [
-        "diverged"
-    ]
+    assert _flags(status="diverged", test_acc=None, classes=10) == ["diverged"]
+    assert _flags(status="complete", test_acc=0.9, train_ce=math.inf, classes=10) == ["diverged"]
 
 
-def test_flags_at_chance_by_accuracy_and_by_ce():
-    # 2 / 100 = 0.02: the log's regularized arm at 0.010 is at chance.
-    assert failure_flags(status="complete", test_acc=0.010, train_ce=None, classes=100) == [
-        "at_chance"
-    ]
-    assert failure_flags(status="complete", test_acc=0.037, train_ce=None, classes=100) == []
+def test_flags_at_chance_by_the_binomial_interval_not_a_cut():
+    # the log's regularized arm at 1.0% on 10,000 CIFAR-100 examples: at chance
+    assert _flags(status="complete", test_acc=0.010, classes=100) == ["at_chance"]
+    # 2% (the old 2/C cut) is above chance but not clearly: undetermined, excluded
+    assert _flags(status="complete", test_acc=0.020, classes=100) == ["near_chance"]
+    assert _flags(status="complete", test_acc=0.037, classes=100) == []
+    # a 2-class run at 99.9% and a 3-class run at 60% are trained (the old rule flagged them)
+    assert _flags(status="complete", test_acc=0.999, classes=2) == []
+    assert _flags(status="complete", test_acc=0.60, classes=3, n_eval=300) == []
+
+
+def test_ce_near_ln_c_is_a_caveat_not_a_failure():
     ln10 = math.log(10)
     just_above = (1 - CHANCE_CE_TOLERANCE) * ln10 + 1e-9
     just_below = (1 - CHANCE_CE_TOLERANCE) * ln10 - 1e-3
-    assert "at_chance" in failure_flags(
-        status="complete", test_acc=0.9, train_ce=just_above, classes=10
-    )
-    assert "at_chance" in failure_flags(
-        status="complete", test_acc=0.9, train_ce=3 * ln10, classes=10
-    )
-    assert failure_flags(status="complete", test_acc=0.9, train_ce=just_below, classes=10) == []
+    flags = _flags(status="complete", test_acc=0.9, train_ce=just_above, classes=10)
+    assert flags == ["ce_near_chance"] and not is_excluded(flags)
+    assert _flags(status="complete", test_acc=0.9, train_ce=just_below, classes=10) == []
+
+
+def test_an_accuracy_without_its_test_set_size_is_not_judged():
+    flags = _flags(status="complete", test_acc=0.9, classes=10, n_eval=None)
+    assert flags == ["n_eval_unknown"] and is_excluded(flags)
 
 
 def test_flags_not_fitting_and_incomplete():
-    flags = failure_flags(
+    flags = _flags(
         status="complete",
         test_acc=0.3,
         train_ce=1.0,
@@ -117,13 +124,15 @@ def test_flags_not_fitting_and_incomplete():
     )
     assert flags == ["not_fitting"]
     assert not is_excluded(flags)
-    flags = failure_flags(status="failed", test_acc=None, train_ce=None, classes=10)
+    flags = _flags(status="failed", test_acc=None, classes=10)
     assert flags == ["incomplete"]
     assert is_excluded(flags)
 
 
 def test_flags_bad_input():
     with pytest.raises(FathomError, match="unknown run status"):
-        failure_flags(status="done", test_acc=0.5, train_ce=1.0, classes=10)
+        _flags(status="done", test_acc=0.5, train_ce=1.0, classes=10)
     with pytest.raises(FathomError, match="at least 2 classes"):
-        failure_flags(status="complete", test_acc=0.5, train_ce=1.0, classes=1)
+        _flags(status="complete", test_acc=0.5, train_ce=1.0, classes=1)
+    with pytest.raises(FathomError, match="at least one test example"):
+        _flags(status="complete", test_acc=0.5, classes=10, n_eval=0)

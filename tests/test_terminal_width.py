@@ -142,13 +142,14 @@ def _study_summary() -> dict:
             curve=[(0, 0.0, 0.0, 0.1), (5, 12.0, 18.0, 0.96)],
             config_fingerprint=fp,
             fit_ce_final=0.01,
+            n_test=10_000,
         )
 
     recs = []
     for i, recipe in enumerate(RECIPES):
         for j, seed in enumerate((101, 102, 103)):
             noise = (0.003, -0.004, 0.002)[j] if recipe == "sd_constant" else 0.0003 * j
-            recs.append(rec(recipe, seed, 0.95 + 0.004 * i + noise))
+            recs.append(rec(recipe, seed, 0.90 + 0.015 * i + noise))
     recs[-1] = rec("sd_decreasing", 103, math.nan, status="diverged")
     stats = summarise_study(recs, reference="residual", target_val_acc=0.9)
     grid = [
@@ -192,7 +193,9 @@ def test_study_summary_fits_with_every_verdict_word_intact():
     rows = [line for line in text.splitlines() if line.startswith(RECIPES) and "(pp)" in line]
     assert len(rows) == 2 * (len(RECIPES) - 1)
     assert all(
-        line.rstrip().endswith(("better", "worse", "not established", "no comparison"))
+        line.rstrip().endswith(
+            ("better", "worse", "equivalent", "not established", "no comparison", "fragile")
+        )
         for line in rows
     )
 
@@ -236,6 +239,7 @@ def test_depth_scaling_tables_fit():
                     kappa=1.2e9,
                     grad_norm=4.57e-1,
                     lyapunov=1.9,
+                    n_test=10_000,
                 )
             )
             recs.append(
@@ -249,6 +253,7 @@ def test_depth_scaling_tables_fit():
                     kappa=2.5e7,
                     grad_norm=8.82e-2,
                     lyapunov=2.7,
+                    n_test=10_000,
                 )
             )
     results = build_table(recs, classes=100, dataset="cifar100")

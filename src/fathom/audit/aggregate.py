@@ -4,9 +4,9 @@ Inputs are the per-run records written by :mod:`fathom.audit.run` (one per run, 
 one record per audited checkpoint). An *arm* is a recipe (or, when two runs of a recipe
 share a seed, a recipe plus its config digest). Every value is a mean over an arm's seeds
 with a 95% Student-t interval (:func:`fathom.stats.t_interval`); recipe differences are
-paired by seed (:func:`fathom.stats.paired_difference`) and read by
-:func:`fathom.stats.compare`. Three-seed intervals are descriptive and uncorrected for
-multiple comparisons.
+paired by seed and judged by :func:`fathom.stats.judge` (resolution floor, smallest effect
+of interest, Holm over the comparisons of one checkpoint printed together, leave-one-seed-out;
+``docs/statistics.md``). Per-arm intervals over seeds are descriptive.
 """
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fathom.stats import compare, is_excluded, paired_difference, t_interval, verdict_sentence
+from fathom.stats import Quantity, judge, paired, t_interval
+from fathom.stats.flags import EXCLUDING_FLAGS
+from fathom.stats.quantities import cross_entropy
+from fathom.stats.rules import DEFAULT_RULES
+from fathom.stats.sentences import comparison_sentence
+from fathom.stats.units import percent
 
 Getter = Callable[[Mapping[str, Any]], float | None]
 
@@ -137,18 +142,24 @@ def routing_arm_summary(arm: Mapping[int, Mapping[str, Any]], which: str) -> dic
     routed = {s: r["routing"] for s, r in arm.items() if r.get("routing")}
     if not routed:
         return None
-    router_err = {s: r["test"]["error"] for s, r in routed.items()}
-    control_err = {s: r["control"]["control_error_mean"] for s, r in routed.items()}
-    diff = paired_difference(router_err, control_err)
-    flags = _arm_flags(arm, which)
-    verdict = compare(
-        None if is_excluded(flags) else diff,
+    router_err = {s: percent(r["test"]["error"]) for s, r in routed.items()}
+    control_err = {s: percent(r["control"]["control_error_mean"]) for s, r in routed.items()}
+    q = Quantity(
+        name="test error",
+        unit="pp",
         higher_is_better=False,
-        flags_a=flags,
-        flags_b=flags,
-        name_a="router",
-        name_b="shuffled control",
+        smallest_effect=DEFAULT_RULES.accuracy_pp,
+        resolution=0.01,
     )
+    item = paired(
+        "routing",
+        q,
+        router_err,
+        control_err,
+        names=("router", "matched-cost shuffled control"),
+        blocked=_blocked("router", _arm_flags(arm, which)),
+    )
+    (verdict,) = judge("routing", [item])
     return {
         "tolerance_held": sum(r["test"]["tolerance_held"] for r in routed.values()),
         "static_tolerance_held": sum(
@@ -168,11 +179,20 @@ def routing_arm_summary(arm: Mapping[int, Mapping[str, Any]], which: str) -> dic
         "routed_over_dense_time": _interval(
             {s: r["timing"]["routed_over_dense"] for s, r in routed.items()}
         ),
-        "verdict": verdict.to_dict(),
-        "sentence": verdict_sentence(
-            verdict, name_a="router", name_b="matched-cost shuffled control", metric="test error"
-        ),
+        "verdict": verdict.verdict_fields(),
+        "sentence": comparison_sentence(verdict).text,
     }
+
+
+def _blocked(
+    name: str, flags: Sequence[str], other: str = "", other_flags: Sequence[str] = ()
+) -> str | None:
+    parts = [
+        f"{who} excluded ({', '.join(sorted({f for f in fl if f in EXCLUDING_FLAGS}))})"
+        for who, fl in ((name, flags), (other, other_flags))
+        if any(f in EXCLUDING_FLAGS for f in fl)
+    ]
+    return "; ".join(parts) or None
 
 
 def reference_arm(arms: Sequence[str]) -> str | None:
@@ -188,58 +208,31 @@ def _damage_at(size: str) -> Getter:
 
 
 def paired_damage(arms: Mapping[str, Mapping[int, Mapping[str, Any]]], which: str) -> list[dict]:
-    """``damage(arm) - damage(reference)`` paired by seed, for every mask size, with verdicts."""
+    """``damage(arm) - damage(reference)`` paired by seed, for every mask size, judged as one
+    family (every comparison of this checkpoint)."""
     ref = reference_arm(list(arms))
-    out: list[dict] = []
     if ref is None:
-        return out
+        return []
     ref_arm = arms[ref]
+    items, meta = [], []
     for name, arm in sorted(arms.items()):
-        if name == ref:
-            continue
         k = next(iter(arm.values()))["k"]
-        if k != next(iter(ref_arm.values()))["k"]:
+        if name == ref or k != next(iter(ref_arm.values()))["k"]:
             continue
-        sizes = next(iter(arm.values()))["by_size"]
-        for size in sizes:
+        for size in next(iter(arm.values()))["by_size"]:
             if size == str(k):
                 continue
-            a = {s: v for s, v in _by_seed(arm, _damage_at(size)).items() if v is not None}
-            b = {s: v for s, v in _by_seed(ref_arm, _damage_at(size)).items() if v is not None}
-            common = sorted(set(a) & set(b))
-            flags_a, flags_b = _arm_flags(arm, which), _arm_flags(ref_arm, which)
-            diff = paired_difference(a, b) if common else None
-            if diff is None and not (is_excluded(flags_a) or is_excluded(flags_b)):
-                out.append(
-                    {
-                        "arm": name,
-                        "reference": ref,
-                        "kept": size,
-                        "diff": None,
-                        "sentence": f"{name} vs {ref}: no common seeds, no paired difference",
-                    }
-                )
-                continue
-            verdict = compare(
-                diff,
-                higher_is_better=False,
-                flags_a=flags_a,
-                flags_b=flags_b,
-                name_a=name,
-                name_b=ref,
+            q = cross_entropy(f"test damage ΔCE, mean over masks keeping {size} of {k}")
+            blocked = _blocked(name, _arm_flags(arm, which), ref, _arm_flags(ref_arm, which))
+            a, b = _by_seed(arm, _damage_at(size)), _by_seed(ref_arm, _damage_at(size))
+            items.append(paired(f"{name}/{size}", q, a, b, names=(name, ref), blocked=blocked))
+            meta.append(
+                {"arm": name, "reference": ref, "kept": size, "seeds": sorted(set(a) & set(b))}
             )
-            metric = f"test damage ΔCE (nats), mean over masks keeping {size} of {k}"
-            out.append(
-                {
-                    "arm": name,
-                    "reference": ref,
-                    "kept": size,
-                    "seeds": common,
-                    "verdict": verdict.to_dict(),
-                    "sentence": verdict_sentence(verdict, name_a=name, name_b=ref, metric=metric),
-                }
-            )
-    return out
+    return [
+        {**m, "verdict": c.verdict_fields(), "sentence": comparison_sentence(c).text}
+        for m, c in zip(meta, judge(f"paired damage ({which})", items))
+    ]
 
 
 def aggregate(runs: Sequence[Mapping[str, Any]], checkpoints: Sequence[str]) -> dict[str, Any]:

@@ -127,8 +127,9 @@ def _aggregate(which: str, agg: Mapping[str, Any]) -> list[str]:
     if not arms:
         return [*lines, "No run was audited at this checkpoint.", ""]
     lines += [
-        "Means over seeds with 95% Student-t intervals (descriptive, uncorrected for multiple "
-        "comparisons). Damage is the increase of test CE over the same model's full output, in nats.",
+        "Means over seeds with 95% Student-t intervals (descriptive); each paired-damage verdict "
+        "is Holm-corrected over the comparisons of this checkpoint (docs/statistics.md). Damage "
+        "is the increase of test CE over the same model's full output, in nats.",
         "",
     ]
     lines += _by_size(arms)

@@ -262,7 +262,11 @@ class _Audit:
         )
         full_row = next(m for m in rec["masks"] if m["mask"] == rec["full_mask"])
         record["flags"][which] = failure_flags(
-            status=rd.status, test_acc=full_row["test"]["acc"], train_ce=None, classes=sub.classes
+            status=rd.status,
+            test_acc=full_row["test"]["acc"],
+            train_ce=None,
+            classes=sub.classes,
+            n_eval=(rd.manifest.get("data", {}).get("sizes") or {}).get("test"),
         )
         record["checkpoints"][which] = rec
         self._time_once(model, data, rd.run_id, which, digest)

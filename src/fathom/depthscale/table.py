@@ -57,6 +57,7 @@ class RunRecord:
     selected_epoch: int | None = None
     run_dir: str | None = None
     flags: list[str] = field(default_factory=list)
+    n_test: int | None = None
 
 
 def _last(history: list[dict[str, Any]], key: str) -> Any:
@@ -93,6 +94,7 @@ def read_run(path: Path) -> RunRecord:
         silent_layers=_last(observed, "spike/silent_layers"),
         selected_epoch=sel_epoch,
         run_dir=str(path),
+        n_test=(manifest.get("data", {}).get("sizes") or {}).get("test"),
     )
 
 
@@ -139,8 +141,14 @@ def verdict_table(records: list[RunRecord], classes: int, dataset: str = "") -> 
                 train_ce=[r.fit_ce for r in runs],
                 seeds=[r.seed for r in runs],
             )
+    sizes = {r.n_test for r in records}
     return DepthScalingTable(
-        classes=classes, baseline=BASELINE, candidate=CANDIDATE, rows=rows, dataset=dataset
+        classes=classes,
+        baseline=BASELINE,
+        candidate=CANDIDATE,
+        rows=rows,
+        dataset=dataset,
+        n_eval=sizes.pop() if len(sizes) == 1 else None,
     )
 
 
@@ -175,6 +183,7 @@ def build_table(records: list[RunRecord], classes: int, dataset: str = "") -> Re
             test_acc=r.test_acc,
             train_ce=r.fit_ce,
             classes=classes,
+            n_eval=r.n_test,
             fit_acc=r.fit_acc,
         )
         flagged.append(RunRecord(**{**asdict(r), "flags": flags}))
@@ -259,8 +268,9 @@ def render_markdown(table: ResultsTable, note: str = "") -> str:
         "∇norm: mean total gradient norm over the last epoch's steps. κ: median over probe "
         "examples of σ_max/σ_min of the float64 input-output Jacobian, σ_min the smallest "
         f"numerically nonzero singular value ({RANK_FLOOR_RULE}). A run FAILED when it "
-        "diverged, did not complete, its test accuracy is below twice chance or its fitting "
-        "CE is near ln C.",
+        "diverged or its test accuracy is statistically indistinguishable from chance (exact "
+        "binomial interval on the test set), is UNDETERMINED near that boundary and then "
+        "decides nothing (docs/statistics.md).",
         "",
     ]
     return "\n".join(lines)

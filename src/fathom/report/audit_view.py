@@ -2,7 +2,8 @@
 
 Headline: the computed paired-damage sentences of ``audit.json``'s aggregate (per checkpoint),
 a table per arm, checkpoint and number of kept branches (test accuracy in %, damage ΔCE in
-nats, both with their 95% t intervals over seeds), and the single-branch deletions. The
+nats, both with their 95% t intervals over seeds; verdicts Holm-corrected per checkpoint),
+and the single-branch deletions. The
 mask and example explorer's data are :mod:`fathom.report.examples`.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fathom.report.tables import esc, headline_table
+from fathom.stats.audit_sentences import damage_sentences
 from fathom.stats.units import percent
 
 
@@ -25,32 +27,6 @@ def _iv(
     if iv.get("low") is None:
         return f"{text} (n={iv['n']})"
     return f"{text} [{format(convert(iv['low']), fmt)}, {format(convert(iv['high']), fmt)}]"
-
-
-def damage_sentences(agg: Mapping[str, Any]) -> list[str]:
-    """One sentence per (arm, checkpoint) from the audit's computed paired-damage verdicts:
-    ``sd_constant vs residual, selected checkpoint, damage ΔCE by kept branches: 0 of 4
-    better (−0.4527 nats [−0.5229, −0.3824]), ...``."""
-    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
-    for which, a in agg.items():
-        for p in a.get("paired_damage") or []:
-            groups.setdefault((p["arm"], p["reference"], which), []).append(p)
-    out = []
-    for (arm, ref, which), ps in sorted(groups.items()):
-        k = next((a["k"] for a in [(agg[which].get("arms") or {}).get(arm) or {}] if "k" in a), "?")
-        parts = []
-        for p in sorted(ps, key=lambda p: int(p["kept"])):
-            v = p.get("verdict") or {}
-            d = v.get("diff") or {}
-            if d.get("estimate") is None:
-                parts.append(f"{p['kept']} of {k} kept: {v.get('verdict', 'no comparison')}")
-                continue
-            iv = f" [{d['low']:+.4f}, {d['high']:+.4f}]" if d.get("low") is not None else ""
-            parts.append(f"{p['kept']} of {k} kept {v['verdict']} ({d['estimate']:+.4f} nats{iv})")
-        out.append(
-            f"{arm} vs {ref}, {which} checkpoint, test damage ΔCE: " + "; ".join(parts) + "."
-        )
-    return out
 
 
 def _sentences_html(agg: Mapping[str, Any]) -> list[str]:
@@ -131,7 +107,8 @@ def audit_headline(audit: Mapping[str, Any]) -> str:
     out = [*_sentences_html(agg), *_size_tables(agg), *_branch_table(agg)]
     out.append(
         "<p class='note'>Damage is the increase of test CE over the same model's full output (nats); "
-        "intervals are 95% Student-t over seeds, descriptive and uncorrected. Kept branches run at "
-        "gain one; removed branches are not computed.</p>"
+        "table intervals are 95% Student-t over seeds (descriptive); each verdict's interval is "
+        "Holm-corrected over the comparisons of its checkpoint (docs/statistics.md). Kept branches "
+        "run at gain one; removed branches are not computed.</p>"
     )
     return "\n".join(out)

@@ -154,6 +154,7 @@ def run_flags(run: RunData) -> list[str]:
         test_acc=values["test/acc"] if chance else None,
         train_ce=values["fit/ce"] if chance else None,
         classes=int(classes) if chance else 2,
+        n_eval=((run.manifest.get("data") or {}).get("sizes") or {}).get("test"),
         fit_acc=values["fit/acc"],
     )
 

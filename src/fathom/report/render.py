@@ -14,6 +14,8 @@ from typing import Any
 
 from fathom.report.crossrun import Column, CrossTable
 from fathom.report.tables import esc
+from fathom.stats.results import NOT_ESTABLISHED
+from fathom.stats.sentences import rest_note
 
 
 def number(v: float | None, kind: str = "num") -> str:
@@ -55,16 +57,13 @@ def headline_verdicts(t: CrossTable) -> tuple[list[str], list[str]]:
         latest[v["recipe"]] = max(latest.get(v["recipe"], v["epoch"]), v["epoch"])
     head, rest = [], []
     for v in t.verdicts:
-        shown = v["epoch"] == latest[v["recipe"]] and v["verdict"] != "not established"
+        shown = v["epoch"] == latest[v["recipe"]] and v["verdict"] != NOT_ESTABLISHED
         (head if shown else rest).append(v["sentence"])
     return head, rest
 
 
 def _rest_note(rest: list[str]) -> str:
-    return (
-        f"{len(rest)} other contrast(s): not established, or at an earlier epoch "
-        "(every sentence in summary.json)."
-    )
+    return rest_note(len(rest))
 
 
 def table_markdown(t: CrossTable) -> str:

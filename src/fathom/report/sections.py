@@ -11,35 +11,8 @@ from typing import Any
 
 from fathom.report.runs import RunData
 from fathom.report.tables import esc, headline_table
+from fathom.stats.numbers import fmt_diff_row, fmt_stat
 from fathom.stats.sentences_repro import ranking_claim
-from fathom.stats.units import fmt_percent, percent
-
-
-def _ms_pct(stat: Mapping[str, Any] | None) -> str:
-    if not stat or stat.get("mean") is None:
-        return "—"
-    text = fmt_percent(stat["mean"])
-    if stat.get("sd") is not None:
-        text += f" ± {percent(stat['sd']):.2f}"
-    return text
-
-
-def _ms(stat: Mapping[str, Any] | None) -> str:
-    if not stat or stat.get("mean") is None:
-        return "—"
-    text = f"{stat['mean']:.4f}"
-    return text + (f" ± {stat['sd']:.4f}" if stat.get("sd") is not None else "")
-
-
-def _diff(c: Mapping[str, Any] | None) -> str:
-    if not c or not c.get("diff"):
-        return "—"
-    d = c["diff"]
-    text = f"{d['estimate']:+.2f}" if c["metric"] == "test_acc" else f"{d['estimate']:+.4f}"
-    if d.get("low") is not None:
-        f = ".2f" if c["metric"] == "test_acc" else ".4f"
-        text += f" [{d['low']:+{f}}, {d['high']:+{f}}]"
-    return text
 
 
 def what_was_run(summary: Mapping[str, Any] | None, runs: Sequence[RunData]) -> str:
@@ -65,20 +38,6 @@ def what_was_run(summary: Mapping[str, Any] | None, runs: Sequence[RunData]) -> 
     return out
 
 
-def _short(c: Mapping[str, Any]) -> str:
-    d = c.get("diff") or {}
-    unit = "pp" if c["metric"] == "test_acc" else "nats"
-    f = ".2f" if c["metric"] == "test_acc" else ".4f"
-    if d.get("estimate") is None:
-        return f"{c['checkpoint']}: {c['verdict']}"
-    iv = (
-        f" [{d['low']:+{f}}, {d['high']:+{f}}]"
-        if d.get("low") is not None
-        else f" (n={d.get('n')})"
-    )
-    return f"{c['checkpoint']} {c['verdict']} ({d['estimate']:+{f}} {unit}{iv})"
-
-
 def _scale_down(summary: Mapping[str, Any] | None) -> str:
     """The computed scale-down statement (``scale_down_sentence``, written by
     :mod:`fathom.study.scaledown` from the config against the full protocol); an older
@@ -97,20 +56,14 @@ def _scale_down(summary: Mapping[str, Any] | None) -> str:
 
 
 def verdict_sentences(stats: Mapping[str, Any]) -> list[str]:
-    """One sentence per compared recipe from its computed verdicts (accuracy and CE, at the
-    selected and final checkpoints), then any rank disagreement."""
-    groups: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
-    for c in stats.get("comparisons") or []:
-        groups.setdefault(c["recipe"], {}).setdefault(c["metric"], []).append(c)
-    out = []
-    for recipe, metrics in groups.items():
-        ref = next(iter(metrics.values()))[0]["reference"]
-        parts = [
-            f"{'test accuracy' if m == 'test_acc' else 'test CE'} "
-            + ", ".join(_short(c) for c in cs)
-            for m, cs in metrics.items()
-        ]
-        out.append(f"{recipe} vs {ref}: " + "; ".join(parts) + ".")
+    """The computed sentences of the summary's results model (``stats["results"]``; an older
+    summary without it: each comparison's own sentence), its multiplicity note, then the
+    ranking claims (:func:`fathom.stats.sentences_repro.ranking_claim`)."""
+    results = stats.get("results") or {}
+    texts = [s["text"] for s in results.get("sentences") or []]
+    if not results:
+        texts = [c["sentence"] for c in stats.get("comparisons") or [] if c.get("sentence")]
+    out = [*texts, *(stats.get("notes") or [])[:1]]
     for metric, rk in (stats.get("rankings") or {}).items():
         claim = ranking_claim(rk, stats.get("comparisons") or [], metric)
         if claim["sentence"] is not None:
@@ -136,16 +89,16 @@ def main_table(stats: Mapping[str, Any]) -> str:
             name,
             ", ".join(f"{x:g}" for x in e.get("lr") or []) or "—",
             str((sel.get("test_acc") or {}).get("n", "—")),
-            _ms_pct(sel.get("test_acc")),
-            _ms_pct(fin.get("test_acc")),
-            _ms(sel.get("test_ce")),
-            _ms(fin.get("test_ce")),
+            fmt_stat(sel.get("test_acc"), "%"),
+            fmt_stat(fin.get("test_acc"), "%"),
+            fmt_stat(sel.get("test_ce"), "nats"),
+            fmt_stat(fin.get("test_ce"), "nats"),
         ]
         if name == ref:
             cells += ["reference"] * 4
         else:
             cells += [
-                _diff(comps.get((name, m, w)))
+                fmt_diff_row(comps.get((name, m, w)))
                 for m, w in (
                     ("test_acc", "selected"),
                     ("test_acc", "final"),
@@ -161,10 +114,11 @@ def main_table(stats: Mapping[str, Any]) -> str:
         head,
         rows,
     )
+    notes = " ".join(stats.get("notes") or [])
     return (
         table + "<p class='note'>Mean ± sample SD over seeds. Δ: paired difference recipe − "
-        f"{esc(ref)} over common seeds with its 95% Student-t interval (descriptive, uncorrected "
-        "for multiple comparisons). Accuracy in %, differences in percentage points.</p>"
+        f"{esc(ref)} over seeds with its interval. {esc(notes)} Accuracy in %, differences in "
+        "percentage points.</p>"
     )
 
 

@@ -33,7 +33,7 @@ from fathom.report.crossrun import (
 )
 from fathom.report.layers import LayerAlignment
 from fathom.report.runs import RunData
-from fathom.stats.contrasts import contrast, contrast_sentence
+from fathom.stats.contrasts import contrast, contrast_sentence, judge_contrast_rows
 from fathom.stats.units import percent
 
 # Registry prefixes of the per-layer fields the tables read (the layer is the last segment).
@@ -100,6 +100,7 @@ def _contrast_row(
         "reference": reference,
         "epoch": epoch,
         "quantity": key,
+        "label": quantity,
         "layer": layer,
         **c.to_dict(),
         "sentence": contrast_sentence(
@@ -142,7 +143,8 @@ def gradient_table(
         "(min–max); the energy share in percent. D near N can mean one example dominates "
         "vanishing gradients. Contrasts: "
         "geometric-mean ratio recipe / reference over paired seeds (energy share: difference "
-        "in pp) with its 95% t interval; descriptive, uncorrected for multiple comparisons.",
+        "in pp) with its interval, resolution floor and region of no interest, Holm-corrected over "
+        "the table's contrasts (docs/statistics.md).",
         [
             Column("recipe", "recipe", "text"),
             Column("epoch", "epoch", "int"),
@@ -174,6 +176,7 @@ def gradient_table(
                                       quantity=f"head-layer {label.removesuffix(' (%)')}",
                                       key=key, layer=head)
                     )  # fmt: skip
+    table.verdicts[:] = judge_contrast_rows(table.verdicts, table.name)
     return table
 
 
@@ -194,7 +197,8 @@ def activation_table(
         "(min–max over seeds), in percent; a column '→ X' is the ReLU output feeding layer X "
         "(the same network layer of every recipe, matched by position in the model). A zero "
         "on this probe does not prove a permanently dead unit. Contrasts: difference recipe − "
-        "reference in pp over paired seeds, 95% t interval, at the earlier last epoch.",
+        "reference in pp over paired seeds, Holm-corrected over the table's contrasts "
+        "(docs/statistics.md), at the earlier last epoch.",
         [
             Column("recipe", "recipe", "text"),
             Column("epoch", "epoch", "int"),
@@ -224,6 +228,7 @@ def activation_table(
                                   scale="difference", quantity=f"zero-activation fraction into {lab}",
                                   key="zero_frac", layer=lab)
                 )  # fmt: skip
+    table.verdicts[:] = judge_contrast_rows(table.verdicts, table.name)
     return table
 
 

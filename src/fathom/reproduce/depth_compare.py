@@ -29,10 +29,11 @@ from fathom.reproduce.compare import compare_row
 from fathom.reproduce.extract import Measured, none
 from fathom.reproduce.seeds import SeedData
 from fathom.stats.scaling import ArmRuns, DepthScalingTable, depth_scaling_verdict
+from fathom.stats.scaling_sentences import BETTER_SCALING
 
 FORMAT = 1
 KIND = "fathom.reproduce.depth_comparison"
-SEED_CLAIM = "better scaling"
+SEED_CLAIM = BETTER_SCALING
 """The verdict the seed log's conclusion amounts to: the Lyapunov arm scales better."""
 
 
@@ -88,9 +89,14 @@ DEPTH_EXTRACTORS: dict[str, Callable[[Any, Mapping[str, Any]], Measured]] = {
 }
 
 
+CIFAR100_TEST_EXAMPLES = 10_000
+"""The size of the CIFAR-100 test set the seed log's accuracies are measured on."""
+
+
 def seed_log_table(data: SeedData, table: str = "depth_scaling") -> DepthScalingTable:
     """The seed log's accuracies as Fathom's verdict input: one run per depth and arm
-    (seed 0), status complete, fitting CE not recorded, chance from the log's 100 classes."""
+    (seed 0), status complete, fitting CE not recorded, chance from the log's 100 classes,
+    accuracies on the CIFAR-100 test set (10,000 examples)."""
     acc = {
         (int(v.extract["depth"]), v.extract["arm"]): float(v.value)  # type: ignore[arg-type]
         for v in data.values_of(table)
@@ -104,7 +110,12 @@ def seed_log_table(data: SeedData, table: str = "depth_scaling") -> DepthScaling
         for d in sorted({d for d, _ in acc})
     }
     return DepthScalingTable(
-        classes=100, baseline=BASELINE, candidate=CANDIDATE, rows=rows, dataset="cifar100"
+        classes=100,
+        baseline=BASELINE,
+        candidate=CANDIDATE,
+        rows=rows,
+        dataset="cifar100",
+        n_eval=CIFAR100_TEST_EXAMPLES,
     )
 
 

@@ -129,7 +129,7 @@ def run_head_diagnostic(
         if outcome.status != "complete":
             raise FathomError(
                 f"head diagnostic run {cfg.name} ended {outcome.status} ({outcome.error}); a "
-                "diverged head has no final checkpoint to count: lower --lr"
+                "diverged head has no final checkpoint to count: reduce --lr"
             )
         rd = RunDir(out / cfg.name)
         device = resolve_device(cfg.device)

@@ -1,23 +1,20 @@
 """Directional contrasts: is a measured quantity higher or lower in one arm than another?
 
 For quantities with no "better" direction (a gradient norm, a zero-activation fraction) the
-rule is the one of :func:`fathom.stats.verdicts.compare` read as a direction: the paired
-95% t interval over seeds decides, failure flags exclude, n < 2 claims nothing. Two scales:
+rule is :mod:`fathom.stats.inference`'s, with the words *higher* / *lower*: paired over seeds,
+a resolution floor, a smallest effect of interest, leave-one-seed-out. Two scales:
 
-* ``ratio`` (positive quantities: norms, diversity, participation)::
-
-      r_s = a_s / b_s,   l_s = ln r_s,   ratio = exp(mean_s l_s)      (geometric-mean ratio)
-      interval = exp(mean(l) ± t_{(1+level)/2, n-1} · sd(l) / √n)
-
-  ``higher`` when the interval lies above 1, ``lower`` when below 1. A value <= 0 in a
-  paired seed has no ratio: the contrast is ``no comparison`` and says so.
+* ``ratio`` (positive quantities: norms, diversity, participation): ``l_s = ln a_s − ln b_s``,
+  the geometric-mean ratio ``exp(mean l)`` and its interval ``exp(CI(l))``; region of no
+  interest ``[1/1.05, 1.05]`` (``Rules.log_ratio``), resolution ``Rules.log_ratio_resolution``.
+  A value <= 0 in a seed has no ratio: ``no comparison``, saying so.
 * ``difference`` (fractions, compared in percentage points after
-  :func:`fathom.stats.units.percent`): ``d_s = a_s - b_s``, the paired t interval;
-  ``higher`` when above 0, ``lower`` when below.
+  :func:`fathom.stats.units.percent`): ``d_s = a_s − b_s``; region ``±Rules.accuracy_pp``.
 
-Verdicts: ``higher`` | ``lower`` | ``not established`` (interval covers the null, or n < 2)
-| ``no comparison`` (an arm carries an excluding flag: diverged, at chance, incomplete;
-or no paired seed; or a non-positive value on the ratio scale).
+Verdicts: ``higher`` | ``lower`` | ``equivalent`` | ``not established`` (n < 2 included) |
+``no comparison`` (an excluding failure flag, unequal seeds, a missing value, no ratio).
+Each call is a family of one; a table printing several together re-judges them as one Holm
+family (:func:`judge_contrast_rows`).
 """
 
 from __future__ import annotations
@@ -28,19 +25,22 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fathom.errors import FathomError
-from fathom.stats.flags import is_excluded
-from fathom.stats.intervals import paired_difference
+from fathom.stats.flags import EXCLUDING_FLAGS
+from fathom.stats.inference import Paired, judge, paired
+from fathom.stats.quantities import ratio
+from fathom.stats.results import Comparison, Quantity
+from fathom.stats.rules import DEFAULT_RULES, Rules
+from fathom.stats.sentences import comparison_sentence
 from fathom.stats.units import percent
-from fathom.stats.verdicts import compare
 
 SCALES = ("ratio", "difference")
-DIRECTION = {"better": "higher", "worse": "lower"}
 
 
 @dataclass(frozen=True)
 class Contrast:
     """A directional verdict of ``a`` against ``b`` on one scale, with the interval on that
-    scale (``estimate``/``low``/``high``; bounds ``None`` when n < 2 or no comparison)."""
+    scale (``estimate``/``low``/``high``: a ratio or pp; bounds ``None`` when n < 2 or no
+    comparison) and the judged :class:`~fathom.stats.results.Comparison`."""
 
     verdict: str
     reason: str
@@ -49,20 +49,78 @@ class Contrast:
     low: float | None
     high: float | None
     n: int
-    level: float
+    level: float | None
+    comparison: Comparison
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form."""
-        return asdict(self)
+        out = asdict(self)
+        out["comparison"] = self.comparison.to_dict()
+        return out
 
 
-def _excluded(a: str, b: str, flags_a: Sequence[str], flags_b: Sequence[str]) -> str | None:
-    """The reason :func:`compare` gives when an arm carries an excluding flag, else None."""
-    if not (is_excluded(list(flags_a)) or is_excluded(list(flags_b))):
-        return None
-    return compare(
-        None, higher_is_better=True, flags_a=flags_a, flags_b=flags_b, name_a=a, name_b=b
-    ).reason
+def _quantity(scale: str, rules: Rules) -> Quantity:
+    if scale == "ratio":
+        return ratio("ratio", rules)
+    return Quantity(
+        name="difference",
+        unit="pp",
+        higher_is_better=None,
+        smallest_effect=rules.accuracy_pp,
+        resolution=0.01,
+    )
+
+
+def _blocked(a: str, b: str, flags_a: Sequence[str], flags_b: Sequence[str]) -> str | None:
+    parts = [
+        f"{name} excluded ({', '.join(sorted({f for f in fl if f in EXCLUDING_FLAGS}))})"
+        for name, fl in ((a, flags_a), (b, flags_b))
+        if any(f in EXCLUDING_FLAGS for f in fl)
+    ]
+    return "; ".join(parts) or None
+
+
+def contrast_item(
+    cid: str,
+    a: Mapping[int, float],
+    b: Mapping[int, float],
+    *,
+    scale: str,
+    flags_a: Sequence[str] = (),
+    flags_b: Sequence[str] = (),
+    name_a: str = "a",
+    name_b: str = "b",
+    rules: Rules = DEFAULT_RULES,
+) -> Paired:
+    """The comparison input of one contrast (see the module docstring)."""
+    if scale not in SCALES:
+        raise FathomError(f"contrast scale {scale!r} is unknown; use one of {SCALES}")
+    q = _quantity(scale, rules)
+    blocked = _blocked(name_a, name_b, flags_a, flags_b)
+    if blocked is None and not set(a) & set(b):
+        blocked = f"no seed measured in both {name_a} and {name_b}"
+    if blocked is None and scale == "ratio":
+        bad = sorted(s for s in set(a) | set(b) if not (a.get(s, 1.0) > 0 and b.get(s, 1.0) > 0))
+        if bad:
+            blocked = f"a value <= 0 at seed(s) {bad}: no ratio"
+    conv = (lambda x: math.log(x)) if scale == "ratio" else percent
+    if blocked is None:
+        a = {s: conv(v) for s, v in a.items()}
+        b = {s: conv(v) for s, v in b.items()}
+    return paired(cid, q, a, b, names=(name_a, name_b), blocked=blocked)
+
+
+def from_comparison(c: Comparison) -> Contrast:
+    """The :class:`Contrast` view of a judged comparison (ratios back from the log scale)."""
+    back = math.exp if c.quantity.scale == "log ratio" else float
+    scale = "ratio" if c.quantity.scale == "log ratio" else "difference"
+
+    def conv(x: float | None) -> float | None:
+        return None if x is None else back(x)
+
+    return Contrast(
+        c.verdict, c.reason, scale, conv(c.estimate), conv(c.low), conv(c.high), c.n, c.level, c
+    )
 
 
 def contrast(
@@ -74,86 +132,65 @@ def contrast(
     flags_b: Sequence[str] = (),
     name_a: str = "a",
     name_b: str = "b",
-    level: float = 0.95,
+    rules: Rules = DEFAULT_RULES,
 ) -> Contrast:
-    """Contrast of per-seed values ``a[s]`` against ``b[s]`` (see the module docstring).
-
-    ``flags_a`` / ``flags_b``: the failure flags of each arm's runs (their union over
-    seeds); on the ``difference`` scale values are fractions, converted to percent here.
-    """
-    if scale not in SCALES:
-        raise FathomError(f"contrast scale {scale!r} is unknown; use one of {SCALES}")
-    null = Contrast("no comparison", "", scale, None, None, None, 0, level)
-    why = _excluded(name_a, name_b, flags_a, flags_b)
-    if why is not None:
-        return Contrast(**{**null.to_dict(), "reason": why})
-    common = sorted(set(a) & set(b))
-    if not common:
-        return Contrast(
-            **{**null.to_dict(), "reason": f"no seed measured in both {name_a} and {name_b}"}
-        )
-    if scale == "ratio":
-        bad = [s for s in common if not (a[s] > 0 and b[s] > 0)]
-        if bad:
-            return Contrast(
-                **{
-                    **null.to_dict(),
-                    "n": len(common),
-                    "reason": f"a value <= 0 at seed(s) {bad}: no ratio",
-                }
-            )
-        diff = paired_difference(
-            {s: math.log(a[s]) for s in common}, {s: math.log(b[s]) for s in common}, level
-        )
-        back = math.exp
-    else:
-        diff = paired_difference(
-            {s: percent(a[s]) for s in common}, {s: percent(b[s]) for s in common}, level
-        )
-        back = float
-    v = compare(
-        diff, higher_is_better=True, flags_a=flags_a, flags_b=flags_b, name_a=name_a, name_b=name_b
+    """Contrast of per-seed values ``a[s]`` against ``b[s]`` (a family of one)."""
+    item = contrast_item(
+        "contrast",
+        a,
+        b,
+        scale=scale,
+        flags_a=flags_a,
+        flags_b=flags_b,
+        name_a=name_a,
+        name_b=name_b,
+        rules=rules,
     )
-    return Contrast(
-        DIRECTION.get(v.verdict, v.verdict),
-        v.reason,
-        scale,
-        back(diff.estimate),
-        None if diff.low is None else back(diff.low),
-        None if diff.high is None else back(diff.high),
-        diff.n,
-        level,
-    )
-
-
-def _num(x: float, scale: str) -> str:
-    return f"{x:.3g}" if scale == "ratio" else f"{x:+.2f}"
-
-
-def _interval(c: Contrast) -> str:
-    text = _num(c.estimate, c.scale)  # type: ignore[arg-type]
-    unit = "" if c.scale == "ratio" else " pp"
-    if c.low is None or c.high is None:
-        return f"{c.scale} {text}{unit}"
-    return f"{c.scale} {text}{unit} [{_num(c.low, c.scale)}, {_num(c.high, c.scale)}]"
+    return from_comparison(judge("contrast", [item], rules)[0])
 
 
 def contrast_sentence(c: Contrast, *, name_a: str, name_b: str, quantity: str, epoch: int) -> str:
     """The one sentence a report prints for a :func:`contrast`, for example::
 
-    "plain's head-layer ‖mean g‖ is lower than residual's at epoch 5: ratio 0.31
-     [0.22, 0.43] (n = 3 seeds)."
-    "plain vs residual, head-layer diversity D at epoch 5: not established, ratio 0.91
-     [0.55, 1.5] (n = 3 seeds; the interval includes 1)."
-    "plain vs residual, ... at epoch 5: not established, ratio 0.8 (n = 1 seed: no interval)."
-    "plain vs residual, ... at epoch 5: no comparison (plain excluded (diverged))."
+    "plain vs residual on head-layer ‖mean g‖ (epoch 5): lower (ratio 0.31×, 95% interval
+     [0.22×, 0.43×], paired over n=3 seeds; outside the region of no interest [0.952×, 1.05×] ...)."
     """
-    seeds = f"n = {c.n} seed{'s' if c.n != 1 else ''}"
-    if c.verdict in ("higher", "lower"):
-        return f"{name_a}'s {quantity} is {c.verdict} than {name_b}'s at epoch {epoch}: {_interval(c)} ({seeds})."
-    head = f"{name_a} vs {name_b}, {quantity} at epoch {epoch}"
-    if c.verdict == "no comparison" or c.estimate is None:
-        return f"{head}: no comparison ({c.reason})."
-    null = "1" if c.scale == "ratio" else "0"
-    why = "no interval" if c.low is None else f"the interval includes {null}"
-    return f"{head}: not established, {_interval(c)} ({seeds}: {why})."
+    q = c.comparison.quantity.model_copy(update={"name": quantity})
+    named = c.comparison.model_copy(
+        update={"quantity": q, "a": name_a, "b": name_b, "context": {"scope": f"epoch {epoch}"}}
+    )
+    return comparison_sentence(named).text
+
+
+def judge_contrast_rows(rows: Sequence[dict[str, Any]], family: str) -> list[dict[str, Any]]:
+    """Re-judge contrast rows printed together as one Holm family.
+
+    Each row holds ``comparison`` (from :meth:`Contrast.to_dict`), ``recipe``, ``reference``,
+    ``label`` and ``epoch``; the returned rows carry the family's verdicts, intervals and
+    sentences (the per-row judgments were families of one).
+    """
+    comps = [Comparison.model_validate(r["comparison"]) for r in rows]
+    items = [
+        Paired(
+            f"{family}#{i}",
+            c.quantity,
+            c.a,
+            c.b,
+            dict(zip(c.seeds, c.diffs)),
+            dict(zip(c.seeds, c.variances)),
+            blocked=c.reason if c.verdict == "no comparison" else None,
+        )
+        for i, c in enumerate(comps)
+    ]
+    out = []
+    for row, c in zip(rows, judge(family, items)):
+        view = from_comparison(c)
+        sentence = contrast_sentence(
+            view,
+            name_a=row["recipe"],
+            name_b=row["reference"],
+            quantity=row["label"],
+            epoch=row["epoch"],
+        )
+        out.append({**row, **view.to_dict(), "sentence": sentence})
+    return out

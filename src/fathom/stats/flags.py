@@ -1,9 +1,10 @@
-"""Failure flags for one run: it diverged, it sits at chance, or it does not fit.
+"""Failure flags for one run: it diverged, did not complete, failed or is undetermined
+against chance (:mod:`fathom.stats.chance`), or does not fit.
 
-Flags are descriptive strings; :data:`EXCLUDING_FLAGS` are the ones that remove a run
-from comparisons (a diverged or at-chance run says nothing about how good its method
-is, only that it failed). ``not_fitting`` is a caveat printed next to a comparison:
-two underfitting runs can still be compared, the comparison says which underfits less.
+Flags are descriptive strings; :data:`EXCLUDING_FLAGS` remove a run from comparisons (a
+diverged or at-chance run says nothing about how good its method is, only that it failed;
+an undetermined one may not decide a verdict either way). ``not_fitting`` and
+``ce_near_chance`` are caveats printed next to a comparison.
 """
 
 from __future__ import annotations
@@ -11,30 +12,18 @@ from __future__ import annotations
 import math
 
 from fathom.errors import FathomError
-
-CHANCE_ACCURACY_FACTOR = 2.0
-"""A run is at chance when its test accuracy is below ``2 / C`` (twice chance)."""
+from fathom.stats.chance import chance_test
+from fathom.stats.rules import DEFAULT_RULES, Rules
 
 CHANCE_CE_TOLERANCE = 0.05
-"""Relative tolerance for "CE near ln C": at chance when ``CE >= (1 - 0.05) · ln C``.
-
-Rationale: CE = -mean log p(true class), so CE >= 0.95 ln C means the geometric mean of
-the probability given to the true class is at most ``C^-0.95``, i.e. at most ``C^0.05``
-times the uniform guess (1.12x for C = 10, 1.26x for C = 100): indistinguishable from
-predicting the prior. CE above ln C (confidently wrong) is at or worse than chance and
-is flagged too. A relative tolerance keeps the rule meaningful for C = 2, where an
-absolute one such as ln 2 would flag every run.
-"""
+"""Caveat ``ce_near_chance`` when the fitting CE ``>= (1 - 0.05) · ln C``: the geometric
+mean of the probability given to the true class is at most ``C^0.05`` times the uniform
+guess. A caveat only: whether a run trained is decided by its accuracy (``fathom.stats.chance``)."""
 
 NOT_FITTING_ACCURACY = 0.5
-"""A run is ``not_fitting`` when its final fitting-set accuracy is below 0.5.
+"""A run is ``not_fitting`` when its final fitting-set accuracy is below 0.5 (a caveat)."""
 
-Rationale: after the full training budget a network that cannot classify half of the
-examples it is trained on has not fit its training set; every working run in the
-reference studies (MNIST MLPs, CIFAR conv nets at depths that train) ends far above it.
-"""
-
-EXCLUDING_FLAGS = ("diverged", "at_chance", "incomplete")
+EXCLUDING_FLAGS = ("diverged", "incomplete", "at_chance", "near_chance", "n_eval_unknown")
 """Flags that remove a run from comparisons."""
 
 _KNOWN_STATUSES = ("complete", "diverged", "failed", "running")
@@ -50,41 +39,42 @@ def failure_flags(
     test_acc: float | None,
     train_ce: float | None,
     classes: int,
+    n_eval: int | None,
     fit_acc: float | None = None,
-    chance_ce_tolerance: float = CHANCE_CE_TOLERANCE,
+    rules: Rules = DEFAULT_RULES,
     fit_threshold: float = NOT_FITTING_ACCURACY,
 ) -> list[str]:
-    """Flags of one run, in a fixed order: ``diverged``, ``incomplete``, ``at_chance``, ``not_fitting``.
+    """Flags of one run, in a fixed order (``n_eval``: the test-set size the accuracy is on).
 
-    * ``diverged``: ``status == "diverged"`` or any given metric is NaN/inf.
-    * ``incomplete``: ``status`` is ``"failed"`` or ``"running"`` (no final result).
-    * ``at_chance``: ``test_acc < 2 / classes`` or ``train_ce >= (1 - tol) · ln(classes)``.
-    * ``not_fitting``: ``fit_acc < fit_threshold``.
+    * ``diverged``: ``status == "diverged"`` or any given metric is NaN/inf (nothing else);
+    * ``incomplete``: ``status`` is ``"failed"`` or ``"running"`` (no final result);
+    * ``at_chance``: :func:`~fathom.stats.chance.chance_test` says *failed*;
+    * ``near_chance``: it says *undetermined* (the run decides no verdict);
+    * ``n_eval_unknown``: an accuracy without its evaluation-set size: it cannot be judged;
+    * ``ce_near_chance`` (caveat): ``train_ce >= (1 - 0.05) · ln C``;
+    * ``not_fitting`` (caveat): ``fit_acc < fit_threshold``.
 
-    Pass final values (or, for "stays at chance over the run", the best value reached).
     A metric given as ``None`` is unknown and raises no flag by itself.
     """
     if status not in _KNOWN_STATUSES:
         raise FathomError(f"unknown run status {status!r}; expected one of {_KNOWN_STATUSES}")
     if classes < 2:
         raise FathomError(f"classes={classes!r}: a classification task needs at least 2 classes")
-    if not 0.0 <= chance_ce_tolerance < 1.0:
-        raise FathomError(
-            f"chance_ce_tolerance={chance_ce_tolerance!r} must be in [0, 1); default is "
-            f"{CHANCE_CE_TOLERANCE}"
-        )
-    flags: list[str] = []
+    if n_eval is not None and n_eval < 1:
+        raise FathomError(f"n_eval={n_eval!r}: an accuracy needs at least one test example")
     if status == "diverged" or any(_non_finite(x) for x in (test_acc, train_ce, fit_acc)):
-        flags.append("diverged")
-        return flags
+        return ["diverged"]
+    flags: list[str] = []
     if status in ("failed", "running"):
         flags.append("incomplete")
-    chance_acc = CHANCE_ACCURACY_FACTOR / classes
-    near_chance_ce = (1.0 - chance_ce_tolerance) * math.log(classes)
-    if (test_acc is not None and test_acc < chance_acc) or (
-        train_ce is not None and train_ce >= near_chance_ce
-    ):
-        flags.append("at_chance")
+    if test_acc is not None:
+        if n_eval is None:
+            flags.append("n_eval_unknown")
+        else:
+            state = chance_test(test_acc, n_eval=n_eval, classes=classes, rules=rules).state
+            flags += {"failed": ["at_chance"], "undetermined": ["near_chance"]}.get(state, [])
+    if train_ce is not None and train_ce >= (1.0 - CHANCE_CE_TOLERANCE) * math.log(classes):
+        flags.append("ce_near_chance")
     if fit_acc is not None and fit_acc < fit_threshold:
         flags.append("not_fitting")
     return flags

@@ -1,51 +1,47 @@
 """The depth-scaling verdict: does the candidate arm scale with depth better than the baseline?
 
-Input: a table ``rows[depth][arm]`` of per-seed runs (test accuracy, training CE, status).
-The rule, applied in this order:
+Input: a table ``rows[depth][arm]`` of per-seed runs (test accuracy on ``n_eval`` examples
+of ``classes`` classes, status). The rule (``docs/statistics.md``), in order:
 
-1. **Runs and cells.** A run *failed* when :func:`~fathom.stats.flags.failure_flags`
-   excludes it (diverged, incomplete, at chance). A cell (depth, arm) is ``trained`` when
-   every seed trained, ``failed`` when every seed failed, ``partial`` otherwise.
-2. **No conclusion.** An arm that trained on every seed at no depth gives
-   ``"no conclusion: the <arm> arm failed to train at every depth"``: nothing about its
-   scaling can be said.
-3. **The range.** A scaling claim covers a *contiguous* range of depths starting at the
-   shallowest, ``R = d_0 < d_1 < ... < d_k``: the longest prefix of the sorted depths at
-   which both arms trained. It never jumps over a depth where an arm failed; every depth
-   outside ``R`` is named with its reason (which arm failed, how many seeds, which flags;
-   or that it lies beyond the depth where the range stops).
-4. **Failure evidence.** A depth where only the candidate fails (candidate ``failed`` or
-   ``partial``, baseline ``trained``) is evidence *against* the candidate; a depth where only
-   the baseline fails is evidence *for* it. Evidence at a depth is *decisive* when the
-   two-sided Fisher exact test on the failure counts (failed / trained seeds of each arm)
-   gives ``p < 1 - level``. All seeds failing against all training needs 5 seeds per arm
-   at level 0.95 (``p = 2 / C(2n, n)``: 0.10 for n = 3, 0.0079 for n = 5); one seed is
-   never decisive. Non-decisive evidence still blocks any claim in the other direction.
-5. **The interval.** Over ``R`` (``k >= 1``), per seed ``s`` common to the four cells::
+1. **Bad input** (:func:`~fathom.stats.scaling_table.bad_table`: one depth, one class, no
+   test-set size, unequal or missing seeds, an incomplete run, a non-finite accuracy of a
+   run that did not diverge) gives ``no comparison`` naming the reason.
+2. **Runs.** Each run is *trained*, *failed* or *undetermined* against chance
+   (:func:`fathom.stats.chance.chance_test`); a diverged run failed, and enters the
+   profile at chance accuracy ``1/C`` (failure is an observed low accuracy, never an
+   exclusion). An arm with no trained run at any depth: ``no conclusion`` (nothing about
+   its scaling can be said; seed 000's table, the regularized arm at 1% everywhere).
+3. **Determined depths** ``D``: depths where no run of either arm is undetermined. A depth
+   with an undetermined run is left out of everything below and named: an undetermined
+   cell never decides a verdict. Fewer than two determined depths: ``no comparison``.
+4. **The profile contrast**, paired over seeds (accuracy in pp)::
 
-       Δ_s = (cand(d_k) - cand(d_0)) - (base(d_k) - base(d_0))
+       Δ_s = (1/|D|) Σ_{d ∈ D} (cand_s(d) − base_s(d))
 
-   with a paired Student-t interval at ``level``: ``low > 0`` supports "better",
-   ``high < 0`` "worse". With n < 2 seeds there is no interval, hence no interval-based claim.
-6. **Combination.** Decisive evidence in both directions: ``"inconclusive"`` (conflicting).
-   Decisive evidence in one direction: that claim, whatever the slope over ``R``: an arm that
-   does not train where the other does scales worse. Otherwise an interval that excludes zero
-   gives its claim unless failure evidence points the other way (then ``"inconclusive"``); an
-   interval containing zero gives ``"not established"``; no interval gives ``"inconclusive"``.
-
-The sentence names the range, the excluded depths and why, and says when the candidate is
-better (or worse) at every depth of the range (per-depth paired intervals).
+   judged by :mod:`fathom.stats.inference` (floor: the binomial bound of each accuracy,
+   ``v_s = (1/|D|²) Σ_d (u_cand + u_base)``; smallest effect ``rules.accuracy_pp``), in one
+   Holm family with the per-depth paired comparisons at every depth of ``D``.
+5. **Failure evidence**: at each depth where the arms' failure counts differ, the two-sided
+   Fisher exact test; *decisive* when Holm over those depths rejects at the nominal level.
+6. **Combination.** The profile's verdict gives ``better`` / ``worse`` / ``equivalent
+   scaling`` unless an established per-depth comparison or decisive failure evidence points
+   the other way (for *equivalent*: any way): then ``inconclusive``, naming both. An
+   established verdict that leave-one-seed-out reverses is marked ``fragile``. Otherwise
+   ``not established``.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
+import math
 
 from scipy.stats import fisher_exact
 
-from fathom.stats.flags import failure_flags, is_excluded
-from fathom.stats.intervals import Interval, paired_difference
+from fathom.stats.chance import chance_test
+from fathom.stats.inference import Paired, judge, paired
+from fathom.stats.numbers import fmt_value
+from fathom.stats.quantities import accuracy, accuracy_variance_pp
+from fathom.stats.results import Comparison
+from fathom.stats.rules import DEFAULT_RULES, Rules
 from fathom.stats.scaling_sentences import combine, observations
 from fathom.stats.scaling_table import (
     ArmRuns,
@@ -53,9 +49,9 @@ from fathom.stats.scaling_table import (
     DepthScalingVerdict,
     FailedRun,
     FailureEvidence,
-    validate_table,
+    bad_table,
 )
-from fathom.stats.verdicts import Verdict, compare
+from fathom.stats.units import percent
 
 __all__ = [
     "ArmRuns",
@@ -66,177 +62,228 @@ __all__ = [
     "depth_scaling_verdict",
 ]
 
+FAMILY = "depth scaling"
 
-@dataclass(frozen=True)
-class _Cell:
-    state: str
-    n: int
-    n_failed: int
-    flag_counts: dict[str, int]
-
-    def describe(self, arm: str) -> str:
-        flags = ", ".join(f"{f} {k}/{self.n}" for f, k in sorted(self.flag_counts.items()))
-        if self.state == "trained":
-            return f"{arm} trained ({self.n}/{self.n} seeds)"
-        return f"{arm} failed on {self.n_failed}/{self.n} seeds ({flags})"
+RunStates = dict[int, dict[str, dict[int, tuple[str, float, list[str]]]]]
 
 
-def _classify(table: DepthScalingTable) -> tuple[dict[int, dict[str, _Cell]], list[FailedRun]]:
-    out: dict[int, dict[str, _Cell]] = {}
-    excluded: list[FailedRun] = []
+def _states(table: DepthScalingTable, rules: Rules) -> RunStates:
+    """``[depth][arm][seed] -> (state, accuracy used, flags)`` (rule 2)."""
+    out: RunStates = {}
     for d in sorted(table.rows):
         out[d] = {}
         for arm in (table.baseline, table.candidate):
             runs = table.rows[d][arm]
-            flags = [
-                failure_flags(status=st, test_acc=acc, train_ce=ce, classes=table.classes)
-                for acc, ce, st in zip(runs.test_acc, runs.ce_list(), runs.status)
-            ]
-            counts: Counter[str] = Counter()
-            for seed, fl in zip(runs.seed_ids(), flags):
-                if is_excluded(fl):
-                    excluded.append(FailedRun(d, arm, seed, fl))
-                    counts.update(f for f in fl if f != "not_fitting")
-            n_failed = sum(is_excluded(fl) for fl in flags)
-            state = (
-                "trained" if n_failed == 0 else "failed" if n_failed == len(flags) else "partial"
-            )
-            out[d][arm] = _Cell(state, len(flags), n_failed, dict(counts))
-    return out, excluded
-
-
-def _by_seed(runs: ArmRuns) -> dict[int, float]:
-    return {s: float(a) for s, a in zip(runs.seed_ids(), runs.test_acc) if a is not None}
-
-
-def _per_depth(
-    table: DepthScalingTable, cells: dict[int, dict[str, _Cell]], level: float
-) -> dict[int, Verdict]:
-    """Candidate against baseline at each depth (paired over seeds); no comparison if one failed."""
-    out: dict[int, Verdict] = {}
-    for d, cell in cells.items():
-        not_trained = [arm for arm, c in cell.items() if c.state != "trained"]
-        if not_trained:
-            reason = "; ".join(f"{arm} {cell[arm].state} at depth {d}" for arm in not_trained)
-            out[d] = Verdict("no comparison", reason, None)
-            continue
-        diff = paired_difference(
-            _by_seed(table.rows[d][table.candidate]), _by_seed(table.rows[d][table.baseline]), level
-        )
-        out[d] = compare(
-            diff,
-            higher_is_better=True,
-            flags_a=[],
-            flags_b=[],
-            name_a=table.candidate,
-            name_b=table.baseline,
-        )
+            out[d][arm] = {}
+            for s, acc, st in zip(runs.seed_ids(), runs.test_acc, runs.status):
+                finite = acc is not None and math.isfinite(float(acc))
+                if st == "diverged" or not finite:
+                    out[d][arm][s] = ("failed", 1.0 / table.classes, ["diverged"])
+                    continue
+                ct = chance_test(acc, n_eval=table.n_eval or 1, classes=table.classes, rules=rules)
+                flag = {"failed": ["at_chance"], "undetermined": ["near_chance"]}.get(ct.state, [])
+                out[d][arm][s] = (ct.state, float(acc), flag)  # type: ignore[arg-type]
     return out
 
 
-def _evidence(
-    table: DepthScalingTable, cells: dict[int, dict[str, _Cell]], level: float
-) -> list[FailureEvidence]:
-    """Depths where exactly one arm failed, with the Fisher exact test on the failure counts."""
-    out = []
-    for d, cell in cells.items():
-        base, cand = cell[table.baseline], cell[table.candidate]
-        if (base.state == "trained") == (cand.state == "trained"):
-            continue
-        failing, other = (cand, base) if base.state == "trained" else (base, cand)
-        direction = "against" if failing is cand else "for"
-        arm = table.candidate if failing is cand else table.baseline
-        counts = [[failing.n_failed, failing.n - failing.n_failed], [0, other.n]]
-        p = float(fisher_exact(counts).pvalue)
-        out.append(
-            FailureEvidence(
-                d, direction, arm, (failing.n_failed, failing.n), (0, other.n), p, p < 1 - level
-            )
-        )
-    return out
+def _cell(runs: dict[int, tuple[str, float, list[str]]]) -> str:
+    states = {st for st, _, _ in runs.values()}
+    if "undetermined" in states:
+        return "undetermined"
+    return states.pop() if len(states) == 1 else "partial"
 
 
-def _excluded_depths(
-    table: DepthScalingTable, cells: dict[int, dict[str, _Cell]], span: list[int]
-) -> dict[int, str]:
-    """Why each depth outside the contiguous range ``span`` is excluded from the interval."""
-    stop = next((d for d in cells if d not in span), None)
-    out = {}
-    for d, cell in cells.items():
-        if d in span:
-            continue
-        failing = [arm for arm, c in cell.items() if c.state != "trained"]
-        if failing:
-            out[d] = "; ".join(cell[arm].describe(arm) for arm in (table.candidate, table.baseline))
-        else:
-            out[d] = (
-                f"both trained, but beyond depth {stop} where the range stops (a claim does not "
-                "jump over a failed depth)"
-            )
-    return out
-
-
-def _scaling_interval(table: DepthScalingTable, span: list[int], level: float) -> Interval | None:
-    """Paired interval of Δ_s over the range (rule 5); None without 2 depths or a common seed."""
-    if len(span) < 2:
-        return None
-    d0, d1 = span[0], span[-1]
-
-    def change(arm: str) -> dict[int, float]:
-        lo, hi = _by_seed(table.rows[d0][arm]), _by_seed(table.rows[d1][arm])
-        return {s: hi[s] - lo[s] for s in sorted(set(lo) & set(hi))}
-
-    cand, base = change(table.candidate), change(table.baseline)
-    if not set(cand) & set(base):
-        return None
-    return paired_difference(cand, base, level)
-
-
-def _never_trained(table: DepthScalingTable, cells: dict[int, dict[str, _Cell]]) -> str | None:
+def _never_trained(table: DepthScalingTable, states: RunStates) -> str | None:
     """Rule 2: the no-conclusion sentence, or None when both arms trained somewhere."""
     arms = (table.baseline, table.candidate)
-    never = [a for a in arms if all(c[a].state != "trained" for c in cells.values())]
+    never = [
+        a
+        for a in arms
+        if all(st != "trained" for c in states.values() for st, _, _ in c[a].values())
+    ]
     if not never:
         return None
-    all_failed = [a for a in never if all(c[a].state == "failed" for c in cells.values())]
+    failed = [
+        a
+        for a in never
+        if all(st == "failed" for c in states.values() for st, _, _ in c[a].values())
+    ]
+    if len(failed) == 2:
+        return "no conclusion: both arms failed to train at every depth"
     if len(never) == 2:
-        if len(all_failed) == 2:
-            return "no conclusion: both arms failed to train at every depth"
-        return "no conclusion: neither arm trained on every seed at any depth"
-    if all_failed:
+        return "no conclusion: neither arm has a run that clearly trained, at any depth"
+    if failed:
         return f"no conclusion: the {never[0]} arm failed to train at every depth"
     return (
-        f"no conclusion: the {never[0]} arm trained on every seed at no depth "
-        "(some seeds failed everywhere)"
+        f"no conclusion: no run of the {never[0]} arm clearly trained at any depth "
+        "(each failed or is undetermined against chance)"
     )
 
 
-def depth_scaling_verdict(table: DepthScalingTable, level: float = 0.95) -> DepthScalingVerdict:
-    """Conclusion about depth scaling of ``candidate`` against ``baseline`` (module docstring)."""
-    validate_table(table)
-    cells, excluded = _classify(table)
-    states = {d: {arm: c.state for arm, c in cell.items()} for d, cell in cells.items()}
-    depths = list(cells)
-    notes = observations(states, depths, (table.baseline, table.candidate))
-    per_depth = _per_depth(table, cells, level)
-    span: list[int] = []
-    for d in depths:
-        if any(c.state != "trained" for c in cells[d].values()):
+def _items(table: DepthScalingTable, states: RunStates, determined: list[int]) -> list[Paired]:
+    """The profile contrast and the per-depth comparisons (rule 4), in one family."""
+    q = accuracy("test accuracy")
+    u = accuracy_variance_pp(table.n_eval)
+    cand, base = table.candidate, table.baseline
+    names = (cand, base)
+
+    def pp(d: int, arm: str) -> dict[int, float]:
+        return {s: percent(v) for s, (_, v, _) in states[d][arm].items()}  # type: ignore[misc]
+
+    seeds = sorted(states[determined[0]][cand])
+    k = len(determined)
+    prof_c = {s: math.fsum(pp(d, cand)[s] for d in determined) / k for s in seeds}
+    prof_b = {s: math.fsum(pp(d, base)[s] for d in determined) / k for s in seeds}
+    var = {s: u / k for s in seeds}
+    depths = ", ".join(str(d) for d in determined)
+    items = [
+        paired(
+            "profile",
+            q,
+            prof_c,
+            prof_b,
+            names=names,
+            var_a=var,
+            var_b=var,
+            context={"scope": f"mean over depths {depths}"},
+        )
+    ]
+    for d in determined:
+        v = {s: u for s in seeds}
+        items.append(
+            paired(
+                f"depth {d}",
+                q,
+                pp(d, cand),
+                pp(d, base),
+                names=names,
+                var_a=v,
+                var_b=v,
+                context={"scope": f"depth {d}"},
+            )
+        )
+    return items
+
+
+def _evidence(table: DepthScalingTable, states: RunStates, level: float) -> list[FailureEvidence]:
+    """Rule 5: Fisher exact tests where failure counts differ, Holm-decided."""
+    rows = []
+    for d, cell in states.items():
+        counts = {
+            arm: sum(st == "failed" for st, _, _ in runs.values()) for arm, runs in cell.items()
+        }
+        nb, nc = counts[table.baseline], counts[table.candidate]
+        if nb == nc or any(st == "undetermined" for r in cell.values() for st, _, _ in r.values()):
+            continue
+        failing = table.candidate if nc > nb else table.baseline
+        other = table.baseline if failing == table.candidate else table.candidate
+        n_f, n_o = len(cell[failing]), len(cell[other])
+        k_f, k_o = counts[failing], counts[other]
+        p = float(fisher_exact([[k_f, n_f - k_f], [k_o, n_o - k_o]]).pvalue)
+        rows.append(
+            (
+                d,
+                "against" if failing == table.candidate else "for",
+                failing,
+                (k_f, n_f),
+                (k_o, n_o),
+                p,
+            )
+        )
+    alpha, m = 1.0 - level, len(rows)
+    decisive: set[int] = set()
+    for k, row in enumerate(sorted(rows, key=lambda r: (r[5], r[0])), start=1):
+        if row[5] >= alpha / (m - k + 1):
             break
-        span.append(d)
-    evidence = _evidence(table, cells, level)
+        decisive.add(row[0])
+    return [FailureEvidence(*r, decisive=r[0] in decisive) for r in rows]
+
+
+def depth_scaling_verdict(
+    table: DepthScalingTable, rules: Rules = DEFAULT_RULES
+) -> DepthScalingVerdict:
+    """Conclusion about depth scaling of ``candidate`` against ``baseline`` (module docstring)."""
+    why = bad_table(table)
+    if why is not None:
+        blank = _blank(table, list(table.rows), why)
+        return DepthScalingVerdict("no comparison", f"no comparison: {why}", per_depth=blank)
+    states = _states(table, rules)
+    arms = (table.baseline, table.candidate)
+    cells = {d: {arm: _cell(states[d][arm]) for arm in arms} for d in states}
+    excluded = [
+        FailedRun(d, arm, s, fl)
+        for d in states
+        for arm in arms
+        for s, (st, _, fl) in states[d][arm].items()
+        if st != "trained"
+    ]
+    determined = [d for d in states if "undetermined" not in cells[d].values()]
     out = {
-        "cells": states,
+        "cells": cells,
         "excluded": excluded,
-        "per_depth": per_depth,
-        "observations": notes,
-        "excluded_depths": _excluded_depths(table, cells, span),
-        "evidence": evidence,
-        "depth_range": (span[0], span[-1]) if len(span) >= 2 else None,
+        "determined": determined,
+        "observations": observations(cells, list(cells), arms),
+        "excluded_depths": {
+            d: _undetermined_text(table, states[d]) for d in states if d not in determined
+        },
     }
-    stop = _never_trained(table, cells)
+    stop = _never_trained(table, states)
     if stop is not None:
-        return DepthScalingVerdict(stop.split(":")[0], stop, scaling=None, **out)
-    scaling = _scaling_interval(table, span, level)
-    verdict, sentence = combine(table, span, scaling, per_depth, evidence, out["excluded_depths"])
-    return DepthScalingVerdict(verdict, sentence, scaling=scaling, **out)
+        blank = _blank(table, list(states), stop.split(": ", 1)[1])
+        return DepthScalingVerdict(stop.split(":")[0], stop, per_depth=blank, **out)
+    if len(determined) < 2:
+        why = (
+            f"{len(determined)} determined depth(s) {determined}; a depth profile needs at "
+            "least two (undetermined runs decide nothing)"
+        )
+        blank = _blank(table, list(states), why)
+        return DepthScalingVerdict("no comparison", f"no comparison: {why}", per_depth=blank, **out)
+    comps = judge(FAMILY, _items(table, states, determined), rules)
+    evidence = _evidence(table, states, rules.level)
+    profile, per_depth = comps[0], {d: c for d, c in zip(determined, comps[1:])}
+    for d, why in out["excluded_depths"].items():
+        blank = _blank(table, [d], why)[d]
+        per_depth[d] = blank.model_copy(update={"family_size": profile.family_size})
+    per_depth = dict(sorted(per_depth.items()))
+    verdict, sentence, results = combine(
+        table, profile, per_depth, evidence, out["excluded_depths"]
+    )
+    return DepthScalingVerdict(
+        verdict,
+        sentence,
+        per_depth=per_depth,
+        profile=profile,
+        evidence=evidence,
+        fragile=profile.fragile and verdict.endswith("scaling"),
+        results=results,
+        **out,
+    )
+
+
+def _undetermined_text(table: DepthScalingTable, cell: dict[str, dict]) -> str:
+    """Which runs are undetermined at a depth (named with their accuracy)."""
+    parts = []
+    for arm in (table.candidate, table.baseline):
+        runs = [(s, v) for s, (st, v, _) in cell[arm].items() if st == "undetermined"]
+        if runs:
+            accs = ", ".join(fmt_value(percent(v), "%") for _, v in runs)
+            parts.append(f"{arm} seed(s) {[s for s, _ in runs]} ({accs})")
+    return f"undetermined against chance: {'; '.join(parts)}"
+
+
+def _blank(table: DepthScalingTable, depths: list[int], why: str) -> dict[int, Comparison]:
+    """``no comparison`` at each of ``depths``, naming ``why`` (every depth keeps an entry)."""
+    q = accuracy("test accuracy")
+    return {
+        d: Comparison(
+            id=f"depth {d}",
+            family=FAMILY,
+            quantity=q,
+            a=table.candidate,
+            b=table.baseline,
+            verdict="no comparison",
+            reason=why,
+            context={"scope": f"depth {d}"},
+        )
+        for d in sorted(depths)
+    }

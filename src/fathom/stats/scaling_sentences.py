@@ -1,122 +1,125 @@
-"""Rule 6 of :mod:`fathom.stats.scaling` in words: the range interval and the failure
-evidence combined into one depth-scaling verdict and its sentence, and the factual notes
-on where each arm trained. The rules themselves are stated in that module's docstring.
+"""Rule 6 of :mod:`fathom.stats.scaling` in words: the profile contrast, the per-depth
+comparisons and the failure evidence combined into one verdict, its sentence and its
+typed results; and the factual notes on where each arm trained. The rules are stated in
+that module's docstring.
 """
 
 from __future__ import annotations
 
-from fathom.stats.intervals import Interval
+from dataclasses import asdict
+
+from fathom.stats.results import OPPOSITE, Claim, Comparison, Decision, Results, Sentence
 from fathom.stats.scaling_table import DepthScalingTable, FailureEvidence
-from fathom.stats.verdicts import Verdict, compare, interval_text, signed
+from fathom.stats.sentences import (
+    comparison_sentence,
+    comparison_text,
+    family_note,
+    verdict_words,
+)
+
+SCALING = {"better": "better scaling", "worse": "worse scaling", "equivalent": "equivalent scaling"}
+BETTER_SCALING = SCALING["better"]
 
 
-def _range_text(
-    table: DepthScalingTable, span: list[int], scaling: Interval | None
-) -> tuple[str | None, str]:
-    """The interval's direction over the range (``"for"``/``"against"``/None) and its clause."""
-    if len(span) < 2:
-        where = f"depth {span[0]} only" if span else "no depth"
-        return None, (
-            f"both arms trained together from the shallowest depth at {where}; an interval "
-            "needs at least two depths"
-        )
-    head = f"from depth {span[0]} to {span[-1]}"
-    if scaling is None:
-        return None, f"{head}, no seed is common to both arms at depths {span[0]} and {span[-1]}"
-    delta = f"accuracy change {table.candidate} minus {table.baseline} {signed(scaling.estimate)}"
-    if not scaling.has_interval:
-        return (
-            None,
-            f"{head}, {delta} from n={scaling.n} seed: at least 2 seeds are needed for an interval",
-        )
-    v = compare(scaling, higher_is_better=True, flags_a=[], flags_b=[])
-    return {"better": "for", "worse": "against"}.get(
-        v.verdict
-    ), f"{head} ({delta}, {interval_text(scaling)})"
+def adverse(
+    verdict: str, per_depth: dict[int, Comparison], evidence: list[FailureEvidence]
+) -> tuple[list[Comparison], list[FailureEvidence]]:
+    """Established per-depth comparisons and decisive evidence contradicting ``verdict``."""
+    if verdict == "equivalent":
+        comps = [c for c in per_depth.values() if c.verdict in OPPOSITE]
+        return comps, [e for e in evidence if e.decisive]
+    if verdict not in OPPOSITE:
+        return [], []
+    comps = [c for c in per_depth.values() if c.verdict == OPPOSITE[verdict]]
+    wrong = "against" if verdict == "better" else "for"
+    return comps, [e for e in evidence if e.decisive and e.direction == wrong]
 
 
-def _evidence_text(table: DepthScalingTable, ev: list[FailureEvidence]) -> str:
-    """``depth 12 (Lyapunov failed on 3/3 seeds, vanilla trained on 3/3; Fisher exact p=0.1)``."""
+def scaling_verdict(
+    profile: Comparison, per_depth: dict[int, Comparison], evidence: list[FailureEvidence]
+) -> str:
+    """The combination rule (rule 6): one verdict word from the judged comparisons."""
+    if profile.verdict not in SCALING:
+        return "not established"
+    comps, ev = adverse(profile.verdict, per_depth, evidence)
+    return "inconclusive" if comps or ev else SCALING[profile.verdict]
+
+
+def evidence_text(table: DepthScalingTable, ev: list[FailureEvidence]) -> str:
+    """``depth 12 (Lyapunov failed on 5/5 seeds, vanilla on 0/5; Fisher exact p=0.0079)``."""
     parts = []
     for e in ev:
         other = table.baseline if e.failing_arm == table.candidate else table.candidate
         parts.append(
             f"depth {e.depth} ({e.failing_arm} failed on {e.failed[0]}/{e.failed[1]} seeds, "
-            f"{other} trained on {e.other[1]}/{e.other[1]}; Fisher exact p={e.p_value:.2g})"
+            f"{other} on {e.other[0]}/{e.other[1]}; Fisher exact p={e.p_value:.2g}"
+            f"{', decisive under Holm' if e.decisive else ''})"
         )
     return ", ".join(parts)
 
 
-def _tail(
-    table: DepthScalingTable,
-    span: list[int],
-    per_depth: dict[int, Verdict],
-    excluded_depths: dict[int, str],
-) -> str:
-    """Per-depth consistency over the range, then the excluded depths and why."""
-    parts = []
-    words = {per_depth[d].verdict for d in span}
-    if span and len(words) == 1 and words <= {"better", "worse"}:
-        at = f"depth {span[0]}" if len(span) == 1 else f"every depth from {span[0]} to {span[-1]}"
-        parts.append(
-            f"{table.candidate} is {words.pop()} than {table.baseline} at {at} (paired intervals)"
-        )
-    if excluded_depths:
-        listed = "; ".join(f"depth {d}: {why}" for d, why in excluded_depths.items())
-        parts.append(f"excluded from the range: {listed}")
-    return "".join(f"; {p}" for p in parts)
+def _per_depth_text(per_depth: dict[int, Comparison]) -> str:
+    groups: dict[str, list[int]] = {}
+    for d, c in per_depth.items():
+        groups.setdefault(c.verdict, []).append(d)
+    return "; ".join(f"{w} at depth(s) {ds}" for w, ds in groups.items())
 
 
 def combine(
     table: DepthScalingTable,
-    span: list[int],
-    scaling: Interval | None,
-    per_depth: dict[int, Verdict],
+    profile: Comparison,
+    per_depth: dict[int, Comparison],
     evidence: list[FailureEvidence],
     excluded_depths: dict[int, str],
-) -> tuple[str, str]:
-    """Rule 6: one verdict and its sentence from the range interval and the failure evidence."""
+) -> tuple[str, str, Results]:
+    """Rule 6: the verdict, its sentence and the typed results it is checked against."""
     cand, base = table.candidate, table.baseline
-    ev = {k: [e for e in evidence if e.direction == k] for k in ("against", "for")}
-    decisive = {k: [e for e in v if e.decisive] for k, v in ev.items()}
-    direction, clause = _range_text(table, span, scaling)
-    tail = _tail(table, span, per_depth, excluded_depths)
-    if decisive["against"] and decisive["for"]:
-        return "inconclusive", (
-            f"inconclusive: conflicting failures at {_evidence_text(table, evidence)}; "
-            f"{clause}{tail}"
-        )
-    for key, word, failing, other in (
-        ("against", "worse", cand, base),
-        ("for", "better", base, cand),
-    ):
-        if decisive[key]:
-            return f"{word} scaling", (
-                f"{word} scaling: the {failing} arm fails to train where {other} trains, at "
-                f"{_evidence_text(table, decisive[key])}; {clause}{tail}"
-            )
-    for key, word, opposite, favoured in (
-        ("for", "better", "against", cand),
-        ("against", "worse", "for", base),
-    ):
-        if direction != key:
-            continue
-        if ev[opposite]:
-            return "inconclusive", (
-                f"inconclusive: the interval {clause} favours {favoured}, but failures point "
-                f"the other way at {_evidence_text(table, ev[opposite])}{tail}"
-            )
-        return f"{word} scaling", (
-            f"{word} scaling: the {cand} arm scales {word} than {base} {clause}{tail}"
-        )
-    note = "".join(
-        f"; evidence {key} {cand}, not decisive: {_evidence_text(table, ev[key])}"
-        for key in ("against", "for")
-        if ev[key]
+    verdict = scaling_verdict(profile, per_depth, evidence)
+    comps, ev = adverse(profile.verdict, per_depth, evidence)
+    head = verdict + (", fragile" if profile.fragile and verdict in SCALING.values() else "")
+    body = (
+        f"{cand} vs {base} accuracy over the depth profile ({profile.context['scope']}): "
+        f"{verdict_words(profile)} ({comparison_text(profile)})"
     )
-    if scaling is None or not scaling.has_interval:
-        return "inconclusive", f"inconclusive: {clause}{note}{tail}"
-    return "not established", (f"not established: {clause}, the interval includes zero{note}{tail}")
+    parts = [f"{head}: {body}"]
+    if comps or ev:
+        why = [f"{c.id} is {c.verdict} ({comparison_text(c)})" for c in comps]
+        if ev:
+            why.append(f"failure evidence at {evidence_text(table, ev)}")
+        parts.append("contradicted by " + "; ".join(why))
+    parts.append(f"per depth, {cand} vs {base}: {_per_depth_text(per_depth)}")
+    shown = [e for e in evidence if e not in ev]
+    if shown:
+        parts.append(f"failure counts differ at {evidence_text(table, shown)}")
+    if excluded_depths:
+        listed = "; ".join(f"depth {d}: {why}" for d, why in excluded_depths.items())
+        parts.append(f"left out (an undetermined run decides nothing): {listed}")
+    parts.append(family_note([profile, *per_depth.values()], profile.nominal_level))
+    sentence = "; ".join(parts)
+    claims = [Claim(comparison=profile.id, verdict=profile.verdict, fragile=profile.fragile)]
+    claims += [
+        Claim(comparison=c.id, verdict=c.verdict, fragile=c.fragile, brief=c not in comps)
+        for c in per_depth.values()
+    ]
+    decision = Decision(
+        id="scaling",
+        rule="depth scaling",
+        verdict=verdict,
+        fragile=head != verdict,
+        profile=profile.id,
+        per_depth=[c.id for c in per_depth.values()],
+        evidence=[asdict(e) for e in evidence],
+    )
+    results = Results(
+        comparisons=[profile, *per_depth.values()],
+        sentences=[
+            Sentence(text=sentence, claims=claims, decisions=["scaling"]),
+            *(comparison_sentence(c) for c in per_depth.values()),
+        ],
+        decisions=[decision],
+        caveats=[family_note([profile, *per_depth.values()], profile.nominal_level)],
+    )
+    return verdict, sentence, results
 
 
 def observations(
@@ -125,12 +128,14 @@ def observations(
     """Factual notes on where each arm trained (no comparison of quality)."""
     notes = []
     for arm in arms:
-        failed = [d for d in depths if cells[d][arm] == "failed"]
-        partial = [d for d in depths if cells[d][arm] == "partial"]
-        if failed:
-            notes.append(f"{arm} failed to train at depth(s) {failed}")
-        if partial:
-            notes.append(f"{arm} failed on some seeds at depth(s) {partial}")
+        for state, what in (
+            ("failed", "failed to train at depth(s)"),
+            ("partial", "failed on some seeds at depth(s)"),
+            ("undetermined", "has runs undetermined against chance at depth(s)"),
+        ):
+            at = [d for d in depths if cells[d][arm] == state]
+            if at:
+                notes.append(f"{arm} {what} {at}")
     for arm, other in (arms, arms[::-1]):
         only = [d for d in depths if cells[d][arm] == "trained" and cells[d][other] == "failed"]
         if only:

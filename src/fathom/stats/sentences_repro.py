@@ -66,7 +66,7 @@ def ranking_claim(
                 established.append(
                     {"recipe": recipe, "reference": ref, "selected": sel, "final": fin}
                 )
-    missing = sum(c["verdict"] not in ESTABLISHED for c in comps)
+    missing = sum(c["verdict"] == "not established" for c in comps)
     count = f"{missing} of {len(comps)} paired differences not established"
     label = ranking.get("label", metric)
     if not ranking.get("disagree"):

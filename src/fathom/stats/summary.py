@@ -8,7 +8,10 @@ builds the records from run directories. Output is a JSON-able dict
 Definitions (all over seeds of one recipe, sample SD with ddof = 1):
 
 * selected checkpoint: minimum validation CE; final checkpoint: last epoch.
-* paired difference: ``recipe(s) - reference(s)`` over common seeds, Student-t interval.
+* comparisons: ``recipe(s) - reference(s)`` paired over seeds, judged by
+  :mod:`fathom.stats.inference` (resolution floor, smallest effect of interest, Holm over
+  the family of every comparison of the summary, leave-one-seed-out); the typed model is
+  ``summary["results"]`` (:class:`fathom.stats.results.Results`).
 * time to target: first evaluated time with validation accuracy >= target, on the
   training clock and on elapsed time; precision is bounded by the evaluation cadence.
 * fixed-horizon training time: training clock for the whole configured budget (every
@@ -16,8 +19,8 @@ Definitions (all over seeds of one recipe, sample SD with ddof = 1):
   the reference and the paired per-seed ratio with its t interval.
 * Accuracy is stored as a fraction (records, JSON) and rendered in percent through
   :func:`fathom.stats.units.percent`; differences in percentage points.
-* A recipe with any excluded run (diverged, at chance, incomplete) takes part in no
-  comparison and is listed; its table rows use only its non-excluded runs.
+* A recipe with any excluded run (diverged, at or near chance, incomplete) takes part in
+  no comparison and is listed; its table rows use only its non-excluded runs.
 """
 
 from __future__ import annotations
@@ -30,31 +33,24 @@ from typing import Any
 
 from fathom.errors import FathomError
 from fathom.stats.flags import failure_flags, is_excluded
-from fathom.stats.intervals import mean_sd, paired_difference, t_interval
-from fathom.stats.summary_md import to_markdown
-from fathom.stats.units import percent
-from fathom.stats.verdicts import (
-    Verdict,
-    compare,
-    first_crossing,
-    rank_disagreement,
-    verdict_sentence,
+from fathom.stats.inference import judge
+from fathom.stats.intervals import mean_sd, t_interval
+from fathom.stats.results import Comparison, Results
+from fathom.stats.rules import DEFAULT_RULES, Rules
+from fathom.stats.sentences import comparison_sentence, family_note
+from fathom.stats.summary_compare import (
+    CHECKPOINTS,
+    COMPARED_METRICS,
+    FAMILY,
+    paired_items,
+    row,
 )
+from fathom.stats.summary_md import to_markdown
+from fathom.stats.verdicts import first_crossing, rank_disagreement
 
 __all__ = ["RunRecord", "summarise_study", "to_markdown"]
 
 CHECKPOINT_KEYS = ("test_acc", "test_ce", "val_ce", "epoch")
-COMPARED_METRICS = (
-    # (metric key, label, higher is better)
-    ("test_acc", "test accuracy", True),
-    ("test_ce", "test CE", False),
-)
-# Paired differences are reported in these units: accuracy (a fraction in the records) in
-# percentage points (each value through :func:`percent`, so differences are in pp), CE in
-# nats. ``DIFF_CONVERT[key](a) - DIFF_CONVERT[key](b)``.
-DIFF_CONVERT = {"test_acc": percent, "test_ce": float}
-DIFF_UNIT = {"test_acc": "percentage points", "test_ce": "nats"}
-CHECKPOINTS = ("selected", "final")
 
 
 @dataclass(frozen=True)
@@ -81,14 +77,17 @@ class RunRecord:
     curve: Sequence[tuple[int, float, float, float | None]]
     config_fingerprint: Mapping[str, Any] = field(default_factory=dict)
     fit_ce_final: float | None = None
+    n_test: int | None = None
 
     def flags(self) -> list[str]:
-        """Failure flags from final values (:func:`fathom.stats.flags.failure_flags`)."""
+        """Failure flags from final values (:func:`fathom.stats.flags.failure_flags`);
+        ``n_test`` is the test-set size the accuracies are measured on."""
         return failure_flags(
             status=self.status,
             test_acc=self.final.get("test_acc"),
             train_ce=self.fit_ce_final,
             classes=self.classes,
+            n_eval=self.n_test,
             fit_acc=self.fit_acc_final,
         )
 
@@ -150,14 +149,19 @@ def summarise_study(
     *,
     reference: str,
     target_val_acc: float | None = None,
-    level: float = 0.95,
+    level: float | None = None,
+    rules: Rules = DEFAULT_RULES,
 ) -> dict[str, Any]:
-    """JSON-able summary of a study's main-phase runs against ``reference``.
+    """JSON-able summary of a study's main-phase runs against ``reference``
+    (``level``, when given, overrides ``rules.level``).
 
     Refuses empty records, a reference missing from them, duplicate (recipe, seed)
     pairs and records whose ``config_fingerprint`` differ (naming the field).
     """
     by_recipe = _check_records(records, reference)
+    if level is not None:
+        rules = rules.model_copy(update={"level": level})
+    level = rules.level
     names = [reference, *sorted(n for n in by_recipe if n != reference)]
     flags = {n: {r.seed: r.flags() for r in by_recipe[n]} for n in names}
     excluded_recipe = {n: any(is_excluded(f) for f in flags[n].values()) for n in names}
@@ -169,6 +173,10 @@ def summarise_study(
         for n in names
     }  # fmt: skip
     cadences = [c for n in names for c in (_cadence(r.curve) for r in usable[n]) if c is not None]
+    comparisons = judge(FAMILY, paired_items(names, reference, usable, flags), rules)
+    sentences = [comparison_sentence(c) for c in comparisons]
+    notes = _notes(comparisons, level, target_val_acc, cadences)
+    results = Results(comparisons=comparisons, sentences=sentences, caveats=notes)
     return {
         "reference": reference,
         "level": level,
@@ -176,7 +184,7 @@ def summarise_study(
         "n_runs": len(records),
         "config": dict(records[0].config_fingerprint),
         "recipes": recipes,
-        "comparisons": _comparisons(names, reference, usable, flags, level),
+        "comparisons": [row(c, s.text) for c, s in zip(comparisons, sentences)],
         "rankings": _rankings(recipes, [n for n in names if not excluded_recipe[n]]),
         "excluded": [
             {"recipe": n, "seed": s, "flags": f}
@@ -184,7 +192,8 @@ def summarise_study(
             for s, f in sorted(flags[n].items())
             if is_excluded(f)
         ],
-        "notes": _notes(level, target_val_acc, cadences),
+        "notes": notes,
+        "results": results.model_dump(mode="json"),
     }
 
 
@@ -240,11 +249,19 @@ def _rankings(recipes: Mapping[str, Any], ranked: Sequence[str]) -> dict[str, An
     return rankings
 
 
-def _notes(level: float, target_val_acc: float | None, cadences: Sequence[int]) -> list[str]:
+def _notes(
+    comparisons: Sequence[Comparison],
+    level: float,
+    target_val_acc: float | None,
+    cadences: Sequence[int],
+) -> list[str]:
     notes = [
-        f"{100 * level:g}% Student-t intervals over seeds; descriptive, uncorrected for "
-        "multiple comparisons; n < 2 gives no interval.",
-        "A recipe with a diverged, at-chance or incomplete run takes part in no comparison.",
+        family_note(comparisons, level),
+        "An interval is never narrower than the measurement's resolution (accuracy: the "
+        "binomial bound on the test set; CE: 0.0001 nats); better/worse needs it outside the "
+        "region of no interest, equivalent inside it (docs/statistics.md).",
+        "A recipe with a diverged, at-chance, near-chance or incomplete run takes part in no "
+        "comparison.",
     ]
     if target_val_acc is not None:
         step = max(cadences) if cadences else None
@@ -280,58 +297,3 @@ def _time_to_target(runs: Sequence[RunRecord], target: float) -> dict[str, Any]:
         "elapsed_s": {**_stat(list(elapsed_t.values())), "per_seed": elapsed_t},
         "scope": "mean over the seeds that reached the target",
     }
-
-
-def _comparisons(
-    names: list[str],
-    reference: str,
-    usable: Mapping[str, list[RunRecord]],
-    flags: Mapping[str, Mapping[int, list[str]]],
-    level: float,
-) -> list[dict[str, Any]]:
-    out = []
-    ref_flags = [f for fl in flags[reference].values() for f in fl]
-    for n in names[1:]:
-        own_flags = [f for fl in flags[n].values() for f in fl]
-        for where in CHECKPOINTS:
-            for key, label, higher in COMPARED_METRICS:
-                conv = DIFF_CONVERT[key]
-                a = {seed: conv(v) for seed, v in _values(usable[n], where, key).items()}
-                b = {seed: conv(v) for seed, v in _values(usable[reference], where, key).items()}
-                blocked = is_excluded(own_flags) or is_excluded(ref_flags)
-                if not blocked and not set(a) & set(b):
-                    v = Verdict(
-                        "no comparison", f"no seed with {key} in both {n} and {reference}", None
-                    )
-                else:
-                    v = compare(
-                        None if blocked else paired_difference(a, b, level),
-                        higher_is_better=higher,
-                        flags_a=own_flags,
-                        flags_b=ref_flags,
-                        name_a=n,
-                        name_b=reference,
-                    )
-                metric = f"{label} in {DIFF_UNIT[key]} ({where} checkpoint)"
-                out.append(
-                    {
-                        "recipe": n,
-                        "reference": reference,
-                        "metric": key,
-                        "unit": DIFF_UNIT[key],
-                        "checkpoint": where,
-                        "higher_is_better": higher,
-                        **v.to_dict(),
-                        "sentence": verdict_sentence(v, name_a=n, name_b=reference, metric=metric),
-                    }
-                )
-    return out
-
-
-def _values(runs: Sequence[RunRecord], where: str, key: str) -> dict[int, float]:
-    out = {}
-    for r in runs:
-        v = getattr(r, where)[key]
-        if v is not None and math.isfinite(float(v)):
-            out[r.seed] = float(v)
-    return out

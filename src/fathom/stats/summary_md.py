@@ -2,7 +2,7 @@
 
 Values are mean ± sample SD over seeds (n stated); accuracy (fractions in the summary)
 in percent through :func:`fathom.stats.units.percent`, differences in percentage points,
-CE in nats.
+CE in nats; every number through :mod:`fathom.stats.numbers` (one formatter per unit).
 """
 
 from __future__ import annotations
@@ -10,27 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fathom.stats.numbers import fmt_level, fmt_stat, fmt_value
 from fathom.stats.sentences_repro import ranking_claim
 from fathom.stats.units import percent
 
-
-def _ms(stat: Mapping[str, Any] | None, digits: int = 4) -> str:
-    if stat is None or stat.get("mean") is None:
-        return "—"
-    text = f"{stat['mean']:.{digits}f}"
-    if stat.get("sd") is not None:
-        text += f" ± {stat['sd']:.{digits}f}"
-    return f"{text} (n={stat['n']})"
+UNIT = {"test_acc": "%", "test_ce": "nats"}
+DIFF = {"test_acc": "pp", "test_ce": "nats"}
 
 
-def _ms_pct(stat: Mapping[str, Any] | None) -> str:
-    """An accuracy stat (fractions) as ``"92.36 ± 0.76 % (n=3)"`` via :func:`percent`."""
-    if stat is None or stat.get("mean") is None:
-        return "—"
-    text = f"{percent(stat['mean']):.2f}"
-    if stat.get("sd") is not None:
-        text += f" ± {percent(stat['sd']):.2f}"
-    return f"{text} % (n={stat['n']})"
+def _ms(stat: Mapping[str, Any] | None, unit: str) -> str:
+    return fmt_stat(stat, unit)
 
 
 def _num(x: float | None, fmt: str = "+.4f") -> str:
@@ -40,7 +29,6 @@ def _num(x: float | None, fmt: str = "+.4f") -> str:
 def to_markdown(summary: Mapping[str, Any]) -> str:
     """Render :func:`summarise_study` output as markdown tables (mean ± sample SD)."""
     ref = summary["reference"]
-    pct = f"{100 * summary['level']:g}%"
     lines = [
         f"Reference recipe: **{ref}**. Values are mean ± sample SD over seeds (n stated).",
         "",
@@ -52,31 +40,32 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
         flags = sorted({f for fl in e["flags"].values() for f in fl})
         lr = ", ".join(f"{x:g}" for x in e["lr"]) or "—"
         lines.append(
-            f"| {name} | {lr} | {_ms_pct(e['selected']['test_acc'])} "
-            f"| {_ms_pct(e['final']['test_acc'])} "
-            f"| {_ms(e['selected']['test_ce'])} | {_ms(e['final']['test_ce'])} "
+            f"| {name} | {lr} | {_ms(e['selected']['test_acc'], '%')} "
+            f"| {_ms(e['final']['test_acc'], '%')} "
+            f"| {_ms(e['selected']['test_ce'], 'nats')} | {_ms(e['final']['test_ce'], 'nats')} "
             f"| {', '.join(flags) or '—'} |"
         )
     lines += [
         "",
-        f"Paired differences (recipe − {ref}) with {pct} t intervals:",
+        f"Paired differences (recipe − {ref}), each interval at the level of its Holm step:",
         "",
-        "| Method | Metric | Checkpoint | Difference | Interval | n | Verdict |",
-        "|---|---|---|---|---|---|---|",
+        "| Method | Metric | Checkpoint | Difference | Interval | Level | n | Region of no "
+        "interest | Verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in summary["comparisons"]:
-        d = c["diff"]
-        interval = "—" if d is None or d["low"] is None else f"[{d['low']:+.4f}, {d['high']:+.4f}]"
+        d, unit = c["diff"], DIFF[c["metric"]]
+        interval = "—"
+        if d is not None and d["low"] is not None:
+            interval = f"[{fmt_value(d['low'], unit, signed=True)}, {fmt_value(d['high'], unit, signed=True)}]"
+        verdict = f"{c['verdict']}, fragile" if c.get("fragile") else c["verdict"]
         lines.append(
             f"| {c['recipe']} | {c['metric']} ({c['unit']}) | {c['checkpoint']} "
-            f"| {_num(None if d is None else d['estimate'])} | {interval} "
-            f"| {'—' if d is None else d['n']} | {c['verdict']} |"
+            f"| {fmt_value(None if d is None else d['estimate'], unit, signed=True)} | {interval} "
+            f"| {fmt_level(None if d is None else d['level'])} | {'—' if d is None else d['n']} "
+            f"| ±{fmt_value(c['smallest_effect'], unit)} | {verdict} |"
         )
-    shown = [c for c in summary["comparisons"] if c["verdict"] not in ("not established",)]
-    lines += ["", *[f"- {c['sentence']}" for c in shown]]
-    rest = len(summary["comparisons"]) - len(shown)
-    if rest:
-        lines.append(f"- {rest} other comparison(s): not established (see the Verdict column).")
+    lines += ["", *[f"- {c['sentence']}" for c in summary["comparisons"]]]
     lines += [
         "",
         "| Method | Fixed-horizon training (s) | Ratio to reference | Time to target, training (s) "
@@ -88,9 +77,9 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
         ttt = e.get("time_to_target")
         reached = f"{ttt['reached']}/{ttt['n']}" if ttt else "—"
         lines.append(
-            f"| {name} | {_ms(e['training_s'], 1)} | {_num(ratio, '.3f')} "
-            f"| {_ms(ttt['training_s'], 1) if ttt else '—'} "
-            f"| {_ms(ttt['elapsed_s'], 1) if ttt else '—'} "
+            f"| {name} | {_ms(e['training_s'], 's')} | {_num(ratio, '.3f')} "
+            f"| {_ms(ttt['training_s'], 's') if ttt else '—'} "
+            f"| {_ms(ttt['elapsed_s'], 's') if ttt else '—'} "
             f"| {reached} |"
         )
     lines += _rankings(summary)

@@ -1,16 +1,9 @@
-"""Computed verdicts: every sentence that compares methods is produced here.
+"""Rankings and first crossings: descriptive helpers of the study summary.
 
-A comparison of arm ``a`` against arm ``b`` is read off the interval of the paired
-difference ``d = a - b`` (see :mod:`fathom.stats.intervals`)::
-
-    better           low > 0  (or high < 0 when lower is better)
-    worse            high < 0 (or low > 0 when lower is better)
-    not established  the interval contains 0, or n < 2 so there is no interval
-    no comparison    an arm carries an excluding failure flag (diverged, at chance,
-                     incomplete); the arm is listed, never ranked
-
-The depth-scaling verdict (:mod:`fathom.stats.scaling`) applies the same rules per depth
-and to the change of accuracy over a contiguous range of depths.
+Every comparison verdict comes from :mod:`fathom.stats.inference` (the rule of
+``docs/statistics.md``); this module ranks point estimates (``rank_disagreement``: the
+ranking of means at two checkpoints, shown side by side, never a verdict by itself) and
+finds when a curve first reaches a target (``first_crossing``).
 """
 
 from __future__ import annotations
@@ -22,109 +15,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from fathom.errors import FathomError
-from fathom.stats.flags import EXCLUDING_FLAGS
-from fathom.stats.intervals import Interval
-
-VERDICTS = ("better", "worse", "not established", "no comparison")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of one comparison: one of :data:`VERDICTS`, why, and its interval."""
-
-    verdict: str
-    reason: str
-    diff: Interval | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return {
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "diff": None if self.diff is None else self.diff.to_dict(),
-        }
-
-
-def signed(x: float | None, digits: int = 4) -> str:
-    """``x`` with its sign (``+0.0123``), or ``null``."""
-    return "null" if x is None else f"{x:+.{digits}f}"
-
-
-def interval_text(diff: Interval, digits: int = 4) -> str:
-    """``95% paired t interval [low, high], n=N`` (or ``n=N, no interval``)."""
-    if not diff.has_interval:
-        return f"n={diff.n}, no interval"
-    pct = f"{100 * diff.level:g}%"
-    return f"{pct} {diff.method} interval [{signed(diff.low, digits)}, {signed(diff.high, digits)}], n={diff.n}"
-
-
-def _excluding(flags: Sequence[str]) -> list[str]:
-    return sorted({f for f in flags if f in EXCLUDING_FLAGS})
-
-
-def compare(
-    diff: Interval | None,
-    *,
-    higher_is_better: bool,
-    flags_a: Sequence[str],
-    flags_b: Sequence[str],
-    name_a: str = "a",
-    name_b: str = "b",
-) -> Verdict:
-    """Verdict of ``a`` against ``b`` from the paired difference ``diff = a - b``.
-
-    ``flags_a`` / ``flags_b`` are the failure flags of each arm's runs (their union over
-    seeds). An excluding flag on either arm gives ``"no comparison"``; ``not_fitting``
-    is kept as a caveat in the reason. ``diff`` may be ``None`` only when an arm is
-    excluded (no difference could be formed).
-    """
-    bad = [(name, _excluding(flags)) for name, flags in ((name_a, flags_a), (name_b, flags_b))]
-    bad = [(name, fl) for name, fl in bad if fl]
-    if bad:
-        listed = "; ".join(f"{name} excluded ({', '.join(fl)})" for name, fl in bad)
-        return Verdict("no comparison", listed, diff)
-    if diff is None:
-        raise FathomError(
-            "compare: no difference interval given for two arms without excluding flags; "
-            "pass paired_difference(a, b)"
-        )
-    caveats = [
-        f"caveat: {name} not fitting"
-        for name, flags in ((name_a, flags_a), (name_b, flags_b))
-        if "not_fitting" in flags
-    ]
-    if not diff.has_interval:
-        verdict, why = "not established", f"n={diff.n} paired seed(s): no interval"
-    elif diff.low > 0 or diff.high < 0:
-        a_higher = diff.low > 0
-        verdict = "better" if a_higher == higher_is_better else "worse"
-        why = f"the interval excludes zero ({interval_text(diff)})"
-    else:
-        verdict, why = "not established", f"the interval includes zero ({interval_text(diff)})"
-    return Verdict(verdict, "; ".join([why, *caveats]), diff)
-
-
-def verdict_sentence(
-    verdict: Verdict, *, name_a: str, name_b: str, metric: str, digits: int = 4
-) -> str:
-    """The one sentence a report prints for a comparison of ``name_a`` against ``name_b``.
-
-    Examples::
-
-        "SD-constant vs plain on test accuracy: better (difference +0.0031, 95% paired t
-         interval [+0.0012, +0.0050], n=3)."
-        "SD-constant vs plain on test accuracy: not established (the interval includes zero ...)."
-        "SD-constant vs plain on test accuracy: no comparison (plain excluded (diverged))."
-    """
-    head = f"{name_a} vs {name_b} on {metric}: {verdict.verdict}"
-    if verdict.verdict in ("better", "worse"):
-        assert verdict.diff is not None
-        body = f"difference {signed(verdict.diff.estimate, digits)}, {interval_text(verdict.diff, digits)}"
-        caveats = [part for part in verdict.reason.split("; ") if part.startswith("caveat")]
-        return f"{head} ({'; '.join([body, *caveats])})."
-    if verdict.verdict == "not established" and verdict.diff is not None:
-        return f"{head} (difference {signed(verdict.diff.estimate, digits)}; {verdict.reason})."
-    return f"{head} ({verdict.reason})."
 
 
 @dataclass(frozen=True)

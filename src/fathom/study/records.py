@@ -122,6 +122,7 @@ def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:
         curve=curve,
         config_fingerprint=config_fingerprint(rd.manifest["config"]),
         fit_ce_final=scores["final"]["fit_ce"],
+        n_test=((rd.manifest.get("data") or {}).get("sizes") or {}).get("test"),
     )
 
 

@@ -121,8 +121,8 @@ def _differences(stats: dict[str, Any], checkpoint: str):
         )
     return table(
         f"Paired differences (method − {stats['reference']}), {checkpoint} checkpoint, "
-        f"{pct} t intervals over n paired seeds",
-        ["Method", "Metric", "Difference", f"{pct} interval", "n", "Verdict"],
+        f"intervals at their Holm-step levels over n paired seeds (nominal {pct})",
+        ["Method", "Metric", "Difference", "Holm interval", "n", "Verdict"],
         rows,
     )
 

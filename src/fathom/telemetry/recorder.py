@@ -73,7 +73,7 @@ class Recorder:
         if config.probe_size > n_fit:
             raise FathomError(
                 f"telemetry.probe_size = {config.probe_size} is larger than the fitting split "
-                f"({n_fit} examples); lower telemetry.probe_size to at most {n_fit}"
+                f"({n_fit} examples); reduce telemetry.probe_size to at most {n_fit}"
             )
         self.probe_x = fit_x[: config.probe_size]
         self.probe_y = fit_y[: config.probe_size]
