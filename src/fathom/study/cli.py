@@ -75,27 +75,29 @@ def progress_line(info: Any) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from fathom.study.backends import make_backend
     from fathom.study.config import load_study
-    from fathom.study.report import print_summary
-    from fathom.study.runner import run_study
-    from fathom.study.scaledown import scale_down_sentence, scaled_down
+    from fathom.train.cli import live_settings
 
     study, origin = load_study(args.study)
     if args.backend != "ray" and args.address:
         raise FathomError("--address is for --backend ray; drop it or add --backend ray")
-    from fathom.export.live import LiveTracker
-    from fathom.train.cli import live_settings
-
     tracking = live_settings(study.live, args.live)
+    threads = _threads(args, study)
+    slurm = slurm_options(args)
+    from rich.console import Console  # the heavy modules only once the input is valid
+
+    from fathom.export.live import LiveTracker
+    from fathom.study.backends import make_backend
+    from fathom.study.report import print_summary
+    from fathom.study.runner import run_study
+    from fathom.study.scaledown import scale_down_sentence, scaled_down
+
     backend = make_backend(
         args.backend,
         workers=args.workers,
         address=args.address,
-        threads=_threads(args, study),
-        slurm=slurm_options(args),
+        threads=threads,
+        slurm=slurm,
         live=tracking if tracking.enabled else (),
         tracker=LiveTracker if tracking.enabled else None,
     )

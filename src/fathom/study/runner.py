@@ -23,13 +23,12 @@ from fathom.stats import summarise_study
 from fathom.study.config import StudyConfig, validate_study_config
 from fathom.study.execute import RunOutcome
 from fathom.study.markdown import write_summary
-from fathom.study.plan import RunSpec, main_specs, study_root, tuning_specs
+from fathom.study.plan import STUDY_FILE, RunSpec, main_specs, study_root, tuning_specs
 from fathom.study.records import run_record
 from fathom.study.registry import registry_path
 from fathom.study.scaledown import scale_down_sentence, scaled_down
 from fathom.study.selection import GridPoint, grid_point, select_lr
 
-STUDY_FILE = "study.json"
 LR_RULES: dict[str, str] = {
     "tuning": "minimum validation CE over evaluated epochs; ties to the smaller rate; diverged or failed points never selected",
     "study.lr": "every recipe at the study's one learning rate (study.lr), nothing selected",

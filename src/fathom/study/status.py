@@ -9,7 +9,7 @@ from typing import Any
 from fathom.errors import FathomError
 from fathom.rundir import RunDir
 from fathom.study.config import validate_study_config
-from fathom.study.plan import RunSpec, main_specs, tuning_specs
+from fathom.study.plan import STUDY_FILE, RunSpec, main_specs, tuning_specs
 
 
 def _row(spec: RunSpec, epochs: int) -> dict[str, Any]:
@@ -37,7 +37,6 @@ def _row(spec: RunSpec, epochs: int) -> dict[str, Any]:
 
 def study_status(root: Path) -> tuple[list[dict[str, Any]], str]:
     """Rows for the tuning runs and, once the rates are selected, the main runs."""
-    from fathom.study.runner import STUDY_FILE
     from fathom.study.selection import grid_point, select_lr
 
     path = root / STUDY_FILE

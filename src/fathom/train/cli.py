@@ -65,7 +65,7 @@ class LiveProgress:
         return "—" if v is None else format(v, spec)
 
     def __call__(self, event: str, row: dict) -> None:
-        from fathom.stats.units import fmt_percent
+        from fathom.units import fmt_percent
 
         fmt = self._fmt
         if event == "epoch":
@@ -121,8 +121,6 @@ def recorded_live(run_dir: Path) -> LiveConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from fathom.train.loop import resume, train
-
     if args.resume:
         ignored = [f"--{k}" for k in ("set", "name") if getattr(args, k, None)]
         if ignored:
@@ -135,8 +133,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         from fathom.train.loop import check_resumable
 
         check_resumable(Path(args.resume), config_from_args(args))
-    from fathom.export.live import LiveTracker, fan_out
-
     cfg = None
     if args.resume:
         run_dir = Path(args.resume)
@@ -146,6 +142,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         run_dir = Path(args.runs_dir) / cfg.study / cfg.name
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
+    from fathom.export.live import LiveTracker, fan_out  # torch: only once the input is valid
+    from fathom.train.loop import resume, train
+
     tracker = LiveTracker(run_dir, tracking, cfg) if tracking.enabled else None
     live = make_progress(args.quiet)
     progress = fan_out(live, tracker)
