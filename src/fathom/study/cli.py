@@ -91,6 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fathom.study.report import print_summary
     from fathom.study.runner import run_study
     from fathom.study.scaledown import scale_down_sentence, scaled_down
+    from fathom.terminal import Tally
 
     backend = make_backend(
         args.backend,
@@ -102,6 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         tracker=LiveTracker if tracking.enabled else None,
     )
     console = Console(stderr=True)
+    tally = Tally(planned_runs(study, args.runs_dir))
 
     def progress(event: str, info: Any) -> None:
         if args.quiet:
@@ -109,7 +111,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if event == "phase":
             console.print(f"[bold]{info}[/bold]")
         else:
-            console.print(progress_line(info), overflow="fold")
+            worked = info.action not in ("skipped", "kept")
+            console.print(f"{progress_line(info)}\n  {tally.add(worked)}", overflow="fold")
 
     if not args.quiet:
         console.print(
@@ -133,6 +136,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"runs: {counts}")
     failed = [o for o in result.outcomes if o.status == "failed"]
     return 1 if failed else 0
+
+
+def planned_runs(study: Any, runs_dir: str) -> int:
+    """Runs a study makes: its tuning grid plus recipes x seeds of the main phase."""
+    from fathom.study.plan import tuning_specs
+
+    return len(tuning_specs(study, runs_dir)) + len(study.study.recipes) * len(study.study.seeds)
 
 
 STATUS_ORDER = (
