@@ -140,12 +140,115 @@ def test_tensorboard_round_trip(study: Path) -> None:
     ]
     assert acc.Scalars("param/disp/stem")[-1].value == math.inf  # 1e300 does not fit float32
     elapsed = [e.value for e in acc.Scalars("clock/elapsed_s")]
-    assert [e.wall_time for e in ev] == pytest.approx(
-        elapsed, rel=1e-6
-    )  # wall time = Fathom elapsed
-    assert acc.Scalars("split/val/confusion/1/2")
+    # the awkward run predates clock/unix_s: wall time falls back to Fathom's elapsed, said so
+    assert [e.wall_time for e in ev] == pytest.approx(elapsed, rel=1e-6)
+    assert any("predates clock/unix_s" in n and "awkward-s7" in n for n in report.notes)
+    assert not any("split/val/confusion/" in t for t in acc.Tags()["scalars"])  # no 300 tags
     assert [e.value for e in acc.Scalars("diverged")] == [0.0]
     assert any("left out of tensorboard: ['note']" in n for n in report.notes)
+
+
+def test_tensorboard_as_its_users_expect(study: Path) -> None:
+    """Real wall times, a registry description on every tag, confusion as one exact tensor
+    and an image per row, HParams per run, an experiment record and a layout at the root."""
+    pytest.importorskip("tensorboard", reason="install the tensorboard extra")
+    import numpy as np
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.plugins.hparams import plugin_data_pb2
+    from tensorboard.util import tensor_util
+
+    from fathom.export import tensorboard_meta as meta
+
+    assert export(study, "tensorboard").ok
+    out = study / "exports" / "tensorboard"
+    run = next(r for r in load_runs(study) if r.run_id == "residual-s101")
+    sizes = {"scalars": 0, "tensors": 0, "images": 0}
+    acc = EventAccumulator(str(out / "residual-s101"), size_guidance=sizes)
+    acc.Reload()
+    # wall time: the row's own Unix timestamp, not 1970 + elapsed
+    walls = [e.wall_time for e in acc.Scalars("val/ce")]
+    assert walls == pytest.approx([row["clock/unix_s"] for row in run.rows], rel=1e-12)
+    assert min(walls) > 1e9
+    # every scalar tag carries its definition
+    for tag in acc.Tags()["scalars"]:
+        text = acc.SummaryMetadata(tag).summary_description
+        assert text == meta.description(tag) and len(text) > 20, tag
+    assert "(1/N) Σ_i -log softmax" in acc.SummaryMetadata("val/ce").summary_description
+    assert "percent" in acc.SummaryMetadata("val/acc_pct").summary_description
+    # confusion: one float64 tensor per row, exactly the history's matrix, and an image
+    got = acc.Tensors("split/val/confusion")
+    want = [row["split/val/confusion"] for row in run.rows]
+    assert [tensor_util.make_ndarray(e.tensor_proto).tolist() for e in got] == want
+    images = acc.Images("split/val/confusion/image")
+    assert len(images) == len(run.rows) and images[0].encoded_image_string[:4] == b"\x89PNG"
+    assert images[0].width == images[0].height == 3 * 16
+    # HParams: the config's leaves, and the selected/final metrics from the history
+    content = acc.PluginTagToContent("hparams")[meta.SESSION_TAG]
+    hp = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info.hparams
+    assert hp["model.recipe"].string_value == "residual" and hp["seed"].number_value == 101
+    final = run.manifest["final"]["epoch"]
+    last = next(r for r in run.rows if r["epoch"] == final)
+    assert acc.Scalars("hparams/final/test/ce")[-1].value == pytest.approx(last["test/ce"], 1e-6)
+    assert acc.Scalars("hparams/final/test/acc_pct")[-1].value == pytest.approx(
+        100 * last["test/acc"], 1e-6
+    )
+    # the root: the experiment (every hyperparameter and metric) and the custom-scalars layout
+    root = EventAccumulator(str(out), size_guidance=sizes)
+    root.Reload()
+    exp = plugin_data_pb2.HParamsPluginData.FromString(
+        root.PluginTagToContent("hparams")[meta.EXPERIMENT_TAG]
+    ).experiment
+    assert "optim.lr" in {h.name for h in exp.hparam_infos}
+    assert "hparams/selected/val/acc_pct" in {m.name.tag for m in exp.metric_infos}
+    layout = layout_pb2.Layout.FromString(
+        tensor_util.make_ndarray(root.Tensors("custom_scalars__config__")[0].tensor_proto).item()
+    )
+    assert [c.title for c in layout.category] == ["fit", "val", "test"]
+    assert np.isfinite(walls).all()
+
+
+@pytest.mark.parametrize(
+    "damage", ["description", "matrix", "hparams", "layout"], ids=lambda d: f"damaged-{d}"
+)
+def test_tensorboard_verify_catches_each_damage(
+    study: Path, damage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each new piece is read back: writing it wrong makes the verification fail, naming it."""
+    pytest.importorskip("tensorboard", reason="install the tensorboard extra")
+    from fathom.export import tensorboard_export, tensorboard_meta
+
+    with monkeypatch.context() as m:
+        if damage == "description":
+            m.setattr(tensorboard_meta, "description", lambda tag: "wrong")
+        elif damage == "matrix":
+            m.setattr(tensorboard_meta, "matrix_array", lambda v: __import__("numpy").zeros((1, 1)))
+        elif damage == "hparams":
+            m.setattr(
+                tensorboard_meta,
+                "session_summary",
+                lambda run: __import__(
+                    "tensorboard.plugins.hparams.summary_v2", fromlist=["x"]
+                ).hparams_pb({"seed": -1}, trial_id=run.run_id),
+            )
+        else:
+            m.setattr(
+                tensorboard_meta,
+                "layout_summary",
+                lambda: (
+                    __import__("tensorboard.compat.proto.summary_pb2", fromlist=["x"]).Summary(),
+                    None,
+                ),
+            )
+        export(study, "tensorboard")
+    report = verify(study, "tensorboard")
+    words = {
+        "description": "registry description",
+        "matrix": "matrix",
+        "hparams": "HParams",
+        "layout": "layout",
+    }
+    assert not report.ok and any(words[damage] in x for x in report.mismatches), report.lines()
 
 
 def test_tensorboard_verify_detects_extra_event(study: Path) -> None:

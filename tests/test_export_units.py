@@ -101,20 +101,23 @@ def test_tensorboard_states_the_unit(study: Path, monkeypatch: pytest.MonkeyPatc
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from fathom.export import tensorboard_export
+    from fathom.export import tensorboard_meta
 
     assert export(study, "tensorboard").ok
     acc = EventAccumulator(str(study / "exports/tensorboard/residual-s101"))
     acc.Reload()
     meta = acc.SummaryMetadata("val/acc_pct")
     assert meta.display_name == "val/acc_pct (%)" and "percent" in meta.summary_description
-    with pytest.raises(KeyError):  # a tag without a unit statement carries no metadata
-        acc.SummaryMetadata("val/ce")
-    with monkeypatch.context() as m:
-        m.setattr(tensorboard_export, "UNIT_DESCRIPTION", "")
+    assert "percent" not in acc.SummaryMetadata("val/ce").summary_description  # nats, not %
+    with m_context(monkeypatch) as m:
+        m.setattr(tensorboard_meta, "PERCENT_NOTE", "accuracy as recorded")
         export(study, "tensorboard", force=True)
     report = verify(study, "tensorboard")
-    assert any("unit (percent) is not stated" in x for x in report.mismatches)
+    assert any("val/acc_pct: the registry description" in x for x in report.mismatches)
+
+
+def m_context(monkeypatch: pytest.MonkeyPatch):
+    return monkeypatch.context()
 
 
 def test_wandb_config_states_the_unit(study: Path) -> None:

@@ -13,6 +13,7 @@ import json
 import math
 import shutil
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -263,5 +264,112 @@ def test_report_in_chromium(report: tuple[Path, Path]) -> None:
             assert box is not None and table_box is not None and box["y"] < table_box["y"]
             assert not errors, errors
             assert not outside, outside
+        finally:
+            browser.close()
+
+
+def test_report_view_details_in_chromium(report: tuple[Path, Path]) -> None:
+    """The y range follows the visible data (epoch 0 out of the autoscale), the hover shows
+    mean ± SD and the range over seeds with units, wide tables scroll inside their box at a
+    narrow window, a nav click lands below the sticky nav, the view is in the URL hash and
+    restored from it, and masks and examples open from the keyboard."""
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="install the browser extra: pip install -e '.[browser]'"
+    )
+    root, html = report
+    errors: list[str] = []
+    with sync_api.sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 900, "height": 900})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(html.resolve().as_uri())
+            page.wait_for_function("window.fathomReady === true")
+
+            def y_range() -> list[float]:
+                return page.evaluate(
+                    "[window.fathomCharts[0].scales.y.min, window.fathomCharts[0].scales.y.max]"
+                )
+
+            def plotted(lo_epoch: float = -1, hi_epoch: float = 1e9) -> list[float]:
+                out = json.loads(page.evaluate(SNAPSHOT, "fathomPlot"))
+                return [y for s in out["charts"][0]["series"] for x, y in zip(s["x"], s["y"])
+                        if isinstance(y, float | int) and lo_epoch <= x <= hi_epoch]  # fmt: skip
+
+            # y autoscale: epoch 0 (10% accuracy before training) is left out by default
+            after0 = plotted(lo_epoch=1)
+            lo, hi = y_range()
+            assert min(plotted()) < lo <= min(after0) and max(after0) <= hi
+            page.check("#zero-y")
+            assert y_range()[0] <= min(plotted())
+            page.uncheck("#zero-y")
+            # after a zoom to the last epochs, y follows the points inside the window
+            page.evaluate("window.fathomCharts[0].setScale('x', {min: 2.5, max: 4})")
+            lo, hi = y_range()
+            inside = plotted(lo_epoch=2.5, hi_epoch=4)
+            assert min(inside) - 0.1 * (max(inside) - min(inside)) <= lo <= min(inside)
+            assert lo > min(plotted(lo_epoch=1))
+            # the zoom is in the URL, with the field and the recipes
+            view = page.evaluate("location.hash")
+            assert view.startswith("#view?")
+            state = parse_qs(view.removeprefix("#view?"))
+            assert state["x"] == ["2.5~4"] and state["field"] == ["{split}/acc"]
+            assert "residual lr=0.01" in state["cohorts"][0].split("|")
+
+            # hover: mean ± SD, range over seeds, units
+            over = page.locator("#charts .u-over").first
+            over.scroll_into_view_if_needed()
+            box = over.bounding_box()
+            assert box is not None
+            page.mouse.move(box["x"] + 0.9 * box["width"], box["y"] + box["height"] / 2)
+            text = page.locator("#readout").inner_text()
+            assert "residual lr=0.01:" in text and " ± " in text and "SD %" in text
+            assert "(n=2, range " in text
+
+            # wide tables scroll inside their own box; the page itself never scrolls sideways
+            widths = page.evaluate(
+                """() => Array.from(document.querySelectorAll('table')).map(t =>
+                [t.getBoundingClientRect().right, t.scrollWidth, t.clientWidth])"""
+            )
+            page_width = page.evaluate("document.documentElement.clientWidth")
+            assert all(right <= page_width + 1 for right, _, _ in widths)
+            assert any(sw > cw for _, sw, cw in widths)  # at 900 px some table does scroll
+            assert page.evaluate("document.documentElement.scrollWidth") <= page_width + 1
+
+            # a nav click lands the section title below the sticky nav
+            page.click("nav a[href='#audit']")
+            page.wait_for_timeout(100)
+            nav = page.locator("nav").bounding_box()
+            title = page.locator("#audit").bounding_box()
+            assert (
+                nav is not None and title is not None and title["y"] >= nav["y"] + nav["height"] - 1
+            )
+
+            # keyboard: every mask row and example tile is focusable; Enter opens it
+            rows = page.locator("#mask-table tbody tr")
+            assert rows.count() == 8 and all(
+                rows.nth(i).get_attribute("tabindex") == "0" for i in range(rows.count())
+            )
+            rows.nth(2).focus()
+            page.keyboard.press("Enter")
+            mask = page.locator("#mask-table tr.sel").get_attribute("data-mask")
+            assert mask == rows.nth(2).get_attribute("data-mask")
+            tile = page.locator("#examples .ex").nth(1)
+            assert tile.get_attribute("tabindex") == "0"
+            tile.focus()
+            page.keyboard.press(" ")
+            assert f"under mask {mask}" in page.locator("#example-info").inner_text()
+
+            # the URL restores the view: field, split, zoom and mask
+            page.select_option("#split", "test")
+            url = page.evaluate("location.href")
+            other = browser.new_page(viewport={"width": 1280, "height": 900})
+            other.goto(url)
+            other.wait_for_function("window.fathomReady === true")
+            assert other.input_value("#split") == "test"
+            assert other.locator("#mask-table tr.sel").get_attribute("data-mask") == mask
+            assert other.locator("#examples .ex.sel").count() == 1
+            assert other.evaluate("window.fathomCharts[0].scales.x.min") == 2.5
+            assert not errors, errors
         finally:
             browser.close()

@@ -10,12 +10,10 @@ fields, so the read-back of :mod:`fathom.export.run` applies unchanged.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from fathom.config_live import WandbLiveConfig
-from fathom.export.common import accuracy_name
 
 
 class TensorBoardSink:
@@ -28,24 +26,25 @@ class TensorBoardSink:
         self.out, self.events_dir = out, events_dir
         self.writer = EventFileWriter(str(events_dir))
         self.wall = 0.0
-        self.described: set[str] = set()  # accuracy tags whose unit is written
+        self.described: set[str] = set()  # tags whose registry description is written
 
     def write(self, row: dict[str, Any], values: dict[str, Any]) -> None:
+        """One row (``values`` is the flattened form W&B takes; TensorBoard keeps matrices)."""
         from tensorboard.compat.proto.event_pb2 import Event
 
-        from fathom.export.tensorboard_export import summary_for
+        from fathom.export import tensorboard_meta as meta
+        from fathom.export.tensorboard_export import row_values, summary_for
 
-        elapsed = row.get("clock/elapsed_s")
-        if isinstance(elapsed, int | float) and math.isfinite(elapsed):
-            self.wall = float(elapsed)
-        pending = {n for k in row if (n := accuracy_name(k)) is not None} - self.described
-        self.described |= pending
-        summary = summary_for(values, pending)
-        self.described -= pending  # tags without a value in this row are described later
+        self.wall, _ = meta.wall_time(row, self.wall)
+        summary = summary_for(row_values(row), self.described)
         self.writer.add_event(Event(wall_time=self.wall, step=int(row["epoch"]), summary=summary))
         self.writer.flush()
 
     def close(self, run: Any) -> tuple[list[str], dict[str, Any]]:
+        """The run's HParams session and metrics (known once it ends), then the paths."""
+        from fathom.export.tensorboard_export import write_session
+
+        write_session(self.writer, run, self.wall)
         self.writer.close()
         if self.events_dir == self.out:  # a shared log_dir: the event files themselves
             return sorted(p.name for p in self.out.glob("events.out.tfevents.*")), {}

@@ -18,14 +18,14 @@ matching NaN), and each accuracy tag's unit description.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fathom.errors import FathomError, install_hint
-from fathom.export.common import VerifyReport, export_scalars, units_table
+from fathom.export import tensorboard_meta as meta
+from fathom.export.common import VerifyReport, flatten_row, in_export_units
 from fathom.report.runs import RunData
 
 
@@ -39,67 +39,105 @@ def _require() -> None:
         ) from None
 
 
-UNIT_DESCRIPTION = (
-    "accuracy in percent: 100 x the fraction recorded in history.jsonl (fathom.stats.units.percent)"
-)
+def summary_for(values: dict[str, Any], described: set[str]) -> Any:
+    """One ``Summary`` of a row's values (export units): scalars, and matrices as tensor + image.
 
-
-def summary_for(values: dict[str, Any], undescribed: set[str]) -> Any:
-    """One ``Summary`` of a row's non-null scalars; an accuracy tag's first value states its unit.
-
-    ``undescribed``: the accuracy tags whose unit is still to be written (updated in place;
-    start from :func:`fathom.export.common.units_table` of the run).
+    Every tag's first value carries its registry description (:mod:`.tensorboard_meta`);
+    ``described``: the tags already described in this event directory (updated in place).
     """
-    from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboard.compat.proto.summary_pb2 import Summary
 
     out = []
     for k, v in values.items():
-        if v is None:
+        if meta.is_matrix(v):
+            out += meta.matrix_values(k, v, described)
+            continue
+        if v is None or not isinstance(v, int | float):
             continue
         value = Summary.Value(tag=k, simple_value=float(v))
-        if k in undescribed:
-            value.metadata.CopyFrom(
-                SummaryMetadata(
-                    display_name=f"{k} (%)",
-                    summary_description=UNIT_DESCRIPTION,
-                    plugin_data=SummaryMetadata.PluginData(plugin_name="scalars"),
-                )
-            )
-            undescribed.discard(k)
+        if k not in described:
+            value.metadata.CopyFrom(meta.metadata(k, "scalars"))
+            described.add(k)
         out.append(value)
     return Summary(value=out)
 
 
+def row_values(row: dict[str, Any]) -> dict[str, Any]:
+    """A row in export units: matrices kept whole, every other field flattened to scalars."""
+    values = in_export_units(row)
+    values.pop(meta.WALL_FIELD, None)  # it is the event's wall time (float64), not a float32 scalar
+    matrices = {k: v for k, v in values.items() if meta.is_matrix(v)}
+    scalars, _ = flatten_row({k: v for k, v in values.items() if k not in matrices})
+    return {**scalars, **matrices}
+
+
 def expected_scalars(run: RunData) -> dict[str, list[tuple[int, float]]]:
-    """``tag -> [(epoch, value)]`` for every non-null scalar, in epoch order."""
+    """``tag -> [(epoch, value)]`` for every non-null scalar, in epoch order, HParams metrics included."""
     out: dict[str, list[tuple[int, float]]] = {}
     for row in run.rows:
-        values, _ = export_scalars(row)
-        for k, v in values.items():
-            if v is not None:
+        for k, v in row_values(row).items():
+            if v is not None and not meta.is_matrix(v):
                 out.setdefault(k, []).append((int(row["epoch"]), float(v)))
+    for tag, point in meta.metrics(run).items():
+        out.setdefault(tag, []).append(point)
     return out
 
 
+def expected_matrices(run: RunData) -> dict[str, list[tuple[int, list[list[Any]]]]]:
+    out: dict[str, list[tuple[int, list[list[Any]]]]] = {}
+    for row in run.rows:
+        for k, v in row_values(row).items():
+            if meta.is_matrix(v):
+                out.setdefault(k, []).append((int(row["epoch"]), v))
+    return out
+
+
+def write_run(writer: Any, run: RunData) -> None:
+    """Every row of one run, then its HParams session and metrics."""
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    wall, described = 0.0, set()
+    for row in run.rows:
+        wall, _ = meta.wall_time(row, wall)
+        summary = summary_for(row_values(row), described)
+        writer.add_event(Event(wall_time=wall, step=int(row["epoch"]), summary=summary))
+    write_session(writer, run, wall)
+
+
+def write_session(writer: Any, run: RunData, wall: float) -> None:
+    """The run's HParams session record and its metric scalars (post-hoc and live alike)."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    start = meta.start_time(run)
+    writer.add_event(Event(wall_time=start or wall, step=0, summary=meta.session_summary(run)))
+    for tag, (epoch, v) in meta.metrics(run).items():
+        value = Summary.Value(tag=tag, simple_value=v)
+        value.metadata.CopyFrom(meta.metadata(tag, "scalars"))
+        writer.add_event(Event(wall_time=wall, step=epoch, summary=Summary(value=[value])))
+
+
 def write(runs: list[RunData], out: Path) -> list[str]:
+    """One event directory per run, plus the HParams experiment and the layout at ``out``."""
     _require()
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     for run in runs:
         writer = EventFileWriter(str(out / run.run_id))
-        wall = 0.0
-        undescribed = set(units_table([run]))
         try:
-            for row in run.rows:
-                elapsed = row.get("clock/elapsed_s")
-                if isinstance(elapsed, int | float) and math.isfinite(elapsed):
-                    wall = float(elapsed)
-                summary = summary_for(export_scalars(row)[0], undescribed)
-                writer.add_event(Event(wall_time=wall, step=int(row["epoch"]), summary=summary))
+            write_run(writer, run)
         finally:
             writer.close()
-    return [r.run_id for r in runs]
+    before = set(out.glob("events.out.tfevents.*"))
+    root = EventFileWriter(str(out), filename_suffix=".fathom")
+    try:
+        root.add_event(Event(wall_time=0.0, step=0, summary=meta.experiment_summary(runs)))
+        root.add_event(Event(wall_time=0.0, step=0, summary=meta.layout_summary()[0]))
+    finally:
+        root.close()
+    made = sorted(p.name for p in set(out.glob("events.out.tfevents.*")) - before)
+    return [r.run_id for r in runs] + made
 
 
 def _same32(expected: float, got: float) -> bool:
@@ -111,15 +149,25 @@ def _same32(expected: float, got: float) -> bool:
 def verify(
     runs: list[RunData], out: Path, report: VerifyReport, *, events_dir: Path | None = None
 ) -> None:
-    """Read ``out/<run_id>/`` back (``events_dir`` instead, for a single run's live log)."""
+    """Read ``out/<run_id>/`` back (``events_dir`` instead, for a single run's live log).
+
+    Per run: exactly the written scalar steps and values (float32), every tag's registry
+    description, every matrix as its exact float64 tensor and an image per row, the HParams
+    session (hyperparameters equal to the config's leaves). For a post-hoc export, also the
+    experiment record and the custom-scalars layout at ``out``.
+    """
     _require()
     if events_dir is not None and len(runs) != 1:
         raise FathomError("events_dir names one run's event directory; pass exactly one run")
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     report.notes.append(
         "TensorBoard stores float32: values compared after rounding the source to float32"
     )
+    stale = [r.run_id for r in runs if any(meta.WALL_FIELD not in row for row in r.rows)]
+    if stale:
+        report.notes.append(
+            f"runs whose history predates {meta.WALL_FIELD} (wall time = elapsed seconds; use "
+            f"TensorBoard's relative axis): {stale}"
+        )
     for run in runs:
         report.runs += 1
         report.rows += len(run.rows)
@@ -127,30 +175,144 @@ def verify(
         if not path.is_dir():
             report.mismatch(f"run {run.run_id}: no event directory {path}")
             continue
-        acc = EventAccumulator(str(path), size_guidance={"scalars": 0, "tensors": 0})
-        acc.Reload()
-        tags = set(acc.Tags().get("scalars", []))
-        expected: dict[str, Any] = expected_scalars(run)
-        accuracy_tags = set(units_table([run]))
-        if tags != set(expected):
-            report.mismatch(f"run {run.run_id}: tags differ {sorted(tags ^ set(expected))[:5]}")
-        for tag, points in expected.items():
-            if tag not in tags:
-                continue
-            if tag in accuracy_tags and (
-                acc.SummaryMetadata(tag).summary_description != UNIT_DESCRIPTION
-            ):
-                report.mismatch(f"run {run.run_id} {tag}: the unit (percent) is not stated")
-            events = acc.Scalars(tag)
-            report.steps += len(events)
-            if [e.step for e in events] != [s for s, _ in points]:
+        acc = _accumulator(path)
+        _verify_scalars(run, acc, report)
+        _verify_matrices(run, acc, report)
+        _verify_session(run, acc, report)
+    if events_dir is None:
+        _verify_root(runs, out, report)
+
+
+def _accumulator(path: Path) -> Any:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(path), size_guidance={"scalars": 0, "tensors": 0, "images": 0})
+    acc.Reload()
+    return acc
+
+
+def _described(acc: Any, tag: str, report: VerifyReport, run_id: str) -> None:
+    try:
+        got = acc.SummaryMetadata(tag).summary_description
+    except KeyError:
+        got = None
+    if got != meta.description(tag):
+        report.mismatch(f"run {run_id} {tag}: the registry description is missing or differs")
+
+
+def _verify_scalars(run: RunData, acc: Any, report: VerifyReport) -> None:
+    tags = set(acc.Tags().get("scalars", []))
+    expected = expected_scalars(run)
+    if tags != set(expected):
+        report.mismatch(f"run {run.run_id}: tags differ {sorted(tags ^ set(expected))[:5]}")
+    for tag, points in expected.items():
+        if tag not in tags:
+            continue
+        _described(acc, tag, report, run.run_id)
+        events = acc.Scalars(tag)
+        report.steps += len(events)
+        if [e.step for e in events] != [s for s, _ in points]:
+            report.mismatch(
+                f"run {run.run_id} {tag}: steps {[e.step for e in events]} != {[s for s, _ in points]}"
+            )
+            continue
+        for (step, v), e in zip(points, events):
+            report.values += 1
+            if not _same32(v, e.value):
                 report.mismatch(
-                    f"run {run.run_id} {tag}: steps {[e.step for e in events]} != {[s for s, _ in points]}"
+                    f"run {run.run_id} {tag} step {step}: wrote {v!r}, read {e.value!r}"
                 )
-                continue
-            for (step, v), e in zip(points, events):
-                report.values += 1
-                if not _same32(v, e.value):
-                    report.mismatch(
-                        f"run {run.run_id} {tag} step {step}: wrote {v!r}, read {e.value!r}"
-                    )
+
+
+def _verify_matrices(run: RunData, acc: Any, report: VerifyReport) -> None:
+    import numpy as np
+    from tensorboard.util import tensor_util
+
+    tensors = set(acc.Tags().get("tensors", [])) - {meta.SESSION_TAG}
+    images = set(acc.Tags().get("images", []))
+    expected = expected_matrices(run)
+    if tensors != set(expected) or images != {t + meta.IMAGE_SUFFIX for t in expected}:
+        report.mismatch(f"run {run.run_id}: matrix tags differ from the history's matrix fields")
+    for tag, points in expected.items():
+        if tag not in tensors:
+            continue
+        _described(acc, tag, report, run.run_id)
+        got = acc.Tensors(tag)
+        shown = acc.Images(tag + meta.IMAGE_SUFFIX) if tag + meta.IMAGE_SUFFIX in images else []
+        if [e.step for e in got] != [s for s, _ in points] or len(shown) != len(points):
+            report.mismatch(f"run {run.run_id} {tag}: matrix steps or images differ")
+            continue
+        for (step, m), e in zip(points, got):
+            report.values += 1
+            if not np.array_equal(
+                tensor_util.make_ndarray(e.tensor_proto), meta.matrix_array(m), equal_nan=True
+            ):
+                report.mismatch(f"run {run.run_id} {tag} step {step}: matrix differs")
+
+
+def _verify_session(run: RunData, acc: Any, report: VerifyReport) -> None:
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    content = (
+        acc.PluginTagToContent("hparams").get(meta.SESSION_TAG) if _has(acc, "hparams") else None
+    )
+    if content is None:
+        report.mismatch(f"run {run.run_id}: no HParams session record")
+        return
+    data = plugin_data_pb2.HParamsPluginData.FromString(content)
+    got = {k: _hparam_value(v) for k, v in data.session_start_info.hparams.items()}
+    want = {
+        k: (float(v) if isinstance(v, int | float) and not isinstance(v, bool) else v)
+        for k, v in meta.hparams(run).items()
+    }
+    if got != want:
+        diff = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+        report.mismatch(f"run {run.run_id}: HParams differ from the config at {diff[:5]}")
+
+
+def _has(acc: Any, plugin: str) -> bool:
+    try:
+        acc.PluginTagToContent(plugin)
+    except KeyError:
+        return False
+    return True
+
+
+def _hparam_value(v: Any) -> Any:
+    kind = v.WhichOneof("kind")
+    return getattr(v, kind) if kind else None
+
+
+def _verify_root(runs: list[RunData], out: Path, report: VerifyReport) -> None:
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.plugins.custom_scalar import metadata as cs
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    acc = _accumulator(out)
+    hp = acc.PluginTagToContent("hparams") if _has(acc, "hparams") else {}
+    if meta.EXPERIMENT_TAG not in hp:
+        report.mismatch("no HParams experiment record at the export's root")
+    else:
+        experiment = plugin_data_pb2.HParamsPluginData.FromString(
+            hp[meta.EXPERIMENT_TAG]
+        ).experiment
+        names = {h.name for h in experiment.hparam_infos}
+        wanted = {k for r in runs for k in meta.hparams(r)}
+        metric_tags = {m.name.tag for m in experiment.metric_infos}
+        if names != wanted or metric_tags != {t for r in runs for t in meta.metrics(r)}:
+            report.mismatch(
+                "the HParams experiment record does not list every hyperparameter and metric"
+            )
+    layout = (
+        acc.Tensors(cs.CONFIG_SUMMARY_TAG)
+        if cs.CONFIG_SUMMARY_TAG in acc.Tags().get("tensors", [])
+        else []
+    )
+    from tensorboard.util import tensor_util
+
+    if (
+        len(layout) != 1
+        or layout_pb2.Layout.FromString(tensor_util.make_ndarray(layout[0].tensor_proto).item())
+        != meta.layout_summary()[1]
+    ):
+        report.mismatch("the custom-scalars layout at the export's root is missing or differs")

@@ -58,8 +58,29 @@
     return pts;
   }
 
-  const selectedCohorts = new Set(
-    Array.from(new Set(D.runs.filter((r) => r.phase === "main").map((r) => r.cohort))));
+  // The view lives in the URL hash, "#view?field=...&split=...": a link or a reload shows
+  // the same charts, zoom and mask. A plain anchor (#audit) leaves the view as it is.
+  const VIEW_PREFIX = "#view?";
+  const pending = location.hash.startsWith(VIEW_PREFIX) ? new URLSearchParams(location.hash.slice(VIEW_PREFIX.length)) : new URLSearchParams();
+  const selectedCohorts = new Set(pending.has("cohorts")
+    ? pending.get("cohorts").split("|").filter((c) => D.runs.some((r) => r.cohort === c))
+    : Array.from(new Set(D.runs.filter((r) => r.phase === "main").map((r) => r.cohort))));
+  let zoomX = pending.has("x") ? pending.get("x").split("~").map(Number) : null;  // null: not zoomed
+  let viewReady = false, building = false;
+
+  function saveView() {
+    if (!viewReady) return;
+    const q = new URLSearchParams();
+    q.set("field", $("field").value); q.set("split", $("split").value); q.set("axis", $("axis").value);
+    q.set("band", $("band").value);
+    for (const id of ["logy", "seeds", "zero-y"]) if ($(id).checked) q.set(id, "1");
+    q.set("cohorts", Array.from(selectedCohorts).join("|"));
+    if (zoomX) q.set("x", `${zoomX[0]}~${zoomX[1]}`);
+    for (const id of ["mask-arm", "mask-seed", "mask-checkpoint"]) if ($(id).value) q.set(id, $(id).value);
+    if (maskState.mask !== null) q.set("mask", maskState.mask);
+    if (maskState.example !== null) q.set("example", String(maskState.example));
+    history.replaceState(null, "", VIEW_PREFIX + q.toString());
+  }
   const shownFacets = {};
   let syncing = false;
 
@@ -121,7 +142,7 @@
       const lo = agg.map((a) => ({ x: a.x, y: a.mean === undefined ? undefined : band === "sd" ? (a.sd === null ? a.mean : a.mean - a.sd) : a.lo }));
       const hi = agg.map((a) => ({ x: a.x, y: a.mean === undefined ? undefined : band === "sd" ? (a.sd === null ? a.mean : a.mean + a.sd) : a.hi }));
       const n = perRun.length;
-      series.push({ label: `${c.cohort} mean (n=${n})`, colour: colour, kind: "mean", cohort: c.cohort, pts: agg.map((a) => ({ x: a.x, y: a.mean })) });
+      series.push({ label: `${c.cohort} mean (n=${n})`, colour: colour, kind: "mean", cohort: c.cohort, pts: agg.map((a) => ({ x: a.x, y: a.mean })), agg: new Map(agg.map((a) => [a.x, a])) });
       if (band !== "none" && n > 1) {
         series.push({ label: `${c.cohort} ${band === "sd" ? "mean+SD" : "max"}`, colour: colour, kind: "hi", cohort: c.cohort, pts: hi });
         series.push({ label: `${c.cohort} ${band === "sd" ? "mean−SD" : "min"}`, colour: colour, kind: "lo", cohort: c.cohort, pts: lo });
@@ -159,7 +180,7 @@
   function charts() {
     const field = $("field").value;
     const meta = D.meta[field] || {};
-    const opts = { axis: $("axis").value, split: $("split").value, logy: $("logy").checked, band: $("band").value, seeds: $("seeds").checked };
+    const opts = { axis: $("axis").value, split: $("split").value, logy: $("logy").checked, band: $("band").value, seeds: $("seeds").checked, zeroY: $("zero-y").checked };
     const facets = meta.facets && meta.facets.length ? meta.facets : [null];
     if (!shownFacets[field]) shownFacets[field] = new Set(facets);
     renderFacetBoxes(field, meta, facets);
@@ -168,7 +189,8 @@
     box.innerHTML = "";
     box.className = facets.length === 1 || facets[0] === null ? "single" : "";
     window.fathomCharts = [];
-    window.fathomPlot = { field: field, split: opts.split, axis: opts.axis, logy: opts.logy, band: opts.band, charts: [] };
+    building = true;  // a zoom survives a new field, split or recipe choice
+    window.fathomPlot = { field: field, split: opts.split, axis: opts.axis, logy: opts.logy, band: opts.band, zeroY: opts.zeroY, charts: [] };
     $("charts-title").textContent = axisLabel(field) + (facets[0] === null ? "" : `: one chart per ${meta.facetKind}`);
     const width = facets[0] === null ? Math.min(box.clientWidth || 1100, 1200) : 400;
     for (const facet of facets) {
@@ -183,7 +205,7 @@
       series.forEach((s, i) => { if (s.kind === "hi") bands.push({ series: [i + 1, i + 2], fill: s.colour + "33" }); });
       const u = new uPlot({
         width: width, height: facet === null ? 360 : 240,
-        scales: { x: { time: false }, y: { distr: opts.logy ? 3 : 1, log: 10 } },
+        scales: { x: { time: false }, y: opts.logy ? { distr: 3, log: 10 } : { range: (u, lo, hi) => visibleRange(u, lo, hi, opts) } },
         axes: [
           Object.assign({ label: D.axes[opts.axis], labelSize: 20, size: 36 }, opts.axis === "epoch" ? { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500] } : {}),
           { label: facet === null ? axisLabel(field) : (meta.units || "value"), labelSize: 20, size: 64, values: (u, vals) => vals.map(fmt) },
@@ -199,13 +221,45 @@
         }))),
         hooks: {
           setCursor: [(u) => readout(u, series)],
-          setScale: [(u, key) => { if (key === "x") syncX(u); }],
+          setScale: [(u, key) => { if (key === "x" && !building) { noteZoom(u); syncX(u); saveView(); } }],
         },
       }, toAligned(series), wrap);
       u.fathomSeries = series;
       window.fathomCharts.push(u);
     }
     $("field-info").textContent = [meta.formula, meta.units && `units: ${meta.units}`, meta.scope && `scope: ${meta.scope}`, meta.caveats].filter(Boolean).join(" · ");
+    building = false;
+    if (zoomX && window.fathomCharts.length) window.fathomCharts[0].setScale("x", { min: zoomX[0], max: zoomX[1] });
+    saveView();
+  }
+
+  // The y range of the points inside the visible x window (every plotted series, bands
+  // included), padded by 5%; on the epoch axis epoch 0 (before training) is left out of the
+  // autoscale unless "y range includes epoch 0" is ticked, so curves that differ by a few
+  // percent are not flattened by the initial accuracy. uPlot's own range when none is visible.
+  // uPlot re-ranges y whenever x changes; series[0].idxs is the new visible x window then
+  // (u.scales.x still holds the old one while ranges are computed).
+  function visibleRange(u, lo, hi, opts) {
+    const xs = u.data[0];
+    const idxs = u.series[0] && u.series[0].idxs;
+    const i0 = idxs && idxs[0] != null ? idxs[0] : 0, i1 = idxs && idxs[1] != null ? idxs[1] : xs.length - 1;
+    let a = Infinity, b = -Infinity;
+    for (let k = 1; k < u.data.length; k++) for (let i = i0; i <= i1; i++) {
+      const v = u.data[k][i];
+      if (v === null || v === undefined || !isFinite(v)) continue;
+      if (opts.axis === "epoch" && xs[i] === 0 && !opts.zeroY && i1 > i0) continue;
+      if (v < a) a = v; if (v > b) b = v;
+    }
+    if (!(a <= b)) return [lo, hi];
+    const pad = (b - a) * 0.05 || Math.abs(a) * 0.05 || 1;
+    return [a - pad, b + pad];
+  }
+
+  // The zoom the reader chose (kept across re-renders and in the URL); the full x extent
+  // (a double-click reset) is no zoom.
+  function noteZoom(u) {
+    const xs = u.data[0]; const { min, max } = u.scales.x;
+    zoomX = !xs.length || (min <= xs[0] && max >= xs[xs.length - 1]) ? null : [min, max];
   }
 
   function syncX(src) {
@@ -216,11 +270,28 @@
     syncing = false;
   }
 
+  // The hover readout: per recipe the seed mean ± sample SD and the min–max over seeds
+  // (n stated), per shown seed its value, all with the field's unit.
   function readout(u, series) {
     const i = u.cursor.idx;
     if (i === null || i === undefined) return;
-    const parts = [`x = ${fmt(u.data[0][i])}`];
-    series.forEach((s, k) => { if (s.kind === "mean" || s.kind === "seed") { const v = u.data[k + 1][i]; if (v !== undefined) parts.push(`${s.label}: ${fmt(v)}`); } });
+    const meta = D.meta[$("field").value] || {};
+    const unit = meta.units ? ` ${meta.units}` : "";
+    const x = u.data[0][i];
+    const parts = [`${D.axes[$("axis").value] || "x"} = ${fmt(x)}`];
+    series.forEach((s, k) => {
+      if (s.kind === "mean") {
+        const a = s.agg.get(x);
+        if (!a || a.mean === undefined) return;
+        if (a.mean === null) { parts.push(`${s.cohort}: — (no finite value)`); return; }
+        const sd = a.sd === null ? "" : ` ± ${fmt(a.sd)} SD`;
+        const range = a.n > 1 ? `, range ${fmt(a.lo)}–${fmt(a.hi)}` : "";
+        parts.push(`${s.cohort}: ${fmt(a.mean)}${sd}${unit} (n=${a.n}${range})`);
+      } else if (s.kind === "seed") {
+        const v = u.data[k + 1][i];
+        if (v !== undefined) parts.push(`${s.label}: ${fmt(v)}${unit}`);
+      }
+    });
     $("readout").textContent = parts.join("   ");
   }
 
@@ -268,7 +339,7 @@
     ctx.putImageData(img, 0, 0);
   }
 
-  const maskState = { key: null, mask: null, example: null };
+  const maskState = { key: null, mask: pending.get("mask"), example: pending.has("example") ? Number(pending.get("example")) : null };
 
   function maskTable() {
     const t = M.tables.find((x) => x.key === maskState.key);
@@ -280,13 +351,19 @@
     const tr = h("tr"); head.forEach((x) => tr.appendChild(h("th", {}, x))); table.appendChild(h("thead")).appendChild(tr);
     const tb = h("tbody"); table.appendChild(tb);
     for (const m of t.masks.slice().sort((a, b) => b.kept - a.kept || a.test_damage - b.test_damage)) {
-      const row = h("tr", { "data-mask": m.mask });
+      const row = h("tr", { "data-mask": m.mask, tabindex: "0", role: "button", "aria-label": `mask ${m.mask}: show its examples` });
       [m.mask, m.kept, fmt(m.macs_fraction), m.test_acc.toFixed(2), fmt(m.test_ce), (m.test_damage >= 0 ? "+" : "") + m.test_damage.toFixed(4), m.val_acc.toFixed(2)].forEach((v, i) => row.appendChild(h("td", { class: i ? "num" : "" }, String(v))));
       if (m.mask === maskState.mask) row.className = "sel";
-      row.addEventListener("click", () => { maskState.mask = m.mask; maskTable(); examples(); });
+      activate(row, () => { maskState.mask = m.mask; maskTable(); examples(); $("mask-table").querySelector(`tr[data-mask="${m.mask}"]`).focus(); saveView(); });
       tb.appendChild(row);
     }
     area.appendChild(table);
+  }
+
+  // Click, Enter or Space: the same action (keyboard users reach every mask and example).
+  function activate(el, act) {
+    el.addEventListener("click", act);
+    el.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); act(); } });
   }
 
   function argmax(a) { let k = 0; for (let i = 1; i < a.length; i++) if (a[i] > a[k]) k = i; return k; }
@@ -300,11 +377,11 @@
     $("examples-head").textContent = `${E.indices.length} test examples under mask ${maskState.mask} (green border: correct under this mask). ${E.note}. Click one for its logits and the masks that keep it correct.`;
     E.indices.forEach((idx, j) => {
       const z = per.logits[mi][j]; const pred = argmax(z); const ok = pred === E.labels[j];
-      const d = h("div", { class: `ex ${ok ? "right" : "wrong"}`, "data-example": String(idx) });
+      const d = h("div", { class: `ex ${ok ? "right" : "wrong"}`, "data-example": String(idx), tabindex: "0", role: "button", "aria-label": `test example ${idx}, label ${E.labels[j]}, predicted ${pred}: show its logits` });
       if (E.images[j]) { const c = h("canvas"); drawImage(c, E.images[j]); d.appendChild(c); }
       d.appendChild(h("div", {}, `#${idx} y=${E.labels[j]} ŷ=${pred}`));
       if (idx === maskState.example) d.classList.add("sel");
-      d.addEventListener("click", () => { maskState.example = idx; examples(); });
+      activate(d, () => { maskState.example = idx; examples(); $("examples").querySelector(`[data-example="${idx}"]`).focus(); saveView(); });
       box.appendChild(d);
     });
     if (maskState.example !== null && E.indices.includes(maskState.example)) detail(per, mi, E.indices.indexOf(maskState.example));
@@ -333,7 +410,7 @@
     if (!M.tables || !M.tables.length) { $("mask-controls").style.display = "none"; $("mask-area").textContent = "No audit in this directory."; return; }
     const uniq = (xs) => Array.from(new Set(xs));
     const fill = (id, values, label) => {
-      const sel = $(id); const cur = sel.value; sel.innerHTML = "";
+      const sel = $(id); const cur = pending.has(id) ? pending.get(id) : sel.value; pending.delete(id); sel.innerHTML = "";
       for (const v of values) sel.appendChild(h("option", { value: String(v) }, label(v)));
       if (values.map(String).includes(cur)) sel.value = cur;
     };
@@ -348,7 +425,7 @@
         maskState.key = t.key;
         if (!t.masks.some((m) => m.mask === maskState.mask)) maskState.mask = t.masks.reduce((a, b) => (b.kept > a.kept ? b : a)).mask;
       }
-      maskTable(); examples();
+      maskTable(); examples(); saveView();
     };
     fill("mask-arm", uniq(M.tables.map((t) => t.arm)), (a) => a);
     for (const id of ["mask-arm", "mask-seed", "mask-checkpoint"]) $(id).addEventListener("change", pick);
@@ -359,10 +436,13 @@
   for (const [k, label] of Object.entries(D.axes)) if (k === "epoch" || nameIndex.has(k)) $("axis").appendChild(h("option", { value: k }, label));
   for (const s of D.splits) $("split").appendChild(h("option", { value: s }, s));
   if (D.splits.includes("val")) $("split").value = "val";
+  for (const id of ["split", "axis", "band"]) if (pending.has(id) && Array.from($(id).options).some((o) => o.value === pending.get(id))) $(id).value = pending.get(id);
+  for (const id of ["logy", "seeds", "zero-y"]) if (pending.has(id)) $(id).checked = true;
   renderCohorts(); fillFields();
+  if (pending.has("field") && D.fields.includes(pending.get("field"))) $("field").value = pending.get("field");
   $("field-search").addEventListener("input", () => { fillFields(); charts(); });
-  for (const id of ["field", "axis", "split", "logy", "band", "seeds"]) $(id).addEventListener("change", charts);
-  charts(); maskExplorer();
+  for (const id of ["field", "axis", "split", "logy", "band", "seeds", "zero-y"]) $(id).addEventListener("change", charts);
+  charts(); maskExplorer(); viewReady = true; saveView();
   for (const t of document.querySelectorAll("table.sortable")) {
     t.querySelectorAll("th").forEach((th, i) => th.addEventListener("click", () => {
       const rows = Array.from(t.tBodies[0].rows); const dir = th.dataset.dir === "1" ? -1 : 1; th.dataset.dir = dir === 1 ? "1" : "-1";

@@ -82,6 +82,7 @@ def synthetic_history(
             "clock/evaluation_s": 0.1 * e,
             "clock/telemetry_s": 0.05 * e,
             "clock/elapsed_s": elapsed_s,
+            "clock/unix_s": 1.7e9 + 1000.0 * seed + elapsed_s,  # the row's own timestamp
         }
         for split in ("fit", "val", "test"):
             row[f"{split}/acc"] = 0.1 + 0.85 * progress + rng.uniform(-0.01, 0.01)
@@ -182,6 +183,8 @@ def awkward_rows(seed: int) -> list[dict[str, Any]]:
     rows[3]["param/disp/stem"] = 1e300  # beyond float32 range
     rows[3]["diverged"] = False  # a boolean field, as the trainer writes for a diverged epoch
     rows[3]["note"] = "text"  # not a number: JSONL keeps it, W&B and TensorBoard leave it out
+    for row in rows:  # a history written before the rows carried their own timestamp
+        del row["clock/unix_s"]
     return rows
 
 

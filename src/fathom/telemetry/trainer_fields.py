@@ -67,6 +67,16 @@ def _trainer() -> list[Field]:
             "state",
         ),
         Field(
+            "clock/unix_s",
+            g,
+            "Unix time (UTC seconds since 1970-01-01, time.time()) when the row was written: "
+            "the run's own timestamp, the wall time of every export",
+            "s since epoch",
+            "state",
+            "a wall clock: not monotonic across machines; absent from histories written "
+            "before it existed (exports then fall back to clock/elapsed_s, and say so)",
+        ),
+        Field(
             "diverged",
             g,
             "true on the row of the epoch whose loss or parameters became non-finite (the last row)",

@@ -123,6 +123,7 @@ def observe(s: Session, epoch: int, fields: dict[str, Any]) -> dict[str, Any] | 
             "clock/evaluation_s": clocks.evaluation_s,
             "clock/telemetry_s": clocks.telemetry_s,
             "clock/elapsed_s": s.elapsed(),
+            "clock/unix_s": time.time(),  # the row's own timestamp (exports' wall time)
         }
     )
     s.writer.row(row)
