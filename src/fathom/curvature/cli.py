@@ -8,6 +8,7 @@ import argparse
 def cmd_curvature(args: argparse.Namespace) -> int:
     from fathom.curvature.rundir import run_curvature, summary_markdown
     from fathom.rundir import RunDir
+    from fathom.terminal import console
 
     runs = [RunDir(p) for p in args.run_dirs]
     if args.out and len(runs) > 1:
@@ -24,6 +25,7 @@ def cmd_curvature(args: argparse.Namespace) -> int:
             out_dir=args.out,
             device=args.device,
             save_diagonals=args.save_diagonals,
+            progress=lambda line: console(stderr=True).print(line, soft_wrap=True),
         )
         print(summary_markdown(rd.run_id, args.probe, rows))
     return 0
