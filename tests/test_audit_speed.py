@@ -39,3 +39,29 @@ def test_timings_have_one_entry_per_mask_and_dense_reference():
     r = time_routed(model, x, lambda xb: np.zeros(xb.shape[0], dtype=int), masks, 8, repeats=1)
     assert r.dense_seconds > 0 and r.routed_seconds > 0
     assert r.to_dict()["routed_over_dense"] == r.slowdown
+
+
+def test_timings_report_median_iqr_and_per_repeat_speedups():
+    model = tiny()
+    masks = enumerate_masks(4)
+    x = torch.randint(0, 256, (16, 784), dtype=torch.uint8)
+    t = time_masks(model, x, masks, full_index=15, repeats=5).to_dict()
+    assert t["spread"] == "interquartile range over repeats"
+    per = t["per_repeat_seconds"]
+    assert len(per) == 16 and all(len(p) == 5 for p in per)
+    for m in range(16):
+        q1, med, q3 = np.quantile(per[m], [0.25, 0.5, 0.75])
+        assert t["median_seconds"][m] == med and t["seconds_iqr"][m] == [q1, q3]
+        ratios = [d / s for d, s in zip(per[15], per[m], strict=True)]  # same repeat
+        sp = t["speedup"][m]
+        assert sp["median"] == t["speedup_vs_dense"][m] == np.median(ratios)
+        assert (sp["q1"], sp["q3"]) == tuple(np.quantile(ratios, [0.25, 0.75]))
+        assert sp["verdict"] == (
+            "faster" if sp["q1"] > 1 else "slower" if sp["q3"] < 1 else "not established"
+        )
+    assert t["speedup"][15]["verdict"] == "not established"  # dense against itself: all 1
+    r = time_routed(model, x, lambda xb: np.zeros(xb.shape[0], dtype=int), masks, 8, repeats=3)
+    d = r.to_dict()
+    ratios = [a / b for a, b in zip(d["routed_per_repeat_seconds"], d["dense_per_repeat_seconds"])]
+    assert d["routed_over_dense"] == np.median(ratios)
+    assert d["routed_over_dense_iqr"] == list(np.quantile(ratios, [0.25, 0.75]))

@@ -216,7 +216,7 @@ def test_tensorboard_verify_catches_each_damage(
 ) -> None:
     """Each new piece is read back: writing it wrong makes the verification fail, naming it."""
     pytest.importorskip("tensorboard", reason="install the tensorboard extra")
-    from fathom.export import tensorboard_export, tensorboard_meta
+    from fathom.export import tensorboard_meta
 
     with monkeypatch.context() as m:
         if damage == "description":

@@ -276,7 +276,7 @@ def test_report_view_details_in_chromium(report: tuple[Path, Path]) -> None:
     sync_api = pytest.importorskip(
         "playwright.sync_api", reason="install the browser extra: pip install -e '.[browser]'"
     )
-    root, html = report
+    _root, html = report
     errors: list[str] = []
     with sync_api.sync_playwright() as p:
         browser = launch(p)

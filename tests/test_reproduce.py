@@ -207,6 +207,24 @@ def test_pipeline_writes_every_step_and_the_comparison(straight):
     assert rows["fidelity.plain.final_acc"]["verdict"].startswith("no Fathom counterpart here")
     md = (root / "reproduce" / "reproduction.md").read_text()
     assert "not comparable in magnitude" in md and "never digit for digit" in md
+    # true epochs on both sides: the seed's epoch 100 is this 3-epoch study's epoch 3
+    final = next(x for x in md.splitlines() if x.startswith("| residual dense: epoch-100 test acc"))
+    assert "| 100 → 3 |" in final
+    overhead = next(x for x in md.splitlines() if x.startswith("| largest telemetry overhead"))
+    assert "| 100 → 3 |" in overhead  # a whole-run quantity: the runs' lengths
+    digits = next(x for x in md.splitlines() if x.startswith("## Epoch-100 per-digit"))
+    assert digits.endswith("— seed epoch 100 → Fathom epoch 3 (final checkpoint)")  # whole table
+    sel = next(x for x in md.splitlines() if x.startswith("| residual dense: validation-selected"))
+    epochs = sorted(
+        {
+            json.loads((root / f"main-residual-s{s}" / "manifest.json").read_text())["selected"][
+                "epoch"
+            ]
+            for s in (101, 102)
+        }
+    )
+    assert f"| selected → selected (epoch{'s' if len(epochs) > 1 else ''} " in sel
+    assert ", ".join(map(str, epochs)) + ") |" in sel
     assert (root / "report" / "report.html").exists()
 
 

@@ -103,7 +103,12 @@ def test_side_by_side_table_prints_and_is_computed_from_the_runs(tiny, first):
     assert change["0"] == pytest.approx(acc[(20, "vanilla", 0)] - acc[(4, "vanilla", 0)])
     assert rows["depth.d8.vanilla.test_acc"]["fathom"] is None
     assert "no Fathom counterpart" in rows["depth.d8.vanilla.test_acc"]["verdict"]
-    assert rows["depth.d4.vanilla.kappa"]["verdict"].startswith("not comparable: the log")
+    assert rows["depth.d4.vanilla.kappa"]["verdict"].startswith(
+        "not comparable (another definition): the log"
+    )
+    assert rows["depth.d4.lyapunov.lambda"]["verdict"].startswith(
+        "not comparable (another definition): the log gives its λ at epoch 150"
+    )
     assert result["comparable_in_magnitude"] is False and "epochs 1 (protocol: 150)" in " ".join(
         result["scale_down"]
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fathom.stats.sentences_repro import SPEEDUP_RULE, speedup_sentence
 from fathom.stats.units import fmt_percent
 
 
@@ -103,11 +104,20 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
             f"cost {_num(t['cost_fraction'], '.3f')} of dense MACs; {routing['control']['verdict']}. "
             f"Static mask `{routing['static']['mask']}`: test accuracy {_pct(routing['static']['test']['accuracy'])}, "
             f"tolerance {'held' if routing['static']['test']['tolerance_held'] else 'not held'}. "
-            f"Grouped routed inference {_num(routing['timing']['routed_over_dense'], '.2f')}x the dense time "
-            f"({routing['timing']['examples']} examples, batch {routing['timing']['batch_size']}, "
-            f"{routing['timing']['device']}, median of {routing['timing']['repeats']}).",
+            + _routed_timing(routing["timing"]),
         ]
     return [*lines, ""]
+
+
+def _routed_timing(t: Mapping[str, Any]) -> str:
+    """Grouped routed inference time over dense: median and IQR of per-repeat ratios."""
+    q1, q3 = t["routed_over_dense_iqr"]
+    return (
+        f"Grouped routed inference {_num(t['routed_over_dense'], '.2f')}x the dense time "
+        f"(median of {t['repeats']} repeats' routed/dense ratios, IQR {_num(q1, '.2f')}–"
+        f"{_num(q3, '.2f')}; {t['examples']} examples, batch {t['batch_size']}, {t['device']}); "
+        + speedup_sentence("grouped routed inference", t["dense_over_routed"])
+    )
 
 
 def _aggregate(which: str, agg: Mapping[str, Any]) -> list[str]:
@@ -228,18 +238,30 @@ def _speed(result: Mapping[str, Any]) -> list[str]:
         for t in s["timings"]:
             lines.append(
                 f"{s['architecture']} ({s['dtype']}, weights of `{s['run_id']}` {s['checkpoint']}), batch "
-                f"{t['batch_size']}, {t['device']}, {t['threads']} threads, median of {t['repeats']} repeats:"
+                f"{t['batch_size']}, {t['device']}, {t['threads']} threads, {t['repeats']} repeats: "
+                f"{SPEEDUP_RULE}."
             )
             lines.append("")
             lines += _table(
-                ["mask", "median ms", "speedup vs dense"],
-                [
-                    [f"`{m}`", _num(1e3 * sec, ".3f"), _num(sp, ".2f")]
-                    for m, sec, sp in zip(t["masks"], t["median_seconds"], t["speedup_vs_dense"])
-                ],
+                ["mask", "ms, median [IQR]", "speed-up, median [IQR]", "verdict"], _speed_rows(t)
             )
             lines.append("")
     return lines
+
+
+def _speed_rows(t: Mapping[str, Any]) -> list[list[str]]:
+    rows = []
+    for i, (m, sec, (q1, q3)) in enumerate(zip(t["masks"], t["median_seconds"], t["seconds_iqr"])):
+        sp = t["speedup"][i]
+        rows.append(
+            [
+                f"`{m}`",
+                f"{_num(1e3 * sec, '.3f')} [{_num(1e3 * q1, '.3f')}, {_num(1e3 * q3, '.3f')}]",
+                f"{_num(sp['median'], '.2f')} [{_num(sp['q1'], '.2f')}, {_num(sp['q3'], '.2f')}]",
+                speedup_sentence(f"mask {m}", sp),
+            ]
+        )
+    return rows
 
 
 def to_markdown(result: Mapping[str, Any]) -> str:

@@ -2,9 +2,12 @@
 
 Each fixed mask runs the model with its removed branches not computed
 (:func:`fathom.depth.branch_mask`). Within each repeat every mask is timed once, in a
-fresh random order, so drifting machine load spreads over all masks alike; a mask's time is
-the median over repeats and its speedup is ``median(dense) / median(mask)``. On CUDA the
-clock is read after ``torch.cuda.synchronize``.
+fresh random order, so drifting machine load spreads over all masks alike. A mask's time is
+the median over repeats with the interquartile range of the repeats as its spread; its
+speed-up in repeat ``r`` is ``dense_r / mask_r`` (both timed in that repeat), reported as the
+median and IQR of those ratios, with a verdict only when the IQR excludes 1
+(:func:`fathom.stats.sentences_repro.speedup_claim`). Routed inference is reported the same
+way (``routed_r / dense_r``). On CUDA the clock is read after ``torch.cuda.synchronize``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from torch import nn
 
 from fathom.depth import branch_mask, dense_eval
+from fathom.stats.sentences_repro import iqr, speedup_claim
 
 
 def _sync(device: torch.device) -> None:
@@ -36,17 +40,33 @@ def _timed(fn: Callable[[], Any], device: torch.device) -> float:
 
 @dataclass(frozen=True)
 class MaskTiming:
-    """Median seconds per forward of a batch, per mask, with the dense reference."""
+    """Seconds per forward of a batch, per mask and repeat (``per_repeat[m][r]``), with the
+    dense mask's index; medians, IQRs and per-repeat speed-ups are derived from them."""
 
     batch_size: int
     repeats: int
     device: str
     threads: int
-    seconds: list[float]
-    dense_seconds: float
+    per_repeat: list[list[float]]
+    dense_index: int
+
+    @property
+    def seconds(self) -> list[float]:
+        """Median seconds per mask over repeats."""
+        return [iqr(t)[0] for t in self.per_repeat]
+
+    @property
+    def dense_seconds(self) -> float:
+        return self.seconds[self.dense_index]
+
+    def ratios(self, m: int) -> list[float]:
+        """Per-repeat speed-ups ``dense_r / mask_r`` of mask ``m``."""
+        dense = self.per_repeat[self.dense_index]
+        return [d / t for d, t in zip(dense, self.per_repeat[m], strict=True)]
 
     def speedups(self) -> list[float]:
-        return [self.dense_seconds / s for s in self.seconds]
+        """Median per-repeat speed-up of each mask (1 for the dense mask)."""
+        return [iqr(self.ratios(m))[0] for m in range(len(self.per_repeat))]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,9 +74,13 @@ class MaskTiming:
             "repeats": self.repeats,
             "device": self.device,
             "threads": self.threads,
+            "spread": "interquartile range over repeats",
             "median_seconds": self.seconds,
+            "seconds_iqr": [list(iqr(t)[1:]) for t in self.per_repeat],
+            "per_repeat_seconds": self.per_repeat,
             "dense_median_seconds": self.dense_seconds,
             "speedup_vs_dense": self.speedups(),
+            "speedup": [speedup_claim(self.ratios(m)) for m in range(len(self.per_repeat))],
         }
 
 
@@ -82,14 +106,13 @@ def time_masks(
                     t = _timed(lambda: model(x), device)
                 if rep >= warmup:
                     times[m].append(t)
-    seconds = [float(np.median(t)) for t in times]
     return MaskTiming(
         batch_size=int(x.shape[0]),
         repeats=repeats,
         device=str(device),
         threads=torch.get_num_threads(),
-        seconds=seconds,
-        dense_seconds=seconds[full_index],
+        per_repeat=times,
+        dense_index=full_index,
     )
 
 
@@ -126,29 +149,47 @@ def dense_forward(model: nn.Module, x: torch.Tensor, batch_size: int) -> torch.T
 
 @dataclass(frozen=True)
 class RoutedTiming:
-    """Median seconds for the whole split: dense, and routed (features + tree + groups)."""
+    """Seconds per repeat for the whole split: dense, and routed (features + tree + groups)."""
 
     examples: int
     batch_size: int
     repeats: int
     device: str
-    dense_seconds: float
-    routed_seconds: float
+    dense_per_repeat: list[float]
+    routed_per_repeat: list[float]
+
+    @property
+    def dense_seconds(self) -> float:
+        return iqr(self.dense_per_repeat)[0]
+
+    @property
+    def routed_seconds(self) -> float:
+        return iqr(self.routed_per_repeat)[0]
+
+    def ratios(self) -> list[float]:
+        """Per-repeat ``routed_r / dense_r`` (alternately timed in the same repeat)."""
+        return [r / d for r, d in zip(self.routed_per_repeat, self.dense_per_repeat, strict=True)]
 
     @property
     def slowdown(self) -> float:
-        """``routed / dense``: above 1 means routing is slower than the dense network."""
-        return self.routed_seconds / self.dense_seconds
+        """Median of ``routed_r / dense_r``: above 1 means routing takes more time than dense."""
+        return iqr(self.ratios())[0]
 
     def to_dict(self) -> dict[str, Any]:
+        _, q1, q3 = iqr(self.ratios())
         return {
             "examples": self.examples,
             "batch_size": self.batch_size,
             "repeats": self.repeats,
             "device": self.device,
+            "spread": "interquartile range over repeats",
             "dense_median_seconds": self.dense_seconds,
             "routed_median_seconds": self.routed_seconds,
+            "dense_per_repeat_seconds": self.dense_per_repeat,
+            "routed_per_repeat_seconds": self.routed_per_repeat,
             "routed_over_dense": self.slowdown,
+            "routed_over_dense_iqr": [q1, q3],
+            "dense_over_routed": speedup_claim([1 / r for r in self.ratios()]),
         }
 
 
@@ -177,6 +218,6 @@ def time_routed(
         batch_size=batch_size,
         repeats=repeats,
         device=str(device),
-        dense_seconds=float(np.median(dense_t)),
-        routed_seconds=float(np.median(routed_t)),
+        dense_per_repeat=dense_t,
+        routed_per_repeat=routed_t,
     )

@@ -4,7 +4,8 @@ Input: ``curvature[run_id] = {"summary": <run>/curvature/summary.json, "epochs":
 <run>/curvature/epoch-NNNN.json}}`` (as :func:`fathom.report.build.load_curvature` reads
 them). Per recipe and epoch, a trace is the mean over the recipe's main runs that have a
 snapshot at that epoch (n stated; often one seed). The ratio column is
-``trace(reference) / trace(recipe)`` at the same epoch ("19.2× lower" reads as 19.2).
+``trace(reference) / trace(recipe)`` at the same epoch, a ratio of means; the sentences are
+paired contrasts over seeds with their intervals (:func:`trace_contrasts`).
 KFAC diagonal error per layer is ``‖diag(G)⊗diag(A) − diag(GGN)‖₁ / ‖diag(GGN)‖₁``.
 """
 
@@ -13,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fathom.report.crossrun import Column, CrossTable, by_recipe, spread
+from fathom.report.crossrun import Column, CrossTable, by_recipe, recipe_flags, spread
 from fathom.report.runs import RunData
+from fathom.stats.contrasts import contrast, contrast_sentence
 from fathom.stats.units import percent
 
 TRACES = (
@@ -131,30 +133,74 @@ def curvature_tables(
     return [trace_table(runs, reference, curvature), kfac_table(runs, reference, curvature)]
 
 
-def trace_sentences(table: CrossTable | None, reference: str | None) -> list[str]:
-    """Per recipe, at the last epoch it shares with the reference: how many times lower (or
-    higher) each trace is than the reference's, from the table's ratio columns."""
-    if table is None or reference is None:
+def _snapshots_by_seed(
+    runs: Sequence[RunData], curvature: Mapping[str, Mapping[str, Any]]
+) -> dict[int, dict[int, Mapping[str, Any]]]:
+    """``{seed: {epoch: summary row}}`` of the runs with curvature snapshots."""
+    return {
+        int(r.seed): _rows_by_epoch(curvature[r.run_id])
+        for r in runs
+        if r.run_id in curvature and r.seed is not None
+    }
+
+
+def trace_contrasts(
+    runs: Sequence[RunData], reference: str | None, curvature: Mapping[str, Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Per recipe and trace, at the last epoch it shares with the reference on a common seed:
+    the contrast paired over seeds on the log-ratio scale (:func:`fathom.stats.contrast`,
+    ``scale="ratio"``)::
+
+        l_s = ln(trace_recipe,s / trace_reference,s),  ratio = exp(mean_s l_s),
+        interval = exp(mean(l) ± t · sd(l) / √n)
+
+    a direction only when the interval excludes 1; with n < 2 paired seeds the
+    ratio is stated and ``not established`` (one seed has no interval)."""
+    groups = by_recipe(runs, reference)
+    if reference is None or reference not in groups:
         return []
-    ref_epochs = {r["epoch"] for r in table.rows if r["recipe"] == reference}
+    ref = _snapshots_by_seed(groups[reference], curvature)
     out = []
-    for recipe in dict.fromkeys(r["recipe"] for r in table.rows):
-        rows = [r for r in table.rows if r["recipe"] == recipe and r["epoch"] in ref_epochs]
-        if recipe == reference or not rows:
+    for recipe, rs in groups.items():
+        own = _snapshots_by_seed(rs, curvature)
+        shared = {e for s, snaps in own.items() if s in ref for e in snaps if e in ref[s]}
+        if recipe == reference or not shared:
             continue
-        row = max(rows, key=lambda r: r["epoch"])
-        parts = []
+        e = max(shared)
         for key, label in TRACES:
-            ratio = row.get(f"ratio:{key}")
-            if ratio is None:
-                continue
-            parts.append(
-                f"{label} {ratio:.3g}× lower" if ratio >= 1 else f"{label} {1 / ratio:.3g}× higher"
+            a, b = (
+                {s: v[e][key] for s, v in x.items() if v.get(e, {}).get(key) is not None}
+                for x in (own, ref)
             )
-        if parts:
+            if not set(a) & set(b):
+                continue
+            c = contrast(
+                a,
+                b,
+                scale="ratio",
+                flags_a=recipe_flags(rs),
+                flags_b=recipe_flags(groups[reference]),
+                name_a=recipe,
+                name_b=reference,
+            )
+            sentence = contrast_sentence(
+                c, name_a=recipe, name_b=reference, quantity=label, epoch=e
+            )
             out.append(
-                f"At epoch {row['epoch']}, {recipe} (n={row['n']}) has, against {reference}: "
-                + ", ".join(parts)
-                + "."
+                {
+                    "recipe": recipe,
+                    "reference": reference,
+                    "epoch": e,
+                    "quantity": key,
+                    **c.to_dict(),
+                    "sentence": sentence,
+                }
             )
     return out
+
+
+def trace_sentences(
+    runs: Sequence[RunData], reference: str | None, curvature: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """The sentence of each :func:`trace_contrasts` contrast (never a ratio without its n)."""
+    return [c["sentence"] for c in trace_contrasts(runs, reference, curvature)]

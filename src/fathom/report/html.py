@@ -185,11 +185,13 @@ def _curvature_html(
     crossrun: Sequence[CrossTable],
     curvature: Mapping[str, Mapping[str, Any]],
     reference: str | None,
+    runs: Sequence[RunData],
 ) -> str:
     """Curvature trace sentences, the curvature tables and the raw snapshots (collapsed)."""
     out = _tables_section(crossrun, ("curvature_traces", "kfac_errors"))
     traces = next((t for t in crossrun if t.name == "curvature_traces"), None)
-    sentences = trace_sentences(traces, reference or (traces.rows[0]["recipe"] if traces else None))
+    ref = reference or (traces.rows[0]["recipe"] if traces else None)
+    sentences = trace_sentences(runs, ref, curvature)
     if sentences:
         out = (
             "<ul class='verdicts' id='curvature-verdicts'>"
@@ -264,7 +266,7 @@ def render_html(
         or none.format("No audit/audit.json in this directory (run `fathom audit DIR`)."),
         telemetry=_tables_section(crossrun, ("gradients", "zero_activations"))
         or none.format("No fixed-probe telemetry in the histories."),
-        curvature=_curvature_html(crossrun, curvature or {}, reference)
+        curvature=_curvature_html(crossrun, curvature or {}, reference, runs)
         or none.format("No curvature snapshots (run `fathom curvature RUN_DIR`)."),
         raw=raw,
         provenance="\n".join(provenance_section(r) for r in runs),

@@ -11,6 +11,7 @@ from typing import Any
 
 from fathom.report.runs import RunData
 from fathom.report.tables import esc, headline_table
+from fathom.stats.sentences_repro import ranking_claim
 from fathom.stats.units import fmt_percent, percent
 
 
@@ -110,11 +111,10 @@ def verdict_sentences(stats: Mapping[str, Any]) -> list[str]:
             for m, cs in metrics.items()
         ]
         out.append(f"{recipe} vs {ref}: " + "; ".join(parts) + ".")
-    for rk in (stats.get("rankings") or {}).values():
-        if rk.get("disagree"):
-            out.append(
-                f"The ranking by {rk['label']} differs between the selected and final checkpoints."
-            )
+    for metric, rk in (stats.get("rankings") or {}).items():
+        claim = ranking_claim(rk, stats.get("comparisons") or [], metric)
+        if claim["sentence"] is not None:
+            out.append(claim["sentence"])
     return out
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from fathom.reproduce.extract import EXTRACTORS, Measured, Sources
 from fathom.reproduce.extract_telemetry import TELEMETRY_EXTRACTORS, fathom_tables
+from fathom.reproduce.head import head_collapse
 from fathom.reproduce.seeds import SeedData, SeedValue
 from fathom.stats import t_interval
 
@@ -49,14 +50,21 @@ def spread(values: dict[int, float]) -> dict[str, Any]:
 
 
 def verdict(
-    seed: SeedValue, m: Measured, stats: dict[str, Any] | None, comparable: str | None
+    seed: SeedValue,
+    m: Measured,
+    stats: dict[str, Any] | None,
+    comparable: str | None,
+    value: float | None = None,
 ) -> tuple[str, bool | None]:
-    """``(sentence, within_spread)`` for one row (``within_spread`` None when undefined)."""
+    """``(sentence, within_spread)`` for one row (``within_spread`` None when undefined);
+    ``value`` is the seed's number on Fathom's scale (a rate for a count), ``seed.value``
+    by default."""
     if m.missing is not None or stats is None:
         return f"no Fathom counterpart here: {m.missing}", None
-    within = stats["min"] <= float(seed.value) <= stats["max"] if stats["n"] > 1 else None  # type: ignore[arg-type]  # list values have kind none
+    v = float(seed.value if value is None else value)  # type: ignore[arg-type]  # list values have kind none
+    within = stats["min"] <= v <= stats["max"] if stats["n"] > 1 else None
     if seed.not_comparable is not None:
-        return f"not comparable: {seed.not_comparable}", within
+        return f"not comparable (another definition): {seed.not_comparable}", within
     if comparable is not None:
         return f"not comparable in magnitude: {comparable}", within
     if seed.hardware is not None:
@@ -65,8 +73,31 @@ def verdict(
         return "one run: no seed-to-seed spread (difference shown, not judged)", None
     if within:
         return "within Fathom's seed-to-seed range", True
-    side = "above" if float(seed.value) > stats["max"] else "below"  # type: ignore[arg-type]
+    side = "above" if v > stats["max"] else "below"
     return f"outside Fathom's seed-to-seed range (seed value {side} it)", False
+
+
+def seed_epoch(seed: SeedValue, data: SeedData) -> int | str | None:
+    """The seed's epoch of a value: its snapshot epoch, ``"selected"`` for the
+    validation-selected checkpoint, else the epoch its table's protocol ended at (for a
+    whole-run quantity such as a clock, the run's length; ``None`` for a table without
+    one)."""
+    if "epoch" in seed.extract:
+        return int(seed.extract["epoch"])
+    if seed.extract.get("checkpoint") == "selected":
+        return "selected"
+    if seed.kind == "none":
+        return None
+    return next((t.epochs for t in data.table if t.id == seed.table), None)
+
+
+def rates(seed: SeedValue, m: Measured) -> tuple[float, dict[int, float]] | None:
+    """``(seed rate, {seed: Fathom rate})`` in percent for a count with a denominator on both
+    sides (``100 · correct / total``, each over its own total); ``None`` otherwise."""
+    if seed.denominator is None or m.missing is not None or set(m.totals) != set(m.values):
+        return None
+    own = {s: 100.0 * m.values[s] / m.totals[s] for s in m.values if m.totals[s] > 0}
+    return 100.0 * float(seed.value) / seed.denominator, own  # type: ignore[arg-type]
 
 
 def compare_row(
@@ -77,18 +108,23 @@ def compare_row(
     extractors: Mapping[str, Callable[[Any, Mapping[str, Any]], Measured]] = STUDY_EXTRACTORS,
 ) -> dict:
     """One row of the comparison (JSON-able); ``extractors[seed.kind](src, extract)`` gives
-    Fathom's per-seed values (a study's :class:`Sources` by default)."""
+    Fathom's per-seed values (a study's :class:`Sources` by default). A count with its
+    denominator (``seed.denominator``) is compared as a rate: ``fathom``, ``difference`` and
+    ``within_spread`` are then of ``100 · correct / total``, each side over its own total."""
     m = extractors[seed.kind](src, seed.extract)
-    stats = spread(m.values) if m.missing is None and m.values else None
-    sentence, within = verdict(seed, m, stats, comparable)
+    rated = rates(seed, m)
+    ref = None if isinstance(seed.value, tuple) else float(seed.value)
+    per_seed = m.values
+    if rated is not None:
+        ref, per_seed = rated
+    stats = spread(per_seed) if m.missing is None and per_seed else None
+    sentence, within = verdict(seed, m, stats, comparable, ref)
     value = list(seed.value) if isinstance(seed.value, tuple) else seed.value
-    diff = None
-    if stats is not None and not isinstance(seed.value, tuple):
-        diff = stats["mean"] - float(seed.value)
+    diff = None if stats is None or ref is None else stats["mean"] - ref
     inside_ci = None
-    if stats is not None and stats["interval"] is not None and not isinstance(seed.value, tuple):
+    if stats is not None and stats["interval"] is not None and ref is not None:
         lo, hi = stats["interval"]
-        inside_ci = bool(lo <= float(seed.value) <= hi)
+        inside_ci = bool(lo <= ref <= hi)
     return {
         "id": seed.id,
         "table": seed.table,
@@ -99,8 +135,17 @@ def compare_row(
         "statistic": seed.statistic,
         "seed_value": value,
         "seed_interval": list(seed.interval) if seed.interval else None,
+        "seed_denominator": seed.denominator,
+        "seed_rate": None if rated is None else ref,
+        "seed_epoch": seed_epoch(seed, data),
         "fathom": stats,
-        "fathom_per_seed": {str(k): v for k, v in sorted(m.values.items())},
+        "fathom_per_seed": {str(k): v for k, v in sorted(per_seed.items())},
+        "fathom_counts": (
+            None
+            if rated is None
+            else {str(k): [m.values[k], m.totals[k]] for k in sorted(m.values)}
+        ),
+        "fathom_epochs": {str(k): v for k, v in sorted(m.epochs.items())},
         "fathom_note": m.note,
         "difference": diff,
         "within_spread": within,
@@ -109,6 +154,13 @@ def compare_row(
         "not_comparable": seed.not_comparable,
         "verdict": sentence,
     }
+
+
+def final_epochs(data: SeedData, rows: list[dict[str, Any]]) -> list[int]:
+    """The epochs of Fathom's final checkpoints, over the rows read at one: what a whole
+    cross-run table "at the final checkpoint" (the seed's epoch 100) holds."""
+    final = {v.id for v in data.value if v.extract.get("checkpoint") == "final"}
+    return sorted({e for r in rows if r["id"] in final for e in r["fathom_epochs"].values()})
 
 
 def reductions(summary: dict[str, Any]) -> list[str]:
@@ -153,11 +205,16 @@ def comparison(
                 "title": t.title,
                 "source": data.source(t),
                 "counterpart": locations.get(t.id, t.counterpart),
+                "seed_epochs": t.epochs,
                 **_whole_table(t.fathom_table, src),
             }
             for t in tables
         ],
         "rows": rows,
+        "final_epochs": final_epochs(data, rows),
+        "head_collapse": head_collapse(
+            src.head, [v for v in data.value if v.kind == "head" and v.denominator is not None]
+        ),
     }
 
 
@@ -175,74 +232,3 @@ def _whole_table(name: str | None, src: Sources) -> dict[str, Any]:
             "fathom_table_md": f"(no cross-run table {name!r}: its fields were not recorded)",
         }
     return {"fathom_table": table.to_dict(), "fathom_table_md": table_markdown(table)}
-
-
-def _num(x: Any, digits: int = 4) -> str:
-    """``digits`` significant digits (the seed's own values get 7: they print as quoted)."""
-    if x is None:
-        return "—"
-    if isinstance(x, list):
-        return ", ".join(_num(v, digits) for v in x)
-    return f"{float(x):.{digits}g}"
-
-
-def _fathom_cell(row: dict[str, Any]) -> str:
-    f = row["fathom"]
-    if f is None:
-        return "—"
-    text = _num(f["mean"])
-    if f["sd"] is not None:
-        text += f" ± {_num(f['sd'])} [{_num(f['min'])}, {_num(f['max'])}] (n={f['n']})"
-    return text
-
-
-def to_markdown(result: dict[str, Any]) -> str:
-    """The comparison as markdown: one table per seed table, definitions above them."""
-    lines = [
-        f"# Reproduction: {result['study']} beside the seeds",
-        "",
-        result["caveat"],
-        "",
-        f"Fathom cell: mean ± sample SD [min, max] (n seeds). Difference: {result['definitions']['difference']}. "
-        f"Within spread: {result['definitions']['within_spread']}.",
-        f"Device(s): {', '.join(result['devices']) or '?'}.",
-        "",
-    ]
-    if not result["comparable_in_magnitude"]:
-        lines += [
-            "**Scaled-down run: not comparable in magnitude with the seeds' full-size numbers.** "
-            f"Scaled down: {'; '.join(result['scale_down'])}.",
-            "",
-        ]
-    for table in result["tables"]:
-        rows = [r for r in result["rows"] if r["table"] == table["id"]]
-        lines += [
-            f"## {table['title']}",
-            "",
-            f"Source: {table['source']}. Fathom's counterpart: {table['counterpart']}.",
-            "",
-        ]
-        if rows:
-            lines += [
-                "| Quantity | Units | Seed | Fathom | Difference | Verdict |",
-                "|---|---|---|---|---|---|",
-            ]
-        for r in rows:
-            lines.append(
-                f"| {r['quantity']} | {r['units']} | {_num(r['seed_value'], 7)} | {_fathom_cell(r)} "
-                f"| {_num(r['difference'])} | {r['verdict']} |"
-            )
-        if "fathom_table_md" in table:
-            lines += [
-                "",
-                (
-                    "The seed's text gives no numbers of this table beyond the rows above"
-                    if rows
-                    else "The seed's text gives no numbers of this table"
-                )
-                + "; Fathom's side, computed from the run directories (fathom.report.crossrun):",
-                "",
-                table["fathom_table_md"],
-            ]
-        lines.append("")
-    return "\n".join(lines)

@@ -138,6 +138,7 @@ def depth_comparison(
     reductions: list[str],
     counterpart: str,
     devices: list[str],
+    fit_sizes: list[int] | None = None,
 ) -> dict[str, Any]:
     """Every depth-scaling seed value beside Fathom's, the per-depth cells and the verdicts
     (``reproduction.json``'s contents for a depth-scaling pipeline)."""
@@ -156,6 +157,7 @@ def depth_comparison(
         "pipeline": pipeline,
         "dataset": table.dataset,
         "devices": devices,
+        "fit_sizes": sorted(set(fit_sizes or [])),
         "scale_down": reductions,
         "comparable_in_magnitude": comparable is None,
         "caveat": (

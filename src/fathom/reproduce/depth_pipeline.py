@@ -85,6 +85,19 @@ def _devices(root: Path) -> list[str]:
     )
 
 
+def _fit_sizes(root: Path) -> list[int]:
+    """The fitting-set sizes the benchmark's runs recorded (``data.sizes.fit``)."""
+    from fathom.rundir import RunDir
+
+    sizes = set()
+    for p in sorted(root.iterdir()):
+        if (p / "manifest.json").exists():
+            fit = ((RunDir(p).manifest.get("data") or {}).get("sizes") or {}).get("fit")
+            if fit is not None:
+                sizes.add(int(fit))
+    return sorted(sizes)
+
+
 def step_compare(ctx: DepthContext, state: PipelineState) -> dict[str, Any]:
     """The comparison (written, or read back when the step is skipped)."""
     from fathom.depthscale.config import protocol_reductions
@@ -110,6 +123,7 @@ def step_compare(ctx: DepthContext, state: PipelineState) -> dict[str, Any]:
             reductions=protocol_reductions(ctx.cfg),
             counterpart=f"{ctx.root}/table.md and {out}/reproduction.md",
             devices=_devices(ctx.root),
+            fit_sizes=_fit_sizes(ctx.root),
         )
         atomic_write_json(out / "reproduction.json", result)
         atomic_write_text(out / "reproduction.md", to_markdown(result))

@@ -88,10 +88,15 @@ def table_rows(result: dict[str, Any], wide: bool = False) -> list[list[str]]:
 COLUMNS = ["Depth", "Arm", "Quantity", "Seed", "Fathom", "Diff.", "In\nrange", "Note"]
 
 
+def _by_depth(cells: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``cells.items()`` in numeric depth order (JSON keys are strings: "12" < "4")."""
+    return sorted(cells.items(), key=lambda kv: int(kv[0]))
+
+
 def depth_lines(result: dict[str, Any]) -> list[str]:
     """``depth 4: vanilla trained, Lyapunov failed; Lyapunov vs vanilla: no comparison``."""
     out = []
-    for depth, cells in result["cells"].items():
+    for depth, cells in _by_depth(result["cells"]):
         v = result["per_depth"].get(depth) or {}
         arms = ", ".join(f"{a} {cells.get(a, '—')}" for a in ("vanilla", "Lyapunov"))
         out.append(f"depth {depth}: {arms}; Lyapunov vs vanilla: {v.get('verdict', '—')}")
@@ -128,10 +133,34 @@ def notes(result: dict[str, Any]) -> list[str]:
     return out
 
 
+def definitions(result: dict[str, Any]) -> list[str]:
+    """Per quantity (acc, λ̂, ∇norm, κ, ...), what the log's number and Fathom's are: each
+    distinct ``statistic`` and ``not_comparable`` text of its rows, and the fitting-set
+    size(s) of Fathom's runs (``fit_sizes``) beside the accuracy's."""
+    seen: dict[str, list[str]] = {}
+    for r in result["rows"]:
+        texts = seen.setdefault(label(r)[2], [])
+        for t in (r.get("statistic"), r.get("not_comparable")):
+            if t and t not in texts:
+                texts.append(t)
+    out = [f"{qty}: {'; '.join(texts)}." for qty, texts in seen.items() if texts]
+    sizes = result.get("fit_sizes") or []
+    if sizes:
+        fit = ", ".join(f"{n:,}" for n in sizes)
+        out.append(
+            f"Fathom's runs fit on {fit} training images (the rest held out for validation, "
+            "which selects the epoch whose test accuracy is reported); the log's accuracy is "
+            "its last epoch's, on a run fitted on all 50,000."
+        )
+    return out
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     """``reproduction.md`` of a depth-scaling pipeline."""
     lines = [f"# Reproduction: {result['dataset']} depth scaling beside seed 000's log", ""]
     lines += [n + "\n" for n in notes(result)]
+    lines += ["## Definitions: the log's number and Fathom's", ""]
+    lines += [f"- {d}" for d in definitions(result)] + [""]
     for t in result["tables"]:
         lines += [
             f"## {t['title']}",
@@ -146,7 +175,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         lines.append("")
     lines += ["## Fathom per depth: each arm's cell and Lyapunov vs vanilla", ""]
     lines += [f"- {line}" for line in depth_lines(result)]
-    for depth, fails in result["failures"].items():
+    for depth, fails in _by_depth(result["failures"]):
         lines.append(f"  - depth {depth} failure flags: {'; '.join(fails)}")
     lines += ["", "## Verdicts", ""]
     lines += [f"- {line.strip()}" for line in verdict_lines(result)]

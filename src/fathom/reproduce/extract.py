@@ -21,11 +21,18 @@ from fathom.study.records import checkpoint_scores
 
 @dataclass(frozen=True)
 class Measured:
-    """Per-seed values (``{seed: value}``) of one quantity, or ``missing`` saying why not."""
+    """Per-seed values (``{seed: value}``) of one quantity, or ``missing`` saying why not.
+
+    ``epochs``: per seed, the epoch of Fathom's checkpoint or snapshot the value was read at
+    (absent for a whole-run quantity such as a clock ratio); ``totals``: per seed, the
+    denominator of a count (``correct`` of ``total`` test examples of one digit).
+    """
 
     values: dict[int, float] = field(default_factory=dict)
     missing: str | None = None
     note: str | None = None
+    epochs: dict[int, int] = field(default_factory=dict)
+    totals: dict[int, int] = field(default_factory=dict)
 
 
 def _read_json(path: Path) -> Any:
@@ -87,70 +94,99 @@ def _scaled(values: Mapping[int, float | None], scale: float) -> dict[int, float
     return {s: scale * float(v) for s, v in values.items() if v is not None}
 
 
-def _study_values(src: Sources, ex: Mapping[str, Any], recipe: str) -> dict[int, float]:
-    out = {}
+def _study_values(
+    src: Sources, ex: Mapping[str, Any], recipe: str
+) -> tuple[dict[int, float], dict[int, int]]:
+    """``({seed: metric}, {seed: epoch})`` at the checkpoint ``ex["checkpoint"]``."""
+    out, epochs = {}, {}
     for seed, rd in src.main_runs(recipe).items():
-        out[seed] = checkpoint_scores(rd)[ex["checkpoint"]].get(ex["metric"])
-    return _scaled(out, float(ex.get("scale", 1)))
+        scores = checkpoint_scores(rd)[ex["checkpoint"]]
+        out[seed] = scores.get(ex["metric"])
+        if scores.get("epoch") is not None and out[seed] is not None:
+            epochs[seed] = int(scores["epoch"])
+    return _scaled(out, float(ex.get("scale", 1))), epochs
 
 
 def study(src: Sources, ex: Mapping[str, Any]) -> Measured:
-    values = _study_values(src, ex, ex["recipe"])
-    return Measured(values) if values else Measured(missing=f"no complete {ex['recipe']} run")
+    values, epochs = _study_values(src, ex, ex["recipe"])
+    if not values:
+        return Measured(missing=f"no complete {ex['recipe']} run")
+    return Measured(values, epochs=epochs)
 
 
 def study_diff(src: Sources, ex: Mapping[str, Any]) -> Measured:
-    a = _study_values(src, ex, ex["recipe"])
-    b = _study_values(src, ex, ex["reference"])
+    a, epochs = _study_values(src, ex, ex["recipe"])
+    b, _ = _study_values(src, ex, ex["reference"])
     common = sorted(set(a) & set(b))
     if not common:
         return Measured(missing=f"no seed with both {ex['recipe']} and {ex['reference']}")
-    return Measured({s: a[s] - b[s] for s in common}, note="paired by seed")
+    diffs = {s: a[s] - b[s] for s in common}
+    return Measured(diffs, note="paired by seed", epochs={s: epochs[s] for s in common})
 
 
 def study_clock(src: Sources, ex: Mapping[str, Any]) -> Measured:
-    values = {
-        seed: (rd.manifest.get("clocks") or {}).get("training_s")
-        for seed, rd in src.main_runs(ex["recipe"]).items()
-        if rd.status == "complete"
-    }
-    return Measured(_scaled(values, 1.0))
+    """The training clock of each complete run, over the epochs it completed."""
+    runs = {s: rd for s, rd in src.main_runs(ex["recipe"]).items() if rd.status == "complete"}
+    values = {s: (rd.manifest.get("clocks") or {}).get("training_s") for s, rd in runs.items()}
+    epochs = {s: int(rd.manifest.get("epochs_completed") or 0) for s, rd in runs.items()}
+    return Measured(_scaled(values, 1.0), epochs=epochs)
 
 
 def manifest_stat(src: Sources, ex: Mapping[str, Any]) -> Measured:
     """The ``stat`` (``min`` or ``max``) of a dotted manifest field over every main run, or
     those of ``recipes`` / ``seed`` when given (one number): e.g. the range of the telemetry
-    overhead over the study's runs."""
-    found = []
+    overhead over the study's runs. ``epochs``: the epochs those runs completed."""
+    found, lengths = [], []
     for run_id, r in src.summary["runs"].items():
         if ("recipes" in ex and r["recipe"] not in ex["recipes"]) or (
             "seed" in ex and int(r["seed"]) != int(ex["seed"])
         ):
             continue
-        node: Any = RunDir(src.root / run_id).manifest
+        manifest = RunDir(src.root / run_id).manifest
+        node: Any = manifest
         for part in ex["path"].split("."):
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, (int, float)):
             found.append(float(node) * float(ex.get("scale", 1)))
+            if manifest.get("epochs_completed") is not None:
+                lengths.append(int(manifest["epochs_completed"]))
     if not found:
         return Measured(missing=f"no (selected) main run records {ex['path']}")
     pick = {"min": min, "max": max}[ex["stat"]]
-    return Measured({0: pick(found)}, note=f"{ex['stat']} over {len(found)} main runs")
+    note = f"{ex['stat']} over {len(found)} main runs"
+    return Measured({0: pick(found)}, note=note, epochs=dict(enumerate(lengths)))
 
 
 def _audit_values(
     src: Sources, ex: Mapping[str, Any], recipe: str, get: Callable[[dict[str, Any]], Any]
 ) -> dict[int, float]:
     out: dict[int, float | None] = {}
-    for run in (src.audit or {}).get("runs", []):
-        rec = run.get("checkpoints", {}).get(ex["checkpoint"])
-        if run["recipe"] != recipe or rec is None or "missing" in rec:
-            continue
+    for run, rec in _audited(src, ex, recipe):
         try:
             out[int(run["seed"])] = get(rec)
         except (KeyError, TypeError, IndexError):
             out[int(run["seed"])] = None
     return _scaled(out, float(ex.get("scale", 1)))
+
+
+def _audited(src: Sources, ex: Mapping[str, Any], recipe: str) -> list[tuple[dict, dict]]:
+    """``[(run, checkpoint record)]`` of ``recipe``'s audited runs at ``ex["checkpoint"]``."""
+    found = []
+    for run in (src.audit or {}).get("runs", []):
+        rec = run.get("checkpoints", {}).get(ex["checkpoint"])
+        if run["recipe"] == recipe and rec is not None and "missing" not in rec:
+            found.append((run, rec))
+    return found
+
+
+def _audit_measured(src: Sources, ex: Mapping[str, Any], values: dict[int, float]) -> Measured:
+    """``values`` with the epoch of each seed's audited checkpoint."""
+    epochs = {
+        int(run["seed"]): int(rec["epoch"])
+        for run, rec in _audited(src, ex, ex["recipe"])
+        if rec.get("epoch") is not None and int(run["seed"]) in values
+    }
+    return Measured(values, epochs=epochs)
 
 
 def _size_getter(ex: Mapping[str, Any]) -> Callable[[dict[str, Any]], Any]:
@@ -165,7 +201,9 @@ def audit_size(src: Sources, ex: Mapping[str, Any]) -> Measured:
     if (why := _needs_audit(src)) is not None:
         return Measured(missing=why)
     values = _audit_values(src, ex, ex["recipe"], _size_getter(ex))
-    return Measured(values) if values else Measured(missing=f"{ex['recipe']} was not audited")
+    if not values:
+        return Measured(missing=f"{ex['recipe']} was not audited")
+    return _audit_measured(src, ex, values)
 
 
 def audit_size_diff(src: Sources, ex: Mapping[str, Any]) -> Measured:
@@ -176,7 +214,8 @@ def audit_size_diff(src: Sources, ex: Mapping[str, Any]) -> Measured:
     common = sorted(set(a) & set(b))
     if not common:
         return Measured(missing=f"no seed audited for both {ex['recipe']} and {ex['reference']}")
-    return Measured({s: a[s] - b[s] for s in common}, note="paired by seed")
+    m = _audit_measured(src, ex, {s: a[s] - b[s] for s in common})
+    return Measured(m.values, note="paired by seed", epochs=m.epochs)
 
 
 def audit_branch(src: Sources, ex: Mapping[str, Any]) -> Measured:
@@ -185,7 +224,9 @@ def audit_branch(src: Sources, ex: Mapping[str, Any]) -> Measured:
     values = _audit_values(
         src, ex, ex["recipe"], lambda rec: rec["branches"][ex["branch"]]["test"][ex["metric"]]
     )
-    return Measured(values) if values else Measured(missing=f"{ex['recipe']} was not audited")
+    if not values:
+        return Measured(missing=f"{ex['recipe']} was not audited")
+    return _audit_measured(src, ex, values)
 
 
 def audit_interactions(src: Sources, ex: Mapping[str, Any]) -> Measured:
@@ -194,7 +235,9 @@ def audit_interactions(src: Sources, ex: Mapping[str, Any]) -> Measured:
     values = _audit_values(
         src, ex, ex["recipe"], lambda rec: rec["interactions"]["test"]["mean_fraction"]
     )
-    return Measured(values) if values else Measured(missing="interactions not defined")
+    if not values:
+        return Measured(missing="interactions not defined")
+    return _audit_measured(src, ex, values)
 
 
 def _curvature_value(src: Sources, recipe: str, epoch: int, name: str) -> tuple[float | None, str]:
@@ -221,7 +264,8 @@ def curvature(src: Sources, ex: Mapping[str, Any]) -> Measured:
     if v is None:
         return Measured(missing=why)
     seed = _curvature_seed(src, ex["recipe"])
-    return Measured({seed: v * float(ex.get("scale", 1))}, note=why)
+    mapped = src.epoch_map[int(ex["epoch"])]
+    return Measured({seed: v * float(ex.get("scale", 1))}, note=why, epochs={seed: mapped})
 
 
 def _curvature_quotient(
@@ -233,7 +277,8 @@ def _curvature_quotient(
     b, why_b = _curvature_value(src, den[0], epoch, den[1])
     if a is None or b is None or b == 0:
         return Measured(missing=why_a if a is None else (why_b if b is None else "zero divisor"))
-    return Measured({_curvature_seed(src, ex["recipe"]): a / b}, note=why_a)
+    seed = _curvature_seed(src, ex["recipe"])
+    return Measured({seed: a / b}, note=why_a, epochs={seed: src.epoch_map[epoch]})
 
 
 def curvature_ratio(src: Sources, ex: Mapping[str, Any]) -> Measured:
@@ -253,18 +298,27 @@ def curvature_max(src: Sources, ex: Mapping[str, Any]) -> Measured:
         if v is None:
             return Measured(missing=why)
         found.append(v * float(ex.get("scale", 1)))
-    return Measured({0: max(found)}, note=f"maximum over {', '.join(ex['recipes'])}")
+    return Measured(
+        {0: max(found)},
+        note=f"maximum over {', '.join(ex['recipes'])}",
+        epochs={0: src.epoch_map[int(ex["epoch"])]},
+    )
 
 
 def head(src: Sources, ex: Mapping[str, Any]) -> Measured:
     if src.head is None:
         return Measured(missing="the head diagnostic has not run (no head.json)")
     arm = src.head["heads"][ex["head"]]
+    seed = int(src.head["seed"])
+    epochs = {seed: int(arm.get("epoch", src.head["epochs"]))}
+    note = f"seed {seed}"
     if ex["metric"] == "accuracy":
-        value = arm["accuracy"] * float(ex.get("scale", 1))
-    else:
-        value = next(c for c in arm["per_class"] if c["digit"] == ex["digit"])[ex["metric"]]
-    return Measured({int(src.head["seed"]): float(value)}, note=f"seed {src.head['seed']}")
+        return Measured(
+            {seed: arm["accuracy"] * float(ex.get("scale", 1))}, note=note, epochs=epochs
+        )
+    cell = next(c for c in arm["per_class"] if c["digit"] == ex["digit"])
+    totals = {seed: int(cell["total"])} if ex["metric"] == "correct" else {}
+    return Measured({seed: float(cell[ex["metric"]])}, note=note, epochs=epochs, totals=totals)
 
 
 def none(src: Sources, ex: Mapping[str, Any]) -> Measured:

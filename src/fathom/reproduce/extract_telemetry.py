@@ -84,7 +84,8 @@ def telemetry_layers(src: Sources, ex: Mapping[str, Any]) -> Measured:
         pick = {"min": min, "max": max}[over]
         layer, values, _ = pick(cells, key=lambda c: c[2]["mean"])  # type: ignore[index]
         note = f"{over} over {len(cells)} layers of the seed mean: {layer}, epoch {epoch}"
-    return Measured(values, note=note)
+    epochs = {} if epoch is None else {seed: epoch for seed in values}
+    return Measured(values, note=note, epochs=epochs)
 
 
 def fathom_tables(src: Sources) -> dict[str, CrossTable]:

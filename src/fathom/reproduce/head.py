@@ -194,3 +194,84 @@ def head_lines(result: dict[str, Any]) -> list[str]:
     ]
     out.append(f"accuracy: {fmt_percent(relu['accuracy'])} -> {fmt_percent(lin['accuracy'])}")
     return out
+
+
+COLLAPSE = (
+    "a head collapses on a digit when it classifies none of that digit's test examples "
+    "correctly (correct_c = 0 of total_c > 0)"
+)
+
+
+def _collapsed(cell: dict[str, Any]) -> bool:
+    return int(cell["total"]) > 0 and int(cell["correct"]) == 0
+
+
+def head_collapse(result: dict[str, Any] | None, seed_counts: list[Any]) -> dict[str, Any] | None:
+    """Per digit, whether each head of Fathom's pair collapsed (:data:`COLLAPSE`), beside the
+    digits the seed reports a count for (``seed_counts``: :class:`~fathom.reproduce.seeds.
+    SeedValue` rows ``head``/``correct`` with their ``denominator``); ``None`` without a pair."""
+    if result is None:
+        return None
+    seed: dict[int, dict[str, list[int]]] = {}
+    for v in seed_counts:
+        total = v.denominator
+        seed.setdefault(int(v.extract["digit"]), {})[v.extract["head"]] = [int(v.value), total]
+    relu, lin = result["heads"]["relu"], result["heads"]["linear"]
+    digits = [
+        {
+            "digit": int(a["digit"]),
+            "relu": [int(a["correct"]), int(a["total"])],
+            "linear": [int(b["correct"]), int(b["total"])],
+            "relu_collapsed": _collapsed(a),
+            "linear_collapsed": _collapsed(b),
+        }
+        for a, b in zip(relu["per_class"], lin["per_class"], strict=True)
+    ]
+    return {
+        "definition": COLLAPSE,
+        "seed": {str(d): h for d, h in sorted(seed.items())},
+        "seed_collapsed": sorted(d for d, h in seed.items() if h.get("relu", [1])[0] == 0),
+        "fathom_seed": int(result["seed"]),
+        "fathom_epochs": int(relu.get("epoch", result["epochs"])),
+        "fathom_collapsed": [d["digit"] for d in digits if d["relu_collapsed"]],
+        "digits": digits,
+    }
+
+
+def _count(pair: list[int]) -> str:
+    return f"{pair[0]}/{pair[1]}"
+
+
+def collapse_lines(c: dict[str, Any]) -> list[str]:
+    """Per digit, whether the ReLU-head collapse the seed saw reproduced in Fathom's pair."""
+    by_digit = {d["digit"]: d for d in c["digits"]}
+    out = [f"Collapse: {c['definition']}."]
+    for digit in c["seed_collapsed"]:
+        s, d = c["seed"][str(digit)], by_digit.get(digit)
+        seen = f"the seed's ReLU head collapsed (0/{s['relu'][1]}"
+        seen += f"; linear head {_count(s['linear'])})" if "linear" in s else ")"
+        if d is None:
+            out.append(f"Digit {digit}: {seen}; Fathom's pair has no digit {digit}.")
+            continue
+        did = "did" if d["relu_collapsed"] else "did not"
+        out.append(
+            f"Digit {digit}: {seen}; in Fathom's pair the collapse {did} reproduce (ReLU head "
+            f"{_count(d['relu'])}; linear head {_count(d['linear'])})."
+        )
+    others = [
+        d for d in c["digits"] if d["relu_collapsed"] and d["digit"] not in c["seed_collapsed"]
+    ]
+    for d in others:
+        out.append(
+            f"Digit {d['digit']}: the collapse did reproduce in Fathom's pair, on a digit the "
+            f"seed gives no count for (ReLU head {_count(d['relu'])}; linear head "
+            f"{_count(d['linear'])})."
+        )
+    if not c["fathom_collapsed"]:
+        out.append("Fathom's ReLU head collapsed on no digit.")
+    for d in c["digits"]:
+        if d["linear_collapsed"]:
+            out.append(
+                f"Digit {d['digit']}: Fathom's linear head collapsed too ({_count(d['linear'])})."
+            )
+    return out

@@ -218,7 +218,8 @@ def locations(ctx: Context) -> dict[str, str]:
 
 
 def step_compare(ctx: Context, state: PipelineState) -> None:
-    from fathom.reproduce.compare import comparison, to_markdown
+    from fathom.reproduce.compare import comparison
+    from fathom.reproduce.compare_md import to_markdown
     from fathom.reproduce.extract import Sources
     from fathom.reproduce.seeds import load_seeds
 

@@ -65,6 +65,9 @@ class SeedTable(_Strict):
     # a cross-run table (fathom.report.crossrun) printed whole as Fathom's side, for a seed
     # table whose numbers the seed's text does not give
     fathom_table: str | None = None
+    # the epoch the seed's protocol ended at: what its "epoch 100" / "final checkpoint" /
+    # "after five epochs" rows mean (Fathom's own epoch is read from its outputs)
+    epochs: int | None = Field(default=None, ge=0)
 
 
 class SeedValue(_Strict):
@@ -81,6 +84,9 @@ class SeedValue(_Strict):
     hardware: str | None = None
     # why the seed's number and Fathom's are not the same quantity (another definition)
     not_comparable: str | None = None
+    # a count's own denominator in the seed (0 of 958 test sixes): the comparison is then of
+    # rates, each side over its own total, never of counts with different denominators
+    denominator: int | None = Field(default=None, gt=0)
     extract: dict[str, Any]
 
     @model_validator(mode="after")

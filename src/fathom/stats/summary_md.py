@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fathom.stats.sentences_repro import ranking_claim
 from fathom.stats.units import percent
 
 
@@ -92,12 +93,30 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
             f"| {_ms(ttt['elapsed_s'], 1) if ttt else '—'} "
             f"| {reached} |"
         )
-    for rk in summary["rankings"].values():
-        if not rk["disagree"]:
+    lines += _rankings(summary)
+    if summary["excluded"]:
+        lines += ["", "Excluded runs (no comparison):", ""]
+        lines += [
+            f"- {x['recipe']} seed {x['seed']}: {', '.join(x['flags'])}"
+            for x in summary["excluded"]
+        ]
+    lines += ["", *[f"_{n}_" for n in summary["notes"]], ""]
+    return "\n".join(lines)
+
+
+def _rankings(summary: Mapping[str, Any]) -> list[str]:
+    """Per metric whose recipe means reorder: the ranking sentence
+    (:func:`fathom.stats.sentences_repro.ranking_claim`) and both rankings side by side."""
+    lines: list[str] = []
+    for metric, rk in summary["rankings"].items():
+        claim = ranking_claim(rk, summary.get("comparisons") or [], metric)
+        if claim["sentence"] is None:
             continue
         lines += [
             "",
-            f"Ranking by {rk['label']} disagrees between the selected and final checkpoints:",
+            claim["sentence"],
+            "",
+            f"Recipe means by {rk['label']} at each checkpoint:",
             "",
             "| Method | Selected | Rank | Final | Rank |",
             "|---|---|---|---|---|",
@@ -108,11 +127,4 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
             f"| {conv(r['final']):.4f} | {r['final_rank']} |"
             for r in rk["rows"]
         ]
-    if summary["excluded"]:
-        lines += ["", "Excluded runs (no comparison):", ""]
-        lines += [
-            f"- {x['recipe']} seed {x['seed']}: {', '.join(x['flags'])}"
-            for x in summary["excluded"]
-        ]
-    lines += ["", *[f"_{n}_" for n in summary["notes"]], ""]
-    return "\n".join(lines)
+    return lines

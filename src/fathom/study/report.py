@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from fathom.stats.sentences_repro import ranking_claim
 from fathom.study.markdown import integrity_markdown, scale_down_text
 from fathom.terminal import table
 
@@ -172,8 +173,10 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
     for checkpoint in ("selected", "final"):
         console.print(_differences(stats, checkpoint))
     console.print(_timing(stats))
-    for rk in stats["rankings"].values():
-        if rk["disagree"]:
+    for metric, rk in stats["rankings"].items():
+        claim = ranking_claim(rk, stats["comparisons"], metric)
+        if claim["sentence"] is not None:
+            console.print(claim["sentence"], overflow="fold")
             rows = [
                 [
                     r["name"],
@@ -186,7 +189,7 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
             ]
             console.print(
                 table(
-                    f"Ranking by {rk['label']} disagrees between selected and final checkpoints",
+                    f"Recipe means by {rk['label']} at the selected and final checkpoints",
                     ["Method", "Selected", "Rank", "Final", "Rank "],
                     rows,
                 )

@@ -1,0 +1,85 @@
+"""Curvature trace sentences carry their numbers: a paired contrast over seeds on the
+log-ratio scale with its t interval (brute-force reference here), "not established (n = 1)"
+from one seed, never a bare "1.61× lower"."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from scipy import stats as sps
+
+from fathom.report.curvtables import TRACES, trace_contrasts, trace_sentences
+from fathom.report.runs import RunData
+
+
+def _run(recipe: str, seed: int) -> RunData:
+    manifest = {
+        "status": "complete",
+        "phase": "main",
+        "config": {"model": {"recipe": recipe}, "seed": seed},
+        "data": {"info": {"classes": 10}},
+    }
+    rows = [{"epoch": 5, "test/acc": 0.9, "fit/ce": 0.1, "fit/acc": 0.95}]
+    return RunData(Path(f"/x/{recipe}-{seed}"), f"main-{recipe}-s{seed}", manifest, rows)
+
+
+def _curvature(traces: dict[str, float]) -> dict:
+    return {"summary": {"rows": [{"epoch": 0, **traces}, {"epoch": 5, **traces}]}, "epochs": {}}
+
+
+def _study(pairs: list[tuple[float, float]]):
+    """Runs of ``sd`` and ``residual`` for seeds 101.., every trace of seed s = pairs[s]."""
+    runs, curvature = [], {}
+    for i, (a, b) in enumerate(pairs):
+        for recipe, v in (("sd", a), ("residual", b)):
+            r = _run(recipe, 101 + i)
+            runs.append(r)
+            curvature[r.run_id] = _curvature({k: v for k, _ in TRACES})
+    return runs, curvature
+
+
+positive = st.floats(0.01, 1000.0, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(pairs=st.lists(st.tuples(positive, positive), min_size=1, max_size=5))
+@example(pairs=[(1.0, 1.61)])  # the old "1.61× lower" from one seed
+@example(pairs=[(1.0, 2.0), (1.2, 2.0), (0.9, 2.0)])  # established: lower
+def test_trace_sentences_are_paired_log_ratio_contrasts(pairs):
+    runs, curvature = _study(pairs)
+    out = trace_contrasts(runs, "residual", curvature)
+    assert [c["quantity"] for c in out] == [k for k, _ in TRACES]
+    logs = [math.log(a / b) for a, b in pairs]
+    n = len(logs)
+    for c in out:
+        assert c["epoch"] == 5 and c["n"] == n
+        assert math.isclose(c["estimate"], math.exp(sum(logs) / n), rel_tol=1e-9)
+        s = c["sentence"]
+        assert "×" not in s
+        if n < 2:
+            assert c["verdict"] == "not established" and c["low"] is None
+            assert "not established" in s and "n = 1 seed" in s and f"{c['estimate']:.3g}" in s
+            continue
+        m = sum(logs) / n
+        sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (n - 1))
+        half = sps.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+        assert math.isclose(c["low"], math.exp(m - half), rel_tol=1e-9, abs_tol=1e-12)
+        assert math.isclose(c["high"], math.exp(m + half), rel_tol=1e-9, abs_tol=1e-12)
+        if c["low"] > 1:
+            assert c["verdict"] == "higher" and " is higher than residual's" in s
+        elif c["high"] < 1:
+            assert c["verdict"] == "lower" and " is lower than residual's" in s
+        else:
+            assert c["verdict"] == "not established" and "not established" in s
+    assert trace_sentences(runs, "residual", curvature) == [c["sentence"] for c in out]
+
+
+def test_no_reference_or_no_shared_seed_gives_no_sentence():
+    runs, curvature = _study([(1.0, 2.0)])
+    assert trace_sentences(runs, None, curvature) == []
+    assert trace_sentences(runs, "absent", curvature) == []
+    only_sd = {k: v for k, v in curvature.items() if "-sd-" in k}
+    assert trace_sentences(runs, "residual", only_sd) == []
