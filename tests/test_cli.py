@@ -228,6 +228,9 @@ LIGHT_PATHS: tuple[tuple[tuple[str, ...], int, str], ...] = (
     (("runs", "show", "main-residual-s101", "--runs-dir", "{d}/runs"), 0, '"study": "t"'),
     (("runs", "show", "nope", "--runs-dir", "{d}/runs"), 2, "no run 'nope'"),
     (("telemetry", "docs", "--out", "{d}/metrics.md"), 0, ""),
+    (("audit", "{d}/nothing-here"), 2, "does not exist"),
+    (("curvature", "{d}/nothing-here", "--epochs", "0"), 2, "not a run directory"),
+    (("reproduce", "quik"), 2, "did you mean 'quick'?"),
 )
 """(argv, exit status (None: either), text the output holds); ``{d}`` is the study's parent."""
 

@@ -22,13 +22,13 @@ import torch
 from fathom.audit.aggregate import aggregate
 from fathom.audit.checkpoint import AuditSettings, audit_checkpoint, choose_masks
 from fathom.audit.masks import full_mask_index, mask_label, removable_branch_count
+from fathom.audit.options import find_audit_runs
 from fathom.audit.report import to_markdown
 from fathom.audit.router import require_sklearn
 from fathom.audit.speed import time_masks
 from fathom.audit.subjects import Subject, subject_of
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest, ensure_writable_dir
-from fathom.rundir import RunDir, find_runs
 from fathom.stats import failure_flags
 from fathom.terminal import Tally
 
@@ -101,7 +101,7 @@ def audit_runs(
     """
     t0 = time.perf_counter()
     target = Path(target)
-    runs = _find_runs(target)
+    runs = find_audit_runs(target)
     if settings.router:
         require_sklearn()
     audit = _Audit(
@@ -145,19 +145,6 @@ def audit_runs(
     atomic_write_json(audit.out / "audit.json", result)
     atomic_write_text(audit.out / "audit.md", to_markdown(result))
     return result
-
-
-def _find_runs(target: Path) -> list[RunDir]:
-    """The run directories of ``target`` (itself, or the runs of a study), or an error."""
-    if not target.exists():
-        raise FathomError(f"{str(target)!r} does not exist; pass a run or study directory")
-    runs = find_runs(target)
-    if not runs:
-        raise FathomError(
-            f"no run directories (manifest.json + history.jsonl) under {str(target)!r}; pass a run "
-            "directory or a study directory that holds runs"
-        )
-    return runs
 
 
 @dataclass

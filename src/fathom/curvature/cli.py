@@ -6,17 +6,18 @@ import argparse
 
 
 def cmd_curvature(args: argparse.Namespace) -> int:
-    from fathom.curvature.rundir import run_curvature, summary_markdown
     from fathom.rundir import RunDir
     from fathom.terminal import console
 
-    runs = [RunDir(p) for p in args.run_dirs]
+    runs = [RunDir(p) for p in args.run_dirs]  # manifests only: refused before torch
     if args.out and len(runs) > 1:
         from fathom.errors import FathomError
 
         raise FathomError(
             "--out takes one run directory; omit it to write <run>/curvature/ for each run"
         )
+    from fathom.curvature.rundir import run_curvature, summary_markdown
+
     for rd in runs:
         rows = run_curvature(
             rd,
