@@ -67,9 +67,10 @@ def tiny_config(**updates) -> RunConfig:
         "optim.batch_size": 32,
         "optim.lr": 0.05,
         "eval.every": 1,
-        "checkpoints.save_epochs": [0, 1, 2, 3],
         "device": "cpu",
     }
+    epochs = updates.get("optim.epochs", upd["optim.epochs"])
+    upd["checkpoints.save_epochs"] = [e for e in (0, 1, 2, 3) if e <= epochs]  # within training
     upd.update(updates)
     return base.with_updates(upd)
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fathom.depthscale.config import make_config, run_config
 from fathom.depthscale.table import RunRecord, build_table, read_runs, render_markdown, write_table
@@ -64,6 +67,18 @@ def test_kappa_notes_only_from_defined_kappa():
     assert all("vanilla" in c for c in table.conditioning)
 
 
+def write_sealed(run, manifest: dict, rows: list[dict]) -> None:
+    """``manifest.json`` sealed with the digest of ``history.jsonl`` (as a writer leaves it)."""
+    from fathom.rundir.manifest import seal
+
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    history = {"bytes": len(text.encode()), "rows": len(rows), "sha256": digest}
+    (run / "history.jsonl").write_text(text)
+    sealed = seal({**manifest, "integrity": {"history": history}})
+    (run / "manifest.json").write_text(json.dumps(sealed))
+
+
 def test_reads_run_directories(tmp_path):
     run = tmp_path / "d04-vanilla-s0"
     run.mkdir()
@@ -77,7 +92,6 @@ def test_reads_run_directories(tmp_path):
         "data": {"dataset": "mnist", "info": {"classes": 10}},
         "selected": {"epoch": 1, "val_ce": 2.0},
     }
-    (run / "manifest.json").write_text(json.dumps(manifest))
     rows = [
         {"epoch": 0, "val/acc": 0.1, "test/acc": 0.1, "fit/ce": 2.3},
         {
@@ -91,7 +105,7 @@ def test_reads_run_directories(tmp_path):
             "grad_norm/total": 0.7,
         },
     ]
-    (run / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_sealed(run, manifest, rows)
     (rec,) = read_runs(tmp_path)
     assert (rec.test_acc, rec.fit_ce, rec.lyapunov, rec.kappa, rec.grad_norm) == (
         0.45,
@@ -106,6 +120,76 @@ def test_reads_run_directories(tmp_path):
         read_runs(tmp_path / "d04-vanilla-s0")
     other = tmp_path / "plain-run"
     other.mkdir()
-    (other / "manifest.json").write_text(json.dumps({**manifest, "config": {"name": "plain-run"}}))
+    write_sealed(other, {**manifest, "config": {"name": "plain-run"}}, rows)
     with pytest.raises(FathomError, match="not a depth-scaling run"):
         read_runs(tmp_path)
+
+
+def _one_run(tmp_path):
+    run = tmp_path / "d04-vanilla-s0"
+    run.mkdir()
+    cfg = run_config(make_config("quick"), 4, "vanilla", 0, tmp_path.name)
+    manifest = {
+        "format": 2,
+        "kind": "run",
+        "run_id": run.name,
+        "status": "complete",
+        "config": cfg.model_dump(mode="json"),
+        "data": {"dataset": "mnist", "info": {"classes": 10}},
+        "selected": {"epoch": 1, "val_ce": 2.0},
+    }
+    rows = [
+        {"epoch": 0, "val/acc": 0.1, "test/acc": 0.1, "fit/ce": 2.3},
+        {"epoch": 1, "val/acc": 0.5, "test/acc": 0.45, "fit/ce": 1.2, "fit/acc": 0.6},
+    ]
+    write_sealed(run, manifest, rows)
+    return run
+
+
+def test_a_changed_test_accuracy_never_reaches_the_table(tmp_path):
+    run = _one_run(tmp_path)
+    path = run / "history.jsonl"
+    path.write_text(path.read_text().replace('"test/acc": 0.45', '"test/acc": 0.95'))
+    with pytest.raises(FathomError, match=r"d04-vanilla-s0: history.jsonl fails its digest check"):
+        read_runs(tmp_path)
+    with pytest.raises(FathomError, match="table and its verdict are not computed"):
+        write_table(tmp_path)
+    assert not (tmp_path / "table.json").exists()
+
+
+@pytest.mark.parametrize("damage", ["deleted", "emptied", "unsealed"])
+def test_a_missing_or_unverified_history_is_refused(tmp_path, damage):
+    run = _one_run(tmp_path)
+    if damage == "deleted":
+        (run / "history.jsonl").unlink()
+    elif damage == "emptied":
+        (run / "history.jsonl").write_text("")
+    else:
+        m = json.loads((run / "manifest.json").read_text())
+        del m["integrity"]
+        (run / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(FathomError, match="fail their integrity checks"):
+        read_runs(tmp_path)
+
+
+def test_a_history_byte_that_is_not_utf8_is_refused_not_a_traceback(tmp_path):
+    """Found by the byte-flip property: 0x80 at byte 0 raised UnicodeDecodeError."""
+    run = _one_run(tmp_path)
+    path = run / "history.jsonl"
+    path.write_bytes(b"\xfb" + path.read_bytes()[1:])
+    with pytest.raises(FathomError, match="history.jsonl line 1 is torn"):
+        read_runs(tmp_path)
+
+
+@settings(max_examples=30)
+@given(st.data())
+def test_any_byte_flip_of_the_history_is_refused(tmp_path_factory, data):
+    root = tmp_path_factory.mktemp("flip")
+    run = _one_run(root)
+    path = run / "history.jsonl"
+    raw = bytearray(path.read_bytes())
+    i = data.draw(st.integers(0, len(raw) - 1))
+    raw[i] ^= data.draw(st.integers(1, 255))
+    path.write_bytes(bytes(raw))
+    with pytest.raises(FathomError):
+        read_runs(root)

@@ -97,3 +97,46 @@ def test_row_missing_columns_is_refused(tmp_path):
     with pytest.raises(FathomError, match="lacks columns"):
         reg.upsert([{"run_id": "x"}])
     assert reg.query() == []
+
+
+def test_paths_are_relative_to_the_runs_folder_and_survive_a_move(tmp_path):
+    import shutil
+    from datetime import datetime
+
+    runs = tmp_path / "runs"
+    (runs / "s" / "r1").mkdir(parents=True)
+    Registry(runs / "registry.sqlite").upsert([row("r1", directory=str(runs / "s" / "r1"))])
+    shutil.move(runs, tmp_path / "moved")
+    reg = Registry(tmp_path / "moved" / "registry.sqlite")
+    (r,) = reg.get("r1")
+    assert r["directory"] == "s/r1"
+    assert reg.run_dir(r) == tmp_path / "moved" / "s" / "r1" and reg.run_dir(r).is_dir()
+    stamp = datetime.fromisoformat(r["updated_at"])
+    assert stamp.utcoffset().total_seconds() == 0 and r["updated_at"].endswith("+00:00")
+
+
+def test_a_run_outside_the_runs_folder_keeps_its_absolute_path(tmp_path):
+    reg = Registry(tmp_path / "runs" / "registry.sqlite")
+    reg.upsert([row("r1", directory=str(tmp_path / "elsewhere" / "r1"))])
+    assert reg.get("r1")[0]["directory"] == str((tmp_path / "elsewhere" / "r1").resolve())
+
+
+def test_a_schema_1_registry_is_converted_on_opening(tmp_path):
+    """Schema 1 stored absolute directories and Unix times (REAL)."""
+    path = tmp_path / "runs" / "registry.sqlite"
+    path.parent.mkdir()
+    old_columns = ", ".join(
+        f"{c} {'REAL' if c in ('lr', 'updated_at') else 'TEXT'}" for c in COLUMN_NAMES
+    )
+    con = sqlite3.connect(path)
+    con.execute(f"CREATE TABLE runs ({old_columns}, PRIMARY KEY (study, run_id))")
+    old = {**row("r1", directory=str(tmp_path / "runs" / "s" / "r1")), "updated_at": 1764627003.0}
+    con.execute(
+        f"INSERT INTO runs VALUES ({', '.join('?' for _ in COLUMN_NAMES)})",
+        [old[c] for c in COLUMN_NAMES],
+    )
+    con.commit()
+    con.close()
+    (r,) = Registry(path).get("r1")
+    assert r["directory"] == "s/r1" and r["updated_at"] == "2025-12-01T22:10:03+00:00"
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (2,)

@@ -96,3 +96,34 @@ def test_recipe_subset_and_quick_preset():
         "base.optim.epochs",
         "base.eval.every",
     } <= quick
+
+
+def test_a_custom_study_gets_no_statement_against_a_protocol_it_never_named():
+    """A user's own study (fashion-mnist, its own widths, no ``study.protocol``) is compared
+    with nothing: no invented "scaled down from ciresan-sd" sentence, and the line says why."""
+    from fathom.study.scaledown import NO_PROTOCOL
+
+    study = validate_study_config(
+        {
+            "study": {"name": "mine", "reference": "plain", "recipes": ["plain"], "lr": 0.1},
+            "base": {"data": {"dataset": "fashion-mnist"}, "model": {"widths": [64, 32]}},
+        }
+    )
+    assert study.study.protocol is None and scaled_down(study) == []
+    text = scale_down_sentence(scaled_down(study), study.study.protocol)
+    assert text == NO_PROTOCOL and 'ciresan-sd",' in text and "Scaled down" not in text
+    named = validate_study_config(
+        {**study.to_data(), "study": {**study.to_data()["study"], "protocol": "ciresan-sd"}}
+    )
+    assert {d.key for d in scaled_down(named)} >= {"base.data.dataset", "base.model.widths"}
+
+
+def test_a_protocol_that_is_no_preset_is_refused():
+    import pytest
+
+    from fathom.errors import FathomError
+
+    data = load_study(FULL_PROTOCOL)[0].to_data()
+    data["study"]["protocol"] = "ciresan-xx"
+    with pytest.raises(FathomError, match="protocol 'ciresan-xx' is not a study preset"):
+        validate_study_config(data)

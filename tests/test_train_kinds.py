@@ -387,6 +387,7 @@ def test_vanilla_arm_is_the_unregularized_step_bit_for_bit(tmp_path):
     base = staged_conv_config(health={"enabled": False}, data={"augment": "none"})
     base["model"]["timesteps"] = 0
     base["optim"]["epochs"] = 1
+    base["checkpoints"]["save_epochs"] = [0, 1]  # listed epochs lie within training
     reg = validate_run_config({**base, "regularizer": {"weight": 0.0}})
     plain = validate_run_config({**base, "regularizer": None, "execution": {"precision": "fp32"}})
     a = train(reg, tmp_path / "reg", splits=splits)

@@ -8,22 +8,23 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, Strict, ValidationError, model_validator
 
 from fathom.config_live import LiveConfig
 from fathom.config_models import (
     MODEL_KINDS,
     Bool,
+    DataConfig,
     Float,
     Int,
     ModelConfig,
     ModelSpec,
+    Name,
     PythonModelConfig,
     StagedConvConfig,
     _Strict,
-    check_factory_path,
 )
 from fathom.errors import FathomError, unknown_key
 
@@ -37,48 +38,6 @@ __all__ = [
     "RunConfig",
     "StagedConvConfig",
 ]
-
-
-class DataConfig(_Strict):
-    """Where the examples come from and how they are split.
-
-    ``dataset``: a registered dataset (``mnist``, ``fashion-mnist``; ``cifar10`` /
-    ``cifar100`` from archives the user supplies in ``data_dir``), ``tensors`` (a user's
-    ``.npz`` / ``.pt`` file at ``path``, see :mod:`fathom.data.user`) or ``python`` (a
-    user's function ``factory = "package.module:function"`` called with ``kwargs`` that
-    returns the same arrays). ``augment = "crop_flip"`` applies the standard CIFAR
-    augmentation to fitting batches (pad 4, random crop, horizontal flip p = 1/2).
-    """
-
-    dataset: Literal["mnist", "fashion-mnist", "cifar10", "cifar100", "tensors", "python"] = "mnist"
-    data_dir: str | None = None
-    path: str | None = None
-    factory: str | None = None
-    kwargs: dict[str, Any] = Field(default_factory=dict)
-    split: Literal["fit-val", "fit-all"] = "fit-val"
-    split_seed: Int = 0
-    val_size: Int | None = Field(default=None, gt=0)
-    test_size: Int | None = Field(default=None, gt=0)
-    fit_subset: Int | None = Field(default=None, gt=0)
-    eval_subset: Int | None = Field(default=None, gt=0)
-    augment: Literal["none", "crop_flip"] = "none"
-
-    @model_validator(mode="after")
-    def _source_fields(self) -> DataConfig:
-        need = {"tensors": "path", "python": "factory"}.get(self.dataset)
-        for key in ("path", "factory"):
-            if key == need and getattr(self, key) is None:
-                raise ValueError(f"dataset {self.dataset!r} needs data.{key}")
-            if key != need and getattr(self, key) is not None:
-                raise ValueError(
-                    f"data.{key} is only used with dataset "
-                    f"{'tensors' if key == 'path' else 'python'!r}; remove it"
-                )
-        if self.kwargs and self.dataset != "python":
-            raise ValueError("data.kwargs is only used with dataset 'python'; remove it")
-        if self.factory is not None:
-            check_factory_path(self.factory, "data.factory")
-        return self
 
 
 class ScheduleConfig(_Strict):
@@ -206,21 +165,30 @@ class StopConfig(_Strict):
     target_test_acc: Float | None = Field(default=None, gt=0, le=1)
 
 
+Epoch = Annotated[int, Strict(), Field(ge=0)]
+"""An epoch number: 0 is the state before training, ``optim.epochs`` the last."""
+
+
 class EvalConfig(_Strict):
     every: Int = Field(default=5, gt=0)
-    first: tuple[Int, ...] = (1,)
+    first: tuple[Epoch, ...] = (1,)
     splits: tuple[Literal["fit", "val", "test"], ...] = ("fit", "val", "test")
     batch_size: Int = Field(default=2000, gt=0)
 
 
+DEFAULT_SAVE_EPOCHS: tuple[int, ...] = (0, 1, 5, 10, 20, 50, 100)
+"""The default snapshot schedule; its epochs beyond ``optim.epochs`` are not written (a
+``save_epochs`` the user lists must lie within training)."""
+
+
 class CheckpointConfig(_Strict):
-    save_epochs: tuple[Int, ...] = (0, 1, 5, 10, 20, 50, 100)
+    save_epochs: tuple[Epoch, ...] = DEFAULT_SAVE_EPOCHS
     resume_every: Int = Field(default=1, gt=0)
 
 
 class TelemetryConfig(_Strict):
     enabled: Bool = False
-    first: tuple[Int, ...] = (0, 1)
+    first: tuple[Epoch, ...] = (0, 1)
     every: Int = Field(default=10, gt=0)
     probe_size: Int = Field(default=128, gt=0)
     families: tuple[str, ...] = ("all",)
@@ -232,8 +200,8 @@ class RunConfig(_Strict):
     ``model_dump()``: it is not part of the training config and never of ``config_hash``."""
 
     kind: Literal["run"] = "run"
-    name: str = "run"
-    study: str = "default"
+    name: Name = "run"
+    study: Name = "default"
     seed: Int = 101
     device: Literal["auto", "cpu", "cuda"] = "auto"
     data: DataConfig = DataConfig()
@@ -260,11 +228,21 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _epochs_in_range(self) -> RunConfig:
-        late = [e for e in self.telemetry.first if e > self.optim.epochs]
-        if self.telemetry.enabled and late:
-            raise ValueError(
-                f"telemetry.first names epochs {late} beyond training (epochs = {self.optim.epochs})"
-            )
+        epochs = self.optim.epochs
+        late = {
+            "telemetry.first": self.telemetry.first if self.telemetry.enabled else (),
+            "eval.first": self.eval.first,
+            "checkpoints.save_epochs": ()
+            if self.checkpoints.save_epochs == DEFAULT_SAVE_EPOCHS
+            else self.checkpoints.save_epochs,
+        }
+        for key, values in late.items():
+            beyond = [e for e in values if e > epochs]
+            if beyond:
+                raise ValueError(
+                    f"{key} names epochs {beyond} beyond training (optim.epochs = {epochs}): "
+                    f"list epochs from 0 to {epochs}, or raise optim.epochs"
+                )
         if self.data.split == "fit-all" and "val" in self.eval.splits:
             raise ValueError(
                 "split 'fit-all' has no validation set, but eval.splits includes 'val' "
@@ -310,6 +288,24 @@ def config_diff(
     return out
 
 
+def describe_config_change(
+    recorded: dict, recorded_hash: str | None, new: dict, labels: tuple[str, str] = ("", "")
+) -> str:
+    """Why ``new`` is not the recorded config: its :func:`config_diff`, or — when every value
+    agrees — that the recorded ``config_hash`` is not the digest of the recorded config (the
+    manifest's hash or config was edited), never an empty ``()``."""
+    from fathom.io import config_digest
+
+    diff = config_diff(recorded, new, labels)
+    if diff:
+        return "; ".join(diff)
+    return (
+        f"every value agrees, but the recorded config_hash {str(recorded_hash)[:12]}… is not "
+        f"the digest {config_digest(recorded)[:12]}… of the recorded config: the manifest's "
+        "config or hash was edited, or its config was written incomplete (by hand)"
+    )
+
+
 def _format_validation_error(e: ValidationError, origin: str) -> str:
     lines = [f"invalid configuration ({origin}):"]
     for err in e.errors():
@@ -318,7 +314,8 @@ def _format_validation_error(e: ValidationError, origin: str) -> str:
             lines.append(f"  - unknown key {loc!r}: remove it or check its spelling")
         else:
             msg = err["msg"].removeprefix("Value error, ")
-            lines.append(f"  - {loc}: {msg} (got {err.get('input')!r})")
+            got = f" (got {err.get('input')!r})" if err["loc"] else ""  # not the whole config
+            lines.append(f"  - {loc}: {msg}{got}")
     return "\n".join(lines)
 
 

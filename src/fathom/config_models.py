@@ -1,8 +1,9 @@
-"""The model section of a run config, one class per ``model.kind``.
+"""The data and model sections of a run config, and the config's shared field types.
 
-``ciresan`` (the residual MLP), ``staged_conv`` (conv / spiking conv nets) and ``python``
-(a user's factory). :data:`ModelSpec` is their discriminated union; a ``[model]`` table
-without ``kind`` is the Ciresan MLP.
+Models, one class per ``model.kind``: ``ciresan`` (the residual MLP), ``staged_conv`` (conv
+/ spiking conv nets) and ``python`` (a user's factory). :data:`ModelSpec` is their
+discriminated union; a ``[model]`` table without ``kind`` is the Ciresan MLP. Names of runs
+and studies are one directory component (:func:`check_name`).
 """
 
 from __future__ import annotations
@@ -10,13 +11,52 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    field_validator,
+    model_validator,
+)
 
 #: Numbers of every config: an integer field takes no ``true`` or ``2.0``, a float field
 #: takes integers but no booleans or strings, and no float is ``inf`` or ``nan``.
 Int = Annotated[int, Strict()]
 Float = Annotated[float, Strict()]
 Bool = Annotated[bool, Strict()]
+
+
+NAME_MAX_BYTES = 128
+
+
+def check_name(value: str) -> str:
+    """A run or study name: exactly one directory name under ``--runs-dir``.
+
+    Refused: the empty name, ``.`` and ``..``, a leading ``.`` (hidden; Fathom's lock and
+    temporary files start with one), ``/`` or ``\\``, NUL or any other control character,
+    and more than :data:`NAME_MAX_BYTES` bytes of UTF-8. So ``runs_dir / study / name`` is
+    always a directory two levels inside ``runs_dir``.
+    """
+    fix = "use one plain directory name, e.g. 'my-run' (letters, digits, '-', '_', '.')"
+    if not value:
+        raise ValueError(f"the name is empty; {fix}")
+    bad = sorted({c for c in value if c in "/\\" or ord(c) < 32 or ord(c) == 127})
+    if bad:
+        raise ValueError(
+            f"the name {value!r} contains {', '.join(repr(c) for c in bad)}, which would "
+            f"leave or split its directory; {fix}"
+        )
+    if value.startswith("."):
+        raise ValueError(f"the name {value!r} starts with '.' (hidden or a parent); {fix}")
+    if len(value.encode("utf-8")) > NAME_MAX_BYTES:
+        raise ValueError(f"the name is longer than {NAME_MAX_BYTES} bytes; {fix}")
+    return value
+
+
+#: A validated run or study name (:func:`check_name`).
+Name = Annotated[str, AfterValidator(check_name)]
 
 
 class _Strict(BaseModel):
@@ -32,6 +72,16 @@ def check_factory_path(path: str, key: str) -> str:
             "(e.g. 'mypkg.models:make_net')"
         )
     return path
+
+
+def check_drop_probs(v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+    """``model.drop_probs``: every probability in ``[0, 1)``."""
+    for p in v or ():
+        if not 0.0 <= p < 1.0:
+            raise ValueError(
+                f"drop probability {p} is outside [0, 1); to delete a branch use an explicit mask"
+            )
+    return v
 
 
 class ModelConfig(_Strict):
@@ -65,13 +115,7 @@ class ModelConfig(_Strict):
     @field_validator("drop_probs")
     @classmethod
     def _probs(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
-        if v is not None:
-            for p in v:
-                if not 0.0 <= p < 1.0:
-                    raise ValueError(
-                        f"drop probability {p} is outside [0, 1); to delete a branch use an explicit mask"
-                    )
-        return v
+        return check_drop_probs(v)
 
     @model_validator(mode="after")
     def _crop_needs_narrowing(self) -> ModelConfig:
@@ -116,11 +160,25 @@ class PythonModelConfig(_Strict):
     """A user's model: ``factory = "package.module:function"`` called with ``kwargs``.
 
     The function must return a ``torch.nn.Module`` mapping a batch of inputs to logits.
+    ``drop_probs`` (one probability per :class:`fathom.depth.SkippableResidual`, in module
+    order) asks the trainer to drive those branches by a drop schedule, as for the Ciresan
+    recipes: ``drop_schedule = "constant"`` (``p_l``) or ``"linear_decrease"``
+    (``p_l · max(0, 1 - e / E)``, zero at the last epoch); the branches' own ``p`` is then
+    overridden. Without ``drop_probs`` the branches draw by their own ``p`` (or not at all).
     """
 
     kind: Literal["python"] = "python"
     factory: str
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    drop_probs: tuple[Float, ...] | None = None
+    drop_schedule: Literal["constant", "linear_decrease"] = "constant"
+
+    @model_validator(mode="after")
+    def _drop(self) -> PythonModelConfig:
+        check_drop_probs(self.drop_probs)
+        if self.drop_probs is None and self.drop_schedule != "constant":
+            raise ValueError("model.drop_schedule needs model.drop_probs (one per branch)")
+        return self
 
     @field_validator("factory")
     @classmethod
@@ -132,3 +190,45 @@ ModelSpec = Annotated[
     ModelConfig | StagedConvConfig | PythonModelConfig, Field(discriminator="kind")
 ]
 MODEL_KINDS: tuple[str, ...] = ("ciresan", "staged_conv", "python")
+
+
+class DataConfig(_Strict):
+    """Where the examples come from and how they are split.
+
+    ``dataset``: a registered dataset (``mnist``, ``fashion-mnist``; ``cifar10`` /
+    ``cifar100`` from archives the user supplies in ``data_dir``), ``tensors`` (a user's
+    ``.npz`` / ``.pt`` file at ``path``, see :mod:`fathom.data.user`) or ``python`` (a
+    user's function ``factory = "package.module:function"`` called with ``kwargs`` that
+    returns the same arrays). ``augment = "crop_flip"`` applies the standard CIFAR
+    augmentation to fitting batches (pad 4, random crop, horizontal flip p = 1/2).
+    """
+
+    dataset: Literal["mnist", "fashion-mnist", "cifar10", "cifar100", "tensors", "python"] = "mnist"
+    data_dir: str | None = None
+    path: str | None = None
+    factory: str | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    split: Literal["fit-val", "fit-all"] = "fit-val"
+    split_seed: Int = 0
+    val_size: Int | None = Field(default=None, gt=0)
+    test_size: Int | None = Field(default=None, gt=0)
+    fit_subset: Int | None = Field(default=None, gt=0)
+    eval_subset: Int | None = Field(default=None, gt=0)
+    augment: Literal["none", "crop_flip"] = "none"
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> DataConfig:
+        need = {"tensors": "path", "python": "factory"}.get(self.dataset)
+        for key in ("path", "factory"):
+            if key == need and getattr(self, key) is None:
+                raise ValueError(f"dataset {self.dataset!r} needs data.{key}")
+            if key != need and getattr(self, key) is not None:
+                raise ValueError(
+                    f"data.{key} is only used with dataset "
+                    f"{'tensors' if key == 'path' else 'python'!r}; remove it"
+                )
+        if self.kwargs and self.dataset != "python":
+            raise ValueError("data.kwargs is only used with dataset 'python'; remove it")
+        if self.factory is not None:
+            check_factory_path(self.factory, "data.factory")
+        return self

@@ -94,20 +94,25 @@ def append_jsonl(path: str | os.PathLike, row: Mapping[str, Any]) -> None:
 def read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[int]]:
     """Read complete JSON lines; return ``(rows, bad_line_numbers)``.
 
-    A line that is not terminated by a newline or does not parse is a truncated
-    write: it is reported, never accepted.
+    A line that is not terminated by a newline, is not UTF-8, does not parse or is not a
+    JSON object is a truncated or damaged write: it is reported, never accepted.
     """
     rows: list[dict[str, Any]] = []
     bad: list[int] = []
-    text = Path(path).read_text(encoding="utf-8") if Path(path).exists() else ""
-    lines = text.split("\n")
+    data = Path(path).read_bytes() if Path(path).exists() else b""
+    lines = data.split(b"\n")
     complete, tail = lines[:-1], lines[-1]
     for i, line in enumerate(complete, start=1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+            row = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            bad.append(i)
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
             bad.append(i)
     if tail.strip():
         bad.append(len(complete) + 1)

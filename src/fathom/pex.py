@@ -13,6 +13,7 @@ rows of example ``i`` (e.g. ``dL_i/dz_i`` for the unaveraged per-example loss ``
   patches with the ``D`` cotangents stacked as rows;
 * **batchnorm / layernorm** (eval-mode BatchNorm, LayerNorm): ``g_i(w) = sum_t delta_it *
   x_hat_it``, ``g_i(b) = sum_t delta_it``;
+* **embedding** (:mod:`fathom.pex_embedding`): ``g_i(W)[v] = sum_{t: tok_it = v} delta_it``;
 * **generic**: ``g_i = vjp(theta -> module(theta; inputs_i), delta_i)`` by ``torch.func``
   (``functional_call`` + ``vjp``, ``vmap`` over examples in chunks of ``chunk_size``).
 
@@ -29,13 +30,17 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torch.func import functional_call, vjp, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
 from fathom.pex_conv import conv_form, conv_grads
+from fathom.pex_embedding import embedding_grads
+from fathom.pex_rnn import functional_recurrent
 from fathom.seam import Call, Layer
+from fathom.seam_discovery import preserved
 
 Cotangents = list[list[torch.Tensor | None]]  # per call, per output leaf
 _ELEMENTS = 2**24  # per chunk: examples x directions x covered parameters (memory bound)
@@ -125,7 +130,12 @@ def _norm_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
 
 
 def _fast_grads(layer, calls, cots, n, directions) -> dict[str, torch.Tensor]:
-    fns = {"linear": _linear_grads, "batchnorm": _norm_grads, "layernorm": _norm_grads}
+    fns = {
+        "linear": _linear_grads,
+        "batchnorm": _norm_grads,
+        "layernorm": _norm_grads,
+        "embedding": embedding_grads,
+    }
     fn = fns.get(layer.kind, conv_grads)
     total: dict[str, torch.Tensor] = {}
     for call, cot in zip(calls, cots, strict=True):
@@ -150,9 +160,45 @@ def _batched(leaves, dims, n, where, lead=0):
     return values, in_dims
 
 
+class _Scope(nn.Module):
+    """``forward(args, kwargs) = target(*args, **kwargs)`` inside ``root``: a
+    ``functional_call`` of the scope substitutes any of the root's parameters (by qualified
+    name, tied aliases too) while only ``target`` runs — a parameter the target uses but
+    does not own (a sibling's weight, a parametrization's original) is substituted too."""
+
+    def __init__(self, root: nn.Module, target: nn.Module) -> None:
+        super().__init__()
+        self.root = root
+        object.__setattr__(self, "target", target)  # not registered: no second name
+
+    def forward(self, args: tuple, kwargs: dict) -> Any:
+        return self.target(*args, **kwargs)
+
+
+def _module_fn(layer: Layer, spec, slots: dict[int, str]):
+    """``f(q, leaves) -> output`` of one call of the layer with its parameters ``q`` (keys
+    of ``layer.params``): the input leaves at ``slots`` are parameters passed as arguments,
+    replaced by ``q`` (by identity of the captured leaf)."""
+    scope = _Scope(layer.root, layer.module) if layer.root is not None else None
+    names = dict(zip(layer.params, layer.qualified, strict=True))
+
+    def f(q: dict, leaves: list) -> Any:
+        leaves = [q[slots[j]] if j in slots else v for j, v in enumerate(leaves)]
+        args, kwargs = pytree.tree_unflatten(leaves, spec)
+        with functional_recurrent(layer.module):
+            if scope is None:
+                return functional_call(layer.module, q, args, kwargs)
+            subs = {"root." + names[k]: v for k, v in q.items()}
+            return functional_call(scope, subs, (args, kwargs))
+
+    return f
+
+
 def _generic_call(layer: Layer, call: Call, cot: list, n: int, directions: bool, chunk: int):
     where = f"module {layer.name!r} ({layer.type_name})"
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
+    tensors = layer.tensors()
+    slots = {j: k for j, leaf in enumerate(leaves) for k, t in tensors.items() if leaf is t}
     ins, in_dims = _batched(leaves, call.in_dims, n, where)
     keep = [j for j, t in enumerate(cot) if t is not None]
     for j in keep:
@@ -163,13 +209,12 @@ def _generic_call(layer: Layer, call: Call, cot: list, n: int, directions: bool,
     cts, ct_dims = _batched(
         [cot[j] for j in keep], [call.out_dims[j] for j in keep], n, where, lead
     )
-    params = {k: v.detach() for k, v in layer.tensors().items()}
+    params = {k: v.detach() for k, v in tensors.items()}
+    fn = _module_fn(layer, spec, slots)
 
     def one(p: dict, example_ins: list, example_cts: list) -> dict:
-        args, kwargs = pytree.tree_unflatten(list(example_ins), spec)
-
         def f(q: dict) -> tuple:
-            outs = pytree.tree_leaves(functional_call(layer.module, q, args, kwargs))
+            outs = pytree.tree_leaves(fn(q, list(example_ins)))
             return tuple(outs[j] for j in keep)
 
         _, pull = vjp(f, p)
@@ -177,7 +222,7 @@ def _generic_call(layer: Layer, call: Call, cot: list, n: int, directions: bool,
             return vmap(pull)(tuple(example_cts))[0]
         return pull(tuple(example_cts))[0]
 
-    with sdpa_kernel(SDPBackend.MATH):
+    with sdpa_kernel(SDPBackend.MATH), preserved(layer.root or layer.module):
         g = vmap(one, in_dims=(None, in_dims, ct_dims), chunk_size=chunk)(params, ins, cts)
     return {k: v.transpose(0, 1) if directions else v for k, v in g.items()}
 
@@ -201,7 +246,7 @@ def per_example_grads(
     if not calls:
         lead = (d,) if d else ()
         return {k: torch.zeros(*lead, n, *t.shape, dtype=t.dtype) for k, t in tensors.items()}
-    if layer.kind != "generic":
+    if layer.kind not in ("generic", "recurrent"):
         return _fast_grads(layer, calls, cots, n, directions)
     size = sum(t.numel() for t in tensors.values()) * (d or 1)
     chunk = chunk_size or max(1, min(n, _ELEMENTS // max(size, 1)))

@@ -1,10 +1,17 @@
 """The one seam every instrument uses: parametrized layers found by forward hooks.
 
 An instrument never asks what class a model is. :func:`discover` runs the model's own
-``forward`` and attributes every use of every parameter to the modules whose forward was
-running at that moment (a ``TorchFunctionMode`` sees each torch call; forward pre/post hooks
-keep the module stack). Each parameter is covered by the *innermost* module active at all
-of its uses, a **layer**; its kind picks the per-example path:
+``forward`` and attributes every use of every parameter, **by tensor identity**, to the
+modules whose forward was running at that moment (a ``TorchFunctionMode`` sees each torch
+call; forward pre/post hooks keep the module stack). Each parameter is covered by the
+*innermost* module active at all of its uses whose calls map examples to outputs, a
+**layer** (:mod:`fathom.seam_attribution`: tied weights go to the common parent, a
+parametrization's original to the module it parametrizes, a root parameter passed into a
+submodule to that submodule; names play no part). Its kind picks the per-example path; a
+fast kind only where it is provably the module's function — the exact class and its
+``forward``, no forward hook or pre-hook, no parametrization, no instance-level
+``forward``, exactly its own parameters (otherwise ``generic``, the reason in
+:attr:`Seam.coverage`):
 
 * ``linear``: an ``nn.Linear`` (forward not overridden) covering exactly its own weight and
   bias. Any leading dims: ``z = a W^T + b`` with ``a`` of shape ``[N, ..., d_in]``; every
@@ -16,7 +23,11 @@ of its uses, a **layer**; its kind picks the per-example path:
   statistics) and ``nn.LayerNorm`` (forward not overridden): ``y = x_hat * w + b``, so
   ``g_i(w) = sum_t delta_it * x_hat_it`` and ``g_i(b) = sum_t delta_it`` over positions ``t``
   (``x_hat`` recomputed from the captured input; no per-example forward);
-* ``generic``: every other module (BatchNorm/LayerNorm of a subclass, Embedding,
+* ``embedding``: ``nn.Embedding`` (no ``max_norm``, ``scale_grad_by_freq`` or sparse
+  gradient): ``g_i(W)[v] = sum_{t: tok_it = v} delta_it``, in closed form;
+* ``recurrent``: ``nn.RNN`` / ``nn.GRU`` / ``nn.LSTM`` (the stock forward): the functional
+  cell of :mod:`fathom.pex_rnn` under ``torch.func`` (the fused kernels cannot be vmapped);
+* ``generic``: every other module (BatchNorm/LayerNorm of a subclass,
   ``nn.MultiheadAttention`` (whose ``out_proj`` is never *called*, so the attention module
   covers it), custom modules, the root model for a parameter used directly in its forward):
   exact per-example gradients by ``torch.func`` — ``functional_call`` of that module on one
@@ -27,7 +38,16 @@ Nothing is computed over a silent subset of parameters: :attr:`Seam.coverage` ma
 parameter to the layer and path that covers it (or says it is frozen or unused), and
 :func:`discover` refuses, naming the module, a parameter that receives gradient but is used
 outside every module forward it can see, or a module whose example dimension cannot be
-found or that :mod:`torch.func` cannot differentiate per example.
+found or that :mod:`torch.func` cannot differentiate per example. Its self-check runs
+every layer's path (fast ones too) on the discovery batch: for every covered parameter the
+per-example gradients must sum to autograd's batch gradient, so a missed hook or a
+misattributed parameter is refused at discovery, never reported. Refused before any
+forward runs (:func:`fathom.seam_discovery.check_model`): ``torch.inference_mode()``,
+BatchNorm in train mode, an ``Embedding(max_norm=...)`` (its forward renormalizes the
+weight in place), global module hooks. Every tensor a forward leaves as a plain module
+attribute (legacy ``weight_norm`` / ``prune``) is put back as found. A module's own hooks
+are part of its function: the generic path runs them (per example, under ``torch.func``),
+so a hook with side effects (one that stores outputs) sees those calls too.
 
 **Examples must be independent.** Per-example quantities exist only when example ``i``'s
 loss depends on example ``i``'s input alone. Instruments run in *dense evaluation mode*
@@ -68,32 +88,42 @@ import torch
 from torch import nn
 
 from fathom.errors import FathomError
+from fathom.seam_attribution import attribute, coverage, make_layer
 from fathom.seam_discovery import (
-    ROOT,
     UseRecorder,
-    call_dims,
     check_batchnorm,
+    check_inference_mode,
     check_logits,
-    coverage,
-    fast_kind,
+    check_model,
     hooks,
     is_float_tensor,
+    preserved,
+    pullback,
     record_calls,
 )
-from fathom.seam_types import Call, Layer
+from fathom.seam_types import ROOT, Call, Layer
 
 __all__ = ["KINDS", "Call", "Layer", "Seam", "discover"]
 
-KINDS: tuple[str, ...] = ("linear", "conv1d", "conv2d", "batchnorm", "layernorm", "generic")
+KINDS: tuple[str, ...] = (
+    "linear",
+    "conv1d",
+    "conv2d",
+    "batchnorm",
+    "layernorm",
+    "embedding",
+    "recurrent",
+    "generic",
+)
 
 
 def discover(model: nn.Module, x: torch.Tensor) -> Seam:
     """Find ``model``'s layers on the example inputs ``x`` (see the module docstring).
 
     Runs the forward three times on at most 3 examples (repeated if ``x`` has fewer),
-    leaving parameters, gradients and the global RNG state as found.
+    leaving parameters, gradients, module attributes and the global RNG state as found.
     """
-    check_batchnorm(model)
+    check_model(model)
     named = dict(model.named_parameters())
     if not named:
         raise FathomError(
@@ -107,22 +137,18 @@ def discover(model: nn.Module, x: torch.Tensor) -> Seam:
         xb = x[torch.arange(3, device=x.device) % x.shape[0]]
         out_b, calls_b = record_calls(model, xb, recorder)
         logits = check_logits(out_b, 3)
-        owner, notes = coverage(model, recorder.uses, logits)
+        uses, notes = coverage(model, recorder.uses, logits)
         _, calls_a = record_calls(model, xb[:2])
     finally:
         torch.set_rng_state(rng)
-    modules = dict(model.named_modules())
+    owner, dims = attribute(model, uses, calls_a, calls_b)
     order = {name: i for i, name in enumerate(calls_b)}
-    layers, dims = [], {}
-    for mod_name in sorted(set(owner.values()), key=order.__getitem__):
-        qualified = tuple(n for n, o in owner.items() if o == mod_name)
-        local = tuple(n[len(mod_name) + 1 :] if mod_name else n for n in qualified)
-        module = modules[mod_name]
-        label = mod_name or ROOT
-        layer = Layer(label, module, fast_kind(module, set(local)), local, qualified)
-        layers.append(layer)
-        dims[label] = call_dims(label, calls_a.get(mod_name, []), calls_b[mod_name])
-    seam = Seam(model, tuple(layers), dims, owner, notes)
+    modules = sorted(set(owner.values()), key=order.__getitem__)
+    layers = tuple(
+        make_layer(model, m, tuple(n for n in named if owner.get(n) == m), dims[m]) for m in modules
+    )
+    by_label = {m or ROOT: dims[m] for m in modules}
+    seam = Seam(model, layers, by_label, {n: m or ROOT for n, m in owner.items()}, notes)
     seam.self_check(xb)
     return seam
 
@@ -145,9 +171,8 @@ class Seam:
         self.coverage: dict[str, str] = {}
         for name in dict(model.named_parameters()):
             if name in owner:
-                layer = by_module[owner[name] or ROOT]
-                path = "generic torch.func" if layer.kind == "generic" else f"fast {layer.kind}"
-                self.coverage[name] = f"{layer.name} ({layer.type_name}, {path})"
+                layer = by_module[owner[name]]
+                self.coverage[name] = f"{layer.name} ({layer.type_name}, {_path(layer)})"
             else:
                 self.coverage[name] = notes[name]
 
@@ -174,17 +199,23 @@ class Seam:
         :class:`Call` per forward call (empty for a layer that did not run, e.g. a skipped
         branch). Refuses BatchNorm in train mode (see the module docstring).
         """
+        check_inference_mode()
         check_batchnorm(self.model)
         calls: dict[str, list[Call]] = {layer.name: [] for layer in self.layers}
         modules = {layer.name: layer.module for layer in self.layers}
+        pending: dict[str, list] = {name: [] for name in modules}
 
         def pre(name):
-            return lambda m, args, kwargs: None
+            def hook(m, args, kwargs):
+                pending[name].append((args, kwargs))
+
+            return hook
 
         def post(name):
             def hook(m, args, kwargs, output):
                 known = self._dims[name]
                 ins, outs = known[min(len(calls[name]), len(known) - 1)]
+                args, kwargs = pending[name].pop()
                 call = Call(args, kwargs, output, ins, outs)
                 leaves = [*call.input_leaves(), *call.output_leaves()]
                 call.versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in leaves]
@@ -222,7 +253,7 @@ class Seam:
                     if is_float_tensor(leaf) and leaf.requires_grad:
                         slots.append((name, c, j))
                         leaves.append(leaf)
-        grads = _pullback(outputs, leaves, grad_outputs, directions, retain_graph)
+        grads = pullback(outputs, leaves, grad_outputs, directions, retain_graph)
         found = {slot: g for slot, g in zip(slots, grads, strict=True) if g is not None}
         lead = (grad_outputs.shape[0],) if directions and grad_outputs is not None else ()
         out: dict[str, list[list[torch.Tensor]]] = {}
@@ -251,24 +282,26 @@ class Seam:
                 )
 
     def self_check(self, x: torch.Tensor) -> None:
-        """Run every generic layer's per-example path on ``x``; its sum over examples must
-        match autograd's batch gradient. Refuses, naming the module, where it fails."""
+        """Run every layer's per-example path on ``x`` (fast, recurrent and generic alike);
+        for every covered parameter (by identity) the sum over examples must match
+        autograd's batch gradient. Refuses, naming the module and the parameter, where it
+        fails: a fast path that missed a hook, a parameter attributed to the wrong call, or
+        examples that interact would all show up here."""
         from fathom.pex import per_example_grads
 
-        generic = [layer for layer in self.layers if layer.kind == "generic"]
-        if not generic:
-            return
-        with self.capture() as calls, torch.enable_grad():
+        with preserved(self.model), self.capture() as calls, torch.enable_grad():
             logits = self.model(x)
         total = logits.square().sum() / 2  # grad_logits = logits: a generic direction
         cots = self.cotangents(calls, total, retain_graph=True)
-        for layer in generic:
+        n = int(x.shape[0])
+        for layer in self.layers:
             tensors = layer.tensors()
             want = torch.autograd.grad(
                 total, list(tensors.values()), allow_unused=True, retain_graph=True
             )
             try:
-                got = per_example_grads(layer, calls[layer.name], cots[layer.name], int(x.shape[0]))
+                with preserved(self.model):
+                    got = per_example_grads(layer, calls[layer.name], cots[layer.name], n)
             except FathomError:
                 raise
             except Exception as err:  # torch.func refuses: name the module and the reason
@@ -279,36 +312,22 @@ class Seam:
                     "functional (no in-place updates of captured tensors, no .item()/.tolist() "
                     "control flow, no randomness) or freeze its parameters"
                 ) from err
-            for p, w in zip(tensors, want, strict=True):
+            for p, q, w in zip(tensors, layer.qualified, want, strict=True):
                 ref = torch.zeros_like(tensors[p]) if w is None else w
                 tol = 1e-3 * float(ref.abs().max().clamp_min(1e-6))
                 if not torch.allclose(got[p].sum(0), ref, rtol=1e-3, atol=tol):
                     raise FathomError(
-                        f"module {layer.name!r} ({layer.type_name}): per-example gradients of "
-                        f"{p!r} do not add up to the batch gradient, so examples interact inside "
-                        "it; per-example quantities are undefined for this module"
+                        f"module {layer.name!r} ({layer.type_name}, {_path(layer)}): per-example "
+                        f"gradients of parameter {q!r} do not add up to the batch gradient, so "
+                        "examples interact inside it or its path is not the module's function; "
+                        "per-example quantities are undefined for this module"
                     )
 
 
-def _pullback(outputs, leaves, grad_outputs, directions: bool, retain_graph: bool):
-    if not leaves:
-        return []
-    if not directions:
-        return torch.autograd.grad(
-            outputs, leaves, grad_outputs, allow_unused=True, retain_graph=retain_graph
-        )
-    try:
-        return torch.autograd.grad(
-            outputs,
-            leaves,
-            grad_outputs,
-            allow_unused=True,
-            retain_graph=True,
-            is_grads_batched=True,
-        )
-    except RuntimeError:  # an op without a batching rule: one pullback per direction
-        per = [
-            torch.autograd.grad(outputs, leaves, g, allow_unused=True, retain_graph=True)
-            for g in grad_outputs
-        ]
-        return [None if col[0] is None else torch.stack(col) for col in zip(*per, strict=True)]
+def _path(layer: Layer) -> str:
+    """The coverage table's path text: ``fast linear``, ``generic torch.func: <why>``, ..."""
+    if layer.kind == "generic":
+        return f"generic torch.func: {layer.reason}" if layer.reason else "generic torch.func"
+    if layer.kind == "recurrent":
+        return "recurrent torch.func (functional cell)"
+    return f"fast {layer.kind}"

@@ -1,9 +1,13 @@
-"""Discovery internals of :mod:`fathom.seam`: parameter-use attribution, example dimensions.
+"""Discovery internals of :mod:`fathom.seam`: refusals up front, recorded calls, example dims.
 
-:func:`fathom.seam.discover` runs the model's forward under :class:`UseRecorder` (a
-``TorchFunctionMode`` that notes, for each torch call receiving a parameter, the stack of
-module forwards running at that moment) and on 2 and 3 examples (:func:`example_dim`: the
-dimension that grows by ``k`` entries per example, with an independence check).
+:func:`fathom.seam.discover` first refuses what no forward should even be run on
+(:func:`check_model`: inference mode, BatchNorm in train mode, an ``Embedding`` that would
+renormalize its weight in place, global module hooks), then runs the model's forward under
+:class:`UseRecorder` (a ``TorchFunctionMode`` that notes, for each torch call receiving a
+parameter, the stack of module forwards running at that moment) and on 2 and 3 examples
+(:func:`example_dim`: the dimension that grows by ``k`` entries per example, with an
+independence check). :func:`preserved` puts back every tensor a forward left as a plain
+module attribute (legacy ``weight_norm`` / ``prune``), so no instrument leaves one behind.
 """
 
 from __future__ import annotations
@@ -17,12 +21,20 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
-
-ROOT = "<model>"  # the name shown for the root module (its qualified name is "")
+from fathom.seam_types import ROOT
 
 
 def is_float_tensor(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and t.is_floating_point()
+
+
+def check_inference_mode(what: str = "instruments") -> None:
+    if torch.is_inference_mode_enabled():
+        raise FathomError(
+            f"{what} were called under torch.inference_mode(): it records no autograd graph, "
+            "so no gradient, per-example or curvature quantity exists; call them outside "
+            "the inference_mode() block (they never change the model)"
+        )
 
 
 def check_batchnorm(model: nn.Module) -> None:
@@ -37,6 +49,44 @@ def check_batchnorm(model: nn.Module) -> None:
                 "and per-example gradients are undefined; call model.eval() (running statistics, "
                 "examples independent) — fathom.Instruments does this for you"
             )
+
+
+def check_model(model: nn.Module) -> None:
+    """Refusals that must come before any forward runs (a forward would change the model)."""
+    check_inference_mode()
+    check_batchnorm(model)
+    for name, m in model.named_modules():
+        if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.max_norm is not None:
+            raise FathomError(
+                f"module {name or ROOT!r} ({type(m).__name__}) has max_norm={m.max_norm}: every "
+                "forward renormalizes rows of its weight in place, so observing it would change "
+                "the model; build it with max_norm=None (renormalize in the training step)"
+            )
+    glob = nn.modules.module
+    if glob._global_forward_hooks or glob._global_forward_pre_hooks:
+        raise FathomError(
+            "global module forward hooks are registered (register_module_forward_hook / "
+            "_pre_hook): they change every module's function in ways the instruments cannot "
+            "attribute to a module; remove them, or register the hooks on the modules"
+        )
+
+
+@contextmanager
+def preserved(model: nn.Module):
+    """Put back, on exit, every plain tensor attribute of every module (legacy
+    ``weight_norm`` / ``prune`` recompute ``weight`` in a forward pre-hook; under
+    ``torch.func`` that would leave a transformed tensor in the module)."""
+    saved = [
+        (m, k, v)
+        for m in model.modules()
+        for k, v in vars(m).items()
+        if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter)
+    ]
+    try:
+        yield
+    finally:
+        for m, k, v in saved:
+            m.__dict__[k] = v
 
 
 # Reading these never carries gradient (metadata, or ``.data`` / ``.grad``): not a use.
@@ -57,8 +107,8 @@ def _metadata_access(func: Any) -> bool:
 
 
 class UseRecorder(TorchFunctionMode):
-    """Records, for every torch call that receives a parameter, the active module stack
-    (metadata reads such as ``.dtype`` or ``.shape`` are not uses)."""
+    """Records, for every torch call that receives a parameter (by identity), the active
+    module stack (metadata reads such as ``.dtype`` or ``.shape`` are not uses)."""
 
     def __init__(self, params: dict[int, str], stack: list[str]) -> None:
         super().__init__()
@@ -77,49 +127,17 @@ class UseRecorder(TorchFunctionMode):
 
 @contextmanager
 def hooks(model: nn.Module, pre, post, modules: dict[str, nn.Module] | None = None):
+    """``pre`` runs before every other pre-hook of a module (it sees the inputs the module
+    was called with), ``post`` after every other forward hook (it sees the final output)."""
     handles = []
     for name, m in (modules or dict(model.named_modules())).items():
-        handles.append(m.register_forward_pre_hook(pre(name), with_kwargs=True))
+        handles.append(m.register_forward_pre_hook(pre(name), with_kwargs=True, prepend=True))
         handles.append(m.register_forward_hook(post(name), with_kwargs=True, always_call=True))
     try:
         yield
     finally:
         for h in handles:
             h.remove()
-
-
-def common_module(stacks: list[tuple[str, ...]]) -> str | None:
-    """The innermost module name active in every one of ``stacks`` (``None`` if none)."""
-    common = list(stacks[0])
-    for s in stacks[1:]:
-        n = 0
-        while n < min(len(common), len(s)) and common[n] == s[n]:
-            n += 1
-        common = common[:n]
-    return common[-1] if common else None
-
-
-def fast_kind(module: nn.Module, covered: set[str]) -> str:
-    direct = {n for n, p in module.named_parameters(recurse=False)}
-    if covered != direct:
-        return "generic"
-    if isinstance(module, nn.Linear) and type(module).forward is nn.Linear.forward:
-        return "linear"
-    for cls, kind in ((nn.Conv1d, "conv1d"), (nn.Conv2d, "conv2d")):
-        if (
-            isinstance(module, cls)
-            and type(module).forward is cls.forward
-            and module.groups == 1
-            and module.padding_mode == "zeros"
-            and not isinstance(module.padding, str)
-        ):
-            return kind
-    bn = nn.modules.batchnorm._BatchNorm
-    if isinstance(module, bn) and type(module).forward is bn.forward and module.affine:
-        return "batchnorm"  # eval mode with running statistics is checked at every capture
-    if isinstance(module, nn.LayerNorm) and type(module).forward is nn.LayerNorm.forward:
-        return "layernorm"
-    return "generic"
 
 
 def example_dim(a: Any, b: Any, na: int, nb: int, where: str) -> tuple[int, int] | None:
@@ -154,25 +172,29 @@ def example_dim(a: Any, b: Any, na: int, nb: int, where: str) -> tuple[int, int]
 
 
 def record_calls(model: nn.Module, x: torch.Tensor, recorder: UseRecorder | None = None):
-    """Forward ``x``; every module's calls ``[(args, kwargs, output)]``, first-call order."""
+    """Forward ``x``; every module's calls ``[(args, kwargs, output)]``, first-call order
+    (``args`` / ``kwargs`` as the module received them, before its own pre-hooks)."""
     stack: list[str] = recorder.stack if recorder is not None else []
     calls: dict[str, list] = {}
+    pending: dict[str, list] = {}
 
     def pre(name):
         def hook(m, args, kwargs):
             stack.append(name)
             calls.setdefault(name, [])
+            pending.setdefault(name, []).append((args, kwargs))
 
         return hook
 
     def post(name):
         def hook(m, args, kwargs, output):
             stack.pop()
+            args, kwargs = pending[name].pop()
             calls[name].append((args, kwargs, output))
 
         return hook
 
-    with hooks(model, pre, post), torch.enable_grad():
+    with preserved(model), hooks(model, pre, post), torch.enable_grad():
         if recorder is not None:
             with recorder:
                 out = model(x)
@@ -196,38 +218,8 @@ def check_logits(out: Any, n: int) -> torch.Tensor:
     return out
 
 
-def coverage(model: nn.Module, uses: dict, logits: torch.Tensor) -> tuple[dict, dict]:
-    """``({param: covering module name}, {param: coverage text for uncovered ones})``."""
-    named = dict(model.named_parameters())
-    trainable = [n for n, p in named.items() if p.requires_grad]
-    grads = (
-        torch.autograd.grad(
-            logits.sum(), [named[n] for n in trainable], allow_unused=True, retain_graph=True
-        )
-        if logits.requires_grad
-        else [None] * len(trainable)
-    )
-    connected = {n for n, g in zip(trainable, grads, strict=True) if g is not None}
-    owner: dict[str, str] = {}
-    notes: dict[str, str] = {}
-    for name, p in named.items():
-        if not p.requires_grad:
-            notes[name] = "frozen (requires_grad=False): no gradient"
-        elif name in uses:
-            owner[name] = common_module(uses[name])
-        elif name in connected:
-            module = name.rpartition(".")[0] or ROOT
-            raise FathomError(
-                f"parameter {name!r} (module {module!r}) receives gradient but is used outside "
-                "every module forward the instruments can see (e.g. in a hook or through .data); "
-                "use it inside a module's forward so that a layer covers it"
-            )
-        else:
-            notes[name] = "unused by the forward: gradient zero"
-    return owner, notes
-
-
 def call_dims(label: str, calls_a: list, calls_b: list) -> list[tuple[list, list]]:
+    """Per call of a module: the example dims of its input leaves and output leaves."""
     if len(calls_a) != len(calls_b):
         raise FathomError(
             f"module {label!r} is called {len(calls_a)} times on 2 examples and {len(calls_b)} "
@@ -245,3 +237,29 @@ def call_dims(label: str, calls_a: list, calls_b: list) -> list[tuple[list, list
         outs = [example_dim(a, b, 2, 3, where_out) for a, b in zip(oa_l, ob_l, strict=True)]
         out.append((ins, outs))
     return out
+
+
+def pullback(outputs, leaves, grad_outputs, directions: bool, retain_graph: bool):
+    """``d<grad_outputs, outputs>/d leaf`` for every leaf; with ``directions`` one pullback
+    per leading direction of ``grad_outputs`` (batched by autograd where it can)."""
+    if not leaves:
+        return []
+    if not directions:
+        return torch.autograd.grad(
+            outputs, leaves, grad_outputs, allow_unused=True, retain_graph=retain_graph
+        )
+    try:
+        return torch.autograd.grad(
+            outputs,
+            leaves,
+            grad_outputs,
+            allow_unused=True,
+            retain_graph=True,
+            is_grads_batched=True,
+        )
+    except RuntimeError:  # an op without a batching rule: one pullback per direction
+        per = [
+            torch.autograd.grad(outputs, leaves, g, allow_unused=True, retain_graph=True)
+            for g in grad_outputs
+        ]
+        return [None if col[0] is None else torch.stack(col) for col in zip(*per, strict=True)]

@@ -12,14 +12,22 @@ from typing import Any
 from torch import nn
 from torch.utils import _pytree as pytree
 
+ROOT = "<model>"  # the name shown for the root module (its qualified name is "")
+FOREIGN = ROOT + "."  # key prefix of a parameter a layer uses but does not own
+
 
 @dataclass(frozen=True)
 class Layer:
     """One instrumented layer: a module and the parameters it covers.
 
-    ``params`` are the module-relative names (``functional_call`` keys, e.g. ``weight`` or
-    ``out_proj.weight``); ``qualified`` the model-level names. ``weights`` / ``biases``
-    split them: a parameter whose local name ends in ``bias`` is a bias.
+    ``params`` are the keys of its per-example gradients: for a parameter the module owns,
+    its module-relative name (``weight``, ``out_proj.weight``,
+    ``parametrizations.weight.original``); for a parameter it uses without owning it (a
+    root parameter passed into it, a sibling's weight), ``<model>.`` + its qualified name.
+    ``qualified`` are the model-level names (``model.named_parameters()``), ``roles`` each
+    parameter's role (``weight`` or ``bias``, :func:`fathom.seam_discovery.param_role`:
+    by the owning module's type, never by a name suffix); ``reason`` says why a module
+    takes the generic path (empty on a fast path); ``root`` is the model the names refer to.
     """
 
     name: str
@@ -27,22 +35,35 @@ class Layer:
     kind: str
     params: tuple[str, ...]
     qualified: tuple[str, ...]
+    roles: tuple[str, ...] = ()
+    reason: str = ""
+    root: nn.Module | None = field(default=None, repr=False, compare=False)
 
     @property
     def type_name(self) -> str:
         return type(self.module).__name__
 
+    def _role(self, i: int) -> str:
+        return self.roles[i] if self.roles else "weight"
+
     @property
     def weights(self) -> tuple[str, ...]:
-        return tuple(p for p in self.params if not p.split(".")[-1].endswith("bias"))
+        return tuple(p for i, p in enumerate(self.params) if self._role(i) == "weight")
 
     @property
     def biases(self) -> tuple[str, ...]:
-        return tuple(p for p in self.params if p.split(".")[-1].endswith("bias"))
+        return tuple(p for i, p in enumerate(self.params) if self._role(i) == "bias")
+
+    @property
+    def foreign(self) -> tuple[str, ...]:
+        """Keys of the parameters this layer uses without owning them."""
+        return tuple(p for p in self.params if p.startswith(FOREIGN))
 
     def tensors(self) -> dict[str, nn.Parameter]:
-        """``{local name: parameter}`` of the covered parameters."""
-        return {p: self.module.get_parameter(p) for p in self.params}
+        """``{key: parameter}`` of the covered parameters (looked up by qualified name)."""
+        if self.root is None:
+            return {p: self.module.get_parameter(p) for p in self.params}
+        return {p: self.root.get_parameter(q) for p, q in zip(self.params, self.qualified)}
 
     def shapes(self) -> dict[str, list[int]]:
         return {p: list(t.shape) for p, t in self.tensors().items()}
@@ -52,6 +73,8 @@ class Layer:
 class Call:
     """One recorded forward call of a layer: inputs, output, and their example dims.
 
+    ``args`` / ``kwargs`` are the inputs as the call received them (before any forward
+    pre-hook of the module changed them), ``output`` the result after its forward hooks.
     ``in_dims`` / ``out_dims`` hold, per pytree leaf, ``None`` (not per-example) or
     ``(dim, k)``: the leaf's dimension ``dim`` has ``k`` consecutive entries per example.
     """

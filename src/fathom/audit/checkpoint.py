@@ -38,6 +38,9 @@ from fathom.audit.router import (
 from fathom.audit.speed import time_routed
 from fathom.errors import FathomError
 
+DIGIT_CONTRAST: tuple[int, tuple[int, ...]] = (1, (4, 9))
+"""The default contrast on 10-class data: digit 1 against 4 and 9 (MNIST's look-alikes)."""
+
 
 @dataclass(frozen=True)
 class AuditSettings:
@@ -47,8 +50,8 @@ class AuditSettings:
     max_masks: int = MAX_ENUMERATED_MASKS
     sample_masks: int | None = None
     keep: int | None = None
-    contrast_a: int = 1
-    contrast_b: tuple[int, ...] = (4, 9)
+    contrast_a: int | None = None  # None: the default contrast (contrast_for)
+    contrast_b: tuple[int, ...] | None = None
     margin_bins: int = 5
     router: bool = True
     tolerance: float = 0.005
@@ -67,6 +70,17 @@ class AuditSettings:
     def keep_for(self, k: int) -> int:
         """Mask size of the resilience masks: ``keep`` or ``k // 2`` (two of four)."""
         return k // 2 if self.keep is None else self.keep
+
+    def contrast_for(self, classes: int) -> tuple[int, tuple[int, ...], str]:
+        """``(a, B, source)`` of the class contrast: the one given, else the digits' ``1`` vs
+        ``{4, 9}`` (:data:`DIGIT_CONTRAST`) on data of 10 or more classes, else class 0 vs
+        every other class (a default that exists on any data of >= 2 classes)."""
+        if self.contrast_a is not None:
+            return self.contrast_a, tuple(self.contrast_b or ()), "given (--contrast)"
+        if classes >= 10:
+            return DIGIT_CONTRAST[0], DIGIT_CONTRAST[1], "default (digits 1 vs 4, 9)"
+        rest = tuple(range(1, classes))
+        return 0, rest, f"default for {classes} classes (class 0 vs every other class)"
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -160,7 +174,7 @@ def resilience_summary(
 ) -> dict[str, Any]:
     """Class resilience on val and test with margin bins fixed on validation."""
     keep = settings.keep_for(masks.shape[1])
-    a, b = settings.contrast_a, settings.contrast_b
+    a, b, source = settings.contrast_for(classes)
     full = full_mask_index(masks)
     per = {name: per_example_resilience(s.correct, masks, full, keep) for name, s in scores.items()}
     val = scores["val"]
@@ -170,7 +184,7 @@ def resilience_summary(
     out: dict[str, Any] = {
         "keep": keep,
         "n_masks": int((masks.sum(axis=1) == keep).sum()),
-        "contrast": {"a": a, "b": list(b)},
+        "contrast": {"a": a, "b": list(b), "source": source},
         "margin_bins": None,
     }
     if n_pop >= settings.margin_bins:

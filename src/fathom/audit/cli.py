@@ -44,7 +44,7 @@ def settings_from_args(args: argparse.Namespace) -> AuditSettings:
     from fathom.audit.checkpoint import AuditSettings
     from fathom.audit.masks import MAX_ENUMERATED_MASKS
 
-    a, b = _contrast(args.contrast)
+    a, b = _contrast(args.contrast) if args.contrast is not None else (None, None)
     if args.tolerance < 0:
         raise FathomError(f"--tolerance {args.tolerance} must be >= 0 (an error-rate increase)")
     return AuditSettings(
@@ -115,7 +115,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="evaluate N sampled masks (full, single deletions, empty + random) instead of all",
     )
     p.add_argument("--keep", type=int, default=None, help="mask size for resilience (default k//2)")
-    p.add_argument("--contrast", default="1:4,9", help="class contrast A:B1,B2 (default 1:4,9)")
+    p.add_argument(
+        "--contrast",
+        default=None,
+        help="class contrast A:B1,B2 (default 1:4,9 on 10-class data, else 0 vs every other class)",
+    )
     p.add_argument("--margin-bins", type=int, default=5)
     p.add_argument("--no-router", action="store_true", help="skip routing (no scikit-learn)")
     p.add_argument(

@@ -9,16 +9,33 @@ branches not computed (:func:`fathom.depth.branch_mask`), under
 
 torch counts matrix products and convolutions (``2 * m * n * k`` for an ``[m, k] @ [k, n]``
 product; an ``addmm`` bias is not counted); elementwise work (activations, BatchNorm in eval,
-pooling, the crop bypass) is not counted. A spiking net's timesteps fold into the batch and
-are counted.
+pooling, the crop bypass, softmax) is not counted. A spiking net's timesteps fold into the
+batch and are counted.
+
+**What runs is what the trainer runs.** A no-grad evaluation forward may take fused kernels
+that training never takes and torch's counter does not see (``nn.MultiheadAttention`` /
+``nn.TransformerEncoderLayer``'s inference fast path; oneDNN and cuDNN recurrent kernels), so
+the counting forward runs with the MHA fast path, oneDNN and cuDNN switched off
+(:func:`counted_kernels`, restored after): attention then runs its input projection, scaled
+dot-product attention (``2 * b * h * s_q * s_k * (d_qk + d_v)`` FLOPs: ``QK^T`` and
+``softmax(.) V``; a causal mask is counted in full, as torch does), output projection and
+feed-forward as separate counted products, and RNN/GRU/LSTM their per-step gate products.
+The SDPA kernels torch has no formula for (the CPU flash kernel, ...) get torch's own
+``sdpa_flop_count``. A kernel that does matrix work and is still not counted is refused, naming
+the kernel and the module that called it (:data:`UNCOUNTED_KERNELS`): never a silent zero.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+from torch.utils.module_tracker import ModuleTracker
 
 from fathom.audit.masks import enumerate_masks, removable_branch_count
 from fathom.depth import branch_mask, dense_eval
@@ -41,23 +58,114 @@ def check_masks(model: nn.Module, masks: np.ndarray | None) -> np.ndarray:
     return masks.astype(np.uint8)
 
 
+# Scaled dot-product attention kernels without a formula in torch's counter (it has the CUDA
+# flash / efficient / cuDNN ones): counted with torch's own sdpa_flop (QK^T and softmax . V).
+_SDPA_WITHOUT_FORMULA = (
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_fused_attention_overrideable",
+    "_scaled_dot_product_attention_math_for_mps",
+)
+
+# Fused kernels doing matrix work that torch's counter does not count; :func:`counted_kernels`
+# routes around each of them, and one that still runs is refused rather than counted as 0.
+UNCOUNTED_KERNELS = frozenset(
+    {
+        "_native_multi_head_attention",
+        "_transformer_encoder_layer_fwd",
+        "mkldnn_rnn_layer",
+        "mkldnn_rnn",
+        "_cudnn_rnn",
+        "miopen_rnn",
+        "_thnn_fused_lstm_cell",
+        "_thnn_fused_gru_cell",
+        "_trilinear",
+        "mkldnn_linear",
+    }
+)
+
+
+def _sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """torch's ``sdpa_flop_count``: ``2 b h s_q s_k d_qk + 2 b h s_q s_k d_v`` (shapes b h s d)."""
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _sdpa_mapping() -> dict:
+    ops = (getattr(torch.ops.aten, name, None) for name in _SDPA_WITHOUT_FORMULA)
+    return {op: _sdpa_flops for op in ops if op is not None}
+
+
+@contextmanager
+def counted_kernels() -> Iterator[None]:
+    """Run the kernels training runs: no MHA inference fast path, no oneDNN / cuDNN (restored).
+
+    These switches change which kernel computes a product, never the products computed.
+    """
+    saved = (
+        torch.backends.mha.get_fastpath_enabled(),
+        torch.backends.mkldnn.enabled,
+        torch.backends.cudnn.enabled,
+    )
+    try:
+        torch.backends.mha.set_fastpath_enabled(False)
+        torch.backends.mkldnn.enabled = False
+        torch.backends.cudnn.enabled = False
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(saved[0])
+        torch.backends.mkldnn.enabled = saved[1]
+        torch.backends.cudnn.enabled = saved[2]
+
+
+class _UncountedKernels(TorchDispatchMode):
+    """Records each :data:`UNCOUNTED_KERNELS` op that runs, with the innermost module calling it."""
+
+    def __init__(self, tracker: ModuleTracker) -> None:
+        super().__init__()
+        self.tracker = tracker
+        self.seen: list[tuple[str, str]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in UNCOUNTED_KERNELS:
+            inner = max(self.tracker.parents, key=lambda n: (n.count("."), len(n)), default="")
+            self.seen.append((name, inner))
+        return func(*args, **(kwargs or {}))
+
+
+def _count_forward(model: nn.Module, x: torch.Tensor) -> int:
+    """FLOPs of one ``model(x)`` as torch counts them, or a FathomError naming an uncounted kernel."""
+    counter = FlopCounterMode(display=False, custom_mapping=_sdpa_mapping())
+    tracker = ModuleTracker()
+    uncounted = _UncountedKernels(tracker)
+    with counter, tracker, uncounted:
+        model(x)
+    if uncounted.seen:
+        kernel, module = uncounted.seen[0]
+        raise FathomError(
+            f"mask_costs cannot count the FLOPs of {module or type(model).__name__}: it runs "
+            f"the fused kernel aten.{kernel}, which torch's FLOP counter does not count (it "
+            "would be reported as 0 MACs); express the module with nn.Linear / matmul / "
+            "convolution / scaled_dot_product_attention, or audit without mask costs"
+        )
+    return int(counter.get_total_flops())
+
+
 @torch.no_grad()
 def mask_costs(model: nn.Module, x: torch.Tensor, masks: np.ndarray | None = None) -> np.ndarray:
     """FLOPs (``int64 [M]``) of one forward of the batch ``x`` under each mask.
 
     ``masks`` defaults to every mask (:func:`fathom.audit.masks.enumerate_masks` order);
-    pass ``x[:1]`` for the cost of one example. See the module docstring for what is counted.
+    pass ``x[:1]`` for the cost of one example. See the module docstring for what is counted
+    (the kernels the trainer runs, attention and recurrent layers included).
     """
     masks = check_masks(model, masks)
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] == 0:
         raise FathomError("mask_costs needs a batch x of at least one example (e.g. x[:1])")
     out = np.zeros(masks.shape[0], dtype=np.int64)
-    with dense_eval(model):
+    with dense_eval(model), counted_kernels():
         for m, row in enumerate(masks):
-            counter = FlopCounterMode(display=False)
-            with branch_mask(model, tuple(int(b) for b in row)), counter:
-                model(x)
-            out[m] = int(counter.get_total_flops())
+            with branch_mask(model, tuple(int(b) for b in row)):
+                out[m] = _count_forward(model, x)
     return out
 
 

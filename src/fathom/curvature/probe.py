@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fathom.depth import find_branches
+from fathom.depth import enter_dense
 from fathom.errors import FathomError
 from fathom.seam import Call, Seam
 
@@ -45,13 +45,27 @@ def float64_copy(model: nn.Module) -> nn.Module:
         raise FathomError(
             f"{type(model).__name__} has no parameters: there is no curvature to compute"
         )
-    twin = copy.deepcopy(model).to(DTYPE).eval()
-    for b in find_branches(twin):
-        b.gain = 1.0
+    twin = copy.deepcopy(model, memo=_derived_tensors(model)).to(DTYPE)
+    enter_dense(twin)
     for p in twin.parameters():
         p.requires_grad_(True)
         p.grad = None
     return twin
+
+
+def _derived_tensors(model: nn.Module) -> dict[int, torch.Tensor]:
+    """A ``deepcopy`` memo for the tensors a forward left as plain module attributes.
+
+    Legacy ``torch.nn.utils.weight_norm`` and ``torch.nn.utils.prune`` recompute ``weight``
+    from their parameters in a forward pre-hook and store it as a plain attribute, a
+    non-leaf tensor that ``deepcopy`` refuses; the copy gets a detached clone instead (its
+    next forward recomputes it from the copied parameters)."""
+    return {
+        id(v): v.detach().clone()
+        for m in model.modules()
+        for v in vars(m).values()
+        if isinstance(v, torch.Tensor) and not v.is_leaf
+    }
 
 
 def probe_inputs(model: nn.Module, x: torch.Tensor) -> torch.Tensor:

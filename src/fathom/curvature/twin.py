@@ -7,19 +7,13 @@ Both depend on the model's *structure* only, not on its parameter values, so
 :func:`prepared` keeps them per model (weakly: they go when the model goes) and on a later
 call only copies the current parameter and buffer values into the twin.
 
-**Invalidation key** (:func:`structure_key`); any difference rebuilds the twin and
-rediscovers the seam:
-
-* every module (``named_modules``, duplicates kept): its qualified name, object identity,
-  class and the class's ``forward``, its ``training`` flag, and every other attribute of
-  its ``__dict__`` (numbers, strings, tuples by value, hooks by identity, tensors that are
-  not parameters or buffers by identity and in-place version, anything else by type and
-  identity) — a module swapped, ``train()`` / ``eval()`` toggled, a stride or ``eps`` or a
-  custom flag changed, a hook or an instance-level ``forward`` added;
-* every parameter and buffer: name, identity, shape, dtype, device (so ``.double()``,
-  ``.to(device)`` or a replaced tensor rebuild; in-place value updates, e.g. an optimizer
-  step or new BatchNorm running statistics, are copied in);
-* the probe inputs' per-example shape, dtype and device.
+**Invalidation key**: :func:`fathom.seam_key.structure_key` (shared with
+:class:`fathom.Instruments`); any difference rebuilds the twin and rediscovers the seam
+(a module swapped, a mode toggled, an attribute, hook, parameter identity, dtype, device or
+``requires_grad`` flag changed, a new probe shape). In-place value updates, e.g. an
+optimizer step or new BatchNorm running statistics, are copied in. A branch mask or gain
+left on the model is not part of the key: the twin is always in dense evaluation mode
+(:func:`fathom.depth.enter_dense`, the function :func:`fathom.depth.dense_eval` uses).
 
 What the key cannot see is state outside the model that its ``forward`` reads (a global,
 a closure): such a model must call :func:`clear_twins` after changing it. Identities are
@@ -32,56 +26,17 @@ hooks or attributes hold a reference to the model itself stays cached until
 from __future__ import annotations
 
 import weakref
-from typing import Any
 
 import torch
 from torch import nn
 
 from fathom.curvature.probe import float64_copy, probe_inputs
 from fathom.seam import Seam, discover
+from fathom.seam_key import structure_key
 
 _TWINS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, list, nn.Module, Seam]] = (
     weakref.WeakKeyDictionary()
 )
-_OWN = frozenset({"_parameters", "_buffers", "_modules", "training"})
-
-
-def _value_key(v: Any, held: list, depth: int = 0) -> Any:
-    if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
-        return v
-    if depth < 3 and isinstance(v, (tuple, list, set, frozenset)):
-        items = sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v
-        return (type(v).__name__, tuple(_value_key(e, held, depth + 1) for e in items))
-    if depth < 3 and isinstance(v, dict):
-        return ("dict", tuple((repr(k), _value_key(e, held, depth + 1)) for k, e in v.items()))
-    held.append(v)
-    if isinstance(v, torch.Tensor):
-        return ("tensor", id(v), v._version, tuple(v.shape), str(v.dtype), str(v.device))
-    return (type(v).__qualname__, id(v))
-
-
-def _tensor_key(name: str, t: torch.Tensor | None, held: list) -> tuple:
-    if t is None:
-        return (name, None)
-    held.append(t)
-    return (name, id(t), tuple(t.shape), str(t.dtype), str(t.device))
-
-
-def structure_key(model: nn.Module, x: torch.Tensor) -> tuple[tuple, list]:
-    """``(key, held)``: everything the twin and its seam depend on besides parameter and
-    buffer values, and the objects whose identities the key holds (kept alive beside the
-    cached twin, the model itself excepted, so that no identity can be reused meanwhile)."""
-    held: list = []
-    modules = []
-    for name, m in model.named_modules(remove_duplicate=False):
-        attrs = tuple((k, _value_key(v, held)) for k, v in vars(m).items() if k not in _OWN)
-        modules.append((name, id(m), type(m), id(type(m).forward), m.training, attrs))
-        held.append(m)
-    tensors = tuple(_tensor_key(n, p, held) for n, p in model.named_parameters()) + tuple(
-        _tensor_key(n, b, held) for n, b in model.named_buffers()
-    )
-    key = (tuple(modules), tensors, (tuple(x.shape[1:]), str(x.dtype), str(x.device)))
-    return key, [o for o in held if o is not model]
 
 
 def prepared(model: nn.Module, x: torch.Tensor) -> tuple[nn.Module, torch.Tensor, Seam]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,8 +60,11 @@ def read_arrays(cfg: DataConfig) -> tuple[dict[str, Any], dict[str, str], str]:
         try:
             with np.load(path, allow_pickle=False) as f:
                 arrays = {k: f[k] for k in f.files}
-        except (OSError, ValueError) as e:
-            raise FathomError(f"data.path {str(path)!r} is not a readable .npz ({e})") from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # EOFError: empty file
+            raise FathomError(
+                f"data.path {str(path)!r} is not a readable .npz ({type(e).__name__}: "
+                f"{e or 'no data'}); write it with numpy.savez(path, x=..., y=...)"
+            ) from None
     elif path.suffix == ".pt":
         try:
             arrays = torch.load(path, map_location="cpu", weights_only=True)

@@ -7,7 +7,9 @@ The function (per call, one Bernoulli decision per branch, shared by the batch):
     explicit:    y = bypass(x) + mask * branch(x)                 (mask in {0, 1}, gain one, any mode)
 
 :class:`SkippableResidual` behaves like a PyTorch module: in ``train()`` a module with
-``p > 0`` draws its own decision on every forward from its own generator; in ``eval()``
+``p > 0`` draws its own decision on every forward from its own generator (``p`` is any real
+scalar in ``[0, 1)``: a Python, numpy or 0-d torch number, stored as a Python float; NaN,
+booleans and arrays are refused, :func:`check_drop_prob`); in ``eval()``
 every branch has gain one whatever was drawn before; the generator state lives in
 ``state_dict()`` (``<name>._extra_state``, a ``uint8`` tensor), so a saved and loaded model
 resumes the same decision sequence. Precedence of what decides a forward's gain:
@@ -37,7 +39,10 @@ A plain loop with a schedule (the drop probabilities may change every epoch)::
 
 ``torch.compile``: the decision is a host-side draw in a function excluded from tracing
 (:func:`torch.compiler.disable`), so a compiled model graph-breaks around it and keeps the
-eager semantics (the same decisions from the same generator, a dropped branch not run);
+eager semantics (the same decisions from the same generator, a dropped branch not run); a
+module built with ``seed=None`` seeds its generator at its first draw in another excluded
+function, so a compiled model consumes torch's global generator as the eager one does and
+draws the same decisions (inductor would otherwise lower the seed's ``randint`` to its own RNG);
 ``fullgraph=True`` refuses the graph break with torch's ``Unsupported`` error quoting
 :data:`COMPILE_BREAK_REASON`. A module whose gain is set from outside, or with ``p = 0``, or
 in ``eval()``, draws nothing and compiles whole. A self-sampling module cannot be captured in a
@@ -59,6 +64,7 @@ from fathom.depth.control import (
     GateController,
     branch_mask,
     dense_eval,
+    enter_dense,
     set_drop_probs,
     set_masks,
 )
@@ -86,6 +92,7 @@ __all__ = [
     "dense_eval",
     "draw_kept",
     "drop_path_compute_then_mask",
+    "enter_dense",
     "find_branches",
     "huang_linear_in_depth",
     "set_drop_probs",

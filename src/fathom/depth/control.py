@@ -6,7 +6,7 @@ module's own draw.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -141,20 +141,32 @@ def branch_mask(model: nn.Module, mask: Sequence[int | bool]):
         set_masks(branches, saved)
 
 
-@contextmanager
-def dense_eval(model: nn.Module):
-    """Dense evaluation mode: ``model.eval()`` and no mask (every branch at gain one).
+def enter_dense(model: nn.Module) -> Callable[[], None]:
+    """Put ``model`` in dense evaluation mode: ``model.eval()`` and no mask (every branch at
+    gain one; gains set from outside are ignored in ``eval()`` and left as they were).
 
-    Gains set from outside are ignored in ``eval()`` and left as they were; the mode and
-    the masks are restored on exit.
+    Returns the function that restores the previous mode and masks. The one definition of
+    dense evaluation: :func:`dense_eval` (instruments) and the curvature float64 twin
+    (which never restores) both call it.
     """
     branches = find_branches(model)
     saved = [b.mask for b in branches]
     was_training = model.training
-    try:
-        model.eval()
-        set_masks(branches, [None] * len(branches))
-        yield
-    finally:
+    model.eval()
+    set_masks(branches, [None] * len(branches))
+
+    def restore() -> None:
         set_masks(branches, saved)
         model.train(was_training)
+
+    return restore
+
+
+@contextmanager
+def dense_eval(model: nn.Module):
+    """Dense evaluation mode (:func:`enter_dense`) for the block; mode and masks restored."""
+    restore = enter_dense(model)
+    try:
+        yield
+    finally:
+        restore()

@@ -7,8 +7,10 @@ docstring.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -63,15 +65,49 @@ class Crop(nn.Module):
         return f"features={self.features}"
 
 
-def check_drop_prob(p: float, where: str = "SkippableResidual") -> float:
-    """``p`` as a float in ``[0, 1)``, or a FathomError naming the problem and the fix."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
+def _real_scalar(p: object) -> float | None:
+    """The value of a real scalar ``p`` as a Python float, or None if ``p`` is not one.
+
+    Accepted: ``int``/``float`` (and ``numbers.Real``), numpy real scalars and 0-d arrays
+    (``np.float32(0.2)`` is the float ``0.2000000029802...``, its exact value), and 0-d
+    real torch tensors on any device (read with ``.item()``). Refused: booleans of every
+    kind, complex numbers, strings, anything with a dimension (``[0.2]``, ``tensor([0.2])``).
+    """
+    if isinstance(p, torch.Tensor):
+        if p.dim() != 0 or p.dtype == torch.bool or p.is_complex() or p.is_meta:
+            return None
+        return float(p.detach().item())
+    if isinstance(p, (bool, np.bool_)):
+        return None
+    if isinstance(p, np.ndarray):
+        if p.ndim != 0 or p.dtype.kind not in "iuf":
+            return None
+        return float(p)
+    if isinstance(p, (numbers.Real, np.integer, np.floating)):
+        return float(p)
+    return None
+
+
+def check_drop_prob(p: object, where: str = "SkippableResidual") -> float:
+    """``p`` as a Python float in ``[0, 1)``, or a FathomError naming the problem and the fix.
+
+    ``p`` is any real scalar (:func:`_real_scalar`: Python, numpy or 0-d torch); NaN and
+    values outside ``[0, 1)`` are refused, and so are non-scalars and booleans.
+    """
+    value = _real_scalar(p)
+    if value is None:
+        raise FathomError(
+            f"drop probability {p!r} of {where} is not a real scalar (got "
+            f"{type(p).__name__}): give one number in [0, 1) per branch, e.g. 0.2, "
+            "np.float32(0.2) or torch.tensor(0.2)"
+        )
+    if not 0.0 <= value < 1.0:
         raise FathomError(
             f"drop probability {p!r} of {where} is outside [0, 1): p = 1 would drop the branch "
             "on every step and leave no survival gain 1/(1-p); delete a branch with "
             "fathom.depth.branch_mask(model, mask) instead"
         )
-    return float(p)
+    return value
 
 
 def survival_gain(kept: bool, p: float) -> float:
@@ -91,6 +127,26 @@ def _uniform(generator: torch.Generator) -> float:
 
 
 _uniform_outside_compile = torch.compiler.disable(_uniform, reason=COMPILE_BREAK_REASON)
+
+
+def _seed_from_global() -> int:
+    """A seed ``s ~ U{0, ..., 2^62 - 1}`` drawn from torch's global CPU generator, on the host."""
+    return int(torch.randint(0, 2**62, ()).item())
+
+
+# Traced, the randint would be lowered by the compiler's own RNG (inductor draws from its
+# own seeds), so a compiled module would seed differently than the eager one.
+_seed_outside_compile = torch.compiler.disable(_seed_from_global, reason=COMPILE_BREAK_REASON)
+
+
+def seed_generator() -> torch.Generator:
+    """A CPU generator seeded by :func:`_seed_from_global` (outside tracing when compiling).
+
+    The first draw of a module built with ``seed=None`` calls it, so a compiled module
+    consumes torch's global generator exactly as the eager one does.
+    """
+    draw = _seed_outside_compile if torch.compiler.is_compiling() else _seed_from_global
+    return torch.Generator().manual_seed(draw())
 
 
 def draw_kept(generator: torch.Generator, p: float) -> bool:
@@ -163,8 +219,7 @@ class SkippableResidual(nn.Module):
 
     def _generator(self) -> torch.Generator:
         if self.generator is None:
-            seed = int(torch.randint(0, 2**62, ()).item())
-            self.generator = torch.Generator().manual_seed(seed)
+            self.generator = seed_generator()
         return self.generator
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

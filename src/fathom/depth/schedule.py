@@ -27,8 +27,12 @@ class DropSchedule:
             raise FathomError(
                 f"unknown drop schedule {self.kind!r}; use constant, linear_decrease or none"
             )
-        for i, p in enumerate(self.probs):
-            check_drop_prob(p, f"branch {i} of the drop schedule")
+        # Stored as Python floats: numpy and 0-d torch scalars are accepted, and ``at`` then
+        # hands the trainer and set_drop_probs plain floats.
+        checked = tuple(
+            check_drop_prob(p, f"branch {i} of the drop schedule") for i, p in enumerate(self.probs)
+        )
+        object.__setattr__(self, "probs", checked)
         if self.kind == "linear_decrease" and (self.end_epoch is None or self.end_epoch <= 0):
             raise FathomError("linear_decrease needs a positive end_epoch (the last epoch)")
 
@@ -48,5 +52,6 @@ class DropSchedule:
 
 
 def huang_linear_in_depth(num_branches: int, p_last: float) -> tuple[float, ...]:
-    """Huang et al.'s rule: ``p_l = l / L * p_L`` for branches ``l = 1..L``."""
-    return tuple((i + 1) / num_branches * p_last for i in range(num_branches))
+    """Huang et al.'s rule: ``p_l = l / L * p_L`` for branches ``l = 1..L`` (``p_L`` in [0, 1))."""
+    p = check_drop_prob(p_last, "the last branch (huang_linear_in_depth)")
+    return tuple((i + 1) / num_branches * p for i in range(num_branches))

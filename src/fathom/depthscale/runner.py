@@ -1,10 +1,13 @@
 """Drive the benchmark: plan its runs, train each through the one trainer, resumably.
 
 Each (depth, arm, seed) run (:func:`fathom.depthscale.config.plan_runs`) goes to
-``<root>/<run-name>/`` through :func:`fathom.train.loop.train`: the regularized step, the
-health instrument, checkpoints and the resume state like any run. Running the same
-benchmark into the same ``root`` again skips complete runs and resumes interrupted ones
-(byte-identically); a directory that holds another configuration is refused.
+``<root>/<run-name>/`` through the studies' one execution policy
+(:func:`fathom.study.execute.execute_run`, sequentially or on the local backend's workers):
+the regularized step, the health instrument, checkpoints and the resume state like any run.
+Running the same benchmark into the same ``root`` again skips complete intact runs,
+retrains damaged complete ones (final hash checked), resumes interrupted ones
+(byte-identically) and retries failed ones; a directory that holds another configuration is
+refused.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from fathom.io import atomic_write_json, ensure_writable_dir
 from fathom.provenance import resolve_device
 from fathom.rundir import RunDir
 from fathom.study.plan import RunSpec
-from fathom.train.loop import train
 
 Progress = Callable[[str, dict[str, Any]], None]
 
@@ -55,25 +57,39 @@ def _check_benchmark_file(root: Path, cfg: DepthScaleConfig) -> None:
 
 
 def run_one(run_cfg: RunConfig, run_dir: Path, splits, progress: Progress | None) -> str:
-    """Train, resume or skip one run; return its status."""
-    status = RunDir(run_dir).status if (run_dir / "manifest.json").exists() else None
+    """Bring one run to its final state by the studies' policy
+    (:func:`fathom.study.execute.execute_run`): complete and intact runs skipped, damaged
+    complete runs retrained (final hash checked), interrupted or failed ones resumed; return
+    its status. A run that fails raises a FathomError naming it."""
+    from fathom.study.execute import execute_run, plan_run
+
+    (spec,) = run_specs([run_cfg], run_dir.parent)
     tags = run_cfg.tags
     info = {"depth": tags["depth"], "arm": tags["arm"], "seed": run_cfg.seed}
-    if status in ("complete", "diverged"):
+    action, _ = plan_run(spec, retry_failed=True)
+    if action in ("skip", "keep"):
         if progress is not None:
+            status = RunDir(run_dir).status
             progress("skip", {**info, "status": status, "run_dir": str(run_dir)})
-        return str(status)
-    if progress is not None:
-        progress("start", {**info, "run_dir": str(run_dir), "resume": status is not None})
+    elif progress is not None:
+        resumable = action != "retrain" and (run_dir / "checkpoints" / "resume.pt").exists()
+        progress("start", {**info, "run_dir": str(run_dir), "resume": resumable})
 
     def relay(event: str, row: dict[str, Any]) -> None:
         if progress is not None and event == "epoch":
             progress("epoch", {**row, **info})
 
-    result = train(run_cfg, run_dir, splits=splits, resume=status is not None, progress=relay)
-    if progress is not None:
-        progress("end", {**info, "status": result.status})
-    return result.status
+    out = execute_run(
+        spec, retry_failed=True, splits_for=lambda cfg, device: splits, progress=relay
+    )
+    if out.status == "failed":
+        raise FathomError(
+            f"depth-scaling run {run_cfg.name} failed: {out.error}; rerun the same command to "
+            "resume it"
+        )
+    if progress is not None and action not in ("skip", "keep"):
+        progress("end", {**info, "status": out.status})
+    return out.status
 
 
 def run_benchmark(
@@ -91,7 +107,7 @@ def run_benchmark(
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     root = Path(root) if root is not None else benchmark_root(cfg)
-    runs = plan_runs(cfg, root.name)
+    runs = plan_runs(cfg, root.resolve().name)  # `--out .` is the current directory's name
     splits = prepare_splits(runs[0].data, device)  # data errors surface before any directory
     _check_benchmark_file(root, cfg)
     root = ensure_writable_dir(root, where="--runs-dir")

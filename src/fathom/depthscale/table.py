@@ -97,11 +97,24 @@ def read_run(path: Path) -> RunRecord:
 
 
 def read_runs(root: Path) -> list[RunRecord]:
-    """Every run directory directly under ``root``; the classes from their manifests."""
+    """Every run directory directly under ``root``, each checked by
+    :meth:`fathom.rundir.RunDir.problems` first: a run whose manifest is unverified or whose
+    history is missing, torn, cut short or modified is refused (all of them named), never
+    read into the table and its verdict."""
     dirs = sorted(p for p in Path(root).iterdir() if (p / "manifest.json").exists())
     if not dirs:
         raise FathomError(
             f"no run directories under {str(root)!r}; run `fathom depth-scaling` first"
+        )
+    damaged = {p.name: RunDir(p).problems() for p in dirs}
+    damaged = {name: problems for name, problems in damaged.items() if problems}
+    if damaged:
+        listed = "; ".join(f"{name}: {', '.join(problems)}" for name, problems in damaged.items())
+        raise FathomError(
+            f"{len(damaged)} run(s) under {str(root)!r} fail their integrity checks, so the "
+            f"table and its verdict are not computed ({listed}). Rerun the same "
+            "`fathom depth-scaling` command with --out on this directory: it retrains a "
+            "damaged run (training is deterministic; the final hash is checked)"
         )
     return [read_run(p) for p in dirs]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 from fathom.errors import FathomError
@@ -21,3 +22,34 @@ def build_python_model(path: str, kwargs: dict[str, Any]) -> nn.Module:
     if not any(True for _ in model.parameters()):
         raise FathomError(f"model.factory = {path!r} returned a module without parameters")
     return model
+
+
+def check_logits(model: nn.Module, example: torch.Tensor, classes: int, origin: str) -> None:
+    """Refuse a model whose output cannot score ``classes`` labels: one forward of ``example``
+    (a couple of the run's own inputs) in ``eval()``, without gradients, under a forked RNG;
+    every module's train/eval flag is restored. The output must be ``[n, k]`` logits with
+    ``k >= classes`` (cross entropy indexes logit ``y`` of every label ``y < classes``)."""
+    flags = {m: m.training for m in model.modules()}
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            out = model.eval()(example)
+    except Exception as e:  # the user's forward failing on the data is their bad input
+        raise FathomError(
+            f"{origin}: the model's forward fails on the data's inputs (shape "
+            f"{list(example.shape[1:])}, dtype {example.dtype}): {type(e).__name__}: {e}"
+        ) from None
+    finally:
+        for m, flag in flags.items():
+            m.training = flag
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != example.shape[0]:
+        got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise FathomError(
+            f"{origin}: the model returns {got} for {example.shape[0]} examples; return logits "
+            "of shape [batch, classes]"
+        )
+    if out.shape[1] < classes:
+        raise FathomError(
+            f"{origin}: the model returns {out.shape[1]} logits per example but the data's labels "
+            f"run to {classes - 1} ({classes} classes); give the model {classes} outputs, or "
+            "relabel the data to fewer classes"
+        )

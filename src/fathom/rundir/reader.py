@@ -249,12 +249,9 @@ class RunDir:
 
 
 def find_runs(root: str | Path) -> list[RunDir]:
-    """Every run directory at or below ``root`` (by its manifest.json), sorted by path."""
+    """Every run directory at or below ``root`` (by its manifest.json), sorted by path; one
+    whose history is missing is included (``problems()`` names it), never skipped."""
     root = Path(root)
     if (root / "manifest.json").exists():
         return [RunDir(root)]
-    return [
-        RunDir(p.parent)
-        for p in sorted(root.rglob("manifest.json"))
-        if (p.parent / "history.jsonl").exists()
-    ]
+    return [RunDir(p.parent) for p in sorted(root.rglob("manifest.json"))]

@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import torch
 
 from fathom.errors import FathomError
@@ -26,6 +29,28 @@ def cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
         for k, v in model.state_dict().items()
         if not k.endswith(EXTRA_STATE_SUFFIX)
     }
+
+
+def extra_state(model: torch.nn.Module) -> dict[str, Any]:
+    """The modules' extra state (``*._extra_state``) that :func:`cpu_state` leaves out, on the
+    host: e.g. each self-sampling branch's generator state. The resume state carries it, so
+    a resumed run draws the same decisions; weights files and their digests do not."""
+    return {
+        k: v.detach().to("cpu").clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+        for k, v in model.state_dict().items()
+        if k.endswith(EXTRA_STATE_SUFFIX)
+    }
+
+
+def load_extra_state(model: torch.nn.Module, state: dict[str, Any]) -> None:
+    """Inverse of :func:`extra_state`: every key must be one of the model's extra states."""
+    mine = {k for k in model.state_dict() if k.endswith(EXTRA_STATE_SUFFIX)}
+    if set(state) != mine:
+        raise FathomError(
+            f"the resume state's module extra state {sorted(state)[:5]} does not fit "
+            f"{type(model).__name__} (extra state {sorted(mine)[:5]}); it belongs to another model"
+        )
+    model.load_state_dict(state, strict=False)
 
 
 def load_cpu_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:

@@ -119,7 +119,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"study {study.study.name} ({origin}) on {backend.name}; "
             f"runs under {Path(args.runs_dir) / study.study.name}"
         )
-        console.print(scale_down_sentence(scaled_down(study)))
+        console.print(scale_down_sentence(scaled_down(study), study.study.protocol))
     result = run_study(
         study,
         args.runs_dir,

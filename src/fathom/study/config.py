@@ -10,6 +10,7 @@ seeds = [101, 102, 103]                # main-phase seeds
 lr = 0.01                              # one rate for every recipe, without tuning
 target_val_acc = 0.98                  # time-to-target threshold (optional)
 scale_down = ["width_mult 0.1 ..."]    # what this study scales down (printed in the summary)
+protocol = "ciresan-sd"                # the full protocol it scales down: compared key by key
 
 [tuning]
 enabled = true
@@ -47,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fathom.config import RunConfig, _format_validation_error, load_toml, validate_run_config
 from fathom.config_live import LiveConfig
-from fathom.config_models import Bool, Float, Int
+from fathom.config_models import Bool, Float, Int, Name
 from fathom.errors import FathomError, with_suggestion
 from fathom.models.specs import RECIPES
 
@@ -60,7 +61,7 @@ class _Strict(BaseModel):
 
 
 class StudySection(_Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: Name
     description: str = ""
     reference: str
     recipes: tuple[str, ...]
@@ -68,6 +69,7 @@ class StudySection(_Strict):
     lr: Float | None = Field(default=None, gt=0)
     target_val_acc: Float | None = Field(default=None, gt=0, le=1)
     scale_down: tuple[str, ...] = ()
+    protocol: str | None = None
     threads_per_run: Int | None = Field(default=None, gt=0)
 
     @field_validator("recipes")
@@ -89,6 +91,16 @@ class StudySection(_Strict):
             raise ValueError("the grid is empty: list at least one seed (e.g. [101, 102, 103])")
         if len(set(v)) != len(v):
             raise ValueError(f"seeds {list(v)} repeat a seed; list each once")
+        return v
+
+    @field_validator("protocol")
+    @classmethod
+    def _protocol(cls, v: str | None) -> str | None:
+        if v is not None and v not in preset_names():
+            raise ValueError(
+                f"protocol {v!r} is not a study preset; name the preset this study scales "
+                f"down (one of {', '.join(preset_names())}) or remove protocol"
+            )
         return v
 
     @model_validator(mode="after")
@@ -117,10 +129,19 @@ class TuningSection(_Strict):
         """True when a tuning phase trains the grid (``mode = "grid"`` and enabled)."""
         return self.enabled and self.mode == "grid"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _frozen_is_disabled(cls, data: Any) -> Any:
+        """``mode = "frozen"`` without ``enabled`` is ``enabled = false``: no grid runs, and
+        the written definition (``enabled = false``) validates back to the same section."""
+        if isinstance(data, dict) and data.get("mode") == "frozen" and "enabled" not in data:
+            data = {**data, "enabled": False}
+        return data
+
     @model_validator(mode="after")
     def _mode(self) -> TuningSection:
         if self.mode == "frozen":
-            if "enabled" in self.model_fields_set and self.enabled:
+            if self.enabled:
                 raise ValueError(
                     'tuning.mode = "frozen" runs no tuning, but tuning.enabled = true asks for '
                     'a grid: drop tuning.enabled (or use mode = "grid")'
@@ -160,6 +181,16 @@ class StudyConfig(_Strict):
     tuning: TuningSection = TuningSection(enabled=False)
     base: RunConfig = RunConfig()
     live: LiveConfig = Field(default_factory=LiveConfig, exclude=True)  # not in the definition
+
+    @model_validator(mode="after")
+    def _ciresan_base(self) -> StudyConfig:
+        if self.base.model.kind != "ciresan":
+            raise ValueError(
+                f"a study's recipes are Ciresan MLP recipes (model.recipe), but [base.model] has "
+                f"kind {self.base.model.kind!r}: use kind 'ciresan' in a study, or train "
+                "that model with `fathom train` (or `fathom depth-scaling` for staged conv nets)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _lr_source(self) -> StudyConfig:

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fathom.config import LiveConfig, config_diff, validate_run_config
+from fathom.config import LiveConfig, describe_config_change, validate_run_config
 from fathom.errors import FathomError
 from fathom.io import config_digest
 from fathom.rundir import DirLock, RunDir
@@ -78,11 +78,11 @@ def _state(spec: RunSpec) -> tuple[str, RunDir | None]:
     rd = RunDir(path)
     stored_hash = rd.manifest.get("config_hash")
     if stored_hash != config_digest(spec.config):
-        diff = config_diff(
-            rd.manifest.get("config", {}), spec.config, labels=(" (on disk)", " (study)")
+        why = describe_config_change(
+            rd.manifest.get("config", {}), stored_hash, spec.config, (" (on disk)", " (study)")
         )
         raise FathomError(
-            f"run directory {spec.run_dir!r} holds a run of another config ({'; '.join(diff)}); "
+            f"run directory {spec.run_dir!r} holds a run of another config ({why}); "
             "the study definition changed since it ran. Use another --runs-dir or study name, "
             "or delete that run directory"
         )
@@ -119,6 +119,13 @@ def _plan(state: str, rd: RunDir | None, retry_failed: bool) -> tuple[str, str |
     return "run", None
 
 
+def plan_run(spec: RunSpec, retry_failed: bool = False) -> tuple[str, str | None]:
+    """What :func:`execute_run` will do with ``spec``'s directory: ``(action, note)``, the
+    action one of ``skip``, ``keep``, ``retrain``, ``retry``, ``run``."""
+    state, rd = _state(spec)
+    return _plan(state, rd, retry_failed)
+
+
 def execute_run(
     spec: RunSpec,
     *,
@@ -129,8 +136,10 @@ def execute_run(
     allow_source_change: bool = False,
     live: LiveConfig | tuple[str, ...] = (),
     tracker: Any = None,
+    progress: Any = None,
 ) -> RunOutcome:
-    """Bring ``spec``'s run directory to a final state (see the module docstring).
+    """Bring ``spec``'s run directory to a final state (see the module docstring): the one
+    policy of studies, depth scaling and the reproduction pipelines.
 
     ``threads`` sets ``torch.set_num_threads`` for this process; ``registry_file`` (when
     given) receives the run's row; ``live`` is the study's live-tracking settings (a
@@ -140,7 +149,8 @@ def execute_run(
     layer itself); ``splits_for(cfg, device) -> DataSplits`` replaces
     :func:`cached_splits` (tests use synthetic data). Errors of the run itself are returned as a ``failed``
     outcome with the message; bad input (``FathomError``) is raised. ``allow_source_change``
-    lets a resumed run continue under changed source (recorded in its manifest).
+    lets a resumed run continue under changed source (recorded in its manifest);
+    ``progress(event, info)`` receives the trainer's events.
     """
     import torch
 
@@ -183,9 +193,9 @@ def execute_run(
     else:
         _wipe(path)  # killed before its first epoch boundary: nothing to keep
         verb, resume = ("retried" if action in ("retry", "retrain") else "trained"), False
-    options = {"resume": resume, "phase": spec.phase, "allow_source_change": allow_source_change}
+    options = dict(resume=resume, phase=spec.phase, allow_source_change=allow_source_change)
     try:
-        result, bad = _train_spec(spec, path, splits_for, (live, tracker), options)
+        result, bad = _train_spec(spec, path, splits_for, (live, tracker, progress), options)
     except FathomError:
         raise
     except Exception as e:  # the run's own failure is data: recorded in its manifest
@@ -199,19 +209,19 @@ def _train_spec(
     spec: RunSpec,
     path: Path,
     splits_for: Any,
-    streaming: tuple[LiveConfig | tuple[str, ...], Any],
+    streaming: tuple[LiveConfig | tuple[str, ...], Any, Any],
     options: dict[str, Any],
 ) -> tuple[Any, str | None]:
     """Train (or resume) ``spec`` into ``path``; return the result and live-tracking problems.
 
-    ``streaming`` is ``(live settings, tracker class)`` as given to :func:`execute_run`.
+    ``streaming`` is ``(live settings, tracker class, progress)`` as given to :func:`execute_run`.
     """
     from fathom.config_live import live_config
     from fathom.provenance import resolve_device
     from fathom.train.loop import train
 
     cfg = validate_run_config(spec.config, origin=f"study run {spec.run_id}")
-    live, make_tracker = streaming
+    live, make_tracker, progress = streaming
     if live and make_tracker is None:
         raise FathomError(
             "live tracking was asked for without a tracker: pass "
@@ -221,8 +231,14 @@ def _train_spec(
         cfg = cfg.model_copy(update={"live": live_config(live)})
     splits = (splits_for or cached_splits)(cfg, resolve_device(cfg.device))
     tracker = make_tracker(path, cfg.live, cfg) if live else None
+    observers = [p for p in (tracker, progress) if p is not None]
+
+    def observe(event: str, info: dict[str, Any]) -> None:
+        for p in observers:
+            p(event, info)
+
     try:
-        result = train(cfg, path, splits=splits, progress=tracker, **options)
+        result = train(cfg, path, splits=splits, progress=observe if observers else None, **options)
     finally:
         reports = tracker.close() if tracker is not None else []
     bad = [line for r in reports if not r.ok for line in r.lines()[:3]]

@@ -16,14 +16,17 @@ def integrity_markdown(summary: dict[str, Any]) -> list[str]:
     """The runs this invocation retried (and why) and any problem left in a run directory."""
     retried = (summary.get("execution") or {}).get("retried") or []
     problems = summary.get("integrity") or {}
+    sources = summary.get("sources") or {}
+    source_line = [sources["sentence"], ""] if sources.get("sentence") else []
     if not retried and not problems:
         return [
             "Every run directory verified intact (manifest, history and checkpoint digests).",
             "",
+            *source_line,
         ]
     lines = [f"- {r['run_id']}: {r['note']}" for r in retried]
     lines += [f"- {rid}: {'; '.join(p)}" for rid, p in sorted(problems.items())]
-    return [*lines, ""]
+    return [*lines, "", *source_line]
 
 
 def scale_down_text(summary: dict[str, Any]) -> str:

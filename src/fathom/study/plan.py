@@ -30,8 +30,6 @@ def lr_tag(lr: float) -> str:
 
 #: Run-id prefixes of a study's runs (directory names only: the phase is a manifest field).
 TUNING_PREFIX, MAIN_PREFIX = "tune-", "main-"
-STUDY_FILE = "study.json"
-"""The study's own record in its directory (config, origin, rates), beside the runs."""
 
 
 def study_root(runs_dir: str | Path, study: StudyConfig) -> Path:

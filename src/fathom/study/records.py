@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.rundir import RunDir
-from fathom.stats import RunRecord
+from fathom.stats import RunRecord, failure_flags
 from fathom.study.plan import RunSpec
 
 PER_RUN_KEYS: tuple[str, ...] = ("name", "seed", "model.recipe", "optim.lr")
@@ -61,6 +61,34 @@ def checkpoint_scores(rd: RunDir) -> dict[str, dict[str, Any]]:
     return out
 
 
+def outcome_warnings(rd: RunDir) -> list[str]:
+    """What a complete run's result warns of, by :func:`fathom.stats.failure_flags` on its
+    final epoch (test accuracy, fitting CE and accuracy): at chance, or not fitting."""
+    if rd.status != "complete":
+        return []
+    final = checkpoint_scores(rd)["final"]
+    classes = int((rd.manifest.get("data") or {}).get("info", {}).get("classes", 10))
+    flags = failure_flags(
+        status="complete",
+        test_acc=final["test_acc"],
+        train_ce=final["fit_ce"],
+        classes=classes,
+        fit_acc=final["fit_acc"],
+    )
+    acc = "unknown" if final["test_acc"] is None else f"{100 * final['test_acc']:.1f}%"
+    out = []
+    if "at_chance" in flags:
+        out.append(
+            f"the run ended at chance: test accuracy {acc} with {classes} classes (chance "
+            f"{100 / classes:.1f}%); it learned nothing usable. Check the labels, the learning "
+            "rate (optim.lr) and the budget (optim.epochs)"
+        )
+    if "not_fitting" in flags:
+        fit = f"{100 * final['fit_acc']:.1f}%"
+        out.append(f"the run does not fit its training set (fitting accuracy {fit} at the end)")
+    return out
+
+
 def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:
     """A :class:`fathom.stats.RunRecord` of one run directory."""
     scores = checkpoint_scores(rd)
@@ -107,7 +135,7 @@ def registry_row(spec: RunSpec) -> dict[str, Any]:
         "recipe": spec.recipe,
         "seed": spec.seed,
         "lr": spec.lr,
-        "directory": str(path.resolve()),
+        "directory": str(path.resolve()),  # the registry stores it relative to its folder
     }
     if not (path / "manifest.json").exists():
         return {

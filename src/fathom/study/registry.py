@@ -5,6 +5,12 @@ directory (the ``study`` column tells them apart). It is an index, not the evide
 run directories are; a study rerun re-indexes each of its runs, so a registry moved aside
 is rebuilt by running the study again.
 
+Paths are stored relative to the registry's folder (``main-plain-s101`` of study ``s`` is
+``s/main-plain-s101``), so a runs folder moved or copied elsewhere still resolves its runs
+(:meth:`Registry.run_dir`); ``updated_at`` is an ISO 8601 UTC time
+(``2026-12-01T22:10:03+00:00``). A file of schema 1 (absolute paths, Unix times) is
+converted on opening.
+
 Several processes may write at once: each write is one ``BEGIN IMMEDIATE`` transaction
 (an upsert of whole rows), and a writer waits up to ``busy_timeout_s`` for the lock. A
 locked or corrupt file raises :class:`FathomError`; a failed transaction is rolled back,
@@ -14,16 +20,17 @@ so a row is either written whole or not at all.
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from fathom.errors import FathomError
 
 REGISTRY_FILE = "registry.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Stored as SQLite ``user_version``; 2: relative ``directory``, ISO ``updated_at``."""
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_id", "TEXT NOT NULL"),
@@ -49,7 +56,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("final_params", "TEXT"),
     ("training_s", "REAL"),
     ("elapsed_s", "REAL"),
-    ("updated_at", "REAL NOT NULL"),
+    ("updated_at", "TEXT NOT NULL"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
 FILTERS: tuple[str, ...] = ("study", "phase", "recipe", "seed", "status")
@@ -59,10 +66,37 @@ _SCHEMA = (
     + ", ".join(f"{n} {t}" for n, t in COLUMNS)
     + ", PRIMARY KEY (study, run_id))"
 )
+_INSERT = (
+    f"INSERT OR REPLACE INTO runs ({', '.join(COLUMN_NAMES)}) "
+    f"VALUES ({', '.join(':' + c for c in COLUMN_NAMES)})"
+)
 
 
 def registry_path(runs_dir: str | Path) -> Path:
     return Path(runs_dir) / REGISTRY_FILE
+
+
+def now_iso() -> str:
+    """The current time, ISO 8601 in UTC to the second: ``2026-12-01T22:10:03+00:00``."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _iso(value: Any) -> str:
+    """A stored time as ISO 8601 UTC (schema 1 stored Unix seconds)."""
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, UTC).isoformat(timespec="seconds")
+    return str(value)
+
+
+def relative_directory(directory: str | Path, root: Path) -> str:
+    """``directory`` relative to ``root`` (POSIX separators) when inside it, else absolute."""
+    path = Path(directory)
+    if not path.is_absolute():
+        return path.as_posix()
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path.resolve())
 
 
 def _error(path: Path, e: sqlite3.Error, doing: str) -> FathomError:
@@ -97,12 +131,42 @@ class Registry:
                 names = [row[1] for row in con.execute("PRAGMA table_info(runs)")]
             except sqlite3.Error as e:
                 raise _error(self.path, e, "opening") from None
+            if tuple(names) == COLUMN_NAMES:
+                self._migrate(con)
             if tuple(names) != COLUMN_NAMES:
                 raise FathomError(
                     f"run registry {str(self.path)!r} has columns {names}, not the expected "
                     f"{list(COLUMN_NAMES)} (another version wrote it). Move it aside and rerun "
                     "the study to rebuild it"
                 )
+
+    def _migrate(self, con: sqlite3.Connection) -> None:
+        """Schema 1 -> 2 in one transaction: relative directories, ISO times, TEXT column."""
+        if con.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+            return
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            if con.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+                con.execute("COMMIT")  # another process converted it meanwhile
+                return
+            con.row_factory = sqlite3.Row
+            rows = [dict(r) for r in con.execute("SELECT * FROM runs")]
+            con.row_factory = None
+            con.execute("DROP TABLE runs")
+            con.execute(_SCHEMA)
+            for r in rows:
+                r["directory"] = relative_directory(r["directory"], self.path.parent)
+                r["updated_at"] = _iso(r["updated_at"])
+            con.executemany(_INSERT, rows)
+            con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
+
+    def run_dir(self, row: Mapping[str, Any]) -> Path:
+        """The run directory of a registry row, wherever the runs folder now lies."""
+        return self.path.parent / row["directory"]
 
     @contextmanager
     def _connect(self, doing: str) -> Iterator[sqlite3.Connection]:
@@ -126,15 +190,17 @@ class Registry:
             missing = [c for c in COLUMN_NAMES if c != "updated_at" and c not in row]
             if missing:
                 raise FathomError(f"registry row {row.get('run_id')!r} lacks columns {missing}")
-            stamped.append({**{c: row.get(c) for c in COLUMN_NAMES}, "updated_at": time.time()})
-        sql = (
-            f"INSERT OR REPLACE INTO runs ({', '.join(COLUMN_NAMES)}) "
-            f"VALUES ({', '.join(':' + c for c in COLUMN_NAMES)})"
-        )
+            stamped.append(
+                {
+                    **{c: row.get(c) for c in COLUMN_NAMES},
+                    "directory": relative_directory(row["directory"], self.path.parent),
+                    "updated_at": now_iso(),
+                }
+            )
         with self._connect("writing") as con:
             con.execute("BEGIN IMMEDIATE")
             try:
-                con.executemany(sql, stamped)
+                con.executemany(_INSERT, stamped)
             except BaseException:
                 con.execute("ROLLBACK")
                 raise

@@ -17,17 +17,18 @@ from typing import Any
 
 from fathom.config import config_diff
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json, config_digest
 from fathom.rundir import RunDir, study_lock
 from fathom.stats import summarise_study
-from fathom.study.config import StudyConfig, validate_study_config
+from fathom.study.config import StudyConfig
 from fathom.study.execute import RunOutcome
 from fathom.study.markdown import write_summary
-from fathom.study.plan import STUDY_FILE, RunSpec, main_specs, study_root, tuning_specs
+from fathom.study.plan import RunSpec, main_specs, study_root, tuning_specs
 from fathom.study.records import run_record
 from fathom.study.registry import registry_path
 from fathom.study.scaledown import scale_down_sentence, scaled_down
 from fathom.study.selection import GridPoint, grid_point, select_lr
+from fathom.study.sources import check_sources, source_summary
+from fathom.study.studyfile import STUDY_FILE, read_study_file, write_study_file
 
 LR_RULES: dict[str, str] = {
     "tuning": "minimum validation CE over evaluated epochs; ties to the smaller rate; diverged or failed points never selected",
@@ -47,18 +48,9 @@ class StudyResult:
 
 def check_study_file(root: Path, study: StudyConfig) -> None:
     """Refuse to mix a changed base config into a study root that holds runs of another."""
-    path = root / STUDY_FILE
-    if not path.exists():
+    if not (root / STUDY_FILE).exists():
         return
-    import json
-
-    try:
-        stored = json.loads(path.read_text())
-        old = validate_study_config(stored["config"], origin=str(path))
-    except (json.JSONDecodeError, KeyError):
-        raise FathomError(
-            f"{str(path)!r} is corrupt; delete it (the run directories are kept)"
-        ) from None
+    old = read_study_file(root)
     a, b = old.base.model_dump(mode="json"), study.base.model_dump(mode="json")
     if a != b:
         raise FathomError(
@@ -100,14 +92,7 @@ def _run_locked(
     t0 = time.perf_counter()
     root = study_root(runs_dir, study)
     check_study_file(root, study)
-    atomic_write_json(
-        root / STUDY_FILE,
-        {
-            "config": study.to_data(),
-            "config_hash": config_digest(study.to_data()),
-            "origin": origin,
-        },
-    )
+    write_study_file(root, study, origin)
     reg = str(registry_path(runs_dir))
     from fathom.study.registry import Registry
 
@@ -120,6 +105,7 @@ def _run_locked(
     outcomes: list[RunOutcome] = []
     grid: list[GridPoint] = []
     t_specs = tuning_specs(study, runs_dir)
+    check_sources(t_specs, opts["allow_source_change"])
     if t_specs:
         if progress is not None:
             progress(
@@ -135,6 +121,7 @@ def _run_locked(
             rates = ", ".join(f"{r} {lr:g}" for r, lr in lrs.items())
             progress("phase", f"no tuning: learning rates from {study.lr_source()} ({rates})")
     m_specs = main_specs(study, runs_dir, lrs)
+    check_sources(m_specs, opts["allow_source_change"])
     if progress is not None:
         progress(
             "phase",
@@ -152,6 +139,7 @@ def _run_locked(
         "retried": [{"run_id": o.run_id, "note": o.note} for o in outcomes if o.note],
     }
     summary["integrity"] = integrity(list(t_specs) + list(m_specs))
+    summary["sources"] = source_summary(list(t_specs) + list(m_specs))
     write_summary(root, summary)
     return StudyResult(root, summary, outcomes, time.perf_counter() - t0)
 
@@ -175,7 +163,7 @@ def build_summary(
         "description": study.study.description,
         "scale_down": [d.text for d in scaled],
         "scaled_down": [d.to_dict() for d in scaled],
-        "scale_down_sentence": scale_down_sentence(scaled),
+        "scale_down_sentence": scale_down_sentence(scaled, study.study.protocol),
         "scale_down_notes": list(study.study.scale_down),
         "devices": devices,
         "tuning": {
@@ -210,7 +198,7 @@ def integrity(specs: Sequence[RunSpec]) -> dict[str, list[str]]:
     """Per run id, every integrity problem its run directory still has (see RunDir.problems)."""
     out = {}
     for s in specs:
-        problems = RunDir(s.run_dir).problems()
+        problems = RunDir(s.run_dir).problems(deep=True)  # the checkpoints too, as the summary says
         if problems:
             out[s.run_id] = problems
     return out

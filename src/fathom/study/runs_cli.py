@@ -96,7 +96,8 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
         raise FathomError(
             f"run id {args.run_id!r} exists in studies {[r['study'] for r in rows]}; pass --study"
         )
-    print(json.dumps(rows[0], indent=2))
+    reg = _registry(args)
+    print(json.dumps({**rows[0], "path": str(reg.run_dir(rows[0]))}, indent=2))
     return 0
 
 

@@ -1,6 +1,9 @@
 """What a study scaled down, computed by comparing its config with the full protocol.
 
-The full protocol is the ``ciresan-sd`` preset (:data:`FULL_PROTOCOL`): full widths, the
+A study names the protocol it scales down (``study.protocol``, a study preset); a study
+that names none (a user's own study) is compared with nothing, and its summary says so
+instead of inventing departures from a protocol it never claimed. The shipped presets name
+``ciresan-sd`` (:data:`FULL_PROTOCOL`): full widths, the
 whole 50,000 / 10,000 fitting / validation split, 100 epochs, batch 64, evaluation at epoch
 1 and every 5, three seeds, five recipes, tuning over {0.01, 0.03, 0.1}. Every protocol key
 whose value differs is reported, as a *reduction* (smaller network, fewer examples, epochs,
@@ -31,6 +34,7 @@ NOT_COMPARED: tuple[str, ...] = (
     "study.name",
     "study.description",
     "study.scale_down",
+    "study.protocol",
     "study.threads_per_run",
     "base.name",
     "base.study",
@@ -177,7 +181,7 @@ _DESCRIBED: dict[
     "seeds": (("study.seeds",), _seeds_item),
     "recipes": (("study.recipes",), _recipes_item),
     "tuning": (
-        ("tuning.enabled", "tuning.mode", "tuning.lr", "tuning.lrs", "tuning.seed", "study.lr"),
+        ("tuning.mode", "tuning.enabled", "tuning.lr", "tuning.lrs", "tuning.seed", "study.lr"),
         _tuning_item,
     ),
 }
@@ -190,12 +194,16 @@ def _fmt(v: Any) -> str:
 
 
 def scaled_down(study: StudyConfig, full: StudyConfig | None = None) -> list[ScaleDown]:
-    """Every protocol key where ``study`` differs from ``full`` (default: :data:`FULL_PROTOCOL`).
+    """Every protocol key where ``study`` differs from ``full`` (default: the preset named by
+    ``study.protocol``; none named: nothing is compared, an empty list).
 
     Reductions come first, in protocol order (network, data, epochs, seeds, recipes,
-    tuning), then changes. An empty list means the study runs the full protocol.
+    tuning), then changes. An empty list with a protocol means the study runs it in full.
     """
-    full = full if full is not None else load_study(FULL_PROTOCOL)[0]
+    if full is None:
+        if study.study.protocol is None:
+            return []
+        full = load_study(study.study.protocol)[0]
     a, b = _flatten(study.model_dump(mode="json")), _flatten(full.model_dump(mode="json"))
     keys = [
         k
@@ -222,28 +230,31 @@ def scaled_down(study: StudyConfig, full: StudyConfig | None = None) -> list[Sca
     return sorted(out, key=lambda d: d.kind != "reduced")
 
 
-def scale_down_sentence(items: list[ScaleDown]) -> str:
-    """The summary's line: what was scaled down and what else differs from the full protocol.
+NO_PROTOCOL = (
+    "Not compared with a full protocol: the study names none (set study.protocol to the "
+    'study preset it scales down, e.g. "ciresan-sd", to have every departure listed).'
+)
+
+
+def scale_down_sentence(items: list[ScaleDown], protocol: str | None = FULL_PROTOCOL) -> str:
+    """The summary's line: what was scaled down and what else differs from ``protocol``.
 
     ``"Scaled down from the full protocol (preset ciresan-sd): 2 epochs instead of 100.
-    Also differs: batch size 128 instead of 64."`` or ``"Not scaled down: ..."``.
+    Also differs: batch size 128 instead of 64."``, ``"Not scaled down: ..."``, or
+    :data:`NO_PROTOCOL` when the study names no protocol (``protocol=None``).
     """
+    if protocol is None:
+        return NO_PROTOCOL
     reduced = [d.text for d in items if d.kind == "reduced"]
     changed = [d.text for d in items if d.kind == "changed"]
     if not items:
-        return f"Not scaled down: the full protocol (preset {FULL_PROTOCOL})."
+        return f"Not scaled down: the full protocol (preset {protocol})."
     parts = []
     if reduced:
         parts.append(
-            f"Scaled down from the full protocol (preset {FULL_PROTOCOL}): "
-            + "; ".join(reduced)
-            + "."
+            f"Scaled down from the full protocol (preset {protocol}): " + "; ".join(reduced) + "."
         )
     if changed:
-        lead = (
-            "Also differs"
-            if reduced
-            else f"Differs from the full protocol (preset {FULL_PROTOCOL})"
-        )
+        lead = "Also differs" if reduced else f"Differs from the full protocol (preset {protocol})"
         parts.append(f"{lead}: " + "; ".join(changed) + ".")
     return " ".join(parts)

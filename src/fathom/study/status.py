@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from fathom.errors import FathomError
 from fathom.rundir import RunDir
-from fathom.study.config import validate_study_config
-from fathom.study.plan import STUDY_FILE, RunSpec, main_specs, tuning_specs
+from fathom.study.plan import RunSpec, main_specs, tuning_specs
 
 
 def _row(spec: RunSpec, epochs: int) -> dict[str, Any]:
@@ -38,14 +36,9 @@ def _row(spec: RunSpec, epochs: int) -> dict[str, Any]:
 def study_status(root: Path) -> tuple[list[dict[str, Any]], str]:
     """Rows for the tuning runs and, once the rates are selected, the main runs."""
     from fathom.study.selection import grid_point, select_lr
+    from fathom.study.studyfile import read_study_file
 
-    path = root / STUDY_FILE
-    if not path.exists():
-        raise FathomError(
-            f"{str(root)!r} is not a study directory (no {STUDY_FILE}); pass runs/<study> "
-            "as created by `fathom study run`"
-        )
-    study = validate_study_config(json.loads(path.read_text())["config"], origin=str(path))
+    study = read_study_file(root)
     runs_dir = root.parent
     epochs = study.base.optim.epochs
     t_specs = tuning_specs(study, runs_dir)

@@ -13,12 +13,21 @@ the model's own forward. It is read-only by construction:
 * the global CPU (and, if initialised, CUDA) RNG states are saved and restored.
 
 The layers are discovered at the first observation (so its cost falls on the telemetry
-clock's cold start). ``params`` fields measure displacement from the parameters as they were
-when the ``Instruments`` object was created (or from ``initial_params``).
+clock's cold start) and **re-derived whenever what they depend on changed**: every access
+to :attr:`Instruments.seam` compares :func:`fathom.seam_key.structure_key` (module and
+parameter identities, shapes, dtypes, ``requires_grad`` flags, hooks, attributes; the key
+the curvature twin uses) with the one the seam was found under — a frozen backbone
+unfrozen, a head swapped, a hook added — and rediscovers on any difference (then the field
+names follow the new layers); unchanged, it costs one walk over the modules. ``params``
+fields measure displacement from the parameters as they were when the ``Instruments``
+object was created (or from ``initial_params``); a parameter that appears later (a new
+head) is measured from its value when first seen, and one without a reference of its
+shape gets ``None``.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -30,14 +39,13 @@ from torch import nn
 from fathom.depth import dense_eval
 from fathom.errors import FathomError
 from fathom.pex import gram_and_bias_mean
-from fathom.seam import Call, Seam, discover
+from fathom.seam import Seam, discover
+from fathom.seam_discovery import check_inference_mode, preserved
+from fathom.seam_key import structure_key
 from fathom.telemetry import params as P
-from fathom.telemetry.distributions import (
-    entry_summary,
-    quantile_key,
-    zero_fractions,
-)
+from fathom.telemetry.distributions import quantile_key
 from fathom.telemetry.moments import moments_from_grams
+from fathom.telemetry.probe_rows import activation_row, delta_row, first_input
 from fathom.telemetry.registry import NORM_QUANTILES, expected_names, resolve_families
 
 Value = float | int | None | list
@@ -55,7 +63,8 @@ _MOMENT_KEYS = (
 
 @contextmanager
 def read_only(model: nn.Module) -> Iterator[None]:
-    """Dense evaluation for the block; restores module flags, gate gains and RNG states."""
+    """Dense evaluation for the block; restores module flags, masks, plain tensor attributes
+    (:func:`fathom.seam_discovery.preserved`) and RNG states."""
     flags = [(m, m.training) for m in model.modules()]
     cpu_rng = torch.get_rng_state()
     cuda_rng = (
@@ -64,7 +73,7 @@ def read_only(model: nn.Module) -> Iterator[None]:
         else None
     )
     try:
-        with dense_eval(model):
+        with dense_eval(model), preserved(model):
             yield
     finally:
         for m, flag in flags:
@@ -82,27 +91,6 @@ def joint_norm(values: list[float | None]) -> float | None:
     if len(values) == 1:
         return values[0]
     return sum(v * v for v in values) ** 0.5
-
-
-def _first(leaves: list[Any]) -> torch.Tensor | None:
-    j = _first_index(leaves)
-    return None if j is None else leaves[j]
-
-
-def _first_index(leaves: list[Any]) -> int | None:
-    """Index of the first floating-point tensor leaf (the layer's input activation)."""
-    return next(
-        (j for j, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.is_floating_point()),
-        None,
-    )
-
-
-def _per_example(t: torch.Tensor, dim: tuple[int, int] | None, n: int) -> torch.Tensor:
-    """``[N, units]``: example dimension first, every other entry a unit."""
-    if dim is None:
-        return t.detach().reshape(1, -1).expand(n, -1)
-    d, _ = dim
-    return t.detach().movedim(d, 0).reshape(n, -1)
 
 
 class Instruments:
@@ -139,12 +127,16 @@ class Instruments:
             )
         self.model = model
         self.x, self.y = x_probe, y_probe.long()
+        self._own_initial = initial_params is None
         self.initial = (
             dict(initial_params)
             if initial_params is not None
             else {k: v.detach().clone() for k, v in model.named_parameters()}
         )
+        self._seen = {k: weakref.ref(v) for k, v in model.named_parameters()}
         self._seam: Seam | None = None
+        self._key: tuple | None = None
+        self._held: list = []
         self._names: list[str] | None = None
         self.inputs: tuple[str, ...] = ()
         self.classes = 0
@@ -152,27 +144,41 @@ class Instruments:
     # -- structure ------------------------------------------------------------------------
     @property
     def seam(self) -> Seam:
-        """The model's layers, discovered (once) in dense evaluation mode."""
-        if self._seam is None:
-            with read_only(self.model), torch.enable_grad():
-                seam = discover(self.model, self.x)
-                with seam.capture() as calls:
-                    logits = self.model(self.x[:3])
-            self.classes = int(logits.shape[1])
-            if int(self.y.max()) >= self.classes or int(self.y.min()) < 0:
-                raise FathomError(
-                    f"y_probe holds labels outside 0 .. {self.classes - 1} (the model has "
-                    f"{self.classes} logits); relabel or change the classifier"
-                )
-            self.inputs = tuple(
-                layer.name
-                for layer in seam.layers
-                if calls[layer.name]
-                and (a := _first(calls[layer.name][0].input_leaves())) is not None
-                and a.requires_grad
-            )
-            self._seam = seam
+        """The model's layers, discovered in dense evaluation mode, and rediscovered
+        whenever the model's structure key changed (module docstring)."""
+        check_inference_mode()
+        with read_only(self.model):
+            key, held = structure_key(self.model, self.x)
+        if self._seam is None or key != self._key:
+            self._discover()
+            self._key, self._held = key, held
+        assert self._seam is not None
         return self._seam
+
+    def _discover(self) -> None:
+        with read_only(self.model), torch.enable_grad():
+            seam = discover(self.model, self.x)
+            with seam.capture() as calls:
+                logits = self.model(self.x[:3])
+        classes = int(logits.shape[1])
+        if int(self.y.max()) >= classes or int(self.y.min()) < 0:
+            raise FathomError(
+                f"y_probe holds labels outside 0 .. {classes - 1} (the model has "
+                f"{classes} logits); relabel or change the classifier"
+            )
+        self.inputs = tuple(
+            layer.name
+            for layer in seam.layers
+            if calls[layer.name]
+            and (a := first_input(calls[layer.name][0].input_leaves())) is not None
+            and a.requires_grad
+        )
+        for name, p in self.model.named_parameters() if self._own_initial else ():
+            seen = self._seen.get(name)
+            if seen is None or seen() is not p:  # a new parameter: measured from first sight
+                self.initial[name] = p.detach().clone()
+                self._seen[name] = weakref.ref(p)
+        self.classes, self._seam, self._names = classes, seam, None
 
     @property
     def layers(self):
@@ -229,7 +235,7 @@ class Instruments:
             row["probe/acc"] = float((logits.detach().argmax(dim=1) == y).double().mean())
         if "activations" in fams:
             for name in self.inputs:
-                row.update(_activation_row(name, calls[name], n))
+                row.update(activation_row(name, calls[name], n))
         if not needs_delta:
             return row
         # delta_i = dL_i/dz_i: the gradient of the *summed* per-example CE w.r.t. each layer
@@ -238,7 +244,7 @@ class Instruments:
         cots = seam.cotangents(calls, total)
         if "backprop" in fams:
             for layer in seam.layers:
-                row.update(_delta_row(layer.name, calls[layer.name], cots[layer.name], n))
+                row.update(delta_row(layer.name, calls[layer.name], cots[layer.name], n))
         if fams & {"gradients", "moments"}:
             row.update(self._gradient_rows(seam, calls, cots, n, fams))
         return row
@@ -280,9 +286,9 @@ class Instruments:
         for layer in self.layers:
             tensors = layer.tensors()
             qual = dict(zip(layer.params, layer.qualified, strict=True))
-            ws = [(tensors[p], initial[qual[p]]) for p in layer.weights]
+            ws = [(tensors[p], _reference(initial, qual[p], tensors[p])) for p in layer.weights]
             w_norm = joint_norm([P.frob(w) for w, _ in ws])
-            disp = joint_norm([P.displacement(w, w0) for w, w0 in ws])
+            disp = joint_norm([None if w0 is None else P.displacement(w, w0) for w, w0 in ws])
             opt_norms = (
                 [P.momentum_norm(w, optimizer) for w, _ in ws] if optimizer is not None else [None]
             )
@@ -298,11 +304,20 @@ class Instruments:
             row[f"param/disp_rel/{name}"] = P.ratio(disp, joint_norm([P.frob(w0) for _, w0 in ws]))
             row[f"param/momentum_norm/{name}"] = joint_norm(opt_norms)
             row[f"param/update_ratio/{name}"] = P.ratio(joint_norm(updates), w_norm)
-        sq = 0.0
-        for name, p in self.model.named_parameters():
-            sq += P.displacement(p, initial[name]) ** 2
-        row["param/disp_total"] = sq**0.5
+        parts = [
+            None if (w0 := _reference(initial, name, p)) is None else P.displacement(p, w0)
+            for name, p in self.model.named_parameters()
+        ]
+        row["param/disp_total"] = joint_norm(parts)
         return row
+
+
+def _reference(
+    initial: Mapping[str, torch.Tensor], name: str, p: torch.Tensor
+) -> torch.Tensor | None:
+    """The displacement reference of ``p``: ``initial[name]`` if it has ``p``'s shape."""
+    w0 = initial.get(name)
+    return w0 if w0 is not None and w0.shape == p.shape else None
 
 
 def norm_quantiles(k: torch.Tensor) -> list[list[float]]:
@@ -319,25 +334,3 @@ def norm_quantiles(k: torch.Tensor) -> list[list[float]]:
     lo, hi = pos.floor().long(), pos.ceil().long()
     q = norms[:, lo] + (pos - lo.to(torch.float64)) * (norms[:, hi] - norms[:, lo])
     return torch.cat([q, norms[:, -1:]], dim=1).tolist()  # note: one host read for all layers
-
-
-def _activation_row(name: str, calls: list[Call], n: int) -> dict[str, Value]:
-    parts = []
-    for call in calls:
-        leaves = call.input_leaves()
-        j = _first_index(leaves)
-        if j is not None:
-            parts.append(_per_example(leaves[j], call.in_dims[j], n))
-    h = torch.cat(parts, dim=1) if parts else torch.empty(0)
-    zeros = zero_fractions(h) if parts else {"zero_frac": None, "dead_frac": None}
-    return {f"probe/act/{key}/{name}": v for key, v in {**entry_summary(h), **zeros}.items()}
-
-
-def _delta_row(name: str, calls: list[Call], cots: list, n: int) -> dict[str, Value]:
-    parts = []
-    for call, cot in zip(calls, cots, strict=True):
-        j = next((j for j, t in enumerate(cot) if t is not None), None)
-        if j is not None:
-            parts.append(_per_example(cot[j], call.out_dims[j], n))
-    d = torch.cat(parts, dim=1) if parts else torch.empty(0)
-    return {f"probe/delta/{key}/{name}": v for key, v in entry_summary(d).items()}

@@ -7,7 +7,8 @@ import hashlib
 import torch
 
 from fathom.config import OptimConfig, RunConfig
-from fathom.depth import DropSchedule, GateController
+from fathom.depth import DropSchedule, GateController, find_branches
+from fathom.errors import FathomError
 from fathom.models import build_model
 from fathom.models.ciresan import recipe_schedule
 from fathom.models.specs import recipe_spec
@@ -23,8 +24,15 @@ def stream_seed(seed: int, stream: str) -> int:
 def build_schedule(cfg: RunConfig) -> DropSchedule | None:
     """The recipe's drop schedule (``model.drop_probs`` overrides its probabilities).
 
-    Only the Ciresan recipes carry a drop schedule; other model kinds have none.
+    The Ciresan recipes carry one; a ``python`` model gets one from ``model.drop_probs``
+    (and ``model.drop_schedule``) when given; a staged conv net has none.
     """
+    if cfg.model.kind == "python":
+        m = cfg.model
+        if m.drop_probs is None or not any(m.drop_probs):
+            return None
+        end = float(cfg.optim.epochs) if m.drop_schedule == "linear_decrease" else None
+        return DropSchedule(m.drop_schedule, tuple(m.drop_probs), end)
     if cfg.model.kind != "ciresan":
         return None
     spec = recipe_spec(cfg.model.recipe)
@@ -44,7 +52,13 @@ def build_controller(model: torch.nn.Module, cfg: RunConfig) -> GateController |
     schedule = build_schedule(cfg)
     if schedule is None:
         return None
-    return GateController(model.branches(), schedule, seed=stream_seed(cfg.seed, "gates"))
+    branches = find_branches(model)
+    if len(branches) != len(schedule.probs):
+        raise FathomError(
+            f"model.drop_probs gives {len(schedule.probs)} probabilities but the model has "
+            f"{len(branches)} SkippableResidual branches; give one per branch, in module order"
+        )
+    return GateController(branches, schedule, seed=stream_seed(cfg.seed, "gates"))
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
@@ -106,10 +120,20 @@ def init_model(
     classes: int = 10,
     in_features: int = 784,
     input_shape: tuple[int, ...] | None = None,
+    example: torch.Tensor | None = None,
 ) -> torch.nn.Module:
-    """Build the model with the run's seeded initialisation (on the CPU)."""
+    """Build the model with the run's seeded initialisation (on the CPU).
+
+    A user's model (``model.kind = "python"``) is checked on ``example`` (a few of the run's
+    inputs) to return at least ``classes`` logits (:func:`fathom.models.factory.check_logits`).
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(stream_seed(cfg.seed, "init"))
-        return build_model(
+        model = build_model(
             cfg.model, classes, in_features, input_shape=input_shape, dataset=cfg.data.dataset
         )
+    if cfg.model.kind == "python" and example is not None:
+        from fathom.models.factory import check_logits
+
+        check_logits(model, example.cpu(), classes, f"model.factory = {cfg.model.factory!r}")
+    return model

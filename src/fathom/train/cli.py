@@ -123,6 +123,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     if result.status == "diverged":
         print(f"diverged in epoch {result.diverged_epoch}; see manifest.json status_reason")
         return 3
+    from fathom.rundir import RunDir
+    from fathom.study.records import outcome_warnings
+
+    for warning in outcome_warnings(RunDir(result.run_dir)):
+        print(f"warning: {warning}")
     return 0
 
 

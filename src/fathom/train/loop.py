@@ -19,14 +19,14 @@ from typing import Any
 
 import torch
 
-from fathom.config import LiveConfig, RunConfig, config_diff, validate_run_config
+from fathom.config import LiveConfig, RunConfig, describe_config_change, validate_run_config
 from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
 from fathom.io import config_digest, read_jsonl, state_dict_digest
 from fathom.provenance import resolve_device, source_hash
 from fathom.rundir import RunDir, RunWriter, uninterrupted
-from fathom.train.checkpoint import cpu_state, load_cpu_state
+from fathom.train.checkpoint import cpu_state, extra_state, load_cpu_state, load_extra_state
 from fathom.train.manifest import split_classes
 from fathom.train.observe import eval_due, observe, sync
 from fathom.train.plan import plan_epoch
@@ -73,9 +73,13 @@ def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
     if cfg is not None and config_digest(cfg.model_dump(mode="json")) != rd.manifest.get(
         "config_hash"
     ):
-        diff = config_diff(stored.model_dump(mode="json"), cfg.model_dump(mode="json"))
+        why = describe_config_change(
+            stored.model_dump(mode="json"),
+            rd.manifest.get("config_hash"),
+            cfg.model_dump(mode="json"),
+        )
         raise FathomError(
-            f"run {str(run_dir)!r} was started with another config ({'; '.join(diff)}); "
+            f"run {str(run_dir)!r} was started with another config ({why}); "
             "resume without a config, or start a new run directory"
         )
     return stored
@@ -166,6 +170,7 @@ def save_resume_state(s: Session) -> None:
     t0 = time.perf_counter()
     state = {
         "model": cpu_state(s.model),
+        "model_extra": extra_state(s.model),  # e.g. self-sampling branches' generators
         "optimizer": s.optimizer.state_dict(),
         "controller": s.controller.state_dict() if s.controller is not None else None,
         "shuffle_gen": s.shuffle_gen.get_state(),
@@ -183,6 +188,8 @@ def save_resume_state(s: Session) -> None:
 def restore(s: Session, state: dict[str, Any]) -> None:
     """Continue from the verified resume state: every state, RNG and clock as saved."""
     load_cpu_state(s.model, state["model"])
+    if "model_extra" in state:  # absent from resume states written before it was kept
+        load_extra_state(s.model, state["model_extra"])
     s.optimizer.load_state_dict(state["optimizer"])
     if s.controller is not None:
         s.controller.load_state_dict(state["controller"])

@@ -219,7 +219,9 @@ def build_session(
     if splits.fit_y.shape[0] == 0:
         raise FathomError("the fitting split is empty; check data.fit_subset")
     shape = tuple(int(d) for d in splits.fit_x.shape[1:])
-    model = init_model(cfg, split_classes(splits), int(splits.fit_x[0].numel()), shape)
+    model = init_model(
+        cfg, split_classes(splits), int(splits.fit_x[0].numel()), shape, splits.fit_x[:2]
+    )
     initial_hash = state_dict_digest(cpu_state(model))
     model.to(device)
     initial_params = {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -1,0 +1,37 @@
+"""Per-example gradients of ``nn.Embedding`` in closed form: see :mod:`fathom.pex`.
+
+With ``tok_it`` example ``i``'s token at position ``t`` and ``delta_it`` the cotangent of
+its output row, ``g_i(W)[v] = sum_{t : tok_it = v} delta_it`` (rows never looked up get
+zero; the row ``padding_idx`` gets zero, as autograd gives it). One ``index_add`` into the
+``[(D,) N * V, E]`` result, no ``torch.func``: the cost is that of writing the per-example
+gradients, ``N V E`` (times ``D`` directions).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fathom.errors import FathomError
+from fathom.seam import Call, Layer
+
+
+def embedding_grads(layer: Layer, call: Call, cot: list, n: int, directions: bool):
+    """``{"weight": [(D,) N, V, E]}`` of one call."""
+    m = layer.module
+    idx, g = call.input_leaves()[0], cot[0]
+    if call.in_dims[0] is None or call.out_dims[0] is None:
+        raise FathomError(f"layer {layer.name!r}: an embedding needs per-example token ids")
+    ex, k = call.in_dims[0]
+    lead = 1 if directions else 0
+    tok = idx.movedim(ex, 0).unflatten(0, (n, k)).reshape(n, -1)  # [N, T]
+    oex, ok = call.out_dims[0]
+    rows = g.movedim(oex + lead, lead).unflatten(lead, (n, ok))
+    rows = rows.reshape(*rows.shape[:lead], n, -1, g.shape[-1])  # [(D,) N, T, E]
+    if m.padding_idx is not None:
+        keep = tok != m.padding_idx
+        rows = rows * keep.unsqueeze(-1).to(rows.dtype)
+    vocab = m.weight.shape[0]
+    flat = (tok + vocab * torch.arange(n, device=tok.device)[:, None]).reshape(-1)
+    out = rows.new_zeros(*rows.shape[:lead], n * vocab, g.shape[-1])
+    out.index_add_(lead, flat, rows.reshape(*rows.shape[:lead], -1, g.shape[-1]))
+    return {"weight": out.unflatten(lead, (n, vocab))}

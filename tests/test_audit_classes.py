@@ -1,0 +1,46 @@
+"""``fathom audit RUN_DIR`` with its defaults on data of fewer than 10 classes: the digits'
+default contrast (1 vs 4, 9) does not exist there, so the default is class 0 vs the rest."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import synthetic_splits, tiny_config
+from fathom.audit.checkpoint import AuditSettings
+from fathom.audit.run import audit_runs
+from fathom.train.loop import train
+
+pytest.importorskip("sklearn")
+
+
+def test_contrast_defaults_follow_the_class_count() -> None:
+    s = AuditSettings()
+    assert s.contrast_for(10)[:2] == (1, (4, 9)) and s.contrast_for(100)[:2] == (1, (4, 9))
+    assert s.contrast_for(4)[:2] == (0, (1, 2, 3)) and s.contrast_for(2)[:2] == (0, (1,))
+    given = AuditSettings(contrast_a=2, contrast_b=(0,))
+    assert given.contrast_for(3) == (2, (0,), "given (--contrast)")
+
+
+def test_the_cli_default_leaves_the_contrast_to_the_data() -> None:
+    from fathom.audit.cli import settings_from_args
+    from fathom.cli import build_parser
+
+    s = settings_from_args(build_parser().parse_args(["audit", "x"]))
+    assert (s.contrast_a, s.contrast_b) == (None, None)
+
+
+def test_default_audit_of_a_four_class_run(tmp_path) -> None:
+    torch.manual_seed(0)
+    splits = synthetic_splits(n_fit=128, n_eval=96, classes=4)
+    cfg = tiny_config(**{"model.recipe": "sd_constant", "optim.epochs": 2})
+    train(cfg, tmp_path / "run", splits=splits)
+    settings = AuditSettings(router=False, margin_bins=2, timing_batch_sizes=(4,), timing_repeats=1)
+    result = audit_runs(tmp_path / "run", settings, tmp_path / "audit", splits=splits)
+    res = result["runs"][0]["checkpoints"]["selected"]["resilience"]
+    assert res["contrast"] == {
+        "a": 0,
+        "b": [1, 2, 3],
+        "source": "default for 4 classes (class 0 vs every other class)",
+    }
+    assert len(res["test"]["class_means"]) == 4

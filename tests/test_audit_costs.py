@@ -1,0 +1,166 @@
+"""``mask_costs`` counts the FLOPs of what the trainer runs (issue 20), against hand counts.
+
+The defect: a no-grad evaluation forward of ``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer``
+took torch's fused inference kernels, which the FLOP counter does not see, so such a branch cost
+0 FLOPs and the audit printed "branch MACs 0"; a CPU ``nn.LSTM`` (oneDNN kernel) did the same.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from fathom.audit.costs import mask_costs, mask_macs
+from fathom.audit.masks import enumerate_masks
+from fathom.depth import SkippableResidual
+from fathom.errors import FathomError
+
+
+def mm(m: int, k: int, n: int) -> int:
+    """FLOPs of an ``[m, k] @ [k, n]`` product: ``2 m k n``."""
+    return 2 * m * k * n
+
+
+def attention_flops(b: int, s: int, d: int, h: int) -> int:
+    """Self-attention over ``b`` sequences of ``s`` tokens of width ``d`` with ``h`` heads.
+
+    in-projection ``x W_qkv^T`` (``d -> 3d``), per head ``Q K^T`` (``s x d/h x s``) and
+    ``softmax(.) V`` (``s x s x d/h``), out-projection (``d -> d``); softmax and bias not counted.
+    """
+    e = d // h
+    return mm(b * s, d, 3 * d) + b * h * (mm(s, e, s) + mm(s, s, e)) + mm(b * s, d, d)
+
+
+def ffn_flops(b: int, s: int, d: int, ff: int) -> int:
+    """The encoder layer's feed-forward ``linear2(act(linear1(x)))``: ``d -> ff -> d``."""
+    return mm(b * s, d, ff) + mm(b * s, ff, d)
+
+
+class SelfAttention(nn.Module):
+    """``attn(x, x, x)`` as a residual branch (batch-first or sequence-first)."""
+
+    def __init__(self, d: int, h: int, batch_first: bool, need_weights: bool) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, h, batch_first=batch_first)
+        self.need_weights = need_weights
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x, x, x, need_weights=self.need_weights)[0]
+
+
+def _encoder_model(d, h, ff, batch_first, norm_first, need_weights):
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(
+        d, h, ff, dropout=0.1, batch_first=batch_first, norm_first=norm_first
+    )
+    return nn.Sequential(
+        nn.Linear(d, d),
+        SkippableResidual(SelfAttention(d, h, batch_first, need_weights), p=0.2, seed=0),
+        SkippableResidual(layer, p=0.2, seed=1),
+    )
+
+
+@settings(max_examples=25)
+@given(
+    b=st.integers(1, 3),
+    s=st.integers(1, 6),
+    heads=st.sampled_from([1, 2, 4]),
+    e=st.integers(1, 3),
+    ff=st.integers(1, 12),
+    batch_first=st.booleans(),
+    norm_first=st.booleans(),
+    need_weights=st.booleans(),
+)
+@example(b=3, s=5, heads=2, e=4, ff=16, batch_first=True, norm_first=False, need_weights=False)
+def test_attention_and_encoder_branches_cost_the_hand_count(
+    b, s, heads, e, ff, batch_first, norm_first, need_weights
+):
+    d = heads * e
+    model = _encoder_model(d, heads, ff, batch_first, norm_first, need_weights)
+    x = torch.randn((b, s, d) if batch_first else (s, b, d))
+    stem = mm(b * s, d, d)
+    branch = [
+        attention_flops(b, s, d, heads),
+        attention_flops(b, s, d, heads) + ffn_flops(b, s, d, ff),
+    ]
+    costs = mask_costs(model, x)
+    for m, row in enumerate(enumerate_masks(2)):
+        assert costs[m] == stem + sum(c for c, keep in zip(branch, row, strict=True) if keep)
+    assert model.training  # the mode is restored
+
+
+def test_attention_branch_is_not_counted_as_zero_macs():
+    """The audit's branch MACs (checkpoint.py: full minus the one-branch-removed net) > 0."""
+    d, h, ff, s = 8, 2, 16, 5
+    model = _encoder_model(d, h, ff, True, False, False)
+    x = torch.randn(4, s, d)
+    full = mask_macs(model, np.ones((1, 2), dtype=np.uint8), x)[0]
+    singles = np.array([[0, 1], [1, 0]], dtype=np.uint8)
+    branch_macs = [full - m for m in mask_macs(model, singles, x)]
+    assert branch_macs == [
+        attention_flops(1, s, d, h) // 2,
+        (attention_flops(1, s, d, h) + ffn_flops(1, s, d, ff)) // 2,
+    ]
+
+
+RNNS = {"rnn": (nn.RNN, 1), "gru": (nn.GRU, 3), "lstm": (nn.LSTM, 4)}
+
+
+@pytest.mark.parametrize("kind", sorted(RNNS))
+@pytest.mark.parametrize("layers", [1, 2])
+def test_recurrent_branches_cost_their_gate_products(kind, layers):
+    """Per step and layer ``l``: gates ``G h x (in_l + h)`` products, ``G`` = 1 / 3 / 4."""
+    cls, gates = RNNS[kind]
+
+    class Last(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = cls(4, 6, num_layers=layers, batch_first=True)
+            self.out = nn.Linear(6, 4)
+
+        def forward(self, x):
+            return self.out(self.rnn(x)[0])
+
+    torch.manual_seed(0)
+    model = nn.Sequential(SkippableResidual(Last()))
+    b, t, i, hid = 2, 3, 4, 6
+    costs = mask_costs(model, torch.randn(b, t, i))
+    rnn = sum(
+        t * (mm(b, i if layer == 0 else hid, gates * hid) + mm(b, hid, gates * hid))
+        for layer in range(layers)
+    )
+    assert costs.tolist() == [0, rnn + mm(b * t, hid, i)]
+
+
+def test_a_fused_kernel_without_a_formula_is_refused_naming_the_module():
+    """``nn.Bilinear`` runs ``aten._trilinear``, which torch's counter does not count."""
+    torch.manual_seed(0)
+
+    class Bi(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bi = nn.Bilinear(3, 3, 3)
+
+        def forward(self, x):
+            return self.bi(x, x)
+
+    model = nn.Sequential(SkippableResidual(Bi()))
+    before = {k: v.clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
+    flags = (
+        torch.backends.mha.get_fastpath_enabled(),
+        torch.backends.mkldnn.enabled,
+        torch.backends.cudnn.enabled,
+    )
+    with pytest.raises(FathomError, match=r"Sequential\.0\.branch\.bi.*aten\._trilinear"):
+        mask_costs(model, torch.randn(2, 3))
+    after = (
+        torch.backends.mha.get_fastpath_enabled(),
+        torch.backends.mkldnn.enabled,
+        torch.backends.cudnn.enabled,
+    )
+    assert after == flags and model.training and model[0].mask is None
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
