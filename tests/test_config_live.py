@@ -154,7 +154,7 @@ def test_resume_keeps_the_recorded_live_settings(tmp_path: Path, splits, monkeyp
     import fathom.train.loop as loop
 
     real = loop.train
-    monkeypatch.setattr(loop, "train", lambda c, d, **kw: real(c, d, splits=splits, **kw))
+    monkeypatch.setattr(loop, "train", lambda c, d, **kw: real(c, d, **{**kw, "splits": splits}))
     assert main(["train", "--resume", str(tmp_path / "tiny"), "--quiet"]) == 0
     manifest = json.loads((tmp_path / "tiny" / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["live"] == live.model_dump(mode="json")

@@ -60,7 +60,7 @@ def test_flipped_byte_in_resume_state_is_detected(tmp_path, splits):
     data[len(data) // 2] ^= 0x01  # inside the pickled tensors: torch.load alone accepts it
     path.write_bytes(bytes(data))
     with pytest.raises(FathomError, match="resume state .* fails its digest check"):
-        resume(run)
+        resume(run, splits=splits)
     assert RunDir(run).status == "running"  # nothing was written by the refused resume
     with pytest.raises(FathomError, match="fails its digest check"):
         load_resume(path)
@@ -73,7 +73,7 @@ def test_flipped_byte_in_an_epoch_checkpoint_stops_the_resume(tmp_path, splits):
     data[20] ^= 0x01  # in the safetensors header: the tensors alone still hash the same
     path.write_bytes(bytes(data))
     with pytest.raises(FathomError, match="epoch-0001.safetensors' fails its hash check"):
-        resume(run)
+        resume(run, splits=splits)
     problems = RunDir(run).problems(deep=True)
     assert any("epoch-0001" in p for p in problems), problems
 
@@ -103,11 +103,11 @@ def test_two_resumes_cannot_interleave(tmp_path, splits):
         with pytest.raises(
             FathomError, match=f"locked by another fathom process \\(PID {holder.pid}"
         ):
-            resume(run)
+            resume(run, splits=splits)
     finally:
         holder.kill()
         holder.wait()
-    res = resume(run)
+    res = resume(run, splits=splits)
     assert res.status == "complete"
     assert [r["epoch"] for r in res.history] == [0, 1, 2, 3, 4]
     assert not RunDir(run).problems(deep=True)
@@ -166,7 +166,7 @@ def test_resume_truncates_a_torn_tail_and_records_it(tmp_path, splits):
     stray = run / "checkpoints" / ".resume.pt.abc.tmp"
     stray.write_bytes(b"half a file")  # a kill inside an atomic write
     assert any("leftover" in p for p in RunDir(run).problems())
-    res = resume(run)
+    res = resume(run, splits=splits)
     m = RunDir(run).manifest
     events = {e["event"]: e for e in m["recovery"]}
     assert events["history_lines_unreadable"]["lines"] == [4]
@@ -190,8 +190,8 @@ def test_source_change_on_resume_is_refused_unless_allowed(tmp_path, splits, mon
     original = RunDir(run).manifest["source_hash"]
     monkeypatch.setattr("fathom.train.loop.source_hash", lambda: "f" * 64)
     with pytest.raises(FathomError, match="source changed .* --allow-source-change"):
-        resume(run)
-    res = resume(run, allow_source_change=True)
+        resume(run, splits=splits)
+    res = resume(run, allow_source_change=True, splits=splits)
     m = RunDir(run).manifest
     assert res.status == "complete"
     assert m["source_hash"] == original  # the hash the run started with is kept

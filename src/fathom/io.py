@@ -97,9 +97,14 @@ def read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[int]
     A line that is not terminated by a newline, is not UTF-8, does not parse or is not a
     JSON object is a truncated or damaged write: it is reported, never accepted.
     """
-    rows: list[dict[str, Any]] = []
+    return parse_jsonl(Path(path).read_bytes() if Path(path).exists() else b"")
+
+
+def parse_jsonl(data: bytes) -> tuple[list[Any], list[int]]:
+    """The complete JSON lines of ``data`` and the (1-based) numbers of torn ones
+    (unterminated, not UTF-8, not JSON or not an object; see :func:`read_jsonl`)."""
+    rows: list[Any] = []
     bad: list[int] = []
-    data = Path(path).read_bytes() if Path(path).exists() else b""
     lines = data.split(b"\n")
     complete, tail = lines[:-1], lines[-1]
     for i, line in enumerate(complete, start=1):

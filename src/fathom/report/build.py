@@ -82,6 +82,7 @@ def build_report(
     tables = crossrun_tables(runs, reference, curvature, alignment)
     masks = mask_payload(audit, root / "audit", {r.run_id: r for r in runs}) if audit else None
 
+    notes += [f"{r.run_id}: recovered: {x}" for r in runs for x in r.recovery]  # repairs
     title = f"Fathom report: {root.resolve().name}"
     html_path = out_dir / "report.html"
     atomic_write_text(

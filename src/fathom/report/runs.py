@@ -32,6 +32,7 @@ class RunData:
     flagged_lines: list[int] = field(default_factory=list)
     flag_reasons: list[str] = field(default_factory=list)
     history_sha256: str | None = None
+    recovery: list[str] = field(default_factory=list)  # what writers repaired (RunDir)
 
     @property
     def config(self) -> Mapping[str, Any]:
@@ -111,6 +112,7 @@ def run_data(rd: RunDir) -> RunData:
         flagged_lines=list(bad),
         flag_reasons=reasons,
         history_sha256=sha256_file(hist) if hist.exists() else None,
+        recovery=rd.recovery_notes(),
     )
 
 

@@ -31,11 +31,39 @@ RESUME_MAGIC = b"FATHOM-RESUME-1\n"
 
 
 def encode_weights(state: dict[str, torch.Tensor], metadata: dict[str, Any]) -> tuple[bytes, str]:
-    """Safetensors bytes of ``state`` (metadata gains ``params_sha256``) and that digest."""
+    """Safetensors bytes of ``state`` (metadata gains ``params_sha256``) and that digest.
+
+    The bytes are a function of ``state`` and ``metadata`` alone (:func:`canonical_header`):
+    identical runs write identical files, so recorded file digests reproduce.
+    """
     digest = state_dict_digest(state)
     meta = {k: str(v) for k, v in metadata.items()}
     meta["params_sha256"] = digest
-    return st_save(state, metadata=meta), digest
+    return canonical_header(st_save(state, metadata=meta)), digest
+
+
+def canonical_header(data: bytes) -> bytes:
+    """``data`` (a safetensors blob) with its JSON header written deterministically.
+
+    safetensors serializes ``__metadata__`` from a hash map whose order changes from one
+    process to the next; the tensor bytes and their offsets are deterministic. The header is
+    rewritten as compact JSON: ``__metadata__`` first with sorted keys, then the tensors in
+    the order of their offsets, padded with spaces to a multiple of 8 bytes (the format's
+    alignment), preceded by its 8-byte little-endian length.
+    """
+    import json
+
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + n])
+    meta = header.pop("__metadata__", None)
+    ordered: dict[str, Any] = {}
+    if meta is not None:
+        ordered["__metadata__"] = dict(sorted(meta.items()))
+    for name in sorted(header, key=lambda k: (header[k]["data_offsets"], k)):
+        ordered[name] = header[name]
+    text = json.dumps(ordered, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + data[8 + n :]
 
 
 def save_weights(path: Path, state: dict[str, torch.Tensor], metadata: dict[str, Any]) -> str:

@@ -33,10 +33,12 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _holder(path: Path) -> dict:
+    """The holder record of a lock file; ``{}`` when it is empty, unreadable or garbage."""
     try:
-        return json.loads(path.read_text() or "{}")
-    except (OSError, json.JSONDecodeError):
+        holder = json.loads(path.read_bytes() or b"{}")
+    except (OSError, ValueError):  # ValueError: not UTF-8, not JSON
         return {}
+    return holder if isinstance(holder, dict) else {}
 
 
 class DirLock:

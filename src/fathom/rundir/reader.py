@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from fathom.errors import FathomError
 from fathom.io import read_jsonl
 from fathom.rundir.kinds import config_validator
-from fathom.rundir.manifest import check_manifest
+from fathom.rundir.manifest import check_manifest, describe_recovery
 
 if TYPE_CHECKING:  # reading the manifest and history needs no torch (`fathom study status`)
     import torch
@@ -42,8 +42,8 @@ class RunDir:
                 "pass a directory created by `fathom train` or `fathom study run`"
             )
         try:
-            manifest = json.loads(mpath.read_text())
-        except json.JSONDecodeError as e:
+            manifest = json.loads(mpath.read_bytes())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise FathomError(f"{str(mpath)!r} is corrupt ({e}); the run cannot be read") from None
         except OSError as e:
             from fathom.rundir.errors import os_error
@@ -174,13 +174,12 @@ class RunDir:
         ]
         if deep:
             entries = [(f"epoch {e}", c) for e, c in self.manifest.get("checkpoints", {}).items()]
-            if self.manifest.get("selected_checkpoint"):
-                entries.append(("selected", self.manifest["selected_checkpoint"]))
             for label, entry in entries:
                 try:
                     self.verify_entry(entry, label)
                 except FathomError as e:
                     out.append(str(e))
+            out += self._selected_problems()
             resume = self.path / "checkpoints" / "resume.pt"
             if resume.exists():
                 try:
@@ -188,6 +187,40 @@ class RunDir:
                 except FathomError as e:
                     out.append(str(e))
         return out
+
+    def _selected_problems(self) -> list[str]:
+        """The selected weights against their entry. A running run stopped inside an epoch
+        may hold a later selection of its own (not yet committed, see
+        :func:`fathom.rundir.resume.newer_selected`): that is its normal state, not damage."""
+        from fathom.rundir import files
+        from fathom.rundir.resume import newer_selected
+
+        entry = self.manifest.get("selected_checkpoint")
+        if not entry:
+            return []
+        try:
+            self.verify_entry(entry, "selected")
+            return []
+        except FathomError as e:
+            problem = str(e)
+        if self.status == "running":
+            try:
+                _state, meta = files.load_weights(self.path / entry["file"])
+            except FathomError as e:
+                return [str(e)]
+            if newer_selected(meta, self.manifest, entry):
+                return []
+        return [problem]
+
+    def recovery(self) -> list[dict[str, Any]]:
+        """What writers found and repaired in this run (``manifest["recovery"]``), in order:
+        each ``{"event", ...details}`` (see ``docs/architecture.md``, Integrity)."""
+        events = self.manifest.get("recovery") or []
+        return [dict(e) for e in events if isinstance(e, dict)]
+
+    def recovery_notes(self) -> list[str]:
+        """:meth:`recovery` as sentences (:func:`fathom.rundir.manifest.describe_recovery`)."""
+        return [describe_recovery(e) for e in self.recovery()]
 
     # -- models and data (kind "run") ----------------------------------------------------
     def _require_kind(self, what: str) -> None:

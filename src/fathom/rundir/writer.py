@@ -27,12 +27,23 @@ from typing import Any
 import torch
 
 from fathom.errors import FathomError
-from fathom.io import atomic_write_bytes, atomic_write_json, dumps, read_jsonl, sha256_bytes
+from fathom.io import atomic_write_bytes, atomic_write_json, dumps, parse_jsonl, sha256_bytes
 from fathom.rundir import files
 from fathom.rundir.errors import failure_record, os_error
 from fathom.rundir.interrupts import uninterrupted
 from fathom.rundir.lock import DirLock
-from fathom.rundir.manifest import note_recovery, seal
+from fathom.rundir.manifest import check_manifest, note_recovery, seal
+from fathom.rundir.resume import (
+    RESTART_REASON,
+    bind,
+    check_binding,
+    check_selected,
+    history_record,
+    restart_allowed,
+    source_changed,
+    unchanged_inputs,
+    verified_history,
+)
 
 #: Fields a resumed run keeps from its manifest on disk (they describe the run's origin).
 KEPT_ON_RESUME = ("kind", "phase", "source_hash", "source_changes", "recovery")
@@ -50,6 +61,8 @@ class RunWriter:
         self._hist_bytes = 0
         self._hist_rows = 0
         self._disk: dict[str, Any] | None = None
+        self._restart = False
+        self._cut: bytes | None = None  # the verified history a resume cuts back to
 
     # -- opening -------------------------------------------------------------------------
     def acquire(self) -> RunWriter:
@@ -79,23 +92,34 @@ class RunWriter:
         return self
 
     def start(self, manifest: dict[str, Any]) -> None:
-        """Begin a new run: refuse a directory that already holds one; empty history."""
+        """Begin a new run: refuse a directory that already holds one; empty history.
+
+        After :meth:`resume` found a run stopped before its first epoch boundary
+        (:func:`~fathom.rundir.resume.restart_allowed`), the run starts over it (recorded).
+        """
         self._require_lock()
-        if (self.path / "manifest.json").exists():
+        if (self.path / "manifest.json").exists() and not self._restart:
             raise FathomError(
                 f"run directory {str(self.path)!r} already holds a run; use --resume to continue "
                 "it or choose another --name/--runs-dir"
             )
-        self._guard("write history.jsonl", (self.path / "history.jsonl").write_bytes, b"")
+        self._guard("write history.jsonl", atomic_write_bytes, self.path / "history.jsonl", b"")
+        self._hist, self._hist_bytes, self._hist_rows = hashlib.sha256(), 0, 0
+        self._disk = None  # a restart keeps nothing of the stopped attempt but its record
         self._begin(manifest)
 
-    def resume(self, *, source_hash: str, allow_source_change: bool = False) -> dict[str, Any]:
-        """Continue the run on disk; return its verified resume state.
+    def resume(
+        self, *, source_hash: str, allow_source_change: bool = False
+    ) -> dict[str, Any] | None:
+        """Continue the run on disk; return its verified resume state (``None``: restart).
 
-        Checks, in order: the manifest digest; the resume state's digest; every epoch
-        checkpoint the state lists (and the selected one); the source hash (a change is
-        refused unless ``allow_source_change``, then recorded). The history is cut back to
-        the resume epoch; dropped rows and torn lines are recorded under ``recovery``.
+        Checks, in order: the manifest digest; the resume state's digest and its binding to
+        this run (:func:`~fathom.rundir.resume.check_binding`); the source hash (a change is
+        refused unless ``allow_source_change``, then recorded); every epoch checkpoint the
+        state lists (and the selected one); the history rows up to the resume point against
+        the digest the state recorded. Rows after it are cut; they and torn lines among them
+        are recorded under ``recovery``. A run with no resume state and no completed epoch
+        returns ``None``: the caller starts it again (:meth:`start`, recorded).
         """
         from fathom.rundir.reader import RunDir
 
@@ -104,70 +128,54 @@ class RunWriter:
         self._disk = rd.manifest
         if rd.status == "complete":
             raise FathomError(f"run {str(self.path)!r} is already complete; nothing to resume")
-        state = files.load_resume(self.path / "checkpoints" / "resume.pt")
-        self._check_source(source_hash, allow_source_change, int(state["epoch"]))
-        for epoch, entry in sorted(state.get("checkpoints", {}).items(), key=lambda kv: int(kv[0])):
-            rd.verify_entry(entry, f"epoch {epoch}")
-        if state.get("selected_ckpt"):
-            self._check_selected(rd, state["selected_ckpt"], int(state["epoch"]))
-        self._truncate_history(int(state["epoch"]))
+        if "integrity" not in rd.manifest:
+            raise FathomError(
+                f"manifest.json of {str(self.path)!r} has no digests (not written by fathom): "
+                "what a resume continues from cannot be verified; train the run again"
+            )
+        path = self.path / "checkpoints" / "resume.pt"
+        if not path.exists() and restart_allowed(rd.manifest, self.path):
+            self._restart = True
+            self._pending.append(("restarted", {"reason": RESTART_REASON, "found": rd.status}))
+            return None
+        state = files.load_resume(path)
+        check_binding(state, rd.manifest, self.path)
+        epoch = int(state["epoch"])
+        if source_changed(rd.manifest, source_hash, allow_source_change, epoch, self.path):
+            self._pending.append(("source_changed", rd.manifest["source_changes"][-1]))
+        for key, entry in sorted(state.get("checkpoints", {}).items(), key=lambda kv: int(kv[0])):
+            rd.verify_entry(entry, f"epoch {key}")
+        later = check_selected(rd, state.get("selected_ckpt"), epoch)
+        if later is not None:
+            self._pending.append(
+                ("selected_beyond_resume_point", {"epoch": later, "resume": epoch})
+            )
+        self._verify_history(state["history"], epoch)
         return state
 
-    def _check_selected(self, rd: Any, entry: dict[str, Any], epoch: int) -> None:
-        """The selected weights match the resume state, or were written after it.
-
-        ``selected.safetensors`` is rewritten whenever validation CE improves, so after a
-        kill it may hold a later epoch than the resume state: that file must still pass
-        its own digest and say so; the replayed epochs rewrite it identically.
-        """
-        try:
-            rd.verify_entry(entry, "selected")
-            return
-        except FathomError:
-            _state, meta = files.load_weights(self.path / entry["file"])
-        later = int(meta.get("epoch", -1))
-        if later <= epoch:
-            raise FathomError(
-                f"checkpoint {entry['file']!r} of run {str(self.path)!r} holds epoch {later}, "
-                f"not the selected epoch {entry['epoch']} of the resume state: the run directory "
-                "was modified; restore it or train again"
-            )
-        self._pending.append(("selected_beyond_resume_point", {"epoch": later, "resume": epoch}))
-
-    def _check_source(self, current: str, allow: bool, epoch: int) -> None:
-        recorded = (self._disk or {}).get("source_hash")
-        if recorded is None or recorded == current:
-            return
-        if not allow:
-            raise FathomError(
-                f"the fathom source changed since run {str(self.path)!r} started (recorded "
-                f"source hash {recorded[:12]}…, now {current[:12]}…): resuming would mix two "
-                "code versions in one run. Restore the original source, start a new run, or "
-                "pass --allow-source-change to continue anyway (recorded in the manifest)"
-            )
-        changes = list((self._disk or {}).get("source_changes") or [])
-        changes.append({"from_epoch": epoch, "source_hash": current})
-        assert self._disk is not None
-        self._disk["source_changes"] = changes
-        self._pending.append(("source_changed", {"from_epoch": epoch, "source_hash": current}))
-
-    def _truncate_history(self, epoch: int) -> None:
+    def _verify_history(self, record: Any, epoch: int) -> None:
+        """Verify the rows up to the resume point; the rows after it are cut (and recorded)
+        by :meth:`begin_resumed`, once every check has passed: a refusal changes nothing."""
         path = self.path / "history.jsonl"
-        rows, bad = read_jsonl(path)
-        kept = [r for r in rows if isinstance(r.get("epoch"), int) and r["epoch"] <= epoch]
-        if bad:
-            self._pending.append(
-                ("history_lines_unreadable", {"lines": bad, "resumed_from": epoch})
-            )
-        if len(kept) < len(rows):
-            dropped = [r.get("epoch") for r in rows if r not in kept]
-            self._pending.append(
-                ("history_truncated", {"to_epoch": epoch, "dropped_epochs": dropped})
-            )
-        data = "".join(dumps(r) + "\n" for r in kept).encode()
-        self._guard("rewrite history.jsonl", atomic_write_bytes, path, data)
-        self._hist = hashlib.sha256(data)
-        self._hist_bytes, self._hist_rows = len(data), len(kept)
+        data = self._guard("read history.jsonl", _read_or_none, path)
+        kept = verified_history(data, record, self.path, epoch)
+        assert data is not None
+        rest = data[len(kept) :]
+        if rest:
+            rows, bad = parse_jsonl(rest)
+            if bad:
+                lines = [record["rows"] + n for n in bad]
+                self._pending.append(
+                    ("history_lines_unreadable", {"lines": lines, "resumed_from": epoch})
+                )
+            if rows:
+                dropped = [r.get("epoch") if isinstance(r, dict) else None for r in rows]
+                self._pending.append(
+                    ("history_truncated", {"to_epoch": epoch, "dropped_epochs": dropped})
+                )
+            self._cut = kept
+        self._hist = hashlib.sha256(kept)
+        self._hist_bytes, self._hist_rows = len(kept), int(record["rows"])
 
     def _begin(self, manifest: dict[str, Any]) -> None:
         if self._disk is not None:
@@ -183,10 +191,28 @@ class RunWriter:
         self.commit()
 
     def begin_resumed(self, manifest: dict[str, Any]) -> None:
-        """Adopt ``manifest`` (rebuilt by the trainer) for a resumed run and commit it."""
+        """Adopt ``manifest`` (rebuilt by the trainer) for a resumed run and commit it.
+
+        Refused when what the run continues with differs from what it was started with
+        (:func:`~fathom.rundir.resume.unchanged_inputs`: dataset content, thread count).
+        """
         if self._disk is None:
             raise FathomError("begin_resumed() needs resume() first")
+        unchanged_inputs(self._disk, manifest, self.path)
+        if self._cut is not None:
+            path = self.path / "history.jsonl"
+            self._guard("rewrite history.jsonl", atomic_write_bytes, path, self._cut)
+            self._cut = None
         self._begin(manifest)
+
+    @property
+    def recorded(self) -> dict[str, Any] | None:
+        """The manifest found on disk by :meth:`resume` (``None`` for a new run)."""
+        return self._disk
+
+    def note(self, event: str, **details: Any) -> None:
+        """Record ``event`` under ``recovery`` at the next :meth:`start` / :meth:`begin_resumed`."""
+        self._pending.append((event, details))
 
     # -- writing -------------------------------------------------------------------------
     def row(self, row: dict[str, Any]) -> None:
@@ -221,21 +247,26 @@ class RunWriter:
         }
 
     def save_resume(self, state: dict[str, Any]) -> str:
-        """``checkpoints/resume.pt`` (self-verifying); returns its payload digest."""
+        """``checkpoints/resume.pt`` (self-verifying), bound to this run and to the history
+        written so far (:func:`~fathom.rundir.resume.bind`); returns its payload digest."""
         self._require_lock()
+        assert self.manifest is not None
         path = self.path / "checkpoints" / "resume.pt"
-        return self._guard("write the resume state", files.save_resume, path, state)
+        bound = bind(state, self.manifest, self._history_record())
+        return self._guard("write the resume state", files.save_resume, path, bound)
+
+    def _history_record(self) -> dict[str, Any]:
+        return history_record(self._hist, self._hist_bytes, self._hist_rows)
 
     def commit(self) -> None:
         """Write the manifest atomically, sealed with the history digest."""
         self._require_lock()
         assert self.manifest is not None
-        self.manifest.setdefault("integrity", {})["history"] = {
-            "bytes": self._hist_bytes,
-            "rows": self._hist_rows,
-            "sha256": self._hist.hexdigest(),
-        }
+        self.manifest.setdefault("integrity", {})["history"] = self._history_record()
         seal(self.manifest)
+        check_manifest(
+            self.manifest, "the manifest being written"
+        )  # never write what no reader reads
         self._guard(
             "write manifest.json", atomic_write_json, self.path / "manifest.json", self.manifest
         )
@@ -272,6 +303,7 @@ class RunWriter:
                 f"`fathom train --resume {self.path}`"
             )
             err.errno = getattr(e, "errno", None)  # type: ignore[attr-defined]
+            err.__dict__.update(vars(e))  # what callers attached (errno, advice given)
             return err
         finally:
             self.close()
@@ -300,3 +332,7 @@ class RunWriter:
             return fn(*args)
         except OSError as e:
             raise os_error(e, doing) from None
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    return path.read_bytes() if path.exists() else None

@@ -97,8 +97,21 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
             f"run id {args.run_id!r} exists in studies {[r['study'] for r in rows]}; pass --study"
         )
     reg = _registry(args)
-    print(json.dumps({**rows[0], "path": str(reg.run_dir(rows[0]))}, indent=2))
+    path = reg.run_dir(rows[0])
+    print(json.dumps({**rows[0], "path": str(path), **run_directory_state(path)}, indent=2))
     return 0
+
+
+def run_directory_state(path: Any) -> dict[str, Any]:
+    """What the run directory itself says beside its registry row: ``recovery`` (what
+    writers found and repaired, as sentences) and ``problems`` (integrity problems now)."""
+    from fathom.rundir import RunDir
+
+    try:
+        rd = RunDir(path)
+    except FathomError as e:
+        return {"recovery": None, "problems": [str(e)]}
+    return {"recovery": rd.recovery_notes(), "problems": rd.problems()}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

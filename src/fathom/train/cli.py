@@ -75,7 +75,8 @@ def recorded_live(run_dir: Path) -> LiveConfig:
 
 def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
-        ignored = [f"--{k}" for k in ("set", "name") if getattr(args, k, None)]
+        given = ("set", "name", "device", "runs_dir")
+        ignored = [f"--{k.replace('_', '-')}" for k in given if getattr(args, k, None)]
         if ignored:
             raise FathomError(
                 f"{' and '.join(ignored)} cannot change a run being resumed: --resume continues "
@@ -92,7 +93,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         tracking = live_settings(recorded_live(run_dir), args.live)
     else:
         cfg = config_from_args(args)
-        run_dir = Path(args.runs_dir) / cfg.study / cfg.name
+        run_dir = Path(args.runs_dir or "runs") / cfg.study / cfg.name
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
     from fathom.export.live import LiveTracker, fan_out  # torch: only once the input is valid
@@ -156,7 +157,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="override a config key, e.g. optim.lr=0.03",
     )
-    p.add_argument("--runs-dir", default="runs", help="parent of <study>/<name> (default: runs)")
+    p.add_argument("--runs-dir", help="parent of <study>/<name> (default: runs)")
     p.add_argument("--name", help="run name (directory under runs/<study>/)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"])
     p.add_argument(

@@ -27,6 +27,7 @@ from fathom.io import config_digest, read_jsonl, state_dict_digest
 from fathom.provenance import resolve_device, source_hash
 from fathom.rundir import RunDir, RunWriter, uninterrupted
 from fathom.train.checkpoint import cpu_state, extra_state, load_cpu_state, load_extra_state
+from fathom.train.guards import disk_full_advice, recorded_threads
 from fathom.train.manifest import split_classes
 from fathom.train.observe import eval_due, observe, sync
 from fathom.train.plan import plan_epoch
@@ -127,13 +128,14 @@ def train(
     if resume:
         check_resumable(run_dir, cfg)  # before locking: never create a missing directory
     writer = RunWriter(run_dir).acquire()
+    s = None
     try:
         state = None
-        if resume:
+        if resume:  # None: a run stopped inside epoch 0 starts again (recorded)
             state = writer.resume(
                 source_hash=source_hash(), allow_source_change=allow_source_change
             )
-        with matmul_precision(cfg.execution.precision, device):
+        with matmul_precision(cfg.execution.precision, device), recorded_threads(writer):
             s = build_session(cfg, writer, device, splits, telemetry, progress, t_invocation, phase)
             if state is None:
                 begin(s)
@@ -146,12 +148,19 @@ def train(
         writer.interrupted()  # status stays "running": the run can be resumed
         raise
     except Exception as e:  # a full disk at epoch 0, a corrupt file: recorded, then raised
-        unrecorded = writer.record_failure(e)
-        if unrecorded is not None:
-            raise unrecorded from None
-        raise
+        raise_recorded(writer, disk_full_advice(e, s, run_dir), e)
     finally:
         writer.close()
+
+
+def raise_recorded(writer: RunWriter, e: BaseException, original: BaseException) -> None:
+    """Record the failure ``e`` (``original`` with advice added, or itself), then raise it."""
+    unrecorded = writer.record_failure(e)  # type: ignore[arg-type]
+    if unrecorded is not None:
+        raise unrecorded from None
+    if e is original:
+        raise original
+    raise e from None
 
 
 def begin(s: Session) -> None:
@@ -304,10 +313,7 @@ def fit(s: Session) -> RunResult:
         raise
     except Exception as e:
         s.refresh_manifest(cut_short=True)
-        unrecorded = s.writer.record_failure(e)
-        if unrecorded is not None:
-            raise unrecorded from None
-        raise
+        raise_recorded(s.writer, disk_full_advice(e, s, s.run_dir), e)
     final_hash = None
     if status == "complete":
         final_hash = state_dict_digest(cpu_state(s.model))
@@ -328,10 +334,13 @@ def resume(
     telemetry: bool | None = None,
     allow_source_change: bool = False,
     live: LiveConfig | None = None,
+    splits: DataSplits | None = None,
 ) -> RunResult:
     """Continue an interrupted run from its last resume state; ends byte-identical.
 
     ``live``: the live-tracking settings to record for this invocation (they never train).
+    ``splits``: the data given to :func:`train` when the run was started with data of its
+    own (checked against the recorded data digests like data read from the config).
     """
     rd = RunDir(run_dir)
     cfg = validate_run_config(rd.manifest["config"], origin=f"{run_dir}/manifest.json")
@@ -340,6 +349,7 @@ def resume(
     return train(
         cfg,
         run_dir,
+        splits=splits,
         resume=True,
         progress=progress,
         telemetry=telemetry,

@@ -6,6 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from fathom.data import DataSplits
+from fathom.io import tensor_digest
+
+SPLIT_TENSORS = ("fit_x", "fit_y", "val_x", "val_y", "test_x", "test_y")
+
+
+def splits_digest(splits: DataSplits) -> str:
+    """``tensors_sha256``: :func:`fathom.io.tensor_digest` of the six split tensors as the
+    run trains and evaluates on them (names, dtypes, shapes, bytes; in :data:`SPLIT_TENSORS`
+    order). It covers the data's content whatever its source (files, a factory, tensors
+    given in memory), where ``split_hash`` covers only how it was split."""
+    return tensor_digest((name, getattr(splits, name)) for name in SPLIT_TENSORS)
 
 
 def split_classes(splits: DataSplits) -> int:
@@ -13,7 +24,8 @@ def split_classes(splits: DataSplits) -> int:
 
 
 def dataset_record(splits: DataSplits, cfg) -> dict[str, Any]:
-    """The manifest's ``data`` section: files and their hashes, split, sizes, shapes."""
+    """The manifest's ``data`` section: files and their content hashes, split, the split
+    tensors' digest (:func:`splits_digest`), sizes, shapes."""
     info = dict(splits.info)
     info["classes"] = split_classes(splits)
     info["in_features"] = int(splits.fit_x[0].numel())
@@ -25,6 +37,7 @@ def dataset_record(splits: DataSplits, cfg) -> dict[str, Any]:
         "split_mode": info.get("mode", cfg.data.split),
         "split_seed": cfg.data.split_seed,
         "split_hash": splits.split_hash,
+        "tensors_sha256": splits_digest(splits),
         "sizes": {
             "fit": int(splits.fit_y.shape[0]),
             "val": int(splits.val_y.shape[0]),

@@ -1,0 +1,353 @@
+"""Resume verifies everything it continues from (issue 22, resume integrity).
+
+Each test is one way a resume used to turn a damaged directory into a run that verifies:
+history rows changed or lost, a resume state from another run, a thread count or dataset
+that changed, options it ignored, a renamed digest key, an epoch-0 stop that could not be
+resumed, advice that could not work. Interrupted runs are made by kill points
+(:mod:`kill_points`: an injected failure at an exact ``os.replace``/``fsync``), never sleeps.
+The template run is killed while writing epoch 3's resume state: its resume state is that of
+epoch 2, its history holds rows 0..3.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import synthetic_splits, tiny_config
+from fathom.cli import main
+from fathom.errors import FathomError
+from fathom.rundir import RunDir, load_resume, load_weights, save_resume
+from fathom.train.loop import resume, train
+from kill_points import copy_run, kill_at, killed_run, snapshot
+
+EPOCHS = 4
+CFG = {"optim.epochs": EPOCHS, "checkpoints.save_epochs": [0, 2, EPOCHS]}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic_splits()
+
+
+@pytest.fixture(scope="module")
+def reference(data, tmp_path_factory) -> str:
+    res = train(tiny_config(**CFG), tmp_path_factory.mktemp("ref") / "run", splits=data)
+    assert res.status == "complete"
+    return res.final_params
+
+
+@pytest.fixture(scope="module")
+def template(data, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("template") / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        killed_run(mp, tiny_config(**CFG), run, data, "replace", "resume.pt", n=4)
+    assert load_resume(run / "checkpoints" / "resume.pt")["epoch"] == 2
+    assert [r["epoch"] for r in RunDir(run).history()] == [0, 1, 2, 3]
+    return run
+
+
+@pytest.fixture
+def run(template, tmp_path) -> Path:
+    return copy_run(template, tmp_path / "run")
+
+
+def refused(run: Path, data, match: str) -> FathomError:
+    """``resume`` raises a ``FathomError`` matching ``match`` and leaves every file as it was."""
+    before = snapshot(run)
+    with pytest.raises(FathomError, match=match) as info:
+        resume(run, splits=data)
+    assert snapshot(run) == before, "a refusal must not change the run directory"
+    return info.value
+
+
+def lines(run: Path) -> list[bytes]:
+    return (run / "history.jsonl").read_bytes().splitlines(keepends=True)
+
+
+def set_lines(run: Path, new: list[bytes]) -> None:
+    (run / "history.jsonl").write_bytes(b"".join(new))
+
+
+# -- 1. the history up to the resume point is verified -------------------------------------
+def change_a_value(run: Path) -> None:
+    rows = lines(run)
+    row = json.loads(rows[1])
+    row["val/acc"] = 0.99
+    rows[1] = (json.dumps(row) + "\n").encode()
+    set_lines(run, rows)
+
+
+HISTORY_DAMAGE = {
+    "a changed value": change_a_value,
+    "an emptied history": lambda run: set_lines(run, []),
+    "a deleted history": lambda run: (run / "history.jsonl").unlink(),
+    "a deleted middle line": lambda run: set_lines(
+        run, [r for i, r in enumerate(lines(run)) if i != 1]
+    ),
+    "a duplicated row": lambda run: set_lines(
+        run, [*lines(run)[:2], lines(run)[1], *lines(run)[2:]]
+    ),
+    "a torn row before the resume point": lambda run: set_lines(
+        run, [lines(run)[0], lines(run)[1][:-9], *lines(run)[2:]]
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", list(HISTORY_DAMAGE))
+def test_damaged_history_up_to_the_resume_point_is_refused(run, data, damage):
+    HISTORY_DAMAGE[damage](run)
+    err = refused(run, data, "cannot resume .*history.jsonl")
+    assert "Restore history.jsonl from a copy" in str(err) and "epoch(s) are lost" in str(err)
+    assert RunDir(run).status == "running"  # never sealed as complete
+
+
+def test_rows_after_the_resume_point_are_cut_and_shown(run, data, reference, capsys):
+    with open(run / "history.jsonl", "ab") as f:
+        f.write(b'{"epoch": 4, "val/acc": 0.')  # torn: a kill inside the next row's write
+    res = resume(run, splits=data)
+    assert res.final_params == reference
+    assert [r["epoch"] for r in res.history] == list(range(EPOCHS + 1))
+    events = {e["event"]: e for e in RunDir(run).recovery()}
+    assert events["history_truncated"]["dropped_epochs"] == [3]
+    assert events["history_lines_unreadable"]["lines"] == [5]
+    assert RunDir(run).problems(deep=True) == []
+
+
+# -- 2. the resume state is bound to its run ----------------------------------------------
+def test_checkpoints_of_an_identical_run_at_another_lr_are_refused(run, data, tmp_path):
+    import shutil
+
+    other = tmp_path / "other" / "run"  # the same run id, another learning rate
+    with pytest.MonkeyPatch.context() as mp:
+        killed_run(
+            mp, tiny_config(**CFG, **{"optim.lr": 0.03}), other, data, "replace", "resume.pt", 4
+        )
+    shutil.rmtree(run / "checkpoints")
+    shutil.copytree(other / "checkpoints", run / "checkpoints")
+    refused(run, data, "belongs to another run: its config_hash")
+
+
+def test_a_resume_state_without_its_binding_is_refused(run, data):
+    path = run / "checkpoints" / "resume.pt"
+    state = load_resume(path)
+    for key in ("format", "run_id", "config_hash", "history"):
+        del state[key]
+    save_resume(path, state)  # as an older fathom wrote it: no binding
+    refused(run, data, "has no run binding .* older fathom")
+
+
+def test_a_resume_state_at_an_epoch_the_manifest_cannot_have_is_refused(run, data):
+    path = run / "checkpoints" / "resume.pt"
+    state = load_resume(path)
+    save_resume(path, {**state, "epoch": 0})  # a state kept from an earlier moment
+    refused(run, data, "resume state .* is at epoch 0 but the manifest records 2")
+
+
+# -- 3. what resume must not let change silently ------------------------------------------
+def test_resume_uses_the_recorded_thread_count(run, data, reference):
+    seen: list[int] = []
+    torch.set_num_threads(2)
+    try:
+        res = train(
+            tiny_config(**CFG),
+            run,
+            splits=data,
+            resume=True,
+            progress=lambda event, info: seen.append(torch.get_num_threads()),
+        )
+        assert torch.get_num_threads() == 2  # the caller's count is given back
+    finally:
+        torch.set_num_threads(1)
+    assert set(seen) == {1} and res.final_params == reference
+    m = RunDir(run).manifest
+    assert m["environment"]["threads"] == 1
+    events = [e for e in RunDir(run).recovery() if e["event"] == "threads_set_to_recorded"]
+    assert events == [{"event": "threads_set_to_recorded", "recorded": 1, "found": 2}]
+
+
+def test_changed_dataset_content_is_refused(run, data):
+    relabelled = synthetic_splits()
+    relabelled.fit_y[0] = (relabelled.fit_y[0] + 1) % 10  # same files, same split, one label
+    refused(run, relabelled, r"data.tensors_sha256 recorded")
+
+
+def test_changed_dataset_file_is_refused(tmp_path):
+    import numpy as np
+
+    npz = tmp_path / "features.npz"
+    g = np.random.default_rng(0)
+    x, y = g.normal(size=(240, 12)).astype("float32"), g.integers(0, 3, 240)
+    np.savez(npz, x=x, y=y)
+    sets = ["data.dataset=tensors", f"data.path={npz}", "model.widths=[8, 8]"]
+    args = ["train", "--runs-dir", str(tmp_path / "runs"), "--name", "t", "--quiet"]
+    args += [a for s in [*sets, "optim.epochs=2", "device=cpu"] for a in ("--set", s)]
+    with pytest.MonkeyPatch.context() as mp:
+        kill_at(mp, "replace", "resume.pt", 2)
+        with pytest.raises(BaseException, match="killed at replace"):
+            main(args)
+    run = next((tmp_path / "runs").glob("*/t"))
+    y[0] = (y[0] + 1) % 3  # relabelled between the kill and the resume
+    np.savez(npz, x=x, y=y)
+    assert main(["train", "--resume", str(run), "--quiet"]) == 2
+    assert RunDir(run).status == "running"
+
+
+@pytest.mark.parametrize(
+    ("option", "value"), [("--device", "cpu"), ("--runs-dir", "elsewhere"), ("--name", "x")]
+)
+def test_options_a_resume_would_ignore_are_refused(run, option, value, capsys):
+    before = snapshot(run)
+    assert main(["train", "--resume", str(run), option, value, "--quiet"]) == 2
+    assert f"{option} cannot change a run being resumed" in capsys.readouterr().err
+    assert snapshot(run) == before
+
+
+# -- 4. readers cannot be switched off ----------------------------------------------------
+@pytest.mark.parametrize(
+    ("path", "renamed"),
+    [(("integrity",), "manifest_sha256"), (("integrity", "history"), "sha256")],
+)
+def test_a_renamed_digest_key_is_reported(run, path, renamed):
+    m = json.loads((run / "manifest.json").read_text())
+    section = m
+    for key in path:
+        section = section[key]
+    section[renamed[:-1] + "7"] = section.pop(renamed)  # one byte renamed
+    (run / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(FathomError, match=f"lacks key {renamed!r}"):
+        RunDir(run)
+
+
+def test_selected_weights_newer_than_the_manifest_are_not_called_corrupt(data, tmp_path):
+    # killed at the commit of epoch 2's manifest: selected.safetensors already holds epoch 2
+    run = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        killed_run(mp, tiny_config(**CFG), run, data, "replace", "manifest.json", n=4)
+    rd = RunDir(run)
+    sel = run / rd.manifest["selected_checkpoint"]["file"]
+    assert rd.manifest["selected_checkpoint"]["epoch"] < 2 == int(load_weights(sel)[1]["epoch"])
+    assert rd.problems(deep=True) == []
+    data_bytes = bytearray(sel.read_bytes())
+    data_bytes[-3] ^= 0x10  # a flipped weight byte is still corrupt
+    sel.write_bytes(bytes(data_bytes))
+    assert any("selected" in p for p in RunDir(run).problems(deep=True))
+
+
+# -- 5. epoch 0 is resumable --------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("op", "match", "n"),
+    [
+        ("replace", "manifest.json", 1),  # the first manifest commit
+        ("replace", "epoch-0000", 1),  # the epoch-0 checkpoint
+        ("replace", "resume.pt", 1),  # the epoch-0 resume state
+        ("replace", "manifest.json", 2),  # epoch 0's boundary commit
+        ("fsync", "history.jsonl", 2),  # the epoch-0 history row (1: the empty history)
+    ],
+)
+def test_a_kill_anywhere_in_epoch_0_resumes(data, reference, tmp_path, op, match, n):
+    run = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        killed_run(mp, tiny_config(**CFG), run, data, op, match, n)
+    if not (run / "manifest.json").exists():  # killed before the first commit: start again
+        res = train(tiny_config(**CFG), run, splits=data)
+    else:
+        res = resume(run, splits=data)
+    assert res.final_params == reference
+    assert RunDir(run).problems(deep=True) == []
+
+
+def test_ctrl_c_in_epoch_0_evaluation_resumes_and_is_recorded(data, reference, tmp_path):
+    def stop(event: str, info: dict) -> None:
+        if event == "epoch" and info["epoch"] == 0:
+            raise KeyboardInterrupt
+
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_config(**CFG), run, splits=data, progress=stop)
+    assert not (run / "checkpoints" / "resume.pt").exists()
+    assert resume(run, splits=data).final_params == reference
+    (event,) = [e for e in RunDir(run).recovery() if e["event"] == "restarted"]
+    assert "stopped inside epoch 0" in event["reason"] and event["found"] == "running"
+
+
+def test_disk_full_in_epoch_0_says_how_much_space_finishing_needs(data, reference, tmp_path):
+    import re
+    import shutil
+
+    run = tmp_path / "run"
+    real = torch.save
+
+    def full(obj, f, *a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    few_kib = shutil.disk_usage(tmp_path)._replace(free=4096)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "save", full)  # the epoch-0 resume state does not fit
+        mp.setattr("fathom.train.guards.shutil.disk_usage", lambda path: few_kib)
+        with pytest.raises(FathomError) as info:
+            train(tiny_config(**CFG), run, splits=data)
+    assert torch.save is real
+    msg = str(info.value)
+    assert "ENOSPC" in msg and "4.0 KiB free now: free at least" in msg, msg
+    assert msg.endswith(f"then continue with `fathom train --resume {run}`")
+    assert RunDir(run).status == "failed"
+    assert resume(run, splits=data).final_params == reference  # the advice works
+    number, unit = re.search(r"needs about ([0-9.]+) (B|KiB|MiB|GiB)", msg).groups()
+    need = float(number) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(unit)
+    written = sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
+    assert need >= written  # the estimate covers every byte the run went on to write
+
+
+def test_a_deleted_resume_state_at_epoch_2_says_what_is_lost(run, data):
+    (run / "checkpoints" / "resume.pt").unlink()
+    err = str(refused(run, data, "missing although the manifest records 2 completed epoch"))
+    assert "before its first epoch boundary" not in err
+    assert "its 2 completed epoch(s) are lost and retrained" in err
+
+
+# -- 6. deterministic bytes ---------------------------------------------------------------
+def test_checkpoint_bytes_do_not_depend_on_the_process(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    tests = Path(__file__).resolve().parent
+    code = (
+        "import sys, torch; torch.set_num_threads(1); "
+        "from conftest import tiny_config, synthetic_splits; from fathom.train.loop import train; "
+        "train(tiny_config(**{'optim.epochs': 1}), sys.argv[1], splits=synthetic_splits())"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent / "src"), str(tests)])}
+    for seed in ("1", "2"):
+        subprocess.run(
+            [sys.executable, "-c", code, str(tmp_path / seed / "run")],
+            env={**env, "PYTHONHASHSEED": seed},
+            check=True,
+        )
+    names = ["epoch-0000.safetensors", "epoch-0001.safetensors", "selected.safetensors"]
+    for name in names:
+        a, b = (tmp_path / s / "run" / "checkpoints" / name for s in ("1", "2"))
+        assert a.read_bytes() == b.read_bytes(), name
+    m1, m2 = (RunDir(tmp_path / s / "run").manifest["checkpoints"] for s in ("1", "2"))
+    assert m1 == m2  # the recorded file digests reproduce
+
+
+def test_recovery_is_shown_by_runs_show_and_the_report(run, data, tmp_path):
+    from fathom.report.build import build_report
+    from fathom.study.runs_cli import run_directory_state
+
+    with open(run / "history.jsonl", "ab") as f:
+        f.write(b'{"epoch": 4, "val/acc": 0.')
+    resume(run, splits=data)
+    state = run_directory_state({"directory": str(run)}, str(tmp_path))
+    assert state["problems"] == []
+    assert any("history lines [5] were torn" in note for note in state["recovery"])
+    assert any("epochs [3] after the resume point were cut" in n for n in state["recovery"])
+    out = build_report(run, tmp_path / "report", with_figures=False)
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "recovered: history lines [5] were torn" in summary, out
