@@ -9,6 +9,9 @@ PIP := $(VENV)/bin/pip
 TORCH_SPEC ?= torch==2.13.0
 RUNS ?= runs
 WORKERS ?= 2
+# the suite's pytest-xdist workers (tests are isolated; a file stays on one worker so its
+# module-scoped fixtures are built once)
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint bench clean-venv
 
@@ -37,7 +40,7 @@ demo: $(VENV)/.base
 # the tests that train on it (examples/own_model.py, the audit CLI) run rather than skip
 test: $(VENV)/.dev
 	$(VENV)/bin/fathom data fetch mnist
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

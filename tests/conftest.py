@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,8 +13,11 @@ from hypothesis import HealthCheck, settings
 
 from fathom.config import RunConfig
 from fathom.data import DataSplits
+from fathom.io import sha256_file
 
 torch.set_num_threads(1)
+
+pytest_plugins = ["cpu_clock"]
 
 # Properties run under a fixed-seed profile in CI and by default (same examples every run, so a
 # red run is reproducible); FATHOM_HYPOTHESIS=long explores far more. Each test states its own
@@ -78,3 +84,43 @@ def tiny_config(**updates) -> RunConfig:
 @pytest.fixture
 def splits() -> DataSplits:
     return synthetic_splits()
+
+
+# -- one trained tiny run per session (per xdist worker), shared read-only -------------------
+def tree_digest(root: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``root``, by relative path."""
+    return {
+        p.relative_to(root).as_posix(): sha256_file(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="session")
+def shared_tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``tiny_config()`` trained once on ``synthetic_splits()`` (the ``splits`` fixture's data).
+
+    Use it through ``trained_tiny_run`` (read-only, checked) or ``tiny_run_copy`` (yours)."""
+    from fathom.train.loop import train
+
+    res = train(
+        tiny_config(), tmp_path_factory.mktemp("shared") / "tiny", splits=synthetic_splits()
+    )
+    assert res.status == "complete", res.status
+    return res.run_dir
+
+
+@pytest.fixture
+def trained_tiny_run(shared_tiny_run: Path) -> Iterator[Path]:
+    """The session's tiny run, read-only: a test that changes, adds or removes a file under it
+    fails at teardown (a test that must modify a run takes ``tiny_run_copy``)."""
+    before = tree_digest(shared_tiny_run)
+    yield shared_tiny_run
+    if tree_digest(shared_tiny_run) != before:
+        pytest.fail(f"the shared run {shared_tiny_run} was modified: use tiny_run_copy")
+
+
+@pytest.fixture
+def tiny_run_copy(shared_tiny_run: Path, tmp_path: Path) -> Path:
+    """A private copy of the session's tiny run (``tmp_path / "run"``), free to modify."""
+    return Path(shutil.copytree(shared_tiny_run, tmp_path / "run"))

@@ -146,15 +146,14 @@ def tear_last_line(run: Path) -> None:
     path.write_bytes(data[:-10])  # the last row loses its end (and its newline)
 
 
-def test_torn_line_of_a_complete_run_is_reported(tmp_path, splits):
+def test_torn_line_of_a_complete_run_is_reported(tiny_run_copy):
     from fathom.report.runs import load_runs
 
-    res = train(tiny_config(), tmp_path / "run", splits=splits)
-    tear_last_line(res.run_dir)
-    problems = RunDir(res.run_dir).history_problems()
+    tear_last_line(tiny_run_copy)
+    problems = RunDir(tiny_run_copy).history_problems()
     assert any("line 4 is torn" in p for p in problems), problems
     assert any("shorter than its writer recorded" in p for p in problems), problems
-    (run_data,) = load_runs(res.run_dir)
+    (run_data,) = load_runs(tiny_run_copy)
     assert run_data.flagged_lines == [4]
     assert any("shorter than its writer recorded" in r for r in run_data.flag_reasons)
 
@@ -176,11 +175,10 @@ def test_resume_truncates_a_torn_tail_and_records_it(tmp_path, splits):
     assert not RunDir(run).problems(deep=True)
 
 
-def test_appended_rows_from_another_writer_are_reported(tmp_path, splits):
-    res = train(tiny_config(), tmp_path / "run", splits=splits)
-    with open(res.run_dir / "history.jsonl", "a") as f:
+def test_appended_rows_from_another_writer_are_reported(tiny_run_copy):
+    with open(tiny_run_copy / "history.jsonl", "a") as f:
         f.write(json.dumps({"epoch": 2, "diverged": True}) + "\n")
-    problems = RunDir(res.run_dir).history_problems()
+    problems = RunDir(tiny_run_copy).history_problems()
     assert any("appended by another writer" in p for p in problems), problems
 
 
@@ -258,15 +256,14 @@ def test_audit_of_an_interrupted_run_says_it_is_incomplete(tmp_path, splits):
         audit_runs(run, AuditSettings(checkpoints=("final",), router=False), splits=splits)
 
 
-def test_report_mentions_a_corrupt_checkpoint(tmp_path, splits):
+def test_report_mentions_a_corrupt_checkpoint(tiny_run_copy):
     from fathom.report.runs import load_runs
 
-    res = train(tiny_config(), tmp_path / "run", splits=splits)
-    path = res.run_dir / "checkpoints" / "selected.safetensors"
+    path = tiny_run_copy / "checkpoints" / "selected.safetensors"
     data = bytearray(path.read_bytes())
     data[-1] ^= 0x01
     path.write_bytes(bytes(data))
-    (run_data,) = load_runs(res.run_dir)
+    (run_data,) = load_runs(tiny_run_copy)
     assert any("selected.safetensors" in r and "hash check" in r for r in run_data.flag_reasons)
 
 
@@ -281,15 +278,14 @@ def test_writer_refuses_without_lock_and_lock_is_exclusive_in_one_process(tmp_pa
     DirLock(tmp_path / "r").acquire().release()
 
 
-def test_hand_edited_manifest_fails_its_digest_and_reseal_restores_it(tmp_path, splits):
-    res = train(tiny_config(), tmp_path / "run", splits=splits)
-    path = res.run_dir / "manifest.json"
+def test_hand_edited_manifest_fails_its_digest_and_reseal_restores_it(tiny_run_copy):
+    path = tiny_run_copy / "manifest.json"
     m = json.loads(path.read_text())
     m["hashes"]["final_params"] = "0" * 64
     path.write_text(json.dumps(m))
     with pytest.raises(FathomError, match="fails its digest check"):
-        RunDir(res.run_dir)
+        RunDir(tiny_run_copy)
     path.write_text(json.dumps(seal(m)))
-    assert RunDir(res.run_dir).manifest["hashes"]["final_params"] == "0" * 64
-    rows, bad = read_jsonl(res.run_dir / "history.jsonl")
+    assert RunDir(tiny_run_copy).manifest["hashes"]["final_params"] == "0" * 64
+    rows, bad = read_jsonl(tiny_run_copy / "history.jsonl")
     assert bad == [] and len(rows) == 4

@@ -57,9 +57,8 @@ def test_run_directory_contract(tmp_path, splits):
     assert rd.checkpoint_epochs() == [0, 1, 2, 3]
 
 
-def test_tampered_checkpoint_is_refused(tmp_path, splits):
-    res = train(tiny_config(), tmp_path / "r", splits=splits)
-    rd = RunDir(res.run_dir)
+def test_tampered_checkpoint_is_refused(tiny_run_copy):
+    rd = RunDir(tiny_run_copy)
     path = rd.path / "checkpoints" / "epoch-0002.safetensors"
     data = bytearray(path.read_bytes())
     data[-3] ^= 0xFF
@@ -164,29 +163,28 @@ def test_resume_after_sigkill_is_byte_identical(tmp_path):
     assert [r["epoch"] for r in rows] == list(range(13))
 
 
-def test_bad_resumes_are_refused(tmp_path, splits):
-    cfg = tiny_config()
-    res = train(cfg, tmp_path / "r", splits=splits)
+def test_bad_resumes_are_refused(tiny_run_copy, tmp_path, splits):
+    cfg, run_dir = tiny_config(), tiny_run_copy
     with pytest.raises(FathomError, match="already complete"):
-        resume(res.run_dir)
+        resume(run_dir)
     with pytest.raises(FathomError, match="already holds a run"):
-        train(cfg, res.run_dir, splits=splits)
+        train(cfg, run_dir, splits=splits)
     with pytest.raises(FathomError, match="not a run directory"):
         resume(tmp_path / "nowhere")
-    m = json.loads((res.run_dir / "manifest.json").read_text())
+    m = json.loads((run_dir / "manifest.json").read_text())
     m["status"] = "running"
-    (res.run_dir / "manifest.json").write_text(json.dumps(m))
+    (run_dir / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(FathomError, match="fails its digest check"):
-        resume(res.run_dir)  # a hand-edited manifest is detected
-    (res.run_dir / "manifest.json").write_text(json.dumps(seal(m)))
+        resume(run_dir)  # a hand-edited manifest is detected
+    (run_dir / "manifest.json").write_text(json.dumps(seal(m)))
     with pytest.raises(FathomError, match=r"another config \(optim.lr"):
-        train(cfg.with_updates({"optim.lr": 0.5}), res.run_dir, splits=splits, resume=True)
-    (res.run_dir / "checkpoints" / "resume.pt").write_bytes(b"garbage")
+        train(cfg.with_updates({"optim.lr": 0.5}), run_dir, splits=splits, resume=True)
+    (run_dir / "checkpoints" / "resume.pt").write_bytes(b"garbage")
     with pytest.raises(FathomError, match="resume state .* is corrupt"):
-        resume(res.run_dir)
-    (res.run_dir / "manifest.json").write_text("{not json")
+        resume(run_dir)
+    (run_dir / "manifest.json").write_text("{not json")
     with pytest.raises(FathomError, match="corrupt"):
-        resume(res.run_dir)
+        resume(run_dir)
 
 
 def test_unwritable_run_directory(tmp_path, splits):

@@ -3,6 +3,7 @@
 * :func:`recorded_threads`: a resumed run computes with the thread count it was started
   with (CPU reductions, hence the parameters, depend on it); the count found is restored
   afterwards and the switch recorded (``threads_set_to_recorded``).
+* :func:`matmul_precision`: TF32 or strict FP32 matmuls for the run's precision, flags restored.
 * :func:`disk_full_advice`: an ``ENOSPC`` failure says how much space the rest of the run
   needs and how much is free, so that "free space, then ``--resume``" is advice that works.
 """
@@ -90,3 +91,16 @@ def _size(n: Any) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
+
+
+@contextmanager
+def matmul_precision(precision: str, device: torch.device):
+    """TF32 matmuls on CUDA for ``tf32``/``bf16``; strict FP32 for ``fp32``. Restores flags."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    allow = precision in ("tf32", "bf16") and device.type == "cuda"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from fathom.io import config_digest, read_jsonl, state_dict_digest
 from fathom.provenance import resolve_device, source_hash
 from fathom.rundir import RunDir, RunWriter, uninterrupted
 from fathom.train.checkpoint import cpu_state, extra_state, load_cpu_state, load_extra_state
-from fathom.train.guards import disk_full_advice, recorded_threads
+from fathom.train.guards import disk_full_advice, matmul_precision, recorded_threads
 from fathom.train.manifest import split_classes
 from fathom.train.observe import eval_due, observe, sync
 from fathom.train.plan import plan_epoch
@@ -84,19 +83,6 @@ def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
             "resume without a config, or start a new run directory"
         )
     return stored
-
-
-@contextmanager
-def matmul_precision(precision: str, device: torch.device):
-    """TF32 matmuls on CUDA for ``tf32``/``bf16``; strict FP32 for ``fp32``. Restores flags."""
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    allow = precision in ("tf32", "bf16") and device.type == "cuda"
-    torch.backends.cuda.matmul.allow_tf32 = allow
-    torch.backends.cudnn.allow_tf32 = allow
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def train(
