@@ -1,17 +1,24 @@
-"""CLI start-up: wall time of ``fathom --help`` and subcommand helps for two source trees, interleaved.
+"""CLI latency: CPU and wall time of every subcommand path, for two source trees, interleaved.
 
-Usage: ``python bench/bench_cli_startup.py --before OLD/src [--repeats 15]`` (OLD: e.g.
-``git archive main src | tar -x -C OLD``, the tree to compare with). Runs
-``python -m fathom.cli <command> --help`` for each of :data:`COMMANDS` with ``PYTHONPATH``
-set to each tree, alternating the two trees so load changes hit both alike; prints the
-machine, the load average, the median and min of each and their ratio, and whether the
-tree's help imported torch. A fresh interpreter per repeat (the file-system cache is warm
-after the first).
+Usage: ``python bench/bench_cli_startup.py --before OLD/src [--repeats 5]`` (OLD: e.g.
+``git archive main src | tar -x -C OLD``, the tree to compare with). Each path of
+:data:`PATHS` (helps, config validation of every kind, presets, data info/verify, study
+status, the run registry, telemetry docs, and the error paths a typo takes before anything
+is computed) runs as ``fathom <argv>`` in a fresh interpreter with ``PYTHONPATH`` set to each
+tree, the two trees alternating so load changes hit both alike. Per path and tree it prints
+the median CPU time (user + sys of the child, ``os.wait4``) and wall time over the repeats,
+the exit status and whether torch was imported. The first run of each is discarded (cold
+file-system cache).
+
+``study status`` and ``runs list|show`` need a study: the first invocation trains a tiny one
+(real MNIST, 256 examples, width x 0.02, one epoch; about half a minute) into ``--fixture``
+(default ``/tmp/fathom-bench-cli``) with the ``--after`` tree and reuses it afterwards.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -20,76 +27,129 @@ import sys
 import time
 from pathlib import Path
 
-COMMANDS: tuple[str, ...] = (
-    "",
-    "train",
-    "study run",
-    "report",
-    "data fetch",
-    "audit",
-    "depth-scaling",
+STUDY = """
+[study]
+name = "bench"
+reference = "residual"
+recipes = ["residual", "sd_constant"]
+seeds = [101]
+lr = 0.05
+
+[tuning]
+enabled = false
+
+[base]
+device = "cpu"
+data = { fit_subset = 256, eval_subset = 256 }
+model = { width_mult = 0.02 }
+optim = { epochs = 1 }
+"""
+"""The tiny study behind ``study status`` and ``runs list|show``."""
+
+RUN = "[optim]\nlr = 0.05\nepochs = 2\n\n[model]\nwidth_mult = 0.1\n"
+BAD = "[optim]\nlrr = 0.05\n"
+
+PATHS: tuple[tuple[str, ...], ...] = (
+    ("--help",),
+    ("train", "--help"),
+    ("study", "run", "--help"),
+    ("validate", "ciresan-fast"),
+    ("validate", "ciresan-sd-quick"),
+    ("validate", "quick"),
+    ("validate", "{fx}/run.toml"),
+    ("validate", "{fx}/bad.toml"),
+    ("validate", "ciresan-fsat"),
+    ("train", "ciresan-fsat"),
+    ("train", "ciresan-fast", "--set", "optim.lrr=0.1"),
+    ("train", "{fx}/bad.toml"),
+    ("study", "run", "ciresan-sd-quik"),
+    ("depth-scaling", "--preset", "quik"),
+    ("trian",),
+    ("data", "info", "mnist"),
+    ("data", "info"),
+    ("data", "verify", "mnist"),
+    ("study", "status", "{fx}/runs/bench"),
+    ("runs", "list", "--runs-dir", "{fx}/runs"),
+    ("runs", "show", "main-residual-s101", "--runs-dir", "{fx}/runs"),
+    ("telemetry", "docs", "--out", "{fx}/metrics.md"),
 )
-"""The command paths timed (``""`` is ``fathom --help``)."""
+"""The command paths timed; ``{fx}`` is the fixture directory."""
 
 PROBE = (
-    "import sys, contextlib, io\n"
+    "import sys, contextlib, io, json\n"
     "from fathom.cli import main\n"
-    "with contextlib.redirect_stdout(io.StringIO()):\n"
-    "    try:\n        main(sys.argv[1:])\n    except SystemExit:\n        pass\n"
-    "print('torch' in sys.modules)\n"
+    "out = io.StringIO()\n"
+    "with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):\n"
+    "    try:\n        rc = main(sys.argv[1:])\n    except SystemExit as e:\n        rc = e.code\n"
+    "print(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules}))\n"
 )
+"""Runs ``fathom <argv>`` and prints its exit status and whether torch was imported."""
 
 
-def imports_torch(src: str, argv: list[str]) -> bool:
-    """Whether ``fathom <argv>`` imports torch with ``src`` first on the path."""
-    env = {**os.environ, "PYTHONPATH": src}
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, *argv], env=env, check=True, capture_output=True, text=True
-    )
-    return out.stdout.strip().splitlines()[-1] == "True"
+def make_fixture(fx: Path, src: str) -> None:
+    """The tiny study and the config files of :data:`PATHS`, once."""
+    fx.mkdir(parents=True, exist_ok=True)
+    (fx / "run.toml").write_text(RUN)
+    (fx / "bad.toml").write_text(BAD)
+    if (fx / "runs" / "registry.sqlite").exists():
+        return
+    (fx / "study.toml").write_text(STUDY)
+    env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "fathom", "study", "run", str(fx / "study.toml")]
+    subprocess.run([*cmd, "--runs-dir", str(fx / "runs"), "--quiet"], env=env, check=True)
 
 
-def _once(src: str, argv: list[str]) -> float:
-    env = {**os.environ, "PYTHONPATH": src}
+def once(src: str, argv: list[str]) -> tuple[float, float, dict]:
+    """``(cpu_s, wall_s, {"rc", "torch"})`` of one fresh ``fathom <argv>``."""
+    env = {**os.environ, "PYTHONPATH": src, "OMP_NUM_THREADS": "1"}
     t0 = time.perf_counter()
-    subprocess.run(
-        [sys.executable, "-m", "fathom.cli", *argv], env=env, check=True, stdout=subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PROBE, *argv], env=env, stdout=subprocess.PIPE, text=True
     )
-    return time.perf_counter() - t0
+    out = proc.stdout.read() if proc.stdout else ""
+    _, _, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = 0
+    return usage.ru_utime + usage.ru_stime, wall, json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument(
-        "--before",
-        required=True,
-        help="source tree to compare with, e.g. `git archive 3ed7edf src` unpacked",
-    )
+    ap.add_argument("--before", help="source tree to compare with (omit: time --after alone)")
     ap.add_argument("--after", default=str(Path(__file__).resolve().parents[1] / "src"))
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument(
-        "--commands", nargs="+", default=list(COMMANDS), help="command paths ('' = top level)"
-    )
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-warm", action="store_true", help="do not discard a first run")
+    ap.add_argument("--fixture", default="/tmp/fathom-bench-cli", type=Path)
+    ap.add_argument("--only", nargs="*", help="time only the paths starting with these words")
     args = ap.parse_args()
+    make_fixture(args.fixture, args.after)
+    trees = {"after": args.after, **({"before": args.before} if args.before else {})}
     print(
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"python {platform.python_version()}; load average {os.getloadavg()}"
+        f"python {platform.python_version()}; repeats {args.repeats}"
+        f"{'' if args.no_warm else ' (+1 discarded)'}; "
+        f"load average {os.getloadavg()}"
     )
-    for command in args.commands:
-        argv = [*command.split(), "--help"]
-        times: dict[str, list[float]] = {"before": [], "after": []}
-        for tree in (args.before, args.after):  # warm the caches once
-            _once(tree, argv)
+    print(f"{'path':<52} {'tree':<6} {'cpu s':>6} {'wall s':>6}  rc  torch")
+    for path in PATHS:
+        argv = [a.format(fx=args.fixture) for a in path]
+        if args.only and not any(" ".join(path).startswith(w) for w in args.only):
+            continue
+        times: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}
+        seen: dict[str, dict] = {}
+        for tree in () if args.no_warm else trees.values():
+            once(tree, argv)  # warm the file-system cache
         for _ in range(args.repeats):
-            for name, tree in (("before", args.before), ("after", args.after)):
-                times[name].append(_once(tree, argv))
-        med = {k: statistics.median(v) for k, v in times.items()}
-        print(f"fathom {' '.join(argv)}: repeats {args.repeats}")
-        for k, v in times.items():
-            tree = args.before if k == "before" else args.after
-            torch = "imports torch" if imports_torch(tree, argv) else "no torch"
-            print(f"  {k:<6} median {med[k]:.3f} s  min {min(v):.3f} s  ({torch})")
-        print(f"  ratio before/after {med['before'] / med['after']:.1f}x")
+            for name, tree in trees.items():
+                cpu, wall, seen[name] = once(tree, argv)
+                times[name].append((cpu, wall))
+        label = "fathom " + " ".join(path).replace("{fx}/", "")
+        for name in sorted(trees, reverse=True):
+            cpu = statistics.median(c for c, _ in times[name])
+            wall = statistics.median(w for _, w in times[name])
+            torch = "yes" if seen[name]["torch"] else "no"
+            print(f"{label:<52} {name:<6} {cpu:6.2f} {wall:6.2f}  {seen[name]['rc']!s:>2}  {torch}")
+            label = ""
     print(f"load average at end {os.getloadavg()}")
 
 

@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from fathom.config import RunConfig
 from fathom.data import load_raw, make_splits
-from fathom.models.ciresan import CiresanMLP, recipe_spec
+from fathom.models.ciresan import CiresanMLP
+from fathom.models.specs import recipe_spec
 from fathom.train.build import build_controller, build_optimizer, init_model
 from fathom.train.fast import GraphStepper
 from fathom.train.loop import matmul_precision, train

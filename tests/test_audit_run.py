@@ -85,8 +85,14 @@ SETTINGS = AuditSettings(
 
 def test_study_audit_writes_traceable_outputs(study, tmp_path):
     root, splits = study
-    result = audit_runs(root, SETTINGS, tmp_path / "out", splits=splits)
+    said: list[str] = []
+    result = audit_runs(root, SETTINGS, tmp_path / "out", splits=splits, progress=said.append)
     assert result["kind"] == "study"
+    # progress: k/N checkpoints after each one audited (5 removable-or-not runs x 2; plain-1's
+    # two are counted as skipped, without a line)
+    tally = [line for line in said if "checkpoints  elapsed" in line]
+    done = [int(line.split("/")[0]) for line in tally]
+    assert len(tally) == 8 and done == sorted(done) and all("/10 " in t for t in tally)
     assert {r["run_id"] for r in result["runs"]} == {
         "residual-1",
         "residual-2",

@@ -47,17 +47,17 @@ def _command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
     return out
 
 
-HELP_RUNNER = f"""
+RUNNER = f"""
 import contextlib, io, json, os, sys
 from fathom.cli import main
 for line in sys.stdin:
     argv = json.loads(line)
     pid = os.fork()
-    if pid == 0:  # a fresh child per command: nothing imported by an earlier help
+    if pid == 0:  # a fresh child per command: nothing imported by an earlier one
         buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
             try:
-                code = main([*argv, "--help"])
+                code = main(argv)
             except SystemExit as e:
                 code = e.code
         heavy = sorted(m for m in {HEAVY!r} if m in sys.modules)
@@ -65,28 +65,35 @@ for line in sys.stdin:
         os._exit(0)
     os.waitpid(pid, 0)
 """
+"""Runs ``fathom <argv>`` for each JSON line of stdin in a fresh forked interpreter; prints
+``[argv, exit status, heavy modules imported, output]``."""
+
+
+def run_fresh(argvs: list[list[str]]) -> list[tuple[list[str], int, list[str], str]]:
+    """:data:`RUNNER` over ``argvs``: one fresh process per command line."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-c", RUNNER],
+        input="".join(json.dumps(a) + "\n" for a in argvs),
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("[[")]
+    assert [r[0] for r in rows] == argvs
+    return [tuple(r) for r in rows]
 
 
 def test_every_subcommand_help_imports_no_heavy_module():
     """``fathom <command> [<subcommand>] --help`` for every command path: no torch, numpy, ..."""
-    import json
-
     paths = _command_paths(cli.build_parser())
     assert len(paths) > 20 and ("study", "run") in paths and ("diagnose", "head") in paths
-    out = subprocess.run(
-        [sys.executable, "-c", HELP_RUNNER],
-        input="".join(json.dumps(list(p)) + "\n" for p in paths),
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"},
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr
-    results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("[[")]
-    assert [tuple(argv) for argv, *_ in results] == paths
-    for argv, code, heavy, text in results:
-        assert code == 0 and f"usage: fathom {' '.join(argv)}" in text, (argv, text[:200])
-        assert heavy == [], f"fathom {' '.join(argv)} --help imported {heavy}"
+    for argv, code, heavy, text in run_fresh([[*p, "--help"] for p in paths]):
+        assert code == 0 and f"usage: fathom {' '.join(argv[:-1])}" in text, (argv, text[:200])
+        assert heavy == [], f"fathom {' '.join(argv)} imported {heavy}"
 
 
 def test_help_defaults_name_the_real_defaults():
@@ -158,3 +165,85 @@ def test_install_hints_name_the_checkout_and_distribution():
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert f'name = "{DISTRIBUTION}"' in text
     assert 'fathom = "fathom.cli:main"' in text
+
+
+# ---------------------------------------------------------------------------------------
+# Commands that compute nothing answer without torch (issue 23)
+
+LIGHT_FORBIDDEN = ("torch", "numpy", "scipy", "safetensors")
+"""What a command that only reads configs, registries or manifests must not import."""
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory) -> Path:
+    """A one-run study (synthetic data, 1 epoch) with its registry, trained in this process."""
+    from conftest import synthetic_splits
+    from fathom.study.backends import LocalBackend
+    from fathom.study.config import validate_study_config
+    from fathom.study.runner import run_study
+
+    runs = tmp_path_factory.mktemp("light") / "runs"
+    study = validate_study_config(
+        {
+            "study": {"name": "t", "reference": "residual", "recipes": ["residual"]}
+            | {"seeds": [101], "lr": 0.05},
+            "tuning": {"enabled": False},
+            "base": {
+                "device": "cpu",
+                "model": {"widths": [16, 12, 10, 8, 8]},
+                "optim": {"epochs": 1, "batch_size": 64},
+            },
+        }
+    )
+    backend = LocalBackend(splits_for=lambda cfg, device: synthetic_splits(n_fit=128, n_eval=64))
+    run_study(study, runs, backend)
+    (runs.parent / "run.toml").write_text("[optim]\nlr = 0.05\n")
+    (runs.parent / "bad.toml").write_text("[optim]\nlrr = 0.05\n")
+    return runs
+
+
+LIGHT_PATHS: tuple[tuple[tuple[str, ...], int, str], ...] = (
+    (("validate", "ciresan-fast"), 0, "valid run config"),
+    (("validate", "ciresan-sd-quick"), 0, "valid study config"),
+    (("validate", "quick"), 0, "valid depth_scaling config"),
+    (("validate", "{d}/run.toml"), 0, "valid run config"),
+    (("validate", "{d}/bad.toml"), 2, "unknown key 'optim.lrr'"),
+    (("validate", "ciresan-fsat"), 2, "did you mean 'ciresan-fast'?"),
+    (("train", "ciresan-fsat"), 2, "did you mean 'ciresan-fast'?"),
+    (("train", "ciresan-fast", "--set", "optim.lrr=0.1"), 2, "did you mean 'optim.lr'?"),
+    (("train", "{d}/bad.toml"), 2, "unknown key 'optim.lrr'"),
+    (("train", "--live", "bogus"), 2, "bogus"),
+    (("study", "run", "ciresan-sd-quik"), 2, "did you mean 'ciresan-sd-quick'?"),
+    (("study", "run", "{d}/bad.toml"), 2, "error"),
+    (("depth-scaling", "--preset", "quik"), 2, "did you mean 'quick'?"),
+    (("trian",), 2, "did you mean 'train'?"),
+    (("study", "stauts"), 2, "did you mean 'status'?"),
+    (("data", "info", "mnist"), 0, "mnist"),
+    (("data", "info", "mnsit"), 2, "did you mean 'mnist'?"),
+    (("data", "info"), 0, "cifar100"),
+    (("data", "verify", "mnist", "--data-dir", "{d}/nothing-here"), None, "mnist"),
+    (("study", "status", "{d}/runs/t"), 0, "main-residual-s101"),
+    (("study", "status", "{d}/runs/t", "--json"), 0, '"status": "complete"'),
+    (("runs", "list", "--runs-dir", "{d}/runs"), 0, "main-residual-s101"),
+    (("runs", "show", "nope", "--runs-dir", "{d}/runs"), 2, "no run 'nope'"),
+    (("telemetry", "docs", "--out", "{d}/metrics.md"), 0, ""),
+    (("audit", "{d}/nothing-here"), 2, "does not exist"),
+    (("curvature", "{d}/nothing-here", "--epochs", "0"), 2, "not a run directory"),
+    (("reproduce", "quik"), 2, "did you mean 'quick'?"),
+)
+"""(argv, exit status (None: either), text the output holds); ``{d}`` is the study's parent.
+``runs show RUN`` is not among them: it verifies the run's weights files (tensor digests)."""
+
+
+def test_commands_that_compute_nothing_import_no_torch(tiny_study: Path):
+    """Config validation of every kind, presets, data info / verify, study status, the
+    registry, telemetry docs, and every error a typo meets before computing: no torch,
+    numpy, scipy or safetensors in ``sys.modules`` when the command returns."""
+    d = str(tiny_study.parent)
+    argvs = [[a.format(d=d) for a in argv] for argv, _, _ in LIGHT_PATHS]
+    for (argv, want, text), (_, code, heavy, out) in zip(LIGHT_PATHS, run_fresh(argvs)):
+        forbidden = [m for m in heavy if m in LIGHT_FORBIDDEN]
+        assert forbidden == [], f"fathom {' '.join(argv)} imported {forbidden}"
+        assert want is None or code == want, (argv, code, out[-500:])
+        assert text in out, (argv, out[-500:])
+    assert (tiny_study.parent / "metrics.md").read_text().startswith("#")

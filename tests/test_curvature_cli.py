@@ -72,7 +72,14 @@ class SyntheticDataRunDir(RunDir):
 
 def test_snapshots_and_summary_are_written(tmp_path: Path) -> None:
     rd = SyntheticDataRunDir(make_run(tmp_path))
-    rows = run_curvature(rd, [0, 5], probe=8)
+    lines: list[str] = []
+    rows = run_curvature(rd, [0, 5], probe=8, progress=lines.append)
+    assert [line.split(":")[0] for line in lines] == [
+        f"{rd.run_id} epoch 0",
+        f"{rd.run_id} epoch 5",
+    ]
+    assert "1/2 snapshots  elapsed" in lines[0]
+    assert "2/2 snapshots" in lines[1] and "ETA 0:00" in lines[1]
     assert [r["epoch"] for r in rows] == [0, 5]
     out = rd.path / "curvature"
     rec = json.loads((out / "epoch-0005.json").read_text())

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fathom.errors import FathomError
-from fathom.models.ciresan import RECIPES, CiresanMLP, count_parameters
+from fathom.models.ciresan import CiresanMLP, count_parameters
+from fathom.models.specs import RECIPES
 
 
 def test_full_width_parameter_count():

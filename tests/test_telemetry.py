@@ -23,7 +23,8 @@ from fathom.telemetry import (
     moments_from_grams,
     schedule_due,
 )
-from fathom.telemetry.distributions import QUANTILES, entry_summary, quantile_key
+from fathom.telemetry.distributions import entry_summary
+from fathom.telemetry.field import QUANTILES, quantile_key
 from fathom.telemetry.scores import class_scores, confusion_matrix
 
 torch.set_num_threads(1)

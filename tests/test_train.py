@@ -225,6 +225,6 @@ def test_cli_shows_live_progress_and_quiet_silences_it(tmp_path, capsys):
     cfg_path = _write_cfg(tmp_path / "cfg.toml", epochs=2)
     assert main(["train", str(cfg_path), "--runs-dir", str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
-    assert "epoch   1 step" in err and "val acc" in err and "2/2" in err
+    assert "epoch 1/2 step" in err and "val acc" in err and "epoch 2/2 step" in err
     assert main(["train", str(cfg_path), "--runs-dir", str(tmp_path / "b"), "--quiet"]) == 0
     assert capsys.readouterr().err == ""

@@ -26,7 +26,7 @@ from fathom.config_models import (
     StagedConvConfig,
     _Strict,
 )
-from fathom.errors import FathomError
+from fathom.errors import FathomError, unknown_key
 
 __all__ = [
     "MODEL_KINDS",
@@ -263,10 +263,10 @@ class RunConfig(_Strict):
             parts = key.split(".")
             for p in parts[:-1]:
                 if p not in node or not isinstance(node[p], dict):
-                    raise FathomError(f"unknown config key {key!r}")
+                    raise unknown_key(key, data)
                 node = node[p]
             if parts[-1] not in node:
-                raise FathomError(f"unknown config key {key!r}; valid keys here: {', '.join(node)}")
+                raise unknown_key(key, data)
             node[parts[-1]] = value
         return validate_run_config(data, origin="updates")
 

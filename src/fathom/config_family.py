@@ -18,7 +18,7 @@ from pydantic import Field, TypeAdapter
 from fathom.config import RunConfig, load_toml, validate_run_config
 from fathom.depthscale.config import PRESETS as DEPTH_PRESETS
 from fathom.depthscale.config import DepthScaleConfig, make_config, validate_depth_scaling
-from fathom.errors import FathomError
+from fathom.errors import FathomError, with_suggestion
 from fathom.study.config import StudyConfig, validate_study_config
 
 ConfigFamily = Annotated[RunConfig | StudyConfig | DepthScaleConfig, Field(discriminator="kind")]
@@ -91,8 +91,14 @@ def load_config(name: str) -> tuple[RunConfig | StudyConfig | DepthScaleConfig, 
     if len(hits) > 1:
         raise FathomError(f"preset name {name!r} is ambiguous ({[k for k, _ in hits]})")
     if not hits:
-        names = "; ".join(f"{k}: {', '.join(v)}" for k, v in preset_names().items())
-        raise FathomError(f"{name!r} is neither a config file nor a preset; presets: {names}")
+        known = preset_names()
+        names = "; ".join(f"{k}: {', '.join(v)}" for k, v in known.items())
+        unknown = with_suggestion(
+            f"{name!r} is neither a config file nor a preset",
+            name,
+            [n for v in known.values() for n in v],
+        )
+        raise FathomError(f"{unknown}; presets: {names}")
     kind, text = hits[0]
     if kind == "depth_scaling":
         return make_config(name), f"depth-scaling preset {name}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import errno
+from collections.abc import Iterable
 
 
 class FathomError(Exception):
@@ -10,6 +12,51 @@ class FathomError(Exception):
 
     The CLI prints it without a traceback and exits with status 2.
     """
+
+
+SUGGEST_CUTOFF = 0.6
+"""``difflib`` similarity ``2 M / T`` (matched characters over both lengths) a known name needs
+to be offered for a mistyped one (``ciresan-fsat`` -> ``ciresan-fast``: 0.92)."""
+
+
+def did_you_mean(word: str, known: Iterable[str], n: int = 1, prefix: str = "") -> str:
+    """``"did you mean 'ciresan-fast'?"`` naming the known names closest to ``word`` (at most
+    ``n``, similarity >= :data:`SUGGEST_CUTOFF`), each shown after ``prefix``; ``""`` when
+    none is close."""
+    close = difflib.get_close_matches(word, sorted(set(known)), n=n, cutoff=SUGGEST_CUTOFF)
+    return f"did you mean {' or '.join(repr(prefix + c) for c in close)}?" if close else ""
+
+
+def with_suggestion(message: str, word: str, known: Iterable[str]) -> str:
+    """``message (did you mean ...?)`` when a known name is close to ``word``, else ``message``."""
+    hint = did_you_mean(word, known)
+    return f"{message} ({hint})" if hint else message
+
+
+def _dotted(tree: dict, prefix: str = "") -> list[str]:
+    """Every key of a nested dict as a dotted path, sections included: ``optim``, ``optim.lr``."""
+    out = []
+    for k, v in tree.items():
+        out += [f"{prefix}{k}", *(_dotted(v, f"{prefix}{k}.") if isinstance(v, dict) else [])]
+    return out
+
+
+def unknown_key(key: str, tree: dict) -> FathomError:
+    """The error for a dotted ``key`` (``--set optim.lrr=0.1``) that nested ``tree`` lacks.
+
+    When only the last part is wrong the closest sibling is offered (``optim.lr``) and the
+    section's keys are listed; otherwise the closest dotted key of the whole tree.
+    """
+    *parents, last = key.split(".")
+    node: object = tree
+    for p in parents:
+        node = node.get(p) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        hint = did_you_mean(last, node, prefix=key[: -len(last)])
+        where = f"; valid keys here: {', '.join(node)}"
+    else:
+        hint, where = did_you_mean(key, _dotted(tree)), ""
+    return FathomError(f"unknown config key {key!r}{f' ({hint})' if hint else ''}{where}")
 
 
 DISTRIBUTION = "fathom-depth"

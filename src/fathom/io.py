@@ -13,11 +13,12 @@ import os
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from fathom.errors import os_error
+
+if TYPE_CHECKING:
+    import torch
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -137,6 +138,8 @@ def sha256_bytes(data: bytes) -> str:
 
 def tensor_digest(tensors: Iterable[tuple[str, torch.Tensor]]) -> str:
     """SHA-256 over names, dtypes, shapes and raw bytes of tensors, in the given order."""
+    import torch
+
     h = hashlib.sha256()
     for name, t in tensors:
         t = t.detach().contiguous().cpu()

@@ -67,13 +67,16 @@ def settings_from_args(args: argparse.Namespace) -> AuditSettings:
 
 
 def run_audit(args: argparse.Namespace) -> int:
+    from fathom.audit.options import find_audit_runs
+
+    target = Path(args.path)
+    find_audit_runs(target)  # a wrong path is refused before torch is imported
+    settings = settings_from_args(args)
     from rich.console import Console
 
     from fathom.audit.run import audit_runs
 
     console = Console(stderr=True)
-    settings = settings_from_args(args)
-    target = Path(args.path)
     out = Path(args.out) if args.out else target / "audit"
     result = audit_runs(
         target, settings, out, progress=None if args.quiet else lambda m: console.print(m)

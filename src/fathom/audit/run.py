@@ -22,14 +22,15 @@ import torch
 from fathom.audit.aggregate import aggregate
 from fathom.audit.checkpoint import AuditSettings, audit_checkpoint, choose_masks
 from fathom.audit.masks import full_mask_index, mask_label, removable_branch_count
+from fathom.audit.options import find_audit_runs
 from fathom.audit.report import to_markdown
 from fathom.audit.router import require_sklearn
 from fathom.audit.speed import time_masks
 from fathom.audit.subjects import Subject, subject_of
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text, config_digest, ensure_writable_dir
-from fathom.rundir import RunDir, find_runs
 from fathom.stats import failure_flags
+from fathom.terminal import Tally
 
 FORMAT = 1
 Progress = Callable[[str], None]
@@ -100,7 +101,7 @@ def audit_runs(
     """
     t0 = time.perf_counter()
     target = Path(target)
-    runs = _find_runs(target)
+    runs = find_audit_runs(target)
     if settings.router:
         require_sklearn()
     audit = _Audit(
@@ -120,6 +121,7 @@ def audit_runs(
         ]
         runs = [rd for rd in runs if rd.phase != "tuning"]
     subjects = [subject_of(rd) for rd in runs]
+    audit.tally = Tally(len(subjects) * len(settings.checkpoints), "checkpoints")
     arms = _arm_names(subjects)
     records = [r for sub in subjects if (r := audit.run(sub, arms[sub.rd.run_id])) is not None]
     result = {
@@ -145,19 +147,6 @@ def audit_runs(
     return result
 
 
-def _find_runs(target: Path) -> list[RunDir]:
-    """The run directories of ``target`` (itself, or the runs of a study), or an error."""
-    if not target.exists():
-        raise FathomError(f"{str(target)!r} does not exist; pass a run or study directory")
-    runs = find_runs(target)
-    if not runs:
-        raise FathomError(
-            f"no run directories (manifest.json + history.jsonl) under {str(target)!r}; pass a run "
-            "directory or a study directory that holds runs"
-        )
-    return runs
-
-
 @dataclass
 class _Audit:
     """One ``audit_runs`` invocation: its settings and what its runs accumulate.
@@ -178,12 +167,22 @@ class _Audit:
     speed: list[dict[str, Any]] = field(default_factory=list)
     _split_cache: dict[str, Any] = field(default_factory=dict)
     _timed: set[str] = field(default_factory=set)
+    tally: Tally | None = None  # k/N checkpoints with an ETA, said after each one
+
+    def _count(self, worked: bool, n: int = 1) -> None:
+        """Count ``n`` checkpoints done (``worked``: audited now); say the tally after work."""
+        if self.tally is None:
+            return
+        lines = [self.tally.add(worked) for _ in range(n)]
+        if worked:
+            self.say(f"  {lines[-1]}")
 
     def run(self, sub: Subject, arm: str) -> dict[str, Any] | None:
         """The record of one run, every requested checkpoint audited (None: skipped)."""
         reason = self._skip_reason(sub)
         if reason is not None:
             self.skipped.append({"run_id": sub.rd.run_id, "reason": reason})
+            self._count(False, len(self.settings.checkpoints))
             return None
         rd = sub.rd
         data = self._splits_for(sub)
@@ -243,6 +242,7 @@ class _Audit:
             if self.single:
                 raise
             record["checkpoints"][which] = {"missing": str(e)}
+            self._count(False)
             return
         self.say(f"auditing {rd.run_id} at {which} checkpoint (epoch {epoch})")
         arrays = self.out / rd.run_id / f"{which}.npz"
@@ -270,6 +270,7 @@ class _Audit:
         )
         record["checkpoints"][which] = rec
         self._time_once(model, data, rd.run_id, which, digest)
+        self._count(True)
 
     def _time_once(
         self, model: torch.nn.Module, data: Any, run_id: str, which: str, digest: str

@@ -6,16 +6,18 @@ import argparse
 
 
 def cmd_curvature(args: argparse.Namespace) -> int:
-    from fathom.curvature.rundir import run_curvature, summary_markdown
     from fathom.rundir import RunDir
+    from fathom.terminal import console
 
-    runs = [RunDir(p) for p in args.run_dirs]
+    runs = [RunDir(p) for p in args.run_dirs]  # manifests only: refused before torch
     if args.out and len(runs) > 1:
         from fathom.errors import FathomError
 
         raise FathomError(
             "--out takes one run directory; omit it to write <run>/curvature/ for each run"
         )
+    from fathom.curvature.rundir import run_curvature, summary_markdown
+
     for rd in runs:
         rows = run_curvature(
             rd,
@@ -24,6 +26,7 @@ def cmd_curvature(args: argparse.Namespace) -> int:
             out_dir=args.out,
             device=args.device,
             save_diagonals=args.save_diagonals,
+            progress=lambda line: console(stderr=True).print(line, soft_wrap=True),
         )
         print(summary_markdown(rd.run_id, args.probe, rows))
     return 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,12 +174,17 @@ def run_curvature(
     out_dir: str | Path | None = None,
     device: str = "cpu",
     save_diagonals: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Compute and write one snapshot per epoch of run directory ``rd``; return the summary rows.
 
     ``rd`` is a :class:`fathom.rundir.RunDir` (``checkpoint_epochs``, ``checkpoint_hash``,
     ``load_state``, ``load_model``, ``load_splits``, ``manifest``, ``run_id``, ``path``).
+    ``progress`` gets one line per snapshot written: k/N, elapsed and ETA
+    (:class:`fathom.terminal.Tally`).
     """
+    from fathom.terminal import Tally
+
     chosen = check_epochs(rd.checkpoint_epochs(), epochs)
     for e in chosen:  # verify every hash before computing (or writing) anything
         rd.load_state(e)
@@ -189,6 +194,7 @@ def run_curvature(
     x, y = probe_from_split(splits.fit_x, splits.fit_y, probe)
     probe_hash = tensor_digest([("x", x), ("y", y)])
     rows = []
+    tally = Tally(len(chosen), "snapshots")
     for e in chosen:
         t0 = time.perf_counter()
         model = rd.load_model(e, dtype=torch.float32, device=device)
@@ -206,6 +212,8 @@ def run_curvature(
         }
         atomic_write_json(out / f"epoch-{e:04d}.json", record)
         rows.append(_summary_row(e, record))
+        if progress is not None:
+            progress(f"{rd.run_id} epoch {e}: {record['runtime_s']['total_s']:.1f}s  {tally.add()}")
     summary = {
         "format": FORMAT,
         "kind": "fathom.curvature.summary",

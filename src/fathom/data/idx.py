@@ -7,17 +7,14 @@ else (bad magic, unknown dtype, trailing or missing bytes) is rejected with the 
 
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from fathom.data.gzipped import decompress_if_gzip
 from fathom.errors import FathomError
-
-GZIP_MAGIC = b"\x1f\x8b"
 
 # IDX dtype code -> numpy dtype (big-endian).
 IDX_DTYPES: dict[int, np.dtype] = {
@@ -28,19 +25,6 @@ IDX_DTYPES: dict[int, np.dtype] = {
     0x0D: np.dtype(">f4"),
     0x0E: np.dtype(">f8"),
 }
-
-
-def decompress_if_gzip(data: bytes, name: str) -> bytes:
-    """Return ``data`` gunzipped when it starts with the gzip magic, else unchanged."""
-    if not data.startswith(GZIP_MAGIC):
-        return data
-    try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as e:
-        raise FathomError(
-            f"{name}: corrupt gzip data ({e}). Delete the file and fetch it again "
-            "(`fathom data fetch DATASET`)."
-        ) from None
 
 
 def parse_idx(data: bytes, name: str = "<bytes>") -> torch.Tensor:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, with_suggestion
 
 
 @dataclass(frozen=True)
@@ -200,6 +200,7 @@ def dataset_spec(name: str) -> IdxDataset | CifarDataset:
     except KeyError:
         valid = ", ".join(sorted(DATASETS))
         raise FathomError(
-            f"unknown dataset {name!r}; valid datasets are: {valid}. "
+            f"{with_suggestion(f'unknown dataset {name!r}', name, DATASETS)}; "
+            f"valid datasets are: {valid}. "
             "Pass one of them (e.g. `fathom data info mnist`)."
         ) from None

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fathom.data.idx import decompress_if_gzip
+from fathom.data.gzipped import decompress_if_gzip
 from fathom.data.locations import (
     LocalDir,
     cache_root,

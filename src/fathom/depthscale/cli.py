@@ -23,7 +23,7 @@ def epoch_line(row: dict[str, Any]) -> str:
     examples; σ: median σ_max / σ_min (numerically nonzero) of the float64 input-output
     Jacobian; κ their median ratio. Health fields appear on health-check epochs only.
     """
-    from fathom.stats.units import fmt_percent
+    from fathom.units import fmt_percent
 
     line = (
         f"Epoch {row['epoch']}: train={fmt_percent(row.get('fit/acc'), 1)} "
@@ -82,9 +82,6 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
 
 def cmd_depth_scaling(args: argparse.Namespace) -> int:
     from fathom.depthscale.config import PRESETS, make_config, scale_note
-    from fathom.depthscale.runner import run_benchmark
-    from fathom.depthscale.table import write_table
-    from fathom.depthscale.terminal import print_results
 
     preset, base = args.preset, {}
     if args.config is not None:
@@ -112,6 +109,10 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
         batchnorm=False if args.no_batchnorm else None,
     )
     cfg = make_config(preset, **{**base, **{k: v for k, v in overrides.items() if v is not None}})
+    from fathom.depthscale.runner import run_benchmark  # torch: only once the config is valid
+    from fathom.depthscale.table import write_table
+    from fathom.depthscale.terminal import print_results
+
     report, progress = make_reporter(cfg, args.quiet)
     root = Path(args.out) if args.out else None
     try:

@@ -13,9 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fathom.config import RunConfig, validate_run_config
 from fathom.config_models import Bool, Float, Int
-from fathom.errors import FathomError
-from fathom.models.convnet import blocks_per_stage_for_depth
-from fathom.models.prep import NORMALIZATION
+from fathom.errors import FathomError, with_suggestion
+from fathom.models.specs import NORMALIZATION, blocks_per_stage_for_depth
 
 ARMS: tuple[str, str] = ("vanilla", "Lyapunov")
 
@@ -299,7 +298,8 @@ def make_config(preset: str | None = None, **overrides: Any) -> DepthScaleConfig
     values: dict[str, Any] = {}
     if preset is not None:
         if preset not in PRESETS:
-            raise FathomError(f"unknown preset {preset!r}; use one of {', '.join(PRESETS)}")
+            unknown = with_suggestion(f"unknown preset {preset!r}", preset, PRESETS)
+            raise FathomError(f"{unknown}; use one of {', '.join(PRESETS)}")
         values.update(PRESETS[preset], preset=preset)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return validate_depth_scaling(values)

@@ -40,7 +40,7 @@ from typing import Any
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, config_digest
 from fathom.report.runs import RunData
-from fathom.stats.units import ACCURACY_UNIT, percent
+from fathom.units import ACCURACY_UNIT, percent
 
 RECORD = "fathom-export.json"
 FORMAT = 2  # 2: accuracy exported in percent under *_pct names

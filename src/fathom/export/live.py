@@ -214,8 +214,9 @@ class LiveTracker:
         return written
 
     def __call__(self, event: str, info: dict[str, Any]) -> None:
-        """The trainer's callback: stream new rows; a failing log never stops training."""
-        if self.error is not None:
+        """The trainer's callback: stream new rows; a failing log never stops training.
+        Per-step ``"step"`` events write no rows and are ignored (no file read per step)."""
+        if self.error is not None or event == "step":
             return
         try:
             self.poll()

@@ -8,16 +8,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torch import nn
-
-from fathom.models.ciresan import RECIPES, CiresanMLP, Recipe, recipe_spec
-from fathom.models.convnet import StagedConvNet, blocks_per_stage_for_depth
-from fathom.models.neurons import LIF
+from fathom.lazy import exports
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from fathom.config_models import ModelConfig, PythonModelConfig, StagedConvConfig
 
-__all__ = ["LIF", "RECIPES", "CiresanMLP", "Recipe", "StagedConvNet", "build_model", "recipe_spec"]
+__getattr__, __dir__, _names = exports(
+    __name__,
+    {
+        "fathom.models.ciresan": ["CiresanMLP"],
+        "fathom.models.convnet": ["StagedConvNet"],
+        "fathom.models.neurons": ["LIF"],
+        "fathom.models.specs": ["RECIPES", "Recipe", "recipe_spec"],
+    },
+)
+__all__ = [*_names, "build_model"]
 
 
 def build_model(
@@ -35,6 +42,8 @@ def build_model(
     the conv net's input normalization (:mod:`fathom.models.prep`).
     """
     if cfg.kind == "ciresan":
+        from fathom.models.ciresan import CiresanMLP
+
         return CiresanMLP(
             widths=cfg.widths,
             classes=classes,
@@ -46,7 +55,9 @@ def build_model(
             unit_dropout=cfg.unit_dropout,
         )
     if cfg.kind == "staged_conv":
+        from fathom.models.convnet import StagedConvNet
         from fathom.models.prep import ImageInput
+        from fathom.models.specs import blocks_per_stage_for_depth
 
         shape = tuple(input_shape or (28, 28))
         net = StagedConvNet(

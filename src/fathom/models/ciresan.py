@@ -18,43 +18,15 @@ in a plain loop the branches draw their own, once their probabilities are set, e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fathom.depth import Crop, DropSchedule, SkippableResidual, find_branches
 from fathom.errors import FathomError
+from fathom.models.specs import Recipe, recipe_spec
 
 FULL_WIDTHS: tuple[int, ...] = (2500, 2000, 1500, 1000, 500)
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """One training recipe: architecture switches and its drop schedule."""
-
-    name: str
-    residual: bool
-    unit_dropout: float
-    schedule_kind: str  # none | constant | linear_decrease
-    drop_probs: tuple[float, ...]
-
-
-RECIPES: dict[str, Recipe] = {
-    "plain": Recipe("plain", residual=False, unit_dropout=0.0, schedule_kind="none", drop_probs=()),
-    "residual": Recipe("residual", True, 0.0, "none", (0.0, 0.0, 0.0, 0.0)),
-    "residual_dropout": Recipe("residual_dropout", True, 0.2, "none", (0.0, 0.0, 0.0, 0.0)),
-    "sd_constant": Recipe("sd_constant", True, 0.0, "constant", (0.1, 0.2, 0.3, 0.4)),
-    "sd_decreasing": Recipe("sd_decreasing", True, 0.0, "linear_decrease", (0.2, 0.4, 0.6, 0.8)),
-}
-
-
-def recipe_spec(name: str) -> Recipe:
-    try:
-        return RECIPES[name]
-    except KeyError:
-        raise FathomError(f"unknown recipe {name!r}; valid recipes: {', '.join(RECIPES)}") from None
 
 
 def recipe_schedule(recipe: Recipe, epochs: int) -> DropSchedule:

@@ -39,16 +39,6 @@ FULL_WIDTHS: tuple[int, ...] = (64, 128, 256, 512)
 NEURONS: tuple[str, ...] = ("lif", "relu")
 
 
-def blocks_per_stage_for_depth(depth: int, stages: int = 4) -> int:
-    """``depth / stages``, or a :class:`FathomError` naming the valid depths."""
-    if depth < stages or depth % stages:
-        raise FathomError(
-            f"depth {depth} is not a positive multiple of the {stages} stages; "
-            f"use depths like {', '.join(str(stages * n) for n in range(1, 6))}"
-        )
-    return depth // stages
-
-
 def scale_widths(widths: tuple[int, ...], width_mult: float) -> tuple[int, ...]:
     if width_mult <= 0:
         raise FathomError(f"width_mult must be positive, got {width_mult}")

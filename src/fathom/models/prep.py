@@ -15,13 +15,7 @@ from torch import nn
 
 from fathom.data.augment import as_nchw, pad_to
 from fathom.errors import FathomError
-
-NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "mnist": ((0.1307,), (0.3081,)),
-    "fashion-mnist": ((0.2860,), (0.3530,)),
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-}
+from fathom.models.specs import NORMALIZATION
 
 
 def prepare_images(

@@ -11,12 +11,13 @@ from fathom.errors import FathomError
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from fathom.reproduce.config import load_pipeline
+
+    name, pipe, study, origin = load_pipeline(args.pipeline)  # refused before torch
     from fathom.reproduce.pipeline import Context, locations, reproduce
     from fathom.study.backends import make_backend
     from fathom.study.cli import slurm_options
     from fathom.study.scaledown import scale_down_sentence, scaled_down
 
-    name, pipe, study, origin = load_pipeline(args.pipeline)
     if pipe.depth_scaling is not None:
         return _reproduce_depth(args, name, pipe, study, origin)
     if args.data_dir is not None:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fathom.config import _format_validation_error
-from fathom.errors import FathomError
+from fathom.errors import FathomError, with_suggestion
 from fathom.study.config import StudyConfig, load_study
 
 CENTRAL_RECIPES: tuple[str, ...] = ("residual", "sd_constant", "sd_decreasing")
@@ -203,8 +203,11 @@ def load_pipeline(name_or_path: str) -> tuple[str, PipelineConfig, Any, str]:
     else:
         presets = _presets()
         if name_or_path not in presets:
+            unknown = with_suggestion(
+                f"unknown reproduce preset {name_or_path!r}", name_or_path, presets
+            )
             raise FathomError(
-                f"unknown reproduce preset {name_or_path!r} (and no such file); valid presets: "
+                f"{unknown}, and no such file; valid presets: "
                 f"{', '.join(sorted(presets))}, or pass a pipeline TOML path"
             )
         name, origin = name_or_path, f"preset {name_or_path}"

@@ -1,33 +1,28 @@
 """The run directory contract's one owner: manifest type, writer (locked, digested,
-atomic) and reader. See ``docs/architecture.md`` ("Run directory")."""
+atomic) and reader. See ``docs/architecture.md`` ("Run directory").
 
-from fathom.rundir.errors import os_error
-from fathom.rundir.files import load_resume, load_weights, save_resume, save_weights
-from fathom.rundir.interrupts import uninterrupted
-from fathom.rundir.kinds import register_kind
-from fathom.rundir.lock import DirLock, study_lock
-from fathom.rundir.manifest import FORMAT, KINDS, PHASES, STATUSES, ManifestHeader, seal
-from fathom.rundir.reader import RunDir, Which, find_runs
-from fathom.rundir.writer import RunWriter
+Names load on first use (:mod:`fathom.lazy`): reading a manifest (``RunDir``) costs no torch;
+weights files and the writer import it when used."""
 
-__all__ = [
-    "FORMAT",
-    "KINDS",
-    "PHASES",
-    "STATUSES",
-    "DirLock",
-    "ManifestHeader",
-    "RunDir",
-    "RunWriter",
-    "Which",
-    "find_runs",
-    "load_resume",
-    "load_weights",
-    "os_error",
-    "register_kind",
-    "save_resume",
-    "save_weights",
-    "seal",
-    "study_lock",
-    "uninterrupted",
-]
+from fathom.lazy import exports
+
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "fathom.rundir.errors": ["os_error"],
+        "fathom.rundir.files": ["load_resume", "load_weights", "save_resume", "save_weights"],
+        "fathom.rundir.interrupts": ["uninterrupted"],
+        "fathom.rundir.kinds": ["register_kind"],
+        "fathom.rundir.lock": ["DirLock", "study_lock"],
+        "fathom.rundir.manifest": [
+            "FORMAT",
+            "KINDS",
+            "PHASES",
+            "STATUSES",
+            "ManifestHeader",
+            "seal",
+        ],
+        "fathom.rundir.reader": ["RunDir", "Which", "find_runs"],
+        "fathom.rundir.writer": ["RunWriter"],
+    },
+)

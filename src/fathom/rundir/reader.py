@@ -14,17 +14,16 @@ import hashlib
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any, Literal
 
 from fathom.errors import FathomError
 from fathom.io import read_jsonl
-from fathom.rundir import files
 from fathom.rundir.kinds import config_validator
 from fathom.rundir.manifest import check_manifest, describe_recovery
-from fathom.rundir.weights import load_cpu_state
+
+if TYPE_CHECKING:  # reading the manifest and history needs no torch (`fathom study status`)
+    import torch
+    from torch import nn
 
 Which = int | Literal["selected", "final"]
 
@@ -149,6 +148,8 @@ class RunDir:
 
     def verify_entry(self, entry: dict[str, Any], label: str) -> dict[str, torch.Tensor]:
         """Load the weights of a manifest entry, checking file and tensor digests."""
+        from fathom.rundir import files
+
         state, _ = files.load_weights(
             self.path / entry["file"], entry["params_sha256"], entry.get("sha256")
         )
@@ -161,6 +162,8 @@ class RunDir:
     def problems(self, *, deep: bool = False) -> list[str]:
         """Every integrity problem found: unverified manifest, history, stray temp files, and
         (``deep``) every checkpoint and the resume state against their digests."""
+        from fathom.rundir import files
+
         out = []
         if "integrity" not in self.manifest:
             out.append("manifest.json has no digest (not written by this fathom); unverified")
@@ -189,6 +192,7 @@ class RunDir:
         """The selected weights against their entry. A running run stopped inside an epoch
         may hold a later selection of its own (not yet committed, see
         :func:`fathom.rundir.resume.newer_selected`): that is its normal state, not damage."""
+        from fathom.rundir import files
         from fathom.rundir.resume import newer_selected
 
         entry = self.manifest.get("selected_checkpoint")
@@ -227,10 +231,13 @@ class RunDir:
             )
 
     def build_model(
-        self, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+        self, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
     ) -> nn.Module:
-        """The run's model by ``model.kind``, shaped by the recorded data (classes, input)."""
+        """The run's model by ``model.kind``, shaped by the recorded data (classes, input);
+        ``dtype`` default float32."""
         self._require_kind("rebuilding its model")
+        import torch
+
         from fathom.models import build_model
 
         info = self.manifest.get("data", {}).get("info", {})
@@ -242,20 +249,26 @@ class RunDir:
             input_shape=shape,
             dataset=self.config.data.dataset,
         )
-        return model.to(device=device, dtype=dtype)
+        return model.to(device=device, dtype=dtype or torch.float32)
 
     def load_model(
-        self, which: Which, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+        self, which: Which, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
     ) -> nn.Module:
-        """The model at a checkpoint, hash-verified, in eval mode."""
+        """The model at a checkpoint, hash-verified, in eval mode (``dtype`` default float32)."""
+        import torch
+
+        from fathom.rundir.weights import load_cpu_state
+
         state = self.load_state(which)
         model = self.build_model(torch.float32, "cpu")
         load_cpu_state(model, state)
-        return model.to(device=device, dtype=dtype).eval()
+        return model.to(device=device, dtype=dtype or torch.float32).eval()
 
     def load_splits(self, device: str | torch.device = "cpu"):
         """The run's data splits, re-derived and checked against the recorded split hash."""
         self._require_kind("re-deriving its data splits")
+        import torch
+
         from fathom.data.prepare import prepare_splits
 
         splits = prepare_splits(self.config.data, torch.device(device))

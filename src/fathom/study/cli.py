@@ -75,31 +75,35 @@ def progress_line(info: Any) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    from fathom.study.backends import make_backend
     from fathom.study.config import load_study
-    from fathom.study.report import print_summary
-    from fathom.study.runner import run_study
-    from fathom.study.scaledown import scale_down_sentence, scaled_down
+    from fathom.train.cli import live_settings
 
     study, origin = load_study(args.study)
     if args.backend != "ray" and args.address:
         raise FathomError("--address is for --backend ray; drop it or add --backend ray")
-    from fathom.export.live import LiveTracker
-    from fathom.train.cli import live_settings
-
     tracking = live_settings(study.live, args.live)
+    threads = _threads(args, study)
+    slurm = slurm_options(args)
+    from rich.console import Console  # the heavy modules only once the input is valid
+
+    from fathom.export.live import LiveTracker
+    from fathom.study.backends import make_backend
+    from fathom.study.report import print_summary
+    from fathom.study.runner import run_study
+    from fathom.study.scaledown import scale_down_sentence, scaled_down
+    from fathom.terminal import Tally
+
     backend = make_backend(
         args.backend,
         workers=args.workers,
         address=args.address,
-        threads=_threads(args, study),
-        slurm=slurm_options(args),
+        threads=threads,
+        slurm=slurm,
         live=tracking if tracking.enabled else (),
         tracker=LiveTracker if tracking.enabled else None,
     )
     console = Console(stderr=True)
+    tally = Tally(planned_runs(study, args.runs_dir))
 
     def progress(event: str, info: Any) -> None:
         if args.quiet:
@@ -107,7 +111,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if event == "phase":
             console.print(f"[bold]{info}[/bold]")
         else:
-            console.print(progress_line(info), overflow="fold")
+            worked = info.action not in ("skipped", "kept")
+            console.print(f"{progress_line(info)}\n  {tally.add(worked)}", overflow="fold")
 
     if not args.quiet:
         console.print(
@@ -131,6 +136,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"runs: {counts}")
     failed = [o for o in result.outcomes if o.status == "failed"]
     return 1 if failed else 0
+
+
+def planned_runs(study: Any, runs_dir: str) -> int:
+    """Runs a study makes: its tuning grid plus recipes x seeds of the main phase."""
+    from fathom.study.plan import tuning_specs
+
+    return len(tuning_specs(study, runs_dir)) + len(study.study.recipes) * len(study.study.seeds)
 
 
 STATUS_ORDER = (

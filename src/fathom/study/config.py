@@ -49,8 +49,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fathom.config import RunConfig, _format_validation_error, load_toml, validate_run_config
 from fathom.config_live import LiveConfig
 from fathom.config_models import Bool, Float, Int, Name
-from fathom.errors import FathomError
-from fathom.models.ciresan import RECIPES
+from fathom.errors import FathomError, with_suggestion
+from fathom.models.specs import RECIPES
 
 STUDY_OWNED_KEYS: tuple[str, ...] = ("name", "study", "seed", "model.recipe", "optim.lr")
 """Run-config keys set per run by the study; ``[base]`` may not set them."""
@@ -305,9 +305,10 @@ def load_study(preset_or_path: str | Path) -> tuple[StudyConfig, str]:
         return validate_study_config(load_toml(path), origin=str(path)), str(path)
     name = str(preset_or_path)
     if name not in preset_names():
+        unknown = with_suggestion(f"unknown study preset {name!r}", name, preset_names())
         raise FathomError(
-            f"unknown study preset {name!r} (and no such file); valid presets: "
-            f"{', '.join(preset_names())}, or pass a study TOML path"
+            f"{unknown}, and no such file; valid presets: {', '.join(preset_names())}, "
+            "or pass a study TOML path"
         )
     text = (resources.files("fathom") / "presets" / f"{name}.toml").read_text(encoding="utf-8")
     return validate_study_config(tomllib.loads(text), origin=f"preset {name}"), f"preset {name}"

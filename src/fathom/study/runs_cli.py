@@ -26,8 +26,8 @@ def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
     The run id names phase, recipe, LR and seed; ``wide`` adds them as columns with the
     full hash.
     """
-    from fathom.stats.units import percent
     from fathom.terminal import short_hash, table
+    from fathom.units import percent
 
     def f(x: float | None, spec: str) -> str:
         return "—" if x is None else format(x, spec)

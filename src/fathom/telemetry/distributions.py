@@ -7,12 +7,7 @@ from __future__ import annotations
 
 import torch
 
-QUANTILES: tuple[float, ...] = (0.05, 0.25, 0.5, 0.75, 0.95)
-
-
-def quantile_key(q: float) -> str:
-    """``0.05 -> "q05"``, ``0.5 -> "q50"``."""
-    return f"q{round(q * 100):02d}"
+from fathom.telemetry.field import QUANTILES, quantile_key
 
 
 def entry_summary(

@@ -18,6 +18,14 @@ SCOPES: tuple[str, ...] = ("probe", "split", "state", "training", "health_probe"
 probe (the first ``health.probe_size`` validation examples). Both are used by the trainer's
 own fields (:mod:`fathom.telemetry.trainer_fields`)."""
 
+QUANTILES: tuple[float, ...] = (0.05, 0.25, 0.5, 0.75, 0.95)
+"""The quantiles every distribution field reports (``q05`` ... ``q95``)."""
+
+
+def quantile_key(q: float) -> str:
+    """``0.05 -> "q05"``, ``0.5 -> "q50"``."""
+    return f"q{round(q * 100):02d}"
+
 
 @dataclass(frozen=True)
 class Field:

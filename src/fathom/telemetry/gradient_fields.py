@@ -5,8 +5,7 @@ moments of per-example weight gradients (declared here, collected by
 
 from __future__ import annotations
 
-from fathom.telemetry.distributions import QUANTILES, quantile_key
-from fathom.telemetry.field import Field
+from fathom.telemetry.field import QUANTILES, Field, quantile_key
 
 NORM_QUANTILES: tuple[float, ...] = (0.1, 0.5, 0.9)  # of per-example gradient norms
 

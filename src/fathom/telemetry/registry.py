@@ -22,8 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from fathom.errors import FathomError
-from fathom.telemetry.distributions import QUANTILES, quantile_key
-from fathom.telemetry.field import SCOPES, Field
+from fathom.telemetry.field import QUANTILES, SCOPES, Field, quantile_key
 from fathom.telemetry.gradient_fields import (
     NORM_QUANTILES,
     backprop_fields,

@@ -10,7 +10,8 @@ from fathom.config import OptimConfig, RunConfig
 from fathom.depth import DropSchedule, GateController, find_branches
 from fathom.errors import FathomError
 from fathom.models import build_model
-from fathom.models.ciresan import recipe_schedule, recipe_spec
+from fathom.models.ciresan import recipe_schedule
+from fathom.models.specs import recipe_spec
 
 __all__ = ["build_controller", "build_model", "build_optimizer", "init_model", "stream_seed"]
 

@@ -11,6 +11,7 @@ from fathom.errors import FathomError
 
 if TYPE_CHECKING:  # the parser stays light: `fathom train --help` imports no pydantic or torch
     from fathom.config import LiveConfig, RunConfig
+    from fathom.terminal import TrainProgress
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -41,59 +42,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return cfg.with_updates(updates) if updates else cfg
 
 
-class LiveProgress:
-    """Rich progress for ``fathom train``: a bar over epochs (step, running loss, training
-    clock) and one line per evaluated epoch. Call it as the trainer's ``progress`` callback;
-    ``close()`` stops the display."""
+def make_progress(quiet: bool) -> TrainProgress | None:
+    """The live display (:class:`fathom.terminal.TrainProgress`), or ``None`` when ``--quiet``."""
+    from fathom.terminal import TrainProgress
 
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-        self.bar = Progress(
-            TextColumn("epoch"),
-            MofNCompleteColumn(),
-            BarColumn(),
-            TextColumn("{task.fields[info]}"),
-            console=Console(stderr=True),
-            transient=False,
-        )
-        self.task = None
-
-    @staticmethod
-    def _fmt(v: Any, spec: str) -> str:
-        return "—" if v is None else format(v, spec)
-
-    def __call__(self, event: str, row: dict) -> None:
-        from fathom.stats.units import fmt_percent
-
-        fmt = self._fmt
-        if event == "epoch":
-            self.bar.console.print(
-                f"epoch {row['epoch']:>3} step {row['step']:>6}  "
-                f"loss {fmt(row.get('train/loss_running'), '.4f')}  "
-                f"val acc {fmt_percent(row.get('val/acc'))} ce {fmt(row.get('val/ce'), '.4f')}  "
-                f"test acc {fmt_percent(row.get('test/acc'))}"
-            )
-        elif event == "epoch_end":
-            if self.task is None:
-                self.bar.start()
-                self.task = self.bar.add_task("train", total=row["epochs"], info="")
-            self.bar.update(
-                self.task,
-                completed=row["epoch"],
-                info=f"step {row['step']}  loss {fmt(row['train/loss_running'], '.4f')}  "
-                f"train clock {row['clock/training_s']:.1f}s",
-            )
-
-    def close(self) -> None:
-        if self.task is not None:
-            self.bar.stop()
-
-
-def make_progress(quiet: bool) -> LiveProgress | None:
-    """The live display, or ``None`` when ``--quiet``."""
-    return None if quiet else LiveProgress()
+    return None if quiet else TrainProgress()
 
 
 def live_settings(configured: LiveConfig, flag: str | None) -> LiveConfig:
@@ -121,8 +74,6 @@ def recorded_live(run_dir: Path) -> LiveConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from fathom.train.loop import resume, train
-
     if args.resume:
         given = ("set", "name", "device", "runs_dir")
         ignored = [f"--{k.replace('_', '-')}" for k in given if getattr(args, k, None)]
@@ -136,8 +87,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         from fathom.train.loop import check_resumable
 
         check_resumable(Path(args.resume), config_from_args(args))
-    from fathom.export.live import LiveTracker, fan_out
-
     cfg = None
     if args.resume:
         run_dir = Path(args.resume)
@@ -147,6 +96,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         run_dir = Path(args.runs_dir or "runs") / cfg.study / cfg.name
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
+    from fathom.export.live import LiveTracker, fan_out  # torch: only once the input is valid
+    from fathom.train.loop import resume, train
+
     tracker = LiveTracker(run_dir, tracking, cfg) if tracking.enabled else None
     live = make_progress(args.quiet)
     progress = fan_out(live, tracker)

@@ -22,7 +22,7 @@ from fathom.data import DataSplits
 from fathom.depth import GateController
 from fathom.train.plan import EpochPlan, topology_index
 from fathom.train.sgd import ActiveSGD, sgd_momentum_
-from fathom.train.steppers import autocast_for
+from fathom.train.steppers import Tick, autocast_for
 
 __all__ = ["GraphStepper", "sgd_momentum_"]
 
@@ -37,6 +37,7 @@ class GraphStepper:
     """
 
     name = "graph"
+    tick: Tick | None = None
 
     def __init__(
         self,
@@ -129,6 +130,8 @@ class GraphStepper:
         self.loss_sum.zero_()
         n = perm.shape[0]
         for i in range(plan.steps):
+            if self.tick is not None:
+                self.tick(plan.epoch, i, plan.steps)
             kept = plan.kept[i]
             sl = plan.batch(i)
             full = sl.stop <= n

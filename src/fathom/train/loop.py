@@ -101,7 +101,8 @@ def train(
     ``telemetry`` overrides ``cfg.telemetry.enabled``. ``progress`` is an optional callable
     ``progress(event: str, info: dict)`` used by the CLI for live display: ``"epoch"`` with
     each history row as it is written, ``"epoch_end"`` after every epoch (epoch, epochs,
-    step, running loss, training clock).
+    step, running loss, training clock), ``"step"`` before each step (epoch, epochs, steps
+    done in the epoch, steps; :func:`fathom.train.steppers.step_ticker`).
 
     The run directory is written through one :class:`fathom.rundir.RunWriter` (locked for
     the whole call); ``phase`` ("tuning" / "main") is recorded for a study's run. A resume

@@ -24,6 +24,7 @@ from fathom.data import DataSplits
 from fathom.dynamics.regularizer import StepRecord, regularized_gradients
 from fathom.models.prep import network_and_input
 from fathom.train.plan import EpochPlan
+from fathom.train.steppers import Tick
 
 EPOCH_FIELDS: tuple[str, ...] = (
     "train/ce",
@@ -76,6 +77,7 @@ class RegularizedStepper:
     """One epoch of regularized steps; ``epoch_fields`` reads the epoch's sums."""
 
     name = "regularized"
+    tick: Tick | None = None
 
     def __init__(
         self,
@@ -98,6 +100,8 @@ class RegularizedStepper:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         perm = plan.perm.to(self.device)
         for i in range(plan.steps):
+            if self.tick is not None:
+                self.tick(plan.epoch, i, plan.steps)
             idx = perm[plan.batch(i)]
             x = self.splits.fit_x[idx]
             if self.augmenter is not None:

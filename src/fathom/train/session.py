@@ -29,7 +29,7 @@ from fathom.train.checkpoint import cpu_state
 from fathom.train.context import EpochContext
 from fathom.train.manifest import dataset_record, split_classes, telemetry_record
 from fathom.train.state import Progress, rng_state, set_rng_state
-from fathom.train.steppers import make_stepper
+from fathom.train.steppers import make_stepper, step_ticker
 
 
 @dataclass
@@ -231,6 +231,7 @@ def build_session(
     torch.manual_seed(stream_seed(cfg.seed, "dropout"))
     recorder = _recorder(cfg, telemetry, splits, model)
     stepper, note = make_stepper(cfg, model, optimizer, controller, splits, device)
+    stepper.tick = step_ticker(on_progress, cfg.optim.epochs)
     s = Session(
         cfg,
         writer.path,

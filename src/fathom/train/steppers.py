@@ -12,10 +12,15 @@ stepper's own generators):
 * :class:`fathom.train.fast.GraphStepper`: CUDA graphs, one per branch topology (SGD);
 * :class:`fathom.train.regularized.RegularizedStepper`: ``CE + λ_reg · P`` with the
   Lyapunov penalty, the two gradients kept apart for their norms.
+
+Every stepper calls its ``tick`` (when set: :func:`step_ticker`) before each step with the
+epoch, the steps done and the epoch's steps — Python ints the loop already has, so a
+progress display reads nothing from the device and adds no sync.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -25,6 +30,21 @@ import torch.nn.functional as F
 from fathom.data import DataSplits, random_crop_flip
 from fathom.errors import FathomError
 from fathom.train.plan import EpochPlan
+
+Tick = Callable[[int, int, int], None]
+"""``tick(epoch, steps_done, steps)``, called before each step of an epoch."""
+
+
+def step_ticker(progress: Callable[[str, dict], None] | None, epochs: int) -> Tick | None:
+    """A stepper's ``tick`` sending ``progress("step", {"epoch", "epochs", "step", "steps"})``
+    (``step`` = steps done in the epoch); ``None`` without a progress callback."""
+    if progress is None:
+        return None
+
+    def tick(epoch: int, step: int, steps: int) -> None:
+        progress("step", {"epoch": epoch, "epochs": epochs, "step": step, "steps": steps})
+
+    return tick
 
 
 def autocast_for(device: torch.device, precision: str):
@@ -65,6 +85,7 @@ class EagerStepper:
     """
 
     name = "eager"
+    tick: Tick | None = None
 
     def __init__(
         self,
@@ -94,6 +115,8 @@ class EagerStepper:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         perm = plan.perm.to(self.device)
         for i in range(plan.steps):
+            if self.tick is not None:
+                self.tick(plan.epoch, i, plan.steps)
             idx = perm[plan.batch(i)]
             if self.controller is not None:
                 self.controller.set_gains(plan.gain_values[i])

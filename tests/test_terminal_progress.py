@@ -1,0 +1,143 @@
+"""Progress displays (``fathom.terminal``): throttled live line on a terminal, one line per
+epoch elsewhere, k/N with ETA for studies; training numerics unchanged with progress on."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from conftest import synthetic_splits, tiny_config
+from fathom.terminal import REDRAWS_PER_S, Tally, TrainProgress, eta_s, fmt_duration
+
+
+class Clock:
+    """A hand-advanced monotonic clock."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def feed(p: TrainProgress, clock: Clock, epochs: int, steps: int, dt: float) -> None:
+    """What the trainer sends: the epoch-0 row, then per epoch its steps, row and end."""
+    p("epoch", {"epoch": 0, "step": 0, "val/acc": 0.1, "val/ce": 2.3, "test/acc": 0.1})
+    for epoch in range(1, epochs + 1):
+        for i in range(steps):
+            p("step", {"epoch": epoch, "epochs": epochs, "step": i, "steps": steps})
+            clock.t += dt
+        row = {"epoch": epoch, "step": epoch * steps, "val/acc": 0.9, "val/ce": 0.3}
+        p("epoch", row | {"test/acc": 0.91, "train/loss_running": 0.5})
+        end = {"epoch": epoch, "epochs": epochs, "step": epoch * steps}
+        p("epoch_end", end | {"train/loss_running": 0.5, "clock/training_s": epoch * steps * dt})
+    p.close()
+
+
+def test_off_a_terminal_one_line_per_epoch():
+    buf = io.StringIO()
+    clock = Clock()
+    p = TrainProgress(Console(file=buf, force_terminal=False, width=80), clock=clock)
+    feed(p, clock, epochs=3, steps=500, dt=0.002)
+    lines = buf.getvalue().splitlines()
+    assert p.redraws == 0 and "\x1b" not in buf.getvalue()
+    assert len(lines) == 4, lines  # epoch 0 (before training), then one per epoch
+    assert lines[0].startswith("epoch 0 ") and "val acc 10.00%" in lines[0]
+    for epoch, line in enumerate(lines[1:], 1):
+        assert line.startswith(f"epoch {epoch}/3 step {epoch * 500}  loss 0.5000"), line
+        assert "val acc 90.00%" in line and "test acc 91.00%" in line
+        assert "500.0 steps/s" in line  # 500 steps / 1.0 s of training clock
+
+
+def test_on_a_terminal_rate_and_eta_within_the_redraw_throttle():
+    buf = io.StringIO()
+    clock = Clock()
+    p = TrainProgress(Console(file=buf, force_terminal=True, width=120), clock=clock)
+    epochs, steps, dt = 2, 1000, 0.002  # 2 s per epoch, 4 s in all
+    feed(p, clock, epochs=epochs, steps=steps, dt=dt)
+    out = buf.getvalue()
+    duration = epochs * steps * dt
+    assert 4 <= p.redraws <= REDRAWS_PER_S * duration + 1, p.redraws
+    assert "500.0 steps/s" in out  # the rate: steps done / wall time since the epoch's first
+    # half-way through epoch 1: 1 s left in the epoch, and one more epoch of 2 s
+    assert re.search(r" 5\d\d/1000  500\.0 steps/s  ETA 0:01 epoch, 0:03 run", out)
+    assert re.search(r"epoch 2/2 step 2000 .* 500\.0 steps/s", out)
+
+
+def test_no_redraw_without_change():
+    buf = io.StringIO()
+    clock = Clock()
+    p = TrainProgress(Console(file=buf, force_terminal=True, width=120), clock=clock)
+    for _ in range(10):  # time passes, nothing done: the same text
+        p("step", {"epoch": 1, "epochs": 2, "step": 0, "steps": 100})
+        clock.t += 1.0
+    assert p.redraws == 1
+    p("step", {"epoch": 1, "epochs": 2, "step": 5, "steps": 100})
+    assert p.redraws == 2
+    p.close()
+
+
+@settings(max_examples=50)
+@given(
+    dts=st.lists(st.floats(0.0, 0.3), min_size=1, max_size=300),
+)
+def test_the_throttle_holds_for_any_step_timing(dts: list[float]):
+    """However the steps are spaced, never more than REDRAWS_PER_S per second (+1 first)."""
+    clock = Clock()
+    p = TrainProgress(Console(file=io.StringIO(), force_terminal=True, width=120), clock=clock)
+    for i, dt in enumerate(dts):
+        p("step", {"epoch": 1, "epochs": 1, "step": i, "steps": len(dts)})
+        clock.t += dt
+    p.close()
+    assert p.redraws <= REDRAWS_PER_S * sum(dts) + 1
+
+
+def test_durations_and_etas():
+    assert [fmt_duration(s) for s in (0, 59.4, 75.2, 3725, None)] == [
+        "0:00",
+        "0:59",
+        "1:15",
+        "1:02:05",
+        "—",
+    ]
+    assert eta_s(0, 10, 5.0) is None and eta_s(4, 10, 8.0) == 12.0
+
+
+def test_a_study_tally_counts_runs_and_estimates_from_the_runs_trained():
+    clock = Clock()
+    tally = Tally(4, clock=clock)
+    assert tally.add(worked=False) == "1/4 runs  elapsed 0:00  ETA —"  # found complete
+    clock.t += 10
+    assert tally.add() == "2/4 runs  elapsed 0:10  ETA 0:20"  # 2 left x 10 s per run trained
+    clock.t += 10
+    assert tally.add() == "3/4 runs  elapsed 0:20  ETA 0:10"
+    clock.t += 10
+    assert tally.add() == "4/4 runs  elapsed 0:30  ETA 0:00"
+
+
+def test_progress_on_leaves_training_bit_identical(tmp_path):
+    """The anchor: the same final parameter hash with the display on and off, and the display
+    saw every step of every epoch."""
+    from fathom.train.loop import train
+
+    cfg = tiny_config(**{"optim.epochs": 2})
+    seen: list[tuple[int, int]] = []
+    buf = io.StringIO()
+    display = TrainProgress(Console(file=buf, force_terminal=True, width=120))
+
+    def on(event: str, info: dict) -> None:
+        if event == "step":
+            seen.append((info["epoch"], info["step"]))
+        display(event, info)
+
+    with_display = train(cfg, tmp_path / "on", splits=synthetic_splits(), progress=on)
+    display.close()
+    without = train(cfg, tmp_path / "off", splits=synthetic_splits())
+    assert with_display.final_params == without.final_params
+    steps = -(-256 // cfg.optim.batch_size)
+    assert seen == [(e, i) for e in (1, 2) for i in range(steps)]
+    assert "epoch 2/2 step 16" in buf.getvalue()
