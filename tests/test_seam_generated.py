@@ -560,7 +560,7 @@ def test_embedding_input_is_covered_exactly():
     check_model(_spec([{"kind": "act", "fn": "tanh"}], input="tokens", padding_idx=0), exact=True)
 
 
-# -- a known open defect, out of the grammar (seam_grammar.block) ----------------------------
+# -- a counter-example hypothesis found: one Linear both shared and read by a sibling -------
 SHARED_AND_SIBLING = [
     {"kind": "linear", "out": 2, "bias": False, "lead": False},
     {"kind": "act", "fn": "tanh"},
@@ -569,13 +569,9 @@ SHARED_AND_SIBLING = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="seam defect (identity attribution): a Linear called twice whose weight a sibling "
-    "also uses raises a raw AttributeError ('`weight` is not an nn.Parameter'); with a bias "
-    "it is falsely refused ('`bias` is not an nn.Parameter')",
-)
 @pytest.mark.parametrize("bias", [False, True])
 def test_shared_module_whose_weight_a_sibling_uses(bias):
+    """Once a raw AttributeError ('`weight` is not an nn.Parameter') without a bias and a
+    false refusal with one; now covered exactly (identity attribution)."""
     blocks = [SHARED_AND_SIBLING[0] | {"bias": bias}, *SHARED_AND_SIBLING[1:]]
     check_model(_spec(blocks, seed=7), exact=True)
