@@ -13,6 +13,7 @@ from scipy import stats as sps
 
 from fathom.report.curvtables import TRACES, trace_contrasts, trace_sentences
 from fathom.report.runs import RunData
+from fathom.stats.rules import DEFAULT_RULES
 
 
 def _run(recipe: str, seed: int) -> RunData:
@@ -20,7 +21,7 @@ def _run(recipe: str, seed: int) -> RunData:
         "status": "complete",
         "phase": "main",
         "config": {"model": {"recipe": recipe}, "seed": seed},
-        "data": {"info": {"classes": 10}},
+        "data": {"info": {"classes": 10}, "sizes": {"test": 5000}},
     }
     rows = [{"epoch": 5, "test/acc": 0.9, "fit/ce": 0.1, "fit/acc": 0.95}]
     return RunData(Path(f"/x/{recipe}-{seed}"), f"main-{recipe}-s{seed}", manifest, rows)
@@ -58,20 +59,26 @@ def test_trace_sentences_are_paired_log_ratio_contrasts(pairs):
         assert c["epoch"] == 5 and c["n"] == n
         assert math.isclose(c["estimate"], math.exp(sum(logs) / n), rel_tol=1e-9)
         s = c["sentence"]
-        assert "×" not in s
+        assert "× lower" not in s and "× higher" not in s  # never a bare "1.61× lower"
         if n < 2:
             assert c["verdict"] == "not established" and c["low"] is None
-            assert "not established" in s and "n = 1 seed" in s and f"{c['estimate']:.3g}" in s
+            assert "not established" in s and "n=1 paired seed" in s and "no interval" in s
+            assert f"{c['estimate']:.3g}" in s
             continue
+        # the engine's rule (docs/statistics.md): t part, resolution floor, smallest effect
         m = sum(logs) / n
         sd = math.sqrt(sum((x - m) ** 2 for x in logs) / (n - 1))
-        half = sps.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+        floor = math.sqrt(n * DEFAULT_RULES.log_ratio_resolution**2) / n
+        half = max(sps.t.ppf(0.975, n - 1) * sd / math.sqrt(n), sps.norm.ppf(0.975) * floor)
         assert math.isclose(c["low"], math.exp(m - half), rel_tol=1e-9, abs_tol=1e-12)
         assert math.isclose(c["high"], math.exp(m + half), rel_tol=1e-9, abs_tol=1e-12)
-        if c["low"] > 1:
-            assert c["verdict"] == "higher" and " is higher than residual's" in s
-        elif c["high"] < 1:
-            assert c["verdict"] == "lower" and " is lower than residual's" in s
+        delta = DEFAULT_RULES.log_ratio
+        if m - half > delta:
+            assert c["verdict"] == "higher" and " higher" in s
+        elif m + half < -delta:
+            assert c["verdict"] == "lower" and " lower" in s
+        elif -delta < m - half and m + half < delta:
+            assert c["verdict"] == "equivalent"
         else:
             assert c["verdict"] == "not established" and "not established" in s
     assert trace_sentences(runs, "residual", curvature) == [c["sentence"] for c in out]

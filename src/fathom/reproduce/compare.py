@@ -165,10 +165,14 @@ def final_epochs(data: SeedData, rows: list[dict[str, Any]]) -> list[int]:
 
 def reductions(summary: dict[str, Any]) -> list[str]:
     """What the study reduced from the full protocol (smaller network, data, epochs, seeds):
-    the ``reduced`` items of ``summary["scaled_down"]``. Other *changes* (frozen learning
-    rates instead of tuning, say) do not change magnitudes and are not counted here."""
+    the ``reduced`` items of ``summary["scaled_down"]`` and the study's own ``scale_down``
+    notes. Other *changes* (frozen learning rates instead of tuning, say) do not change
+    magnitudes and are not counted here."""
     if "scaled_down" in summary:
-        return [d["text"] for d in summary["scaled_down"] if d["kind"] == "reduced"]
+        reduced = [d["text"] for d in summary["scaled_down"] if d["kind"] == "reduced"]
+        # the study's own scale-down notes count too: without a named protocol they are the
+        # only statement of what was reduced
+        return reduced + [n for n in summary.get("scale_down_notes") or [] if n not in reduced]
     return list(summary.get("scale_down") or [])
 
 

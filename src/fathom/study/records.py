@@ -63,16 +63,21 @@ def checkpoint_scores(rd: RunDir) -> dict[str, dict[str, Any]]:
 
 def outcome_warnings(rd: RunDir) -> list[str]:
     """What a complete run's result warns of, by :func:`fathom.stats.failure_flags` on its
-    final epoch (test accuracy, fitting CE and accuracy): at chance, or not fitting."""
+    final epoch (test accuracy on the recorded test-set size, fitting CE and accuracy): at
+    chance, near chance (undetermined), or not fitting."""
     if rd.status != "complete":
         return []
     final = checkpoint_scores(rd)["final"]
-    classes = int((rd.manifest.get("data") or {}).get("info", {}).get("classes", 10))
+    data = rd.manifest.get("data") or {}
+    classes = (data.get("info") or {}).get("classes")
+    if not isinstance(classes, int) or classes < 2:
+        return []  # no class count recorded: chance is not defined, nothing to judge
     flags = failure_flags(
         status="complete",
         test_acc=final["test_acc"],
         train_ce=final["fit_ce"],
         classes=classes,
+        n_eval=(data.get("sizes") or {}).get("test"),
         fit_acc=final["fit_acc"],
     )
     acc = "unknown" if final["test_acc"] is None else f"{100 * final['test_acc']:.1f}%"
@@ -82,6 +87,11 @@ def outcome_warnings(rd: RunDir) -> list[str]:
             f"the run ended at chance: test accuracy {acc} with {classes} classes (chance "
             f"{100 / classes:.1f}%); it learned nothing usable. Check the labels, the learning "
             "rate (optim.lr) and the budget (optim.epochs)"
+        )
+    if "near_chance" in flags:
+        out.append(
+            f"the run ended near chance: test accuracy {acc} with {classes} classes (chance "
+            f"{100 / classes:.1f}%) is statistically neither at chance nor clearly above it"
         )
     if "not_fitting" in flags:
         fit = f"{100 * final['fit_acc']:.1f}%"
