@@ -22,8 +22,8 @@ from fathom.config_family import load_config, preset_names, validate_config
 from fathom.depthscale.config import DepthScaleConfig, validate_depth_scaling
 from fathom.errors import FathomError
 from fathom.io import config_digest
-from fathom.models.specs import RECIPES
 from fathom.models.prep import NORMALIZATION
+from fathom.models.specs import RECIPES
 from fathom.study.config import STUDY_OWNED_KEYS, StudyConfig, validate_study_config
 from fathom.study.studyfile import STUDY_FILE, read_study_file, study_file_data, write_study_file
 
