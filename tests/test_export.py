@@ -209,7 +209,7 @@ def test_tensorboard_as_its_users_expect(study: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "damage", ["description", "matrix", "hparams", "layout"], ids=lambda d: f"damaged-{d}"
+    "damage", ["description", "matrix", "hparams", "layout", "wall"], ids=lambda d: f"damaged-{d}"
 )
 def test_tensorboard_verify_catches_each_damage(
     study: Path, damage: str, monkeypatch: pytest.MonkeyPatch
@@ -231,6 +231,8 @@ def test_tensorboard_verify_catches_each_damage(
                     "tensorboard.plugins.hparams.summary_v2", fromlist=["x"]
                 ).hparams_pb({"seed": -1}, trial_id=run.run_id),
             )
+        elif damage == "wall":  # 1970 + elapsed instead of the row's own timestamp
+            m.setattr(tensorboard_meta, "wall_time", lambda row, last: (0.0, False))
         else:
             m.setattr(
                 tensorboard_meta,
@@ -247,6 +249,7 @@ def test_tensorboard_verify_catches_each_damage(
         "matrix": "matrix",
         "hparams": "HParams",
         "layout": "layout",
+        "wall": "wall times",
     }
     assert not report.ok and any(words[damage] in x for x in report.mismatches), report.lines()
 

@@ -203,6 +203,10 @@ def _described(acc: Any, tag: str, report: VerifyReport, run_id: str) -> None:
 def _verify_scalars(run: RunData, acc: Any, report: VerifyReport) -> None:
     tags = set(acc.Tags().get("scalars", []))
     expected = expected_scalars(run)
+    walls, last = {}, 0.0  # the wall time each row's events were written with
+    for row in run.rows:
+        last, _ = meta.wall_time(row, last)
+        walls[int(row["epoch"])] = last
     if tags != set(expected):
         report.mismatch(f"run {run.run_id}: tags differ {sorted(tags ^ set(expected))[:5]}")
     for tag, points in expected.items():
@@ -222,6 +226,10 @@ def _verify_scalars(run: RunData, acc: Any, report: VerifyReport) -> None:
                 report.mismatch(
                     f"run {run.run_id} {tag} step {step}: wrote {v!r}, read {e.value!r}"
                 )
+        if not tag.startswith(f"{meta.METRIC_PREFIX}/") and [e.wall_time for e in events] != [
+            walls[s] for s, _ in points
+        ]:
+            report.mismatch(f"run {run.run_id} {tag}: wall times are not the rows' own")
 
 
 def _verify_matrices(run: RunData, acc: Any, report: VerifyReport) -> None:
