@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 
-from fathom.stats.inference import Paired, judge
+from fathom.stats.inference import judge, rejudge_input
 from fathom.stats.numbers import fmt_estimate, fmt_interval
 from fathom.stats.results import Comparison, Results, Sentence
 from fathom.stats.rules import Rules
@@ -45,18 +45,7 @@ def _rejudge(results: Results) -> list[str]:
     for c in results.comparisons:
         families.setdefault(c.family, []).append(c)
     for family, comps in families.items():
-        items = [
-            Paired(
-                c.id,
-                c.quantity,
-                c.a,
-                c.b,
-                dict(zip(c.seeds, c.diffs)),
-                dict(zip(c.seeds, c.variances)),
-                blocked=c.reason if c.verdict == "no comparison" else None,
-            )
-            for c in comps
-        ]
+        items = [rejudge_input(c) for c in comps]
         again = judge(family, items, Rules(level=comps[0].nominal_level))
         for c, r in zip(comps, again):
             keys = (

@@ -26,7 +26,7 @@ from typing import Any
 
 from fathom.errors import FathomError
 from fathom.stats.flags import EXCLUDING_FLAGS
-from fathom.stats.inference import Paired, judge, paired
+from fathom.stats.inference import Paired, judge, paired, rejudge_input
 from fathom.stats.quantities import ratio
 from fathom.stats.results import Comparison, Quantity
 from fathom.stats.rules import DEFAULT_RULES, Rules
@@ -170,18 +170,7 @@ def judge_contrast_rows(rows: Sequence[dict[str, Any]], family: str) -> list[dic
     sentences (the per-row judgments were families of one).
     """
     comps = [Comparison.model_validate(r["comparison"]) for r in rows]
-    items = [
-        Paired(
-            f"{family}#{i}",
-            c.quantity,
-            c.a,
-            c.b,
-            dict(zip(c.seeds, c.diffs)),
-            dict(zip(c.seeds, c.variances)),
-            blocked=c.reason if c.verdict == "no comparison" else None,
-        )
-        for i, c in enumerate(comps)
-    ]
+    items = [rejudge_input(c, f"{family}#{i}") for i, c in enumerate(comps)]
     out = []
     for row, c in zip(rows, judge(family, items)):
         view = from_comparison(c)

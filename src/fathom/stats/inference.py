@@ -65,6 +65,20 @@ class Paired:
     context: dict[str, str] = field(default_factory=dict)
 
 
+def rejudge_input(c: Comparison, cid: str | None = None) -> Paired:
+    """The :class:`Paired` a judged comparison was made from (its per-seed numbers), so a
+    family can be judged again (Holm over rows printed together, the claim checker)."""
+    return Paired(
+        c.id if cid is None else cid,
+        c.quantity,
+        c.a,
+        c.b,
+        dict(zip(c.seeds, c.diffs)),
+        dict(zip(c.seeds, c.variances)),
+        blocked=c.reason if c.verdict == "no comparison" else None,
+    )
+
+
 def paired(
     cid: str,
     quantity: Quantity,
