@@ -482,3 +482,23 @@ def test_reduced_hessian_factor_has_rank_columns_and_is_exact(logits):
     p = torch.softmax(z, dim=1)
     want = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]
     assert float((r @ r.transpose(1, 2) - want).abs().max()) <= 1e-15
+
+
+def test_snapshot_layer_paths_are_the_coverage_table_text() -> None:
+    """Each layer record's ``path`` is the coverage table's wording (one source,
+    :attr:`fathom.seam_types.Layer.path`), for fast, attention, op and generic layers."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from curvature_floor import TransformerBlock
+
+    torch.manual_seed(0)
+    model = TransformerBlock(vocab=11, length=4, dim=8, heads=2).double().eval()
+    x, y = torch.randint(0, 11, (5, 4)), torch.randint(0, 10, (5,))
+    record = curvature_snapshot(model, x, y).record
+    paths = {la["name"]: la["path"] for la in record["layers"]}
+    assert paths["<model>"].startswith("root operations") and paths["attn"] == "fast attention"
+    for qualified, text in record["coverage"].items():
+        layer = text.split(" (", 1)[0]
+        assert text.endswith(f", {paths[layer]})"), (qualified, text, paths[layer])
