@@ -27,10 +27,14 @@ fast kind only where it is provably the module's function — the exact class an
   gradient): ``g_i(W)[v] = sum_{t: tok_it = v} delta_it``, in closed form;
 * ``recurrent``: ``nn.RNN`` / ``nn.GRU`` / ``nn.LSTM`` (the stock forward): the functional
   cell of :mod:`fathom.pex_rnn` under ``torch.func`` (the fused kernels cannot be vmapped);
-* ``generic``: every other module (BatchNorm/LayerNorm of a subclass,
-  ``nn.MultiheadAttention`` (whose ``out_proj`` is never *called*, so the attention module
-  covers it), custom modules, the root model for a parameter used directly in its forward):
-  exact per-example gradients by ``torch.func`` — ``functional_call`` of that module on one
+* ``attention``: ``nn.MultiheadAttention`` (packed ``in_proj``, no ``bias_k``/``add_zero_attn``;
+  it covers its never-called ``out_proj``): the cotangent pulled back by hand to the q/k/v
+  and output projections, linear maps over positions (:mod:`fathom.pex_attention`); a call
+  with masks takes the generic path;
+* ``op``: the root, for parameters its own ``forward`` reads directly (a positional
+  embedding ``h + self.pos``): each torch operation reading them differentiated alone
+  (per example, or by masked cotangents), never the whole model;
+* ``generic``: every other module (BatchNorm/LayerNorm of a subclass, custom modules): exact per-example gradients by ``torch.func`` — ``functional_call`` of that module on one
   example's captured inputs, ``vjp`` w.r.t. its covered parameters, ``vmap`` over examples,
   in chunks (see :mod:`fathom.pex`).
 

@@ -31,8 +31,12 @@ then per layer
 * ``nn.Linear`` with one row per example (``a_i [d_in]``, ``u_id`` the cotangent of direction
   ``d``): ``diag_W = (1/N) sum_i (sum_k u_iko^2) a_ij^2`` is one matmul; per-example gradients
   are never formed;
-* every other layer (Linear over positions, Conv1d/2d, and by the generic ``torch.func``
-  path BatchNorm, LayerNorm, Embedding, attention, custom modules): the per-example
+* ``nn.Linear`` over positions and ``nn.MultiheadAttention`` (its projections are linear maps
+  over positions, :func:`fathom.pex_attention.attention_forms`): the family rows are mixed
+  from the cotangents *before* the outer products (``J^T v`` is linear in ``v``), then
+  ``sum_i sum_k (sum_t r_ikt a_it^T)^2`` by one batched matmul per example and block;
+* every other layer (Conv1d/2d, BatchNorm, LayerNorm, Embedding, root operations, and by
+  the generic ``torch.func`` path custom modules): the per-example
   gradients of the pulled-back directions (:func:`fathom.pex.per_example_grads`), mixed as
   above where needed and squared, in chunks of examples that bound memory.
 """
