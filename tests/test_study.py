@@ -226,7 +226,7 @@ def test_study_with_a_diverged_grid_point(tmp_path):
     assert all(r["status"] == "complete" and r["final_params"] for r in s["runs"].values())
     # summary files hold the stats module's tables and the tuning grid
     md = (result.root / "summary.md").read_text()
-    assert "| residual | 1e+06 | diverged |" in md and "Validation-selected accuracy" in md
+    assert "| residual | 1e+06 | diverged |" in md and "Selected test accuracy (%)" in md
     on_disk = json.loads((result.root / "summary.json").read_text())
     assert on_disk["stats"]["reference"] == "residual" and len(on_disk["stats"]["comparisons"]) == 4
     # the registry indexes all 8 runs, the divergences as data
