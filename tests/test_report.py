@@ -265,7 +265,7 @@ def test_optional_sections_and_figures(study: Path, tmp_path: Path) -> None:
     )
     out = build_report(study)
     html = out.html.read_text()
-    assert "Paired differences against residual" in html and "Tuning grid (seed 1)" in html
+    assert "Paired differences (recipe − residual)" in html and "Tuning grid (seed 1)" in html
     assert "widths x 0.1" in html and "main-residual-s1" in html
     assert "Layer-removal audit" in html and 'class="table-filter"' in html
     assert "<th>val.damage</th>" in html and "<th>test.acc</th>" in html

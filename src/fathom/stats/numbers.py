@@ -6,22 +6,18 @@ written once). A comparison on the log scale prints as a ratio ``exp d``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 from fathom.stats.results import Cell, Comparison, Table
 from fathom.units import fmt_interval as fmt_bounds
-from fathom.units import fmt_level, fmt_mean_sd, fmt_value, percent
+from fathom.units import fmt_level, fmt_mean_sd, fmt_value
 
 __all__ = [
     "fmt_cell",
-    "fmt_diff_row",
     "fmt_estimate",
     "fmt_interval",
     "fmt_level",
     "fmt_mean_sd",
     "fmt_region",
-    "fmt_stat",
     "fmt_value",
     "table_text",
 ]
@@ -51,26 +47,6 @@ def fmt_region(c: Comparison) -> str:
     if c.quantity.scale == "log ratio":
         return f"[{fmt_value(math.exp(-d), '×')}, {fmt_value(math.exp(d), '×')}]"
     return f"±{fmt_value(d, c.quantity.unit)}"
-
-
-def fmt_stat(stat: Mapping[str, Any] | None, unit: str) -> str:
-    """A summary stat ``{"mean", "sd", "n"}`` in ``unit`` (``%``: stored as a fraction)."""
-    if not stat or stat.get("mean") is None:
-        return "—"
-    conv = percent if unit == "%" else float
-    sd = None if stat.get("sd") is None else conv(stat["sd"])
-    return fmt_mean_sd(conv(stat["mean"]), sd, stat.get("n"), unit)
-
-
-def fmt_diff_row(row: Mapping[str, Any] | None) -> str:
-    """A summary comparison row's difference and interval: ``+1.17 pp [+0.06 pp, +2.28 pp]``."""
-    if not row or not row.get("diff"):
-        return "—"
-    d, unit = row["diff"], "pp" if row["metric"] == "test_acc" else "nats"
-    text = fmt_value(d["estimate"], unit, signed=True)
-    if d.get("low") is None:
-        return f"{text} (n={d.get('n')})"
-    return f"{text} {fmt_bounds(d['low'], d['high'], unit)}"
 
 
 def fmt_cell(cell: Cell, *, shown_n: int | None = None, suffix: bool = True) -> str:
