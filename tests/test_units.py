@@ -27,7 +27,7 @@ from fathom.units import (
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fathom"
 NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
-DECIMALS = {"%": 2, "pp": 2, "nats": 4, "s": 2}
+DECIMALS = {"%": 2, "pp": 2, "nats": 4, "s": 2, "ms": 3}
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
 
 
@@ -38,7 +38,7 @@ finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinit
 def test_fixed_decimal_units_round_once(x, unit, signed):
     """Every fixed-decimal unit prints ``x`` rounded to its decimals, then its suffix."""
     text = fmt_value(x, unit, signed=signed)
-    suffix = {"%": "%", "pp": " pp", "nats": " nats", "s": " s"}[unit]
+    suffix = {"%": "%", "pp": " pp", "nats": " nats", "s": " s", "ms": " ms"}[unit]
     assert text.endswith(suffix)
     number = text.removesuffix(suffix)
     assert len(number.split(".")[1]) == DECIMALS[unit]
@@ -82,7 +82,8 @@ def test_mean_sd_and_interval_and_level():
     assert fmt_mean_sd(98.123, 0.456, 3, "%", shown_n=3) == "98.12 ± 0.46%"
     assert fmt_mean_sd(0.05, None, 1, "nats") == "0.0500 nats (n=1)"
     assert fmt_interval(-0.123, 1.0, "pp") == "[-0.12 pp, +1.00 pp]"
-    assert fmt_interval(0.9, 1.1, "×") == "[0.9×, 1.1×]"
+    assert fmt_interval(0.9, 1.1, "×", signed=False) == "[0.9×, 1.1×]"
+    assert fmt_interval(97.1, 98.0, "%", signed=False) == "[97.10%, 98.00%]"
     assert fmt_level(0.95) == "95%" and fmt_level(0.996875) == "99.69%"
     assert fmt_value(462, "count") == "462"
 

@@ -13,6 +13,7 @@ report, cross-run tables, figures) converts through :func:`percent` and prints t
     "pp"     +0.57 pp            2 decimals (a difference of percentages)
     "nats"   0.0512 nats         4 decimals (cross-entropy, CE damage)
     "s"      12.34 s             2 decimals (seconds of a clock)
+    "ms"     1.234 ms            3 decimals (milliseconds of a timed forward pass)
     "×"      1.05×               3 significant digits (a ratio; unit name "ratio" too)
     "count"  462                 an integer
     ""       0.0123              4 significant digits (a plain number, e.g. a norm)
@@ -36,6 +37,7 @@ _RULES: dict[str, tuple[str, str]] = {
     "pp": (".2f", " pp"),
     "nats": (".4f", " nats"),
     "s": (".2f", " s"),
+    "ms": (".3f", " ms"),
     "×": (".3g", "×"),
     "ratio": (".3g", "×"),
     "count": ("d", ""),
@@ -101,12 +103,19 @@ def fmt_mean_sd(
     return text if n is None or n == shown_n else f"{text} (n={n})"
 
 
-def fmt_interval(low: float | None, high: float | None, unit: str, *, suffix: bool = True) -> str:
-    """A signed interval ``[-0.12 pp, +1.05 pp]``, or ``—`` without one."""
+def fmt_interval(
+    low: float | None,
+    high: float | None,
+    unit: str,
+    *,
+    signed: bool = True,
+    suffix: bool = True,
+) -> str:
+    """An interval ``[-0.12 pp, +1.05 pp]`` (``signed``: of a difference), or ``—``."""
     if low is None or high is None:
         return MISSING
-    lo = fmt_value(low, unit, signed=unit not in ("×", "ratio"), suffix=suffix)
-    hi = fmt_value(high, unit, signed=unit not in ("×", "ratio"), suffix=suffix)
+    lo = fmt_value(low, unit, signed=signed, suffix=suffix)
+    hi = fmt_value(high, unit, signed=signed, suffix=suffix)
     return f"[{lo}, {hi}]"
 
 

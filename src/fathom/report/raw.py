@@ -14,6 +14,7 @@ from fathom.report.tables import esc, flat, generic, table
 from fathom.stats.numbers import table_text
 from fathom.stats.results import Table
 from fathom.stats.summary_tables import tables_of, tuning_table
+from fathom.units import fmt_value, percent
 
 
 def typed_table(t: Table, *, interactive: bool = False, caption: str | None = None) -> str:
@@ -135,7 +136,43 @@ def _checkpoint_records(audit: Mapping[str, Any]) -> list[tuple[dict[str, Any], 
     return out
 
 
-def _record_table(rows: list[dict[str, Any]], caption: str) -> str:
+# The audit records' leaf fields with a unit: (unit, stored as a fraction, signed).
+AUDIT_UNITS = {
+    "acc": ("%", True, False),
+    "accuracy": ("%", True, False),
+    "error": ("%", True, False),
+    "ce": ("nats", False, False),
+    "damage": ("nats", False, True),
+    "macs_fraction": ("×", False, False),
+    "branch_macs_fraction": ("×", False, False),
+    "digit": ("%", True, False),
+    "contrast raw": ("pp", True, True),
+    "contrast standardized": ("pp", True, True),
+}
+
+
+def with_units(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A flattened audit record with every field of :data:`AUDIT_UNITS` printed in its unit
+    (accuracy in percent through :func:`fathom.units.percent`) and the unit in its key."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        leaf = key.rsplit(".", 1)[-1]
+        rule = AUDIT_UNITS.get(leaf.split(" ")[0] if leaf.startswith("digit ") else leaf)
+        if rule is None or isinstance(value, bool):
+            out[key] = value
+            continue
+        unit, fraction, signed = rule
+        label = "× dense" if unit == "×" else unit
+        if isinstance(value, int | float):
+            shown = percent(value) if fraction else value
+            value = fmt_value(shown, unit, signed=signed, suffix=False)
+        out[f"{key} ({label})"] = value
+    return out
+
+
+def _record_table(rows: list[dict[str, Any]], caption: str, units: bool = False) -> str:
+    """A sortable table of records (``units``: audit records, fields in their units)."""
+    rows = [with_units(r) for r in rows] if units else rows
     keys: list[str] = []
     for r in rows:
         keys += [k for k in r if k not in keys]
@@ -163,6 +200,7 @@ def audit_section(audit: Mapping[str, Any]) -> str:
             _record_table(
                 masks,
                 "Every audited mask (1 = branch kept); damage = ΔCE against the full model (nats)",
+                units=True,
             )
         )
     branches = [
@@ -172,7 +210,7 @@ def audit_section(audit: Mapping[str, Any]) -> str:
         if isinstance(b, Mapping)
     ]
     if branches:
-        out.append(_record_table(branches, "Single-branch deletions"))
+        out.append(_record_table(branches, "Single-branch deletions", units=True))
     resilience = []
     for ident, rec in records:
         res = rec.get("resilience")
@@ -191,7 +229,8 @@ def audit_section(audit: Mapping[str, Any]) -> str:
         out.append(
             _record_table(
                 resilience,
-                "Per-digit resilience: fraction of resilience masks keeping correct examples correct",
+                "Per-digit resilience: share of resilience masks keeping correct examples correct (%)",
+                units=True,
             )
         )
     if audit.get("skipped"):

@@ -60,7 +60,7 @@ def fmt_cell(cell: Cell, *, shown_n: int | None = None, suffix: bool = True) -> 
     if cell.text is not None:
         return cell.text
     if cell.low is not None or cell.high is not None:
-        body = fmt_bounds(cell.low, cell.high, cell.unit, suffix=suffix)
+        body = fmt_bounds(cell.low, cell.high, cell.unit, signed=cell.signed, suffix=suffix)
         if cell.value is not None:
             body = f"{fmt_value(cell.value, cell.unit, signed=True, suffix=suffix)} {body}"
     elif cell.sd is not None:

@@ -95,7 +95,7 @@ def differences_table(summary: Mapping[str, Any]) -> Table:
         rows.append(
             [_text(c["recipe"]), _text(f"{METRIC_LABEL[c['metric']]} ({unit})"),
              _text(c["checkpoint"]), diff_cell(c, interval=False),
-             Cell(low=d.get("low"), high=d.get("high"), unit=unit),
+             Cell(low=d.get("low"), high=d.get("high"), unit=unit, signed=True),
              Cell(value=level, unit="%"), Cell(value=d.get("n"), unit="count"),
              Cell(value=c.get("smallest_effect"), unit=unit), _text(verdict)]
         )  # fmt: skip
