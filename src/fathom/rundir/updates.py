@@ -19,6 +19,8 @@ class ManifestUpdates:
     """The manifest-changing half of :class:`fathom.rundir.writer.RunWriter`."""
 
     manifest: RunManifest | None
+    commit: Any  # RunWriter.commit / close
+    close: Any
 
     def prepare(self, manifest: RunManifest) -> None:
         """Hold ``manifest`` for this run: the sections change through the methods below and
@@ -78,6 +80,19 @@ class ManifestUpdates:
         m.hashes = _updated(m.hashes, final_params=final_params)
         m.final = {"epoch": epoch}  # type: ignore[assignment]
         m.diverged_epoch = diverged_epoch
+
+    def finish(
+        self, status: str, reason: str | None = None, *, failure: dict[str, Any] | None = None
+    ) -> None:
+        """Set the final status, its reason (and a failure's cause), commit, release the lock."""
+        m = self._held()
+        m.status, m.status_reason = status, reason  # type: ignore[assignment]
+        if failure is not None:
+            m.failure = failure  # type: ignore[assignment]
+        try:
+            self.commit()
+        finally:
+            self.close()
 
     def _held(self) -> RunManifest:
         if self.manifest is None:

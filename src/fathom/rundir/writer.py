@@ -188,7 +188,11 @@ class RunWriter(ManifestUpdates):
         if manifest is not None:
             self.prepare(manifest)
         if self._disk is not None:
-            kept = {k: self._disk[k] for k in KEPT_ON_RESUME if k in self._disk}
+            kept = {  # its origin, and sections this version does not declare
+                k: v
+                for k, v in self._disk.items()
+                if k in KEPT_ON_RESUME or k not in RunManifest.model_fields
+            }
             self.manifest = RunManifest.model_validate({**self._json(), **kept})
         events = [RecoveryEvent(event=e, **details) for e, details in self._pending]
         self._held().recovery = [*self._held().recovery, *events]
@@ -275,19 +279,6 @@ class RunWriter(ManifestUpdates):
         data["integrity"] = {"history": self._history_record()}
         check_manifest(seal(data), "the manifest being written")
         self._guard("write manifest.json", atomic_write_json, self.path / "manifest.json", data)
-
-    def finish(
-        self, status: str, reason: str | None = None, *, failure: dict[str, Any] | None = None
-    ) -> None:
-        """Set the final status, its reason (and a failure's cause), commit, release the lock."""
-        m = self._held()
-        m.status, m.status_reason = status, reason  # type: ignore[assignment]
-        if failure is not None:
-            m.failure = failure  # type: ignore[assignment]
-        try:
-            self.commit()
-        finally:
-            self.close()
 
     def record_failure(self, e: Exception) -> FathomError | None:
         """Best effort: finish the run as ``failed`` with ``e`` as its cause (and errno,

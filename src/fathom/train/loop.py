@@ -328,7 +328,7 @@ def resume(
     own (checked against the recorded data digests like data read from the config).
     """
     rd = RunDir(run_dir)
-    cfg = validate_run_config(rd.manifest["config"], origin=f"{run_dir}/manifest.json")
+    cfg = validate_run_config(rd.header.config, origin=f"{run_dir}/manifest.json")
     if live is not None:
         cfg = cfg.model_copy(update={"live": live})
     return train(
