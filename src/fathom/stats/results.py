@@ -112,8 +112,9 @@ class Claim(BaseModel):
 
 
 class Decision(BaseModel):
-    """A verdict combined from comparisons by a stated rule (``rule``: ``"depth scaling"``):
-    its inputs are named so that :mod:`fathom.stats.claims` can recompute it."""
+    """A verdict combined from comparisons by a stated rule (``rule``: ``"depth scaling"``,
+    its ``profile``, ``per_depth`` and ``evidence``; ``"checkpoint ranking"``, its pairwise
+    comparisons as ``inputs``): named so that :mod:`fathom.stats.claims` can recompute it."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -121,9 +122,10 @@ class Decision(BaseModel):
     rule: str
     verdict: str
     fragile: bool = False
-    profile: str
+    profile: str = ""
     per_depth: list[str] = Field(default_factory=list)
     evidence: list[dict] = Field(default_factory=list)
+    inputs: list[str] = Field(default_factory=list)
 
 
 class Sentence(BaseModel):
