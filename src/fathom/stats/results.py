@@ -42,8 +42,9 @@ class Comparison(BaseModel):
     ``estimate``/``low``/``high``: the mean paired difference on the quantity's scale and
     its interval at ``level`` (the Holm-adjusted level of its step; ``None`` when n < 2 or
     no comparison). ``se`` is the t standard error ``sd/√n``, ``se_floor`` the resolution's. ``fragile``: an established verdict
-    whose leave-one-seed-out recomputation reverses its direction; ``loo_held``: how many of
-    the ``n`` recomputations give the same verdict.
+    that one seed carries (its interval, recentred on a leave-one-seed-out estimate, no
+    longer gives it); ``loo_held``: how many of the ``n`` recomputations on ``n − 1`` seeds
+    give the same verdict.
     """
 
     model_config = ConfigDict(frozen=True)
