@@ -121,11 +121,9 @@ def _bad_input(
     a: Mapping[int, float | None], b: Mapping[int, float | None], na: str, nb: str
 ) -> str | None:
     if set(a) != set(b):
-        only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
-        return (
-            f"unequal seeds: seed(s) {only_a} only in {na}, {only_b} only in {nb}; "
-            "a paired comparison needs the same seeds in both arms"
-        )
+        only = ((sorted(set(x) - set(y)), name) for x, y, name in ((a, b, na), (b, a, nb)))
+        where = ", ".join(f"seed(s) {seeds} only in {name}" for seeds, name in only if seeds)
+        return f"unequal seeds: {where}; a paired comparison needs the same seeds in both arms"
     if not a:
         return f"no seed measured in {na} and {nb}"
     for arm, vals in ((na, a), (nb, b)):
