@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from fathom.stats.numbers import fmt_level, fmt_stat, fmt_value
-from fathom.stats.sentences_repro import ranking_claim
 from fathom.stats.units import percent
 
 UNIT = {"test_acc": "%", "test_ce": "nats"}
@@ -94,16 +93,31 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
 
 
 def _rankings(summary: Mapping[str, Any]) -> list[str]:
-    """Per metric whose recipe means reorder: the ranking sentence
-    (:func:`fathom.stats.sentences_repro.ranking_claim`) and both rankings side by side."""
+    """Per metric: the ranking statement (:mod:`fathom.stats.ranking`), the pairwise
+    comparisons it rests on, and both rankings of the means side by side."""
     lines: list[str] = []
     for metric, rk in summary["rankings"].items():
-        claim = ranking_claim(rk, summary.get("comparisons") or [], metric)
-        if claim["sentence"] is None:
+        claim = rk.get("claim")
+        if claim is None:
+            continue
+        unit = DIFF[metric]
+        lines += ["", claim["sentence"], "", f"Pairwise differences by {rk['label']} (a − b):", ""]
+        lines += ["| a | b | Checkpoint | Difference | Interval | Level | n | Verdict |"]
+        lines += ["|---|---|---|---|---|---|---|---|"]
+        for p in rk["pairs"]:
+            d = p["diff"] or {}
+            interval = "—"
+            if d.get("low") is not None:
+                interval = f"[{fmt_value(d['low'], unit, signed=True)}, {fmt_value(d['high'], unit, signed=True)}]"
+            verdict = f"{p['verdict']}, fragile" if p.get("fragile") else p["verdict"]
+            lines.append(
+                f"| {p['a']} | {p['b']} | {p['checkpoint']} "
+                f"| {fmt_value(d.get('estimate'), unit, signed=True)} | {interval} "
+                f"| {fmt_level(d.get('level'))} | {d.get('n', '—')} | {verdict} |"
+            )
+        if not rk["disagree"]:
             continue
         lines += [
-            "",
-            claim["sentence"],
             "",
             f"Recipe means by {rk['label']} at each checkpoint:",
             "",

@@ -12,7 +12,6 @@ from typing import Any
 
 from rich.console import Console
 
-from fathom.stats.sentences_repro import ranking_claim
 from fathom.study.markdown import integrity_markdown, scale_down_text
 from fathom.terminal import table
 
@@ -173,9 +172,9 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
     for checkpoint in ("selected", "final"):
         console.print(_differences(stats, checkpoint))
     console.print(_timing(stats))
-    for metric, rk in stats["rankings"].items():
-        claim = ranking_claim(rk, stats["comparisons"], metric)
-        if claim["sentence"] is not None:
+    for rk in stats["rankings"].values():
+        claim = rk.get("claim")
+        if claim is not None:
             console.print(claim["sentence"], overflow="fold")
             rows = [
                 [
