@@ -107,7 +107,8 @@ class Environment(_Closed):
 class Clocks(BaseModel):
     """Seconds, never interchanged (DESIGN.md, Clocks); ``null`` before the first boundary.
 
-    ``training_s``: optimizer steps only (synchronized on GPU); ``evaluation_s`` and
+    ``training_s``: optimizer steps only (synchronized on GPU); ``training_cpu_s``: the
+    training thread's CPU time (``time.thread_time``) of the same steps; ``evaluation_s`` and
     ``telemetry_s``: their own work; ``telemetry_cold_s``: the telemetry clock's first
     (discovery) boundary, ``null`` if none; ``checkpoint_s``: weights and resume-state writes;
     ``elapsed_s``: wall time of every invocation, set-up included. Further clocks (open
@@ -118,6 +119,7 @@ class Clocks(BaseModel):
     __pydantic_extra__: dict[str, float | None]
 
     training_s: float | None = None
+    training_cpu_s: float | None = None
     evaluation_s: float | None = None
     telemetry_s: float | None = None
     telemetry_cold_s: float | None = None

@@ -32,6 +32,7 @@ from fathom.train.observe import eval_due, observe, sync
 from fathom.train.plan import plan_epoch
 from fathom.train.session import Session, build_session
 from fathom.train.state import PROGRESS_FIELDS, Progress, chain
+from fathom.train.steppers import run_timed
 from fathom.units import fmt_percent
 
 __all__ = [
@@ -213,7 +214,7 @@ def train_epoch(s: Session, epoch: int) -> dict[str, Any]:
     p.order_digest = chain(p.order_digest, plan.perm.numpy().tobytes())
     sync(s.device)
     t0 = time.perf_counter()
-    loss_sum = s.stepper.run_epoch(plan)
+    loss_sum = run_timed(s.stepper, plan, p.clocks)  # adds the CPU training clock
     p.step += plan.steps
     sync(s.device)
     p.clocks.training_s += time.perf_counter() - t0
