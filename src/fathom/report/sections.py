@@ -12,7 +12,6 @@ from typing import Any
 from fathom.report.runs import RunData
 from fathom.report.tables import esc, headline_table
 from fathom.stats.numbers import table_text
-from fathom.stats.sentences_repro import ranking_claim
 from fathom.stats.summary_tables import tables_of
 
 
@@ -58,18 +57,13 @@ def _scale_down(summary: Mapping[str, Any] | None) -> str:
 
 def verdict_sentences(stats: Mapping[str, Any]) -> list[str]:
     """The computed sentences of the summary's results model (``stats["results"]``; an older
-    summary without it: each comparison's own sentence), its multiplicity note, then the
-    ranking claims (:func:`fathom.stats.sentences_repro.ranking_claim`)."""
+    summary without it: each comparison's own sentence) — the ranking statements
+    (:mod:`fathom.stats.ranking`) among them — and its multiplicity note."""
     results = stats.get("results") or {}
     texts = [s["text"] for s in results.get("sentences") or []]
     if not results:
         texts = [c["sentence"] for c in stats.get("comparisons") or [] if c.get("sentence")]
-    out = [*texts, *(stats.get("notes") or [])[:1]]
-    for metric, rk in (stats.get("rankings") or {}).items():
-        claim = ranking_claim(rk, stats.get("comparisons") or [], metric)
-        if claim["sentence"] is not None:
-            out.append(claim["sentence"])
-    return out
+    return [*texts, *(stats.get("notes") or [])[:1]]
 
 
 def main_table(stats: Mapping[str, Any]) -> str:

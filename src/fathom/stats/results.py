@@ -42,8 +42,9 @@ class Comparison(BaseModel):
     ``estimate``/``low``/``high``: the mean paired difference on the quantity's scale and
     its interval at ``level`` (the Holm-adjusted level of its step; ``None`` when n < 2 or
     no comparison). ``se`` is the t standard error ``sd/√n``, ``se_floor`` the resolution's. ``fragile``: an established verdict
-    whose leave-one-seed-out recomputation reverses its direction; ``loo_held``: how many of
-    the ``n`` recomputations give the same verdict.
+    that one seed carries (its interval, recentred on a leave-one-seed-out estimate, no
+    longer gives it); ``loo_held``: how many of the ``n`` recomputations on ``n − 1`` seeds
+    give the same verdict.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -112,8 +113,9 @@ class Claim(BaseModel):
 
 
 class Decision(BaseModel):
-    """A verdict combined from comparisons by a stated rule (``rule``: ``"depth scaling"``):
-    its inputs are named so that :mod:`fathom.stats.claims` can recompute it."""
+    """A verdict combined from comparisons by a stated rule (``rule``: ``"depth scaling"``,
+    its ``profile``, ``per_depth`` and ``evidence``; ``"checkpoint ranking"``, its pairwise
+    comparisons as ``inputs``): named so that :mod:`fathom.stats.claims` can recompute it."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -121,9 +123,10 @@ class Decision(BaseModel):
     rule: str
     verdict: str
     fragile: bool = False
-    profile: str
+    profile: str = ""
     per_depth: list[str] = Field(default_factory=list)
     evidence: list[dict] = Field(default_factory=list)
+    inputs: list[str] = Field(default_factory=list)
 
 
 class Sentence(BaseModel):

@@ -15,6 +15,9 @@ Definitions (all over seeds of one recipe, sample SD with ddof = 1):
   of the summary (:mod:`fathom.stats.summary_tables`), which every renderer prints.
 * time to target: first evaluated time with validation accuracy >= target, on the
   training clock and on elapsed time; precision is bounded by the evaluation cadence.
+* rankings: per metric, the recipes' means at both checkpoints side by side and every pair
+  of recipes compared paired over seeds at both (:mod:`fathom.stats.ranking`: one Holm
+  family per metric, and the statement whether the ranking differs between checkpoints).
 * fixed-horizon training time: training clock for the whole configured budget (every
   run trains the same epochs, enforced by the config fingerprint); ratio of means to
   the reference and the paired per-seed ratio with its t interval.
@@ -36,6 +39,7 @@ from fathom.errors import FathomError
 from fathom.stats.flags import failure_flags, is_excluded
 from fathom.stats.inference import judge
 from fathom.stats.intervals import mean_sd, t_interval
+from fathom.stats.ranking import rankings
 from fathom.stats.results import Comparison, Results
 from fathom.stats.rules import DEFAULT_RULES, Rules
 from fathom.stats.sentences import comparison_sentence, family_note
@@ -48,7 +52,7 @@ from fathom.stats.summary_compare import (
 )
 from fathom.stats.summary_md import to_markdown
 from fathom.stats.summary_tables import summary_tables
-from fathom.stats.verdicts import first_crossing, rank_disagreement
+from fathom.stats.verdicts import first_crossing
 from fathom.units import fmt_percent
 
 __all__ = ["RunRecord", "summarise_study", "to_markdown"]
@@ -179,6 +183,8 @@ def summarise_study(
     comparisons = judge(FAMILY, paired_items(names, reference, usable, flags), rules)
     sentences = [comparison_sentence(c) for c in comparisons]
     notes = _notes(comparisons, level, target_val_acc, cadences)
+    ranked = [n for n in names if not excluded_recipe[n]]
+    ranks, pairwise, rank_sentences, decisions = rankings(recipes, ranked, usable, rules)
     out = {
         "reference": reference,
         "level": level,
@@ -187,7 +193,7 @@ def summarise_study(
         "config": dict(records[0].config_fingerprint),
         "recipes": recipes,
         "comparisons": [row(c, s.text) for c, s in zip(comparisons, sentences)],
-        "rankings": _rankings(recipes, [n for n in names if not excluded_recipe[n]]),
+        "rankings": ranks,
         "excluded": [
             {"recipe": n, "seed": s, "flags": f}
             for n in names
@@ -197,7 +203,11 @@ def summarise_study(
         "notes": notes,
     }
     results = Results(
-        comparisons=comparisons, sentences=sentences, caveats=notes, tables=summary_tables(out)
+        comparisons=[*comparisons, *pairwise],
+        sentences=[*sentences, *rank_sentences],
+        decisions=decisions,
+        caveats=notes,
+        tables=summary_tables(out),
     )
     return {**out, "results": results.model_dump(mode="json")}
 
@@ -236,22 +246,6 @@ def _recipe_entry(
     if target_val_acc is not None:
         entry["time_to_target"] = _time_to_target(runs, target_val_acc)
     return entry
-
-
-def _rankings(recipes: Mapping[str, Any], ranked: Sequence[str]) -> dict[str, Any]:
-    """Per compared metric, the ranking at the selected and final checkpoints (recipes
-    with a mean at both; at least two)."""
-    rankings = {}
-    for key, label, higher in COMPARED_METRICS:
-        sel = {n: recipes[n]["selected"][key]["mean"] for n in ranked}
-        fin = {n: recipes[n]["final"][key]["mean"] for n in ranked}
-        keep = [n for n in ranked if sel[n] is not None and fin[n] is not None]
-        if len(keep) >= 2:
-            rc = rank_disagreement(
-                {n: sel[n] for n in keep}, {n: fin[n] for n in keep}, higher_is_better=higher
-            )
-            rankings[key] = {"label": label, **rc.to_dict()}
-    return rankings
 
 
 def _notes(

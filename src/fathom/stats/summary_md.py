@@ -13,7 +13,6 @@ from typing import Any
 
 from fathom.stats.numbers import table_text
 from fathom.stats.results import Table
-from fathom.stats.sentences_repro import ranking_claim
 from fathom.stats.summary_tables import tables_of
 
 
@@ -55,12 +54,14 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
 
 
 def _rankings(summary: Mapping[str, Any], tables: Mapping[str, Table]) -> list[str]:
-    """Per metric whose recipe means reorder: the ranking sentence
-    (:func:`fathom.stats.sentences_repro.ranking_claim`) and both rankings side by side."""
+    """Per metric: the ranking statement (:mod:`fathom.stats.ranking`), the pairwise
+    comparisons it rests on and, when the means reorder, both rankings side by side."""
     lines: list[str] = []
     for metric, rk in summary["rankings"].items():
-        claim = ranking_claim(rk, summary.get("comparisons") or [], metric)
-        if claim["sentence"] is None:
+        claim = rk.get("claim")
+        if claim is None:
             continue
-        lines += ["", claim["sentence"], "", *table_markdown(tables[f"ranking/{metric}"])]
+        lines += ["", claim["sentence"], "", *table_markdown(tables[f"pairs/{metric}"])]
+        if rk["disagree"]:
+            lines += ["", *table_markdown(tables[f"ranking/{metric}"])]
     return lines

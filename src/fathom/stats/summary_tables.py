@@ -8,7 +8,8 @@ number of its own. Cells are in display units: accuracy in percent
 CE in nats, clocks in seconds, ratios as ``×``.
 
 Table ids: ``quality``, ``differences``, ``timing``, ``main`` (the report's headline
-table), ``ranking/<metric>``, ``tuning`` (or ``rates`` without a tuning phase).
+table), ``ranking/<metric>`` (the means' ranks), ``pairs/<metric>`` (the pairwise
+comparisons of the ranking statement), ``tuning`` (or ``rates`` without a tuning phase).
 """
 
 from __future__ import annotations
@@ -187,6 +188,37 @@ def ranking_tables(summary: Mapping[str, Any]) -> list[Table]:
     return out
 
 
+def pairs_tables(summary: Mapping[str, Any]) -> list[Table]:
+    """Per ranked metric: every pairwise comparison (``a − b``) the ranking statement rests
+    on (:mod:`fathom.stats.ranking`), at both checkpoints."""
+    out = []
+    for metric, rk in (summary.get("rankings") or {}).items():
+        unit = DIFF_UNIT[metric]
+        rows = []
+        for p in rk.get("pairs") or []:
+            d = p.get("diff") or {}
+            verdict = f"{p['verdict']}, fragile" if p.get("fragile") else p["verdict"]
+            level = None if d.get("level") is None else percent(d["level"])
+            rows.append(
+                [_text(p["a"]), _text(p["b"]), _text(p["checkpoint"]),
+                 Cell(value=d.get("estimate"), unit=unit, signed=True),
+                 Cell(low=d.get("low"), high=d.get("high"), unit=unit, signed=True),
+                 Cell(value=level, unit="%"), Cell(value=d.get("n"), unit="count"),
+                 _text(verdict)]
+            )  # fmt: skip
+        out.append(
+            Table(
+                id=f"pairs/{metric}",
+                title=f"Pairwise differences by {rk['label']} (a − b, {unit})",
+                columns=["a", "b", "Checkpoint", "Difference", "Interval", "Level", "n",
+                         "Verdict"],
+                rows=rows,
+                n_column=6,
+            )
+        )  # fmt: skip
+    return out
+
+
 def summary_tables(summary: Mapping[str, Any]) -> list[Table]:
     """Every table of a :func:`~fathom.stats.summary.summarise_study` output, in print order."""
     return [
@@ -195,6 +227,7 @@ def summary_tables(summary: Mapping[str, Any]) -> list[Table]:
         timing_table(summary),
         main_table(summary),
         *ranking_tables(summary),
+        *pairs_tables(summary),
     ]
 
 

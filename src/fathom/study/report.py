@@ -14,7 +14,6 @@ from rich.console import Console
 
 from fathom.stats.numbers import table_text
 from fathom.stats.results import Table
-from fathom.stats.sentences_repro import ranking_claim
 from fathom.stats.summary_tables import tables_of, tuning_table
 from fathom.study.markdown import integrity_markdown, scale_down_text
 from fathom.terminal import table
@@ -108,8 +107,8 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
         console.print(_terminal(tables["differences"], DIFFERENCES, title=title, where=where))
     console.print(_terminal(tables["timing"], TIMING))
     for metric, rk in stats["rankings"].items():
-        claim = ranking_claim(rk, stats["comparisons"], metric)
-        if claim["sentence"] is not None:
+        claim = rk.get("claim")
+        if claim is not None:
             console.print(claim["sentence"], overflow="fold")
             console.print(_terminal(tables[f"ranking/{metric}"]))
     console.print("[bold]Verdicts[/bold]")
