@@ -122,6 +122,12 @@ def test_every_output_shows_the_typed_tables(records):
         assert md[t.title][0] == t.columns
         assert md[t.title][1:] == table_text(t)
         _check_numbers(t, md[t.title][1:])
+    for metric, rk in s["rankings"].items():  # the ranking statement's tables
+        shown = [f"pairs/{metric}"] if rk.get("claim") else []
+        shown += [f"ranking/{metric}"] if rk.get("claim") and rk["disagree"] else []
+        for tid in shown:
+            assert md[tables[tid].title][1:] == table_text(tables[tid])
+            _check_numbers(tables[tid], md[tables[tid].title][1:])
     # the report page: raw study tables and the headline table
     page = html_tables(stats_tables(s) + main_table(s))
     for tid in ("quality", "differences", "timing", "main"):

@@ -174,3 +174,24 @@ def test_the_scanner_passes_the_formatters(tmp_path, line):
 def test_no_ad_hoc_percent_formatting_outside_units():
     found = offenders()
     assert not found, "format percentages through fathom.units:\n" + "\n".join(found)
+
+
+@settings(max_examples=100)
+@given(v=finite)
+def test_cross_run_cells_use_the_unit_rules(v):
+    """The report's cross-run tables print each column kind by its unit's rule."""
+    from fathom.report.render import number
+
+    assert number(v, "pct") == f"{v:.2f}" and number(v, "pp") == f"{v:+.2f}"
+    assert number(v, "ratio") == f"{v:.3g}×" and number(v, "num") == f"{v:.4g}"
+    assert number(round(v), "int") == str(round(v))
+
+
+def test_curvature_traces_and_gradient_norms_state_their_units():
+    from fathom.report.curvtables import TRACES
+    from fathom.report.telemetry_tables import GRADIENT_QUANTITIES
+
+    assert all(re.search(r"\(\S+ / param\. unit²\)$", label) for _, label in TRACES)
+    labels = {key: label for key, _, label, _ in GRADIENT_QUANTITIES}
+    assert labels["grad_norm"] == "‖mean g‖ (nats / param. unit)"
+    assert labels["max_share"].endswith("(%)")
