@@ -408,10 +408,12 @@ def test_cli_status_runs_list_show_and_bad_preset(tmp_path, capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [r["run_id"] for r in rows] == ["main-sd_constant-s101"]
     assert main(["runs", "show", "main-residual-s101", "--runs-dir", str(tmp_path)]) == 0
-    assert (
-        json.loads(capsys.readouterr().out)["final_params"]
-        == result.summary["runs"]["main-residual-s101"]["final_params"]
-    )
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["final_params"] == result.summary["runs"]["main-residual-s101"]["final_params"]
+    # accuracy: a fraction only under a name that says so, the percent beside it
+    assert "selected_test_acc" not in shown and "final_test_acc" not in shown
+    for key in ("selected_test_acc", "final_test_acc"):
+        assert shown[f"{key}_pct"] == pytest.approx(100 * shown[f"{key}_fraction"])
     assert main(["study", "run", "no-such-preset", "--runs-dir", str(tmp_path)]) == 2
     assert "valid presets" in capsys.readouterr().err
     assert main(["runs", "list", "--runs-dir", str(tmp_path / "empty")]) == 2
