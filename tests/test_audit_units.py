@@ -141,3 +141,22 @@ def test_collapsed_audit_tables_in_the_report_are_in_percent(audit):
 def test_the_fixture_is_a_real_audit(audit):
     assert Path(audit["target"]).name == "study"
     assert len(audit["runs"]) == len(RUNS)
+
+
+def test_report_audit_headline_tables_in_percent_and_nats(audit):
+    from fathom.report.audit_view import audit_headline
+
+    tables = html_tables(audit_headline(audit))
+    acc = next(rows for cap, rows in tables.items() if cap.startswith("Test accuracy (%)"))
+    damage = next(rows for cap, rows in tables.items() if cap.startswith("Damage ΔCE (nats)"))
+    agg = audit["aggregate"]
+    for rows, key in ((acc, "test_acc"), (damage, "test_damage")):
+        sizes = [h.removesuffix(" kept") for h in rows[0][2:]]
+        for row in rows[1:]:
+            by = agg[row[1]]["arms"][row[0]]["by_size"]
+            for size, cell in zip(sizes, row[2:]):
+                iv = by[size][key]
+                want = percent(iv["estimate"]) if key == "test_acc" else iv["estimate"]
+                shown = float(cell.split(" ")[0])
+                assert abs(shown - want) <= (0.005 if key == "test_acc" else 5e-5) + 1e-12
+                assert not cell.startswith("0.") or key != "test_acc", cell

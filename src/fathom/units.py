@@ -119,6 +119,22 @@ def fmt_interval(
     return f"[{lo}, {hi}]"
 
 
+def fmt_estimate_interval(
+    estimate: float | None,
+    low: float | None,
+    high: float | None,
+    unit: str,
+    *,
+    signed: bool = False,
+    suffix: bool = True,
+) -> str:
+    """``estimate [low, high]`` in ``unit`` (only the estimate without an interval)."""
+    est = fmt_value(estimate, unit, signed=signed, suffix=suffix)
+    if low is None or high is None:
+        return est
+    return f"{est} {fmt_interval(low, high, unit, signed=signed, suffix=suffix)}"
+
+
 def fmt_percent(fraction: float | None, digits: int = 2) -> str:
     """A fraction as a percentage, ``"98.63%"``; ``"—"`` when undefined or non-finite."""
     return fmt_value(percent(fraction), "%", digits=digits)

@@ -6,7 +6,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from fathom.stats.sentences_repro import SPEEDUP_RULE, speedup_sentence
-from fathom.units import fmt_interval, fmt_percent, fmt_points, fmt_value, percent
+from fathom.units import (
+    fmt_estimate_interval,
+    fmt_interval,
+    fmt_percent,
+    fmt_points,
+    fmt_value,
+    percent,
+)
 
 # Units of audit.md: accuracy and error rates in percent (stored as fractions), their
 # changes in percentage points, CE and damage (ΔCE against the full model) in nats, MAC
@@ -25,11 +32,9 @@ def _iv(
     if iv is None:
         return "—"
     conv = percent if fraction else (lambda x: x)
-    est = fmt_value(conv(iv["estimate"]), unit, signed=signed)
-    if iv["low"] is None:
-        return f"{est} (n={iv['n']})"
-    bounds = fmt_interval(conv(iv["low"]), conv(iv["high"]), unit, signed=signed)
-    return f"{est} {bounds} (n={iv['n']})"
+    low, high = (None, None) if iv["low"] is None else (conv(iv["low"]), conv(iv["high"]))
+    text = fmt_estimate_interval(conv(iv["estimate"]), low, high, unit, signed=signed)
+    return f"{text} (n={iv['n']})"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
