@@ -51,6 +51,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "fathom.depth",
             "fathom.seam",
             "fathom.seam_attribution",
+            "fathom.seam_check",
             "fathom.seam_discovery",
             "fathom.seam_key",
             "fathom.seam_types",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -335,17 +334,6 @@ KILL_STUDY = {
         "checkpoints": {"save_epochs": [0, 8]},
     },
 }
-SCRIPT = """
-import json, sys, torch
-sys.path.insert(0, {tests!r})
-from functools import partial
-from test_study import synthetic_splits
-from fathom.study.backends import LocalBackend
-from fathom.study.config import validate_study_config
-from fathom.study.runner import run_study
-study = validate_study_config(json.loads({study!r}), "kill")
-run_study(study, {runs!r}, LocalBackend(1, 1, partial(synthetic_splits, n_fit=1024)))
-"""
 
 
 def _run_state(root: Path) -> dict[str, tuple[str, int]]:
@@ -359,13 +347,16 @@ def _run_state(root: Path) -> dict[str, tuple[str, int]]:
     return out
 
 
-def test_killed_study_resumes_to_the_uninterrupted_hashes(tmp_path):
+def test_killed_study_resumes_to_the_uninterrupted_hashes(tmp_path, forked):
     from functools import partial
 
     study = validate_study_config(KILL_STUDY, "kill")
     killed_dir = tmp_path / "killed"
-    script = SCRIPT.format(tests=str(TESTS_DIR), study=json.dumps(KILL_STUDY), runs=str(killed_dir))
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+
+    def the_study() -> None:  # in a process forked from this one (:mod:`forked`)
+        run_study(study, killed_dir, LocalBackend(1, 1, partial(synthetic_splits, n_fit=1024)))
+
+    proc = forked(the_study, new_session=True)
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
