@@ -6,6 +6,8 @@ runs on the CPU — over :class:`~fathom.train.plan.EpochPlan` s of the same bat
 * ``dense``:  recipe ``residual`` (no controller; every branch computed at gain one)
 * ``skip``:   recipe ``sd_constant`` with the gates the run's controller draws (p = 0.1..0.4);
               a dropped branch is not called
+* ``skip_ref``: the same, with the kept branches' gain out of place (``bypass + out * g``,
+              the form before issue 23; ``sd_harness.reference_gain``): before / after, paired
 * ``mask``:   the same model and gates, but every branch computed and multiplied by its gain
               (timm/torchvision-style DropPath: regularises, saves nothing)
 * ``dense_b``: a second, identical dense model and stepper (an A/A control: its ratio to
@@ -56,7 +58,7 @@ from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model
 from fathom.train.plan import EpochPlan, plan_epoch
 from fathom.train.steppers import EagerStepper
-from sd_harness import Block, blocks_of, interleaved_rounds, topology_rounds
+from sd_harness import Block, blocks_of, interleaved_rounds, on_reference, topology_rounds
 
 PROBS = (0.1, 0.2, 0.3, 0.4)
 
@@ -185,6 +187,7 @@ def build_variants(width_mult: float, steps: int, batch: int, block: int, warm: 
         "dense": dense_step.run_epoch,
         "dense_b": twin_step.run_epoch,
         "skip": sd_step.run_epoch,
+        "skip_ref": on_reference(sd_step.run_epoch),
         "mask": run_mask,
         "plain": lambda p: plain_epoch(plain, plain_opt, xf, splits.fit_y, p.perm, batch),
     }
@@ -213,6 +216,7 @@ def build_variants(width_mult: float, steps: int, batch: int, block: int, warm: 
         "dense": dense_plan,
         "dense_b": dense_plan,
         "skip": sd_plan,
+        "skip_ref": sd_plan,
         "mask": mask_plan,
         "plain": sd_plan,
     }
@@ -220,9 +224,11 @@ def build_variants(width_mult: float, steps: int, batch: int, block: int, warm: 
     topologies = sorted(set(sd_plan.kept), key=lambda k: -sd_plan.kept.count(k))
     topologies += [k for k in itertools.product((True, False), repeat=4) if k not in topologies]
     topo = {k: blocks("skip", fixed_plan(sd_plan, k)) for k in topologies}
+    topo_ref = {"1111 ref": blocks("skip_ref", fixed_plan(sd_plan, (True,) * 4))}
     return {
         "variants": variants,
         "topo": topo,
+        "topo_ref": topo_ref,
         "dense_model": dense_model,
         "sd_model": sd_model,
         "plan": sd_plan,
@@ -253,7 +259,7 @@ def report(width_mult: float, built: dict, times: dict, topo_ratio: dict, args) 
     for name in times:
         med_ms = statistics.median(per_round[name]) / steps * 1e3
         r, f = statistics.median(ratio[name]), floor[name] / floor["dense"]
-        sd = name in ("skip", "mask")
+        sd = name in ("skip", "skip_ref", "mask")
         real = f"{(1 - r) / expected:8.3f}" if sd else "       -"
         real_f = f"{(1 - f) / expected:8.3f}" if sd else "       -"
         print(
@@ -266,19 +272,20 @@ def report(width_mult: float, built: dict, times: dict, topo_ratio: dict, args) 
     )
     print("  topology  drawn-steps  time/dense (paired median, block-minimum)  MAC ratio  offset")
     for k, (dense_t, topo_t) in topo_ratio.items():
-        bits = "".join(str(int(b)) for b in k)
-        mac = train_macs(sd_model, k) / dense_macs
+        bits = k if isinstance(k, str) else "".join(str(int(b)) for b in k)
+        mac = train_macs(sd_model, (True,) * 4 if isinstance(k, str) else k) / dense_macs
         med = statistics.median(t / d for t, d in zip(topo_t, dense_t, strict=True))
         low = min(topo_t) / min(dense_t)
         print(
-            f"  {bits:>8}  {plan.kept.count(k):11d}  {med:10.3f}  {low:10.3f}"
+            f"  {bits:>8}  {plan.kept.count(k) if not isinstance(k, str) else 0:11d}  {med:10.3f}  {low:10.3f}"
             f"                      {mac:9.3f}  {med - mac:+6.3f}"
         )
 
 
 def bench_width(width_mult: float, args) -> None:
     built = build_variants(width_mult, args.steps, args.batch, args.block, args.warm)
-    variants, topo = built["variants"], built["topo"]
+    variants = built["variants"]
+    topo = {**built["topo"], **built["topo_ref"]}  # + all-kept on the out-of-place gain
     for blocks in [*variants.values(), *topo.values()]:  # warm-up: buffers, allocator, caches
         for _, run in blocks:
             run()

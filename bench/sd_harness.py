@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 
+import fathom.depth.residual as residual
 from fathom.train.plan import EpochPlan
 
 CLOCK: Callable[[], float] = time.thread_time
@@ -33,6 +35,28 @@ def blocks_of(plan: EpochPlan, block: int) -> list[EpochPlan]:
             )
         )
     return out
+
+
+@contextmanager
+def reference_gain():
+    """The kept branch's gain out of place, ``bypass(x) + out * g`` (the form before issue
+    23's in-place path, :func:`fathom.depth.residual.owns_output` answering no)."""
+    original = residual.owns_output
+    residual.owns_output = lambda branch, out: False
+    try:
+        yield
+    finally:
+        residual.owns_output = original
+
+
+def on_reference(run: Callable[[EpochPlan], object]) -> Callable[[EpochPlan], object]:
+    """``run`` with the kept branches' gain out of place (:func:`reference_gain`)."""
+
+    def wrapped(plan: EpochPlan) -> object:
+        with reference_gain():
+            return run(plan)
+
+    return wrapped
 
 
 Block = tuple[Callable[[], object], Callable[[], object]]  # (untimed warm-up, timed block)

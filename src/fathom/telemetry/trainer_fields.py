@@ -57,6 +57,18 @@ def _trainer() -> list[Field]:
             "s",
             "state",
         ),
+        Field(
+            "clock/training_cpu_s",
+            g,
+            "CPU training clock: the training thread's CPU time (time.thread_time) of the "
+            f"optimizer steps; {clock}",
+            "s",
+            "state",
+            "one thread only (torch's intra-op workers and GPU time not counted; with one "
+            "torch thread it is the steps' whole CPU work); time waiting for a "
+            "core held by another job is not counted, so on a shared machine it is the clock "
+            "to compare; absent from histories written before it existed",
+        ),
         Field("clock/evaluation_s", g, f"full-split evaluations; {clock}", "s", "state"),
         Field("clock/telemetry_s", g, f"epoch-boundary instruments; {clock}", "s", "state"),
         Field(

@@ -120,6 +120,7 @@ def observe(s: Session, epoch: int, fields: dict[str, Any]) -> dict[str, Any] | 
     row.update(
         {
             "clock/training_s": clocks.training_s,
+            "clock/training_cpu_s": clocks.training_cpu_s,
             "clock/evaluation_s": clocks.evaluation_s,
             "clock/telemetry_s": clocks.telemetry_s,
             "clock/elapsed_s": s.elapsed(),

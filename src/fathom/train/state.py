@@ -16,9 +16,15 @@ import torch
 
 @dataclass
 class Clocks:
-    """Seconds; the training clock counts optimizer steps only (DESIGN.md, Clocks)."""
+    """Seconds; the training clock counts optimizer steps only (DESIGN.md, Clocks).
+
+    ``training_s`` is wall time of the optimizer steps; ``training_cpu_s`` the training
+    thread's CPU time of the same steps (``time.thread_time``, :func:`fathom.train.steppers.
+    run_timed`), the clock other jobs on a shared machine disturb least.
+    """
 
     training_s: float = 0.0
+    training_cpu_s: float = 0.0
     evaluation_s: float = 0.0
     telemetry_s: float = 0.0
     telemetry_cold_s: float | None = None

@@ -20,6 +20,7 @@ progress display reads nothing from the device and adds no sync.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -45,6 +46,22 @@ def step_ticker(progress: Callable[[str, dict], None] | None, epochs: int) -> Ti
         progress("step", {"epoch": epoch, "epochs": epochs, "step": step, "steps": steps})
 
     return tick
+
+
+def run_timed(stepper, plan: EpochPlan, clocks) -> torch.Tensor:
+    """``stepper.run_epoch(plan)`` with its CPU time added to ``clocks.training_cpu_s``.
+
+    The CPU training clock: ``time.thread_time()`` of the calling (training) thread over
+    the epoch's optimizer steps, beside the loop's wall training clock ``training_s``. It
+    counts only this thread: with one torch thread (``OMP_NUM_THREADS=1``, a study's
+    ``threads = 1``) that is all of a step's CPU work; torch's intra-op worker threads and
+    a GPU's own time are not in it. Waiting (another job holding the core) is not counted,
+    which is what makes it the clock to compare on a shared machine.
+    """
+    t0 = time.thread_time()
+    loss_sum = stepper.run_epoch(plan)
+    clocks.training_cpu_s += time.thread_time() - t0
+    return loss_sum
 
 
 def autocast_for(device: torch.device, precision: str):
