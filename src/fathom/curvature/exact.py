@@ -217,12 +217,14 @@ def _form_sums(layer: Layer, forms: dict[str, Form], dirs, plan: Plan) -> dict[s
     only ``[N, K, O, I]`` per block is formed, never ``[D, N, *shape]`` per parameter."""
     shapes = layer.shapes()
     out = {}
+    mixed: dict[int, dict[str, torch.Tensor]] = {}  # per cotangent block (a weight and its bias)
     for name in layer.params:
         sums: dict[str, list] = {k: [] for k in plan.families}
         for g, a in forms[name]:
             d, n, t, o = g.shape
-            rows = plan.rows(g.transpose(0, 1).reshape(n, d, t * o), dirs)
-            for kind, r in rows.items():
+            if id(g) not in mixed:
+                mixed[id(g)] = plan.rows(g.transpose(0, 1).reshape(n, d, t * o), dirs)
+            for kind, r in mixed[id(g)].items():
                 r = r.reshape(n, -1, t, o)  # [N, K, T, O]
                 if a is None:  # a bias: sum_i sum_k (sum_t r_ikt)^2
                     sums[kind].append(r.sum(2).square().sum((0, 1)))
