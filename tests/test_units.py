@@ -195,3 +195,16 @@ def test_curvature_traces_and_gradient_norms_state_their_units():
     labels = {key: label for key, _, label, _ in GRADIENT_QUANTITIES}
     assert labels["grad_norm"] == "‖mean g‖ (nats / param. unit)"
     assert labels["max_share"].endswith("(%)")
+
+
+def test_curvature_summary_md_prints_probe_accuracy_in_percent():
+    from fathom.curvature.rundir import summary_markdown
+
+    row = {"epoch": 2, "probe_ce_mean": 0.31234, "probe_accuracy": 0.921875,
+           "ggn_weight_trace": 12.345678, "runtime_s": 1.5}  # fmt: skip
+    md = summary_markdown("r", 128, [row])
+    head, _, body = md.strip().splitlines()[-3:]
+    cells = dict(zip(head.strip("|").split(" | "), body.strip("|").split(" | ")))
+    cells = {k.strip(): v.strip() for k, v in cells.items()}
+    assert cells["probe acc (%)"] == "92.19" and cells["probe CE (nats)"] == "0.3123"
+    assert cells["GGN tr (nats / param. unit²)"] == "12.35" and cells["runtime (s)"] == "1.50"
