@@ -1,4 +1,4 @@
-"""Analysis outputs are written under the lock of the directory they live in
+"""Analysis outputs (and exports) are written under the lock of the directory they live in
 (``fathom.rundir.output.analysis_output``).
 
 A second process holding a run's lock (as ``fathom train`` does) or a study's lock (as
@@ -61,6 +61,7 @@ COMMANDS = {
     "curvature": ["curvature", "{}", "--epochs", "0", "--probe", "4"],
     "audit": ["audit", "{}", "--quiet", "--no-router"],
     "report": ["report", "{}", "--no-figures"],
+    "export": ["export", "{}", "--to", "jsonl"],
 }
 
 
@@ -84,10 +85,10 @@ def test_an_analysis_of_a_run_a_trainer_holds_is_refused_naming_its_pid(
     err = capsys.readouterr().err
     assert f"PID {pid}" in err and "Nothing was written" in err, err
     assert _tree(tiny_run_copy) == before  # no output directory, no file, nothing changed
-    assert not (tiny_run_copy / command).exists()
+    assert not (tiny_run_copy / command).exists() and not (tiny_run_copy / "exports").exists()
 
 
-@pytest.mark.parametrize("command", ["audit", "report"])
+@pytest.mark.parametrize("command", ["audit", "report", "export"])
 def test_an_analysis_of_a_study_a_study_run_holds_is_refused_naming_its_pid(
     tiny_run_copy, holder, capsys, command
 ):
@@ -97,6 +98,7 @@ def test_an_analysis_of_a_study_a_study_run_holds_is_refused_naming_its_pid(
     assert main(_cli(command, study)) == 2
     assert f"PID {pid}" in capsys.readouterr().err
     assert _tree(study) == before and not (study / command).exists()
+    assert not (study / "exports").exists()
 
 
 def test_two_analyses_of_one_run_cannot_interleave_and_a_trainer_waits_for_them(

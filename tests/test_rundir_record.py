@@ -235,7 +235,9 @@ def test_final_parameters_are_those_main_trained_and_a_resume_reproduces_them(tm
     )
 
 
-def test_a_resume_keeps_unknown_sections_and_a_refused_start_writes_nothing(tmp_path):
+def test_a_format_2_run_resumes_to_format_3_keeping_unknown_sections_and_a_refused_start_writes_nothing(
+    tmp_path,
+):
     case = MAIN_HASHES["sgd"][0]
 
     def stop(event, info):
@@ -247,7 +249,9 @@ def test_a_resume_keeps_unknown_sections_and_a_refused_start_writes_nothing(tmp_
     path = tmp_path / "r" / "manifest.json"
     manifest = json.loads(path.read_text())
     manifest["tool_x"] = {"note": "written by another tool"}
+    manifest["format"] = 2  # as main wrote it before format 3 (the same layout)
     path.write_text(json.dumps(seal(manifest)))
+    assert not isinstance(RunDir(tmp_path / "r").header, RunManifest)  # read by its header
     before = path.read_bytes()
     with pytest.raises(FathomError, match="already holds a run"):
         _tiny(tmp_path / "r", case)  # refused before anything is written
@@ -255,6 +259,7 @@ def test_a_resume_keeps_unknown_sections_and_a_refused_start_writes_nothing(tmp_
     resume(tmp_path / "r", splits=synthetic_splits(n_fit=128, n_eval=64))
     done = RunDir(tmp_path / "r")
     assert done.status == "complete" and done.manifest["tool_x"] == manifest["tool_x"]
+    assert done.manifest["format"] == FORMAT and isinstance(done.header, RunManifest)
     assert done.manifest["hashes"]["final_params"] == MAIN_HASHES["sgd"][1]
 
 

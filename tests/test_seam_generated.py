@@ -514,6 +514,25 @@ COVERED = {
             "fn": "gelu",
         },
     ],
+    "attention_closed_form_both_layouts": [  # kind "attention" (fathom.pex_attention)
+        {
+            "kind": "mha",
+            "heads": 2,
+            "batch_first": False,
+            "need_weights": True,
+            "bias": True,
+            "bias_kv": False,
+        },
+        {"kind": "act", "fn": "tanh"},
+        {
+            "kind": "mha",
+            "heads": 1,
+            "batch_first": True,
+            "need_weights": False,
+            "bias": False,
+            "bias_kv": False,
+        },
+    ],
     "recurrent_gru_lstm_rnn": [
         {"kind": "rnn", "cell": "gru", "hidden": 3, "layers": 2, "bidir": True},
         {"kind": "rnn", "cell": "lstm", "hidden": 2, "layers": 1, "bidir": False},

@@ -100,7 +100,7 @@ def test_summary_tables_differences_and_verdicts():
     assert any("every 5 epoch(s) bounds its precision" in n for n in s["notes"])
 
     md = to_markdown(s)
-    assert "| Method | LR | Validation-selected accuracy (%) | Final accuracy (%) |" in md
+    assert "| Method | LR | n | Selected test accuracy (%) | Final test accuracy (%) |" in md
     # sd and plain swap, but after Holm and the resolution floor neither checkpoint's paired
     # difference is established (residual's are no comparison): no ranking claim
     assert (
@@ -111,7 +111,7 @@ def test_summary_tables_differences_and_verdicts():
     assert "0 of 1 pair(s) at the selected checkpoint" in md
     assert "Holm over the 2 comparisons of this ranking" in md
     assert "- residual seed 102: diverged" in md
-    assert "97.83 ± 0.31% (n=3)" in md  # accuracy in percent, one conversion
+    assert "| 3 | 97.83 ± 0.31% |" in md  # accuracy in percent, one conversion; n in its column
 
 
 def test_target_never_reached_is_null_not_zero():

@@ -56,6 +56,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "fathom.seam_key",
             "fathom.seam_types",
             "fathom.pex",
+            "fathom.pex_attention",
             "fathom.pex_conv",
             "fathom.pex_embedding",
             "fathom.pex_rnn",

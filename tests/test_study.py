@@ -225,7 +225,7 @@ def test_study_with_a_diverged_grid_point(tmp_path):
     assert all(r["status"] == "complete" and r["final_params"] for r in s["runs"].values())
     # summary files hold the stats module's tables and the tuning grid
     md = (result.root / "summary.md").read_text()
-    assert "| residual | 1e+06 | diverged |" in md and "Validation-selected accuracy" in md
+    assert "| residual | 1e+06 | diverged |" in md and "Selected test accuracy (%)" in md
     on_disk = json.loads((result.root / "summary.json").read_text())
     assert on_disk["stats"]["reference"] == "residual" and len(on_disk["stats"]["comparisons"]) == 4
     # the registry indexes all 8 runs, the divergences as data
@@ -408,10 +408,12 @@ def test_cli_status_runs_list_show_and_bad_preset(tmp_path, capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [r["run_id"] for r in rows] == ["main-sd_constant-s101"]
     assert main(["runs", "show", "main-residual-s101", "--runs-dir", str(tmp_path)]) == 0
-    assert (
-        json.loads(capsys.readouterr().out)["final_params"]
-        == result.summary["runs"]["main-residual-s101"]["final_params"]
-    )
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["final_params"] == result.summary["runs"]["main-residual-s101"]["final_params"]
+    # accuracy: a fraction only under a name that says so, the percent beside it
+    assert "selected_test_acc" not in shown and "final_test_acc" not in shown
+    for key in ("selected_test_acc", "final_test_acc"):
+        assert shown[f"{key}_pct"] == pytest.approx(100 * shown[f"{key}_fraction"])
     assert main(["study", "run", "no-such-preset", "--runs-dir", str(tmp_path)]) == 2
     assert "valid presets" in capsys.readouterr().err
     assert main(["runs", "list", "--runs-dir", str(tmp_path / "empty")]) == 2

@@ -112,6 +112,7 @@ KINDS: tuple[str, ...] = (
     "batchnorm",
     "layernorm",
     "embedding",
+    "attention",
     "recurrent",
     "generic",
 )

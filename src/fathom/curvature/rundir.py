@@ -181,6 +181,8 @@ def run_curvature(
     analysis writes the run, before anything is computed.
     """
     chosen = check_epochs(rd.checkpoint_epochs(), epochs)
+    for e in chosen:  # verify every hash before computing (or writing) anything
+        rd.load_state(e)
     # a locked or read-only run: say so (and how to fix it) before computing
     with analysis_output(Path(rd.path), "curvature", out_dir) as out:
         return _write_snapshots(rd, chosen, probe, out, device, save_diagonals, progress)
@@ -197,8 +199,6 @@ def _write_snapshots(
 ) -> list[dict[str, Any]]:
     from fathom.terminal import Tally
 
-    for e in chosen:  # verify every hash before computing (or writing) anything
-        rd.load_state(e)
     splits = rd.load_splits(device=device)
     x, y = probe_from_split(splits.fit_x, splits.fit_y, probe)
     probe_hash = tensor_digest([("x", x), ("y", y)])

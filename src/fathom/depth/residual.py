@@ -48,7 +48,16 @@ def skippable_residual(
     return bypass(x) + out * gain
 
 
-_module_hooks = nn.modules.module
+_hooks = nn.modules.module  # torch mutates its global hook dicts in place, never rebinds them
+_GLOBAL_HOOKS = (
+    _hooks._global_forward_hooks,
+    _hooks._global_forward_pre_hooks,
+    _hooks._global_backward_hooks,
+    _hooks._global_backward_pre_hooks,
+)
+_LINEAR_FORWARD = nn.Linear.forward
+_is_compiling = torch.compiler.is_compiling
+_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def owns_output(branch: object, out: torch.Tensor) -> bool:
@@ -58,24 +67,26 @@ def owns_output(branch: object, out: torch.Tensor) -> bool:
     autograd does not save) called without any module hook — its own or global, forward or
     backward: a forward hook may have captured ``out`` (the seam's telemetry and curvature
     differentiate with respect to captured outputs) or replaced it, a backward hook wraps
-    it — on a plain tensor outside ``torch.func`` transforms and compilation.
+    it — on a plain tensor outside ``torch.func`` transforms and compilation. (Checked on
+    every call, in about a microsecond: hooks may be added at any time.)
     """
-    if not isinstance(branch, nn.Linear) or type(branch).forward is not nn.Linear.forward:
+    if type(branch).forward is not _LINEAR_FORWARD or not isinstance(branch, nn.Linear):
         return False
+    f, fp, b, bp = _GLOBAL_HOOKS
     if (
         branch._forward_hooks
         or branch._forward_pre_hooks
         or branch._backward_hooks
         or branch._backward_pre_hooks
-        or _module_hooks._global_forward_hooks
-        or _module_hooks._global_forward_pre_hooks
-        or _module_hooks._global_backward_hooks
-        or _module_hooks._global_backward_pre_hooks
+        or f
+        or fp
+        or b
+        or bp
     ):
         return False
-    if type(out) is not torch.Tensor or torch.compiler.is_compiling():
+    if type(out) is not torch.Tensor or _is_compiling():
         return False
-    return not torch._C._functorch.is_functorch_wrapped_tensor(out)
+    return not _is_functorch_wrapped(out)
 
 
 def drop_path_compute_then_mask(

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from fathom.units import fmt_ratio
+
 SPEEDUP_RULE = (
     "median and interquartile range over repeats; a repeat's speed-up is its dense time over "
     "the mask's, and a mask is called faster or slower only when the IQR of its speed-up "
@@ -47,9 +49,12 @@ def speedup_claim(ratios: Sequence[float]) -> dict[str, Any]:
 
 
 def speedup_sentence(subject: str, claim: Mapping[str, Any]) -> str:
-    """``"mask 1010: faster than dense, speed-up 1.84 (IQR 1.71–1.95 over 7 repeats)."``
+    """``"mask 1010: faster than dense, speed-up 1.84× (IQR 1.71×–1.95× over 7 repeats)."``
     (``subject``: what was timed against the dense network, e.g. ``"mask 1010"``)."""
-    spread = f"speed-up {claim['median']:.3g} (IQR {claim['q1']:.3g}–{claim['q3']:.3g} over "
+    spread = (
+        f"speed-up {fmt_ratio(claim['median'])} (IQR {fmt_ratio(claim['q1'])}–"
+        f"{fmt_ratio(claim['q3'])} over "
+    )
     spread += f"{claim['repeats']} repeat{'s' if claim['repeats'] != 1 else ''})"
     if claim["verdict"] in ("faster", "slower"):
         return f"{subject}: {claim['verdict']} than dense, {spread}."

@@ -11,7 +11,8 @@ Definitions (all over seeds of one recipe, sample SD with ddof = 1):
 * comparisons: ``recipe(s) - reference(s)`` paired over seeds, judged by
   :mod:`fathom.stats.inference` (resolution floor, smallest effect of interest, Holm over
   the family of every comparison of the summary, leave-one-seed-out); the typed model is
-  ``summary["results"]`` (:class:`fathom.stats.results.Results`).
+  ``summary["results"]`` (:class:`fathom.stats.results.Results`), its ``tables`` every table
+  of the summary (:mod:`fathom.stats.summary_tables`), which every renderer prints.
 * time to target: first evaluated time with validation accuracy >= target, on the
   training clock and on elapsed time; precision is bounded by the evaluation cadence.
 * rankings: per metric, the recipes' means at both checkpoints side by side and every pair
@@ -50,7 +51,9 @@ from fathom.stats.summary_compare import (
     row,
 )
 from fathom.stats.summary_md import to_markdown
+from fathom.stats.summary_tables import summary_tables
 from fathom.stats.verdicts import first_crossing
+from fathom.units import fmt_percent
 
 __all__ = ["RunRecord", "summarise_study", "to_markdown"]
 
@@ -182,13 +185,7 @@ def summarise_study(
     notes = _notes(comparisons, level, target_val_acc, cadences)
     ranked = [n for n in names if not excluded_recipe[n]]
     ranks, pairwise, rank_sentences, decisions = rankings(recipes, ranked, usable, rules)
-    results = Results(
-        comparisons=[*comparisons, *pairwise],
-        sentences=[*sentences, *rank_sentences],
-        decisions=decisions,
-        caveats=notes,
-    )
-    return {
+    out = {
         "reference": reference,
         "level": level,
         "target_val_acc": target_val_acc,
@@ -204,8 +201,15 @@ def summarise_study(
             if is_excluded(f)
         ],
         "notes": notes,
-        "results": results.model_dump(mode="json"),
     }
+    results = Results(
+        comparisons=[*comparisons, *pairwise],
+        sentences=[*sentences, *rank_sentences],
+        decisions=decisions,
+        caveats=notes,
+        tables=summary_tables(out),
+    )
+    return {**out, "results": results.model_dump(mode="json")}
 
 
 def _recipe_entry(
@@ -261,7 +265,8 @@ def _notes(
     if target_val_acc is not None:
         step = max(cadences) if cadences else None
         notes.append(
-            f"Time to validation accuracy >= {target_val_acc:g} is the first evaluated time; "
+            f"Time to validation accuracy >= {fmt_percent(target_val_acc)} is the first "
+            "evaluated time; "
             f"evaluation every {step} epoch(s) bounds its precision (it can be late by up to "
             "one evaluation interval)."
         )
