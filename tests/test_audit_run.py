@@ -182,3 +182,30 @@ def test_run_without_validation_is_refused(study, tmp_path):
     )
     with pytest.raises(FathomError, match="fit-val"):
         audit_runs(root / "residual-1", AuditSettings(router=False), tmp_path / "o", splits=empty)
+
+
+def test_mask_progress_counts_every_pass_with_an_eta(study, tmp_path, monkeypatch):
+    """``mask_progress`` (a terminal's) gets k/N mask passes (N = 2 x 16 masks: validation,
+    then test) with elapsed and ETA, before the checkpoint's own tally line; without it,
+    ``progress`` gets no per-mask line. The 2 s throttle is lifted here to see every line."""
+    import dataclasses
+
+    import fathom.audit.run as audit_run
+    from fathom.terminal import Throttle
+
+    root, splits = study
+    monkeypatch.setattr(audit_run, "Throttle", lambda say: Throttle(say, every_s=0.0))
+    settings = dataclasses.replace(SETTINGS, checkpoints=("final",), router=False)
+    said: list[str] = []
+    masks: list[str] = []
+    run = root / "sd_constant-1"
+    audit_runs(run, settings, tmp_path / "a", splits=splits, progress=said.append,
+               mask_progress=masks.append)  # fmt: skip
+    assert [int(m.split(": ")[1].split("/")[0]) for m in masks] == list(range(1, 32))
+    assert all("/32 mask passes (val + test)  elapsed " in m and " ETA " in m for m in masks)
+    assert all(m.startswith("    sd_constant-1 final: ") for m in masks)
+    assert not any("mask passes" in line for line in said)
+    assert any("1/1 checkpoints" in line for line in said)
+    said.clear()
+    audit_runs(run, settings, tmp_path / "b", splits=splits, progress=said.append)
+    assert said and not any("mask passes" in line for line in said)

@@ -226,13 +226,14 @@ LIGHT_PATHS: tuple[tuple[tuple[str, ...], int, str], ...] = (
     (("study", "status", "{d}/runs/t", "--json"), 0, '"status": "complete"'),
     (("runs", "list", "--runs-dir", "{d}/runs"), 0, "main-residual-s101"),
     (("runs", "show", "nope", "--runs-dir", "{d}/runs"), 2, "no run 'nope'"),
+    (("runs", "show", "main-residual-s101", "--runs-dir", "{d}/runs"), 0, '"problems": []'),
     (("telemetry", "docs", "--out", "{d}/metrics.md"), 0, ""),
     (("audit", "{d}/nothing-here"), 2, "does not exist"),
     (("curvature", "{d}/nothing-here", "--epochs", "0"), 2, "not a run directory"),
     (("reproduce", "quik"), 2, "did you mean 'quick'?"),
 )
 """(argv, exit status (None: either), text the output holds); ``{d}`` is the study's parent.
-``runs show RUN`` is not among them: it verifies the run's weights files (tensor digests)."""
+``runs show RUN`` checks every weights file against its recorded file SHA-256, by bytes."""
 
 
 def test_commands_that_compute_nothing_import_no_torch(tiny_study: Path):
@@ -247,3 +248,33 @@ def test_commands_that_compute_nothing_import_no_torch(tiny_study: Path):
         assert want is None or code == want, (argv, code, out[-500:])
         assert text in out, (argv, out[-500:])
     assert (tiny_study.parent / "metrics.md").read_text().startswith("#")
+
+
+def test_runs_show_finds_damaged_and_missing_weights_by_bytes(tiny_study, tmp_path, capsys):
+    """A flipped byte in a checkpoint and a deleted selected-weights file are problems in
+    ``runs show`` (file SHA-256 against the manifest, no tensors loaded), as in the deep check."""
+    import json
+    import shutil
+
+    from fathom.rundir import RunDir
+
+    runs = Path(shutil.copytree(tiny_study, tmp_path / "runs"))
+    show = ["runs", "show", "main-residual-s101", "--runs-dir", str(runs)]
+    assert cli.main(show) == 0
+    path = Path(json.loads(capsys.readouterr().out)["path"])
+    assert path.is_relative_to(runs)
+    m = RunDir(path).manifest
+    epoch, entry = next(iter(m["checkpoints"].items()))
+    data = bytearray((path / entry["file"]).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (path / entry["file"]).write_bytes(bytes(data))
+    selected = m["selected_checkpoint"]["file"]
+    if selected != entry["file"]:
+        (path / selected).unlink()
+    assert cli.main(show) == 0
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert any(f"epoch {epoch}" in p and "fails its hash check" in p for p in problems), problems
+    if selected != entry["file"]:
+        assert any(f"{selected} is missing" in p for p in problems), problems
+    deep = RunDir(path).problems(deep=True)
+    assert any(entry["file"].split("/")[-1] in p for p in deep), deep

@@ -141,3 +141,31 @@ def test_progress_on_leaves_training_bit_identical(tmp_path):
     steps = -(-256 // cfg.optim.batch_size)
     assert seen == [(e, i) for e in (1, 2) for i in range(steps)]
     assert "epoch 2/2 step 16" in buf.getvalue()
+
+
+@settings(max_examples=60)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 3, allow_nan=False), st.sampled_from(["a", "b", "c"])),
+        max_size=40,
+    ),
+    st.floats(0.1, 2.5, allow_nan=False),
+)
+def test_throttle_says_at_most_once_per_period_and_never_a_repeat(steps, every):
+    """Brute force against the rule: a line is said iff it differs from the last one said
+    and ``every`` seconds have passed since then (the first always)."""
+    from fathom.terminal import Throttle
+
+    now = [0.0]
+    said: list[tuple[float, str]] = []
+    throttle = Throttle(
+        lambda line: said.append((now[0], line)), every_s=every, clock=lambda: now[0]
+    )
+    want: list[tuple[float, str]] = []
+    for dt, line in steps:
+        now[0] += dt
+        ok = not want or (line != want[-1][1] and now[0] - want[-1][0] >= every)
+        if ok:
+            want.append((now[0], line))
+        assert throttle(line) == ok
+    assert said == want

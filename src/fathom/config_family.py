@@ -4,6 +4,10 @@
 picks the member by ``kind`` (a file without ``kind`` is a study when it has a ``[study]``
 table, else a run) and applies that member's own checks, so every command reports bad input
 the same way. :func:`load_config` accepts a TOML path or the name of any shipped preset.
+
+Start-up: a run config imports neither the study models nor the union's adapter
+(``ConfigFamily`` and ``FAMILY`` are built on first access, PEP 562), so ``fathom validate
+<run preset>`` and a mistyped ``--set`` key pay only for the run models (issue 23).
 """
 
 from __future__ import annotations
@@ -11,19 +15,31 @@ from __future__ import annotations
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import Field, TypeAdapter
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fathom.config import RunConfig, load_toml, validate_run_config
 from fathom.depthscale.config import PRESETS as DEPTH_PRESETS
 from fathom.depthscale.config import DepthScaleConfig, make_config, validate_depth_scaling
 from fathom.errors import FathomError, with_suggestion
-from fathom.study.config import StudyConfig, validate_study_config
 
-ConfigFamily = Annotated[RunConfig | StudyConfig | DepthScaleConfig, Field(discriminator="kind")]
-FAMILY = TypeAdapter(ConfigFamily)
+if TYPE_CHECKING:
+    from fathom.study.config import StudyConfig
+
 KINDS: tuple[str, ...] = ("run", "study", "depth_scaling")
+
+
+def __getattr__(name: str) -> Any:
+    """``ConfigFamily`` (the discriminated union) and ``FAMILY`` (its ``TypeAdapter``), built
+    on first access: a run config never pays for the study models."""
+    if name not in ("ConfigFamily", "FAMILY"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from pydantic import Field, TypeAdapter
+
+    from fathom.study.config import StudyConfig
+
+    family = Annotated[RunConfig | StudyConfig | DepthScaleConfig, Field(discriminator="kind")]
+    globals().update(ConfigFamily=family, FAMILY=TypeAdapter(family))
+    return globals()[name]
 
 
 def infer_kind(data: dict[str, Any]) -> str:
@@ -44,6 +60,8 @@ def validate_config(
     if kind == "run":
         return validate_run_config(data, origin)
     if kind == "study":
+        from fathom.study.config import validate_study_config
+
         return validate_study_config(data, origin)
     return validate_depth_scaling(dict(data), origin)
 

@@ -258,3 +258,26 @@ class Tally:
             f"{self.done}/{self.total} {self.what}  elapsed {fmt_duration(elapsed)}  "
             f"ETA {fmt_duration(left if self.done < self.total else 0.0)}"
         )
+
+
+class Throttle:
+    """Pass progress lines on to ``say`` at most once every ``every_s`` seconds (the first at
+    once) and never the same line twice in a row: for a line that changes faster than anyone
+    reads it (per mask of an audit). Callers give it only on a terminal; logs get nothing."""
+
+    def __init__(self, say: Any, every_s: float = 2.0, clock: Any = None) -> None:
+        import time
+
+        self.say, self.every_s = say, every_s
+        self.clock = clock or time.monotonic
+        self.last_t: float | None = None
+        self.last_line: str | None = None
+
+    def __call__(self, line: str) -> bool:
+        """Say ``line`` if its turn has come; True when it was said."""
+        now = self.clock()
+        if line == self.last_line or (self.last_t is not None and now - self.last_t < self.every_s):
+            return False
+        self.say(line)
+        self.last_t, self.last_line = now, line
+        return True

@@ -6,6 +6,7 @@ The result is a plain JSON-able dict; per-example arrays go to a compressed ``.n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -265,8 +266,12 @@ def audit_checkpoint(
     settings: AuditSettings,
     arrays_path: Path,
     meta: dict[str, str],
+    on_mask: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """All per-checkpoint tables for ``model`` (eval mode) on ``splits.val_*``/``test_*``."""
+    """All per-checkpoint tables for ``model`` (eval mode) on ``splits.val_*``/``test_*``.
+
+    ``on_mask(done, total)`` is called after each mask pass (``total``: the masks, once on
+    validation and once on test)."""
     k = removable_branch_count(model)
     if splits.val_y.shape[0] == 0 or splits.test_y.shape[0] == 0:
         raise FathomError(
@@ -280,9 +285,16 @@ def audit_checkpoint(
     singles = np.ones((k, k), dtype=np.uint8) - np.eye(k, dtype=np.uint8)
     branch_macs = [macs[full] - m for m in mask_macs(model, singles, splits.val_x)]
     bs = settings.eval_batch_size
+    passes = [0]
+
+    def tick() -> None:
+        passes[0] += 1
+        if on_mask is not None:
+            on_mask(passes[0], 2 * len(masks))
+
     scores = {
-        "val": evaluate_masks(model, splits.val_x, splits.val_y, masks, bs),
-        "test": evaluate_masks(model, splits.test_x, splits.test_y, masks, bs),
+        "val": evaluate_masks(model, splits.val_x, splits.val_y, masks, bs, tick),
+        "test": evaluate_masks(model, splits.test_x, splits.test_y, masks, bs, tick),
     }
     save_scores(str(arrays_path), scores, meta)
     classes = int(scores["test"].logits.shape[2])

@@ -78,9 +78,9 @@ def run_audit(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     out = Path(args.out) if args.out else target / "audit"
-    result = audit_runs(
-        target, settings, out, progress=None if args.quiet else lambda m: console.print(m)
-    )
+    say = None if args.quiet else console.print
+    live = say if console.is_terminal else None  # per-mask lines: a terminal, not a log
+    result = audit_runs(target, settings, out, progress=say, mask_progress=live)
     for which, agg in result["aggregate"].items():
         for p in agg["paired_damage"]:
             print(f"[{which}] {p['sentence']}")

@@ -13,6 +13,7 @@ For mask ``m`` and example ``i`` with logits ``z_mi`` and label ``y_i`` (all in 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,13 +90,18 @@ def scores_from_logits(logits: np.ndarray, labels: np.ndarray, masks: np.ndarray
 
 @torch.no_grad()
 def mask_logits(
-    model: nn.Module, x: torch.Tensor, masks: np.ndarray, batch_size: int = 2000
+    model: nn.Module,
+    x: torch.Tensor,
+    masks: np.ndarray,
+    batch_size: int = 2000,
+    on_mask: Callable[[], None] | None = None,
 ) -> np.ndarray:
     """Logits ``[M, N, C]`` (float32, on the host) of ``model`` under each mask.
 
     Evaluation mode (dropout off, BatchNorm on its running statistics), gain one for kept
     branches, removed branches not computed (:func:`fathom.depth.branch_mask`). The model
-    must return logits ``[batch, classes]`` of a floating dtype.
+    must return logits ``[batch, classes]`` of a floating dtype. ``on_mask`` is called after
+    each mask (progress).
     """
     out = []
     with dense_eval(model):
@@ -107,6 +113,8 @@ def mask_logits(
                 ]
             # note: this is a CPU-GPU sync point (once per mask per split)
             out.append(torch.cat(chunks).float().cpu().numpy())
+            if on_mask is not None:
+                on_mask()
     return np.stack(out)
 
 
@@ -151,6 +159,7 @@ def evaluate_masks(
     y: torch.Tensor,
     masks: np.ndarray | None = None,
     batch_size: int = 2000,
+    on_mask: Callable[[], None] | None = None,
 ) -> MaskScores:
     """Every branch mask of any model with :class:`fathom.depth.SkippableResidual` branches.
 
@@ -163,7 +172,7 @@ def evaluate_masks(
 
     _check_split(x, y)
     masks = check_masks(model, masks)
-    logits = mask_logits(model, x, masks, batch_size)
+    logits = mask_logits(model, x, masks, batch_size, on_mask)
     labels = y.cpu().numpy()
     if labels.size and (labels.min() < 0 or labels.max() >= logits.shape[2]):
         raise FathomError(

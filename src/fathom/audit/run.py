@@ -31,7 +31,7 @@ from fathom.errors import FathomError
 from fathom.io import config_digest, ensure_writable_dir
 from fathom.rundir.output import AnalysisOutput, analysis_output
 from fathom.stats import failure_flags
-from fathom.terminal import Tally
+from fathom.terminal import Tally, Throttle
 
 FORMAT = 1
 Progress = Callable[[str], None]
@@ -94,8 +94,13 @@ def audit_runs(
     *,
     splits: Any = None,
     progress: Progress | None = None,
+    mask_progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Audit ``target`` (a run or a study directory); write and return ``audit.json``'s dict.
+
+    ``progress`` gets a line per step and per checkpoint (k/N with an ETA); ``mask_progress``
+    (a terminal's: the CLI gives it only to a TTY) also a line per mask pass with the
+    checkpoint's ETA, at most one every 2 s.
 
     ``splits`` overrides the data a run would re-derive from its config (tests, synthetic
     data); otherwise each distinct recorded split hash is loaded once and verified. The
@@ -109,7 +114,7 @@ def audit_runs(
     if settings.router:
         require_sklearn()
     with analysis_output(target, "audit", out_dir) as output:
-        return _audit_runs(target, runs, settings, output, splits, progress, t0)
+        return _audit_runs(target, runs, settings, output, splits, progress, t0, mask_progress)
 
 
 def _audit_runs(
@@ -120,6 +125,7 @@ def _audit_runs(
     splits: Any,
     progress: Progress | None,
     t0: float,
+    mask_progress: Progress | None = None,
 ) -> dict[str, Any]:
     audit = _Audit(
         target=target,
@@ -129,6 +135,7 @@ def _audit_runs(
         device=_resolve_device(settings.device),
         say=progress or (lambda _msg: None),
         splits=splits,
+        mask_say=Throttle(mask_progress) if mask_progress is not None else None,
     )
     if not audit.single:  # a study's tuning grid selects learning rates; it is not an arm
         audit.skipped += [
@@ -185,6 +192,22 @@ class _Audit:
     _split_cache: dict[str, Any] = field(default_factory=dict)
     _timed: set[str] = field(default_factory=set)
     tally: Tally | None = None  # k/N checkpoints with an ETA, said after each one
+    mask_say: Throttle | None = None  # per mask pass, throttled (a terminal only)
+
+    def _mask_ticker(self, run_id: str, which: str) -> Callable[[int, int], None] | None:
+        """``on_mask(done, total)`` for one checkpoint: its k/N mask passes with an ETA."""
+        if self.mask_say is None:
+            return None
+        tally: list[Tally] = []
+
+        def tick(done: int, total: int) -> None:
+            if not tally:
+                tally.append(Tally(total, "mask passes (val + test)"))
+            line = tally[0].add()
+            if done < total:
+                self.mask_say(f"    {run_id} {which}: {line}")
+
+        return tick
 
     def _count(self, worked: bool, n: int = 1) -> None:
         """Count ``n`` checkpoints done (``worked``: audited now); say the tally after work."""
@@ -270,7 +293,8 @@ class _Audit:
             "epoch": str(epoch),
             "params_sha256": digest,
         }
-        rec = audit_checkpoint(model, data, self.settings, arrays, meta)
+        tick = self._mask_ticker(rd.run_id, which)
+        rec = audit_checkpoint(model, data, self.settings, arrays, meta, tick)
         rec.update(
             checkpoint=which,
             epoch=epoch,

@@ -26,6 +26,7 @@ from safetensors.torch import save as st_save
 
 from fathom.errors import FathomError
 from fathom.io import atomic_write_bytes, sha256_bytes, state_dict_digest
+from fathom.rundir.filecheck import stray_tmp_files  # noqa: F401  (re-exported)
 
 RESUME_MAGIC = b"FATHOM-RESUME-1\n"
 
@@ -155,12 +156,3 @@ def load_resume(path: Path) -> dict[str, Any]:
             f"resume state {str(path)!r} is corrupt ({type(e).__name__}: {e}); "
             "remove the run directory and train again"
         ) from None
-
-
-def stray_tmp_files(run_dir: Path) -> list[Path]:
-    """``.*.tmp`` files left in ``run_dir`` (or ``checkpoints/``) by a killed atomic write."""
-    out: list[Path] = []
-    for d in (run_dir, run_dir / "checkpoints"):
-        if d.is_dir():
-            out += sorted(p for p in d.glob(".*.tmp") if p.is_file())
-    return out

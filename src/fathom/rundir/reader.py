@@ -175,7 +175,7 @@ class RunDir:
     def problems(self, *, deep: bool = False) -> list[str]:
         """Every integrity problem found: unverified manifest, history, stray temp files, and
         (``deep``) every checkpoint and the resume state against their digests."""
-        from fathom.rundir import files
+        from fathom.rundir.filecheck import stray_tmp_files
 
         out = []
         if "integrity" not in self.manifest:
@@ -183,9 +183,11 @@ class RunDir:
         out += self.history_problems()
         out += [
             f"{p.relative_to(self.path)} is a leftover of a killed write"
-            for p in files.stray_tmp_files(self.path)
+            for p in stray_tmp_files(self.path)
         ]
         if deep:
+            from fathom.rundir import files
+
             entries = [(f"epoch {e}", c) for e, c in self.manifest.get("checkpoints", {}).items()]
             for label, entry in entries:
                 try:

@@ -125,14 +125,17 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
 
 def run_directory_state(path: Any) -> dict[str, Any]:
     """What the run directory itself says beside its registry row: ``recovery`` (what
-    writers found and repaired, as sentences) and ``problems`` (integrity problems now)."""
+    writers found and repaired, as sentences) and ``problems`` (integrity problems now,
+    every weights file checked against its recorded file SHA-256: no torch needed)."""
     from fathom.rundir import RunDir
+    from fathom.rundir.filecheck import weight_file_problems
 
     try:
         rd = RunDir(path)
     except FathomError as e:
         return {"recovery": None, "problems": [str(e)]}
-    return {"recovery": rd.recovery_notes(), "problems": rd.problems()}
+    problems = rd.problems() + weight_file_problems(rd.path, rd.manifest)
+    return {"recovery": rd.recovery_notes(), "problems": problems}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
