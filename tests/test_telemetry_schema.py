@@ -76,3 +76,52 @@ def test_a_swapped_head_is_measured_not_the_old_one():
     row = rec.observe(ctx)
     assert set(row) == set(rec.field_names())
     assert row["param/weight_norm/head"] == float(new.weight.detach().norm()) != old
+
+
+def test_a_structure_change_mid_run_is_recorded_in_the_manifest(tmp_path, monkeypatch):
+    """The trainer writes the recorder's schema changes into the manifest's telemetry
+    section: the stem frozen after epoch 0 (through the library API) gives one record whose
+    removed fields include the stem's, at the first epoch observed without them. (The stem trains
+    in every epoch, the stepper differentiates every parameter; it is frozen from the end of
+    epoch 1's steps on, so every observation from epoch 1 sees it frozen.)"""
+    import json
+
+    import fathom.train.loop as loop
+    from test_telemetry_readonly import _trainer_setup
+
+    real = loop.train_epoch
+
+    def freeze_after_first(s, epoch):
+        s.model.stem.requires_grad_(True)
+        fields = real(s, epoch)
+        s.model.stem.requires_grad_(epoch < 1)
+        return fields
+
+    monkeypatch.setattr(loop, "train_epoch", freeze_after_first)
+    cfg, splits = _trainer_setup(tmp_path)
+    tel = cfg.telemetry.model_copy(update={"enabled": True, "every": 1})
+    loop.train(cfg.model_copy(update={"telemetry": tel}), tmp_path / "run", splits=splits)
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    (change,) = manifest["telemetry"]["schema_changes"]
+    assert change["epoch"] == 1 and change["added"] == []
+    assert any(k.endswith("/stem") for k in change["removed"])
+    assert "stem" not in change["layers"] and "head" in change["layers"]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").open()]
+    assert any(k in rows[0] for k in change["removed"])
+    assert not any(k in row for row in rows[1:] for k in change["removed"])
+
+
+def test_a_run_without_a_change_records_none_and_without_telemetry_null(tmp_path):
+    import json
+
+    from fathom.train.loop import train
+    from test_telemetry_readonly import _trainer_setup
+
+    cfg, splits = _trainer_setup(tmp_path)
+    train(cfg, tmp_path / "off", splits=splits)
+    off = json.loads((tmp_path / "off" / "manifest.json").read_text())["telemetry"]
+    assert off["schema_changes"] is None
+    tel = cfg.telemetry.model_copy(update={"enabled": True})
+    train(cfg.model_copy(update={"telemetry": tel}), tmp_path / "on", splits=splits)
+    on = json.loads((tmp_path / "on" / "manifest.json").read_text())["telemetry"]
+    assert on["schema_changes"] == []

@@ -139,11 +139,25 @@ class LayerRecord(BaseModel):
     params: dict[str, list[int]]
 
 
+class SchemaChange(_Closed):
+    """One change of the telemetry field set between observations (a structure change
+    mid-run: a layer unfrozen, a head swapped): the ``epoch`` observed with the new set
+    (``null`` when the change was seen outside an observation), the instrumented ``layers``
+    from then on, and the history fields ``added`` and ``removed``."""
+
+    epoch: int | None
+    layers: list[str]
+    added: list[str]
+    removed: list[str]
+
+
 class Telemetry(_Closed):
     """``enabled``; ``total_s`` (telemetry clock), ``cold_s`` (its first boundary),
     ``overhead_ratio`` = telemetry clock / training clock and ``overhead_ratio_without_cold``
     = (telemetry - cold) / training (``null`` before any training time); ``layers``: the
-    instrumented layers (``null`` before discovery or without telemetry)."""
+    instrumented layers (``null`` before discovery or without telemetry);
+    ``schema_changes``: the recorder's :class:`SchemaChange` records, oldest first (``[]``
+    when the field set never changed, ``null`` without telemetry)."""
 
     enabled: bool
     total_s: float | None = None
@@ -151,6 +165,7 @@ class Telemetry(_Closed):
     overhead_ratio: float | None = None
     overhead_ratio_without_cold: float | None = None
     layers: list[LayerRecord] | None = None
+    schema_changes: list[SchemaChange] | None = None
 
 
 class Execution(_Closed):

@@ -48,10 +48,15 @@ def dataset_record(splits: DataSplits, cfg) -> Data:
     )
 
 
-def telemetry_record(clocks, enabled: bool, layers: list[dict[str, Any]] | None) -> Telemetry:
+def telemetry_record(
+    clocks,
+    enabled: bool,
+    layers: list[dict[str, Any]] | None,
+    schema_changes: list[dict[str, Any]] | None = None,
+) -> Telemetry:
     """``total_s``, ``cold_s``, the overhead ratios telemetry clock / training clock
-    (``tel / train`` and ``(tel - cold) / train``, ``None`` before any training time) and the
-    instrumented ``layers``."""
+    (``tel / train`` and ``(tel - cold) / train``, ``None`` before any training time), the
+    instrumented ``layers`` and the recorder's ``schema_changes`` (field-set changes)."""
     tel, train = clocks.telemetry_s, clocks.training_s
     cold = clocks.telemetry_cold_s
     return Telemetry(
@@ -61,4 +66,5 @@ def telemetry_record(clocks, enabled: bool, layers: list[dict[str, Any]] | None)
         overhead_ratio=tel / train if train > 0 else None,
         overhead_ratio_without_cold=(tel - (cold or 0.0)) / train if train > 0 else None,
         layers=layers,
+        schema_changes=schema_changes,
     )

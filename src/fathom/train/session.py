@@ -130,12 +130,14 @@ class Session:
         p.clocks.elapsed_s = self.elapsed()
         done = self.completed if cut_short and self.completed is not None else p
         # each instrumented layer: name, type, path, shapes
-        layers = self.recorder.layer_records() if self.recorder is not None else None
+        rec = self.recorder
+        layers = rec.layer_records() if rec is not None else None
+        changes = [dict(c) for c in rec.schema_changes] if rec is not None else None
         self.writer.progress(
             epochs_completed=done.epoch,
             steps_completed=done.step,
             clocks=vars(done.clocks),
-            telemetry=telemetry_record(done.clocks, self.recorder is not None, layers),
+            telemetry=telemetry_record(done.clocks, rec is not None, layers, changes),
             training_order=done.order_digest,
             masks=done.mask_digest,
             selected=p.best,
