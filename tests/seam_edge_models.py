@@ -179,6 +179,28 @@ def _seq(n: int, g: torch.Generator) -> torch.Tensor:
     return torch.randn(n, 4, 3, generator=g)
 
 
+class RootAdds(nn.Module):
+    """Root parameters added to batched activations with every broadcast (the closed form of
+    a root ``x + p``: positions ``[T, E]``, a feature row ``[E]`` on the left, ``[1, T, 1]``)
+    and one add outside it (``alpha=2``: the generic path)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(11, 3)
+        self.pos = nn.Parameter(torch.randn(4, 3) * 0.3)
+        self.col = nn.Parameter(torch.randn(3) * 0.3)
+        self.row = nn.Parameter(torch.randn(1, 4, 1) * 0.3)
+        self.scaled = nn.Parameter(torch.randn(4, 1) * 0.3)
+        self.head = nn.Linear(3, 3)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens) + self.pos
+        h = self.col + torch.tanh(h)
+        h = torch.add(torch.tanh(h), self.row)
+        h = torch.add(h, self.scaled, alpha=2.0)
+        return self.head(torch.tanh(h).mean(1))
+
+
 def _tokens(n: int, g: torch.Generator) -> torch.Tensor:
     return torch.randint(0, 11, (n, 4), generator=g)
 
@@ -249,6 +271,7 @@ CASES: list[dict] = [
         "x": lambda n, g: torch.randn(n, 5, 4, generator=g),
         "path": {"attn": "generic"},
     },
+    {"id": "root_adds", "build": RootAdds, "x": _tokens, "path": {"<model>": "root operations"}},
     {"id": "argument_table", "build": ArgumentTable, "x": _tokens, "path": {"embed": "generic"}},
     {"id": "sibling_weight", "build": lambda: Sibling(False), "x": _vec, "path": {"b": "generic"}},
     {

@@ -39,7 +39,7 @@ from fathom.errors import FathomError
 from fathom.pex_attention import attention_grads
 from fathom.pex_conv import conv_form, conv_grads
 from fathom.pex_embedding import embedding_grads
-from fathom.pex_functional import module_fn, op_fn
+from fathom.pex_functional import add_grads, module_fn, op_fn
 from fathom.seam import Call, Layer
 from fathom.seam_discovery import preserved
 
@@ -141,7 +141,11 @@ def _fast_grads(layer, calls, cots, n, directions) -> dict[str, torch.Tensor]:
     total: dict[str, torch.Tensor] = {}
     for call, cot in zip(calls, cots, strict=True):
         g = fn(layer, call, cot, n, directions)
-        total = g if not total else {k: total[k] + g[k] for k in g}
+        # a closed-form root ``x + p`` gives only ``p``: the layer's other parameters get
+        # theirs from the calls that read them
+        total = {k: total[k] + v if k in total else v for k, v in g.items()} | {
+            k: v for k, v in total.items() if k not in g
+        }
     return total
 
 
@@ -249,6 +253,8 @@ def per_example_grads(
     total: dict[str, torch.Tensor] = {}
     for call, cot in zip(calls, cots, strict=True):
         g = attention_grads(layer, call, cot, n, directions) if layer.kind == "attention" else None
+        if layer.kind == "op":  # a root ``x + p``: closed form
+            g = add_grads(call, cot, tensors, directions)
         if g is None and layer.kind == "op":
             try:  # per example where the operation splits so, else by masked cotangents
                 g = _generic_call(layer, call, cot, n, directions, chunk)
@@ -256,7 +262,11 @@ def per_example_grads(
                 g = _masked_op_call(layer, call, cot, n, directions)
         if g is None:  # (an attention call outside its closed form too)
             g = _generic_call(layer, call, cot, n, directions, chunk)
-        total = g if not total else {k: total[k] + g[k] for k in g}
+        # a closed-form root ``x + p`` gives only ``p``: the layer's other parameters get
+        # theirs from the calls that read them
+        total = {k: total[k] + v if k in total else v for k, v in g.items()} | {
+            k: v for k, v in total.items() if k not in g
+        }
     return total
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 from torch.func import functional_call
 from torch.utils import _pytree as pytree
@@ -80,3 +81,33 @@ def op_fn(func, spec, slots: dict[int, str]):
         return func(*args, **kwargs)
 
     return f
+
+
+_ADDS = (torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__)
+
+
+def add_grads(call, cot: list, tensors: dict, directions: bool) -> dict | None:
+    """A root ``x + p`` (``p`` a covered parameter, ``x`` batched one row per example, no
+    ``alpha``) in closed form: ``d(x + p)/dp`` broadcasts ``p``, so example ``i``'s gradient
+    is its output cotangent summed over the dims ``p`` is broadcast along,
+    ``g_i = sum_to_size(delta_i, p.shape)``; ``None`` outside these conditions (the generic
+    path then differentiates the call)."""
+    args = call.args
+    if call.func not in _ADDS or call.kwargs or len(args) != 2 or len(call.out_dims) != 1:
+        return None
+    names = [next((k for k, t in tensors.items() if a is t), None) for a in args]
+    if sum(k is not None for k in names) != 1 or cot[0] is None or call.out_dims[0] is None:
+        return None
+    name = names[0] or names[1]
+    p, (d, rows) = tensors[name], call.out_dims[0]
+    delta = cot[0] if directions else cot[0][None]
+    shape = (1,) * (delta.dim() - 1 - p.dim()) + tuple(p.shape)  # p right-aligned to the output
+    if rows != 1 or len(shape) != delta.dim() - 1 or shape[d] != 1:
+        return None
+    g = delta.movedim(d + 1, 1)  # [D, N, rest...]
+    rest = shape[:d] + shape[d + 1 :]
+    dims = [j + 2 for j, (s, t) in enumerate(zip(rest, g.shape[2:], strict=True)) if s != t]
+    if any(rest[j - 2] != 1 for j in dims):
+        return None
+    g = (g.sum(dims, keepdim=True) if dims else g).reshape(g.shape[0], g.shape[1], *p.shape)
+    return {name: g if directions else g[0]}

@@ -52,7 +52,8 @@ class Layer:
         if self.kind == "recurrent":
             return "recurrent torch.func (functional cell)"
         if self.kind == "op":
-            return f"root operations ({self.reason}), each by torch.func"
+            # a plain ``x + p`` in closed form (fathom.pex_functional.add_grads), others by vjp
+            return f"root operations ({self.reason}), each alone, x + p closed-form, others by torch.func"
         return f"fast {self.kind}"
 
     def _role(self, i: int) -> str:

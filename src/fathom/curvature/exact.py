@@ -228,9 +228,10 @@ def _form_sums(layer: Layer, forms: dict[str, Form], dirs, plan: Plan) -> dict[s
                 r = r.reshape(n, -1, t, o)  # [N, K, T, O]
                 if a is None:  # a bias: sum_i sum_k (sum_t r_ikt)^2
                     sums[kind].append(r.sum(2).square().sum((0, 1)))
-                else:  # one bmm per example, [K*O, T] @ [T, I], then squared and summed
-                    w = torch.bmm(r.transpose(-1, -2).reshape(n, -1, t), a)
-                    sums[kind].append(w.square().sum(0).unflatten(0, (-1, o)).sum(0))
+                else:  # [O, T] @ [T, I] per example and row (one broadcast matmul), the
+                    # temporary squared in place and summed over examples and rows at once
+                    w = torch.matmul(r.transpose(-1, -2), a[:, None])  # [N, K, O, I]
+                    sums[kind].append(w.square_().sum((0, 1)))
         out[name] = {k: torch.cat(v).reshape(shapes[name]) for k, v in sums.items()}
     return out
 
