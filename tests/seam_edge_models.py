@@ -179,6 +179,28 @@ def _seq(n: int, g: torch.Generator) -> torch.Tensor:
     return torch.randn(n, 4, 3, generator=g)
 
 
+class CrossThenSelf(nn.Module):
+    """One ``nn.MultiheadAttention`` called twice: cross-attention (queries from the
+    embedding, keys and values from a projection: three q/k/v blocks) and then
+    self-attention (one input: the q/k/v rows one block); the calls' blocks differ."""
+
+    def __init__(self, twice: bool) -> None:
+        super().__init__()
+        self.twice = twice
+        self.embed = nn.Embedding(11, 8)
+        self.proj = nn.Linear(8, 8)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens)
+        m = torch.tanh(self.proj(h))
+        h = h + self.attn(h, m, m, need_weights=False)[0]
+        if self.twice:
+            h = h + self.attn(h, h, h, need_weights=False)[0]
+        return self.head(h.mean(1))
+
+
 class RootAdds(nn.Module):
     """Root parameters added to batched activations with every broadcast (the closed form of
     a root ``x + p``: positions ``[T, E]``, a feature row ``[E]`` on the left, ``[1, T, 1]``)
@@ -270,6 +292,18 @@ CASES: list[dict] = [
         "build": RootBias,
         "x": lambda n, g: torch.randn(n, 5, 4, generator=g),
         "path": {"attn": "generic"},
+    },
+    {
+        "id": "cross_attention",
+        "build": lambda: CrossThenSelf(False),
+        "x": _tokens,
+        "path": {"attn": "fast attention"},
+    },
+    {
+        "id": "cross_then_self_attention",
+        "build": lambda: CrossThenSelf(True),
+        "x": _tokens,
+        "path": {"attn": "fast attention"},
     },
     {"id": "root_adds", "build": RootAdds, "x": _tokens, "path": {"<model>": "root operations"}},
     {"id": "argument_table", "build": ArgumentTable, "x": _tokens, "path": {"embed": "generic"}},

@@ -61,6 +61,7 @@ def _arguments(call: Call) -> dict | None:
         if t is None or t.dim() != 3 or dim is None or dim[1] != 1:
             return None
         out[name] = t.detach().movedim(dim[0], 0)
+    out["self"] = got["query"] is got["key"] is got["value"]  # self-attention, one input
     return out
 
 
@@ -116,12 +117,14 @@ def attention_forms(
     d_v = (a.transpose(-1, -2) @ d_o_cols).unflatten(-1, (big_d, d))  # [N, H, S, D, d]
     d_v = merge(d_v.transpose(2, 3).flatten(2, 3), src)
     o = (a @ v).transpose(1, 2).flatten(2)  # [N, L, E]
-    forms: dict[str, Form] = {
-        "in_proj_weight": [(d_q, x["query"]), (d_k, x["key"]), (d_v, x["value"])],
-        "out_proj.weight": [(delta, o)],
-    }
+    if x["self"]:  # one input: the q/k/v rows are one block (one product, not three)
+        qkv = torch.cat([t.transpose(0, 1) for t in (d_q, d_k, d_v)], -1).transpose(0, 1)
+        blocks = [(qkv, x["query"])]
+    else:
+        blocks = [(d_q, x["query"]), (d_k, x["key"]), (d_v, x["value"])]
+    forms: dict[str, Form] = {"in_proj_weight": blocks, "out_proj.weight": [(delta, o)]}
     if m.in_proj_bias is not None:
-        forms["in_proj_bias"] = [(d_q, None), (d_k, None), (d_v, None)]
+        forms["in_proj_bias"] = [(g, None) for g, _ in blocks]
     if m.out_proj.bias is not None:
         forms["out_proj.bias"] = [(delta, None)]
     return forms

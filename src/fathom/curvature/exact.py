@@ -199,6 +199,8 @@ def _forms(layer: Layer, calls: list[Call], cots, n: int) -> dict[str, Form] | N
         return None
     if len(per_call) == 1:
         return per_call[0]
+    if len({tuple(len(b) for b in f.values()) for f in per_call}) > 1:
+        return None  # self- and cross-attention calls mixed: blocks differ (materialized)
     return {
         name: [
             (
@@ -228,10 +230,13 @@ def _form_sums(layer: Layer, forms: dict[str, Form], dirs, plan: Plan) -> dict[s
                 r = r.reshape(n, -1, t, o)  # [N, K, T, O]
                 if a is None:  # a bias: sum_i sum_k (sum_t r_ikt)^2
                     sums[kind].append(r.sum(2).square().sum((0, 1)))
-                else:  # [O, T] @ [T, I] per example and row (one broadcast matmul), the
-                    # temporary squared in place and summed over examples and rows at once
+                elif o <= a.shape[-1]:  # [O, T] @ [T, I] per example and row (one
+                    # broadcast matmul), squared in place, summed over examples and rows
                     w = torch.matmul(r.transpose(-1, -2), a[:, None])  # [N, K, O, I]
                     sums[kind].append(w.square_().sum((0, 1)))
+                else:  # the same sums transposed: the wider side last multiplies faster
+                    w = torch.matmul(a.transpose(-1, -2)[:, None], r)  # [N, K, I, O]
+                    sums[kind].append(w.square_().sum((0, 1)).T)
         out[name] = {k: torch.cat(v).reshape(shapes[name]) for k, v in sums.items()}
     return out
 
