@@ -71,3 +71,34 @@ def test_unfolded_convolution_chunks_change_nothing(case_id, monkeypatch) -> Non
     for kind in want:
         for name, t in want[kind].items():
             torch.testing.assert_close(got[kind][name], t, rtol=1e-13, atol=0)
+
+
+class _Bag(torch.nn.Module):
+    """An embedding with ``padding_idx`` whose tokens repeat within an example."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(6, 3, padding_idx=2)
+        self.head = torch.nn.Linear(3, 4)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.embed(tokens)).mean(1))
+
+
+def test_embedding_pair_sums_match_brute_force_with_repeats_and_padding() -> None:
+    """Without unit directions an embedding's sums run over (example, token) pairs
+    (``fathom.pex_embedding.embedding_pairs``): repeated tokens add before squaring, the
+    padding row gets zero, rows never looked up too."""
+    torch.manual_seed(3)
+    model = _Bag().double().eval()
+    x = torch.tensor([[0, 0, 2, 1, 0], [2, 2, 3, 3, 1], [1, 0, 1, 0, 1]])
+    y = torch.tensor([0, 3, 1])
+    want = brute_force(model, x, y)
+    for subset in (("ggn",), ("fisher",), ("ggn", "fisher")):
+        got = exact_diagonals(model, x, y, families=subset)
+        for kind in subset:
+            w = want[kind]["embed.weight"]
+            assert relative_error(got[kind]["embed.weight"], w) <= RTOL, (subset, kind)
+            assert float(got[kind]["embed.weight"][2].abs().max()) == 0.0
+            assert float(got[kind]["embed.weight"][4:].abs().max()) == 0.0
+            assert float(w[3].abs().max()) > 0

@@ -15,8 +15,9 @@ from fathom.errors import FathomError
 from fathom.seam import Call, Layer
 
 
-def embedding_grads(layer: Layer, call: Call, cot: list, n: int, directions: bool):
-    """``{"weight": [(D,) N, V, E]}`` of one call."""
+def _rows(layer: Layer, call: Call, cot: list, n: int, directions: bool):
+    """``(rows [(D,) N * T, E], slot [N * T], V)``: each looked-up row's cotangent (zero at
+    ``padding_idx``) and its slot ``i * V + tok_it`` in the ``[N * V]`` per-example rows."""
     m = layer.module
     idx, g = call.input_leaves()[0], cot[0]
     if call.in_dims[0] is None or call.out_dims[0] is None:
@@ -32,6 +33,23 @@ def embedding_grads(layer: Layer, call: Call, cot: list, n: int, directions: boo
         rows = rows * keep.unsqueeze(-1).to(rows.dtype)
     vocab = m.weight.shape[0]
     flat = (tok + vocab * torch.arange(n, device=tok.device)[:, None]).reshape(-1)
-    out = rows.new_zeros(*rows.shape[:lead], n * vocab, g.shape[-1])
-    out.index_add_(lead, flat, rows.reshape(*rows.shape[:lead], -1, g.shape[-1]))
+    return rows.reshape(*rows.shape[:lead], -1, g.shape[-1]), flat, vocab
+
+
+def embedding_grads(layer: Layer, call: Call, cot: list, n: int, directions: bool):
+    """``{"weight": [(D,) N, V, E]}`` of one call."""
+    rows, flat, vocab = _rows(layer, call, cot, n, directions)
+    lead = 1 if directions else 0
+    out = rows.new_zeros(*rows.shape[:lead], n * vocab, rows.shape[-1])
+    out.index_add_(lead, flat, rows)
     return {"weight": out.unflatten(lead, (n, vocab))}
+
+
+def embedding_pairs(layer: Layer, call: Call, cot: list, n: int):
+    """``(rows [D, P, E], tokens [P])``: the non-zero rows of :func:`embedding_grads` only,
+    one per (example, token) pair that occurs (``P <= N T`` instead of ``N V``): row ``p``
+    is example ``i``'s gradient row of token ``tokens[p]``."""
+    rows, flat, vocab = _rows(layer, call, cot, n, True)
+    pairs, slot = torch.unique(flat, return_inverse=True)
+    out = rows.new_zeros(rows.shape[0], pairs.shape[0], rows.shape[-1])
+    return out.index_add_(1, slot, rows), pairs % vocab

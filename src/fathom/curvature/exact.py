@@ -55,6 +55,7 @@ from fathom.curvature.twin import prepared
 from fathom.errors import FathomError
 from fathom.pex import linear_rows, per_example_grads
 from fathom.pex_attention import Form, attention_forms
+from fathom.pex_embedding import embedding_pairs
 from fathom.seam import Call, Layer, Seam
 from fathom.telemetry.moments import moments_from_gram
 from fathom.train.allocator import tune_cpu_allocator
@@ -185,6 +186,16 @@ def _materialized_sums(layer, calls, cots, n: int, dirs, plan: Plan) -> dict[str
     return out
 
 
+def _embedding_sums(layer, calls, cots, n: int, dirs, plan: Plan) -> dict[str, Sums] | None:
+    """One embedding call, rows not mixed per example (no units): each (example, token) row
+    squared, added per token (never ``[D, N, V, E]``); ``None`` otherwise."""
+    if layer.kind != "embedding" or len(calls) != 1 or plan.units:
+        return None
+    rows, tok = embedding_pairs(layer, calls[0], cots[0], n)  # [D, P, E], [P]
+    zero, mixed = rows.new_zeros(layer.module.weight.shape), plan.rows(rows.transpose(0, 1), dirs)
+    return {"weight": {k: zero.index_add(0, tok, r.square().sum(1)) for k, r in mixed.items()}}
+
+
 def _forms(layer: Layer, calls: list[Call], cots, n: int) -> dict[str, Form] | None:
     """A linear layer over positions or an attention layer as linear maps over positions
     (:func:`fathom.pex_attention.attention_forms`; calls joined along the positions), or
@@ -249,6 +260,8 @@ def layer_sums(layer, calls, cots, n: int, dirs, plan: Plan | None = None) -> di
     plan = plan or Plan()
     if single_row(layer, calls):
         return _linear_sums(layer, calls, cots, n, dirs, plan)
+    if (sums := _embedding_sums(layer, calls, cots, n, dirs, plan)) is not None:
+        return sums
     forms = _forms(layer, calls, cots, n)
     if forms is not None:
         return _form_sums(layer, forms, dirs, plan)
