@@ -88,40 +88,52 @@ def attention_forms(
     delta = delta if directions else delta[None]  # [D, N, L, E]
     heads, e = m.num_heads, m.embed_dim
     d, big_d, length = e // heads, delta.shape[0], delta.shape[2]
-    w_q, w_k, w_v = m.in_proj_weight.detach().chunk(3)
-    b = m.in_proj_bias.detach().chunk(3) if m.in_proj_bias is not None else (None,) * 3
+    w_b = (m.in_proj_weight.detach(), None if m.in_proj_bias is None else m.in_proj_bias.detach())
+    w_q, w_k, w_v = w_b[0].chunk(3)
+    b = w_b[1].chunk(3) if w_b[1] is not None else (None,) * 3
 
     def split(t: torch.Tensor) -> torch.Tensor:  # [N, L, E] -> [N, H, L, d]
         return t.unflatten(-1, (heads, d)).transpose(1, 2)
 
-    def merge(t: torch.Tensor, rows: int) -> torch.Tensor:  # [N, H, D*rows, d] -> [D, N, rows, E]
-        t = t.unflatten(2, (big_d, rows))  # [N, H, D, rows, d]
-        # stored example-major ([N, D, rows, E]): the curvature sums read it per example
-        return t.permute(0, 2, 3, 1, 4).reshape(n, big_d, rows, e).transpose(0, 1)
+    def heads_last(t: torch.Tensor, rows: int) -> torch.Tensor:  # [N, H, D*rows, d] view
+        return t.unflatten(2, (big_d, rows)).permute(0, 2, 3, 1, 4)  # [N, D, rows, H, d]
 
-    q = split(F.linear(x["query"], w_q, b[0]))
-    k = split(F.linear(x["key"], w_k, b[1]))
-    v = split(F.linear(x["value"], w_v, b[2]))
+    def merge(t: torch.Tensor, rows: int) -> torch.Tensor:  # [N, H, D*rows, d] -> [D, N, rows, E]
+        # stored example-major ([N, D, rows, E]): the curvature sums read it per example
+        return heads_last(t, rows).reshape(n, big_d, rows, e).transpose(0, 1)
+
+    if x["self"]:  # one input projected once
+        q, k, v = (split(t) for t in F.linear(x["query"], *w_b).chunk(3, dim=-1))
+    else:
+        q = split(F.linear(x["query"], w_q, b[0]))
+        k = split(F.linear(x["key"], w_k, b[1]))
+        v = split(F.linear(x["value"], w_v, b[2]))
     src = k.shape[2]
     scale = 1.0 / math.sqrt(d)
-    a = torch.softmax((q * scale) @ k.transpose(-1, -2), dim=-1)  # [N, H, L, S]
+    q_s, k_s = q * scale, k * scale
+    a = torch.softmax(q_s @ k.transpose(-1, -2), dim=-1)  # [N, H, L, S]
     # directions folded into the rows: every product is one bmm over N x H, no broadcast copy
     d_o = (delta @ m.out_proj.weight.detach()).unflatten(-1, (heads, d))  # [D, N, L, H, d]
     d_o = d_o.permute(1, 3, 0, 2, 4).reshape(n, heads, big_d * length, d)
     d_a = (d_o @ v.transpose(-1, -2)).unflatten(2, (big_d, length))  # [N, H, D, L, S]
     a5 = a.unsqueeze(2)
     d_s = a5 * (d_a - (d_a * a5).sum(-1, keepdim=True))
-    d_q = merge(d_s.flatten(2, 3) @ k, length) * scale
-    d_k = merge(d_s.transpose(-1, -2).flatten(2, 3) @ q, src) * scale
+    d_q = d_s.flatten(2, 3) @ k_s  # [N, H, D*L, d]
+    d_k = d_s.transpose(-1, -2).flatten(2, 3) @ q_s  # [N, H, D*S, d]
     d_o_cols = d_o.unflatten(2, (big_d, length)).permute(0, 1, 3, 2, 4).flatten(3)
     d_v = (a.transpose(-1, -2) @ d_o_cols).unflatten(-1, (big_d, d))  # [N, H, S, D, d]
-    d_v = merge(d_v.transpose(2, 3).flatten(2, 3), src)
+    d_v = d_v.transpose(2, 3).flatten(2, 3)  # [N, H, D*S, d]
     o = (a @ v).transpose(1, 2).flatten(2)  # [N, L, E]
-    if x["self"]:  # one input: the q/k/v rows are one block (one product, not three)
-        qkv = torch.cat([t.transpose(0, 1) for t in (d_q, d_k, d_v)], -1).transpose(0, 1)
-        blocks = [(qkv, x["query"])]
+    if x["self"]:  # the q/k/v rows one block (one product, not three), written once
+        qkv = delta.new_empty(n, big_d, length, 3, heads, d)
+        for j, t in enumerate((d_q, d_k, d_v)):
+            qkv[:, :, :, j] = heads_last(t, length)
+        blocks = [(qkv.reshape(n, big_d, length, 3 * e).transpose(0, 1), x["query"])]
     else:
-        blocks = [(d_q, x["query"]), (d_k, x["key"]), (d_v, x["value"])]
+        blocks = [
+            (merge(t, r), x[w])
+            for t, r, w in zip((d_q, d_k, d_v), (length, src, src), ("query", "key", "value"))
+        ]
     forms: dict[str, Form] = {"in_proj_weight": blocks, "out_proj.weight": [(delta, o)]}
     if m.in_proj_bias is not None:
         forms["in_proj_bias"] = [(g, None) for g, _ in blocks]
