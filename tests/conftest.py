@@ -124,3 +124,22 @@ def trained_tiny_run(shared_tiny_run: Path) -> Iterator[Path]:
 def tiny_run_copy(shared_tiny_run: Path, tmp_path: Path) -> Path:
     """A private copy of the session's tiny run (``tmp_path / "run"``), free to modify."""
     return Path(shutil.copytree(shared_tiny_run, tmp_path / "run"))
+
+
+@pytest.fixture
+def forked() -> Iterator:
+    """``forked(argv, env=..., new_session=...)`` runs ``fathom ARGV`` in a forked child of
+    this process (:mod:`forked`: a real process, no torch import); ``forked(callable)`` runs
+    any function there. Children still running at teardown are killed and reaped."""
+    from forked import Forked, fork_cli
+
+    started: list[Forked] = []
+
+    def start(what, **kw) -> Forked:
+        proc = Forked(what, **kw) if callable(what) else fork_cli(what, **kw)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.cleanup()

@@ -66,6 +66,13 @@ class CpuDurations:
         for nodeid, cpu in ranked[: self.n]:
             tr.write_line(f"{cpu:8.2f}s cpu  {nodeid}")
         tr.write_line(f"{sum(self.cpu.values()):8.2f}s cpu  total over {len(self.cpu)} tests")
+        per_file: dict[str, float] = {}
+        for nodeid, cpu in self.cpu.items():
+            path = nodeid.split("::", 1)[0]
+            per_file[path] = per_file.get(path, 0.0) + cpu
+        tr.write_sep("-", f"the {self.n} test files with the most CPU time")
+        for path, cpu in sorted(per_file.items(), key=lambda kv: kv[1], reverse=True)[: self.n]:
+            tr.write_line(f"{cpu:8.2f}s cpu  {path}")
 
 
 def pytest_configure(config: pytest.Config) -> None:

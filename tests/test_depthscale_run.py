@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -132,31 +129,15 @@ def test_missing_or_corrupt_cifar_archive_reaches_the_user(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def _bench_cli(out, extra=()):
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    argv = [
-        "quick",
-        "--depths",
-        "4",
-        "--epochs",
-        "4",
-        "--timesteps",
-        "2",
-        "--fit-subset",
-        "256",
-        "--eval-subset",
-        "32",
-        "--out",
-        str(out),
-        "--quiet",
-        *extra,
-    ]
-    return subprocess.Popen(
-        [sys.executable, "-m", "fathom.cli", "depth-scaling", *argv],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
+def _bench_argv(out, extra=()) -> list[str]:
+    argv = ["quick", "--depths", "4", "--epochs", "4", "--timesteps", "2"]
+    argv += ["--fit-subset", "256", "--eval-subset", "32", "--out", str(out), "--quiet"]
+    return [*argv, *extra]
+
+
+def _bench_cli(forked, out, extra=()):
+    """``fathom depth-scaling`` in a real process (a fork of this one, :mod:`forked`)."""
+    return forked(["depth-scaling", *_bench_argv(out, extra)], env={"OMP_NUM_THREADS": "1"})
 
 
 def _rows(run_dir):
@@ -164,23 +145,25 @@ def _rows(run_dir):
     return [{k: v for k, v in r.items() if not k.startswith("clock/")} for r in rows]
 
 
-def test_depth_scaling_resumes_byte_identically_after_sigkill(tmp_path):
+def test_depth_scaling_resumes_byte_identically_after_sigkill(tmp_path, forked):
+    # the reference runs in this process; the victim (killed by SIGKILL at a moment it cannot
+    # choose) and the rerun that resumes it are real processes forked from this one
     pytest.importorskip("fathom.data")
-    ref = _bench_cli(tmp_path / "ref")
-    assert ref.wait(timeout=900) == 0, ref.stdout.read().decode()
-    victim = _bench_cli(tmp_path / "v")
+    assert run(_bench_argv(tmp_path / "ref")) == 0
+    victim = _bench_cli(forked, tmp_path / "v")
     first = tmp_path / "v" / "d04-vanilla-s0"
     deadline = time.time() + 600
     while time.time() < deadline:
         if first.exists() and len(read_jsonl(first / "history.jsonl")[0]) >= 3:
             break
+        assert victim.poll() is None, victim.output()
         time.sleep(0.05)
     time.sleep(random.uniform(0.0, 0.3))  # land inside a later epoch
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=60) == -signal.SIGKILL
     assert RunDir(first).status == "running"
-    again = _bench_cli(tmp_path / "v")
-    out = again.communicate(timeout=900)[0].decode()
+    again = _bench_cli(forked, tmp_path / "v")
+    out = "".join(again.communicate(timeout=900))
     assert again.returncode == 0, out
     assert "resuming" not in out  # --quiet
     for name in ("d04-vanilla-s0", "d04-lyapunov-s0"):

@@ -140,3 +140,13 @@ def test_a_schema_1_registry_is_converted_on_opening(tmp_path):
     (r,) = Registry(path).get("r1")
     assert r["directory"] == "s/r1" and r["updated_at"] == "2025-12-01T22:10:03+00:00"
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone() == (2,)
+
+
+def test_runs_json_names_fractions_and_adds_percent():
+    from fathom.study.runs_cli import row_json
+
+    shown = row_json(row("a", selected_test_acc=0.9182, final_test_acc=None, final_test_ce=0.25))
+    assert shown["selected_test_acc_fraction"] == 0.9182
+    assert shown["selected_test_acc_pct"] == pytest.approx(91.82)
+    assert shown["final_test_acc_fraction"] is None and shown["final_test_acc_pct"] is None
+    assert shown["final_test_ce"] == 0.25 and "selected_test_acc" not in shown

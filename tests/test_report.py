@@ -176,7 +176,8 @@ def test_real_trainer_run_and_real_audit(tmp_path: Path) -> None:
     assert cfg.model_dump()["name"] in html and "config" in html  # provenance table
     explorer = html.split("Every audited mask", 1)[1].split("</table>", 1)[0]
     assert explorer.count("<tr>") == 1 + 16  # header + all 2^4 masks of the one run
-    assert "<th>test.damage</th>" in explorer and "Per-digit resilience" in html
+    assert "<th>test.damage (nats)</th>" in explorer and "<th>test.acc (%)</th>" in explorer
+    assert "Per-digit resilience" in html
     assert sorted(p.name for p in out.figures) == ["learning_curves.png", "mask_damage.png"]
     curv = html.split("Curvature summary: run r1", 1)[1].split("</table>", 1)[0]
     assert curv.count("<tr>") == 1 + 2 and "<th>rho</th>" in curv  # epochs 0 and 2
@@ -265,10 +266,10 @@ def test_optional_sections_and_figures(study: Path, tmp_path: Path) -> None:
     )
     out = build_report(study)
     html = out.html.read_text()
-    assert "Paired differences against residual" in html and "Tuning grid (seed 1)" in html
+    assert "Paired differences (recipe − residual)" in html and "Tuning grid (seed 1)" in html
     assert "widths x 0.1" in html and "main-residual-s1" in html
     assert "Layer-removal audit" in html and 'class="table-filter"' in html
-    assert "<th>val.damage</th>" in html and "<th>test.acc</th>" in html
+    assert "<th>val.damage (nats)</th>" in html and "<th>test.acc (%)</th>" in html
     assert "digit_4" not in html and "/audit/audit.json" in html  # linked, not inlined
     assert (
         "residual-s101/epoch-0004.json" in html and "A_eigenvalues (12 values, log10 scale)" in html

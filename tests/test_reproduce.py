@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -345,16 +343,6 @@ def test_shipped_pipelines_match_their_studies():
     assert len(full.curvature.epochs) * len(full.curvature.recipes) == 21
 
 
-SCRIPT = """
-import sys
-sys.path.insert(0, {tests!r})
-from pathlib import Path
-from test_reproduce import context
-from fathom.reproduce.pipeline import reproduce
-reproduce(context(Path({pipe!r}), Path({runs!r}), []))
-"""
-
-
 def _recorded_steps(runs: Path) -> set[str]:
     try:
         return set(
@@ -364,11 +352,11 @@ def _recorded_steps(runs: Path) -> set[str]:
         return set()
 
 
-def test_killed_pipeline_resumes_to_the_uninterrupted_outputs(straight, tmp_path):
+def test_killed_pipeline_resumes_to_the_uninterrupted_outputs(straight, tmp_path, forked):
     pipe = write_pipeline(tmp_path)
     runs = tmp_path / "runs"
-    script = SCRIPT.format(tests=str(TESTS_DIR), pipe=str(pipe), runs=str(runs))
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    # the pipeline killed is a real process, forked from this one (:mod:`forked`)
+    proc = forked(lambda: reproduce(context(pipe, runs, [])), new_session=True)
     deadline = time.monotonic() + 240
     try:
         while time.monotonic() < deadline:
@@ -395,29 +383,24 @@ def test_killed_pipeline_resumes_to_the_uninterrupted_outputs(straight, tmp_path
     assert any(f"PID {proc.pid}" in line for line in log)
 
 
-HOLD = """
-import sys, time
-sys.path.insert(0, {src!r})
-from pathlib import Path
-from fathom.reproduce.state import pipeline_lock
-lock = pipeline_lock(Path({root!r})).acquire()
-print("locked", flush=True)
-time.sleep(60)
-"""
-
-
-def test_second_pipeline_on_the_same_directory_is_refused_naming_the_holder(tmp_path, capsys):
+def test_second_pipeline_on_the_same_directory_is_refused_naming_the_holder(
+    tmp_path, capsys, forked
+):
     from fathom.cli import main
+    from fathom.reproduce.state import pipeline_lock
+    from test_rundir import wait_for_line
 
     pipe, runs = write_pipeline(tmp_path), tmp_path / "runs"
-    src = str(TESTS_DIR.parent / "src")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD.format(src=src, root=str(runs / "tiny-seed"))],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+
+    def hold() -> None:  # another process (forked from this one) holding the pipeline lock
+        lock = pipeline_lock(runs / "tiny-seed").acquire()
+        print("locked", flush=True)
+        time.sleep(60)
+        del lock
+
+    holder = forked(hold)
     try:
-        assert holder.stdout.readline().strip() == "locked"
+        wait_for_line(holder, "locked")
         rc = main(["reproduce", str(pipe), "--runs-dir", str(runs), "--quiet"])
         err = capsys.readouterr().err
     finally:

@@ -312,6 +312,8 @@ def test_a_deleted_resume_state_at_epoch_2_says_what_is_lost(run, data):
 
 # -- 6. deterministic bytes ---------------------------------------------------------------
 def test_checkpoint_bytes_do_not_depend_on_the_process(tmp_path):
+    # one run in this process, one in a fresh interpreter whose string-hash seed differs
+    # from this process's (a set PYTHONHASHSEED other than ours; ours random otherwise)
     import os
     import subprocess
     import sys
@@ -323,12 +325,14 @@ def test_checkpoint_bytes_do_not_depend_on_the_process(tmp_path):
         "train(tiny_config(**{'optim.epochs': 1}), sys.argv[1], splits=synthetic_splits())"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent / "src"), str(tests)])}
-    for seed in ("1", "2"):
-        subprocess.run(
-            [sys.executable, "-c", code, str(tmp_path / seed / "run")],
-            env={**env, "PYTHONHASHSEED": seed},
-            check=True,
-        )
+    ours = os.environ.get("PYTHONHASHSEED", "random")
+    other = "1" if not ours.isdigit() else str(int(ours) + 1)
+    train(tiny_config(**{"optim.epochs": 1}), tmp_path / "1" / "run", splits=synthetic_splits())
+    subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "2" / "run")],
+        env={**env, "PYTHONHASHSEED": other},
+        check=True,
+    )
     names = ["epoch-0000.safetensors", "epoch-0001.safetensors", "selected.safetensors"]
     for name in names:
         a, b = (tmp_path / s / "run" / "checkpoints" / name for s in ("1", "2"))

@@ -8,20 +8,16 @@ from __future__ import annotations
 
 import errno
 import json
-import subprocess
-import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import tiny_config
+from conftest import synthetic_splits, tiny_config
 from fathom.errors import FathomError
 from fathom.io import read_jsonl
 from fathom.rundir import DirLock, RunDir, RunWriter, load_resume, seal
 from fathom.train.loop import resume, train
-
-SRC = str(Path(__file__).resolve().parents[1] / "src")
-TESTS = str(Path(__file__).resolve().parent)
 
 
 def interrupted(tmp_path: Path, splits, at_epoch: int = 1, epochs: int = 4) -> Path:
@@ -39,17 +35,33 @@ def interrupted(tmp_path: Path, splits, at_epoch: int = 1, epochs: int = 4) -> P
     return tmp_path / "run"
 
 
-def hold_lock(path: Path, study: bool = False) -> subprocess.Popen:
-    """Another process holding the lock of ``path`` until killed."""
-    make = "study_lock(p)" if study else "DirLock(p)"
-    code = (
-        f"import sys, time; sys.path.insert(0, {SRC!r}); from pathlib import Path; "
-        f"from fathom.rundir import DirLock, study_lock; p = Path({str(path)!r}); "
-        f"l = {make}.acquire(); print('held', flush=True); time.sleep(120)"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "held"
+def hold_lock(forked, path: Path, study: bool = False):
+    """Another process (forked from this one, :mod:`forked`) holding the lock of ``path``
+    until killed."""
+
+    def hold() -> None:
+        from fathom.rundir import DirLock, study_lock
+
+        lock = (study_lock(path) if study else DirLock(path)).acquire()
+        print("held", flush=True)
+        time.sleep(120)
+        del lock
+
+    proc = forked(hold)
+    wait_for_line(proc, "held")
     return proc
+
+
+def wait_for_line(proc, prefix: str, timeout: float = 120) -> str:
+    """The first line of ``proc``'s stdout starting with ``prefix`` (waiting for it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for line in proc.out.read_text().splitlines():
+            if line.startswith(prefix):
+                return line
+        assert proc.poll() is None, f"exited {proc.returncode}: {proc.output()}"
+        assert time.monotonic() < deadline, f"no line {prefix!r} in {timeout} s"
+        time.sleep(0.01)
 
 
 # -- defect 1: a flipped byte in resume.pt -------------------------------------------------
@@ -79,9 +91,9 @@ def test_flipped_byte_in_an_epoch_checkpoint_stops_the_resume(tmp_path, splits):
 
 
 # -- defect 2: two writers -------------------------------------------------------------------
-def test_second_writer_is_refused_naming_the_holder(tmp_path, splits):
+def test_second_writer_is_refused_naming_the_holder(tmp_path, splits, forked):
     run = tmp_path / "run"
-    holder = hold_lock(run)
+    holder = hold_lock(forked, run)
     try:
         with pytest.raises(FathomError, match=f"PID {holder.pid}"):
             train(tiny_config(), run, splits=splits)
@@ -96,9 +108,9 @@ def test_second_writer_is_refused_naming_the_holder(tmp_path, splits):
     assert [r["epoch"] for r in RunDir(run).history()] == [0, 1, 2, 3]
 
 
-def test_two_resumes_cannot_interleave(tmp_path, splits):
+def test_two_resumes_cannot_interleave(tmp_path, splits, forked):
     run = interrupted(tmp_path, splits)
-    holder = hold_lock(run)  # stands for a first `fathom train --resume` still running
+    holder = hold_lock(forked, run)  # stands for a first `fathom train --resume` still running
     try:
         with pytest.raises(
             FathomError, match=f"locked by another fathom process \\(PID {holder.pid}"
@@ -113,27 +125,22 @@ def test_two_resumes_cannot_interleave(tmp_path, splits):
     assert not RunDir(run).problems(deep=True)
 
 
-SECOND_WRITER = """
-import sys; sys.path[:0] = [{src!r}, {tests!r}]
-from conftest import synthetic_splits, tiny_config
-from fathom.train.loop import train
-def slow(event, info):
-    if event == "epoch_end":
-        print("epoch", info["epoch"], flush=True)
-        import time; time.sleep(0.3)
-train(tiny_config(**{{"optim.epochs": 6}}), {run!r}, splits=synthetic_splits(), progress=slow)
-"""
-
-
-def test_concurrent_train_into_one_directory_leaves_the_first_intact(tmp_path, splits):
+def test_concurrent_train_into_one_directory_leaves_the_first_intact(tmp_path, splits, forked):
     run = tmp_path / "run"
-    script = SECOND_WRITER.format(src=SRC, tests=TESTS, run=str(run))
-    first = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert first.stdout.readline().startswith("epoch 1")
+
+    def first_writer() -> None:  # in a process forked from this one (:mod:`forked`)
+        def slow(event, info):
+            if event == "epoch_end":
+                print("epoch", info["epoch"], flush=True)
+                time.sleep(0.3)
+
+        train(tiny_config(**{"optim.epochs": 6}), run, splits=synthetic_splits(), progress=slow)
+
+    first = forked(first_writer)
+    wait_for_line(first, "epoch 1")
     with pytest.raises(FathomError, match=f"PID {first.pid}"):
         train(tiny_config(**{"optim.epochs": 6}), run, splits=splits)
-    first.stdout.read()
-    assert first.wait(timeout=120) == 0
+    assert first.wait(timeout=120) == 0, first.output()
     rd = RunDir(run)
     assert rd.status == "complete" and not rd.problems(deep=True)
     assert [r["epoch"] for r in rd.history()] == list(range(7))

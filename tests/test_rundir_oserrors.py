@@ -328,34 +328,39 @@ def test_curvature_output_write_fails_midway(trained, tmp_path, monkeypatch, cap
 
 # -- real permission bits ------------------------------------------------------------------
 def _without_dac_override() -> None:
-    """In the child, before exec: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the
-    capability bounding set, so that even root obeys permission bits after exec."""
+    """In this (forked) process: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the
+    effective and permitted capability sets (``capset(2)``), so that even root obeys
+    permission bits from now on."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    for cap in (1, 2):  # linux/capability.h: CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
-            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # 2 x {effective, permitted, inheritable}
+    if libc.capget(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    dac = (1 << 1) | (1 << 2)  # linux/capability.h: CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+    data[0] &= ~dac  # effective (capabilities 0-31)
+    data[1] &= ~dac  # permitted
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
 
 
-def cli_obeying_permissions(*args: str) -> tuple[int, str]:
-    """``python -m fathom ARGS`` in a process for which permission bits apply (as root too)."""
-    import subprocess
+def cli_obeying_permissions(forked, *args: str) -> tuple[int, str]:
+    """``fathom ARGS`` in a process for which permission bits apply (as root too): a fork of
+    this one (:mod:`forked`) that drops the capabilities letting root ignore them."""
+    from fathom.cli import main
 
-    here = Path(__file__).resolve().parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent / "src"), str(here)])}
-    proc = subprocess.run(
-        [sys.executable, "-m", "fathom", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        preexec_fn=_without_dac_override if os.geteuid() == 0 else None,
-        timeout=600,
-    )
-    return proc.returncode, proc.stderr
+    def obeying() -> int:
+        if os.geteuid() == 0:
+            _without_dac_override()
+        return main(list(args))
+
+    proc = forked(obeying)
+    _, err = proc.communicate(timeout=600)
+    return proc.returncode, err
 
 
-def test_real_permissions(config, tmp_path):
+def test_real_permissions(config, tmp_path, forked):
     """Real mode bits (no patching): a runs directory without write permission, then
     ``fathom curvature`` on a run whose files are all read-only; root included, by running
     the command without the capabilities that let root ignore permission bits."""
@@ -363,7 +368,9 @@ def test_real_permissions(config, tmp_path):
     runs.mkdir()
     runs.chmod(stat.S_IRUSR | stat.S_IXUSR)
     try:
-        rc, err = cli_obeying_permissions("train", str(config), "--runs-dir", str(runs), "--quiet")
+        rc, err = cli_obeying_permissions(
+            forked, "train", str(config), "--runs-dir", str(runs), "--quiet"
+        )
         assert rc == 2 and "Traceback" not in err, err
         assert_explains(err, errno.EACCES, runs / "oserr")
     finally:
@@ -374,7 +381,7 @@ def test_real_permissions(config, tmp_path):
     for p in [run, *run.rglob("*")]:
         p.chmod(p.stat().st_mode & ~0o222)
     try:
-        rc, err = cli_obeying_permissions("curvature", str(run), "--probe", "8")
+        rc, err = cli_obeying_permissions(forked, "curvature", str(run), "--probe", "8")
         assert rc == 2 and "Traceback" not in err, err
         assert_explains(err, errno.EACCES, run / "curvature")
         assert_intact(run, "complete")  # reading works; only writing is refused

@@ -52,11 +52,13 @@ def test_kinds_and_coverage_of_the_transformer() -> None:
     assert kinds == {
         "embed": "embedding",
         "ln": "layernorm",
-        "attn": "generic",
+        "attn": "attention",
         "mlp": "linear",
         "head": "linear",
     }
-    assert seam.coverage["attn.out_proj.weight"].startswith("attn (MultiheadAttention, generic")
+    assert seam.coverage["attn.out_proj.weight"].startswith(
+        "attn (MultiheadAttention, fast attention"
+    )
     assert seam.layer("attn").params == (
         "in_proj_weight",
         "in_proj_bias",

@@ -322,13 +322,15 @@ def test_fathom_train_with_telemetry_on_a_gru(tmp_path, monkeypatch) -> None:
         assert row["param/bias_norm/gru"] > 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("cid", ["hooked_linear", "hooked_conv_bn", "pre_hooked_linear"])
-def test_self_check_would_catch_a_fast_path_that_ignored_hooks(cid, monkeypatch) -> None:
+def test_self_check_would_catch_a_fast_path_that_ignored_hooks(cid, dtype, monkeypatch) -> None:
     """With the hook rule switched off (the old behaviour) discovery itself refuses, naming
-    the module and the parameter: the self-check now runs fast layers too."""
+    the module and the parameter: the self-check now runs fast layers too. In float32 the
+    float64 confirmation of a mismatch fails as well (the error is structural)."""
     import fathom.seam_attribution as attribution
 
     monkeypatch.setattr(attribution, "_why_generic", lambda *a, **k: "")
-    model, x, _ = make(CASES[IDS.index(cid)])
+    model, x, _ = make(CASES[IDS.index(cid)], dtype=dtype)
     with pytest.raises(FathomError, match=r"module '\w+' \(\w+, fast \w+\): per-example gradients"):
         discover(model, x)

@@ -16,6 +16,7 @@ from fathom.stats.inference import judge, paired, verdict_of
 from fathom.stats.quantities import accuracy, accuracy_variance_pp, cross_entropy, ratio
 from fathom.stats.results import OPPOSITE
 from fathom.stats.rules import Rules
+from fathom.stats.sentences import comparison_sentence
 
 ACC = accuracy()
 
@@ -250,17 +251,65 @@ def test_leave_one_seed_out_against_brute_force(xs):
     ref = _loo_reference(d, c.level, ACC.smallest_effect)
     assert c.loo_estimates == pytest.approx([e for e, _ in ref])
     assert c.loo_held == sum(v == c.verdict for _, v in ref)
-    sign = 1 if c.verdict == "better" else -1
-    reversed_ = any(
-        (c.verdict == "equivalent" and v in OPPOSITE)
-        or (c.verdict != "equivalent" and (sign * e <= 0 or v == OPPOSITE[c.verdict]))
-        for e, v in ref
+    # fragile: the verdict's own interval, recentred on some leave-one-out estimate, loses it
+    lo, _ = _reference_interval(xs, [1e-4] * len(xs), c.level)
+    half = sum(xs) / len(xs) - lo
+    carried = any(verdict_of(e - half, e + half, 0.5, True) != c.verdict for e, _ in ref)
+    assert c.fragile == carried
+
+
+def _one_seed_carries(n, e, eta):
+    """``d = (a, …, a, a + e)`` with ``a`` set so that ``low − δ = η · e/n``: one seed (the
+    last) pulls the mean by ``e/n``, the margin is ``η`` times that (t dominates the floor)."""
+    t = scipy_stats.t.ppf(0.975, n - 1)
+    a = ACC.smallest_effect + (t - 1 + eta) * e / n
+    d = [a] * (n - 1) + [a + e]
+    (c,) = judge(
+        "f", [paired("x", ACC, dict(enumerate(d)), dict.fromkeys(range(n), 0.0), names=("a", "b"))]
     )
-    assert c.fragile == reversed_
+    return c
+
+
+@settings(max_examples=60)
+@given(st.integers(3, 8), st.floats(1.0, 20.0), st.floats(0.05, 0.9))
+@example(3, 2.0, 0.5)
+def test_fragile_fires_when_one_seed_carries_the_margin(n, e, eta):
+    c = _one_seed_carries(n, e, eta)
+    assert c.verdict == "better" and c.fragile
+    assert c.low - ACC.smallest_effect == pytest.approx(eta * e / n)
+    assert "better, fragile" in comparison_sentence(c).text
+
+
+@settings(max_examples=60)
+@given(st.integers(3, 8), st.floats(1.0, 20.0), st.floats(1.1, 4.0))
+def test_fragile_does_not_fire_when_the_margin_exceeds_every_seeds_pull(n, e, eta):
+    c = _one_seed_carries(n, e, eta)
+    assert c.verdict == "better" and not c.fragile
+
+
+@settings(max_examples=80)
+@given(
+    st.floats(-10.0, 10.0),
+    st.lists(st.floats(0.0, 0.3, allow_nan=False), min_size=3, max_size=7),
+)
+@example(2.0, [0.0, 0.0, 0.0])  # identical differences: the floor's interval, never fragile
+def test_fragile_never_fires_when_every_seed_alone_clears_the_region(base, spread):
+    d = {s: base + x for s, x in enumerate(spread)}
+    (c,) = judge("f", [paired("x", ACC, d, dict.fromkeys(d, 0.0), names=("a", "b"))])
+    if c.verdict in ("better", "worse"):
+        half = (c.high - c.low) / 2
+        sign = 1 if c.verdict == "better" else -1
+        # every seed's own difference (hence every leave-one-out mean) clears δ by half
+        if min(sign * x for x in d.values()) - half > ACC.smallest_effect:
+            assert not c.fragile
+    elif c.verdict == "equivalent" and all(
+        abs(x) + (c.high - c.low) / 2 < ACC.smallest_effect for x in d.values()
+    ):
+        assert not c.fragile
 
 
 def test_leave_one_out_flags_a_reversal():
-    """The guard itself, on a verdict the interval would not give: one seed carries it."""
+    """On a verdict the interval would not give: a leave-one-out estimate reverses."""
     from fathom.stats.inference import leave_one_out
 
     p = paired("x", ACC, {1: 99.0, 2: 89.0, 3: 89.5}, {1: 90.0, 2: 90.0, 3: 90.0}, names=("a", "b"))

@@ -341,3 +341,38 @@ def test_a_verdict_never_depends_on_a_cell_in_the_undetermined_band(t, data):
     assert (
         out[0].sentence.split(";")[0].split(":")[0] == out[1].sentence.split(";")[0].split(":")[0]
     )
+
+
+@st.composite
+def dominated(draw):
+    """A baseline table and a candidate no better than it at every depth on every seed."""
+    classes, base, _ = draw(tables())
+    gap = st.floats(0.0, 0.3, allow_nan=False)
+    cand = [[max(0.0, b - draw(gap)) for b in row] for row in base]
+    return classes, base, cand
+
+
+@settings(max_examples=40)
+@given(dominated())
+@example((10, [[0.6, 0.6], [0.5, 0.5]], [[0.6, 0.6], [0.5, 0.5]]))  # identical arms
+def test_no_better_at_every_depth_on_every_seed_is_never_better_scaling(t):
+    classes, base, cand = t
+    v = depth_scaling_verdict(_table(classes, base, cand))
+    assert v.verdict != "better scaling" and check(v.results) == []
+    # and symmetrically, the baseline seen as the candidate is never worse scaling
+    w = depth_scaling_verdict(_table(classes, cand, base, names=("c", "b")))
+    assert w.verdict != "worse scaling"
+
+
+@settings(max_examples=40)
+@given(tables(classes=10), st.data())
+def test_improving_the_candidate_never_turns_better_scaling_into_worse(t, data):
+    classes, base, _ = t
+    lead = st.floats(0.0, 0.3, allow_nan=False)
+    cand = [[min(1.0, b + data.draw(lead)) for b in row] for row in base]
+    up = [[min(1.0, c + data.draw(lead)) for c in row] for row in cand]
+    v = depth_scaling_verdict(_table(classes, base, cand))
+    w = depth_scaling_verdict(_table(classes, base, up))
+    assert check(w.results) == []
+    if v.verdict == "better scaling":
+        assert w.verdict != "worse scaling"

@@ -100,16 +100,18 @@ def test_summary_tables_differences_and_verdicts():
     assert any("every 5 epoch(s) bounds its precision" in n for n in s["notes"])
 
     md = to_markdown(s)
-    assert "| Method | LR | Validation-selected accuracy (%) | Final accuracy (%) |" in md
+    assert "| Method | LR | n | Selected test accuracy (%) | Final test accuracy (%) |" in md
     # sd and plain swap, but after Holm and the resolution floor neither checkpoint's paired
     # difference is established (residual's are no comparison): no ranking claim
     assert (
         "The ranking by test accuracy is not established to differ between the selected and "
         "final checkpoints" in md
     )
-    assert "(2 of 4 paired differences not established)" in md
+    # the ranking rests on the pairwise family: sd vs plain at both checkpoints (Holm over 2)
+    assert "0 of 1 pair(s) at the selected checkpoint" in md
+    assert "Holm over the 2 comparisons of this ranking" in md
     assert "- residual seed 102: diverged" in md
-    assert "97.83 ± 0.31% (n=3)" in md  # accuracy in percent, one conversion
+    assert "| 3 | 97.83 ± 0.31% |" in md  # accuracy in percent, one conversion; n in its column
 
 
 def test_target_never_reached_is_null_not_zero():
@@ -153,7 +155,12 @@ def test_every_summary_sentence_passes_the_claim_checker():
         s = summarise_study(recs, reference="plain", target_val_acc=0.97)
         results = Results.model_validate(s["results"])
         assert check(results) == []
-        assert [x.text for x in results.sentences] == [c["sentence"] for c in s["comparisons"]]
+        texts = [x.text for x in results.sentences]
+        main = len(s["comparisons"])
+        assert texts[:main] == [c["sentence"] for c in s["comparisons"]]
+        # then, per ranking, its pairwise comparisons' sentences and its statement
+        claims = [rk["claim"]["sentence"] for rk in s["rankings"].values()]
+        assert [t for t in texts[main:] if t.startswith("The ranking by ")] == claims
 
 
 def test_the_claim_checker_catches_a_false_sentence():
@@ -183,7 +190,12 @@ def test_every_output_renders_the_one_results_model():
     results = Results.model_validate(json.loads(json.dumps(s))["results"])
     md = to_markdown(s)
     texts = [x.text for x in results.sentences]
-    assert all(f"- {t}" in md for t in texts)
+    main = len(s["comparisons"])
+    assert all(f"- {t}" in md for t in texts[:main])
+    # a ranking's statement is printed whole; its pairwise comparisons as table rows
+    assert all(f"\n{t}\n" in md for t in texts[main:] if t.startswith("The ranking by "))
+    for c in results.comparisons[main:]:
+        assert f"| {c.a} | {c.b} | {c.context['checkpoint']} |" in md
     assert verdict_sentences(s)[: len(texts)] == texts
     for c, row in zip(results.comparisons, s["comparisons"]):
         assert (row["verdict"], row["fragile"]) == (c.verdict, c.fragile)

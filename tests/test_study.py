@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -226,7 +225,7 @@ def test_study_with_a_diverged_grid_point(tmp_path):
     assert all(r["status"] == "complete" and r["final_params"] for r in s["runs"].values())
     # summary files hold the stats module's tables and the tuning grid
     md = (result.root / "summary.md").read_text()
-    assert "| residual | 1e+06 | diverged |" in md and "Validation-selected accuracy" in md
+    assert "| residual | 1e+06 | diverged |" in md and "Selected test accuracy (%)" in md
     on_disk = json.loads((result.root / "summary.json").read_text())
     assert on_disk["stats"]["reference"] == "residual" and len(on_disk["stats"]["comparisons"]) == 4
     # the registry indexes all 8 runs, the divergences as data
@@ -335,17 +334,6 @@ KILL_STUDY = {
         "checkpoints": {"save_epochs": [0, 8]},
     },
 }
-SCRIPT = """
-import json, sys, torch
-sys.path.insert(0, {tests!r})
-from functools import partial
-from test_study import synthetic_splits
-from fathom.study.backends import LocalBackend
-from fathom.study.config import validate_study_config
-from fathom.study.runner import run_study
-study = validate_study_config(json.loads({study!r}), "kill")
-run_study(study, {runs!r}, LocalBackend(1, 1, partial(synthetic_splits, n_fit=1024)))
-"""
 
 
 def _run_state(root: Path) -> dict[str, tuple[str, int]]:
@@ -359,13 +347,16 @@ def _run_state(root: Path) -> dict[str, tuple[str, int]]:
     return out
 
 
-def test_killed_study_resumes_to_the_uninterrupted_hashes(tmp_path):
+def test_killed_study_resumes_to_the_uninterrupted_hashes(tmp_path, forked):
     from functools import partial
 
     study = validate_study_config(KILL_STUDY, "kill")
     killed_dir = tmp_path / "killed"
-    script = SCRIPT.format(tests=str(TESTS_DIR), study=json.dumps(KILL_STUDY), runs=str(killed_dir))
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+
+    def the_study() -> None:  # in a process forked from this one (:mod:`forked`)
+        run_study(study, killed_dir, LocalBackend(1, 1, partial(synthetic_splits, n_fit=1024)))
+
+    proc = forked(the_study, new_session=True)
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
@@ -417,10 +408,12 @@ def test_cli_status_runs_list_show_and_bad_preset(tmp_path, capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [r["run_id"] for r in rows] == ["main-sd_constant-s101"]
     assert main(["runs", "show", "main-residual-s101", "--runs-dir", str(tmp_path)]) == 0
-    assert (
-        json.loads(capsys.readouterr().out)["final_params"]
-        == result.summary["runs"]["main-residual-s101"]["final_params"]
-    )
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["final_params"] == result.summary["runs"]["main-residual-s101"]["final_params"]
+    # accuracy: a fraction only under a name that says so, the percent beside it
+    assert "selected_test_acc" not in shown and "final_test_acc" not in shown
+    for key in ("selected_test_acc", "final_test_acc"):
+        assert shown[f"{key}_pct"] == pytest.approx(100 * shown[f"{key}_fraction"])
     assert main(["study", "run", "no-such-preset", "--runs-dir", str(tmp_path)]) == 2
     assert "valid presets" in capsys.readouterr().err
     assert main(["runs", "list", "--runs-dir", str(tmp_path / "empty")]) == 2

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -19,8 +18,8 @@ from fathom.rundir import RunDir
 from fathom.study.backends import LocalBackend
 from fathom.study.config import validate_study_config
 from fathom.study.runner import run_study
-from test_rundir import SRC, hold_lock, tear_last_line
-from test_study import TESTS_DIR, local, study_data, synthetic_splits
+from test_rundir import hold_lock, tear_last_line
+from test_study import local, study_data, synthetic_splits
 
 TUNED = study_data(
     study={"recipes": ["residual"], "seeds": [101, 102]}, tuning={"lrs": [0.05, 0.1]}
@@ -106,11 +105,11 @@ def test_torn_history_of_a_complete_run_is_retrained_and_reported(tmp_path):
     )
 
 
-def test_the_same_study_twice_is_refused(tmp_path):
+def test_the_same_study_twice_is_refused(tmp_path, forked):
     study = validate_study_config(
         study_data(tuning={"enabled": False}, study={"lr": 0.05, "recipes": ["residual"]}), "a"
     )
-    holder = hold_lock(tmp_path / "t", study=True)
+    holder = hold_lock(forked, tmp_path / "t", study=True)
     try:
         with pytest.raises(FathomError, match=f"study directory .* locked .*PID {holder.pid}"):
             run_study(study, tmp_path, local())
@@ -118,19 +117,6 @@ def test_the_same_study_twice_is_refused(tmp_path):
         holder.kill()
         holder.wait()
     assert not (tmp_path / "t" / "main-residual-s101").exists()
-
-
-WORKERS_SCRIPT = """
-import json, sys
-sys.path[:0] = [{src!r}, {tests!r}]
-from functools import partial
-from test_study import synthetic_splits
-from fathom.study.backends import LocalBackend
-from fathom.study.config import validate_study_config
-from fathom.study.runner import run_study
-study = validate_study_config(json.loads({study!r}), "kill")
-run_study(study, {runs!r}, LocalBackend(2, 1, partial(synthetic_splits, n_fit=2048)))
-"""
 
 
 def _children(pid: int) -> list[int]:
@@ -147,16 +133,18 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split()[2] == "Z")
 
 
-def test_kill_9_of_a_two_worker_study_leaves_no_worker(tmp_path):
+def test_kill_9_of_a_two_worker_study_leaves_no_worker(tmp_path, forked):
     data = study_data(
         tuning={"enabled": False},
         study={"lr": 0.05, "recipes": ["residual", "sd_constant"], "seeds": [101]},
         base={**study_data()["base"], "optim": {"epochs": 50}, "data": {"fit_subset": 2048}},
     )
-    script = WORKERS_SCRIPT.format(
-        src=SRC, tests=str(TESTS_DIR), study=json.dumps(data), runs=str(tmp_path)
-    )
-    parent = subprocess.Popen([sys.executable, "-c", script])
+    study = validate_study_config(data, "kill")
+
+    def study_with_two_workers() -> None:  # the parent: a process forked from this one
+        run_study(study, tmp_path, LocalBackend(2, 1, partial(synthetic_splits, n_fit=2048)))
+
+    parent = forked(study_with_two_workers)
     workers: list[int] = []
     try:
         deadline = time.monotonic() + 120

@@ -6,14 +6,13 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import tiny_config
+from fathom.cli import main
 from fathom.errors import FathomError
 from fathom.io import read_jsonl, state_dict_digest
 from fathom.rundir import RunDir, seal
@@ -98,17 +97,6 @@ def test_interrupted_then_resumed_is_byte_identical(tmp_path, splits):
     ]
 
 
-def _run_cli(args, **kw):
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    return subprocess.Popen(
-        [sys.executable, "-m", "fathom.cli", "train", *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        **kw,
-    )
-
-
 def _write_cfg(path: Path, epochs: int) -> Path:
     path.write_text(f"""
 name = "k"
@@ -131,28 +119,28 @@ every = 1
     return path
 
 
-def test_resume_after_sigkill_is_byte_identical(tmp_path):
+def test_resume_after_sigkill_is_byte_identical(tmp_path, forked):
+    # the reference and the resume run in this process; the victim is a real process (a
+    # fork of this one, :mod:`forked`) killed by SIGKILL at a moment it cannot choose
     cfg_path = _write_cfg(tmp_path / "cfg.toml", epochs=12)
-    ref = _run_cli([str(cfg_path), "--runs-dir", str(tmp_path / "ref"), "--quiet"])
-    assert ref.wait(timeout=600) == 0, ref.stdout.read().decode()
+    assert main(["train", str(cfg_path), "--runs-dir", str(tmp_path / "ref"), "--quiet"]) == 0
     ref_hash = RunDir(tmp_path / "ref" / "resume" / "k").manifest["hashes"]["final_params"]
 
-    victim = _run_cli([str(cfg_path), "--runs-dir", str(tmp_path / "v"), "--quiet"])
+    victim = forked(["train", str(cfg_path), "--runs-dir", str(tmp_path / "v"), "--quiet"])
     hist = tmp_path / "v" / "resume" / "k" / "history.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline:
         rows, _ = read_jsonl(hist) if hist.exists() else ([], [])
         if len(rows) >= 3:
             break
+        assert victim.poll() is None, victim.output()
         time.sleep(0.05)
     time.sleep(random.uniform(0.0, 0.4))  # land somewhere inside a later epoch
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=60) == -signal.SIGKILL
     run_dir = tmp_path / "v" / "resume" / "k"
     assert RunDir(run_dir).manifest["status"] == "running"
-    res = _run_cli(["--resume", str(run_dir), "--quiet"])
-    out = res.communicate(timeout=600)[0].decode()
-    assert res.returncode == 0, out
+    assert main(["train", "--resume", str(run_dir), "--quiet"]) == 0
     m = RunDir(run_dir).manifest
     assert m["status"] == "complete"
     assert m["hashes"]["final_params"] == ref_hash
@@ -220,7 +208,6 @@ def test_bad_configs_name_the_problem():
 
 
 def test_cli_shows_live_progress_and_quiet_silences_it(tmp_path, capsys):
-    from fathom.cli import main
 
     cfg_path = _write_cfg(tmp_path / "cfg.toml", epochs=2)
     assert main(["train", str(cfg_path), "--runs-dir", str(tmp_path / "a")]) == 0

@@ -7,16 +7,15 @@ whose ``epochs_completed`` / ``steps_completed`` are those of the resume state (
 a resume continues from), never those of the epoch cut short. The deterministic cases use
 a ``python``-kind model that signals its own process at a chosen forward
 (:mod:`interrupt_models`); one case sends SIGINT from the test, at a moment it cannot
-choose within the run. The interrupted runs are subprocesses; the uninterrupted reference
-and the resumes run in this process (the same thread count).
+choose within the run. The interrupted runs are real processes, forked from this one
+(:mod:`forked`: no fresh interpreter); the uninterrupted reference and the resumes run in
+this process (the same thread count).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,18 +33,13 @@ if str(ROOT / "tests") not in sys.path:  # the factory's module, as a user's wou
     sys.path.insert(0, str(ROOT / "tests"))
 
 
-def fathom(args: list[str], sigint: str | None = None, **popen) -> subprocess.Popen:
-    """``python -m fathom.cli ARGS`` with this checkout's source and the test models."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
-    env.pop(ENV, None)
-    env["OMP_NUM_THREADS"] = "1"
-    if sigint is not None:
-        env[ENV] = sigint
-    cmd = [sys.executable, "-m", "fathom.cli", *args]
-    return subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, **popen)
+def fathom(forked, args: list[str], sigint: str | None = None):
+    """``fathom ARGS`` in a real process (a fork of this one, :mod:`forked`), the SIGINT plan
+    of :mod:`interrupt_models` in its environment."""
+    return forked(args, env={ENV: sigint, "OMP_NUM_THREADS": "1"})
 
 
-def finish(proc: subprocess.Popen) -> tuple[int, str]:
+def finish(proc) -> tuple[int, str]:
     _, err = proc.communicate(timeout=240)
     return proc.returncode, err
 
@@ -118,19 +112,19 @@ def check_resume(setup: dict, run: Path) -> None:
         ("in the boundary of epoch 2", lambda steps: f"eval:{2 * steps}"),
     ],
 )
-def test_sigint_inside_an_epoch_counts_only_complete_epochs(setup, where, plan):
+def test_sigint_inside_an_epoch_counts_only_complete_epochs(setup, forked, where, plan):
     name = "cut-train" if "step" in where else "cut-boundary"
     args = ["train", str(setup["config"]), "--runs-dir", str(setup["runs"]), "--name", name]
-    rc, err = finish(fathom([*args, "--quiet"], sigint=plan(setup["steps"])))
+    rc, err = finish(fathom(forked, [*args, "--quiet"], sigint=plan(setup["steps"])))
     run = setup["runs"] / "interrupt" / name
     m = check_interrupted(run, rc, err)
     assert m["epochs_completed"] == 1, f"SIGINT {where}: epoch 1 is the last complete one"
     check_resume(setup, run)
 
 
-def test_sigint_from_another_process(setup):
+def test_sigint_from_another_process(setup, forked):
     args = ["train", str(setup["config"]), "--runs-dir", str(setup["runs"]), "--name", "ext"]
-    proc = fathom([*args, "--quiet"])
+    proc = fathom(forked, [*args, "--quiet"])
     history = setup["runs"] / "interrupt" / "ext" / "history.jsonl"
     deadline = time.monotonic() + 200
     while not (history.exists() and history.read_text().count("\n") >= 2):

@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import math
-import os
 import random
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -17,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from fathom.cli import main
 from fathom.config import OptimConfig, ScheduleConfig, validate_run_config
 from fathom.data.prepare import prepare_splits
 from fathom.errors import FathomError
@@ -246,22 +245,6 @@ def test_bad_schedules_are_named(schedule, message):
         validate_run_config({"optim": {"schedule": schedule}})
 
 
-def _cli(args, cwd: Path):
-    env = dict(
-        os.environ,
-        PYTHONUNBUFFERED="1",
-        OMP_NUM_THREADS="1",
-        PYTHONPATH=os.pathsep.join([str(cwd), *sys.path]),
-    )
-    return subprocess.Popen(
-        [sys.executable, "-m", "fathom.cli", "train", *args],
-        env=env,
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-
-
 def _toml(path: Path, npz: Path, epochs: int) -> Path:
     path.write_text(
         textwrap.dedent(f"""
@@ -293,26 +276,32 @@ def _comparable(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("clock/")} for r in rows]
 
 
-def test_user_model_resume_after_sigkill_is_byte_identical(tmp_path):
+def test_user_model_resume_after_sigkill_is_byte_identical(tmp_path, monkeypatch, forked):
+    # the user's module is importable from the working directory, as for ``fathom train``
+    # there; the reference and the resume run in this process, the victim is a real process
+    # (a fork of this one, :mod:`forked`) killed by SIGKILL at a moment it cannot choose
     _, npz = user_files(tmp_path, n=2000)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("usermodels", None)
     cfg = _toml(tmp_path / "user.toml", npz, epochs=8)
-    ref = _cli([str(cfg), "--runs-dir", str(tmp_path / "ref"), "--quiet"], tmp_path)
-    assert ref.wait(timeout=600) == 0, ref.stdout.read().decode()
-    victim = _cli([str(cfg), "--runs-dir", str(tmp_path / "v"), "--quiet"], tmp_path)
+    assert main(["train", str(cfg), "--runs-dir", str(tmp_path / "ref"), "--quiet"]) == 0
+    sys.modules.pop("usermodels", None)  # the victim imports the user's module afresh
+    victim = forked(["train", str(cfg), "--runs-dir", str(tmp_path / "v"), "--quiet"])
     run_dir = tmp_path / "v" / "user" / "u"
     deadline = time.time() + 300
     while time.time() < deadline:
         rows, _ = read_jsonl(run_dir / "history.jsonl") if run_dir.exists() else ([], [])
         if len(rows) >= 3:
             break
+        assert victim.poll() is None, victim.output()
         time.sleep(0.05)
     time.sleep(random.uniform(0.0, 0.3))
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=60) == -signal.SIGKILL
     assert RunDir(run_dir).status == "running"
-    res = _cli(["--resume", str(run_dir), "--quiet"], tmp_path)
-    out = res.communicate(timeout=600)[0].decode()
-    assert res.returncode == 0, out
+    assert main(["train", "--resume", str(run_dir), "--quiet"]) == 0
+    sys.modules.pop("usermodels", None)
     mine, theirs = RunDir(run_dir), RunDir(tmp_path / "ref" / "user" / "u")
     assert mine.status == "complete"
     for key in ("final_params", "training_order", "initial_params"):

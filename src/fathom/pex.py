@@ -14,6 +14,7 @@ rows of example ``i`` (e.g. ``dL_i/dz_i`` for the unaveraged per-example loss ``
 * **batchnorm / layernorm** (eval-mode BatchNorm, LayerNorm): ``g_i(w) = sum_t delta_it *
   x_hat_it``, ``g_i(b) = sum_t delta_it``;
 * **embedding** (:mod:`fathom.pex_embedding`): ``g_i(W)[v] = sum_{t: tok_it = v} delta_it``;
+* **attention** (:mod:`fathom.pex_attention`): projections as linear maps over positions;
 * **generic**: ``g_i = vjp(theta -> module(theta; inputs_i), delta_i)`` by ``torch.func``
   (``functional_call`` + ``vjp``, ``vmap`` over examples in chunks of ``chunk_size``).
 
@@ -36,6 +37,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
+from fathom.pex_attention import attention_grads
 from fathom.pex_conv import conv_form, conv_grads
 from fathom.pex_embedding import embedding_grads
 from fathom.pex_rnn import functional_recurrent
@@ -263,13 +265,15 @@ def per_example_grads(
     if not calls:
         lead = (d,) if d else ()
         return {k: torch.zeros(*lead, n, *t.shape, dtype=t.dtype) for k, t in tensors.items()}
-    if layer.kind not in ("generic", "recurrent"):
+    if layer.kind not in ("generic", "recurrent", "attention"):
         return _fast_grads(layer, calls, cots, n, directions)
     size = sum(t.numel() for t in tensors.values()) * (d or 1)
     chunk = chunk_size or max(1, min(n, _ELEMENTS // max(size, 1)))
     total: dict[str, torch.Tensor] = {}
     for call, cot in zip(calls, cots, strict=True):
-        g = _generic_call(layer, call, cot, n, directions, chunk)
+        g = attention_grads(layer, call, cot, n, directions) if layer.kind == "attention" else None
+        if g is None:  # (an attention call outside its closed form too)
+            g = _generic_call(layer, call, cot, n, directions, chunk)
         total = g if not total else {k: total[k] + g[k] for k in g}
     return total
 

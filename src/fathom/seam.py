@@ -89,6 +89,7 @@ from torch import nn
 
 from fathom.errors import FathomError
 from fathom.seam_attribution import attribute, coverage, make_layer
+from fathom.seam_check import confirmed_in_float64, mismatches
 from fathom.seam_discovery import (
     UseRecorder,
     check_batchnorm,
@@ -97,7 +98,6 @@ from fathom.seam_discovery import (
     check_model,
     hooks,
     is_float_tensor,
-    preserved,
     pullback,
     record_calls,
 )
@@ -112,6 +112,7 @@ KINDS: tuple[str, ...] = (
     "batchnorm",
     "layernorm",
     "embedding",
+    "attention",
     "recurrent",
     "generic",
 )
@@ -172,7 +173,7 @@ class Seam:
         for name in dict(model.named_parameters()):
             if name in owner:
                 layer = by_module[owner[name]]
-                self.coverage[name] = f"{layer.name} ({layer.type_name}, {_path(layer)})"
+                self.coverage[name] = f"{layer.name} ({layer.type_name}, {layer.path})"
             else:
                 self.coverage[name] = notes[name]
 
@@ -286,48 +287,15 @@ class Seam:
         for every covered parameter (by identity) the sum over examples must match
         autograd's batch gradient. Refuses, naming the module and the parameter, where it
         fails: a fast path that missed a hook, a parameter attributed to the wrong call, or
-        examples that interact would all show up here."""
-        from fathom.pex import per_example_grads
-
-        with preserved(self.model), self.capture() as calls, torch.enable_grad():
-            logits = self.model(x)
-        total = logits.square().sum() / 2  # grad_logits = logits: a generic direction
-        cots = self.cotangents(calls, total, retain_graph=True)
-        n = int(x.shape[0])
-        for layer in self.layers:
-            tensors = layer.tensors()
-            want = torch.autograd.grad(
-                total, list(tensors.values()), allow_unused=True, retain_graph=True
+        examples that interact would all show up here (:mod:`fathom.seam_check`; below
+        float64 a mismatch is confirmed on a float64 copy first: rounding noise of a
+        gradient that cancels to zero is no reason to refuse an exact path)."""
+        failed = mismatches(self, x)
+        if failed and not confirmed_in_float64(self.model, x, discover):
+            layer, q = failed[0]
+            raise FathomError(
+                f"module {layer.name!r} ({layer.type_name}, {layer.path}): per-example "
+                f"gradients of parameter {q!r} do not add up to the batch gradient, so "
+                "examples interact inside it or its path is not the module's function; "
+                "per-example quantities are undefined for this module"
             )
-            try:
-                with preserved(self.model):
-                    got = per_example_grads(layer, calls[layer.name], cots[layer.name], n)
-            except FathomError:
-                raise
-            except Exception as err:  # torch.func refuses: name the module and the reason
-                raise FathomError(
-                    f"module {layer.name!r} ({layer.type_name}) cannot be differentiated per "
-                    f"example by torch.func (functional_call + vjp + vmap): "
-                    f"{type(err).__name__}: {str(err).splitlines()[0]}; make its forward "
-                    "functional (no in-place updates of captured tensors, no .item()/.tolist() "
-                    "control flow, no randomness) or freeze its parameters"
-                ) from err
-            for p, q, w in zip(tensors, layer.qualified, want, strict=True):
-                ref = torch.zeros_like(tensors[p]) if w is None else w
-                tol = 1e-3 * float(ref.abs().max().clamp_min(1e-6))
-                if not torch.allclose(got[p].sum(0), ref, rtol=1e-3, atol=tol):
-                    raise FathomError(
-                        f"module {layer.name!r} ({layer.type_name}, {_path(layer)}): per-example "
-                        f"gradients of parameter {q!r} do not add up to the batch gradient, so "
-                        "examples interact inside it or its path is not the module's function; "
-                        "per-example quantities are undefined for this module"
-                    )
-
-
-def _path(layer: Layer) -> str:
-    """The coverage table's path text: ``fast linear``, ``generic torch.func: <why>``, ..."""
-    if layer.kind == "generic":
-        return f"generic torch.func: {layer.reason}" if layer.reason else "generic torch.func"
-    if layer.kind == "recurrent":
-        return "recurrent torch.func (functional cell)"
-    return f"fast {layer.kind}"

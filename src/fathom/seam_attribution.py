@@ -30,6 +30,7 @@ from torch.nn.utils import parametrize
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
+from fathom.pex_attention import why_not_attention
 from fathom.pex_rnn import RECURRENT
 from fathom.seam_discovery import call_dims, is_float_tensor
 from fathom.seam_types import FOREIGN, ROOT, Layer
@@ -151,6 +152,7 @@ _FAST = (
     (nn.modules.batchnorm._BatchNorm, "batchnorm"),
     (nn.LayerNorm, "layernorm"),
     (nn.Embedding, "embedding"),
+    (nn.MultiheadAttention, "attention"),
 )
 
 
@@ -169,9 +171,12 @@ def _why_generic(module: nn.Module, keys: tuple[str, ...], cls: type, subset: bo
     foreign = [k[len(FOREIGN) :] for k in keys if k.startswith(FOREIGN)]
     if foreign:
         return f"uses parameter {foreign[0]!r} it does not own"
-    direct = {n for n, _ in module.named_parameters(recurse=False)}
+    attention = isinstance(module, nn.MultiheadAttention)  # out_proj is read, never called
+    direct = {n for n, _ in module.named_parameters(recurse=attention)}
     if not set(keys) <= direct:
         return "covers parameters beyond its own"
+    if attention:
+        return why_not_attention(module)
     if not subset and set(keys) != direct:
         return "another module shares one of its parameters"
     if isinstance(module, (nn.Conv1d, nn.Conv2d)):

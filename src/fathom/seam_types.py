@@ -43,6 +43,16 @@ class Layer:
     def type_name(self) -> str:
         return type(self.module).__name__
 
+    @property
+    def path(self) -> str:
+        """The coverage table's path text: ``fast linear``, ``generic torch.func: <why>``,
+        ``recurrent torch.func (functional cell)`` (every report of a layer's path uses it)."""
+        if self.kind == "generic":
+            return f"generic torch.func: {self.reason}" if self.reason else "generic torch.func"
+        if self.kind == "recurrent":
+            return "recurrent torch.func (functional cell)"
+        return f"fast {self.kind}"
+
     def _role(self, i: int) -> str:
         return self.roles[i] if self.roles else "weight"
 

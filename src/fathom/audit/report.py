@@ -6,27 +6,35 @@ from collections.abc import Mapping
 from typing import Any
 
 from fathom.stats.sentences_repro import SPEEDUP_RULE, speedup_sentence
-from fathom.stats.units import fmt_percent
+from fathom.units import (
+    fmt_estimate_interval,
+    fmt_interval,
+    fmt_percent,
+    fmt_points,
+    fmt_value,
+    percent,
+)
+
+# Units of audit.md: accuracy and error rates in percent (stored as fractions), their
+# changes in percentage points, CE and damage (ΔCE against the full model) in nats, MAC
+# and time fractions of the dense network as ratios (×), forward times in ms.
 
 
-def _num(x: float | None, fmt: str = ".4f") -> str:
-    return "null" if x is None else format(x, fmt)
+def _num(x: float | None, unit: str, signed: bool = False) -> str:
+    return fmt_value(x, unit, signed=signed)
 
 
-def _pct(x: float | None) -> str:
-    return fmt_percent(x, 3)
-
-
-def _iv(iv: Mapping[str, Any] | None, scale: float = 1.0, fmt: str = ".4f") -> str:
-    """``mean [low, high]`` (n); ``null`` when undefined."""
+def _iv(
+    iv: Mapping[str, Any] | None, unit: str, *, fraction: bool = False, signed: bool = False
+) -> str:
+    """``mean [low, high] (n=N)`` in ``unit`` (``fraction``: stored as a fraction, shown in
+    percent or percentage points); ``—`` when undefined."""
     if iv is None:
-        return "null"
-    est = format(iv["estimate"] * scale, fmt)
-    if iv["low"] is None:
-        return f"{est} (n={iv['n']})"
-    return (
-        f"{est} [{format(iv['low'] * scale, fmt)}, {format(iv['high'] * scale, fmt)}] (n={iv['n']})"
-    )
+        return "—"
+    conv = percent if fraction else (lambda x: x)
+    low, high = (None, None) if iv["low"] is None else (conv(iv["low"]), conv(iv["high"]))
+    text = fmt_estimate_interval(conv(iv["estimate"]), low, high, unit, signed=signed)
+    return f"{text} (n={iv['n']})"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -71,24 +79,24 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
             "mask",
             "kept",
             "MACs/example",
-            "MAC fraction",
-            "val acc",
-            "val damage",
-            "test acc",
-            "test CE",
-            "test damage",
+            "MACs of dense (×)",
+            "val acc (%)",
+            "val damage (nats)",
+            "test acc (%)",
+            "test CE (nats)",
+            "test damage (nats)",
         ],
         [
             [
                 f"`{m['mask']}`",
                 str(m["kept"]),
                 str(m["macs"]),
-                _num(m["macs_fraction"], ".3f"),
-                _pct(m["val"]["acc"]),
-                _num(m["val"]["damage"], "+.4f"),
-                _pct(m["test"]["acc"]),
-                _num(m["test"]["ce"]),
-                _num(m["test"]["damage"], "+.4f"),
+                _num(m["macs_fraction"], "×"),
+                fmt_percent(m["val"]["acc"]),
+                _num(m["val"]["damage"], "nats", True),
+                fmt_percent(m["test"]["acc"]),
+                _num(m["test"]["ce"], "nats"),
+                _num(m["test"]["damage"], "nats", True),
             ]
             for m in rec["masks"]
         ],
@@ -99,10 +107,11 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
         lines += [
             "",
             f"Router (tree depth {routing['tree']['depth']}, {routing['tree']['leaves']} leaves): "
-            f"test accuracy {_pct(t['accuracy'])}, error increase {_num(t['error_increase'], '+.4f')} "
-            f"(tolerance {t['tolerance']}: {'held' if t['tolerance_held'] else 'not held'}), "
-            f"cost {_num(t['cost_fraction'], '.3f')} of dense MACs; {routing['control']['verdict']}. "
-            f"Static mask `{routing['static']['mask']}`: test accuracy {_pct(routing['static']['test']['accuracy'])}, "
+            f"test accuracy {fmt_percent(t['accuracy'])}, test error increase "
+            f"{fmt_points(t['error_increase'])} (tolerance {fmt_value(percent(t['tolerance']), 'pp')}: "
+            f"{'held' if t['tolerance_held'] else 'not held'}), "
+            f"cost {_num(t['cost_fraction'], '×')} of dense MACs; {routing['control']['verdict']}. "
+            f"Static mask `{routing['static']['mask']}`: test accuracy {fmt_percent(routing['static']['test']['accuracy'])}, "
             f"tolerance {'held' if routing['static']['test']['tolerance_held'] else 'not held'}. "
             + _routed_timing(routing["timing"]),
         ]
@@ -113,9 +122,9 @@ def _routed_timing(t: Mapping[str, Any]) -> str:
     """Grouped routed inference time over dense: median and IQR of per-repeat ratios."""
     q1, q3 = t["routed_over_dense_iqr"]
     return (
-        f"Grouped routed inference {_num(t['routed_over_dense'], '.2f')}x the dense time "
-        f"(median of {t['repeats']} repeats' routed/dense ratios, IQR {_num(q1, '.2f')}–"
-        f"{_num(q3, '.2f')}; {t['examples']} examples, batch {t['batch_size']}, {t['device']}); "
+        f"Grouped routed inference {_num(t['routed_over_dense'], '×')} the dense time "
+        f"(median of {t['repeats']} repeats' routed/dense ratios, IQR {_num(q1, '×')}–"
+        f"{_num(q3, '×')}; {t['examples']} examples, batch {t['batch_size']}, {t['device']}); "
         + speedup_sentence("grouped routed inference", t["dense_over_routed"])
     )
 
@@ -148,8 +157,8 @@ def _by_size(arms: Mapping[str, Any]) -> list[str]:
             name,
             f"{size} of {arm['k']}",
             str(s["n_masks"]),
-            _iv(s["test_acc"], 100, ".3f"),
-            _iv(s["test_damage"], 1, "+.4f"),
+            _iv(s["test_acc"], "%", fraction=True),
+            _iv(s["test_damage"], "nats", signed=True),
         ]
         for name, arm in arms.items()
         for size, s in sorted(arm["by_size"].items(), key=lambda kv: int(kv[0]))
@@ -164,9 +173,9 @@ def _branch_deletion(arms: Mapping[str, Any]) -> list[str]:
             name,
             str(b["branch"]),
             str(b["branch_macs"]),
-            _num(b["branch_macs_fraction"], ".3f"),
-            _iv(b["test_acc"], 100, ".3f"),
-            _iv(b["test_damage"], 1, "+.4f"),
+            _num(b["branch_macs_fraction"], "×"),
+            _iv(b["test_acc"], "%", fraction=True),
+            _iv(b["test_damage"], "nats", signed=True),
         ]
         for name, arm in arms.items()
         for b in arm["branches"]
@@ -175,9 +184,9 @@ def _branch_deletion(arms: Mapping[str, Any]) -> list[str]:
         "arm",
         "branch removed",
         "branch MACs",
-        "fraction of dense",
+        "branch MACs of dense (×)",
         "test acc (%)",
-        "test damage",
+        "test damage (nats)",
     ]
     return ["", "### Single-branch deletion", "", *_table(header, rows)]
 
@@ -196,8 +205,8 @@ def _interactions(arms: Mapping[str, Any]) -> list[str]:
         [
             [
                 n,
-                _iv(a["interactions"]["val_mean_fraction"], 100, ".2f") + " %",
-                _iv(a["interactions"]["test_mean_fraction"], 100, ".2f") + " %",
+                _iv(a["interactions"]["val_mean_fraction"], "%", fraction=True),
+                _iv(a["interactions"]["test_mean_fraction"], "%", fraction=True),
             ]
             for n, a in arms.items()
         ],
@@ -209,8 +218,9 @@ def _resilience(arms: Mapping[str, Any]) -> list[str]:
     for name, arm in arms.items():
         r = arm["resilience"]
         lines.append(
-            f"- {name} (masks keeping {r['keep']}): contrast on test, raw {_iv(r['test_contrast_raw'], 100, '+.3f')} pp, "
-            f"margin-standardized {_iv(r['test_contrast_standardized'], 100, '+.3f')} pp "
+            f"- {name} (masks keeping {r['keep']}): contrast on test, raw "
+            f"{_iv(r['test_contrast_raw'], 'pp', fraction=True, signed=True)}, margin-standardized "
+            f"{_iv(r['test_contrast_standardized'], 'pp', fraction=True, signed=True)} "
             f"(bins and weights fixed on validation)."
         )
     return lines
@@ -225,9 +235,9 @@ def _routing_summary(arms: Mapping[str, Any]) -> list[str]:
             continue
         lines.append(
             f"- {name}: tolerance held on test in {r['tolerance_held']} of {r['runs']} runs (static mask: "
-            f"{r['static_tolerance_held']} of {r['runs']}); accuracy {_iv(r['test_accuracy'], 100, '.3f')} %, "
-            f"cost {_iv(r['test_cost_fraction'], 1, '.3f')} of dense MACs, control accuracy "
-            f"{_iv(r['control_accuracy'], 100, '.3f')} %; routed/dense time {_iv(r['routed_over_dense_time'], 1, '.2f')}; "
+            f"{r['static_tolerance_held']} of {r['runs']}); accuracy {_iv(r['test_accuracy'], '%', fraction=True)}, "
+            f"cost {_iv(r['test_cost_fraction'], '×')} of dense MACs, control accuracy "
+            f"{_iv(r['control_accuracy'], '%', fraction=True)}; routed/dense time {_iv(r['routed_over_dense_time'], '×')}; "
             f"{r['runs_beating_control']} of {r['runs']} runs beat their control (permutation test). {r['sentence']}"
         )
     return lines
@@ -244,7 +254,13 @@ def _speed(result: Mapping[str, Any]) -> list[str]:
             )
             lines.append("")
             lines += _table(
-                ["mask", "ms, median [IQR]", "speed-up, median [IQR]", "verdict"], _speed_rows(t)
+                [
+                    "mask",
+                    "forward time (ms), median [IQR]",
+                    "speed-up (×), median [IQR]",
+                    "verdict",
+                ],
+                _speed_rows(t),
             )
             lines.append("")
     return lines
@@ -257,8 +273,8 @@ def _speed_rows(t: Mapping[str, Any]) -> list[list[str]]:
         rows.append(
             [
                 f"`{m}`",
-                f"{_num(1e3 * sec, '.3f')} [{_num(1e3 * q1, '.3f')}, {_num(1e3 * q3, '.3f')}]",
-                f"{_num(sp['median'], '.2f')} [{_num(sp['q1'], '.2f')}, {_num(sp['q3'], '.2f')}]",
+                f"{_num(1e3 * sec, 'ms')} {fmt_interval(1e3 * q1, 1e3 * q3, 'ms', signed=False)}",
+                f"{_num(sp['median'], '×')} {fmt_interval(sp['q1'], sp['q3'], '×', signed=False)}",
                 speedup_sentence(f"mask {m}", sp),
             ]
         )

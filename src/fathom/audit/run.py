@@ -28,7 +28,8 @@ from fathom.audit.router import require_sklearn
 from fathom.audit.speed import time_masks
 from fathom.audit.subjects import Subject, subject_of
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json, atomic_write_text, config_digest, ensure_writable_dir
+from fathom.io import config_digest, ensure_writable_dir
+from fathom.rundir.output import AnalysisOutput, analysis_output
 from fathom.stats import failure_flags
 from fathom.terminal import Tally
 
@@ -97,18 +98,34 @@ def audit_runs(
     """Audit ``target`` (a run or a study directory); write and return ``audit.json``'s dict.
 
     ``splits`` overrides the data a run would re-derive from its config (tests, synthetic
-    data); otherwise each distinct recorded split hash is loaded once and verified.
+    data); otherwise each distinct recorded split hash is loaded once and verified. The
+    output is written under the lock of the run or study it lives in
+    (:func:`fathom.rundir.output.analysis_output`): refused, before any work, while a trainer,
+    a study or another analysis writes there.
     """
     t0 = time.perf_counter()
     target = Path(target)
     runs = find_audit_runs(target)
     if settings.router:
         require_sklearn()
+    with analysis_output(target, "audit", out_dir) as output:
+        return _audit_runs(target, runs, settings, output, splits, progress, t0)
+
+
+def _audit_runs(
+    target: Path,
+    runs: list[Any],
+    settings: AuditSettings,
+    output: AnalysisOutput,
+    splits: Any,
+    progress: Progress | None,
+    t0: float,
+) -> dict[str, Any]:
     audit = _Audit(
         target=target,
         single=(target / "manifest.json").exists(),
         settings=settings,
-        out=ensure_writable_dir(Path(out_dir) if out_dir is not None else target / "audit"),
+        out=output.dir,
         device=_resolve_device(settings.device),
         say=progress or (lambda _msg: None),
         splits=splits,
@@ -142,8 +159,8 @@ def audit_runs(
         "wall_s": None,
     }
     result["wall_s"] = time.perf_counter() - t0
-    atomic_write_json(audit.out / "audit.json", result)
-    atomic_write_text(audit.out / "audit.md", to_markdown(result))
+    output.json("audit.json", result)
+    output.text("audit.md", to_markdown(result))
     return result
 
 

@@ -49,6 +49,7 @@ from fathom.curvature.softmax import label_residual, softmax_hessian_sqrt, softm
 from fathom.curvature.twin import prepared
 from fathom.errors import FathomError
 from fathom.pex import linear_rows, per_example_grads
+from fathom.pex_attention import Form, attention_forms
 from fathom.seam import Call, Layer, Seam
 from fathom.telemetry.moments import moments_from_gram
 from fathom.train.allocator import tune_cpu_allocator
@@ -177,6 +178,54 @@ def _materialized_sums(layer, calls, cots, n: int, dirs, plan: Plan) -> dict[str
     return out
 
 
+def _forms(layer: Layer, calls: list[Call], cots, n: int) -> dict[str, Form] | None:
+    """A linear layer over positions or an attention layer as linear maps over positions
+    (:func:`fathom.pex_attention.attention_forms`; calls joined along the positions), or
+    ``None`` (the per-example gradients are materialized instead)."""
+    if layer.kind == "linear" and calls:
+        a, u = linear_rows(layer, calls, cots, n, directions=True)
+        return {"weight": [(u, a)], "bias": [(u, None)]}
+    if layer.kind != "attention" or not calls:
+        return None
+    per_call = [attention_forms(layer.module, c, t, n, True) for c, t in zip(calls, cots)]
+    if any(f is None for f in per_call):
+        return None
+    if len(per_call) == 1:
+        return per_call[0]
+    return {
+        name: [
+            (
+                torch.cat([f[name][j][0] for f in per_call], dim=2),
+                None if a is None else torch.cat([f[name][j][1] for f in per_call], dim=1),
+            )
+            for j, (_, a) in enumerate(blocks)
+        ]
+        for name, blocks in per_call[0].items()
+    }
+
+
+def _form_sums(layer: Layer, forms: dict[str, Form], dirs, plan: Plan) -> dict[str, Sums]:
+    """``sum_i sum_k (sum_t r_ikt a_it^T)^2`` per block, with the family rows ``r`` mixed from
+    the pulled-back cotangents before the outer products (``J^T v`` is linear in ``v``), so
+    only ``[N, K, O, I]`` per block is formed, never ``[D, N, *shape]`` per parameter."""
+    shapes = layer.shapes()
+    out = {}
+    for name in layer.params:
+        sums: dict[str, list] = {k: [] for k in plan.families}
+        for g, a in forms[name]:
+            d, n, t, o = g.shape
+            rows = plan.rows(g.transpose(0, 1).reshape(n, d, t * o), dirs)
+            for kind, r in rows.items():
+                r = r.reshape(n, -1, t, o)  # [N, K, T, O]
+                if a is None:  # a bias: sum_i sum_k (sum_t r_ikt)^2
+                    sums[kind].append(r.sum(2).square().sum((0, 1)))
+                else:  # one bmm per example, [K*O, T] @ [T, I], then squared and summed
+                    w = torch.bmm(r.transpose(-1, -2).reshape(n, -1, t), a)
+                    sums[kind].append(w.square().sum(0).unflatten(0, (-1, o)).sum(0))
+        out[name] = {k: torch.cat(v).reshape(shapes[name]) for k, v in sums.items()}
+    return out
+
+
 def layer_sums(layer, calls, cots, n: int, dirs, plan: Plan | None = None) -> dict[str, Sums]:
     """``{local param: {kind: sum_i sum_k (J_i^T v_ik)^2}}`` for one layer (not yet / N).
 
@@ -185,6 +234,9 @@ def layer_sums(layer, calls, cots, n: int, dirs, plan: Plan | None = None) -> di
     plan = plan or Plan()
     if single_row(layer, calls):
         return _linear_sums(layer, calls, cots, n, dirs, plan)
+    forms = _forms(layer, calls, cots, n)
+    if forms is not None:
+        return _form_sums(layer, forms, dirs, plan)
     return _materialized_sums(layer, calls, cots, n, dirs, plan)
 
 

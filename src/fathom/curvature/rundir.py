@@ -27,14 +27,9 @@ from fathom.curvature.definitions import NORMALIZATION
 from fathom.curvature.snapshot import curvature_snapshot
 from fathom.depth import dense_eval
 from fathom.errors import FathomError
-from fathom.io import (
-    atomic_write_bytes,
-    atomic_write_json,
-    atomic_write_text,
-    ensure_writable_dir,
-    tensor_digest,
-)
+from fathom.io import tensor_digest
 from fathom.provenance import source_hash
+from fathom.rundir.output import AnalysisOutput, analysis_output
 
 FORMAT = 1
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -181,15 +176,29 @@ def run_curvature(
     ``rd`` is a :class:`fathom.rundir.RunDir` (``checkpoint_epochs``, ``checkpoint_hash``,
     ``load_state``, ``load_model``, ``load_splits``, ``manifest``, ``run_id``, ``path``).
     ``progress`` gets one line per snapshot written: k/N, elapsed and ETA
-    (:class:`fathom.terminal.Tally`).
+    (:class:`fathom.terminal.Tally`). The output is written under the run's lock
+    (:func:`fathom.rundir.output.analysis_output`): refused while a trainer or another
+    analysis writes the run, before anything is computed.
     """
-    from fathom.terminal import Tally
-
     chosen = check_epochs(rd.checkpoint_epochs(), epochs)
     for e in chosen:  # verify every hash before computing (or writing) anything
         rd.load_state(e)
-    out = Path(out_dir) if out_dir is not None else Path(rd.path) / "curvature"
-    ensure_writable_dir(out)  # a read-only run: say so (and how to fix it) before computing
+    # a locked or read-only run: say so (and how to fix it) before computing
+    with analysis_output(Path(rd.path), "curvature", out_dir) as out:
+        return _write_snapshots(rd, chosen, probe, out, device, save_diagonals, progress)
+
+
+def _write_snapshots(
+    rd: Any,
+    chosen: list[int],
+    probe: int,
+    out: AnalysisOutput,
+    device: str,
+    save_diagonals: bool,
+    progress: Callable[[str], None] | None,
+) -> list[dict[str, Any]]:
+    from fathom.terminal import Tally
+
     splits = rd.load_splits(device=device)
     x, y = probe_from_split(splits.fit_x, splits.fit_y, probe)
     probe_hash = tensor_digest([("x", x), ("y", y)])
@@ -203,14 +212,14 @@ def run_curvature(
         record = _snapshot_record(rd, e, snap, model, x, probe, probe_hash)
         if save_diagonals:
             record["diagonals_file"] = _save_diagonals(
-                out / f"epoch-{e:04d}.diagonals.safetensors", snap
+                out, f"epoch-{e:04d}.diagonals.safetensors", snap
             )
         record["runtime_s"] = {
             "load_s": t_load,
             "compute_s": record.pop("compute_s"),
             "total_s": time.perf_counter() - t0,
         }
-        atomic_write_json(out / f"epoch-{e:04d}.json", record)
+        out.json(f"epoch-{e:04d}.json", record)
         rows.append(_summary_row(e, record))
         if progress is not None:
             progress(f"{rd.run_id} epoch {e}: {record['runtime_s']['total_s']:.1f}s  {tally.add()}")
@@ -223,8 +232,8 @@ def run_curvature(
         "normalization": NORMALIZATION,
         "rows": rows,
     }
-    atomic_write_json(out / "summary.json", summary)
-    atomic_write_text(out / "summary.md", summary_markdown(rd.run_id, probe, rows))
+    out.json("summary.json", summary)
+    out.text("summary.md", summary_markdown(rd.run_id, probe, rows))
     return rows
 
 
@@ -246,7 +255,7 @@ def prediction_agreement(logits64: torch.Tensor, model32: torch.nn.Module, x: to
     }
 
 
-def _save_diagonals(path: Path, snap: Any) -> str:
+def _save_diagonals(out: AnalysisOutput, name: str, snap: Any) -> str:
     from safetensors.torch import save
 
     tensors = {
@@ -254,8 +263,8 @@ def _save_diagonals(path: Path, snap: Any) -> str:
         for kind, per in snap.diagonals.items()
         for name, t in per.items()
     }
-    atomic_write_bytes(
-        path,
+    out.bytes(
+        name,
         save(
             tensors,
             metadata={
@@ -264,4 +273,4 @@ def _save_diagonals(path: Path, snap: Any) -> str:
             },
         ),
     )
-    return path.name
+    return name

@@ -34,7 +34,7 @@ from fathom.stats.scaling import (
     DepthScalingVerdict,
     depth_scaling_verdict,
 )
-from fathom.stats.units import percent
+from fathom.units import fmt_value, percent
 
 BASELINE, CANDIDATE = "vanilla", "Lyapunov"
 
@@ -232,6 +232,11 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
+def _pct(fraction: float | None, unit: str = "%") -> str:
+    """An accuracy (``%``) or a difference of accuracies (``pp``), the header stating the unit."""
+    return fmt_value(percent(fraction), unit, signed=unit == "pp", suffix=False)
+
+
 def _f(v: float | None, spec: str) -> str:
     return "—" if v is None else format(v, spec)
 
@@ -248,8 +253,8 @@ def render_markdown(table: ResultsTable, note: str = "") -> str:
     ]
     for r in table.rows:
         lines.append(
-            f"| {r['depth']} | {_f(percent(r['vanilla_acc']), '.2f')} | "
-            f"{_f(percent(r['lyapunov_acc']), '.2f')} | {_f(percent(r['delta_acc']), '+.2f')} | "
+            f"| {r['depth']} | {_pct(r['vanilla_acc'])} | "
+            f"{_pct(r['lyapunov_acc'])} | {_pct(r['delta_acc'], 'pp')} | "
             f"{_f(r['vanilla_lambda'], '.3f')} | "
             f"{_f(r['lyapunov_lambda'], '.3f')} | {_f(r['vanilla_grad_norm'], '.2e')} | "
             f"{_f(r['lyapunov_grad_norm'], '.2e')} | {_f(r['vanilla_kappa'], '.1e')} | "

@@ -40,6 +40,7 @@ from typing import Any
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, config_digest
 from fathom.report.runs import RunData
+from fathom.rundir.output import OUTPUT_LOCK
 from fathom.units import ACCURACY_UNIT, percent
 
 RECORD = "fathom-export.json"
@@ -203,7 +204,7 @@ def prepare_target(out: Path, target: str, fp: str, force: bool) -> None:
     """Refuse a different export (unless ``force``) or foreign files; clear a previous export."""
     record = read_record(out)
     if record is None:
-        if out.exists() and any(out.iterdir()):
+        if out.exists() and any(p.name != OUTPUT_LOCK for p in out.iterdir()):
             raise FathomError(
                 f"{str(out)!r} holds files that are not a Fathom export; choose an empty or new --out "
                 "(--force only replaces a previous Fathom export)"

@@ -22,8 +22,9 @@ from fathom.export.common import (
     read_record,
     write_record,
 )
-from fathom.io import atomic_write_json, ensure_writable_dir
+from fathom.io import atomic_write_json
 from fathom.report.runs import RunData, load_runs
+from fathom.rundir.output import analysis_output
 
 TARGETS = ("jsonl", "wandb", "tensorboard")
 VERIFY_FILE = "verify.json"
@@ -51,14 +52,23 @@ def _flagged(runs: list[RunData]) -> list[str]:
 def export(
     root: str | Path, target: str, out: str | Path | None = None, *, force: bool = False
 ) -> VerifyReport:
-    """Export every run under ``root`` to ``target`` in ``out``, then verify it."""
+    """Export every run under ``root`` to ``target`` in ``out``, then verify it. The export is
+    written under the lock of ``root`` (or of ``out`` elsewhere,
+    :func:`fathom.rundir.output.analysis_output`): refused, naming the holder's PID, while a
+    trainer, a study or another analysis writes there."""
     _check_target(target)
     root = Path(root)
     runs = load_runs(root)
-    out = Path(out) if out is not None else default_out(root, target)
     fp = fingerprint(target, runs)
+    default = default_out(root, target).relative_to(root)
+    with analysis_output(root, str(default), out) as output:
+        return _write_export(runs, root, target, output.dir, fp, force)
+
+
+def _write_export(
+    runs: list[RunData], root: Path, target: str, out: Path, fp: str, force: bool
+) -> VerifyReport:
     prepare_target(out, target, fp, force)
-    ensure_writable_dir(out)
     extra: dict = {}
     if target == "jsonl":
         paths = jsonl.write(runs, out)

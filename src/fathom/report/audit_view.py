@@ -9,24 +9,25 @@ mask and example explorer's data are :mod:`fathom.report.examples`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from fathom.report.tables import esc, headline_table
 from fathom.stats.audit_sentences import damage_sentences
-from fathom.stats.units import percent
+from fathom.units import fmt_estimate_interval, fmt_value, percent
 
 
-def _iv(
-    iv: Mapping[str, Any] | None, convert: Callable[[float], Any] = float, fmt: str = ".4f"
-) -> str:
-    """``estimate [low, high]`` after ``convert`` (``percent`` for accuracy)."""
+def _iv(iv: Mapping[str, Any] | None, unit: str) -> str:
+    """``estimate [low, high]`` of an audit interval in ``unit`` (``%``: stored as a fraction;
+    the unit in the column header), or ``estimate (n=N)`` without an interval."""
     if not iv:
         return "—"
-    text = format(convert(iv["estimate"]), fmt)
-    if iv.get("low") is None:
-        return f"{text} (n={iv['n']})"
-    return f"{text} [{format(convert(iv['low']), fmt)}, {format(convert(iv['high']), fmt)}]"
+    conv = percent if unit == "%" else float
+    low, high = (None, None) if iv.get("low") is None else (conv(iv["low"]), conv(iv["high"]))
+    text = fmt_estimate_interval(
+        conv(iv["estimate"]), low, high, unit, signed=unit == "nats", suffix=False
+    )
+    return f"{text} (n={iv['n']})" if low is None else text
 
 
 def _sentences_html(agg: Mapping[str, Any]) -> list[str]:
@@ -46,11 +47,11 @@ def _sentences_html(agg: Mapping[str, Any]) -> list[str]:
 
 
 SIZE_TABLES = (
-    # (key, table id, caption, convert, format)
+    # (key, table id, caption, unit)
     ("test_damage", "audit-table",
-     "Damage ΔCE (nats) [95% CI], mean over the masks keeping that many branches", float, "+.4f"),
+     "Damage ΔCE (nats) [95% CI], mean over the masks keeping that many branches", "nats"),
     ("test_acc", "audit-acc-table",
-     "Test accuracy (%) [95% CI], mean over the masks keeping that many branches", percent, ".2f"),
+     "Test accuracy (%) [95% CI], mean over the masks keeping that many branches", "%"),
 )  # fmt: skip
 
 
@@ -66,12 +67,12 @@ def _size_tables(agg: Mapping[str, Any]) -> list[str]:
         reverse=True,
     )
     out = []
-    for key, tid, caption, convert, fmt in SIZE_TABLES:
+    for key, tid, caption, unit in SIZE_TABLES:
         rows = []
         for which, a in agg.items():
             for arm, s in (a.get("arms") or {}).items():
                 by = s.get("by_size") or {}
-                cells = [_iv(by[str(k)][key], convert, fmt) if str(k) in by else "—" for k in sizes]
+                cells = [_iv(by[str(k)][key], unit) if str(k) in by else "—" for k in sizes]
                 rows.append([arm, which, *cells])
         if rows:
             head = ["arm", "checkpoint", *(f"{k} kept" for k in sizes)]
@@ -86,12 +87,13 @@ def _branch_table(agg: Mapping[str, Any]) -> list[str]:
         for arm, s in (a.get("arms") or {}).items():
             for br in s.get("branches") or []:
                 rows.append(
-                    [arm, which, str(br["branch"]), f"{br['branch_macs_fraction']:.3f}",
-                     _iv(br["test_acc"], percent, ".2f"), _iv(br["test_damage"], float, "+.4f")]
+                    [arm, which, str(br["branch"]),
+                     fmt_value(br["branch_macs_fraction"], "×", suffix=False),
+                     _iv(br["test_acc"], "%"), _iv(br["test_damage"], "nats")]
                 )  # fmt: skip
     if not rows:
         return []
-    head = ["arm", "checkpoint", "branch removed", "MAC fraction of dense",
+    head = ["arm", "checkpoint", "branch removed", "MACs of dense (×)",
             "test acc (%) [95% CI]", "damage ΔCE (nats) [95% CI]"]  # fmt: skip
     return [
         "<details><summary>single-branch deletions (one row per arm, checkpoint and branch)"

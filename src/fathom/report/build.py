@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fathom.io import atomic_write_json, atomic_write_text, ensure_writable_dir
 from fathom.report import figures
 from fathom.report.crossrun import (
     CrossTable,
@@ -28,6 +27,7 @@ from fathom.report.examples import mask_payload
 from fathom.report.html import render_html
 from fathom.report.render import table_markdown
 from fathom.report.runs import RunData, load_runs
+from fathom.rundir.output import AnalysisOutput, analysis_output
 
 
 @dataclass
@@ -69,10 +69,20 @@ def load_curvature(runs: list[RunData], notes: list[str]) -> dict[str, dict[str,
 def build_report(
     root: str | Path, out: str | Path | None = None, *, with_figures: bool = True
 ) -> ReportOutputs:
-    """Write the report of every run under ``root``; see the module docstring."""
+    """Write the report of every run under ``root``; see the module docstring. The outputs are
+    written under the lock of ``root`` (its run or study lock, or the output's own,
+    :func:`fathom.rundir.output.analysis_output`): refused, naming the holder's PID, while a
+    trainer, a study or another analysis writes there."""
     root = Path(root)
-    runs = load_runs(root)
-    out_dir = ensure_writable_dir(Path(out) if out is not None else root / "report")
+    runs = load_runs(root)  # a path without runs is refused before anything is written
+    with analysis_output(root, "report", out) as output:
+        return _write_report(root, runs, output, with_figures)
+
+
+def _write_report(
+    root: Path, runs: list[RunData], output: AnalysisOutput, with_figures: bool
+) -> ReportOutputs:
+    out_dir = output.dir
     notes: list[str] = []
     summary = _read_optional(root / "summary.json", notes)
     audit = _read_optional(root / "audit" / "audit.json", notes)
@@ -84,9 +94,8 @@ def build_report(
 
     notes += [f"{r.run_id}: recovered: {x}" for r in runs for x in r.recovery]  # repairs
     title = f"Fathom report: {root.resolve().name}"
-    html_path = out_dir / "report.html"
-    atomic_write_text(
-        html_path,
+    html_path = output.text(
+        "report.html",
         render_html(
             title,
             runs,
@@ -99,8 +108,8 @@ def build_report(
             alignment=alignment,
         ),
     )
-    atomic_write_json(
-        out_dir / "summary.json",
+    output.json(
+        "summary.json",
         {
             "kind": "fathom.report.crossrun",
             "reference": reference,
@@ -114,9 +123,8 @@ def build_report(
     if with_figures:
         made += figures.all_figures(runs, audit, out_dir / "figures")
     flagged = [f"{r.run_id}: {reason}" for r in runs for reason in r.flag_reasons]
-    md_path = out_dir / "summary.md"
-    atomic_write_text(
-        md_path,
+    md_path = output.text(
+        "summary.md",
         summary_markdown(
             title, runs, out_dir, made, root, flagged, notes, audit is not None, tables
         ),

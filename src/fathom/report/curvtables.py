@@ -20,9 +20,10 @@ from fathom.stats.contrasts import contrast, contrast_sentence
 from fathom.stats.units import percent
 
 TRACES = (
-    ("ggn_weight_trace", "CE-GGN trace"),
-    ("jacobian_gram_weight_trace", "Jacobian-Gram trace"),
-    ("empirical_fisher_weight_trace", "empirical Fisher trace"),
+    # (field, label with its unit: a parameter unit is the unit of one weight entry)
+    ("ggn_weight_trace", "CE-GGN trace (nats / param. unit²)"),
+    ("jacobian_gram_weight_trace", "Jacobian-Gram trace (logit² / param. unit²)"),
+    ("empirical_fisher_weight_trace", "empirical Fisher trace (nats² / param. unit²)"),
 )
 
 
@@ -184,7 +185,7 @@ def trace_contrasts(
                 name_b=reference,
             )
             sentence = contrast_sentence(
-                c, name_a=recipe, name_b=reference, quantity=label, epoch=e
+                c, name_a=recipe, name_b=reference, quantity=label.split(" (")[0], epoch=e
             )
             out.append(
                 {

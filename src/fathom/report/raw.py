@@ -7,21 +7,20 @@ is still shown through :func:`fathom.report.tables.generic`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from fathom.report.tables import esc, flat, generic, table
-from fathom.stats.units import percent
+from fathom.stats.numbers import table_text
+from fathom.stats.results import Table
+from fathom.stats.summary_tables import tables_of, tuning_table
+from fathom.units import fmt_value, percent
 
 
-def _ms(stat: Mapping[str, Any] | None, scale: Callable[[float], float] = float) -> str:
-    """``mean ± SD (n=…)`` of a summary statistic; ``scale`` converts units (e.g. to percent)."""
-    if not stat or stat.get("mean") is None:
-        return "—"
-    text = f"{scale(stat['mean']):.4g}"
-    if stat.get("sd") is not None:
-        text += f" ± {scale(stat['sd']):.2g}"
-    return f"{text} (n={stat.get('n')})"
+def typed_table(t: Table, *, interactive: bool = False, caption: str | None = None) -> str:
+    """A :class:`~fathom.stats.results.Table` of the summary as HTML: its columns and every
+    cell printed by :func:`fathom.stats.numbers.fmt_cell` (no number derived here)."""
+    return table(t.columns, table_text(t), interactive=interactive, caption=caption or t.title)
 
 
 def study_section(summary: Mapping[str, Any]) -> str:
@@ -44,28 +43,8 @@ def study_section(summary: Mapping[str, Any]) -> str:
         )
     if summary.get("devices"):
         out.append(f"<p class='note'>Device(s): {esc(', '.join(summary['devices']))}</p>")
-    tuning = summary.get("tuning") or {}
-    if tuning.get("enabled"):
-        chosen = tuning.get("selected_lr") or {}
-        rows = [
-            [
-                p.get("recipe"),
-                p.get("lr"),
-                p.get("status"),
-                p.get("val_ce"),
-                p.get("selected_epoch"),
-                p.get("diverged_epoch"),
-                "selected" if chosen.get(p.get("recipe")) == p.get("lr") else None,
-            ]
-            for p in tuning.get("grid") or []
-        ]
-        out.append(
-            table(
-                ["method", "LR", "status", "min val CE", "epoch", "diverged in epoch", "selected"],
-                rows,
-                caption=f"Tuning grid (seed {tuning.get('seed')}): {tuning.get('rule', '')}",
-            )
-        )
+    if summary.get("tuning"):
+        out.append(typed_table(tuning_table(summary["tuning"])))
     out.append(stats_tables(summary["stats"]))
     known = {"study", "description", "scale_down", "devices", "tuning", "stats"}
     for key, value in summary.items():
@@ -74,78 +53,21 @@ def study_section(summary: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _recipe_table(recipes: Mapping[str, Any]) -> str:
-    rows = []
-    for name, e in recipes.items():
-        flags = sorted({f for fl in (e.get("flags") or {}).values() for f in fl})
-        rows.append(
-            [
-                name,
-                ", ".join(f"{x:g}" for x in e.get("lr") or []) or None,
-                _ms((e.get("selected") or {}).get("test_acc"), percent),
-                _ms((e.get("final") or {}).get("test_acc"), percent),
-                _ms((e.get("selected") or {}).get("test_ce")),
-                _ms((e.get("final") or {}).get("test_ce")),
-                ", ".join(flags) or None,
-            ]
-        )
-    head = ["method", "LR", "selected test acc (%)", "final test acc (%)",
-            "selected test CE (nats)", "final test CE (nats)", "flags"]  # fmt: skip
-    return table(head, rows, caption="Selected (minimum validation CE) and final checkpoints")
-
-
-def _comparison_table(comps: Sequence[Mapping[str, Any]], reference: Any) -> str:
-    rows = []
-    for c in comps:
-        d = c.get("diff") or {}
-        interval = None if d.get("low") is None else f"[{d['low']:+.4g}, {d['high']:+.4g}]"
-        metric = f"{c.get('metric')} ({c['unit']})" if c.get("unit") else c.get("metric")
-        rows.append(
-            [c.get("recipe"), metric, c.get("checkpoint"), d.get("estimate"), interval,
-             d.get("n"), c.get("verdict")]
-        )  # fmt: skip
-    head = ["method", "metric (unit)", "checkpoint", "difference", "interval", "n", "verdict"]
-    return (
-        table(head, rows, interactive=True, caption=f"Paired differences against {reference}")
-        + "\n<ul>"
-        + "".join(f"<li>{esc(c.get('sentence', ''))}</li>" for c in comps)
-        + "</ul>"
-    )
-
-
-def _time_table(recipes: Mapping[str, Any], target: Any) -> str:
-    rows = []
-    for name, e in recipes.items():
-        ttt = e.get("time_to_target") or {}
-        ratio = (e.get("training_ratio_to_reference") or {}).get("ratio_of_means")
-        rows.append(
-            [
-                name,
-                _ms(e.get("training_s")),
-                ratio,
-                _ms(ttt.get("training_s")) if ttt else None,
-                _ms(ttt.get("elapsed_s")) if ttt else None,
-                f"{ttt['reached']}/{ttt['n']}" if ttt else None,
-            ]
-        )
-    head = ["method", "training clock (s)", "ratio to reference", "time to target, training (s)",
-            "time to target, elapsed (s)", "reached"]  # fmt: skip
-    return table(head, rows, caption=f"Time (target validation accuracy {target})")
-
-
 def stats_tables(summary: Mapping[str, Any]) -> str:
     """The tables of a :func:`fathom.stats.summarise_study` output."""
     out = [
         f"<p>Reference recipe: <b>{esc(summary.get('reference'))}</b>; values are mean ± sample SD over seeds.</p>"
     ]
-    recipes = summary.get("recipes") or {}
-    if recipes:
-        out.append(_recipe_table(recipes))
-    comps = summary.get("comparisons") or []
-    if comps:
-        out.append(_comparison_table(comps, summary.get("reference")))
-    if recipes:
-        out.append(_time_table(recipes, summary.get("target_val_acc")))
+    tables = tables_of(summary) if summary.get("recipes") else {}
+    if tables:
+        out.append(typed_table(tables["quality"]))
+        out.append(typed_table(tables["differences"], interactive=True))
+        out.append(
+            "<ul>"
+            + "".join(f"<li>{esc(c.get('sentence', ''))}</li>" for c in summary["comparisons"])
+            + "</ul>"
+        )
+        out.append(typed_table(tables["timing"]))
     known = {"reference", "recipes", "comparisons", "notes", "level", "target_val_acc"}
     for key, value in summary.items():
         if key not in known:
@@ -214,7 +136,43 @@ def _checkpoint_records(audit: Mapping[str, Any]) -> list[tuple[dict[str, Any], 
     return out
 
 
-def _record_table(rows: list[dict[str, Any]], caption: str) -> str:
+# The audit records' leaf fields with a unit: (unit, stored as a fraction, signed).
+AUDIT_UNITS = {
+    "acc": ("%", True, False),
+    "accuracy": ("%", True, False),
+    "error": ("%", True, False),
+    "ce": ("nats", False, False),
+    "damage": ("nats", False, True),
+    "macs_fraction": ("×", False, False),
+    "branch_macs_fraction": ("×", False, False),
+    "digit": ("%", True, False),
+    "contrast raw": ("pp", True, True),
+    "contrast standardized": ("pp", True, True),
+}
+
+
+def with_units(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A flattened audit record with every field of :data:`AUDIT_UNITS` printed in its unit
+    (accuracy in percent through :func:`fathom.units.percent`) and the unit in its key."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        leaf = key.rsplit(".", 1)[-1]
+        rule = AUDIT_UNITS.get(leaf.split(" ")[0] if leaf.startswith("digit ") else leaf)
+        if rule is None or isinstance(value, bool):
+            out[key] = value
+            continue
+        unit, fraction, signed = rule
+        label = "× dense" if unit == "×" else unit
+        if isinstance(value, int | float):
+            shown = percent(value) if fraction else value
+            value = fmt_value(shown, unit, signed=signed, suffix=False)
+        out[f"{key} ({label})"] = value
+    return out
+
+
+def _record_table(rows: list[dict[str, Any]], caption: str, units: bool = False) -> str:
+    """A sortable table of records (``units``: audit records, fields in their units)."""
+    rows = [with_units(r) for r in rows] if units else rows
     keys: list[str] = []
     for r in rows:
         keys += [k for k in r if k not in keys]
@@ -242,6 +200,7 @@ def audit_section(audit: Mapping[str, Any]) -> str:
             _record_table(
                 masks,
                 "Every audited mask (1 = branch kept); damage = ΔCE against the full model (nats)",
+                units=True,
             )
         )
     branches = [
@@ -251,7 +210,7 @@ def audit_section(audit: Mapping[str, Any]) -> str:
         if isinstance(b, Mapping)
     ]
     if branches:
-        out.append(_record_table(branches, "Single-branch deletions"))
+        out.append(_record_table(branches, "Single-branch deletions", units=True))
     resilience = []
     for ident, rec in records:
         res = rec.get("resilience")
@@ -270,7 +229,8 @@ def audit_section(audit: Mapping[str, Any]) -> str:
         out.append(
             _record_table(
                 resilience,
-                "Per-digit resilience: fraction of resilience masks keeping correct examples correct",
+                "Per-digit resilience: share of resilience masks keeping correct examples correct (%)",
+                units=True,
             )
         )
     if audit.get("skipped"):

@@ -1,14 +1,13 @@
 """Renderers of :class:`fathom.report.crossrun.CrossTable`: markdown and HTML, one cell format.
 
-Cell formats by column kind: ``num`` 4 significant digits; ``pct`` two decimals (values
-already in percent, the unit in the label); ``pp`` signed two decimals; ``ratio``
-``"19.2×"``; ``spread`` ``"mean (min–max)"`` in the column's number format; ``—`` for
-undefined.
+Cell formats by column kind, each by its unit's rule in :mod:`fathom.units`: ``num`` 4
+significant digits; ``pct`` two decimals (values already in percent, the unit in the
+label); ``pp`` signed two decimals; ``ratio`` ``"19.2×"``; ``spread`` ``"mean (min–max)"``
+in the column's number format; ``—`` for undefined.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,20 +15,18 @@ from fathom.report.crossrun import Column, CrossTable
 from fathom.report.tables import esc
 from fathom.stats.results import NOT_ESTABLISHED
 from fathom.stats.sentences import rest_note
+from fathom.units import fmt_value
+
+# column kind -> (unit of fathom.units, signed); the unit text is in the column label
+KIND_UNITS = {"pct": ("%", False), "%": ("%", False), "pp": ("pp", True), "ratio": ("×", False),
+              "int": ("count", False), "num": ("", False)}  # fmt: skip
 
 
 def number(v: float | None, kind: str = "num") -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "—"
-    if kind in ("pct", "%"):
-        return f"{v:.2f}"
-    if kind in ("pp",):
-        return f"{v:+.2f}"
-    if kind == "ratio":
-        return f"{v:.3g}×"
-    if kind == "int":
-        return str(int(v))
-    return f"{v:.4g}"
+    """``v`` by its column kind through :func:`fathom.units.fmt_value` (``ratio`` keeps its
+    ``×``; the other units are in the column label)."""
+    unit, signed = KIND_UNITS.get(kind, ("", False))
+    return fmt_value(v, unit, signed=signed, suffix=unit == "×")
 
 
 def cell_text(value: Any, col: Column) -> str:

@@ -11,8 +11,8 @@ from typing import Any
 
 from fathom.report.runs import RunData
 from fathom.report.tables import esc, headline_table
-from fathom.stats.numbers import fmt_diff_row, fmt_stat
-from fathom.stats.sentences_repro import ranking_claim
+from fathom.stats.numbers import table_text
+from fathom.stats.summary_tables import tables_of
 
 
 def what_was_run(summary: Mapping[str, Any] | None, runs: Sequence[RunData]) -> str:
@@ -57,63 +57,22 @@ def _scale_down(summary: Mapping[str, Any] | None) -> str:
 
 def verdict_sentences(stats: Mapping[str, Any]) -> list[str]:
     """The computed sentences of the summary's results model (``stats["results"]``; an older
-    summary without it: each comparison's own sentence), its multiplicity note, then the
-    ranking claims (:func:`fathom.stats.sentences_repro.ranking_claim`)."""
+    summary without it: each comparison's own sentence) — the ranking statements
+    (:mod:`fathom.stats.ranking`) among them — and its multiplicity note."""
     results = stats.get("results") or {}
     texts = [s["text"] for s in results.get("sentences") or []]
     if not results:
         texts = [c["sentence"] for c in stats.get("comparisons") or [] if c.get("sentence")]
-    out = [*texts, *(stats.get("notes") or [])[:1]]
-    for metric, rk in (stats.get("rankings") or {}).items():
-        claim = ranking_claim(rk, stats.get("comparisons") or [], metric)
-        if claim["sentence"] is not None:
-            out.append(claim["sentence"])
-    return out
+    return [*texts, *(stats.get("notes") or [])[:1]]
 
 
 def main_table(stats: Mapping[str, Any]) -> str:
     """Per recipe: selected and final test accuracy and CE (mean ± sample SD) and paired
-    differences against the reference with their 95% intervals."""
+    differences against the reference with their intervals: the summary's typed ``main``
+    table (:mod:`fathom.stats.summary_tables`), every cell printed by ``fmt_cell``."""
     ref = stats.get("reference")
-    comps = {(c["recipe"], c["metric"], c["checkpoint"]): c for c in stats.get("comparisons") or []}
-    head = [
-        "recipe", "LR", "n", "selected acc (%)", "final acc (%)", "selected CE (nats)",
-        "final CE (nats)", f"Δ acc selected (pp) vs {ref}", "Δ acc final (pp)",
-        "Δ CE selected (nats)", "Δ CE final (nats)", "flags",
-    ]  # fmt: skip
-    rows = []
-    for name, e in (stats.get("recipes") or {}).items():
-        flags = sorted({f for fl in (e.get("flags") or {}).values() for f in fl})
-        sel, fin = e.get("selected") or {}, e.get("final") or {}
-        cells = [
-            name,
-            ", ".join(f"{x:g}" for x in e.get("lr") or []) or "—",
-            str((sel.get("test_acc") or {}).get("n", "—")),
-            fmt_stat(sel.get("test_acc"), "%"),
-            fmt_stat(fin.get("test_acc"), "%"),
-            fmt_stat(sel.get("test_ce"), "nats"),
-            fmt_stat(fin.get("test_ce"), "nats"),
-        ]
-        if name == ref:
-            cells += ["reference"] * 4
-        else:
-            cells += [
-                fmt_diff_row(comps.get((name, m, w)))
-                for m, w in (
-                    ("test_acc", "selected"),
-                    ("test_acc", "final"),
-                    ("test_ce", "selected"),
-                    ("test_ce", "final"),
-                )
-            ]
-        cells.append(", ".join(flags) or "—")
-        rows.append(cells)
-    table = headline_table(
-        "main-table",
-        "Test accuracy and CE at the selected (minimum validation CE) and final checkpoints",
-        head,
-        rows,
-    )
+    t = tables_of(stats)["main"]
+    table = headline_table("main-table", t.title, t.columns, table_text(t))
     notes = " ".join(stats.get("notes") or [])
     return (
         table + "<p class='note'>Mean ± sample SD over seeds. Δ: paired difference recipe − "

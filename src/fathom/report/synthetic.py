@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.io import atomic_write_json, config_digest
-from fathom.rundir import FORMAT, seal
+from fathom.rundir import seal
 
 TELEMETRY_PATTERNS = (
     "probe/act/mean/{input}",
@@ -106,6 +106,12 @@ SYNTHETIC_SIZES = {"fit": 50_000, "val": 10_000, "test": 10_000}
 statistics can judge them against chance (``fathom.stats.chance``)."""
 
 
+HEADER_FORMAT = 2
+"""The manifest format a synthetic run is written in: its sections are a sketch of a run's
+(no environment, data files or parameter hashes), so it is read by the header alone, as
+every manifest before format 3 (``fathom.rundir.header.TYPED_FROM``)."""
+
+
 def write_run(
     path: Path,
     *,
@@ -136,7 +142,7 @@ def write_run(
     last = rows[-1] if rows else {}
     val_ce = [(r["val/ce"], r["epoch"]) for r in rows if _finite(r.get("val/ce"))]
     manifest: dict[str, Any] = {
-        "format": FORMAT,
+        "format": HEADER_FORMAT,
         "kind": "run",
         "phase": phase,
         "run_id": path.name,

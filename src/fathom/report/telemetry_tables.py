@@ -44,7 +44,7 @@ PARTICIPATION = "grad/pex/participation"
 ZERO_FRAC = "probe/act/zero_frac"
 # (table key, field prefix, label, contrast scale)
 GRADIENT_QUANTITIES = (
-    ("grad_norm", GRAD_NORM, "‖mean g‖", "ratio"),
+    ("grad_norm", GRAD_NORM, "‖mean g‖ (nats / param. unit)", "ratio"),
     ("diversity", DIVERSITY, "diversity D", "ratio"),
     ("max_share", MAX_SHARE, "largest-example energy share (%)", "difference"),
     ("participation", PARTICIPATION, "norm participation", "ratio"),
@@ -173,7 +173,7 @@ def gradient_table(
                 for key, _, label, scale in GRADIENT_QUANTITIES:
                     table.verdicts.append(
                         _contrast_row(recipe, reference, groups, fields[key], e, scale=scale,
-                                      quantity=f"head-layer {label.removesuffix(' (%)')}",
+                                      quantity=f"head-layer {label.split(' (')[0]}",
                                       key=key, layer=head)
                     )  # fmt: skip
     table.verdicts[:] = judge_contrast_rows(table.verdicts, table.name)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from fathom.reproduce.head import collapse_lines
+from fathom.units import fmt_value
 
 
 def _num(x: Any, digits: int = 4) -> str:
@@ -43,7 +44,7 @@ def epoch_cell(row: dict[str, Any]) -> str:
 
 def seed_cell(row: dict[str, Any]) -> str:
     if row.get("seed_rate") is not None:
-        return f"{_num(row['seed_value'], 7)}/{row['seed_denominator']} ({row['seed_rate']:.2f}%)"
+        return f"{_num(row['seed_value'], 7)}/{row['seed_denominator']} ({fmt_value(row['seed_rate'], '%')})"
     return _num(row["seed_value"], 7)
 
 

@@ -71,11 +71,13 @@ class DirLock:
             os.close(fd)
             holder = _holder(self.path)
             pid = holder.get("pid", "unknown")
-            raise FathomError(
+            err = FathomError(
                 f"the {self.what} {str(self.directory)!r} is locked by another fathom process "
                 f"(PID {pid}, since {holder.get('since', '?')}); wait for it to finish or stop "
                 f"that process (kill {pid}). Two writers would interleave their rows."
-            ) from None
+            )
+            err.holder_pid = pid  # type: ignore[attr-defined]
+            raise err from None
         previous = _holder(self.path).get("pid")
         if isinstance(previous, int) and previous != os.getpid() and not _pid_alive(previous):
             self.stale_pid = previous

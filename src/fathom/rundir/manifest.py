@@ -1,100 +1,22 @@
-"""The manifest type: what every run directory's ``manifest.json`` holds, and its digest.
+"""A manifest's digest, its ``integrity`` section, the one validator and recovery events.
 
-A manifest is a JSON object (kept as a ``dict`` so that each kind of run adds its own
-sections). These fields are the contract every reader relies on, validated by
-:class:`ManifestHeader`:
-
-* ``format`` (:data:`FORMAT`), ``run_id``, ``study``;
-* ``kind``: which config family ``config`` belongs to (:data:`KINDS`, see
-  :mod:`fathom.rundir.kinds`) -- a field, never parsed from a name;
-* ``phase``: the run's role in a study (:data:`PHASES`: a tuning-grid run, a main run, or one
-  run of a diagnostic pair such as ``fathom diagnose head``) or ``None`` for a lone run;
-* ``status`` (:data:`STATUSES`) and ``status_reason``;
-* ``integrity``: ``manifest_sha256`` (SHA-256 of the canonical JSON of the manifest
-  without this one key) and ``history`` (``bytes``, ``rows``, ``sha256`` of the first
-  ``bytes`` bytes of ``history.jsonl``), checked by every read;
-* ``recovery``: a list of what a writer found and repaired (stray temp files, a torn
-  history tail, rows past the resume point, a stale lock, a source change), never empty
-  of a reason.
+The fields are typed in :mod:`fathom.rundir.header` (the contract every reader relies on,
+any kind and format) and :mod:`fathom.rundir.record` (a training run's whole manifest,
+validated for format 3 on). :func:`check_manifest` is the one validator: the writer runs it
+on what it is about to write, every reader on what it read.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from fathom.errors import FathomError
 from fathom.io import config_digest
-
-FORMAT = 2
-KINDS = ("run", "depth_scaling")
-PHASES = ("tuning", "main", "diagnostic")
-STATUSES = ("running", "complete", "diverged", "failed")
-
-
-class WeightsEntry(BaseModel):
-    """A weights file the manifest lists: ``file`` (relative to the run), ``params_sha256``
-    (:func:`fathom.io.state_dict_digest` of its tensors), ``sha256`` of the whole file
-    (absent in manifests written before it was recorded) and, for the selected weights,
-    ``epoch``."""
-
-    model_config = ConfigDict(extra="allow")
-
-    file: str
-    params_sha256: str
-    sha256: str | None = None
-    epoch: int | None = None
-
-
-class RecoveryEvent(BaseModel):
-    """One thing a writer found and repaired: ``event`` and its details (see
-    :data:`RECOVERY_SENTENCES`)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    event: str
-
-
-class ManifestHeader(BaseModel):
-    """The typed contract fields of a manifest (other sections are free-form per kind).
-
-    ``format`` is the manifest version: this fathom writes :data:`FORMAT` and reads every
-    earlier one; a later one is refused (written by a newer fathom). The checkpoint entries,
-    the selected entry and the recovery events are typed, so that a reader never meets a
-    half-formed entry (a missing digest) as a ``KeyError`` later.
-    """
-
-    model_config = ConfigDict(extra="ignore")
-
-    format: int = Field(le=FORMAT)
-    run_id: str
-    study: str | None = None
-    kind: str
-    phase: Literal["tuning", "main", "diagnostic"] | None = None
-    status: Literal["running", "complete", "diverged", "failed"]
-    status_reason: str | None = None
-    config: dict[str, Any]
-    epochs_completed: int | None = None
-    checkpoints: dict[str, WeightsEntry] = Field(default_factory=dict)
-    selected_checkpoint: WeightsEntry | None = None
-    recovery: list[RecoveryEvent] = Field(default_factory=list)
-
-    @field_validator("checkpoints")
-    @classmethod
-    def _epoch_keys(cls, value: dict[str, WeightsEntry]) -> dict[str, WeightsEntry]:
-        bad = [k for k in value if not k.isdigit()]
-        if bad:
-            raise ValueError(f"checkpoint keys must be epoch numbers, got {bad}")
-        return value
-
-    @field_validator("selected_checkpoint")
-    @classmethod
-    def _selected_epoch(cls, value: WeightsEntry | None) -> WeightsEntry | None:
-        if value is not None and value.epoch is None:
-            raise ValueError("the selected checkpoint entry lacks its epoch")
-        return value
+from fathom.rundir.header import FORMAT, TYPED_FROM, ManifestHeader
+from fathom.rundir.record import RunManifest
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
@@ -158,7 +80,11 @@ def _is_sha256(value: Any) -> bool:
 
 
 def check_manifest(manifest: Any, origin: str) -> ManifestHeader:
-    """Validate the contract fields and the digest of a parsed manifest, or raise.
+    """Validate the digest and the fields of a parsed manifest, or raise; return its type.
+
+    A ``run`` manifest of format :data:`~fathom.rundir.header.TYPED_FROM` or later is
+    validated as a whole (:class:`~fathom.rundir.record.RunManifest`); an earlier one, or
+    one of another kind, by its header (:class:`~fathom.rundir.header.ManifestHeader`).
 
     A manifest without ``integrity`` (a hand-made fixture, another tool) is accepted:
     readers report it as unverified (:func:`fathom.rundir.reader.RunDir.problems`). A
@@ -188,18 +114,14 @@ def check_manifest(manifest: Any, origin: str) -> ManifestHeader:
             f"formats up to {FORMAT}); read it with that version or upgrade fathom"
         )
     data = {"kind": "run", **manifest} if "kind" not in manifest else manifest
+    typed = data["kind"] == "run" and isinstance(version, int) and version >= TYPED_FROM
     try:
-        return ManifestHeader.model_validate(data)
+        return (RunManifest if typed else ManifestHeader).model_validate(data)
     except ValidationError as e:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
         )
         raise FathomError(f"{origin} is not a valid manifest ({problems})") from None
-
-
-def note_recovery(manifest: dict[str, Any], event: str, **details: Any) -> None:
-    """Append ``{"event", **details}`` to ``manifest["recovery"]`` (what a writer repaired)."""
-    manifest.setdefault("recovery", []).append({"event": event, **details})
 
 
 #: One sentence per ``recovery`` event, formatted with its details (``docs/architecture.md``).

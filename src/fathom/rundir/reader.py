@@ -20,6 +20,7 @@ from fathom.errors import FathomError
 from fathom.io import read_jsonl
 from fathom.rundir.kinds import config_validator
 from fathom.rundir.manifest import check_manifest, describe_recovery
+from fathom.rundir.record import RunManifest
 
 if TYPE_CHECKING:  # reading the manifest and history needs no torch (`fathom study status`)
     import torch
@@ -71,6 +72,18 @@ class RunDir:
     def phase(self) -> str | None:
         """``"tuning"`` / ``"main"`` for a study's run, ``None`` for a lone run (a field)."""
         return self.header.phase
+
+    @property
+    def record(self) -> RunManifest:
+        """The whole typed manifest (a ``run`` manifest of format 3 or later); an older or
+        foreign one, read by its header alone, is refused naming why."""
+        if not isinstance(self.header, RunManifest):
+            raise FathomError(
+                f"{str(self.path / 'manifest.json')!r} is a format-{self.header.format} manifest "
+                f"of kind {self.kind!r}, read by its header alone: what is asked of it needs "
+                "the typed manifest of a run trained by this fathom; train the run again"
+            )
+        return self.header
 
     @cached_property
     def config(self) -> Any:

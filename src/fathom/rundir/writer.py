@@ -4,17 +4,20 @@ Lifecycle (one process, one run directory)::
 
     w = RunWriter(run_dir).acquire()        # exclusive lock (holder PID named to others),
                                             # stray .tmp files of a killed write removed
-    w.start(manifest)                       # a new run: empty history, sealed manifest
-    state = w.resume(source_hash=..., allow_source_change=...)   # or: continue a run
+    state = w.resume(source_hash=..., allow_source_change=...)   # to continue a run
+    w.prepare(manifest)                     # the typed RunManifest (nothing written yet)
+    w.start()  /  w.begin_resumed()         # a new run (empty history) / the resumed one
     w.row(row)                              # one history line (fsync'ed, digested)
     w.save_weights(name, state, meta)       # checkpoints/<name>, digests returned
     w.save_resume(state)                    # checkpoints/resume.pt, self-verifying
+    w.progress(...); w.set_stop(...)        # the manifest's sections, typed
     w.commit()                              # manifest.json, sealed with the history digest
-    w.finish(status, reason)                # final commit, lock released
+    w.set_final(...); w.finish(status, reason)   # final commit, lock released
+    w.interrupted(reason) / w.record_failure(e)  # best effort on Ctrl-C / a failure
 
-Every OS failure (full disk, read-only or immutable file system, a file where a directory
-should be) becomes a :class:`FathomError` that names it (``ENOSPC`` ...), see
-:func:`fathom.rundir.errors.os_error`.
+The trainer changes the manifest only through these methods (:mod:`fathom.rundir.updates`).
+Every OS failure (full disk, read-only file system, a file where a directory should be)
+becomes a :class:`FathomError` naming it (``ENOSPC`` ...): :func:`~fathom.rundir.errors.os_error`.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from fathom.rundir import files
 from fathom.rundir.errors import failure_record, os_error
 from fathom.rundir.interrupts import uninterrupted
 from fathom.rundir.lock import DirLock
-from fathom.rundir.manifest import check_manifest, note_recovery, seal
+from fathom.rundir.manifest import check_manifest, seal
+from fathom.rundir.record import RunManifest
 from fathom.rundir.resume import (
     RESTART_REASON,
     bind,
@@ -44,18 +48,21 @@ from fathom.rundir.resume import (
     unchanged_inputs,
     verified_history,
 )
+from fathom.rundir.sections import RecoveryEvent
+from fathom.rundir.updates import ManifestUpdates
 
 #: Fields a resumed run keeps from its manifest on disk (they describe the run's origin).
 KEPT_ON_RESUME = ("kind", "phase", "source_hash", "source_changes", "recovery")
 
 
-class RunWriter:
+class RunWriter(ManifestUpdates):
     """The only code that writes ``manifest.json``, ``history.jsonl`` and ``checkpoints/``."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.lock = DirLock(self.path)
-        self.manifest: dict[str, Any] | None = None
+        self.manifest: RunManifest | None = None
+        self._begun = False  # the manifest was committed once (start / begin_resumed)
         self._pending: list[tuple[str, dict[str, Any]]] = []
         self._hist = hashlib.sha256()
         self._hist_bytes = 0
@@ -91,7 +98,7 @@ class RunWriter:
             self._pending.append(("removed_temp_files", {"files": names}))
         return self
 
-    def start(self, manifest: dict[str, Any]) -> None:
+    def start(self, manifest: RunManifest | None = None) -> None:
         """Begin a new run: refuse a directory that already holds one; empty history.
 
         After :meth:`resume` found a run stopped before its first epoch boundary
@@ -177,33 +184,38 @@ class RunWriter:
         self._hist = hashlib.sha256(kept)
         self._hist_bytes, self._hist_rows = len(kept), int(record["rows"])
 
-    def _begin(self, manifest: dict[str, Any]) -> None:
+    def _begin(self, manifest: RunManifest | None) -> None:
+        if manifest is not None:
+            self.prepare(manifest)
         if self._disk is not None:
-            for key in KEPT_ON_RESUME:
-                if key in self._disk:
-                    manifest[key] = self._disk[key]
-        manifest.setdefault("kind", "run")
-        manifest.setdefault("phase", None)
-        for event, details in self._pending:
-            note_recovery(manifest, event, **details)
+            kept = {  # its origin, and sections this version does not declare
+                k: v
+                for k, v in self._disk.items()
+                if k in KEPT_ON_RESUME or k not in RunManifest.model_fields
+            }
+            self.manifest = RunManifest.model_validate({**self._json(), **kept})
+        events = [RecoveryEvent(event=e, **details) for e, details in self._pending]
+        self._held().recovery = [*self._held().recovery, *events]
         self._pending.clear()
-        self.manifest = manifest
         self.commit()
+        self._begun = True
 
-    def begin_resumed(self, manifest: dict[str, Any]) -> None:
-        """Adopt ``manifest`` (rebuilt by the trainer) for a resumed run and commit it.
+    def begin_resumed(self, manifest: RunManifest | None = None) -> None:
+        """Adopt the prepared manifest (rebuilt by the trainer) for a resumed run; commit it.
 
         Refused when what the run continues with differs from what it was started with
         (:func:`~fathom.rundir.resume.unchanged_inputs`: dataset content, thread count).
         """
         if self._disk is None:
             raise FathomError("begin_resumed() needs resume() first")
-        unchanged_inputs(self._disk, manifest, self.path)
+        if manifest is not None:
+            self.prepare(manifest)
+        unchanged_inputs(self._disk, self._json(), self.path)
         if self._cut is not None:
             path = self.path / "history.jsonl"
             self._guard("rewrite history.jsonl", atomic_write_bytes, path, self._cut)
             self._cut = None
-        self._begin(manifest)
+        self._begin(None)
 
     @property
     def recorded(self) -> dict[str, Any] | None:
@@ -252,33 +264,21 @@ class RunWriter:
         self._require_lock()
         assert self.manifest is not None
         path = self.path / "checkpoints" / "resume.pt"
-        bound = bind(state, self.manifest, self._history_record())
+        binding = {"run_id": self.manifest.run_id, "config_hash": self.manifest.config_hash}
+        bound = bind(state, binding, self._history_record())
         return self._guard("write the resume state", files.save_resume, path, bound)
 
     def _history_record(self) -> dict[str, Any]:
         return history_record(self._hist, self._hist_bytes, self._hist_rows)
 
     def commit(self) -> None:
-        """Write the manifest atomically, sealed with the history digest."""
+        """Write the manifest atomically, sealed with the history digest; it is validated
+        by the one validator first (never write what no reader reads)."""
         self._require_lock()
-        assert self.manifest is not None
-        self.manifest.setdefault("integrity", {})["history"] = self._history_record()
-        seal(self.manifest)
-        check_manifest(
-            self.manifest, "the manifest being written"
-        )  # never write what no reader reads
-        self._guard(
-            "write manifest.json", atomic_write_json, self.path / "manifest.json", self.manifest
-        )
-
-    def finish(self, status: str, reason: str | None = None, **fields: Any) -> None:
-        """Set the final status (and ``fields``), commit, release the lock."""
-        assert self.manifest is not None
-        self.manifest.update(status=status, status_reason=reason, **fields)
-        try:
-            self.commit()
-        finally:
-            self.close()
+        data = self._json()
+        data["integrity"] = {"history": self._history_record()}
+        check_manifest(seal(data), "the manifest being written")
+        self._guard("write manifest.json", atomic_write_json, self.path / "manifest.json", data)
 
     def record_failure(self, e: Exception) -> FathomError | None:
         """Best effort: finish the run as ``failed`` with ``e`` as its cause (and errno,
@@ -290,7 +290,7 @@ class RunWriter:
         """
         reason = str(e) if isinstance(e, FathomError) else f"{type(e).__name__}: {e}"
         try:
-            if self.manifest is not None and self.lock.held:
+            if self._begun and self.lock.held:
                 self.finish("failed", reason, failure=failure_record(e))
             return None
         except FathomError as unrecorded:
@@ -308,10 +308,13 @@ class RunWriter:
         finally:
             self.close()
 
-    def interrupted(self) -> None:
-        """Best effort on Ctrl-C: commit the manifest (status stays ``running``), unlock."""
+    def interrupted(self, reason: str | None = None) -> None:
+        """Best effort on Ctrl-C: commit the manifest with ``reason`` as its ``status_reason``
+        (status stays ``running``: it can be resumed), unlock. Before :meth:`start` /
+        :meth:`begin_resumed` nothing is written (the directory stays as it was)."""
         try:
-            if self.manifest is not None and self.lock.held:
+            if self._begun and self.lock.held:
+                self._held().status_reason = reason
                 self.commit()
         except FathomError:
             pass

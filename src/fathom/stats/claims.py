@@ -6,7 +6,8 @@ For :class:`~fathom.stats.results.Results`:
    variances (:func:`fathom.stats.inference.judge`, same rules): verdict, level, interval
    and ``fragile`` must come out the same;
 2. every decision is recomputed from the comparisons and evidence it names (the depth-scaling
-   combination rule);
+   combination rule; a checkpoint ranking's rule, with the counts and orders its sentence
+   must print);
 3. every claim of a sentence must match its comparison (verdict, fragile), and the text must
    print each claimed comparison's verdict, estimate and interval;
 4. every comparative word in a sentence (better, worse, higher, lower, equivalent,
@@ -22,7 +23,9 @@ import re
 
 from fathom.stats.inference import judge, rejudge_input
 from fathom.stats.numbers import fmt_estimate, fmt_interval
-from fathom.stats.results import Comparison, Results, Sentence
+from fathom.stats.ranking import RULE as RANKING_RULE
+from fathom.stats.ranking import ranking_verdict, statement_parts
+from fathom.stats.results import Comparison, Decision, Results, Sentence
 from fathom.stats.rules import Rules
 from fathom.stats.scaling_sentences import scaling_verdict
 from fathom.stats.scaling_table import FailureEvidence
@@ -70,9 +73,26 @@ def _rejudge(results: Results) -> list[str]:
     return problems
 
 
+def _reranking(d: Decision, results: Results, text: str) -> list[str]:
+    """A ranking statement: its verdict re-derived from its pairwise comparisons, and the
+    counts and orders it must print (:mod:`fathom.stats.ranking`)."""
+    comps = [results.comparison(cid) for cid in d.inputs]
+    verdict, _ = ranking_verdict(comps)
+    problems = (
+        [f"decision {d.id}: {d.verdict!r}, re-derived {verdict!r}"] if verdict != d.verdict else []
+    )
+    return problems + [
+        f"decision {d.id}: the sentence does not print {p!r}"
+        for p in statement_parts(comps)
+        if p not in text
+    ]
+
+
 def _redecide(results: Results) -> list[str]:
     problems = []
     for d in results.decisions:
+        if d.rule == RANKING_RULE:
+            continue  # re-derived with the sentence that prints it (_text)
         profile = results.comparison(d.profile)
         per_depth = {i: results.comparison(cid) for i, cid in enumerate(d.per_depth)}
         evidence = [
@@ -116,6 +136,8 @@ def _text(sentence: Sentence, results: Results) -> list[str]:
     for did in sentence.decisions:
         d = next(x for x in results.decisions if x.id == did)
         said |= {d.verdict, *d.verdict.split()} | ({"fragile"} if d.fragile else set())
+        if d.rule == RANKING_RULE:
+            problems += _reranking(d, results, sentence.text)
         if d.verdict not in sentence.text:
             problems.append(f"decision {did}: the sentence does not print {d.verdict!r}")
     for word in WORDS:

@@ -12,7 +12,8 @@ a resolution floor, a smallest effect of interest, leave-one-seed-out. Two scale
   :func:`fathom.stats.units.percent`): ``d_s = a_s − b_s``; region ``±Rules.accuracy_pp``.
 
 Verdicts: ``higher`` | ``lower`` | ``equivalent`` | ``not established`` (n < 2 included) |
-``no comparison`` (an excluding failure flag, unequal seeds, a missing value, no ratio).
+``no comparison`` (an excluding failure flag, unequal seeds, a missing or non-finite value,
+no ratio), naming the reason; bad values never raise.
 Each call is a family of one; a table printing several together re-judges them as one Holm
 family (:func:`judge_contrast_rows`).
 """
@@ -82,8 +83,8 @@ def _blocked(a: str, b: str, flags_a: Sequence[str], flags_b: Sequence[str]) -> 
 
 def contrast_item(
     cid: str,
-    a: Mapping[int, float],
-    b: Mapping[int, float],
+    a: Mapping[int, float | None],
+    b: Mapping[int, float | None],
     *,
     scale: str,
     flags_a: Sequence[str] = (),
@@ -100,14 +101,18 @@ def contrast_item(
     if blocked is None and not set(a) & set(b):
         blocked = f"no seed measured in both {name_a} and {name_b}"
     if blocked is None and scale == "ratio":
-        bad = sorted(s for s in set(a) | set(b) if not (a.get(s, 1.0) > 0 and b.get(s, 1.0) > 0))
+        bad = sorted({s for v in (a, b) for s, x in v.items() if _finite(x) and x <= 0})
         if bad:
             blocked = f"a value <= 0 at seed(s) {bad}: no ratio"
     conv = (lambda x: math.log(x)) if scale == "ratio" else percent
-    if blocked is None:
-        a = {s: conv(v) for s, v in a.items()}
-        b = {s: conv(v) for s, v in b.items()}
+    if blocked is None:  # a missing or non-finite value stays as it is: paired() names it
+        a = {s: conv(v) if _finite(v) else v for s, v in a.items()}
+        b = {s: conv(v) if _finite(v) else v for s, v in b.items()}
     return paired(cid, q, a, b, names=(name_a, name_b), blocked=blocked)
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(float(x))
 
 
 def from_comparison(c: Comparison) -> Contrast:

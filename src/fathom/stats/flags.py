@@ -23,7 +23,14 @@ guess. A caveat only: whether a run trained is decided by its accuracy (``fathom
 NOT_FITTING_ACCURACY = 0.5
 """A run is ``not_fitting`` when its final fitting-set accuracy is below 0.5 (a caveat)."""
 
-EXCLUDING_FLAGS = ("diverged", "incomplete", "at_chance", "near_chance", "n_eval_unknown")
+EXCLUDING_FLAGS = (
+    "diverged",
+    "incomplete",
+    "at_chance",
+    "near_chance",
+    "n_eval_unknown",
+    "one_class",
+)
 """Flags that remove a run from comparisons."""
 
 _KNOWN_STATUSES = ("complete", "diverged", "failed", "running")
@@ -51,6 +58,8 @@ def failure_flags(
     * ``at_chance``: :func:`~fathom.stats.chance.chance_test` says *failed*;
     * ``near_chance``: it says *undetermined* (the run decides no verdict);
     * ``n_eval_unknown``: an accuracy without its evaluation-set size: it cannot be judged;
+    * ``one_class`` (alone): ``classes < 2``, a task without a chance level; bad input that
+      excludes the run from every comparison (named there), never an exception;
     * ``ce_near_chance`` (caveat): ``train_ce >= (1 - 0.05) · ln C``;
     * ``not_fitting`` (caveat): ``fit_acc < fit_threshold``.
 
@@ -59,7 +68,7 @@ def failure_flags(
     if status not in _KNOWN_STATUSES:
         raise FathomError(f"unknown run status {status!r}; expected one of {_KNOWN_STATUSES}")
     if classes < 2:
-        raise FathomError(f"classes={classes!r}: a classification task needs at least 2 classes")
+        return ["one_class"]
     if n_eval is not None and n_eval < 1:
         raise FathomError(f"n_eval={n_eval!r}: an accuracy needs at least one test example")
     if status == "diverged" or any(_non_finite(x) for x in (test_acc, train_ce, fit_acc)):

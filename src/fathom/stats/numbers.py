@@ -1,48 +1,31 @@
-"""One number formatter per unit: every rendered value of :mod:`fathom.stats` goes through here.
-
-Units: ``%`` (accuracy, stored as a fraction and converted by the caller through
-:func:`fathom.stats.units.percent`), ``pp`` (percentage points), ``nats``, ``ratio``
-(printed ``1.05×``), ``s`` (seconds), ``""`` (a plain number). ``None`` or a non-finite
-value prints ``—`` (undefined is never 0).
+"""The comparison formatters of :mod:`fathom.stats`, on top of the one formatter per unit
+(:mod:`fathom.units`: ``fmt_value``, ``fmt_mean_sd``, ``fmt_level``, each unit's rule
+written once). A comparison on the log scale prints as a ratio ``exp d``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
-from fathom.stats.results import Comparison
-from fathom.stats.units import percent
+from fathom.stats.results import Cell, Comparison, Table
+from fathom.units import fmt_interval as fmt_bounds
+from fathom.units import fmt_level, fmt_mean_sd, fmt_value
 
-_DIGITS = {"%": 2, "pp": 2, "nats": 4, "s": 1, "": 4}
-_SUFFIX = {"%": "%", "pp": " pp", "nats": " nats", "s": " s", "": ""}
-
-
-def fmt_value(x: float | None, unit: str, *, signed: bool = False) -> str:
-    """``x`` in ``unit`` (``signed``: with its sign, for differences)."""
-    if x is None or not math.isfinite(float(x)):
-        return "—"
-    if unit == "ratio":
-        return f"{x:.3g}×"
-    sign = "+" if signed else ""
-    return f"{x:{sign}.{_DIGITS[unit]}f}{_SUFFIX[unit]}"
-
-
-def fmt_mean_sd(mean: float | None, sd: float | None, n: int | None, unit: str) -> str:
-    """``mean ± sd unit (n=N)`` (sample SD; no ``±`` when n < 2), or ``—``."""
-    if mean is None:
-        return "—"
-    text = fmt_value(mean, unit)
-    if sd is not None:
-        bare = fmt_value(mean, "") if unit == "" else text.removesuffix(_SUFFIX.get(unit, ""))
-        text = f"{bare} ± {fmt_value(sd, unit)}"
-    return f"{text} (n={n})"
+__all__ = [
+    "fmt_cell",
+    "fmt_estimate",
+    "fmt_interval",
+    "fmt_level",
+    "fmt_mean_sd",
+    "fmt_region",
+    "fmt_value",
+    "table_text",
+]
 
 
 def _on_scale(c: Comparison, x: float | None, signed: bool) -> str:
     if c.quantity.scale == "log ratio":
-        return fmt_value(None if x is None else math.exp(x), "ratio")
+        return fmt_value(None if x is None else math.exp(x), "×")
     return fmt_value(x, c.quantity.unit, signed=signed)
 
 
@@ -62,30 +45,34 @@ def fmt_region(c: Comparison) -> str:
     """The region of no interest: ``±0.5 pp`` or ``[0.952×, 1.05×]``."""
     d = c.quantity.smallest_effect
     if c.quantity.scale == "log ratio":
-        return f"[{fmt_value(math.exp(-d), 'ratio')}, {fmt_value(math.exp(d), 'ratio')}]"
+        return f"[{fmt_value(math.exp(-d), '×')}, {fmt_value(math.exp(d), '×')}]"
     return f"±{fmt_value(d, c.quantity.unit)}"
 
 
-def fmt_level(level: float | None) -> str:
-    """An interval level as a percentage: ``95%``, ``99.69%``."""
-    return "—" if level is None else f"{100 * level:.4g}%"
+def fmt_cell(cell: Cell, *, shown_n: int | None = None, suffix: bool = True) -> str:
+    """The one rendering of a :class:`Cell` (every renderer of a :class:`Table` uses it).
+
+    ``text`` cells print as they are; a cell with ``low``/``high`` prints
+    ``value [low, high]`` (signed); otherwise ``value ± sd``. ``(n=N)`` follows unless
+    ``n`` equals ``shown_n`` (the row's own n column); ``suffix=False`` drops the unit
+    text where the column header states it.
+    """
+    if cell.text is not None:
+        return cell.text
+    if cell.low is not None or cell.high is not None:
+        body = fmt_bounds(cell.low, cell.high, cell.unit, signed=cell.signed, suffix=suffix)
+        if cell.value is not None:
+            body = f"{fmt_value(cell.value, cell.unit, signed=True, suffix=suffix)} {body}"
+    elif cell.sd is not None:
+        body = fmt_mean_sd(cell.value, cell.sd, None, cell.unit, suffix=suffix)
+    else:
+        body = fmt_value(cell.value, cell.unit, signed=cell.signed, suffix=suffix)
+    if body == "—" or cell.n is None or cell.n == shown_n:
+        return body
+    return f"{body} (n={cell.n})"
 
 
-def fmt_stat(stat: Mapping[str, Any] | None, unit: str) -> str:
-    """A summary stat ``{"mean", "sd", "n"}`` in ``unit`` (``%``: stored as a fraction)."""
-    if not stat or stat.get("mean") is None:
-        return "—"
-    conv = percent if unit == "%" else float
-    sd = None if stat.get("sd") is None else conv(stat["sd"])
-    return fmt_mean_sd(conv(stat["mean"]), sd, stat.get("n"), unit)
-
-
-def fmt_diff_row(row: Mapping[str, Any] | None) -> str:
-    """A summary comparison row's difference and interval: ``+1.17 pp [+0.06 pp, +2.28 pp]``."""
-    if not row or not row.get("diff"):
-        return "—"
-    d, unit = row["diff"], "pp" if row["metric"] == "test_acc" else "nats"
-    text = fmt_value(d["estimate"], unit, signed=True)
-    if d.get("low") is None:
-        return f"{text} (n={d.get('n')})"
-    return f"{text} [{fmt_value(d['low'], unit, signed=True)}, {fmt_value(d['high'], unit, signed=True)}]"
+def table_text(table: Table, *, suffix: bool = True) -> list[list[str]]:
+    """Every cell of ``table`` as printed text (:func:`fmt_cell`, each row's own n
+    omitted from its cells): what every renderer of a :class:`Table` lays out."""
+    return [[fmt_cell(c, shown_n=table.row_n(r), suffix=suffix) for c in r] for r in table.rows]

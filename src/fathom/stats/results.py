@@ -42,8 +42,9 @@ class Comparison(BaseModel):
     ``estimate``/``low``/``high``: the mean paired difference on the quantity's scale and
     its interval at ``level`` (the Holm-adjusted level of its step; ``None`` when n < 2 or
     no comparison). ``se`` is the t standard error ``sd/√n``, ``se_floor`` the resolution's. ``fragile``: an established verdict
-    whose leave-one-seed-out recomputation reverses its direction; ``loo_held``: how many of
-    the ``n`` recomputations give the same verdict.
+    that one seed carries (its interval, recentred on a leave-one-seed-out estimate, no
+    longer gives it); ``loo_held``: how many of the ``n`` recomputations on ``n − 1`` seeds
+    give the same verdict.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -112,8 +113,9 @@ class Claim(BaseModel):
 
 
 class Decision(BaseModel):
-    """A verdict combined from comparisons by a stated rule (``rule``: ``"depth scaling"``):
-    its inputs are named so that :mod:`fathom.stats.claims` can recompute it."""
+    """A verdict combined from comparisons by a stated rule (``rule``: ``"depth scaling"``,
+    its ``profile``, ``per_depth`` and ``evidence``; ``"checkpoint ranking"``, its pairwise
+    comparisons as ``inputs``): named so that :mod:`fathom.stats.claims` can recompute it."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -121,9 +123,10 @@ class Decision(BaseModel):
     rule: str
     verdict: str
     fragile: bool = False
-    profile: str
+    profile: str = ""
     per_depth: list[str] = Field(default_factory=list)
     evidence: list[dict] = Field(default_factory=list)
+    inputs: list[str] = Field(default_factory=list)
 
 
 class Sentence(BaseModel):
@@ -137,7 +140,11 @@ class Sentence(BaseModel):
 
 
 class Cell(BaseModel):
-    """One table value with its unit: mean (± sample SD over ``n`` seeds), or missing."""
+    """One table value in its display unit (accuracy already in percent, ``unit`` one of
+    :data:`fathom.units.UNITS`): a mean (± sample SD ``sd`` over ``n`` seeds), a signed
+    difference (``signed``) with its interval ``[low, high]``, a plain value, or a text
+    (``text``: a name, a flag, a verdict); missing is ``value=None``. Rendered only by
+    :func:`fathom.stats.numbers.fmt_cell`."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -145,17 +152,31 @@ class Cell(BaseModel):
     unit: str = ""
     sd: float | None = None
     n: int | None = None
+    low: float | None = None
+    high: float | None = None
+    signed: bool = False
     text: str | None = None
 
 
 class Table(BaseModel):
-    """A titled table of cells; ``columns`` are header labels (units in the labels)."""
+    """A titled table of cells; ``columns`` are header labels (units in the labels);
+    ``id`` names it for renderers and tests (``"quality"``, ``"differences"``, ...);
+    ``n_column``: the index of the column holding each row's n (a cell whose n equals it
+    omits ``(n=N)``), or ``None``."""
 
     model_config = ConfigDict(frozen=True)
 
+    id: str = ""
     title: str
     columns: list[str]
     rows: list[list[Cell]]
+    n_column: int | None = None
+
+    def row_n(self, row: list[Cell]) -> int | None:
+        """The row's n (its ``n_column`` cell's value), or ``None``."""
+        if self.n_column is None or row[self.n_column].value is None:
+            return None
+        return int(row[self.n_column].value)
 
 
 class Results(BaseModel):

@@ -2,8 +2,9 @@
 
 A comparison's sentence (:func:`comparison_sentence`) names both arms, the quantity, the
 verdict, the estimate, the interval with its (Holm-adjusted) level, n and the region of no
-interest; ``fragile`` is printed beside an established verdict that leave-one-seed-out
-reverses. :func:`family_note` says how the family printed together was corrected.
+interest; ``fragile`` is printed beside an established verdict that one seed carries
+(:func:`fathom.stats.inference.leave_one_out`), with how many leave-one-seed-out
+recomputations keep it. :func:`family_note` says how the family printed together was corrected.
 """
 
 from __future__ import annotations
@@ -42,7 +43,10 @@ def comparison_text(c: Comparison) -> str:
     loo = (
         ""
         if c.loo_held is None
-        else (f"; the same verdict in {c.loo_held} of {c.n} leave-one-seed-out recomputations")
+        else (
+            f"; {c.loo_held} of {c.n} leave-one-seed-out recomputations "
+            f"({c.n - 1} seeds, their own interval) keep the verdict"
+        )
     )
     return (
         f"{est}, {fmt_level(c.level)} interval {fmt_interval(c)}, paired over n={c.n} seeds"

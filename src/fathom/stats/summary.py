@@ -11,9 +11,13 @@ Definitions (all over seeds of one recipe, sample SD with ddof = 1):
 * comparisons: ``recipe(s) - reference(s)`` paired over seeds, judged by
   :mod:`fathom.stats.inference` (resolution floor, smallest effect of interest, Holm over
   the family of every comparison of the summary, leave-one-seed-out); the typed model is
-  ``summary["results"]`` (:class:`fathom.stats.results.Results`).
+  ``summary["results"]`` (:class:`fathom.stats.results.Results`), its ``tables`` every table
+  of the summary (:mod:`fathom.stats.summary_tables`), which every renderer prints.
 * time to target: first evaluated time with validation accuracy >= target, on the
   training clock and on elapsed time; precision is bounded by the evaluation cadence.
+* rankings: per metric, the recipes' means at both checkpoints side by side and every pair
+  of recipes compared paired over seeds at both (:mod:`fathom.stats.ranking`: one Holm
+  family per metric, and the statement whether the ranking differs between checkpoints).
 * fixed-horizon training time: training clock for the whole configured budget (every
   run trains the same epochs, enforced by the config fingerprint); ratio of means to
   the reference and the paired per-seed ratio with its t interval.
@@ -35,6 +39,7 @@ from fathom.errors import FathomError
 from fathom.stats.flags import failure_flags, is_excluded
 from fathom.stats.inference import judge
 from fathom.stats.intervals import mean_sd, t_interval
+from fathom.stats.ranking import rankings
 from fathom.stats.results import Comparison, Results
 from fathom.stats.rules import DEFAULT_RULES, Rules
 from fathom.stats.sentences import comparison_sentence, family_note
@@ -46,7 +51,9 @@ from fathom.stats.summary_compare import (
     row,
 )
 from fathom.stats.summary_md import to_markdown
-from fathom.stats.verdicts import first_crossing, rank_disagreement
+from fathom.stats.summary_tables import summary_tables
+from fathom.stats.verdicts import first_crossing
+from fathom.units import fmt_percent
 
 __all__ = ["RunRecord", "summarise_study", "to_markdown"]
 
@@ -176,8 +183,9 @@ def summarise_study(
     comparisons = judge(FAMILY, paired_items(names, reference, usable, flags), rules)
     sentences = [comparison_sentence(c) for c in comparisons]
     notes = _notes(comparisons, level, target_val_acc, cadences)
-    results = Results(comparisons=comparisons, sentences=sentences, caveats=notes)
-    return {
+    ranked = [n for n in names if not excluded_recipe[n]]
+    ranks, pairwise, rank_sentences, decisions = rankings(recipes, ranked, usable, rules)
+    out = {
         "reference": reference,
         "level": level,
         "target_val_acc": target_val_acc,
@@ -185,7 +193,7 @@ def summarise_study(
         "config": dict(records[0].config_fingerprint),
         "recipes": recipes,
         "comparisons": [row(c, s.text) for c, s in zip(comparisons, sentences)],
-        "rankings": _rankings(recipes, [n for n in names if not excluded_recipe[n]]),
+        "rankings": ranks,
         "excluded": [
             {"recipe": n, "seed": s, "flags": f}
             for n in names
@@ -193,8 +201,15 @@ def summarise_study(
             if is_excluded(f)
         ],
         "notes": notes,
-        "results": results.model_dump(mode="json"),
     }
+    results = Results(
+        comparisons=[*comparisons, *pairwise],
+        sentences=[*sentences, *rank_sentences],
+        decisions=decisions,
+        caveats=notes,
+        tables=summary_tables(out),
+    )
+    return {**out, "results": results.model_dump(mode="json")}
 
 
 def _recipe_entry(
@@ -233,22 +248,6 @@ def _recipe_entry(
     return entry
 
 
-def _rankings(recipes: Mapping[str, Any], ranked: Sequence[str]) -> dict[str, Any]:
-    """Per compared metric, the ranking at the selected and final checkpoints (recipes
-    with a mean at both; at least two)."""
-    rankings = {}
-    for key, label, higher in COMPARED_METRICS:
-        sel = {n: recipes[n]["selected"][key]["mean"] for n in ranked}
-        fin = {n: recipes[n]["final"][key]["mean"] for n in ranked}
-        keep = [n for n in ranked if sel[n] is not None and fin[n] is not None]
-        if len(keep) >= 2:
-            rc = rank_disagreement(
-                {n: sel[n] for n in keep}, {n: fin[n] for n in keep}, higher_is_better=higher
-            )
-            rankings[key] = {"label": label, **rc.to_dict()}
-    return rankings
-
-
 def _notes(
     comparisons: Sequence[Comparison],
     level: float,
@@ -266,7 +265,8 @@ def _notes(
     if target_val_acc is not None:
         step = max(cadences) if cadences else None
         notes.append(
-            f"Time to validation accuracy >= {target_val_acc:g} is the first evaluated time; "
+            f"Time to validation accuracy >= {fmt_percent(target_val_acc)} is the first "
+            "evaluated time; "
             f"evaluation every {step} epoch(s) bounds its precision (it can be late by up to "
             "one evaluation interval)."
         )

@@ -53,37 +53,53 @@ def paired_items(
         )
         for where in CHECKPOINTS:
             for key, label, _ in COMPARED_METRICS:
-                q = (accuracy if key == "test_acc" else cross_entropy)(
-                    f"{label} ({where} checkpoint)"
-                )
-                conv = DIFF_CONVERT[key]
-                a, b = (_values(usable[x], where, key) for x in (n, reference))
-                var = {
-                    x: {
-                        r.seed: accuracy_variance_pp(r.n_test) if key == "test_acc" else 0.0
-                        for r in usable[x]
-                    }
-                    for x in (n, reference)
-                }
+                context = {"recipe": n, "metric": key, "checkpoint": where}
                 items.append(
-                    paired(
+                    metric_item(
                         f"{n}/{where}/{key}",
-                        q,
-                        {s: conv(v) for s, v in a.items()},
-                        {s: conv(v) for s, v in b.items()},
-                        names=(n, reference),
-                        var_a=var[n],
-                        var_b=var[reference],
+                        (n, reference),
+                        where,
+                        (key, label),
+                        usable,
                         blocked=blocked,
-                        context={
-                            "recipe": n,
-                            "metric": key,
-                            "checkpoint": where,
-                            **_caveat(flags, (n, reference)),
-                        },
+                        context={**context, **_caveat(flags, (n, reference))},
                     )
                 )
     return items
+
+
+def metric_item(
+    cid: str,
+    names: tuple[str, str],
+    where: str,
+    metric: tuple[str, str],
+    usable: Mapping[str, Sequence[Any]],
+    *,
+    blocked: str | None = None,
+    context: Mapping[str, str] | None = None,
+) -> Paired:
+    """Recipe ``names[0]`` against ``names[1]`` on ``metric`` (key, label) at checkpoint
+    ``where``, paired over the seeds of their ``usable`` runs: accuracy in pp with the
+    binomial variance of each run's test set, CE in nats."""
+    key, label = metric
+    q = (accuracy if key == "test_acc" else cross_entropy)(f"{label} ({where} checkpoint)")
+    conv = DIFF_CONVERT[key]
+    a, b = (_values(usable[x], where, key) for x in names)
+    var = {
+        x: {r.seed: accuracy_variance_pp(r.n_test) if key == "test_acc" else 0.0 for r in usable[x]}
+        for x in names
+    }
+    return paired(
+        cid,
+        q,
+        {s: None if v is None else conv(v) for s, v in a.items()},
+        {s: None if v is None else conv(v) for s, v in b.items()},
+        names=names,
+        var_a=var[names[0]],
+        var_b=var[names[1]],
+        blocked=blocked,
+        context=context,
+    )
 
 
 def row(c: Comparison, sentence: str) -> dict[str, Any]:

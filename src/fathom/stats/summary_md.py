@@ -1,8 +1,9 @@
 """Markdown rendering of a study summary (:func:`fathom.stats.summary.summarise_study`).
 
-Values are mean ± sample SD over seeds (n stated); accuracy (fractions in the summary)
-in percent through :func:`fathom.stats.units.percent`, differences in percentage points,
-CE in nats; every number through :mod:`fathom.stats.numbers` (one formatter per unit).
+It lays out the summary's typed tables (:mod:`fathom.stats.summary_tables`) and prints every
+cell through :func:`fathom.stats.numbers.fmt_cell` (one formatter per unit,
+:mod:`fathom.units`): values are mean ± sample SD over seeds, accuracy in percent,
+differences in percentage points, CE in nats; no number is derived here.
 """
 
 from __future__ import annotations
@@ -10,79 +11,38 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fathom.stats.numbers import fmt_level, fmt_stat, fmt_value
-from fathom.stats.sentences_repro import ranking_claim
-from fathom.stats.units import percent
-
-UNIT = {"test_acc": "%", "test_ce": "nats"}
-DIFF = {"test_acc": "pp", "test_ce": "nats"}
+from fathom.stats.numbers import table_text
+from fathom.stats.results import Table
+from fathom.stats.summary_tables import tables_of
 
 
-def _ms(stat: Mapping[str, Any] | None, unit: str) -> str:
-    return fmt_stat(stat, unit)
-
-
-def _num(x: float | None, fmt: str = "+.4f") -> str:
-    return "—" if x is None else format(x, fmt)
+def table_markdown(table: Table, *, title: bool = True) -> list[str]:
+    """A :class:`Table` as a Markdown table (its title as a lead line when ``title``)."""
+    lines = [f"{table.title}:", ""] if title else []
+    lines += [
+        "| " + " | ".join(table.columns) + " |",
+        "|" + "---|" * len(table.columns),
+        *("| " + " | ".join(r) + " |" for r in table_text(table)),
+    ]
+    return lines
 
 
 def to_markdown(summary: Mapping[str, Any]) -> str:
     """Render :func:`summarise_study` output as markdown tables (mean ± sample SD)."""
-    ref = summary["reference"]
+    tables = tables_of(summary)
     lines = [
-        f"Reference recipe: **{ref}**. Values are mean ± sample SD over seeds (n stated).",
+        f"Reference recipe: **{summary['reference']}**. Values are mean ± sample SD over n seeds "
+        "(a cell's own n is stated when it differs from its row's).",
         "",
-        "| Method | LR | Validation-selected accuracy (%) | Final accuracy (%) "
-        "| Selected test CE (nats) | Final test CE (nats) | Flags |",
-        "|---|---|---|---|---|---|---|",
+        *table_markdown(tables["quality"]),
+        "",
+        *table_markdown(tables["differences"]),
+        "",
+        *[f"- {c['sentence']}" for c in summary["comparisons"]],
+        "",
+        *table_markdown(tables["timing"]),
     ]
-    for name, e in summary["recipes"].items():
-        flags = sorted({f for fl in e["flags"].values() for f in fl})
-        lr = ", ".join(f"{x:g}" for x in e["lr"]) or "—"
-        lines.append(
-            f"| {name} | {lr} | {_ms(e['selected']['test_acc'], '%')} "
-            f"| {_ms(e['final']['test_acc'], '%')} "
-            f"| {_ms(e['selected']['test_ce'], 'nats')} | {_ms(e['final']['test_ce'], 'nats')} "
-            f"| {', '.join(flags) or '—'} |"
-        )
-    lines += [
-        "",
-        f"Paired differences (recipe − {ref}), each interval at the level of its Holm step:",
-        "",
-        "| Method | Metric | Checkpoint | Difference | Interval | Level | n | Region of no "
-        "interest | Verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for c in summary["comparisons"]:
-        d, unit = c["diff"], DIFF[c["metric"]]
-        interval = "—"
-        if d is not None and d["low"] is not None:
-            interval = f"[{fmt_value(d['low'], unit, signed=True)}, {fmt_value(d['high'], unit, signed=True)}]"
-        verdict = f"{c['verdict']}, fragile" if c.get("fragile") else c["verdict"]
-        lines.append(
-            f"| {c['recipe']} | {c['metric']} ({c['unit']}) | {c['checkpoint']} "
-            f"| {fmt_value(None if d is None else d['estimate'], unit, signed=True)} | {interval} "
-            f"| {fmt_level(None if d is None else d['level'])} | {'—' if d is None else d['n']} "
-            f"| ±{fmt_value(c['smallest_effect'], unit)} | {verdict} |"
-        )
-    lines += ["", *[f"- {c['sentence']}" for c in summary["comparisons"]]]
-    lines += [
-        "",
-        "| Method | Fixed-horizon training (s) | Ratio to reference | Time to target, training (s) "
-        "| Time to target, elapsed (s) | Reached |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, e in summary["recipes"].items():
-        ratio = e["training_ratio_to_reference"]["ratio_of_means"]
-        ttt = e.get("time_to_target")
-        reached = f"{ttt['reached']}/{ttt['n']}" if ttt else "—"
-        lines.append(
-            f"| {name} | {_ms(e['training_s'], 's')} | {_num(ratio, '.3f')} "
-            f"| {_ms(ttt['training_s'], 's') if ttt else '—'} "
-            f"| {_ms(ttt['elapsed_s'], 's') if ttt else '—'} "
-            f"| {reached} |"
-        )
-    lines += _rankings(summary)
+    lines += _rankings(summary, tables)
     if summary["excluded"]:
         lines += ["", "Excluded runs (no comparison):", ""]
         lines += [
@@ -93,27 +53,15 @@ def to_markdown(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _rankings(summary: Mapping[str, Any]) -> list[str]:
-    """Per metric whose recipe means reorder: the ranking sentence
-    (:func:`fathom.stats.sentences_repro.ranking_claim`) and both rankings side by side."""
+def _rankings(summary: Mapping[str, Any], tables: Mapping[str, Table]) -> list[str]:
+    """Per metric: the ranking statement (:mod:`fathom.stats.ranking`), the pairwise
+    comparisons it rests on and, when the means reorder, both rankings side by side."""
     lines: list[str] = []
     for metric, rk in summary["rankings"].items():
-        claim = ranking_claim(rk, summary.get("comparisons") or [], metric)
-        if claim["sentence"] is None:
+        claim = rk.get("claim")
+        if claim is None:
             continue
-        lines += [
-            "",
-            claim["sentence"],
-            "",
-            f"Recipe means by {rk['label']} at each checkpoint:",
-            "",
-            "| Method | Selected | Rank | Final | Rank |",
-            "|---|---|---|---|---|",
-        ]
-        conv = percent if rk["label"] == "test accuracy" else float
-        lines += [
-            f"| {r['name']} | {conv(r['selected']):.4f} | {r['selected_rank']} "
-            f"| {conv(r['final']):.4f} | {r['final_rank']} |"
-            for r in rk["rows"]
-        ]
+        lines += ["", claim["sentence"], "", *table_markdown(tables[f"pairs/{metric}"])]
+        if rk["disagree"]:
+            lines += ["", *table_markdown(tables[f"ranking/{metric}"])]
     return lines

@@ -10,6 +10,8 @@ from typing import Any
 
 from fathom.io import atomic_write_text, dumps
 from fathom.stats import to_markdown
+from fathom.stats.summary_md import table_markdown
+from fathom.stats.summary_tables import tuning_table
 
 
 def integrity_markdown(summary: dict[str, Any]) -> list[str]:
@@ -41,27 +43,8 @@ def scale_down_text(summary: dict[str, Any]) -> str:
 
 
 def tuning_markdown(summary: dict[str, Any]) -> list[str]:
-    t = summary["tuning"]
-    if not t["enabled"]:
-        lines = [f"No tuning phase: {t['rule']}.", "", "| Method | LR | Source |", "|---|---|---|"]
-        sources = t.get("lr_source") or {}
-        for recipe, lr in t["selected_lr"].items():
-            lines.append(f"| {recipe} | {lr:g} | {sources.get(recipe, 'study.lr')} |")
-        return [*lines, ""]
-    lines = [
-        f"Tuning grid (seed {t['seed']}); selection: {t['rule']}.",
-        "",
-        "| Method | LR | Status | Min validation CE | At epoch | Diverged in epoch | Selected |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for p in t["grid"]:
-        sel = "yes" if t["selected_lr"].get(p["recipe"]) == p["lr"] else ""
-        ce = "—" if p["val_ce"] is None else f"{p['val_ce']:.4f}"
-        lines.append(
-            f"| {p['recipe']} | {p['lr']:g} | {p['status']} | {ce} | {p['selected_epoch'] if p['selected_epoch'] is not None else '—'} "
-            f"| {p['diverged_epoch'] if p['diverged_epoch'] is not None else '—'} | {sel} |"
-        )
-    return [*lines, ""]
+    """The learning-rate selection (:func:`fathom.stats.summary_tables.tuning_table`)."""
+    return [*table_markdown(tuning_table(summary["tuning"])), ""]
 
 
 def write_summary(root: Path, summary: dict[str, Any]) -> None:

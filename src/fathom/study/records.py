@@ -9,6 +9,7 @@ from typing import Any
 from fathom.rundir import RunDir
 from fathom.stats import RunRecord, failure_flags
 from fathom.study.plan import RunSpec
+from fathom.units import fmt_percent
 
 PER_RUN_KEYS: tuple[str, ...] = ("name", "seed", "model.recipe", "optim.lr")
 """Config keys that differ between the runs of one comparison by design."""
@@ -80,21 +81,21 @@ def outcome_warnings(rd: RunDir) -> list[str]:
         n_eval=(data.get("sizes") or {}).get("test"),
         fit_acc=final["fit_acc"],
     )
-    acc = "unknown" if final["test_acc"] is None else f"{100 * final['test_acc']:.1f}%"
+    acc = "unknown" if final["test_acc"] is None else fmt_percent(final["test_acc"], 1)
     out = []
     if "at_chance" in flags:
         out.append(
             f"the run ended at chance: test accuracy {acc} with {classes} classes (chance "
-            f"{100 / classes:.1f}%); it learned nothing usable. Check the labels, the learning "
+            f"{fmt_percent(1 / classes, 1)}); it learned nothing usable. Check the labels, the learning "
             "rate (optim.lr) and the budget (optim.epochs)"
         )
     if "near_chance" in flags:
         out.append(
             f"the run ended near chance: test accuracy {acc} with {classes} classes (chance "
-            f"{100 / classes:.1f}%) is statistically neither at chance nor clearly above it"
+            f"{fmt_percent(1 / classes, 1)}) is statistically neither at chance nor clearly above it"
         )
     if "not_fitting" in flags:
-        fit = f"{100 * final['fit_acc']:.1f}%"
+        fit = fmt_percent(final["fit_acc"], 1)
         out.append(f"the run does not fit its training set (fitting accuracy {fit} at the end)")
     return out
 

@@ -27,7 +27,7 @@ def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
     full hash.
     """
     from fathom.terminal import short_hash, table
-    from fathom.units import percent
+    from fathom.units import fmt_value, percent
 
     def f(x: float | None, spec: str) -> str:
         return "—" if x is None else format(x, spec)
@@ -52,9 +52,9 @@ def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
                     r["run_id"],
                     *(extra if wide else []),
                     r["status"],
-                    f(percent(r["selected_test_acc"]), ".2f"),
-                    f(percent(r["final_test_acc"]), ".2f"),
-                    f(r["final_test_ce"], ".4f"),
+                    fmt_value(percent(r["selected_test_acc"]), "%", suffix=False),
+                    fmt_value(percent(r["final_test_acc"]), "%", suffix=False),
+                    fmt_value(r["final_test_ce"], "nats", suffix=False),
                     short_hash(r["final_params"], wide),
                 ]
             )
@@ -69,6 +69,25 @@ def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
     return out
 
 
+ACCURACY_KEYS = ("selected_test_acc", "final_test_acc")
+
+
+def row_json(row: dict[str, Any]) -> dict[str, Any]:
+    """A registry row as ``runs list --json`` / ``runs show`` print it: each accuracy (a
+    fraction in the registry) as ``<name>_fraction`` with ``<name>_pct`` (percent,
+    :func:`fathom.units.percent`) beside it; every other field as stored."""
+    from fathom.units import percent
+
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if key in ACCURACY_KEYS:
+            out[f"{key}_fraction"] = value
+            out[f"{key}_pct"] = percent(value)
+        else:
+            out[key] = value
+    return out
+
+
 def cmd_runs_list(args: argparse.Namespace) -> int:
     from fathom.terminal import console
 
@@ -76,7 +95,7 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
         study=args.study, phase=args.phase, recipe=args.recipe, seed=args.seed, status=args.status
     )
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps([row_json(r) for r in rows], indent=2))
         return 0
     out = console(args.wide)
     if not rows:
@@ -98,7 +117,9 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
         )
     reg = _registry(args)
     path = reg.run_dir(rows[0])
-    print(json.dumps({**rows[0], "path": str(path), **run_directory_state(path)}, indent=2))
+    print(
+        json.dumps({**row_json(rows[0]), "path": str(path), **run_directory_state(path)}, indent=2)
+    )
     return 0
 
 

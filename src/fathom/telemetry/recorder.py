@@ -7,6 +7,14 @@ model, keyed by qualified module name) and the whole-split ``scores``. It is rea
 construction (see :mod:`fathom.telemetry.instruments`); scores run under ``no_grad`` in dense
 evaluation mode.
 
+**The field set follows the model.** When the model's structure changes between
+observations (a frozen layer unfrozen, a head swapped, through the library API), the
+instruments rediscover its layers and the next row carries the fields of the new layers
+(a removed layer's fields are absent from then on); each change is recorded in
+:attr:`Recorder.schema_changes` (epoch, the new layers, the fields added and removed), kept
+across a resume (``state_dict``). A history row therefore always holds the fields of the
+structure it measured, never a stale set.
+
 The caller times ``observe`` with the telemetry clock (the trainer records
 ``clock/telemetry_s`` and the cold first call, which includes layer discovery).
 """
@@ -85,6 +93,10 @@ class Recorder:
         )
         self.split_names = tuple(s for s in SPLITS if int(_split_xy(splits, s)[1].shape[0]) > 0)
         self._names: tuple[str, ...] | None = None
+        self._names_seam: object = None
+        # one record per change of the field set between observations (a structure change
+        # mid-run): {"epoch", "layers" (the new layer names), "added", "removed"}
+        self.schema_changes: list[dict[str, Any]] = []
 
     # -- schedule -------------------------------------------------------------------------
     def due(self, epoch: int) -> bool:
@@ -96,14 +108,37 @@ class Recorder:
         return self.instruments.classes
 
     def field_names(self) -> list[str]:
-        """The names ``observe`` returns, in registry order (discovers the layers once)."""
-        if self._names is None:
-            ins = self.instruments
+        """The names ``observe`` returns now, in registry order: expanded again whenever the
+        instruments rediscovered the layers (a layer unfrozen, a head swapped: the
+        structure key of :class:`Instruments` changed), never a stale set."""
+        return list(self._current(None))
+
+    def _current(self, epoch: int | None) -> tuple[str, ...]:
+        ins = self.instruments
+        seam = ins.seam  # rediscovers when the model's structure changed
+        if self._names is None or seam is not self._names_seam:
             layers = [layer.name for layer in ins.layers]
-            self._names = tuple(
+            names = tuple(
                 expected_names(self.families, layers, self.split_names, ins.classes, ins.inputs)
             )
-        return list(self._names)
+            if self._names is not None and names != self._names:
+                self.schema_changes.append(
+                    {
+                        "epoch": epoch,
+                        "layers": layers,
+                        "added": [n for n in names if n not in self._names],
+                        "removed": [n for n in self._names if n not in names],
+                    }
+                )
+            self._names, self._names_seam = names, seam
+        return self._names
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resume continues: the schema changes recorded so far."""
+        return {"schema_changes": [dict(c) for c in self.schema_changes]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.schema_changes = [dict(c) for c in state.get("schema_changes", [])]
 
     def layer_records(self) -> list[dict[str, Any]] | None:
         """The instrumented layers (name, type, kind, shapes); ``None`` before discovery."""
@@ -119,7 +154,7 @@ class Recorder:
         of dense-evaluation logits) from the caller's own evaluation at this same boundary.
         Splits given there are scored from them instead of a second full-split forward pass.
         """
-        names = self.field_names()
+        names = self._current(ctx.epoch)
         row: dict[str, Value] = {}
         if self.instruments.families:
             row.update(

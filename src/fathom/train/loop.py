@@ -130,9 +130,7 @@ def train(
                 restore(s, state)
             return fit(s)
     except KeyboardInterrupt:  # before the epoch loop (fit records its own)
-        if writer.manifest is not None:
-            writer.manifest["status_reason"] = INTERRUPTED
-        writer.interrupted()  # status stays "running": the run can be resumed
+        writer.interrupted(INTERRUPTED)  # status stays "running": the run can be resumed
         raise
     except Exception as e:  # a full disk at epoch 0, a corrupt file: recorded, then raised
         raise_recorded(writer, disk_full_advice(e, s, run_dir), e)
@@ -152,7 +150,7 @@ def raise_recorded(writer: RunWriter, e: BaseException, original: BaseException)
 
 def begin(s: Session) -> None:
     """A fresh run: the first manifest, epoch 0's row, checkpoint and resume state."""
-    s.writer.start(s.pending_manifest)
+    s.writer.start()
     observe(s, 0, {"train/loss_running": None, "optim/lr": None})
     if 0 in s.cfg.checkpoints.save_epochs:
         s.save_epoch_checkpoint(0)
@@ -199,7 +197,7 @@ def restore(s: Session, state: dict[str, Any]) -> None:
         s.recorder.load_state_dict(state["recorder"])
     s.mark_boundary()
     s.refresh_manifest()
-    s.writer.begin_resumed(s.pending_manifest)
+    s.writer.begin_resumed()
 
 
 def _all_finite(model: torch.nn.Module) -> bool:
@@ -241,12 +239,12 @@ def _target_reached(s: Session, epoch: int, row: dict[str, Any] | None) -> str |
     target = s.cfg.stop.target_test_acc
     if target is None or row is None or (row.get("test/acc") or 0.0) < target:
         return None
-    s.manifest["stop"] = {
-        "target_test_acc": target,
-        "epoch": epoch,
-        "training_s": s.progress.clocks.training_s,
-        "elapsed_s": row["clock/elapsed_s"],
-    }
+    s.writer.set_stop(
+        target_test_acc=target,
+        epoch=epoch,
+        training_s=s.progress.clocks.training_s,
+        elapsed_s=row["clock/elapsed_s"],
+    )
     return (
         f"stopped at epoch {epoch}: official test accuracy {fmt_percent(row['test/acc'])} first "
         f"reached the target {fmt_percent(target)} (monitored on the test set, a speed "
@@ -262,7 +260,6 @@ def run_epochs(s: Session) -> tuple[str, str | None, int | None]:
         reason = _diverged(s, epoch, fields)
         if reason is not None:
             s.writer.row({"epoch": epoch, "step": s.progress.step, **fields, "diverged": True})
-            s.manifest.update(epochs_completed=epoch, steps_completed=s.progress.step)
             return "diverged", reason, epoch
         row = observe(s, epoch, fields)
         if s.on_progress is not None:
@@ -295,22 +292,24 @@ def fit(s: Session) -> RunResult:
     try:
         status, reason, diverged_epoch = run_epochs(s)
     except KeyboardInterrupt:
-        s.refresh_manifest(cut_short=True, status_reason=INTERRUPTED)
-        s.writer.interrupted()
+        s.refresh_manifest(cut_short=True)
+        s.writer.interrupted(INTERRUPTED)
         raise
     except Exception as e:
         s.refresh_manifest(cut_short=True)
         raise_recorded(s.writer, disk_full_advice(e, s, s.run_dir), e)
-    final_hash = None
-    if status == "complete":
-        final_hash = state_dict_digest(cpu_state(s.model))
-        s.manifest["final"] = {"epoch": s.progress.epoch}
-    s.manifest["hashes"]["final_params"] = final_hash
-    s.write_manifest(diverged_epoch=diverged_epoch)
-    s.writer.finish(status, reason)
+    complete = status == "complete"
+    final_hash = state_dict_digest(cpu_state(s.model)) if complete else None
+    s.writer.set_final(
+        final_params=final_hash,
+        epoch=s.progress.epoch if complete else None,
+        diverged_epoch=diverged_epoch,
+    )
+    s.refresh_manifest()
+    s.writer.finish(status, reason)  # the last commit
     rows, _ = read_jsonl(s.run_dir / "history.jsonl")
     return RunResult(
-        s.run_dir, status, s.manifest["epochs_completed"], final_hash, diverged_epoch, rows
+        s.run_dir, status, s.manifest.epochs_completed, final_hash, diverged_epoch, rows
     )
 
 
@@ -330,7 +329,7 @@ def resume(
     own (checked against the recorded data digests like data read from the config).
     """
     rd = RunDir(run_dir)
-    cfg = validate_run_config(rd.manifest["config"], origin=f"{run_dir}/manifest.json")
+    cfg = validate_run_config(rd.header.config, origin=f"{run_dir}/manifest.json")
     if live is not None:
         cfg = cfg.model_copy(update={"live": live})
     return train(

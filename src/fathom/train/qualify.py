@@ -22,6 +22,7 @@ from typing import Any
 from fathom.config import RunConfig
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json
+from fathom.rundir.record import RunManifest
 from fathom.telemetry.registry import FAMILIES, field_for
 
 DEFAULT_GATE = 0.10
@@ -76,18 +77,19 @@ def history_mismatches(off: list[dict[str, Any]], on: list[dict[str, Any]]) -> l
 
 
 def overhead_ratios(
-    manifest: dict[str, Any],
+    manifest: RunManifest,
 ) -> tuple[float, float, float | None, float | None, float | None]:
-    """``(training_s, telemetry_s, cold_s, overhead, overhead_without_cold)`` from a manifest."""
-    clocks = manifest["clocks"]
-    training, telemetry, cold = (
-        clocks["training_s"],
-        clocks["telemetry_s"],
-        clocks.get("telemetry_cold_s"),
+    """``(training_s, telemetry_s, cold_s, overhead, overhead_without_cold)`` of a finished
+    run, as its manifest recorded them (the ratios: :func:`fathom.train.manifest.telemetry_record`)."""
+    clocks, tel = manifest.clocks, manifest.telemetry
+    training, telemetry = float(clocks.training_s or 0.0), float(clocks.telemetry_s or 0.0)
+    return (
+        training,
+        telemetry,
+        clocks.telemetry_cold_s,
+        tel.overhead_ratio,
+        tel.overhead_ratio_without_cold,
     )
-    if training <= 0:
-        return training, telemetry, cold, None, None
-    return training, telemetry, cold, telemetry / training, (telemetry - (cold or 0.0)) / training
 
 
 def qualify(
@@ -108,7 +110,7 @@ def qualify(
     mismatches = history_mismatches(off.history, on.history)
     if off.status != "complete" or on.status != "complete":
         mismatches.insert(0, f"run status off={off.status}, on={on.status} (both must be complete)")
-    training, telemetry, cold, overhead, steady = overhead_ratios(RunDir(on.run_dir).manifest)
+    training, telemetry, cold, overhead, steady = overhead_ratios(RunDir(on.run_dir).record)
     gated = steady if exclude_cold else overhead
     identical = off.final_params is not None and off.final_params == on.final_params
     result = Qualification(

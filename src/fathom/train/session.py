@@ -22,7 +22,7 @@ from fathom.depth import GateController
 from fathom.errors import FathomError
 from fathom.io import config_digest, state_dict_digest
 from fathom.provenance import environment, source_hash
-from fathom.rundir import FORMAT, RunWriter, uninterrupted
+from fathom.rundir import FORMAT, RunManifest, RunWriter, uninterrupted
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
 from fathom.train.checkpoint import cpu_state
@@ -50,13 +50,13 @@ class Session:
     t_invocation: float = 0.0
     prior_elapsed: float = 0.0
     progress: Progress = field(default_factory=Progress)
-    pending_manifest: dict[str, Any] = field(default_factory=dict)
     completed: Progress | None = None  # the progress at the last complete epoch boundary
 
     @property
-    def manifest(self) -> dict[str, Any]:
-        """The manifest the writer holds (before ``start``: the one it will be given)."""
-        return self.writer.manifest if self.writer.manifest is not None else self.pending_manifest
+    def manifest(self) -> RunManifest:
+        """The manifest the writer holds (read it; change it through the writer's methods)."""
+        assert self.writer.manifest is not None
+        return self.writer.manifest
 
     def elapsed(self) -> float:
         return self.prior_elapsed + time.perf_counter() - self.t_invocation
@@ -92,7 +92,7 @@ class Session:
         t0 = time.perf_counter()
         meta: dict[str, Any] = {
             "epoch": epoch,
-            "config_hash": self.manifest["config_hash"],
+            "config_hash": self.manifest.config_hash,
             "run_id": self.run_dir.name,
         }
         if name == "selected":
@@ -106,9 +106,9 @@ class Session:
             entry = self.save_weights(f"epoch-{epoch:04d}", epoch)
             self.progress.checkpoints[str(epoch)] = {k: v for k, v in entry.items() if k != "epoch"}
 
-    def write_manifest(self, **updates: Any) -> None:
-        """Bring the manifest up to date with the run's progress (and ``updates``); commit."""
-        self.refresh_manifest(**updates)
+    def write_manifest(self) -> None:
+        """Bring the manifest up to date with the run's progress; commit."""
+        self.refresh_manifest()
         self.writer.commit()
 
     def mark_boundary(self) -> None:
@@ -116,8 +116,9 @@ class Session:
         its progress as the last complete one (see :meth:`refresh_manifest`)."""
         self.completed = Progress.from_state(self.progress.to_state())
 
-    def refresh_manifest(self, *, cut_short: bool = False, **updates: Any) -> None:
-        """Copy the run's progress into the manifest (and ``updates``), without committing.
+    def refresh_manifest(self, *, cut_short: bool = False) -> None:
+        """Record the run's progress through the writer (:meth:`RunWriter.progress`), without
+        committing.
 
         ``cut_short``: the run stops inside an epoch (Ctrl-C, a failure). Its epoch counts,
         step count, training-order and mask digests and clocks are then those of the last
@@ -128,21 +129,20 @@ class Session:
         p = self.progress
         p.clocks.elapsed_s = self.elapsed()
         done = self.completed if cut_short and self.completed is not None else p
-        m = self.manifest
-        m["clocks"] = vars(done.clocks).copy()
-        m["telemetry"] = telemetry_record(done.clocks, m["telemetry"]["enabled"])
-        if self.recorder is not None:  # each instrumented layer: name, type, path, shapes
-            m["telemetry"]["layers"] = self.recorder.layer_records()
-        m["hashes"].update(training_order=done.order_digest, masks=done.mask_digest)
-        m.update(
+        # each instrumented layer: name, type, path, shapes
+        layers = self.recorder.layer_records() if self.recorder is not None else None
+        self.writer.progress(
             epochs_completed=done.epoch,
             steps_completed=done.step,
+            clocks=vars(done.clocks),
+            telemetry=telemetry_record(done.clocks, self.recorder is not None, layers),
+            training_order=done.order_digest,
+            masks=done.mask_digest,
             selected=p.best,
             checkpoints=p.checkpoints,
             selected_checkpoint=p.selected_ckpt,
+            graphs_captured=self.stepper.captured,
         )
-        m["execution"]["graphs_captured"] = self.stepper.captured
-        m.update(updates)
 
 
 def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model) -> Any:
@@ -157,49 +157,47 @@ def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model)
 
 def new_manifest(
     s: Session, allocator_tuned: bool, note: str | None, phase: str | None
-) -> dict[str, Any]:
+) -> RunManifest:
+    """The run's manifest before its first boundary (:class:`fathom.rundir.RunManifest`)."""
     cfg, config_json = s.cfg, s.cfg.model_dump(mode="json")
-    return {
-        "format": FORMAT,
-        "kind": "run",
-        "phase": phase,
-        "run_id": s.run_dir.name,
-        "study": cfg.study,
-        "status": "running",
-        "status_reason": None,
-        "config": config_json,
-        "config_hash": config_digest(config_json),
-        "source_hash": source_hash(),
-        "data": dataset_record(s.splits, cfg),
-        "model": {
-            "kind": cfg.model.kind,
-            "class": type(s.model).__name__,
-            "parameters": sum(p.numel() for p in s.model.parameters()),
-        },
-        "hashes": {
-            "initial_params": s.progress.initial_hash,
-            "final_params": None,
-            "training_order": s.progress.order_digest,
-            "masks": s.progress.mask_digest,
-        },
-        "environment": {**environment(s.device), "cpu_allocator_tuned": allocator_tuned},
-        "clocks": {},
-        "epochs_completed": s.progress.epoch,
-        "steps_completed": s.progress.step,
-        "diverged_epoch": None,
-        "selected": s.progress.best,
-        "checkpoints": s.progress.checkpoints,
-        "selected_checkpoint": s.progress.selected_ckpt,
-        "final": {"epoch": None},
-        "telemetry": {"enabled": s.recorder is not None},
-        "live": cfg.live.model_dump(mode="json"),  # not in config / config_hash: never trains
-        "execution": {
-            "path": s.stepper.name,
-            "precision": cfg.execution.precision,
-            "note": note,
-            "graph_limit_branches": cfg.execution.max_graph_branches,
-        },
-    }
+    return RunManifest.model_validate(
+        {
+            "format": FORMAT,
+            "kind": "run",
+            "phase": phase,
+            "run_id": s.run_dir.name,
+            "study": cfg.study,
+            "status": "running",
+            "config": config_json,
+            "config_hash": config_digest(config_json),
+            "source_hash": source_hash(),
+            "data": dataset_record(s.splits, cfg),
+            "model": {
+                "kind": cfg.model.kind,
+                "class": type(s.model).__name__,
+                "parameters": sum(p.numel() for p in s.model.parameters()),
+            },
+            "hashes": {
+                "initial_params": s.progress.initial_hash,
+                "training_order": s.progress.order_digest,
+                "masks": s.progress.mask_digest,
+            },
+            "environment": {**environment(s.device), "cpu_allocator_tuned": allocator_tuned},
+            "epochs_completed": s.progress.epoch,
+            "steps_completed": s.progress.step,
+            "selected": s.progress.best,
+            "checkpoints": s.progress.checkpoints,
+            "selected_checkpoint": s.progress.selected_ckpt,
+            "telemetry": {"enabled": s.recorder is not None},
+            "live": cfg.live.model_dump(mode="json"),  # not in config / config_hash: never trains
+            "execution": {
+                "path": s.stepper.name,
+                "precision": cfg.execution.precision,
+                "note": note,
+                "graph_limit_branches": cfg.execution.max_graph_branches,
+            },
+        }
+    )
 
 
 def build_session(
@@ -249,5 +247,5 @@ def build_session(
         t_invocation,
     )
     s.progress.initial_hash = initial_hash
-    s.pending_manifest = new_manifest(s, allocator_tuned, note, phase)
+    writer.prepare(new_manifest(s, allocator_tuned, note, phase))
     return s

@@ -1,0 +1,275 @@
+"""The typed manifest (``fathom.rundir.record.RunManifest``, format 3) and the writer methods.
+
+* the trainer never indexes or mutates a manifest (an AST check of ``src/fathom/train``,
+  itself shown to catch each kind of mutation);
+* what the writer writes is the typed manifest, byte for byte canonical, and reads back;
+* format 3 is validated as a whole (a closed section refuses an unknown key, a missing
+  section is refused), formats 1 and 2 are read by their header;
+* unknown top-level sections round-trip, through a resume too;
+* the refactor left training numerics alone: final parameter hashes equal to those ``main``
+  produced before it, and a killed-and-resumed run ends with the uninterrupted run's hashes.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from conftest import synthetic_splits, tiny_config
+from fathom.errors import FathomError
+from fathom.rundir import FORMAT, RunDir, RunManifest, seal
+from fathom.rundir.header import TYPED_FROM
+from fathom.train.loop import resume, train
+
+TRAIN = Path(__file__).resolve().parents[1] / "src" / "fathom" / "train"
+MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "append", "extend", "insert"}
+
+
+# -- the trainer never touches the manifest's fields ----------------------------------------
+def _name(node: ast.AST) -> str | None:
+    return node.id if isinstance(node, ast.Name) else getattr(node, "attr", None)
+
+
+def _names_manifest(node: ast.AST, aliases: set[str]) -> bool:
+    """Does the expression ``node`` reach into something named ``*manifest*`` (or an alias)?"""
+    for sub in ast.walk(node):
+        name = _name(sub)
+        if isinstance(name, str) and ("manifest" in name.lower() or name in aliases):
+            return True
+    return False
+
+
+def manifest_mutations(source: str) -> list[str]:
+    """Every indexing or mutating use of a manifest in ``source``: ``manifest[...]`` (read or
+    written), ``del``, assignment to its attributes, ``.update/.setdefault/...`` calls on it,
+    through a local alias (``m = s.manifest``) too."""
+    tree = ast.parse(source)
+    aliases = {
+        t.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and "manifest" in str(_name(node.value)).lower()
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and _names_manifest(node.value, aliases):
+            found.append(f"line {node.lineno}: indexes {ast.unparse(node)}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in MUTATORS
+            and _names_manifest(node.func.value, aliases)
+        ):
+            found.append(f"line {node.lineno}: mutates {ast.unparse(node.func)}(...)")
+        elif isinstance(node, ast.Assign | ast.AugAssign | ast.Delete):
+            targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and _names_manifest(t.value, aliases):
+                    found.append(f"line {node.lineno}: assigns {ast.unparse(t)}")
+    return found
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        's.manifest["stop"] = {}',
+        'writer.manifest["status_reason"] = "x"',
+        's.manifest["hashes"]["final_params"] = h',
+        "s.manifest.update(epochs_completed=3)",
+        'm = s.manifest; m["final"] = 1',
+        "s.writer.manifest.status_reason = 'x'",
+        'del s.manifest["stop"]',
+        'x = s.manifest["epochs_completed"]',
+        "s.manifest.recovery.append(e)",
+        "m = self.writer.manifest\nm.stop = None",
+    ],
+)
+def test_the_mutation_check_catches_each_kind_of_manifest_change(snippet):
+    assert manifest_mutations(snippet), snippet
+
+
+def test_the_trainer_never_indexes_or_mutates_a_manifest():
+    found = {
+        p.name: hits
+        for p in sorted(TRAIN.glob("*.py"))
+        if (hits := manifest_mutations(p.read_text()))
+    }
+    assert found == {}, f"change the manifest through fathom.rundir.RunWriter's methods: {found}"
+
+
+# -- the written manifest is the typed one --------------------------------------------------
+def test_a_written_manifest_is_the_typed_one_canonical_and_round_trips(trained_tiny_run):
+    data = (trained_tiny_run / "manifest.json").read_bytes()
+    manifest = json.loads(data)
+    assert manifest["format"] == FORMAT >= TYPED_FROM
+    assert data == (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()  # canonical
+    typed = RunDir(trained_tiny_run).header
+    assert isinstance(typed, RunManifest)
+    again = typed.to_json()
+    assert again == {k: v for k, v in manifest.items() if k != "integrity"}
+    assert typed.hashes.final_params == manifest["hashes"]["final_params"] is not None
+    assert typed.final.epoch == typed.epochs_completed == 3
+    assert "stop" not in manifest and "failure" not in manifest  # written only when set
+
+
+def _write(tmp_path: Path, manifest: dict) -> Path:
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    (run / "manifest.json").write_text(json.dumps(seal(manifest)))
+    return run
+
+
+#: closed sections (``fathom.rundir.sections``) and a path into each
+CLOSED = [
+    ("hashes",),
+    ("model",),
+    ("environment",),
+    ("execution",),
+    ("final",),
+    ("selected",),
+    ("data",),
+    ("data", "sizes"),
+    ("telemetry",),
+]
+
+
+@settings(max_examples=30)
+@given(
+    where=st.sampled_from(CLOSED),
+    key=st.text("abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12),
+    old=st.sampled_from([1, 2]),
+)
+@example(where=("hashes",), key="final_param", old=2)  # a digest key misspelt by one byte
+def test_a_closed_section_refuses_an_unknown_key_in_format_3_only(
+    shared_tiny_run, tmp_path_factory, where, key, old
+):
+    manifest = json.loads((shared_tiny_run / "manifest.json").read_text())  # read only
+    section = manifest
+    for part in where:
+        section = section[part]
+    if key in section or (where == ("model",) and key == "class_"):
+        return  # not unknown
+    section[key] = 1
+    tmp = tmp_path_factory.mktemp("closed")
+    with pytest.raises(FathomError, match=rf"not a valid manifest \({'.'.join(where)}\.{key}:"):
+        RunDir(_write(tmp, manifest))
+    manifest["format"] = old  # the same content in an older format is read by its header
+    assert RunDir(_write(tmp, manifest)).header.run_id == manifest["run_id"]
+
+
+@pytest.mark.parametrize("section", ["data", "hashes", "environment", "telemetry", "execution"])
+def test_a_format_3_run_without_a_section_is_refused_and_format_2_reads(
+    trained_tiny_run, tmp_path, section
+):
+    manifest = json.loads((trained_tiny_run / "manifest.json").read_text())
+    del manifest[section]
+    with pytest.raises(FathomError, match=rf"{section}: Field required"):
+        RunDir(_write(tmp_path, manifest))
+    manifest["format"] = 2
+    rd = RunDir(_write(tmp_path, manifest))
+    assert not isinstance(rd.header, RunManifest) and rd.status == "complete"
+
+
+def test_unknown_top_level_sections_and_open_sections_round_trip(trained_tiny_run):
+    manifest = json.loads((trained_tiny_run / "manifest.json").read_text())
+    manifest["depth_scaling"] = {"benchmark": "x", "arms": [1, 2]}
+    manifest["clocks"]["training_cpu_s"] = 1.5  # a further clock
+    manifest["data"]["info"]["source_note"] = {"any": ["thing"]}
+    manifest["live"]["wandb"] = {"project": "p", "future_key": True}
+    typed = RunManifest.model_validate(manifest)
+    assert typed.to_json() == {k: v for k, v in manifest.items() if k != "integrity"}
+    manifest["clocks"]["training_cpu_s"] = "soon"  # open, but each clock is seconds
+    with pytest.raises(ValueError, match="training_cpu_s"):
+        RunManifest.model_validate(manifest)
+
+
+# -- numerics and the writer's paths ------------------------------------------------------
+#: ``tiny_config(optim.epochs=2, **case)`` on ``synthetic_splits(n_fit=128, n_eval=64)``, one
+#: torch thread, CPU: final ``state_dict_digest`` computed by ``main`` at 39c045e (before the
+#: typed manifest), with the same calls as :func:`_tiny` in a fresh interpreter.
+MAIN_HASHES = {
+    "sgd": ({}, "a91f84d362c4c3a182c7cfed4501fe1f8884fa24c4b1013ba2abd06bcb843344"),
+    "adamw": (
+        {"optim.name": "adamw", "optim.lr": 0.003},
+        "dd956cf95eee0f4495d954686199c47168f1b61b36de52053ce13c52e54f94e3",
+    ),
+    "sd": (
+        {"model.recipe": "sd_constant"},
+        "5bb7b59d7176f46374dbfaef7090cc777fcc4f48549627e4738379eb482c0c5d",
+    ),
+}
+
+
+def _tiny(run: Path, case: dict, **kw):
+    cfg = tiny_config(**{"optim.epochs": 2, **case})
+    return train(cfg, run, splits=synthetic_splits(n_fit=128, n_eval=64), **kw)
+
+
+@pytest.mark.parametrize("name", sorted(MAIN_HASHES))
+def test_final_parameters_are_those_main_trained_and_a_resume_reproduces_them(tmp_path, name):
+    case, expected = MAIN_HASHES[name]
+    fresh = _tiny(tmp_path / "fresh", case)
+    assert fresh.final_params == expected
+    if name != "sd":
+        return
+
+    def stop_after_epoch_1(event, info):
+        if event == "epoch_end" and info["epoch"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _tiny(tmp_path / "killed", case, progress=stop_after_epoch_1)
+    killed = RunDir(tmp_path / "killed")
+    assert killed.status == "running" and "--resume" in killed.manifest["status_reason"]
+    resumed = resume(tmp_path / "killed", splits=synthetic_splits(n_fit=128, n_eval=64))
+    assert resumed.final_params == expected
+    assert (
+        RunDir(tmp_path / "killed").manifest["hashes"]
+        == RunDir(tmp_path / "fresh").manifest["hashes"]
+    )
+
+
+def test_a_format_2_run_resumes_to_format_3_keeping_unknown_sections_and_a_refused_start_writes_nothing(
+    tmp_path,
+):
+    case = MAIN_HASHES["sgd"][0]
+
+    def stop(event, info):
+        if event == "epoch_end" and info["epoch"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _tiny(tmp_path / "r", case, progress=stop)
+    path = tmp_path / "r" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["tool_x"] = {"note": "written by another tool"}
+    manifest["format"] = 2  # as main wrote it before format 3 (the same layout)
+    path.write_text(json.dumps(seal(manifest)))
+    assert not isinstance(RunDir(tmp_path / "r").header, RunManifest)  # read by its header
+    before = path.read_bytes()
+    with pytest.raises(FathomError, match="already holds a run"):
+        _tiny(tmp_path / "r", case)  # refused before anything is written
+    assert path.read_bytes() == before
+    resume(tmp_path / "r", splits=synthetic_splits(n_fit=128, n_eval=64))
+    done = RunDir(tmp_path / "r")
+    assert done.status == "complete" and done.manifest["tool_x"] == manifest["tool_x"]
+    assert done.manifest["format"] == FORMAT and isinstance(done.header, RunManifest)
+    assert done.manifest["hashes"]["final_params"] == MAIN_HASHES["sgd"][1]
+
+
+def test_a_target_stop_and_a_divergence_are_recorded_by_the_writer(tmp_path):
+    stopped = _tiny(tmp_path / "stop", {"stop.target_test_acc": 0.01})
+    m = RunDir(stopped.run_dir).header
+    assert stopped.status == "complete" and m.stop is not None and m.stop.epoch == 1
+    assert m.final.epoch == m.epochs_completed == 1 and m.hashes.final_params is not None
+    diverged = _tiny(tmp_path / "div", {"optim.lr": 1e9})
+    m = RunDir(diverged.run_dir).header
+    assert diverged.status == "diverged" and m.diverged_epoch == diverged.diverged_epoch == 1
+    assert m.final.epoch is None and m.hashes.final_params is None and m.stop is None
+    assert m.epochs_completed == 1 and m.steps_completed == 4  # 128 examples, batches of 32
