@@ -5,8 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 from torch import nn
 from torch.func import functional_call, jacrev
 
@@ -454,3 +458,47 @@ def test_gradient_concentration_against_per_example_vectors() -> None:
     assert got["covariance_to_mean_ratio"] == pytest.approx(float(cov / (gbar @ gbar)), rel=1e-13)
     want_pr = float(norms.sum() ** 2 / (norms**2).sum())
     assert got["norm_participation"] == pytest.approx(want_pr, rel=1e-13)
+
+
+@settings(max_examples=40)
+@given(
+    logits=arrays(
+        np.float64,
+        st.tuples(st.integers(1, 4), st.integers(1, 6)),
+        elements=st.floats(-40, 40, allow_nan=False),
+    )
+)
+@example(logits=np.array([[30.0, -30.0, 0.0]]))  # p_1 -> 1: no cancellation in |u|^2
+def test_reduced_hessian_factor_has_rank_columns_and_is_exact(logits):
+    """``R_i R_i^T = H_i = diag(p_i) - p_i p_i^T`` with ``C - 1`` columns (one class: ``C``),
+    against the Hessian written out in float64."""
+    from fathom.curvature.softmax import softmax_hessian_sqrt_reduced
+
+    z = torch.from_numpy(logits)
+    parts = softmax_parts(z)
+    r = softmax_hessian_sqrt_reduced(parts)
+    c = z.shape[1]
+    assert r.shape == (z.shape[0], c, max(c - 1, 1))
+    p = torch.softmax(z, dim=1)
+    want = torch.diag_embed(p) - p[:, :, None] * p[:, None, :]
+    assert float((r @ r.transpose(1, 2) - want).abs().max()) <= 1e-15
+
+
+def test_snapshot_layer_paths_are_the_coverage_table_text() -> None:
+    """Each layer record's ``path`` is the coverage table's wording (one source,
+    :attr:`fathom.seam_types.Layer.path`), for fast, attention, op and generic layers."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from curvature_floor import TransformerBlock
+
+    torch.manual_seed(0)
+    model = TransformerBlock(vocab=11, length=4, dim=8, heads=2).double().eval()
+    x, y = torch.randint(0, 11, (5, 4)), torch.randint(0, 10, (5,))
+    record = curvature_snapshot(model, x, y).record
+    paths = {la["name"]: la["path"] for la in record["layers"]}
+    assert paths["<model>"].startswith("root operations") and paths["attn"] == "fast attention"
+    for qualified, text in record["coverage"].items():
+        layer = text.split(" (", 1)[0]
+        assert text.endswith(f", {paths[layer]})"), (qualified, text, paths[layer])

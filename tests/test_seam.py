@@ -112,7 +112,8 @@ def test_parameter_of_the_root_is_covered_by_the_root() -> None:
     y = torch.tensor([0, 1, 2, 0, 1])
     seam, calls, cots = seam_grads(model, x, y)
     root = seam.layer("<model>")
-    assert root.params == ("t",) and root.kind == "generic"
+    assert root.params == ("t",) and root.kind == "op"
+    assert seam.coverage["t"] == "<model> (Temperature, root operations (mul), each by torch.func)"
     got = per_example_grads(root, calls[root.name], cots[root.name], 5)["t"]
     assert rel_err(got, brute_force_grads(model, x, y)["t"]) <= 1e-9
 

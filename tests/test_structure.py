@@ -59,6 +59,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "fathom.pex_attention",
             "fathom.pex_conv",
             "fathom.pex_embedding",
+            "fathom.pex_functional",
             "fathom.pex_rnn",
         ),
     ),

@@ -191,6 +191,25 @@ def test_tuning_table_is_the_grid_markdown_and_html_show():
     assert md[t.title][1:] == table_text(t)
 
 
+def test_summary_md_unit_columns_hold_only_their_unit():
+    """Every non-empty cell under a ``(%)`` header prints a percentage, under ``(nats)``
+    nats, under ``(s)`` seconds; no bare fraction beside a % column."""
+    s = summarise_study(QUICK, reference="residual", target_val_acc=0.9)
+    suffix = {"(%)": "%", "(nats)": " nats", "(s)": " s", "(×)": "×"}
+    seen = 0
+    for rows in md_tables(to_markdown(s)).values():
+        for j, head in enumerate(rows[0]):
+            unit = next((u for h, u in suffix.items() if head.endswith(h)), None)
+            for row in rows[1:]:
+                if unit is None or row[j] == "—":
+                    continue
+                seen += 1
+                body = re.sub(r" \(n=\d+\)$", "", row[j])
+                assert body.endswith(unit), (head, row[j])
+                assert not re.fullmatch(r"0\.\d+", body.split(" ")[0]) or unit != "%", row[j]
+    assert seen >= 4 * len(RECIPES)
+
+
 def test_summary_md_states_the_target_in_percent():
     md = to_markdown(summarise_study(QUICK, reference="residual", target_val_acc=0.9))
     assert "validation accuracy >= 90.00%" in md

@@ -124,6 +124,8 @@ SPEC = r"[+\- ]?\d*(?:\.\d+)?[fgeFGE]"
 PERCENT_ROUNDED = re.compile(
     rf"""percent\((?:[^()]|\([^()]*\))*\)\s*(?::{SPEC}\}}|,\s*["']{SPEC}["'])"""
 )
+# 4. a replacement field printed straight before a literal %: f"({x:.1f}%)", f"{_num(x)}%"
+FIELD_THEN_PERCENT = re.compile(r"""f"[^"]*\}%|f'[^']*\}%""")
 # a quantile's name (q05 for 0.05) is not a rendered percentage
 NOT_A_PERCENT = {("telemetry/field.py", 'f"q{round(q * 100):02d}"')}
 
@@ -138,7 +140,7 @@ def offenders(root: Path = SRC) -> list[str]:
         for i, line in enumerate(path.read_text().splitlines(), 1):
             if line.lstrip().startswith("#"):
                 continue
-            for rx in (PERCENT_SPEC, TIMES_100, PERCENT_ROUNDED):
+            for rx in (PERCENT_SPEC, TIMES_100, PERCENT_ROUNDED, FIELD_THEN_PERCENT):
                 m = rx.search(line)
                 if m and not any(rel == f and s in line for f, s in NOT_A_PERCENT):
                     out.append(f"{rel}:{i}: {line.strip()}")
@@ -155,6 +157,7 @@ def offenders(root: Path = SRC) -> list[str]:
         'x = f"acc {acc * 100:.1f}"',
         "x = f\"{percent(r['acc']):.2f}\"",
         'x = f(percent(r["selected_test_acc"]), ".2f")',
+        "x = f\"{per} ({_num(f['mean'])}%)\"",
     ],
 )
 def test_the_scanner_finds_each_kind(tmp_path, line):
@@ -195,3 +198,16 @@ def test_curvature_traces_and_gradient_norms_state_their_units():
     labels = {key: label for key, _, label, _ in GRADIENT_QUANTITIES}
     assert labels["grad_norm"] == "‖mean g‖ (nats / param. unit)"
     assert labels["max_share"].endswith("(%)")
+
+
+def test_curvature_summary_md_prints_probe_accuracy_in_percent():
+    from fathom.curvature.rundir import summary_markdown
+
+    row = {"epoch": 2, "probe_ce_mean": 0.31234, "probe_accuracy": 0.921875,
+           "ggn_weight_trace": 12.345678, "runtime_s": 1.5}  # fmt: skip
+    md = summary_markdown("r", 128, [row])
+    head, _, body = md.strip().splitlines()[-3:]
+    cells = dict(zip(head.strip("|").split(" | "), body.strip("|").split(" | ")))
+    cells = {k.strip(): v.strip() for k, v in cells.items()}
+    assert cells["probe acc (%)"] == "92.19" and cells["probe CE (nats)"] == "0.3123"
+    assert cells["GGN tr (nats / param. unit²)"] == "12.35" and cells["runtime (s)"] == "1.50"

@@ -31,8 +31,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-from torch.func import functional_call, vjp, vmap
+from torch.func import vjp, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils import _pytree as pytree
 
@@ -40,7 +39,7 @@ from fathom.errors import FathomError
 from fathom.pex_attention import attention_grads
 from fathom.pex_conv import conv_form, conv_grads
 from fathom.pex_embedding import embedding_grads
-from fathom.pex_rnn import functional_recurrent
+from fathom.pex_functional import module_fn, op_fn
 from fathom.seam import Call, Layer
 from fathom.seam_discovery import preserved
 
@@ -162,57 +161,6 @@ def _batched(leaves, dims, n, where, lead=0):
     return values, in_dims
 
 
-class _Scope(nn.Module):
-    """``forward(args, kwargs) = target(*args, **kwargs)`` inside ``root``: a
-    ``functional_call`` of the scope substitutes any of the root's parameters (by qualified
-    name, tied aliases too) while only ``target`` runs — a parameter the target uses but
-    does not own (a sibling's weight, a parametrization's original) is substituted too."""
-
-    def __init__(self, root: nn.Module, target: nn.Module) -> None:
-        super().__init__()
-        self.root = root
-        object.__setattr__(self, "target", target)  # not registered: no second name
-
-    def forward(self, args: tuple, kwargs: dict) -> Any:
-        return self.target(*args, **kwargs)
-
-
-def _locations(layer: Layer) -> dict[str, list[str]]:
-    """Per key, the scope names of every *distinct* place its parameter sits (a tied weight
-    under two modules: both; a module registered under two names: once, or restoring the
-    second name would write back the substituted tensor)."""
-    assert layer.root is not None
-    wanted = {id(t): k for k, t in layer.tensors().items()}
-    out: dict[str, list[str]] = {k: [] for k in layer.params}
-    seen: set[tuple[int, str]] = set()
-    for name, p in layer.root.named_parameters(remove_duplicate=False):
-        path, _, attr = name.rpartition(".")
-        where = (id(layer.root.get_submodule(path)), attr)
-        if id(p) in wanted and where not in seen:
-            seen.add(where)
-            out[wanted[id(p)]].append("root." + name)
-    return out
-
-
-def _module_fn(layer: Layer, spec, slots: dict[int, str]):
-    """``f(q, leaves) -> output`` of one call of the layer with its parameters ``q`` (keys
-    of ``layer.params``): the input leaves at ``slots`` are parameters passed as arguments,
-    replaced by ``q`` (by identity of the captured leaf)."""
-    scope = _Scope(layer.root, layer.module) if layer.root is not None else None
-    names = _locations(layer) if scope is not None else {}
-
-    def f(q: dict, leaves: list) -> Any:
-        leaves = [q[slots[j]] if j in slots else v for j, v in enumerate(leaves)]
-        args, kwargs = pytree.tree_unflatten(leaves, spec)
-        with functional_recurrent(layer.module):
-            if scope is None:
-                return functional_call(layer.module, q, args, kwargs)
-            subs = {n: v for k, v in q.items() for n in names[k]}
-            return functional_call(scope, subs, (args, kwargs), tie_weights=False)
-
-    return f
-
-
 def _generic_call(layer: Layer, call: Call, cot: list, n: int, directions: bool, chunk: int):
     where = f"module {layer.name!r} ({layer.type_name})"
     leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
@@ -229,7 +177,7 @@ def _generic_call(layer: Layer, call: Call, cot: list, n: int, directions: bool,
         [cot[j] for j in keep], [call.out_dims[j] for j in keep], n, where, lead
     )
     params = {k: v.detach() for k, v in tensors.items()}
-    fn = _module_fn(layer, spec, slots)
+    fn = op_fn(call.func, spec, slots) if layer.kind == "op" else module_fn(layer, spec, slots)
 
     def one(p: dict, example_ins: list, example_cts: list) -> dict:
         def f(q: dict) -> tuple:
@@ -244,6 +192,35 @@ def _generic_call(layer: Layer, call: Call, cot: list, n: int, directions: bool,
     with sdpa_kernel(SDPBackend.MATH), preserved(layer.root or layer.module):
         g = vmap(one, in_dims=(None, in_dims, ct_dims), chunk_size=chunk)(params, ins, cts)
     return {k: v.transpose(0, 1) if directions else v for k, v in g.items()}
+
+
+def _masked_op_call(layer: Layer, call: Call, cot: list, n: int, directions: bool):
+    """A root operation (kind ``op``) that does not split per example (e.g. ``p.expand(-1,
+    n, -1)``: no input has an example dimension): run once on the batch, its ``vjp`` applied
+    to ``N`` cotangents each restricted to one example's rows, ``g_i = J^T (delta * 1_i)``
+    (exact for any operation: example ``i``'s loss reaches the parameter through its rows)."""
+    leaves, spec = pytree.tree_flatten((call.args, call.kwargs))
+    tensors = layer.tensors()
+    slots = {j: k for j, leaf in enumerate(leaves) for k, t in tensors.items() if leaf is t}
+    keep = [j for j, t in enumerate(cot) if t is not None and call.out_dims[j] is not None]
+    fn = op_fn(call.func, spec, slots)
+    base = [v.detach() if isinstance(v, torch.Tensor) else v for v in leaves]
+
+    def f(q: dict) -> tuple:
+        outs = pytree.tree_leaves(fn(q, base))
+        return tuple(outs[j] for j in keep)
+
+    _, pull = vjp(f, {k: v.detach() for k, v in tensors.items()})
+    lead = 1 if directions else 0
+    masked = []
+    for j in keep:
+        c, (d, k) = cot[j], call.out_dims[j]
+        rows = torch.eye(n, dtype=c.dtype, device=c.device).repeat_interleave(k, dim=1)
+        masked.append(
+            c.unsqueeze(0) * rows.view(n, *[1] * (d + lead), n * k, *[1] * (c.dim() - d - lead - 1))
+        )
+    g = vmap(vmap(pull) if directions else pull)(tuple(masked))[0]
+    return {key: v.transpose(0, 1) if directions else v for key, v in g.items()}
 
 
 def per_example_grads(
@@ -265,13 +242,18 @@ def per_example_grads(
     if not calls:
         lead = (d,) if d else ()
         return {k: torch.zeros(*lead, n, *t.shape, dtype=t.dtype) for k, t in tensors.items()}
-    if layer.kind not in ("generic", "recurrent", "attention"):
+    if layer.kind not in ("generic", "recurrent", "attention", "op"):
         return _fast_grads(layer, calls, cots, n, directions)
     size = sum(t.numel() for t in tensors.values()) * (d or 1)
     chunk = chunk_size or max(1, min(n, _ELEMENTS // max(size, 1)))
     total: dict[str, torch.Tensor] = {}
     for call, cot in zip(calls, cots, strict=True):
         g = attention_grads(layer, call, cot, n, directions) if layer.kind == "attention" else None
+        if g is None and layer.kind == "op":
+            try:  # per example where the operation splits so, else by masked cotangents
+                g = _generic_call(layer, call, cot, n, directions, chunk)
+            except Exception:
+                g = _masked_op_call(layer, call, cot, n, directions)
         if g is None:  # (an attention call outside its closed form too)
             g = _generic_call(layer, call, cot, n, directions, chunk)
         total = g if not total else {k: total[k] + g[k] for k in g}

@@ -95,7 +95,8 @@ def attention_forms(
 
     def merge(t: torch.Tensor, rows: int) -> torch.Tensor:  # [N, H, D*rows, d] -> [D, N, rows, E]
         t = t.unflatten(2, (big_d, rows))  # [N, H, D, rows, d]
-        return t.permute(2, 0, 3, 1, 4).reshape(big_d, n, rows, e)
+        # stored example-major ([N, D, rows, E]): the curvature sums read it per example
+        return t.permute(0, 2, 3, 1, 4).reshape(n, big_d, rows, e).transpose(0, 1)
 
     q = split(F.linear(x["query"], w_q, b[0]))
     k = split(F.linear(x["key"], w_k, b[1]))

@@ -27,10 +27,14 @@ fast kind only where it is provably the module's function — the exact class an
   gradient): ``g_i(W)[v] = sum_{t: tok_it = v} delta_it``, in closed form;
 * ``recurrent``: ``nn.RNN`` / ``nn.GRU`` / ``nn.LSTM`` (the stock forward): the functional
   cell of :mod:`fathom.pex_rnn` under ``torch.func`` (the fused kernels cannot be vmapped);
-* ``generic``: every other module (BatchNorm/LayerNorm of a subclass,
-  ``nn.MultiheadAttention`` (whose ``out_proj`` is never *called*, so the attention module
-  covers it), custom modules, the root model for a parameter used directly in its forward):
-  exact per-example gradients by ``torch.func`` — ``functional_call`` of that module on one
+* ``attention``: ``nn.MultiheadAttention`` (packed ``in_proj``, no ``bias_k``/``add_zero_attn``;
+  it covers its never-called ``out_proj``): the cotangent pulled back by hand to the q/k/v
+  and output projections, linear maps over positions (:mod:`fathom.pex_attention`); a call
+  with masks takes the generic path;
+* ``op``: the root, for parameters its own ``forward`` reads directly (a positional
+  embedding ``h + self.pos``): each torch operation reading them differentiated alone
+  (per example, or by masked cotangents), never the whole model;
+* ``generic``: every other module (BatchNorm/LayerNorm of a subclass, custom modules): exact per-example gradients by ``torch.func`` — ``functional_call`` of that module on one
   example's captured inputs, ``vjp`` w.r.t. its covered parameters, ``vmap`` over examples,
   in chunks (see :mod:`fathom.pex`).
 
@@ -82,15 +86,17 @@ gradients ``g_i`` (``[N, *shape]`` or ``[D, N, *shape]``) and Gram matrices
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from functools import partial
 
 import torch
 from torch import nn
 
 from fathom.errors import FathomError
-from fathom.seam_attribution import attribute, coverage, make_layer
+from fathom.seam_attribution import attribute, coverage, make_layer, root_ops
 from fathom.seam_check import confirmed_in_float64, mismatches
 from fathom.seam_discovery import (
+    OpCapture,
     UseRecorder,
     check_batchnorm,
     check_inference_mode,
@@ -114,6 +120,7 @@ KINDS: tuple[str, ...] = (
     "embedding",
     "attention",
     "recurrent",
+    "op",
     "generic",
 )
 
@@ -139,14 +146,25 @@ def discover(model: nn.Module, x: torch.Tensor) -> Seam:
         out_b, calls_b = record_calls(model, xb, recorder)
         logits = check_logits(out_b, 3)
         uses, notes = coverage(model, recorder.uses, logits)
-        _, calls_a = record_calls(model, xb[:2])
+        recorder_a = UseRecorder(recorder.params, [])
+        _, calls_a = record_calls(model, xb[:2], recorder_a)
     finally:
         torch.set_rng_state(rng)
     owner, dims = attribute(model, uses, calls_a, calls_b)
+    ops = root_ops(uses, owner, recorder_a.ops, recorder.ops)
+    if ops is not None:
+        dims[""] = ops[0]
     order = {name: i for i, name in enumerate(calls_b)}
     modules = sorted(set(owner.values()), key=order.__getitem__)
     layers = tuple(
-        make_layer(model, m, tuple(n for n in named if owner.get(n) == m), dims[m]) for m in modules
+        make_layer(
+            model,
+            m,
+            tuple(n for n in named if owner.get(n) == m),
+            dims[m],
+            ops[1] if ops is not None and m == "" else "",
+        )
+        for m in modules
     )
     by_label = {m or ROOT: dims[m] for m in modules}
     seam = Seam(model, layers, by_label, {n: m or ROOT for n, m in owner.items()}, notes)
@@ -203,8 +221,16 @@ class Seam:
         check_inference_mode()
         check_batchnorm(self.model)
         calls: dict[str, list[Call]] = {layer.name: [] for layer in self.layers}
-        modules = {layer.name: layer.module for layer in self.layers}
+        modules = {la.name: la.module for la in self.layers if la.kind != "op"}
         pending: dict[str, list] = {name: [] for name in modules}
+
+        def record(name, args, kwargs, output, func=None):
+            known = self._dims[name]
+            ins, outs = known[min(len(calls[name]), len(known) - 1)]
+            call = Call(args, kwargs, output, ins, outs, func=func)
+            leaves = [*call.input_leaves(), *call.output_leaves()]
+            call.versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in leaves]
+            calls[name].append(call)
 
         def pre(name):
             def hook(m, args, kwargs):
@@ -214,17 +240,16 @@ class Seam:
 
         def post(name):
             def hook(m, args, kwargs, output):
-                known = self._dims[name]
-                ins, outs = known[min(len(calls[name]), len(known) - 1)]
-                args, kwargs = pending[name].pop()
-                call = Call(args, kwargs, output, ins, outs)
-                leaves = [*call.input_leaves(), *call.output_leaves()]
-                call.versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in leaves]
-                calls[name].append(call)
+                record(name, *pending[name].pop(), output)
 
             return hook
 
-        with hooks(self.model, pre, post, modules):
+        with ExitStack() as stack:
+            stack.enter_context(hooks(self.model, pre, post, modules))
+            for la in self.layers:  # the root's own operations (kind op), by identity
+                if la.kind == "op":
+                    params = {id(t) for t in la.tensors().values()}
+                    stack.enter_context(OpCapture(params, partial(record, la.name)))
             yield calls
 
     def cotangents(

@@ -137,11 +137,33 @@ def _key(model: nn.Module, module_name: str, qualified: str) -> str:
     return FOREIGN + qualified
 
 
-def make_layer(model: nn.Module, module_name: str, qualified: tuple[str, ...], dims) -> Layer:
+def root_ops(uses: dict, owner: dict, ops_a: list, ops_b: list) -> tuple[list, str] | None:
+    """``(call dims, op names)`` of the root's own torch operations when every use of every
+    parameter the root covers is one of them and each maps examples to outputs: the root's
+    layer is then of kind ``op`` (each operation differentiated alone), not the whole model
+    as one generic layer. ``None`` otherwise."""
+    mine = [n for n, m in owner.items() if m == ""]
+    if not mine or any(stack != ("",) for n in mine for stack in uses[n]):
+        return None
+    try:
+        dims = call_dims(ROOT, [o[:3] for o in ops_a], [o[:3] for o in ops_b])
+    except FathomError:
+        return None
+    if not _per_example([o[:3] for o in ops_b], dims):
+        return None
+    names = sorted({getattr(o[3], "__name__", type(o[3]).__name__) for o in ops_b})
+    return dims, ", ".join(names)
+
+
+def make_layer(
+    model: nn.Module, module_name: str, qualified: tuple[str, ...], dims, ops: str = ""
+) -> Layer:
+    """The layer of ``module_name`` covering ``qualified``; ``ops``: the root's operation
+    names when its layer is of kind ``op`` (:func:`root_ops`)."""
     module = model.get_submodule(module_name)
     keys = tuple(_key(model, module_name, q) for q in qualified)
     roles = tuple(param_role(*_owner_and_attr(model, q)) for q in qualified)
-    kind, reason = fast_kind(module, keys, dims)
+    kind, reason = ("op", ops) if ops else fast_kind(module, keys, dims)
     return Layer(module_name or ROOT, module, kind, keys, qualified, roles, reason, model)
 
 

@@ -108,21 +108,47 @@ def _metadata_access(func: Any) -> bool:
 
 class UseRecorder(TorchFunctionMode):
     """Records, for every torch call that receives a parameter (by identity), the active
-    module stack (metadata reads such as ``.dtype`` or ``.shape`` are not uses)."""
+    module stack (metadata reads such as ``.dtype`` or ``.shape`` are not uses), and every
+    such call made by the root's own ``forward`` (only the root running) as ``ops``:
+    ``(args, kwargs, output, func)``."""
 
     def __init__(self, params: dict[int, str], stack: list[str]) -> None:
         super().__init__()
         self.params, self.stack, self.uses = params, stack, {}
+        self.ops: list[tuple] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if _metadata_access(func):
             return func(*args, **kwargs)
+        found = False
         for leaf in pytree.tree_leaves((args, kwargs)):
             name = self.params.get(id(leaf)) if isinstance(leaf, torch.Tensor) else None
             if name is not None:
                 self.uses.setdefault(name, []).append(tuple(self.stack))
-        return func(*args, **kwargs)
+                found = True
+        out = func(*args, **kwargs)
+        if found and self.stack == [""]:  # the root module alone is running
+            self.ops.append((args, kwargs, out, func))
+        return out
+
+
+class OpCapture(TorchFunctionMode):
+    """Calls ``record(args, kwargs, output, func)`` for every torch call receiving one of
+    ``params`` (by identity): a kind ``op`` layer's calls during a capture."""
+
+    def __init__(self, params: set[int], record) -> None:
+        super().__init__()
+        self.params, self.record = params, record
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not _metadata_access(func) and any(
+            id(t) in self.params for t in pytree.tree_leaves((args, kwargs))
+        ):
+            self.record(args, kwargs, out, func)
+        return out
 
 
 @contextmanager
@@ -130,7 +156,7 @@ def hooks(model: nn.Module, pre, post, modules: dict[str, nn.Module] | None = No
     """``pre`` runs before every other pre-hook of a module (it sees the inputs the module
     was called with), ``post`` after every other forward hook (it sees the final output)."""
     handles = []
-    for name, m in (modules or dict(model.named_modules())).items():
+    for name, m in (dict(model.named_modules()) if modules is None else modules).items():
         handles.append(m.register_forward_pre_hook(pre(name), with_kwargs=True, prepend=True))
         handles.append(m.register_forward_hook(post(name), with_kwargs=True, always_call=True))
     try:

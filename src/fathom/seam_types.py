@@ -51,6 +51,8 @@ class Layer:
             return f"generic torch.func: {self.reason}" if self.reason else "generic torch.func"
         if self.kind == "recurrent":
             return "recurrent torch.func (functional cell)"
+        if self.kind == "op":
+            return f"root operations ({self.reason}), each by torch.func"
         return f"fast {self.kind}"
 
     def _role(self, i: int) -> str:
@@ -85,6 +87,8 @@ class Call:
 
     ``args`` / ``kwargs`` are the inputs as the call received them (before any forward
     pre-hook of the module changed them), ``output`` the result after its forward hooks.
+    A layer of kind ``op`` records one call per torch operation of the root's ``forward``
+    that reads one of its parameters (``func``: that operation).
     ``in_dims`` / ``out_dims`` hold, per pytree leaf, ``None`` (not per-example) or
     ``(dim, k)``: the leaf's dimension ``dim`` has ``k`` consecutive entries per example.
     """
@@ -95,6 +99,7 @@ class Call:
     in_dims: list
     out_dims: list
     versions: list[int] = field(default_factory=list)
+    func: Any = None  # the torch function of a root operation's call (kind "op")
 
     def input_leaves(self) -> list[Any]:
         return pytree.tree_leaves((self.args, self.kwargs))

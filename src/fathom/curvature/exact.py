@@ -9,8 +9,9 @@ Jacobian in the parameters and ``v_ik`` a set of output directions, the matrix
 
 and the three matrices (the *families*) differ only in their output directions:
 
-* CE **GGN** ``(1/N) sum_i J_i^T H_i J_i``: ``v_ik = s_ik``, the ``C`` columns of the square-root
-  factor of the softmax Hessian ``H_i = diag(p_i) - p_i p_i^T`` (exact, not sampled);
+* CE **GGN** ``(1/N) sum_i J_i^T H_i J_i``: ``v_ik = s_ik``, the ``C - 1`` columns of the
+  reduced square-root factor ``R_i`` of the softmax Hessian ``H_i = diag(p_i) - p_i p_i^T``
+  (``H_i = R_i R_i^T``, rank ``C - 1``: :mod:`fathom.curvature.softmax`; exact, not sampled);
 * **empirical Fisher** ``(1/N) sum_i g_i g_i^T`` (observed labels): one direction ``r_i = p_i - e_y``;
 * **logit-Jacobian Gram** ``(1/N) sum_i J_i^T J_i``: ``v_ic = e_c``, the ``C`` unit logits.
 
@@ -20,18 +21,22 @@ hooks; one backward of ``D`` output directions to every layer output
 families (:class:`Plan`):
 
 * with the Jacobian Gram: the ``C`` unit directions ``e_c`` (the Jacobian rows ``J_i^T e_c``),
-  from which the GGN and Fisher rows follow by linearity, ``J^T s_ik = sum_c S_i[c, k] J^T e_c``
+  from which the GGN and Fisher rows follow by linearity, ``J^T s_ik = sum_c R_i[c, k] J^T e_c``
   and ``J^T r_i = sum_c r_ic J^T e_c`` (one ``[K+1, C] @ [C, M]`` product per example);
-* without it: the families' own directions, pulled back directly (``C`` for the GGN, one for
-  the Fisher, ``C + 1`` for both), so nothing is mixed;
+* without it: the families' own directions, pulled back directly (``C - 1`` for the GGN, one
+  for the Fisher, ``C`` for both), so nothing is mixed;
 
 then per layer
 
 * ``nn.Linear`` with one row per example (``a_i [d_in]``, ``u_id`` the cotangent of direction
   ``d``): ``diag_W = (1/N) sum_i (sum_k u_iko^2) a_ij^2`` is one matmul; per-example gradients
   are never formed;
-* every other layer (Linear over positions, Conv1d/2d, and by the generic ``torch.func``
-  path BatchNorm, LayerNorm, Embedding, attention, custom modules): the per-example
+* ``nn.Linear`` over positions and ``nn.MultiheadAttention`` (its projections are linear maps
+  over positions, :func:`fathom.pex_attention.attention_forms`): the family rows are mixed
+  from the cotangents *before* the outer products (``J^T v`` is linear in ``v``), then
+  ``sum_i sum_k (sum_t r_ikt a_it^T)^2`` by one batched matmul per example and block;
+* every other layer (Conv1d/2d, BatchNorm, LayerNorm, Embedding, root operations, and by
+  the generic ``torch.func`` path custom modules): the per-example
   gradients of the pulled-back directions (:func:`fathom.pex.per_example_grads`), mixed as
   above where needed and squared, in chunks of examples that bound memory.
 """
@@ -45,7 +50,7 @@ import torch
 from torch import nn
 
 from fathom.curvature.probe import probe_labels, pull_back, unit_directions
-from fathom.curvature.softmax import label_residual, softmax_hessian_sqrt, softmax_parts
+from fathom.curvature.softmax import label_residual, softmax_hessian_sqrt_reduced, softmax_parts
 from fathom.curvature.twin import prepared
 from fathom.errors import FathomError
 from fathom.pex import linear_rows, per_example_grads
@@ -77,7 +82,9 @@ def resolve_families(families: str | Iterable[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class OutputDirections:
-    """Per-example output directions: ``S [N, C, K]`` (GGN) and ``r [N, C]`` (Fisher)."""
+    """Per-example output directions: ``R [N, C, K]`` (GGN; the reduced square-root factor
+    of the softmax Hessian, ``K = C - 1`` columns: :mod:`fathom.curvature.softmax`) and
+    ``r [N, C]`` (Fisher)."""
 
     sqrt_hessian: torch.Tensor
     residual: torch.Tensor
@@ -85,7 +92,7 @@ class OutputDirections:
     @staticmethod
     def of(logits: torch.Tensor, labels: torch.Tensor) -> OutputDirections:
         parts = softmax_parts(logits)
-        return OutputDirections(softmax_hessian_sqrt(parts), label_residual(parts, labels))
+        return OutputDirections(softmax_hessian_sqrt_reduced(parts), label_residual(parts, labels))
 
 
 @dataclass(frozen=True)
@@ -210,12 +217,14 @@ def _form_sums(layer: Layer, forms: dict[str, Form], dirs, plan: Plan) -> dict[s
     only ``[N, K, O, I]`` per block is formed, never ``[D, N, *shape]`` per parameter."""
     shapes = layer.shapes()
     out = {}
+    mixed: dict[int, dict[str, torch.Tensor]] = {}  # per cotangent block (a weight and its bias)
     for name in layer.params:
         sums: dict[str, list] = {k: [] for k in plan.families}
         for g, a in forms[name]:
             d, n, t, o = g.shape
-            rows = plan.rows(g.transpose(0, 1).reshape(n, d, t * o), dirs)
-            for kind, r in rows.items():
+            if id(g) not in mixed:
+                mixed[id(g)] = plan.rows(g.transpose(0, 1).reshape(n, d, t * o), dirs)
+            for kind, r in mixed[id(g)].items():
                 r = r.reshape(n, -1, t, o)  # [N, K, T, O]
                 if a is None:  # a bias: sum_i sum_k (sum_t r_ikt)^2
                     sums[kind].append(r.sum(2).square().sum((0, 1)))

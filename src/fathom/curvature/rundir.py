@@ -30,20 +30,24 @@ from fathom.errors import FathomError
 from fathom.io import tensor_digest
 from fathom.provenance import source_hash
 from fathom.rundir.output import AnalysisOutput, analysis_output
+from fathom.units import fmt_value, percent
 
 FORMAT = 1
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
+    # (row key, label with its unit; a parameter unit is the unit of one weight entry)
     ("epoch", "epoch"),
-    ("probe_ce_mean", "probe CE"),
-    ("probe_accuracy", "probe acc"),
-    ("ggn_weight_trace", "GGN tr"),
-    ("empirical_fisher_weight_trace", "EF tr"),
-    ("jacobian_gram_weight_trace", "Jac tr"),
+    ("probe_ce_mean", "probe CE (nats)"),
+    ("probe_accuracy", "probe acc (%)"),
+    ("ggn_weight_trace", "GGN tr (nats / param. unit²)"),
+    ("empirical_fisher_weight_trace", "EF tr (nats² / param. unit²)"),
+    ("jacobian_gram_weight_trace", "Jac tr (logit² / param. unit²)"),
     ("kfac_diag_rel_l1_error_max", "KFAC diag err (max layer)"),
     ("rho", "rho"),
     ("cheap_rho", "cheap rho"),
-    ("runtime_s", "runtime s"),
+    ("runtime_s", "runtime (s)"),
 )
+# the columns printed in a unit of fathom.units (accuracy stored as a fraction)
+SUMMARY_UNITS = {"probe_ce_mean": "nats", "probe_accuracy": "%", "runtime_s": "s"}
 
 
 def check_epochs(available: Sequence[int], requested: Sequence[int] | None) -> list[int]:
@@ -94,11 +98,16 @@ def _summary_row(epoch: int, record: dict) -> dict[str, Any]:
     }
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: Any, key: str = "") -> str:
+    """A summary cell: in its unit (:data:`SUMMARY_UNITS`, the unit in the label), else a
+    float to 4 significant digits."""
     if v is None:
         return "—"
+    unit = SUMMARY_UNITS.get(key)
+    if unit is not None and isinstance(v, int | float):
+        return fmt_value(percent(v) if unit == "%" else v, unit, suffix=False)
     if isinstance(v, float):
-        return f"{v:.4g}"
+        return fmt_value(v, "")
     return str(v)
 
 
@@ -106,7 +115,9 @@ def summary_markdown(run_id: str, probe: int, rows: list[dict[str, Any]]) -> str
     """A markdown table of the snapshot rows, with scope and normalization stated above it."""
     head = "| " + " | ".join(label for _, label in SUMMARY_COLUMNS) + " |"
     rule = "|" + "---|" * len(SUMMARY_COLUMNS)
-    body = ["| " + " | ".join(_fmt(row.get(k)) for k, _ in SUMMARY_COLUMNS) + " |" for row in rows]
+    body = [
+        "| " + " | ".join(_fmt(row.get(k), k) for k, _ in SUMMARY_COLUMNS) + " |" for row in rows
+    ]
     return "\n".join(
         [
             f"# Curvature of run {run_id}",

@@ -111,7 +111,7 @@ def _layer_record(layer: Layer, diag: dict, kfac: dict, gram) -> dict:
     rec = {
         "name": layer.name,
         "type": layer.type_name,
-        "path": "generic torch.func" if layer.kind == "generic" else f"fast {layer.kind}",
+        "path": layer.path,  # the coverage table's text (fathom.seam_types.Layer.path)
         "parameters": {q: list(diag["ggn"][q].shape) for q in layer.qualified},
     }
     for kind, label in names.items():

@@ -12,6 +12,10 @@ The output-space objects per example ``i`` (``C`` classes, ``e_y`` the one-hot l
 * its square-root factor ``S_i = diag(sqrt p_i) - p_i sqrt(p_i)^T`` with ``H_i = S_i S_i^T``,
   column ``k`` is ``s_ik = sqrt(p_ik) (e_k - p_i)``;
   proof: ``S S^T = diag(p) - 2 p p^T + p (sum_k p_k) p^T = diag(p) - p p^T`` since ``sum p = 1``;
+* its rank is ``C - 1`` (``S_i sqrt(p_i) = (I - p 1^T) p = 0``), and the reduced factor
+  ``R_i = S_i Q_i`` without its last column (``Q_i`` the Householder reflection with
+  ``Q_i e_C = -sqrt(p_i)``, so that column is ``-S_i sqrt(p_i) = 0``) has ``C - 1`` columns and
+  ``R_i R_i^T = S_i Q_i Q_i^T S_i^T = H_i``: one output direction fewer to pull back;
 * the observed-label residual ``r_i = dCE_i/dz_i = p_i - e_y`` (its ``y`` entry is
   ``-(1 - p_iy)``, taken from the complement).
 """
@@ -67,6 +71,22 @@ def softmax_hessian_sqrt(parts: SoftmaxParts) -> torch.Tensor:
     e_minus_p = -p[:, :, None].expand(-1, -1, p.shape[1]).clone()  # [i, c, k] = -p_ic
     e_minus_p.diagonal(dim1=1, dim2=2).copy_(parts.one_minus_p)  # c == k: 1 - p_ik
     return e_minus_p * p.sqrt()[:, None, :]
+
+
+def softmax_hessian_sqrt_reduced(parts: SoftmaxParts) -> torch.Tensor:
+    """``R_i`` with ``H_i = R_i R_i^T``, ``[N, C, C - 1]`` (``C >= 2``; one class: ``S_i``).
+
+    ``Q_i = I - 2 u u^T / |u|^2`` with ``u = sqrt(p_i) + e_C`` (``|u|^2 = 2 + 2 sqrt(p_iC) >= 2``:
+    no cancellation); ``S_i Q_i = S_i - 2 (S_i u) u^T / |u|^2``, last column dropped (zero).
+    """
+    s = softmax_hessian_sqrt(parts)
+    if s.shape[-1] < 2:
+        return s
+    u = parts.p.sqrt().clone()
+    u[:, -1] += 1.0
+    su = s @ u[:, :, None]  # [N, C, 1]
+    r = s - (2.0 / (u * u).sum(-1))[:, None, None] * su * u[:, None, :]
+    return r[:, :, :-1]
 
 
 def label_residual(parts: SoftmaxParts, labels: torch.Tensor) -> torch.Tensor:

@@ -55,7 +55,7 @@ def fathom_cell(row: dict[str, Any]) -> str:
     counts = row.get("fathom_counts")
     if counts:
         per = "; ".join(f"{c:g}/{t}" for c, t in counts.values())
-        text = f"{per} ({_num(f['mean'])}%)"
+        text = f"{per} ({fmt_value(f['mean'], '%')})"
     else:
         text = _num(f["mean"])
     if f["sd"] is not None:

@@ -27,7 +27,7 @@ from typing import Any
 from fathom.stats.inference import Paired, judge
 from fathom.stats.results import OPPOSITE, Claim, Comparison, Decision, Sentence
 from fathom.stats.rules import Rules
-from fathom.stats.sentences import comparison_sentence, comparison_text
+from fathom.stats.sentences import comparison_sentence, comparison_text, verdict_words
 from fathom.stats.summary_compare import CHECKPOINTS, COMPARED_METRICS, metric_item
 from fathom.stats.verdicts import rank_disagreement
 
@@ -85,8 +85,9 @@ def ranking_verdict(comps: Sequence[Comparison]) -> tuple[str, list[tuple[str, s
 
 
 def order_phrase(c: Comparison) -> str:
-    """``"plain worse than residual"``: the order one established comparison states."""
-    return f"{c.a} {c.verdict} than {c.b}"
+    """``"plain worse than residual"``: the order one established comparison states
+    (``" (fragile)"`` after it when one seed carries it)."""
+    return f"{c.a} {c.verdict} than {c.b}" + (" (fragile)" if c.fragile else "")
 
 
 def _orders_at(comps: Sequence[Comparison], where: str) -> tuple[str, list[str]]:
@@ -139,8 +140,9 @@ def ranking_statement(
         for a, b in swaps:
             sel, fin = pairs[(a, b)]["selected"], pairs[(a, b)]["final"]
             told.append(
-                f"{a} vs {b} is {sel.verdict} at the selected checkpoint ({comparison_text(sel)}) "
-                f"and {fin.verdict} at the final one ({comparison_text(fin)})"
+                f"{a} vs {b} is {verdict_words(sel)} at the selected checkpoint "
+                f"({comparison_text(sel)}) and {verdict_words(fin)} at the final one "
+                f"({comparison_text(fin)})"
             )
             claims += [
                 Claim(comparison=c.id, verdict=c.verdict, fragile=c.fragile) for c in (sel, fin)
