@@ -72,12 +72,13 @@ def test_side_by_side_table_prints_and_is_computed_from_the_runs(tiny, first):
     assert "Seed 000's cifar100 depth-scaling table beside Fathom's" in out
     lines = [x.split() for x in out.splitlines()]
     for start in (
-        ["4", "vanilla", "acc", "(%)", "61.40"],
-        ["20", "Lyapunov", "λ̂", "2.71"],
-        ["8", "vanilla", "acc", "(%)", "52.20", "—", "—", "—", "none"],  # not run here
-        ["4", "vanilla", "κ", "1.20e+09"],
+        ["4", "vanilla", "acc", "(%)", "61.40%"],
+        ["8", "vanilla", "acc", "(%)", "52.20%", "—", "—", "—", "none"],  # not run here
+        ["4", "vanilla", "κ", "1.2e+09"],
     ):
         assert any(x[: len(start)] == start for x in lines), start
+    # the seed's own λ̂ is quoted as logged (7 significant digits: 2.71x), not rounded
+    assert any(x[:3] == ["20", "Lyapunov", "λ̂"] and x[3].startswith("2.71") for x in lines)
     assert (
         max(len(x) for x in out.splitlines() if not x.startswith(("reproduction:", "Fathom's t")))
         <= 80
@@ -125,7 +126,7 @@ def test_verdicts_beside_the_log_never_reach_its_false_conclusion(tiny, first):
     assert v["fathom"]["reaches_seed_claim"] == (v["fathom"]["verdict"] == SEED_CLAIM)
     assert "Fathom's rule on the seed log's own numbers: no conclusion" in " ".join(out.split())
     md = (d / "runs" / "pipe" / "reproduce" / "reproduction.md").read_text()
-    assert "| 4 | vanilla | acc (%) | 61.40 |" in md and "## Verdicts" in md
+    assert "| 4 | vanilla | acc (%) | 61.40% |" in md and "## Verdicts" in md
     table = json.loads((d / "runs" / "pipe" / "table.json").read_text())
     assert set(result["per_depth"]) == {"4", "20"}
     for depth in ("4", "20"):  # each depth's cells and verdict, as Fathom's table has them

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from fathom.units import (
     fmt_mean_sd,
     fmt_percent,
     fmt_points,
+    fmt_spread,
     fmt_value,
     percent,
 )
@@ -211,3 +213,27 @@ def test_curvature_summary_md_prints_probe_accuracy_in_percent():
     cells = {k.strip(): v.strip() for k, v in cells.items()}
     assert cells["probe acc (%)"] == "92.19" and cells["probe CE (nats)"] == "0.3123"
     assert cells["GGN tr (nats / param. unit²)"] == "12.35" and cells["runtime (s)"] == "1.50"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=2, max_size=6),
+    st.sampled_from(["%", "", "nats"]),
+)
+def test_the_seed_comparison_spread_reads_back(values, unit):
+    """``mean ± sd [min, max] (n=N)``: every printed number is the statistic it names, to
+    the unit's own rounding (the reproduction tables' cell, one formatter)."""
+    mean, sd = statistics.mean(values), statistics.stdev(values)
+    text = fmt_spread(mean, sd, min(values), max(values), len(values), unit)
+    m = re.fullmatch(r"(\S+) ± (\S+) \[(\S+), (\S+?)(?:%| nats)?\] \(n=(\d+)\)", text)
+    assert m is not None, text
+    for printed, true in zip(m.groups()[:4], (mean, sd, min(values), max(values))):
+        assert float(printed) == float(fmt_value(true, unit, suffix=False))
+    assert int(m.group(5)) == len(values)
+    assert fmt_spread(mean, None, None, None, 1, unit) == fmt_value(mean, unit)
+
+
+def test_a_quoted_seed_value_keeps_its_logged_digits():
+    assert fmt_value(2.716, "quoted") == "2.716"
+    assert fmt_value(0.9817333, "quoted") == "0.9817333"
+    assert fmt_value(2.716, "") == "2.716" and fmt_value(0.98173331, "") == "0.9817"

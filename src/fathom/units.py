@@ -17,6 +17,8 @@ report, cross-run tables, figures) converts through :func:`percent` and prints t
     "×"      1.05×               3 significant digits (a ratio; unit name "ratio" too)
     "count"  462                 an integer
     ""       0.0123              4 significant digits (a plain number, e.g. a norm)
+    "quoted" 0.9817333           7 significant digits (a value quoted from a seed report's
+                                 log, printed as it was logged; never a computed number)
 
 ``None`` or a non-finite value prints ``—`` (undefined is never 0). ``suffix=False``
 drops the unit text where the column header states it (the terminal's narrow tables).
@@ -42,6 +44,7 @@ _RULES: dict[str, tuple[str, str]] = {
     "ratio": (".3g", "×"),
     "count": ("d", ""),
     "": (".4g", ""),
+    "quoted": (".7g", ""),
 }
 UNITS = tuple(_RULES)
 
@@ -101,6 +104,24 @@ def fmt_mean_sd(
     if sd is not None:
         text = f"{fmt_value(mean, unit, suffix=False)} ± {fmt_value(sd, unit, suffix=suffix)}"
     return text if n is None or n == shown_n else f"{text} (n={n})"
+
+
+def fmt_spread(
+    mean: float | None,
+    sd: float | None,
+    low: float | None,
+    high: float | None,
+    n: int | None,
+    unit: str,
+) -> str:
+    """Per-seed values as ``mean ± sd [min, max] (n=N)`` (sample SD), the seed-comparison
+    cell; ``mean`` alone when there is no SD (one seed)."""
+    if sd is None:
+        return fmt_value(mean, unit)
+    return (
+        f"{fmt_value(mean, unit, suffix=False)} ± {fmt_value(sd, unit, suffix=False)} "
+        f"[{fmt_value(low, unit, suffix=False)}, {fmt_value(high, unit)}] (n={n})"
+    )
 
 
 def fmt_interval(

@@ -14,16 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from fathom.reproduce.head import collapse_lines
-from fathom.units import fmt_value
+from fathom.units import fmt_spread, fmt_value
 
 
-def _num(x: Any, digits: int = 4) -> str:
-    """``digits`` significant digits (the seed's own values get 7: they print as quoted)."""
-    if x is None:
-        return "—"
+def _num(x: Any, unit: str = "") -> str:
+    """A plain number (:func:`fathom.units.fmt_value`, unit ``""``); the seed's own values
+    print as quoted (unit ``"quoted"``); a list element by element."""
     if isinstance(x, list):
-        return ", ".join(_num(v, digits) for v in x)
-    return f"{float(x):.{digits}g}"
+        return ", ".join(_num(v, unit) for v in x)
+    return fmt_value(None if x is None else float(x), unit)
 
 
 def _epochs(row: dict[str, Any]) -> list[int]:
@@ -44,8 +43,8 @@ def epoch_cell(row: dict[str, Any]) -> str:
 
 def seed_cell(row: dict[str, Any]) -> str:
     if row.get("seed_rate") is not None:
-        return f"{_num(row['seed_value'], 7)}/{row['seed_denominator']} ({fmt_value(row['seed_rate'], '%')})"
-    return _num(row["seed_value"], 7)
+        return f"{_num(row['seed_value'], 'quoted')}/{row['seed_denominator']} ({fmt_value(row['seed_rate'], '%')})"
+    return _num(row["seed_value"], "quoted")
 
 
 def fathom_cell(row: dict[str, Any]) -> str:
@@ -55,17 +54,13 @@ def fathom_cell(row: dict[str, Any]) -> str:
     counts = row.get("fathom_counts")
     if counts:
         per = "; ".join(f"{c:g}/{t}" for c, t in counts.values())
-        text = f"{per} ({fmt_value(f['mean'], '%')})"
-    else:
-        text = _num(f["mean"])
-    if f["sd"] is not None:
-        text += f" ± {_num(f['sd'])} [{_num(f['min'])}, {_num(f['max'])}] (n={f['n']})"
-    return text
+        return f"{per} ({fmt_spread(f['mean'], f['sd'], f['min'], f['max'], f['n'], '%')})"
+    return fmt_spread(f["mean"], f["sd"], f["min"], f["max"], f["n"], "")
 
 
 def difference_cell(row: dict[str, Any]) -> str:
     if row.get("seed_rate") is not None and row["difference"] is not None:
-        return f"{row['difference']:+.2f} pp (rates)"
+        return f"{fmt_value(row['difference'], 'pp', signed=True)} (rates)"
     return _num(row["difference"])
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fathom.stats.units import percent
+from fathom.units import fmt_spread, fmt_value, percent
 
 FRACTION = "fraction of test images"
 SHORT = {
@@ -33,10 +33,10 @@ def _shown(row: dict[str, Any], x: float | None) -> float | None:
     return percent(x) if x is not None and _is_fraction(row) else x
 
 
-def _num(x: float | None) -> str:
-    if x is None:
-        return "—"
-    return f"{x:.2f}" if 0.01 <= abs(x) < 1e5 or x == 0 else f"{x:.2e}"
+def _unit(row: dict[str, Any]) -> str:
+    """Accuracy rows print in percent, every other quantity as a plain number
+    (:mod:`fathom.units`)."""
+    return "%" if _is_fraction(row) else ""
 
 
 def label(row: dict[str, Any]) -> tuple[str, str, str]:
@@ -53,11 +53,11 @@ def fathom_cell(row: dict[str, Any], wide: bool) -> str:
     f = row["fathom"]
     if f is None:
         return "—"
-    text = _num(_shown(row, f["mean"]))
+    unit = _unit(row)
     if f["n"] > 1 and wide:
-        text += f" ± {_num(_shown(row, f['sd']))} [{_num(_shown(row, f['min']))}, "
-        text += f"{_num(_shown(row, f['max']))}] (n={f['n']})"
-    return text
+        shown = (_shown(row, f[k]) for k in ("mean", "sd", "min", "max"))
+        return fmt_spread(*shown, f["n"], unit)
+    return fmt_value(_shown(row, f["mean"]), unit)
 
 
 def flags(row: dict[str, Any]) -> tuple[str, str]:
@@ -79,8 +79,8 @@ def table_rows(result: dict[str, Any], wide: bool = False) -> list[list[str]]:
     for r in result["rows"]:
         depth, arm, qty = label(r)
         inside, note = flags(r)
-        seed = _num(_shown(r, float(r["seed_value"])))
-        diff = _num(_shown(r, r["difference"]))
+        seed = fmt_value(_shown(r, float(r["seed_value"])), _unit(r) or "quoted")
+        diff = fmt_value(_shown(r, r["difference"]), "pp" if _is_fraction(r) else "", signed=True)
         out.append([depth, arm, qty, seed, fathom_cell(r, wide), diff, inside, note])
     return out
 
