@@ -79,22 +79,26 @@ class Comparison(BaseModel):
         """JSON-able form."""
         return self.model_dump(mode="json")
 
+    def diff_record(self) -> dict | None:
+        """The paired difference renderers read (estimate, interval, n, level); ``None``
+        without an estimate."""
+        if self.estimate is None:
+            return None
+        return {
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "n": self.n,
+            "level": self.level,
+        }
+
     def verdict_fields(self) -> dict:
         """The fields renderers read (verdict, reason, fragile, ``diff``), and the full model."""
-        diff = None
-        if self.estimate is not None:
-            diff = {
-                "estimate": self.estimate,
-                "low": self.low,
-                "high": self.high,
-                "n": self.n,
-                "level": self.level,
-            }
         return {
             "verdict": self.verdict,
             "reason": self.reason,
             "fragile": self.fragile,
-            "diff": diff,
+            "diff": self.diff_record(),
             "comparison": self.to_dict(),
         }
 

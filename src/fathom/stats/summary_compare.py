@@ -104,16 +104,9 @@ def metric_item(
 
 def row(c: Comparison, sentence: str) -> dict[str, Any]:
     """The JSON row of one comparison (renderers read these fields, never the sentence)."""
-    diff = None
-    if c.estimate is not None:
-        diff = {
-            "estimate": c.estimate,
-            "low": c.low,
-            "high": c.high,
-            "n": c.n,
-            "level": c.level,
-            "method": "paired t, resolution floor, Holm",
-        }
+    diff = c.diff_record()
+    if diff is not None:
+        diff["method"] = "paired t, resolution floor, Holm"
     return {
         "recipe": c.context["recipe"],
         "reference": c.b,
