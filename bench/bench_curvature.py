@@ -312,10 +312,10 @@ def bench_mlp(probe: int, repeats: int, width_mult: float) -> None:
 
 
 def bench_protocol(probe: int) -> None:
+    from fathom.base.io import atomic_write_json
     from fathom.config import ModelConfig, RunConfig
     from fathom.curvature.rundir import run_curvature
     from fathom.data.splits import DataSplits
-    from fathom.io import atomic_write_json
     from fathom.rundir import RunDir
     from fathom.train.build import build_model
     from fathom.train.checkpoint import cpu_state, save_weights

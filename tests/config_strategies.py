@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from fathom.config_models import NAME_MAX_BYTES
+from fathom.config.models import NAME_MAX_BYTES
 
 JSON_LEAF = st.one_of(
     st.none(),

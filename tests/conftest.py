@@ -11,9 +11,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
+from fathom.base.io import sha256_file
 from fathom.config import RunConfig
 from fathom.data import DataSplits
-from fathom.io import sha256_file
 
 torch.set_num_threads(1)
 

@@ -191,7 +191,7 @@ def test_mask_progress_counts_every_pass_with_an_eta(study, tmp_path, monkeypatc
     import dataclasses
 
     import fathom.audit.run as audit_run
-    from fathom.terminal import Throttle
+    from fathom.base.terminal import Throttle
 
     root, splits = study
     monkeypatch.setattr(audit_run, "Throttle", lambda say: Throttle(say, every_s=0.0))

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from fathom.audit.report import to_markdown
+from fathom.base.units import percent
 from fathom.report.raw import audit_section
 from fathom.report.synthetic import write_study
-from fathom.units import percent
 from page_tables import html_tables
 
 RUNS = ["residual-s101", "residual-s102", "sd_constant-s101", "sd_constant-s102"]

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config
+from fathom.base.io import config_digest
 from fathom.config import RunConfig, validate_run_config
-from fathom.config_live import LiveConfig
+from fathom.config.live import LiveConfig
 from fathom.errors import FathomError
 from fathom.export.live import LiveTracker
-from fathom.io import config_digest
 from fathom.study.config import validate_study_config
 from fathom.train.cli import live_settings
 from fathom.train.loop import train

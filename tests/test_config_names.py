@@ -1,5 +1,5 @@
 """Names are one directory component: run, study and depth-scaling names never leave
-``--runs-dir`` (:func:`fathom.config_models.check_name`, the one validator)."""
+``--runs-dir`` (:func:`fathom.config.models.check_name`, the one validator)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fathom.config import RunConfig
-from fathom.config_models import NAME_MAX_BYTES, check_name
+from fathom.config.models import NAME_MAX_BYTES, check_name
 from fathom.errors import FathomError
 from fathom.study.config import validate_study_config
 

@@ -34,8 +34,8 @@ from fathom.curvature.softmax import (
 )
 from fathom.depth import find_branches
 from fathom.models.ciresan import CiresanMLP
-from fathom.pex import linear_rows, per_example_grads
 from fathom.seam import discover
+from fathom.seam.pex import linear_rows, per_example_grads
 
 torch.set_num_threads(1)
 DT = torch.float64
@@ -486,7 +486,7 @@ def test_reduced_hessian_factor_has_rank_columns_and_is_exact(logits):
 
 def test_snapshot_layer_paths_are_the_coverage_table_text() -> None:
     """Each layer record's ``path`` is the coverage table's wording (one source,
-    :attr:`fathom.seam_types.Layer.path`), for fast, attention, op and generic layers."""
+    :attr:`fathom.seam.types.Layer.path`), for fast, attention, op and generic layers."""
     import sys
     from pathlib import Path
 

@@ -9,6 +9,8 @@ import pytest
 import torch
 from torch import nn
 
+from fathom.base.io import atomic_write_json
+from fathom.base.provenance import source_hash
 from fathom.cli import main
 from fathom.config import ModelConfig, RunConfig
 from fathom.curvature import curvature_snapshot
@@ -21,8 +23,6 @@ from fathom.curvature.rundir import (
 from fathom.data.splits import DataSplits
 from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json
-from fathom.provenance import source_hash
 from fathom.rundir import RunDir
 from fathom.train.build import build_model
 from fathom.train.checkpoint import cpu_state, save_weights

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import fathom.pex_conv
+import fathom.seam.pex_conv
 from fathom.curvature import exact_diagonals
 from fathom.errors import FathomError
 from model_zoo import CASES, make
@@ -66,7 +66,7 @@ def test_unfolded_convolution_chunks_change_nothing(case_id, monkeypatch) -> Non
     case = next(c for c in CASES if c["id"] == case_id)
     model, x, y = make(case, n=5)
     want = exact_diagonals(model, x, y)
-    monkeypatch.setattr(fathom.pex_conv, "UNFOLD_ELEMENTS", 1)
+    monkeypatch.setattr(fathom.seam.pex_conv, "UNFOLD_ELEMENTS", 1)
     got = exact_diagonals(model, x, y)
     for kind in want:
         for name, t in want[kind].items():
@@ -87,7 +87,7 @@ class _Bag(torch.nn.Module):
 
 def test_embedding_pair_sums_match_brute_force_with_repeats_and_padding() -> None:
     """Without unit directions an embedding's sums run over (example, token) pairs
-    (``fathom.pex_embedding.embedding_pairs``): repeated tokens add before squaring, the
+    (``fathom.seam.pex_embedding.embedding_pairs``): repeated tokens add before squaring, the
     padding row gets zero, rows never looked up too."""
     torch.manual_seed(3)
     model = _Bag().double().eval()

@@ -17,8 +17,8 @@ from fathom.curvature.kfac import (
 )
 from fathom.curvature.probe import float64_copy, pull_back
 from fathom.curvature.snapshot import curvature_snapshot
-from fathom.pex import linear_rows
 from fathom.seam import discover
+from fathom.seam.pex import linear_rows
 
 torch.set_num_threads(1)
 DT = torch.float64

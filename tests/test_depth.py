@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from fathom.base.io import state_dict_digest
 from fathom.depth import (
     Crop,
     DropSchedule,
@@ -22,7 +23,6 @@ from fathom.depth import (
     set_drop_probs,
 )
 from fathom.errors import FathomError
-from fathom.io import state_dict_digest
 from fathom.models.ciresan import CiresanMLP
 from fathom.train.build import init_momentum_buffers
 from fathom.train.checkpoint import cpu_state, load_cpu_state

@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 
+from fathom.base.io import read_jsonl, state_dict_digest
 from fathom.depthscale.cli import add_parser
 from fathom.errors import FathomError
-from fathom.io import read_jsonl, state_dict_digest
 from fathom.rundir import RunDir
 from fathom.train.checkpoint import load_weights
 

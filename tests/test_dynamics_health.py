@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fathom.base.io import state_dict_digest
 from fathom.dynamics.health import (
     EPS64,
     firing_rates,
@@ -12,7 +13,6 @@ from fathom.dynamics.health import (
     jacobian_health,
     spectrum_summary,
 )
-from fathom.io import state_dict_digest
 from fathom.models.convnet import StagedConvNet
 from fathom.models.neurons import LIFConfig
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fathom.base.io import state_dict_digest
 from fathom.dynamics.lyapunov import model_lyapunov
 from fathom.dynamics.regularizer import global_norm, lyapunov_penalty, regularized_gradients
-from fathom.io import state_dict_digest
 from fathom.models.convnet import StagedConvNet
 
 torch.set_num_threads(1)

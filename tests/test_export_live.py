@@ -8,9 +8,9 @@ import json
 import pytest
 
 from conftest import tiny_config
+from fathom.base.io import read_jsonl
 from fathom.errors import FathomError
 from fathom.export.live import LiveTracker, fan_out, parse_live
-from fathom.io import read_jsonl
 from fathom.report.runs import load_runs
 from fathom.train.loop import train
 

@@ -7,7 +7,13 @@ import stat
 
 import torch
 
-from fathom.io import append_jsonl, atomic_write_json, read_jsonl, state_dict_digest, tensor_digest
+from fathom.base.io import (
+    append_jsonl,
+    atomic_write_json,
+    read_jsonl,
+    state_dict_digest,
+    tensor_digest,
+)
 
 
 def test_digest_covers_zero_dim_tensors_and_changes_with_bytes():

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from fathom.cli import main
-from fathom.config_family import (
+from fathom.errors import FathomError
+from fathom.study.config import load_study
+from fathom.study.family import (
     load_config,
     load_run_config_or_preset,
     preset_names,
     validate_config,
 )
-from fathom.errors import FathomError
-from fathom.study.config import load_study
 
 ALL_PRESETS = [(kind, name) for kind, names in preset_names().items() for name in names]
 

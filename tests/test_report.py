@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from fathom.base.io import read_jsonl
 from fathom.cli import main
 from fathom.errors import FathomError
-from fathom.io import read_jsonl
 from fathom.report import build_report, load_runs
 from fathom.report.fields import concrete, is_accuracy, split_key
 from fathom.report.html import explorer_payload

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 
 import pytest
 
-from fathom.io import read_jsonl
+from fathom.base.io import read_jsonl
 from fathom.report import build_report
 from fathom.report.synthetic import (
     layer_names,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import synthetic_splits, tiny_config
+from fathom.base.io import read_jsonl
 from fathom.errors import FathomError
-from fathom.io import read_jsonl
 from fathom.rundir import DirLock, RunDir, RunWriter, load_resume, seal
 from fathom.train.loop import resume, train
 
@@ -224,10 +224,10 @@ def enospc_on(monkeypatch, match: str) -> None:
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real(path, data)
 
-    import fathom.io
+    import fathom.base.io
     import fathom.rundir.files
 
-    for module in (writer, fathom.rundir.files, fathom.io):
+    for module in (writer, fathom.rundir.files, fathom.base.io):
         monkeypatch.setattr(module, "atomic_write_bytes", full)
 
 

@@ -2,7 +2,7 @@
 unwritable locations, and a full disk at each write a run makes.
 
 We run as root, where permission bits do not apply, so :func:`failing_fs` makes the
-low-level calls behind ``fathom.io`` and ``fathom.rundir`` (``os.open``, ``open``,
+low-level calls behind ``fathom.base.io`` and ``fathom.rundir`` (``os.open``, ``open``,
 ``os.mkdir``, ``os.replace`` ...) raise the ``OSError`` a kernel would for paths under one
 directory, from a chosen moment on. Every case checks what a user sees (a ``FathomError``
 naming the path, the errno and its meaning and the fix; CLI exit 2; no traceback) and

@@ -11,8 +11,8 @@ from torch import nn
 
 import fathom.depth.residual as residual
 from conftest import synthetic_splits, tiny_config
+from fathom.base.io import state_dict_digest
 from fathom.depth import Crop, SkippableResidual, skippable_residual
-from fathom.io import state_dict_digest
 from fathom.rundir import RunDir
 from fathom.train.build import build_controller, build_optimizer, init_model
 from fathom.train.loop import train

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from fathom.errors import FathomError
-from fathom.pex import per_example_grads, per_example_grams
 from fathom.seam import discover
+from fathom.seam.pex import per_example_grads, per_example_grams
 from model_zoo import CASES, IDS, brute_force_grads, make
 
 

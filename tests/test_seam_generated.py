@@ -36,7 +36,7 @@ import fathom
 from fathom.curvature import exact_diagonals
 from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
-from fathom.pex import per_example_grads
+from fathom.seam.pex import per_example_grads
 from fathom.telemetry.instruments import read_only
 from seam_grammar import build, specs
 
@@ -266,7 +266,7 @@ def check_weight_moments(
 
 
 def check_pex(model, x, y, opt, inst, ref, tol: float, total: float) -> None:
-    """``fathom.pex.per_example_grads`` of every layer, on the seam's own capture, against the
+    """``fathom.seam.pex.per_example_grads`` of every layer, on the seam's own capture, against the
     reference ``g_i`` (within ``tol`` of the model's gradient scale); state left as found."""
     before = snapshot(model, opt)
     n, seam = x.shape[0], inst.seam
@@ -514,7 +514,7 @@ COVERED = {
             "fn": "gelu",
         },
     ],
-    "attention_closed_form_both_layouts": [  # kind "attention" (fathom.pex_attention)
+    "attention_closed_form_both_layouts": [  # kind "attention" (fathom.seam.pex_attention)
         {
             "kind": "mha",
             "heads": 2,

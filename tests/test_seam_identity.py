@@ -14,8 +14,8 @@ import fathom
 from fathom.curvature import exact_diagonals
 from fathom.curvature.twin import clear_twins
 from fathom.errors import FathomError
-from fathom.pex import per_example_grads, per_example_grams
 from fathom.seam import discover
+from fathom.seam.pex import per_example_grads, per_example_grams
 from seam_edge_models import CASES, IDS, differences, loop_diagonals, loop_grads, make, state
 
 torch.set_num_threads(1)
@@ -328,7 +328,7 @@ def test_self_check_would_catch_a_fast_path_that_ignored_hooks(cid, dtype, monke
     """With the hook rule switched off (the old behaviour) discovery itself refuses, naming
     the module and the parameter: the self-check now runs fast layers too. In float32 the
     float64 confirmation of a mismatch fails as well (the error is structural)."""
-    import fathom.seam_attribution as attribution
+    import fathom.seam.attribution as attribution
 
     monkeypatch.setattr(attribution, "_why_generic", lambda *a, **k: "")
     model, x, _ = make(CASES[IDS.index(cid)], dtype=dtype)

@@ -37,10 +37,10 @@ def fail_writes(monkeypatch, match: str, error: OSError | Exception) -> None:
             raise error
         return real(path, data)
 
-    import fathom.io
+    import fathom.base.io
     import fathom.rundir.files
 
-    for module in (writer, fathom.rundir.files, fathom.io):
+    for module in (writer, fathom.rundir.files, fathom.base.io):
         monkeypatch.setattr(module, "atomic_write_bytes", broken)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from fathom.base.provenance import source_hash
 from fathom.errors import FathomError
-from fathom.provenance import source_hash
 from fathom.study.config import validate_study_config
 from fathom.study.runner import run_study
 from test_study import local, study_data

@@ -7,8 +7,8 @@ import copy
 import torch
 import torch.nn.functional as F
 
+from fathom.base.io import state_dict_digest
 from fathom.depth import GateController
-from fathom.io import state_dict_digest
 from fathom.models.ciresan import recipe_schedule
 from test_telemetry import CASES, build, context, make_splits, recorder
 
@@ -130,7 +130,7 @@ def test_trainer_run_with_telemetry_ends_byte_identical(tmp_path):
     assert q.history_mismatches == []
     assert q.passed and q.telemetry_cold_s is not None and q.overhead is not None
     assert (tmp_path / "q" / "qualification.json").exists()
-    from fathom.io import read_jsonl
+    from fathom.base.io import read_jsonl
 
     rows, _ = read_jsonl(tmp_path / "q" / "on" / "history.jsonl")
     by_epoch = {r["epoch"]: r for r in rows}

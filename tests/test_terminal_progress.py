@@ -1,4 +1,4 @@
-"""Progress displays (``fathom.terminal``): throttled live line on a terminal, one line per
+"""Progress displays (``fathom.base.terminal``): throttled live line on a terminal, one line per
 epoch elsewhere, k/N with ETA for studies; training numerics unchanged with progress on."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from conftest import synthetic_splits, tiny_config
-from fathom.terminal import REDRAWS_PER_S, Tally, TrainProgress, eta_s, fmt_duration
+from fathom.base.terminal import REDRAWS_PER_S, Tally, TrainProgress, eta_s, fmt_duration
 
 
 class Clock:
@@ -154,7 +154,7 @@ def test_progress_on_leaves_training_bit_identical(tmp_path):
 def test_throttle_says_at_most_once_per_period_and_never_a_repeat(steps, every):
     """Brute force against the rule: a line is said iff it differs from the last one said
     and ``every`` seconds have passed since then (the first always)."""
-    from fathom.terminal import Throttle
+    from fathom.base.terminal import Throttle
 
     now = [0.0]
     said: list[tuple[float, str]] = []

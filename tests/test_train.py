@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import tiny_config
+from fathom.base.io import read_jsonl, state_dict_digest
 from fathom.cli import main
 from fathom.errors import FathomError
-from fathom.io import read_jsonl, state_dict_digest
 from fathom.rundir import RunDir, seal
 from fathom.train.loop import resume, train
 

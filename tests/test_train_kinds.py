@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
+from fathom.base.io import read_jsonl
 from fathom.cli import main
 from fathom.config import OptimConfig, ScheduleConfig, validate_run_config
 from fathom.data.prepare import prepare_splits
 from fathom.errors import FathomError
-from fathom.io import read_jsonl
 from fathom.rundir import RunDir
 from fathom.train.build import build_optimizer
 from fathom.train.loop import train
@@ -98,7 +98,9 @@ def test_user_model_on_user_npz_trains_and_records_its_data(tmp_path, user):
     assert res.status == "complete"
     rd = RunDir(tmp_path / "run")
     m = rd.manifest
-    assert m["data"]["files"] == {"blobs.npz": __import__("fathom.io").io.sha256_file(user)}
+    assert m["data"]["files"] == {
+        "blobs.npz": __import__("fathom.base.io").base.io.sha256_file(user)
+    }
     assert m["data"]["sizes"] == {"fit": 486, "val": 54, "test": 60}
     assert m["data"]["info"]["classes"] == 3 and m["model"]["kind"] == "python"
     rows = rd.history()
@@ -359,7 +361,7 @@ def test_regularized_staged_conv_run_resumes_byte_identically_and_rebuilds(tmp_p
 
     rd = RunDir(tmp_path / "full")
     model = rd.load_model("final")
-    from fathom.io import state_dict_digest
+    from fathom.base.io import state_dict_digest
     from fathom.train.checkpoint import cpu_state
 
     assert state_dict_digest(cpu_state(model)) == full.final_params

@@ -1,6 +1,6 @@
-"""One number formatter per unit (:mod:`fathom.units`): each unit's rule, checked against an
+"""One number formatter per unit (:mod:`fathom.base.units`): each unit's rule, checked against an
 independent reading of the printed text, and a scan of ``src/fathom`` for ad-hoc percent
-formatting outside ``units.py``."""
+formatting outside ``base/units.py``."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fathom.stats.numbers import fmt_cell
-from fathom.stats.results import Cell
-from fathom.units import (
+from fathom.base.units import (
     UNITS,
     fmt_interval,
     fmt_level,
@@ -26,6 +24,8 @@ from fathom.units import (
     fmt_value,
     percent,
 )
+from fathom.stats.numbers import fmt_cell
+from fathom.stats.results import Cell
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fathom"
 NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
@@ -113,7 +113,7 @@ def test_a_cell_prints_its_own_numbers(value, sd, n, unit):
         assert text.endswith(f"(n={n})") and nums[-1] == n
 
 
-# -- the scan: no percent formatting outside fathom/units.py --------------------------------
+# -- the scan: no percent formatting outside fathom/base/units.py --------------------------------
 
 # 1. a ``%`` presentation type in a format spec: f"{x:.1%}", format(x, ".2%")
 PERCENT_SPEC = re.compile(
@@ -133,11 +133,11 @@ NOT_A_PERCENT = {("telemetry/field.py", 'f"q{round(q * 100):02d}"')}
 
 
 def offenders(root: Path = SRC) -> list[str]:
-    """``path:line: text`` of every ad-hoc percent formatting outside ``units.py``."""
+    """``path:line: text`` of every ad-hoc percent formatting outside ``base/units.py``."""
     out = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if rel == "units.py":
+        if rel == "base/units.py":
             continue
         for i, line in enumerate(path.read_text().splitlines(), 1):
             if line.lstrip().startswith("#"):
@@ -178,7 +178,7 @@ def test_the_scanner_passes_the_formatters(tmp_path, line):
 
 def test_no_ad_hoc_percent_formatting_outside_units():
     found = offenders()
-    assert not found, "format percentages through fathom.units:\n" + "\n".join(found)
+    assert not found, "format percentages through fathom.base.units:\n" + "\n".join(found)
 
 
 @settings(max_examples=100)

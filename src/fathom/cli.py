@@ -7,7 +7,7 @@ Start-up stays fast (``fathom --help`` well under a second): :data:`COMMANDS` li
 command with its module and one-line help, and only the module of the command being run
 is imported; every other command is a placeholder that carries its help line. A command
 module imports only the standard library and light Fathom modules at its top (packages
-re-export lazily, :mod:`fathom.lazy`); torch, numpy, pydantic and rich are imported inside
+re-export lazily, :mod:`fathom.base.lazy`); torch, numpy, pydantic and rich are imported inside
 the command functions, so every ``fathom <command> ... --help`` is fast too (tested for
 every command path in ``tests/test_cli.py``). :func:`build_parser` with no argument
 imports every module (shell completion, tests).

@@ -10,7 +10,7 @@ whose removable branches are :class:`fathom.depth.SkippableResidual` modules::
     costs = fathom.audit.mask_costs(model, x[:1])       # FLOPs per mask (torch's counter)
 """
 
-from fathom.lazy import exports
+from fathom.base.lazy import exports
 
 __getattr__, __dir__, __all__ = exports(
     __name__,

@@ -21,9 +21,9 @@ import torch
 from torch import nn
 
 from fathom.audit.masks import full_mask_index
+from fathom.base.io import atomic_write_bytes
 from fathom.depth import branch_mask, dense_eval
 from fathom.errors import FathomError
-from fathom.io import atomic_write_bytes
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fathom.stats.sentences_repro import SPEEDUP_RULE, speedup_sentence
-from fathom.units import (
+from fathom.base.units import (
     fmt_estimate_interval,
     fmt_interval,
     fmt_percent,
@@ -14,6 +13,7 @@ from fathom.units import (
     fmt_value,
     percent,
 )
+from fathom.stats.sentences_repro import SPEEDUP_RULE, speedup_sentence
 
 # Units of audit.md: accuracy and error rates in percent (stored as fractions), their
 # changes in percentage points, CE and damage (ΔCE against the full model) in nats, MAC

@@ -27,11 +27,11 @@ from fathom.audit.report import to_markdown
 from fathom.audit.router import require_sklearn
 from fathom.audit.speed import time_masks
 from fathom.audit.subjects import Subject, subject_of
+from fathom.base.io import config_digest, ensure_writable_dir
+from fathom.base.terminal import Tally, Throttle
 from fathom.errors import FathomError
-from fathom.io import config_digest, ensure_writable_dir
 from fathom.rundir.output import AnalysisOutput, analysis_output
 from fathom.stats import failure_flags
-from fathom.terminal import Tally, Throttle
 
 FORMAT = 1
 Progress = Callable[[str], None]

@@ -8,7 +8,7 @@ float64 dense-evaluation copy and the pullback of the ``C`` logit directions thr
 :mod:`rundir` and :mod:`cli` run it over a run directory's checkpoints.
 """
 
-from fathom.lazy import exports
+from fathom.base.lazy import exports
 
 __getattr__, __dir__, __all__ = exports(
     __name__,

@@ -6,8 +6,8 @@ import argparse
 
 
 def cmd_curvature(args: argparse.Namespace) -> int:
+    from fathom.base.terminal import console
     from fathom.rundir import RunDir
-    from fathom.terminal import console
 
     runs = [RunDir(p) for p in args.run_dirs]  # manifests only: refused before torch
     if args.out and len(runs) > 1:

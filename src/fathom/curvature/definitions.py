@@ -35,5 +35,5 @@ DEFINITIONS: dict[str, str] = {
     "traces": "weight traces sum the exact weight diagonals; bias traces are reported separately",
     "prediction_agreement": "the float64 probe model against the recorded float32 model on the "
     "same probe: fraction of examples with the same argmax, and max |logit64 - logit32|",
-    "source_sha256": "fathom.provenance.source_hash() of the code that computed the snapshot",
+    "source_sha256": "fathom.base.provenance.source_hash() of the code that computed the snapshot",
 }

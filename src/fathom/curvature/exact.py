@@ -32,12 +32,12 @@ then per layer
   ``d``): ``diag_W = (1/N) sum_i (sum_k u_iko^2) a_ij^2`` is one matmul; per-example gradients
   are never formed;
 * ``nn.Linear`` over positions and ``nn.MultiheadAttention`` (its projections are linear maps
-  over positions, :func:`fathom.pex_attention.attention_forms`): the family rows are mixed
+  over positions, :func:`fathom.seam.pex_attention.attention_forms`): the family rows are mixed
   from the cotangents *before* the outer products (``J^T v`` is linear in ``v``), then
   ``sum_i sum_k (sum_t r_ikt a_it^T)^2`` by one batched matmul per example and block;
 * every other layer (Conv1d/2d, BatchNorm, LayerNorm, Embedding, root operations, and by
   the generic ``torch.func`` path custom modules): the per-example
-  gradients of the pulled-back directions (:func:`fathom.pex.per_example_grads`), mixed as
+  gradients of the pulled-back directions (:func:`fathom.seam.pex.per_example_grads`), mixed as
   above where needed and squared, in chunks of examples that bound memory.
 """
 
@@ -53,10 +53,10 @@ from fathom.curvature.probe import probe_labels, pull_back, unit_directions
 from fathom.curvature.softmax import label_residual, softmax_hessian_sqrt_reduced, softmax_parts
 from fathom.curvature.twin import prepared
 from fathom.errors import FathomError
-from fathom.pex import linear_rows, per_example_grads
-from fathom.pex_attention import Form, attention_forms
-from fathom.pex_embedding import embedding_pairs
 from fathom.seam import Call, Layer, Seam
+from fathom.seam.pex import linear_rows, per_example_grads
+from fathom.seam.pex_attention import Form, attention_forms
+from fathom.seam.pex_embedding import embedding_pairs
 from fathom.telemetry.moments import moments_from_gram
 from fathom.train.allocator import tune_cpu_allocator
 
@@ -198,7 +198,7 @@ def _embedding_sums(layer, calls, cots, n: int, dirs, plan: Plan) -> dict[str, S
 
 def _forms(layer: Layer, calls: list[Call], cots, n: int) -> dict[str, Form] | None:
     """A linear layer over positions or an attention layer as linear maps over positions
-    (:func:`fathom.pex_attention.attention_forms`; calls joined along the positions), or
+    (:func:`fathom.seam.pex_attention.attention_forms`; calls joined along the positions), or
     ``None`` (the per-example gradients are materialized instead)."""
     if layer.kind == "linear" and calls:
         a, u = linear_rows(layer, calls, cots, n, directions=True)

@@ -23,14 +23,14 @@ from typing import Any
 
 import torch
 
+from fathom.base.io import tensor_digest
+from fathom.base.provenance import source_hash
+from fathom.base.units import fmt_value, percent
 from fathom.curvature.definitions import NORMALIZATION
 from fathom.curvature.snapshot import curvature_snapshot
 from fathom.depth import dense_eval
 from fathom.errors import FathomError
-from fathom.io import tensor_digest
-from fathom.provenance import source_hash
 from fathom.rundir.output import AnalysisOutput, analysis_output
-from fathom.units import fmt_value, percent
 
 FORMAT = 1
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -46,7 +46,7 @@ SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("cheap_rho", "cheap rho"),
     ("runtime_s", "runtime (s)"),
 )
-# the columns printed in a unit of fathom.units (accuracy stored as a fraction)
+# the columns printed in a unit of fathom.base.units (accuracy stored as a fraction)
 SUMMARY_UNITS = {"probe_ce_mean": "nats", "probe_accuracy": "%", "runtime_s": "s"}
 
 
@@ -187,7 +187,7 @@ def run_curvature(
     ``rd`` is a :class:`fathom.rundir.RunDir` (``checkpoint_epochs``, ``checkpoint_hash``,
     ``load_state``, ``load_model``, ``load_splits``, ``manifest``, ``run_id``, ``path``).
     ``progress`` gets one line per snapshot written: k/N, elapsed and ETA
-    (:class:`fathom.terminal.Tally`). The output is written under the run's lock
+    (:class:`fathom.base.terminal.Tally`). The output is written under the run's lock
     (:func:`fathom.rundir.output.analysis_output`): refused while a trainer or another
     analysis writes the run, before anything is computed.
     """
@@ -208,7 +208,7 @@ def _write_snapshots(
     save_diagonals: bool,
     progress: Callable[[str], None] | None,
 ) -> list[dict[str, Any]]:
-    from fathom.terminal import Tally
+    from fathom.base.terminal import Tally
 
     splits = rd.load_splits(device=device)
     x, y = probe_from_split(splits.fit_x, splits.fit_y, probe)

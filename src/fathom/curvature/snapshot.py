@@ -35,8 +35,8 @@ from fathom.curvature.probe import (
 )
 from fathom.curvature.softmax import cross_entropy
 from fathom.curvature.twin import prepared
-from fathom.pex import linear_rows, per_example_grams, summed_gram
 from fathom.seam import Layer
+from fathom.seam.pex import linear_rows, per_example_grams, summed_gram
 from fathom.train.allocator import tune_cpu_allocator
 
 KFAC_KINDS: dict[str, str] = {"linear": "Linear", "conv2d": "Conv2d"}
@@ -111,7 +111,7 @@ def _layer_record(layer: Layer, diag: dict, kfac: dict, gram) -> dict:
     rec = {
         "name": layer.name,
         "type": layer.type_name,
-        "path": layer.path,  # the coverage table's text (fathom.seam_types.Layer.path)
+        "path": layer.path,  # the coverage table's text (fathom.seam.types.Layer.path)
         "parameters": {q: list(diag["ggn"][q].shape) for q in layer.qualified},
     }
     for kind, label in names.items():

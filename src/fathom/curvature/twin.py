@@ -7,7 +7,7 @@ Both depend on the model's *structure* only, not on its parameter values, so
 :func:`prepared` keeps them per model (weakly: they go when the model goes) and on a later
 call only copies the current parameter and buffer values into the twin.
 
-**Invalidation key**: :func:`fathom.seam_key.structure_key` (shared with
+**Invalidation key**: :func:`fathom.seam.key.structure_key` (shared with
 :class:`fathom.Instruments`); any difference rebuilds the twin and rediscovers the seam
 (a module swapped, a mode toggled, an attribute, hook, parameter identity, dtype, device or
 ``requires_grad`` flag changed, a new probe shape). In-place value updates, e.g. an
@@ -32,7 +32,7 @@ from torch import nn
 
 from fathom.curvature.probe import float64_copy, probe_inputs
 from fathom.seam import Seam, discover
-from fathom.seam_key import structure_key
+from fathom.seam.key import structure_key
 
 _TWINS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, list, nn.Module, Seam]] = (
     weakref.WeakKeyDictionary()

@@ -5,7 +5,7 @@ official files; ``make_splits(raw, mode, seed, ...)`` builds the fitting / valid
 test tensors and their split hash. See :mod:`fathom.data.sources` for the source order.
 """
 
-from fathom.lazy import exports
+from fathom.base.lazy import exports
 
 __getattr__, __dir__, __all__ = exports(
     __name__,

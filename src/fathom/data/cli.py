@@ -109,7 +109,7 @@ def files_table(title: str, rows: list[dict], wide: bool = False):
     When every file lies in one directory it is named once, in the caption, so the table
     fits 80 columns; otherwise each row shows its path.
     """
-    from fathom.terminal import short_hash, table
+    from fathom.base.terminal import short_hash, table
 
     if "sha256" not in rows[0]:
         return table(title, list(rows[0]), [list(r.values()) for r in rows])
@@ -130,7 +130,7 @@ def print_files(title: str, rows: list[dict], args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps({"title": title, "files": rows}, indent=2))
         return
-    from fathom.terminal import console
+    from fathom.base.terminal import console
 
     console(args.wide).print(files_table(title, rows, args.wide))
 
@@ -159,7 +159,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
 def info_table(row: dict, wide: bool = False):
     """One dataset's registry entry as a two-column table; hashes shortened unless ``wide``."""
-    from fathom.terminal import short_hash, table
+    from fathom.base.terminal import short_hash, table
 
     body = []
     for key, value in row.items():
@@ -172,7 +172,7 @@ def info_table(row: dict, wide: bool = False):
 
 
 def run_info(args: argparse.Namespace) -> int:
-    from fathom.terminal import console
+    from fathom.base.terminal import console
 
     specs = (
         [dataset_spec(args.dataset)] if args.dataset else [DATASETS[n] for n in sorted(DATASETS)]

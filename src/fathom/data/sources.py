@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fathom.base.io import atomic_write_bytes
 from fathom.data.gzipped import decompress_if_gzip
 from fathom.data.locations import (
     LocalDir,
@@ -35,7 +36,6 @@ from fathom.data.locations import (
 from fathom.data.registry import CifarDataset, IdxDataset, IdxFile
 from fathom.data.remote import RemoteSource, SourceFailed, default_remotes
 from fathom.errors import FathomError
-from fathom.io import atomic_write_bytes
 
 
 class MissingDataError(FathomError):

@@ -13,7 +13,7 @@ Accepted array sets (names are the keys of the file or of the dict the factory r
 ``x`` arrays are uint8 or floating point (cast to float32) with one shape per example;
 ``y`` integer class labels in ``[0, classes)``, ``classes = max label + 1`` unless an
 integer ``classes`` entry is given. Every file is SHA-256 hashed into the manifest; a
-factory's arrays are hashed by content (:func:`fathom.io.tensor_digest`).
+factory's arrays are hashed by content (:func:`fathom.base.io.tensor_digest`).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from fathom.base.io import sha256_file, tensor_digest
+from fathom.base.user_code import call_factory
 from fathom.data.load import RawDataset
 from fathom.data.splits import DataSplits, split_permutation
 from fathom.errors import FathomError
-from fathom.io import sha256_file, tensor_digest
-from fathom.user_code import call_factory
 
 if TYPE_CHECKING:
     from fathom.config import DataConfig

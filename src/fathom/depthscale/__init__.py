@@ -1,6 +1,6 @@
 """The depth-scaling benchmark: a plan of ordinary runs, its results table and verdict, CLI."""
 
-from fathom.lazy import exports
+from fathom.base.lazy import exports
 
 __getattr__, __dir__, __all__ = exports(
     __name__,

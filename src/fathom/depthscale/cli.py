@@ -23,7 +23,7 @@ def epoch_line(row: dict[str, Any]) -> str:
     examples; σ: median σ_max / σ_min (numerically nonzero) of the float64 input-output
     Jacobian; κ their median ratio. Health fields appear on health-check epochs only.
     """
-    from fathom.units import fmt_percent
+    from fathom.base.units import fmt_percent
 
     line = (
         f"Epoch {row['epoch']}: train={fmt_percent(row.get('fit/acc'), 1)} "
@@ -128,8 +128,8 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
 
 
 def _config_file(path: str) -> DepthScaleConfig:
-    from fathom.config_family import load_config
     from fathom.depthscale.config import DepthScaleConfig
+    from fathom.study.family import load_config
 
     cfg, origin = load_config(path)
     if not isinstance(cfg, DepthScaleConfig):

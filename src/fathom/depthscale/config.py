@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fathom.config import RunConfig, validate_run_config
-from fathom.config_models import Bool, Float, Int
+from fathom.config.models import Bool, Float, Int
 from fathom.errors import FathomError, with_suggestion
 from fathom.models.specs import NORMALIZATION, blocks_per_stage_for_depth
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
+from fathom.base.io import atomic_write_json, ensure_writable_dir
+from fathom.base.provenance import resolve_device
 from fathom.config import RunConfig
 from fathom.data.prepare import prepare_splits
 from fathom.depthscale.config import DepthScaleConfig, plan_runs
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json, ensure_writable_dir
-from fathom.provenance import resolve_device
 from fathom.rundir import RunDir
 from fathom.study.plan import RunSpec
 

@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fathom.base.io import atomic_write_json, atomic_write_text
+from fathom.base.units import fmt_value, percent
 from fathom.dynamics.health import ILL_CONDITIONED_KAPPA, RANK_FLOOR_RULE
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json, atomic_write_text
 from fathom.rundir import RunDir
 from fathom.stats.flags import failure_flags
 from fathom.stats.scaling import (
@@ -34,7 +35,6 @@ from fathom.stats.scaling import (
     DepthScalingVerdict,
     depth_scaling_verdict,
 )
-from fathom.units import fmt_value, percent
 
 BASELINE, CANDIDATE = "vanilla", "Lyapunov"
 

@@ -12,8 +12,8 @@ from typing import Any
 
 from rich.console import Console
 
+from fathom.base.terminal import table
 from fathom.depthscale.table import BASELINE, CANDIDATE, ResultsTable
-from fathom.terminal import table
 
 
 def _f(v: float | None, spec: str, scale: float = 1.0) -> str:

@@ -1,6 +1,6 @@
 """Exports of run directories: JSONL, W&B (offline) and TensorBoard, each verified by reading back."""
 
-from fathom.lazy import exports
+from fathom.base.lazy import exports
 
 __getattr__, __dir__, __all__ = exports(
     __name__,

@@ -37,11 +37,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from fathom.base.io import atomic_write_json, config_digest
+from fathom.base.units import ACCURACY_UNIT, percent
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json, config_digest
 from fathom.report.runs import RunData
 from fathom.rundir.output import OUTPUT_LOCK
-from fathom.units import ACCURACY_UNIT, percent
 
 RECORD = "fathom-export.json"
 FORMAT = 2  # 2: accuracy exported in percent under *_pct names

@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fathom.base.io import atomic_write_text
 from fathom.errors import FathomError
 from fathom.export.common import VerifyReport, in_export_units, same_value
-from fathom.io import atomic_write_text
 from fathom.report.runs import RunData, nonfinite_name
 
 FILE = "history.jsonl"

@@ -16,7 +16,7 @@ and :mod:`fathom.export.wandb_export`)::
     <run_dir>/live/wandb/wandb/offline-run-*/                    wandb sync <that dir>
     <each of those>/fathom-live.json, fathom-export.json, verify.json
 
-Settings come from the ``[live]`` config section (:mod:`fathom.config_live`), with the
+Settings come from the ``[live]`` config section (:mod:`fathom.config.live`), with the
 CLI's ``--live`` choosing the backends. Each invocation starts the live logs afresh from
 the first row (a resumed run streams its earlier rows again, then the new ones); in a
 shared ``log_dir`` it replaces only a directory whose ``fathom-live.json`` names this run
@@ -33,7 +33,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fathom.config_live import BACKENDS, LiveConfig, live_config
+from fathom.base.io import atomic_write_json
+from fathom.config.live import BACKENDS, LiveConfig, live_config
 from fathom.errors import FathomError
 from fathom.export.common import (
     VerifyReport,
@@ -42,7 +43,6 @@ from fathom.export.common import (
     write_record,
 )
 from fathom.export.live_sinks import TensorBoardSink, WandbSink
-from fathom.io import atomic_write_json
 
 LIVE_TARGETS = BACKENDS
 LIVE_DIR = "live"
@@ -97,7 +97,7 @@ def fan_out(*observers: Observer | None) -> Observer | None:
 class LiveTracker:
     """The observer: pass it (or :func:`fan_out` of it and a display) as ``progress``.
 
-    ``live``: the run's :class:`~fathom.config_live.LiveConfig` (or a list of backends, with
+    ``live``: the run's :class:`~fathom.config.live.LiveConfig` (or a list of backends, with
     the default settings). ``close()`` after training (also after an error) streams the last
     rows, finishes the logs and returns one :class:`~fathom.export.common.VerifyReport` per
     backend. ``config`` (the run's :class:`~fathom.config.RunConfig`) names the study, W&B

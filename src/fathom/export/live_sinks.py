@@ -3,7 +3,7 @@
 ``_TensorBoardSink`` writes event files (the export's :func:`summary_for`, accuracy's unit
 stated on its first value) into ``events_dir`` and flushes after every row;
 ``_WandbSink`` logs each row to a W&B run (``step = epoch``) placed by the ``[live.wandb]``
-settings (:class:`fathom.config_live.WandbLiveConfig`), its files under ``out``. Both return,
+settings (:class:`fathom.config.live.WandbLiveConfig`), its files under ``out``. Both return,
 on ``close(run)``, the paths they wrote (relative to ``out``) and the export record's extra
 fields, so the read-back of :mod:`fathom.export.run` applies unchanged.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fathom.config_live import WandbLiveConfig
+from fathom.config.live import WandbLiveConfig
 
 
 class TensorBoardSink:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fathom.base.io import atomic_write_json
 from fathom.errors import FathomError
 from fathom.export import jsonl, tensorboard_export, wandb_export
 from fathom.export.common import (
@@ -22,7 +23,6 @@ from fathom.export.common import (
     read_record,
     write_record,
 )
-from fathom.io import atomic_write_json
 from fathom.report.runs import RunData, load_runs
 from fathom.rundir.output import analysis_output
 

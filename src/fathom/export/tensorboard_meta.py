@@ -169,7 +169,7 @@ def hparams(run: RunData) -> dict[str, bool | int | float | str]:
 
 def metrics(run: RunData) -> dict[str, tuple[int, float]]:
     """``hparams/{selected,final}/{split}/{acc_pct,ce}`` -> ``(epoch, value)``, export units."""
-    from fathom.units import percent
+    from fathom.base.units import percent
 
     by_epoch = {int(r["epoch"]): r for r in run.rows}
     epochs = {

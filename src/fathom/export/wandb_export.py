@@ -7,7 +7,7 @@ Summary: ``fathom/status``, ``fathom/epochs_completed``, ``fathom/selected_epoch
 ``fathom/selected_val_ce`` and the manifest clocks as ``fathom/clock/<name>``.
 
 History: one ``log`` per history row with ``step = epoch``, accuracy in percent under
-``<name>_pct`` (:mod:`fathom.export.common`; the config's ``fathom.units`` states it); ``clock/training_s`` and
+``<name>_pct`` (:mod:`fathom.export.common`; the config's ``fathom.base.units`` states it); ``clock/training_s`` and
 ``clock/elapsed_s`` are logged values and declared metrics, to be chosen as x axes.
 W&B's own ``_runtime`` and ``_timestamp`` measure the exporter, not training: they are
 never a Fathom clock and verification ignores them. W&B silently drops a row whose step
@@ -30,9 +30,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fathom.base.io import json_safe
 from fathom.errors import FathomError, install_hint
 from fathom.export.common import VerifyReport, export_scalars, same_value, units_table
-from fathom.io import json_safe
 from fathom.report.runs import RunData
 
 DIR = "wandb"

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fathom.lazy import exports
+from fathom.base.lazy import exports
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from fathom.config_models import ModelConfig, PythonModelConfig, StagedConvConfig
+    from fathom.config.models import ModelConfig, PythonModelConfig, StagedConvConfig
 
 __getattr__, __dir__, _names = exports(
     __name__,

@@ -1,4 +1,4 @@
-"""A user's model from ``model.factory = "package.module:function"`` (:mod:`fathom.user_code`)."""
+"""A user's model from ``model.factory = "package.module:function"`` (:mod:`fathom.base.user_code`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from fathom.base.user_code import call_factory
 from fathom.errors import FathomError
-from fathom.user_code import call_factory
 
 
 def build_python_model(path: str, kwargs: dict[str, Any]) -> nn.Module:

@@ -3,7 +3,7 @@
 Reads run directories and analysis outputs only (see :mod:`fathom.report.build`).
 """
 
-from fathom.lazy import exports
+from fathom.base.lazy import exports
 
 __getattr__, __dir__, __all__ = exports(
     __name__,

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fathom.base.units import fmt_estimate_interval, fmt_value, percent
 from fathom.report.tables import esc, headline_table
 from fathom.stats.audit_sentences import damage_sentences
-from fathom.units import fmt_estimate_interval, fmt_value, percent
 
 
 def _iv(iv: Mapping[str, Any] | None, unit: str) -> str:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fathom.base.units import fmt_value, percent
 from fathom.report.tables import esc, flat, generic, table
 from fathom.stats.numbers import table_text
 from fathom.stats.results import Table
 from fathom.stats.summary_tables import tables_of, tuning_table
-from fathom.units import fmt_value, percent
 
 
 def typed_table(t: Table, *, interactive: bool = False, caption: str | None = None) -> str:
@@ -153,7 +153,7 @@ AUDIT_UNITS = {
 
 def with_units(row: Mapping[str, Any]) -> dict[str, Any]:
     """A flattened audit record with every field of :data:`AUDIT_UNITS` printed in its unit
-    (accuracy in percent through :func:`fathom.units.percent`) and the unit in its key."""
+    (accuracy in percent through :func:`fathom.base.units.percent`) and the unit in its key."""
     out: dict[str, Any] = {}
     for key, value in row.items():
         leaf = key.rsplit(".", 1)[-1]

@@ -1,6 +1,6 @@
 """Renderers of :class:`fathom.report.crossrun.CrossTable`: markdown and HTML, one cell format.
 
-Cell formats by column kind, each by its unit's rule in :mod:`fathom.units`: ``num`` 4
+Cell formats by column kind, each by its unit's rule in :mod:`fathom.base.units`: ``num`` 4
 significant digits; ``pct`` two decimals (values already in percent, the unit in the
 label); ``pp`` signed two decimals; ``ratio`` ``"19.2×"``; ``spread`` ``"mean (min–max)"``
 in the column's number format; ``—`` for undefined.
@@ -11,19 +11,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fathom.base.units import fmt_value
 from fathom.report.crossrun import Column, CrossTable
 from fathom.report.tables import esc
 from fathom.stats.results import NOT_ESTABLISHED
 from fathom.stats.sentences import rest_note
-from fathom.units import fmt_value
 
-# column kind -> (unit of fathom.units, signed); the unit text is in the column label
+# column kind -> (unit of fathom.base.units, signed); the unit text is in the column label
 KIND_UNITS = {"pct": ("%", False), "%": ("%", False), "pp": ("pp", True), "ratio": ("×", False),
               "int": ("count", False), "num": ("", False)}  # fmt: skip
 
 
 def number(v: float | None, kind: str = "num") -> str:
-    """``v`` by its column kind through :func:`fathom.units.fmt_value` (``ratio`` keeps its
+    """``v`` by its column kind through :func:`fathom.base.units.fmt_value` (``ratio`` keeps its
     ``×``; the other units are in the column label)."""
     unit, signed = KIND_UNITS.get(kind, ("", False))
     return fmt_value(v, unit, signed=signed, suffix=unit == "×")

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fathom.base.io import sha256_file
 from fathom.errors import FathomError
-from fathom.io import sha256_file
 from fathom.rundir import RunDir, find_runs
 
 SPLITS = ("fit", "val", "test")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fathom.io import atomic_write_json, config_digest
+from fathom.base.io import atomic_write_json, config_digest
 from fathom.rundir import seal
 
 TELEMETRY_PATTERNS = (

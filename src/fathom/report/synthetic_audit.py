@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from fathom.io import atomic_write_json
+from fathom.base.io import atomic_write_json
 from fathom.rundir import RunDir
 
 IN_FEATURES = 12

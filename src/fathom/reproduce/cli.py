@@ -94,8 +94,8 @@ def _reproduce_depth(args: argparse.Namespace, name: str, pipe, cfg, origin: str
 
 
 def cmd_diagnose_head(args: argparse.Namespace) -> int:
-    from fathom.config_family import load_run_config_or_preset
     from fathom.reproduce.head import HeadSettings, head_lines, run_head_diagnostic
+    from fathom.study.family import load_run_config_or_preset
 
     base = load_run_config_or_preset(args.config)
     settings = HeadSettings(

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from fathom.base.units import fmt_spread, fmt_value
 from fathom.reproduce.head import collapse_lines
-from fathom.units import fmt_spread, fmt_value
 
 
 def _num(x: Any, unit: str = "") -> str:
-    """A plain number (:func:`fathom.units.fmt_value`, unit ``""``); the seed's own values
+    """A plain number (:func:`fathom.base.units.fmt_value`, unit ``""``); the seed's own values
     print as quoted (unit ``"quoted"``); a list element by element."""
     if isinstance(x, list):
         return ", ".join(_num(v, unit) for v in x)

@@ -108,7 +108,7 @@ class DepthStep(_Strict):
 
         if self.config in PRESETS:
             return make_config(self.config, **self.overrides)
-        from fathom.config_family import load_config
+        from fathom.study.family import load_config
 
         path = Path(self.config)
         if base is not None and not path.is_absolute():

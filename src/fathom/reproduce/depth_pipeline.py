@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fathom.io import atomic_write_json, atomic_write_text, config_digest
+from fathom.base.io import atomic_write_json, atomic_write_text, config_digest
 from fathom.reproduce.config import PipelineConfig
 from fathom.reproduce.pipeline import _step, open_state
 from fathom.reproduce.state import PipelineState, pipeline_lock

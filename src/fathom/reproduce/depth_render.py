@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fathom.units import fmt_spread, fmt_value, percent
+from fathom.base.units import fmt_spread, fmt_value, percent
 
 FRACTION = "fraction of test images"
 SHORT = {
@@ -35,7 +35,7 @@ def _shown(row: dict[str, Any], x: float | None) -> float | None:
 
 def _unit(row: dict[str, Any]) -> str:
     """Accuracy rows print in percent, every other quantity as a plain number
-    (:mod:`fathom.units`)."""
+    (:mod:`fathom.base.units`)."""
     return "%" if _is_fraction(row) else ""
 
 
@@ -186,7 +186,7 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
     """The side-by-side table, its notes and the verdicts on an 80-column terminal."""
     from rich.console import Console
 
-    from fathom.terminal import table
+    from fathom.base.terminal import table
 
     console = console or Console()
     title = f"Seed 000's {result['dataset']} depth-scaling table beside Fathom's"

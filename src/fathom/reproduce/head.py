@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
+from fathom.base.io import atomic_write_json, atomic_write_text
 from fathom.config import RunConfig, config_diff
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json, atomic_write_text
 from fathom.rundir import RunDir
 from fathom.stats.units import fmt_percent
 from fathom.study.execute import execute_run
@@ -108,7 +108,7 @@ def run_head_diagnostic(
     threads: int | None = None,
 ) -> dict[str, Any]:
     """Train (or resume, or verify) the pair under ``out_dir``; write ``head.json`` and ``head.md``."""
-    from fathom.provenance import resolve_device
+    from fathom.base.provenance import resolve_device
     from fathom.study.execute import cached_splits
 
     out = Path(out_dir)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fathom.base.io import atomic_write_json, atomic_write_text, config_digest
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json, atomic_write_text, config_digest
 from fathom.reproduce.config import PipelineConfig
 from fathom.reproduce.state import PipelineState, pipeline_lock
 from fathom.rundir import RunDir
@@ -122,7 +122,7 @@ def step_study(ctx: Context, state: PipelineState) -> None:
 
 
 def _splits(ctx: Context, cfg: Any, device: str) -> Any:
-    from fathom.provenance import resolve_device
+    from fathom.base.provenance import resolve_device
 
     return None if ctx.splits_for is None else ctx.splits_for(cfg, resolve_device(device))
 
@@ -166,7 +166,7 @@ def step_curvature(ctx: Context, state: PipelineState) -> None:
 
 
 def _resolve(device: str) -> Any:
-    from fathom.provenance import resolve_device
+    from fathom.base.provenance import resolve_device
 
     return resolve_device(device)
 
@@ -183,8 +183,8 @@ class _WithSplits(RunDir):
 
 
 def step_head(ctx: Context, state: PipelineState) -> None:
-    from fathom.config_family import load_run_config_or_preset
     from fathom.reproduce.head import HeadSettings, head_lines, run_head_diagnostic
+    from fathom.study.family import load_run_config_or_preset
 
     h = ctx.pipe.head
     base = load_run_config_or_preset(h.preset)

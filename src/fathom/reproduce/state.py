@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fathom.base.io import atomic_write_json, config_digest, sha256_file
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json, config_digest, sha256_file
 from fathom.rundir import DirLock
 
 FORMAT = 1

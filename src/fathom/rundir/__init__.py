@@ -1,10 +1,10 @@
 """The run directory contract's one owner: manifest type, writer (locked, digested,
 atomic) and reader. See ``docs/architecture.md`` ("Run directory").
 
-Names load on first use (:mod:`fathom.lazy`): reading a manifest (``RunDir``) costs no torch;
+Names load on first use (:mod:`fathom.base.lazy`): reading a manifest (``RunDir``) costs no torch;
 weights files and the writer import it when used."""
 
-from fathom.lazy import exports
+from fathom.base.lazy import exports
 
 __getattr__, __dir__, __all__ = exports(
     __name__,

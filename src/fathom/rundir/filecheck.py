@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fathom.io import sha256_file
+from fathom.base.io import sha256_file
 
 
 def stray_tmp_files(run_dir: Path) -> list[Path]:

@@ -1,6 +1,6 @@
 """The files of a run directory, each carrying a digest that is checked on read.
 
-* weights: safetensors, metadata ``params_sha256`` = :func:`fathom.io.state_dict_digest`
+* weights: safetensors, metadata ``params_sha256`` = :func:`fathom.base.io.state_dict_digest`
   of the tensors; the manifest's entry also records ``sha256``, the digest of the whole
   file (header and metadata included), so a flipped byte anywhere is detected;
 * resume state: a self-verifying container ``MAGIC + sha256(payload) hex + "\\n" + payload``
@@ -8,7 +8,7 @@
   even when the manifest was not yet rewritten after the state was (a kill in between);
 * JSON files: see :mod:`fathom.rundir.manifest` (manifest digest) and the history digest.
 
-Every write is atomic (:func:`fathom.io.atomic_write_bytes`); a kill leaves at most a
+Every write is atomic (:func:`fathom.base.io.atomic_write_bytes`); a kill leaves at most a
 ``.*.tmp`` file, which :func:`stray_tmp_files` finds and the next writer removes.
 """
 
@@ -24,8 +24,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from fathom.base.io import atomic_write_bytes, sha256_bytes, state_dict_digest
 from fathom.errors import FathomError
-from fathom.io import atomic_write_bytes, sha256_bytes, state_dict_digest
 from fathom.rundir.filecheck import stray_tmp_files  # noqa: F401  (re-exported)
 
 RESUME_MAGIC = b"FATHOM-RESUME-1\n"

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fathom.base.io import config_digest
 from fathom.errors import FathomError
-from fathom.io import config_digest
 from fathom.rundir.header import FORMAT, TYPED_FROM, ManifestHeader
 from fathom.rundir.record import RunManifest
 

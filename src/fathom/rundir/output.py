@@ -25,8 +25,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from fathom.base.io import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    ensure_writable_dir,
+)
 from fathom.errors import FathomError
-from fathom.io import atomic_write_bytes, atomic_write_json, atomic_write_text, ensure_writable_dir
 from fathom.rundir.lock import DirLock, study_lock
 
 OUTPUT_LOCK = ".fathom-output.lock"

@@ -16,8 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from fathom.base.io import read_jsonl
 from fathom.errors import FathomError
-from fathom.io import read_jsonl
 from fathom.rundir.kinds import config_validator
 from fathom.rundir.manifest import check_manifest, describe_recovery
 from fathom.rundir.record import RunManifest

@@ -40,7 +40,7 @@ class RunManifest(ManifestHeader):
     """Everything a training run's ``manifest.json`` holds (``docs/architecture.md``).
 
     Beyond the header (format, kind, phase, run_id, study, status and its reason, config,
-    checkpoint entries, recovery events): ``config_hash`` (:func:`fathom.io.config_digest` of
+    checkpoint entries, recovery events): ``config_hash`` (:func:`fathom.base.io.config_digest` of
     ``config``), ``source_hash`` (of the fathom source the run started with; later ones in
     ``source_changes``), ``data``, ``model``, ``hashes``, ``environment``, ``clocks``,
     ``epochs_completed`` / ``steps_completed`` (at the last complete epoch boundary),

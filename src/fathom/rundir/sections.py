@@ -71,7 +71,7 @@ class ModelRecord(_Closed):
 class Hashes(_Closed):
     """Digests that pin what was trained.
 
-    ``initial_params`` / ``final_params``: :func:`fathom.io.state_dict_digest` of the weights
+    ``initial_params`` / ``final_params``: :func:`fathom.base.io.state_dict_digest` of the weights
     before training and at the end (``null`` unless the run completed); ``training_order`` /
     ``masks``: running ``sha256(prev || payload)`` chains over every epoch's example order and
     kept-branch bits up to ``epochs_completed`` (:func:`fathom.train.state.chain`).
@@ -84,7 +84,7 @@ class Hashes(_Closed):
 
 
 class Environment(_Closed):
-    """Where it ran (:func:`fathom.provenance.environment`): interpreter and library versions,
+    """Where it ran (:func:`fathom.base.provenance.environment`): interpreter and library versions,
     platform, CPU count, ``threads`` (torch's intra-op threads, kept on resume), ``device`` and
     its name, ``dtype``, ``matmul_precision``, ``cuda`` (``null`` on CPU),
     ``cpu_allocator_tuned`` (whether :func:`fathom.train.allocator.tune_cpu_allocator` applied)."""
@@ -233,7 +233,7 @@ class SourceChange(_Closed):
 
 class WeightsEntry(BaseModel):
     """A weights file the manifest lists: ``file`` (relative to the run), ``params_sha256``
-    (:func:`fathom.io.state_dict_digest` of its tensors), ``sha256`` of the whole file
+    (:func:`fathom.base.io.state_dict_digest` of its tensors), ``sha256`` of the whole file
     (absent in manifests written before it was recorded) and, for the selected weights,
     ``epoch``."""
 

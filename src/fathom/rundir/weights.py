@@ -1,7 +1,7 @@
 """What a weights file holds: a model's parameters and persistent buffers, on the host.
 
 :func:`cpu_state` is the tensor dict that checkpoints store and ``params_sha256`` digests
-(:func:`fathom.io.state_dict_digest`) cover; :func:`load_cpu_state` puts one back.
+(:func:`fathom.base.io.state_dict_digest`) cover; :func:`load_cpu_state` puts one back.
 """
 
 from __future__ import annotations

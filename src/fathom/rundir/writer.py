@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
+from fathom.base.io import atomic_write_bytes, atomic_write_json, dumps, parse_jsonl, sha256_bytes
 from fathom.errors import FathomError
-from fathom.io import atomic_write_bytes, atomic_write_json, dumps, parse_jsonl, sha256_bytes
 from fathom.rundir import files
 from fathom.rundir.errors import failure_record, os_error
 from fathom.rundir.interrupts import uninterrupted

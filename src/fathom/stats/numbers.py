@@ -1,5 +1,5 @@
 """The comparison formatters of :mod:`fathom.stats`, on top of the one formatter per unit
-(:mod:`fathom.units`: ``fmt_value``, ``fmt_mean_sd``, ``fmt_level``, each unit's rule
+(:mod:`fathom.base.units`: ``fmt_value``, ``fmt_mean_sd``, ``fmt_level``, each unit's rule
 written once). A comparison on the log scale prints as a ratio ``exp d``.
 """
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
+from fathom.base.units import fmt_interval as fmt_bounds
+from fathom.base.units import fmt_level, fmt_mean_sd, fmt_value
 from fathom.stats.results import Cell, Comparison, Table
-from fathom.units import fmt_interval as fmt_bounds
-from fathom.units import fmt_level, fmt_mean_sd, fmt_value
 
 __all__ = [
     "fmt_cell",

@@ -145,7 +145,7 @@ class Sentence(BaseModel):
 
 class Cell(BaseModel):
     """One table value in its display unit (accuracy already in percent, ``unit`` one of
-    :data:`fathom.units.UNITS`): a mean (± sample SD ``sd`` over ``n`` seeds), a signed
+    :data:`fathom.base.units.UNITS`): a mean (± sample SD ``sd`` over ``n`` seeds), a signed
     difference (``signed``) with its interval ``[low, high]``, a plain value, or a text
     (``text``: a name, a flag, a verdict); missing is ``value=None``. Rendered only by
     :func:`fathom.stats.numbers.fmt_cell`."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from fathom.units import fmt_ratio
+from fathom.base.units import fmt_ratio
 
 SPEEDUP_RULE = (
     "median and interquartile range over repeats; a repeat's speed-up is its dense time over "

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fathom.base.units import fmt_percent
 from fathom.errors import FathomError
 from fathom.stats.flags import failure_flags, is_excluded
 from fathom.stats.inference import judge
@@ -53,7 +54,6 @@ from fathom.stats.summary_compare import (
 from fathom.stats.summary_md import to_markdown
 from fathom.stats.summary_tables import summary_tables
 from fathom.stats.verdicts import first_crossing
-from fathom.units import fmt_percent
 
 __all__ = ["RunRecord", "summarise_study", "to_markdown"]
 

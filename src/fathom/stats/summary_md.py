@@ -2,7 +2,7 @@
 
 It lays out the summary's typed tables (:mod:`fathom.stats.summary_tables`) and prints every
 cell through :func:`fathom.stats.numbers.fmt_cell` (one formatter per unit,
-:mod:`fathom.units`): values are mean ± sample SD over seeds, accuracy in percent,
+:mod:`fathom.base.units`): values are mean ± sample SD over seeds, accuracy in percent,
 differences in percentage points, CE in nats; no number is derived here.
 """
 

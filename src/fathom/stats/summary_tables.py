@@ -4,7 +4,7 @@ Built once from :func:`fathom.stats.summary.summarise_study`'s numbers (and, for
 table, the study runner's ``tuning`` entry); every renderer (terminal, ``summary.md``, the
 report page) prints these cells through :func:`fathom.stats.numbers.fmt_cell` and derives no
 number of its own. Cells are in display units: accuracy in percent
-(:func:`fathom.units.percent` of the stored fraction), its differences in percentage points,
+(:func:`fathom.base.units.percent` of the stored fraction), its differences in percentage points,
 CE in nats, clocks in seconds, ratios as ``×``.
 
 Table ids: ``quality``, ``differences``, ``timing``, ``main`` (the report's headline
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fathom.base.units import percent
 from fathom.stats.results import Cell, Table
 from fathom.stats.summary_compare import COMPARED_METRICS
-from fathom.units import percent
 
 STAT_UNIT = {"test_acc": "%", "test_ce": "nats", "val_ce": "nats"}
 DIFF_UNIT = {"test_acc": "pp", "test_ce": "nats"}

@@ -1,7 +1,7 @@
-"""The unit convention, under the name the analyses use: defined once in :mod:`fathom.units`
+"""The unit convention, under the name the analyses use: defined once in :mod:`fathom.base.units`
 (the foundation layer, so the trainer's messages use it too)."""
 
-from fathom.units import (
+from fathom.base.units import (
     ACCURACY_LABEL,
     ACCURACY_UNIT,
     DIFFERENCE_UNIT,

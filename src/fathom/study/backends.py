@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from fathom.config_live import LiveConfig
+from fathom.config.live import LiveConfig
 from fathom.errors import FathomError, install_hint
 from fathom.study.execute import RunOutcome, execute_run
 from fathom.study.plan import RunSpec

@@ -65,7 +65,7 @@ def progress_line(info: Any) -> str:
     characters), so the line fits 80 columns; why a run was retried and an error reason
     follow and may wrap.
     """
-    from fathom.terminal import short_hash
+    from fathom.base.terminal import short_hash
 
     extra = "".join(f"  ({t})" for t in (getattr(info, "note", None), info.error) if t)
     return (
@@ -86,12 +86,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     slurm = slurm_options(args)
     from rich.console import Console  # the heavy modules only once the input is valid
 
+    from fathom.base.terminal import Tally
     from fathom.export.live import LiveTracker
     from fathom.study.backends import make_backend
     from fathom.study.report import print_summary
     from fathom.study.runner import run_study
     from fathom.study.scaledown import scale_down_sentence, scaled_down
-    from fathom.terminal import Tally
 
     backend = make_backend(
         args.backend,
@@ -170,7 +170,7 @@ def status_counts(rows: list[dict[str, Any]]) -> str:
 
 def status_table(rows: list[dict[str, Any]], name: str, wide: bool = False):
     """Run, status, epochs and final-parameter hash (12 hex digits; all with ``wide``)."""
-    from fathom.terminal import short_hash, table
+    from fathom.base.terminal import short_hash, table
 
     columns = ["Run", "Status", "Epochs", "Final params"]
     if wide:
@@ -195,8 +195,8 @@ def status_table(rows: list[dict[str, Any]], name: str, wide: bool = False):
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from fathom.base.terminal import console
     from fathom.study.status import study_status
-    from fathom.terminal import console
 
     rows, name = study_status(Path(args.dir))
     if args.json:

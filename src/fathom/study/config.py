@@ -20,7 +20,7 @@ lrs = [0.01, 0.03, 0.1]
 [base]                                 # a run config (see fathom.config.RunConfig)
 optim = { epochs = 100, batch_size = 64 }
 
-[live]                                 # optional live tracking of every run (fathom.config_live)
+[live]                                 # optional live tracking of every run (fathom.config.live)
 backends = ["tensorboard"]
 ```
 
@@ -47,8 +47,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fathom.config import RunConfig, _format_validation_error, load_toml, validate_run_config
-from fathom.config_live import LiveConfig
-from fathom.config_models import Bool, Float, Int, Name
+from fathom.config.live import LiveConfig
+from fathom.config.models import Bool, Float, Int, Name
 from fathom.errors import FathomError, with_suggestion
 from fathom.models.specs import RECIPES
 

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fathom.base.io import config_digest
 from fathom.config import LiveConfig, describe_config_change, validate_run_config
 from fathom.errors import FathomError
-from fathom.io import config_digest
 from fathom.rundir import DirLock, RunDir
 from fathom.rundir.lock import RUN_LOCK
 from fathom.study.plan import RunSpec
@@ -143,7 +143,7 @@ def execute_run(
 
     ``threads`` sets ``torch.set_num_threads`` for this process; ``registry_file`` (when
     given) receives the run's row; ``live`` is the study's live-tracking settings (a
-    :class:`~fathom.config_live.LiveConfig`, or the backends to stream to) and ``tracker`` the
+    :class:`~fathom.config.live.LiveConfig`, or the backends to stream to) and ``tracker`` the
     observer class that streams them, ``tracker(run_dir, live, config)`` (the commands pass
     :class:`fathom.export.live.LiveTracker`: a study, an analysis, never imports the export
     layer itself); ``splits_for(cfg, device) -> DataSplits`` replaces
@@ -216,8 +216,8 @@ def _train_spec(
 
     ``streaming`` is ``(live settings, tracker class, progress)`` as given to :func:`execute_run`.
     """
-    from fathom.config_live import live_config
-    from fathom.provenance import resolve_device
+    from fathom.base.provenance import resolve_device
+    from fathom.config.live import live_config
     from fathom.train.loop import train
 
     cfg = validate_run_config(spec.config, origin=f"study run {spec.run_id}")

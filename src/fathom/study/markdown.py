@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fathom.io import atomic_write_text, dumps
+from fathom.base.io import atomic_write_text, dumps
 from fathom.stats import to_markdown
 from fathom.stats.summary_md import table_markdown
 from fathom.stats.summary_tables import tuning_table

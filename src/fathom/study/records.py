@@ -6,10 +6,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fathom.base.units import fmt_percent
 from fathom.rundir import RunDir
 from fathom.stats import RunRecord, failure_flags
 from fathom.study.plan import RunSpec
-from fathom.units import fmt_percent
 
 PER_RUN_KEYS: tuple[str, ...] = ("name", "seed", "model.recipe", "optim.lr")
 """Config keys that differ between the runs of one comparison by design."""

@@ -2,7 +2,7 @@
 
 Accuracy is in percent, its differences in percentage points (pp), cross-entropy in nats.
 Recipe names, statuses and verdict words are never wrapped or cut
-(:mod:`fathom.terminal`); the paired differences are one table per checkpoint so that
+(:mod:`fathom.base.terminal`); the paired differences are one table per checkpoint so that
 each row fits.
 """
 
@@ -12,12 +12,12 @@ from typing import Any
 
 from rich.console import Console
 
+from fathom.base.terminal import table
+from fathom.base.units import fmt_level
 from fathom.stats.numbers import table_text
 from fathom.stats.results import Table
 from fathom.stats.summary_tables import tables_of, tuning_table
 from fathom.study.markdown import integrity_markdown, scale_down_text
-from fathom.terminal import table
-from fathom.units import fmt_level
 
 
 def _terminal(

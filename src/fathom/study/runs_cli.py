@@ -26,8 +26,8 @@ def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
     The run id names phase, recipe, LR and seed; ``wide`` adds them as columns with the
     full hash.
     """
-    from fathom.terminal import short_hash, table
-    from fathom.units import fmt_value, percent
+    from fathom.base.terminal import short_hash, table
+    from fathom.base.units import fmt_value, percent
 
     def f(x: float | None, spec: str) -> str:
         return "—" if x is None else format(x, spec)
@@ -75,8 +75,8 @@ ACCURACY_KEYS = ("selected_test_acc", "final_test_acc")
 def row_json(row: dict[str, Any]) -> dict[str, Any]:
     """A registry row as ``runs list --json`` / ``runs show`` print it: each accuracy (a
     fraction in the registry) as ``<name>_fraction`` with ``<name>_pct`` (percent,
-    :func:`fathom.units.percent`) beside it; every other field as stored."""
-    from fathom.units import percent
+    :func:`fathom.base.units.percent`) beside it; every other field as stored."""
+    from fathom.base.units import percent
 
     out: dict[str, Any] = {}
     for key, value in row.items():
@@ -89,7 +89,7 @@ def row_json(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def cmd_runs_list(args: argparse.Namespace) -> int:
-    from fathom.terminal import console
+    from fathom.base.terminal import console
 
     rows = _registry(args).query(
         study=args.study, phase=args.phase, recipe=args.recipe, seed=args.seed, status=args.status

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fathom.config_live import LiveConfig
+from fathom.config.live import LiveConfig
 from fathom.errors import FathomError, install_hint
 from fathom.study.execute import RunOutcome, execute_run
 from fathom.study.plan import RunSpec

@@ -1,7 +1,7 @@
 """Which source code trained a study's runs: one code version per study, or said otherwise.
 
 Every run records the hash of the package's source at its start (``source_hash``,
-:func:`fathom.provenance.source_hash`) and, when it was resumed under
+:func:`fathom.base.provenance.source_hash`) and, when it was resumed under
 ``--allow-source-change``, each later one (``source_changes``). A study rerun after a
 source edit would otherwise mix runs of two code versions silently (complete runs are
 skipped, the others trained by the new code): :func:`check_sources` refuses that unless
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fathom.base.provenance import source_hash
 from fathom.errors import FathomError
-from fathom.provenance import source_hash
 from fathom.rundir import RunDir
 from fathom.study.plan import RunSpec
 

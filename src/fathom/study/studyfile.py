@@ -13,15 +13,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fathom.base.io import atomic_write_json, config_digest
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json, config_digest
 from fathom.study.config import StudyConfig, validate_study_config
 
 STUDY_FILE = "study.json"
 
 
 def study_file_data(study: StudyConfig, origin: str) -> dict[str, Any]:
-    """The contents of ``study.json``; ``config_hash`` = :func:`fathom.io.config_digest` of
+    """The contents of ``study.json``; ``config_hash`` = :func:`fathom.base.io.config_digest` of
     :meth:`StudyConfig.to_data`."""
     data = study.to_data()
     return {"config": data, "config_hash": config_digest(data), "origin": origin}

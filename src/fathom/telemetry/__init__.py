@@ -6,7 +6,7 @@ Gram matrices), :mod:`~fathom.telemetry.distributions`, :mod:`~fathom.telemetry.
 :mod:`~fathom.telemetry.registry`; :class:`Recorder` is the thin object the trainer calls.
 """
 
-from fathom.lazy import exports
+from fathom.base.lazy import exports
 
 __getattr__, __dir__, __all__ = exports(
     __name__,

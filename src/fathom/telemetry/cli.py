@@ -20,9 +20,9 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 
 def cmd_qualify(args: argparse.Namespace) -> int:
+    from fathom.base.units import fmt_percent
     from fathom.train.cli import config_from_args
     from fathom.train.qualify import DEFAULT_GATE, qualify
-    from fathom.units import fmt_percent
 
     if args.gate is None:
         args.gate = DEFAULT_GATE

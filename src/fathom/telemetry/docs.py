@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fathom.io import atomic_write_text
+from fathom.base.io import atomic_write_text
 from fathom.telemetry.registry import ALIASES, FAMILIES, FIELDS
 
 DEFAULT_PATH = Path("docs/metrics.md")

@@ -14,7 +14,7 @@ the model's own forward. It is read-only by construction:
 
 The layers are discovered at the first observation (so its cost falls on the telemetry
 clock's cold start) and **re-derived whenever what they depend on changed**: every access
-to :attr:`Instruments.seam` compares :func:`fathom.seam_key.structure_key` (module and
+to :attr:`Instruments.seam` compares :func:`fathom.seam.key.structure_key` (module and
 parameter identities, shapes, dtypes, ``requires_grad`` flags, hooks, attributes; the key
 the curvature twin uses) with the one the seam was found under — a frozen backbone
 unfrozen, a head swapped, a hook added — and rediscovers on any difference (then the field
@@ -38,10 +38,10 @@ from torch import nn
 
 from fathom.depth import dense_eval
 from fathom.errors import FathomError
-from fathom.pex import gram_and_bias_mean
 from fathom.seam import Seam, discover
-from fathom.seam_discovery import check_inference_mode, preserved
-from fathom.seam_key import structure_key
+from fathom.seam.discovery import check_inference_mode, preserved
+from fathom.seam.key import structure_key
+from fathom.seam.pex import gram_and_bias_mean
 from fathom.telemetry import params as P
 from fathom.telemetry.distributions import quantile_key
 from fathom.telemetry.moments import moments_from_grams
@@ -64,7 +64,7 @@ _MOMENT_KEYS = (
 @contextmanager
 def read_only(model: nn.Module) -> Iterator[None]:
     """Dense evaluation for the block; restores module flags, masks, plain tensor attributes
-    (:func:`fathom.seam_discovery.preserved`) and RNG states."""
+    (:func:`fathom.seam.discovery.preserved`) and RNG states."""
     flags = [(m, m.training) for m in model.modules()]
     cpu_rng = torch.get_rng_state()
     cuda_rng = (

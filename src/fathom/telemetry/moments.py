@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from fathom.pex import gradient_gram
+from fathom.seam.pex import gradient_gram
 
 
 @dataclass(frozen=True)

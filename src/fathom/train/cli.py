@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from fathom.errors import FathomError
 
 if TYPE_CHECKING:  # the parser stays light: `fathom train --help` imports no pydantic or torch
+    from fathom.base.terminal import TrainProgress
     from fathom.config import LiveConfig, RunConfig
-    from fathom.terminal import TrainProgress
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -31,7 +31,7 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     from fathom.config import RunConfig
-    from fathom.config_family import load_run_config_or_preset
+    from fathom.study.family import load_run_config_or_preset
 
     cfg = load_run_config_or_preset(args.config) if args.config else RunConfig()
     updates = parse_set(args.set or [])
@@ -43,8 +43,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def make_progress(quiet: bool) -> TrainProgress | None:
-    """The live display (:class:`fathom.terminal.TrainProgress`), or ``None`` when ``--quiet``."""
-    from fathom.terminal import TrainProgress
+    """The live display (:class:`fathom.base.terminal.TrainProgress`), or ``None`` when ``--quiet``."""
+    from fathom.base.terminal import TrainProgress
 
     return None if quiet else TrainProgress()
 
@@ -60,7 +60,7 @@ def recorded_live(run_dir: Path) -> LiveConfig:
     """The live-tracking settings a run's manifest records (off for a run that has none)."""
     from pydantic import ValidationError
 
-    from fathom.config_live import LiveConfig
+    from fathom.config.live import LiveConfig
     from fathom.rundir import RunDir
 
     recorded = RunDir(run_dir).manifest.get("live")
@@ -134,7 +134,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Validate any config (file or preset); print its kind and every value, defaults included."""
-    from fathom.config_family import load_config
+    from fathom.study.family import load_config
 
     cfg, origin = load_config(args.config)
     print(f"{origin}: valid {cfg.kind} config")

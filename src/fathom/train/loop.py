@@ -18,12 +18,13 @@ from typing import Any
 
 import torch
 
+from fathom.base.io import config_digest, read_jsonl, state_dict_digest
+from fathom.base.provenance import resolve_device, source_hash
+from fathom.base.units import fmt_percent
 from fathom.config import LiveConfig, RunConfig, describe_config_change, validate_run_config
 from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
-from fathom.io import config_digest, read_jsonl, state_dict_digest
-from fathom.provenance import resolve_device, source_hash
 from fathom.rundir import RunDir, RunWriter, uninterrupted
 from fathom.train.checkpoint import cpu_state, extra_state, load_cpu_state, load_extra_state
 from fathom.train.guards import disk_full_advice, matmul_precision, recorded_threads
@@ -33,7 +34,6 @@ from fathom.train.plan import plan_epoch
 from fathom.train.session import Session, build_session
 from fathom.train.state import PROGRESS_FIELDS, Progress, chain
 from fathom.train.steppers import run_timed
-from fathom.units import fmt_percent
 
 __all__ = [
     "RunResult",

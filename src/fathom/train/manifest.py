@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from fathom.base.io import tensor_digest
 from fathom.data import DataSplits
-from fathom.io import tensor_digest
 from fathom.rundir.sections import Data, Telemetry
 
 SPLIT_TENSORS = ("fit_x", "fit_y", "val_x", "val_y", "test_x", "test_y")
 
 
 def splits_digest(splits: DataSplits) -> str:
-    """``tensors_sha256``: :func:`fathom.io.tensor_digest` of the six split tensors as the
+    """``tensors_sha256``: :func:`fathom.base.io.tensor_digest` of the six split tensors as the
     run trains and evaluates on them (names, dtypes, shapes, bytes; in :data:`SPLIT_TENSORS`
     order). It covers the data's content whatever its source (files, a factory, tensors
     given in memory), where ``split_hash`` covers only how it was split."""

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fathom.base.io import atomic_write_json
 from fathom.config import RunConfig
 from fathom.errors import FathomError
-from fathom.io import atomic_write_json
 from fathom.rundir.record import RunManifest
 from fathom.telemetry.registry import FAMILIES, field_for
 

@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 
+from fathom.base.io import config_digest, state_dict_digest
+from fathom.base.provenance import environment, source_hash
 from fathom.config import RunConfig
 from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits
 from fathom.depth import GateController
 from fathom.errors import FathomError
-from fathom.io import config_digest, state_dict_digest
-from fathom.provenance import environment, source_hash
 from fathom.rundir import FORMAT, RunManifest, RunWriter, uninterrupted
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed

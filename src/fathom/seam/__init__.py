@@ -5,7 +5,7 @@ An instrument never asks what class a model is. :func:`discover` runs the model'
 modules whose forward was running at that moment (a ``TorchFunctionMode`` sees each torch
 call; forward pre/post hooks keep the module stack). Each parameter is covered by the
 *innermost* module active at all of its uses whose calls map examples to outputs, a
-**layer** (:mod:`fathom.seam_attribution`: tied weights go to the common parent, a
+**layer** (:mod:`fathom.seam.attribution`: tied weights go to the common parent, a
 parametrization's original to the module it parametrizes, a root parameter passed into a
 submodule to that submodule; names play no part). Its kind picks the per-example path; a
 fast kind only where it is provably the module's function — the exact class and its
@@ -26,17 +26,17 @@ fast kind only where it is provably the module's function — the exact class an
 * ``embedding``: ``nn.Embedding`` (no ``max_norm``, ``scale_grad_by_freq`` or sparse
   gradient): ``g_i(W)[v] = sum_{t: tok_it = v} delta_it``, in closed form;
 * ``recurrent``: ``nn.RNN`` / ``nn.GRU`` / ``nn.LSTM`` (the stock forward): the functional
-  cell of :mod:`fathom.pex_rnn` under ``torch.func`` (the fused kernels cannot be vmapped);
+  cell of :mod:`fathom.seam.pex_rnn` under ``torch.func`` (the fused kernels cannot be vmapped);
 * ``attention``: ``nn.MultiheadAttention`` (packed ``in_proj``, no ``bias_k``/``add_zero_attn``;
   it covers its never-called ``out_proj``): the cotangent pulled back by hand to the q/k/v
-  and output projections, linear maps over positions (:mod:`fathom.pex_attention`); a call
+  and output projections, linear maps over positions (:mod:`fathom.seam.pex_attention`); a call
   with masks takes the generic path;
 * ``op``: the root, for parameters its own ``forward`` reads directly (a positional
   embedding ``h + self.pos``): each torch operation reading them differentiated alone
   (per example, or by masked cotangents), never the whole model;
 * ``generic``: every other module (BatchNorm/LayerNorm of a subclass, custom modules): exact per-example gradients by ``torch.func`` — ``functional_call`` of that module on one
   example's captured inputs, ``vjp`` w.r.t. its covered parameters, ``vmap`` over examples,
-  in chunks (see :mod:`fathom.pex`).
+  in chunks (see :mod:`fathom.seam.pex`).
 
 Nothing is computed over a silent subset of parameters: :attr:`Seam.coverage` maps every
 parameter to the layer and path that covers it (or says it is frozen or unused), and
@@ -46,7 +46,7 @@ found or that :mod:`torch.func` cannot differentiate per example. Its self-check
 every layer's path (fast ones too) on the discovery batch: for every covered parameter the
 per-example gradients must sum to autograd's batch gradient, so a missed hook or a
 misattributed parameter is refused at discovery, never reported. Refused before any
-forward runs (:func:`fathom.seam_discovery.check_model`): ``torch.inference_mode()``,
+forward runs (:func:`fathom.seam.discovery.check_model`): ``torch.inference_mode()``,
 BatchNorm in train mode, an ``Embedding(max_norm=...)`` (its forward renormalizes the
 weight in place), global module hooks. Every tensor a forward leaves as a plain module
 attribute (legacy ``weight_norm`` / ``prune``) is put back as found. A module's own hooks
@@ -77,8 +77,8 @@ during one ordinary forward (a branch that is skipped records nothing).
 :meth:`Seam.cotangents` pulls back output directions: given ``dF/dlogits`` of shape
 ``[N, C]`` (one direction) or ``[D, N, C]`` (``D`` directions, e.g. ``D = C`` columns of a
 loss-Hessian square root for GGN curvature), it returns every layer output's cotangent,
-with the same leading ``D``. :func:`fathom.pex.per_example_grads` and
-:func:`fathom.pex.per_example_grams` turn ``(layer, calls, cotangents)`` into per-example
+with the same leading ``D``. :func:`fathom.seam.pex.per_example_grads` and
+:func:`fathom.seam.pex.per_example_grams` turn ``(layer, calls, cotangents)`` into per-example
 gradients ``g_i`` (``[N, *shape]`` or ``[D, N, *shape]``) and Gram matrices
 ``K_ij = g_i . g_j``.
 """
@@ -93,9 +93,9 @@ import torch
 from torch import nn
 
 from fathom.errors import FathomError
-from fathom.seam_attribution import attribute, coverage, make_layer, root_ops
-from fathom.seam_check import confirmed_in_float64, mismatches
-from fathom.seam_discovery import (
+from fathom.seam.attribution import attribute, coverage, make_layer, root_ops
+from fathom.seam.check import checked_scalar, confirmed_in_float64, mismatches
+from fathom.seam.discovery import (
     OpCapture,
     UseRecorder,
     check_batchnorm,
@@ -104,10 +104,11 @@ from fathom.seam_discovery import (
     check_model,
     hooks,
     is_float_tensor,
+    preserved,
     pullback,
     record_calls,
 )
-from fathom.seam_types import ROOT, Call, Layer
+from fathom.seam.types import ROOT, Call, Layer
 
 __all__ = ["KINDS", "Call", "Layer", "Seam", "discover"]
 
@@ -312,10 +313,14 @@ class Seam:
         for every covered parameter (by identity) the sum over examples must match
         autograd's batch gradient. Refuses, naming the module and the parameter, where it
         fails: a fast path that missed a hook, a parameter attributed to the wrong call, or
-        examples that interact would all show up here (:mod:`fathom.seam_check`; below
+        examples that interact would all show up here (:mod:`fathom.seam.check`; below
         float64 a mismatch is confirmed on a float64 copy first: rounding noise of a
         gradient that cancels to zero is no reason to refuse an exact path)."""
-        failed = mismatches(self, x)
+        model = self.model
+        with preserved(model), self.capture() as calls, torch.enable_grad():
+            total = checked_scalar(model(x))
+        cots = self.cotangents(calls, total, retain_graph=True)
+        failed = mismatches(model, self.layers, calls, cots, total, int(x.shape[0]))
         if failed and not confirmed_in_float64(self.model, x, discover):
             layer, q = failed[0]
             raise FathomError(

@@ -1,4 +1,4 @@
-"""Per-example gradients of ``nn.Conv1d/2d`` layers (zero padding, ``groups=1``): see :mod:`fathom.pex`.
+"""Per-example gradients of ``nn.Conv1d/2d`` layers (zero padding, ``groups=1``): see :mod:`fathom.seam.pex`.
 
 With ``u_it`` example ``i``'s input patch at output position ``t`` (``F.unfold``,
 channel-major like ``W.reshape(C_out, -1)``; a Conv1d is a ``1 x k`` Conv2d) and ``delta_it``
@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from fathom.errors import FathomError
-from fathom.seam import Call, Layer
+from fathom.seam.types import Call, Layer
 
 UNFOLD_ELEMENTS = 2**24  # per chunk of examples: unfolded patches + stacked cotangents
 

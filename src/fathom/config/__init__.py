@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, Strict, ValidationError, model_validator
 
-from fathom.config_live import LiveConfig
-from fathom.config_models import (
+from fathom.config.live import LiveConfig
+from fathom.config.models import (
     MODEL_KINDS,
     Bool,
     DataConfig,
@@ -196,7 +196,7 @@ class TelemetryConfig(_Strict):
 
 class RunConfig(_Strict):
     """One training run. ``tags`` are labels a driver attaches (e.g. a depth-scaling arm);
-    they never change training. ``live`` (:mod:`fathom.config_live`) is excluded from
+    they never change training. ``live`` (:mod:`fathom.config.live`) is excluded from
     ``model_dump()``: it is not part of the training config and never of ``config_hash``."""
 
     kind: Literal["run"] = "run"
@@ -294,7 +294,7 @@ def describe_config_change(
     """Why ``new`` is not the recorded config: its :func:`config_diff`, or — when every value
     agrees — that the recorded ``config_hash`` is not the digest of the recorded config (the
     manifest's hash or config was edited), never an empty ``()``."""
-    from fathom.io import config_digest
+    from fathom.base.io import config_digest
 
     diff = config_diff(recorded, new, labels)
     if diff:

@@ -1,4 +1,4 @@
-"""The functions the generic per-example path of :mod:`fathom.pex` differentiates.
+"""The functions the generic per-example path of :mod:`fathom.seam.pex` differentiates.
 
 :func:`module_fn` is one call of a layer's module with its covered parameters substituted
 (``functional_call`` of a scope over the root, so a parameter the module uses but does not
@@ -16,8 +16,8 @@ from torch import nn
 from torch.func import functional_call
 from torch.utils import _pytree as pytree
 
-from fathom.pex_rnn import functional_recurrent
-from fathom.seam_types import Layer
+from fathom.seam.pex_rnn import functional_recurrent
+from fathom.seam.types import Layer
 
 
 class _Scope(nn.Module):

@@ -6,15 +6,15 @@ rows of example ``i`` (e.g. ``dL_i/dz_i`` for the unaveraged per-example loss ``
 
 * **linear** ``z = a W^T + b``, rows ``t`` of example ``i`` (positions, timesteps, calls):
   ``g_i(W) = sum_t delta_it a_it^T``, ``g_i(b) = sum_t delta_it``;
-* **conv1d / conv2d** (:mod:`fathom.pex_conv`): the same with ``a_it`` the input patch at
+* **conv1d / conv2d** (:mod:`fathom.seam.pex_conv`): the same with ``a_it`` the input patch at
   output position ``t``; for one direction the sum over positions is the weight gradient of
   one grouped convolution whose groups are the examples (``aten.convolution_backward``, no
   unfolded copy of the patches), for ``D`` directions one batched matmul of the unfolded
   patches with the ``D`` cotangents stacked as rows;
 * **batchnorm / layernorm** (eval-mode BatchNorm, LayerNorm): ``g_i(w) = sum_t delta_it *
   x_hat_it``, ``g_i(b) = sum_t delta_it``;
-* **embedding** (:mod:`fathom.pex_embedding`): ``g_i(W)[v] = sum_{t: tok_it = v} delta_it``;
-* **attention** (:mod:`fathom.pex_attention`): projections as linear maps over positions;
+* **embedding** (:mod:`fathom.seam.pex_embedding`): ``g_i(W)[v] = sum_{t: tok_it = v} delta_it``;
+* **attention** (:mod:`fathom.seam.pex_attention`): projections as linear maps over positions;
 * **generic**: ``g_i = vjp(theta -> module(theta; inputs_i), delta_i)`` by ``torch.func``
   (``functional_call`` + ``vjp``, ``vmap`` over examples in chunks of ``chunk_size``).
 
@@ -36,12 +36,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
-from fathom.pex_attention import attention_grads
-from fathom.pex_conv import conv_form, conv_grads
-from fathom.pex_embedding import embedding_grads
-from fathom.pex_functional import add_grads, module_fn, op_fn
-from fathom.seam import Call, Layer
-from fathom.seam_discovery import preserved
+from fathom.seam.discovery import preserved
+from fathom.seam.pex_attention import attention_grads
+from fathom.seam.pex_conv import conv_form, conv_grads
+from fathom.seam.pex_embedding import embedding_grads
+from fathom.seam.pex_functional import add_grads, module_fn, op_fn
+from fathom.seam.types import Call, Layer
 
 Cotangents = list[list[torch.Tensor | None]]  # per call, per output leaf
 _ELEMENTS = 2**24  # per chunk: examples x directions x covered parameters (memory bound)

@@ -21,7 +21,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
-from fathom.seam_types import ROOT
+from fathom.seam.types import ROOT
 
 
 def is_float_tensor(t: Any) -> bool:

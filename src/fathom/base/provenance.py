@@ -16,7 +16,7 @@ import torch
 @lru_cache(maxsize=1)
 def source_hash() -> str:
     """SHA-256 over the relative paths and bytes of every ``.py`` file of the package."""
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # src/fathom (this file is fathom/base/...)
     h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         h.update(path.relative_to(root).as_posix().encode())

@@ -1,6 +1,6 @@
 """Which layer covers which parameter, by identity; which path each layer takes.
 
-:func:`attribute` turns the uses :class:`fathom.seam_discovery.UseRecorder` saw (for every
+:func:`attribute` turns the uses :class:`fathom.seam.discovery.UseRecorder` saw (for every
 parameter, by tensor identity, the stack of module forwards active at each torch call that
 read it) into :class:`fathom.seam.Layer` s:
 
@@ -12,7 +12,7 @@ read it) into :class:`fathom.seam.Layer` s:
   weights) to their common parent; a root parameter passed into a submodule's ``forward``
   to that submodule (the argument is substituted by identity on the generic path);
 * names play no part in the attribution; a covered parameter the module does not own gets
-  the key ``<model>.<qualified name>`` (:data:`fathom.seam_types.FOREIGN`);
+  the key ``<model>.<qualified name>`` (:data:`fathom.seam.types.FOREIGN`);
 * each parameter's role (weight or bias) comes from the module type that owns it
   (:func:`param_role`), never from a name suffix.
 
@@ -30,10 +30,10 @@ from torch.nn.utils import parametrize
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
-from fathom.pex_attention import why_not_attention
-from fathom.pex_rnn import RECURRENT
-from fathom.seam_discovery import call_dims, is_float_tensor
-from fathom.seam_types import FOREIGN, ROOT, Layer
+from fathom.seam.discovery import call_dims, is_float_tensor
+from fathom.seam.pex_attention import why_not_attention
+from fathom.seam.pex_rnn import RECURRENT
+from fathom.seam.types import FOREIGN, ROOT, Layer
 
 _BIAS_NAMES: dict[type, frozenset[str]] = {
     nn.MultiheadAttention: frozenset({"in_proj_bias", "bias_k", "bias_v"}),

@@ -33,7 +33,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from fathom.config_models import _Strict
+from fathom.config.models import _Strict
 
 BACKENDS: tuple[str, ...] = ("tensorboard", "wandb")
 _WANDB_FORBIDDEN = set("/\\#?%:")  # characters W&B refuses in project and entity names

@@ -1,4 +1,4 @@
-"""Per-example gradients of ``nn.MultiheadAttention`` in closed form: see :mod:`fathom.pex`.
+"""Per-example gradients of ``nn.MultiheadAttention`` in closed form: see :mod:`fathom.seam.pex`.
 
 The stock module with packed ``in_proj_weight`` (equal q/k/v dims), no ``bias_k``/``bias_v``,
 no ``add_zero_attn``, called without masks: with example ``i``'s query, key and value rows
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fathom.seam_types import Call, Layer
+from fathom.seam.types import Call, Layer
 
 _NAMES = ("query", "key", "value", "key_padding_mask", "need_weights", "attn_mask")
 

@@ -4,7 +4,7 @@ The fused recurrent kernels (``torch._VF.rnn_tanh`` / ``gru`` / ``lstm``) write 
 in place and have no ``vmap`` batching rule, so :func:`torch.func.functional_call` of the
 module cannot be ``vmap``-ed over examples. :func:`recurrent_forward` computes the same
 function from the parameters ``q`` with out-of-place tensor ops, so the seam's per-example
-path (``vjp`` of one example's call, ``vmap`` over examples, :mod:`fathom.pex`) applies; the
+path (``vjp`` of one example's call, ``vmap`` over examples, :mod:`fathom.seam.pex`) applies; the
 discovery self-check compares its summed per-example gradients with autograd's batch
 gradient of the module itself. Equations (PyTorch's documented ones), per layer ``l`` and
 direction, with ``x_t`` the layer's input at step ``t`` (the reverse direction runs

@@ -1,7 +1,9 @@
 """The records of :mod:`fathom.seam`: an instrumented :class:`Layer` and one recorded :class:`Call`.
 
-(Kept apart from :mod:`fathom.seam` so that module stays one screenful of logic; import
-both names from :mod:`fathom.seam`.)
+The bottom of the seam package: every module of :mod:`fathom.seam` (discovery, attribution,
+the per-example paths ``pex*``, the self-check) builds on these records and on nothing of
+:mod:`fathom.seam` itself, so the package has no import circle; users import both names from
+:mod:`fathom.seam`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class Layer:
     ``parametrizations.weight.original``); for a parameter it uses without owning it (a
     root parameter passed into it, a sibling's weight), ``<model>.`` + its qualified name.
     ``qualified`` are the model-level names (``model.named_parameters()``), ``roles`` each
-    parameter's role (``weight`` or ``bias``, :func:`fathom.seam_discovery.param_role`:
+    parameter's role (``weight`` or ``bias``, :func:`fathom.seam.discovery.param_role`:
     by the owning module's type, never by a name suffix); ``reason`` says why a module
     takes the generic path (empty on a fast path); ``root`` is the model the names refer to.
     """
@@ -52,7 +54,7 @@ class Layer:
         if self.kind == "recurrent":
             return "recurrent torch.func (functional cell)"
         if self.kind == "op":
-            # a plain ``x + p`` in closed form (fathom.pex_functional.add_grads), others by vjp
+            # a plain ``x + p`` in closed form (fathom.seam.pex_functional.add_grads), others by vjp
             return f"root operations ({self.reason}), each alone, x + p closed-form, others by torch.func"
         return f"fast {self.kind}"
 

@@ -21,17 +21,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from fathom.errors import FathomError
-from fathom.seam_discovery import preserved
-from fathom.seam_types import Layer
-
-if TYPE_CHECKING:
-    from fathom.seam import Seam
+from fathom.seam.discovery import preserved
+from fathom.seam.pex import per_example_grads
+from fathom.seam.types import Call, Layer
 
 
 def adds_up(got: torch.Tensor, ref: torch.Tensor) -> bool:
@@ -40,20 +37,27 @@ def adds_up(got: torch.Tensor, ref: torch.Tensor) -> bool:
     return torch.allclose(got, ref, rtol=1e-3, atol=tol)
 
 
-def mismatches(seam: Seam, x: torch.Tensor) -> list[tuple[Layer, str]]:
-    """``(layer, qualified parameter)`` of every covered parameter whose per-example
-    gradients on ``x`` do not add up to the batch gradient (module docstring); a path that
-    ``torch.func`` cannot differentiate is refused here, naming the module."""
-    from fathom.pex import per_example_grads
+def checked_scalar(logits: torch.Tensor) -> torch.Tensor:
+    """``sum_i ||z_i||^2 / 2``, the scalar whose batch and per-example gradients
+    :func:`mismatches` compares (``grad_logits = logits``: a generic direction)."""
+    return logits.square().sum() / 2
 
-    model = seam.model
-    with preserved(model), seam.capture() as calls, torch.enable_grad():
-        logits = model(x)
-    total = logits.square().sum() / 2  # grad_logits = logits: a generic direction
-    cots = seam.cotangents(calls, total, retain_graph=True)
-    n = int(x.shape[0])
+
+def mismatches(
+    model: nn.Module,
+    layers: tuple[Layer, ...],
+    calls: dict[str, list[Call]],
+    cots: dict[str, list[list[torch.Tensor]]],
+    total: torch.Tensor,
+    n: int,
+) -> list[tuple[Layer, str]]:
+    """``(layer, qualified parameter)`` of every covered parameter whose per-example
+    gradients do not add up to the batch gradient of ``total`` (:func:`checked_scalar` of
+    the logits of ``n`` examples; ``calls`` and ``cots`` captured on that forward by the
+    seam, module docstring); a path that ``torch.func`` cannot differentiate is refused
+    here, naming the module."""
     failed: list[tuple[Layer, str]] = []
-    for layer in seam.layers:
+    for layer in layers:
         tensors = layer.tensors()
         want = torch.autograd.grad(
             total, list(tensors.values()), allow_unused=True, retain_graph=True

@@ -1,4 +1,4 @@
-"""Per-example gradients of ``nn.Embedding`` in closed form: see :mod:`fathom.pex`.
+"""Per-example gradients of ``nn.Embedding`` in closed form: see :mod:`fathom.seam.pex`.
 
 With ``tok_it`` example ``i``'s token at position ``t`` and ``delta_it`` the cotangent of
 its output row, ``g_i(W)[v] = sum_{t : tok_it = v} delta_it`` (rows never looked up get
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from fathom.errors import FathomError
-from fathom.seam import Call, Layer
+from fathom.seam.types import Call, Layer
 
 
 def _rows(layer: Layer, call: Call, cot: list, n: int, directions: bool):

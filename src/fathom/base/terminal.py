@@ -215,7 +215,7 @@ def epoch_line(row: dict[str, Any], rate: float | None) -> str:
     """``epoch 3/10 step 2814  loss 0.5647  val acc 97.12% ce 0.1032  test acc 96.98%  train
     clock 5.5s  143.2 steps/s``: the running loss, the evaluation when this epoch had one,
     the cumulative training clock and ``rate`` = the epoch's steps / its training clock."""
-    from fathom.units import fmt_percent
+    from fathom.base.units import fmt_percent
 
     def f(key: str, spec: str) -> str:
         return "—" if row.get(key) is None else format(row[key], spec)
