@@ -47,3 +47,31 @@ def test_every_exported_name_resolves(package: str):
     from fathom.data.splits import DataSplits as direct
 
     assert DataSplits is direct
+
+
+def test_a_forwarding_package_is_its_module_and_costs_nothing():
+    """``fathom.config`` forwards to ``fathom.config.run`` (``fathom.base.lazy.forward``): every
+    name of the module is the package's, and importing the package (or a light submodule of
+    it) builds no model and imports no torch."""
+    code = (
+        "import sys, fathom.config, fathom.config.models\n"
+        "print('fathom.config.run' in sys.modules, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
+    import fathom.config
+    import fathom.config.run as run
+
+    names = [n for n in vars(run) if not n.startswith("__")]
+    assert "RunConfig" in names and "_format_validation_error" in names
+    assert all(getattr(fathom.config, n) is getattr(run, n) for n in names)
+    assert set(names) <= set(dir(fathom.config))
+    with pytest.raises(AttributeError, match="'fathom.config' has no attribute 'nope'"):
+        fathom.config.nope  # noqa: B018

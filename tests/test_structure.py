@@ -127,10 +127,38 @@ def _import_nodes(
         stack.extend((n, inner, checking) for n in ast.iter_child_nodes(node))
 
 
+def lazy_tables(known: dict[str, Path]) -> dict[str, dict[str, str]]:
+    """Per package, the names its ``__init__`` exports lazily (:mod:`fathom.base.lazy`) and the
+    module defining each: ``exports(__name__, {module: [names]})`` -> ``{name: module}``,
+    ``forward(__name__, module)`` -> ``{"*": module}`` (every name)."""
+    out: dict[str, dict[str, str]] = {}
+    for package, path in known.items():
+        if path.name != "__init__.py":
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            call = node.value if isinstance(node, ast.Assign) else None
+            if not isinstance(call, ast.Call) or len(call.args) < 2:
+                continue
+            func = call.func.attr if isinstance(call.func, ast.Attribute) else call.func
+            func = func.id if isinstance(func, ast.Name) else func
+            table = ast.literal_eval(call.args[1]) if func in ("exports", "forward") else None
+            if func == "exports":
+                out[package] = {n: m for m, names in table.items() for n in names}
+            elif func == "forward":
+                out[package] = {"*": table}
+    return out
+
+
 def _targets(
-    node: ast.Import | ast.ImportFrom, source: str, is_package: bool, known: set[str]
+    node: ast.Import | ast.ImportFrom,
+    source: str,
+    is_package: bool,
+    known: set[str],
+    tables: dict[str, dict[str, str]],
 ) -> list[str]:
-    """The fathom modules an import statement loads (``from pkg import sub`` -> ``pkg.sub``)."""
+    """The fathom modules an import statement loads (``from pkg import sub`` -> ``pkg.sub``;
+    ``from pkg import Name`` -> ``pkg`` and, where ``pkg`` exports ``Name`` lazily, the module
+    defining it: a lazy export defers an edge, it does not remove it)."""
     if isinstance(node, ast.Import):
         names = [a.name for a in node.names]
     else:
@@ -140,11 +168,17 @@ def _targets(
             package = package[: len(package) - node.level + 1]
             base = ".".join([*package, base] if base else package)
         names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        table = tables.get(base, {})
+        names += [
+            table.get(a.name, table.get("*", base))
+            for a in node.names
+            if f"{base}.{a.name}" not in known
+        ]
     out = []
     for name in names:
         while name and name not in known:
             name = name.rpartition(".")[0]
-        if name and name != source:
+        if name and name != source and name not in out:
             out.append(name)
     return out
 
@@ -152,11 +186,13 @@ def _targets(
 def imports(root: Path) -> list[Import]:
     """Every import of one fathom module by another under ``root``."""
     known = modules(root)
+    tables = lazy_tables(known)
     out = []
     for source, path in known.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
+        is_package = path.name == "__init__.py"
         for node, lazy, checking in _import_nodes(tree):
-            for target in _targets(node, source, path.name == "__init__.py", set(known)):
+            for target in _targets(node, source, is_package, set(known), tables):
                 out.append(Import(source, target, path, node.lineno, lazy, checking))
     return out
 
@@ -339,6 +375,37 @@ def test_the_checks_catch_what_they_forbid(tmp_path: Path):
         f"f: {MAX_FUNCTION_LINES + 2} lines"
     ]
     assert long_modules(pkg) == [f"{pkg / 'report' / 'html.py'}: {MAX_MODULE_LINES + 1} lines"]
+
+
+def test_a_name_through_a_lazy_package_is_an_edge_to_its_module(tmp_path: Path):
+    """``from pkg import Name`` where ``pkg`` exports ``Name`` lazily (``exports`` or
+    ``forward``) loads the defining module when used: a circle through it is a circle."""
+    pkg = tmp_path / "fathom"
+    lazy = "from fathom.base.lazy import exports, forward\n"
+    _write(
+        pkg,
+        {
+            "__init__.py": "",
+            "rundir/__init__.py": lazy
+            + 'x, y, z = exports(__name__, {"fathom.rundir.g": ["G"]})\n',
+            "rundir/g.py": "import fathom.rundir.h\nG = 1\n",
+            "rundir/h.py": "def f():\n    from fathom.rundir import G\n",
+            "config/__init__.py": lazy + 'x, y = forward(__name__, "fathom.config.run")\n',
+            "config/run.py": "import fathom.config.models\n",
+            "config/models.py": "from fathom.config import RunConfig, models\n",
+            "base/__init__.py": "",
+            "base/lazy.py": "",
+        },
+    )
+    edges = imports(pkg)
+    assert import_cycles(edges) == [
+        ["fathom.config.models", "fathom.config.run"],
+        ["fathom.rundir.g", "fathom.rundir.h"],
+    ]
+    assert {e.target for e in edges if e.source == "fathom.config.models"} == {
+        "fathom.config",
+        "fathom.config.run",
+    }  # ``models`` names the module itself, not a lazy name
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,340 @@
+"""Validated configuration: pydantic models, TOML loading, clear errors.
+
+A run is one :class:`RunConfig`. Unknown keys are rejected everywhere (``extra="forbid"``),
+so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, Strict, ValidationError, model_validator
+
+from fathom.config.live import LiveConfig
+from fathom.config.models import (
+    MODEL_KINDS,
+    Bool,
+    DataConfig,
+    Float,
+    Int,
+    ModelConfig,
+    ModelSpec,
+    Name,
+    PythonModelConfig,
+    StagedConvConfig,
+    _Strict,
+)
+from fathom.errors import FathomError, unknown_key
+
+__all__ = [
+    "MODEL_KINDS",
+    "DataConfig",
+    "LiveConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "PythonModelConfig",
+    "RunConfig",
+    "StagedConvConfig",
+]
+
+
+class ScheduleConfig(_Strict):
+    """The learning-rate multiplier ``m(t)``; ``t`` = fractional epochs done, ``E`` = epochs.
+
+    * ``constant``: ``m = 1``;
+    * ``piecewise``: linear interpolation of ``points = [[epoch, m], ...]`` (constant outside);
+    * ``warmup_linear`` / ``warmup_cosine``: ``m`` rises linearly from ``warmup_start`` to 1
+      over ``warmup_epochs``, then falls to ``final`` at ``E``, linearly or as
+      ``final + (1 - final) (1 + cos(pi u)) / 2`` with ``u = (t - w) / (E - w)``;
+    * ``exponential``: ``m = gamma ** floor(t)`` (shrinkage once per epoch).
+
+    Evaluated per step at ``t = epoch - 1 + i / steps`` (:mod:`fathom.train.schedule`).
+    """
+
+    kind: Literal["constant", "piecewise", "warmup_linear", "warmup_cosine", "exponential"] = (
+        "constant"
+    )
+    points: tuple[tuple[Float, Float], ...] | None = None
+    warmup_epochs: Float = Field(default=0.0, ge=0)
+    warmup_start: Float = Field(default=0.0, ge=0)
+    final: Float = Field(default=0.0, ge=0)
+    gamma: Float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _fields(self) -> ScheduleConfig:
+        if self.kind == "piecewise":
+            v = self.points
+            if not v:
+                raise ValueError("schedule 'piecewise' needs points = [[epoch, multiplier], ...]")
+            epochs = [e for e, _ in v]
+            if epochs != sorted(epochs) or any(m < 0 for _, m in v):
+                raise ValueError("schedule points need increasing epochs and multipliers >= 0")
+        elif self.points is not None:
+            raise ValueError(
+                f"schedule.points is only used with kind 'piecewise', not {self.kind!r}"
+            )
+        if self.kind == "exponential" and self.gamma is None:
+            raise ValueError("schedule 'exponential' needs gamma (the per-epoch factor)")
+        if self.kind != "exponential" and self.gamma is not None:
+            raise ValueError("schedule.gamma is only used with kind 'exponential'")
+        return self
+
+
+class OptimConfig(_Strict):
+    """The optimizer (SGD with momentum / Nesterov, or AdamW), its rate and its schedule.
+
+    ``weight_decay``: L2 added to the gradient for SGD, decoupled (``p -= lr * wd * p``) for
+    AdamW. A skipped branch (``grad is None``) gets no update of any kind: no momentum, no
+    moments, no step count, no decay.
+    """
+
+    name: Literal["sgd", "adamw"] = "sgd"
+    lr: Float = Field(default=0.01, gt=0)
+    momentum: Float = Field(default=0.9, ge=0, lt=1)
+    nesterov: Bool = False
+    betas: tuple[Float, Float] = (0.9, 0.999)
+    eps: Float = Field(default=1e-8, gt=0)
+    weight_decay: Float = Field(default=0.0, ge=0)
+    batch_size: Int = Field(default=64, gt=0)
+    epochs: Int = Field(default=100, gt=0)
+    # torch's SGD kernel. "fused" (one kernel over every parameter) is ~2x cheaper on the CPU than
+    # "foreach" (which there falls back to per-tensor ops) but agrees only to rounding (its vector
+    # tails use FMA): as the default it flipped a near-tie in the quick study's LR selection and
+    # with it verdicts, so the default stays "foreach" (BENCHMARKS.md); choose "fused" per run
+    impl: Literal["foreach", "for-loop", "fused"] = "foreach"
+    schedule: ScheduleConfig = ScheduleConfig()
+
+    @model_validator(mode="after")
+    def _combination(self) -> OptimConfig:
+        if self.nesterov and (self.name != "sgd" or self.momentum == 0):
+            raise ValueError("nesterov needs optimizer 'sgd' with momentum > 0")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"AdamW betas must lie in [0, 1), got {list(self.betas)}")
+        return self
+
+
+class RegularizerConfig(_Strict):
+    """The Lyapunov penalty (:mod:`fathom.dynamics.regularizer`): ``L = CE + weight · P``.
+
+    ``weight = 0`` trains on CE alone through the same step (the vanilla arm), so both arms
+    record the same per-step fields. Needs a model with ``lyapunov_blocks()``.
+    """
+
+    kind: Literal["lyapunov"] = "lyapunov"
+    weight: Float = Field(default=0.3, ge=0)
+    target: Float = -0.1
+    sub_batch: Int = Field(default=16, gt=0)
+
+
+class HealthConfig(_Strict):
+    """Dynamics health at epoch boundaries, on the first ``probe_size`` *validation* examples.
+
+    λ̂ (maximal depth-wise Lyapunov exponent), the float64 input-output Jacobian spectrum
+    and spiking firing rates (:mod:`fathom.dynamics.probe`), at epoch 0, every ``every``
+    epochs and at the last one. Needs a model with ``lyapunov_blocks()``.
+    """
+
+    enabled: Bool = False
+    every: Int = Field(default=10, gt=0)
+    probe_size: Int = Field(default=8, gt=0)
+
+
+class ExecutionConfig(_Strict):
+    """How steps are executed; never changes what is computed (beyond stated precision).
+
+    path: ``eager`` (any device), ``graph`` (CUDA graphs, one per branch topology), or
+    ``auto`` (graph on CUDA when 2**branches <= 2**max_graph_branches, else eager).
+    precision: ``fp32`` (strict), ``tf32`` (FP32 storage, TF32 matmuls on CUDA) or ``bf16``
+    (autocast to bfloat16 for the forward/backward matmuls).
+    """
+
+    path: Literal["auto", "eager", "graph"] = "auto"
+    precision: Literal["fp32", "tf32", "bf16"] = "tf32"
+    max_graph_branches: Int = Field(default=6, ge=0, le=10)
+
+
+class StopConfig(_Strict):
+    """Stop early when the *official test* accuracy first reaches ``target_test_acc``.
+
+    The target is monitored on the test set (the output says so); it is a speed benchmark
+    rule, not a model-selection rule.
+    """
+
+    target_test_acc: Float | None = Field(default=None, gt=0, le=1)
+
+
+Epoch = Annotated[int, Strict(), Field(ge=0)]
+"""An epoch number: 0 is the state before training, ``optim.epochs`` the last."""
+
+
+class EvalConfig(_Strict):
+    every: Int = Field(default=5, gt=0)
+    first: tuple[Epoch, ...] = (1,)
+    splits: tuple[Literal["fit", "val", "test"], ...] = ("fit", "val", "test")
+    batch_size: Int = Field(default=2000, gt=0)
+
+
+DEFAULT_SAVE_EPOCHS: tuple[int, ...] = (0, 1, 5, 10, 20, 50, 100)
+"""The default snapshot schedule; its epochs beyond ``optim.epochs`` are not written (a
+``save_epochs`` the user lists must lie within training)."""
+
+
+class CheckpointConfig(_Strict):
+    save_epochs: tuple[Epoch, ...] = DEFAULT_SAVE_EPOCHS
+    resume_every: Int = Field(default=1, gt=0)
+
+
+class TelemetryConfig(_Strict):
+    enabled: Bool = False
+    first: tuple[Epoch, ...] = (0, 1)
+    every: Int = Field(default=10, gt=0)
+    probe_size: Int = Field(default=128, gt=0)
+    families: tuple[str, ...] = ("all",)
+
+
+class RunConfig(_Strict):
+    """One training run. ``tags`` are labels a driver attaches (e.g. a depth-scaling arm);
+    they never change training. ``live`` (:mod:`fathom.config.live`) is excluded from
+    ``model_dump()``: it is not part of the training config and never of ``config_hash``."""
+
+    kind: Literal["run"] = "run"
+    name: Name = "run"
+    study: Name = "default"
+    seed: Int = 101
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    data: DataConfig = DataConfig()
+    model: ModelSpec = ModelConfig()
+    optim: OptimConfig = OptimConfig()
+    regularizer: RegularizerConfig | None = None
+    health: HealthConfig = HealthConfig()
+    tags: dict[str, str | Int | Float | Bool] = Field(default_factory=dict)
+    eval: EvalConfig = EvalConfig()
+    checkpoints: CheckpointConfig = CheckpointConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    execution: ExecutionConfig = ExecutionConfig()
+    stop: StopConfig = StopConfig()
+    live: LiveConfig = Field(default_factory=LiveConfig, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_model_kind(cls, data: Any) -> Any:
+        """``[model]`` without ``kind`` is the Ciresan MLP (the historical default)."""
+        model = data.get("model") if isinstance(data, dict) else None
+        if isinstance(model, dict) and "kind" not in model:
+            data = {**data, "model": {"kind": "ciresan", **model}}
+        return data
+
+    @model_validator(mode="after")
+    def _epochs_in_range(self) -> RunConfig:
+        epochs = self.optim.epochs
+        late = {
+            "telemetry.first": self.telemetry.first if self.telemetry.enabled else (),
+            "eval.first": self.eval.first,
+            "checkpoints.save_epochs": ()
+            if self.checkpoints.save_epochs == DEFAULT_SAVE_EPOCHS
+            else self.checkpoints.save_epochs,
+        }
+        for key, values in late.items():
+            beyond = [e for e in values if e > epochs]
+            if beyond:
+                raise ValueError(
+                    f"{key} names epochs {beyond} beyond training (optim.epochs = {epochs}): "
+                    f"list epochs from 0 to {epochs}, or raise optim.epochs"
+                )
+        if self.data.split == "fit-all" and "val" in self.eval.splits:
+            raise ValueError(
+                "split 'fit-all' has no validation set, but eval.splits includes 'val' "
+                "(checkpoint selection needs it): use split 'fit-val' or drop 'val'"
+            )
+        if self.model.kind == "ciresan" and (self.regularizer or self.health.enabled):
+            raise ValueError(
+                "the Lyapunov regularizer and the health instrument need a model with "
+                "lyapunov_blocks() (model.kind 'staged_conv', or a 'python' model providing it)"
+            )
+        return self
+
+    def with_updates(self, updates: dict[str, Any]) -> RunConfig:
+        """A copy with dotted-key updates, re-validated: ``{"optim.lr": 0.03}`` (``live`` kept)."""
+        data = {**self.model_dump(), "live": self.live.model_dump()}
+        for key, value in updates.items():
+            node = data
+            parts = key.split(".")
+            for p in parts[:-1]:
+                if p not in node or not isinstance(node[p], dict):
+                    raise unknown_key(key, data)
+                node = node[p]
+            if parts[-1] not in node:
+                raise unknown_key(key, data)
+            node[parts[-1]] = value
+        return validate_run_config(data, origin="updates")
+
+
+def config_diff(
+    a: dict, b: dict, labels: tuple[str, str] = ("", ""), prefix: str = ""
+) -> list[str]:
+    """Dotted keys whose values differ: ``["optim.lr: 0.01 != 0.03", ...]``.
+
+    ``labels`` name the two sides, e.g. ``(" (on disk)", " (study)")``.
+    """
+    out = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += config_diff(va, vb, labels, f"{prefix}{k}.")
+        elif va != vb:
+            out.append(f"{prefix}{k}: {va!r}{labels[0]} != {vb!r}{labels[1]}")
+    return out
+
+
+def describe_config_change(
+    recorded: dict, recorded_hash: str | None, new: dict, labels: tuple[str, str] = ("", "")
+) -> str:
+    """Why ``new`` is not the recorded config: its :func:`config_diff`, or — when every value
+    agrees — that the recorded ``config_hash`` is not the digest of the recorded config (the
+    manifest's hash or config was edited), never an empty ``()``."""
+    from fathom.base.io import config_digest
+
+    diff = config_diff(recorded, new, labels)
+    if diff:
+        return "; ".join(diff)
+    return (
+        f"every value agrees, but the recorded config_hash {str(recorded_hash)[:12]}… is not "
+        f"the digest {config_digest(recorded)[:12]}… of the recorded config: the manifest's "
+        "config or hash was edited, or its config was written incomplete (by hand)"
+    )
+
+
+def _format_validation_error(e: ValidationError, origin: str) -> str:
+    lines = [f"invalid configuration ({origin}):"]
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "<root>"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  - unknown key {loc!r}: remove it or check its spelling")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            got = f" (got {err.get('input')!r})" if err["loc"] else ""  # not the whole config
+            lines.append(f"  - {loc}: {msg}{got}")
+    return "\n".join(lines)
+
+
+def validate_run_config(data: dict[str, Any], origin: str = "config") -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        raise FathomError(_format_validation_error(e, origin)) from None
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise FathomError(f"config file {str(path)!r} does not exist")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise FathomError(f"config file {str(path)!r} is not valid TOML: {e}") from None
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    return validate_run_config(load_toml(path), origin=str(path))
