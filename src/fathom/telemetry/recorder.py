@@ -35,7 +35,7 @@ from fathom.telemetry.scores import class_scores, confusion_matrix
 
 if TYPE_CHECKING:
     from fathom.data import DataSplits
-    from fathom.train.context import EpochContext
+    from fathom.telemetry.context import EpochContext
 
 __all__ = ["SPLITS", "Recorder", "read_only", "schedule_due"]
 
@@ -158,7 +158,9 @@ class Recorder:
         row: dict[str, Value] = {}
         if self.instruments.families:
             row.update(
-                self.instruments.observe(optimizer=ctx.optimizer, initial_params=ctx.initial_params)
+                self.instruments.observe(
+                    optimizer=ctx.optimizer, initial_params=ctx.initial_params, lr=ctx.lr
+                )
             )
         if "scores" in self.families:
             with read_only(ctx.model), torch.no_grad():

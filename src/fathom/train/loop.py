@@ -227,11 +227,15 @@ def train_epoch(s: Session, epoch: int) -> dict[str, Any]:
 
 
 def _diverged(s: Session, epoch: int, fields: dict[str, Any]) -> str | None:
+    """Why the epoch diverged (non-finite loss or parameters): the rate its last step applied
+    (``optim/lr``, the plan's) and the base rate where they differ; ``None`` if it did not."""
     running = fields["train/loss_running"]
     if math.isfinite(running) and _all_finite(s.model):
         return None
     what = "training loss" if not math.isfinite(running) else "parameters"
-    return f"non-finite {what} in epoch {epoch} (lr={s.cfg.optim.lr})"
+    applied, base = fields["optim/lr"], s.cfg.optim.lr
+    rate = f"lr={applied:g}" + ("" if applied == base else f" applied, base optim.lr={base:g}")
+    return f"non-finite {what} in epoch {epoch} ({rate})"
 
 
 def _target_reached(s: Session, epoch: int, row: dict[str, Any] | None) -> str | None:

@@ -24,7 +24,7 @@ from fathom.data import DataSplits
 from fathom.dynamics.regularizer import StepRecord, regularized_gradients
 from fathom.models.prep import network_and_input
 from fathom.train.plan import EpochPlan
-from fathom.train.steppers import Tick
+from fathom.train.step import Augmenter, StepBody, Tick, torch_update
 
 EPOCH_FIELDS: tuple[str, ...] = (
     "train/ce",
@@ -87,10 +87,11 @@ class RegularizedStepper:
         device: torch.device,
         reg: RegularizerConfig,
         tangent_seed: int,
-        augmenter: Any = None,
+        augmenter: Augmenter | None = None,
     ) -> None:
         self.model, self.optimizer, self.splits, self.device = model, optimizer, splits, device
         self.reg, self.augmenter = reg, augmenter
+        self.body = StepBody(model, optimizer, splits, device, augmenter=augmenter)
         self.tangents = torch.Generator().manual_seed(tangent_seed)
         self.sums = EpochSums(device)
         self.captured = 0
@@ -103,27 +104,20 @@ class RegularizedStepper:
             if self.tick is not None:
                 self.tick(plan.epoch, i, plan.steps)
             idx = perm[plan.batch(i)]
-            x = self.splits.fit_x[idx]
-            if self.augmenter is not None:
-                x = self.augmenter(x)
-            net, inputs = network_and_input(self.model, x)
-            for group in self.optimizer.param_groups:
-                group["lr"] = plan.lrs[i]
-            self.optimizer.zero_grad(set_to_none=True)
+            net, inputs = network_and_input(self.model, self.body.batch(idx))
             rec = regularized_gradients(
                 net,
                 inputs,
-                self.splits.fit_y[idx],
+                self.splits.fit_y.index_select(0, idx),
                 weight=self.reg.weight,
                 target=self.reg.target,
                 sub_batch=self.reg.sub_batch,
                 measure=False,
                 generator=self.tangents,
             )
-            self.optimizer.step()
+            torch_update(self.optimizer, plan.lrs[i])
             self.sums.add(rec, int(idx.shape[0]))
             loss_sum += rec.ce.double()
-        self.optimizer.zero_grad(set_to_none=True)
         return loss_sum
 
     def epoch_fields(self, n_fit: int) -> dict[str, Any]:
