@@ -1,8 +1,9 @@
 """The CUDA-graph step path over precomputed epoch plans (:mod:`fathom.train.plan`).
 
 The step loop never reads a device value back. The graph path captures one CUDA graph per branch topology (``2**k`` for ``k`` skippable
-branches, ``k <= max_graph_branches``). Each graph holds gather -> forward -> backward ->
-SGD-with-momentum update of exactly the topology's *active* parameters, so skipped branches
+branches, ``k <= max_graph_branches``). Each graph holds the one step body
+(:class:`fathom.train.step.StepBody`: gather -> forward -> gradients -> SGD-with-momentum
+update) of exactly the topology's *active* parameters, so skipped branches
 keep parameters and momentum untouched — the same semantics as the eager path, where a
 skipped branch has ``grad is None`` and ``torch.optim.SGD`` skips it.
 

@@ -3,7 +3,9 @@
 Per step (:func:`fathom.dynamics.regularizer.regularized_gradients`): ``p.grad = ∇CE +
 ∇(λ_reg · P)`` on the network's prepared input (the model's own input preparation first,
 :func:`fathom.models.prep.network_and_input`), the two gradients kept apart for their
-norms, then ``optimizer.step()``. Tangents for λ̂ come from the stepper's own generator
+norms, then the torch optimizer's update at the plan's rate; the batch and the update are the
+step body's (:meth:`fathom.train.step.StepBody.batch`, :func:`fathom.train.step.torch_update`).
+Tangents for λ̂ come from the stepper's own generator
 (stream ``tangents``), saved with the resume state. ``λ_reg = 0`` trains on CE alone through
 the same computation, so both arms of a comparison log the same fields.
 

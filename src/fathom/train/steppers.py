@@ -1,21 +1,24 @@
 """Step execution over epoch plans: the eager path, and the choice among the three paths.
 
-A stepper consumes an :class:`~fathom.train.plan.EpochPlan` and returns the device sum of
-the batches' training losses; the loop does everything else. Three paths share that
-interface (``run_epoch``, ``epoch_fields``, ``state_dict`` / ``load_state_dict`` for the
-stepper's own generators):
+A stepper (:class:`fathom.train.protocols.Stepper`) consumes an
+:class:`~fathom.train.plan.EpochPlan` and returns the device sum of the batches' training
+losses; the loop does everything else. Three paths satisfy it, two of them over the one step
+body :class:`fathom.train.step.StepBody` (gather -> autocast -> CE -> gradients -> update):
 
-* :class:`EagerStepper`: forward, gradients, update (any device, SGD or AdamW; the
-  reference): plain SGD through :class:`fathom.train.sgd.ActiveSGD` (``autograd.grad`` over
-  the step's active parameters, torch's foreach kernels, bit-identical), every other optimizer
-  through ``loss.backward()``, ``optimizer.step()``, ``zero_grad(None)``;
-* :class:`fathom.train.fast.GraphStepper`: CUDA graphs, one per branch topology (SGD);
+* :class:`EagerStepper`: the step body per batch (any device, SGD or AdamW; the reference):
+  plain SGD through :class:`fathom.train.sgd.ActiveSGD` (``autograd.grad`` over the step's
+  active parameters, torch's foreach kernels, bit-identical), every other optimizer through
+  ``loss.backward()``, ``optimizer.step()``, ``zero_grad(None)``;
+* :class:`fathom.train.fast.GraphStepper`: the step body captured in CUDA graphs, one per
+  branch topology (SGD);
 * :class:`fathom.train.regularized.RegularizedStepper`: ``CE + λ_reg · P`` with the
-  Lyapunov penalty, the two gradients kept apart for their norms.
+  Lyapunov penalty, the two gradients kept apart for their norms (the step body's batch and
+  torch update).
 
-Every stepper calls its ``tick`` (when set: :func:`step_ticker`) before each step with the
-epoch, the steps done and the epoch's steps — Python ints the loop already has, so a
-progress display reads nothing from the device and adds no sync.
+A new path is one module with a class satisfying the Protocol and its branch in
+:func:`make_stepper`. Every stepper calls its ``tick`` (when set: :func:`step_ticker`) before
+each step with the epoch, the steps done and the epoch's steps — Python ints the loop already
+has, so a progress display reads nothing from the device and adds no sync.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import torch
 
 from fathom.data import DataSplits
 from fathom.errors import FathomError
+from fathom.train.build import stream_seed
 from fathom.train.fast import GraphStepper
 from fathom.train.plan import EpochPlan
 from fathom.train.protocols import Stepper
@@ -140,8 +144,6 @@ def make_stepper(
 
     ``seed_for(stream)`` gives the seed of a named RNG stream (augmentation, tangents).
     """
-    from fathom.train.build import stream_seed
-
     seed_for = seed_for or (lambda stream: stream_seed(cfg.seed, stream))
     augmenter = None
     if cfg.data.augment != "none":
