@@ -24,8 +24,8 @@ from fathom.depth import (
 from fathom.errors import FathomError
 from fathom.io import state_dict_digest
 from fathom.models.ciresan import CiresanMLP
+from fathom.rundir.weights import cpu_state, load_cpu_state
 from fathom.train.build import init_momentum_buffers
-from fathom.train.checkpoint import cpu_state, load_cpu_state
 
 WIDTHS = (24, 20, 16, 12, 8)
 IMPLS = [{"foreach": False}, {"foreach": True}, {"fused": True}]

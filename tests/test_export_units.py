@@ -1,4 +1,4 @@
-"""Exports write accuracy in percent under ``<name>_pct`` through ``fathom.stats.units.percent``,
+"""Exports write accuracy in percent under ``<name>_pct`` through ``fathom.units.percent``,
 state the unit, and a read-back catches an export that holds the history's fractions."""
 
 from __future__ import annotations

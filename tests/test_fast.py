@@ -14,10 +14,11 @@ from fathom.errors import FathomError
 from fathom.models.ciresan import CiresanMLP
 from fathom.rundir import RunDir
 from fathom.train.build import build_controller, build_optimizer, init_model
-from fathom.train.fast import GraphStepper, sgd_momentum_
+from fathom.train.fast import GraphStepper
 from fathom.train.loop import train
 from fathom.train.plan import active_parameters, plan_epoch, topology_index, topology_mask
 from fathom.train.schedule import lr_multiplier
+from fathom.train.sgd import sgd_momentum_
 from fathom.train.steppers import EagerStepper, make_stepper
 
 

@@ -18,7 +18,7 @@ from fathom.report import build_report, load_runs
 from fathom.report.fields import concrete, is_accuracy, split_key
 from fathom.report.html import explorer_payload
 from fathom.report.synthetic import write_study
-from fathom.stats.units import percent
+from fathom.units import percent
 
 
 def payload_of(html_path: Path) -> dict:

@@ -108,7 +108,7 @@ def test_scale_down_statement_is_the_computed_one(study: Path) -> None:
 
 
 def test_units_one_conversion() -> None:
-    from fathom.stats.units import fmt_percent, fmt_points, percent
+    from fathom.units import fmt_percent, fmt_points, percent
 
     assert percent(0.9863) == pytest.approx(98.63) and percent(None) is None
     assert fmt_percent(0.98634) == "98.63%" and fmt_percent(float("nan")) == "—"

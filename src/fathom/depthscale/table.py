@@ -28,12 +28,8 @@ from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text
 from fathom.rundir import RunDir
 from fathom.stats.flags import failure_flags
-from fathom.stats.scaling import (
-    ArmRuns,
-    DepthScalingTable,
-    DepthScalingVerdict,
-    depth_scaling_verdict,
-)
+from fathom.stats.scaling import depth_scaling_verdict
+from fathom.stats.scaling_table import ArmRuns, DepthScalingTable, DepthScalingVerdict
 from fathom.units import fmt_value, percent
 
 BASELINE, CANDIDATE = "vanilla", "Lyapunov"

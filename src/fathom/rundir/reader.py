@@ -47,7 +47,7 @@ class RunDir:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise FathomError(f"{str(mpath)!r} is corrupt ({e}); the run cannot be read") from None
         except OSError as e:
-            from fathom.rundir.errors import os_error
+            from fathom.errors import os_error
 
             raise os_error(e, f"read {str(mpath)!r}") from None
         self.header = check_manifest(manifest, repr(str(mpath)))

@@ -21,10 +21,8 @@ from torch import nn
 from fathom.data import DataSplits
 from fathom.depth import GateController
 from fathom.train.plan import EpochPlan, topology_index
-from fathom.train.sgd import ActiveSGD, sgd_momentum_
+from fathom.train.sgd import ActiveSGD
 from fathom.train.steppers import Tick, autocast_for
-
-__all__ = ["GraphStepper", "sgd_momentum_"]
 
 
 class GraphStepper:

@@ -25,26 +25,14 @@ from fathom.errors import FathomError
 from fathom.io import config_digest, read_jsonl, state_dict_digest
 from fathom.provenance import resolve_device, source_hash
 from fathom.rundir import RunDir, RunWriter, uninterrupted
-from fathom.train.checkpoint import cpu_state, extra_state, load_cpu_state, load_extra_state
+from fathom.rundir.weights import cpu_state, extra_state, load_cpu_state, load_extra_state
 from fathom.train.guards import disk_full_advice, matmul_precision, recorded_threads
-from fathom.train.manifest import split_classes
-from fathom.train.observe import eval_due, observe, sync
+from fathom.train.observe import observe, sync
 from fathom.train.plan import plan_epoch
 from fathom.train.session import Session, build_session
 from fathom.train.state import PROGRESS_FIELDS, Progress, chain
 from fathom.train.steppers import run_timed
 from fathom.units import fmt_percent
-
-__all__ = [
-    "RunResult",
-    "check_resumable",
-    "eval_due",
-    "matmul_precision",
-    "prepare_splits",
-    "resume",
-    "split_classes",
-    "train",
-]
 
 INTERRUPTED = "interrupted; continue with fathom train --resume"
 """``status_reason`` of an interrupted run (Ctrl-C); its status stays ``running``."""

@@ -23,9 +23,9 @@ from fathom.errors import FathomError
 from fathom.io import config_digest, state_dict_digest
 from fathom.provenance import environment, source_hash
 from fathom.rundir import FORMAT, RunManifest, RunWriter, uninterrupted
+from fathom.rundir.weights import cpu_state
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
-from fathom.train.checkpoint import cpu_state
 from fathom.train.context import EpochContext
 from fathom.train.manifest import dataset_record, split_classes, telemetry_record
 from fathom.train.state import Progress, rng_state, set_rng_state
