@@ -67,6 +67,12 @@ def read_run(path: Path) -> RunRecord:
     """A :class:`RunRecord` from one run directory (through the run-directory reader)."""
     rd = RunDir(path)
     manifest = rd.manifest
+    if rd.kind == "depth_scaling":
+        raise FathomError(
+            f"{str(path)!r} was written by the depth-scaling runner of manifest format "
+            f"{manifest.get('format')} (kind 'depth_scaling'), before it wrote run "
+            "directories; its rows cannot be verified. Rerun `fathom depth-scaling` to rebuild it"
+        )
     if rd.kind != "run" or rd.config.tags.get("benchmark") != "depth_scaling":
         raise FathomError(
             f"{str(path)!r} is not a depth-scaling run (no depth/arm tags); "
