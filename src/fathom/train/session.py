@@ -21,6 +21,7 @@ from fathom.data.prepare import prepare_splits
 from fathom.depth import GateController
 from fathom.errors import FathomError
 from fathom.io import config_digest, state_dict_digest
+from fathom.models import count_parameters
 from fathom.provenance import environment, source_hash
 from fathom.rundir import FORMAT, RunManifest, RunWriter, uninterrupted
 from fathom.rundir.weights import cpu_state
@@ -177,7 +178,7 @@ def new_manifest(
             "model": {
                 "kind": cfg.model.kind,
                 "class": type(s.model).__name__,
-                "parameters": sum(p.numel() for p in s.model.parameters()),
+                "parameters": count_parameters(s.model),
             },
             "hashes": {
                 "initial_params": s.progress.initial_hash,
