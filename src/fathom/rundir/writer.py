@@ -150,8 +150,8 @@ class RunWriter(ManifestUpdates):
         epoch = int(state["epoch"])
         if source_changed(rd.manifest, source_hash, allow_source_change, epoch, self.path):
             self._pending.append(("source_changed", rd.manifest["source_changes"][-1]))
-        for key, entry in sorted(state.get("checkpoints", {}).items(), key=lambda kv: int(kv[0])):
-            rd.verify_entry(entry, f"epoch {key}")
+        for _, entry in sorted(state.get("checkpoints", {}).items(), key=lambda kv: int(kv[0])):
+            rd.verify_entry(entry)
         later = check_selected(rd, state.get("selected_ckpt"), epoch)
         if later is not None:
             self._pending.append(

@@ -153,7 +153,7 @@ class GraphStepper:
             group["lr"] = plan.lrs[-1]
         return self.loss_sum.clone()
 
-    def epoch_fields(self, n_fit: int) -> dict:
+    def epoch_fields(self) -> dict:
         return {}
 
     def state_dict(self) -> dict:

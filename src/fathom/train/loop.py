@@ -161,7 +161,7 @@ def save_resume_state(s: Session) -> None:
         "initial_params": {k: v.detach().cpu() for k, v in s.initial_params.items()},
         "stepper": s.stepper.state_dict(),
     }
-    if s.recorder is not None and hasattr(s.recorder, "state_dict"):
+    if s.recorder is not None:
         state["recorder"] = s.recorder.state_dict()
     s.writer.save_resume(state)
     s.progress.clocks.checkpoint_s += time.perf_counter() - t0
@@ -181,7 +181,7 @@ def restore(s: Session, state: dict[str, Any]) -> None:
     s.prior_elapsed = s.progress.clocks.elapsed_s
     s.initial_params = {k: v.to(s.device) for k, v in state["initial_params"].items()}
     s.stepper.load_state_dict(state.get("stepper") or {})
-    if s.recorder is not None and "recorder" in state and hasattr(s.recorder, "load_state_dict"):
+    if s.recorder is not None and "recorder" in state:  # absent: saved without telemetry
         s.recorder.load_state_dict(state["recorder"])
     s.mark_boundary()
     s.refresh_manifest()
@@ -210,7 +210,7 @@ def train_epoch(s: Session, epoch: int) -> dict[str, Any]:
     p.epoch = epoch
     running = loss_sum.item() / plan.steps  # note: sync point (epoch boundary only)
     fields = {"train/loss_running": running, "optim/lr": plan.lrs[-1]}
-    fields.update(s.stepper.epoch_fields(n_fit))
+    fields.update(s.stepper.epoch_fields())
     return fields
 
 
