@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 from fathom.report import load_runs
 from fathom.report.crossrun import crossrun_tables, layer_fields
 from fathom.report.render import table_markdown
-from fathom.report.synthetic import write_run
+from synthetic_runs import write_run
 
 
 def _rows(seed_offset: float, head: str) -> list[dict]:
