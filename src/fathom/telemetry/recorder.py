@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from fathom.data import DataSplits
     from fathom.telemetry.context import EpochContext
 
-__all__ = ["SPLITS", "Recorder", "read_only", "schedule_due"]
 
 Value = float | int | None | list
 SPLITS: tuple[str, ...] = ("fit", "val", "test")

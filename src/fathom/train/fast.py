@@ -22,10 +22,13 @@ from fathom.data import DataSplits
 from fathom.depth import GateController
 from fathom.train.build import init_momentum_buffers
 from fathom.train.plan import EpochPlan, topology_index
+<<<<<<< HEAD
 from fathom.train.sgd import ActiveSGD, sgd_momentum_
 from fathom.train.step import StepBody, Tick
-
-__all__ = ["GraphStepper", "sgd_momentum_"]
+=======
+from fathom.train.sgd import ActiveSGD
+from fathom.train.steppers import Tick, autocast_for
+>>>>>>> dead
 
 
 class GraphStepper:
@@ -147,7 +150,7 @@ class GraphStepper:
             self.controller.release()
         return self.loss_sum.clone()
 
-    def epoch_fields(self, n_fit: int) -> dict:
+    def epoch_fields(self) -> dict:
         return {}
 
     def state_dict(self) -> dict:
