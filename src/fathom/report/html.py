@@ -25,7 +25,8 @@ from string import Template
 from typing import Any
 
 from fathom.report.audit_view import audit_headline
-from fathom.report.crossrun import CrossTable, study_alignment
+from fathom.report.crossrun import study_alignment
+from fathom.report.crosstable import CrossTable
 from fathom.report.curvtables import trace_sentences
 from fathom.report.fields import (
     describe,
