@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, Strict, ValidationError, model_validator
 
@@ -169,10 +169,16 @@ Epoch = Annotated[int, Strict(), Field(ge=0)]
 """An epoch number: 0 is the state before training, ``optim.epochs`` the last."""
 
 
+Split = Literal["fit", "val", "test"]
+SPLITS: tuple[Split, ...] = get_args(Split)
+"""The splits of a run, in this order: fitting, validation, test (a history row's
+``<split>/acc`` and ``<split>/ce``, ``data.sizes``, ``eval.splits``)."""
+
+
 class EvalConfig(_Strict):
     every: Int = Field(default=5, gt=0)
     first: tuple[Epoch, ...] = (1,)
-    splits: tuple[Literal["fit", "val", "test"], ...] = ("fit", "val", "test")
+    splits: tuple[Split, ...] = SPLITS
     batch_size: Int = Field(default=2000, gt=0)
 
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from fathom.config import TelemetryConfig
+from fathom.config import SPLITS, TelemetryConfig
 from fathom.errors import FathomError
 from fathom.telemetry.instruments import Instruments, read_only
 from fathom.telemetry.registry import expected_names, resolve_families
@@ -37,10 +37,9 @@ if TYPE_CHECKING:
     from fathom.data import DataSplits
     from fathom.train.context import EpochContext
 
-__all__ = ["SPLITS", "Recorder", "read_only", "schedule_due"]
+__all__ = ["Recorder", "read_only", "schedule_due"]
 
 Value = float | int | None | list
-SPLITS: tuple[str, ...] = ("fit", "val", "test")
 
 
 def schedule_due(epoch: int, first: tuple[int, ...], every: int, last: int) -> bool:

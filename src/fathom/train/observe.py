@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fathom.config import SPLITS
 from fathom.rundir import uninterrupted
 from fathom.train.evaluate import split_scores
 
 if TYPE_CHECKING:
     from fathom.train.loop import Session
-
-SPLITS: tuple[str, ...] = ("fit", "val", "test")
 
 
 def eval_due(cfg, epoch: int) -> bool:
