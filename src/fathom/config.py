@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, Strict, ValidationError, model_validator
 
 from fathom.config_live import LiveConfig
 from fathom.config_models import (
     MODEL_KINDS,
+    SPLITS,
     Bool,
     DataConfig,
     Float,
@@ -23,6 +24,7 @@ from fathom.config_models import (
     ModelSpec,
     Name,
     PythonModelConfig,
+    Split,
     StagedConvConfig,
     _Strict,
 )
@@ -167,12 +169,6 @@ class StopConfig(_Strict):
 
 Epoch = Annotated[int, Strict(), Field(ge=0)]
 """An epoch number: 0 is the state before training, ``optim.epochs`` the last."""
-
-
-Split = Literal["fit", "val", "test"]
-SPLITS: tuple[Split, ...] = get_args(Split)
-"""The splits of a run, in this order: fitting, validation, test (a history row's
-``<split>/acc`` and ``<split>/ce``, ``data.sizes``, ``eval.splits``)."""
 
 
 class EvalConfig(_Strict):

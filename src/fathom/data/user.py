@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from fathom.config import SPLITS
+from fathom.config_models import SPLITS
 from fathom.data.load import RawDataset
 from fathom.data.splits import DataSplits, split_permutation
 from fathom.errors import FathomError

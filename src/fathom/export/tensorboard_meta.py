@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from fathom.config import SPLITS
+from fathom.config_models import SPLITS
 from fathom.errors import FathomError
 from fathom.export.common import PERCENT_SUFFIX, accuracy_name
 from fathom.report.runs import RunData

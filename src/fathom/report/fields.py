@@ -13,7 +13,7 @@ import functools
 import re
 from typing import Any
 
-from fathom.config import SPLITS
+from fathom.config_models import SPLITS
 from fathom.errors import FathomError
 
 

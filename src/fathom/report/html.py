@@ -24,7 +24,7 @@ from importlib import resources
 from string import Template
 from typing import Any
 
-from fathom.config import SPLITS
+from fathom.config_models import SPLITS
 from fathom.report.audit_view import audit_headline
 from fathom.report.crossrun import study_alignment
 from fathom.report.crosstable import CrossTable

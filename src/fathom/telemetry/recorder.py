@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from fathom.config import SPLITS, TelemetryConfig
+from fathom.config import TelemetryConfig
+from fathom.config_models import SPLITS, schedule_due
 from fathom.errors import FathomError
 from fathom.telemetry.instruments import Instruments, read_only
 from fathom.telemetry.registry import expected_names, resolve_families
@@ -37,16 +38,9 @@ if TYPE_CHECKING:
     from fathom.data import DataSplits
     from fathom.train.context import EpochContext
 
-__all__ = ["Recorder", "read_only", "schedule_due"]
+__all__ = ["Recorder", "read_only"]
 
 Value = float | int | None | list
-
-
-def schedule_due(epoch: int, first: tuple[int, ...], every: int, last: int) -> bool:
-    """Due at the epochs in ``first``, at positive multiples of ``every``, and at ``last`` (never beyond)."""
-    if epoch < 0 or epoch > last:
-        return False
-    return epoch in first or (epoch > 0 and epoch % every == 0) or epoch == last
 
 
 def _split_xy(splits: DataSplits, name: str) -> tuple[torch.Tensor, torch.Tensor]:
