@@ -220,7 +220,11 @@ def build_session(
         raise FathomError("the fitting split is empty; check data.fit_subset")
     shape = tuple(int(d) for d in splits.fit_x.shape[1:])
     model = init_model(
-        cfg, split_classes(splits), int(splits.fit_x[0].numel()), shape, splits.fit_x[:2]
+        cfg,
+        split_classes(splits, cfg.data.dataset),
+        int(splits.fit_x[0].numel()),
+        shape,
+        splits.fit_x[:2],
     )
     initial_hash = state_dict_digest(cpu_state(model))
     model.to(device)
