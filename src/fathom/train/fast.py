@@ -22,13 +22,8 @@ from fathom.data import DataSplits
 from fathom.depth import GateController
 from fathom.train.build import init_momentum_buffers
 from fathom.train.plan import EpochPlan, topology_index
-<<<<<<< HEAD
-from fathom.train.sgd import ActiveSGD, sgd_momentum_
-from fathom.train.step import StepBody, Tick
-=======
 from fathom.train.sgd import ActiveSGD
-from fathom.train.steppers import Tick, autocast_for
->>>>>>> dead
+from fathom.train.step import StepBody, Tick
 
 
 class GraphStepper:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from fathom.config import LiveConfig, RunConfig, describe_config_change, validate_run_config
+from fathom.config_models import schedule_due
 from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
@@ -270,7 +271,7 @@ def run_epochs(s: Session) -> tuple[str, str | None, int | None]:
         if epoch in cfg.checkpoints.save_epochs or last:
             s.save_epoch_checkpoint(epoch)
         with uninterrupted():  # the resume state and the boundary it records
-            if epoch % cfg.checkpoints.resume_every == 0 or last:
+            if last or schedule_due(epoch, (), cfg.checkpoints.resume_every, cfg.optim.epochs):
                 save_resume_state(s)
             s.mark_boundary()
         s.write_manifest()

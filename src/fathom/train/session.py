@@ -24,17 +24,10 @@ from fathom.io import config_digest, state_dict_digest
 from fathom.models import count_parameters
 from fathom.provenance import environment, source_hash
 from fathom.rundir import FORMAT, RunManifest, RunWriter, uninterrupted
-<<<<<<< HEAD
+from fathom.rundir.weights import cpu_state
 from fathom.telemetry.context import EpochContext
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
-from fathom.train.checkpoint import cpu_state
-=======
-from fathom.rundir.weights import cpu_state
-from fathom.train.allocator import tune_cpu_allocator
-from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
-from fathom.train.context import EpochContext
->>>>>>> dead
 from fathom.train.manifest import dataset_record, split_classes, telemetry_record
 from fathom.train.protocols import Recorder, Stepper
 from fathom.train.state import Progress, rng_state, set_rng_state
@@ -232,7 +225,11 @@ def build_session(
         raise FathomError("the fitting split is empty; check data.fit_subset")
     shape = tuple(int(d) for d in splits.fit_x.shape[1:])
     model = init_model(
-        cfg, split_classes(splits), int(splits.fit_x[0].numel()), shape, splits.fit_x[:2]
+        cfg,
+        split_classes(splits, cfg.data.dataset),
+        int(splits.fit_x[0].numel()),
+        shape,
+        splits.fit_x[:2],
     )
     initial_hash = state_dict_digest(cpu_state(model))
     model.to(device)
