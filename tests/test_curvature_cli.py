@@ -23,9 +23,10 @@ from fathom.curvature.rundir import (
 from fathom.data.splits import DataSplits
 from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
+from fathom.models import build_model
 from fathom.rundir import RunDir
-from fathom.train.build import build_model
-from fathom.train.checkpoint import cpu_state, save_weights
+from fathom.rundir.files import save_weights
+from fathom.rundir.weights import cpu_state
 
 torch.set_num_threads(1)
 EPOCHS = (0, 1, 5)

@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from fathom.base.units import percent
 from fathom.stats import Quantity, judge, paired, t_interval
 from fathom.stats.flags import EXCLUDING_FLAGS
 from fathom.stats.quantities import cross_entropy
 from fathom.stats.rules import DEFAULT_RULES
 from fathom.stats.sentences import comparison_sentence
-from fathom.stats.units import percent
 
 Getter = Callable[[Mapping[str, Any]], float | None]
 

@@ -29,6 +29,7 @@ import torch
 
 from fathom.base.io import sha256_file, tensor_digest
 from fathom.base.user_code import call_factory
+from fathom.config.models import SPLITS
 from fathom.data.load import RawDataset
 from fathom.data.splits import DataSplits, split_permutation
 from fathom.errors import FathomError
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from fathom.config import DataConfig
 
 LAYOUTS: tuple[tuple[str, ...], ...] = (
-    ("fit", "val", "test"),
+    SPLITS,
     ("train", "test"),
     ("",),
 )

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from fathom.base.units import percent
 from fathom.errors import FathomError
-from fathom.stats.units import percent
 
 MAX_EXAMPLES = 48
 MIN_EXAMPLES = 12

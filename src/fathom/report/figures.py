@@ -18,12 +18,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fathom.base.units import percent
 from fathom.errors import FathomError, install_hint
 from fathom.report.fields import is_accuracy
 from fathom.report.palette import recipe_colours
 from fathom.report.runs import RunData
 from fathom.report.tables import flat
-from fathom.stats.units import percent
 
 CURVES = (("val/acc", "validation accuracy (%)"), ("val/ce", "validation CE (nats)"))
 X_AXES = (("epoch", "epoch"), ("clock/training_s", "training clock (s)"))

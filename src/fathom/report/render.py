@@ -1,4 +1,4 @@
-"""Renderers of :class:`fathom.report.crossrun.CrossTable`: markdown and HTML, one cell format.
+"""Renderers of :class:`fathom.report.crosstable.CrossTable`: markdown and HTML, one cell format.
 
 Cell formats by column kind, each by its unit's rule in :mod:`fathom.base.units`: ``num`` 4
 significant digits; ``pct`` two decimals (values already in percent, the unit in the
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fathom.base.units import fmt_value
-from fathom.report.crossrun import Column, CrossTable
+from fathom.report.crosstable import Column, CrossTable
 from fathom.report.tables import esc
 from fathom.stats.results import NOT_ESTABLISHED
 from fathom.stats.sentences import rest_note

@@ -22,10 +22,10 @@ from typing import Any
 import torch
 
 from fathom.base.io import atomic_write_json, atomic_write_text
+from fathom.base.units import fmt_percent
 from fathom.config import RunConfig, config_diff
 from fathom.errors import FathomError
 from fathom.rundir import RunDir
-from fathom.stats.units import fmt_percent
 from fathom.study.execute import execute_run
 from fathom.study.plan import RunSpec
 from fathom.telemetry.scores import class_scores, confusion_matrix

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.base.io import atomic_write_json, atomic_write_text, config_digest
+from fathom.base.terminal import Say
 from fathom.errors import FathomError
 from fathom.reproduce.config import PipelineConfig
 from fathom.reproduce.state import PipelineState, pipeline_lock
@@ -28,7 +29,6 @@ from fathom.rundir import RunDir
 from fathom.study.config import StudyConfig
 from fathom.study.plan import study_root
 
-Say = Callable[[str], None]
 STEPS: tuple[str, ...] = ("study", "audit", "curvature", "head", "compare", "report")
 
 

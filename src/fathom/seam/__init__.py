@@ -110,9 +110,9 @@ from fathom.seam.discovery import (
 )
 from fathom.seam.types import ROOT, Call, Layer
 
-__all__ = ["KINDS", "Call", "Layer", "Seam", "discover"]
+__all__ = ["LAYER_KINDS", "Call", "Layer", "Seam", "discover"]
 
-KINDS: tuple[str, ...] = (
+LAYER_KINDS: tuple[str, ...] = (
     "linear",
     "conv1d",
     "conv2d",

@@ -8,19 +8,8 @@ from __future__ import annotations
 import math
 
 from fathom.base.units import fmt_interval as fmt_bounds
-from fathom.base.units import fmt_level, fmt_mean_sd, fmt_value
+from fathom.base.units import fmt_mean_sd, fmt_value
 from fathom.stats.results import Cell, Comparison, Table
-
-__all__ = [
-    "fmt_cell",
-    "fmt_estimate",
-    "fmt_interval",
-    "fmt_level",
-    "fmt_mean_sd",
-    "fmt_region",
-    "fmt_value",
-    "table_text",
-]
 
 
 def _on_scale(c: Comparison, x: float | None, signed: bool) -> str:

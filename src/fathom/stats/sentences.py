@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fathom.stats.numbers import fmt_estimate, fmt_interval, fmt_level, fmt_region
+from fathom.base.units import fmt_level
+from fathom.stats.numbers import fmt_estimate, fmt_interval, fmt_region
 from fathom.stats.results import ESTABLISHED, Claim, Comparison, Sentence
 
 
