@@ -11,15 +11,22 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
+import fathom.depth.control as control
 import fathom.depth.residual as residual
+from conftest import synthetic_splits, tiny_config
 from fathom.depth import Crop, DropSchedule, GateController, SkippableResidual, skippable_residual
 from fathom.depth.residual import gain_tensor, set_gain
+from fathom.io import state_dict_digest
+from fathom.train.build import build_controller, build_optimizer, init_model
+from fathom.train.plan import plan_epoch
+from fathom.train.steppers import EagerStepper
 
 torch.set_num_threads(1)
 
@@ -150,3 +157,34 @@ def test_controller_gains_drive_the_forward_as_before():
         assert torch.equal(model(x), h)
     ctl.release()
     assert all(m.gain is None for m in model)
+
+
+def _tiny_run(cfg) -> tuple[str, list[float]]:
+    """Final state-dict digest and epoch losses of a tiny eager run (3 epochs, 5 steps each)."""
+    splits = synthetic_splits(n_fit=160, n_eval=8)
+    model = init_model(cfg)
+    controller = build_controller(model, cfg)
+    stepper = EagerStepper(
+        model, build_optimizer(model, cfg.optim), controller, splits, torch.device("cpu")
+    )
+    gen = torch.Generator().manual_seed(5)
+    losses = []
+    for epoch in (1, 2, 3):
+        plan = plan_epoch(epoch, 160, cfg.optim.batch_size, gen, controller, cfg.optim)
+        losses.append(stepper.run_epoch(plan).item())
+    return state_dict_digest(model.state_dict()), losses
+
+
+@pytest.mark.parametrize("optim", ["sgd", "adamw"])
+@pytest.mark.parametrize("recipe", ["sd_constant", "sd_decreasing", "residual"])
+def test_anchor_final_weights_unchanged_by_the_gain_tensor_and_set_gain(monkeypatch, optim, recipe):
+    """Before (Python-float gain, ``Module.__setattr__``) and after: the same final digest."""
+    cfg = tiny_config(**{"model.recipe": recipe, "optim.name": optim, "optim.lr": 0.01})
+    used = []
+    original = residual.gain_tensor
+    monkeypatch.setattr(residual, "gain_tensor", lambda g, out: used.append(1) or original(g, out))
+    after = _tiny_run(cfg)
+    assert bool(used) == (recipe != "residual"), "the gain tensor path was not exercised"
+    monkeypatch.setattr(residual, "gain_tensor", lambda g, out: g)
+    monkeypatch.setattr(control, "set_gain", lambda b, g: setattr(b, "gain", g))
+    assert _tiny_run(cfg) == after
