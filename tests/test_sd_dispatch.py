@@ -82,6 +82,17 @@ def test_gain_tensor_is_cached_per_value_and_dtype_and_bounded():
     assert type(gain_tensor(1.25, torch.ones(2, device="meta"))) is float
 
 
+def test_a_gain_first_cached_in_inference_mode_still_trains():
+    residual._GAIN_TENSORS.clear()
+    lin = nn.Linear(3, 3)
+    with torch.inference_mode():  # an evaluation that happens to meet the gain first
+        y_inf = skippable_residual(torch.randn(2, 3), lin, nn.Identity(), 1.75)
+    assert y_inf.is_inference() and not gain_tensor(1.75, y_inf).is_inference()
+    x = torch.randn(2, 3, requires_grad=True)
+    skippable_residual(x, lin, nn.Identity(), 1.75).sum().backward()  # saves the gain tensor
+    assert torch.allclose(x.grad, (lin.weight.detach().sum(0) * 1.75 + 1).expand(2, 3))
+
+
 def _dispatched(fn) -> dict[str, int]:
     """Every operator call (dispatcher level, conversions inside kernels included)."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -1,8 +1,7 @@
 """The skippable residual module and its per-forward decision (:mod:`fathom.depth`).
 
-``y = bypass(x) + gain * branch(x)``, with the branch not called when ``gain == 0``; the
-precedence of what decides ``gain``, and the conventions, are in the :mod:`fathom.depth`
-docstring.
+``y = bypass(x) + gain * branch(x)``, the branch not called when ``gain == 0``; what
+decides ``gain``, and the conventions: the :mod:`fathom.depth` docstring.
 """
 
 from __future__ import annotations
@@ -61,7 +60,7 @@ def gain_tensor(gain: float, out: torch.Tensor) -> float | torch.Tensor:
     and again in ``MulBackward0``; the 0-d tensor holds ``dtype(gain)``, the one rounding that
     conversion makes, so the products are bit-identical (``tests/test_sd_dispatch.py``).
     Reduced precisions (their kernels read a float32 scalar) and other devices keep the
-    float. The tensor is never written (autograd saves it for the backward).
+    float. The tensor is never written (autograd saves it) nor an inference tensor.
     """
     dtype = out.dtype
     if dtype not in _GAIN_DTYPES or out.device.type != "cpu":
@@ -71,7 +70,8 @@ def gain_tensor(gain: float, out: torch.Tensor) -> float | torch.Tensor:
     if t is None:
         if len(_GAIN_TENSORS) >= _GAIN_CACHE_SIZE:
             _GAIN_TENSORS.clear()
-        t = _GAIN_TENSORS[key] = torch.tensor(gain, dtype=dtype)
+        with torch.inference_mode(False):
+            t = _GAIN_TENSORS[key] = torch.tensor(gain, dtype=dtype)
     return t
 
 
