@@ -91,3 +91,18 @@ def verify(runs: list[RunData], out: Path, report: VerifyReport) -> None:
                     report.mismatch(
                         f"run {run.run_id} epoch {exp['epoch']} {k}: wrote {v!r}, read {line.get(k)!r}"
                     )
+
+
+class JsonlBackend:
+    """:class:`fathom.export.backend.ExportBackend` of ``history.jsonl`` (post-hoc only)."""
+
+    def write(self, runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
+        return write(runs, out), {}
+
+    def verify(
+        self, runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport
+    ) -> None:
+        verify(runs, out, report)
+
+
+BACKEND = JsonlBackend()

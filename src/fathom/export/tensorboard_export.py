@@ -101,20 +101,7 @@ def write_run(writer: Any, run: RunData) -> None:
         wall, _ = meta.wall_time(row, wall)
         summary = summary_for(row_values(row), described)
         writer.add_event(Event(wall_time=wall, step=int(row["epoch"]), summary=summary))
-    write_session(writer, run, wall)
-
-
-def write_session(writer: Any, run: RunData, wall: float) -> None:
-    """The run's HParams session record and its metric scalars (post-hoc and live alike)."""
-    from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    start = meta.start_time(run)
-    writer.add_event(Event(wall_time=start or wall, step=0, summary=meta.session_summary(run)))
-    for tag, (epoch, v) in meta.metrics(run).items():
-        value = Summary.Value(tag=tag, simple_value=v)
-        value.metadata.CopyFrom(meta.metadata(tag, "scalars"))
-        writer.add_event(Event(wall_time=wall, step=epoch, summary=Summary(value=[value])))
+    meta.write_session(writer, run, wall)
 
 
 def write(runs: list[RunData], out: Path) -> list[str]:
@@ -324,3 +311,34 @@ def _verify_root(runs: list[RunData], out: Path, report: VerifyReport) -> None:
         != meta.layout_summary()[1]
     ):
         report.mismatch("the custom-scalars layout at the export's root is missing or differs")
+
+
+class TensorBoardBackend:
+    """:class:`fathom.export.backend.LiveBackend` of TensorBoard event files."""
+
+    def write(self, runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
+        return write(runs, out), {}
+
+    def verify(
+        self, runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport
+    ) -> None:
+        verify(runs, out, report)
+
+    def require(self) -> None:
+        _require()
+
+    def live_out(self, live: Any, run: Any) -> Path | None:
+        """``<log_dir>/<study>/<run_id>`` with ``[live.tensorboard] log_dir`` (shared)."""
+        log_dir = live.tensorboard.log_dir
+        if log_dir is None:
+            return None
+        return Path(log_dir) / str(run.study or "default") / run.run_dir.name
+
+    def open(self, out: Path, live: Any, run: Any) -> Any:
+        from fathom.export.live_sinks import TensorBoardSink
+
+        shared = live.tensorboard.log_dir is not None  # events directly in out, else per run
+        return TensorBoardSink(out, out if shared else out / run.run_dir.name)
+
+
+BACKEND = TensorBoardBackend()

@@ -225,3 +225,29 @@ def verify(runs: list[RunData], out: Path, record: dict[str, Any], report: Verif
             report.notes.append(
                 f"run {run.run_id}: {nonfinite} non-finite values written and read back as NaN/Infinity"
             )
+
+
+class WandbBackend:
+    """:class:`fathom.export.backend.LiveBackend` of W&B (offline by default)."""
+
+    def write(self, runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
+        return write(runs, out)
+
+    def verify(
+        self, runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport
+    ) -> None:
+        verify(runs, out, record, report)
+
+    def require(self) -> None:
+        _wandb()
+
+    def live_out(self, live: Any, run: Any) -> Path | None:
+        return None  # always RUN_DIR/live/wandb
+
+    def open(self, out: Path, live: Any, run: Any) -> Any:
+        from fathom.export.live_sinks import WandbSink
+
+        return WandbSink(out, run.run_dir.name, run.study, run.cohort, live.wandb)
+
+
+BACKEND = WandbBackend()
