@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from fathom.export.common import VerifyReport, in_export_units
 from fathom.report.runs import RunData
@@ -46,29 +46,28 @@ class DummySink:
         _check(run, out / LIVE_FILE, report)
 
 
-class DummyBackend:
-    opened: ClassVar[list[Path]] = []  # the live logs opened (for the test)
-
-    def write(self, runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
-        for run in runs:
-            (out / f"{run.run_id}.json").write_text(_text(run.rows))
-        return [f"{run.run_id}.json" for run in runs], {"dummy_runs": len(runs)}
-
-    def verify(
-        self, runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport
-    ) -> None:
-        for run in runs:
-            _check(run, out / f"{run.run_id}.json", report)
-
-    def require(self) -> None:
-        return None
-
-    def live_out(self, live: Any, run: Any) -> Path | None:
-        return None
-
-    def open(self, out: Path, live: Any, run: Any) -> DummySink:
-        self.opened.append(out)
-        return DummySink(out)
+OPENED: list[Path] = []  # the live logs opened (for the test)
 
 
-BACKEND = DummyBackend()
+def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
+    for run in runs:
+        (out / f"{run.run_id}.json").write_text(_text(run.rows))
+    return [f"{run.run_id}.json" for run in runs], {"dummy_runs": len(runs)}
+
+
+def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport) -> None:
+    for run in runs:
+        _check(run, out / f"{run.run_id}.json", report)
+
+
+def require() -> None:
+    return None
+
+
+def live_out(live: Any, run: Any) -> Path | None:
+    return None
+
+
+def live_sink(out: Path, live: Any, run: Any) -> DummySink:
+    OPENED.append(out)
+    return DummySink(out)

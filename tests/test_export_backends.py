@@ -31,7 +31,7 @@ def dummy(monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setitem(
         EXPORT_TARGETS, "dummy", ExportTarget("export_dummy", live=True, numbers_only=False)
     )
-    monkeypatch.setattr(export_dummy.DummyBackend, "opened", [])
+    monkeypatch.setattr(export_dummy, "OPENED", [])
     return "dummy"
 
 
@@ -48,7 +48,7 @@ def test_a_backend_that_is_not_one_is_refused_naming_it(monkeypatch) -> None:
     monkeypatch.setitem(EXPORT_TARGETS, "half", ExportTarget("export_dummy", live=False))
     assert isinstance(backend("half"), ExportBackend)  # a live backend may export only
     monkeypatch.setitem(EXPORT_TARGETS, "bad", ExportTarget("fathom.errors", live=True))
-    with pytest.raises(FathomError, match="'bad': fathom.errors.BACKEND is not a LiveBackend"):
+    with pytest.raises(FathomError, match="'bad': module fathom.errors is not a LiveBackend"):
         backend("bad")
     with pytest.raises(FathomError, match="unknown export target 'nope'; use one of: jsonl"):
         backend("nope")
@@ -80,7 +80,7 @@ def test_a_dummy_backend_is_used_by_live_tracking(dummy, tmp_path: Path, splits)
     (report,) = tracker.close()
     assert report.ok and report.target == f"live {dummy}", report.mismatches
     live = tmp_path / "run" / "live" / dummy
-    assert export_dummy.DummyBackend.opened == [live]
+    assert [live] == export_dummy.OPENED
     rows, _ = read_jsonl(tmp_path / "run" / "history.jsonl")
     streamed = json.loads((live / export_dummy.LIVE_FILE).read_text())
     assert [r["epoch"] for r in streamed] == [r["epoch"] for r in rows]

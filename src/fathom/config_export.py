@@ -1,9 +1,9 @@
 """The export targets: one table, name -> backend module and capabilities.
 
-A backend is one module implementing :class:`fathom.export.backend.ExportBackend` (post-hoc
-export and its read-back) and, where ``live`` is set, :class:`fathom.export.backend.LiveBackend`
-(streaming a run's rows while it trains), exposed as the module's ``BACKEND``; adding one is
-that module plus one entry here. Everything that names targets derives from this table:
+A backend is one module whose functions implement :class:`fathom.export.backend.ExportBackend`
+(post-hoc export and its read-back) and, where ``live`` is set,
+:class:`fathom.export.backend.LiveBackend` (streaming a run's rows while it trains); adding
+one is that module plus one entry here. Everything that names targets derives from this table:
 ``fathom export --to`` choices, ``--live`` and the ``[live]`` config's ``backends``, and the
 docs (checked by the tests). The table holds names and module paths only, so validating a
 config or building the CLI imports no backend, no export code and no torch.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ExportTarget:
-    """``module``: where ``BACKEND`` lives (imported on first use); ``live``: it also streams
+    """``module``: the backend module (imported on first use); ``live``: it also streams
     rows during training; ``numbers_only``: fields that are not numbers are left out (and the
     read-back notes them)."""
 

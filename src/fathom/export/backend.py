@@ -1,15 +1,15 @@
 """What an export backend is: a :class:`typing.Protocol`, and the one way to get one by name.
 
 The table of backends is :data:`fathom.config_export.EXPORT_TARGETS` (name -> module and
-capabilities). A backend module exposes ``BACKEND``:
+capabilities). A backend is a module whose functions implement the Protocols:
 
 * every backend is an :class:`ExportBackend`: ``write`` an export of runs into ``out``
   (the paths it wrote, relative to ``out``, and extra fields for the export record), and
-  ``verify`` an export by reading it back with the target's own reader;
+  ``read_back`` an export (``record``: its export record) with the target's own reader;
 * a backend whose entry has ``live`` is also a :class:`LiveBackend`: ``require`` refuses a
-  missing package before training starts, ``live_out`` places a run's live log, ``open``
-  starts a :class:`LiveSink` that :class:`fathom.export.live.LiveTracker` feeds one history
-  row at a time and whose result is verified by the same read-back as the export.
+  missing package before training starts, ``live_out`` places a run's live log,
+  ``live_sink`` starts a :class:`LiveSink` that :class:`fathom.export.live.LiveTracker`
+  feeds one history row at a time and whose result is verified by the same read-back.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class ExportBackend(Protocol):
         """Write ``runs`` into ``out``: ``(paths relative to out, extra record fields)``."""
         ...
 
-    def verify(
+    def read_back(
         self, runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport
     ) -> None:
         """Read the export in ``out`` back and note every difference from ``runs`` in ``report``."""
@@ -80,7 +80,7 @@ class LiveBackend(ExportBackend, Protocol):
         (then it may be shared with other runs' logs), else ``None``."""
         ...
 
-    def open(self, out: Path, live: LiveConfig, run: LiveRun) -> LiveSink:
+    def live_sink(self, out: Path, live: LiveConfig, run: LiveRun) -> LiveSink:
         """Start the live log in the (fresh, empty but for the marker) directory ``out``."""
         ...
 
@@ -94,14 +94,14 @@ def check_target(target: str, *, live: bool = False) -> None:
 
 
 def backend(target: str) -> Any:
-    """The ``BACKEND`` of ``target``'s module (:data:`EXPORT_TARGETS`), imported now."""
+    """``target``'s backend module (:data:`EXPORT_TARGETS`), imported now and checked
+    against its Protocol (every function present)."""
     check_target(target)
     module = importlib.import_module(EXPORT_TARGETS[target].module)
-    found = getattr(module, "BACKEND", None)
     want = LiveBackend if EXPORT_TARGETS[target].live else ExportBackend
-    if not isinstance(found, want):
+    if not isinstance(module, want):
         raise FathomError(
-            f"export target {target!r}: {module.__name__}.BACKEND is not a {want.__name__} "
-            "(see fathom.export.backend)"
+            f"export target {target!r}: module {module.__name__} is not a {want.__name__} "
+            "(see fathom.export.backend for the functions it must define)"
         )
-    return found
+    return module

@@ -48,12 +48,17 @@ def lines_for(run: RunData) -> list[dict[str, Any]]:
     return out
 
 
-def write(runs: list[RunData], out: Path) -> list[str]:
+def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
     text = "".join(
         json.dumps(line, allow_nan=False) + "\n" for run in runs for line in lines_for(run)
     )
     atomic_write_text(out / FILE, text)
-    return [FILE]
+    return [FILE], {}
+
+
+def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport) -> None:
+    """:class:`fathom.export.backend.ExportBackend`'s read-back: :func:`verify`."""
+    verify(runs, out, report)
 
 
 def verify(runs: list[RunData], out: Path, report: VerifyReport) -> None:
@@ -91,18 +96,3 @@ def verify(runs: list[RunData], out: Path, report: VerifyReport) -> None:
                     report.mismatch(
                         f"run {run.run_id} epoch {exp['epoch']} {k}: wrote {v!r}, read {line.get(k)!r}"
                     )
-
-
-class JsonlBackend:
-    """:class:`fathom.export.backend.ExportBackend` of ``history.jsonl`` (post-hoc only)."""
-
-    def write(self, runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
-        return write(runs, out), {}
-
-    def verify(
-        self, runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport
-    ) -> None:
-        verify(runs, out, report)
-
-
-BACKEND = JsonlBackend()

@@ -164,7 +164,7 @@ class LiveTracker:
                 shutil.rmtree(out)  # each invocation streams the whole history afresh
             out.mkdir(parents=True)
             atomic_write_json(out / MARKER, {"run_dir": str(self.run_dir.resolve())})
-            self.sinks[target] = self.backends[target].open(out, self.live, run)
+            self.sinks[target] = self.backends[target].live_sink(out, self.live, run)
 
     def _new_rows(self) -> list[dict[str, Any]]:
         """Complete lines appended to history.jsonl since the last read (a torn tail waits)."""

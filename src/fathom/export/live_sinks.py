@@ -20,9 +20,9 @@ from fathom.export.common import VerifyReport
 
 class TensorBoardSink:
     def __init__(self, out: Path, events_dir: Path) -> None:
-        from fathom.export.tensorboard_export import _require
+        from fathom.export.tensorboard_export import require
 
-        _require()
+        require()
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self.out, self.events_dir = out, events_dir

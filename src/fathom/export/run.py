@@ -106,5 +106,5 @@ def _verify_runs(runs: list[RunData], target: str, out: Path, record: dict) -> V
         skipped = sorted({k for r in runs for row in r.rows for k in flatten_row(row)[1]})
         if skipped:
             report.notes.append(f"fields that are not numbers, left out of {target}: {skipped}")
-    backend(target).verify(runs, out, record, report)
+    backend(target).read_back(runs, out, record, report)
     return report

@@ -227,27 +227,21 @@ def verify(runs: list[RunData], out: Path, record: dict[str, Any], report: Verif
             )
 
 
-class WandbBackend:
-    """:class:`fathom.export.backend.LiveBackend` of W&B (offline by default)."""
-
-    def write(self, runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
-        return write(runs, out)
-
-    def verify(
-        self, runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport
-    ) -> None:
-        verify(runs, out, record, report)
-
-    def require(self) -> None:
-        _wandb()
-
-    def live_out(self, live: Any, run: Any) -> Path | None:
-        return None  # always RUN_DIR/live/wandb
-
-    def open(self, out: Path, live: Any, run: Any) -> Any:
-        from fathom.export.live_sinks import WandbSink
-
-        return WandbSink(out, run.run_dir.name, run.study, run.cohort, live.wandb)
+def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport) -> None:
+    """:class:`fathom.export.backend.ExportBackend`'s read-back: :func:`verify`."""
+    verify(runs, out, record, report)
 
 
-BACKEND = WandbBackend()
+def require() -> None:
+    """The live side (:class:`fathom.export.backend.LiveBackend`): refuse a missing wandb."""
+    _wandb()
+
+
+def live_out(live: Any, run: Any) -> Path | None:
+    return None  # always RUN_DIR/live/wandb
+
+
+def live_sink(out: Path, live: Any, run: Any) -> Any:
+    from fathom.export.live_sinks import WandbSink
+
+    return WandbSink(out, run.run_dir.name, run.study, run.cohort, live.wandb)
