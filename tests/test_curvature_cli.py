@@ -12,7 +12,7 @@ from torch import nn
 from fathom.cli import main
 from fathom.config import ModelConfig, RunConfig
 from fathom.curvature import curvature_snapshot
-from fathom.curvature.exact import KINDS, OLD_NAMES
+from fathom.curvature.exact import CURVATURE_FAMILIES, OLD_NAMES
 from fathom.curvature.rundir import (
     check_epochs,
     load_diagonals,
@@ -24,10 +24,11 @@ from fathom.data.splits import DataSplits
 from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json
+from fathom.models import build_model
 from fathom.provenance import source_hash
 from fathom.rundir import RunDir
-from fathom.train.build import build_model
-from fathom.train.checkpoint import cpu_state, save_weights
+from fathom.rundir.files import save_weights
+from fathom.rundir.weights import cpu_state
 
 torch.set_num_threads(1)
 EPOCHS = (0, 1, 5)
@@ -139,10 +140,14 @@ def test_diagonals_file_on_request(tmp_path: Path) -> None:
         float(tensors["ggn/stem.weight"].sum())
     )
     model = rd.load_model(1)
-    assert sorted(tensors) == sorted(f"{k}/{n}" for k in KINDS for n, _ in model.named_parameters())
+    assert sorted(tensors) == sorted(
+        f"{k}/{n}" for k in CURVATURE_FAMILIES for n, _ in model.named_parameters()
+    )
     diags = load_diagonals(tmp_path / "out" / rec["diagonals_file"])
-    assert list(diags) == list(KINDS)
-    assert all(torch.equal(diags[k][n], tensors[f"{k}/{n}"]) for k in KINDS for n in diags[k])
+    assert list(diags) == list(CURVATURE_FAMILIES)
+    assert all(
+        torch.equal(diags[k][n], tensors[f"{k}/{n}"]) for k in CURVATURE_FAMILIES for n in diags[k]
+    )
 
 
 def test_diagonals_file_written_with_the_old_family_names_reads(tmp_path: Path) -> None:
@@ -159,8 +164,8 @@ def test_diagonals_file_written_with_the_old_family_names_reads(tmp_path: Path) 
     assert any(key.startswith("fisher/") for key in old)
     save_file(old, tmp_path / "old.safetensors")
     got = load_diagonals(tmp_path / "old.safetensors")
-    assert list(got) == list(KINDS)
-    assert all(torch.equal(got[k][n], new[k][n]) for k in KINDS for n in new[k])
+    assert list(got) == list(CURVATURE_FAMILIES)
+    assert all(torch.equal(got[k][n], new[k][n]) for k in CURVATURE_FAMILIES for n in new[k])
     stem = rec["layers"][0]
     assert stem["empirical_fisher_weight_trace"] == pytest.approx(
         float(got["empirical_fisher"]["stem.weight"].sum())

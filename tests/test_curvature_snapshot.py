@@ -18,7 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import fathom.curvature.exact as exact
-from fathom.curvature.exact import KINDS, OutputDirections, layer_sums
+from fathom.curvature.exact import CURVATURE_FAMILIES, OutputDirections, layer_sums
 from fathom.curvature.probe import probe_labels, pull_back
 from fathom.curvature.snapshot import curvature_snapshot
 from fathom.curvature.twin import prepared
@@ -36,14 +36,14 @@ def whole_probe_diagonals(model, x, y) -> dict[str, dict[str, torch.Tensor]]:
     pb = pull_back(seam, x)
     n, c = pb.logits.shape
     dirs = OutputDirections.of(pb.logits, probe_labels(y, n, c))
-    diag = {k: {} for k in KINDS}
+    diag = {k: {} for k in CURVATURE_FAMILIES}
     for layer in seam.layers:
         sums = layer_sums(layer, pb.calls[layer.name], pb.cotangents[layer.name], n, dirs)
         for local, q in zip(layer.params, layer.qualified, strict=True):
-            for kind in KINDS:
+            for kind in CURVATURE_FAMILIES:
                 diag[kind][q] = sums[local][kind] / n
     names = [name for name, _ in model64.named_parameters()]
-    return {k: {q: diag[k][q] for q in names} for k in KINDS}
+    return {k: {q: diag[k][q] for q in names} for k in CURVATURE_FAMILIES}
 
 
 def _snapshot_in_chunks(model, x, y, chunk: int):
@@ -84,7 +84,7 @@ def test_snapshot_diagonals_are_exact_diagonals_chunked(case_id, n, chunk, seed)
     old = whole_probe_diagonals(model, x, y)
     brute = brute_force(model, x, y)
     bad = []
-    for kind in KINDS:
+    for kind in CURVATURE_FAMILIES:
         assert list(snap.diagonals[kind]) == list(old[kind])
         for name, got in snap.diagonals[kind].items():
             vs_old = relative_error(got, old[kind][name])
@@ -96,11 +96,11 @@ def test_snapshot_diagonals_are_exact_diagonals_chunked(case_id, n, chunk, seed)
 
 def test_snapshot_traces_are_the_sums_of_its_diagonals() -> None:
     """The record's per-layer and total traces name each family once (its
-    ``KINDS`` name) and sum the returned diagonals."""
+    ``CURVATURE_FAMILIES`` name) and sum the returned diagonals."""
     case = next(c for c in ZOO if c["id"] == "residual_cnn")
     model, x, y = make(case, n=4)
     snap = curvature_snapshot(model, x, y)
-    for kind in KINDS:
+    for kind in CURVATURE_FAMILIES:
         total = 0.0
         for layer in snap.record["layers"]:
             weights = [q for q in layer["parameters"] if not q.endswith("bias")]

@@ -59,7 +59,7 @@ from fathom.pex_embedding import embedding_pairs
 from fathom.seam import Call, Layer, Seam
 from fathom.train.allocator import tune_cpu_allocator
 
-KINDS: tuple[str, ...] = ("ggn", "empirical_fisher", "jacobian_gram")
+CURVATURE_FAMILIES: tuple[str, ...] = ("ggn", "empirical_fisher", "jacobian_gram")
 # The families' earlier short names (diagonal files written before the rename use them as
 # key prefixes): still accepted as input, never produced.
 OLD_NAMES: dict[str, str] = {"fisher": "empirical_fisher", "jacobian": "jacobian_gram"}
@@ -67,22 +67,22 @@ _ELEMENTS = 2**25  # per chunk: directions x examples x parameters of the larges
 
 
 def resolve_families(families: str | Iterable[str]) -> tuple[str, ...]:
-    """``"all"``, one family name or several -> the requested families in :data:`KINDS` order
-    (an old name of :data:`OLD_NAMES` reads as its family)."""
+    """``"all"``, one family name or several -> the requested families in
+    :data:`CURVATURE_FAMILIES` order (an old name of :data:`OLD_NAMES` reads as its family)."""
     if families == "all":
-        return KINDS
+        return CURVATURE_FAMILIES
     try:
         chosen = {families} if isinstance(families, str) else set(families)
     except TypeError:
         chosen = {repr(families)}  # not a name nor an iterable of names: refused below
     chosen = {OLD_NAMES.get(f, f) if isinstance(f, str) else f for f in chosen}
-    unknown = sorted(str(f) for f in chosen - set(KINDS))
+    unknown = sorted(str(f) for f in chosen - set(CURVATURE_FAMILIES))
     if unknown or not chosen:
         raise FathomError(
             f"unknown curvature families {unknown or '(none given)'}: choose from "
-            f"{', '.join(KINDS)} or 'all'"
+            f"{', '.join(CURVATURE_FAMILIES)} or 'all'"
         )
-    return tuple(k for k in KINDS if k in chosen)
+    return tuple(k for k in CURVATURE_FAMILIES if k in chosen)
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class Plan:
     """Which output directions are pulled back for ``families``, and how each family's
     per-example rows ``J_i^T v_ik`` follow from the pulled-back ones (module docstring)."""
 
-    families: tuple[str, ...] = KINDS
+    families: tuple[str, ...] = CURVATURE_FAMILIES
 
     @property
     def units(self) -> bool:
@@ -301,7 +301,7 @@ def exact_diagonals(
 ) -> dict[str, dict[str, torch.Tensor]]:
     """Exact float64 ``{family: {param_name: diagonal}}`` on ``(x, y)``.
 
-    Families (``"all"`` or any of :data:`KINDS`, ``"ggn"``, ``"empirical_fisher"``,
+    Families (``"all"`` or any of :data:`CURVATURE_FAMILIES`, ``"ggn"``, ``"empirical_fisher"``,
     ``"jacobian_gram"``; only those are computed; the old names ``"fisher"`` and ``"jacobian"``
     are read as the last two): diagonals of ``(1/N) sum_i J_i^T H_i J_i`` (CE GGN), ``(1/N) sum_i g_i g_i^T``
     (empirical Fisher at the labels ``y``) and ``(1/N) sum_i J_i^T J_i`` (logit-Jacobian Gram),

@@ -17,20 +17,21 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from fathom.curvature.definitions import NORMALIZATION
-from fathom.curvature.exact import KINDS, OLD_NAMES
+from fathom.curvature.exact import CURVATURE_FAMILIES, OLD_NAMES
 from fathom.curvature.snapshot import curvature_snapshot
 from fathom.depth import dense_eval
 from fathom.errors import FathomError
 from fathom.io import tensor_digest
 from fathom.provenance import source_hash
 from fathom.rundir.output import AnalysisOutput, analysis_output
+from fathom.terminal import Say
 from fathom.units import fmt_value, percent
 
 FORMAT = 1
@@ -181,7 +182,7 @@ def run_curvature(
     out_dir: str | Path | None = None,
     device: str = "cpu",
     save_diagonals: bool = False,
-    progress: Callable[[str], None] | None = None,
+    progress: Say | None = None,
 ) -> list[dict[str, Any]]:
     """Compute and write one snapshot per epoch of run directory ``rd``; return the summary rows.
 
@@ -207,7 +208,7 @@ def _write_snapshots(
     out: AnalysisOutput,
     device: str,
     save_diagonals: bool,
-    progress: Callable[[str], None] | None,
+    progress: Say | None,
 ) -> list[dict[str, Any]]:
     from fathom.terminal import Tally
 
@@ -281,7 +282,7 @@ def _save_diagonals(out: AnalysisOutput, name: str, snap: Any) -> str:
             tensors,
             metadata={
                 "normalization": "mean over the N probe examples",
-                "keys": f"<{'|'.join(KINDS)}>/<parameter name of model.named_parameters()>",
+                "keys": f"<{'|'.join(CURVATURE_FAMILIES)}>/<parameter name of model.named_parameters()>",
             },
         ),
     )
@@ -290,7 +291,7 @@ def _save_diagonals(out: AnalysisOutput, name: str, snap: Any) -> str:
 
 def load_diagonals(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
     """``{family: {param_name: diagonal}}`` of an ``epoch-NNNN.diagonals.safetensors`` file,
-    families in :data:`fathom.curvature.exact.KINDS` order; a file written before the rename
+    families in :data:`fathom.curvature.exact.CURVATURE_FAMILIES` order; a file written before the rename
     (key prefixes ``fisher/``, ``jacobian/``: :data:`~fathom.curvature.exact.OLD_NAMES`) reads
     under the current names. A key of no family is refused, naming it."""
     from safetensors import SafetensorError
@@ -304,10 +305,10 @@ def load_diagonals(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
     for key, t in tensors.items():
         family, _, name = key.partition("/")
         family = OLD_NAMES.get(family, family)
-        if family not in KINDS or not name:
+        if family not in CURVATURE_FAMILIES or not name:
             raise FathomError(
                 f"{path}: key {key!r} is not <family>/<parameter> with a family of "
-                f"{', '.join(KINDS)}; is this a fathom diagonals file?"
+                f"{', '.join(CURVATURE_FAMILIES)}; is this a fathom diagonals file?"
             )
         out.setdefault(family, {})[name] = t
-    return {k: out[k] for k in KINDS if k in out}
+    return {k: out[k] for k in CURVATURE_FAMILIES if k in out}

@@ -21,7 +21,7 @@ from torch import nn
 
 from fathom.curvature.concentration import gradient_concentration
 from fathom.curvature.definitions import DEFINITIONS, NORMALIZATION
-from fathom.curvature.exact import KINDS, OutputDirections, exact_diagonals
+from fathom.curvature.exact import CURVATURE_FAMILIES, OutputDirections, exact_diagonals
 from fathom.curvature.kfac import (
     Spectrum,
     effective_rank,
@@ -117,7 +117,7 @@ def _layer_record(layer: Layer, diag: dict, kfac: dict, gram) -> dict:
         "path": layer.path,  # the coverage table's text (fathom.seam_types.Layer.path)
         "parameters": {q: list(diag["ggn"][q].shape) for q in layer.qualified},
     }
-    for kind in KINDS:
+    for kind in CURVATURE_FAMILIES:
         rec[f"{kind}_weight_trace"] = _sum([diag[kind][q] for q in w]) or 0.0
         rec[f"{kind}_bias_trace"] = _sum([diag[kind][q] for q in b])
     rec["ggn_weight_diag_max"] = max((float(diag["ggn"][q].max()) for q in w), default=None)
@@ -175,7 +175,10 @@ def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) ->
         "totals": {
             "scope": "sum over every layer's weights (biases excluded; a parameter whose name "
             "ends in 'bias' is a bias); off-diagonal blocks do not enter a trace",
-            **{f"{label}_weight_trace": total(f"{label}_weight_trace") for label in KINDS},
+            **{
+                f"{label}_weight_trace": total(f"{label}_weight_trace")
+                for label in CURVATURE_FAMILIES
+            },
         },
         "gradient_concentration_all_weights": gradient_concentration(sum(grams)) if grams else None,
         "output_mismatch": output_mismatch(logits, labels),

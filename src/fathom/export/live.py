@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +46,11 @@ from fathom.export.common import (
     write_record,
 )
 from fathom.io import atomic_write_json
+from fathom.terminal import OnProgress
 
 LIVE_DIR = "live"
 MARKER = "fathom-live.json"
 """Written first into every live log directory: the run directory it belongs to."""
-
-Observer = Callable[[str, dict[str, Any]], None]
 
 
 def parse_live(text: str | None) -> tuple[str, ...]:
@@ -81,7 +80,7 @@ def _check_log_dir(out: Path, run_dir: Path) -> None:
         )
 
 
-def fan_out(*observers: Observer | None) -> Observer | None:
+def fan_out(*observers: OnProgress | None) -> OnProgress | None:
     """One callback calling every given observer in order (``None`` entries are skipped)."""
     active = [o for o in observers if o is not None]
     if not active:
