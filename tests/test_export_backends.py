@@ -93,6 +93,9 @@ def test_the_cli_and_config_offer_exactly_the_table(dummy) -> None:
         for a in build_parser("export")._subparsers._group_actions[0].choices["export"]._actions
     }
     assert tuple(choices["to"]) == export_targets() and dummy in choices["to"]
+    train = build_parser("train")._subparsers._group_actions[0].choices["train"]
+    (live_help,) = [a.help for a in train._actions if a.dest == "live"]
+    assert all(name in live_help for name in live_targets()) and dummy in live_help
     with pytest.raises(FathomError, match="is not a live backend"):
         validate_run_config({"live": {"backends": ["jsonl"]}})  # a target, but not live
     with pytest.raises(FathomError, match="unknown live target"):
