@@ -317,9 +317,10 @@ def bench_protocol(probe: int) -> None:
     from fathom.curvature.rundir import run_curvature
     from fathom.data.splits import DataSplits
     from fathom.io import atomic_write_json
+    from fathom.models import build_model
     from fathom.rundir import RunDir
-    from fathom.train.build import build_model
-    from fathom.train.checkpoint import cpu_state, save_weights
+    from fathom.rundir.files import save_weights
+    from fathom.rundir.weights import cpu_state
 
     class SyntheticRunDir(RunDir):
         def load_splits(self, device="cpu") -> DataSplits:

@@ -336,7 +336,3 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise FathomError(f"config file {str(path)!r} is not valid TOML: {e}") from None
-
-
-def load_run_config(path: str | Path) -> RunConfig:
-    return validate_run_config(load_toml(path), origin=str(path))

@@ -41,7 +41,7 @@ METRIC_PREFIX = "hparams"
 METRIC_SPLITS = ("val", "test")
 METRIC_FIELDS = ("acc", "ce")
 PERCENT_NOTE = (
-    "accuracy in percent: 100 x the fraction recorded in history.jsonl (fathom.stats.units.percent)"
+    "accuracy in percent: 100 x the fraction recorded in history.jsonl (fathom.units.percent)"
 )
 
 

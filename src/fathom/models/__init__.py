@@ -25,7 +25,12 @@ __getattr__, __dir__, _names = exports(
         "fathom.models.specs": ["RECIPES", "Recipe", "recipe_spec"],
     },
 )
-__all__ = [*_names, "build_model"]
+__all__ = [*_names, "build_model", "count_parameters"]
+
+
+def count_parameters(model: nn.Module) -> int:
+    """``sum_p numel(p)`` over ``model.parameters()`` (shared tensors counted once)."""
+    return sum(p.numel() for p in model.parameters())
 
 
 def build_model(

@@ -19,7 +19,7 @@ Definitions (``v_s``: one value per seed s of a recipe, at the stated epoch):
   both, at each run's final history row, in percentage points, with the paired 95%
   Student-t interval of :func:`fathom.stats.paired_difference`.
 * accuracies and zero-activation fractions are converted to percent by
-  :func:`fathom.stats.units.percent`; CE is in nats.
+  :func:`fathom.units.percent`; CE is in nats.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def spread(
     values: Sequence[float | None], convert: Callable[[float], Any] = float
 ) -> dict[str, Any] | None:
     """Mean, sample SD, min, max and n of the finite values, each first passed through
-    ``convert`` (``fathom.stats.units.percent`` for fractions shown in percent); None if none."""
+    ``convert`` (``fathom.units.percent`` for fractions shown in percent); None if none."""
     xs = [convert(float(v)) for v in values if v is not None and math.isfinite(float(v))]
     if not xs:
         return None

@@ -17,7 +17,7 @@ from typing import Any
 from fathom.report.crosstable import Column, CrossTable, by_recipe, recipe_flags, spread
 from fathom.report.runs import RunData
 from fathom.stats.contrasts import contrast, contrast_sentence
-from fathom.stats.units import percent
+from fathom.units import percent
 
 TRACES = (
     # (field, label with its unit: a parameter unit is the unit of one weight entry)

@@ -12,7 +12,7 @@ from typing import Any
 from fathom.report.crosstable import Column, CrossTable, by_recipe, final_row, finite, spread
 from fathom.report.runs import RunData
 from fathom.stats.intervals import paired_difference
-from fathom.stats.units import percent
+from fathom.units import percent
 
 
 def digit_table(

@@ -34,7 +34,7 @@ from fathom.report.crosstable import (
 from fathom.report.layers import LayerAlignment
 from fathom.report.runs import RunData
 from fathom.stats.contrasts import contrast, contrast_sentence, judge_contrast_rows
-from fathom.stats.units import percent
+from fathom.units import percent
 
 # Registry prefixes of the per-layer fields the tables read (the layer is the last segment).
 GRAD_NORM = "grad/mean/weight_norm"

@@ -12,7 +12,7 @@ the aligned ``<base>/<L>`` fields. At the recipe's last recorded epoch ``e`` (th
 last epoch over its runs and layers, as
 :func:`~fathom.report.telemetry_tables.activation_table` takes it), each layer's cell is the
 spread over seeds of ``v_s(L) = value_at(run_s, <base>/<L>, e)`` (:func:`~fathom.report.crosstable.spread`;
-fractions to percent by :func:`fathom.stats.units.percent`). ``over = "min"`` / ``"max"``
+fractions to percent by :func:`fathom.units.percent`). ``over = "min"`` / ``"max"``
 picks the layer whose seed mean is smallest / largest -- the seed's "69–74% across its hidden
 layers" is the range of its per-layer seed means -- and ``"head"`` the head layer
 (as the report's gradient table picks it). Fathom's per-seed values are the chosen
@@ -31,7 +31,7 @@ from fathom.report.crossrun import crossrun_tables, default_reference, study_ali
 from fathom.report.crosstable import CrossTable, by_recipe, last_epoch, spread
 from fathom.report.telemetry_tables import _head, _per_seed, aligned_fields
 from fathom.reproduce.extract import Measured, Sources
-from fathom.stats.units import percent
+from fathom.units import percent
 
 
 def _reference(src: Sources) -> str | None:

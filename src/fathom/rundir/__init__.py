@@ -9,10 +9,8 @@ from fathom.lazy import exports
 __getattr__, __dir__, __all__ = exports(
     __name__,
     {
-        "fathom.rundir.errors": ["os_error"],
         "fathom.rundir.files": ["load_resume", "load_weights", "save_resume", "save_weights"],
         "fathom.rundir.interrupts": ["uninterrupted"],
-        "fathom.rundir.kinds": ["register_kind"],
         "fathom.rundir.lock": ["DirLock", "study_lock"],
         "fathom.rundir.header": [
             "FORMAT",

@@ -47,7 +47,7 @@ class RunDir:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise FathomError(f"{str(mpath)!r} is corrupt ({e}); the run cannot be read") from None
         except OSError as e:
-            from fathom.rundir.errors import os_error
+            from fathom.errors import os_error
 
             raise os_error(e, f"read {str(mpath)!r}") from None
         self.header = check_manifest(manifest, repr(str(mpath)))
@@ -159,7 +159,7 @@ class RunDir:
     def checkpoint_epoch(self, which: Which) -> int:
         return self._entry(which)[1]
 
-    def verify_entry(self, entry: dict[str, Any], label: str) -> dict[str, torch.Tensor]:
+    def verify_entry(self, entry: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Load the weights of a manifest entry, checking file and tensor digests."""
         from fathom.rundir import files
 
@@ -169,8 +169,8 @@ class RunDir:
         return state
 
     def load_state(self, which: Which) -> dict[str, torch.Tensor]:
-        entry, epoch = self._entry(which)
-        return self.verify_entry(entry, f"epoch {epoch}")
+        entry, _ = self._entry(which)
+        return self.verify_entry(entry)
 
     def problems(self, *, deep: bool = False) -> list[str]:
         """Every integrity problem found: unverified manifest, history, stray temp files, and
@@ -188,10 +188,9 @@ class RunDir:
         if deep:
             from fathom.rundir import files
 
-            entries = [(f"epoch {e}", c) for e, c in self.manifest.get("checkpoints", {}).items()]
-            for label, entry in entries:
+            for entry in self.manifest.get("checkpoints", {}).values():
                 try:
-                    self.verify_entry(entry, label)
+                    self.verify_entry(entry)
                 except FathomError as e:
                     out.append(str(e))
             out += self._selected_problems()
@@ -214,7 +213,7 @@ class RunDir:
         if not entry:
             return []
         try:
-            self.verify_entry(entry, "selected")
+            self.verify_entry(entry)
             return []
         except FathomError as e:
             problem = str(e)

@@ -36,9 +36,8 @@ from fathom.telemetry.scores import class_scores, confusion_matrix
 
 if TYPE_CHECKING:
     from fathom.data import DataSplits
-    from fathom.train.context import EpochContext
+    from fathom.telemetry.context import EpochContext
 
-__all__ = ["Recorder", "read_only"]
 
 Value = float | int | None | list
 
@@ -151,7 +150,9 @@ class Recorder:
         row: dict[str, Value] = {}
         if self.instruments.families:
             row.update(
-                self.instruments.observe(optimizer=ctx.optimizer, initial_params=ctx.initial_params)
+                self.instruments.observe(
+                    optimizer=ctx.optimizer, initial_params=ctx.initial_params, lr=ctx.lr
+                )
             )
         if "scores" in self.families:
             with read_only(ctx.model), torch.no_grad():

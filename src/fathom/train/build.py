@@ -13,8 +13,6 @@ from fathom.models import build_model
 from fathom.models.ciresan import recipe_schedule
 from fathom.models.specs import recipe_spec
 
-__all__ = ["build_controller", "build_model", "build_optimizer", "init_model", "stream_seed"]
-
 
 def stream_seed(seed: int, stream: str) -> int:
     """An independent 63-bit seed per named RNG stream: ``sha256(f"{seed}:{stream}")``."""

@@ -19,7 +19,7 @@ from fathom.rundir import uninterrupted
 from fathom.train.evaluate import split_scores
 
 if TYPE_CHECKING:
-    from fathom.train.loop import Session
+    from fathom.train.session import Session
 
 
 def eval_due(cfg, epoch: int) -> bool:
@@ -108,7 +108,8 @@ def observe(s: Session, epoch: int, fields: dict[str, Any]) -> dict[str, Any] | 
         select(s, epoch, row.get("val/ce"))
     if tel_due:
         # the instrument reuses this boundary's dense predictions (no second forward pass)
-        row.update(timed_instrument(s, s.recorder.observe, s.context(epoch), predictions or None))
+        ctx = s.context(epoch, fields.get("optim/lr"))
+        row.update(timed_instrument(s, s.recorder.observe, ctx, predictions or None))
     if health:
         row.update(timed_instrument(s, s.health_row, epoch))
     elif cfg.health.enabled:
