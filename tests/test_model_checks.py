@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from fathom.config_models import ModelConfig, StagedConvConfig
+from fathom.config_models import NEURONS, ModelConfig, StagedConvConfig
 from fathom.errors import FathomError, InvalidValue
 from fathom.models.ciresan import CiresanMLP
 from fathom.models.convnet import StagedConvNet
@@ -47,15 +47,24 @@ def test_ciresan_config_validates_exactly_when_the_mlp_builds(widths, recipe, un
 
 
 @settings(max_examples=40)
-@given(depth=st.integers(1, 13), image_size=st.integers(1, 40))
-@example(depth=6, image_size=32)  # not a multiple of the 4 stages
-@example(depth=4, image_size=28)  # MNIST's 28 cannot pass 4 poolings (pad to 32)
-def test_staged_conv_config_validates_exactly_when_the_net_builds(depth, image_size):
-    in_config = _outcome(lambda: StagedConvConfig(depth=depth, image_size=image_size))
+@given(
+    depth=st.integers(1, 13),
+    image_size=st.integers(1, 40),
+    timesteps=st.integers(-1, 2),
+    neuron=st.sampled_from(NEURONS),
+)
+@example(depth=6, image_size=32, timesteps=1, neuron="lif")  # not a multiple of the 4 stages
+@example(depth=4, image_size=28, timesteps=1, neuron="lif")  # 28 cannot pass 4 poolings
+@example(depth=4, image_size=32, timesteps=-1, neuron="relu")
+def test_staged_conv_config_validates_exactly_when_the_net_builds(
+    depth, image_size, timesteps, neuron
+):
+    kw = {"image_size": image_size, "timesteps": timesteps, "neuron": neuron}
+    in_config = _outcome(lambda: StagedConvConfig(depth=depth, **kw))
 
     def build() -> None:
         blocks = blocks_per_stage_for_depth(depth)
-        StagedConvNet(blocks_per_stage=blocks, width_mult=1 / 64, image_size=image_size)
+        StagedConvNet(blocks_per_stage=blocks, width_mult=1 / 64, **kw)
 
     assert in_config == _outcome(build)
 

@@ -126,6 +126,20 @@ def check_stage_depth(depth: int, stages: int = STAGES) -> int:
     return depth
 
 
+Neuron = Literal["lif", "relu"]
+NEURONS: tuple[Neuron, ...] = get_args(Neuron)
+"""The conv net's neurons: ``lif`` (spiking, with ``timesteps >= 1``) or ``relu`` (ANN)."""
+
+
+def check_timesteps(timesteps: int) -> int:
+    """The LIF simulation steps per input: ``>= 0`` (0 = the ANN)."""
+    if timesteps < 0:
+        raise InvalidValue(
+            f"timesteps must be >= 0 (0 = ANN), got {timesteps}; use e.g. --timesteps 4"
+        )
+    return timesteps
+
+
 def check_image_size(size: int, stages: int = STAGES) -> int:
     """An input size that passes ``stages`` 2×2 poolings: a positive multiple of ``2**stages``."""
     shrink = 2**stages
@@ -209,8 +223,8 @@ class StagedConvConfig(_Strict):
 
     kind: Literal["staged_conv"] = "staged_conv"
     depth: Int = Field(default=4, gt=0)
-    neuron: Literal["lif", "relu"] = "lif"
-    timesteps: Int = Field(default=4, ge=0)
+    neuron: Neuron = "lif"
+    timesteps: Int = 4
     residual: Bool = False
     batchnorm: Bool = True
     width_mult: Float = Field(default=1.0, gt=0)
@@ -225,6 +239,11 @@ class StagedConvConfig(_Strict):
     @classmethod
     def _image_size(cls, v: int) -> int:
         return check_image_size(v)
+
+    @field_validator("timesteps")
+    @classmethod
+    def _timesteps(cls, v: int) -> int:
+        return check_timesteps(v)
 
 
 class PythonModelConfig(_Strict):

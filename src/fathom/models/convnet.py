@@ -31,14 +31,13 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from fathom.config_models import check_image_size
+from fathom.config_models import NEURONS, check_image_size, check_timesteps
 from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
 from fathom.models.neurons import LIF, LIFConfig
 from fathom.models.specs import scaled_widths
 
 FULL_WIDTHS: tuple[int, ...] = (64, 128, 256, 512)
-NEURONS: tuple[str, ...] = ("lif", "relu")
 
 
 class ConvBlock(nn.Module):
@@ -94,10 +93,7 @@ class StagedConvNet(nn.Module):
         super().__init__()
         if neuron not in NEURONS:
             raise FathomError(f"unknown neuron {neuron!r}; use one of {', '.join(NEURONS)}")
-        if timesteps < 0:
-            raise FathomError(
-                f"timesteps must be >= 0 (0 = ANN), got {timesteps}; use e.g. --timesteps 4"
-            )
+        check_timesteps(timesteps)
         if len(widths) != stages:
             raise FathomError(f"need one width per stage: {stages} stages, widths {widths}")
         if blocks_per_stage < 1:
