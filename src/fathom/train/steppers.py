@@ -24,13 +24,13 @@ has, so a progress display reads nothing from the device and adds no sync.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from fathom.data import DataSplits
 from fathom.errors import FathomError
+from fathom.terminal import OnProgress
 from fathom.train.build import stream_seed
 from fathom.train.fast import GraphStepper
 from fathom.train.plan import EpochPlan
@@ -40,7 +40,7 @@ from fathom.train.sgd import ActiveSGD, plain_sgd_blocker
 from fathom.train.step import Augmenter, StepBody, Tick
 
 
-def step_ticker(progress: Callable[[str, dict], None] | None, epochs: int) -> Tick | None:
+def step_ticker(progress: OnProgress | None, epochs: int) -> Tick | None:
     """A stepper's ``tick`` sending ``progress("step", {"epoch", "epochs", "step", "steps"})``
     (``step`` = steps done in the epoch); ``None`` without a progress callback."""
     if progress is None:
