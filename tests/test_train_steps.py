@@ -301,3 +301,25 @@ def test_the_concrete_steppers_and_recorder_satisfy_the_protocols():
     rec = TelemetryRecorder(tel, epochs=3, splits=splits, model=model, seed=0)
     assert isinstance(rec, Recorder)
     assert not isinstance(rec, Stepper) and not isinstance(stepper, Recorder)
+
+
+@pytest.mark.parametrize("active", [True, False])
+def test_the_rate_reaches_the_update_on_one_channel(active):
+    """ActiveSGD takes the plan's rate as its argument and leaves ``group["lr"]`` at the base
+    rate; torch's optimizer (``stepper.sgd = None`` switches the body to it) reads only
+    ``group["lr"]``, which then holds the plan's last rate."""
+    sched = {"kind": "piecewise", "points": [[0, 1.0], [1, 0.5]]}
+    cfg = tiny_config(**{"model.recipe": "sd_constant", "optim.schedule": sched})
+    splits = synthetic_splits(n_fit=64, n_eval=8)
+    model = init_model(cfg)
+    controller = build_controller(model, cfg)
+    opt = build_optimizer(model, cfg.optim)
+    stepper = EagerStepper(model, opt, controller, splits, torch.device("cpu"))
+    assert stepper.sgd is not None
+    if not active:
+        stepper.sgd = None
+        assert stepper.body.sgd is None
+    plan = plan_epoch(1, 64, 32, torch.Generator().manual_seed(0), controller, cfg.optim)
+    stepper.run_epoch(plan)
+    assert plan.lrs[-1] != cfg.optim.lr
+    assert opt.param_groups[0]["lr"] == (cfg.optim.lr if active else plan.lrs[-1])

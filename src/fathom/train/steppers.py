@@ -96,8 +96,18 @@ class EagerStepper:
         self.augmenter = augmenter
         self.captured = 0
         plain = plain_sgd_blocker(optimizer, model) is None
-        self.sgd = ActiveSGD(model, optimizer, controller) if plain else None
-        self.body = StepBody(model, optimizer, splits, device, precision, augmenter, self.sgd)
+        sgd = ActiveSGD(model, optimizer, controller) if plain else None
+        self.body = StepBody(model, optimizer, splits, device, precision, augmenter, sgd)
+
+    @property
+    def sgd(self) -> ActiveSGD | None:
+        """The step body's :class:`~fathom.train.sgd.ActiveSGD`, or ``None`` (torch's own
+        ``backward`` / ``step``); setting it switches the body's update."""
+        return self.body.sgd
+
+    @sgd.setter
+    def sgd(self, sgd: ActiveSGD | None) -> None:
+        self.body.sgd = sgd
 
     def run_epoch(self, plan: EpochPlan) -> torch.Tensor:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
