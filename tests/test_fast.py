@@ -14,10 +14,11 @@ from fathom.errors import FathomError
 from fathom.models.ciresan import CiresanMLP
 from fathom.rundir import RunDir
 from fathom.train.build import build_controller, build_optimizer, init_model
-from fathom.train.fast import GraphStepper, sgd_momentum_
+from fathom.train.fast import GraphStepper
 from fathom.train.loop import train
-from fathom.train.plan import active_parameters, plan_epoch, topology_index, topology_mask
+from fathom.train.plan import active_parameters, plan_epoch, topology_index
 from fathom.train.schedule import lr_multiplier
+from fathom.train.sgd import sgd_momentum_
 from fathom.train.steppers import EagerStepper, make_stepper
 
 
@@ -38,8 +39,8 @@ def test_plan_draws_the_same_gates_as_eager_sampling():
 
 
 def test_topology_indexing_and_active_parameters():
-    for i in range(16):
-        assert topology_index(topology_mask(i, 4)) == i
+    for i in range(16):  # bit l of the index <=> branch l kept
+        assert topology_index(tuple(bool(i >> b & 1) for b in range(4))) == i
     assert topology_index((True, False, True, False)) == 0b0101
     model = CiresanMLP(widths=(16, 12, 10, 8, 6), recipe="sd_constant", in_features=20)
     ctrl = GateController(model.branches(), DropSchedule("constant", (0.1,) * 4), seed=0)

@@ -44,9 +44,10 @@ from fathom.seam_discovery import check_inference_mode, preserved
 from fathom.seam_key import structure_key
 from fathom.telemetry import params as P
 from fathom.telemetry.distributions import quantile_key
+from fathom.telemetry.gradient_fields import NORM_QUANTILES
 from fathom.telemetry.moments import moments_from_grams
 from fathom.telemetry.probe_rows import activation_row, delta_row, first_input
-from fathom.telemetry.registry import NORM_QUANTILES, expected_names, resolve_families
+from fathom.telemetry.registry import expected_names, resolve_families
 
 Value = float | int | None | list
 PROBE_FAMILIES: tuple[str, ...] = ("probe", "activations", "backprop", "gradients", "moments")

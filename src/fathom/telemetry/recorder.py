@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from fathom.config import TelemetryConfig
+from fathom.config_models import SPLITS, schedule_due
 from fathom.errors import FathomError
 from fathom.telemetry.instruments import Instruments, read_only
 from fathom.telemetry.registry import expected_names, resolve_families
@@ -37,17 +38,8 @@ if TYPE_CHECKING:
     from fathom.data import DataSplits
     from fathom.telemetry.context import EpochContext
 
-__all__ = ["SPLITS", "Recorder", "read_only", "schedule_due"]
 
 Value = float | int | None | list
-SPLITS: tuple[str, ...] = ("fit", "val", "test")
-
-
-def schedule_due(epoch: int, first: tuple[int, ...], every: int, last: int) -> bool:
-    """Due at the epochs in ``first``, at positive multiples of ``every``, and at ``last`` (never beyond)."""
-    if epoch < 0 or epoch > last:
-        return False
-    return epoch in first or (epoch > 0 and epoch % every == 0) or epoch == last
 
 
 def _split_xy(splits: DataSplits, name: str) -> tuple[torch.Tensor, torch.Tensor]:

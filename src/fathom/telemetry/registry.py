@@ -22,27 +22,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from fathom.errors import FathomError
-from fathom.telemetry.field import QUANTILES, SCOPES, Field, quantile_key
+from fathom.telemetry.field import QUANTILES, Field, quantile_key
 from fathom.telemetry.gradient_fields import (
-    NORM_QUANTILES,
     backprop_fields,
     gradient_fields,
     moment_fields,
     norm_quantile_fields,
 )
 from fathom.telemetry.trainer_fields import TRAINER_FIELDS
-
-__all__ = [
-    "ALIASES",
-    "FAMILIES",
-    "FIELDS",
-    "NORM_QUANTILES",
-    "SCOPES",
-    "Field",
-    "expected_names",
-    "field_for",
-    "resolve_families",
-]
 
 FAMILIES: dict[str, str] = {
     "probe": "probe cross entropy and accuracy (one probe forward pass)",

@@ -22,10 +22,8 @@ from fathom.data import DataSplits
 from fathom.depth import GateController
 from fathom.train.build import init_momentum_buffers
 from fathom.train.plan import EpochPlan, topology_index
-from fathom.train.sgd import ActiveSGD, sgd_momentum_
+from fathom.train.sgd import ActiveSGD
 from fathom.train.step import StepBody, Tick
-
-__all__ = ["GraphStepper", "sgd_momentum_"]
 
 
 class GraphStepper:
@@ -147,7 +145,7 @@ class GraphStepper:
             self.controller.release()
         return self.loss_sum.clone()
 
-    def epoch_fields(self, n_fit: int) -> dict:
+    def epoch_fields(self) -> dict:
         return {}
 
     def state_dict(self) -> dict:

@@ -122,7 +122,7 @@ class RegularizedStepper:
             loss_sum += rec.ce.double()
         return loss_sum
 
-    def epoch_fields(self, n_fit: int) -> dict[str, Any]:
+    def epoch_fields(self) -> dict[str, Any]:
         return self.sums.read()  # note: CPU-GPU sync point (epoch boundary only)
 
     def state_dict(self) -> dict[str, Any]:

@@ -21,12 +21,13 @@ from fathom.data.prepare import prepare_splits
 from fathom.depth import GateController
 from fathom.errors import FathomError
 from fathom.io import config_digest, state_dict_digest
+from fathom.models import count_parameters
 from fathom.provenance import environment, source_hash
 from fathom.rundir import FORMAT, RunManifest, RunWriter, uninterrupted
+from fathom.rundir.weights import cpu_state
 from fathom.telemetry.context import EpochContext
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
-from fathom.train.checkpoint import cpu_state
 from fathom.train.manifest import dataset_record, split_classes, telemetry_record
 from fathom.train.protocols import Recorder, Stepper
 from fathom.train.state import Progress, rng_state, set_rng_state
@@ -181,7 +182,7 @@ def new_manifest(
             "model": {
                 "kind": cfg.model.kind,
                 "class": type(s.model).__name__,
-                "parameters": sum(p.numel() for p in s.model.parameters()),
+                "parameters": count_parameters(s.model),
             },
             "hashes": {
                 "initial_params": s.progress.initial_hash,
@@ -224,7 +225,11 @@ def build_session(
         raise FathomError("the fitting split is empty; check data.fit_subset")
     shape = tuple(int(d) for d in splits.fit_x.shape[1:])
     model = init_model(
-        cfg, split_classes(splits), int(splits.fit_x[0].numel()), shape, splits.fit_x[:2]
+        cfg,
+        split_classes(splits, cfg.data.dataset),
+        int(splits.fit_x[0].numel()),
+        shape,
+        splits.fit_x[:2],
     )
     initial_hash = state_dict_digest(cpu_state(model))
     model.to(device)

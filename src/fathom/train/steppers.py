@@ -122,7 +122,7 @@ class EagerStepper:
             self.controller.release()
         return loss_sum
 
-    def epoch_fields(self, n_fit: int) -> dict[str, Any]:
+    def epoch_fields(self) -> dict[str, Any]:
         return {}
 
     def state_dict(self) -> dict[str, Any]:
@@ -133,7 +133,7 @@ class EagerStepper:
             self.augmenter.load_state_dict(state["augmenter"])
 
 
-def _graph_blocker(cfg, optimizer, k: int) -> str | None:
+def _graph_blocker(cfg, k: int) -> str | None:
     """Why the graph path cannot run this config (``None`` when it can)."""
     if cfg.optim.name != "sgd" or cfg.optim.nesterov:
         return f"the graph path implements plain SGD with momentum, not {cfg.optim.name}"
@@ -147,22 +147,26 @@ def _graph_blocker(cfg, optimizer, k: int) -> str | None:
     return None
 
 
-def make_stepper(
-    cfg, model, optimizer, controller, splits, device, *, seed_for=None
-) -> tuple[Stepper, str | None]:
+def make_stepper(cfg, model, optimizer, controller, splits, device) -> tuple[Stepper, str | None]:
     """Pick the execution path of ``cfg``; return ``(stepper, note or None)``.
 
-    ``seed_for(stream)`` gives the seed of a named RNG stream (augmentation, tangents).
+    The augmentation and tangent RNG streams are seeded by
+    :func:`fathom.train.build.stream_seed` of ``cfg.seed``.
     """
-    seed_for = seed_for or (lambda stream: stream_seed(cfg.seed, stream))
     augmenter = None
     if cfg.data.augment != "none":
-        augmenter = Augmenter(cfg.data.augment, seed_for("augment"), device)
+        augmenter = Augmenter(cfg.data.augment, stream_seed(cfg.seed, "augment"), device)
     ex = cfg.execution
     if cfg.regularizer is not None:
         note = None if ex.path != "graph" else "the regularized step runs eagerly"
         stepper = RegularizedStepper(
-            model, optimizer, splits, device, cfg.regularizer, seed_for("tangents"), augmenter
+            model,
+            optimizer,
+            splits,
+            device,
+            cfg.regularizer,
+            stream_seed(cfg.seed, "tangents"),
+            augmenter,
         )
         return stepper, note
     k = controller.num_branches if controller is not None else 0
@@ -170,7 +174,7 @@ def make_stepper(
         raise FathomError("execution.path = 'graph' needs a CUDA device; use 'auto' or 'eager'")
     path, note = ex.path, None
     if path in ("auto", "graph") and device.type == "cuda":
-        blocker = _graph_blocker(cfg, optimizer, k)
+        blocker = _graph_blocker(cfg, k)
         if blocker is not None:
             path, note = "eager", f"{blocker}: running eagerly"
     if path == "auto":
