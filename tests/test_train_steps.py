@@ -23,6 +23,7 @@ from fathom.dynamics.regularizer import regularized_gradients
 from fathom.io import state_dict_digest
 from fathom.models.prep import network_and_input
 from fathom.rundir.files import load_resume
+from fathom.telemetry.recorder import Recorder as TelemetryRecorder
 from fathom.train.build import build_controller, build_optimizer, init_model
 from fathom.train.fast import GraphStepper
 from fathom.train.loop import train
@@ -284,8 +285,6 @@ def test_update_ratio_uses_the_plans_last_rate(tmp_path):
 
 
 def test_the_concrete_steppers_and_recorder_satisfy_the_protocols():
-    from fathom.telemetry import Recorder as TelemetryRecorder
-
     cfg = tiny_config(**{"model.recipe": "sd_constant", "telemetry.enabled": True, **TEL})
     splits = synthetic_splits(n_fit=64, n_eval=8)
     model = init_model(cfg)
@@ -323,3 +322,27 @@ def test_the_rate_reaches_the_update_on_one_channel(active):
     stepper.run_epoch(plan)
     assert plan.lrs[-1] != cfg.optim.lr
     assert opt.param_groups[0]["lr"] == (cfg.optim.lr if active else plan.lrs[-1])
+
+
+@pytest.mark.parametrize(
+    ("protocol", "classes"),
+    [
+        (Stepper, (EagerStepper, GraphStepper, RegularizedStepper)),
+        (Recorder, (TelemetryRecorder,)),
+    ],
+    ids=["stepper", "recorder"],
+)
+def test_the_concrete_methods_take_the_protocols_parameters(protocol, classes):
+    """``isinstance`` on a runtime Protocol sees names only: the parameters are checked here
+    (names in order; the concrete class may add only parameters with defaults)."""
+    import inspect
+
+    methods = [n for n, v in vars(protocol).items() if inspect.isfunction(v) and n[0] != "_"]
+    assert methods
+    for cls in classes:
+        for name in methods:
+            want = list(inspect.signature(getattr(protocol, name)).parameters)
+            have = inspect.signature(getattr(cls, name)).parameters
+            assert list(have)[: len(want)] == want, (cls.__name__, name)
+            extra = list(have.values())[len(want) :]
+            assert all(p.default is not inspect.Parameter.empty for p in extra), (cls, name)
