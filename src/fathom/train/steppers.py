@@ -37,7 +37,7 @@ from fathom.train.plan import EpochPlan
 from fathom.train.protocols import Stepper
 from fathom.train.regularized import RegularizedStepper
 from fathom.train.sgd import ActiveSGD, plain_sgd_blocker
-from fathom.train.step import Augmenter, StepBody, Tick
+from fathom.train.step import Augmenter, StepBody, Tick, plan_batches
 
 
 def step_ticker(progress: Callable[[str, dict], None] | None, epochs: int) -> Tick | None:
@@ -111,13 +111,10 @@ class EagerStepper:
 
     def run_epoch(self, plan: EpochPlan) -> torch.Tensor:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        perm = plan.perm.to(self.device)
-        for i in range(plan.steps):
-            if self.tick is not None:
-                self.tick(plan.epoch, i, plan.steps)
+        for i, idx in plan_batches(plan, self.device, self.tick):
             if self.controller is not None:
                 self.controller.set_gains(plan.gain_values[i])
-            loss_sum += self.body(perm[plan.batch(i)], plan.kept[i], plan.lrs[i])
+            loss_sum += self.body(idx, plan.kept[i], plan.lrs[i])
         if self.controller is not None:
             self.controller.release()
         return loss_sum
