@@ -156,9 +156,9 @@ class Session:
 def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model) -> Recorder | None:
     if not (cfg.telemetry.enabled if telemetry is None else telemetry):
         return None
-    from fathom.telemetry import Recorder
+    from fathom.telemetry import Recorder as TelemetryRecorder
 
-    return Recorder(
+    return TelemetryRecorder(
         cfg.telemetry, epochs=cfg.optim.epochs, splits=splits, model=model, seed=cfg.seed
     )
 
