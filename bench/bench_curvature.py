@@ -272,7 +272,8 @@ def bench_mlp(probe: int, repeats: int, width_mult: float) -> None:
 
     from backpack import extend
 
-    from fathom.models.ciresan import FULL_WIDTHS, scaled_widths
+    from fathom.models.ciresan import FULL_WIDTHS
+    from fathom.models.specs import scaled_widths
 
     dims = (784, *scaled_widths(FULL_WIDTHS, width_mult))
     layers: list[nn.Module] = []

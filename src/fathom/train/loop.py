@@ -20,6 +20,7 @@ import torch
 
 from fathom.base.io import config_digest, read_jsonl, state_dict_digest
 from fathom.base.provenance import resolve_device, source_hash
+from fathom.base.terminal import OnProgress
 from fathom.base.units import fmt_percent
 from fathom.config import LiveConfig, RunConfig, describe_config_change, validate_run_config
 from fathom.config.models import schedule_due
@@ -82,7 +83,7 @@ def train(
     splits: DataSplits | None = None,
     resume: bool = False,
     telemetry: bool | None = None,
-    progress: Any = None,
+    progress: OnProgress | None = None,
     phase: str | None = None,
     allow_source_change: bool = False,
 ) -> RunResult:
