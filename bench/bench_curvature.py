@@ -334,7 +334,7 @@ def bench_protocol(probe: int) -> None:
         for recipe in ("residual", "sd_constant", "sd_decreasing"):
             cfg = RunConfig(name=recipe, model=ModelConfig(recipe=recipe, width_mult=0.04))
             torch.manual_seed(101)
-            model = build_model(cfg.model)
+            model = build_model(cfg.model, dataset=cfg.data.dataset)
             ckpts = {}
             for e in EPOCHS:
                 rel = f"checkpoints/epoch-{e:04d}.safetensors"

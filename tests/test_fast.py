@@ -225,9 +225,10 @@ def test_too_many_branches_for_graphs_falls_back_to_eager_with_a_note():
     assert "2**4 topologies" in note and "running eagerly" in note
 
 
-def test_graph_path_writes_back_the_applied_rate_for_update_ratios():
-    """Under a schedule the graph path must leave the applied rate in ``group["lr"]``:
-    ``param/update_ratio`` reads it (it was left at the base rate, off by 1/m(t))."""
+def test_update_norm_takes_the_plans_rate_on_both_paths():
+    """The rate travels on one channel, the plan: neither SGD path writes it into
+    ``group["lr"]`` (left at the base rate), and the update norm given the plan's last rate is
+    ``lr_last * ||buf||`` on both (the base rate would be off by 1/m(t))."""
     from fathom.telemetry import params as P
 
     sched = {"kind": "piecewise", "points": [[0, 1.0], [2, 0.15]]}
@@ -248,10 +249,10 @@ def test_graph_path_writes_back_the_applied_rate_for_update_ratios():
         for epoch in (1, 2):
             plan = plan_epoch(epoch, 96, cfg.optim.batch_size, gen, controller, cfg.optim)
             stepper.run_epoch(plan)
-            assert opt.param_groups[0]["lr"] == plan.lrs[-1] != cfg.optim.lr
+            assert opt.param_groups[0]["lr"] == cfg.optim.lr != plan.lrs[-1]
         w = next(model.parameters())  # the stem: updated at every step
         buf = opt.state[w]["momentum_buffer"]
         expected = plan.lrs[-1] * buf.double().norm().item()
-        seen[kind] = P.sgd_last_update_norm(w, opt)
+        seen[kind] = P.sgd_last_update_norm(w, opt, plan.lrs[-1])
         assert seen[kind] == pytest.approx(expected, rel=1e-6)
     assert seen["graph"] == pytest.approx(seen["eager"], rel=1e-6)

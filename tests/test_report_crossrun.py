@@ -9,7 +9,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from fathom.report import load_runs
-from fathom.report.crossrun import crossrun_tables, layer_fields
+from fathom.report.crossrun import crossrun_tables
+from fathom.report.crosstable import layer_fields
 from fathom.report.render import table_markdown
 from synthetic_runs import write_run
 

@@ -15,6 +15,7 @@ from pydantic import Field, Strict, ValidationError, model_validator
 from fathom.config_live import LiveConfig
 from fathom.config_models import (
     MODEL_KINDS,
+    SPLITS,
     Bool,
     DataConfig,
     Float,
@@ -23,6 +24,7 @@ from fathom.config_models import (
     ModelSpec,
     Name,
     PythonModelConfig,
+    Split,
     StagedConvConfig,
     _Strict,
 )
@@ -172,7 +174,7 @@ Epoch = Annotated[int, Strict(), Field(ge=0)]
 class EvalConfig(_Strict):
     every: Int = Field(default=5, gt=0)
     first: tuple[Epoch, ...] = (1,)
-    splits: tuple[Literal["fit", "val", "test"], ...] = ("fit", "val", "test")
+    splits: tuple[Split, ...] = SPLITS
     batch_size: Int = Field(default=2000, gt=0)
 
 

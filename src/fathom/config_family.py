@@ -23,7 +23,7 @@ from fathom.errors import FathomError, with_suggestion
 if TYPE_CHECKING:
     from fathom.study.config import StudyConfig
 
-KINDS: tuple[str, ...] = ("run", "study", "depth_scaling")
+CONFIG_KINDS: tuple[str, ...] = ("run", "study", "depth_scaling")
 
 
 def infer_kind(data: dict[str, Any]) -> str:
@@ -31,8 +31,8 @@ def infer_kind(data: dict[str, Any]) -> str:
     kind = data.get("kind")
     if kind is None:
         return "study" if isinstance(data.get("study"), dict) else "run"
-    if kind not in KINDS:
-        raise FathomError(f"unknown config kind {kind!r}; use one of {', '.join(KINDS)}")
+    if kind not in CONFIG_KINDS:
+        raise FathomError(f"unknown config kind {kind!r}; use one of {', '.join(CONFIG_KINDS)}")
     return str(kind)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fathom.report.crossrun import Column, CrossTable, by_recipe, recipe_flags, spread
+from fathom.report.crosstable import Column, CrossTable, by_recipe, recipe_flags, spread
 from fathom.report.runs import RunData
 from fathom.stats.contrasts import contrast, contrast_sentence
 from fathom.units import percent

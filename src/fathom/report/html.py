@@ -24,8 +24,10 @@ from importlib import resources
 from string import Template
 from typing import Any
 
+from fathom.config_models import SPLITS
 from fathom.report.audit_view import audit_headline
-from fathom.report.crossrun import CrossTable, study_alignment
+from fathom.report.crossrun import study_alignment
+from fathom.report.crosstable import CrossTable
 from fathom.report.curvtables import trace_sentences
 from fathom.report.fields import (
     describe,
@@ -44,7 +46,7 @@ from fathom.report.raw import (
     study_section,
 )
 from fathom.report.render import table_html
-from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields, widest_first
+from fathom.report.runs import RunData, nonfinite_name, scalar_fields, widest_first
 from fathom.report.sections import answer_section
 from fathom.report.tables import esc
 from fathom.units import percent

@@ -247,8 +247,9 @@ class RunDir:
     def build_model(
         self, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
     ) -> nn.Module:
-        """The run's model by ``model.kind``, shaped by the recorded data (classes, input);
-        ``dtype`` default float32."""
+        """The run's model by ``model.kind``, shaped by the recorded data (``data.info``:
+        classes, in_features, input_shape; a manifest without them takes a registered
+        dataset's, and is refused for other data); ``dtype`` default float32."""
         self._require_kind("rebuilding its model")
         import torch
 
@@ -256,10 +257,11 @@ class RunDir:
 
         info = self.manifest.get("data", {}).get("info", {})
         shape = tuple(info["input_shape"]) if info.get("input_shape") else None
+        classes, in_features = info.get("classes"), info.get("in_features")
         model = build_model(
             self.config.model,
-            int(info.get("classes", 10)),
-            int(info.get("in_features", 784)),
+            None if classes is None else int(classes),
+            None if in_features is None else int(in_features),
             input_shape=shape,
             dataset=self.config.data.dataset,
         )

@@ -165,7 +165,9 @@ def _param_fields() -> list[Field]:
             "param/update_ratio/{layer}",
             "params",
             "lr * ||buf_W||_F / ||W_l||_F: the last SGD update of W_l relative to its norm "
-            "(for SGD with momentum, dampening 0 and no Nesterov, W <- W - lr * buf, so lr * buf is the last update)",
+            "(for SGD with momentum, dampening 0 and no Nesterov, W <- W - lr * buf, so lr * buf is the last update); "
+            "lr is the rate that update applied: the trainer's plan (optim/lr), or param_group['lr'] "
+            "when Instruments.observe is given none",
             "dimensionless",
             "state",
             "null without a momentum buffer, with Nesterov or dampening, or when ||W_l|| = 0",

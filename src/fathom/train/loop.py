@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from fathom.config import LiveConfig, RunConfig, describe_config_change, validate_run_config
+from fathom.config_models import schedule_due
 from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
@@ -215,11 +216,15 @@ def train_epoch(s: Session, epoch: int) -> dict[str, Any]:
 
 
 def _diverged(s: Session, epoch: int, fields: dict[str, Any]) -> str | None:
+    """Why the epoch diverged (non-finite loss or parameters): the rate its last step applied
+    (``optim/lr``, the plan's) and the base rate where they differ; ``None`` if it did not."""
     running = fields["train/loss_running"]
     if math.isfinite(running) and _all_finite(s.model):
         return None
     what = "training loss" if not math.isfinite(running) else "parameters"
-    return f"non-finite {what} in epoch {epoch} (lr={s.cfg.optim.lr})"
+    applied, base = fields["optim/lr"], s.cfg.optim.lr
+    rate = f"lr={applied:g}" + ("" if applied == base else f" applied, base optim.lr={base:g}")
+    return f"non-finite {what} in epoch {epoch} ({rate})"
 
 
 def _target_reached(s: Session, epoch: int, row: dict[str, Any] | None) -> str | None:
@@ -266,7 +271,7 @@ def run_epochs(s: Session) -> tuple[str, str | None, int | None]:
         if epoch in cfg.checkpoints.save_epochs or last:
             s.save_epoch_checkpoint(epoch)
         with uninterrupted():  # the resume state and the boundary it records
-            if epoch % cfg.checkpoints.resume_every == 0 or last:
+            if last or schedule_due(epoch, (), cfg.checkpoints.resume_every, cfg.optim.epochs):
                 save_resume_state(s)
             s.mark_boundary()
         s.write_manifest()
