@@ -1,11 +1,12 @@
-"""The two writers of :mod:`fathom.export.live`: one per backend, one row at a time.
+"""The two live sinks (:class:`fathom.export.backend.LiveSink`) of the TensorBoard and W&B
+backends, one row at a time.
 
-``_TensorBoardSink`` writes event files (the export's :func:`summary_for`, accuracy's unit
+``TensorBoardSink`` writes event files (the export's :func:`summary_for`, accuracy's unit
 stated on its first value) into ``events_dir`` and flushes after every row;
-``_WandbSink`` logs each row to a W&B run (``step = epoch``) placed by the ``[live.wandb]``
+``WandbSink`` logs each row to a W&B run (``step = epoch``) placed by the ``[live.wandb]``
 settings (:class:`fathom.config_live.WandbLiveConfig`), its files under ``out``. Both return,
 on ``close(run)``, the paths they wrote (relative to ``out``) and the export record's extra
-fields, so the read-back of :mod:`fathom.export.run` applies unchanged.
+fields, and ``verify`` with the export's own read-back.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from fathom.config_live import WandbLiveConfig
+from fathom.export.common import VerifyReport
 
 
 class TensorBoardSink:
     def __init__(self, out: Path, events_dir: Path) -> None:
-        from fathom.export.tensorboard_export import _require
+        from fathom.export.tensorboard_export import require
 
-        _require()
+        require()
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self.out, self.events_dir = out, events_dir
@@ -42,13 +44,18 @@ class TensorBoardSink:
 
     def close(self, run: Any) -> tuple[list[str], dict[str, Any]]:
         """The run's HParams session and metrics (known once it ends), then the paths."""
-        from fathom.export.tensorboard_export import write_session
+        from fathom.export.tensorboard_meta import write_session
 
         write_session(self.writer, run, self.wall)
         self.writer.close()
         if self.events_dir == self.out:  # a shared log_dir: the event files themselves
             return sorted(p.name for p in self.out.glob("events.out.tfevents.*")), {}
         return [self.events_dir.relative_to(self.out).as_posix()], {}
+
+    def verify(self, run: Any, out: Path, extra: dict[str, Any], report: VerifyReport) -> None:
+        from fathom.export.tensorboard_export import verify
+
+        verify([run], out, report, events_dir=self.events_dir)
 
 
 class WandbSink:
@@ -92,3 +99,8 @@ class WandbSink:
         self.run.finish()
         rel = sync_file.relative_to(self.out).as_posix()
         return [wandb_export.DIR], {"wandb_files": {self.run_id: rel}}
+
+    def verify(self, run: Any, out: Path, extra: dict[str, Any], report: VerifyReport) -> None:
+        from fathom.export.wandb_export import verify
+
+        verify([run], out, {"wandb_files": extra["wandb_files"]}, report)

@@ -29,7 +29,7 @@ from fathom.export.common import VerifyReport, flatten_row, in_export_units
 from fathom.report.runs import RunData
 
 
-def _require() -> None:
+def require() -> None:
     try:
         import tensorboard  # noqa: F401
     except ImportError:
@@ -101,25 +101,12 @@ def write_run(writer: Any, run: RunData) -> None:
         wall, _ = meta.wall_time(row, wall)
         summary = summary_for(row_values(row), described)
         writer.add_event(Event(wall_time=wall, step=int(row["epoch"]), summary=summary))
-    write_session(writer, run, wall)
+    meta.write_session(writer, run, wall)
 
 
-def write_session(writer: Any, run: RunData, wall: float) -> None:
-    """The run's HParams session record and its metric scalars (post-hoc and live alike)."""
-    from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    start = meta.start_time(run)
-    writer.add_event(Event(wall_time=start or wall, step=0, summary=meta.session_summary(run)))
-    for tag, (epoch, v) in meta.metrics(run).items():
-        value = Summary.Value(tag=tag, simple_value=v)
-        value.metadata.CopyFrom(meta.metadata(tag, "scalars"))
-        writer.add_event(Event(wall_time=wall, step=epoch, summary=Summary(value=[value])))
-
-
-def write(runs: list[RunData], out: Path) -> list[str]:
+def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
     """One event directory per run, plus the HParams experiment and the layout at ``out``."""
-    _require()
+    require()
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -137,7 +124,7 @@ def write(runs: list[RunData], out: Path) -> list[str]:
     finally:
         root.close()
     made = sorted(p.name for p in set(out.glob("events.out.tfevents.*")) - before)
-    return [r.run_id for r in runs] + made
+    return [r.run_id for r in runs] + made, {}
 
 
 def _same32(expected: float, got: float) -> bool:
@@ -156,7 +143,7 @@ def verify(
     session (hyperparameters equal to the config's leaves). For a post-hoc export, also the
     experiment record and the custom-scalars layout at ``out``.
     """
-    _require()
+    require()
     if events_dir is not None and len(runs) != 1:
         raise FathomError("events_dir names one run's event directory; pass exactly one run")
     report.notes.append(
@@ -324,3 +311,24 @@ def _verify_root(runs: list[RunData], out: Path, report: VerifyReport) -> None:
         != meta.layout_summary()[1]
     ):
         report.mismatch("the custom-scalars layout at the export's root is missing or differs")
+
+
+def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport) -> None:
+    """:class:`fathom.export.backend.ExportBackend`'s read-back: :func:`verify`."""
+    verify(runs, out, report)
+
+
+def live_out(live: Any, run: Any) -> Path | None:
+    """``<log_dir>/<study>/<run_id>`` with ``[live.tensorboard] log_dir`` (shared), else ``None``."""
+    log_dir = live.tensorboard.log_dir
+    if log_dir is None:
+        return None
+    return Path(log_dir) / str(run.study or "default") / run.run_dir.name
+
+
+def live_sink(out: Path, live: Any, run: Any) -> Any:
+    """The live sink: event files directly in ``out`` in a shared ``log_dir``, else per run."""
+    from fathom.export.live_sinks import TensorBoardSink
+
+    shared = live.tensorboard.log_dir is not None
+    return TensorBoardSink(out, out if shared else out / run.run_dir.name)

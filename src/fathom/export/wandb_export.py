@@ -225,3 +225,23 @@ def verify(runs: list[RunData], out: Path, record: dict[str, Any], report: Verif
             report.notes.append(
                 f"run {run.run_id}: {nonfinite} non-finite values written and read back as NaN/Infinity"
             )
+
+
+def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport) -> None:
+    """:class:`fathom.export.backend.ExportBackend`'s read-back: :func:`verify`."""
+    verify(runs, out, record, report)
+
+
+def require() -> None:
+    """The live side (:class:`fathom.export.backend.LiveBackend`): refuse a missing wandb."""
+    _wandb()
+
+
+def live_out(live: Any, run: Any) -> Path | None:
+    return None  # always RUN_DIR/live/wandb
+
+
+def live_sink(out: Path, live: Any, run: Any) -> Any:
+    from fathom.export.live_sinks import WandbSink
+
+    return WandbSink(out, run.run_dir.name, run.study, run.cohort, live.wandb)
