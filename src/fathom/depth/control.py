@@ -16,6 +16,7 @@ from fathom.depth.residual import (
     SkippableResidual,
     check_drop_prob,
     find_branches,
+    set_gain,
     survival_gain,
 )
 from fathom.depth.schedule import DropSchedule
@@ -56,7 +57,7 @@ class GateController:
 
     def set_gains(self, gains: Sequence[float | torch.Tensor | None]) -> None:
         for b, g in zip(self.branches, gains, strict=True):
-            b.gain = g if g is None or isinstance(g, torch.Tensor) else float(g)
+            set_gain(b, g if g is None or isinstance(g, torch.Tensor) else float(g))
 
     def gains(self) -> tuple[float | torch.Tensor | None, ...]:
         return tuple(b.gain for b in self.branches)
