@@ -124,3 +124,18 @@ def test_embedding_pair_sums_match_brute_force_with_repeats_and_padding() -> Non
             assert float(got[kind]["embed.weight"][2].abs().max()) == 0.0
             assert float(got[kind]["embed.weight"][4:].abs().max()) == 0.0
             assert float(w[3].abs().max()) > 0
+
+
+def test_a_result_read_by_an_old_family_name_warns_and_is_the_new_family() -> None:
+    """Code written before the rename (``d["fisher"]``) keeps working, told the new key;
+    a family not computed, or a name that was never one, is still a ``KeyError``."""
+    model, x, y = make(ZOO[0], n=4)
+    got = exact_diagonals(model, x, y, families=("empirical_fisher", "jacobian_gram"))
+    for old, new in OLD_NAMES.items():
+        with pytest.warns(FutureWarning, match=new):
+            assert got[old] is got[new]
+    only_ggn = exact_diagonals(model, x, y, families="ggn")
+    for key in ("fisher", "jacobian", "hessian"):
+        with pytest.raises(KeyError):
+            only_ggn[key]
+    assert "fisher" not in got and list(got) == ["empirical_fisher", "jacobian_gram"]

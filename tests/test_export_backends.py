@@ -112,7 +112,8 @@ def test_the_docs_name_exactly_the_table() -> None:
 
 
 def test_the_live_sinks_are_live_sinks() -> None:
-    from fathom.export.live_sinks import TensorBoardSink, WandbSink
+    from fathom.export.tensorboard_export import TensorBoardSink
+    from fathom.export.wandb_export import WandbSink
 
     for cls in (TensorBoardSink, WandbSink, export_dummy.DummySink):
         assert all(callable(getattr(cls, m, None)) for m in ("write", "close", "verify"))

@@ -43,6 +43,7 @@ then per layer
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -63,6 +64,19 @@ CURVATURE_FAMILIES: tuple[str, ...] = ("ggn", "empirical_fisher", "jacobian_gram
 # The families' earlier short names (diagonal files written before the rename use them as
 # key prefixes): still accepted as input, never produced.
 OLD_NAMES: dict[str, str] = {"fisher": "empirical_fisher", "jacobian": "jacobian_gram"}
+
+
+class Diagonals(dict):
+    """``{family: {param_name: diagonal}}``; an old family name still reads (with a
+    ``FutureWarning`` naming the new key), so code written before the rename keeps working."""
+
+    def __missing__(self, key: str) -> dict[str, torch.Tensor]:
+        if OLD_NAMES.get(key) not in self:
+            raise KeyError(key)
+        warnings.warn(f"diagonals[{key!r}] is now [{OLD_NAMES[key]!r}]", FutureWarning, 2)
+        return self[OLD_NAMES[key]]
+
+
 _ELEMENTS = 2**25  # per chunk: directions x examples x parameters of the largest materialized layer
 
 
@@ -298,8 +312,8 @@ def exact_diagonals(
     *,
     families: str | Iterable[str] = "all",
     chunk_size: int | None = None,
-) -> dict[str, dict[str, torch.Tensor]]:
-    """Exact float64 ``{family: {param_name: diagonal}}`` on ``(x, y)``.
+) -> Diagonals:
+    """Exact float64 ``{family: {param_name: diagonal}}`` on ``(x, y)`` (:class:`Diagonals`).
 
     Families (``"all"`` or any of :data:`CURVATURE_FAMILIES`, ``"ggn"``, ``"empirical_fisher"``,
     ``"jacobian_gram"``; only those are computed; the old names ``"fisher"`` and ``"jacobian"``
@@ -333,4 +347,4 @@ def exact_diagonals(
             for local, qualified in zip(layer.params, layer.qualified, strict=True):
                 for kind in plan.families:
                     total[kind][qualified] += sums[local][kind]
-    return {k: {p: v / n for p, v in total[k].items()} for k in plan.families}
+    return Diagonals({k: {p: v / n for p, v in total[k].items()} for k in plan.families})

@@ -30,7 +30,7 @@ class GateController:
     sets each branch's ``gain`` to ``kept / survival`` and returns the decisions;
     ``release()`` hands every branch back to its own behaviour (``gain = None``);
     ``apply_mask(mask)`` sets explicit masks (deletion, gain one, any mode); ``masked(mask)``
-    and ``dense_mode()`` are context managers that restore what they change.
+    is a context manager that restores what it changes.
     """
 
     def __init__(self, branches: Sequence[SkippableResidual], schedule: DropSchedule, seed: int):
@@ -83,16 +83,6 @@ class GateController:
         finally:
             for b, m in zip(self.branches, saved, strict=True):
                 b.mask = m
-
-    @contextmanager
-    def dense_mode(self):
-        """Gain one on every branch (set from outside), restoring the previous gains."""
-        saved = self.gains()
-        try:
-            self.set_gains([1.0] * self.num_branches)
-            yield
-        finally:
-            self.set_gains(saved)
 
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state(), "gains": list(self.gains())}

@@ -109,17 +109,5 @@ class CiresanMLP(nn.Module):
     def branches(self) -> list[SkippableResidual]:
         return find_branches(self)
 
-    def macs_per_example(self, mask: tuple[int | bool, ...] | None = None) -> int:
-        """Multiply-accumulates of one forward pass; body branch ``l`` counted iff ``mask[l]``."""
-        layers = self.affine_layers()
-        macs = layers[0].in_features * layers[0].out_features
-        macs += layers[-1].in_features * layers[-1].out_features
-        body = layers[1:-1]
-        if mask is None:
-            mask = (1,) * len(body)
-        for lin, m in zip(body, mask, strict=True):
-            macs += lin.in_features * lin.out_features * int(bool(m))
-        return macs
-
     def extra_repr(self) -> str:
         return f"recipe={self.recipe.name}, widths={self.widths}, input_scale={self.input_scale:.6g}, output_relu={self.output_relu}"
