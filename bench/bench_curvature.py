@@ -316,9 +316,10 @@ def bench_protocol(probe: int) -> None:
     from fathom.curvature.rundir import run_curvature
     from fathom.data.splits import DataSplits
     from fathom.io import atomic_write_json
+    from fathom.models import build_model
     from fathom.rundir import RunDir
-    from fathom.train.build import build_model
-    from fathom.train.checkpoint import cpu_state, save_weights
+    from fathom.rundir.files import save_weights
+    from fathom.rundir.weights import cpu_state
 
     class SyntheticRunDir(RunDir):
         def load_splits(self, device="cpu") -> DataSplits:
@@ -333,7 +334,7 @@ def bench_protocol(probe: int) -> None:
         for recipe in ("residual", "sd_constant", "sd_decreasing"):
             cfg = RunConfig(name=recipe, model=ModelConfig(recipe=recipe, width_mult=0.04))
             torch.manual_seed(101)
-            model = build_model(cfg.model)
+            model = build_model(cfg.model, dataset=cfg.data.dataset)
             ckpts = {}
             for e in EPOCHS:
                 rel = f"checkpoints/epoch-{e:04d}.safetensors"

@@ -1,7 +1,7 @@
 """Report and export benchmark: report.html size, build time, load-and-render time in
 headless Chromium, field-switch time, and export + read-back verification time per target.
 
-Studies are synthetic run directories (``fathom.report.synthetic``) of the quick study's
+Studies are synthetic run directories (``tests/synthetic_runs.py``, written through ``RunWriter``) of the quick study's
 shape (``ciresan-sd-quick``: 5 recipes x 3 main seeds + 5 recipes x 3 tuning rates = 30
 runs, epochs 0..5 evaluated every epoch):
 
@@ -24,13 +24,16 @@ import os
 import platform
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from fathom.export import export, verify
 from fathom.report import build_report, load_runs
-from fathom.report.synthetic import synthetic_history, write_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test fixtures
+from synthetic_runs import synthetic_history, write_run
 
 RECIPES = ("plain", "residual", "residual_dropout", "sd_constant", "sd_decreasing")
 CHROMIUM_ARGS = [

@@ -37,7 +37,8 @@ from fathom.models.ciresan import CiresanMLP
 from fathom.models.specs import recipe_spec
 from fathom.train.build import build_controller, build_optimizer, init_model
 from fathom.train.fast import GraphStepper
-from fathom.train.loop import matmul_precision, train
+from fathom.train.guards import matmul_precision
+from fathom.train.loop import train
 from fathom.train.plan import plan_epoch
 from fathom.train.steppers import EagerStepper
 

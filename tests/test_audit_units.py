@@ -12,9 +12,9 @@ import pytest
 
 from fathom.audit.report import to_markdown
 from fathom.report.raw import audit_section
-from fathom.report.synthetic import write_study
 from fathom.units import percent
 from page_tables import html_tables
+from synthetic_runs import write_study
 
 RUNS = ["residual-s101", "residual-s102", "sd_constant-s101", "sd_constant-s102"]
 PCT = re.compile(r"^[+-]?\d+\.\d{2}%$")
@@ -24,7 +24,7 @@ PCT = re.compile(r"^[+-]?\d+\.\d{2}%$")
 def audit(tmp_path_factory: pytest.TempPathFactory) -> dict:
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
-    from fathom.report.synthetic_audit import write_audit
+    from synthetic_audit import write_audit
 
     root = tmp_path_factory.mktemp("units") / "study"
     write_study(root, recipes=("residual", "sd_constant"), seeds=(101, 102), layers=4)

@@ -98,8 +98,8 @@ def test_a_config_change_is_never_described_by_an_empty_diff(tmp_path) -> None:
     """The resume check names what differs; where every value agrees (a hand-written or
     edited manifest whose hash is not its config's digest) it says so instead of ``()``."""
     from fathom.config import describe_config_change
-    from fathom.report.synthetic import synthetic_history, write_run
     from fathom.train.loop import check_resumable
+    from synthetic_runs import synthetic_history, write_run
 
     a = RunConfig().model_dump(mode="json")
     b = RunConfig().with_updates({"optim.lr": 0.03}).model_dump(mode="json")

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fathom.errors import FathomError
-from fathom.models.convnet import StagedConvNet, count_parameters
+from fathom.models import count_parameters
+from fathom.models.convnet import StagedConvNet
 from fathom.models.specs import blocks_per_stage_for_depth
 
 torch.set_num_threads(1)

@@ -22,10 +22,11 @@ from fathom.data.splits import DataSplits
 from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json
+from fathom.models import build_model
 from fathom.provenance import source_hash
 from fathom.rundir import RunDir
-from fathom.train.build import build_model
-from fathom.train.checkpoint import cpu_state, save_weights
+from fathom.rundir.files import save_weights
+from fathom.rundir.weights import cpu_state
 
 torch.set_num_threads(1)
 EPOCHS = (0, 1, 5)

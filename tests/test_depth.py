@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from ciresan_taps import forward_taps
 from fathom.depth import (
     Crop,
     DropSchedule,
@@ -24,8 +25,8 @@ from fathom.depth import (
 from fathom.errors import FathomError
 from fathom.io import state_dict_digest
 from fathom.models.ciresan import CiresanMLP
+from fathom.rundir.weights import cpu_state, load_cpu_state
 from fathom.train.build import init_momentum_buffers
-from fathom.train.checkpoint import cpu_state, load_cpu_state
 
 WIDTHS = (24, 20, 16, 12, 8)
 IMPLS = [{"foreach": False}, {"foreach": True}, {"fused": True}]
@@ -413,7 +414,7 @@ def test_ciresan_eval_alone_is_dense_after_a_controller_drew_gates():
     model.eval()
     with torch.no_grad():
         assert torch.equal(model(x), dense)
-        logits, taps = model.forward_taps(x)
+        logits, taps = forward_taps(model, x)
         assert torch.equal(logits, dense) and all(z is not None for _, z in taps)
         with ctrl.masked((1, 0, 1, 1)):  # explicit masks do apply in eval()
             with branch_mask(model, (1, 0, 1, 1)):

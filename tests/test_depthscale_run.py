@@ -15,7 +15,7 @@ from fathom.depthscale.cli import add_parser
 from fathom.errors import FathomError
 from fathom.io import read_jsonl, state_dict_digest
 from fathom.rundir import RunDir
-from fathom.train.checkpoint import load_weights
+from fathom.rundir.files import load_weights
 
 torch.set_num_threads(1)
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from fathom.depthscale.config import make_config, run_config
 from fathom.depthscale.table import RunRecord, build_table, read_runs, render_markdown, write_table
 from fathom.errors import FathomError
+from fathom.rundir import RunDir
 
 # the original log (CIFAR-100, one seed): final test accuracies per depth
 LOG_VANILLA = {4: 0.614, 8: 0.522, 12: 0.102, 16: 0.037, 20: 0.010}
@@ -215,3 +216,17 @@ def test_any_byte_flip_of_the_history_is_refused(tmp_path_factory, data):
     path.write_bytes(bytes(raw))
     with pytest.raises(FathomError):
         read_runs(root)
+
+
+def test_a_legacy_depth_scaling_manifest_opens_and_the_table_names_it(tmp_path):
+    """Format 2 manifests of kind ``depth_scaling`` (the runner before it wrote ``run``
+    directories) still open with their config as recorded; the table refuses them by name."""
+    run = tmp_path / "d04-vanilla-s0"
+    run.mkdir()
+    config = {"depth": 4, "arm": "vanilla", "seed": 0, "lyap_reg": 0.0}
+    manifest = {"format": 2, "kind": "depth_scaling", "run_id": run.name, "status": "complete"}
+    write_sealed(run, {**manifest, "config": config}, [{"epoch": 0, "val/acc": 0.1}])
+    rd = RunDir(run)
+    assert (rd.kind, rd.config) == ("depth_scaling", config)
+    with pytest.raises(FathomError, match="manifest format 2 .kind 'depth_scaling'.*Rerun"):
+        read_runs(tmp_path)

@@ -16,7 +16,7 @@ from fathom.errors import FathomError
 from fathom.export import export, verify
 from fathom.export.common import flatten_row
 from fathom.report.runs import load_runs
-from fathom.report.synthetic import write_study
+from synthetic_runs import write_study
 
 
 @pytest.fixture

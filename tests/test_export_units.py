@@ -1,4 +1,4 @@
-"""Exports write accuracy in percent under ``<name>_pct`` through ``fathom.stats.units.percent``,
+"""Exports write accuracy in percent under ``<name>_pct`` through ``fathom.units.percent``,
 state the unit, and a read-back catches an export that holds the history's fractions."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import fathom.export.common as common
 from fathom.export import export, verify
 from fathom.export.common import ACCURACY_PATTERNS, accuracy_name, in_export_units
 from fathom.report.runs import load_runs
-from fathom.report.synthetic import write_study
 from fathom.telemetry.registry import FIELDS, field_for
 from fathom.telemetry.trainer_fields import TRAINER_FIELDS
+from synthetic_runs import write_study
 
 
 @pytest.fixture

@@ -14,10 +14,11 @@ from fathom.errors import FathomError
 from fathom.models.ciresan import CiresanMLP
 from fathom.rundir import RunDir
 from fathom.train.build import build_controller, build_optimizer, init_model
-from fathom.train.fast import GraphStepper, sgd_momentum_
+from fathom.train.fast import GraphStepper
 from fathom.train.loop import train
-from fathom.train.plan import active_parameters, plan_epoch, topology_index, topology_mask
+from fathom.train.plan import active_parameters, plan_epoch, topology_index
 from fathom.train.schedule import lr_multiplier
+from fathom.train.sgd import sgd_momentum_
 from fathom.train.steppers import EagerStepper, make_stepper
 
 
@@ -38,8 +39,8 @@ def test_plan_draws_the_same_gates_as_eager_sampling():
 
 
 def test_topology_indexing_and_active_parameters():
-    for i in range(16):
-        assert topology_index(topology_mask(i, 4)) == i
+    for i in range(16):  # bit l of the index <=> branch l kept
+        assert topology_index(tuple(bool(i >> b & 1) for b in range(4))) == i
     assert topology_index((True, False, True, False)) == 0b0101
     model = CiresanMLP(widths=(16, 12, 10, 8, 6), recipe="sd_constant", in_features=20)
     ctrl = GateController(model.branches(), DropSchedule("constant", (0.1,) * 4), seed=0)
@@ -224,9 +225,10 @@ def test_too_many_branches_for_graphs_falls_back_to_eager_with_a_note():
     assert "2**4 topologies" in note and "running eagerly" in note
 
 
-def test_graph_path_writes_back_the_applied_rate_for_update_ratios():
-    """Under a schedule the graph path must leave the applied rate in ``group["lr"]``:
-    ``param/update_ratio`` reads it (it was left at the base rate, off by 1/m(t))."""
+def test_update_norm_takes_the_plans_rate_on_both_paths():
+    """The rate travels on one channel, the plan: neither SGD path writes it into
+    ``group["lr"]`` (left at the base rate), and the update norm given the plan's last rate is
+    ``lr_last * ||buf||`` on both (the base rate would be off by 1/m(t))."""
     from fathom.telemetry import params as P
 
     sched = {"kind": "piecewise", "points": [[0, 1.0], [2, 0.15]]}
@@ -247,10 +249,10 @@ def test_graph_path_writes_back_the_applied_rate_for_update_ratios():
         for epoch in (1, 2):
             plan = plan_epoch(epoch, 96, cfg.optim.batch_size, gen, controller, cfg.optim)
             stepper.run_epoch(plan)
-            assert opt.param_groups[0]["lr"] == plan.lrs[-1] != cfg.optim.lr
+            assert opt.param_groups[0]["lr"] == cfg.optim.lr != plan.lrs[-1]
         w = next(model.parameters())  # the stem: updated at every step
         buf = opt.state[w]["momentum_buffer"]
         expected = plan.lrs[-1] * buf.double().norm().item()
-        seen[kind] = P.sgd_last_update_norm(w, opt)
+        seen[kind] = P.sgd_last_update_norm(w, opt, plan.lrs[-1])
         assert seen[kind] == pytest.approx(expected, rel=1e-6)
     assert seen["graph"] == pytest.approx(seen["eager"], rel=1e-6)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ciresan_taps import forward_taps
 from fathom.errors import FathomError
-from fathom.models.ciresan import CiresanMLP, count_parameters
+from fathom.models import count_parameters
+from fathom.models.ciresan import CiresanMLP
 from fathom.models.specs import RECIPES
 
 
@@ -18,7 +20,7 @@ def test_full_width_parameter_count():
 def test_crop_shapes_and_forward():
     model = CiresanMLP(widths=(40, 30, 20, 10, 5), recipe="residual", in_features=784)
     x = torch.randint(0, 256, (3, 28, 28), dtype=torch.uint8)
-    logits, taps = model.forward_taps(x)
+    logits, taps = forward_taps(model, x)
     assert logits.shape == (3, 10)
     assert [tuple(a.shape) for a, _ in taps] == [
         (3, 784),

@@ -17,8 +17,8 @@ from fathom.io import read_jsonl
 from fathom.report import build_report, load_runs
 from fathom.report.fields import concrete, is_accuracy, split_key
 from fathom.report.html import explorer_payload
-from fathom.report.synthetic import write_study
-from fathom.stats.units import percent
+from fathom.units import percent
+from synthetic_runs import write_study
 
 
 def payload_of(html_path: Path) -> dict:
@@ -300,7 +300,7 @@ def test_missing_matplotlib_names_the_extra(study: Path, monkeypatch: pytest.Mon
 
 
 def test_payload_order_and_cohorts(tmp_path: Path) -> None:
-    from fathom.report.synthetic import synthetic_history, write_run
+    from synthetic_runs import synthetic_history, write_run
 
     write_study(tmp_path / "s", recipes=("plain",), seeds=(5,), epochs=(0, 2))
     write_run(
@@ -351,7 +351,7 @@ def test_damage_records_prefer_mask_rows() -> None:
 
 
 def test_markup_in_names_is_escaped(tmp_path: Path) -> None:
-    from fathom.report.synthetic import synthetic_history, write_run
+    from synthetic_runs import synthetic_history, write_run
 
     name = "x<!--<script><b>bold"
     write_run(

@@ -19,7 +19,7 @@ import pytest
 
 from fathom.io import read_jsonl
 from fathom.report import build_report
-from fathom.report.synthetic import (
+from synthetic_runs import (
     layer_names,
     synthetic_history,
     telemetry_names,
@@ -52,7 +52,7 @@ def launch(p):
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from fathom.report.synthetic_audit import write_audit, write_summary
+    from synthetic_audit import write_audit, write_summary
 
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)

@@ -9,9 +9,10 @@ import pytest
 from scipy import stats as scipy_stats
 
 from fathom.report import load_runs
-from fathom.report.crossrun import crossrun_tables, layer_fields
+from fathom.report.crossrun import crossrun_tables
+from fathom.report.crosstable import layer_fields
 from fathom.report.render import table_markdown
-from fathom.report.synthetic import write_run
+from synthetic_runs import write_run
 
 
 def _rows(seed_offset: float, head: str) -> list[dict]:
@@ -108,7 +109,7 @@ def test_scale_down_statement_is_the_computed_one(study: Path) -> None:
 
 
 def test_units_one_conversion() -> None:
-    from fathom.stats.units import fmt_percent, fmt_points, percent
+    from fathom.units import fmt_percent, fmt_points, percent
 
     assert percent(0.9863) == pytest.approx(98.63) and percent(None) is None
     assert fmt_percent(0.98634) == "98.63%" and fmt_percent(float("nan")) == "—"

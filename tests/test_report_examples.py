@@ -15,7 +15,7 @@ from fathom.report.examples import (
     choose_examples,
     mask_payload,
 )
-from fathom.report.synthetic import write_study
+from synthetic_runs import write_study
 
 RUNS = [f"{r}-s{s}" for r in ("residual", "sd_constant") for s in (101, 102, 103)]
 
@@ -24,7 +24,7 @@ RUNS = [f"{r}-s{s}" for r in ("residual", "sd_constant") for s in (101, 102, 103
 def audited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
-    from fathom.report.synthetic_audit import write_audit
+    from synthetic_audit import write_audit
 
     root = tmp_path_factory.mktemp("examples") / "study"
     write_study(root, recipes=("residual", "sd_constant"), seeds=(101, 102, 103), layers=4)

@@ -10,7 +10,7 @@ import pytest
 
 from fathom.export.run import export
 from fathom.report.build import build_report
-from fathom.report.synthetic import synthetic_history, write_run
+from synthetic_runs import synthetic_history, write_run
 
 RUN = "main-plain-s2"
 

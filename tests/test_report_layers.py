@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from fathom.report import load_runs
 from fathom.report.html import explorer_payload
 from fathom.report.layers import align_layers
-from fathom.report.synthetic import synthetic_history, telemetry_names, write_run
+from synthetic_runs import synthetic_history, telemetry_names, write_run
 
 RES = ["stem", "blocks.0.res.branch", "blocks.1.res.branch", "head"]
 PLAIN = ["stem", "blocks.0.res", "blocks.1.res", "head"]

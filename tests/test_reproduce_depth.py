@@ -16,7 +16,7 @@ import pytest
 from fathom.cli import main
 from fathom.data import DATASETS
 from fathom.depthscale.config import SEED_000, plan_runs, protocol_reductions
-from fathom.models.convnet import count_parameters
+from fathom.models import count_parameters
 from fathom.reproduce.config import load_pipeline
 from fathom.reproduce.depth_compare import SEED_CLAIM, seed_log_table
 from fathom.reproduce.seeds import load_seeds

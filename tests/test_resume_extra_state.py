@@ -109,3 +109,21 @@ def test_the_config_drives_a_python_models_branches_when_asked(tmp_path, user) -
         train(cfg(drop_probs=[0.5, 0.5]), tmp_path / "bad")
     with pytest.raises(FathomError, match="drop_schedule needs model.drop_probs"):
         cfg(drop_schedule="linear_decrease")
+
+
+def test_the_recorders_state_is_in_every_resume_state(tmp_path) -> None:
+    """With telemetry on, resume.pt carries the recorder's ``state_dict`` (its schema record),
+    as docs/architecture.md says; with telemetry off it carries none."""
+    from conftest import synthetic_splits, tiny_config
+    from fathom.rundir.files import load_resume
+
+    data = synthetic_splits(n_fit=64, n_eval=32)
+    for enabled in (True, False):
+        updates = {"optim.epochs": 1, "telemetry.enabled": enabled, "telemetry.probe_size": 32}
+        cfg = tiny_config(**updates)
+        run = tmp_path / f"telemetry-{enabled}"
+        assert train(cfg, run, splits=data).status == "complete"
+        state = load_resume(run / "checkpoints" / "resume.pt")
+        assert ("recorder" in state) is enabled
+        if enabled:
+            assert state["recorder"] == {"schema_changes": []}

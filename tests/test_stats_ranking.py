@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from fathom.stats.claims import check
 from fathom.stats.results import Results
-from fathom.stats.summary import RunRecord, summarise_study, to_markdown
+from fathom.stats.summary import RunRecord, summarise_study
+from fathom.stats.summary_md import to_markdown
 
 SEEDS = (1, 2, 3)
 NAMES = ("alpha", "beta", "gamma", "delta")

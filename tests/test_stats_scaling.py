@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from fathom.stats.chance import chance_test
 from fathom.stats.claims import check
-from fathom.stats.scaling import ArmRuns, DepthScalingTable, depth_scaling_verdict
+from fathom.stats.scaling import depth_scaling_verdict
+from fathom.stats.scaling_table import ArmRuns, DepthScalingTable
 
 LOG_DEPTHS = [4, 8, 12, 16, 20]
 LOG_VANILLA = [0.614, 0.522, 0.102, 0.037, 0.010]

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from fathom.errors import FathomError
-from fathom.stats.summary import RunRecord, summarise_study, to_markdown
+from fathom.stats.summary import RunRecord, summarise_study
+from fathom.stats.summary_md import to_markdown
 
 FINGERPRINT = {"dataset": "mnist", "epochs": 100, "batch": 64, "widths": [2500, 2000]}
 

@@ -17,7 +17,8 @@ from fathom.report.raw import stats_tables
 from fathom.report.sections import main_table
 from fathom.stats.numbers import table_text
 from fathom.stats.results import Table
-from fathom.stats.summary import RunRecord, summarise_study, to_markdown
+from fathom.stats.summary import RunRecord, summarise_study
+from fathom.stats.summary_md import to_markdown
 from fathom.stats.summary_tables import summary_tables, tables_of, tuning_table
 from fathom.study.markdown import tuning_markdown
 from fathom.study.report import print_summary

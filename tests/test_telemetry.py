@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,6 +22,7 @@ from fathom.telemetry import (
     moments_from_grams,
     schedule_due,
 )
+from fathom.telemetry.context import EpochContext
 from fathom.telemetry.distributions import entry_summary
 from fathom.telemetry.field import QUANTILES, quantile_key
 from fathom.telemetry.scores import class_scores, confusion_matrix
@@ -106,7 +106,7 @@ def context(
 ):
     opt = optimizer or torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     init = init or {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return SimpleNamespace(
+    return EpochContext(
         epoch=0,
         step=0,
         model=model,

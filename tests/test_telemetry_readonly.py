@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from fathom.depth import GateController
 from fathom.io import state_dict_digest
 from fathom.models.ciresan import recipe_schedule
-from test_telemetry import CASES, build, context, make_splits, recorder
+from test_telemetry import CASES, CLASSES, build, context, make_splits, recorder
 
 torch.set_num_threads(1)
 
@@ -115,8 +115,11 @@ def _trainer_setup(tmp_path):
         }
     )
     parts = make_splits(n_fit=48, n_val=16, n_test=16, seed=41)
+    # the data's own class count: without it, MNIST's 10 was once taken silently (now refused)
     splits = DataSplits(
-        parts.fit_x, parts.fit_y, parts.val_x, parts.val_y, parts.test_x, parts.test_y, "test-hash"
+        *(parts.fit_x, parts.fit_y, parts.val_x, parts.val_y, parts.test_x, parts.test_y),
+        "test-hash",
+        info={"classes": CLASSES},
     )
     return cfg, splits
 

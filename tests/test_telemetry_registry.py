@@ -10,7 +10,8 @@ import torch
 from fathom.telemetry import FAMILIES, FIELDS, field_for, resolve_families
 from fathom.telemetry.docs import main as docs_main
 from fathom.telemetry.docs import render
-from fathom.telemetry.registry import SCOPES, expected_names
+from fathom.telemetry.field import SCOPES
+from fathom.telemetry.registry import expected_names
 from test_telemetry import CASES, build, context, make_splits, recorder
 
 torch.set_num_threads(1)

@@ -360,7 +360,7 @@ def test_regularized_staged_conv_run_resumes_byte_identically_and_rebuilds(tmp_p
     rd = RunDir(tmp_path / "full")
     model = rd.load_model("final")
     from fathom.io import state_dict_digest
-    from fathom.train.checkpoint import cpu_state
+    from fathom.rundir.weights import cpu_state
 
     assert state_dict_digest(cpu_state(model)) == full.final_params
     x = splits.test_x[:5]

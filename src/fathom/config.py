@@ -15,6 +15,7 @@ from pydantic import Field, Strict, ValidationError, model_validator
 from fathom.config_live import LiveConfig
 from fathom.config_models import (
     MODEL_KINDS,
+    SPLITS,
     Bool,
     DataConfig,
     Float,
@@ -23,6 +24,7 @@ from fathom.config_models import (
     ModelSpec,
     Name,
     PythonModelConfig,
+    Split,
     StagedConvConfig,
     _Strict,
 )
@@ -172,7 +174,7 @@ Epoch = Annotated[int, Strict(), Field(ge=0)]
 class EvalConfig(_Strict):
     every: Int = Field(default=5, gt=0)
     first: tuple[Epoch, ...] = (1,)
-    splits: tuple[Literal["fit", "val", "test"], ...] = ("fit", "val", "test")
+    splits: tuple[Split, ...] = SPLITS
     batch_size: Int = Field(default=2000, gt=0)
 
 
@@ -334,7 +336,3 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
         raise FathomError(f"config file {str(path)!r} is not valid TOML: {e}") from None
-
-
-def load_run_config(path: str | Path) -> RunConfig:
-    return validate_run_config(load_toml(path), origin=str(path))

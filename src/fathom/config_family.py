@@ -1,13 +1,11 @@
 """One validated config family chosen by ``kind``: ``run``, ``study``, ``depth_scaling``.
 
-:data:`ConfigFamily` is the pydantic discriminated union of the three; :func:`validate_config`
-picks the member by ``kind`` (a file without ``kind`` is a study when it has a ``[study]``
-table, else a run) and applies that member's own checks, so every command reports bad input
+:func:`validate_config` picks the member by ``kind`` (a file without ``kind`` is a study when
+it has a ``[study]`` table, else a run) and applies that member's own checks, so every command reports bad input
 the same way. :func:`load_config` accepts a TOML path or the name of any shipped preset.
 
-Start-up: a run config imports neither the study models nor the union's adapter
-(``ConfigFamily`` and ``FAMILY`` are built on first access, PEP 562), so ``fathom validate
-<run preset>`` and a mistyped ``--set`` key pay only for the run models (issue 23).
+Start-up: a run config does not import the study models, so ``fathom validate <run preset>``
+and a mistyped ``--set`` key pay only for the run models (issue 23).
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from __future__ import annotations
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 from fathom.config import RunConfig, load_toml, validate_run_config
 from fathom.depthscale.config import PRESETS as DEPTH_PRESETS
@@ -25,21 +23,7 @@ from fathom.errors import FathomError, with_suggestion
 if TYPE_CHECKING:
     from fathom.study.config import StudyConfig
 
-KINDS: tuple[str, ...] = ("run", "study", "depth_scaling")
-
-
-def __getattr__(name: str) -> Any:
-    """``ConfigFamily`` (the discriminated union) and ``FAMILY`` (its ``TypeAdapter``), built
-    on first access: a run config never pays for the study models."""
-    if name not in ("ConfigFamily", "FAMILY"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from pydantic import Field, TypeAdapter
-
-    from fathom.study.config import StudyConfig
-
-    family = Annotated[RunConfig | StudyConfig | DepthScaleConfig, Field(discriminator="kind")]
-    globals().update(ConfigFamily=family, FAMILY=TypeAdapter(family))
-    return globals()[name]
+CONFIG_KINDS: tuple[str, ...] = ("run", "study", "depth_scaling")
 
 
 def infer_kind(data: dict[str, Any]) -> str:
@@ -47,8 +31,8 @@ def infer_kind(data: dict[str, Any]) -> str:
     kind = data.get("kind")
     if kind is None:
         return "study" if isinstance(data.get("study"), dict) else "run"
-    if kind not in KINDS:
-        raise FathomError(f"unknown config kind {kind!r}; use one of {', '.join(KINDS)}")
+    if kind not in CONFIG_KINDS:
+        raise FathomError(f"unknown config kind {kind!r}; use one of {', '.join(CONFIG_KINDS)}")
     return str(kind)
 
 

@@ -8,8 +8,9 @@ and studies are one directory component (:func:`check_name`).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from itertools import pairwise
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -26,6 +27,26 @@ from pydantic import (
 Int = Annotated[int, Strict()]
 Float = Annotated[float, Strict()]
 Bool = Annotated[bool, Strict()]
+
+
+Split = Literal["fit", "val", "test"]
+SPLITS: tuple[Split, ...] = get_args(Split)
+"""The splits of a run, in this order: fitting, validation, test (a history row's
+``<split>/acc`` and ``<split>/ce``, ``data.sizes``, ``eval.splits``)."""
+
+
+def schedule_due(epoch: int, first: Collection[int], every: int, last: int) -> bool:
+    """Whether an epoch-boundary schedule is due at ``epoch`` of a run of ``last`` epochs.
+
+    Due at the epochs in ``first``, at the positive multiples of ``every``, and at ``last``;
+    never outside ``0 .. last``. The one definition of every "due" of a run: telemetry
+    (``telemetry.first`` / ``every``), evaluation (epoch 0 and ``eval.first`` / ``every``),
+    the health instrument (epoch 0 and ``health.every``) and the resume state
+    (``checkpoints.resume_every``).
+    """
+    if epoch < 0 or epoch > last:
+        return False
+    return epoch in first or (epoch > 0 and epoch % every == 0) or epoch == last
 
 
 NAME_MAX_BYTES = 128

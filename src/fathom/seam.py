@@ -109,9 +109,9 @@ from fathom.seam_discovery import (
 )
 from fathom.seam_types import ROOT, Call, Layer
 
-__all__ = ["KINDS", "Call", "Layer", "Seam", "discover"]
+__all__ = ["LAYER_KINDS", "Call", "Layer", "Seam", "discover"]
 
-KINDS: tuple[str, ...] = (
+LAYER_KINDS: tuple[str, ...] = (
     "linear",
     "conv1d",
     "conv2d",

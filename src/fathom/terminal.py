@@ -13,7 +13,7 @@ functions, so importing this module costs nothing at start-up.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -27,6 +27,14 @@ WIDE_WIDTH = 250
 
 HASH_CHARS = 12
 """Hex digits of a shortened hash (48 bits: a collision among a study's runs is negligible)."""
+
+OnProgress = Callable[[str, dict[str, Any]], None]
+"""A trainer's progress callback: ``(event, fields)``, e.g. ``("epoch", <history row>)`` at
+every observed epoch boundary (``fathom.train.train(progress=...)``, a depth-scaling
+benchmark, live tracking)."""
+
+Say = Callable[[str], None]
+"""A callback that shows the user one line of progress (a command's ``say``)."""
 
 
 def short_hash(value: str | None, wide: bool = False) -> str:

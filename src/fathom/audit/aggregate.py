@@ -19,7 +19,7 @@ from fathom.stats.flags import EXCLUDING_FLAGS
 from fathom.stats.quantities import cross_entropy
 from fathom.stats.rules import DEFAULT_RULES
 from fathom.stats.sentences import comparison_sentence
-from fathom.stats.units import percent
+from fathom.units import percent
 
 Getter = Callable[[Mapping[str, Any]], float | None]
 

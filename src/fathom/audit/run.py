@@ -31,10 +31,9 @@ from fathom.errors import FathomError
 from fathom.io import config_digest, ensure_writable_dir
 from fathom.rundir.output import AnalysisOutput, analysis_output
 from fathom.stats import failure_flags
-from fathom.terminal import Tally, Throttle
+from fathom.terminal import Say, Tally, Throttle
 
 FORMAT = 1
-Progress = Callable[[str], None]
 
 
 def _arm_names(subjects: list[Subject]) -> dict[str, str]:
@@ -93,8 +92,8 @@ def audit_runs(
     out_dir: str | Path | None = None,
     *,
     splits: Any = None,
-    progress: Progress | None = None,
-    mask_progress: Progress | None = None,
+    progress: Say | None = None,
+    mask_progress: Say | None = None,
 ) -> dict[str, Any]:
     """Audit ``target`` (a run or a study directory); write and return ``audit.json``'s dict.
 
@@ -123,9 +122,9 @@ def _audit_runs(
     settings: AuditSettings,
     output: AnalysisOutput,
     splits: Any,
-    progress: Progress | None,
+    progress: Say | None,
     t0: float,
-    mask_progress: Progress | None = None,
+    mask_progress: Say | None = None,
 ) -> dict[str, Any]:
     audit = _Audit(
         target=target,
@@ -185,7 +184,7 @@ class _Audit:
     settings: AuditSettings
     out: Path
     device: torch.device
-    say: Progress
+    say: Say
     splits: Any  # data overriding every run's own splits (tests, synthetic data), or None
     skipped: list[dict[str, str]] = field(default_factory=list)
     speed: list[dict[str, Any]] = field(default_factory=list)

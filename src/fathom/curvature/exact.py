@@ -60,25 +60,25 @@ from fathom.seam import Call, Layer, Seam
 from fathom.telemetry.moments import moments_from_gram
 from fathom.train.allocator import tune_cpu_allocator
 
-KINDS: tuple[str, ...] = ("ggn", "fisher", "jacobian")
+CURVATURE_FAMILIES: tuple[str, ...] = ("ggn", "fisher", "jacobian")
 _ELEMENTS = 2**25  # per chunk: directions x examples x parameters of the largest materialized layer
 
 
 def resolve_families(families: str | Iterable[str]) -> tuple[str, ...]:
-    """``"all"``, one family name or several -> the requested families in :data:`KINDS` order."""
+    """``"all"``, one family name or several -> the requested families in :data:`CURVATURE_FAMILIES` order."""
     if families == "all":
-        return KINDS
+        return CURVATURE_FAMILIES
     try:
         chosen = {families} if isinstance(families, str) else set(families)
     except TypeError:
         chosen = {repr(families)}  # not a name nor an iterable of names: refused below
-    unknown = sorted(str(f) for f in chosen - set(KINDS))
+    unknown = sorted(str(f) for f in chosen - set(CURVATURE_FAMILIES))
     if unknown or not chosen:
         raise FathomError(
             f"unknown curvature families {unknown or '(none given)'}: choose from "
-            f"{', '.join(KINDS)} or 'all'"
+            f"{', '.join(CURVATURE_FAMILIES)} or 'all'"
         )
-    return tuple(k for k in KINDS if k in chosen)
+    return tuple(k for k in CURVATURE_FAMILIES if k in chosen)
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class Plan:
     """Which output directions are pulled back for ``families``, and how each family's
     per-example rows ``J_i^T v_ik`` follow from the pulled-back ones (module docstring)."""
 
-    families: tuple[str, ...] = KINDS
+    families: tuple[str, ...] = CURVATURE_FAMILIES
 
     @property
     def units(self) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from fathom.errors import FathomError
 from fathom.io import tensor_digest
 from fathom.provenance import source_hash
 from fathom.rundir.output import AnalysisOutput, analysis_output
+from fathom.terminal import Say
 from fathom.units import fmt_value, percent
 
 FORMAT = 1
@@ -180,7 +181,7 @@ def run_curvature(
     out_dir: str | Path | None = None,
     device: str = "cpu",
     save_diagonals: bool = False,
-    progress: Callable[[str], None] | None = None,
+    progress: Say | None = None,
 ) -> list[dict[str, Any]]:
     """Compute and write one snapshot per epoch of run directory ``rd``; return the summary rows.
 
@@ -206,7 +207,7 @@ def _write_snapshots(
     out: AnalysisOutput,
     device: str,
     save_diagonals: bool,
-    progress: Callable[[str], None] | None,
+    progress: Say | None,
 ) -> list[dict[str, Any]]:
     from fathom.terminal import Tally
 

@@ -16,7 +16,12 @@ import torch
 from torch import nn
 
 from fathom.curvature.definitions import DEFINITIONS, NORMALIZATION
-from fathom.curvature.exact import KINDS, OutputDirections, gradient_concentration, layer_sums
+from fathom.curvature.exact import (
+    CURVATURE_FAMILIES,
+    OutputDirections,
+    gradient_concentration,
+    layer_sums,
+)
 from fathom.curvature.kfac import (
     Spectrum,
     effective_rank,
@@ -134,13 +139,15 @@ def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) 
     labels = probe_labels(labels.to(x.device), n, c)
     dirs = OutputDirections.of(pb.logits, labels)
     params = dict(model64.named_parameters())
-    diag = {k: {p: torch.zeros_like(t).detach() for p, t in params.items()} for k in KINDS}
+    diag = {
+        k: {p: torch.zeros_like(t).detach() for p, t in params.items()} for k in CURVATURE_FAMILIES
+    }
     layers, grams = [], []
     for layer in seam.layers:
         calls, cots = pb.calls[layer.name], pb.cotangents[layer.name]
         sums = layer_sums(layer, calls, cots, n, dirs)
         for local, q in zip(layer.params, layer.qualified, strict=True):
-            for kind in KINDS:
+            for kind in CURVATURE_FAMILIES:
                 diag[kind][q] = sums[local][kind] / n
         fisher_cots = mix_cotangents(calls, cots, dirs.residual)
         gram = summed_gram(per_example_grams(layer, calls, fisher_cots, n), layer.weights)

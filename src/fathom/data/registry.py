@@ -204,3 +204,20 @@ def dataset_spec(name: str) -> IdxDataset | CifarDataset:
             f"valid datasets are: {valid}. "
             "Pass one of them (e.g. `fathom data info mnist`)."
         ) from None
+
+
+def registered_shape(dataset: str | None, missing: str) -> tuple[int, tuple[int, ...]]:
+    """``(classes, image_shape)`` of a registered ``dataset``, standing in for ``missing``
+    values a caller was not given (MNIST: ``(10, (28, 28))``, CIFAR-10: ``(10, (3, 32, 32))``).
+
+    Any other data (a user's ``tensors`` / ``python`` dataset, in-memory splits) carries its
+    own shape, so the values must come from it: refused, naming ``missing``, never guessed.
+    """
+    spec = DATASETS.get(dataset) if dataset is not None else None
+    if spec is None:
+        raise FathomError(
+            f"{missing} not given, and dataset {dataset!r} is not a registered dataset whose "
+            f"shape is known ({', '.join(sorted(DATASETS))}); pass {missing} taken from the data "
+            "(a run records them in its manifest's data.info)"
+        )
+    return spec.classes, tuple(spec.image_shape)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from fathom.config_models import SPLITS
 from fathom.data.load import RawDataset
 from fathom.data.splits import DataSplits, split_permutation
 from fathom.errors import FathomError
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from fathom.config import DataConfig
 
 LAYOUTS: tuple[tuple[str, ...], ...] = (
-    ("fit", "val", "test"),
+    SPLITS,
     ("train", "test"),
     ("",),
 )

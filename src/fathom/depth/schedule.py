@@ -45,11 +45,6 @@ class DropSchedule:
         factor = max(0.0, 1.0 - epoch / self.end_epoch)
         return tuple(p * factor for p in self.probs)
 
-    def mean_drop(self, epochs: int) -> tuple[float, ...]:
-        """Mean drop probability per branch over epochs ``0 .. epochs-1``."""
-        rows = [self.at(e) for e in range(epochs)]
-        return tuple(sum(col) / len(rows) for col in zip(*rows, strict=True))
-
 
 def huang_linear_in_depth(num_branches: int, p_last: float) -> tuple[float, ...]:
     """Huang et al.'s rule: ``p_l = l / L * p_L`` for branches ``l = 1..L`` (``p_L`` in [0, 1))."""

@@ -13,7 +13,6 @@ refused.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,7 @@ from fathom.io import atomic_write_json, ensure_writable_dir
 from fathom.provenance import resolve_device
 from fathom.rundir import RunDir
 from fathom.study.plan import RunSpec
-
-Progress = Callable[[str, dict[str, Any]], None]
+from fathom.terminal import OnProgress
 
 
 def benchmark_root(cfg: DepthScaleConfig, now: datetime | None = None) -> Path:
@@ -56,7 +54,7 @@ def _check_benchmark_file(root: Path, cfg: DepthScaleConfig) -> None:
         )
 
 
-def run_one(run_cfg: RunConfig, run_dir: Path, splits, progress: Progress | None) -> str:
+def run_one(run_cfg: RunConfig, run_dir: Path, splits, progress: OnProgress | None) -> str:
     """Bring one run to its final state by the studies' policy
     (:func:`fathom.study.execute.execute_run`): complete and intact runs skipped, damaged
     complete runs retrained (final hash checked), interrupted or failed ones resumed; return
@@ -96,7 +94,7 @@ def run_benchmark(
     cfg: DepthScaleConfig,
     root: Path | None = None,
     *,
-    progress: Progress | None = None,
+    progress: OnProgress | None = None,
     workers: int = 1,
 ) -> Path:
     """Every depth × arm × seed into ``root`` (default ``runs/depth_scaling/<dataset>_<time>``),
@@ -140,7 +138,7 @@ def run_specs(runs: list[RunConfig], root: Path) -> list[RunSpec]:
 
 
 def run_parallel(
-    runs: list[RunConfig], root: Path, workers: int, threads: int, progress: Progress | None
+    runs: list[RunConfig], root: Path, workers: int, threads: int, progress: OnProgress | None
 ) -> None:
     """Every run on ``workers`` spawned processes (the study's local backend): complete runs
     skipped, interrupted and failed ones resumed, as the sequential path does; a run that

@@ -28,12 +28,8 @@ from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text
 from fathom.rundir import RunDir
 from fathom.stats.flags import failure_flags
-from fathom.stats.scaling import (
-    ArmRuns,
-    DepthScalingTable,
-    DepthScalingVerdict,
-    depth_scaling_verdict,
-)
+from fathom.stats.scaling import depth_scaling_verdict
+from fathom.stats.scaling_table import ArmRuns, DepthScalingTable, DepthScalingVerdict
 from fathom.units import fmt_value, percent
 
 BASELINE, CANDIDATE = "vanilla", "Lyapunov"
@@ -71,6 +67,12 @@ def read_run(path: Path) -> RunRecord:
     """A :class:`RunRecord` from one run directory (through the run-directory reader)."""
     rd = RunDir(path)
     manifest = rd.manifest
+    if rd.kind == "depth_scaling":
+        raise FathomError(
+            f"{str(path)!r} was written by the depth-scaling runner of manifest format "
+            f"{manifest.get('format')} (kind 'depth_scaling'), before it wrote run "
+            "directories; its rows cannot be verified. Rerun `fathom depth-scaling` to rebuild it"
+        )
     if rd.kind != "run" or rd.config.tags.get("benchmark") != "depth_scaling":
         raise FathomError(
             f"{str(path)!r} is not a depth-scaling run (no depth/arm tags); "

@@ -2,7 +2,7 @@
 
 Units. ``history.jsonl`` keeps accuracy as a fraction in [0, 1] (the run directory's raw
 contract); every export writes accuracy in percent, the unit every Fathom rendering uses,
-through the one conversion :func:`fathom.stats.units.percent` (``100 f``), and states the
+through the one conversion :func:`fathom.units.percent` (``100 f``), and states the
 unit in the name: an accuracy field (:data:`ACCURACY_PATTERNS`, registry patterns) is
 exported as its name with ``_pct`` appended to the accuracy segment (``val/acc`` ->
 ``val/acc_pct``, ``split/val/class_acc/3`` -> ``split/val/class_acc_pct/3``), so an
@@ -244,7 +244,7 @@ def write_record(
             "paths": paths,
             "units": {
                 "accuracy": "percent: 100 x the fraction in history.jsonl "
-                "(fathom.stats.units.percent), under the name + '_pct'",
+                "(fathom.units.percent), under the name + '_pct'",
                 "keys": units_table(runs),
             },
             "runs": {

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +43,12 @@ from fathom.export.common import (
 )
 from fathom.export.live_sinks import TensorBoardSink, WandbSink
 from fathom.io import atomic_write_json
+from fathom.terminal import OnProgress
 
 LIVE_TARGETS = BACKENDS
 LIVE_DIR = "live"
 MARKER = "fathom-live.json"
 """Written first into every live log directory: the run directory it belongs to."""
-
-Observer = Callable[[str, dict[str, Any]], None]
 
 
 def parse_live(text: str | None) -> tuple[str, ...]:
@@ -79,7 +78,7 @@ def _check_log_dir(out: Path, run_dir: Path) -> None:
         )
 
 
-def fan_out(*observers: Observer | None) -> Observer | None:
+def fan_out(*observers: OnProgress | None) -> OnProgress | None:
     """One callback calling every given observer in order (``None`` entries are skipped)."""
     active = [o for o in observers if o is not None]
     if not active:

@@ -28,6 +28,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
+from fathom.config_models import SPLITS
 from fathom.errors import FathomError
 from fathom.export.common import PERCENT_SUFFIX, accuracy_name
 from fathom.report.runs import RunData
@@ -39,9 +40,8 @@ IMAGE_SUFFIX = "/image"
 METRIC_PREFIX = "hparams"
 METRIC_SPLITS = ("val", "test")
 METRIC_FIELDS = ("acc", "ce")
-LAYOUT_SPLITS = ("fit", "val", "test")
 PERCENT_NOTE = (
-    "accuracy in percent: 100 x the fraction recorded in history.jsonl (fathom.stats.units.percent)"
+    "accuracy in percent: 100 x the fraction recorded in history.jsonl (fathom.units.percent)"
 )
 
 
@@ -254,7 +254,7 @@ def layout_summary() -> Any:
                     )
                 ],
             )
-            for split in LAYOUT_SPLITS
+            for split in SPLITS
         ]
     )
     value = Summary.Value(

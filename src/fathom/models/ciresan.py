@@ -112,42 +112,6 @@ class CiresanMLP(nn.Module):
         logits = self.head(h)
         return F.relu(logits) if self.output_relu else logits
 
-    def forward_taps(
-        self, x: torch.Tensor
-    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-        """Logits plus ``(a, z)`` for every affine layer, in order stem, body..., head.
-
-        ``a`` is the layer input, ``z = a W^T + b`` the affine output (for a body block the
-        branch output *before* the crop is added). Per-example weight gradients are
-        ``g_i = delta_i a_i^T`` with ``delta_i = dL_i/dz_i``. A skipped branch (gain 0) has
-        no tap: its entry is ``(a, None)``.
-        """
-        taps: list[tuple[torch.Tensor, torch.Tensor]] = []
-        a = self.prepare(x)
-        z = self.stem(a)
-        taps.append((a, z))
-        h = self.stem_dropout(F.relu(z))
-        for block in self.blocks:
-            lin = block.linear
-            if block.residual:
-                gain = block.res.decide()
-                if not isinstance(gain, torch.Tensor) and gain == 0.0:
-                    taps.append((h, None))
-                    h = block.dropout(F.relu(block.res.bypass(h)))
-                    continue
-                z = lin(h)
-                taps.append((h, z))
-                pre = block.res.bypass(h) + (z if _is_one(gain) else z * gain)
-            else:
-                z = lin(h)
-                taps.append((h, z))
-                pre = z
-            h = block.dropout(F.relu(pre))
-        z = self.head(h)
-        taps.append((h, z))
-        logits = F.relu(z) if self.output_relu else z
-        return logits, taps
-
     # -- structure ----------------------------------------------------------------------
     def affine_layers(self) -> list[nn.Linear]:
         """Every affine layer, in order: stem, body blocks, head."""
@@ -170,11 +134,3 @@ class CiresanMLP(nn.Module):
 
     def extra_repr(self) -> str:
         return f"recipe={self.recipe.name}, widths={self.widths}, input_scale={self.input_scale:.6g}, output_relu={self.output_relu}"
-
-
-def _is_one(gain: float | torch.Tensor) -> bool:
-    return not isinstance(gain, torch.Tensor) and gain == 1.0
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

@@ -208,7 +208,3 @@ class StagedConvNet(nn.Module):
     def extra_repr(self) -> str:
         kind = f"spiking LIF T={self.timesteps}" if self.spiking else "ANN ReLU"
         return f"{kind}, depth={self.depth}, widths={self.widths}, image={self.image_size}"
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

@@ -17,12 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from fathom.report import figures
-from fathom.report.crossrun import (
-    CrossTable,
-    crossrun_tables,
-    default_reference,
-    study_alignment,
-)
+from fathom.report.crossrun import crossrun_tables, default_reference, study_alignment
+from fathom.report.crosstable import CrossTable
 from fathom.report.examples import mask_payload
 from fathom.report.html import render_html
 from fathom.report.render import table_markdown

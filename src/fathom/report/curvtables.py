@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fathom.report.crossrun import Column, CrossTable, by_recipe, recipe_flags, spread
+from fathom.report.crosstable import Column, CrossTable, by_recipe, recipe_flags, spread
 from fathom.report.runs import RunData
 from fathom.stats.contrasts import contrast, contrast_sentence
-from fathom.stats.units import percent
+from fathom.units import percent
 
 TRACES = (
     # (field, label with its unit: a parameter unit is the unit of one weight entry)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from fathom.errors import FathomError
-from fathom.stats.units import percent
+from fathom.units import percent
 
 MAX_EXAMPLES = 48
 MIN_EXAMPLES = 12

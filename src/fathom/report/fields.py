@@ -13,8 +13,8 @@ import functools
 import re
 from typing import Any
 
+from fathom.config_models import SPLITS
 from fathom.errors import FathomError
-from fathom.report.runs import SPLITS
 
 
 def is_trainer_field(key: str) -> bool:

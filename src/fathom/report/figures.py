@@ -23,7 +23,7 @@ from fathom.report.fields import is_accuracy
 from fathom.report.palette import recipe_colours
 from fathom.report.runs import RunData
 from fathom.report.tables import flat
-from fathom.stats.units import percent
+from fathom.units import percent
 
 CURVES = (("val/acc", "validation accuracy (%)"), ("val/ce", "validation CE (nats)"))
 X_AXES = (("epoch", "epoch"), ("clock/training_s", "training clock (s)"))

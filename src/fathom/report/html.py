@@ -11,7 +11,7 @@ recorded field. Cell encoding: a number; ``null`` for a value that was due but i
 ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` for non-finite floats (all drawn as gaps); and
 ``"-"`` where the row does not hold the field at all (not scheduled that epoch), which the
 plot spans, connecting the recorded points. Accuracy fields are converted to percent here
-by :func:`fathom.stats.units.percent`, the one conversion; every other value is embedded
+by :func:`fathom.units.percent`, the one conversion; every other value is embedded
 exactly as read (a plotted point equals the history value).
 """
 
@@ -24,8 +24,10 @@ from importlib import resources
 from string import Template
 from typing import Any
 
+from fathom.config_models import SPLITS
 from fathom.report.audit_view import audit_headline
-from fathom.report.crossrun import CrossTable, study_alignment
+from fathom.report.crossrun import study_alignment
+from fathom.report.crosstable import CrossTable
 from fathom.report.curvtables import trace_sentences
 from fathom.report.fields import (
     describe,
@@ -44,10 +46,10 @@ from fathom.report.raw import (
     study_section,
 )
 from fathom.report.render import table_html
-from fathom.report.runs import SPLITS, RunData, nonfinite_name, scalar_fields, widest_first
+from fathom.report.runs import RunData, nonfinite_name, scalar_fields, widest_first
 from fathom.report.sections import answer_section
 from fathom.report.tables import esc
-from fathom.stats.units import percent
+from fathom.units import percent
 
 AXES = {
     "epoch": "epoch",

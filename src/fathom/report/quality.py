@@ -1,6 +1,6 @@
 """Quality cross-run tables: per-digit accuracy differences and full fitting-set scores.
 
-Definitions in :mod:`fathom.report.crossrun`; per-digit differences use the paired 95%
+Definitions in :mod:`fathom.report.crosstable`; per-digit differences use the paired 95%
 Student-t interval of :func:`fathom.stats.paired_difference`, in percentage points.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fathom.report.crossrun import Column, CrossTable, by_recipe, final_row, finite, spread
+from fathom.report.crosstable import Column, CrossTable, by_recipe, final_row, finite, spread
 from fathom.report.runs import RunData
 from fathom.stats.intervals import paired_difference
-from fathom.stats.units import percent
+from fathom.units import percent
 
 
 def digit_table(

@@ -1,4 +1,4 @@
-"""Renderers of :class:`fathom.report.crossrun.CrossTable`: markdown and HTML, one cell format.
+"""Renderers of :class:`fathom.report.crosstable.CrossTable`: markdown and HTML, one cell format.
 
 Cell formats by column kind, each by its unit's rule in :mod:`fathom.units`: ``num`` 4
 significant digits; ``pct`` two decimals (values already in percent, the unit in the
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fathom.report.crossrun import Column, CrossTable
+from fathom.report.crosstable import Column, CrossTable
 from fathom.report.tables import esc
 from fathom.stats.results import NOT_ESTABLISHED
 from fathom.stats.sentences import rest_note

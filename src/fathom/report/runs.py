@@ -18,8 +18,6 @@ from fathom.errors import FathomError
 from fathom.io import sha256_file
 from fathom.rundir import RunDir, find_runs
 
-SPLITS = ("fit", "val", "test")
-
 
 @dataclass
 class RunData:

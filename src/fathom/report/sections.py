@@ -1,7 +1,7 @@
 """The report's headline sections: what was run, the verdicts, the main table, the audit.
 
 Rendered once in Python from ``summary.json`` and ``audit.json``; no number here is new,
-every one is read from those files (accuracy converted by :func:`fathom.stats.units.percent`).
+every one is read from those files (accuracy converted by :func:`fathom.units.percent`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Layers of different recipes are matched by :class:`fathom.report.layers.LayerAli
 (position in the model), so plain's ``blocks.0.res`` and residual's ``blocks.0.res.branch``
 share a column. Each contrast is :func:`fathom.stats.contrasts.contrast` of the per-seed
 values of a recipe against the reference's at one epoch, with both arms' failure flags
-(:func:`fathom.report.crossrun.recipe_flags`):
+(:func:`fathom.report.crosstable.recipe_flags`):
 
 * gradients, at every epoch both recipes recorded: ``‖mean g‖``, diversity D and norm
   participation on the ``ratio`` scale (geometric-mean ratio), the largest-example energy
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fathom.report.crossrun import (
+from fathom.report.crosstable import (
     Column,
     CrossTable,
     by_recipe,
@@ -34,7 +34,7 @@ from fathom.report.crossrun import (
 from fathom.report.layers import LayerAlignment
 from fathom.report.runs import RunData
 from fathom.stats.contrasts import contrast, contrast_sentence, judge_contrast_rows
-from fathom.stats.units import percent
+from fathom.units import percent
 
 # Registry prefixes of the per-layer fields the tables read (the layer is the last segment).
 GRAD_NORM = "grad/mean/weight_norm"

@@ -158,10 +158,6 @@ def _presets() -> dict[str, Any]:
     return tomllib.loads(text)
 
 
-def pipeline_names() -> list[str]:
-    return sorted(_presets())
-
-
 def check_against_study(pipe: PipelineConfig, study: StudyConfig, origin: str) -> None:
     """Curvature recipes and epochs must exist in the study (checked before anything runs)."""
     c = pipe.curvature

@@ -28,8 +28,9 @@ from fathom.depthscale.table import BASELINE, CANDIDATE, ResultsTable, RunRecord
 from fathom.reproduce.compare import compare_row
 from fathom.reproduce.extract import Measured, none
 from fathom.reproduce.seeds import SeedData
-from fathom.stats.scaling import ArmRuns, DepthScalingTable, depth_scaling_verdict
+from fathom.stats.scaling import depth_scaling_verdict
 from fathom.stats.scaling_sentences import BETTER_SCALING
+from fathom.stats.scaling_table import ArmRuns, DepthScalingTable
 
 FORMAT = 1
 KIND = "fathom.reproduce.depth_comparison"

@@ -15,7 +15,6 @@ verified (:class:`fathom.reproduce.state.PipelineState`), under the one pipeline
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,7 @@ from fathom.io import atomic_write_json, atomic_write_text, config_digest
 from fathom.reproduce.config import PipelineConfig
 from fathom.reproduce.pipeline import _step, open_state
 from fathom.reproduce.state import PipelineState, pipeline_lock
-
-Say = Callable[[str], None]
+from fathom.terminal import Say
 
 
 @dataclass

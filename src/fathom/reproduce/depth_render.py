@@ -3,7 +3,7 @@
 One line per seed value, ordered by depth then arm: the seed log's value, Fathom's (seed mean,
 with the sample SD and range when there are several seeds), the difference (Fathom minus
 seed) and whether the seed's value lies in Fathom's seed range. Accuracies, stored as
-fractions like the log prints them, are rendered through :func:`fathom.stats.units.percent`
+fractions like the log prints them, are rendered through :func:`fathom.units.percent`
 (differences in percentage points). The verdicts follow: the log's own conclusion, Fathom's
 rule on the log's numbers, Fathom's verdict on its own runs.
 """

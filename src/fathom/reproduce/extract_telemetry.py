@@ -1,7 +1,7 @@
 """Fathom's counterparts of seed 002's telemetry tables, through the cross-run table code.
 
 The study's runs are read once by :func:`fathom.report.runs.load_runs`; only main-phase runs
-count (:func:`fathom.report.crossrun.by_recipe`), and layers are matched across recipes by the
+count (:func:`fathom.report.crosstable.by_recipe`), and layers are matched across recipes by the
 report's alignment (:func:`fathom.report.crossrun.study_alignment`,
 :func:`fathom.report.telemetry_tables.aligned_fields`). Every quantity is a field the telemetry
 recorded (its one definition is in :mod:`fathom.telemetry.moments` and the registry); this
@@ -11,8 +11,8 @@ module only selects cells, with the cross-run table helpers.
 the aligned ``<base>/<L>`` fields. At the recipe's last recorded epoch ``e`` (the earliest
 last epoch over its runs and layers, as
 :func:`~fathom.report.telemetry_tables.activation_table` takes it), each layer's cell is the
-spread over seeds of ``v_s(L) = value_at(run_s, <base>/<L>, e)`` (:func:`~fathom.report.crossrun.spread`;
-fractions to percent by :func:`fathom.stats.units.percent`). ``over = "min"`` / ``"max"``
+spread over seeds of ``v_s(L) = value_at(run_s, <base>/<L>, e)`` (:func:`~fathom.report.crosstable.spread`;
+fractions to percent by :func:`fathom.units.percent`). ``over = "min"`` / ``"max"``
 picks the layer whose seed mean is smallest / largest -- the seed's "69–74% across its hidden
 layers" is the range of its per-layer seed means -- and ``"head"`` the head layer
 (as the report's gradient table picks it). Fathom's per-seed values are the chosen
@@ -27,18 +27,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fathom.report.crossrun import (
-    CrossTable,
-    by_recipe,
-    crossrun_tables,
-    default_reference,
-    last_epoch,
-    spread,
-    study_alignment,
-)
+from fathom.report.crossrun import crossrun_tables, default_reference, study_alignment
+from fathom.report.crosstable import CrossTable, by_recipe, last_epoch, spread
 from fathom.report.telemetry_tables import _head, _per_seed, aligned_fields
 from fathom.reproduce.extract import Measured, Sources
-from fathom.stats.units import percent
+from fathom.units import percent
 
 
 def _reference(src: Sources) -> str | None:

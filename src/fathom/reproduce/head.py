@@ -25,11 +25,11 @@ from fathom.config import RunConfig, config_diff
 from fathom.errors import FathomError
 from fathom.io import atomic_write_json, atomic_write_text
 from fathom.rundir import RunDir
-from fathom.stats.units import fmt_percent
 from fathom.study.execute import execute_run
 from fathom.study.plan import RunSpec
 from fathom.telemetry.scores import class_scores, confusion_matrix
 from fathom.train.evaluate import split_scores
+from fathom.units import fmt_percent
 
 HEADS: tuple[str, ...] = ("relu", "linear")
 FORMAT = 1

@@ -27,8 +27,8 @@ from fathom.reproduce.state import PipelineState, pipeline_lock
 from fathom.rundir import RunDir
 from fathom.study.config import StudyConfig
 from fathom.study.plan import study_root
+from fathom.terminal import Say
 
-Say = Callable[[str], None]
 STEPS: tuple[str, ...] = ("study", "audit", "curvature", "head", "compare", "report")
 
 

@@ -9,12 +9,16 @@ from fathom.lazy import exports
 __getattr__, __dir__, __all__ = exports(
     __name__,
     {
-        "fathom.rundir.errors": ["os_error"],
         "fathom.rundir.files": ["load_resume", "load_weights", "save_resume", "save_weights"],
         "fathom.rundir.interrupts": ["uninterrupted"],
-        "fathom.rundir.kinds": ["register_kind"],
         "fathom.rundir.lock": ["DirLock", "study_lock"],
-        "fathom.rundir.header": ["FORMAT", "KINDS", "PHASES", "STATUSES", "ManifestHeader"],
+        "fathom.rundir.header": [
+            "FORMAT",
+            "MANIFEST_KINDS",
+            "PHASES",
+            "STATUSES",
+            "ManifestHeader",
+        ],
         "fathom.rundir.manifest": ["check_manifest", "seal"],
         "fathom.rundir.record": ["RunManifest"],
         "fathom.rundir.reader": ["RunDir", "Which", "find_runs"],

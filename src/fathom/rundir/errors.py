@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import errno
 
-from fathom.errors import os_error
-
-__all__ = ["ENVIRONMENT_ERRNOS", "failure_record", "os_error"]
-
 #: errno values that say the environment failed, not the run: a rerun retries such runs.
 ENVIRONMENT_ERRNOS = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}

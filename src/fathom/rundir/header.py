@@ -5,7 +5,7 @@ sections). These fields are the contract every reader relies on, validated by
 :class:`ManifestHeader`:
 
 * ``format`` (:data:`FORMAT`), ``run_id``, ``study``;
-* ``kind``: which config family ``config`` belongs to (:data:`KINDS`, see
+* ``kind``: which config family ``config`` belongs to (:data:`MANIFEST_KINDS`, see
   :mod:`fathom.rundir.kinds`) -- a field, never parsed from a name;
 * ``phase``: the run's role in a study (:data:`PHASES`: a tuning-grid run, a main run, or one
   run of a diagnostic pair such as ``fathom diagnose head``) or ``None`` for a lone run;
@@ -32,7 +32,7 @@ of kind ``run`` is the whole typed :class:`fathom.rundir.record.RunManifest` (va
 read); formats 1 and 2 are read by their header alone (their other sections free-form)."""
 TYPED_FROM = 3
 """The first format whose ``run`` manifests are validated as a whole."""
-KINDS = ("run", "depth_scaling")
+MANIFEST_KINDS = ("run", "depth_scaling")
 PHASES = ("tuning", "main", "diagnostic")
 STATUSES = ("running", "complete", "diverged", "failed")
 

@@ -1,7 +1,9 @@
 """Config families by manifest ``kind``: the reader picks the validator from this table.
 
-Validators are named by import path so that this low layer imports no package above it;
-a kind's owner registers it with :func:`register_kind`.
+Validators are named by import path so that this low layer imports no package above it.
+``depth_scaling`` is read only: the depth-scaling runner wrote manifests of that kind (formats
+1 and 2, before it wrote ``run`` directories); no writer produces it now, and old run
+directories that carry it still open, their config read as recorded.
 """
 
 from __future__ import annotations
@@ -23,11 +25,6 @@ _VALIDATORS: dict[str, str | Validator] = {
 def raw_config(data: dict[str, Any], origin: str = "config") -> dict[str, Any]:
     """The config as recorded (a kind without a validated config type)."""
     return dict(data)
-
-
-def register_kind(kind: str, validator: str | Validator) -> None:
-    """Declare the config validator ``validator(data, origin)`` of manifests of ``kind``."""
-    _VALIDATORS[kind] = validator
 
 
 def config_validator(kind: str) -> Validator:

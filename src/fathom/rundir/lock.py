@@ -58,7 +58,7 @@ class DirLock:
         self.stale_pid: int | None = None
 
     def acquire(self) -> DirLock:
-        from fathom.rundir.errors import os_error
+        from fathom.errors import os_error
 
         try:
             self.directory.mkdir(parents=True, exist_ok=True)

@@ -47,7 +47,7 @@ class RunDir:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise FathomError(f"{str(mpath)!r} is corrupt ({e}); the run cannot be read") from None
         except OSError as e:
-            from fathom.rundir.errors import os_error
+            from fathom.errors import os_error
 
             raise os_error(e, f"read {str(mpath)!r}") from None
         self.header = check_manifest(manifest, repr(str(mpath)))
@@ -159,7 +159,7 @@ class RunDir:
     def checkpoint_epoch(self, which: Which) -> int:
         return self._entry(which)[1]
 
-    def verify_entry(self, entry: dict[str, Any], label: str) -> dict[str, torch.Tensor]:
+    def verify_entry(self, entry: dict[str, Any]) -> dict[str, torch.Tensor]:
         """Load the weights of a manifest entry, checking file and tensor digests."""
         from fathom.rundir import files
 
@@ -169,8 +169,8 @@ class RunDir:
         return state
 
     def load_state(self, which: Which) -> dict[str, torch.Tensor]:
-        entry, epoch = self._entry(which)
-        return self.verify_entry(entry, f"epoch {epoch}")
+        entry, _ = self._entry(which)
+        return self.verify_entry(entry)
 
     def problems(self, *, deep: bool = False) -> list[str]:
         """Every integrity problem found: unverified manifest, history, stray temp files, and
@@ -188,10 +188,9 @@ class RunDir:
         if deep:
             from fathom.rundir import files
 
-            entries = [(f"epoch {e}", c) for e, c in self.manifest.get("checkpoints", {}).items()]
-            for label, entry in entries:
+            for entry in self.manifest.get("checkpoints", {}).values():
                 try:
-                    self.verify_entry(entry, label)
+                    self.verify_entry(entry)
                 except FathomError as e:
                     out.append(str(e))
             out += self._selected_problems()
@@ -214,7 +213,7 @@ class RunDir:
         if not entry:
             return []
         try:
-            self.verify_entry(entry, "selected")
+            self.verify_entry(entry)
             return []
         except FathomError as e:
             problem = str(e)
@@ -248,8 +247,9 @@ class RunDir:
     def build_model(
         self, dtype: torch.dtype | None = None, device: str | torch.device = "cpu"
     ) -> nn.Module:
-        """The run's model by ``model.kind``, shaped by the recorded data (classes, input);
-        ``dtype`` default float32."""
+        """The run's model by ``model.kind``, shaped by the recorded data (``data.info``:
+        classes, in_features, input_shape; a manifest without them takes a registered
+        dataset's, and is refused for other data); ``dtype`` default float32."""
         self._require_kind("rebuilding its model")
         import torch
 
@@ -257,10 +257,11 @@ class RunDir:
 
         info = self.manifest.get("data", {}).get("info", {})
         shape = tuple(info["input_shape"]) if info.get("input_shape") else None
+        classes, in_features = info.get("classes"), info.get("in_features")
         model = build_model(
             self.config.model,
-            int(info.get("classes", 10)),
-            int(info.get("in_features", 784)),
+            None if classes is None else int(classes),
+            None if in_features is None else int(in_features),
             input_shape=shape,
             dataset=self.config.data.dataset,
         )

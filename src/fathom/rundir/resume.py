@@ -162,7 +162,7 @@ def check_selected(rd: Any, entry: dict[str, Any] | None, epoch: int) -> int | N
     if not entry:
         return None
     try:
-        rd.verify_entry(entry, "selected")
+        rd.verify_entry(entry)
         return None
     except FathomError:
         _state, meta = load_weights(rd.path / entry["file"])

@@ -17,7 +17,7 @@ Lifecycle (one process, one run directory)::
 
 The trainer changes the manifest only through these methods (:mod:`fathom.rundir.updates`).
 Every OS failure (full disk, read-only file system, a file where a directory should be)
-becomes a :class:`FathomError` naming it (``ENOSPC`` ...): :func:`~fathom.rundir.errors.os_error`.
+becomes a :class:`FathomError` naming it (``ENOSPC`` ...): :func:`~fathom.errors.os_error`.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, os_error
 from fathom.io import atomic_write_bytes, atomic_write_json, dumps, parse_jsonl, sha256_bytes
 from fathom.rundir import files
-from fathom.rundir.errors import failure_record, os_error
+from fathom.rundir.errors import failure_record
 from fathom.rundir.interrupts import uninterrupted
 from fathom.rundir.lock import DirLock
 from fathom.rundir.manifest import check_manifest, seal
@@ -150,8 +150,8 @@ class RunWriter(ManifestUpdates):
         epoch = int(state["epoch"])
         if source_changed(rd.manifest, source_hash, allow_source_change, epoch, self.path):
             self._pending.append(("source_changed", rd.manifest["source_changes"][-1]))
-        for key, entry in sorted(state.get("checkpoints", {}).items(), key=lambda kv: int(kv[0])):
-            rd.verify_entry(entry, f"epoch {key}")
+        for _, entry in sorted(state.get("checkpoints", {}).items(), key=lambda kv: int(kv[0])):
+            rd.verify_entry(entry)
         later = check_selected(rd, state.get("selected_ckpt"), epoch)
         if later is not None:
             self._pending.append(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fathom.stats.numbers import fmt_value
+from fathom.units import fmt_value
 
 
 def damage_sentences(agg: Mapping[str, Any]) -> list[str]:

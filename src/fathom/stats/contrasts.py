@@ -9,7 +9,7 @@ a resolution floor, a smallest effect of interest, leave-one-seed-out. Two scale
   interest ``[1/1.05, 1.05]`` (``Rules.log_ratio``), resolution ``Rules.log_ratio_resolution``.
   A value <= 0 in a seed has no ratio: ``no comparison``, saying so.
 * ``difference`` (fractions, compared in percentage points after
-  :func:`fathom.stats.units.percent`): ``d_s = a_s − b_s``; region ``±Rules.accuracy_pp``.
+  :func:`fathom.units.percent`): ``d_s = a_s − b_s``; region ``±Rules.accuracy_pp``.
 
 Verdicts: ``higher`` | ``lower`` | ``equivalent`` | ``not established`` (n < 2 included) |
 ``no comparison`` (an excluding failure flag, unequal seeds, a missing or non-finite value,
@@ -32,7 +32,7 @@ from fathom.stats.quantities import ratio
 from fathom.stats.results import Comparison, Quantity
 from fathom.stats.rules import DEFAULT_RULES, Rules
 from fathom.stats.sentences import comparison_sentence
-from fathom.stats.units import percent
+from fathom.units import percent
 
 SCALES = ("ratio", "difference")
 

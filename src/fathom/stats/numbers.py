@@ -9,18 +9,7 @@ import math
 
 from fathom.stats.results import Cell, Comparison, Table
 from fathom.units import fmt_interval as fmt_bounds
-from fathom.units import fmt_level, fmt_mean_sd, fmt_value
-
-__all__ = [
-    "fmt_cell",
-    "fmt_estimate",
-    "fmt_interval",
-    "fmt_level",
-    "fmt_mean_sd",
-    "fmt_region",
-    "fmt_value",
-    "table_text",
-]
+from fathom.units import fmt_mean_sd, fmt_value
 
 
 def _on_scale(c: Comparison, x: float | None, signed: bool) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from fathom.stats.results import Quantity
 from fathom.stats.rules import DEFAULT_RULES, Rules
-from fathom.stats.units import percent
+from fathom.units import percent
 
 ACCURACY_RESOLUTION_PP = 0.01
 """Accuracy is printed to 0.01 pp: the floor when the evaluation-set size is unknown."""

@@ -38,29 +38,18 @@ from scipy.stats import fisher_exact
 
 from fathom.stats.chance import chance_test
 from fathom.stats.inference import Paired, judge, paired
-from fathom.stats.numbers import fmt_value
 from fathom.stats.quantities import accuracy, accuracy_variance_pp
 from fathom.stats.results import Comparison
 from fathom.stats.rules import DEFAULT_RULES, Rules
 from fathom.stats.scaling_sentences import combine, observations
 from fathom.stats.scaling_table import (
-    ArmRuns,
     DepthScalingTable,
     DepthScalingVerdict,
     FailedRun,
     FailureEvidence,
     bad_table,
 )
-from fathom.stats.units import percent
-
-__all__ = [
-    "ArmRuns",
-    "DepthScalingTable",
-    "DepthScalingVerdict",
-    "FailedRun",
-    "FailureEvidence",
-    "depth_scaling_verdict",
-]
+from fathom.units import fmt_value, percent
 
 FAMILY = "depth scaling"
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fathom.stats.numbers import fmt_estimate, fmt_interval, fmt_level, fmt_region
+from fathom.stats.numbers import fmt_estimate, fmt_interval, fmt_region
 from fathom.stats.results import ESTABLISHED, Claim, Comparison, Sentence
+from fathom.units import fmt_level
 
 
 def verdict_words(c: Comparison) -> str:

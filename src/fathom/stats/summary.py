@@ -22,7 +22,7 @@ Definitions (all over seeds of one recipe, sample SD with ddof = 1):
   run trains the same epochs, enforced by the config fingerprint); ratio of means to
   the reference and the paired per-seed ratio with its t interval.
 * Accuracy is stored as a fraction (records, JSON) and rendered in percent through
-  :func:`fathom.stats.units.percent`; differences in percentage points.
+  :func:`fathom.units.percent`; differences in percentage points.
 * A recipe with any excluded run (diverged, at or near chance, incomplete) takes part in
   no comparison and is listed; its table rows use only its non-excluded runs.
 """
@@ -50,12 +50,9 @@ from fathom.stats.summary_compare import (
     paired_items,
     row,
 )
-from fathom.stats.summary_md import to_markdown
 from fathom.stats.summary_tables import summary_tables
 from fathom.stats.verdicts import first_crossing
 from fathom.units import fmt_percent
-
-__all__ = ["RunRecord", "summarise_study", "to_markdown"]
 
 CHECKPOINT_KEYS = ("test_acc", "test_ce", "val_ce", "epoch")
 

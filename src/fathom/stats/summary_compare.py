@@ -2,7 +2,7 @@
 metric, as one family for :func:`fathom.stats.inference.judge`, and their JSON rows.
 
 Accuracy (a fraction in the records) is compared in percentage points (each value through
-:func:`fathom.stats.units.percent`) with the binomial resolution of its test set; CE in nats.
+:func:`fathom.units.percent`) with the binomial resolution of its test set; CE in nats.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from fathom.stats.flags import is_excluded
 from fathom.stats.inference import Paired, paired
 from fathom.stats.quantities import accuracy, accuracy_variance_pp, cross_entropy
 from fathom.stats.results import Comparison
-from fathom.stats.units import percent
+from fathom.units import percent
 
 COMPARED_METRICS = (
     # (metric key, label, higher is better)

@@ -22,7 +22,8 @@ from fathom.errors import FathomError, install_hint
 from fathom.study.execute import RunOutcome, execute_run
 from fathom.study.plan import RunSpec
 
-Progress = Callable[[RunOutcome], None]
+OnOutcome = Callable[[RunOutcome], None]
+"""Called with each run's outcome as the run ends (the study's per-run line)."""
 
 POOL_PRELOAD: tuple[str, ...] = ("torch", "fathom.study.execute", "fathom.train.loop")
 """Modules the local pool's forkserver imports once, before it forks any worker (what a run
@@ -183,7 +184,7 @@ class LocalBackend:
         *,
         retry_failed: bool,
         registry_file: str | None,
-        progress: Progress | None = None,
+        progress: OnOutcome | None = None,
         allow_source_change: bool = False,
     ) -> list[RunOutcome]:
         kwargs = dict(
@@ -261,7 +262,7 @@ class RayBackend:
         *,
         retry_failed: bool,
         registry_file: str | None,
-        progress: Progress | None = None,
+        progress: OnOutcome | None = None,
         allow_source_change: bool = False,
     ) -> list[RunOutcome]:
         ray = _import_ray()

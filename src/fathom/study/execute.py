@@ -31,8 +31,6 @@ from fathom.rundir import DirLock, RunDir
 from fathom.rundir.lock import RUN_LOCK
 from fathom.study.plan import RunSpec
 
-OUTCOME_ACTIONS = ("skipped", "trained", "resumed", "retried", "kept", "failed")
-
 
 @dataclass(frozen=True)
 class RunOutcome:

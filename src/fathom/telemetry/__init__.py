@@ -19,7 +19,8 @@ __getattr__, __dir__, __all__ = exports(
             "moments_from_gram",
             "moments_from_grams",
         ],
-        "fathom.telemetry.recorder": ["Recorder", "read_only", "schedule_due"],
+        "fathom.config_models": ["schedule_due"],
+        "fathom.telemetry.recorder": ["Recorder", "read_only"],
         "fathom.telemetry.registry": [
             "ALIASES",
             "FAMILIES",

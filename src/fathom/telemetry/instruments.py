@@ -44,9 +44,10 @@ from fathom.seam_discovery import check_inference_mode, preserved
 from fathom.seam_key import structure_key
 from fathom.telemetry import params as P
 from fathom.telemetry.distributions import quantile_key
+from fathom.telemetry.gradient_fields import NORM_QUANTILES
 from fathom.telemetry.moments import moments_from_grams
 from fathom.telemetry.probe_rows import activation_row, delta_row, first_input
-from fathom.telemetry.registry import NORM_QUANTILES, expected_names, resolve_families
+from fathom.telemetry.registry import expected_names, resolve_families
 
 Value = float | int | None | list
 PROBE_FAMILIES: tuple[str, ...] = ("probe", "activations", "backprop", "gradients", "moments")
@@ -208,8 +209,12 @@ class Instruments:
         self,
         optimizer: torch.optim.Optimizer | None = None,
         initial_params: Mapping[str, torch.Tensor] | None = None,
+        lr: float | None = None,
     ) -> dict[str, float | None]:
-        """Every selected family now; leaves every piece of state as found."""
+        """Every selected family now; leaves every piece of state as found.
+
+        ``lr``: the rate of the last update, for the update ratios (default: the optimizer's
+        ``param_group["lr"]``, :func:`fathom.telemetry.params.sgd_last_update_norm`)."""
         seam = self.seam
         fams = set(self.families)
         row: dict[str, Value] = {}
@@ -218,7 +223,7 @@ class Instruments:
                 row.update(self._probe(seam, fams))
             if "params" in fams:
                 initial = self.initial if initial_params is None else initial_params
-                row.update(self.param_fields(optimizer, initial))
+                row.update(self.param_fields(optimizer, initial, lr))
         names = self._names if self._names is not None else self.field_names()
         return {name: row[name] for name in names}
 
@@ -279,7 +284,10 @@ class Instruments:
         return row
 
     def param_fields(
-        self, optimizer: torch.optim.Optimizer | None, initial: Mapping[str, torch.Tensor]
+        self,
+        optimizer: torch.optim.Optimizer | None,
+        initial: Mapping[str, torch.Tensor],
+        lr: float | None = None,
     ) -> dict[str, Value]:
         """The ``params`` family: norms, displacement, momentum and update ratios per layer."""
         row: dict[str, Value] = {}
@@ -293,7 +301,7 @@ class Instruments:
                 [P.momentum_norm(w, optimizer) for w, _ in ws] if optimizer is not None else [None]
             )
             updates = (
-                [P.sgd_last_update_norm(w, optimizer) for w, _ in ws]
+                [P.sgd_last_update_norm(w, optimizer, lr) for w, _ in ws]
                 if optimizer is not None
                 else [None]
             )

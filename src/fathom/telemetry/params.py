@@ -32,8 +32,14 @@ def ratio(num: float | None, den: float | None) -> float | None:
     return num / den
 
 
-def sgd_last_update_norm(param: torch.Tensor, optimizer: torch.optim.Optimizer) -> float | None:
+def sgd_last_update_norm(
+    param: torch.Tensor, optimizer: torch.optim.Optimizer, lr: float | None = None
+) -> float | None:
     """``lr * ||buf||_F``: the size of the last SGD update of ``param``.
+
+    ``lr``: the rate that update applied (the trainer passes its plan's, ``EpochContext.lr``);
+    ``None`` reads the group's ``param_group["lr"]``, which a loop driving torch's optimizer and
+    schedulers keeps current.
 
     For ``torch.optim.SGD`` with momentum ``mu > 0``, dampening 0 and no Nesterov, a step is
     ``buf <- mu buf + (g + wd W); W <- W - lr buf``, so ``lr * buf`` *is* the last update
@@ -48,7 +54,8 @@ def sgd_last_update_norm(param: torch.Tensor, optimizer: torch.optim.Optimizer) 
         if any(p is param for p in group["params"]):
             if group.get("nesterov", False) or group.get("dampening", 0.0) != 0.0:
                 return None
-            return float(group["lr"]) * float(frob(buf))
+            rate = group["lr"] if lr is None else lr
+            return float(rate) * float(frob(buf))
     return None
 
 

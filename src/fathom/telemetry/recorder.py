@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from fathom.config import TelemetryConfig
+from fathom.config_models import SPLITS, schedule_due
 from fathom.errors import FathomError
 from fathom.telemetry.instruments import Instruments, read_only
 from fathom.telemetry.registry import expected_names, resolve_families
@@ -35,19 +36,10 @@ from fathom.telemetry.scores import class_scores, confusion_matrix
 
 if TYPE_CHECKING:
     from fathom.data import DataSplits
-    from fathom.train.context import EpochContext
+    from fathom.telemetry.context import EpochContext
 
-__all__ = ["SPLITS", "Recorder", "read_only", "schedule_due"]
 
 Value = float | int | None | list
-SPLITS: tuple[str, ...] = ("fit", "val", "test")
-
-
-def schedule_due(epoch: int, first: tuple[int, ...], every: int, last: int) -> bool:
-    """Due at the epochs in ``first``, at positive multiples of ``every``, and at ``last`` (never beyond)."""
-    if epoch < 0 or epoch > last:
-        return False
-    return epoch in first or (epoch > 0 and epoch % every == 0) or epoch == last
 
 
 def _split_xy(splits: DataSplits, name: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,7 +150,9 @@ class Recorder:
         row: dict[str, Value] = {}
         if self.instruments.families:
             row.update(
-                self.instruments.observe(optimizer=ctx.optimizer, initial_params=ctx.initial_params)
+                self.instruments.observe(
+                    optimizer=ctx.optimizer, initial_params=ctx.initial_params, lr=ctx.lr
+                )
             )
         if "scores" in self.families:
             with read_only(ctx.model), torch.no_grad():

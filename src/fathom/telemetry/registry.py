@@ -22,27 +22,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from fathom.errors import FathomError
-from fathom.telemetry.field import QUANTILES, SCOPES, Field, quantile_key
+from fathom.telemetry.field import QUANTILES, Field, quantile_key
 from fathom.telemetry.gradient_fields import (
-    NORM_QUANTILES,
     backprop_fields,
     gradient_fields,
     moment_fields,
     norm_quantile_fields,
 )
 from fathom.telemetry.trainer_fields import TRAINER_FIELDS
-
-__all__ = [
-    "ALIASES",
-    "FAMILIES",
-    "FIELDS",
-    "NORM_QUANTILES",
-    "SCOPES",
-    "Field",
-    "expected_names",
-    "field_for",
-    "resolve_families",
-]
 
 FAMILIES: dict[str, str] = {
     "probe": "probe cross entropy and accuracy (one probe forward pass)",
@@ -178,7 +165,9 @@ def _param_fields() -> list[Field]:
             "param/update_ratio/{layer}",
             "params",
             "lr * ||buf_W||_F / ||W_l||_F: the last SGD update of W_l relative to its norm "
-            "(for SGD with momentum, dampening 0 and no Nesterov, W <- W - lr * buf, so lr * buf is the last update)",
+            "(for SGD with momentum, dampening 0 and no Nesterov, W <- W - lr * buf, so lr * buf is the last update); "
+            "lr is the rate that update applied: the trainer's plan (optim/lr), or param_group['lr'] "
+            "when Instruments.observe is given none",
             "dimensionless",
             "state",
             "null without a momentum buffer, with Nesterov or dampening, or when ||W_l|| = 0",

@@ -1,6 +1,6 @@
 """Fields the trainer itself writes into history rows (not selectable telemetry families).
 
-Declared here once, with the registry's :class:`~fathom.telemetry.registry.Field` shape, so
+Declared here once, with the registry's :class:`~fathom.telemetry.field.Field` shape, so
 ``field_for`` and ``docs/metrics.md`` cover them: the applied learning rate, the regularized
 step's per-epoch means, and the health instrument (``[health]`` in a run config).
 """

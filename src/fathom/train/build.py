@@ -13,8 +13,6 @@ from fathom.models import build_model
 from fathom.models.ciresan import recipe_schedule
 from fathom.models.specs import recipe_spec
 
-__all__ = ["build_controller", "build_model", "build_optimizer", "init_model", "stream_seed"]
-
 
 def stream_seed(seed: int, stream: str) -> int:
     """An independent 63-bit seed per named RNG stream: ``sha256(f"{seed}:{stream}")``."""
@@ -117,12 +115,16 @@ def init_momentum_buffers(opt: torch.optim.SGD) -> None:
 
 def init_model(
     cfg: RunConfig,
-    classes: int = 10,
-    in_features: int = 784,
+    classes: int | None = None,
+    in_features: int | None = None,
     input_shape: tuple[int, ...] | None = None,
     example: torch.Tensor | None = None,
 ) -> torch.nn.Module:
     """Build the model with the run's seeded initialisation (on the CPU).
+
+    ``classes``, ``in_features`` and ``input_shape`` are the data's (the trainer passes its
+    splits'); one not given is ``cfg.data.dataset``'s when that is a registered dataset, and
+    refused otherwise (:func:`fathom.models.build_model`).
 
     A user's model (``model.kind = "python"``) is checked on ``example`` (a few of the run's
     inputs) to return at least ``classes`` logits (:func:`fathom.models.factory.check_logits`).

@@ -1,8 +1,9 @@
 """The CUDA-graph step path over precomputed epoch plans (:mod:`fathom.train.plan`).
 
 The step loop never reads a device value back. The graph path captures one CUDA graph per branch topology (``2**k`` for ``k`` skippable
-branches, ``k <= max_graph_branches``). Each graph holds gather -> forward -> backward ->
-SGD-with-momentum update of exactly the topology's *active* parameters, so skipped branches
+branches, ``k <= max_graph_branches``). Each graph holds the one step body
+(:class:`fathom.train.step.StepBody`: gather -> forward -> gradients -> SGD-with-momentum
+update) of exactly the topology's *active* parameters, so skipped branches
 keep parameters and momentum untouched — the same semantics as the eager path, where a
 skipped branch has ``grad is None`` and ``torch.optim.SGD`` skips it.
 
@@ -15,16 +16,14 @@ issues the same kernels as ``torch.optim.SGD(foreach=True)`` and agrees bit for 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fathom.data import DataSplits
 from fathom.depth import GateController
+from fathom.train.build import init_momentum_buffers
 from fathom.train.plan import EpochPlan, topology_index
-from fathom.train.sgd import ActiveSGD, sgd_momentum_
-from fathom.train.steppers import Tick, autocast_for
-
-__all__ = ["GraphStepper", "sgd_momentum_"]
+from fathom.train.sgd import ActiveSGD
+from fathom.train.step import StepBody, Tick
 
 
 class GraphStepper:
@@ -66,9 +65,8 @@ class GraphStepper:
             fused = device.type == "cuda" or bool(optimizer.param_groups[0].get("fused"))
         self.fused = fused
         self.sgd = ActiveSGD(model, optimizer, controller, fused=fused)
+        self.body = StepBody(model, optimizer, splits, device, precision, sgd=self.sgd)
         if self.fused:
-            from fathom.train.build import init_momentum_buffers
-
             init_momentum_buffers(optimizer)
 
     # -- the step body (captured, or run eagerly) -----------------------------------------
@@ -80,14 +78,9 @@ class GraphStepper:
 
     def _body(self, idx: torch.Tensor, kept: tuple[bool, ...], lr: float | torch.Tensor) -> None:
         self._set_gates(kept)
-        params = self.sgd.params(kept)
-        with autocast_for(self.device, self.precision):
-            logits = self.model(self.splits.fit_x.index_select(0, idx))
-        loss = F.cross_entropy(logits.float(), self.splits.fit_y.index_select(0, idx))
-        grads = list(torch.autograd.grad(loss, params))
-        self.sgd.update(params, grads, lr)
+        loss = self.body(idx, kept, lr)
         with torch.no_grad():
-            self.loss_sum.add_(loss.detach())
+            self.loss_sum.add_(loss)
 
     # -- capture ------------------------------------------------------------------------------
     def _capture(self, topo: int, kept: tuple[bool, ...]) -> torch.cuda.CUDAGraph:
@@ -150,12 +143,9 @@ class GraphStepper:
             graph.replay()
         if self.controller is not None:
             self.controller.release()
-        # the rate the last step applied, where readers of the optimizer look for it
-        for group in self.optimizer.param_groups:
-            group["lr"] = plan.lrs[-1]
         return self.loss_sum.clone()
 
-    def epoch_fields(self, n_fit: int) -> dict:
+    def epoch_fields(self) -> dict:
         return {}
 
     def state_dict(self) -> dict:

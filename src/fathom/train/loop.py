@@ -19,32 +19,21 @@ from typing import Any
 import torch
 
 from fathom.config import LiveConfig, RunConfig, describe_config_change, validate_run_config
+from fathom.config_models import schedule_due
 from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
 from fathom.io import config_digest, read_jsonl, state_dict_digest
 from fathom.provenance import resolve_device, source_hash
 from fathom.rundir import RunDir, RunWriter, uninterrupted
-from fathom.train.checkpoint import cpu_state, extra_state, load_cpu_state, load_extra_state
+from fathom.rundir.weights import cpu_state, extra_state, load_cpu_state, load_extra_state
 from fathom.train.guards import disk_full_advice, matmul_precision, recorded_threads
-from fathom.train.manifest import split_classes
-from fathom.train.observe import eval_due, observe, sync
+from fathom.train.observe import observe, sync
 from fathom.train.plan import plan_epoch
 from fathom.train.session import Session, build_session
 from fathom.train.state import PROGRESS_FIELDS, Progress, chain
 from fathom.train.steppers import run_timed
 from fathom.units import fmt_percent
-
-__all__ = [
-    "RunResult",
-    "check_resumable",
-    "eval_due",
-    "matmul_precision",
-    "prepare_splits",
-    "resume",
-    "split_classes",
-    "train",
-]
 
 INTERRUPTED = "interrupted; continue with fathom train --resume"
 """``status_reason`` of an interrupted run (Ctrl-C); its status stays ``running``."""
@@ -173,7 +162,7 @@ def save_resume_state(s: Session) -> None:
         "initial_params": {k: v.detach().cpu() for k, v in s.initial_params.items()},
         "stepper": s.stepper.state_dict(),
     }
-    if s.recorder is not None and hasattr(s.recorder, "state_dict"):
+    if s.recorder is not None:
         state["recorder"] = s.recorder.state_dict()
     s.writer.save_resume(state)
     s.progress.clocks.checkpoint_s += time.perf_counter() - t0
@@ -193,7 +182,7 @@ def restore(s: Session, state: dict[str, Any]) -> None:
     s.prior_elapsed = s.progress.clocks.elapsed_s
     s.initial_params = {k: v.to(s.device) for k, v in state["initial_params"].items()}
     s.stepper.load_state_dict(state.get("stepper") or {})
-    if s.recorder is not None and "recorder" in state and hasattr(s.recorder, "load_state_dict"):
+    if s.recorder is not None and "recorder" in state:  # absent: saved without telemetry
         s.recorder.load_state_dict(state["recorder"])
     s.mark_boundary()
     s.refresh_manifest()
@@ -222,16 +211,20 @@ def train_epoch(s: Session, epoch: int) -> dict[str, Any]:
     p.epoch = epoch
     running = loss_sum.item() / plan.steps  # note: sync point (epoch boundary only)
     fields = {"train/loss_running": running, "optim/lr": plan.lrs[-1]}
-    fields.update(s.stepper.epoch_fields(n_fit))
+    fields.update(s.stepper.epoch_fields())
     return fields
 
 
 def _diverged(s: Session, epoch: int, fields: dict[str, Any]) -> str | None:
+    """Why the epoch diverged (non-finite loss or parameters): the rate its last step applied
+    (``optim/lr``, the plan's) and the base rate where they differ; ``None`` if it did not."""
     running = fields["train/loss_running"]
     if math.isfinite(running) and _all_finite(s.model):
         return None
     what = "training loss" if not math.isfinite(running) else "parameters"
-    return f"non-finite {what} in epoch {epoch} (lr={s.cfg.optim.lr})"
+    applied, base = fields["optim/lr"], s.cfg.optim.lr
+    rate = f"lr={applied:g}" + ("" if applied == base else f" applied, base optim.lr={base:g}")
+    return f"non-finite {what} in epoch {epoch} ({rate})"
 
 
 def _target_reached(s: Session, epoch: int, row: dict[str, Any] | None) -> str | None:
@@ -278,7 +271,7 @@ def run_epochs(s: Session) -> tuple[str, str | None, int | None]:
         if epoch in cfg.checkpoints.save_epochs or last:
             s.save_epoch_checkpoint(epoch)
         with uninterrupted():  # the resume state and the boundary it records
-            if epoch % cfg.checkpoints.resume_every == 0 or last:
+            if last or schedule_due(epoch, (), cfg.checkpoints.resume_every, cfg.optim.epochs):
                 save_resume_state(s)
             s.mark_boundary()
         s.write_manifest()

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fathom.data import DataSplits
+from fathom.data.registry import registered_shape
+from fathom.errors import FathomError
 from fathom.io import tensor_digest
 from fathom.rundir.sections import Data, Telemetry
 
@@ -20,15 +23,27 @@ def splits_digest(splits: DataSplits) -> str:
     return tensor_digest((name, getattr(splits, name)) for name in SPLIT_TENSORS)
 
 
-def split_classes(splits: DataSplits) -> int:
-    return int(getattr(splits, "classes", None) or splits.info.get("classes") or 10)
+def split_classes(splits: DataSplits, dataset: str) -> int:
+    """The class count of the run's data: ``splits.info["classes"]`` (every data source sets
+    it), else the registered ``dataset``'s when the examples have its size; refused
+    otherwise (splits of other data without the count), never a guessed 10."""
+    if splits.info.get("classes") is not None:
+        return int(splits.info["classes"])
+    what = 'the class count (splits.info["classes"])'
+    classes, shape = registered_shape(dataset, what)
+    if splits.fit_x[0].numel() != math.prod(shape):
+        raise FathomError(
+            f"{what} not given, and the examples ({list(splits.fit_x.shape[1:])}) are not "
+            f"dataset {dataset!r}'s ({list(shape)}); set splits.info['classes'] from the data"
+        )
+    return classes
 
 
 def dataset_record(splits: DataSplits, cfg) -> Data:
     """The manifest's ``data`` section: files and their content hashes, split, the split
     tensors' digest (:func:`splits_digest`), sizes, shapes."""
     info = dict(splits.info)
-    info["classes"] = split_classes(splits)
+    info["classes"] = split_classes(splits, cfg.data.dataset)
     info["in_features"] = int(splits.fit_x[0].numel())
     info["input_shape"] = [int(d) for d in splits.fit_x.shape[1:]]
     info["input_dtype"] = str(splits.fit_x.dtype).removeprefix("torch.")

@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fathom.config_models import SPLITS, schedule_due
 from fathom.rundir import uninterrupted
 from fathom.train.evaluate import split_scores
 
 if TYPE_CHECKING:
-    from fathom.train.loop import Session
-
-SPLITS: tuple[str, ...] = ("fit", "val", "test")
+    from fathom.train.session import Session
 
 
 def eval_due(cfg, epoch: int) -> bool:
@@ -31,13 +30,13 @@ def eval_due(cfg, epoch: int) -> bool:
     e = cfg.eval
     if cfg.stop.target_test_acc is not None:
         return True
-    return epoch == 0 or epoch in e.first or epoch % e.every == 0 or epoch == cfg.optim.epochs
+    return schedule_due(epoch, (0, *e.first), e.every, cfg.optim.epochs)
 
 
 def health_due(cfg, epoch: int) -> bool:
     """The health instrument: epoch 0, every ``health.every`` epochs, and the last."""
     h = cfg.health
-    return h.enabled and (epoch % h.every == 0 or epoch == cfg.optim.epochs)
+    return h.enabled and schedule_due(epoch, (0,), h.every, cfg.optim.epochs)
 
 
 def sync(device: torch.device) -> None:
@@ -109,7 +108,8 @@ def observe(s: Session, epoch: int, fields: dict[str, Any]) -> dict[str, Any] | 
         select(s, epoch, row.get("val/ce"))
     if tel_due:
         # the instrument reuses this boundary's dense predictions (no second forward pass)
-        row.update(timed_instrument(s, s.recorder.observe, s.context(epoch), predictions or None))
+        ctx = s.context(epoch, fields.get("optim/lr"))
+        row.update(timed_instrument(s, s.recorder.observe, ctx, predictions or None))
     if health:
         row.update(timed_instrument(s, s.health_row, epoch))
     elif cfg.health.enabled:

@@ -24,10 +24,6 @@ def topology_index(kept: Sequence[bool]) -> int:
     return sum(1 << i for i, k in enumerate(kept) if k)
 
 
-def topology_mask(index: int, k: int) -> tuple[bool, ...]:
-    return tuple(bool(index >> i & 1) for i in range(k))
-
-
 def active_parameters(
     model: nn.Module, controller: GateController | None, kept: Sequence[bool]
 ) -> list[nn.Parameter]:

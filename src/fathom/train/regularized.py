@@ -3,7 +3,9 @@
 Per step (:func:`fathom.dynamics.regularizer.regularized_gradients`): ``p.grad = ∇CE +
 ∇(λ_reg · P)`` on the network's prepared input (the model's own input preparation first,
 :func:`fathom.models.prep.network_and_input`), the two gradients kept apart for their
-norms, then ``optimizer.step()``. Tangents for λ̂ come from the stepper's own generator
+norms, then the torch optimizer's update at the plan's rate; the batch and the update are the
+step body's (:meth:`fathom.train.step.StepBody.batch`, :func:`fathom.train.step.torch_update`).
+Tangents for λ̂ come from the stepper's own generator
 (stream ``tangents``), saved with the resume state. ``λ_reg = 0`` trains on CE alone through
 the same computation, so both arms of a comparison log the same fields.
 
@@ -24,7 +26,7 @@ from fathom.data import DataSplits
 from fathom.dynamics.regularizer import StepRecord, regularized_gradients
 from fathom.models.prep import network_and_input
 from fathom.train.plan import EpochPlan
-from fathom.train.steppers import Tick
+from fathom.train.step import Augmenter, StepBody, Tick, torch_update
 
 EPOCH_FIELDS: tuple[str, ...] = (
     "train/ce",
@@ -87,10 +89,11 @@ class RegularizedStepper:
         device: torch.device,
         reg: RegularizerConfig,
         tangent_seed: int,
-        augmenter: Any = None,
+        augmenter: Augmenter | None = None,
     ) -> None:
         self.model, self.optimizer, self.splits, self.device = model, optimizer, splits, device
         self.reg, self.augmenter = reg, augmenter
+        self.body = StepBody(model, optimizer, splits, device, augmenter=augmenter)
         self.tangents = torch.Generator().manual_seed(tangent_seed)
         self.sums = EpochSums(device)
         self.captured = 0
@@ -103,30 +106,23 @@ class RegularizedStepper:
             if self.tick is not None:
                 self.tick(plan.epoch, i, plan.steps)
             idx = perm[plan.batch(i)]
-            x = self.splits.fit_x[idx]
-            if self.augmenter is not None:
-                x = self.augmenter(x)
-            net, inputs = network_and_input(self.model, x)
-            for group in self.optimizer.param_groups:
-                group["lr"] = plan.lrs[i]
-            self.optimizer.zero_grad(set_to_none=True)
+            net, inputs = network_and_input(self.model, self.body.batch(idx))
             rec = regularized_gradients(
                 net,
                 inputs,
-                self.splits.fit_y[idx],
+                self.splits.fit_y.index_select(0, idx),
                 weight=self.reg.weight,
                 target=self.reg.target,
                 sub_batch=self.reg.sub_batch,
                 measure=False,
                 generator=self.tangents,
             )
-            self.optimizer.step()
+            torch_update(self.optimizer, plan.lrs[i])
             self.sums.add(rec, int(idx.shape[0]))
             loss_sum += rec.ce.double()
-        self.optimizer.zero_grad(set_to_none=True)
         return loss_sum
 
-    def epoch_fields(self, n_fit: int) -> dict[str, Any]:
+    def epoch_fields(self) -> dict[str, Any]:
         return self.sums.read()  # note: CPU-GPU sync point (epoch boundary only)
 
     def state_dict(self) -> dict[str, Any]:

@@ -2,9 +2,12 @@
 
 ``lr_i = optim.lr * m(t_i)`` with ``t_i = epoch - 1 + i / steps`` (fractional epochs done
 before step ``i`` of the 1-based ``epoch``) and ``m`` the multiplier of ``optim.schedule``
-(formulas in :class:`fathom.config.ScheduleConfig`). Steppers write ``lr_i`` into every
-``param_group["lr"]`` before step ``i`` (or feed it to a captured graph and write the last
-one back), and the trainer records the rate of the epoch's last step as ``optim/lr``.
+(formulas in :class:`fathom.config.ScheduleConfig`). The epoch plan carries ``lr_i``
+(``EpochPlan.lrs``), the one channel: the step body hands it to the update
+(:mod:`fathom.train.step`; a captured graph reads it from a device scalar), the trainer records
+the rate of the epoch's last step as ``optim/lr`` and gives the same number to the telemetry
+(``EpochContext.lr``) and to a divergence message. ``param_group["lr"]`` is written only for a
+torch optimizer, which reads nothing else.
 """
 
 from __future__ import annotations

@@ -21,13 +21,15 @@ from fathom.data.prepare import prepare_splits
 from fathom.depth import GateController
 from fathom.errors import FathomError
 from fathom.io import config_digest, state_dict_digest
+from fathom.models import count_parameters
 from fathom.provenance import environment, source_hash
 from fathom.rundir import FORMAT, RunManifest, RunWriter, uninterrupted
+from fathom.rundir.weights import cpu_state
+from fathom.telemetry.context import EpochContext
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
-from fathom.train.checkpoint import cpu_state
-from fathom.train.context import EpochContext
 from fathom.train.manifest import dataset_record, split_classes, telemetry_record
+from fathom.train.protocols import Recorder, Stepper
 from fathom.train.state import Progress, rng_state, set_rng_state
 from fathom.train.steppers import make_stepper, step_ticker
 
@@ -42,8 +44,8 @@ class Session:
     optimizer: torch.optim.Optimizer
     controller: GateController | None
     shuffle_gen: torch.Generator
-    recorder: Any
-    stepper: Any
+    recorder: Recorder | None
+    stepper: Stepper
     writer: RunWriter
     initial_params: dict[str, torch.Tensor]
     on_progress: Any = None
@@ -67,7 +69,9 @@ class Session:
     def set_rng_state(self, state: dict[str, Any]) -> None:
         set_rng_state(state, self.device)
 
-    def context(self, epoch: int) -> EpochContext:
+    def context(self, epoch: int, lr: float | None = None) -> EpochContext:
+        """What instruments see at this boundary; ``lr``: the rate the epoch's last step
+        applied (the plan's, ``optim/lr``)."""
         return EpochContext(
             epoch,
             self.progress.step,
@@ -78,6 +82,7 @@ class Session:
             self.initial_params,
             self.device,
             self.cfg,
+            lr,
         )
 
     def health_row(self, epoch: int) -> dict[str, Any]:
@@ -147,7 +152,7 @@ class Session:
         )
 
 
-def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model) -> Any:
+def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model) -> Recorder | None:
     if not (cfg.telemetry.enabled if telemetry is None else telemetry):
         return None
     from fathom.telemetry import Recorder
@@ -177,7 +182,7 @@ def new_manifest(
             "model": {
                 "kind": cfg.model.kind,
                 "class": type(s.model).__name__,
-                "parameters": sum(p.numel() for p in s.model.parameters()),
+                "parameters": count_parameters(s.model),
             },
             "hashes": {
                 "initial_params": s.progress.initial_hash,
@@ -220,7 +225,11 @@ def build_session(
         raise FathomError("the fitting split is empty; check data.fit_subset")
     shape = tuple(int(d) for d in splits.fit_x.shape[1:])
     model = init_model(
-        cfg, split_classes(splits), int(splits.fit_x[0].numel()), shape, splits.fit_x[:2]
+        cfg,
+        split_classes(splits, cfg.data.dataset),
+        int(splits.fit_x[0].numel()),
+        shape,
+        splits.fit_x[:2],
     )
     initial_hash = state_dict_digest(cpu_state(model))
     model.to(device)

@@ -1,39 +1,43 @@
 """Step execution over epoch plans: the eager path, and the choice among the three paths.
 
-A stepper consumes an :class:`~fathom.train.plan.EpochPlan` and returns the device sum of
-the batches' training losses; the loop does everything else. Three paths share that
-interface (``run_epoch``, ``epoch_fields``, ``state_dict`` / ``load_state_dict`` for the
-stepper's own generators):
+A stepper (:class:`fathom.train.protocols.Stepper`) consumes an
+:class:`~fathom.train.plan.EpochPlan` and returns the device sum of the batches' training
+losses; the loop does everything else. Three paths satisfy it, two of them over the one step
+body :class:`fathom.train.step.StepBody` (gather -> autocast -> CE -> gradients -> update):
 
-* :class:`EagerStepper`: forward, gradients, update (any device, SGD or AdamW; the
-  reference): plain SGD through :class:`fathom.train.sgd.ActiveSGD` (``autograd.grad`` over
-  the step's active parameters, torch's foreach kernels, bit-identical), every other optimizer
-  through ``loss.backward()``, ``optimizer.step()``, ``zero_grad(None)``;
-* :class:`fathom.train.fast.GraphStepper`: CUDA graphs, one per branch topology (SGD);
+* :class:`EagerStepper`: the step body per batch (any device, SGD or AdamW; the reference):
+  plain SGD through :class:`fathom.train.sgd.ActiveSGD` (``autograd.grad`` over the step's
+  active parameters, torch's foreach kernels, bit-identical), every other optimizer through
+  ``loss.backward()``, ``optimizer.step()``, ``zero_grad(None)``;
+* :class:`fathom.train.fast.GraphStepper`: the step body captured in CUDA graphs, one per
+  branch topology (SGD);
 * :class:`fathom.train.regularized.RegularizedStepper`: ``CE + λ_reg · P`` with the
-  Lyapunov penalty, the two gradients kept apart for their norms.
+  Lyapunov penalty, the two gradients kept apart for their norms (the step body's batch and
+  torch update).
 
-Every stepper calls its ``tick`` (when set: :func:`step_ticker`) before each step with the
-epoch, the steps done and the epoch's steps — Python ints the loop already has, so a
-progress display reads nothing from the device and adds no sync.
+A new path is one module with a class satisfying the Protocol and its branch in
+:func:`make_stepper`. Every stepper calls its ``tick`` (when set: :func:`step_ticker`) before
+each step with the epoch, the steps done and the epoch's steps — Python ints the loop already
+has, so a progress display reads nothing from the device and adds no sync.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from fathom.data import DataSplits, random_crop_flip
+from fathom.data import DataSplits
 from fathom.errors import FathomError
+from fathom.train.build import stream_seed
+from fathom.train.fast import GraphStepper
 from fathom.train.plan import EpochPlan
-
-Tick = Callable[[int, int, int], None]
-"""``tick(epoch, steps_done, steps)``, called before each step of an epoch."""
+from fathom.train.protocols import Stepper
+from fathom.train.regularized import RegularizedStepper
+from fathom.train.sgd import ActiveSGD, plain_sgd_blocker
+from fathom.train.step import Augmenter, StepBody, Tick
 
 
 def step_ticker(progress: Callable[[str, dict], None] | None, epochs: int) -> Tick | None:
@@ -48,7 +52,7 @@ def step_ticker(progress: Callable[[str, dict], None] | None, epochs: int) -> Ti
     return tick
 
 
-def run_timed(stepper, plan: EpochPlan, clocks) -> torch.Tensor:
+def run_timed(stepper: Stepper, plan: EpochPlan, clocks) -> torch.Tensor:
     """``stepper.run_epoch(plan)`` with its CPU time added to ``clocks.training_cpu_s``.
 
     The CPU training clock: ``time.thread_time()`` of the calling (training) thread over
@@ -64,35 +68,8 @@ def run_timed(stepper, plan: EpochPlan, clocks) -> torch.Tensor:
     return loss_sum
 
 
-def autocast_for(device: torch.device, precision: str):
-    """bfloat16 autocast for ``bf16``; nothing otherwise."""
-    if precision == "bf16":
-        # cache_enabled=False: required for CUDA-graph capture under autocast
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
-    return nullcontext()
-
-
-class Augmenter:
-    """The fitting batches' augmentation, drawn from its own seeded generator (on the device)."""
-
-    def __init__(self, kind: str, seed: int, device: torch.device) -> None:
-        self.kind = kind
-        self.generator = torch.Generator(device=device).manual_seed(seed)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kind == "none":
-            return x
-        return random_crop_flip(x, self.generator)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"generator": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.generator.set_state(state["generator"])
-
-
 class EagerStepper:
-    """The reference path: forward, gradients, update, one batch at a time.
+    """The reference path: one :class:`~fathom.train.step.StepBody` per batch, eagerly.
 
     With ``torch.optim.SGD`` (foreach kernels, the default) the gradients and the update
     go through :class:`fathom.train.sgd.ActiveSGD`: ``torch.autograd.grad`` over the step's
@@ -114,47 +91,28 @@ class EagerStepper:
         precision: str = "fp32",
         augmenter: Augmenter | None = None,
     ):
-        from fathom.train.sgd import ActiveSGD, plain_sgd_blocker
-
         self.model, self.optimizer, self.controller = model, optimizer, controller
         self.splits, self.device, self.precision = splits, device, precision
         self.augmenter = augmenter
         self.captured = 0
         plain = plain_sgd_blocker(optimizer, model) is None
         self.sgd = ActiveSGD(model, optimizer, controller) if plain else None
-
-    def batch(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.splits.fit_x.index_select(0, idx)
-        return x if self.augmenter is None else self.augmenter(x)
+        self.body = StepBody(model, optimizer, splits, device, precision, augmenter, self.sgd)
 
     def run_epoch(self, plan: EpochPlan) -> torch.Tensor:
-        model, opt, splits, sgd = self.model, self.optimizer, self.splits, self.sgd
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         perm = plan.perm.to(self.device)
         for i in range(plan.steps):
             if self.tick is not None:
                 self.tick(plan.epoch, i, plan.steps)
-            idx = perm[plan.batch(i)]
             if self.controller is not None:
                 self.controller.set_gains(plan.gain_values[i])
-            lr = plan.lrs[i]
-            for group in opt.param_groups:
-                group["lr"] = lr
-            with autocast_for(self.device, self.precision):
-                logits = model(self.batch(idx))
-            loss = F.cross_entropy(logits.float(), splits.fit_y.index_select(0, idx))
-            if sgd is not None:
-                sgd.step(loss, plan.kept[i], lr)
-            else:
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            loss_sum += loss.detach()
+            loss_sum += self.body(perm[plan.batch(i)], plan.kept[i], plan.lrs[i])
         if self.controller is not None:
             self.controller.release()
         return loss_sum
 
-    def epoch_fields(self, n_fit: int) -> dict[str, Any]:
+    def epoch_fields(self) -> dict[str, Any]:
         return {}
 
     def state_dict(self) -> dict[str, Any]:
@@ -165,7 +123,7 @@ class EagerStepper:
             self.augmenter.load_state_dict(state["augmenter"])
 
 
-def _graph_blocker(cfg, optimizer, k: int) -> str | None:
+def _graph_blocker(cfg, k: int) -> str | None:
     """Why the graph path cannot run this config (``None`` when it can)."""
     if cfg.optim.name != "sgd" or cfg.optim.nesterov:
         return f"the graph path implements plain SGD with momentum, not {cfg.optim.name}"
@@ -179,24 +137,26 @@ def _graph_blocker(cfg, optimizer, k: int) -> str | None:
     return None
 
 
-def make_stepper(cfg, model, optimizer, controller, splits, device, *, seed_for=None):
+def make_stepper(cfg, model, optimizer, controller, splits, device) -> tuple[Stepper, str | None]:
     """Pick the execution path of ``cfg``; return ``(stepper, note or None)``.
 
-    ``seed_for(stream)`` gives the seed of a named RNG stream (augmentation, tangents).
+    The augmentation and tangent RNG streams are seeded by
+    :func:`fathom.train.build.stream_seed` of ``cfg.seed``.
     """
-    from fathom.train.build import stream_seed
-
-    seed_for = seed_for or (lambda stream: stream_seed(cfg.seed, stream))
     augmenter = None
     if cfg.data.augment != "none":
-        augmenter = Augmenter(cfg.data.augment, seed_for("augment"), device)
+        augmenter = Augmenter(cfg.data.augment, stream_seed(cfg.seed, "augment"), device)
     ex = cfg.execution
     if cfg.regularizer is not None:
-        from fathom.train.regularized import RegularizedStepper
-
         note = None if ex.path != "graph" else "the regularized step runs eagerly"
         stepper = RegularizedStepper(
-            model, optimizer, splits, device, cfg.regularizer, seed_for("tangents"), augmenter
+            model,
+            optimizer,
+            splits,
+            device,
+            cfg.regularizer,
+            stream_seed(cfg.seed, "tangents"),
+            augmenter,
         )
         return stepper, note
     k = controller.num_branches if controller is not None else 0
@@ -204,13 +164,11 @@ def make_stepper(cfg, model, optimizer, controller, splits, device, *, seed_for=
         raise FathomError("execution.path = 'graph' needs a CUDA device; use 'auto' or 'eager'")
     path, note = ex.path, None
     if path in ("auto", "graph") and device.type == "cuda":
-        blocker = _graph_blocker(cfg, optimizer, k)
+        blocker = _graph_blocker(cfg, k)
         if blocker is not None:
             path, note = "eager", f"{blocker}: running eagerly"
     if path == "auto":
         path = "graph" if device.type == "cuda" else "eager"
     if path == "graph":
-        from fathom.train.fast import GraphStepper
-
         return GraphStepper(model, optimizer, controller, splits, device, ex.precision), note
     return EagerStepper(model, optimizer, controller, splits, device, ex.precision, augmenter), note

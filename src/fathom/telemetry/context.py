@@ -1,4 +1,8 @@
-"""What an instrument sees at an epoch boundary (read-only by contract)."""
+"""What an instrument sees at an epoch boundary (read-only by contract).
+
+The trainer builds one per observation (``fathom.train.session.Session.context``); it lives
+here, with the instruments that read it, so that telemetry never imports the trainer.
+"""
 
 from __future__ import annotations
 
@@ -32,3 +36,6 @@ class EpochContext:
     initial_params: dict[str, torch.Tensor]
     device: torch.device
     config: RunConfig
+    lr: float | None = None
+    """The rate the epoch's last step applied (``plan.lrs[-1]``: the plan, the one source of
+    the learning rate; ``None`` at epoch 0). Update ratios use it, not ``param_group["lr"]``."""

@@ -1,7 +1,8 @@
 """Synthetic study directories that follow the run-directory contract (docs/architecture.md).
 
 For tests and benchmarks of reports and exports before (or without) real studies: each
-run gets a manifest and a history with the trainer's fields, per-class scores and
+run is written through :class:`fathom.rundir.RunWriter` (:func:`write_run`), a manifest and
+a history with the trainer's fields, per-class scores and
 telemetry fields named as in the telemetry registry, with values from a seeded
 generator. ``awkward=True`` adds the cases exports must survive: null, NaN, +-inf,
 float64 values that float32 cannot hold, a missing epoch and a truncated last line.
@@ -13,6 +14,7 @@ import hashlib
 import json
 import math
 import random
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -105,11 +107,41 @@ SYNTHETIC_SIZES = {"fit": 50_000, "val": 10_000, "test": 10_000}
 """The split sizes a synthetic history's accuracies stand for (MNIST's), so that the
 statistics can judge them against chance (``fathom.stats.chance``)."""
 
+LEGACY_FORMAT = 2
+"""The manifest format :func:`write_legacy_run` writes: read by its header alone, as every
+manifest before format 3 (``fathom.rundir.header.TYPED_FROM``)."""
 
-HEADER_FORMAT = 2
-"""The manifest format a synthetic run is written in: its sections are a sketch of a run's
-(no environment, data files or parameter hashes), so it is read by the header alone, as
-every manifest before format 3 (``fathom.rundir.header.TYPED_FROM``)."""
+
+def _config(name: str, study: str, recipe: str, seed: int, lr: float, rows: list) -> dict:
+    return {
+        "name": name,
+        "study": study,
+        "seed": seed,
+        "device": "cpu",
+        "model": {"kind": "ciresan", "recipe": recipe, "widths": [16, 12, 8]},
+        "optim": {"lr": lr, "epochs": max((r["epoch"] for r in rows), default=0)},
+    }
+
+
+def _sections(path: Path, study: str, rows: list, phase: str | None) -> dict:
+    """The manifest sections a synthetic run shares in every format (config excluded)."""
+    last = rows[-1] if rows else {}
+    val_ce = [(r["val/ce"], r["epoch"]) for r in rows if _finite(r.get("val/ce"))]
+    return {
+        "kind": "run",
+        "phase": phase,
+        "run_id": path.name,
+        "study": study,
+        "status_reason": None,
+        "source_hash": "synthetic",
+        "clocks": {
+            "training_s": last.get("clock/training_s"),
+            "elapsed_s": last.get("clock/elapsed_s"),
+        },
+        "epochs_completed": last.get("epoch") or 0,
+        "selected": {"epoch": min(val_ce)[1] if val_ce else None},
+        "final": {"epoch": last.get("epoch")},
+    }
 
 
 def write_run(
@@ -120,38 +152,110 @@ def write_run(
     seed: int,
     lr: float,
     rows: list[dict[str, Any]],
-    truncated_tail: bool = False,
     phase: str | None = None,
     layers: Sequence[str] | None = None,
     status: str = "complete",
 ) -> Path:
-    """A run directory: manifest.json (contract fields, sealed) and history.jsonl.
+    """A run directory written through :class:`fathom.rundir.RunWriter` (format 3, typed):
+    the manifest's sections are a sketch of a real run's (no weights files, synthetic hashes
+    and environment), ``rows`` its history. ``layers`` (model order) become the manifest's
+    ``telemetry.layers`` list, as the seam writes it (without it the manifest lists none,
+    like a run with telemetry off). A run already at ``path`` is replaced."""
+    from fathom.rundir import RunManifest, RunWriter
+    from fathom.rundir.header import FORMAT
 
-    ``truncated_tail`` appends a torn line after the rows the manifest's digest covers;
-    ``layers`` (model order) become the manifest's ``telemetry.layers`` list, as the seam
-    writes it (without it the manifest lists none, like a run with telemetry off)."""
+    config = _config(path.name, study, recipe, seed, lr, rows)
+    sections = _sections(path, study, rows, phase)
+    telemetry: dict[str, Any] = {"enabled": layers is not None}
+    if layers is not None:
+        telemetry["layers"] = [
+            {"name": n, "type": "Linear", "kind": "linear", "params": {}} for n in layers
+        ]
+    manifest = RunManifest.model_validate(
+        {
+            **sections,
+            "format": FORMAT,
+            "status": "running",
+            "config": config,
+            "config_hash": config_digest(config),
+            "data": {
+                "dataset": "synthetic",
+                "files": {},
+                "split_mode": None,
+                "split_seed": None,
+                "split_hash": "synthetic",
+                "tensors_sha256": "synthetic",
+                "sizes": dict(SYNTHETIC_SIZES),
+                "info": {},
+            },
+            "model": {"kind": "ciresan", "class": "CiresanMLP", "parameters": 0},
+            "hashes": {
+                "initial_params": f"init-{seed}",
+                "final_params": f"final-{seed}",
+                "training_order": "synthetic",
+                "masks": "synthetic",
+            },
+            "environment": _ENVIRONMENT,
+            "telemetry": telemetry,
+            "execution": {"path": "eager", "precision": "fp32"},
+        }
+    )
+    if (path / "manifest.json").exists():  # a test rewriting a run replaces it
+        shutil.rmtree(path)
+    writer = RunWriter(path).acquire()
+    try:
+        writer.start(manifest)
+        for row in rows:
+            writer.row(row)
+        writer.finish(status)
+    finally:
+        writer.close()
+    return path
+
+
+_ENVIRONMENT = {
+    "python": "synthetic",
+    "torch": "synthetic",
+    "numpy": "synthetic",
+    "platform": "synthetic",
+    "machine": "synthetic",
+    "cpu_count": None,
+    "threads": 1,
+    "device": "cpu",
+    "device_name": "cpu",
+    "dtype": "float32",
+    "matmul_precision": "highest",
+    "cuda": None,
+    "cpu_allocator_tuned": False,
+}
+
+
+def write_legacy_run(
+    path: Path,
+    *,
+    study: str,
+    recipe: str,
+    seed: int,
+    lr: float,
+    rows: list[dict[str, Any]],
+    truncated_tail: bool = False,
+    phase: str | None = None,
+    status: str = "complete",
+) -> Path:
+    """A run directory as no current writer makes it, on purpose: a format-2 manifest (read
+    by its header alone, as an older fathom wrote it) and ``history.jsonl`` dumped with
+    Python's ``json`` (``NaN`` and ``Infinity`` literals kept, which :class:`RunWriter`
+    writes as ``null``); ``truncated_tail`` appends a torn line after the rows the
+    manifest's digest covers. For the tests of old-format reading and damaged histories."""
     path.mkdir(parents=True, exist_ok=True)
-    config = {
-        "name": path.name,
-        "study": study,
-        "seed": seed,
-        "device": "cpu",
-        "model": {"kind": "ciresan", "recipe": recipe, "widths": [16, 12, 8]},
-        "optim": {"lr": lr, "epochs": max((r["epoch"] for r in rows), default=0)},
-    }
-    last = rows[-1] if rows else {}
-    val_ce = [(r["val/ce"], r["epoch"]) for r in rows if _finite(r.get("val/ce"))]
+    config = _config(path.name, study, recipe, seed, lr, rows)
+    sections = _sections(path, study, rows, phase)
     manifest: dict[str, Any] = {
-        "format": HEADER_FORMAT,
-        "kind": "run",
-        "phase": phase,
-        "run_id": path.name,
-        "study": study,
+        **sections,
+        "format": LEGACY_FORMAT,
         "status": status,
-        "status_reason": None,
         "config": config,
         "config_hash": config_digest(config),
-        "source_hash": "synthetic",
         "data": {
             "dataset": "synthetic",
             "files": {},
@@ -160,19 +264,7 @@ def write_run(
         },
         "hashes": {"initial_params": f"init-{seed}", "final_params": f"final-{seed}"},
         "environment": {"python": "synthetic", "device": "cpu"},
-        "clocks": {
-            "training_s": last.get("clock/training_s"),
-            "elapsed_s": last.get("clock/elapsed_s"),
-        },
-        "epochs_completed": last.get("epoch"),
-        "selected": {"epoch": min(val_ce)[1] if val_ce else None, "by": "min val/ce"},
-        "final": {"epoch": last.get("epoch")},
     }
-    if layers is not None:
-        manifest["telemetry"] = {
-            "enabled": True,
-            "layers": [{"name": n, "type": "Linear", "kind": "linear"} for n in layers],
-        }
     text = "".join(json.dumps(r) + "\n" for r in rows)
     digest = hashlib.sha256(text.encode()).hexdigest()
     history = {"bytes": len(text.encode()), "rows": len(rows), "sha256": digest}
@@ -242,7 +334,7 @@ def write_study(
             )
     if awkward:
         out.append(
-            write_run(
+            write_legacy_run(
                 root / "awkward-s7",
                 study=root.name,
                 recipe="plain",

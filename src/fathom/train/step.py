@@ -1,0 +1,111 @@
+"""One optimizer step, written once: gather -> autocast forward -> cross-entropy -> gradients
+-> update.
+
+:class:`StepBody` is the step every cross-entropy stepper runs, the eager path and the CUDA
+graph (captured, or run eagerly); the regularized step shares its batch (:meth:`StepBody.batch`)
+and its torch-optimizer update (:func:`torch_update`) and computes its own gradients. Per step
+``i`` of an :class:`~fathom.train.plan.EpochPlan`::
+
+    x = augment(fit_x[idx_i]);  loss = CE(model(x).float(), fit_y[idx_i])   (mean, nats)
+    plain SGD:        g = d loss / d θ_active;  ActiveSGD update of θ_active with lr_i
+    other optimizers: loss.backward(); group["lr"] = lr_i; optimizer.step(); zero_grad(None)
+
+The learning rate has one source, the plan (``plan.lrs``, :mod:`fathom.train.schedule`): it
+reaches the update once, as the argument of :class:`fathom.train.sgd.ActiveSGD` or, for a torch
+optimizer (which reads nothing else), in ``param_group["lr"]``. Readers of the applied rate
+(``optim/lr``, the telemetry's update ratios, a divergence message) take it from the plan too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fathom.data import DataSplits, random_crop_flip
+from fathom.train.sgd import ActiveSGD
+
+Tick = Callable[[int, int, int], None]
+"""``tick(epoch, steps_done, steps)``, called before each step of an epoch."""
+
+
+def autocast_for(device: torch.device, precision: str):
+    """bfloat16 autocast for ``bf16``; nothing otherwise."""
+    if precision == "bf16":
+        # cache_enabled=False: required for CUDA-graph capture under autocast
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
+    return nullcontext()
+
+
+class Augmenter:
+    """The fitting batches' augmentation, drawn from its own seeded generator (on the device)."""
+
+    def __init__(self, kind: str, seed: int, device: torch.device) -> None:
+        self.kind = kind
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kind == "none":
+            return x
+        return random_crop_flip(x, self.generator)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+
+
+def torch_update(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """A torch optimizer's update from the gradients in ``.grad``, at rate ``lr``:
+    ``group["lr"] = lr`` (the one input it reads), ``step()``, ``zero_grad(set_to_none=True)``."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+class StepBody:
+    """The cross-entropy step over the fitting split (see the module docstring).
+
+    ``sgd``: the :class:`~fathom.train.sgd.ActiveSGD` standing in for plain SGD (``autograd.grad``
+    over the step's active parameters, no ``.grad``), or ``None`` for ``backward`` and the torch
+    optimizer. The gates are the caller's: set them before calling.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        splits: DataSplits,
+        device: torch.device,
+        precision: str = "fp32",
+        augmenter: Augmenter | None = None,
+        sgd: ActiveSGD | None = None,
+    ) -> None:
+        self.model, self.optimizer, self.splits = model, optimizer, splits
+        self.device, self.precision = device, precision
+        self.augmenter, self.sgd = augmenter, sgd
+
+    def batch(self, idx: torch.Tensor) -> torch.Tensor:
+        """The (augmented) fitting inputs of ``idx``."""
+        x = self.splits.fit_x.index_select(0, idx)
+        return x if self.augmenter is None else self.augmenter(x)
+
+    def __call__(
+        self, idx: torch.Tensor, kept: tuple[bool, ...], lr: float | torch.Tensor
+    ) -> torch.Tensor:
+        """One step on the examples ``idx`` with the gates ``kept`` at rate ``lr``; return the
+        batch's mean CE, detached (a device scalar: nothing is read back)."""
+        with autocast_for(self.device, self.precision):
+            logits = self.model(self.batch(idx))
+        loss = F.cross_entropy(logits.float(), self.splits.fit_y.index_select(0, idx))
+        if self.sgd is not None:
+            self.sgd.step(loss, kept, lr)
+        else:
+            loss.backward()
+            torch_update(self.optimizer, float(lr))
+        return loss.detach()
