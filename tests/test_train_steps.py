@@ -62,7 +62,7 @@ class TorchStep:
             self.controller.release()
         return loss_sum
 
-    def epoch_fields(self, n_fit):
+    def epoch_fields(self):
         return {}
 
     def state_dict(self):
@@ -107,8 +107,8 @@ class RegularizedReference(TorchStep):
         self.optimizer.zero_grad(set_to_none=True)
         return loss_sum
 
-    def epoch_fields(self, n_fit):
-        return self.real.epoch_fields(n_fit)
+    def epoch_fields(self):
+        return self.real.epoch_fields()
 
     def state_dict(self):
         return self.real.state_dict()

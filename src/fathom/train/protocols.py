@@ -36,7 +36,7 @@ class Stepper(Protocol):
         """Every step of ``plan``; return the device sum (float64) of the batches' mean losses."""
         ...
 
-    def epoch_fields(self, n_fit: int) -> dict[str, Any]:
+    def epoch_fields(self) -> dict[str, Any]:
         """The stepper's own history fields of the epoch just run (read at the boundary)."""
         ...
 
