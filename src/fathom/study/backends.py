@@ -25,7 +25,7 @@ from fathom.study.plan import RunSpec
 OnOutcome = Callable[[RunOutcome], None]
 """Called with each run's outcome as the run ends (the study's per-run line)."""
 
-POOL_PRELOAD: tuple[str, ...] = ("torch", "fathom.study.execute", "fathom.train.loop")
+POOL_PRELOAD = ("fathom.study.pool_guard", "torch", "fathom.study.execute", "fathom.train.loop")
 """Modules the local pool's forkserver imports once, before it forks any worker (what a run
 imports; a name that fails to import is skipped by multiprocessing, and the worker imports
 it itself)."""
@@ -67,6 +67,11 @@ def pool_context() -> multiprocessing.context.BaseContext:
         _POOL_OWNER.clear()
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(list(POOL_PRELOAD))
+    os.environ["FATHOM_POOL_STUDY"] = str(os.getpid())  # read by fathom.study.pool_guard
+    try:
+        fs.ensure_running()
+    finally:
+        del os.environ["FATHOM_POOL_STUDY"]
     if not _POOL_OWNER:
         _POOL_OWNER.append(os.getpid())
     return ctx
@@ -75,18 +80,22 @@ def pool_context() -> multiprocessing.context.BaseContext:
 def die_with_study(study_pid: int, poll_s: float = 0.5) -> None:
     """Worker initializer: end this worker as soon as the study process ``study_pid`` dies.
 
-    A worker blocked on its task pipe never notices a ``kill -9`` of the study by itself, and
-    the study is not its parent (the forkserver is, and the forkserver outlives the study
-    while any worker holds its "alive" pipe), so ``PR_SET_PDEATHSIG`` cannot serve. A daemon
-    thread waits on a pidfd of the study (Linux >= 5.3: readable the moment it exits) or,
-    elsewhere, polls ``os.kill(study_pid, 0)`` every ``poll_s`` seconds, and ends the process
-    with ``os._exit``; a study already gone ends it at once.
+    A worker blocked on its task pipe never notices a ``kill -9`` of the study by itself. Its
+    parent is the forkserver, which the kernel kills with the study
+    (:mod:`fathom.study.pool_guard`); the worker sets ``PR_SET_PDEATHSIG`` towards it, so
+    the kernel ends it too, even inside a long torch call. Besides (other systems, a race
+    at start), a daemon thread waits on a pidfd of the study (Linux >= 5.3: readable the
+    moment it exits) or polls ``os.kill(study_pid, 0)`` every ``poll_s`` seconds, and ends
+    the process with ``os._exit``; a study already gone ends it at once.
     """
     import os
     import select
     import threading
     import time
 
+    from fathom.study.pool_guard import set_parent_death_signal
+
+    set_parent_death_signal()
     try:
         fd = os.pidfd_open(study_pid) if hasattr(os, "pidfd_open") else None
     except ProcessLookupError:
@@ -99,8 +108,8 @@ def die_with_study(study_pid: int, poll_s: float = 0.5) -> None:
             os.kill(study_pid, 0)
         except ProcessLookupError:
             return False
-        except PermissionError:
-            return True
+        except PermissionError:  # alive, another user's
+            pass
         return True
 
     def watch() -> None:
