@@ -8,6 +8,9 @@ same signal towards the server (:func:`fathom.study.backends.die_with_study`), s
 ``kill -9`` of the study takes every worker down without any of them having to run Python
 code (a worker busy in a long torch call cannot run its watch thread). A study already gone
 ends the server at once. Anywhere the variable is unset, importing this does nothing.
+The signal follows the thread that started the server: ``pool_context`` starts it in the
+thread that runs the pool, which outlives that pool; a server that died with an earlier
+thread is restarted by the next pool (``multiprocessing.forkserver.ensure_running``).
 """
 
 from __future__ import annotations
