@@ -76,15 +76,15 @@ def naive_diagonals(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
     prob = torch.softmax(logits, -1)
     sqrt_h = (torch.eye(10, dtype=DT)[None] - prob[:, :, None]) * prob.sqrt()[:, None, :]
     resid = prob - nn.functional.one_hot(y, 10).to(DT)
-    n, out = x.shape[0], {"ggn": {}, "fisher": {}, "jacobian": {}}
+    n, out = x.shape[0], {"ggn": {}, "empirical_fisher": {}, "jacobian_gram": {}}
     for name, j in jac.items():
         jf, shape = j.reshape(n, 10, -1), j.shape[2:]
         ggn = torch.einsum("ick,icp->ikp", sqrt_h, jf).square().sum((0, 1))
         out["ggn"][name] = (ggn / n).reshape(shape)
-        out["fisher"][name] = (torch.einsum("ic,icp->ip", resid, jf).square().sum(0) / n).reshape(
-            shape
-        )
-        out["jacobian"][name] = (jf.square().sum((0, 1)) / n).reshape(shape)
+        out["empirical_fisher"][name] = (
+            torch.einsum("ic,icp->ip", resid, jf).square().sum(0) / n
+        ).reshape(shape)
+        out["jacobian_gram"][name] = (jf.square().sum((0, 1)) / n).reshape(shape)
     return out
 
 
@@ -114,12 +114,12 @@ def backpack_three(bp_model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dic
     with backpack(DiagGGNExact(), SumGradSquared()):
         extend(nn.CrossEntropyLoss(reduction="sum"))(bp_model(x), y).backward()
     out["ggn"] = [p.diag_ggn_exact / n for p in bp_model.parameters()]
-    out["fisher"] = [p.sum_grad_squared / n for p in bp_model.parameters()]
+    out["empirical_fisher"] = [p.sum_grad_squared / n for p in bp_model.parameters()]
     bp_model.zero_grad(set_to_none=True)
     logits = bp_model(x)
     with backpack(DiagGGNExact()):
         extend(nn.MSELoss(reduction="sum"))(logits, torch.zeros_like(logits)).backward()
-    out["jacobian"] = [p.diag_ggn_exact / (2 * n) for p in bp_model.parameters()]
+    out["jacobian_gram"] = [p.diag_ggn_exact / (2 * n) for p in bp_model.parameters()]
     return out
 
 
@@ -272,7 +272,8 @@ def bench_mlp(probe: int, repeats: int, width_mult: float) -> None:
 
     from backpack import extend
 
-    from fathom.models.ciresan import FULL_WIDTHS, scaled_widths
+    from fathom.models.ciresan import FULL_WIDTHS
+    from fathom.models.specs import scaled_widths
 
     dims = (784, *scaled_widths(FULL_WIDTHS, width_mult))
     layers: list[nn.Module] = []

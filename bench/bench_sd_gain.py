@@ -8,8 +8,10 @@ interquartile range are printed:
 
 * ``dense``:    gain one (``skippable_residual(h, linear, crop, 1.0)``, the ``residual`` recipe)
 * ``ref``:      gain ``g``, out of place: ``crop(h) + linear(h) * g`` (before issue 23)
-* ``inplace``:  gain ``g``, the product's path now: ``linear(h).mul_(g).add_(crop(h))``
-  (bit-identical to ``ref``, :func:`fathom.depth.residual.owns_output`)
+* ``inplace_f``: gain ``g`` in place as a Python float, ``linear(h).mul_(g).add_(crop(h))``
+  (the product's path before the gain tensor; bit-identical to ``ref``)
+* ``inplace``:  the product's path now: the same with ``g`` a cached 0-d tensor
+  (:func:`fathom.depth.residual.gain_tensor`; bit-identical, no wrapped-scalar conversions)
 * ``addalpha``: ``torch.add(crop(h), linear(h), alpha=g)``: one fused kernel (changes last bits;
   not in the product, measured for the record)
 
@@ -45,6 +47,7 @@ def variants(d_in: int, d_out: int) -> tuple[dict, tuple]:
     out = {
         "dense": lambda: F.relu(skippable_residual(h, lin, crop, 1.0)),
         "ref": ref,
+        "inplace_f": lambda: F.relu(lin(h).mul_(GAIN).add_(crop(h))),
         "inplace": lambda: F.relu(skippable_residual(h, lin, crop, GAIN)),
         "addalpha": lambda: F.relu(torch.add(crop(h), lin(h), alpha=GAIN)),
     }

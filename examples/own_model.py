@@ -110,8 +110,8 @@ def main() -> None:
     flops = fathom.audit.mask_costs(model, x_test[:1])
     print(f"dense test accuracy {100 * test_acc:.2f}% on {args.test} test images")
     print("GGN / empirical Fisher / Jacobian-Gram traces (float64, 32 probe examples):")
-    for kind in ("ggn", "fisher", "jacobian"):
-        print(f"  {kind:8s} {sum(float(d.sum()) for d in diags[kind].values()):.6g}")
+    for kind in diags:  # ggn, empirical_fisher, jacobian_gram
+        print(f"  {kind:16s} {sum(float(d.sum()) for d in diags[kind].values()):.6g}")
     print("mask (branch kept)  accuracy %  damage ΔCE (nats)  FLOPs / example")
     for m, acc, dmg, fl in zip(
         scores.masks, scores.accuracy(), scores.damage(), flops, strict=True

@@ -143,3 +143,24 @@ def forked() -> Iterator:
     yield start
     for proc in started:
         proc.cleanup()
+
+
+def encode_idx(values: torch.Tensor) -> bytes:
+    """Serialise a tensor as IDX bytes (the inverse of :func:`fathom.data.idx.parse_idx`);
+    refuses a dtype IDX has no code for."""
+    import numpy as np
+
+    from fathom.data.idx import IDX_DTYPES
+    from fathom.errors import FathomError
+
+    array = values.detach().cpu().numpy()
+    code = next(
+        (c for c, d in IDX_DTYPES.items() if d.newbyteorder("=") == array.dtype.newbyteorder("=")),
+        None,
+    )
+    if code is None:
+        raise FathomError(
+            f"dtype {array.dtype} has no IDX code; use uint8, int8, int16, int32, float32 or float64."
+        )
+    header = bytes([0, 0, code, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes()
+    return header + array.astype(IDX_DTYPES[code], copy=False).tobytes()

@@ -422,7 +422,8 @@ def loop_diagonals(model: nn.Module, x, y) -> dict[str, dict[str, torch.Tensor]]
 
 def _loop_diagonals(model, x, y, named):
     out = {
-        k: {n: torch.zeros_like(p) for n, p in named.items()} for k in ("ggn", "fisher", "jacobian")
+        k: {n: torch.zeros_like(p) for n, p in named.items()}
+        for k in ("ggn", "empirical_fisher", "jacobian_gram")
     }
     for i in range(len(y)):
         z = model(x[i : i + 1])[0]
@@ -444,8 +445,8 @@ def _loop_diagonals(model, x, y, named):
             jj = torch.stack([row[j] for row in jac]).reshape(z.shape[0], -1)  # [C, P]
             shape = named[name].shape
             out["ggn"][name] += torch.einsum("ap,ab,bp->p", jj, h, jj).reshape(shape) / len(y)
-            out["fisher"][name] += (r @ jj).square().reshape(shape) / len(y)
-            out["jacobian"][name] += jj.square().sum(0).reshape(shape) / len(y)
+            out["empirical_fisher"][name] += (r @ jj).square().reshape(shape) / len(y)
+            out["jacobian_gram"][name] += jj.square().sum(0).reshape(shape) / len(y)
     return out
 
 

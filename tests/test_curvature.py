@@ -192,7 +192,11 @@ def test_diagonals_match_materialized_matrices(case: Case) -> None:
     snap = curvature_snapshot(model, x, y)
     ref = brute_force(model, x, y)
     for name, param in model.named_parameters():
-        for kind, mat in (("ggn", ref.ggn), ("fisher", ref.fisher), ("jacobian", ref.jac)):
+        for kind, mat in (
+            ("ggn", ref.ggn),
+            ("empirical_fisher", ref.fisher),
+            ("jacobian_gram", ref.jac),
+        ):
             got = snap.diagonals[kind][name]
             assert_close(got, diag_of(mat, ref, param), TOL, f"{case.id}/{name}/{kind}")
     weights = [p for n, p in model.named_parameters() if not n.endswith("bias")]
@@ -273,7 +277,7 @@ def test_jacobian_row_route_equals_direct_pullback(case: Case, logit_scale: floa
             ggn = g[:-1].square().sum((0, 1)) / x.shape[0]
             fisher = g[-1].square().sum(0) / x.shape[0]
             assert_close(got["ggn"][q], ggn, TOL, f"GGN diag of {q}, two routes")
-            assert_close(got["fisher"][q], fisher, TOL, f"Fisher diag of {q}, two routes")
+            assert_close(got["empirical_fisher"][q], fisher, TOL, f"Fisher diag of {q}, two routes")
 
 
 # -- softmax pieces ------------------------------------------------------------------------

@@ -12,8 +12,10 @@ from torch import nn
 from fathom.cli import main
 from fathom.config import ModelConfig, RunConfig
 from fathom.curvature import curvature_snapshot
+from fathom.curvature.exact import CURVATURE_FAMILIES, OLD_NAMES
 from fathom.curvature.rundir import (
     check_epochs,
+    load_diagonals,
     prediction_agreement,
     probe_from_split,
     run_curvature,
@@ -139,8 +141,48 @@ def test_diagonals_file_on_request(tmp_path: Path) -> None:
     )
     model = rd.load_model(1)
     assert sorted(tensors) == sorted(
-        f"{k}/{n}" for k in ("ggn", "fisher", "jacobian") for n, _ in model.named_parameters()
+        f"{k}/{n}" for k in CURVATURE_FAMILIES for n, _ in model.named_parameters()
     )
+    diags = load_diagonals(tmp_path / "out" / rec["diagonals_file"])
+    assert list(diags) == list(CURVATURE_FAMILIES)
+    assert all(
+        torch.equal(diags[k][n], tensors[f"{k}/{n}"]) for k in CURVATURE_FAMILIES for n in diags[k]
+    )
+
+
+def test_diagonals_file_written_with_the_old_family_names_reads(tmp_path: Path) -> None:
+    """A diagonals file from before the rename (``fisher/``, ``jacobian/``) reads under the
+    families' one name; its record's traces (always ``empirical_fisher_*``) still agree."""
+    from safetensors.torch import save_file
+
+    rd = SyntheticDataRunDir(make_run(tmp_path))
+    run_curvature(rd, [1], probe=4, out_dir=tmp_path / "out", save_diagonals=True)
+    rec = json.loads((tmp_path / "out" / "epoch-0001.json").read_text())
+    new = load_diagonals(tmp_path / "out" / rec["diagonals_file"])
+    back = {v: k for k, v in OLD_NAMES.items()}
+    old = {f"{back.get(k, k)}/{n}": t for k, per in new.items() for n, t in per.items()}
+    assert any(key.startswith("fisher/") for key in old)
+    save_file(old, tmp_path / "old.safetensors")
+    got = load_diagonals(tmp_path / "old.safetensors")
+    assert list(got) == list(CURVATURE_FAMILIES)
+    assert all(torch.equal(got[k][n], new[k][n]) for k in CURVATURE_FAMILIES for n in new[k])
+    stem = rec["layers"][0]
+    assert stem["empirical_fisher_weight_trace"] == pytest.approx(
+        float(got["empirical_fisher"]["stem.weight"].sum())
+    )
+
+
+@pytest.mark.parametrize("content", [b"not safetensors", None])
+def test_diagonals_file_not_ours_is_refused(tmp_path: Path, content: bytes | None) -> None:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "d.safetensors"
+    if content is None:
+        save_file({"hessian/w": torch.zeros(2)}, path)
+    else:
+        path.write_bytes(content)
+    with pytest.raises(FathomError, match="diagonals"):
+        load_diagonals(path)
 
 
 def test_missing_epochs_list_what_exists(tmp_path: Path) -> None:

@@ -13,12 +13,19 @@ import torch
 
 import fathom.pex_conv
 from fathom.curvature import exact_diagonals
+from fathom.curvature.exact import OLD_NAMES
 from fathom.errors import FathomError
 from model_zoo import CASES, make
 from test_curvature_zoo import RTOL, ZOO, brute_force, relative_error
 
 torch.set_num_threads(1)
-SUBSETS = [("ggn",), ("fisher",), ("jacobian",), ("ggn", "fisher"), ("fisher", "jacobian")]
+SUBSETS = [
+    ("ggn",),
+    ("empirical_fisher",),
+    ("jacobian_gram",),
+    ("ggn", "empirical_fisher"),
+    ("empirical_fisher", "jacobian_gram"),
+]
 
 
 @pytest.mark.parametrize("case", ZOO, ids=[c["id"] for c in ZOO])
@@ -45,18 +52,33 @@ def test_every_family_subset_matches_brute_force(case) -> None:
 
 def test_one_family_name_is_accepted_as_a_string() -> None:
     model, x, y = make(CASES[0], n=4)
-    got = exact_diagonals(model, x, y, families="fisher")
-    assert list(got) == ["fisher"]
-    want = exact_diagonals(model, x, y)["fisher"]
-    for name, t in got["fisher"].items():
+    got = exact_diagonals(model, x, y, families="empirical_fisher")
+    assert list(got) == ["empirical_fisher"]
+    want = exact_diagonals(model, x, y)["empirical_fisher"]
+    for name, t in got["empirical_fisher"].items():
         torch.testing.assert_close(t, want[name], rtol=1e-13, atol=0)
 
 
 @pytest.mark.parametrize("families", [("ggn", "hessian"), (), "GGN", ["kfac"], 3, [["ggn"]]])
 def test_unknown_families_are_refused_naming_the_choices(families) -> None:
     model, x, y = make(CASES[0], n=4)
-    with pytest.raises(FathomError, match="choose from ggn, fisher, jacobian or 'all'"):
+    with pytest.raises(
+        FathomError, match="choose from ggn, empirical_fisher, jacobian_gram or 'all'"
+    ):
         exact_diagonals(model, x, y, families=families)
+
+
+@pytest.mark.parametrize("old", [("fisher",), ("jacobian",), ("ggn", "fisher", "jacobian")])
+def test_old_family_names_still_select_their_family(old) -> None:
+    """Calls written with the short names (before one name per family) keep working and
+    return the families under their one name."""
+    model, x, y = make(CASES[0], n=4)
+    got = exact_diagonals(model, x, y, families=old if len(old) > 1 else old[0])
+    assert tuple(got) == tuple(OLD_NAMES.get(f, f) for f in old)
+    want = exact_diagonals(model, x, y)
+    for kind, per in got.items():
+        for name, t in per.items():
+            torch.testing.assert_close(t, want[kind][name], rtol=1e-13, atol=0)
 
 
 @pytest.mark.parametrize("case_id", ["residual_cnn", "staged_lif"])
@@ -94,7 +116,7 @@ def test_embedding_pair_sums_match_brute_force_with_repeats_and_padding() -> Non
     x = torch.tensor([[0, 0, 2, 1, 0], [2, 2, 3, 3, 1], [1, 0, 1, 0, 1]])
     y = torch.tensor([0, 3, 1])
     want = brute_force(model, x, y)
-    for subset in (("ggn",), ("fisher",), ("ggn", "fisher")):
+    for subset in (("ggn",), ("empirical_fisher",), ("ggn", "empirical_fisher")):
         got = exact_diagonals(model, x, y, families=subset)
         for kind in subset:
             w = want[kind]["embed.weight"]
@@ -102,3 +124,18 @@ def test_embedding_pair_sums_match_brute_force_with_repeats_and_padding() -> Non
             assert float(got[kind]["embed.weight"][2].abs().max()) == 0.0
             assert float(got[kind]["embed.weight"][4:].abs().max()) == 0.0
             assert float(w[3].abs().max()) > 0
+
+
+def test_a_result_read_by_an_old_family_name_warns_and_is_the_new_family() -> None:
+    """Code written before the rename (``d["fisher"]``) keeps working, told the new key;
+    a family not computed, or a name that was never one, is still a ``KeyError``."""
+    model, x, y = make(ZOO[0], n=4)
+    got = exact_diagonals(model, x, y, families=("empirical_fisher", "jacobian_gram"))
+    for old, new in OLD_NAMES.items():
+        with pytest.warns(FutureWarning, match=new):
+            assert got[old] is got[new]
+    only_ggn = exact_diagonals(model, x, y, families="ggn")
+    for key in ("fisher", "jacobian", "hessian"):
+        with pytest.raises(KeyError):
+            only_ggn[key]
+    assert "fisher" not in got and list(got) == ["empirical_fisher", "jacobian_gram"]

@@ -135,9 +135,9 @@ def test_deep_linear_net_kfac_of_the_jacobian_gram_is_exact_for_many_examples(la
     model = nn.Sequential(nn.Linear(4, 5), nn.Linear(5, 3), nn.Linear(3, 3)).double().eval()
     x = torch.randn(6, 4, generator=g, dtype=DT)
     y = torch.randint(0, 3, (6,), generator=g)
-    a, u, _ = rows_of(model, x, y, layer, kind="jacobian")
+    a, u, _ = rows_of(model, x, y, layer, kind="jacobian_gram")
     f = kfac_factors(u, a)
-    exact = exact_block(model, x, y, f"{layer}.weight", "jacobian")
+    exact = exact_block(model, x, y, f"{layer}.weight", "jacobian_gram")
     torch.testing.assert_close(torch.kron(f.G.dense(), f.A.dense()), exact, rtol=1e-10, atol=1e-13)
 
 

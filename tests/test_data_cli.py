@@ -7,9 +7,9 @@ import hashlib
 import pytest
 import torch
 
+from conftest import encode_idx
 from fathom.cli import main
 from fathom.data import DATASETS, IdxDataset, IdxFile, remote
-from fathom.data.idx import encode_idx
 
 STEMS = {
     "train-images": ("train-images-idx3-ubyte", (6, 28, 28)),

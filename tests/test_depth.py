@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from ciresan_taps import forward_taps
+from ciresan_reference import forward_taps
 from fathom.depth import (
     Crop,
     DropSchedule,

@@ -34,7 +34,7 @@ def test_own_model_example_end_to_end(tmp_path: Path, forked) -> None:
         assert row["grad/pex/diversity/head"] is not None
         assert any(k.endswith("/stage2.0.branch.0") for k in row)  # qualified module names
     # every parameter has every diagonal: nothing silently left out
-    for kind in ("ggn", "fisher", "jacobian"):
+    for kind in ("ggn", "empirical_fisher", "jacobian_gram"):
         assert res["diagonal_params"][kind] == sorted(res["parameters"])
         assert res["traces"][kind] > 0
     masks = [tuple(m) for m in res["masks"]]

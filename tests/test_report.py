@@ -327,29 +327,6 @@ def test_cli_report(study: Path, tmp_path: Path, capsys: pytest.CaptureFixture) 
     assert (out / "report.html").exists() and "flagged: awkward-s7" in text
 
 
-def test_damage_records_prefer_mask_rows() -> None:
-    from fathom.report.figures import damage_records
-
-    audit = {
-        "runs": [
-            {
-                "masks": [
-                    {"mask": "11", "macs": 10, "val": {"damage": 0.0}},
-                    {"mask": "01", "macs": 5, "val": {"damage": 0.4}},
-                ]
-            }
-        ],
-        "by_size": {"1": {"damage": 0.4}},
-    }
-    recs = damage_records(audit)
-    assert recs == [
-        {"mask": "11", "macs": 10, "val.damage": 0.0},
-        {"mask": "01", "macs": 5, "val.damage": 0.4},
-    ]
-    assert damage_records({"by_size": {"1": {"damage": 0.4}}}) == [{"damage": 0.4}]
-    assert damage_records({"x": [1, 2]}) == []
-
-
 def test_markup_in_names_is_escaped(tmp_path: Path) -> None:
     from synthetic_runs import synthetic_history, write_run
 

@@ -30,11 +30,11 @@ def test_positions_align_and_unlisted_runs_match_by_name() -> None:
         "extra",
     ]
     assert a.label("plain", "blocks.1.res") == a.label("res", "blocks.1.res.branch")
-    assert a.name_in("plain", "blocks.0.res.branch / blocks.0.res") == "blocks.0.res"
-    assert a.name_in("res", "blocks.0.res.branch / blocks.0.res") == "blocks.0.res.branch"
+    assert a.names["blocks.0.res.branch / blocks.0.res"]["plain"] == "blocks.0.res"
+    assert a.names["blocks.0.res.branch / blocks.0.res"]["res"] == "blocks.0.res.branch"
     # a run without a manifest layer list joins the position holding the same name
     assert a.label("old", "blocks.0.res") == "blocks.0.res.branch / blocks.0.res"
-    assert a.label("old", "extra") == "extra" and a.name_in("res", "extra") is None
+    assert a.label("old", "extra") == "extra" and "res" not in a.names.get("extra", {})
     assert a.last() == "extra"
     # label order follows the run order given (reference recipe first)
     b = align_layers([_run("plain", PLAIN), _run("res", RES)])

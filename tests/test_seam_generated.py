@@ -41,7 +41,7 @@ from fathom.telemetry.instruments import read_only
 from seam_grammar import build, specs
 
 torch.set_num_threads(1)
-FAMILIES = ("ggn", "fisher", "jacobian")
+FAMILIES = ("ggn", "empirical_fisher", "jacobian_gram")
 OUTCOMES: collections.Counter = collections.Counter()  # (instrument, "exact" | refusal text)
 MOMENT_FAMILIES = ("gradients", "moments")
 
@@ -87,8 +87,8 @@ def reference(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
             jac = torch.stack([r[j] for r in rows])  # [C, *shape]
             g_i = torch.tensordot(resid, jac, dims=1)  # dCE/dtheta = sum_c (p_c - e_yc) J[c]
             grads[n].append(g_i)
-            diag["fisher"][n] += g_i**2
-            diag["jacobian"][n] += (jac**2).sum(0)
+            diag["empirical_fisher"][n] += g_i**2
+            diag["jacobian_gram"][n] += (jac**2).sum(0)
             diag["ggn"][n] += torch.einsum("ab,a...,b...->...", hess, jac, jac)
     n_ex = x.shape[0]
     return {

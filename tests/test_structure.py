@@ -42,7 +42,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "fathom.user_code",
         ),
     ),
-    ("config", ("fathom.config", "fathom.config_models", "fathom.config_live")),
+    (
+        "config",
+        ("fathom.config", "fathom.config_models", "fathom.config_live", "fathom.config_export"),
+    ),
     ("data", ("fathom.data",)),
     (
         "model",

@@ -23,6 +23,7 @@ from fathom.dynamics.regularizer import regularized_gradients
 from fathom.io import state_dict_digest
 from fathom.models.prep import network_and_input
 from fathom.rundir.files import load_resume
+from fathom.telemetry.recorder import Recorder as TelemetryRecorder
 from fathom.train.build import build_controller, build_optimizer, init_model
 from fathom.train.fast import GraphStepper
 from fathom.train.loop import train
@@ -284,8 +285,6 @@ def test_update_ratio_uses_the_plans_last_rate(tmp_path):
 
 
 def test_the_concrete_steppers_and_recorder_satisfy_the_protocols():
-    from fathom.telemetry import Recorder as TelemetryRecorder
-
     cfg = tiny_config(**{"model.recipe": "sd_constant", "telemetry.enabled": True, **TEL})
     splits = synthetic_splits(n_fit=64, n_eval=8)
     model = init_model(cfg)
@@ -301,3 +300,49 @@ def test_the_concrete_steppers_and_recorder_satisfy_the_protocols():
     rec = TelemetryRecorder(tel, epochs=3, splits=splits, model=model, seed=0)
     assert isinstance(rec, Recorder)
     assert not isinstance(rec, Stepper) and not isinstance(stepper, Recorder)
+
+
+@pytest.mark.parametrize("active", [True, False])
+def test_the_rate_reaches_the_update_on_one_channel(active):
+    """ActiveSGD takes the plan's rate as its argument and leaves ``group["lr"]`` at the base
+    rate; torch's optimizer (``stepper.sgd = None`` switches the body to it) reads only
+    ``group["lr"]``, which then holds the plan's last rate."""
+    sched = {"kind": "piecewise", "points": [[0, 1.0], [1, 0.5]]}
+    cfg = tiny_config(**{"model.recipe": "sd_constant", "optim.schedule": sched})
+    splits = synthetic_splits(n_fit=64, n_eval=8)
+    model = init_model(cfg)
+    controller = build_controller(model, cfg)
+    opt = build_optimizer(model, cfg.optim)
+    stepper = EagerStepper(model, opt, controller, splits, torch.device("cpu"))
+    assert stepper.sgd is not None
+    if not active:
+        stepper.sgd = None
+        assert stepper.body.sgd is None
+    plan = plan_epoch(1, 64, 32, torch.Generator().manual_seed(0), controller, cfg.optim)
+    stepper.run_epoch(plan)
+    assert plan.lrs[-1] != cfg.optim.lr
+    assert opt.param_groups[0]["lr"] == (cfg.optim.lr if active else plan.lrs[-1])
+
+
+@pytest.mark.parametrize(
+    ("protocol", "classes"),
+    [
+        (Stepper, (EagerStepper, GraphStepper, RegularizedStepper)),
+        (Recorder, (TelemetryRecorder,)),
+    ],
+    ids=["stepper", "recorder"],
+)
+def test_the_concrete_methods_take_the_protocols_parameters(protocol, classes):
+    """``isinstance`` on a runtime Protocol sees names only: the parameters are checked here
+    (names in order; the concrete class may add only parameters with defaults)."""
+    import inspect
+
+    methods = [n for n, v in vars(protocol).items() if inspect.isfunction(v) and n[0] != "_"]
+    assert methods
+    for cls in classes:
+        for name in methods:
+            want = list(inspect.signature(getattr(protocol, name)).parameters)
+            have = inspect.signature(getattr(cls, name)).parameters
+            assert list(have)[: len(want)] == want, (cls.__name__, name)
+            extra = list(have.values())[len(want) :]
+            assert all(p.default is not inspect.Parameter.empty for p in extra), (cls, name)

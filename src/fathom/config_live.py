@@ -29,13 +29,13 @@ CLI flag ``--live`` overrides ``backends``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
+from fathom.config_export import live_targets
 from fathom.config_models import _Strict
 
-BACKENDS: tuple[str, ...] = ("tensorboard", "wandb")
 _WANDB_FORBIDDEN = set("/\\#?%:")  # characters W&B refuses in project and entity names
 
 
@@ -68,10 +68,17 @@ class TensorBoardLiveConfig(_Strict):
     log_dir: str | None = Field(default=None, min_length=1)
 
 
+def _live_backend(name: str) -> str:
+    """A backend of :data:`fathom.config_export.EXPORT_TARGETS` with ``live``."""
+    if name not in live_targets():
+        raise ValueError(f"{name!r} is not a live backend; use one of {', '.join(live_targets())}")
+    return name
+
+
 class LiveConfig(_Strict):
     """Which backends stream the history rows while a run trains (none by default)."""
 
-    backends: tuple[Literal["tensorboard", "wandb"], ...] = ()
+    backends: tuple[Annotated[str, AfterValidator(_live_backend)], ...] = ()
     wandb: WandbLiveConfig = WandbLiveConfig()
     tensorboard: TensorBoardLiveConfig = TensorBoardLiveConfig()
 

@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from fathom.errors import InvalidValue
+
 #: Numbers of every config: an integer field takes no ``true`` or ``2.0``, a float field
 #: takes integers but no booleans or strings, and no float is ``inf`` or ``nan``.
 Int = Annotated[int, Strict()]
@@ -80,6 +82,75 @@ def check_name(value: str) -> str:
 Name = Annotated[str, AfterValidator(check_name)]
 
 
+# -- the models' checks, written once and torch-free: the validators below and the
+# constructors of fathom.models call the same functions, so a config that validates builds
+STAGES = 4
+"""The stages of the staged conv net a config builds (:class:`StagedConvConfig`)."""
+
+
+def check_hidden_widths(widths: tuple[int, ...]) -> tuple[int, ...]:
+    """The Ciresan MLP's hidden widths: at least two (stem + one body block), all positive."""
+    if len(widths) < 2 or any(w <= 0 for w in widths):
+        raise InvalidValue(
+            f"widths {list(widths)}: need at least two positive hidden widths (stem + one "
+            "body block)"
+        )
+    return widths
+
+
+def check_unit_dropout(p: float) -> float:
+    """A unit-dropout probability in ``[0, 1)``."""
+    if not 0.0 <= p < 1.0:
+        raise InvalidValue(f"unit_dropout must be in [0, 1), got {p}")
+    return p
+
+
+def check_narrowing(widths: tuple[int, ...]) -> tuple[int, ...]:
+    """Widths a crop bypass can follow: non-increasing (``h[:, :d_out]`` needs d_out <= d_in)."""
+    for a, b in pairwise(widths):
+        if b > a:
+            raise InvalidValue(
+                f"widths {list(widths)} increase ({a} -> {b}); a crop bypass needs "
+                "non-increasing widths (or use recipe 'plain')"
+            )
+    return widths
+
+
+def check_stage_depth(depth: int, stages: int = STAGES) -> int:
+    """A conv depth of ``stages`` equal stages: a positive multiple of ``stages``."""
+    if depth < stages or depth % stages:
+        raise InvalidValue(
+            f"depth {depth} is not a positive multiple of the {stages} stages; "
+            f"use depths like {', '.join(str(stages * n) for n in range(1, 6))}"
+        )
+    return depth
+
+
+Neuron = Literal["lif", "relu"]
+NEURONS: tuple[Neuron, ...] = get_args(Neuron)
+"""The conv net's neurons: ``lif`` (spiking, with ``timesteps >= 1``) or ``relu`` (ANN)."""
+
+
+def check_timesteps(timesteps: int) -> int:
+    """The LIF simulation steps per input: ``>= 0`` (0 = the ANN)."""
+    if timesteps < 0:
+        raise InvalidValue(
+            f"timesteps must be >= 0 (0 = ANN), got {timesteps}; use e.g. --timesteps 4"
+        )
+    return timesteps
+
+
+def check_image_size(size: int, stages: int = STAGES) -> int:
+    """An input size that passes ``stages`` 2×2 poolings: a positive multiple of ``2**stages``."""
+    shrink = 2**stages
+    if size % shrink or size < shrink:
+        raise InvalidValue(
+            f"image size {size} cannot pass {stages} 2×2 poolings (needs a multiple "
+            f"of {shrink}); pad or crop the images (MNIST-like 28×28 is padded to 32×32)"
+        )
+    return size
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -122,16 +193,12 @@ class ModelConfig(_Strict):
     @field_validator("widths")
     @classmethod
     def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if len(v) < 2 or any(w <= 0 for w in v):
-            raise ValueError("widths needs at least two positive hidden widths")
-        return v
+        return check_hidden_widths(v)
 
     @field_validator("unit_dropout")
     @classmethod
     def _dropout(cls, v: float | None) -> float | None:
-        if v is not None and not 0.0 <= v < 1.0:
-            raise ValueError(f"unit_dropout must be in [0, 1), got {v}")
-        return v
+        return None if v is None else check_unit_dropout(v)
 
     @field_validator("drop_probs")
     @classmethod
@@ -141,13 +208,7 @@ class ModelConfig(_Strict):
     @model_validator(mode="after")
     def _crop_needs_narrowing(self) -> ModelConfig:
         if self.recipe != "plain":
-            w = self.widths
-            for a, b in pairwise(w):
-                if b > a:
-                    raise ValueError(
-                        f"widths {list(w)} increase ({a} -> {b}); the crop bypass of recipe "
-                        f"{self.recipe!r} needs non-increasing widths (or use recipe 'plain')"
-                    )
+            check_narrowing(self.widths)
         return self
 
 
@@ -162,8 +223,8 @@ class StagedConvConfig(_Strict):
 
     kind: Literal["staged_conv"] = "staged_conv"
     depth: Int = Field(default=4, gt=0)
-    neuron: Literal["lif", "relu"] = "lif"
-    timesteps: Int = Field(default=4, ge=0)
+    neuron: Neuron = "lif"
+    timesteps: Int = 4
     residual: Bool = False
     batchnorm: Bool = True
     width_mult: Float = Field(default=1.0, gt=0)
@@ -172,9 +233,17 @@ class StagedConvConfig(_Strict):
     @field_validator("depth")
     @classmethod
     def _depth(cls, v: int) -> int:
-        if v % 4:
-            raise ValueError(f"depth {v} is not a multiple of the 4 stages; use e.g. 4, 8, 12, 16")
-        return v
+        return check_stage_depth(v)
+
+    @field_validator("image_size")
+    @classmethod
+    def _image_size(cls, v: int) -> int:
+        return check_image_size(v)
+
+    @field_validator("timesteps")
+    @classmethod
+    def _timesteps(cls, v: int) -> int:
+        return check_timesteps(v)
 
 
 class PythonModelConfig(_Strict):

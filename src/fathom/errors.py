@@ -14,6 +14,12 @@ class FathomError(Exception):
     """
 
 
+class InvalidValue(FathomError, ValueError):
+    """A value refused by a check that config validation and a constructor share (the model
+    checks of :mod:`fathom.config_models`): pydantic takes it as a ``ValueError`` and names
+    the config field, a constructor's caller gets a :class:`FathomError`."""
+
+
 SUGGEST_CUTOFF = 0.6
 """``difflib`` similarity ``2 M / T`` (matched characters over both lengths) a known name needs
 to be offered for a mistyped one (``ciresan-fsat`` -> ``ciresan-fast``: 0.92)."""

@@ -54,11 +54,6 @@ def percent(fraction: float | None) -> float | None:
     return None if fraction is None else 100.0 * float(fraction)
 
 
-def unit_suffix(unit: str) -> str:
-    """The text printed after a number in ``unit`` (``" nats"``, ``"%"``)."""
-    return _rule(unit)[1]
-
-
 def _rule(unit: str) -> tuple[str, str]:
     try:
         return _RULES[unit]

@@ -3,7 +3,7 @@
 Functional core: :mod:`softmax` (cancellation-resistant CE pieces), :mod:`probe` (the
 float64 dense-evaluation copy and the pullback of the ``C`` logit directions through
 :mod:`fathom.seam`), :mod:`twin` (that copy and its seam, cached per model structure),
-:mod:`exact` (diagonals of any model, any subset of the families; gradient concentration),
+:mod:`exact` (diagonals of any model, any subset of the families), :mod:`concentration`,
 :mod:`kfac` (Linear / Conv2d), :mod:`mismatch`; :mod:`snapshot` assembles one record;
 :mod:`rundir` and :mod:`cli` run it over a run directory's checkpoints.
 """
@@ -13,7 +13,8 @@ from fathom.lazy import exports
 __getattr__, __dir__, __all__ = exports(
     __name__,
     {
-        "fathom.curvature.exact": ["exact_diagonals", "gradient_concentration"],
+        "fathom.curvature.concentration": ["gradient_concentration"],
+        "fathom.curvature.exact": ["exact_diagonals"],
         "fathom.curvature.kfac": ["effective_rank", "gram_spectrum"],
         "fathom.curvature.mismatch": ["output_mismatch", "solve_lyapunov_on_support"],
         "fathom.curvature.snapshot": ["curvature_snapshot"],

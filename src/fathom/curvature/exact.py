@@ -1,4 +1,4 @@
-"""Exact float64 curvature diagonals of any model returning logits, and gradient concentration.
+"""Exact float64 curvature diagonals of any model returning logits.
 
 Normalization: every matrix is a **mean over the N probe examples** (the curvature of the
 mean CE over the probe; CE per example unaveraged). With ``J_i`` example ``i``'s logit
@@ -43,6 +43,7 @@ then per layer
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -57,21 +58,38 @@ from fathom.pex import linear_rows, per_example_grads
 from fathom.pex_attention import Form, attention_forms
 from fathom.pex_embedding import embedding_pairs
 from fathom.seam import Call, Layer, Seam
-from fathom.telemetry.moments import moments_from_gram
 from fathom.train.allocator import tune_cpu_allocator
 
-CURVATURE_FAMILIES: tuple[str, ...] = ("ggn", "fisher", "jacobian")
+CURVATURE_FAMILIES: tuple[str, ...] = ("ggn", "empirical_fisher", "jacobian_gram")
+# The families' earlier short names (diagonal files written before the rename use them as
+# key prefixes): still accepted as input, never produced.
+OLD_NAMES: dict[str, str] = {"fisher": "empirical_fisher", "jacobian": "jacobian_gram"}
+
+
+class Diagonals(dict):
+    """``{family: {param_name: diagonal}}``; an old family name still reads (with a
+    ``FutureWarning`` naming the new key), so code written before the rename keeps working."""
+
+    def __missing__(self, key: str) -> dict[str, torch.Tensor]:
+        if OLD_NAMES.get(key) not in self:
+            raise KeyError(key)
+        warnings.warn(f"diagonals[{key!r}] is now [{OLD_NAMES[key]!r}]", FutureWarning, 2)
+        return self[OLD_NAMES[key]]
+
+
 _ELEMENTS = 2**25  # per chunk: directions x examples x parameters of the largest materialized layer
 
 
 def resolve_families(families: str | Iterable[str]) -> tuple[str, ...]:
-    """``"all"``, one family name or several -> the requested families in :data:`CURVATURE_FAMILIES` order."""
+    """``"all"``, one family name or several -> the requested families in
+    :data:`CURVATURE_FAMILIES` order (an old name of :data:`OLD_NAMES` reads as its family)."""
     if families == "all":
         return CURVATURE_FAMILIES
     try:
         chosen = {families} if isinstance(families, str) else set(families)
     except TypeError:
         chosen = {repr(families)}  # not a name nor an iterable of names: refused below
+    chosen = {OLD_NAMES.get(f, f) if isinstance(f, str) else f for f in chosen}
     unknown = sorted(str(f) for f in chosen - set(CURVATURE_FAMILIES))
     if unknown or not chosen:
         raise FathomError(
@@ -106,7 +124,7 @@ class Plan:
     @property
     def units(self) -> bool:
         """Pull back the ``C`` unit directions (needed by the Jacobian Gram) and mix."""
-        return "jacobian" in self.families
+        return "jacobian_gram" in self.families
 
     def grad_outputs(self, logits: torch.Tensor, dirs: OutputDirections) -> torch.Tensor:
         """The pulled-back directions ``[D, N, C]``."""
@@ -115,7 +133,7 @@ class Plan:
         parts = []
         if "ggn" in self.families:
             parts.append(dirs.sqrt_hessian.permute(2, 0, 1))  # [K, N, C]: v_ik = S_i[:, k]
-        if "fisher" in self.families:
+        if "empirical_fisher" in self.families:
             parts.append(dirs.residual[None])
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
@@ -124,29 +142,33 @@ class Plan:
         k = dirs.sqrt_hessian.shape[2]
         if not self.units:
             out, at = {}, 0
-            for kind, width in (("ggn", k), ("fisher", 1)):
+            for kind, width in (("ggn", k), ("empirical_fisher", 1)):
                 if kind in self.families:
                     out[kind], at = r[:, at : at + width], at + width
             return out
         mix = []
         if "ggn" in self.families:
             mix.append(dirs.sqrt_hessian.transpose(1, 2))  # [N, K, C]
-        if "fisher" in self.families:
+        if "empirical_fisher" in self.families:
             mix.append(dirs.residual[:, None, :])  # [N, 1, C]
-        out = {"jacobian": r}
+        out = {"jacobian_gram": r}
         if mix:
             mixed = torch.bmm(torch.cat(mix, 1).to(r.dtype), r)  # [N, K(+1), M]
             if "ggn" in self.families:
                 out["ggn"] = mixed[:, :k]
-            if "fisher" in self.families:
-                out["fisher"] = mixed[:, -1:]
+            if "empirical_fisher" in self.families:
+                out["empirical_fisher"] = mixed[:, -1:]
         return out
 
     def width(self, classes: int) -> int:
         """Rows materialized per example and parameter (pulled back plus mixed)."""
         if self.units:
-            return classes + classes * ("ggn" in self.families) + ("fisher" in self.families)
-        return classes * ("ggn" in self.families) + ("fisher" in self.families)
+            return classes + classes * ("ggn" in self.families) + self._fisher
+        return classes * ("ggn" in self.families) + self._fisher
+
+    @property
+    def _fisher(self) -> int:
+        return int("empirical_fisher" in self.families)
 
 
 Sums = dict[str, torch.Tensor]  # kind -> unnormalized sum over examples, one parameter
@@ -290,11 +312,12 @@ def exact_diagonals(
     *,
     families: str | Iterable[str] = "all",
     chunk_size: int | None = None,
-) -> dict[str, dict[str, torch.Tensor]]:
-    """Exact float64 ``{family: {param_name: diagonal}}`` on ``(x, y)``.
+) -> Diagonals:
+    """Exact float64 ``{family: {param_name: diagonal}}`` on ``(x, y)`` (:class:`Diagonals`).
 
-    Families (``"all"`` or any of ``"ggn"``, ``"fisher"``, ``"jacobian"``; only those are
-    computed): diagonals of ``(1/N) sum_i J_i^T H_i J_i`` (CE GGN), ``(1/N) sum_i g_i g_i^T``
+    Families (``"all"`` or any of :data:`CURVATURE_FAMILIES`, ``"ggn"``, ``"empirical_fisher"``,
+    ``"jacobian_gram"``; only those are computed; the old names ``"fisher"`` and ``"jacobian"``
+    are read as the last two): diagonals of ``(1/N) sum_i J_i^T H_i J_i`` (CE GGN), ``(1/N) sum_i g_i g_i^T``
     (empirical Fisher at the labels ``y``) and ``(1/N) sum_i J_i^T J_i`` (logit-Jacobian Gram),
     see the module docstring; keyed by every name of ``model.named_parameters()``, shaped
     like the parameter. ``model`` is any ``nn.Module`` returning logits ``[N, C]``; it is left
@@ -324,27 +347,4 @@ def exact_diagonals(
             for local, qualified in zip(layer.params, layer.qualified, strict=True):
                 for kind in plan.families:
                     total[kind][qualified] += sums[local][kind]
-    return {k: {p: v / n for p, v in total[k].items()} for k in plan.families}
-
-
-def gradient_concentration(gram: torch.Tensor) -> dict[str, float | None]:
-    """Concentration of per-example gradients ``g_i`` from their Gram ``K_ij = <g_i, g_j>``.
-
-    The curvature job's names for quantities defined once in
-    :func:`fathom.telemetry.moments.moments_from_gram` (``N`` examples, ``gbar = (1/N) sum_i g_i``):
-
-    * ``mean_gradient_sq_norm = ||gbar||^2 = 1^T K 1 / N^2`` (telemetry's ``mean_norm``, squared);
-    * ``covariance_trace = (1/N) sum_i ||g_i - gbar||^2 = tr(K)/N - ||gbar||^2`` (population, 1/N);
-    * ``covariance_to_mean_ratio = covariance_trace / ||gbar||^2`` (telemetry's ``noise_scale``:
-      N-1 when one example carries all the gradient; ``None`` when ``gbar = 0``);
-    * ``norm_participation = (sum_i ||g_i||)^2 / sum_i ||g_i||^2`` in ``[1, N]`` (telemetry's
-      ``participation``; ``None`` if all zero).
-    """
-    m = moments_from_gram(gram)
-    mean_sq = m.mean_norm**2
-    return {
-        "mean_gradient_sq_norm": mean_sq,
-        "covariance_trace": max(m.mean_sq_norm - mean_sq, 0.0),
-        "covariance_to_mean_ratio": m.noise_scale,
-        "norm_participation": m.participation,
-    }
+    return Diagonals({k: {p: v / n for p, v in total[k].items()} for k in plan.families})

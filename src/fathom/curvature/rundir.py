@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from fathom.curvature.definitions import NORMALIZATION
+from fathom.curvature.exact import CURVATURE_FAMILIES, OLD_NAMES
 from fathom.curvature.snapshot import curvature_snapshot
 from fathom.depth import dense_eval
 from fathom.errors import FathomError
@@ -281,8 +282,33 @@ def _save_diagonals(out: AnalysisOutput, name: str, snap: Any) -> str:
             tensors,
             metadata={
                 "normalization": "mean over the N probe examples",
-                "keys": "<ggn|fisher|jacobian>/<parameter name of model.named_parameters()>",
+                "keys": f"<{'|'.join(CURVATURE_FAMILIES)}>/<parameter name of model.named_parameters()>",
             },
         ),
     )
     return name
+
+
+def load_diagonals(path: str | Path) -> dict[str, dict[str, torch.Tensor]]:
+    """``{family: {param_name: diagonal}}`` of an ``epoch-NNNN.diagonals.safetensors`` file,
+    families in :data:`fathom.curvature.exact.CURVATURE_FAMILIES` order; a file written before the rename
+    (key prefixes ``fisher/``, ``jacobian/``: :data:`~fathom.curvature.exact.OLD_NAMES`) reads
+    under the current names. A key of no family is refused, naming it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(str(path))
+    except (OSError, SafetensorError) as e:  # missing, or not a safetensors file
+        raise FathomError(f"cannot read curvature diagonals {path}: {e}") from e
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for key, t in tensors.items():
+        family, _, name = key.partition("/")
+        family = OLD_NAMES.get(family, family)
+        if family not in CURVATURE_FAMILIES or not name:
+            raise FathomError(
+                f"{path}: key {key!r} is not <family>/<parameter> with a family of "
+                f"{', '.join(CURVATURE_FAMILIES)}; is this a fathom diagonals file?"
+            )
+        out.setdefault(family, {})[name] = t
+    return {k: out[k] for k in CURVATURE_FAMILIES if k in out}

@@ -1,10 +1,14 @@
 """One curvature snapshot: every quantity of :mod:`fathom.curvature` for one model and probe.
 
 Any ``nn.Module`` returning logits: a float64 copy in dense evaluation mode
-(:mod:`fathom.curvature.probe`), one forward under the seam's hooks and one batched
-backward of the ``C`` unit logit directions feed everything below, for the whole probe
-at once. Layers are the seam's (qualified module names, first-call order); KFAC covers
-``nn.Linear`` and ``nn.Conv2d`` and lists every other layer as not covered.
+(:mod:`fathom.curvature.probe`). The exact diagonals of the three families are
+:func:`fathom.curvature.exact.exact_diagonals`' (the one accumulation loop, in chunks of
+examples that bound its per-example rows to ``_ELEMENTS`` float64 values, 256 MiB); KFAC
+and the per-example gradient Grams then need the whole probe at once: one forward under
+the seam's hooks and one batched backward of the ``C`` unit logit directions (cotangents
+``[C, N, *out]`` per layer output, the Fisher gradients' Gram ``[N, N]``). Layers are the
+seam's (qualified module names, first-call order); KFAC covers ``nn.Linear`` and
+``nn.Conv2d`` and lists every other layer as not covered.
 """
 
 from __future__ import annotations
@@ -15,13 +19,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fathom.curvature.concentration import gradient_concentration
 from fathom.curvature.definitions import DEFINITIONS, NORMALIZATION
-from fathom.curvature.exact import (
-    CURVATURE_FAMILIES,
-    OutputDirections,
-    gradient_concentration,
-    layer_sums,
-)
+from fathom.curvature.exact import CURVATURE_FAMILIES, OutputDirections, exact_diagonals
 from fathom.curvature.kfac import (
     Spectrum,
     effective_rank,
@@ -42,7 +42,6 @@ from fathom.curvature.softmax import cross_entropy
 from fathom.curvature.twin import prepared
 from fathom.pex import linear_rows, per_example_grams, summed_gram
 from fathom.seam import Layer
-from fathom.train.allocator import tune_cpu_allocator
 
 KFAC_KINDS: dict[str, str] = {"linear": "Linear", "conv2d": "Conv2d"}
 
@@ -112,16 +111,15 @@ def _layer_record(layer: Layer, diag: dict, kfac: dict, gram) -> dict:
     """Traces over the layer's weights and (separately) biases, from the exact diagonals."""
     w = [layer.qualified[layer.params.index(p)] for p in layer.weights]
     b = [layer.qualified[layer.params.index(p)] for p in layer.biases]
-    names = {"ggn": "ggn", "fisher": "empirical_fisher", "jacobian": "jacobian_gram"}
     rec = {
         "name": layer.name,
         "type": layer.type_name,
         "path": layer.path,  # the coverage table's text (fathom.seam_types.Layer.path)
         "parameters": {q: list(diag["ggn"][q].shape) for q in layer.qualified},
     }
-    for kind, label in names.items():
-        rec[f"{label}_weight_trace"] = _sum([diag[kind][q] for q in w]) or 0.0
-        rec[f"{label}_bias_trace"] = _sum([diag[kind][q] for q in b])
+    for kind in CURVATURE_FAMILIES:
+        rec[f"{kind}_weight_trace"] = _sum([diag[kind][q] for q in w]) or 0.0
+        rec[f"{kind}_bias_trace"] = _sum([diag[kind][q] for q in b])
     rec["ggn_weight_diag_max"] = max((float(diag["ggn"][q].max()) for q in w), default=None)
     rec["kfac"] = kfac
     rec["activation_effective_rank"] = kfac["A"]["effective_rank"] if kfac["covered"] else None
@@ -132,23 +130,15 @@ def _layer_record(layer: Layer, diag: dict, kfac: dict, gram) -> dict:
 def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) -> Snapshot:
     """All curvature quantities of ``model`` on the probe ``(x, labels)``; see :data:`DEFINITIONS`."""
     t0 = time.perf_counter()
-    tune_cpu_allocator()  # as exact_diagonals (see there)
-    model64, x, seam = prepared(model, x)
+    diag = exact_diagonals(model, x, labels)  # every family, chunked
+    _, x, seam = prepared(model, x)
     pb = pull_back(seam, x)
     n, c = pb.logits.shape
     labels = probe_labels(labels.to(x.device), n, c)
     dirs = OutputDirections.of(pb.logits, labels)
-    params = dict(model64.named_parameters())
-    diag = {
-        k: {p: torch.zeros_like(t).detach() for p, t in params.items()} for k in CURVATURE_FAMILIES
-    }
     layers, grams = [], []
     for layer in seam.layers:
         calls, cots = pb.calls[layer.name], pb.cotangents[layer.name]
-        sums = layer_sums(layer, calls, cots, n, dirs)
-        for local, q in zip(layer.params, layer.qualified, strict=True):
-            for kind in CURVATURE_FAMILIES:
-                diag[kind][q] = sums[local][kind] / n
         fisher_cots = mix_cotangents(calls, cots, dirs.residual)
         gram = summed_gram(per_example_grams(layer, calls, fisher_cots, n), layer.weights)
         if gram is not None:
@@ -187,7 +177,7 @@ def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) ->
             "ends in 'bias' is a bias); off-diagonal blocks do not enter a trace",
             **{
                 f"{label}_weight_trace": total(f"{label}_weight_trace")
-                for label in ("ggn", "empirical_fisher", "jacobian_gram")
+                for label in CURVATURE_FAMILIES
             },
         },
         "gradient_concentration_all_weights": gradient_concentration(sum(grams)) if grams else None,

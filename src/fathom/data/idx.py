@@ -64,18 +64,3 @@ def read_idx(path: str | os.PathLike) -> torch.Tensor:
     path = Path(path)
     data = decompress_if_gzip(path.read_bytes(), str(path))
     return parse_idx(data, str(path))
-
-
-def encode_idx(values: torch.Tensor) -> bytes:
-    """Serialise a tensor as IDX bytes (the inverse of :func:`parse_idx`; used by tests)."""
-    array = values.detach().cpu().numpy()
-    code = next(
-        (c for c, d in IDX_DTYPES.items() if d.newbyteorder("=") == array.dtype.newbyteorder("=")),
-        None,
-    )
-    if code is None:
-        raise FathomError(
-            f"dtype {array.dtype} has no IDX code; use uint8, int8, int16, int32, float32 or float64."
-        )
-    header = bytes([0, 0, code, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes()
-    return header + array.astype(IDX_DTYPES[code], copy=False).tobytes()

@@ -31,7 +31,9 @@ A kept branch's gain costs no extra tensors where that is provably safe: for a p
 ``nn.Linear`` branch called without any module hook (own or global, forward or backward),
 the branch output is gained and summed in place, ``out.mul_(g).add_(bypass(x))`` — the
 same roundings as ``bypass(x) + out * g``, bit for bit (:func:`~fathom.depth.residual.
-owns_output`). A hooked module (the seam's telemetry and curvature capture outputs), any
+owns_output`), with ``g`` a cached 0-d tensor of the output's dtype (the value the kernel
+reads from the float, without converting a wrapped float64 scalar forward and backward:
+:func:`~fathom.depth.residual.gain_tensor`). A hooked module (the seam's telemetry and curvature capture outputs), any
 other branch, a bypass of another dtype or shape, ``torch.func`` and ``torch.compile`` get
 the out-of-place form.
 

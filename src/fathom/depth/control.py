@@ -16,6 +16,7 @@ from fathom.depth.residual import (
     SkippableResidual,
     check_drop_prob,
     find_branches,
+    set_gain,
     survival_gain,
 )
 from fathom.depth.schedule import DropSchedule
@@ -29,7 +30,7 @@ class GateController:
     sets each branch's ``gain`` to ``kept / survival`` and returns the decisions;
     ``release()`` hands every branch back to its own behaviour (``gain = None``);
     ``apply_mask(mask)`` sets explicit masks (deletion, gain one, any mode); ``masked(mask)``
-    and ``dense_mode()`` are context managers that restore what they change.
+    is a context manager that restores what it changes.
     """
 
     def __init__(self, branches: Sequence[SkippableResidual], schedule: DropSchedule, seed: int):
@@ -56,7 +57,7 @@ class GateController:
 
     def set_gains(self, gains: Sequence[float | torch.Tensor | None]) -> None:
         for b, g in zip(self.branches, gains, strict=True):
-            b.gain = g if g is None or isinstance(g, torch.Tensor) else float(g)
+            set_gain(b, g if g is None or isinstance(g, torch.Tensor) else float(g))
 
     def gains(self) -> tuple[float | torch.Tensor | None, ...]:
         return tuple(b.gain for b in self.branches)
@@ -82,16 +83,6 @@ class GateController:
         finally:
             for b, m in zip(self.branches, saved, strict=True):
                 b.mask = m
-
-    @contextmanager
-    def dense_mode(self):
-        """Gain one on every branch (set from outside), restoring the previous gains."""
-        saved = self.gains()
-        try:
-            self.set_gains([1.0] * self.num_branches)
-            yield
-        finally:
-            self.set_gains(saved)
 
     def state_dict(self) -> dict:
         return {"generator": self.generator.get_state(), "gains": list(self.gains())}

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fathom.config import RunConfig, validate_run_config
-from fathom.config_models import Bool, Float, Int
+from fathom.config_models import Bool, Float, Int, check_timesteps
 from fathom.errors import FathomError, with_suggestion
 from fathom.models.specs import NORMALIZATION, blocks_per_stage_for_depth
 
@@ -78,9 +78,7 @@ class DepthScaleConfig(BaseModel):
     @field_validator("timesteps")
     @classmethod
     def _timesteps(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError(f"timesteps must be >= 0 (0 = ANN), got {v}; use e.g. --timesteps 4")
-        return v
+        return check_timesteps(v)
 
     @field_validator(
         "epochs", "batch_size", "lyap_subbatch", "probe_size", "health_every", "log_every"

@@ -1,10 +1,12 @@
-"""``fathom export DIR --to jsonl|wandb|tensorboard``: write an export, then verify it by reading it back."""
+"""``fathom export DIR --to TARGET``: write an export, then verify it by reading it back.
+
+The targets are :data:`fathom.config_export.EXPORT_TARGETS`' (jsonl, wandb, tensorboard)."""
 
 from __future__ import annotations
 
 import argparse
 
-TARGETS = ("jsonl", "wandb", "tensorboard")
+from fathom.config_export import export_targets
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -25,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="export runs to JSONL, W&B (offline) or TensorBoard and verify by reading back",
     )
     p.add_argument("dir", help="a study directory or one run directory")
-    p.add_argument("--to", required=True, choices=TARGETS, help="export target")
+    p.add_argument("--to", required=True, choices=export_targets(), help="export target")
     p.add_argument("--out", help="export directory (default: DIR/exports/<target>)")
     p.add_argument(
         "--force", action="store_true", help="replace a different export already in --out"

@@ -48,12 +48,17 @@ def lines_for(run: RunData) -> list[dict[str, Any]]:
     return out
 
 
-def write(runs: list[RunData], out: Path) -> list[str]:
+def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
     text = "".join(
         json.dumps(line, allow_nan=False) + "\n" for run in runs for line in lines_for(run)
     )
     atomic_write_text(out / FILE, text)
-    return [FILE]
+    return [FILE], {}
+
+
+def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport) -> None:
+    """:class:`fathom.export.backend.ExportBackend`'s read-back: :func:`verify`."""
+    verify(runs, out, report)
 
 
 def verify(runs: list[RunData], out: Path, report: VerifyReport) -> None:

@@ -1,4 +1,4 @@
-"""Live tracking: stream a run's history rows to TensorBoard and W&B while it trains.
+"""Live tracking: stream a run's history rows to the live backends while it trains.
 
 An observer of the trainer's row events (the ``progress(event, info)`` callback of
 :func:`fathom.train.loop.train`). It never reads the trainer's memory: on every event it
@@ -8,8 +8,10 @@ included, read when the tracker closes). It runs between epochs, outside the tra
 clock (which times optimizer steps only) and after the row is on disk; it only reads the
 run directory, so parameters, optimizer state and the training RNG are untouched.
 
-Layout, one per run and target (the export formats, :mod:`fathom.export.tensorboard_export`
-and :mod:`fathom.export.wandb_export`)::
+The backends are the table's entries with ``live`` (:data:`fathom.config_export.EXPORT_TARGETS`:
+TensorBoard and W&B), each a :class:`fathom.export.backend.LiveBackend`; the tracker knows
+none by name. Layout, one per run and target (the export formats,
+:mod:`fathom.export.tensorboard_export` and :mod:`fathom.export.wandb_export`)::
 
     <run_dir>/live/tensorboard/<run_id>/events.out.tfevents.*   tensorboard --logdir <study dir>
     <log_dir>/<study>/<run_id>/events.out.tfevents.*            with [live.tensorboard] log_dir
@@ -33,19 +35,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fathom.config_live import BACKENDS, LiveConfig, live_config
+from fathom.config_export import live_targets
+from fathom.config_live import LiveConfig, live_config
 from fathom.errors import FathomError
+from fathom.export.backend import LiveRun, LiveSink, backend
 from fathom.export.common import (
     VerifyReport,
     export_scalars,
     fingerprint,
     write_record,
 )
-from fathom.export.live_sinks import TensorBoardSink, WandbSink
 from fathom.io import atomic_write_json
 from fathom.terminal import OnProgress
 
-LIVE_TARGETS = BACKENDS
 LIVE_DIR = "live"
 MARKER = "fathom-live.json"
 """Written first into every live log directory: the run directory it belongs to."""
@@ -56,10 +58,10 @@ def parse_live(text: str | None) -> tuple[str, ...]:
     if not text or text.strip() == "off":
         return ()
     targets = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
-    bad = [t for t in targets if t not in LIVE_TARGETS]
+    bad = [t for t in targets if t not in live_targets()]
     if bad:
         raise FathomError(
-            f"unknown live target(s) {bad}; use a comma-separated list of {', '.join(LIVE_TARGETS)}"
+            f"unknown live target(s) {bad}; use a comma-separated list of {', '.join(live_targets())}"
         )
     return targets
 
@@ -74,7 +76,7 @@ def _check_log_dir(out: Path, run_dir: Path) -> None:
         what = f"the live log of {owner}" if owner else "files that are not a Fathom live log"
         raise FathomError(
             f"{str(out)!r} holds {what}; each invocation replaces its own live log only: "
-            "choose another [live.tensorboard] log_dir or remove that directory"
+            "choose another log_dir in [live] or remove that directory"
         )
 
 
@@ -112,38 +114,36 @@ class LiveTracker:
         self.config = config
         self.live = live = live_config(live)
         self.targets: tuple[str, ...] = live.backends
-        if "tensorboard" in self.targets:
-            from fathom.export.tensorboard_export import _require
-
-            _require()  # a missing package is reported before training starts
-        if "wandb" in self.targets:
-            from fathom.export.wandb_export import _wandb
-
-            _wandb()
-        self.sinks: dict[str, Any] = {}
+        self.backends = {t: backend(t) for t in self.targets}
+        for b in self.backends.values():
+            b.require()  # a missing package is reported before training starts
+        self.sinks: dict[str, LiveSink] = {}
         self.offset = 0
         self.last_epoch: int | None = None
         self.rows = 0
         self.error: str | None = None
-        self.study: str | None = None
+        self.run: LiveRun | None = None
         known = self._config()
-        if known is not None and "tensorboard" in self.targets:
-            self._check("tensorboard", self.out("tensorboard", known.get("study")))
+        if known is not None:
+            for target in self.targets:
+                self._check(target, self.out(target, known.get("study")))
+
+    def _run(self, config: dict[str, Any]) -> LiveRun:
+        recipe = (config.get("model") or {}).get("recipe", "unknown")
+        lr = (config.get("optim") or {}).get("lr")
+        cohort = recipe if lr is None else f"{recipe} lr={lr:g}"
+        return LiveRun(self.run_dir, config.get("study"), cohort)
 
     def out(self, target: str, study: str | None = None) -> Path:
-        """``<run_dir>/live/<target>``, or ``<log_dir>/<study>/<run_id>`` for a shared TensorBoard dir."""
-        log_dir = self.live.tensorboard.log_dir
-        if target == "tensorboard" and log_dir is not None:
-            return Path(log_dir) / str(study or "default") / self.run_dir.name
-        return self.run_dir / LIVE_DIR / target
+        """``<run_dir>/live/<target>``, or where the backend places it (a shared directory:
+        ``<log_dir>/<study>/<run_id>`` for TensorBoard with ``[live.tensorboard] log_dir``)."""
+        placed = self.backends[target].live_out(self.live, LiveRun(self.run_dir, study, ""))
+        return self.run_dir / LIVE_DIR / target if placed is None else placed
 
     def _check(self, target: str, out: Path) -> None:
-        """A shared ``log_dir`` may hold other runs' logs: replace only this run's own."""
-        if target == "tensorboard" and self.live.tensorboard.log_dir is not None:
+        """A directory outside the run's own may hold other runs' logs: replace only this run's."""
+        if out != self.run_dir / LIVE_DIR / target:
             _check_log_dir(out, self.run_dir)
-
-    def _events_dir(self, out: Path) -> Path:
-        return out if self.live.tensorboard.log_dir is not None else out / self.run_dir.name
 
     def _config(self) -> dict[str, Any] | None:
         """The run's config: from the manifest once written, else the one given."""
@@ -155,22 +155,15 @@ class LiveTracker:
         return self.config if isinstance(self.config, dict) else self.config.model_dump(mode="json")
 
     def _open(self, config: dict[str, Any]) -> None:
-        run_id = self.run_dir.name  # the trainer's run id (manifest "run_id")
-        self.study = config.get("study")
-        recipe = (config.get("model") or {}).get("recipe", "unknown")
-        lr = (config.get("optim") or {}).get("lr")
-        cohort = recipe if lr is None else f"{recipe} lr={lr:g}"
+        self.run = run = self._run(config)  # run id = the directory name (manifest "run_id")
         for target in self.targets:
-            out = self.out(target, self.study)
+            out = self.out(target, run.study)
             self._check(target, out)
             if out.exists():
                 shutil.rmtree(out)  # each invocation streams the whole history afresh
             out.mkdir(parents=True)
             atomic_write_json(out / MARKER, {"run_dir": str(self.run_dir.resolve())})
-            if target == "tensorboard":
-                self.sinks[target] = TensorBoardSink(out, self._events_dir(out))
-            else:
-                self.sinks[target] = WandbSink(out, run_id, self.study, cohort, self.live.wandb)
+            self.sinks[target] = self.backends[target].live_sink(out, self.live, run)
 
     def _new_rows(self) -> list[dict[str, Any]]:
         """Complete lines appended to history.jsonl since the last read (a torn tail waits)."""
@@ -226,7 +219,6 @@ class LiveTracker:
 
     def close(self) -> list[VerifyReport]:
         """Stream what is left, finish every log, write its record and verify it by reading back."""
-        from fathom.export import tensorboard_export, wandb_export
         from fathom.export.run import VERIFY_FILE
         from fathom.report.runs import load_runs
 
@@ -235,7 +227,7 @@ class LiveTracker:
         run = load_runs(self.run_dir)[0] if (self.run_dir / "manifest.json").exists() else None
         reports = []
         for target, sink in self.sinks.items():
-            out = self.out(target, self.study)
+            out = self.out(target, self.run.study if self.run else None)
             paths, extra = sink.close(run)
             if run is None:
                 continue
@@ -251,10 +243,7 @@ class LiveTracker:
             report = VerifyReport(target=f"live {target}", out=out)
             if self.error is not None:
                 report.mismatch(self.error)
-            if target == "tensorboard":
-                tensorboard_export.verify([run], out, report, events_dir=sink.events_dir)
-            else:
-                wandb_export.verify([run], out, {"wandb_files": extra["wandb_files"]}, report)
+            sink.verify(run, out, extra, report)
             atomic_write_json(out / VERIFY_FILE, report.to_dict())
             reports.append(report)
         self.sinks = {}

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fathom.config_export import EXPORT_TARGETS, export_targets
 from fathom.errors import FathomError
-from fathom.export import jsonl, tensorboard_export, wandb_export
+from fathom.export.backend import backend, check_target
 from fathom.export.common import (
     FORMAT,
     VerifyReport,
@@ -26,13 +27,8 @@ from fathom.io import atomic_write_json
 from fathom.report.runs import RunData, load_runs
 from fathom.rundir.output import analysis_output
 
-TARGETS = ("jsonl", "wandb", "tensorboard")
+TARGETS = export_targets()  # the table's names when this module was imported
 VERIFY_FILE = "verify.json"
-
-
-def _check_target(target: str) -> None:
-    if target not in TARGETS:
-        raise FathomError(f"unknown export target {target!r}; use one of: {', '.join(TARGETS)}")
 
 
 def default_out(root: Path, target: str) -> Path:
@@ -56,7 +52,7 @@ def export(
     written under the lock of ``root`` (or of ``out`` elsewhere,
     :func:`fathom.rundir.output.analysis_output`): refused, naming the holder's PID, while a
     trainer, a study or another analysis writes there."""
-    _check_target(target)
+    check_target(target)
     root = Path(root)
     runs = load_runs(root)
     fp = fingerprint(target, runs)
@@ -69,13 +65,7 @@ def _write_export(
     runs: list[RunData], root: Path, target: str, out: Path, fp: str, force: bool
 ) -> VerifyReport:
     prepare_target(out, target, fp, force)
-    extra: dict = {}
-    if target == "jsonl":
-        paths = jsonl.write(runs, out)
-    elif target == "wandb":
-        paths, extra = wandb_export.write(runs, out)
-    else:
-        paths = tensorboard_export.write(runs, out)
+    paths, extra = backend(target).write(runs, out)
     write_record(out, target, root, runs, fp, [*paths, VERIFY_FILE], extra)
     report = _verify_runs(runs, target, out, read_record(out) or {})
     atomic_write_json(out / VERIFY_FILE, report.to_dict())
@@ -84,7 +74,7 @@ def _write_export(
 
 def verify(root: str | Path, target: str, out: str | Path | None = None) -> VerifyReport:
     """Re-check an existing export in ``out`` against the runs under ``root``; writes nothing."""
-    _check_target(target)
+    check_target(target)
     root = Path(root)
     runs = load_runs(root)
     out = Path(out) if out is not None else default_out(root, target)
@@ -112,14 +102,9 @@ def verify(root: str | Path, target: str, out: str | Path | None = None) -> Veri
 
 def _verify_runs(runs: list[RunData], target: str, out: Path, record: dict) -> VerifyReport:
     report = VerifyReport(target=target, out=out, flagged=_flagged(runs))
-    if target != "jsonl":
+    if EXPORT_TARGETS[target].numbers_only:
         skipped = sorted({k for r in runs for row in r.rows for k in flatten_row(row)[1]})
         if skipped:
             report.notes.append(f"fields that are not numbers, left out of {target}: {skipped}")
-    if target == "jsonl":
-        jsonl.verify(runs, out, report)
-    elif target == "wandb":
-        wandb_export.verify(runs, out, record, report)
-    else:
-        tensorboard_export.verify(runs, out, report)
+    backend(target).read_back(runs, out, record, report)
     return report

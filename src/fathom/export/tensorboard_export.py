@@ -23,103 +23,23 @@ from typing import Any
 
 import numpy as np
 
-from fathom.errors import FathomError, install_hint
+from fathom.errors import FathomError
 from fathom.export import tensorboard_meta as meta
-from fathom.export.common import VerifyReport, flatten_row, in_export_units
+from fathom.export.common import VerifyReport
+from fathom.export.tensorboard_events import (
+    expected_matrices,
+    expected_scalars,
+    require,
+    row_values,
+    summary_for,
+    write_run,
+)
 from fathom.report.runs import RunData
 
 
-def _require() -> None:
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        raise FathomError(
-            "the TensorBoard export needs the tensorboard package, which is not installed; install the "
-            f"extra with `{install_hint('tensorboard')}`"
-        ) from None
-
-
-def summary_for(values: dict[str, Any], described: set[str]) -> Any:
-    """One ``Summary`` of a row's values (export units): scalars, and matrices as tensor + image.
-
-    Every tag's first value carries its registry description (:mod:`.tensorboard_meta`);
-    ``described``: the tags already described in this event directory (updated in place).
-    """
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    out = []
-    for k, v in values.items():
-        if meta.is_matrix(v):
-            out += meta.matrix_values(k, v, described)
-            continue
-        if v is None or not isinstance(v, int | float):
-            continue
-        value = Summary.Value(tag=k, simple_value=float(v))
-        if k not in described:
-            value.metadata.CopyFrom(meta.metadata(k, "scalars"))
-            described.add(k)
-        out.append(value)
-    return Summary(value=out)
-
-
-def row_values(row: dict[str, Any]) -> dict[str, Any]:
-    """A row in export units: matrices kept whole, every other field flattened to scalars."""
-    values = in_export_units(row)
-    values.pop(meta.WALL_FIELD, None)  # it is the event's wall time (float64), not a float32 scalar
-    matrices = {k: v for k, v in values.items() if meta.is_matrix(v)}
-    scalars, _ = flatten_row({k: v for k, v in values.items() if k not in matrices})
-    return {**scalars, **matrices}
-
-
-def expected_scalars(run: RunData) -> dict[str, list[tuple[int, float]]]:
-    """``tag -> [(epoch, value)]`` for every non-null scalar, in epoch order, HParams metrics included."""
-    out: dict[str, list[tuple[int, float]]] = {}
-    for row in run.rows:
-        for k, v in row_values(row).items():
-            if v is not None and not meta.is_matrix(v):
-                out.setdefault(k, []).append((int(row["epoch"]), float(v)))
-    for tag, point in meta.metrics(run).items():
-        out.setdefault(tag, []).append(point)
-    return out
-
-
-def expected_matrices(run: RunData) -> dict[str, list[tuple[int, list[list[Any]]]]]:
-    out: dict[str, list[tuple[int, list[list[Any]]]]] = {}
-    for row in run.rows:
-        for k, v in row_values(row).items():
-            if meta.is_matrix(v):
-                out.setdefault(k, []).append((int(row["epoch"]), v))
-    return out
-
-
-def write_run(writer: Any, run: RunData) -> None:
-    """Every row of one run, then its HParams session and metrics."""
-    from tensorboard.compat.proto.event_pb2 import Event
-
-    wall, described = 0.0, set()
-    for row in run.rows:
-        wall, _ = meta.wall_time(row, wall)
-        summary = summary_for(row_values(row), described)
-        writer.add_event(Event(wall_time=wall, step=int(row["epoch"]), summary=summary))
-    write_session(writer, run, wall)
-
-
-def write_session(writer: Any, run: RunData, wall: float) -> None:
-    """The run's HParams session record and its metric scalars (post-hoc and live alike)."""
-    from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    start = meta.start_time(run)
-    writer.add_event(Event(wall_time=start or wall, step=0, summary=meta.session_summary(run)))
-    for tag, (epoch, v) in meta.metrics(run).items():
-        value = Summary.Value(tag=tag, simple_value=v)
-        value.metadata.CopyFrom(meta.metadata(tag, "scalars"))
-        writer.add_event(Event(wall_time=wall, step=epoch, summary=Summary(value=[value])))
-
-
-def write(runs: list[RunData], out: Path) -> list[str]:
+def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
     """One event directory per run, plus the HParams experiment and the layout at ``out``."""
-    _require()
+    require()
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -137,7 +57,7 @@ def write(runs: list[RunData], out: Path) -> list[str]:
     finally:
         root.close()
     made = sorted(p.name for p in set(out.glob("events.out.tfevents.*")) - before)
-    return [r.run_id for r in runs] + made
+    return [r.run_id for r in runs] + made, {}
 
 
 def _same32(expected: float, got: float) -> bool:
@@ -156,7 +76,7 @@ def verify(
     session (hyperparameters equal to the config's leaves). For a post-hoc export, also the
     experiment record and the custom-scalars layout at ``out``.
     """
-    _require()
+    require()
     if events_dir is not None and len(runs) != 1:
         raise FathomError("events_dir names one run's event directory; pass exactly one run")
     report.notes.append(
@@ -324,3 +244,56 @@ def _verify_root(runs: list[RunData], out: Path, report: VerifyReport) -> None:
         != meta.layout_summary()[1]
     ):
         report.mismatch("the custom-scalars layout at the export's root is missing or differs")
+
+
+def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport) -> None:
+    """:class:`fathom.export.backend.ExportBackend`'s read-back: :func:`verify`."""
+    verify(runs, out, report)
+
+
+def live_out(live: Any, run: Any) -> Path | None:
+    """``<log_dir>/<study>/<run_id>`` with ``[live.tensorboard] log_dir`` (shared), else ``None``."""
+    log_dir = live.tensorboard.log_dir
+    if log_dir is None:
+        return None
+    return Path(log_dir) / str(run.study or "default") / run.run_dir.name
+
+
+def live_sink(out: Path, live: Any, run: Any) -> Any:
+    """The live sink: event files directly in ``out`` in a shared ``log_dir``, else per run."""
+    shared = live.tensorboard.log_dir is not None
+    return TensorBoardSink(out, out if shared else out / run.run_dir.name)
+
+
+class TensorBoardSink:
+    """The live sink (:class:`fathom.export.backend.LiveSink`): the export's events, one row
+    at a time, into ``events_dir``, flushed after every row."""
+
+    def __init__(self, out: Path, events_dir: Path) -> None:
+        require()
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self.out, self.events_dir = out, events_dir
+        self.writer = EventFileWriter(str(events_dir))
+        self.wall = 0.0
+        self.described: set[str] = set()  # tags whose registry description is written
+
+    def write(self, row: dict[str, Any], values: dict[str, Any]) -> None:
+        """One row (``values`` is the flattened form W&B takes; TensorBoard keeps matrices)."""
+        from tensorboard.compat.proto.event_pb2 import Event
+
+        self.wall, _ = meta.wall_time(row, self.wall)
+        summary = summary_for(row_values(row), self.described)
+        self.writer.add_event(Event(wall_time=self.wall, step=int(row["epoch"]), summary=summary))
+        self.writer.flush()
+
+    def close(self, run: Any) -> tuple[list[str], dict[str, Any]]:
+        """The run's HParams session and metrics (known once it ends), then the paths."""
+        meta.write_session(self.writer, run, self.wall)
+        self.writer.close()
+        if self.events_dir == self.out:  # a shared log_dir: the event files themselves
+            return sorted(p.name for p in self.out.glob("events.out.tfevents.*")), {}
+        return [self.events_dir.relative_to(self.out).as_posix()], {}
+
+    def verify(self, run: Any, out: Path, extra: dict[str, Any], report: VerifyReport) -> None:
+        verify([run], out, report, events_dir=self.events_dir)

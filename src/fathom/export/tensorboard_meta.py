@@ -263,3 +263,16 @@ def layout_summary() -> Any:
     )
     value.metadata.CopyFrom(cs.create_summary_metadata())
     return Summary(value=[value]), layout
+
+
+def write_session(writer: Any, run: RunData, wall: float) -> None:
+    """The run's HParams session record and its metric scalars (post-hoc and live alike)."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    start = start_time(run)
+    writer.add_event(Event(wall_time=start or wall, step=0, summary=session_summary(run)))
+    for tag, (epoch, v) in metrics(run).items():
+        value = Summary.Value(tag=tag, simple_value=v)
+        value.metadata.CopyFrom(metadata(tag, "scalars"))
+        writer.add_event(Event(wall_time=wall, step=epoch, summary=Summary(value=[value])))

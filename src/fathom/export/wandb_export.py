@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fathom.config_live import WandbLiveConfig
 from fathom.errors import FathomError, install_hint
 from fathom.export.common import VerifyReport, export_scalars, same_value, units_table
 from fathom.io import json_safe
@@ -225,3 +226,66 @@ def verify(runs: list[RunData], out: Path, record: dict[str, Any], report: Verif
             report.notes.append(
                 f"run {run.run_id}: {nonfinite} non-finite values written and read back as NaN/Infinity"
             )
+
+
+def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport) -> None:
+    """:class:`fathom.export.backend.ExportBackend`'s read-back: :func:`verify`."""
+    verify(runs, out, record, report)
+
+
+def require() -> None:
+    """The live side (:class:`fathom.export.backend.LiveBackend`): refuse a missing wandb."""
+    _wandb()
+
+
+def live_out(live: Any, run: Any) -> Path | None:
+    return None  # always RUN_DIR/live/wandb
+
+
+def live_sink(out: Path, live: Any, run: Any) -> Any:
+    return WandbSink(out, run.run_dir.name, run.study, run.cohort, live.wandb)
+
+
+class WandbSink:
+    """The live sink (:class:`fathom.export.backend.LiveSink`): each row logged to a W&B run
+    (``step = epoch``) placed by the ``[live.wandb]`` settings, its files under ``out``."""
+
+    def __init__(
+        self, out: Path, run_id: str, study: str | None, cohort: str, settings: WandbLiveConfig
+    ) -> None:
+        self.wandb = _wandb()
+        self.out, self.run_id = out, run_id
+        with wandb_env(out, settings.mode):
+            self.run = self.wandb.init(
+                project=settings.project or str(study or "fathom"),
+                entity=settings.entity,
+                id=wandb_id(run_id),
+                name=run_id,
+                group=cohort,
+                dir=str(out),
+                mode=settings.mode,
+                settings=self.wandb.Settings(
+                    x_disable_stats=True,
+                    x_disable_machine_info=True,
+                    console="off",
+                    save_code=False,
+                    disable_git=True,
+                ),
+            )
+        for metric in ("epoch", "clock/training_s", "clock/elapsed_s"):
+            self.run.define_metric(metric)
+
+    def write(self, row: dict[str, Any], values: dict[str, Any]) -> None:
+        self.run.log(values, step=int(row["epoch"]))
+
+    def close(self, run: Any) -> tuple[list[str], dict[str, Any]]:
+        if run is not None:
+            self.run.config.update(run_config(run), allow_val_change=True)
+            self.run.summary.update(run_summary(run))
+        sync_file = Path(self.run.settings.sync_file)
+        self.run.finish()
+        rel = sync_file.relative_to(self.out).as_posix()
+        return [DIR], {"wandb_files": {self.run_id: rel}}
+
+    def verify(self, run: Any, out: Path, extra: dict[str, Any], report: VerifyReport) -> None:
+        verify([run], out, {"wandb_files": extra["wandb_files"]}, report)

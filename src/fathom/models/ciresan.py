@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fathom.config_models import check_hidden_widths, check_narrowing, check_unit_dropout
 from fathom.depth import Crop, DropSchedule, SkippableResidual, find_branches
-from fathom.errors import FathomError
-from fathom.models.specs import Recipe, recipe_spec
+from fathom.models.specs import Recipe, recipe_spec, scaled_widths
 
 FULL_WIDTHS: tuple[int, ...] = (2500, 2000, 1500, 1000, 500)
 
@@ -35,12 +35,6 @@ def recipe_schedule(recipe: Recipe, epochs: int) -> DropSchedule:
     return DropSchedule(recipe.schedule_kind, recipe.drop_probs, end)
 
 
-def scaled_widths(widths: tuple[int, ...], width_mult: float) -> tuple[int, ...]:
-    if width_mult <= 0:
-        raise FathomError(f"width_mult must be positive, got {width_mult}")
-    return tuple(max(1, round(w * width_mult)) for w in widths)
-
-
 class CiresanBlock(nn.Module):
     """``relu(crop(h) + gain * linear(h))`` (residual) or ``relu(linear(h))`` (plain)."""
 
@@ -49,10 +43,7 @@ class CiresanBlock(nn.Module):
         self.residual = residual
         linear = nn.Linear(d_in, d_out)
         if residual:
-            if d_out > d_in:
-                raise FathomError(
-                    f"a crop bypass needs non-increasing widths, got {d_in} -> {d_out}"
-                )
+            check_narrowing((d_in, d_out))
             self.res = SkippableResidual(linear, Crop(d_out))
         else:
             self.res = linear
@@ -85,12 +76,10 @@ class CiresanMLP(nn.Module):
         self.recipe = spec
         self.input_scale = float(input_scale)
         self.output_relu = output_relu
-        self.widths = scaled_widths(tuple(widths), width_mult)
-        if len(self.widths) < 2:
-            raise FathomError("CiresanMLP needs at least two hidden widths (stem + one body block)")
-        p_unit = spec.unit_dropout if unit_dropout is None else unit_dropout
-        if not 0.0 <= p_unit < 1.0:
-            raise FathomError(f"unit dropout must be in [0, 1), got {p_unit}")
+        self.widths = scaled_widths(check_hidden_widths(tuple(widths)), width_mult)
+        p_unit = check_unit_dropout(spec.unit_dropout if unit_dropout is None else unit_dropout)
+        if spec.residual:  # the config's check, in its order, on the same (unscaled) widths
+            check_narrowing(tuple(widths))
         self.stem = nn.Linear(in_features, self.widths[0])
         self.stem_dropout = nn.Dropout(p_unit) if p_unit > 0 else nn.Identity()
         self.blocks = nn.ModuleList(
@@ -119,18 +108,6 @@ class CiresanMLP(nn.Module):
 
     def branches(self) -> list[SkippableResidual]:
         return find_branches(self)
-
-    def macs_per_example(self, mask: tuple[int | bool, ...] | None = None) -> int:
-        """Multiply-accumulates of one forward pass; body branch ``l`` counted iff ``mask[l]``."""
-        layers = self.affine_layers()
-        macs = layers[0].in_features * layers[0].out_features
-        macs += layers[-1].in_features * layers[-1].out_features
-        body = layers[1:-1]
-        if mask is None:
-            mask = (1,) * len(body)
-        for lin, m in zip(body, mask, strict=True):
-            macs += lin.in_features * lin.out_features * int(bool(m))
-        return macs
 
     def extra_repr(self) -> str:
         return f"recipe={self.recipe.name}, widths={self.widths}, input_scale={self.input_scale:.6g}, output_relu={self.output_relu}"

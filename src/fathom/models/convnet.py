@@ -31,18 +31,13 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from fathom.config_models import NEURONS, check_image_size, check_timesteps
 from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
 from fathom.models.neurons import LIF, LIFConfig
+from fathom.models.specs import scaled_widths
 
 FULL_WIDTHS: tuple[int, ...] = (64, 128, 256, 512)
-NEURONS: tuple[str, ...] = ("lif", "relu")
-
-
-def scale_widths(widths: tuple[int, ...], width_mult: float) -> tuple[int, ...]:
-    if width_mult <= 0:
-        raise FathomError(f"width_mult must be positive, got {width_mult}")
-    return tuple(max(1, round(w * width_mult)) for w in widths)
 
 
 class ConvBlock(nn.Module):
@@ -98,23 +93,15 @@ class StagedConvNet(nn.Module):
         super().__init__()
         if neuron not in NEURONS:
             raise FathomError(f"unknown neuron {neuron!r}; use one of {', '.join(NEURONS)}")
-        if timesteps < 0:
-            raise FathomError(
-                f"timesteps must be >= 0 (0 = ANN), got {timesteps}; use e.g. --timesteps 4"
-            )
+        check_timesteps(timesteps)
         if len(widths) != stages:
             raise FathomError(f"need one width per stage: {stages} stages, widths {widths}")
         if blocks_per_stage < 1:
             raise FathomError(f"blocks_per_stage must be >= 1, got {blocks_per_stage}")
-        shrink = 2**stages
-        if image_size % shrink or image_size < shrink:
-            raise FathomError(
-                f"image size {image_size} cannot pass {stages} 2×2 poolings (needs a multiple "
-                f"of {shrink}); pad or crop the images (MNIST-like 28×28 is padded to 32×32)"
-            )
+        check_image_size(image_size, stages)
         self.spiking = neuron == "lif" and timesteps > 0
         self.timesteps = timesteps if self.spiking else 0
-        self.widths = scale_widths(tuple(widths), width_mult)
+        self.widths = scaled_widths(tuple(widths), width_mult)
         self.in_channels = in_channels
         self.image_size = image_size
         self.classes = classes
@@ -136,7 +123,7 @@ class StagedConvNet(nn.Module):
                 )
                 c_in = width
         self.blocks = nn.ModuleList(blocks)
-        side = image_size // shrink
+        side = image_size // 2**stages
         self.classifier = nn.Linear(self.widths[-1] * side * side, classes)
 
     def _neuron(self) -> nn.Module:

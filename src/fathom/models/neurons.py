@@ -35,15 +35,11 @@ from fathom.errors import FathomError
 RESET_MODES: tuple[str, ...] = ("hard", "soft")
 
 
-def arctan_surrogate_grad(u: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
-    """``g'(u) = (α / 2) / (1 + (π α u / 2)^2)``: the derivative every spike uses."""
-    return (alpha / 2) / (1 + (math.pi * alpha * u / 2) ** 2)
-
-
 def spike(u: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
     """Heaviside step ``Θ(u)`` (``Θ(0) = 1``) forward, arctan surrogate derivative.
 
-    ``Θ(u) + (g(u) - stop_grad(g(u)))`` with ``g(u) = arctan(π α u / 2) / π + 1/2``.
+    ``Θ(u) + (g(u) - stop_grad(g(u)))`` with ``g(u) = arctan(π α u / 2) / π + 1/2``, so the
+    backward and forward-mode derivative is ``g'(u) = (α / 2) / (1 + (π α u / 2)^2)``.
     """
     step = (u >= 0).to(u.dtype)
     g = torch.atan((math.pi * alpha / 2) * u) / math.pi

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fathom.config_models import STAGES, check_stage_depth
 from fathom.errors import FathomError
 
 
@@ -48,11 +49,14 @@ NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 """Per-channel ``(mean, std)`` of each dataset's training pixels in [0, 1]."""
 
 
-def blocks_per_stage_for_depth(depth: int, stages: int = 4) -> int:
-    """``depth / stages``, or a :class:`FathomError` naming the valid depths."""
-    if depth < stages or depth % stages:
-        raise FathomError(
-            f"depth {depth} is not a positive multiple of the {stages} stages; "
-            f"use depths like {', '.join(str(stages * n) for n in range(1, 6))}"
-        )
-    return depth // stages
+def blocks_per_stage_for_depth(depth: int, stages: int = STAGES) -> int:
+    """``depth / stages``, or a :class:`FathomError` naming the valid depths
+    (:func:`fathom.config_models.check_stage_depth`)."""
+    return check_stage_depth(depth, stages) // stages
+
+
+def scaled_widths(widths: tuple[int, ...], width_mult: float) -> tuple[int, ...]:
+    """``max(1, round(w · width_mult))`` for every width; ``width_mult`` must be positive."""
+    if width_mult <= 0:
+        raise FathomError(f"width_mult must be positive, got {width_mult}")
+    return tuple(max(1, round(w * width_mult)) for w in widths)

@@ -22,7 +22,6 @@ from fathom.errors import FathomError, install_hint
 from fathom.report.fields import is_accuracy
 from fathom.report.palette import recipe_colours
 from fathom.report.runs import RunData
-from fathom.report.tables import flat
 from fathom.units import percent
 
 CURVES = (("val/acc", "validation accuracy (%)"), ("val/ce", "validation CE (nats)"))
@@ -102,40 +101,6 @@ def learning_curves(runs: Sequence[RunData], path: Path) -> Path | None:
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
-
-
-def _damage_keys(rec: Mapping[str, Any]) -> list[str]:
-    return [k for k, v in rec.items() if "damage" in k.rsplit(".", 1)[-1] and _is_number(v)]
-
-
-def damage_records(obj: Any) -> list[dict[str, Any]]:
-    """Mask records inside ``obj``, flattened (``{"val": {"damage": d}} -> val.damage``):
-    mappings with a ``mask`` key and a numeric damage value (a key whose last part
-    contains 'damage'); if there are none, every mapping with a damage value of its own."""
-    masks: list[dict[str, Any]] = []
-    others: list[dict[str, Any]] = []
-
-    def walk(x: Any) -> None:
-        if isinstance(x, Mapping):
-            f = flat(x)
-            if "mask" in x and _damage_keys(f):
-                masks.append(f)
-                return
-            own = {k: v for k, v in x.items() if _is_number(v)}
-            if _damage_keys(own):
-                others.append(f)
-            for v in x.values():
-                walk(v)
-        elif isinstance(x, list):
-            for v in x:
-                walk(v)
-
-    walk(obj)
-    return masks or others
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def mask_damage(

@@ -43,10 +43,6 @@ class LayerAlignment:
         """The aligned label of layer ``name`` of run ``run_id`` (the name if unknown)."""
         return self.by_run.get(run_id, {}).get(name, name)
 
-    def name_in(self, run_id: str, label: str) -> str | None:
-        """Run ``run_id``'s own name for the layer at ``label``, or None."""
-        return self.names.get(label, {}).get(run_id)
-
     def last(self) -> str | None:
         """The label of the last listed layer (the output layer), or None."""
         return self.labels[-1] if self.labels else None

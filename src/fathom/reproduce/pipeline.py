@@ -29,8 +29,6 @@ from fathom.study.config import StudyConfig
 from fathom.study.plan import study_root
 from fathom.terminal import Say
 
-STEPS: tuple[str, ...] = ("study", "audit", "curvature", "head", "compare", "report")
-
 
 @dataclass
 class Context:
@@ -157,7 +155,7 @@ def step_curvature(ctx: Context, state: PipelineState) -> None:
 
         def body(rd: RunDir = rd) -> list[Path]:
             if ctx.splits_for is not None:
-                rd = _WithSplits(rd.path, ctx, device)
+                rd = _WithSplits(rd.path, ctx)
             run_curvature(rd, list(c.epochs), probe=c.probe, device=device)
             out = Path(rd.path) / "curvature"
             return [out / "summary.json", *(out / f"epoch-{e:04d}.json" for e in c.epochs)]
@@ -174,9 +172,9 @@ def _resolve(device: str) -> Any:
 class _WithSplits(RunDir):
     """A run directory whose splits come from ``ctx.splits_for`` (synthetic data in tests)."""
 
-    def __init__(self, path: Path, ctx: Context, device: str) -> None:
+    def __init__(self, path: Path, ctx: Context) -> None:
         super().__init__(path)
-        self._ctx, self._device = ctx, device
+        self._ctx = ctx
 
     def load_splits(self, device: Any = "cpu") -> Any:
         return _splits(self._ctx, self.config, str(device))

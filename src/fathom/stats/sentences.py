@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fathom.stats.numbers import fmt_estimate, fmt_interval, fmt_region
-from fathom.stats.results import ESTABLISHED, Claim, Comparison, Sentence
+from fathom.stats.results import Claim, Comparison, Sentence
 from fathom.units import fmt_level
 
 
@@ -80,11 +80,6 @@ def family_note(comparisons: Sequence[Comparison], level: float) -> str:
         f"(nominal {fmt_level(level)}; each interval is printed at the level of its Holm step); "
         "n < 2 gives no interval."
     )
-
-
-def established(comparisons: Sequence[Comparison]) -> list[Comparison]:
-    """The comparisons whose verdict is established (better/worse/higher/lower/equivalent)."""
-    return [c for c in comparisons if c.verdict in ESTABLISHED]
 
 
 def rest_note(n: int) -> str:

@@ -14,7 +14,7 @@ comparisons of the ranking statement), ``tuning`` (or ``rates`` without a tuning
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from fathom.stats.results import Cell, Table
@@ -263,9 +263,3 @@ def tuning_table(tuning: Mapping[str, Any]) -> Table:
             "Selected"]  # fmt: skip
     title = f"Tuning grid (seed {tuning.get('seed')}); selection: {tuning.get('rule')}"
     return Table(id="tuning", title=title, columns=cols, rows=rows)
-
-
-def rows_where(table: Table, column: str, value: str) -> Sequence[list[Cell]]:
-    """The rows of ``table`` whose text cell in ``column`` is ``value``."""
-    i = table.columns.index(column)
-    return [r for r in table.rows if r[i].text == value]

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fathom.config_export import live_targets
 from fathom.errors import FathomError
 
 
@@ -245,9 +246,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--live",
         metavar="TARGETS",
-        help="stream every run's history rows while it trains: tensorboard, wandb or both, "
-        "comma-separated, or off; overrides the study's [live] backends; logs under each "
-        "RUN_DIR/live/ unless [live] places them (default: off)",
+        help="stream every run's history rows while it trains: "
+        f"{', '.join(live_targets())} (comma-separated, any of them) or off; overrides the "
+        "study's [live] backends; logs under each RUN_DIR/live/ unless [live] places them "
+        "(default: off)",
     )
     run.set_defaults(func=cmd_run)
     status = ssub.add_parser("status", help="per-run state of a study directory")

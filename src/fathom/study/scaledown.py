@@ -24,7 +24,7 @@ from typing import Any
 
 from fathom.data.registry import dataset_spec
 from fathom.data.splits import DEFAULT_VAL_SIZE
-from fathom.models.ciresan import scaled_widths
+from fathom.models.specs import scaled_widths
 from fathom.study.config import StudyConfig, load_study
 
 FULL_PROTOCOL = "ciresan-sd"

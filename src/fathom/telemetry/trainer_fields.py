@@ -260,7 +260,8 @@ TRAINER_FIELDS: tuple[Field, ...] = (
         "optim.lr · m(t) at the epoch's last step, t = epoch - 1 + (steps - 1) / steps",
         "learning rate",
         "training",
-        "null at epoch 0 (no step yet); the value in every param_group after the epoch",
+        "null at epoch 0 (no step yet); read from the epoch plan, the one channel of the rate "
+        "(param_group['lr'] is written only on a torch optimizer's path)",
     ),
     *_regularized(),
     *_lyapunov(),

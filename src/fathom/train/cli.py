@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fathom.config_export import live_targets
 from fathom.errors import FathomError
 
 if TYPE_CHECKING:  # the parser stays light: `fathom train --help` imports no pydantic or torch
@@ -172,9 +173,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--live",
         metavar="TARGETS",
-        help="stream history rows while training: tensorboard, wandb or both, comma-separated, "
-        "or off; overrides the config's [live] backends (a resume keeps the recorded ones); "
-        "logs under RUN_DIR/live/ unless [live] places them (default: off)",
+        help=f"stream history rows while training: {', '.join(live_targets())} "
+        "(comma-separated, any of them) or off; overrides the config's [live] backends (a "
+        "resume keeps the recorded ones); logs under RUN_DIR/live/ unless [live] places them "
+        "(default: off)",
     )
     p.set_defaults(func=cmd_train)
 

@@ -27,6 +27,7 @@ from fathom.io import config_digest, read_jsonl, state_dict_digest
 from fathom.provenance import resolve_device, source_hash
 from fathom.rundir import RunDir, RunWriter, uninterrupted
 from fathom.rundir.weights import cpu_state, extra_state, load_cpu_state, load_extra_state
+from fathom.terminal import OnProgress
 from fathom.train.guards import disk_full_advice, matmul_precision, recorded_threads
 from fathom.train.observe import observe, sync
 from fathom.train.plan import plan_epoch
@@ -82,7 +83,7 @@ def train(
     splits: DataSplits | None = None,
     resume: bool = False,
     telemetry: bool | None = None,
-    progress: Any = None,
+    progress: OnProgress | None = None,
     phase: str | None = None,
     allow_source_change: bool = False,
 ) -> RunResult:

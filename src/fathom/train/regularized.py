@@ -26,7 +26,7 @@ from fathom.data import DataSplits
 from fathom.dynamics.regularizer import StepRecord, regularized_gradients
 from fathom.models.prep import network_and_input
 from fathom.train.plan import EpochPlan
-from fathom.train.step import Augmenter, StepBody, Tick, torch_update
+from fathom.train.step import Augmenter, StepBody, Tick, plan_batches, torch_update
 
 EPOCH_FIELDS: tuple[str, ...] = (
     "train/ce",
@@ -101,11 +101,7 @@ class RegularizedStepper:
     def run_epoch(self, plan: EpochPlan) -> torch.Tensor:
         self.sums = EpochSums(self.device)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        perm = plan.perm.to(self.device)
-        for i in range(plan.steps):
-            if self.tick is not None:
-                self.tick(plan.epoch, i, plan.steps)
-            idx = perm[plan.batch(i)]
+        for i, idx in plan_batches(plan, self.device, self.tick):
             net, inputs = network_and_input(self.model, self.body.batch(idx))
             rec = regularized_gradients(
                 net,

@@ -26,6 +26,7 @@ from fathom.provenance import environment, source_hash
 from fathom.rundir import FORMAT, RunManifest, RunWriter, uninterrupted
 from fathom.rundir.weights import cpu_state
 from fathom.telemetry.context import EpochContext
+from fathom.terminal import OnProgress
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
 from fathom.train.manifest import dataset_record, split_classes, telemetry_record
@@ -48,7 +49,7 @@ class Session:
     stepper: Stepper
     writer: RunWriter
     initial_params: dict[str, torch.Tensor]
-    on_progress: Any = None
+    on_progress: OnProgress | None = None
     t_invocation: float = 0.0
     prior_elapsed: float = 0.0
     progress: Progress = field(default_factory=Progress)
@@ -155,9 +156,9 @@ class Session:
 def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model) -> Recorder | None:
     if not (cfg.telemetry.enabled if telemetry is None else telemetry):
         return None
-    from fathom.telemetry import Recorder
+    from fathom.telemetry import Recorder as TelemetryRecorder
 
-    return Recorder(
+    return TelemetryRecorder(
         cfg.telemetry, epochs=cfg.optim.epochs, splits=splits, model=model, seed=cfg.seed
     )
 
@@ -213,7 +214,7 @@ def build_session(
     device: torch.device,
     splits: DataSplits | None,
     telemetry: bool | None,
-    on_progress: Any,
+    on_progress: OnProgress | None,
     t_invocation: float,
     phase: str | None = None,
 ) -> Session:

@@ -18,7 +18,7 @@ optimizer (which reads nothing else), in ``param_group["lr"]``. Readers of the a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from typing import Any
 
@@ -26,10 +26,23 @@ import torch
 import torch.nn.functional as F
 
 from fathom.data import DataSplits, random_crop_flip
+from fathom.train.plan import EpochPlan
 from fathom.train.sgd import ActiveSGD
 
 Tick = Callable[[int, int, int], None]
 """``tick(epoch, steps_done, steps)``, called before each step of an epoch."""
+
+
+def plan_batches(
+    plan: EpochPlan, device: torch.device, tick: Tick | None
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """``(i, idx_i)`` for each step ``i`` of ``plan``, the example indices on ``device``;
+    ``tick(epoch, i, steps)`` (when set) is called before each step."""
+    perm = plan.perm.to(device)
+    for i in range(plan.steps):
+        if tick is not None:
+            tick(plan.epoch, i, plan.steps)
+        yield i, perm[plan.batch(i)]
 
 
 def autocast_for(device: torch.device, precision: str):

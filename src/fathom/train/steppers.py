@@ -24,23 +24,23 @@ has, so a progress display reads nothing from the device and adds no sync.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from fathom.data import DataSplits
 from fathom.errors import FathomError
+from fathom.terminal import OnProgress
 from fathom.train.build import stream_seed
 from fathom.train.fast import GraphStepper
 from fathom.train.plan import EpochPlan
 from fathom.train.protocols import Stepper
 from fathom.train.regularized import RegularizedStepper
 from fathom.train.sgd import ActiveSGD, plain_sgd_blocker
-from fathom.train.step import Augmenter, StepBody, Tick
+from fathom.train.step import Augmenter, StepBody, Tick, plan_batches
 
 
-def step_ticker(progress: Callable[[str, dict], None] | None, epochs: int) -> Tick | None:
+def step_ticker(progress: OnProgress | None, epochs: int) -> Tick | None:
     """A stepper's ``tick`` sending ``progress("step", {"epoch", "epochs", "step", "steps"})``
     (``step`` = steps done in the epoch); ``None`` without a progress callback."""
     if progress is None:
@@ -96,18 +96,25 @@ class EagerStepper:
         self.augmenter = augmenter
         self.captured = 0
         plain = plain_sgd_blocker(optimizer, model) is None
-        self.sgd = ActiveSGD(model, optimizer, controller) if plain else None
-        self.body = StepBody(model, optimizer, splits, device, precision, augmenter, self.sgd)
+        sgd = ActiveSGD(model, optimizer, controller) if plain else None
+        self.body = StepBody(model, optimizer, splits, device, precision, augmenter, sgd)
+
+    @property
+    def sgd(self) -> ActiveSGD | None:
+        """The step body's :class:`~fathom.train.sgd.ActiveSGD`, or ``None`` (torch's own
+        ``backward`` / ``step``); setting it switches the body's update."""
+        return self.body.sgd
+
+    @sgd.setter
+    def sgd(self, sgd: ActiveSGD | None) -> None:
+        self.body.sgd = sgd
 
     def run_epoch(self, plan: EpochPlan) -> torch.Tensor:
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        perm = plan.perm.to(self.device)
-        for i in range(plan.steps):
-            if self.tick is not None:
-                self.tick(plan.epoch, i, plan.steps)
+        for i, idx in plan_batches(plan, self.device, self.tick):
             if self.controller is not None:
                 self.controller.set_gains(plan.gain_values[i])
-            loss_sum += self.body(perm[plan.batch(i)], plan.kept[i], plan.lrs[i])
+            loss_sum += self.body(idx, plan.kept[i], plan.lrs[i])
         if self.controller is not None:
             self.controller.release()
         return loss_sum

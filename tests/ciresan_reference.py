@@ -1,4 +1,4 @@
-"""The Ciresan MLP's affine taps, for tests that check its shapes and gates layer by layer.
+"""The Ciresan MLP's affine taps and hand MAC formula, references for the tests.
 
 A test-side re-derivation of :meth:`fathom.models.ciresan.CiresanMLP.forward` that also
 returns each affine layer's input and output; the tests compare its logits with the
@@ -46,3 +46,16 @@ def forward_taps(
     z = model.head(h)
     taps.append((h, z))
     return (F.relu(z) if model.output_relu else z), taps
+
+
+def macs_per_example(model: CiresanMLP, mask: tuple[int | bool, ...] | None = None) -> int:
+    """Multiply-accumulates of one forward pass by hand: ``sum_l in_l * out_l`` over the stem,
+    the head and the body branches ``l`` with ``mask[l]`` (all without a mask); the
+    reference the FLOP counter (:func:`fathom.audit.costs.mask_macs`) is tested against."""
+    layers = model.affine_layers()
+    body = layers[1:-1]
+    kept = (1,) * len(body) if mask is None else mask
+    macs = sum(lin.in_features * lin.out_features for lin in (layers[0], layers[-1]))
+    for lin, m in zip(body, kept, strict=True):
+        macs += lin.in_features * lin.out_features * int(bool(m))
+    return macs
