@@ -41,13 +41,14 @@ def sequential(tmp_path_factory):
     )
 
 
-def test_two_local_workers_match_sequential(sequential, tmp_path):
-    study = validate_study_config(TINY, "tiny")
-    result = run_study(study, tmp_path, LocalBackend(2, 1, synthetic_splits))
-    assert hashes(result) == sequential
+#: one run of TINY (its run id and config are TINY's): what a Ray task or a submitit job
+#: array of one task needs to prove the path, each being a fresh Python process (torch import)
+ONE_RUN = {**TINY, "study": {**TINY["study"], "recipes": ["residual"], "seeds": [102]}}
 
 
 def test_ray_matches_local(sequential, tmp_path):
+    """One run of the study as a Ray task (a Ray worker process, as on a cluster) ends with
+    the local backend's final hash; one run is the whole path (task, wait, registry row)."""
     try:
         import ray
     except ImportError:
@@ -56,14 +57,21 @@ def test_ray_matches_local(sequential, tmp_path):
     import test_study
 
     ray.cloudpickle.register_pickle_by_value(test_study)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
-        study = validate_study_config(TINY, "tiny")
+        study = validate_study_config(ONE_RUN, "tiny")
         result = run_study(study, tmp_path, RayBackend(None, 1, synthetic_splits))
     finally:
         ray.shutdown()
-    assert hashes(result) == sequential
+    got = hashes(result)
+    assert len(got) == 1 and got == {run: sequential[run] for run in got}
     assert "ray" in result.summary["execution"]["backend"]
+
+
+def test_two_local_workers_match_sequential(sequential, tmp_path):
+    study = validate_study_config(TINY, "tiny")
+    result = run_study(study, tmp_path, LocalBackend(2, 1, synthetic_splits))
+    assert hashes(result) == sequential
 
 
 def test_worker_device_mapping_with_a_faked_device_count(monkeypatch):
@@ -110,11 +118,6 @@ def test_worker_device_mapping_with_a_faked_device_count(monkeypatch):
     assert wants_cuda(main_specs(auto, "runs", auto.fixed_lrs()))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert not wants_cuda(main_specs(auto, "runs", auto.fixed_lrs()))
-
-
-#: one run of TINY (its run id and config are TINY's): what a submitit job array of one task
-#: needs to prove the path, each task being a fresh Python process that imports torch
-ONE_RUN = {**TINY, "study": {**TINY["study"], "recipes": ["residual"], "seeds": [102]}}
 
 
 @pytest.mark.parametrize("cluster", ["local", "debug"])

@@ -170,6 +170,49 @@ def test_kill_9_of_a_two_worker_study_leaves_no_worker(tmp_path, forked):
                 os.kill(w, signal.SIGKILL)
 
 
+def _worker_view() -> tuple[int, str | None]:
+    """A pool task: ``(the worker's parent, FATHOM_TEST_MARK as the worker sees it)``."""
+    return os.getppid(), os.environ.get("FATHOM_TEST_MARK")
+
+
+def _server_parent(mark: str) -> tuple[int, str | None]:
+    """Start a one-worker pool as the local backend does; ``(the PID that started the worker's
+    forkserver, the mark the worker saw)``, the mark set only after this process's server may
+    already run."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from fathom.study.backends import init_worker, pool_context
+
+    os.environ["FATHOM_TEST_MARK"] = mark
+    ctx = pool_context()
+    indices = ctx.Queue()
+    indices.put(None)
+    args = (os.getpid(), indices, dict(os.environ))
+    with ProcessPoolExecutor(1, mp_context=ctx, initializer=init_worker, initargs=args) as pool:
+        server, seen = pool.submit(_worker_view).result()
+    ppid = int(Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return ppid, seen
+
+
+def test_pool_workers_come_from_this_process_own_forkserver_with_its_environment(
+    tmp_path, forked, monkeypatch
+):
+    """The local pool's workers fork from a forkserver this process started (so they die
+    with it) and see this process's environment of the moment, even when the server was
+    started earlier or by the process this one was forked from (whose server is not ours)."""
+    monkeypatch.setenv("FATHOM_TEST_MARK", "unused")
+    assert _server_parent("first") == (os.getpid(), "first")
+    assert _server_parent("second") == (os.getpid(), "second")  # the server already ran
+
+    def child() -> None:  # forked after this process started its server
+        (tmp_path / "child").write_text(repr((os.getpid(), _server_parent("child"))))
+
+    proc = forked(child)
+    assert proc.wait(120) == 0, proc.output()
+    pid, (ppid, seen) = eval((tmp_path / "child").read_text())
+    assert (ppid, seen) == (pid, "child")
+
+
 def test_two_workers_still_match_sequential(tmp_path):
     study = validate_study_config(
         study_data(tuning={"enabled": False}, study={"lr": 0.05, "seeds": [101]}), "a"

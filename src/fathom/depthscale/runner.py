@@ -140,9 +140,9 @@ def run_specs(runs: list[RunConfig], root: Path) -> list[RunSpec]:
 def run_parallel(
     runs: list[RunConfig], root: Path, workers: int, threads: int, progress: OnProgress | None
 ) -> None:
-    """Every run on ``workers`` spawned processes (the study's local backend): complete runs
-    skipped, interrupted and failed ones resumed, as the sequential path does; a run that
-    fails raises a FathomError naming it after every other run finished."""
+    """Every run on ``workers`` local worker processes (the study's local backend): complete
+    runs skipped, interrupted and failed ones resumed, as the sequential path does; a run
+    that fails raises a FathomError naming it after every other run finished."""
     from fathom.study.backends import LocalBackend
 
     tags = {c.name: c for c in runs}

@@ -25,45 +25,114 @@ from fathom.study.plan import RunSpec
 OnOutcome = Callable[[RunOutcome], None]
 """Called with each run's outcome as the run ends (the study's per-run line)."""
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
+POOL_PRELOAD = ("fathom.study.pool_guard", "torch", "fathom.study.execute", "fathom.train.loop")
+"""Modules the local pool's forkserver imports once, before it forks any worker (what a run
+imports; a name that fails to import is skipped by multiprocessing, and the worker imports
+it itself)."""
+
+_POOL_OWNER: list[int] = []  # the PID that started this interpreter's forkserver
 
 
-def die_with_parent(parent_pid: int, poll_s: float = 0.5) -> None:
-    """Worker initializer: end this worker as soon as its parent (the study) dies.
+def pool_context() -> multiprocessing.context.BaseContext:
+    """The local pool's start method: ``forkserver`` with :data:`POOL_PRELOAD` imported.
 
-    A worker blocked on its task pipe never notices a ``kill -9`` of the parent by
-    itself. On Linux the kernel sends SIGKILL at once (``prctl(PR_SET_PDEATHSIG)``); a
-    daemon thread also polls ``os.getppid()`` every ``poll_s`` seconds (other systems,
-    and a parent that died before the ``prctl``) and ends the process with ``os._exit``.
+    A ``spawn`` worker is a fresh interpreter that imports torch (seconds of CPU each). The
+    forkserver is one such interpreter, started at the first pool: it imports the preload and
+    then only forks; every worker is a fork of it and starts with torch imported. Forking is
+    safe there because the forkserver is single-threaded and never runs torch compute, so no
+    intra-op/OpenMP thread pool, CUDA context or lock held by another thread exists in it
+    (what makes forking a process that has trained unsafe). A worker gets nothing from the
+    study's memory: its task and arguments are pickled and multiprocessing prepares it from
+    the study's working directory, ``sys.path`` and ``__main__`` as it prepares a spawned
+    one; :func:`init_worker` adds the study's environment of the moment (a spawned worker
+    inherits it; a forked one would have the forkserver's). A run so computes what it would in
+    a spawned worker (same final-parameter hash: ``tests/test_study_backends.py``,
+    ``tests/test_study_integrity.py``).
+
+    A process forked from one that started the forkserver inherits the parent's handle to a
+    server that is not its child; that handle is dropped here so this process starts its own
+    (its workers must die with it, not with the process it was forked from).
+    """
+    import multiprocessing.forkserver as fs
+    import os
+    import threading
+
+    if _POOL_OWNER and _POOL_OWNER[0] != os.getpid():
+        server = fs._forkserver
+        if server._forkserver_alive_fd is not None:
+            os.close(server._forkserver_alive_fd)
+        server._forkserver_address = server._forkserver_alive_fd = None
+        server._forkserver_pid = None
+        server._lock = threading.Lock()
+        _POOL_OWNER.clear()
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(POOL_PRELOAD))
+    os.environ["FATHOM_POOL_STUDY"] = str(os.getpid())  # read by fathom.study.pool_guard
+    try:
+        fs.ensure_running()
+    finally:
+        del os.environ["FATHOM_POOL_STUDY"]
+    if not _POOL_OWNER:
+        _POOL_OWNER.append(os.getpid())
+    return ctx
+
+
+def die_with_study(study_pid: int, poll_s: float = 0.5) -> None:
+    """Worker initializer: end this worker as soon as the study process ``study_pid`` dies.
+
+    A worker blocked on its task pipe never notices a ``kill -9`` of the study by itself. Its
+    parent is the forkserver, which the kernel kills with the study
+    (:mod:`fathom.study.pool_guard`); the worker sets ``PR_SET_PDEATHSIG`` towards it, so
+    the kernel ends it too, even inside a long torch call. Besides (other systems, a race
+    at start), a daemon thread waits on a pidfd of the study (Linux >= 5.3: readable the
+    moment it exits) or polls ``os.kill(study_pid, 0)`` every ``poll_s`` seconds, and ends
+    the process with ``os._exit``; a study already gone ends it at once.
     """
     import os
-    import signal
-    import sys
+    import select
     import threading
     import time
 
-    if sys.platform.startswith("linux"):
-        import ctypes
+    from fathom.study.pool_guard import set_parent_death_signal
 
+    set_parent_death_signal()
+    try:
+        fd = os.pidfd_open(study_pid) if hasattr(os, "pidfd_open") else None
+    except ProcessLookupError:
+        os._exit(1)
+    except OSError:
+        fd = None
+
+    def alive() -> bool:
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):
+            os.kill(study_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # alive, another user's
             pass
+        return True
 
     def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(poll_s)
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while alive():
+                time.sleep(poll_s)
         os._exit(1)
 
-    if os.getppid() != parent_pid:
+    if not alive():
         os._exit(1)
-    threading.Thread(target=watch, name="fathom-parent-watch", daemon=True).start()
+    threading.Thread(target=watch, name="fathom-study-watch", daemon=True).start()
 
 
-def init_worker(parent_pid: int, indices: Any) -> None:
-    """Worker initializer: die with the study (:func:`die_with_parent`), then take a device."""
-    die_with_parent(parent_pid)
+def init_worker(study_pid: int, indices: Any, environ: dict[str, str]) -> None:
+    """Worker initializer: die with the study (:func:`die_with_study`), take the study's
+    environment (a forkserver started earlier may have another one), then take a device."""
+    import os
+
+    die_with_study(study_pid)
+    os.environ.clear()
+    os.environ.update(environ)
     init_worker_device(indices)
 
 
@@ -101,7 +170,8 @@ def init_worker_device(indices: Any) -> None:
 
 @dataclass
 class LocalBackend:
-    """Sequential in this process (``workers == 1``) or ``workers`` spawned processes."""
+    """Sequential in this process (``workers == 1``) or ``workers`` local worker processes
+    (forked from a forkserver that has imported torch: :func:`pool_context`)."""
 
     workers: int = 1
     threads: int = 1
@@ -142,7 +212,7 @@ class LocalBackend:
                 if progress is not None:
                     progress(outs[-1])
             return outs
-        ctx = multiprocessing.get_context("spawn")
+        ctx = pool_context()
         results: dict[str, RunOutcome] = {}
         import os
 
@@ -154,7 +224,7 @@ class LocalBackend:
             max_workers=n,
             mp_context=ctx,
             initializer=init_worker,
-            initargs=(os.getpid(), indices),
+            initargs=(os.getpid(), indices, dict(os.environ)),
         ) as pool:
             futures = {pool.submit(execute_run, s, **kwargs): s for s in specs}
             for fut in as_completed(futures):
