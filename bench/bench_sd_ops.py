@@ -5,10 +5,10 @@ Counts hold under any load (they are not timings): for one trainer step
 
 * ``dense``: recipe ``residual`` (every branch at gain one, no controller);
 * ``1111``: recipe ``sd_constant``, every branch kept at gain ``1/(1-p)`` (the product's path);
-* ``1111 main``: the same as before this pass (:func:`main_form`: in place with the Python
-  float gain, gains set through ``nn.Module.__setattr__``; the same bits);
-* ``1111 ref``: the kept gain out of place as a Python float (``bypass(x) + out * g``:
-  ``sd_harness.reference_gain``, the form before issue 23);
+* ``1111 main``: the gain as a Python float and gains set through ``nn.Module.__setattr__``
+  (:func:`main_form`, the form before the third pass; the same bits);
+* ``1111 ref``: the gain as a Python float (``bypass(x) + out * g``:
+  ``sd_harness.reference_gain``), gains set as in ``1111``;
 * ``1010``, ``0000``: two skipping topologies;
 
 it prints every operator the dispatcher ran (``torch.profiler`` record counts: kernels,
@@ -66,7 +66,7 @@ def runners(width_mult: float, batch: int) -> tuple[dict, dict]:
 
 @contextmanager
 def main_form():
-    """The kept gain as before this pass: in place with the Python float, gains set through
+    """The kept gain as before the third pass: the Python float, gains set through
     ``nn.Module.__setattr__`` (the same bits: ``tests/test_sd_dispatch.py``)."""
     saved = residual.gain_tensor, control.set_gain
     residual.gain_tensor = lambda gain, out: gain

@@ -6,7 +6,7 @@ runs on the CPU — over :class:`~fathom.train.plan.EpochPlan` s of the same bat
 * ``dense``:  recipe ``residual`` (no controller; every branch computed at gain one)
 * ``skip``:   recipe ``sd_constant`` with the gates the run's controller draws (p = 0.1..0.4);
               a dropped branch is not called
-* ``skip_ref``: the same, with the kept branches' gain out of place (``bypass + out * g``,
+* ``skip_ref``: the same, with the kept branches' gain as a Python float (``bypass + out * g``,
               the form before issue 23; ``sd_harness.reference_gain``): before / after, paired
 * ``mask``:   the same model and gates, but every branch computed and multiplied by its gain
               (timm/torchvision-style DropPath: regularises, saves nothing)

@@ -39,14 +39,14 @@ def blocks_of(plan: EpochPlan, block: int) -> list[EpochPlan]:
 
 @contextmanager
 def reference_gain():
-    """The kept branch's gain out of place, ``bypass(x) + out * g`` (the form before issue
-    23's in-place path, :func:`fathom.depth.residual.owns_output` answering no)."""
-    original = residual.owns_output
-    residual.owns_output = lambda branch, out: False
+    """The kept branch's gain as a Python float, ``bypass(x) + out * g`` (the form before
+    issue 23's gain tensor, :func:`fathom.depth.residual.gain_tensor` answering the float)."""
+    original = residual.gain_tensor
+    residual.gain_tensor = lambda gain, out: gain
     try:
         yield
     finally:
-        residual.owns_output = original
+        residual.gain_tensor = original
 
 
 def on_reference(run: Callable[[EpochPlan], object]) -> Callable[[EpochPlan], object]:

@@ -1,6 +1,6 @@
 """What a kept branch's gain dispatches beyond the dense step, and that removing it kept the bits.
 
-The in-place path multiplies by a cached 0-d tensor of the output's dtype
+A kept branch's gain multiplies by a cached 0-d tensor of the output's dtype
 (:func:`fathom.depth.residual.gain_tensor`) instead of a Python float (which is wrapped as a
 float64 scalar and converted in the forward multiply and again in its backward); the
 controller writes the per-step gains past ``nn.Module.__setattr__``
@@ -110,16 +110,16 @@ def test_a_kept_branch_dispatches_two_multiplies_and_no_conversion():
 
     step(1.5)()  # warm
     dense, kept = _dispatched(step(1.0)), _dispatched(step(1.5))
-    saved = residual.owns_output
-    residual.owns_output = lambda branch, out: False  # the out-of-place Python-float form
+    saved = residual.gain_tensor
+    residual.gain_tensor = lambda gain, out: gain  # the Python-float form
     try:
         reference = _dispatched(step(1.5))
     finally:
-        residual.owns_output = saved
+        residual.gain_tensor = saved
     for ops in (dense, kept):
         assert ops.get("aten::to", 0) == ops.get("aten::_to_copy", 0) == 0, ops
     assert reference["aten::to"] == 2, "the Python float converts in forward and backward"
-    assert kept["aten::mul_"] == 1 and kept["aten::mul"] == 1  # forward gain, MulBackward0
+    assert kept["aten::mul"] == 2 and "aten::mul_" not in kept  # forward gain, MulBackward0
     assert "aten::mul" not in dense and "aten::mul_" not in dense
 
 

@@ -27,15 +27,10 @@ their momentum, their weight decay, their Adam moments and step counts untouched
 step (``zero_grad(set_to_none=True)`` is required; it is torch's default and what
 :mod:`fathom.train` does).
 
-A kept branch's gain costs no extra tensors where that is provably safe: for a plain
-``nn.Linear`` branch called without any module hook (own or global, forward or backward),
-the branch output is gained and summed in place, ``out.mul_(g).add_(bypass(x))`` — the
-same roundings as ``bypass(x) + out * g``, bit for bit (:func:`~fathom.depth.residual.
-owns_output`), with ``g`` a cached 0-d tensor of the output's dtype (the value the kernel
-reads from the float, without converting a wrapped float64 scalar forward and backward:
-:func:`~fathom.depth.residual.gain_tensor`). A hooked module (the seam's telemetry and curvature capture outputs), any
-other branch, a bypass of another dtype or shape, ``torch.func`` and ``torch.compile`` get
-the out-of-place form.
+A kept branch's gain is ``bypass(x) + out * g`` with ``g`` a cached 0-d tensor of the
+output's dtype (the value the kernel reads from the float, without converting a wrapped
+float64 scalar forward and backward: :func:`~fathom.depth.residual.gain_tensor`), the same
+bits as the Python float; every branch, hooked or not, takes this one form.
 
 A plain loop with a schedule (the drop probabilities may change every epoch)::
 

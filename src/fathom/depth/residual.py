@@ -26,11 +26,12 @@ def skippable_residual(
 
     ``gain`` is a Python float, or (CUDA-graph path, :mod:`fathom.train.fast`) a device
     scalar tensor of a *kept* branch whose value changes between graph replays; a tensor
-    is never compared on the host. A kept branch with a gain other than one whose output
-    is provably its own (:func:`owns_output`) is gained and summed in place,
-    ``out.mul_(gain).add_(bypass(x))``: the same two roundings as the reference
-    ``bypass(x) + out * gain`` (IEEE addition commutes), bit for bit, without the two
-    intermediate tensors, the gain as a cached 0-d tensor (:func:`gain_tensor`).
+    is never compared on the host. A kept branch with a gain other than one is
+    ``bypass(x) + out * g`` with ``g`` the gain as a cached 0-d tensor (:func:`gain_tensor`:
+    the same bits as the Python float, without its conversions). An in-place form
+    (``out.mul_(g).add_(bypass(x))``, guarded against hooks) was bit-identical too but
+    measured slower per step at width x 0.1 in 7 of 8 paired invocations and in 600-pair
+    single-step A/Bs (BENCHMARKS.md, issue 23's SD sections), so it was removed.
     """
     if isinstance(gain, torch.Tensor):
         return bypass(x) + branch(x) * gain
@@ -39,12 +40,7 @@ def skippable_residual(
     out = branch(x)
     if gain == 1.0:
         return bypass(x) + out
-    if owns_output(branch, out):
-        bp = bypass(x)
-        if type(bp) is torch.Tensor and bp.shape == out.shape and bp.dtype == out.dtype:
-            return out.mul_(gain_tensor(gain, out)).add_(bp)
-        return bp + out * gain
-    return bypass(x) + out * gain
+    return bypass(x) + out * gain_tensor(gain, out)
 
 
 _GAIN_TENSORS: dict[tuple[float, torch.dtype], torch.Tensor] = {}  # a schedule: a few per epoch
@@ -73,47 +69,6 @@ def gain_tensor(gain: float, out: torch.Tensor) -> float | torch.Tensor:
         with torch.inference_mode(False):
             t = _GAIN_TENSORS[key] = torch.tensor(gain, dtype=dtype)
     return t
-
-
-_hooks = nn.modules.module  # torch mutates its global hook dicts in place, never rebinds them
-_GLOBAL_HOOKS = (
-    _hooks._global_forward_hooks,
-    _hooks._global_forward_pre_hooks,
-    _hooks._global_backward_hooks,
-    _hooks._global_backward_pre_hooks,
-)
-_LINEAR_FORWARD = nn.Linear.forward
-_is_compiling = torch.compiler.is_compiling
-_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-
-
-def owns_output(branch: object, out: torch.Tensor) -> bool:
-    """Whether ``out``, just returned by ``branch``, may be modified in place unseen.
-
-    True only for a plain ``nn.Linear`` (its ``addmm`` output is a fresh tensor that
-    autograd does not save) called without any module hook — its own or global, forward or
-    backward: a forward hook may have captured ``out`` (the seam's telemetry and curvature
-    differentiate with respect to captured outputs) or replaced it, a backward hook wraps
-    it — on a plain tensor outside ``torch.func`` transforms and compilation. (Checked on
-    every call, in about a microsecond: hooks may be added at any time.)
-    """
-    if type(branch).forward is not _LINEAR_FORWARD or not isinstance(branch, nn.Linear):
-        return False
-    f, fp, b, bp = _GLOBAL_HOOKS
-    if (
-        branch._forward_hooks
-        or branch._forward_pre_hooks
-        or branch._backward_hooks
-        or branch._backward_pre_hooks
-        or f
-        or fp
-        or b
-        or bp
-    ):
-        return False
-    if type(out) is not torch.Tensor or _is_compiling():
-        return False
-    return not _is_functorch_wrapped(out)
 
 
 def drop_path_compute_then_mask(
