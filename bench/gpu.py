@@ -32,9 +32,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from fathom.config import RunConfig
+from fathom.config.recipes import recipe_spec
 from fathom.data import load_raw, make_splits
 from fathom.models.ciresan import CiresanMLP
-from fathom.models.specs import recipe_spec
 from fathom.train.build import build_controller, build_optimizer, init_model
 from fathom.train.fast import GraphStepper
 from fathom.train.guards import matmul_precision

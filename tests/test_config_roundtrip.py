@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from config_strategies import HINTS, model_data
 from fathom.base.io import config_digest
 from fathom.config import RunConfig, validate_run_config
+from fathom.config.recipes import RECIPES
 from fathom.depthscale.config import DepthScaleConfig, validate_depth_scaling
 from fathom.errors import FathomError
 from fathom.models.prep import NORMALIZATION
-from fathom.models.specs import RECIPES
 from fathom.study.config import STUDY_OWNED_KEYS, StudyConfig, validate_study_config
 from fathom.study.family import load_config, preset_names, validate_config
 from fathom.study.studyfile import STUDY_FILE, read_study_file, study_file_data, write_study_file

@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from fathom.config.models import NEURONS, ModelConfig, StagedConvConfig
+from fathom.config.recipes import RECIPES
 from fathom.errors import FathomError, InvalidValue
 from fathom.models.ciresan import CiresanMLP
 from fathom.models.convnet import StagedConvNet
-from fathom.models.specs import RECIPES, blocks_per_stage_for_depth
+from fathom.models.specs import blocks_per_stage_for_depth
 
 
 def _outcome(make) -> str | None:

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from ciresan_reference import forward_taps, macs_per_example
+from fathom.config.recipes import RECIPES
 from fathom.errors import FathomError
 from fathom.models import count_parameters
 from fathom.models.ciresan import CiresanMLP
-from fathom.models.specs import RECIPES
 
 
 def test_full_width_parameter_count():

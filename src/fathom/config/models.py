@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from fathom.config.recipes import RECIPES
 from fathom.errors import InvalidValue
 
 #: Numbers of every config: an integer field takes no ``true`` or ``2.0``, a float field
@@ -180,9 +181,7 @@ class ModelConfig(_Strict):
     """The Ciresan residual MLP (:class:`fathom.models.ciresan.CiresanMLP`)."""
 
     kind: Literal["ciresan"] = "ciresan"
-    recipe: Literal["plain", "residual", "residual_dropout", "sd_constant", "sd_decreasing"] = (
-        "residual"
-    )
+    recipe: Literal[tuple(RECIPES)] = "residual"  # type: ignore[valid-type]  # the one table
     widths: tuple[Int, ...] = (2500, 2000, 1500, 1000, 500)
     width_mult: Float = Field(default=1.0, gt=0)
     input_scale: Float = Field(default=1 / 255, gt=0)

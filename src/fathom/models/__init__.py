@@ -22,7 +22,7 @@ __getattr__, __dir__, _names = exports(
         "fathom.models.ciresan": ["CiresanMLP"],
         "fathom.models.convnet": ["StagedConvNet"],
         "fathom.models.neurons": ["LIF"],
-        "fathom.models.specs": ["RECIPES", "Recipe", "recipe_spec"],
+        "fathom.config.recipes": ["RECIPES", "Recipe", "recipe_spec"],
     },
 )
 __all__ = [*_names, "build_model", "count_parameters"]

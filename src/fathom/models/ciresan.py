@@ -23,8 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from fathom.config.models import check_hidden_widths, check_narrowing, check_unit_dropout
+from fathom.config.recipes import Recipe, recipe_spec
 from fathom.depth import Crop, DropSchedule, SkippableResidual, find_branches
-from fathom.models.specs import Recipe, recipe_spec, scaled_widths
+from fathom.models.specs import scaled_widths
 
 FULL_WIDTHS: tuple[int, ...] = (2500, 2000, 1500, 1000, 500)
 

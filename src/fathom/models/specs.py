@@ -1,4 +1,5 @@
-"""What a config names, without torch: recipes, depths, input normalizations.
+"""What a config names, without torch: depths, input normalizations (recipes:
+:mod:`fathom.config.recipes`).
 
 Config validation (``fathom validate``, a study's recipe list, a depth-scaling preset) checks
 names against these tables; importing this module costs no torch, so commands that only
@@ -7,38 +8,8 @@ validate stay fast. The modules that build networks read the same tables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fathom.config.models import STAGES, check_stage_depth
 from fathom.errors import FathomError
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """One training recipe: architecture switches and its drop schedule."""
-
-    name: str
-    residual: bool
-    unit_dropout: float
-    schedule_kind: str  # none | constant | linear_decrease
-    drop_probs: tuple[float, ...]
-
-
-RECIPES: dict[str, Recipe] = {
-    "plain": Recipe("plain", residual=False, unit_dropout=0.0, schedule_kind="none", drop_probs=()),
-    "residual": Recipe("residual", True, 0.0, "none", (0.0, 0.0, 0.0, 0.0)),
-    "residual_dropout": Recipe("residual_dropout", True, 0.2, "none", (0.0, 0.0, 0.0, 0.0)),
-    "sd_constant": Recipe("sd_constant", True, 0.0, "constant", (0.1, 0.2, 0.3, 0.4)),
-    "sd_decreasing": Recipe("sd_decreasing", True, 0.0, "linear_decrease", (0.2, 0.4, 0.6, 0.8)),
-}
-
-
-def recipe_spec(name: str) -> Recipe:
-    try:
-        return RECIPES[name]
-    except KeyError:
-        raise FathomError(f"unknown recipe {name!r}; valid recipes: {', '.join(RECIPES)}") from None
-
 
 NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "mnist": ((0.1307,), (0.3081,)),

@@ -49,8 +49,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fathom.config import RunConfig, _format_validation_error, load_toml, validate_run_config
 from fathom.config.live import LiveConfig
 from fathom.config.models import Bool, Float, Int, Name
+from fathom.config.recipes import RECIPES
 from fathom.errors import FathomError, with_suggestion
-from fathom.models.specs import RECIPES
 
 STUDY_OWNED_KEYS: tuple[str, ...] = ("name", "study", "seed", "model.recipe", "optim.lr")
 """Run-config keys set per run by the study; ``[base]`` may not set them."""

@@ -7,11 +7,11 @@ import hashlib
 import torch
 
 from fathom.config import OptimConfig, RunConfig
+from fathom.config.recipes import recipe_spec
 from fathom.depth import DropSchedule, GateController, find_branches
 from fathom.errors import FathomError
 from fathom.models import build_model
 from fathom.models.ciresan import recipe_schedule
-from fathom.models.specs import recipe_spec
 
 
 def stream_seed(seed: int, stream: str) -> int:
