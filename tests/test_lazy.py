@@ -12,6 +12,19 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 PACKAGES = ("audit", "curvature", "data", "depthscale", "export", "report", "telemetry")
 
 
+def _fresh_python(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter on this tree's ``src`` (nothing imported beforehand)."""
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return out
+
+
 def test_packages_import_without_torch_and_resolve_every_name_on_use():
     code = (
         "import importlib, sys\n"
@@ -22,14 +35,7 @@ def test_packages_import_without_torch_and_resolve_every_name_on_use():
         "fathom.data.DataSplits\n"
         "print('torch' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"},
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
+    out = _fresh_python(code)
     assert out.stdout.split() == ["False", "False", "True"]
 
 
@@ -57,14 +63,7 @@ def test_a_forwarding_package_is_its_module_and_costs_nothing():
         "import sys, fathom.config, fathom.config.models\n"
         "print('fathom.config.run' in sys.modules, 'torch' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin"},
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
+    out = _fresh_python(code)
     assert out.stdout.split() == ["False", "False"]
     import fathom.config
     import fathom.config.run as run

@@ -32,7 +32,7 @@ def set_parent_death_signal() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     except (OSError, AttributeError):
-        pass
+        return  # best effort: each worker's watch of the study's PID still ends it
 
 
 def guard_server() -> None:
