@@ -10,6 +10,11 @@ median, interquartile range and the ratio of minima:
   product as not faster; kept here as the record)
 * ``out_float``: ``bypass(x) + out * g`` with the Python float (the form before issue 23,
   ``sd_harness.reference_gain``)
+* ``gain_one``:  the same all-kept SD step with every kept gain replaced by one (``bypass(x) +
+  out``, the dense form): not a training form (the wrong gain), the decomposition. ``product``
+  minus ``gain_one`` is what the gain's multiply costs with its autograd node and backward
+  multiply; ``gain_one`` minus dense is everything else stochastic depth adds to a step (the
+  controller's gains, the decision in ``forward``, the active-parameter list).
 
 Usage: OMP_NUM_THREADS=1 python bench/bench_sd_forms.py [--width-mult 0.1 0.5] [--pairs 600]
 """
@@ -38,6 +43,26 @@ def in_place(x, branch, bypass, gain):
     if gain == 1.0:
         return bypass(x) + out
     return out.mul_(gain_tensor(gain, out)).add_(bypass(x))
+
+
+def gain_one_form_fn(x, branch, bypass, gain):
+    """The product's form with a kept Python-float gain taken as one (decomposition only)."""
+    if not isinstance(gain, torch.Tensor) and gain != 0.0:
+        gain = 1.0
+    return _PRODUCT(x, branch, bypass, gain)
+
+
+_PRODUCT = residual.skippable_residual
+
+
+@contextmanager
+def gain_one_form():
+    saved = residual.skippable_residual
+    residual.skippable_residual = gain_one_form_fn
+    try:
+        yield
+    finally:
+        residual.skippable_residual = saved
 
 
 @contextmanager
@@ -78,9 +103,11 @@ def main() -> None:
         kept = steps["1111"]
         forms = {
             "dense": steps["dense"],
+            "dense_b": steps["dense_b"],  # A/A: an identical second dense model
             "product": kept,
             "inplace": under(in_place_form, kept),
             "out_float": under(reference_gain, kept),
+            "gain_one": under(gain_one_form, kept),
         }
         print(f"width x {wm}: all-kept step per form")
         ops.step_ab(forms, args.pairs)
