@@ -158,18 +158,7 @@ def _uniform(generator: torch.Generator) -> float:
     return torch.rand((), generator=generator, dtype=torch.float64).item()
 
 
-_OUTSIDE_COMPILE: dict[Callable, Callable] = {}
-
-
-def outside_compile(fn: Callable) -> Callable:
-    """``fn`` excluded from tracing (``torch.compiler.disable``: a graph break), built on first
-    use. Only a compiling process needs the wrapper, and building it imports
-    ``torch._dynamo`` (about 1.3 s of CPU on the 2-core machine), so an eager process never
-    builds it. Called while tracing, the wrapper is built then (dynamo is loaded by then)."""
-    wrapped = _OUTSIDE_COMPILE.get(fn)
-    if wrapped is None:
-        wrapped = _OUTSIDE_COMPILE[fn] = torch.compiler.disable(fn, reason=COMPILE_BREAK_REASON)
-    return wrapped
+_uniform_outside_compile = torch.compiler.disable(_uniform, reason=COMPILE_BREAK_REASON)
 
 
 def _seed_from_global() -> int:
@@ -178,8 +167,8 @@ def _seed_from_global() -> int:
 
 
 # Traced, the randint would be lowered by the compiler's own RNG (inductor draws from its
-# own seeds), so a compiled module would seed differently than the eager one: it runs
-# outside tracing (:func:`outside_compile`).
+# own seeds), so a compiled module would seed differently than the eager one.
+_seed_outside_compile = torch.compiler.disable(_seed_from_global, reason=COMPILE_BREAK_REASON)
 
 
 def seed_generator() -> torch.Generator:
@@ -188,8 +177,7 @@ def seed_generator() -> torch.Generator:
     The first draw of a module built with ``seed=None`` calls it, so a compiled module
     consumes torch's global generator exactly as the eager one does.
     """
-    compiling = torch.compiler.is_compiling()
-    draw = outside_compile(_seed_from_global) if compiling else _seed_from_global
+    draw = _seed_outside_compile if torch.compiler.is_compiling() else _seed_from_global
     return torch.Generator().manual_seed(draw())
 
 
@@ -202,7 +190,7 @@ def draw_kept(generator: torch.Generator, p: float) -> bool:
     draw). Refused inside CUDA-graph capture, where the decision would be frozen.
     """
     if torch.compiler.is_compiling():
-        return outside_compile(_uniform)(generator) >= p
+        return _uniform_outside_compile(generator) >= p
     if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
         raise FathomError(
             "a self-sampling SkippableResidual (p > 0, no gain set) cannot be captured in a "
