@@ -45,34 +45,31 @@ def in_place(x, branch, bypass, gain):
     return out.mul_(gain_tensor(gain, out)).add_(bypass(x))
 
 
-def gain_one_form_fn(x, branch, bypass, gain):
+def gain_one(x, branch, bypass, gain):
     """The product's form with a kept Python-float gain taken as one (decomposition only)."""
     if not isinstance(gain, torch.Tensor) and gain != 0.0:
         gain = 1.0
-    return _PRODUCT(x, branch, bypass, gain)
+    return PRODUCT(x, branch, bypass, gain)
 
 
-_PRODUCT = residual.skippable_residual
+PRODUCT = residual.skippable_residual
 
 
-@contextmanager
-def gain_one_form():
-    saved = residual.skippable_residual
-    residual.skippable_residual = gain_one_form_fn
-    try:
-        yield
-    finally:
-        residual.skippable_residual = saved
+def form(fn):
+    """A context manager running the model's branches through ``fn`` instead of the product."""
+
+    @contextmanager
+    def patched():
+        residual.skippable_residual = fn
+        try:
+            yield
+        finally:
+            residual.skippable_residual = PRODUCT
+
+    return patched
 
 
-@contextmanager
-def in_place_form():
-    saved = residual.skippable_residual
-    residual.skippable_residual = in_place
-    try:
-        yield
-    finally:
-        residual.skippable_residual = saved
+in_place_form, gain_one_form = form(in_place), form(gain_one)
 
 
 def under(form, steps: list) -> list:

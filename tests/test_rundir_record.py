@@ -246,15 +246,18 @@ def reference_final_params(cfg) -> str:
     return state_dict_digest(cpu_state(model))  # the weights (no generator extra state)
 
 
+def _cfg(case: dict):
+    return tiny_config(**{"optim.epochs": 2, **case})
+
+
 def _tiny(run: Path, case: dict, **kw):
-    cfg = tiny_config(**{"optim.epochs": 2, **case})
-    return train(cfg, run, splits=synthetic_splits(**SPLITS), **kw)
+    return train(_cfg(case), run, splits=synthetic_splits(**SPLITS), **kw)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_final_parameters_are_a_plain_torch_loops_and_a_resume_reproduces_them(tmp_path, name):
     case = CASES[name]
-    expected = reference_final_params(tiny_config(**{"optim.epochs": 2, **case}))
+    expected = reference_final_params(_cfg(case))
     fresh = _tiny(tmp_path / "fresh", case)
     assert fresh.final_params == expected
     if name != "sd":
@@ -301,9 +304,7 @@ def test_a_format_2_run_resumes_to_format_3_keeping_unknown_sections_and_a_refus
     done = RunDir(tmp_path / "r")
     assert done.status == "complete" and done.manifest["tool_x"] == manifest["tool_x"]
     assert done.manifest["format"] == FORMAT and isinstance(done.header, RunManifest)
-    assert done.manifest["hashes"]["final_params"] == reference_final_params(
-        tiny_config(**{"optim.epochs": 2, **case})
-    )
+    assert done.manifest["hashes"]["final_params"] == reference_final_params(_cfg(case))
 
 
 def test_a_target_stop_and_a_divergence_are_recorded_by_the_writer(tmp_path):
