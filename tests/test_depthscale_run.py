@@ -130,8 +130,8 @@ def test_missing_or_corrupt_cifar_archive_reaches_the_user(tmp_path):
 
 
 def _bench_argv(out, extra=()) -> list[str]:
-    argv = ["quick", "--depths", "4", "--epochs", "4", "--timesteps", "2"]
-    argv += ["--fit-subset", "256", "--eval-subset", "32", "--out", str(out), "--quiet"]
+    argv = ["quick", "--depths", "4", "--epochs", "3", "--timesteps", "2"]
+    argv += ["--fit-subset", "128", "--eval-subset", "32", "--out", str(out), "--quiet"]
     return [*argv, *extra]
 
 
@@ -154,11 +154,15 @@ def test_depth_scaling_resumes_byte_identically_after_sigkill(tmp_path, forked):
     first = tmp_path / "v" / "d04-vanilla-s0"
     deadline = time.time() + 600
     while time.time() < deadline:
-        if first.exists() and len(read_jsonl(first / "history.jsonl")[0]) >= 3:
+        rows = read_jsonl(first / "history.jsonl")[0] if first.exists() else []
+        if len(rows) >= 2:  # epoch 0's evaluation and epoch 1 (its checkpoint) are written
             break
         assert victim.poll() is None, victim.output()
-        time.sleep(0.05)
-    time.sleep(random.uniform(0.0, 0.3))  # land inside a later epoch
+        time.sleep(0.02)
+    # land at a random moment of epoch 2 (not the last epoch of this run): within 0.8 of the
+    # time epoch 1 took, training and evaluation
+    epoch_s = rows[1]["clock/unix_s"] - rows[0]["clock/unix_s"]
+    time.sleep(random.uniform(0.0, 0.8 * epoch_s))
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=60) == -signal.SIGKILL
     assert RunDir(first).status == "running"

@@ -23,7 +23,8 @@ def test_own_model_example_end_to_end(tmp_path: Path, forked) -> None:
     # the script runs in a process forked from this one (:mod:`forked`): a researcher's
     # ``python examples/own_model.py`` without paying a fresh interpreter's torch import
     out = tmp_path / "result.json"
-    args = ["--epochs", "2", "--steps-per-epoch", "30", "--test", "500", "--out", str(out)]
+    args = ["--epochs", "2", "--steps-per-epoch", "10", "--probe", "32", "--test", "200"]
+    args += ["--out", str(out)]
     proc = forked(lambda: run_as_script(EXAMPLE, args), env={"OMP_NUM_THREADS": "1"})
     assert proc.wait(timeout=600) == 0, proc.output()
     stdout = proc.out.read_text()

@@ -25,7 +25,7 @@ from test_data_cifar import checksummed, write_archive
 
 PIPE = """
 description = "seed-000-tiny at two depths (tests)"
-depth_scaling = { config = "cifar100-seed-000-tiny", overrides = { depths = [4, 20], fit_subset = 32, eval_subset = 16, val_size = 16, lyap_subbatch = 1, probe_size = 1 } }
+depth_scaling = { config = "cifar100-seed-000-tiny", overrides = { depths = [4, 20], fit_subset = 32, eval_subset = 16, val_size = 16, lyap_subbatch = 1, probe_size = 1, timesteps = 1 } }
 """
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from fathom.errors import FathomError
 from fathom.rundir import RunDir
+from fathom.study import backends
 from fathom.study.backends import LocalBackend
 from fathom.study.config import validate_study_config
 from fathom.study.runner import run_study
@@ -170,11 +171,6 @@ def test_kill_9_of_a_two_worker_study_leaves_no_worker(tmp_path, forked):
                 os.kill(w, signal.SIGKILL)
 
 
-def _worker_view() -> tuple[int, str | None]:
-    """A pool task: ``(the worker's parent, FATHOM_TEST_MARK as the worker sees it)``."""
-    return os.getppid(), os.environ.get("FATHOM_TEST_MARK")
-
-
 def _server_parent(mark: str) -> tuple[int, str | None]:
     """Start a one-worker pool as the local backend does; ``(the PID that started the worker's
     forkserver, the mark the worker saw)``, the mark set only after this process's server may
@@ -189,7 +185,10 @@ def _server_parent(mark: str) -> tuple[int, str | None]:
     indices.put(None)
     args = (os.getpid(), indices, dict(os.environ))
     with ProcessPoolExecutor(1, mp_context=ctx, initializer=init_worker, initargs=args) as pool:
-        server, seen = pool.submit(_worker_view).result()
+        # the worker's parent and the mark as the worker sees it; builtins, pickled by name, so
+        # the worker never imports this test module (seconds of fathom and torch imports)
+        server = pool.submit(os.getppid).result()
+        seen = pool.submit(os.getenv, "FATHOM_TEST_MARK").result()
     ppid = int(Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[1])
     return ppid, seen
 
@@ -205,6 +204,9 @@ def test_pool_workers_come_from_this_process_own_forkserver_with_its_environment
     assert _server_parent("second") == (os.getpid(), "second")  # the server already ran
 
     def child() -> None:  # forked after this process started its server
+        # the child's own server need not import torch: which server, and what environment
+        # its worker sees, does not depend on the preload (saves seconds of import)
+        backends.POOL_PRELOAD = ("fathom.study.pool_guard",)
         (tmp_path / "child").write_text(repr((os.getpid(), _server_parent("child"))))
 
     proc = forked(child)
