@@ -138,11 +138,18 @@ def report(clock: str, per_run: dict[str, list[float]], exp: float, epochs: int)
     t_sd = statistics.median(per_run["sd_constant"])
     real = 1 - t_sd / t_res
     fmt = lambda v: ", ".join(f"{t:.3f}" for t in v)  # noqa: E731
+    # each repeat's two runs ran back to back: their ratio is one paired sample, and the
+    # spread of those samples is what this figure can resolve (runs of one recipe vary by
+    # several percent of an epoch from process to process on a shared host)
+    pairs = [
+        (1 - sd / res) / exp
+        for res, sd in zip(per_run["residual"], per_run["sd_constant"], strict=True)
+    ]
     print(
         f"  {clock:4} clock, s per epoch (median of epochs 2..{epochs}): residual "
         f"[{fmt(per_run['residual'])}], sd_constant [{fmt(per_run['sd_constant'])}]; "
         f"medians {t_res:.3f} / {t_sd:.3f}; realized {real:+.2%}, "
-        f"realized/expected {real / exp:.2f}"
+        f"realized/expected {real / exp:.2f} (per repeat: {', '.join(f'{x:.2f}' for x in pairs)})"
     )
 
 

@@ -26,13 +26,17 @@ descheduled on the shared machine is not counted). Each variant's plan is cut in
 ``--block`` steps; a *round* runs block 1 of every variant, then block 2 of every variant, ...
 (the variants' order rotating from block to block), so every variant sees the same machine
 state within a few tens of milliseconds and the ratio ``T_v / T_dense`` of one round cancels
-the slow drift of the other engineers' load. Reported: the median over rounds of that paired
-ratio (and its spread over rounds), and the median ms/step. The per-topology table times
+the slow drift of the other engineers' load. By default (``--rebuild``) every round runs on
+freshly built models, optimizers and steppers (same seeds and plans): one instance's memory
+placement biased the A/A control by up to 5% at × 0.5. ``--data mnist`` trains on the
+product's data (real MNIST) instead of random bytes. Reported: the median over rounds of that
+paired ratio (and its spread over rounds), and the median ms/step. The per-topology table times
 plans whose every step has one topology (gain 1/(1-p) for kept branches), each block paired
 with a dense block run just before it.
 
 Usage: python bench/bench_sd_skip.py [--width-mult 0.5 0.1] [--steps 100] [--rounds 15]
                                     [--block 25] [--cpu N] [--clock thread|wall]
+                                    [--no-rebuild] [--data synthetic|mnist]
 """
 
 from __future__ import annotations
@@ -149,10 +153,23 @@ def bench_config(recipe: str, width_mult: float, batch: int) -> RunConfig:
     )
 
 
-def build_variants(width_mult: float, steps: int, batch: int, block: int, warm: int) -> dict:
+def mnist_splits(n: int, batch: int) -> DataSplits:
+    """The product's data: the first ``n`` fitting images of real MNIST (``fathom data fetch
+    mnist``), as ``fathom train --set data.fit_subset=n`` reads them."""
+    from fathom.data.prepare import prepare_splits
+
+    cfg = bench_config("residual", 1.0, batch).with_updates(
+        {"data.fit_subset": n, "data.eval_subset": batch}
+    )
+    return prepare_splits(cfg.data)
+
+
+def build_variants(
+    width_mult: float, steps: int, batch: int, block: int, warm: int, data: str = "synthetic"
+) -> dict:
     """The four variants' block callables, the per-topology blocks, the models and the plan."""
     n = steps * batch
-    splits = bench_splits(n, batch)
+    splits = mnist_splits(n, batch) if data == "mnist" else bench_splits(n, batch)
     cpu = torch.device("cpu")
     dense_cfg, sd_cfg = (
         bench_config("residual", width_mult, batch),
@@ -248,7 +265,8 @@ def report(width_mult: float, built: dict, times: dict, topo_ratio: dict, args) 
     floor = {k: sum(min(col) for col in zip(*v, strict=True)) for k, v in times.items()}
     print(
         f"\nwidth x {width_mult}: widths {dense_model.widths}, batch {args.batch}, {steps} steps "
-        f"in blocks of {args.block} (after {args.warm} untimed) x {args.rounds} interleaved rounds "
+        f"in blocks of {args.block} (after {args.warm} untimed) x {args.rounds} interleaved rounds"
+        f"{' on fresh instances' if args.rebuild else ''} "
         f"(load average now {os.getloadavg()[0]:.2f})"
     )
     print(f"expected training-MAC saving of the drawn gates: {expected:.2%}")
@@ -282,14 +300,34 @@ def report(width_mult: float, built: dict, times: dict, topo_ratio: dict, args) 
         )
 
 
+def rebuilt_rounds(width_mult: float, args) -> dict[str, list[list[float]]]:
+    """:func:`interleaved_rounds` with every model, optimizer and stepper built afresh (same
+    seeds, same plans) before each round, so that where the allocator placed one instance's
+    weights (an A/A bias of up to 5% at × 0.5 on one instance) averages out over rounds."""
+    times: dict[str, list[list[float]]] = {}
+    for r in range(args.rounds):
+        variants = build_variants(
+            width_mult, args.steps, args.batch, args.block, args.warm, args.data
+        )["variants"]
+        for blocks in variants.values():  # first touch of this instance's buffers, untimed
+            blocks[0][1]()
+        turn = r * len(variants["dense"])  # the rotation continues across rounds
+        for name, rows in interleaved_rounds(variants, 1, turn).items():
+            times.setdefault(name, []).extend(rows)
+    return times
+
+
 def bench_width(width_mult: float, args) -> None:
-    built = build_variants(width_mult, args.steps, args.batch, args.block, args.warm)
+    built = build_variants(width_mult, args.steps, args.batch, args.block, args.warm, args.data)
     variants = built["variants"]
     topo = {**built["topo"], **built["topo_ref"]}  # + all-kept on the out-of-place gain
     for blocks in [*variants.values(), *topo.values()]:  # warm-up: buffers, allocator, caches
         for _, run in blocks:
             run()
-    times = interleaved_rounds(variants, args.rounds)
+    if args.rebuild:
+        times = rebuilt_rounds(width_mult, args)
+    else:
+        times = interleaved_rounds(variants, args.rounds)
     topo_ratio = topology_rounds(variants["dense"], topo, args.topo_rounds or args.rounds)
     report(width_mult, built, times, topo_ratio, args)
 
@@ -307,6 +345,19 @@ def main() -> None:
         type=int,
         default=1,
         help="untimed steps of the same variant before each timed block (0: time cold switches)",
+    )
+    ap.add_argument(
+        "--rebuild",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fresh model instances before every round (instance placement averaged; the "
+        "topology rows keep the first build)",
+    )
+    ap.add_argument(
+        "--data",
+        choices=("synthetic", "mnist"),
+        default="synthetic",
+        help="synthetic: uniform random bytes and labels; mnist: real MNIST, the product's data",
     )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cpu", type=int, default=-1, help="pin to this CPU (-1: the last one)")

@@ -71,14 +71,13 @@ def timed(block: Block) -> float:
 
 
 def interleaved_rounds(
-    variants: dict[str, list[Block]], rounds: int
+    variants: dict[str, list[Block]], rounds: int, turn: int = 0
 ) -> dict[str, list[list[float]]]:
     """Seconds of each variant's blocks, ``[round][block]``; blocks interleaved, the variants'
-    order rotating from block to block."""
+    order rotating from block to block (starting at rotation ``turn``)."""
     names = list(variants)
     nblocks = len(variants[names[0]])
     out: dict[str, list[list[float]]] = {k: [] for k in names}
-    turn = 0
     for _ in range(rounds):
         acc = {name: [0.0] * nblocks for name in names}
         for b in range(nblocks):
