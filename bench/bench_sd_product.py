@@ -151,6 +151,15 @@ def report(clock: str, per_run: dict[str, list[float]], exp: float, epochs: int)
         f"medians {t_res:.3f} / {t_sd:.3f}; realized {real:+.2%}, "
         f"realized/expected {real / exp:.2f} (per repeat: {', '.join(f'{x:.2f}' for x in pairs)})"
     )
+    if len(pairs) >= 3:
+        from scipy import stats
+
+        mean, sem = statistics.fmean(pairs), stats.sem(pairs)
+        lo, hi = stats.t.interval(0.95, len(pairs) - 1, loc=mean, scale=sem)
+        print(
+            f"  {clock:4} clock, paired realized/expected: mean {mean:.2f}, 95% t-interval "
+            f"[{lo:.2f}, {hi:.2f}] over {len(pairs)} repeats"
+        )
 
 
 if __name__ == "__main__":
