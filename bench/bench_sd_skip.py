@@ -42,6 +42,7 @@ Usage: python bench/bench_sd_skip.py [--width-mult 0.5 0.1] [--steps 100] [--rou
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import platform
@@ -153,9 +154,11 @@ def bench_config(recipe: str, width_mult: float, batch: int) -> RunConfig:
     )
 
 
+@functools.cache
 def mnist_splits(n: int, batch: int) -> DataSplits:
     """The product's data: the first ``n`` fitting images of real MNIST (``fathom data fetch
-    mnist``), as ``fathom train --set data.fit_subset=n`` reads them."""
+    mnist``), as ``fathom train --set data.fit_subset=n`` reads them (read once: every
+    rebuilt round shares them, read-only)."""
     from fathom.data.prepare import prepare_splits
 
     cfg = bench_config("residual", 1.0, batch).with_updates(
