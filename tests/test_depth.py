@@ -23,6 +23,7 @@ from fathom.depth import (
     huang_linear_in_depth,
     set_drop_probs,
 )
+from fathom.depth.residual import _OUTSIDE_COMPILE, _uniform
 from fathom.errors import FathomError
 from fathom.models.ciresan import CiresanMLP
 from fathom.rundir.weights import cpu_state, load_cpu_state
@@ -321,8 +322,10 @@ def test_cuda_graph_capture_of_a_self_sampling_module_is_refused(monkeypatch):
 
 
 def test_torch_compile_graph_breaks_and_keeps_the_eager_decisions():
-    """Compiled (aot_eager: dynamo + autograd tracing, no C++ toolchain) equals eager."""
+    """Compiled (aot_eager: dynamo + autograd tracing, no C++ toolchain) equals eager, from
+    the first trace (the excluded draw's wrapper is made there, not at import) on."""
     torch._dynamo.reset()
+    _OUTSIDE_COMPILE.clear()
     eager, compiled_model = _own(0.5, seed=3), _own(0.5, seed=3)
     compiled = torch.compile(compiled_model, backend="aot_eager")
     x = torch.randn(4, 6)
@@ -335,10 +338,14 @@ def test_torch_compile_graph_breaks_and_keeps_the_eager_decisions():
     eager.eval()
     compiled_model.eval()
     assert torch.equal(compiled(x), eager(x))
-    torch._dynamo.reset()
-    whole = torch.compile(_own(0.5, seed=3), backend="aot_eager", fullgraph=True)
-    with pytest.raises(Exception, match="draws its stochastic-depth decision on the host"):
-        whole(x)
+    assert set(_OUTSIDE_COMPILE) == {_uniform}
+    for made in (True, False):  # fullgraph quotes the reason, with or without the wrapper made
+        torch._dynamo.reset()
+        if not made:
+            _OUTSIDE_COMPILE.clear()
+        whole = torch.compile(_own(0.5, seed=3), backend="aot_eager", fullgraph=True)
+        with pytest.raises(Exception, match="draws its stochastic-depth decision on the host"):
+            whole(x)
     torch._dynamo.reset()
 
 

@@ -116,7 +116,9 @@ def test_field_names_and_params_family_for_a_residual_cnn() -> None:
 def test_import_is_lazy_and_top_level() -> None:
     code = (
         "import sys, fathom; assert 'torch' not in sys.modules, 'import fathom loads torch'; "
-        "fathom.Instruments; assert 'fathom.seam' in sys.modules"
+        "fathom.Instruments; assert 'fathom.seam' in sys.modules; "
+        # torch.compiler.disable would import torch._dynamo (1.2 s): made at the first trace
+        "import fathom.depth; assert 'torch._dynamo' not in sys.modules, 'fathom.depth loads dynamo'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

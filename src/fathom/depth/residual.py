@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -158,17 +159,33 @@ def _uniform(generator: torch.Generator) -> float:
     return torch.rand((), generator=generator, dtype=torch.float64).item()
 
 
-_uniform_outside_compile = torch.compiler.disable(_uniform, reason=COMPILE_BREAK_REASON)
-
-
 def _seed_from_global() -> int:
     """A seed ``s ~ U{0, ..., 2^62 - 1}`` drawn from torch's global CPU generator, on the host."""
     return int(torch.randint(0, 2**62, ()).item())
 
 
-# Traced, the randint would be lowered by the compiler's own RNG (inductor draws from its
-# own seeds), so a compiled module would seed differently than the eager one.
-_seed_outside_compile = torch.compiler.disable(_seed_from_global, reason=COMPILE_BREAK_REASON)
+T = TypeVar("T")
+_OUTSIDE_COMPILE: dict[Callable[..., object], Callable[..., object]] = {}
+
+
+def _outside_compile(fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)`` run outside tracing, called only while ``torch.compile`` traces.
+
+    The :func:`torch.compiler.disable` wrapper is made at the first trace, not at import:
+    making it imports ``torch._dynamo`` (1.2 s of CPU), which eager users and every command
+    that never compiles would pay. The first trace breaks the graph itself with
+    :data:`COMPILE_BREAK_REASON` (``fullgraph=True`` quotes it), then makes the wrapper
+    outside tracing (``disable`` is not traced: a second break, run eagerly); later traces
+    find it made.
+    """
+    disabled = _OUTSIDE_COMPILE.get(fn)
+    if disabled is None:
+        import torch._dynamo
+
+        torch._dynamo.graph_break(msg=COMPILE_BREAK_REASON)
+        disabled = torch.compiler.disable(fn, reason=COMPILE_BREAK_REASON)
+        _OUTSIDE_COMPILE[fn] = disabled
+    return disabled(*args)  # type: ignore[return-value]
 
 
 def seed_generator() -> torch.Generator:
@@ -177,8 +194,11 @@ def seed_generator() -> torch.Generator:
     The first draw of a module built with ``seed=None`` calls it, so a compiled module
     consumes torch's global generator exactly as the eager one does.
     """
-    draw = _seed_outside_compile if torch.compiler.is_compiling() else _seed_from_global
-    return torch.Generator().manual_seed(draw())
+    if torch.compiler.is_compiling():
+        # traced, the randint would be lowered by the compiler's own RNG (inductor draws from
+        # its own seeds), so a compiled module would seed differently than the eager one
+        return torch.Generator().manual_seed(_outside_compile(_seed_from_global))
+    return torch.Generator().manual_seed(_seed_from_global())
 
 
 def draw_kept(generator: torch.Generator, p: float) -> bool:
@@ -190,7 +210,7 @@ def draw_kept(generator: torch.Generator, p: float) -> bool:
     draw). Refused inside CUDA-graph capture, where the decision would be frozen.
     """
     if torch.compiler.is_compiling():
-        return _uniform_outside_compile(generator) >= p
+        return _outside_compile(_uniform, generator) >= p
     if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
         raise FathomError(
             "a self-sampling SkippableResidual (p > 0, no gain set) cannot be captured in a "
