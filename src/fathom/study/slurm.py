@@ -101,9 +101,16 @@ class SlurmBackend:
             live=self.live,
             tracker=self.tracker,
         )
-        jobs = self.executor().map_array(task, list(specs))
-        outs: list[RunOutcome] = []
-        for job, spec in zip(jobs, specs, strict=True):
+        executor = self.executor()
+        jobs = executor.map_array(task, list(specs))
+        spec_of = {id(job): spec for job, spec in zip(jobs, specs, strict=True)}
+        out_of: dict[int, RunOutcome] = {}
+        # completion order, so progress and the registry follow the runs as they end; a job's
+        # state is read from its own process on this machine (poll often) or from Slurm
+        # accounting (submitit's watcher; once a second, as Job.wait polls)
+        poll_s = 1.0 if executor.cluster == "slurm" else 0.05
+        for job in submitit.helpers.as_completed(jobs, poll_frequency=poll_s):
+            spec = spec_of[id(job)]
             try:
                 out = job.result()
             except submitit.core.utils.FailedJobError as e:
@@ -119,10 +126,10 @@ class SlurmBackend:
                 from fathom.study.registry import Registry
 
                 Registry(registry_file).upsert([registry_row(spec)])
-            outs.append(out)
+            out_of[id(job)] = out
             if progress is not None:
                 progress(out)
-        return outs
+        return [out_of[id(job)] for job in jobs]
 
 
 def _fathom_error(e: Exception) -> FathomError | None:
