@@ -6,18 +6,29 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
 from hypothesis import HealthCheck, settings
 
-from fathom.base.io import sha256_file
-from fathom.config import RunConfig
-from fathom.data import DataSplits
+if TYPE_CHECKING:
+    import torch
 
-torch.set_num_threads(1)
+    from fathom.config import RunConfig
+    from fathom.data import DataSplits
 
 pytest_plugins = ["cpu_clock"]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """One intra-op thread in every process that runs tests. The pytest-xdist controller runs
+    none and never imports torch: its start-up (2 s of torch, pydantic and Fathom imports)
+    would delay the workers' (this module imports them in its fixtures and helpers)."""
+    if not session.config.pluginmanager.hasplugin("dsession"):
+        import torch
+
+        torch.set_num_threads(1)
+
 
 # Properties run under a fixed-seed profile in CI and by default (same examples every run, so a
 # red run is reproducible); FATHOM_HYPOTHESIS=long explores far more. Each test states its own
@@ -42,6 +53,10 @@ def synthetic_splits(
     n_fit: int = 256, n_eval: int = 128, seed: int = 0, classes: int = 10
 ) -> DataSplits:
     """Learnable synthetic 'images': class-dependent mean intensity pattern plus noise, uint8."""
+    import torch
+
+    from fathom.data import DataSplits
+
     g = torch.Generator().manual_seed(seed)
     protos = torch.rand(classes, 784, generator=g) * 200
 
@@ -66,6 +81,8 @@ def synthetic_splits(
 
 
 def tiny_config(**updates) -> RunConfig:
+    from fathom.config import RunConfig
+
     base = RunConfig(name="tiny", study="test")
     upd = {
         "model.widths": list(TINY_WIDTHS),
@@ -89,6 +106,8 @@ def splits() -> DataSplits:
 # -- one trained tiny run per session (per xdist worker), shared read-only -------------------
 def tree_digest(root: Path) -> dict[str, str]:
     """SHA-256 of every file under ``root``, by relative path."""
+    from fathom.base.io import sha256_file
+
     return {
         p.relative_to(root).as_posix(): sha256_file(p)
         for p in sorted(root.rglob("*"))
