@@ -335,6 +335,43 @@ def test_wandb_record_reader_checks_crc(study: Path, tmp_path: Path) -> None:
     assert verify(study, "wandb").ok
 
 
+def test_wandb_file_without_its_exit_record_is_waited_for_then_refused(
+    study: Path, tmp_path: Path
+) -> None:
+    """``finish()`` can return before W&B's service has written a run's last records (seen
+    with two processes exporting on two busy cores: a clean cut with history and summary
+    missing). The writer waits for the exit record; the read-back refuses a file without it."""
+    pytest.importorskip("wandb", reason="install the wandb extra")
+    import threading
+
+    from fathom.export.wandb_records import is_complete, read_records, wait_complete
+
+    export(study, "wandb")
+    record = json.loads((study / "exports" / "wandb" / "fathom-export.json").read_text())
+    path = study / "exports" / "wandb" / record["wandb_files"]["residual-s101"]
+    whole = path.read_bytes()
+
+    def clean_cut(n: int) -> bool:
+        cut = tmp_path / "cut.wandb"
+        cut.write_bytes(whole[:n])
+        try:
+            return not is_complete(read_records(cut))
+        except FathomError:
+            return False
+
+    n = next(n for n in range(len(whole) - 1, 0, -1) if clean_cut(n))
+    path.write_bytes(whole[:n])
+    assert not wait_complete(path, timeout_s=0.05)
+    report = verify(study, "wandb")
+    assert not report.ok
+    assert any("residual-s101" in m and "no exit record" in m for m in report.mismatches)
+    later = threading.Timer(0.2, path.write_bytes, (whole,))  # the service finishing late
+    later.start()
+    assert wait_complete(path, timeout_s=30)
+    later.join()
+    assert verify(study, "wandb").ok
+
+
 @pytest.mark.parametrize(("target", "module"), [("wandb", "wandb"), ("tensorboard", "tensorboard")])
 def test_missing_extra_names_it(
     study: Path, monkeypatch: pytest.MonkeyPatch, target: str, module: str

@@ -34,6 +34,7 @@ from fathom.base.io import json_safe
 from fathom.config.live import WandbLiveConfig
 from fathom.errors import FathomError, install_hint
 from fathom.export.common import VerifyReport, export_scalars, same_value, units_table
+from fathom.export.wandb_records import is_complete, read_records, wait_complete
 from fathom.report.runs import RunData
 
 DIR = "wandb"
@@ -147,6 +148,7 @@ def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
                 sync_file = Path(wrun.settings.sync_file)
             finally:
                 wrun.finish()
+            wait_complete(sync_file)  # finish() may return before the file is whole
             files[run.run_id] = sync_file.relative_to(out).as_posix()
     return [DIR], {"wandb_files": files}
 
@@ -163,8 +165,6 @@ def _value(text: str) -> Any:
 
 def verify(runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport) -> None:
     _wandb()
-    from fathom.export.wandb_records import read_records
-
     files = record.get("wandb_files") or {}
     for run in runs:
         report.runs += 1
@@ -175,7 +175,14 @@ def verify(runs: list[RunData], out: Path, record: dict[str, Any], report: Verif
         history: list[tuple[int, dict[str, Any]]] = []
         config: dict[str, Any] = {}
         summary: dict[str, Any] = {}
-        for rec in read_records(out / rel):
+        records = read_records(out / rel)
+        if not is_complete(records):
+            report.mismatch(
+                f"run {run.run_id}: {rel} has no exit record (W&B did not finish writing it); "
+                "export again"
+            )
+            continue
+        for rec in records:
             kind = rec.WhichOneof("record_type")
             if kind == "history":
                 items = {_key(i): _value(i.value_json) for i in rec.history.item}
@@ -284,6 +291,7 @@ class WandbSink:
             self.run.summary.update(run_summary(run))
         sync_file = Path(self.run.settings.sync_file)
         self.run.finish()
+        wait_complete(sync_file)
         rel = sync_file.relative_to(self.out).as_posix()
         return [DIR], {"wandb_files": {self.run_id: rel}}
 

@@ -13,6 +13,7 @@ Python reader for this log, so this module is one; it checks every CRC.
 from __future__ import annotations
 
 import struct
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -80,3 +81,29 @@ def read_records(path: str | Path) -> list[Any]:
         rec.ParseFromString(payload)
         records.append(rec)
     return records
+
+
+def is_complete(records: list[Any]) -> bool:
+    """Whether a record log holds its run's ``exit`` record (W&B writes it last)."""
+    return any(rec.WhichOneof("record_type") == "exit" for rec in records)
+
+
+def wait_complete(path: str | Path, timeout_s: float = 60.0, poll_s: float = 0.02) -> bool:
+    """Wait until the ``.wandb`` file at ``path`` holds its ``exit`` record; False on timeout.
+
+    ``wandb.Run.finish()`` can return before W&B's service has written the file's last
+    records (seen with two exporting processes on two busy cores: the run and config
+    records there, history and summary not yet), so a read right after it may see a run
+    cut short. A file still being written may also end inside a chunk; both are waited
+    out, not reported.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if is_complete(read_records(path)):
+                return True
+        except (FathomError, OSError):
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
