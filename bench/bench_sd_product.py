@@ -14,8 +14,14 @@ branches the run actually dropped in the timed epochs: the run's gates are repla
 config (the controller's own generator) and checked against the mask digest in its manifest.
 Realized = 1 - T_sd / T_residual.
 
+``--concurrent`` runs each repeat's two processes at the same time, one per CPU, the CPUs
+swapped every other repeat: both see the same moments of a drifting host, which back-to-back
+runs do not. An epoch counts only while the other run is still training through all of it
+(``clock/unix_s``, each row's own timestamp, bounds it); the expected saving is taken over the
+sd_constant run's counted epochs.
+
 Usage: python bench/bench_sd_product.py [--width-mult 0.5 0.1] [--repeats 3] [--fit 6400]
-                                        [--epochs 6] [--cpu N]
+                                        [--epochs 6] [--cpu N] [--concurrent]
 """
 
 from __future__ import annotations
@@ -42,6 +48,18 @@ def train_once(
     recipe: str, width_mult: float, args: argparse.Namespace, runs: Path, tag: str
 ) -> Path:
     """One pinned ``fathom train`` process; returns its run directory."""
+    start(recipe, width_mult, args, runs, tag, args.cpu).wait()
+    return run_dir_of(runs, tag)
+
+
+def run_dir_of(runs: Path, tag: str) -> Path:
+    return next(runs.glob(f"*/{tag}/manifest.json")).parent
+
+
+def start(
+    recipe: str, width_mult: float, args: argparse.Namespace, runs: Path, tag: str, cpu: int
+) -> subprocess.Popen:
+    """A ``fathom train`` process pinned to ``cpu``, started (its exit is checked by ``wait``)."""
     sets = {
         "model.recipe": recipe,
         "model.width_mult": width_mult,
@@ -58,14 +76,54 @@ def train_once(
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(
-        cmd,
-        check=True,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        preexec_fn=lambda: os.sched_setaffinity(0, {args.cpu}),
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, preexec_fn=lambda: os.sched_setaffinity(0, {cpu})
     )
-    return next(runs.glob(f"*/{tag}/manifest.json")).parent
+    wait = proc.wait
+
+    def checked_wait() -> int:
+        if (rc := wait()) != 0:
+            raise SystemExit(f"fathom train {tag} exited {rc}")
+        return rc
+
+    proc.wait = checked_wait  # type: ignore[method-assign]
+    return proc
+
+
+def concurrent_pair(
+    width_mult: float, args: argparse.Namespace, runs: Path, r: int
+) -> dict[str, Path]:
+    """Both recipes at once, residual on one CPU and sd_constant on the other (swapped on odd
+    repeats)."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    if len(cpus) < 2:
+        raise SystemExit("--concurrent needs two CPUs")
+    if r % 2:
+        cpus.reverse()
+    tags = {recipe: f"{recipe}-w{width_mult}-r{r}" for recipe in RECIPES}
+    procs = [
+        start(recipe, width_mult, args, runs, tags[recipe], cpu)
+        for recipe, cpu in zip(RECIPES, cpus, strict=True)
+    ]
+    for proc in procs:
+        proc.wait()
+    return {recipe: run_dir_of(runs, tag) for recipe, tag in tags.items()}
+
+
+def epoch_windows(run_dir: Path) -> dict[int, tuple[float, float]]:
+    """Epoch ``e`` -> (unix time of row ``e - 1``, of row ``e``): it trained inside that window."""
+    rows = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    stamp = {r["epoch"]: r["clock/unix_s"] for r in rows}
+    return {e: (stamp[e - 1], stamp[e]) for e in sorted(stamp) if e - 1 in stamp}
+
+
+def overlapped_epochs(run: Path, other: Path, first_epoch: int) -> list[int]:
+    """``run``'s epochs from ``first_epoch`` on that lie wholly inside ``other``'s training
+    from its own ``first_epoch`` to its last epoch."""
+    mine, theirs = epoch_windows(run), epoch_windows(other)
+    lo = theirs[first_epoch][0] if first_epoch in theirs else min(a for a, _ in theirs.values())
+    hi = max(b for _, b in theirs.values())
+    return [e for e, (a, b) in mine.items() if e >= first_epoch and a >= lo and b <= hi]
 
 
 CLOCKS = {"cpu": "clock/training_cpu_s", "wall": "clock/training_s"}
@@ -79,8 +137,9 @@ def epoch_clocks(run_dir: Path, field: str = CLOCKS["cpu"]) -> list[float]:
     return [cum[b] - cum[a] for a, b in itertools.pairwise(epochs)]
 
 
-def drawn_saving(run_dir: Path, first_epoch: int) -> float:
-    """The dropped share of training MACs over epochs ``first_epoch..E``, from the replayed gates.
+def drawn_saving(run_dir: Path, first_epoch: int, epochs: set[int] | None = None) -> float:
+    """The dropped share of training MACs over epochs ``first_epoch..E`` (or over ``epochs``),
+    from the replayed gates.
 
     The gates are drawn again from the run's config (the controller's seeded generator, in
     the trainer's order) and their digest is checked against the manifest's ``masks`` hash.
@@ -94,7 +153,7 @@ def drawn_saving(run_dir: Path, first_epoch: int) -> float:
     for epoch in range(1, cfg.optim.epochs + 1):
         drawn = [controller.draw(epoch - 1)[0] for _ in range(steps)]
         digest = chain(digest, bytes(int(k) for step in drawn for k in step))
-        if epoch >= first_epoch:
+        if epoch >= first_epoch and (epochs is None or epoch in epochs):
             kept += drawn
     if digest != manifest["hashes"]["masks"]:
         raise SystemExit(f"{run_dir}: replayed gates do not match the run's mask digest")
@@ -108,15 +167,37 @@ def main() -> None:
     ap.add_argument("--fit", type=int, default=6400)
     ap.add_argument("--epochs", type=int, default=6)
     ap.add_argument("--cpu", type=int, default=-1, help="pin the runs to this CPU (-1: the last)")
+    ap.add_argument(
+        "--concurrent", action="store_true", help="each repeat's two runs at once, one per CPU"
+    )
     args = ap.parse_args()
     args.cpu = args.cpu if args.cpu >= 0 else max(os.sched_getaffinity(0))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"load average at start: {load}; {os.cpu_count()} cpus; one thread, cpu {args.cpu}")
+    where = "two cpus at once" if args.concurrent else f"cpu {args.cpu}"
+    print(f"load average at start: {load}; {os.cpu_count()} cpus; one thread per run, {where}")
     with tempfile.TemporaryDirectory() as tmp:
         for w in args.width_mult:
             per_run = {c: {"residual": [], "sd_constant": []} for c in CLOCKS}
             expected = []
             for r in range(args.repeats):
+                if args.concurrent:
+                    runs = concurrent_pair(w, args, Path(tmp), r)
+                    counted = {
+                        recipe: overlapped_epochs(runs[recipe], runs[other], first_epoch=2)
+                        for recipe, other in zip(RECIPES, RECIPES[::-1], strict=True)
+                    }
+                    if not all(counted.values()):
+                        raise SystemExit(f"repeat {r}: no epoch overlapped; use more epochs")
+                    for clock, field in CLOCKS.items():
+                        for recipe, run in runs.items():
+                            clocks = dict(enumerate(epoch_clocks(run, field), start=1))
+                            per_run[clock][recipe].append(
+                                statistics.median(clocks[e] for e in counted[recipe])
+                            )
+                    expected.append(
+                        drawn_saving(runs["sd_constant"], 2, set(counted["sd_constant"]))
+                    )
+                    continue
                 for recipe in RECIPES if r % 2 == 0 else RECIPES[::-1]:
                     run = train_once(recipe, w, args, Path(tmp), f"{recipe}-w{w}-r{r}")
                     for clock, field in CLOCKS.items():
@@ -127,12 +208,17 @@ def main() -> None:
                         expected.append(drawn_saving(run, first_epoch=2))
             exp = statistics.mean(expected)
             print(f"width x {w}: expected saving (drawn gates) {exp:.2%}")
+            epochs = (
+                "epochs overlapping the other run"
+                if args.concurrent
+                else f"epochs 2..{args.epochs}"
+            )
             for clock in CLOCKS:
-                report(clock, per_run[clock], exp, args.epochs)
+                report(clock, per_run[clock], exp, epochs)
             print(f"  (load now {os.getloadavg()[0]:.2f})")
 
 
-def report(clock: str, per_run: dict[str, list[float]], exp: float, epochs: int) -> None:
+def report(clock: str, per_run: dict[str, list[float]], exp: float, epochs: str) -> None:
     """One clock's line: per-run epoch medians, the recipes' medians, realized / expected."""
     t_res = statistics.median(per_run["residual"])
     t_sd = statistics.median(per_run["sd_constant"])
@@ -146,7 +232,7 @@ def report(clock: str, per_run: dict[str, list[float]], exp: float, epochs: int)
         for res, sd in zip(per_run["residual"], per_run["sd_constant"], strict=True)
     ]
     print(
-        f"  {clock:4} clock, s per epoch (median of epochs 2..{epochs}): residual "
+        f"  {clock:4} clock, s per epoch (median of {epochs}): residual "
         f"[{fmt(per_run['residual'])}], sd_constant [{fmt(per_run['sd_constant'])}]; "
         f"medians {t_res:.3f} / {t_sd:.3f}; realized {real:+.2%}, "
         f"realized/expected {real / exp:.2f} (per repeat: {', '.join(f'{x:.2f}' for x in pairs)})"
