@@ -51,6 +51,20 @@ def launch(p):
 
 
 @pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium for the module's tests (each page opens in a context of its own)."""
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="install the browser extra: pip install -e '.[browser]'"
+    )
+    with sync_api.sync_playwright() as p:
+        b = launch(p)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     from synthetic_audit import write_audit, write_summary
 
@@ -103,275 +117,261 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-12)
 
 
-def test_report_in_chromium(report: tuple[Path, Path]) -> None:
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="install the browser extra: pip install -e '.[browser]'"
-    )
+def test_report_in_chromium(report: tuple[Path, Path], browser) -> None:
     root, html = report
     url = html.resolve().as_uri()
     errors: list[str] = []
     outside: list[str] = []
-    with sync_api.sync_playwright() as p:
-        browser = launch(p)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("request", lambda r: outside.append(r.url) if r.url != url else None)
-            page.goto(url)
-            page.wait_for_function("window.fathomReady === true")
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda r: outside.append(r.url) if r.url != url else None)
+        page.goto(url)
+        page.wait_for_function("window.fathomReady === true")
 
-            # First screen: verdict sentences and the main table, above the fold.
-            verdicts = page.locator("#verdicts li")
-            assert (
-                verdicts.count() >= 1 and "sd_constant vs residual" in verdicts.first.inner_text()
-            )
-            for sel in ("#verdicts", "#main-table"):
-                box = page.locator(sel).bounding_box()
-                assert box is not None and box["y"] < 900, f"{sel} is not on the first screen"
-            assert page.locator("#main-table tbody tr").count() == 2
+        # First screen: verdict sentences and the main table, above the fold.
+        verdicts = page.locator("#verdicts li")
+        assert verdicts.count() >= 1 and "sd_constant vs residual" in verdicts.first.inner_text()
+        for sel in ("#verdicts", "#main-table"):
+            box = page.locator(sel).bounding_box()
+            assert box is not None and box["y"] < 900, f"{sel} is not on the first screen"
+        assert page.locator("#main-table tbody tr").count() == 2
 
-            def plot() -> dict:
-                return json.loads(page.evaluate(SNAPSHOT, "fathomPlot"))
+        def plot() -> dict:
+            return json.loads(page.evaluate(SNAPSHOT, "fathomPlot"))
 
-            start = plot()
-            assert start["field"] == "{split}/acc" and start["split"] == "val"
-            cohorts = {s["cohort"] for s in start["charts"][0]["series"]}
-            assert cohorts == {
-                "residual lr=0.01",
-                "sd_constant lr=0.01",
-                "plain lr=0.03",
-                "plain lr=0.01",
-            }
+        start = plot()
+        assert start["field"] == "{split}/acc" and start["split"] == "val"
+        cohorts = {s["cohort"] for s in start["charts"][0]["series"]}
+        assert cohorts == {
+            "residual lr=0.01",
+            "sd_constant lr=0.01",
+            "plain lr=0.03",
+            "plain lr=0.01",
+        }
 
-            # Plotted means and seeds equal the history (accuracy in percent).
-            page.check("#seeds")
-            for s in plot()["charts"][0]["series"]:
-                if s["kind"] == "seed":
-                    hist = _history(root, s["run"])
-                    for x, y in zip(s["x"], s["y"]):
-                        want = hist[int(x)].get("val/acc")
-                        if isinstance(want, float) and math.isfinite(want):
-                            assert _close(y, 100 * want), (s["run"], x)
-                        else:
-                            assert y is None
-                if s["kind"] == "mean" and s["cohort"] == "residual lr=0.01":
-                    for x, y in zip(s["x"], s["y"]):
-                        vals = [
-                            100 * _history(root, f"residual-s{k}")[int(x)]["val/acc"]
-                            for k in (101, 102)
-                        ]
-                        assert _close(y, sum(vals) / 2)
+        # Plotted means and seeds equal the history (accuracy in percent).
+        page.check("#seeds")
+        for s in plot()["charts"][0]["series"]:
+            if s["kind"] == "seed":
+                hist = _history(root, s["run"])
+                for x, y in zip(s["x"], s["y"]):
+                    want = hist[int(x)].get("val/acc")
+                    if isinstance(want, float) and math.isfinite(want):
+                        assert _close(y, 100 * want), (s["run"], x)
+                    else:
+                        assert y is None
+            if s["kind"] == "mean" and s["cohort"] == "residual lr=0.01":
+                for x, y in zip(s["x"], s["y"]):
+                    vals = [
+                        100 * _history(root, f"residual-s{k}")[int(x)]["val/acc"]
+                        for k in (101, 102)
+                    ]
+                    assert _close(y, sum(vals) / 2)
 
-            # The awkward run: epoch 2 has no row (due, missing) and val/acc is null at
-            # epoch 3: both are gaps.
-            awk = next(s for s in plot()["charts"][0]["series"] if s["cohort"] == "plain lr=0.03")
-            got = dict(zip(awk["x"], awk["y"]))
-            assert got[2] is None and got[3] is None
-            assert _close(got[1], 100 * _history(root, "awkward-s7")[1]["val/acc"])
+        # The awkward run: epoch 2 has no row (due, missing) and val/acc is null at
+        # epoch 3: both are gaps.
+        awk = next(s for s in plot()["charts"][0]["series"] if s["cohort"] == "plain lr=0.03")
+        got = dict(zip(awk["x"], awk["y"]))
+        assert got[2] is None and got[3] is None
+        assert _close(got[1], 100 * _history(root, "awkward-s7")[1]["val/acc"])
 
-            # Toggle a recipe off.
-            page.locator("#cohorts input[data-cohort='sd_constant lr=0.01']").uncheck()
-            assert "sd_constant lr=0.01" not in {s["cohort"] for s in plot()["charts"][0]["series"]}
+        # Toggle a recipe off.
+        page.locator("#cohorts input[data-cohort='sd_constant lr=0.01']").uncheck()
+        assert "sd_constant lr=0.01" not in {s["cohort"] for s in plot()["charts"][0]["series"]}
 
-            # A per-layer field: one small multiple per layer; toggle one layer off.
-            page.fill("#field-search", "grad/pex/diversity")
-            page.select_option("#field", "grad/pex/diversity/{layer}")
-            facets = [c["facet"] for c in plot()["charts"]]
-            assert facets == ALIGNED  # one panel per network layer, in model order
-            # The aligned panel holds both recipes' own layer: plain's blocks.1.res and
-            # residual's blocks.1.res.branch, each plotted from its own history field.
-            block1 = next(c for c in plot()["charts"] if c["facet"] == ALIGNED[2])
-            for run_id, own in (
-                ("plain-s101", "blocks.1.res"),
-                ("residual-s102", "blocks.1.res.branch"),
-            ):
-                seed = next(s for s in block1["series"] if s["run"] == run_id)
-                hist = _history(root, run_id)
-                assert seed["y"] == [hist[int(x)][f"grad/pex/diversity/{own}"] for x in seed["x"]]
-            title = page.locator(f"#charts .chart[data-facet='{ALIGNED[2]}'] h4").inner_text()
-            assert title == f"layer {ALIGNED[2]}"
-            page.locator(f"#facets input[data-facet='{ALIGNED[2]}']").uncheck()
-            assert [c["facet"] for c in plot()["charts"]] == [f for f in ALIGNED if f != ALIGNED[2]]
-            l5 = next(c for c in plot()["charts"] if c["facet"] == "head")
-            seed = next(s for s in l5["series"] if s["run"] == "residual-s102")
-            hist = _history(root, "residual-s102")
-            assert [hist[int(x)]["grad/pex/diversity/head"] for x in seed["x"]] == seed["y"]
-            sparse = next(s for s in l5["series"] if s["run"] == "residual-s101")
-            assert sparse["y"][1:4] == ["not scheduled"] * 3 and None not in sparse["y"]
-            # uPlot spans undefined (not scheduled) but breaks at null: the series' data
-            # between epochs 0 and 4 hold undefined, which JSON cannot carry (null here
-            # would mean a gap), so count them in the page.
-            undefined = page.evaluate(
-                """() => { const u = window.fathomCharts.find(c => c.root.parentNode.dataset.facet === 'head');
-                const i = u.fathomSeries.findIndex(s => s.run === 'residual-s101') + 1;
-                return [u.data[i].filter(v => v === undefined).length, u.data[i].filter(v => v === null).length]; }"""
-            )
-            assert undefined[0] >= 3 and undefined[1] == 0
+        # A per-layer field: one small multiple per layer; toggle one layer off.
+        page.fill("#field-search", "grad/pex/diversity")
+        page.select_option("#field", "grad/pex/diversity/{layer}")
+        facets = [c["facet"] for c in plot()["charts"]]
+        assert facets == ALIGNED  # one panel per network layer, in model order
+        # The aligned panel holds both recipes' own layer: plain's blocks.1.res and
+        # residual's blocks.1.res.branch, each plotted from its own history field.
+        block1 = next(c for c in plot()["charts"] if c["facet"] == ALIGNED[2])
+        for run_id, own in (
+            ("plain-s101", "blocks.1.res"),
+            ("residual-s102", "blocks.1.res.branch"),
+        ):
+            seed = next(s for s in block1["series"] if s["run"] == run_id)
+            hist = _history(root, run_id)
+            assert seed["y"] == [hist[int(x)][f"grad/pex/diversity/{own}"] for x in seed["x"]]
+        title = page.locator(f"#charts .chart[data-facet='{ALIGNED[2]}'] h4").inner_text()
+        assert title == f"layer {ALIGNED[2]}"
+        page.locator(f"#facets input[data-facet='{ALIGNED[2]}']").uncheck()
+        assert [c["facet"] for c in plot()["charts"]] == [f for f in ALIGNED if f != ALIGNED[2]]
+        l5 = next(c for c in plot()["charts"] if c["facet"] == "head")
+        seed = next(s for s in l5["series"] if s["run"] == "residual-s102")
+        hist = _history(root, "residual-s102")
+        assert [hist[int(x)]["grad/pex/diversity/head"] for x in seed["x"]] == seed["y"]
+        sparse = next(s for s in l5["series"] if s["run"] == "residual-s101")
+        assert sparse["y"][1:4] == ["not scheduled"] * 3 and None not in sparse["y"]
+        # uPlot spans undefined (not scheduled) but breaks at null: the series' data
+        # between epochs 0 and 4 hold undefined, which JSON cannot carry (null here
+        # would mean a gap), so count them in the page.
+        undefined = page.evaluate(
+            """() => { const u = window.fathomCharts.find(c => c.root.parentNode.dataset.facet === 'head');
+            const i = u.fathomSeries.findIndex(s => s.run === 'residual-s101') + 1;
+            return [u.data[i].filter(v => v === undefined).length, u.data[i].filter(v => v === null).length]; }"""
+        )
+        assert undefined[0] >= 3 and undefined[1] == 0
 
-            # Zoom: a drag across the first chart narrows x on every chart.
-            page.locator("#charts .u-over").first.scroll_into_view_if_needed()
-            over = page.locator("#charts .u-over").first.bounding_box()
-            assert over is not None
-            page.mouse.move(over["x"] + 0.2 * over["width"], over["y"] + over["height"] / 2)
-            page.mouse.down()
-            page.mouse.move(
-                over["x"] + 0.6 * over["width"], over["y"] + over["height"] / 2, steps=5
-            )
-            page.mouse.up()
-            ranges = page.evaluate("window.fathomCharts.map(u => [u.scales.x.min, u.scales.x.max])")
-            assert all(r == ranges[0] for r in ranges) and ranges[0][1] - ranges[0][0] < 4 * 0.7
+        # Zoom: a drag across the first chart narrows x on every chart.
+        page.locator("#charts .u-over").first.scroll_into_view_if_needed()
+        over = page.locator("#charts .u-over").first.bounding_box()
+        assert over is not None
+        page.mouse.move(over["x"] + 0.2 * over["width"], over["y"] + over["height"] / 2)
+        page.mouse.down()
+        page.mouse.move(over["x"] + 0.6 * over["width"], over["y"] + over["height"] / 2, steps=5)
+        page.mouse.up()
+        ranges = page.evaluate("window.fathomCharts.map(u => [u.scales.x.min, u.scales.x.max])")
+        assert all(r == ranges[0] for r in ranges) and ranges[0][1] - ranges[0][0] < 4 * 0.7
 
-            # Open an example under a mask.
-            page.locator("#mask-table tbody tr").nth(3).click()
-            mask = page.locator("#mask-table tr.sel").get_attribute("data-mask")
-            page.locator("#examples .ex").first.click()
-            info = page.locator("#example-info").inner_text()
-            assert f"under mask {mask}" in info and "correct under" in info
-            assert page.locator("#mask-chips .chip").count() == 8  # all 2^3 masks
-            assert page.locator("#logit-table tr").count() == 3
+        # Open an example under a mask.
+        page.locator("#mask-table tbody tr").nth(3).click()
+        mask = page.locator("#mask-table tr.sel").get_attribute("data-mask")
+        page.locator("#examples .ex").first.click()
+        info = page.locator("#example-info").inner_text()
+        assert f"under mask {mask}" in info and "correct under" in info
+        assert page.locator("#mask-chips .chip").count() == 8  # all 2^3 masks
+        assert page.locator("#logit-table tr").count() == 3
 
-            # Every audited seed: the seed selector switches to sd_constant's second seed,
-            # keeping the mask; its examples show its own logits.
-            page.select_option("#mask-arm", "sd_constant")
-            page.select_option("#mask-seed", "102")
-            assert page.locator("#mask-seed option").count() == 2
-            caption = page.locator("#mask-table caption").inner_text()
-            assert "sd_constant-s102" in caption and "seed 102" in caption
-            assert page.locator("#mask-table tr.sel").get_attribute("data-mask") == mask
-            key = f"sd_constant-s102|{page.locator('#mask-checkpoint').input_value()}"
-            masks = json.loads(page.evaluate("document.getElementById('fathom-masks').textContent"))
-            per = masks["examples"]["per"][key]
-            page.locator("#examples .ex").first.click()
-            shown = [float(x) for x in page.locator("#logit-table td.num").all_inner_texts()]
-            want = per["logits"][per["masks"].index(mask)][0]
-            assert shown == [float(f"{v:.3f}") for v in want]
+        # Every audited seed: the seed selector switches to sd_constant's second seed,
+        # keeping the mask; its examples show its own logits.
+        page.select_option("#mask-arm", "sd_constant")
+        page.select_option("#mask-seed", "102")
+        assert page.locator("#mask-seed option").count() == 2
+        caption = page.locator("#mask-table caption").inner_text()
+        assert "sd_constant-s102" in caption and "seed 102" in caption
+        assert page.locator("#mask-table tr.sel").get_attribute("data-mask") == mask
+        key = f"sd_constant-s102|{page.locator('#mask-checkpoint').input_value()}"
+        masks = json.loads(page.evaluate("document.getElementById('fathom-masks').textContent"))
+        per = masks["examples"]["per"][key]
+        page.locator("#examples .ex").first.click()
+        shown = [float(x) for x in page.locator("#logit-table td.num").all_inner_texts()]
+        want = per["logits"][per["masks"].index(mask)][0]
+        assert shown == [float(f"{v:.3f}") for v in want]
 
-            # Telemetry: the computed contrast sentences lead the gradient table.
-            out = json.loads((html.parent / "summary.json").read_text())
-            grad = next(t for t in out["tables"] if t["name"] == "gradients")
-            lower = next(v for v in grad["verdicts"] if v["recipe"] == "plain" and v["epoch"] == 4
-                         and v["quantity"] == "grad_norm")  # fmt: skip
-            # the awkward residual seed 7 leaves the arms with unequal seeds: no comparison,
-            # named (a paired contrast never silently drops a seed)
-            assert lower["verdict"] == "no comparison"
-            assert lower["sentence"].startswith(
-                "plain vs residual on head-layer ‖mean g‖ (epoch 4): no comparison (unequal seeds"
-            )
-            item = page.locator("#verdicts-gradients li", has_text=lower["sentence"])
-            item.scroll_into_view_if_needed()
-            assert item.count() == 1 and item.is_visible()
-            box = page.locator("#verdicts-gradients").bounding_box()
-            table_box = page.locator("#x-gradients").bounding_box()
-            assert box is not None and table_box is not None and box["y"] < table_box["y"]
-            assert not errors, errors
-            assert not outside, outside
-        finally:
-            browser.close()
+        # Telemetry: the computed contrast sentences lead the gradient table.
+        out = json.loads((html.parent / "summary.json").read_text())
+        grad = next(t for t in out["tables"] if t["name"] == "gradients")
+        lower = next(v for v in grad["verdicts"] if v["recipe"] == "plain" and v["epoch"] == 4
+                     and v["quantity"] == "grad_norm")  # fmt: skip
+        # the awkward residual seed 7 leaves the arms with unequal seeds: no comparison,
+        # named (a paired contrast never silently drops a seed)
+        assert lower["verdict"] == "no comparison"
+        assert lower["sentence"].startswith(
+            "plain vs residual on head-layer ‖mean g‖ (epoch 4): no comparison (unequal seeds"
+        )
+        item = page.locator("#verdicts-gradients li", has_text=lower["sentence"])
+        item.scroll_into_view_if_needed()
+        assert item.count() == 1 and item.is_visible()
+        box = page.locator("#verdicts-gradients").bounding_box()
+        table_box = page.locator("#x-gradients").bounding_box()
+        assert box is not None and table_box is not None and box["y"] < table_box["y"]
+        assert not errors, errors
+        assert not outside, outside
+    finally:
+        for context in browser.contexts:  # each page its own context
+            context.close()
 
 
-def test_report_view_details_in_chromium(report: tuple[Path, Path]) -> None:
+def test_report_view_details_in_chromium(report: tuple[Path, Path], browser) -> None:
     """The y range follows the visible data (epoch 0 out of the autoscale), the hover shows
     mean ± SD and the range over seeds with units, wide tables scroll inside their box at a
     narrow window, a nav click lands below the sticky nav, the view is in the URL hash and
     restored from it, and masks and examples open from the keyboard."""
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="install the browser extra: pip install -e '.[browser]'"
-    )
     _root, html = report
     errors: list[str] = []
-    with sync_api.sync_playwright() as p:
-        browser = launch(p)
-        try:
-            page = browser.new_page(viewport={"width": 900, "height": 900})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(html.resolve().as_uri())
-            page.wait_for_function("window.fathomReady === true")
+    try:
+        page = browser.new_page(viewport={"width": 900, "height": 900})
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(html.resolve().as_uri())
+        page.wait_for_function("window.fathomReady === true")
 
-            def y_range() -> list[float]:
-                return page.evaluate(
-                    "[window.fathomCharts[0].scales.y.min, window.fathomCharts[0].scales.y.max]"
-                )
-
-            def plotted(lo_epoch: float = -1, hi_epoch: float = 1e9) -> list[float]:
-                out = json.loads(page.evaluate(SNAPSHOT, "fathomPlot"))
-                return [y for s in out["charts"][0]["series"] for x, y in zip(s["x"], s["y"])
-                        if isinstance(y, float | int) and lo_epoch <= x <= hi_epoch]  # fmt: skip
-
-            # y autoscale: epoch 0 (10% accuracy before training) is left out by default
-            after0 = plotted(lo_epoch=1)
-            lo, hi = y_range()
-            assert min(plotted()) < lo <= min(after0) and max(after0) <= hi
-            page.check("#zero-y")
-            assert y_range()[0] <= min(plotted())
-            page.uncheck("#zero-y")
-            # after a zoom to the last epochs, y follows the points inside the window
-            page.evaluate("window.fathomCharts[0].setScale('x', {min: 2.5, max: 4})")
-            lo, hi = y_range()
-            inside = plotted(lo_epoch=2.5, hi_epoch=4)
-            assert min(inside) - 0.1 * (max(inside) - min(inside)) <= lo <= min(inside)
-            assert lo > min(plotted(lo_epoch=1))
-            # the zoom is in the URL, with the field and the recipes
-            view = page.evaluate("location.hash")
-            assert view.startswith("#view?")
-            state = parse_qs(view.removeprefix("#view?"))
-            assert state["x"] == ["2.5~4"] and state["field"] == ["{split}/acc"]
-            assert "residual lr=0.01" in state["cohorts"][0].split("|")
-
-            # hover: mean ± SD, range over seeds, units
-            over = page.locator("#charts .u-over").first
-            over.scroll_into_view_if_needed()
-            box = over.bounding_box()
-            assert box is not None
-            page.mouse.move(box["x"] + 0.9 * box["width"], box["y"] + box["height"] / 2)
-            text = page.locator("#readout").inner_text()
-            assert "residual lr=0.01:" in text and " ± " in text and "SD %" in text
-            assert "(n=2, range " in text
-
-            # wide tables scroll inside their own box; the page itself never scrolls sideways
-            widths = page.evaluate(
-                """() => Array.from(document.querySelectorAll('table')).map(t =>
-                [t.getBoundingClientRect().right, t.scrollWidth, t.clientWidth])"""
-            )
-            page_width = page.evaluate("document.documentElement.clientWidth")
-            assert all(right <= page_width + 1 for right, _, _ in widths)
-            assert any(sw > cw for _, sw, cw in widths)  # at 900 px some table does scroll
-            assert page.evaluate("document.documentElement.scrollWidth") <= page_width + 1
-
-            # a nav click lands the section title below the sticky nav
-            page.click("nav a[href='#audit']")
-            page.wait_for_timeout(100)
-            nav = page.locator("nav").bounding_box()
-            title = page.locator("#audit").bounding_box()
-            assert (
-                nav is not None and title is not None and title["y"] >= nav["y"] + nav["height"] - 1
+        def y_range() -> list[float]:
+            return page.evaluate(
+                "[window.fathomCharts[0].scales.y.min, window.fathomCharts[0].scales.y.max]"
             )
 
-            # keyboard: every mask row and example tile is focusable; Enter opens it
-            rows = page.locator("#mask-table tbody tr")
-            assert rows.count() == 8 and all(
-                rows.nth(i).get_attribute("tabindex") == "0" for i in range(rows.count())
-            )
-            rows.nth(2).focus()
-            page.keyboard.press("Enter")
-            mask = page.locator("#mask-table tr.sel").get_attribute("data-mask")
-            assert mask == rows.nth(2).get_attribute("data-mask")
-            tile = page.locator("#examples .ex").nth(1)
-            assert tile.get_attribute("tabindex") == "0"
-            tile.focus()
-            page.keyboard.press(" ")
-            assert f"under mask {mask}" in page.locator("#example-info").inner_text()
+        def plotted(lo_epoch: float = -1, hi_epoch: float = 1e9) -> list[float]:
+            out = json.loads(page.evaluate(SNAPSHOT, "fathomPlot"))
+            return [y for s in out["charts"][0]["series"] for x, y in zip(s["x"], s["y"])
+                    if isinstance(y, float | int) and lo_epoch <= x <= hi_epoch]  # fmt: skip
 
-            # the URL restores the view: field, split, zoom and mask
-            page.select_option("#split", "test")
-            url = page.evaluate("location.href")
-            other = browser.new_page(viewport={"width": 1280, "height": 900})
-            other.goto(url)
-            other.wait_for_function("window.fathomReady === true")
-            assert other.input_value("#split") == "test"
-            assert other.locator("#mask-table tr.sel").get_attribute("data-mask") == mask
-            assert other.locator("#examples .ex.sel").count() == 1
-            assert other.evaluate("window.fathomCharts[0].scales.x.min") == 2.5
-            assert not errors, errors
-        finally:
-            browser.close()
+        # y autoscale: epoch 0 (10% accuracy before training) is left out by default
+        after0 = plotted(lo_epoch=1)
+        lo, hi = y_range()
+        assert min(plotted()) < lo <= min(after0) and max(after0) <= hi
+        page.check("#zero-y")
+        assert y_range()[0] <= min(plotted())
+        page.uncheck("#zero-y")
+        # after a zoom to the last epochs, y follows the points inside the window
+        page.evaluate("window.fathomCharts[0].setScale('x', {min: 2.5, max: 4})")
+        lo, hi = y_range()
+        inside = plotted(lo_epoch=2.5, hi_epoch=4)
+        assert min(inside) - 0.1 * (max(inside) - min(inside)) <= lo <= min(inside)
+        assert lo > min(plotted(lo_epoch=1))
+        # the zoom is in the URL, with the field and the recipes
+        view = page.evaluate("location.hash")
+        assert view.startswith("#view?")
+        state = parse_qs(view.removeprefix("#view?"))
+        assert state["x"] == ["2.5~4"] and state["field"] == ["{split}/acc"]
+        assert "residual lr=0.01" in state["cohorts"][0].split("|")
+
+        # hover: mean ± SD, range over seeds, units
+        over = page.locator("#charts .u-over").first
+        over.scroll_into_view_if_needed()
+        box = over.bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + 0.9 * box["width"], box["y"] + box["height"] / 2)
+        text = page.locator("#readout").inner_text()
+        assert "residual lr=0.01:" in text and " ± " in text and "SD %" in text
+        assert "(n=2, range " in text
+
+        # wide tables scroll inside their own box; the page itself never scrolls sideways
+        widths = page.evaluate(
+            """() => Array.from(document.querySelectorAll('table')).map(t =>
+            [t.getBoundingClientRect().right, t.scrollWidth, t.clientWidth])"""
+        )
+        page_width = page.evaluate("document.documentElement.clientWidth")
+        assert all(right <= page_width + 1 for right, _, _ in widths)
+        assert any(sw > cw for _, sw, cw in widths)  # at 900 px some table does scroll
+        assert page.evaluate("document.documentElement.scrollWidth") <= page_width + 1
+
+        # a nav click lands the section title below the sticky nav
+        page.click("nav a[href='#audit']")
+        page.wait_for_timeout(100)
+        nav = page.locator("nav").bounding_box()
+        title = page.locator("#audit").bounding_box()
+        assert nav is not None and title is not None and title["y"] >= nav["y"] + nav["height"] - 1
+
+        # keyboard: every mask row and example tile is focusable; Enter opens it
+        rows = page.locator("#mask-table tbody tr")
+        assert rows.count() == 8 and all(
+            rows.nth(i).get_attribute("tabindex") == "0" for i in range(rows.count())
+        )
+        rows.nth(2).focus()
+        page.keyboard.press("Enter")
+        mask = page.locator("#mask-table tr.sel").get_attribute("data-mask")
+        assert mask == rows.nth(2).get_attribute("data-mask")
+        tile = page.locator("#examples .ex").nth(1)
+        assert tile.get_attribute("tabindex") == "0"
+        tile.focus()
+        page.keyboard.press(" ")
+        assert f"under mask {mask}" in page.locator("#example-info").inner_text()
+
+        # the URL restores the view: field, split, zoom and mask
+        page.select_option("#split", "test")
+        url = page.evaluate("location.href")
+        other = browser.new_page(viewport={"width": 1280, "height": 900})
+        other.goto(url)
+        other.wait_for_function("window.fathomReady === true")
+        assert other.input_value("#split") == "test"
+        assert other.locator("#mask-table tr.sel").get_attribute("data-mask") == mask
+        assert other.locator("#examples .ex.sel").count() == 1
+        assert other.evaluate("window.fathomCharts[0].scales.x.min") == 2.5
+        assert not errors, errors
+    finally:
+        for context in browser.contexts:  # each page its own context
+            context.close()
