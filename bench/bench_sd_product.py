@@ -186,8 +186,9 @@ def main() -> None:
                         recipe: overlapped_epochs(runs[recipe], runs[other], first_epoch=2)
                         for recipe, other in zip(RECIPES, RECIPES[::-1], strict=True)
                     }
-                    if not all(counted.values()):
-                        raise SystemExit(f"repeat {r}: no epoch overlapped; use more epochs")
+                    if not all(counted.values()):  # one run trained wholly before the other
+                        print(f"  repeat {r}: no epoch overlapped the other run; left out")
+                        continue
                     for clock, field in CLOCKS.items():
                         for recipe, run in runs.items():
                             clocks = dict(enumerate(epoch_clocks(run, field), start=1))
