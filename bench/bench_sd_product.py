@@ -48,7 +48,7 @@ def train_once(
     recipe: str, width_mult: float, args: argparse.Namespace, runs: Path, tag: str
 ) -> Path:
     """One pinned ``fathom train`` process; returns its run directory."""
-    start(recipe, width_mult, args, runs, tag, args.cpu).wait()
+    finish(start(recipe, width_mult, args, runs, tag, args.cpu))
     return run_dir_of(runs, tag)
 
 
@@ -59,7 +59,7 @@ def run_dir_of(runs: Path, tag: str) -> Path:
 def start(
     recipe: str, width_mult: float, args: argparse.Namespace, runs: Path, tag: str, cpu: int
 ) -> subprocess.Popen:
-    """A ``fathom train`` process pinned to ``cpu``, started (its exit is checked by ``wait``)."""
+    """A ``fathom train`` process pinned to ``cpu``, started (:func:`finish` waits for it)."""
     sets = {
         "model.recipe": recipe,
         "model.width_mult": width_mult,
@@ -76,18 +76,15 @@ def start(
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         cmd, env=env, stdout=subprocess.DEVNULL, preexec_fn=lambda: os.sched_setaffinity(0, {cpu})
     )
-    wait = proc.wait
 
-    def checked_wait() -> int:
-        if (rc := wait()) != 0:
-            raise SystemExit(f"fathom train {tag} exited {rc}")
-        return rc
 
-    proc.wait = checked_wait  # type: ignore[method-assign]
-    return proc
+def finish(proc: subprocess.Popen) -> None:
+    """Wait for a process from :func:`start`; a failed run ends the benchmark."""
+    if (rc := proc.wait()) != 0:
+        raise SystemExit(f"{' '.join(map(str, proc.args))} exited {rc}")
 
 
 def concurrent_pair(
@@ -106,7 +103,7 @@ def concurrent_pair(
         for recipe, cpu in zip(RECIPES, cpus, strict=True)
     ]
     for proc in procs:
-        proc.wait()
+        finish(proc)
     return {recipe: run_dir_of(runs, tag) for recipe, tag in tags.items()}
 
 

@@ -12,6 +12,7 @@ Python reader for this log, so this module is one; it checks every CRC.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import time
 import zlib
@@ -99,11 +100,9 @@ def wait_complete(path: str | Path, timeout_s: float = 60.0, poll_s: float = 0.0
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
+        with contextlib.suppress(FathomError, OSError):  # not there yet, or ends mid-chunk
             if is_complete(read_records(path)):
                 return True
-        except (FathomError, OSError):
-            pass
         if time.monotonic() >= deadline:
             return False
         time.sleep(poll_s)
