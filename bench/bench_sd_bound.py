@@ -4,22 +4,25 @@ For each of the 16 branch topologies ``k`` of the four Ciresan branches, single 
 (:class:`fathom.train.steppers.EagerStepper`, the path ``fathom train`` runs on the CPU) of
 
 * ``gain``: the product's step, kept branches at ``1/(1-p)`` (``sd_constant`` as trained);
-* ``free``: the same topology with every kept branch at gain one (``bypass + out``: dense's
-  kernels for a kept branch; not a valid recipe, a timing bound: no form of the gain, fused or
-  not, costs less than no gain at all);
+* ``fold``: the same with the gain folded into the sum, ``torch.add(bypass, out, alpha=g)``
+  (one FMA, last bits differ; measured for the record, not in the product);
+* ``free``: every kept branch at gain one (``bypass + out``: dense's kernels for a kept branch;
+  not a valid recipe, a timing bound: no form of the gain, fused or not, costs less);
 
-each paired with a dense step (recipe ``residual``) run just before it, on the pinned thread's
-CPU clock; the variants' order rotates every round. Per topology the median of
-``T_k / T_dense`` over the rounds, then, weighted by the topology's probability under the
-controller's drop probabilities ``f_k = prod_l (p_l if dropped else 1 - p_l)``::
+each paired with a gain-free all-kept step (``free 1111``) **of the same model** on the same
+batch, on the pinned thread's CPU clock, the pair's order alternating and the variants' order
+rotating every round. Pairing steps of two model instances is biased at small width (the
+``dense`` rows: the same kernels read 1.02-1.09x; switching models costs cache warmth), so the
+reference is the SD model itself. Per topology the median of ``T_k / T_ref`` over the rounds,
+then, weighted by the topology's probability under the controller's drop probabilities
+``f_k = prod_l (p_l if dropped else 1 - p_l)``::
 
-    realized = sum_k f_k (1 - T_k / T_dense),   expected = sum_k f_k (1 - MAC_k / MAC_dense)
+    realized = sum_k f_k (1 - T_k / T_ref),   expected = sum_k f_k (1 - MAC_k / MAC_dense)
 
 (the expected saving of ``bench_sd_skip.py``, over the exact gate distribution rather than one
 epoch's draws). ``free``'s realized/expected is the most any gain implementation can reach on
 this machine; what it misses is skipping's own efficiency (the un-skippable work a skipped
 branch's MAC share does not count: its bypass and relu, the optimizer, the loss, the batch).
-An A/A row (a second dense model) gives the measurement's floor.
 
 Usage: python bench/bench_sd_bound.py [--width-mult 0.1 0.5] [--rounds 200] [--cpu N]
 """
@@ -119,7 +122,6 @@ def build(width_mult: float, batch: int = 64, order: str = "skip,dense,dense_b")
         "dense_plan": dense_plan,
         "model": models["skip"],
         "probs": probs,
-        "controller": controller,
     }
 
 
@@ -177,7 +179,10 @@ def main() -> None:
             bits = "".join(str(int(b)) for b in k)
             variants[f"gain {bits}"] = (steppers["skip"], with_gains(plan, k, gain_one=False))
             variants[f"free {bits}"] = (steppers["skip"], with_gains(plan, k, gain_one=True))
-            variants[f"fold {bits}"] = (folded(steppers["skip"]), with_gains(plan, k, False))
+            variants[f"fold {bits}"] = (
+                folded(steppers["skip"]),
+                with_gains(plan, k, gain_one=False),
+            )
         steps = {
             name: [functools.partial(run, p) for p in blocks_of(pl, 1)]
             for name, (run, pl) in variants.items()
@@ -195,8 +200,9 @@ def main() -> None:
         med = {name: statistics.median(v) for name, v in ratios.items()}
         print(
             f"\nwidth x {w}: widths {sd_model.widths}, batch 64, {args.rounds} rounds of single "
-            f"steps, each beside a gain-free all-kept step of the same model (load now {os.getloadavg()[0]:.2f}); drop "
-            f"probabilities {controller_probs}; expected saving {expected:.2%}"
+            "steps, each beside a gain-free all-kept step of the same model (load now "
+            f"{os.getloadavg()[0]:.2f}); drop probabilities {controller_probs}; expected saving "
+            f"{expected:.2%}"
         )
         for name in ("dense", "dense_b", "free 1110"):
             q = statistics.quantiles(ratios[name], n=4)
