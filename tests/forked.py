@@ -68,9 +68,17 @@ class Forked:
         deadline = time.monotonic() + timeout
         while self.poll() is None:
             if time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"forked pid {self.pid}", timeout)
+                raise ForkedTimeout(f"forked pid {self.pid}", timeout, self._where())
             time.sleep(0.005)
         return self.returncode
+
+    def _where(self) -> str:
+        """Where a child that outlived its wait is: every thread's Python stack (SIGUSR1 makes
+        the child's faulthandler write them to its stderr), then each descendant process's
+        state, kernel wait channel and command line."""
+        os.kill(self.pid, signal.SIGUSR1)
+        time.sleep(0.5)
+        return f"{self.output()[-8000:]}\ndescendants:\n{_descendants(self.pid)}"
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
@@ -96,6 +104,40 @@ class Forked:
             p.unlink(missing_ok=True)
 
 
+class ForkedTimeout(subprocess.TimeoutExpired):
+    """:class:`subprocess.TimeoutExpired` that shows where the child was stuck."""
+
+    def __init__(self, cmd: str, timeout: float, where: str) -> None:
+        super().__init__(cmd, timeout, output=where)
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}; where it was:\n{self.output}"
+
+
+def _descendants(pid: int) -> str:
+    """``PID STATE WCHAN CMDLINE`` of every process below ``pid`` (Linux ``/proc``)."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        parent[int(stat.parent.name)] = (int(fields[1]), fields[0])
+    rows, todo = [], [pid]
+    while todo:
+        above = todo.pop()
+        below = sorted(p for p, (pp, _) in parent.items() if pp == above)
+        todo += below
+        for p in below:
+            try:
+                wchan = Path(f"/proc/{p}/wchan").read_text()
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                wchan = cmd = "?"
+            rows.append(f"  {p} {parent[p][1]} {wchan} {cmd[:300]}")
+    return "\n".join(rows) or "  none"
+
+
 def _child(target, env: dict, out: Path, err: Path, new_session: bool) -> None:
     rc = 1
     try:
@@ -111,6 +153,7 @@ def _child(target, env: dict, out: Path, err: Path, new_session: bool) -> None:
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
         faulthandler.enable(sys.stderr)
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         for key, value in env.items():
