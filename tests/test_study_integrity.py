@@ -7,8 +7,10 @@ import errno
 import os
 import signal
 import subprocess
+import threading
 import time
 from functools import partial
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 import pytest
@@ -175,16 +177,10 @@ def _server_parent(mark: str) -> tuple[int, str | None]:
     """Start a one-worker pool as the local backend does; ``(the PID that started the worker's
     forkserver, the mark the worker saw)``, the mark set only after this process's server may
     already run."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    from fathom.study.backends import init_worker, pool_context
+    from fathom.study.backends import local_pool
 
     os.environ["FATHOM_TEST_MARK"] = mark
-    ctx = pool_context()
-    indices = ctx.Queue()
-    indices.put(None)
-    args = (os.getpid(), indices, dict(os.environ))
-    with ProcessPoolExecutor(1, mp_context=ctx, initializer=init_worker, initargs=args) as pool:
+    with local_pool([None]) as pool:
         # the worker's parent and the mark as the worker sees it; builtins, pickled by name, so
         # the worker never imports this test module (seconds of fathom and torch imports)
         server = pool.submit(os.getppid).result()
@@ -198,7 +194,9 @@ def test_pool_workers_come_from_this_process_own_forkserver_with_its_environment
 ):
     """The local pool's workers fork from a forkserver this process started (so they die
     with it) and see this process's environment of the moment, even when the server was
-    started earlier or by the process this one was forked from (whose server is not ours)."""
+    started earlier or by the process this one was forked from (whose server is not ours),
+    and even when another thread of that process held the resource tracker's lock at the
+    fork (a lock the forked child inherits held, by a thread it does not have)."""
     monkeypatch.setenv("FATHOM_TEST_MARK", "unused")
     assert _server_parent("first") == (os.getpid(), "first")
     assert _server_parent("second") == (os.getpid(), "second")  # the server already ran
@@ -209,10 +207,46 @@ def test_pool_workers_come_from_this_process_own_forkserver_with_its_environment
         backends.POOL_PRELOAD = ("fathom.study.pool_guard",)
         (tmp_path / "child").write_text(repr((os.getpid(), _server_parent("child"))))
 
-    proc = forked(child)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_tracker_lock() -> None:  # what a thread freeing a multiprocessing lock does
+        with resource_tracker._resource_tracker._lock:
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold_tracker_lock)
+    holder.start()
+    held.wait()
+    try:
+        proc = forked(child)
+    finally:
+        release.set()
+        holder.join()
     assert proc.wait(120) == 0, proc.output()
     pid, (ppid, seen) = eval((tmp_path / "child").read_text())
     assert (ppid, seen) == (pid, "child")
+
+
+def test_no_thread_of_a_local_pool_outlives_it(monkeypatch):
+    """Every semaphore a local pool registers with the resource tracker is unregistered by
+    the thread that ran the pool, before the pool returns, and no thread of the pool is left:
+    the queue feeder that used to free two of them later, taking the tracker's lock at any
+    moment, made a fork right after a pool hang (the CI failure of the test above)."""
+    tracker = resource_tracker._resource_tracker
+    real, sent = tracker._send, []
+
+    def send(cmd: str, name: str, rtype: str) -> None:
+        sent.append((cmd, name, threading.current_thread()))
+        real(cmd, name, rtype)
+
+    monkeypatch.setattr(tracker, "_send", send)
+    before = set(threading.enumerate())
+    assert _server_parent("pool") == (os.getpid(), "pool")
+    assert set(threading.enumerate()) == before
+    registered = sorted(name for cmd, name, _ in sent if cmd == "REGISTER")
+    assert registered  # the pool's queues and locks
+    assert sorted(name for cmd, name, _ in sent if cmd == "UNREGISTER") == registered
+    assert {thread for _, _, thread in sent} == {threading.current_thread()}
 
 
 def test_two_workers_still_match_sequential(tmp_path):

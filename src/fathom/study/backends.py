@@ -12,8 +12,9 @@ recorded in each manifest's ``environment.threads``).
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,11 +52,17 @@ def pool_context() -> multiprocessing.context.BaseContext:
 
     A process forked from one that started the forkserver inherits the parent's handle to a
     server that is not its child; that handle is dropped here so this process starts its own
-    (its workers must die with it, not with the process it was forked from).
+    (its workers must die with it, not with the process it was forked from). It also inherits
+    the parent's locks as they were at the fork: one that another thread of the parent held
+    then (the resource tracker's, taken by any thread that creates or frees a
+    multiprocessing lock) is held forever here, by a thread that does not exist in this
+    process, and the pool would wait on it for good (CPython gh-96971). Only this thread runs
+    here, so both locks are replaced by free ones.
     """
     import multiprocessing.forkserver as fs
     import os
     import threading
+    from multiprocessing import resource_tracker
 
     if _POOL_OWNER and _POOL_OWNER[0] != os.getpid():
         server = fs._forkserver
@@ -64,6 +71,9 @@ def pool_context() -> multiprocessing.context.BaseContext:
         server._forkserver_address = server._forkserver_alive_fd = None
         server._forkserver_pid = None
         server._lock = threading.Lock()
+        tracker = resource_tracker._resource_tracker
+        reentrant = isinstance(tracker._lock, type(threading.RLock()))  # an RLock since gh-109629
+        tracker._lock = threading.RLock() if reentrant else threading.Lock()
         _POOL_OWNER.clear()
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(list(POOL_PRELOAD))
@@ -75,6 +85,37 @@ def pool_context() -> multiprocessing.context.BaseContext:
     if not _POOL_OWNER:
         _POOL_OWNER.append(os.getpid())
     return ctx
+
+
+@contextmanager
+def local_pool(devices: Sequence[int | None]) -> Iterator[ProcessPoolExecutor]:
+    """A pool of ``len(devices)`` local workers (:func:`pool_context`): each dies with this
+    process and takes this process's environment and one of ``devices`` (a CUDA index, or
+    ``None`` to leave the device alone) as it starts (:func:`init_worker`).
+
+    On exit the pool is shut down and the queue that hands out the devices is closed and its
+    feeder thread joined. Left to itself, that thread frees the queue's semaphores some time
+    after the pool is gone, taking the resource tracker's lock to do so; a fork at that moment
+    (a test, a user's own ``os.fork``) would leave the child that lock held for good. So no
+    thread of the pool outlives it.
+    """
+    import os
+
+    ctx = pool_context()
+    indices = ctx.Queue()
+    for index in devices:
+        indices.put(index)
+    try:
+        with ProcessPoolExecutor(
+            max_workers=len(devices),
+            mp_context=ctx,
+            initializer=init_worker,
+            initargs=(os.getpid(), indices, dict(os.environ)),
+        ) as pool:
+            yield pool
+    finally:
+        indices.close()
+        indices.join_thread()
 
 
 def die_with_study(study_pid: int, poll_s: float = 0.5) -> None:
@@ -212,20 +253,9 @@ class LocalBackend:
                 if progress is not None:
                     progress(outs[-1])
             return outs
-        ctx = pool_context()
         results: dict[str, RunOutcome] = {}
-        import os
-
         n = min(self.workers, len(specs))
-        indices = ctx.Queue()
-        for index in worker_devices(n) if wants_cuda(specs) else [None] * n:
-            indices.put(index)
-        with ProcessPoolExecutor(
-            max_workers=n,
-            mp_context=ctx,
-            initializer=init_worker,
-            initargs=(os.getpid(), indices, dict(os.environ)),
-        ) as pool:
+        with local_pool(worker_devices(n) if wants_cuda(specs) else [None] * n) as pool:
             futures = {pool.submit(execute_run, s, **kwargs): s for s in specs}
             for fut in as_completed(futures):
                 out = fut.result()
