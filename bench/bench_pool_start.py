@@ -2,7 +2,7 @@
 
 Usage: ``python bench/bench_pool_start.py [--workers 2] [--rounds 3]``. Each round starts one
 pool of ``--workers`` processes with each start method, alternating (``spawn``, then the local
-backend's :func:`fathom.study.backends.pool_context`), and runs one task per worker that imports
+backend's :func:`fathom.study.pool.pool_context`), and runs one task per worker that imports
 what a run needs (``fathom.study.execute``, ``fathom.train.loop``: torch) and returns the worker's own CPU time
 (``time.process_time``: since its fork or exec). With the forkserver, the server's one import of
 the preload is paid once per study process; it is read from ``/proc/<pid>/stat`` (user + sys)
@@ -49,7 +49,7 @@ def pool_cpu(ctx, workers: int) -> float:
 
 
 def main() -> None:
-    from fathom.study.backends import pool_context
+    from fathom.study.pool import pool_context
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--workers", type=int, default=2)

@@ -81,7 +81,8 @@ def test_worker_device_mapping_with_a_faked_device_count(monkeypatch):
     import torch
 
     from fathom.errors import FathomError
-    from fathom.study.backends import init_worker_device, wants_cuda, worker_devices
+    from fathom.study.backends import wants_cuda
+    from fathom.study.pool import init_worker_device, worker_devices
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
     assert worker_devices(4) == [0, 1, 2, 3]

@@ -17,7 +17,7 @@ import pytest
 
 from fathom.errors import FathomError
 from fathom.rundir import RunDir
-from fathom.study import backends
+from fathom.study import pool
 from fathom.study.backends import LocalBackend
 from fathom.study.config import validate_study_config
 from fathom.study.runner import run_study
@@ -177,7 +177,7 @@ def _server_parent(mark: str) -> tuple[int, str | None]:
     """Start a one-worker pool as the local backend does; ``(the PID that started the worker's
     forkserver, the mark the worker saw)``, the mark set only after this process's server may
     already run."""
-    from fathom.study.backends import local_pool
+    from fathom.study.pool import local_pool
 
     os.environ["FATHOM_TEST_MARK"] = mark
     with local_pool([None]) as pool:
@@ -204,7 +204,7 @@ def test_pool_workers_come_from_this_process_own_forkserver_with_its_environment
     def child() -> None:  # forked after this process started its server
         # the child's own server need not import torch: which server, and what environment
         # its worker sees, does not depend on the preload (saves seconds of import)
-        backends.POOL_PRELOAD = ("fathom.study.pool_guard",)
+        pool.POOL_PRELOAD = ("fathom.study.pool_guard",)
         (tmp_path / "child").write_text(repr((os.getpid(), _server_parent("child"))))
 
     held, release = threading.Event(), threading.Event()

@@ -1,10 +1,10 @@
 """Imported by the local pool's forkserver only (first of ``POOL_PRELOAD`` in
-:mod:`fathom.study.backends`): the server dies with the study that started it.
+:mod:`fathom.study.pool`): the server dies with the study that started it.
 
 The study sets ``FATHOM_POOL_STUDY`` to its PID only while it starts the server
-(:func:`fathom.study.backends.pool_context`). Here, in the server, ``PR_SET_PDEATHSIG``
+(:func:`fathom.study.pool.pool_context`). Here, in the server, ``PR_SET_PDEATHSIG``
 (Linux) makes the kernel SIGKILL the server when the study exits, and each worker sets the
-same signal towards the server (:func:`fathom.study.backends.die_with_study`), so a
+same signal towards the server (:func:`fathom.study.pool.die_with_study`), so a
 ``kill -9`` of the study takes every worker down without any of them having to run Python
 code (a worker busy in a long torch call cannot run its watch thread). A study already gone
 ends the server at once. Anywhere the variable is unset, importing this does nothing.
