@@ -30,6 +30,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def no_wandb_thread_outlives_its_module() -> Iterator[None]:
+    """W&B keeps a service thread and an asyncio thread after its runs finish; they end with
+    the test module that started them, so a later test never forks a process that has them (a
+    fork copies every lock as it is, and one such a thread held then stays held in the child;
+    ``tests/forked.py`` forks this process)."""
+    yield
+    import sys
+
+    if "wandb" in sys.modules:
+        sys.modules["wandb"].teardown()
+
+
 # Properties run under a fixed-seed profile in CI and by default (same examples every run, so a
 # red run is reproducible); FATHOM_HYPOTHESIS=long explores far more. Each test states its own
 # max_examples for the default profile; every counter-example found is kept as a named test.
