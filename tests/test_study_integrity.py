@@ -180,11 +180,11 @@ def _server_parent(mark: str) -> tuple[int, str | None]:
     from fathom.study.pool import local_pool
 
     os.environ["FATHOM_TEST_MARK"] = mark
-    with local_pool([None]) as pool:
+    with local_pool([None]) as executor:
         # the worker's parent and the mark as the worker sees it; builtins, pickled by name, so
         # the worker never imports this test module (seconds of fathom and torch imports)
-        server = pool.submit(os.getppid).result()
-        seen = pool.submit(os.getenv, "FATHOM_TEST_MARK").result()
+        server = executor.submit(os.getppid).result()
+        seen = executor.submit(os.getenv, "FATHOM_TEST_MARK").result()
     ppid = int(Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[1])
     return ppid, seen
 
@@ -231,7 +231,7 @@ def test_no_thread_of_a_local_pool_outlives_it(monkeypatch):
     """Every semaphore a local pool registers with the resource tracker is unregistered by
     the thread that ran the pool, before the pool returns, and no thread of the pool is left:
     the queue feeder that used to free two of them later, taking the tracker's lock at any
-    moment, made a fork right after a pool hang (the CI failure of the test above)."""
+    moment, could hang a fork made right after a pool (the CI failure of the test above)."""
     tracker = resource_tracker._resource_tracker
     real, sent = tracker._send, []
 
