@@ -1,7 +1,7 @@
 """The local backend's worker processes: forked from a forkserver this process starts, each
 dying with this process and taking its environment and a device (:func:`local_pool`).
 
-A worker imports nothing of the study's memory: :func:`pool_context` says why the forkserver
+A worker inherits nothing of the study's memory: :func:`pool_context` says why the forkserver
 is safe to fork from and what a worker starts with; :mod:`fathom.study.pool_guard` (imported
 by the server) and :func:`die_with_study` end the server and every worker with the study.
 """
