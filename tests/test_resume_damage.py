@@ -29,7 +29,7 @@ CFG = {"optim.epochs": EPOCHS, "checkpoints.save_epochs": [0, 2, EPOCHS]}
 FILES = (
     "manifest.json",
     "history.jsonl",
-    "checkpoints/resume.pt",
+    "checkpoints/resume.safetensors",
     "checkpoints/epoch-0000.safetensors",
     "checkpoints/epoch-0002.safetensors",
     "checkpoints/selected.safetensors",
@@ -54,7 +54,7 @@ def reference(data, tmp_path_factory) -> str:
 def template(data, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("template") / "run"
     with pytest.MonkeyPatch.context() as mp:
-        killed_run(mp, tiny_config(**CFG), run, data, "replace", "resume.pt", n=4)
+        killed_run(mp, tiny_config(**CFG), run, data, "replace", "resume.safetensors", n=4)
     for name in FILES[:-1]:
         assert (run / name).is_file(), name
     return run
@@ -109,7 +109,9 @@ def resume_damaged(template, tmp_path_factory, data, reference, name, op, where,
 @example(name="manifest.json", op="flip", where=40, bit=7, other="history.jsonl")  # not UTF-8
 @example(name="history.jsonl", op="duplicate_line", where=3, bit=0, other="manifest.json")
 @example(name="history.jsonl", op="truncate", where=10**9, bit=0, other="manifest.json")
-@example(name=".fathom-run.lock", op="copy_over", where=0, bit=0, other="checkpoints/resume.pt")
+@example(
+    name=".fathom-run.lock", op="copy_over", where=0, bit=0, other="checkpoints/resume.safetensors"
+)
 @example(name="manifest.json", op="copy_over", where=0, bit=0, other="manifest.json")  # no-op
 def test_damage_is_refused_or_resumed_exactly(
     template, tmp_path_factory, data, reference, name, op, where, bit, other

@@ -112,7 +112,7 @@ def test_the_config_drives_a_python_models_branches_when_asked(tmp_path, user) -
 
 
 def test_the_recorders_state_is_in_every_resume_state(tmp_path) -> None:
-    """With telemetry on, resume.pt carries the recorder's ``state_dict`` (its schema record),
+    """With telemetry on, resume.safetensors carries the recorder's ``state_dict`` (its schema record),
     as docs/architecture.md says; with telemetry off it carries none."""
     from conftest import synthetic_splits, tiny_config
     from fathom.rundir.files import load_resume
@@ -123,7 +123,7 @@ def test_the_recorders_state_is_in_every_resume_state(tmp_path) -> None:
         cfg = tiny_config(**updates)
         run = tmp_path / f"telemetry-{enabled}"
         assert train(cfg, run, splits=data).status == "complete"
-        state = load_resume(run / "checkpoints" / "resume.pt")
+        state = load_resume(run / "checkpoints" / "resume.safetensors")
         assert ("recorder" in state) is enabled
         if enabled:
             assert state["recorder"] == {"schema_changes": []}

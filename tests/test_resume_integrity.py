@@ -21,7 +21,7 @@ import torch
 from conftest import synthetic_splits, tiny_config
 from fathom.cli import main
 from fathom.errors import FathomError
-from fathom.rundir import RunDir, load_resume, load_weights, save_resume
+from fathom.rundir import RunDir, files, load_resume, load_weights, save_resume
 from fathom.train.loop import resume, train
 from kill_points import copy_run, kill_at, killed_run, snapshot
 
@@ -45,8 +45,8 @@ def reference(data, tmp_path_factory) -> str:
 def template(data, tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("template") / "run"
     with pytest.MonkeyPatch.context() as mp:
-        killed_run(mp, tiny_config(**CFG), run, data, "replace", "resume.pt", n=4)
-    assert load_resume(run / "checkpoints" / "resume.pt")["epoch"] == 2
+        killed_run(mp, tiny_config(**CFG), run, data, "replace", "resume.safetensors", n=4)
+    assert load_resume(run / "checkpoints" / "resume.safetensors")["epoch"] == 2
     assert [r["epoch"] for r in RunDir(run).history()] == [0, 1, 2, 3]
     return run
 
@@ -125,7 +125,13 @@ def test_checkpoints_of_an_identical_run_at_another_lr_are_refused(run, data, tm
     other = tmp_path / "other" / "run"  # the same run id, another learning rate
     with pytest.MonkeyPatch.context() as mp:
         killed_run(
-            mp, tiny_config(**CFG, **{"optim.lr": 0.03}), other, data, "replace", "resume.pt", 4
+            mp,
+            tiny_config(**CFG, **{"optim.lr": 0.03}),
+            other,
+            data,
+            "replace",
+            "resume.safetensors",
+            4,
         )
     shutil.rmtree(run / "checkpoints")
     shutil.copytree(other / "checkpoints", run / "checkpoints")
@@ -133,7 +139,7 @@ def test_checkpoints_of_an_identical_run_at_another_lr_are_refused(run, data, tm
 
 
 def test_a_resume_state_without_its_binding_is_refused(run, data):
-    path = run / "checkpoints" / "resume.pt"
+    path = run / "checkpoints" / "resume.safetensors"
     state = load_resume(path)
     for key in ("format", "run_id", "config_hash", "history"):
         del state[key]
@@ -142,7 +148,7 @@ def test_a_resume_state_without_its_binding_is_refused(run, data):
 
 
 def test_a_resume_state_at_an_epoch_the_manifest_cannot_have_is_refused(run, data):
-    path = run / "checkpoints" / "resume.pt"
+    path = run / "checkpoints" / "resume.safetensors"
     state = load_resume(path)
     save_resume(path, {**state, "epoch": 0})  # a state kept from an earlier moment
     refused(run, data, "resume state .* is at epoch 0 but the manifest records 2")
@@ -187,7 +193,7 @@ def test_changed_dataset_file_is_refused(tmp_path):
     args = ["train", "--runs-dir", str(tmp_path / "runs"), "--name", "t", "--quiet"]
     args += [a for s in [*sets, "optim.epochs=2", "device=cpu"] for a in ("--set", s)]
     with pytest.MonkeyPatch.context() as mp:
-        kill_at(mp, "replace", "resume.pt", 2)
+        kill_at(mp, "replace", "resume.safetensors", 2)
         with pytest.raises(BaseException, match="killed at replace"):
             main(args)
     run = next((tmp_path / "runs").glob("*/t"))
@@ -244,7 +250,7 @@ def test_selected_weights_newer_than_the_manifest_are_not_called_corrupt(data, t
     [
         ("replace", "manifest.json", 1),  # the first manifest commit
         ("replace", "epoch-0000", 1),  # the epoch-0 checkpoint
-        ("replace", "resume.pt", 1),  # the epoch-0 resume state
+        ("replace", "resume.safetensors", 1),  # the epoch-0 resume state
         ("replace", "manifest.json", 2),  # epoch 0's boundary commit
         ("fsync", "history.jsonl", 2),  # the epoch-0 history row (1: the empty history)
     ],
@@ -269,7 +275,7 @@ def test_ctrl_c_in_epoch_0_evaluation_resumes_and_is_recorded(data, reference, t
     run = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         train(tiny_config(**CFG), run, splits=data, progress=stop)
-    assert not (run / "checkpoints" / "resume.pt").exists()
+    assert not (run / "checkpoints" / "resume.safetensors").exists()
     assert resume(run, splits=data).final_params == reference
     (event,) = [e for e in RunDir(run).recovery() if e["event"] == "restarted"]
     assert "stopped inside epoch 0" in event["reason"] and event["found"] == "running"
@@ -280,18 +286,18 @@ def test_disk_full_in_epoch_0_says_how_much_space_finishing_needs(data, referenc
     import shutil
 
     run = tmp_path / "run"
-    real = torch.save
+    real = files.encode_resume
 
-    def full(obj, f, *a, **kw):
+    def full(state):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     few_kib = shutil.disk_usage(tmp_path)._replace(free=4096)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch, "save", full)  # the epoch-0 resume state does not fit
+        mp.setattr(files, "encode_resume", full)  # the epoch-0 resume state does not fit
         mp.setattr("fathom.train.guards.shutil.disk_usage", lambda path: few_kib)
         with pytest.raises(FathomError) as info:
             train(tiny_config(**CFG), run, splits=data)
-    assert torch.save is real
+    assert files.encode_resume is real
     msg = str(info.value)
     assert "ENOSPC" in msg and "4.0 KiB free now: free at least" in msg, msg
     assert msg.endswith(f"then continue with `fathom train --resume {run}`")
@@ -304,7 +310,7 @@ def test_disk_full_in_epoch_0_says_how_much_space_finishing_needs(data, referenc
 
 
 def test_a_deleted_resume_state_at_epoch_2_says_what_is_lost(run, data):
-    (run / "checkpoints" / "resume.pt").unlink()
+    (run / "checkpoints" / "resume.safetensors").unlink()
     err = str(refused(run, data, "missing although the manifest records 2 completed epoch"))
     assert "before its first epoch boundary" not in err
     assert "its 2 completed epoch(s) are lost and retrained" in err

@@ -64,12 +64,12 @@ def wait_for_line(proc, prefix: str, timeout: float = 120) -> str:
         time.sleep(0.01)
 
 
-# -- defect 1: a flipped byte in resume.pt -------------------------------------------------
+# -- defect 1: a flipped byte in the resume state ---------------------------------------------
 def test_flipped_byte_in_resume_state_is_detected(tmp_path, splits):
     run = interrupted(tmp_path, splits)
-    path = run / "checkpoints" / "resume.pt"
+    path = run / "checkpoints" / "resume.safetensors"
     data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01  # inside the pickled tensors: torch.load alone accepts it
+    data[len(data) // 2] ^= 0x01  # inside the tensor data: safetensors alone accepts it
     path.write_bytes(bytes(data))
     with pytest.raises(FathomError, match="resume state .* fails its digest check"):
         resume(run, splits=splits)
@@ -169,14 +169,14 @@ def test_resume_truncates_a_torn_tail_and_records_it(tmp_path, splits):
     run = interrupted(tmp_path, splits, at_epoch=2)
     with open(run / "history.jsonl", "a") as f:
         f.write('{"epoch": 3, "val/acc": 0.')  # a kill inside the next row's write
-    stray = run / "checkpoints" / ".resume.pt.abc.tmp"
+    stray = run / "checkpoints" / ".resume.safetensors.abc.tmp"
     stray.write_bytes(b"half a file")  # a kill inside an atomic write
     assert any("leftover" in p for p in RunDir(run).problems())
     res = resume(run, splits=splits)
     m = RunDir(run).manifest
     events = {e["event"]: e for e in m["recovery"]}
     assert events["history_lines_unreadable"]["lines"] == [4]
-    assert events["removed_temp_files"]["files"] == ["checkpoints/.resume.pt.abc.tmp"]
+    assert events["removed_temp_files"]["files"] == ["checkpoints/.resume.safetensors.abc.tmp"]
     assert not stray.exists()
     assert [r["epoch"] for r in res.history] == [0, 1, 2, 3, 4]
     assert not RunDir(run).problems(deep=True)

@@ -203,7 +203,9 @@ def test_resume_on_a_read_only_run_is_refused_at_the_lock(
     config, reference, tmp_path, monkeypatch, capsys, code
 ):
     runs = tmp_path / "runs"
-    failing_fs(monkeypatch, runs, code, when=nth(2, "open", ".resume.pt."))  # epoch 1 not saved
+    failing_fs(
+        monkeypatch, runs, code, when=nth(2, "open", ".resume.safetensors.")
+    )  # epoch 1 not saved
     err = train_cli(config, runs, capsys)
     run = runs / "oserr" / "mlp"
     assert_explains(err, code, run)

@@ -54,7 +54,7 @@ def test_disk_full_tuning_run_is_retried_never_left_out_of_the_grid(tmp_path, mo
     best = clean.summary["tuning"]["selected_lr"]["residual"]
     full = OSError(errno.ENOSPC, "No space left on device")
     with monkeypatch.context() as m:
-        fail_writes(m, f"tune-residual-lr{best:g}-s1/checkpoints/resume.pt", full)
+        fail_writes(m, f"tune-residual-lr{best:g}-s1/checkpoints/resume.safetensors", full)
         with pytest.raises(FathomError, match="ENOSPC No space left on device; the disk is full"):
             run_study(study, tmp_path / "full", local())
     rd = RunDir(tmp_path / "full" / "t" / f"tune-residual-lr{best:g}-s1")

@@ -167,7 +167,7 @@ def test_bad_resumes_are_refused(tiny_run_copy, tmp_path, splits):
     (run_dir / "manifest.json").write_text(json.dumps(seal(m)))
     with pytest.raises(FathomError, match=r"another config \(optim.lr"):
         train(cfg.with_updates({"optim.lr": 0.5}), run_dir, splits=splits, resume=True)
-    (run_dir / "checkpoints" / "resume.pt").write_bytes(b"garbage")
+    (run_dir / "checkpoints" / "resume.safetensors").write_bytes(b"garbage")
     with pytest.raises(FathomError, match="resume state .* is corrupt"):
         resume(run_dir)
     (run_dir / "manifest.json").write_text("{not json")

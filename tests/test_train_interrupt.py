@@ -82,7 +82,7 @@ def check_interrupted(run: Path, rc: int, err: str) -> dict:
     rd = RunDir(run)
     assert rd.status == "running"
     assert rd.problems() == [], rd.problems()  # every file it lists verifies
-    state = load_resume(run / "checkpoints" / "resume.pt")
+    state = load_resume(run / "checkpoints" / "resume.safetensors")
     m = rd.manifest
     assert (m["epochs_completed"], m["steps_completed"]) == (state["epoch"], state["step"])
     assert m["hashes"]["training_order"] == state["order_digest"]

@@ -273,7 +273,7 @@ def test_update_ratio_uses_the_plans_last_rate(tmp_path):
     lr_last = base * (1 - 0.8 * (1 + (steps - 1) / steps) / 2)
     assert not math.isclose(lr_last, base)
     row = res.history[-1]
-    state = load_resume(tmp_path / "run" / "checkpoints" / "resume.pt")
+    state = load_resume(tmp_path / "run" / "checkpoints" / "resume.safetensors")
     names = list(state["model"])
     params = [n for n in names if n in dict(init_model(cfg).named_parameters())]
     bufs = {params[i]: s["momentum_buffer"] for i, s in state["optimizer"]["state"].items()}

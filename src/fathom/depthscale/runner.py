@@ -26,7 +26,7 @@ from fathom.config import RunConfig
 from fathom.data.prepare import prepare_splits
 from fathom.depthscale.config import DepthScaleConfig, plan_runs
 from fathom.errors import FathomError
-from fathom.rundir import RunDir
+from fathom.rundir import RunDir, resume_file
 from fathom.study.plan import RunSpec
 
 
@@ -70,7 +70,7 @@ def run_one(run_cfg: RunConfig, run_dir: Path, splits, progress: OnProgress | No
             status = RunDir(run_dir).status
             progress("skip", {**info, "status": status, "run_dir": str(run_dir)})
     elif progress is not None:
-        resumable = action != "retrain" and (run_dir / "checkpoints" / "resume.pt").exists()
+        resumable = action != "retrain" and resume_file(run_dir) is not None
         progress("start", {**info, "run_dir": str(run_dir), "resume": resumable})
 
     def relay(event: str, row: dict[str, Any]) -> None:

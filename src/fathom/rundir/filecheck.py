@@ -1,5 +1,6 @@
 """Byte-level checks of a run directory's files, without torch (``fathom runs show``).
 
+* :func:`resume_file`: which resume state a run directory holds;
 * :func:`stray_tmp_files`: ``.*.tmp`` files a killed atomic write left behind;
 * :func:`weight_file_problems`: every weights file a manifest entry names, against the
   ``sha256`` of the whole file recorded in that entry (header and metadata included, see
@@ -15,6 +16,22 @@ from pathlib import Path
 from typing import Any
 
 from fathom.base.io import sha256_file
+
+RESUME_NAME = "resume.safetensors"
+"""The resume state's file in ``checkpoints/`` (:func:`fathom.rundir.files.encode_resume`)."""
+LEGACY_RESUME = "resume.pt"
+"""The pickle-format resume state of older fathoms: read only by torch's weights-only
+unpickler, converted on resume (:func:`fathom.rundir.files.load_legacy_resume`)."""
+
+
+def resume_file(run_dir: Path) -> Path | None:
+    """The resume state on disk: ``checkpoints/resume.safetensors``, else a ``resume.pt`` of
+    an older fathom (:data:`LEGACY_RESUME`), else ``None``. The new file wins: a
+    ``resume.pt`` beside it is never read."""
+    for name in (RESUME_NAME, LEGACY_RESUME):
+        if (Path(run_dir) / "checkpoints" / name).exists():
+            return Path(run_dir) / "checkpoints" / name
+    return None
 
 
 def stray_tmp_files(run_dir: Path) -> list[Path]:

@@ -3,9 +3,11 @@
 * weights: safetensors, metadata ``params_sha256`` = :func:`fathom.base.io.state_dict_digest`
   of the tensors; the manifest's entry also records ``sha256``, the digest of the whole
   file (header and metadata included), so a flipped byte anywhere is detected;
-* resume state: a self-verifying container ``MAGIC + sha256(payload) hex + "\\n" + payload``
-  (payload: ``torch.save`` of the state), so a flipped byte is detected before unpickling,
-  even when the manifest was not yet rewritten after the state was (a kill in between);
+* resume state: ``checkpoints/resume.safetensors`` (:func:`encode_resume`), tensors in
+  safetensors and everything else in JSON in its metadata, with the digest of both, so a
+  flipped byte is detected even when the manifest was not yet rewritten after the state
+  was (a kill in between). Nothing is unpickled: a ``resume.pt`` of an older fathom is read
+  by torch's weights-only unpickler or refused (:func:`load_legacy_resume`);
 * JSON files: see :mod:`fathom.rundir.manifest` (manifest digest) and the history digest.
 
 Every write is atomic (:func:`fathom.base.io.atomic_write_bytes`); a kill leaves at most a
@@ -26,9 +28,18 @@ from safetensors.torch import save as st_save
 
 from fathom.base.io import atomic_write_bytes, sha256_bytes, state_dict_digest
 from fathom.errors import FathomError
-from fathom.rundir.filecheck import stray_tmp_files  # noqa: F401  (re-exported)
+from fathom.rundir.filecheck import (  # noqa: F401  (re-exported)
+    LEGACY_RESUME,
+    RESUME_NAME,
+    resume_file,
+    stray_tmp_files,
+)
+from fathom.rundir.statecodec import decode_state, encode_state
 
+RESUME_CONTAINER = "fathom-resume-1"
+"""``format`` in the resume state's safetensors metadata."""
 RESUME_MAGIC = b"FATHOM-RESUME-1\n"
+"""The header of a :data:`LEGACY_RESUME` file."""
 
 
 def encode_weights(state: dict[str, torch.Tensor], metadata: dict[str, Any]) -> tuple[bytes, str]:
@@ -115,25 +126,77 @@ def _safetensors_metadata(data: bytes) -> dict[str, str]:
     return dict(header.get("__metadata__") or {})
 
 
+def encode_resume(state: dict[str, Any]) -> bytes:
+    """The bytes of ``checkpoints/resume.safetensors`` for ``state``: a safetensors file of
+    the state's tensors (:func:`fathom.rundir.statecodec.encode_state`) whose metadata holds
+    ``format`` (:data:`RESUME_CONTAINER`), ``state`` (the JSON of everything else) and
+    ``state_sha256`` (:func:`_resume_digest`), header written by :func:`canonical_header`."""
+    tensors, text = encode_state(state)
+    meta = {
+        "format": RESUME_CONTAINER,
+        "state": text,
+        "state_sha256": _resume_digest(tensors, text),
+    }
+    return canonical_header(st_save(tensors, metadata=meta))
+
+
+def _resume_digest(tensors: dict[str, torch.Tensor], text: str) -> str:
+    """``sha256(state JSON + "\n" + state_dict_digest(tensors))``."""
+    return sha256_bytes(text.encode() + b"\n" + state_dict_digest(tensors).encode())
+
+
 def save_resume(path: Path, state: dict[str, Any]) -> str:
-    """Write the resume state as a self-verifying container; return the payload digest."""
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    payload = buf.getvalue()
-    digest = hashlib.sha256(payload).hexdigest()
-    atomic_write_bytes(path, RESUME_MAGIC + digest.encode() + b"\n" + payload)
-    return digest
+    """Write the resume state atomically (:func:`encode_resume`); return its ``state_sha256``."""
+    data = encode_resume(state)
+    atomic_write_bytes(path, data)
+    return _safetensors_metadata(data)["state_sha256"]
 
 
 def load_resume(path: Path) -> dict[str, Any]:
-    """The verified resume state at ``path``; a flipped byte anywhere is a clear error."""
+    """The verified resume state at ``path``; a flipped byte anywhere is a clear error.
+
+    ``resume.safetensors``: tensors and JSON only, their digest checked, and the file must be
+    exactly the bytes :func:`encode_resume` writes for what it decodes to. A ``resume.pt`` of
+    an older fathom goes to :func:`load_legacy_resume`.
+    """
     path = Path(path)
     if not path.exists():
         raise FathomError(
             f"no resume state at {str(path)!r}: the run was interrupted before its first "
             "epoch boundary; start it again without --resume (after removing the directory)"
         )
+    if path.name == LEGACY_RESUME:
+        return load_legacy_resume(path)
     data = path.read_bytes()
+    try:
+        tensors = st_load(data)
+        meta = _safetensors_metadata(data)
+        text = meta.get("state", "")
+        if meta.get("format") != RESUME_CONTAINER:
+            raise ValueError(f"format {meta.get('format')!r}, not {RESUME_CONTAINER!r}")
+        actual = _resume_digest(tensors, text)
+        if actual != meta.get("state_sha256"):
+            raise ValueError(
+                f"it fails its digest check (recorded {meta.get('state_sha256')}, content "
+                f"hashes to {actual})"
+            )
+        state = decode_state(tensors, text)
+        if encode_resume(state) != data:
+            raise ValueError("its bytes are not those this fathom writes for its content")
+    except (SafetensorError, ValueError, TypeError, KeyError, RecursionError, FathomError) as e:
+        raise FathomError(
+            f"resume state {str(path)!r} is corrupt ({e}): resuming would continue from wrong "
+            "state. Restore the run directory from a copy, or remove it and train again"
+        ) from None
+    return state
+
+
+def load_legacy_resume(path: Path) -> dict[str, Any]:
+    """A ``resume.pt`` of an older fathom (``MAGIC + sha256 + "\\n" + torch.save`` payload),
+    verified, then read by torch's weights-only unpickler (tensors and plain containers
+    only: no other class is built and nothing is called); anything else is refused by name.
+    :meth:`fathom.rundir.writer.RunWriter.resume_state` converts what it reads."""
+    data = Path(path).read_bytes()
     head = len(RESUME_MAGIC)
     if not data.startswith(RESUME_MAGIC) or data[head + 64 : head + 65] != b"\n":
         raise FathomError(
@@ -150,9 +213,19 @@ def load_resume(path: Path) -> dict[str, Any]:
             "weights. Remove the run directory and train again"
         )
     try:
-        return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=False)
-    except Exception as e:  # torch raises many types for a corrupt pickle/zip
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for a refused global or a corrupt zip
         raise FathomError(
-            f"resume state {str(path)!r} is corrupt ({type(e).__name__}: {e}); "
-            "remove the run directory and train again"
+            f"resume state {str(path)!r} (the pickle format of an older fathom) is refused: "
+            f"torch's weights-only unpickler will not read it ({type(e).__name__}: "
+            f"{str(e).splitlines()[0] if str(e) else ''}). It holds more than tensors and plain "
+            "values (possibly code to run), and nothing in a run directory is ever unpickled "
+            "beyond that. Restore the run directory from a copy you trust, or move it away and "
+            "train the run again"
         ) from None
+    if not isinstance(state, dict):
+        raise FathomError(
+            f"resume state {str(path)!r} holds a {type(state).__name__}, not a resume state; "
+            "move the run directory away and train the run again"
+        )
+    return state

@@ -137,6 +137,8 @@ RECOVERY_SENTENCES = {
     "source_changed": "the fathom source changed from epoch {from_epoch} on (source hash "
     "{source_hash}; --allow-source-change)",
     "restarted": "started again from scratch: {reason} (status found: {found})",
+    "resume_state_converted": "converted the resume state of an older fathom from {old} "
+    "(read by torch's weights-only unpickler) to {new}",
     "threads_set_to_recorded": "resumed with the recorded {recorded} thread(s) instead of the "
     "{found} found",
 }

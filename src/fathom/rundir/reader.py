@@ -194,8 +194,8 @@ class RunDir:
                 except FathomError as e:
                     out.append(str(e))
             out += self._selected_problems()
-            resume = self.path / "checkpoints" / "resume.pt"
-            if resume.exists():
+            resume = files.resume_file(self.path)
+            if resume is not None:
                 try:
                     files.load_resume(resume)
                 except FathomError as e:

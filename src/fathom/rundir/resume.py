@@ -1,6 +1,6 @@
 """What a resume continues from, verified against the run it belongs to.
 
-A resume state (``checkpoints/resume.pt``, :func:`fathom.rundir.files.save_resume`) is bound
+A resume state (``checkpoints/resume.safetensors``, :func:`fathom.rundir.files.save_resume`) is bound
 to its run by :func:`bind`: it records the resume-state format (:data:`RESUME_FORMAT`), the
 manifest's ``run_id`` and ``config_hash``, its ``epoch``, and the history it continues from
 (``history = {"bytes", "rows", "sha256"}``: the digest of the first ``bytes`` bytes of
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.errors import FathomError
+from fathom.rundir.filecheck import RESUME_NAME, resume_file
 from fathom.rundir.files import load_weights
 
 RESUME_FORMAT = 2
@@ -63,7 +64,7 @@ def retrain_advice(run: Path, epochs: int) -> str:
 
 def check_binding(state: dict[str, Any], manifest: dict[str, Any], path: Path) -> None:
     """Refuse a resume state that is not this run's, or not at an epoch it can be at."""
-    where = f"resume state {str(path / 'checkpoints' / 'resume.pt')!r}"
+    where = f"resume state {str(resume_file(path) or path / 'checkpoints')!r}"
     done = int(manifest.get("epochs_completed") or 0)
     if state.get("format") != RESUME_FORMAT:
         raise FathomError(
@@ -149,7 +150,7 @@ def restart_allowed(manifest: dict[str, Any], path: Path) -> bool:
     if done == 0 and not any(int(e) > 0 for e in manifest.get("checkpoints") or {}):
         return True
     raise FathomError(
-        f"the resume state checkpoints/resume.pt of {str(path)!r} is missing although the "
+        f"the resume state checkpoints/{RESUME_NAME} of {str(path)!r} is missing although the "
         f"manifest records {done} completed epoch(s): it was deleted or lost. The epoch "
         "checkpoints hold weights only, not the optimizer, generator and RNG states an exact "
         f"resume needs: {retrain_advice(path, done)}"

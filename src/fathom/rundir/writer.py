@@ -9,7 +9,7 @@ Lifecycle (one process, one run directory)::
     w.start()  /  w.begin_resumed()         # a new run (empty history) / the resumed one
     w.row(row)                              # one history line (fsync'ed, digested)
     w.save_weights(name, state, meta)       # checkpoints/<name>, digests returned
-    w.save_resume(state)                    # checkpoints/resume.pt, self-verifying
+    w.save_resume(state)                    # checkpoints/resume.safetensors, self-verifying
     w.progress(...); w.set_stop(...)        # the manifest's sections, typed
     w.commit()                              # manifest.json, sealed with the history digest
     w.set_final(...); w.finish(status, reason)   # final commit, lock released
@@ -70,6 +70,7 @@ class RunWriter(ManifestUpdates):
         self._disk: dict[str, Any] | None = None
         self._restart = False
         self._cut: bytes | None = None  # the verified history a resume cuts back to
+        self._legacy: dict[str, Any] | None = None  # a resume state read from resume.pt
 
     # -- opening -------------------------------------------------------------------------
     def acquire(self) -> RunWriter:
@@ -140,12 +141,14 @@ class RunWriter(ManifestUpdates):
                 f"manifest.json of {str(self.path)!r} has no digests (not written by fathom): "
                 "what a resume continues from cannot be verified; train the run again"
             )
-        path = self.path / "checkpoints" / "resume.pt"
-        if not path.exists() and restart_allowed(rd.manifest, self.path):
+        path = files.resume_file(self.path)
+        if path is None and restart_allowed(rd.manifest, self.path):
             self._restart = True
             self._pending.append(("restarted", {"reason": RESTART_REASON, "found": rd.status}))
             return None
+        assert path is not None
         state = files.load_resume(path)
+        self._legacy = state if path.name == files.LEGACY_RESUME else None
         check_binding(state, rd.manifest, self.path)
         epoch = int(state["epoch"])
         if source_changed(rd.manifest, source_hash, allow_source_change, epoch, self.path):
@@ -215,7 +218,22 @@ class RunWriter(ManifestUpdates):
             path = self.path / "history.jsonl"
             self._guard("rewrite history.jsonl", atomic_write_bytes, path, self._cut)
             self._cut = None
+        if self._legacy is not None:
+            self._convert_legacy(self._legacy)
+            self._legacy = None
         self._begin(None)
+
+    def _convert_legacy(self, state: dict[str, Any]) -> None:
+        """Write the verified state read from an older fathom's ``resume.pt`` as
+        ``resume.safetensors``, then remove ``resume.pt`` (recorded)."""
+        ckpt = self.path / "checkpoints"
+        self._guard("write the resume state", files.save_resume, ckpt / files.RESUME_NAME, state)
+        self._guard("remove the old resume state", (ckpt / files.LEGACY_RESUME).unlink)
+        event = {
+            "old": f"checkpoints/{files.LEGACY_RESUME}",
+            "new": f"checkpoints/{files.RESUME_NAME}",
+        }
+        self._pending.append(("resume_state_converted", event))
 
     @property
     def recorded(self) -> dict[str, Any] | None:
@@ -259,11 +277,11 @@ class RunWriter(ManifestUpdates):
         }
 
     def save_resume(self, state: dict[str, Any]) -> str:
-        """``checkpoints/resume.pt`` (self-verifying), bound to this run and to the history
+        """``checkpoints/resume.safetensors`` (self-verifying), bound to this run and to the history
         written so far (:func:`~fathom.rundir.resume.bind`); returns its payload digest."""
         self._require_lock()
         assert self.manifest is not None
-        path = self.path / "checkpoints" / "resume.pt"
+        path = self.path / "checkpoints" / files.RESUME_NAME
         binding = {"run_id": self.manifest.run_id, "config_hash": self.manifest.config_hash}
         bound = bind(state, binding, self._history_record())
         return self._guard("write the resume state", files.save_resume, path, bound)

@@ -27,7 +27,7 @@ from typing import Any
 from fathom.base.io import config_digest
 from fathom.config import LiveConfig, describe_config_change, validate_run_config
 from fathom.errors import FathomError
-from fathom.rundir import DirLock, RunDir
+from fathom.rundir import DirLock, RunDir, resume_file
 from fathom.rundir.lock import RUN_LOCK
 from fathom.study.plan import RunSpec
 
@@ -185,7 +185,7 @@ def execute_run(
         expected = (rd.manifest.get("hashes") or {}).get("final_params") if rd else None
         _wipe(path)
         state = "unstarted"
-    has_resume = (path / "checkpoints" / "resume.pt").exists()
+    has_resume = resume_file(path) is not None
     if state in ("running", "failed") and has_resume:
         verb, resume = ("retried" if state == "failed" else "resumed"), True
     else:

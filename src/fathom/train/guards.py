@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fathom.errors import FathomError
-from fathom.rundir import RunWriter
+from fathom.rundir import RunWriter, resume_file
 
 if TYPE_CHECKING:
     from fathom.train.session import Session
@@ -52,8 +52,8 @@ def bytes_to_finish(s: Session) -> int:
     size of the current resume state, or ``4 * weights`` (model, optimizer, initial
     parameters) before the first one exists."""
     weights = sum(t.numel() * t.element_size() for t in s.model.state_dict().values())
-    resume_file = s.run_dir / "checkpoints" / "resume.pt"
-    resume = resume_file.stat().st_size if resume_file.exists() else 4 * weights
+    found = resume_file(s.run_dir)
+    resume = found.stat().st_size if found is not None else 4 * weights
     done, last = s.progress.epoch, s.cfg.optim.epochs
     left = len({e for e in s.cfg.checkpoints.save_epochs if done <= e <= last} | {last})
     return 2 * resume + weights * (left + 1) + HEADROOM

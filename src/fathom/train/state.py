@@ -1,6 +1,6 @@
 """What a resume restores: clocks, bookkeeping, RNG states, and the resume file itself.
 
-``checkpoints/resume.pt`` holds the model, optimizer, gate controller, stepper and
+``checkpoints/resume.safetensors`` holds the model, optimizer, gate controller, stepper and
 recorder states, every RNG (shuffle generator, torch CPU / CUDA), the clocks and the
 bookkeeping below, written at epoch boundaries; a resumed run continues byte-identically.
 """
