@@ -229,3 +229,13 @@ def load_legacy_resume(path: Path) -> dict[str, Any]:
             "move the run directory away and train the run again"
         )
     return state
+
+
+def convert_legacy(run_dir: Path, state: dict[str, Any]) -> dict[str, str]:
+    """Write ``state`` (verified, read from ``resume.pt`` by :func:`load_legacy_resume`) as
+    ``checkpoints/resume.safetensors``, then remove ``resume.pt``; the recovery event's
+    details ``{"old", "new"}``."""
+    ckpt = Path(run_dir) / "checkpoints"
+    save_resume(ckpt / RESUME_NAME, state)
+    (ckpt / LEGACY_RESUME).unlink()
+    return {"old": f"checkpoints/{LEGACY_RESUME}", "new": f"checkpoints/{RESUME_NAME}"}

@@ -218,22 +218,13 @@ class RunWriter(ManifestUpdates):
             path = self.path / "history.jsonl"
             self._guard("rewrite history.jsonl", atomic_write_bytes, path, self._cut)
             self._cut = None
-        if self._legacy is not None:
-            self._convert_legacy(self._legacy)
+        if self._legacy is not None:  # read from an older fathom's resume.pt: convert it
+            event = self._guard(
+                "convert the resume state", files.convert_legacy, self.path, self._legacy
+            )
+            self._pending.append(("resume_state_converted", event))
             self._legacy = None
         self._begin(None)
-
-    def _convert_legacy(self, state: dict[str, Any]) -> None:
-        """Write the verified state read from an older fathom's ``resume.pt`` as
-        ``resume.safetensors``, then remove ``resume.pt`` (recorded)."""
-        ckpt = self.path / "checkpoints"
-        self._guard("write the resume state", files.save_resume, ckpt / files.RESUME_NAME, state)
-        self._guard("remove the old resume state", (ckpt / files.LEGACY_RESUME).unlink)
-        event = {
-            "old": f"checkpoints/{files.LEGACY_RESUME}",
-            "new": f"checkpoints/{files.RESUME_NAME}",
-        }
-        self._pending.append(("resume_state_converted", event))
 
     @property
     def recorded(self) -> dict[str, Any] | None:
