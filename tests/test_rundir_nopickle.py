@@ -222,3 +222,40 @@ def test_a_planted_pickle_is_refused_by_the_study_runner(tmp_path):
     problems = again.summary["integrity"][run_dir.name]
     assert any("resume.pt" in p and "is refused" in p for p in problems), problems
     assert not (tmp_path / "marker").exists()
+
+
+# -- writes never leave their tree -------------------------------------------------------------
+def test_a_report_folder_linked_out_of_the_run_is_refused(run, tmp_path, capsys):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (run / "report").symlink_to(outside)
+    assert main(["report", str(run), "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert "symbolic link that leads out of" in err and "Nothing was written" in err
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_an_out_inside_another_run_is_refused(run, cli_run, tmp_path, capsys, command):
+    other = copy_run(cli_run, tmp_path / "other")
+    before = snapshot(other)
+    args = [command, str(run), "--out", str(other / "sub")]
+    assert main([*args, *(["--no-figures"] if command == "report" else ["--to", "jsonl"])]) == 2
+    assert "lies inside another run or study directory" in capsys.readouterr().err
+    assert snapshot(other) == before and not (other / "sub").exists()
+
+
+@pytest.mark.parametrize("name", ["checkpoints", "history.jsonl"])
+def test_a_resume_never_writes_through_a_link_out_of_the_run(run, tmp_path, capsys, name):
+    moved = tmp_path / f"moved-{name}"
+    (run / name).rename(moved)
+    (run / name).symlink_to(moved)
+    before = {p: p.read_bytes() for p in sorted(moved.rglob("*")) if p.is_file()} or {
+        moved: moved.read_bytes()
+    }
+    assert main(["train", "--resume", str(run), "--quiet"]) == 2
+    assert "symbolic link that leads out of the run directory" in capsys.readouterr().err
+    after = {p: p.read_bytes() for p in sorted(moved.rglob("*")) if p.is_file()} or {
+        moved: moved.read_bytes()
+    }
+    assert after == before

@@ -203,7 +203,7 @@ def save_scores(path: str, splits: dict[str, MaskScores], meta: dict[str, str]) 
 
 def load_scores(path: str) -> tuple[dict[str, MaskScores], dict[str, str]]:
     """Inverse of :func:`save_scores`; margins and CE are recomputed from the stored logits."""
-    with np.load(path) as data:
+    with np.load(path, allow_pickle=False) as data:
         names = sorted({k.split("/")[0] for k in data.files if not k.startswith("meta/")})
         splits = {
             n: scores_from_logits(data[f"{n}/logits"], data[f"{n}/labels"], data[f"{n}/masks"])

@@ -131,7 +131,7 @@ def _arrays(tables: list[dict[str, Any]], audit_dir: Path) -> tuple[dict[str, An
         p = audit_dir / t["run"] / f"{t['checkpoint']}.npz"
         if not p.exists():
             continue
-        with np.load(p) as z:
+        with np.load(p, allow_pickle=False) as z:
             a = {k: z[f"test/{k}"] for k in ("masks", "labels", "logits", "correct")}
         first = next(iter(arrays.values()), a)
         if a["labels"].shape != first["labels"].shape or (a["labels"] != first["labels"]).any():

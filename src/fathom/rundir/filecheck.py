@@ -1,6 +1,7 @@
 """Byte-level checks of a run directory's files, without torch (``fathom runs show``).
 
 * :func:`resume_file`: which resume state a run directory holds;
+* :func:`refuse_links_out`: a writer never writes through a symbolic link out of the run;
 * :func:`stray_tmp_files`: ``.*.tmp`` files a killed atomic write left behind;
 * :func:`weight_file_problems`: every weights file a manifest entry names, against the
   ``sha256`` of the whole file recorded in that entry (header and metadata included, see
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.base.io import sha256_file
+from fathom.errors import FathomError
 
 RESUME_NAME = "resume.safetensors"
 """The resume state's file in ``checkpoints/`` (:func:`fathom.rundir.files.encode_resume`)."""
@@ -32,6 +34,26 @@ def resume_file(run_dir: Path) -> Path | None:
         if (Path(run_dir) / "checkpoints" / name).exists():
             return Path(run_dir) / "checkpoints" / name
     return None
+
+
+WRITTEN = ("manifest.json", "history.jsonl", "checkpoints")
+"""What a run's writer writes into: none may be a symbolic link out of the run."""
+
+
+def refuse_links_out(run_dir: Path) -> None:
+    """Refuse a run directory whose ``manifest.json``, ``history.jsonl`` or ``checkpoints/``
+    (or a file in it) leads out of the run through a symbolic link: a writer would write
+    through it (history rows are appended in place, checkpoints written into the folder)."""
+    root = Path(run_dir).resolve()
+    ckpt = Path(run_dir) / "checkpoints"
+    inner = sorted(ckpt.iterdir()) if ckpt.is_dir() and not ckpt.is_symlink() else []
+    for p in [*(Path(run_dir) / name for name in WRITTEN), *inner]:
+        if p.is_symlink() and not p.resolve().is_relative_to(root):
+            raise FathomError(
+                f"{str(p)!r} is a symbolic link that leads out of the run directory (to "
+                f"{str(p.resolve())!r}): a run's writes never leave its directory. Replace the "
+                "link by the file or folder itself (copy it in), then run again. Nothing was written"
+            )
 
 
 def stray_tmp_files(run_dir: Path) -> list[Path]:

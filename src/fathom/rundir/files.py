@@ -31,6 +31,7 @@ from fathom.errors import FathomError
 from fathom.rundir.filecheck import (  # noqa: F401  (re-exported)
     LEGACY_RESUME,
     RESUME_NAME,
+    refuse_links_out,
     resume_file,
     stray_tmp_files,
 )

@@ -12,6 +12,9 @@ analysis, the lock of the directory the output lives in:
   (:func:`~fathom.rundir.lock.study_lock`, held by ``fathom study run`` for its whole run);
 * elsewhere (``--out``): a lock of its own in the output directory (:data:`OUTPUT_LOCK`).
 
+An output never leaves its tree (:func:`check_output_place`): not through a symbolic link out
+of the target, and not into another run or study directory (``--out``).
+
 So two analyses writing into one directory never interleave their files: the second is
 refused at once, before it computes or writes anything. Every file is written atomically
 (temporary file, fsync, rename) through :class:`AnalysisOutput`.
@@ -32,7 +35,7 @@ from fathom.base.io import (
     ensure_writable_dir,
 )
 from fathom.errors import FathomError
-from fathom.rundir.lock import DirLock, study_lock
+from fathom.rundir.lock import RUN_LOCK, STUDY_LOCK, DirLock, study_lock
 
 OUTPUT_LOCK = ".fathom-output.lock"
 
@@ -77,6 +80,43 @@ class AnalysisOutput:
         return path
 
 
+def tree_of(path: Path) -> Path | None:
+    """The nearest run or study directory at or above ``path`` (resolved): one that holds
+    ``manifest.json`` or a run's lock (a run), or a study's lock (a study); else ``None``."""
+    for d in (path.resolve(), *path.resolve().parents):
+        if any((d / marker).exists() for marker in ("manifest.json", RUN_LOCK, STUDY_LOCK)):
+            return d
+    return None
+
+
+def check_output_place(target: Path, directory: Path, name: str) -> None:
+    """Refuse an output that would leave its tree: the one rule of every analysis output
+    (report, export, audit, curvature).
+
+    * an output inside ``target`` must stay there once symbolic links are followed (a run's
+      ``report/`` linked elsewhere is refused, never written through);
+    * an output (``--out``) never lands in another run or study directory: the nearest run or
+      study directory at or above it (:func:`tree_of`) is ``target`` itself or none.
+    """
+    root = target.resolve()
+    inside = directory.absolute().is_relative_to(target.absolute())
+    if inside and not directory.resolve().is_relative_to(root):
+        raise FathomError(
+            f"the {name} output {str(directory)!r} is, or lies under, a symbolic link that "
+            f"leads out of {str(target)!r} (to {str(directory.resolve())!r}): writes never "
+            "leave a run or study directory. Remove the link, or pass --out to write "
+            "elsewhere. Nothing was written"
+        )
+    owner = tree_of(directory)
+    if owner is not None and owner != root:
+        raise FathomError(
+            f"--out {str(directory)!r} lies inside another run or study directory "
+            f"({str(owner)!r}): an analysis of {str(target)!r} writes into its own directory "
+            "or a directory of its own, never into another run's or study's. Choose an --out "
+            "outside every run and study directory. Nothing was written"
+        )
+
+
 def output_lock(target: Path, directory: Path) -> DirLock:
     """The lock that guards writing ``directory`` as an analysis of ``target``."""
     inside = directory.resolve().is_relative_to(target.resolve())
@@ -99,6 +139,7 @@ def analysis_output(
     directory = Path(out) if out is not None else target / name
     if not target.is_dir():
         raise FathomError(f"{str(target)!r} is not a directory; pass a run or study directory")
+    check_output_place(target, directory, name)
     lock = output_lock(target, directory)
     try:
         lock.acquire()

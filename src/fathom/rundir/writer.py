@@ -80,6 +80,7 @@ class RunWriter(ManifestUpdates):
                 f"{str(self.path)!r} is a file, not a run directory; move it away or choose "
                 "another --runs-dir/--name"
             )
+        files.refuse_links_out(self.path)
         self.lock.acquire()
         try:
             (self.path / "checkpoints").mkdir(exist_ok=True)
@@ -219,11 +220,8 @@ class RunWriter(ManifestUpdates):
             self._guard("rewrite history.jsonl", atomic_write_bytes, path, self._cut)
             self._cut = None
         if self._legacy is not None:  # read from an older fathom's resume.pt: convert it
-            event = self._guard(
-                "convert the resume state", files.convert_legacy, self.path, self._legacy
-            )
+            event = self._guard("convert resume.pt", files.convert_legacy, self.path, self._legacy)
             self._pending.append(("resume_state_converted", event))
-            self._legacy = None
         self._begin(None)
 
     @property
