@@ -259,3 +259,22 @@ def test_a_resume_never_writes_through_a_link_out_of_the_run(run, tmp_path, caps
         moved: moved.read_bytes()
     }
     assert after == before
+
+
+# -- a factory named in a config is code: never imported from a run directory ----------------
+def test_a_factory_found_inside_a_run_directory_is_not_imported(run, tmp_path, monkeypatch):
+    from fathom.base.user_code import resolve_factory
+
+    marker = tmp_path / "marker"
+    (run / "np_shared_factory.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\ndef build(**kw):\n    return 1\n"
+    )
+    monkeypatch.syspath_prepend(str(run))  # e.g. `python -m fathom` run from inside it
+    with pytest.raises(FathomError, match=r"np_shared_factory.* inside the run or study dir"):
+        resolve_factory("np_shared_factory:build", "model.factory")
+    assert not marker.exists()
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "np_own_factory.py").write_text("def build(**kw):\n    return 2\n")
+    monkeypatch.syspath_prepend(str(own))
+    assert resolve_factory("np_own_factory:build", "model.factory")() == 2

@@ -171,3 +171,21 @@ def ensure_writable_dir(path: str | os.PathLike, where: str = "--out") -> Path:
     except OSError as e:
         raise os_error(e, f"write to directory {str(path)!r}", where) from None
     return path
+
+
+RUN_LOCK, STUDY_LOCK = ".fathom-run.lock", ".fathom-study.lock"
+"""The lock files of a run directory and of a study directory (:mod:`fathom.rundir.lock`)."""
+
+
+def fathom_tree(path: str | os.PathLike) -> Path | None:
+    """The nearest run or study directory at or above ``path`` (resolved), else ``None``.
+
+    A run directory holds its lock (:data:`RUN_LOCK`) or ``manifest.json`` with
+    ``history.jsonl``; a study directory holds :data:`STUDY_LOCK`.
+    """
+    where = Path(path).resolve()
+    for d in (where, *where.parents):
+        run = (d / "manifest.json").is_file() and (d / "history.jsonl").exists()
+        if run or (d / RUN_LOCK).exists() or (d / STUDY_LOCK).exists():
+            return d
+    return None

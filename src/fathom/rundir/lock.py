@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from fathom.base.io import RUN_LOCK, STUDY_LOCK
 from fathom.errors import FathomError
-
-RUN_LOCK, STUDY_LOCK = ".fathom-run.lock", ".fathom-study.lock"
 
 
 def _pid_alive(pid: int) -> bool:

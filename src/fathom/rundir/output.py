@@ -33,9 +33,10 @@ from fathom.base.io import (
     atomic_write_json,
     atomic_write_text,
     ensure_writable_dir,
+    fathom_tree,
 )
 from fathom.errors import FathomError
-from fathom.rundir.lock import RUN_LOCK, STUDY_LOCK, DirLock, study_lock
+from fathom.rundir.lock import DirLock, study_lock
 
 OUTPUT_LOCK = ".fathom-output.lock"
 
@@ -80,15 +81,6 @@ class AnalysisOutput:
         return path
 
 
-def tree_of(path: Path) -> Path | None:
-    """The nearest run or study directory at or above ``path`` (resolved): one that holds
-    ``manifest.json`` or a run's lock (a run), or a study's lock (a study); else ``None``."""
-    for d in (path.resolve(), *path.resolve().parents):
-        if any((d / marker).exists() for marker in ("manifest.json", RUN_LOCK, STUDY_LOCK)):
-            return d
-    return None
-
-
 def check_output_place(target: Path, directory: Path, name: str) -> None:
     """Refuse an output that would leave its tree: the one rule of every analysis output
     (report, export, audit, curvature).
@@ -96,7 +88,7 @@ def check_output_place(target: Path, directory: Path, name: str) -> None:
     * an output inside ``target`` must stay there once symbolic links are followed (a run's
       ``report/`` linked elsewhere is refused, never written through);
     * an output (``--out``) never lands in another run or study directory: the nearest run or
-      study directory at or above it (:func:`tree_of`) is ``target`` itself or none.
+      study directory at or above it (:func:`fathom.base.io.fathom_tree`) is ``target`` itself or none.
     """
     root = target.resolve()
     inside = directory.absolute().is_relative_to(target.absolute())
@@ -107,7 +99,7 @@ def check_output_place(target: Path, directory: Path, name: str) -> None:
             "leave a run or study directory. Remove the link, or pass --out to write "
             "elsewhere. Nothing was written"
         )
-    owner = tree_of(directory)
+    owner = fathom_tree(directory)
     if owner is not None and owner != root:
         raise FathomError(
             f"--out {str(directory)!r} lies inside another run or study directory "
