@@ -278,3 +278,21 @@ def test_a_factory_found_inside_a_run_directory_is_not_imported(run, tmp_path, m
     (own / "np_own_factory.py").write_text("def build(**kw):\n    return 2\n")
     monkeypatch.syspath_prepend(str(own))
     assert resolve_factory("np_own_factory:build", "model.factory")() == 2
+
+
+def test_a_study_never_writes_through_a_run_linked_out_of_it(tmp_path):
+    study = validate_study_config(
+        study_data(
+            study={"recipes": ["residual"], "seeds": [101], "lr": 0.05}, tuning={"enabled": False}
+        ),
+        "a",
+    )
+    first = run_study(study, tmp_path / "s", local())
+    (run_dir,) = [Path(o.run_dir) for o in first.outcomes]
+    outside = tmp_path / "outside"
+    run_dir.rename(outside)
+    run_dir.symlink_to(outside)
+    before = snapshot(outside)
+    with pytest.raises(FathomError, match="leads out of the study directory"):
+        run_study(study, tmp_path / "s", local())
+    assert snapshot(outside) == before

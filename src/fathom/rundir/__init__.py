@@ -9,7 +9,7 @@ from fathom.base.lazy import exports
 __getattr__, __dir__, __all__ = exports(
     __name__,
     {
-        "fathom.rundir.filecheck": ["resume_file"],
+        "fathom.rundir.filecheck": ["refuse_links_out", "resume_file"],
         "fathom.rundir.files": ["load_resume", "load_weights", "save_resume", "save_weights"],
         "fathom.rundir.interrupts": ["uninterrupted"],
         "fathom.rundir.lock": ["DirLock", "study_lock"],

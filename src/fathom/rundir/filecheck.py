@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,19 +41,24 @@ WRITTEN = ("manifest.json", "history.jsonl", "checkpoints")
 """What a run's writer writes into: none may be a symbolic link out of the run."""
 
 
-def refuse_links_out(run_dir: Path) -> None:
-    """Refuse a run directory whose ``manifest.json``, ``history.jsonl`` or ``checkpoints/``
-    (or a file in it) leads out of the run through a symbolic link: a writer would write
-    through it (history rows are appended in place, checkpoints written into the folder)."""
-    root = Path(run_dir).resolve()
-    ckpt = Path(run_dir) / "checkpoints"
-    inner = sorted(ckpt.iterdir()) if ckpt.is_dir() and not ckpt.is_symlink() else []
-    for p in [*(Path(run_dir) / name for name in WRITTEN), *inner]:
-        if p.is_symlink() and not p.resolve().is_relative_to(root):
+def refuse_links_out(
+    root: Path, paths: Iterable[Path] | None = None, what: str = "run directory"
+) -> None:
+    """Refuse ``paths`` (default: a run's :data:`WRITTEN` and the files in ``checkpoints/``)
+    where one is a symbolic link that leads out of ``root``: a writer would write through it
+    (history rows are appended in place, checkpoints and runs written into their folders)."""
+    real = Path(root).resolve()
+    if paths is None:
+        ckpt = Path(root) / "checkpoints"
+        inner = sorted(ckpt.iterdir()) if ckpt.is_dir() and not ckpt.is_symlink() else []
+        paths = [*(Path(root) / name for name in WRITTEN), *inner]
+    for p in paths:
+        if p.is_symlink() and not p.resolve().is_relative_to(real):
             raise FathomError(
-                f"{str(p)!r} is a symbolic link that leads out of the run directory (to "
-                f"{str(p.resolve())!r}): a run's writes never leave its directory. Replace the "
-                "link by the file or folder itself (copy it in), then run again. Nothing was written"
+                f"{str(p)!r} is a symbolic link that leads out of the {what} (to "
+                f"{str(p.resolve())!r}): writes never leave a run or study directory. Replace "
+                "the link by the file or folder itself (copy it in), then run again. Nothing "
+                "was written"
             )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from fathom.config import config_diff
 from fathom.errors import FathomError
-from fathom.rundir import RunDir, study_lock
+from fathom.rundir import RunDir, refuse_links_out, study_lock
 from fathom.stats import summarise_study
 from fathom.study.config import StudyConfig
 from fathom.study.execute import RunOutcome
@@ -77,6 +77,7 @@ def run_study(
             f"{str(root)!r} is a file, not a study directory; move it away or choose another --runs-dir"
         )
     with study_lock(root):
+        refuse_links_out(root, sorted(root.iterdir()), "study directory")
         opts = {"retry_failed": retry_failed, "allow_source_change": allow_source_change}
         return _run_locked(study, runs_dir, backend, opts, progress, origin)
 
