@@ -102,8 +102,24 @@ def test_resume_state_bytes_other_than_the_canonical_ones_are_refused(tmp_path):
     n = int.from_bytes(data[:8], "little")
     header = data[8 : 8 + n].replace(b'{"__metadata__"', b'{ "__metadata__"', 1)[:-1]
     path.write_bytes(len(header).to_bytes(8, "little") + header + data[8 + n :])  # same JSON
-    with pytest.raises(FathomError, match="are not those this fathom writes"):
+    with pytest.raises(FathomError, match="header is not written the way this fathom writes it"):
         load_resume(path)
+
+
+@pytest.mark.parametrize("bit", [0x01, 0x80])
+def test_every_flipped_byte_of_a_resume_state_is_refused(tmp_path, bit):
+    path = tmp_path / "resume.safetensors"
+    files.save_resume(path, {"epoch": 1, "opt": {0: (0.9, None)}, "w": torch.arange(6.0)})
+    data = path.read_bytes()
+    accepted = []
+    for i in range(len(data)):  # every byte, brute force
+        path.write_bytes(data[:i] + bytes([data[i] ^ bit]) + data[i + 1 :])
+        try:
+            load_resume(path)
+            accepted.append(i)
+        except FathomError:
+            pass
+    assert accepted == []
 
 
 # -- a pickle payload is never run -----------------------------------------------------------

@@ -156,8 +156,9 @@ def save_resume(path: Path, state: dict[str, Any]) -> str:
 def load_resume(path: Path) -> dict[str, Any]:
     """The verified resume state at ``path``; a flipped byte anywhere is a clear error.
 
-    ``resume.safetensors``: tensors and JSON only, their digest checked, and the file must be
-    exactly the bytes :func:`encode_resume` writes for what it decodes to. A ``resume.pt`` of
+    ``resume.safetensors``: tensors and JSON only, their digest checked, the header written
+    as :func:`canonical_header` writes it (safetensors itself checks that the tensors' bytes
+    follow it without a gap), so no byte of the file goes unchecked. A ``resume.pt`` of
     an older fathom goes to :func:`load_legacy_resume`.
     """
     path = Path(path)
@@ -182,8 +183,9 @@ def load_resume(path: Path) -> dict[str, Any]:
                 f"hashes to {actual})"
             )
         state = decode_state(tensors, text)
-        if encode_resume(state) != data:
-            raise ValueError("its bytes are not those this fathom writes for its content")
+        head = data[: 8 + int.from_bytes(data[:8], "little")]
+        if canonical_header(head) != head:
+            raise ValueError("its header is not written the way this fathom writes it")
     except (SafetensorError, ValueError, TypeError, KeyError, RecursionError, FathomError) as e:
         raise FathomError(
             f"resume state {str(path)!r} is corrupt ({e}): resuming would continue from wrong "
