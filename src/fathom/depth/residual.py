@@ -32,7 +32,7 @@ def skippable_residual(
     the same bits as the Python float, without its conversions). An in-place form
     (``out.mul_(g).add_(bypass(x))``, guarded against hooks) was bit-identical too but
     measured slower per step at width x 0.1 in 7 of 8 paired invocations and in 600-pair
-    single-step A/Bs (BENCHMARKS.md, issue 23's SD sections), so it was removed.
+    single-step A/Bs (docs/benchmarks-history.md#sd-quiet-rerun-089c6f1), so it was removed.
     """
     if isinstance(gain, torch.Tensor):
         return bypass(x) + branch(x) * gain
