@@ -82,7 +82,8 @@ def verify_against_manifest(
 def _refuse(path: Path, manifest: dict[str, Any], what: str) -> FathomError:
     done = int(manifest.get("epochs_completed") or 0)
     return FathomError(
-        f"cannot resume {str(path)!r}: {what}. checkpoints/ or history.jsonl come from another "
+        f"the resume state of run {str(path)!r} is not the one its manifest recorded: {what}. "
+        "checkpoints/ or history.jsonl come from another "
         "run (a twin with the same config and run id, trained with another thread count, "
         "device or data?) or from another moment of this one, and continuing would mix two "
         f"runs under one manifest. Put this run's own checkpoints/ and history.jsonl back, or "

@@ -197,10 +197,19 @@ class RunDir:
             resume = self.path / "checkpoints" / "resume.pt"
             if resume.exists():
                 try:
-                    files.load_resume(resume)
+                    self._resume_agrees(files.load_resume(resume))
                 except FathomError as e:
                     out.append(str(e))
         return out
+
+    def _resume_agrees(self, state: dict[str, Any]) -> None:
+        """Raise unless the resume state agrees with this manifest's own record
+        (:func:`fathom.rundir.agreement.verify_against_manifest`: not a twin's)."""
+        from fathom.rundir.agreement import verify_against_manifest
+
+        path = self.path / "history.jsonl"
+        history = path.read_bytes() if path.exists() else None
+        verify_against_manifest(state, self.manifest, history, self.path)
 
     def _selected_problems(self) -> list[str]:
         """The selected weights against their entry. A running run stopped inside an epoch
