@@ -189,6 +189,14 @@ def test_the_files_of_a_twin_with_another_thread_count_are_refused(run, twin, da
     assert RunDir(run).status == "running"
 
 
+def test_the_cli_refuses_a_twin_with_exit_2_and_writes_nothing(run, twin, capsys):
+    copy_twin_files(twin, run)
+    before = snapshot(run)
+    assert main(["train", "--resume", str(run), "--quiet"]) == 2
+    assert "is not the one its manifest recorded" in capsys.readouterr().err
+    assert snapshot(run) == before
+
+
 def test_the_files_of_a_twin_are_refused_without_the_state_record(run, twin, data):
     # a state written before states carried their manifest record: the history decides
     copy_twin_files(twin, run)
