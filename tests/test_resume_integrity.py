@@ -269,6 +269,18 @@ def test_a_state_behind_the_manifest_resumes_exactly(data, tmp_path, op, match, 
     assert RunDir(run).problems(deep=True) == []
 
 
+def test_a_state_ahead_of_the_manifest_resumes_exactly(data, reference, tmp_path):
+    # killed at the commit of epoch 2: the resume state (and history) reached epoch 2, the
+    # manifest still records epoch 1
+    run = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        killed_run(mp, tiny_config(**CFG), run, data, "replace", "manifest.json", n=4)
+    assert load_resume(run / "checkpoints" / "resume.pt")["epoch"] == 2
+    assert RunDir(run).manifest["epochs_completed"] == 1
+    assert resume(run, splits=data).final_params == reference
+    assert RunDir(run).problems(deep=True) == []
+
+
 def killed_run_resume(mp: pytest.MonkeyPatch, run: Path, data) -> None:
     from kill_points import Killed
 
