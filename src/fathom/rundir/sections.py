@@ -41,7 +41,7 @@ class Data(_Closed):
     ``dataset``: the config's dataset name; ``files``: ``{file: sha256}`` of the dataset files
     read (empty for data given in memory); ``split_mode`` / ``split_seed``: how the splits were
     drawn; ``split_hash``: digest of the split indices; ``tensors_sha256``: digest of the six
-    split tensors' content (:func:`fathom.train.manifest.splits_digest`); ``sizes``; ``info``:
+    split tensors' content (:func:`fathom.data.splits.splits_digest`); ``sizes``; ``info``:
     what the source records about itself (``classes``, ``in_features``, ``input_shape``,
     ``input_dtype`` always; more per source), from which ``RunDir.build_model`` rebuilds the
     model.

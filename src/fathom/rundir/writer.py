@@ -32,6 +32,7 @@ import torch
 from fathom.base.io import atomic_write_bytes, atomic_write_json, dumps, parse_jsonl, sha256_bytes
 from fathom.errors import FathomError, os_error
 from fathom.rundir import files
+from fathom.rundir.agreement import RECORD_KEY, manifest_record, verify_against_manifest
 from fathom.rundir.errors import failure_record
 from fathom.rundir.interrupts import uninterrupted
 from fathom.rundir.lock import DirLock
@@ -124,7 +125,9 @@ class RunWriter(ManifestUpdates):
         this run (:func:`~fathom.rundir.resume.check_binding`); the source hash (a change is
         refused unless ``allow_source_change``, then recorded); every epoch checkpoint the
         state lists (and the selected one); the history rows up to the resume point against
-        the digest the state recorded. Rows after it are cut; they and torn lines among them
+        the digest the state recorded; the state, history and checkpoints against the
+        manifest's own record (:func:`~fathom.rundir.agreement.verify_against_manifest`:
+        a twin's files are refused). Rows after it are cut; they and torn lines among them
         are recorded under ``recovery``. A run with no resume state and no completed epoch
         returns ``None``: the caller starts it again (:meth:`start`, recorded).
         """
@@ -158,6 +161,8 @@ class RunWriter(ManifestUpdates):
                 ("selected_beyond_resume_point", {"epoch": later, "resume": epoch})
             )
         self._verify_history(state["history"], epoch)
+        history = self._guard("read history.jsonl", _read_or_none, self.path / "history.jsonl")
+        verify_against_manifest(state, rd.manifest, history, self.path)
         return state
 
     def _verify_history(self, record: Any, epoch: int) -> None:
@@ -266,6 +271,7 @@ class RunWriter(ManifestUpdates):
         path = self.path / "checkpoints" / "resume.pt"
         binding = {"run_id": self.manifest.run_id, "config_hash": self.manifest.config_hash}
         bound = bind(state, binding, self._history_record())
+        bound[RECORD_KEY] = manifest_record(self._json())  # what it was computed with
         return self._guard("write the resume state", files.save_resume, path, bound)
 
     def _history_record(self) -> dict[str, Any]:
