@@ -245,7 +245,7 @@ def test_a_file_where_a_directory_is_expected(tmp_path, splits, capsys):
     from fathom.cli import main
 
     (tmp_path / "runs").write_text("not a directory")
-    rc = main(["train", "--runs-dir", str(tmp_path / "runs"), "--quiet"])
+    rc = main(["train", "--runs-dir", str(tmp_path / "runs"), "--set", "model.widths=[8,8]"])
     err = capsys.readouterr().err
     assert rc == 2 and "ENOTDIR" in err and "Traceback" not in err
     (tmp_path / "r2").mkdir()

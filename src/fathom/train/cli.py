@@ -31,8 +31,11 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The run config of ``fathom train [CONFIG] [--set ...]``: without ``CONFIG``, the
+    defaults with the ``--set`` keys, which must name the model (never the defaults' full
+    run by accident)."""
     from fathom.config import RunConfig
-    from fathom.study.family import load_run_config_or_preset
+    from fathom.study.family import load_run_config_or_preset, require_model
 
     cfg = load_run_config_or_preset(args.config) if args.config else RunConfig()
     updates = parse_set(args.set or [])
@@ -40,7 +43,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         updates["device"] = args.device
     if getattr(args, "name", None):
         updates["name"] = args.name
-    return cfg.with_updates(updates) if updates else cfg
+    cfg = cfg.with_updates(updates) if updates else cfg
+    if not args.config and not any(k.split(".")[0] == "model" for k in updates):
+        require_model(None, "")
+    return cfg
 
 
 def make_progress(quiet: bool) -> TrainProgress | None:
@@ -75,6 +81,10 @@ def recorded_live(run_dir: Path) -> LiveConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.live is not None:  # a bad flag is named before the config is read
+        from fathom.export.live import parse_live
+
+        parse_live(args.live)
     if args.resume:
         given = ("set", "name", "device", "runs_dir")
         ignored = [f"--{k.replace('_', '-')}" for k in given if getattr(args, k, None)]
@@ -94,6 +104,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         tracking = live_settings(recorded_live(run_dir), args.live)
     else:
         cfg = config_from_args(args)
+        named_inputs(
+            cfg, args.config or "--set"
+        )  # a missing file or factory is refused before anything is written
         run_dir = Path(args.runs_dir or "runs") / cfg.study / cfg.name
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
@@ -133,12 +146,33 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def named_inputs(cfg: Any, origin: str) -> list[str]:
+    """Check what a config of any kind names outside itself (:mod:`fathom.config.inputs`):
+    factories imported, data paths present; one line per thing checked. An error names
+    ``origin`` (the file or preset)."""
+    from fathom.config import RunConfig
+    from fathom.config.inputs import check_data_dir, check_inputs
+
+    try:
+        if cfg.kind == "depth_scaling":
+            check_data_dir(cfg.data_dir, "data_dir", cfg.dataset)
+            return [f"data_dir {cfg.data_dir}: exists"] if cfg.data_dir else []
+        run = cfg if isinstance(cfg, RunConfig) else cfg.base  # a study: its base run config
+        return check_inputs(run.data, run.model)
+    except FathomError as e:
+        raise FathomError(f"{origin}: {e}") from None
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Validate any config (file or preset); print its kind and every value, defaults included."""
+    """Validate any config (file or preset): the schema, and what it names (factories
+    imported, data paths present); print its kind and every value, defaults included."""
     from fathom.study.family import load_config
 
     cfg, origin = load_config(args.config)
+    checked = named_inputs(cfg, origin)
     print(f"{origin}: valid {cfg.kind} config")
+    for line in checked:
+        print(f"  {line}")
     data = cfg.model_dump(mode="json")
     live = getattr(cfg, "live", None)
     if live is not None:  # excluded from the training config (and its hash), shown here
