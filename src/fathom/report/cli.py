@@ -10,6 +10,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     result = build_report(args.dir, args.out, with_figures=not args.no_figures)
     print(f"report: {result.html} ({result.runs} runs, {result.html.stat().st_size / 1e6:.2f} MB)")
+    for line in result.unfinished:  # the report is a snapshot of these runs
+        print(f"not finished: {line}")
     print(f"summary: {result.summary_md}")
     for fig in result.figures:
         print(f"figure: {fig}")

@@ -112,3 +112,31 @@ class DirLock:
 def study_lock(root: str | os.PathLike) -> DirLock:
     """The lock a ``fathom study run`` holds on its study directory for its whole duration."""
     return DirLock(root, name=STUDY_LOCK, what="study directory")
+
+
+def lock_holder(directory: str | os.PathLike, name: str = RUN_LOCK) -> int | None:
+    """The PID of another live process holding ``directory``'s lock, or ``None``.
+
+    Probes with a shared, non-blocking ``flock`` (released at once) on the lock file opened
+    read-only: nothing is created or written. The kernel holds a lock exactly as long as its
+    process lives, so a writer killed by ``kill -9`` holds none, whatever its lock file still
+    says. A lock this process holds itself (an analysis writing into the run) is not another
+    holder. Only a writer taking the lock in the instant of the probe could be refused by it
+    (it is then told the lock's holder, as for any other). A holder whose lock file names no
+    PID is reported as ``-1``.
+    """
+    try:
+        fd = os.open(Path(directory) / name, os.O_RDONLY)
+    except OSError:  # no lock file: never locked, or not readable (then not provably held)
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = _holder(Path(directory) / name).get("pid")
+        pid = pid if isinstance(pid, int) else -1
+        return None if pid == os.getpid() else pid
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

@@ -150,7 +150,8 @@ STATUS_ORDER = (
     "complete",
     "diverged",
     "failed",
-    "interrupted or running",
+    "running",
+    "interrupted",
     "not started",
     "waiting for tuning",
 )

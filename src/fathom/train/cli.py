@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,12 +105,38 @@ def cmd_train(args: argparse.Namespace) -> int:
         tracking = live_settings(recorded_live(run_dir), args.live)
     else:
         cfg = config_from_args(args)
-        named_inputs(
-            cfg, args.config or "--set"
-        )  # a missing file or factory is refused before anything is written
+        named_inputs(cfg, args.config or "--set")  # refused before anything is written
         run_dir = Path(args.runs_dir or "runs") / cfg.study / cfg.name
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
+    from fathom.rundir import sigterm_interrupts
+
+    try:
+        with sigterm_interrupts():  # `kill PID` is recorded like Ctrl-C
+            result, reports = run_training(args, cfg, run_dir, tracking)
+    except KeyboardInterrupt:
+        print(f"fathom train: {interrupted_message(run_dir)}", file=sys.stderr)
+        return 130
+    for report in reports:
+        print("\n".join(report.lines()))
+    print(
+        f"{result.status}: {result.run_dir} (epochs {result.epochs_completed}, final params {result.final_params})"
+    )
+    if result.status == "diverged":
+        print(f"diverged in epoch {result.diverged_epoch}; see manifest.json status_reason")
+        return 3
+    from fathom.rundir import RunDir
+    from fathom.study.records import outcome_warnings
+
+    for warning in outcome_warnings(RunDir(result.run_dir)):
+        print(f"warning: {warning}")
+    return 0
+
+
+def run_training(
+    args: argparse.Namespace, cfg: RunConfig | None, run_dir: Path, tracking: LiveConfig
+) -> tuple[Any, list[Any]]:
+    """Train (or resume) with the live display and trackers; ``(result, tracker reports)``."""
     from fathom.export.live import LiveTracker, fan_out  # torch: only once the input is valid
     from fathom.train.loop import resume, train
 
@@ -125,25 +152,25 @@ def cmd_train(args: argparse.Namespace) -> int:
                 live=tracking,
             )
         else:
+            assert cfg is not None
             result = train(cfg, run_dir, progress=progress)
     finally:
         if live is not None:
             live.close()
         reports = tracker.close() if tracker is not None else []
-    for report in reports:
-        print("\n".join(report.lines()))
-    print(
-        f"{result.status}: {result.run_dir} (epochs {result.epochs_completed}, final params {result.final_params})"
-    )
-    if result.status == "diverged":
-        print(f"diverged in epoch {result.diverged_epoch}; see manifest.json status_reason")
-        return 3
-    from fathom.rundir import RunDir
-    from fathom.study.records import outcome_warnings
+    return result, reports
 
-    for warning in outcome_warnings(RunDir(result.run_dir)):
-        print(f"warning: {warning}")
-    return 0
+
+def interrupted_message(run_dir: Path) -> str:
+    """What Ctrl-C or SIGTERM left: the epochs kept and the command that continues the run,
+    or that nothing was written (stopped before the run's first record)."""
+    from fathom.rundir import RunDir, run_state
+
+    try:
+        state = run_state(RunDir(run_dir))
+    except FathomError:
+        return f"interrupted before {run_dir} was started; nothing was written"
+    return f"{state.sentence()} (completed epochs are kept)"
 
 
 def named_inputs(cfg: Any, origin: str) -> list[str]:
