@@ -86,6 +86,7 @@ def user_module(tmp_path, monkeypatch) -> str:
     """A module ``fathom_user_mod`` on ``sys.path`` with a factory ``make`` and a constant."""
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "fathom_user_mod.py").write_text("def make(**kw):\n    pass\nN = 3\n")
+    (tmp_path / "pkg" / "fathom_user_mod_broken.py").write_text("1 / 0\n")
     monkeypatch.syspath_prepend(str(tmp_path / "pkg"))
     monkeypatch.delitem(sys.modules, "fathom_user_mod", raising=False)
     return "fathom_user_mod"
@@ -102,6 +103,10 @@ FACTORY_CASES = {
         "has no attribute 'mkae'",
     ),
     "model not callable": ('[model]\nkind = "python"\nfactory = "{m}:N"\n', "not a function"),
+    "model module fails": (
+        '[model]\nkind = "python"\nfactory = "{m}_broken:make"\n',
+        "importing its module raised ZeroDivisionError",
+    ),
     "data factory missing": (
         '[data]\ndataset = "python"\nfactory = "{m}:nope"\n[model]\nwidths = [8, 8]\n',
         "data.factory",

@@ -24,6 +24,21 @@ if TYPE_CHECKING:
     from fathom.config.models import DataConfig, ModelSpec
 
 
+def find_factory(path: str, key: str) -> None:
+    """Import ``path``'s module and find its callable (:func:`resolve_factory`); an exception
+    the module raises while it is imported (a syntax error, a failing import of its own) is
+    a :class:`FathomError` naming the factory, not a traceback."""
+    try:
+        resolve_factory(path, key)
+    except FathomError:
+        raise
+    except Exception as e:
+        raise FathomError(
+            f"{key} = {path!r}: importing its module raised {type(e).__name__}: {e}; fix the "
+            "module (python -c 'import MODULE' shows where)"
+        ) from None
+
+
 def check_data_dir(data_dir: str | None, key: str, dataset: str) -> str | None:
     """A given data directory (or CIFAR archive) must exist: a misspelt one is never passed
     over for the cache in silence. ``key`` names the setting (``data.data_dir``,
@@ -52,7 +67,7 @@ def check_data(data: DataConfig) -> list[str]:
         check_data_dir(data.data_dir, "data.data_dir", data.dataset)
         checked.append(f"data.data_dir {data.data_dir}: exists")
     if data.factory is not None:
-        resolve_factory(data.factory, "data.factory")
+        find_factory(data.factory, "data.factory")
         checked.append(f"data.factory {data.factory}: imported, callable")
     return checked
 
@@ -61,6 +76,6 @@ def check_inputs(data: DataConfig, model: ModelSpec) -> list[str]:
     """:func:`check_data`, and a ``python``-kind model's factory imported and found."""
     checked = check_data(data)
     if model.kind == "python":
-        resolve_factory(model.factory, "model.factory")
+        find_factory(model.factory, "model.factory")
         checked.append(f"model.factory {model.factory}: imported, callable")
     return checked
