@@ -106,6 +106,8 @@ def test_outputs_of_a_run_being_trained_say_running_and_after_a_kill_interrupted
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("not finished: long: running")]
     assert len(lines) == 2 and all(f"of {EPOCHS} epochs (PID {proc.pid}" in x for x in lines)
+    assert "1 runs, 0" in out and ", a snapshot: 1 not finished)" in out  # the report line
+    assert "verified by reading back 1 runs" in out and "; a snapshot: 1 runs not finished" in out
     summary = (tmp_path / "rep" / "summary.md").read_text()
     assert summary.splitlines()[2].startswith("> **Not finished**: long: running, ")
     assert "NOT FINISHED: long: running, " in (tmp_path / "rep" / "report.html").read_text()

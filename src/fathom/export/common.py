@@ -166,6 +166,8 @@ class VerifyReport:
             f"{self.target} export at {self.out}: {'verified' if self.ok else 'MISMATCH'} by reading back "
             f"{self.runs} runs, {self.rows} history rows, {self.values} values, {self.steps} steps"
         )
+        if self.unfinished:  # the line that says "verified" says it is a snapshot too
+            head += f"; a snapshot: {len(self.unfinished)} runs not finished"
         out = [head]
         out += [f"not finished: {x}" for x in self.unfinished]  # a snapshot, said so
         out += [f"flagged: {x}" for x in self.flagged]
