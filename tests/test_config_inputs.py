@@ -289,3 +289,19 @@ def test_any_bytes_load_or_fail_with_a_fathom_error(raw, tmp_path_factory) -> No
         assert isinstance(load_toml(path), dict)
     except FathomError as e:
         assert str(path) in str(e)
+
+
+def test_a_run_refused_while_it_sets_up_leaves_nothing(tmp_path, capsys) -> None:
+    """Bad input found once training began to set up (a subset larger than the data): exit 2
+    and no directory left behind, neither the run's nor the parents the command made."""
+    import numpy as np
+
+    np.savez(tmp_path / "d.npz", x=np.zeros((20, 4), "float32"), y=np.arange(20) % 2)
+    path = tmp_path / "cfg.toml"
+    path.write_text(
+        f'device = "cpu"\n[data]\ndataset = "tensors"\npath = "{tmp_path / "d.npz"}"\n'
+        "fit_subset = 1000\n[model]\nwidths = [4, 4]\n[optim]\nepochs = 1\n"
+    )
+    rc, _, err = _cli(["train", str(path), "--runs-dir", str(tmp_path / "a" / "runs")], capsys)
+    assert rc == 2 and "fit_subset" in err
+    assert not (tmp_path / "a").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -111,12 +112,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = cfg.model_copy(update={"live": tracking})
     from fathom.rundir import sigterm_interrupts
 
+    created = None if args.resume else first_missing(run_dir)
     try:
         with sigterm_interrupts():  # `kill PID` is recorded like Ctrl-C
             result, reports = run_training(args, cfg, run_dir, tracking)
     except KeyboardInterrupt:
+        remove_unstarted(created, run_dir)
         print(f"fathom train: {interrupted_message(run_dir)}", file=sys.stderr)
         return 130
+    except BaseException:  # refused before the run started (data too small, ...): no trace
+        remove_unstarted(created, run_dir)
+        raise
     for report in reports:
         print("\n".join(report.lines()))
     print(
@@ -159,6 +165,31 @@ def run_training(
             live.close()
         reports = tracker.close() if tracker is not None else []
     return result, reports
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost of ``path`` and its parents that does not exist yet (``None``: it exists)."""
+    missing = None
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def remove_unstarted(created: Path | None, run_dir: Path) -> None:
+    """Remove the directories this command created (``created`` and below) when the run never
+    started: no manifest, no writer, nothing in them but released (empty) lock files. Bad
+    input found once training began to set up (a subset larger than the data) then leaves
+    nothing behind."""
+    from fathom.rundir import lock_holder
+    from fathom.rundir.lock import RUN_LOCK
+
+    if created is None or (run_dir / "manifest.json").exists() or lock_holder(run_dir):
+        return
+    files = [p for p in created.rglob("*") if not p.is_dir()]
+    if all(p.name == RUN_LOCK and p.stat().st_size == 0 for p in files):
+        shutil.rmtree(created, ignore_errors=True)
 
 
 def interrupted_message(run_dir: Path) -> str:
