@@ -305,3 +305,18 @@ def test_a_run_refused_while_it_sets_up_leaves_nothing(tmp_path, capsys) -> None
     rc, _, err = _cli(["train", str(path), "--runs-dir", str(tmp_path / "a" / "runs")], capsys)
     assert rc == 2 and "fit_subset" in err
     assert not (tmp_path / "a").exists()
+
+
+def test_study_and_depth_scaling_check_what_they_name_before_running(tmp_path, capsys) -> None:
+    study = tmp_path / "study.toml"
+    study.write_text(
+        '[study]\nname = "s"\nrecipes = ["plain"]\nreference = "plain"\nlr = 0.05\n'
+        f'[tuning]\nenabled = false\n[base.data]\ndata_dir = "{tmp_path / "nope"}"\n'
+    )
+    runs = tmp_path / "runs"
+    rc, _, err = _cli(["study", "run", str(study), "--runs-dir", str(runs)], capsys)
+    assert rc == 2 and "data.data_dir" in err and str(study) in err
+    argv = ["depth-scaling", "--preset", "quick", "--data-dir", str(tmp_path / "nope")]
+    rc, _, err = _cli([*argv, "--out", str(runs)], capsys)
+    assert rc == 2 and "data_dir (--data-dir)" in err and "does not exist" in err
+    assert _tree(tmp_path) == [Path("study.toml")]
