@@ -6,6 +6,7 @@ without recording it, and ``running, k of n epochs`` in every output of a run be
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -151,3 +152,32 @@ def test_a_finished_run_says_only_its_outcome(tmp_path, capsys) -> None:
     assert record["unfinished"] == [] and record["runs"]["done"]["state"] == (
         "complete, 1 of 1 epochs"
     )
+
+
+def test_a_probe_never_refuses_a_writer_but_a_writer_still_refuses_a_writer(
+    tmp_path, monkeypatch
+) -> None:
+    """A shared probe held for a moment is waited out by a writer taking the lock; a lock
+    held for longer than the grace refuses it, naming the holder, as before."""
+    import fcntl
+    import threading
+
+    from fathom.errors import FathomError
+    from fathom.rundir import lock
+
+    run = tmp_path / "run"
+    with DirLock(run):
+        pass
+    fd = os.open(run / lock.RUN_LOCK, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # what lock_holder holds while it probes
+    monkeypatch.setattr(lock, "PROBE_GRACE_S", 30.0)  # a loaded machine: the probe ends first
+    threading.Timer(0.05, fcntl.flock, (fd, fcntl.LOCK_UN)).start()
+    with DirLock(run):
+        pass
+    monkeypatch.setattr(lock, "PROBE_GRACE_S", 0.05)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # held past the grace: a holder like any other
+    try:
+        with pytest.raises(FathomError, match="is locked by another fathom process"):
+            DirLock(run).acquire()
+    finally:
+        os.close(fd)
