@@ -413,7 +413,7 @@ def test_ctrl_c_in_epoch_0_evaluation_resumes_and_is_recorded(data, reference, t
     assert not (run / "checkpoints" / "resume.pt").exists()
     assert resume(run, splits=data).final_params == reference
     (event,) = [e for e in RunDir(run).recovery() if e["event"] == "restarted"]
-    assert "stopped inside epoch 0" in event["reason"] and event["found"] == "running"
+    assert "stopped inside epoch 0" in event["reason"] and event["found"] == "interrupted"
 
 
 def test_disk_full_in_epoch_0_says_how_much_space_finishing_needs(data, reference, tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.base.io import sha256_file
+from fathom.rundir.sections import UNFINISHED
 
 
 def stray_tmp_files(run_dir: Path) -> list[Path]:
@@ -31,7 +32,7 @@ def weight_file_problems(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
     running: a running run may hold a newer selection of its own) whose file is missing or
     whose SHA-256 differs from the ``sha256`` its manifest entry records."""
     entries = [(f"epoch {e}", c) for e, c in (manifest.get("checkpoints") or {}).items()]
-    if manifest.get("status") != "running" and manifest.get("selected_checkpoint"):
+    if manifest.get("status") not in UNFINISHED and manifest.get("selected_checkpoint"):
         entries.append(("selected", manifest["selected_checkpoint"]))
     out = []
     for label, entry in entries:

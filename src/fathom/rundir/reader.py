@@ -21,6 +21,7 @@ from fathom.errors import FathomError
 from fathom.rundir.kinds import config_validator
 from fathom.rundir.manifest import check_manifest, describe_recovery
 from fathom.rundir.record import RunManifest
+from fathom.rundir.sections import UNFINISHED
 
 if TYPE_CHECKING:  # reading the manifest and history needs no torch (`fathom study status`)
     import torch
@@ -118,7 +119,7 @@ class RunDir:
             )
         elif hashlib.sha256(data[:n]).hexdigest() != rec["sha256"]:
             out.append("history.jsonl fails its digest check: its rows were modified")
-        elif len(data) > n and self.status != "running":
+        elif len(data) > n and self.status not in UNFINISHED:
             out.append(
                 f"history.jsonl has {len(data) - n} bytes after the last recorded row "
                 f"({rec['rows']} rows recorded); they were appended by another writer"
@@ -226,7 +227,7 @@ class RunDir:
             return []
         except FathomError as e:
             problem = str(e)
-        if self.status == "running":
+        if self.status in UNFINISHED:  # cut inside an epoch: may hold a newer selection
             try:
                 _state, meta = files.load_weights(self.path / entry["file"])
             except FathomError as e:

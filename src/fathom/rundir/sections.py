@@ -271,4 +271,9 @@ class Integrity(_Closed):
 
 
 Phase = Literal["tuning", "main", "diagnostic"]
-Status = Literal["running", "complete", "diverged", "failed"]
+Status = Literal["running", "interrupted", "complete", "diverged", "failed"]
+"""A run's status: ``running`` while a writer trains it (or until a killed writer's run is
+resumed: a reader tells the two apart by the run's lock, :func:`fathom.rundir.state.run_state`),
+``interrupted`` after Ctrl-C or SIGTERM (resumable), then its outcome."""
+UNFINISHED: tuple[Status, ...] = ("running", "interrupted")
+"""The statuses of a run cut short or still training: no final result, resumable."""

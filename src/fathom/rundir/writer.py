@@ -315,12 +315,14 @@ class RunWriter(ManifestUpdates):
             self.close()
 
     def interrupted(self, reason: str | None = None) -> None:
-        """Best effort on Ctrl-C: commit the manifest with ``reason`` as its ``status_reason``
-        (status stays ``running``: it can be resumed), unlock. Before :meth:`start` /
-        :meth:`begin_resumed` nothing is written (the directory stays as it was)."""
+        """Best effort on Ctrl-C or SIGTERM: commit the manifest with status ``interrupted``
+        (it can be resumed) and ``reason`` as its ``status_reason``, unlock. Before
+        :meth:`start` / :meth:`begin_resumed` nothing is written (the directory stays as it
+        was)."""
         try:
             if self._begun and self.lock.held:
-                self._held().status_reason = reason
+                m = self._held()
+                m.status, m.status_reason = "interrupted", reason
                 self.commit()
         except FathomError:
             pass

@@ -39,14 +39,19 @@ run itself, so ``[base]`` may not set them.
 
 from __future__ import annotations
 
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fathom.config import RunConfig, _format_validation_error, load_toml, validate_run_config
+from fathom.config import (
+    RunConfig,
+    _format_validation_error,
+    load_toml,
+    parse_toml,
+    validate_run_config,
+)
 from fathom.config.live import LiveConfig
 from fathom.config.models import Bool, Float, Int, Name
 from fathom.config.recipes import RECIPES
@@ -311,4 +316,5 @@ def load_study(preset_or_path: str | Path) -> tuple[StudyConfig, str]:
             "or pass a study TOML path"
         )
     text = (resources.files("fathom") / "presets" / f"{name}.toml").read_text(encoding="utf-8")
-    return validate_study_config(tomllib.loads(text), origin=f"preset {name}"), f"preset {name}"
+    data = parse_toml(text, f"preset {name}")
+    return validate_study_config(data, origin=f"preset {name}"), f"preset {name}"

@@ -187,7 +187,7 @@ def execute_run(
         _wipe(path)
         state = "unstarted"
     has_resume = (path / "checkpoints" / "resume.pt").exists()
-    if state in ("running", "failed") and has_resume:
+    if state in ("running", "interrupted", "failed") and has_resume:
         verb, resume = ("retried" if state == "failed" else "resumed"), True
     else:
         _wipe(path)  # killed before its first epoch boundary: nothing to keep

@@ -147,7 +147,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ls.add_argument("--phase", choices=["tuning", "main"])
     ls.add_argument("--recipe")
     ls.add_argument("--seed", type=int)
-    ls.add_argument("--status", choices=["complete", "diverged", "failed", "running", "absent"])
+    ls.add_argument(
+        "--status", choices=["complete", "diverged", "failed", "running", "interrupted", "absent"]
+    )
     ls.add_argument("--wide", action="store_true", help="all columns and full hashes")
     ls.add_argument("--json", action="store_true", help="print the rows as JSON")
     ls.set_defaults(func=cmd_runs_list)
