@@ -28,7 +28,7 @@ from fathom.config.models import (
     StagedConvConfig,
     _Strict,
 )
-from fathom.errors import FathomError, unknown_key
+from fathom.errors import FathomError, table_given_a_value, unknown_key, unknown_tag
 
 __all__ = [
     "MODEL_KINDS",
@@ -269,6 +269,8 @@ class RunConfig(_Strict):
                 node = node[p]
             if parts[-1] not in node:
                 raise unknown_key(key, data)
+            if isinstance(node[parts[-1]], dict) and not isinstance(value, dict):
+                raise table_given_a_value(key, node[parts[-1]], value)
             node[parts[-1]] = value
         return validate_run_config(data, origin="updates")
 
@@ -314,6 +316,8 @@ def _format_validation_error(e: ValidationError, origin: str) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "<root>"
         if err["type"] == "extra_forbidden":
             lines.append(f"  - unknown key {loc!r}: remove it or check its spelling")
+        elif err["type"] == "union_tag_invalid":  # a table's `kind` names no known member
+            lines.append(f"  - {unknown_tag(loc, err.get('ctx') or {})}")
         else:
             msg = err["msg"].removeprefix("Value error, ")
             got = f" (got {err.get('input')!r})" if err["loc"] else ""  # not the whole config
@@ -332,6 +336,12 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise FathomError(f"config file {str(path)!r} does not exist")
+    if path.is_dir():
+        found = ", ".join(sorted(p.name for p in path.glob("*.toml"))[:5]) or "no .toml"
+        raise FathomError(
+            f"config {str(path)!r} is a directory, not a TOML file (it holds {found}); "
+            "pass the path of a config file, or a preset name"
+        )
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:

@@ -158,6 +158,11 @@ def _presets() -> dict[str, Any]:
     return tomllib.loads(text)
 
 
+def pipeline_preset_names() -> list[str]:
+    """The pipeline presets of ``fathom reproduce`` (``quick``, ``seed-003``, ...)."""
+    return sorted(_presets())
+
+
 def check_against_study(pipe: PipelineConfig, study: StudyConfig, origin: str) -> None:
     """Curvature recipes and epochs must exist in the study (checked before anything runs)."""
     c = pipe.curvature
