@@ -135,5 +135,9 @@ def test_a_file_that_is_no_npz_archive_is_named_without_numpy_pickle_talk(
         cli.main(["train", str(tmp_path / "run.toml"), "--runs-dir", str(tmp_path / "runs")]) == 2
     )
     err = capsys.readouterr().err
-    assert "is not a readable .npz (not a zip archive: " in err and said in err and "numpy.savez" in err
+    assert (
+        "is not a readable .npz (not a zip archive: " in err
+        and said in err
+        and "numpy.savez" in err
+    )
     assert "pickle" not in err
