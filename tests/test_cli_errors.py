@@ -141,3 +141,33 @@ def test_a_file_that_is_no_npz_archive_is_named_without_numpy_pickle_talk(
         and "numpy.savez" in err
     )
     assert "pickle" not in err
+
+
+def test_runs_list_and_show_say_where_the_runs_of_fathom_train_are(tmp_path: Path, capsys):
+    """A registry holding a study's run, and a run of ``fathom train`` beside it: ``runs
+    list`` lists the study's run and says the other is not in the registry; ``runs show`` of
+    the other names its directory and how to read it."""
+    from fathom.study.registry import COLUMNS, Registry, registry_path
+
+    runs = tmp_path / "runs"
+    for run in ("s/main-plain-s101", "default/toy"):
+        (runs / run).mkdir(parents=True)
+        (runs / run / "manifest.json").write_text("{}")
+    row = dict.fromkeys(name for name, _ in COLUMNS)
+    row |= {"run_id": "main-plain-s101", "study": "s", "phase": "main", "recipe": "plain"}
+    row |= {
+        "seed": 101,
+        "lr": 0.03,
+        "status": "complete",
+        "updated_at": "2026-12-01T00:00:00+00:00",
+    }
+    row["directory"] = str((runs / "s" / "main-plain-s101").resolve())
+    Registry(registry_path(runs)).upsert([row])
+    assert cli.main(["runs", "list", "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert "main-plain-s101" in out
+    assert f"note: 1 run directories not listed ({runs}/default/toy)" in out
+    assert "`fathom train` is not in it" in out
+    assert cli.main(["runs", "show", "toy", "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert "no run 'toy' in the registry" in err and f"fathom.load_run('{runs}/default/toy')" in err

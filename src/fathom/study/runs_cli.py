@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from fathom.errors import FathomError
@@ -16,8 +17,6 @@ NOT_REGISTERED = (
 def _unregistered(args: argparse.Namespace, run_id: str | None = None) -> str:
     """Where the run directories of ``fathom train`` under ``--runs-dir`` are (named
     ``run_id``, when given) and how to read them, for an error that the registry lacks them."""
-    from pathlib import Path
-
     name = run_id or "*"
     study = getattr(args, "study", None) or "*"
     found = sorted(p.parent for p in Path(args.runs_dir).glob(f"{study}/{name}/manifest.json"))
@@ -113,7 +112,8 @@ def row_json(row: dict[str, Any]) -> dict[str, Any]:
 def cmd_runs_list(args: argparse.Namespace) -> int:
     from fathom.base.terminal import console
 
-    rows = _registry(args).query(
+    reg = _registry(args)
+    rows = reg.query(
         study=args.study, phase=args.phase, recipe=args.recipe, seed=args.seed, status=args.status
     )
     if args.json:
@@ -124,6 +124,15 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
         out.print("0 runs match")
     for t in runs_tables(rows, args.wide):
         out.print(t)
+    registered = {reg.run_dir(r).resolve() for r in reg.query()}
+    lone = [
+        p.parent
+        for p in sorted(Path(args.runs_dir).glob(f"{args.study or '*'}/*/manifest.json"))
+        if p.parent.resolve() not in registered
+    ]
+    if lone:  # runs of `fathom train`: said, so that a missing run is not a mystery
+        names = ", ".join(str(p) for p in lone[:3]) + (" ..." if len(lone) > 3 else "")
+        print(f"note: {len(lone)} run directories not listed ({names}): {NOT_REGISTERED}")
     return 0
 
 
