@@ -8,6 +8,8 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import fathom.audit
@@ -83,3 +85,34 @@ def test_existing_callers_see_the_same_arrays(scores):
 def test_an_unknown_label_is_refused_naming_the_labels(scores):
     with pytest.raises(FathomError, match="no mask '111' among 00, 10, 01, 11"):
         scores[0].accuracy()["111"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    k=st.integers(1, 4),
+    data=st.data(),
+    quantity=st.sampled_from(["accuracy", "mean CE", "CE damage"]),
+)
+def test_every_printed_row_is_its_mask_and_value(k, data, quantity):
+    """Each printed row holds the mask's bits (branch 0 first) and the value in the display
+    unit; reading by label gives the value of that row, whatever the masks and values."""
+    from fathom.audit.masks import enumerate_masks
+
+    masks = enumerate_masks(k)
+    values = np.asarray(
+        data.draw(
+            st.lists(st.floats(0, 1, allow_nan=False), min_size=len(masks), max_size=len(masks))
+        )
+    )
+    per = PerMask.of(values, masks, len(masks) - 1, quantity)
+    lines = str(per).splitlines()[1:]
+    assert len(lines) == len(masks)
+    for m, (line, v) in enumerate(zip(lines, values, strict=True)):
+        label = line.split()[0]
+        assert label == "".join(str((m >> b) & 1) for b in range(k))  # the bits of m
+        assert per[label] == v
+        shown = line.split()[1]
+        if quantity == "accuracy":
+            assert shown == f"{100 * v:.2f}%"
+        else:
+            assert shown == (f"{v:+.4f}" if quantity == "CE damage" else f"{v:.4f}")

@@ -17,6 +17,8 @@ from test_cli import LIGHT_FORBIDDEN, SRC, run_fresh
 CASES: tuple[tuple[tuple[str, ...], int, tuple[str, ...]], ...] = (
     (("train", "{d}/configs"), 2, ("is a directory, not a TOML file", "a.toml")),
     (("validate", "{d}/configs"), 2, ("is a directory, not a TOML file",)),
+    (("study", "run", "{d}/configs"), 2, ("is a directory, not a TOML file",)),
+    (("reproduce", "{d}/configs"), 2, ("pipeline", "is a directory, not a TOML file")),
     (
         ("train", "--runs-dir", "{d}/runs", "--set", "optim.schedule=cosine"),
         2,

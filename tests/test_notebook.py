@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import fathom
@@ -256,3 +258,42 @@ def test_a_projection_shortcut_and_a_broadcasting_bypass_still_add():
     wide = SkippableResidual(nn.Linear(4, 4), bypass=lambda h: h.sum(0)).eval()
     x = torch.randn(2, 4)
     assert torch.equal(wide(x), x.sum(0) + wide.branch(x))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(1, 3),
+    width_in=st.integers(1, 5),
+    width_out=st.integers(1, 5),
+    bypass_out=st.sampled_from(["identity", "sum0", "ones"]),
+    gain=st.sampled_from([1.0, 0.5, "tensor"]),
+)
+def test_a_branch_and_its_bypass_add_exactly_or_are_refused_by_name(
+    rows, width_in, width_out, bypass_out, gain
+):
+    """Refused or exact: a branch output either adds to the bypass's as torch adds them
+    (broadcasting included, the same bits as ``bypass(x) + g * branch(x)``), or a
+    FathomError names both modules and the shapes; never torch's bare shape error."""
+    from fathom.depth.residual import skippable_residual
+
+    torch.manual_seed(0)
+    branch = nn.Linear(width_in, width_out)
+    bypass = {
+        "identity": nn.Identity(),
+        "sum0": lambda h: h.sum(0),
+        "ones": lambda h: torch.ones(h.shape[0], 1),
+    }[bypass_out]
+    x = torch.randn(rows, width_in)
+    g = torch.tensor(0.5) if gain == "tensor" else gain
+    skip, out = bypass(x), branch(x)
+    try:  # the reference: numpy's broadcasting rule, independent of torch and of Fathom
+        np.broadcast_shapes(tuple(skip.shape), tuple(out.shape))
+        adds = True
+    except ValueError:
+        adds = False
+    if not adds:
+        with pytest.raises(FathomError, match=r"its branch Linear\(.* returns .* but its bypass"):
+            skippable_residual(x, branch, bypass, g)
+        return
+    got = skippable_residual(x, branch, bypass, g)
+    assert torch.equal(got, skip + out if gain == 1.0 else skip + out * g)

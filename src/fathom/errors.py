@@ -110,7 +110,8 @@ _FIX = {
     "check `lsattr`/permissions or choose another {where}",
     errno.ENOTDIR: "a file stands where a directory is expected: move it away or choose "
     "another {where}",
-    errno.EISDIR: "a directory stands where a file is expected: move it away",
+    errno.EISDIR: "a directory stands where a file is expected: give a file's path (an "
+    "output's: move the directory away or choose another {where})",
     errno.EEXIST: "a file of that name already exists: move it away",
 }
 

@@ -192,6 +192,11 @@ def load_pipeline(name_or_path: str) -> tuple[str, PipelineConfig, Any, str]:
     if path.suffix == ".toml" or path.exists():
         if not path.exists():
             raise FathomError(f"pipeline file {str(path)!r} does not exist")
+        if path.is_dir():
+            raise FathomError(
+                f"pipeline {str(path)!r} is a directory, not a TOML file; pass a pipeline TOML "
+                f"or a preset name ({', '.join(pipeline_preset_names())})"
+            )
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
