@@ -95,7 +95,7 @@ def joint_norm(values: list[float | None]) -> float | None:
 
 
 class Instruments:
-    """Probe telemetry of any model; see the module docstring."""
+    """Probe telemetry of any model (module docstring); ``with Instruments(...) as ins:`` closes it."""
 
     def __init__(
         self,
