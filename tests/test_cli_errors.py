@@ -25,6 +25,11 @@ CASES: tuple[tuple[tuple[str, ...], int, tuple[str, ...]], ...] = (
         ("'optim.schedule' is a table of keys (kind, ", "--set optim.schedule.kind=cosine"),
     ),
     (
+        ("train", "--runs-dir", "{d}/runs", "--set", "optim.schedule.kind=cosine"),
+        2,
+        ("(got 'cosine') (did you mean 'warmup_cosine'?)",),
+    ),
+    (
         ("train", "--runs-dir", "{d}/runs", "--set", "model.kind=resnet"),
         2,
         ("model.kind: unknown kind 'resnet'", "choose one of ciresan, staged_conv, python"),

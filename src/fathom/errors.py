@@ -91,6 +91,15 @@ def unknown_tag(loc: str, ctx: dict) -> str:
     return f"{head}; choose one of {', '.join(known)}"
 
 
+def choice_hint(err: dict) -> str:
+    """`` (did you mean 'warmup_cosine'?)`` for a pydantic error of a value outside a list of
+    choices (``literal_error``) when one choice is close to the value given, else ``""``."""
+    if err.get("type") != "literal_error" or not isinstance(err.get("input"), str):
+        return ""
+    hint = did_you_mean(err["input"], re.findall(r"'([^']*)'", str(err.get("ctx", {}))))
+    return f" ({hint})" if hint else ""
+
+
 DISTRIBUTION = "fathom-depth"
 """The distribution name (``pip``); ``fathom`` on PyPI is an unrelated project."""
 

@@ -28,7 +28,7 @@ from fathom.config.models import (
     StagedConvConfig,
     _Strict,
 )
-from fathom.errors import FathomError, table_given_a_value, unknown_key, unknown_tag
+from fathom.errors import FathomError, choice_hint, table_given_a_value, unknown_key, unknown_tag
 
 __all__ = [
     "MODEL_KINDS",
@@ -321,7 +321,7 @@ def _format_validation_error(e: ValidationError, origin: str) -> str:
         else:
             msg = err["msg"].removeprefix("Value error, ")
             got = f" (got {err.get('input')!r})" if err["loc"] else ""  # not the whole config
-            lines.append(f"  - {loc}: {msg}{got}")
+            lines.append(f"  - {loc}: {msg}{got}{choice_hint(err)}")
     return "\n".join(lines)
 
 
