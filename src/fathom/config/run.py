@@ -28,7 +28,7 @@ from fathom.config.models import (
     _Strict,
 )
 from fathom.config.tomlfile import load_toml, parse_toml
-from fathom.errors import FathomError, unknown_key
+from fathom.errors import FathomError, choice_hint, table_given_a_value, unknown_key, unknown_tag
 
 __all__ = [
     "MODEL_KINDS",
@@ -271,6 +271,8 @@ class RunConfig(_Strict):
                 node = node[p]
             if parts[-1] not in node:
                 raise unknown_key(key, data)
+            if isinstance(node[parts[-1]], dict) and not isinstance(value, dict):
+                raise table_given_a_value(key, node[parts[-1]], value)
             node[parts[-1]] = value
         return validate_run_config(data, origin="updates")
 
@@ -316,10 +318,12 @@ def _format_validation_error(e: ValidationError, origin: str) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "<root>"
         if err["type"] == "extra_forbidden":
             lines.append(f"  - unknown key {loc!r}: remove it or check its spelling")
+        elif err["type"] == "union_tag_invalid":  # a table's `kind` names no known member
+            lines.append(f"  - {unknown_tag(loc, err.get('ctx') or {})}")
         else:
             msg = err["msg"].removeprefix("Value error, ")
             got = f" (got {err.get('input')!r})" if err["loc"] else ""  # not the whole config
-            lines.append(f"  - {loc}: {msg}{got}")
+            lines.append(f"  - {loc}: {msg}{got}{choice_hint(err)}")
     return "\n".join(lines)
 
 

@@ -34,6 +34,12 @@ def load_toml(path: str | Path, what: str = "config file") -> dict[str, Any]:
     origin = f"{what} {str(path)!r}"
     if not path.exists():
         raise FathomError(f"{origin} does not exist; check the path (or name a preset)")
+    if path.is_dir():
+        found = ", ".join(sorted(p.name for p in path.glob("*.toml"))[:5]) or "no .toml file"
+        raise FathomError(
+            f"{origin} is a directory, not a TOML file (it holds {found}); pass the path of a "
+            ".toml file, or a preset name"
+        )
     if not path.is_file():
         raise FathomError(f"{origin} is not a file; pass the path of a .toml file")
     try:

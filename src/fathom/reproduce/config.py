@@ -157,6 +157,11 @@ def _presets() -> dict[str, Any]:
     return parse_toml(text, "the shipped pipelines.toml")
 
 
+def pipeline_preset_names() -> list[str]:
+    """The pipeline presets of ``fathom reproduce`` (``quick``, ``seed-003``, ...)."""
+    return sorted(_presets())
+
+
 def check_against_study(pipe: PipelineConfig, study: StudyConfig, origin: str) -> None:
     """Curvature recipes and epochs must exist in the study (checked before anything runs)."""
     c = pipe.curvature

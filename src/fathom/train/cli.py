@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fathom.config.export import live_targets
-from fathom.errors import FathomError
+from fathom.errors import FathomError, did_you_mean
 
 if TYPE_CHECKING:  # the parser stays light: `fathom train --help` imports no pydantic or torch
     from fathom.base.terminal import TrainProgress
@@ -222,21 +222,57 @@ def named_inputs(cfg: Any, origin: str) -> list[str]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Validate any config (file or preset): the schema, and what it names (factories
-    imported, data paths present); print its kind and every value, defaults included."""
+    """Validate any config (file or preset) and any ``fathom reproduce`` pipeline preset: the
+    schema, and what it names (factories imported, data paths present); print its kind and
+    every value, defaults included. A name that two commands use (``quick``: a
+    depth-scaling preset and a reproduce pipeline) is said to be both, and both are validated."""
+    from fathom.reproduce.config import pipeline_preset_names
     from fathom.study.family import load_config
 
-    cfg, origin = load_config(args.config)
-    checked = named_inputs(cfg, origin)
-    print(f"{origin}: valid {cfg.kind} config")
-    for line in checked:
-        print(f"  {line}")
-    data = cfg.model_dump(mode="json")
-    live = getattr(cfg, "live", None)
-    if live is not None:  # excluded from the training config (and its hash), shown here
-        data["live"] = live.model_dump(mode="json")
-    print(json.dumps(data, indent=2))
+    name = args.config
+    pipeline = not Path(name).exists() and name in pipeline_preset_names()
+    try:
+        cfg, origin = load_config(name)
+    except FathomError as e:
+        if pipeline:
+            cfg = None
+        elif Path(name).exists() or name.endswith(".toml"):
+            raise
+        else:  # an unknown name: the pipelines are names `validate` takes too
+            hint = did_you_mean(name, pipeline_preset_names(), prefix="reproduce ")
+            raise FathomError(
+                f"{e}; reproduce pipelines: {', '.join(pipeline_preset_names())}"
+                + (f" ({hint})" if hint else "")
+            ) from None
+    if cfg is not None:
+        if pipeline:
+            print(
+                f"note: {name!r} names two presets: the {cfg.kind} preset (validated first) and "
+                f"the reproduce pipeline `fathom reproduce {name}` (validated next)"
+            )
+        checked = named_inputs(cfg, origin)
+        print(f"{origin}: valid {cfg.kind} config")
+        for line in checked:
+            print(f"  {line}")
+        data = cfg.model_dump(mode="json")
+        live = getattr(cfg, "live", None)
+        if live is not None:  # excluded from the training config (and its hash), shown here
+            data["live"] = live.model_dump(mode="json")
+        print(json.dumps(data, indent=2))
+    if pipeline:
+        print_pipeline(name)
     return 0
+
+
+def print_pipeline(name: str) -> None:
+    """Validate the ``fathom reproduce`` pipeline preset ``name`` with what it runs (its
+    study or depth-scaling config, checked against each other) and print it."""
+    from fathom.reproduce.config import load_pipeline
+
+    _, pipe, target, _ = load_pipeline(name)
+    runs = f"study {pipe.study}" if pipe.study else f"depth-scaling {pipe.depth_scaling.config}"
+    print(f"reproduce pipeline {name}: valid pipeline ({runs}: valid {target.kind} config)")
+    print(json.dumps(pipe.model_dump(mode="json"), indent=2))
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -276,5 +312,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "validate",
         help="check a run, study or depth-scaling config (file or preset) and print it with defaults",
     )
-    v.add_argument("config", help="a TOML file or a preset name of any kind")
+    v.add_argument(
+        "config",
+        help="a TOML file, a preset name of any kind, or a `fathom reproduce` pipeline preset",
+    )
     v.set_defaults(func=cmd_validate)
