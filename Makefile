@@ -25,7 +25,7 @@ $(VENV)/.base: pyproject.toml
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.base
-	$(PIP) install -q -e ".[dev,audit,plot,wandb,tensorboard,ray,slurm,browser]"
+	$(PIP) install -q -e ".[dev,audit,plot,wandb,tensorboard,ray,slurm,browser,notebook]"
 	bash scripts/install-browser.sh
 	touch $@
 

@@ -197,8 +197,10 @@ def tiny_study(tmp_path_factory) -> Path:
     )
     backend = LocalBackend(splits_for=lambda cfg, device: synthetic_splits(n_fit=128, n_eval=64))
     run_study(study, runs, backend)
-    (runs.parent / "run.toml").write_text("[optim]\nlr = 0.05\n")
+    (runs.parent / "run.toml").write_text("[model]\nwidths = [8, 8]\n[optim]\nlr = 0.05\n")
     (runs.parent / "bad.toml").write_text("[optim]\nlrr = 0.05\n")
+    (runs.parent / "empty.toml").write_text("")
+    (runs.parent / "nofactory.toml").write_text('[model]\nkind = "python"\nfactory = "no_mod:f"\n')
     return runs
 
 
@@ -209,6 +211,9 @@ LIGHT_PATHS: tuple[tuple[tuple[str, ...], int, str], ...] = (
     (("validate", "{d}/run.toml"), 0, "valid run config"),
     (("validate", "{d}/bad.toml"), 2, "unknown key 'optim.lrr'"),
     (("validate", "ciresan-fsat"), 2, "did you mean 'ciresan-fast'?"),
+    (("validate", "{d}/empty.toml"), 2, "empty.toml is empty"),
+    (("validate", "{d}/nofactory.toml"), 2, "cannot import module 'no_mod'"),
+    (("train", "{d}/empty.toml"), 2, "empty.toml is empty"),
     (("train", "ciresan-fsat"), 2, "did you mean 'ciresan-fast'?"),
     (("train", "ciresan-fast", "--set", "optim.lrr=0.1"), 2, "did you mean 'optim.lr'?"),
     (("train", "{d}/bad.toml"), 2, "unknown key 'optim.lrr'"),
@@ -221,7 +226,8 @@ LIGHT_PATHS: tuple[tuple[tuple[str, ...], int, str], ...] = (
     (("data", "info", "mnist"), 0, "mnist"),
     (("data", "info", "mnsit"), 2, "did you mean 'mnist'?"),
     (("data", "info"), 0, "cifar100"),
-    (("data", "verify", "mnist", "--data-dir", "{d}/nothing-here"), None, "mnist"),
+    (("data", "verify", "mnist", "--data-dir", "{d}/nothing-here"), 2, "does not exist"),
+    (("data", "fetch", "mnist", "--data-dir", "{d}/nothing-here"), 2, "does not exist"),
     (("study", "status", "{d}/runs/t"), 0, "main-residual-s101"),
     (("study", "status", "{d}/runs/t", "--json"), 0, '"status": "complete"'),
     (("runs", "list", "--runs-dir", "{d}/runs"), 0, "main-residual-s101"),

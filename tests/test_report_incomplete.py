@@ -1,5 +1,7 @@
-"""An incomplete run (interrupted: ``running``; ``failed``; ``diverged``) is named, with its
-status, in every report and export output beside the complete ones, never omitted."""
+"""An incomplete run (``running`` with no live writer, i.e. interrupted; ``failed``;
+``diverged``) is named, with its status, in every report and export output beside the
+complete ones, never omitted; a run without its final result is said to be unfinished
+first, with the command that continues it."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ INCOMPLETE = {
     "main-residual-s2": "failed",
     "main-residual-s3": "diverged",
 }
+SAID = {**INCOMPLETE, "main-plain-s2": "interrupted"}
+"""The status every output says: a ``running`` manifest whose run no process holds was
+interrupted without recording it (:func:`fathom.rundir.run_state`)."""
 
 
 def _study(root: Path) -> Path:
@@ -36,10 +41,14 @@ def test_an_incomplete_run_is_named_with_its_status_in_the_report(tmp_path: Path
     out = build_report(_study(tmp_path / "s"), with_figures=False)
     assert out.runs == 6
     summary, html = out.summary_md.read_text(), out.html.read_text()
-    for run_id, status in INCOMPLETE.items():
+    for run_id, status in SAID.items():
         lines = [line for line in summary.splitlines() if run_id in line]
-        assert any(f"| {status} |" in line for line in lines), (run_id, lines)
+        assert any(f"| {status}" in line for line in lines), (run_id, lines)
         assert run_id in html
+    resume = f"continue with `fathom train --resume {tmp_path / 's' / 'main-plain-s2'}`"
+    assert out.unfinished == [next(x for x in out.unfinished if resume in x)]
+    assert summary.splitlines()[2].startswith("> **Not finished**: main-plain-s2: interrupted")
+    assert "NOT FINISHED: main-plain-s2: interrupted" in html
 
 
 @pytest.mark.parametrize("target", ["jsonl", "tensorboard"])
@@ -50,6 +59,8 @@ def test_an_incomplete_run_is_named_with_its_status_in_every_export(
     report = export(root, target)
     assert "verified" in report.lines()[0] and "6 runs" in report.lines()[0]
     record = json.loads((root / "exports" / target / "fathom-export.json").read_text())
-    for run_id, status in INCOMPLETE.items():
+    assert report.lines()[1].startswith("not finished: main-plain-s2: interrupted, ")
+    assert record["unfinished"] == [report.lines()[1].removeprefix("not finished: ")]
+    for run_id, status in SAID.items():
         assert record["runs"][run_id]["status"] == status
         assert record["runs"][run_id]["epochs"] == [0, 1]

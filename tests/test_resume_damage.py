@@ -4,7 +4,9 @@ One template run is killed at an exact write (the rename of epoch 3's resume sta
 :mod:`kill_points`): its resume state is that of epoch 2; its history holds rows 0..3; its
 ``selected.safetensors`` may already hold epoch 3. Each example copies it, damages one of
 its files (a flipped bit, a truncation, a deletion, a duplicated line, another file copied
-over it) and resumes. The property (DESIGN.md, "Refuse or be exact"): the resume either
+over it, the same file of a *twin*: the same config and run id killed at the same write but
+trained with two threads, whose numbers differ and whose files verify among themselves, or
+the twin's whole ``checkpoints/`` with its history) and resumes. The property (DESIGN.md, "Refuse or be exact"): the resume either
 raises a :class:`~fathom.errors.FathomError` that names the problem, or ends ``complete``
 with the uninterrupted run's final parameter hash and a directory that verifies.
 """
@@ -15,6 +17,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
@@ -35,7 +38,7 @@ FILES = (
     "checkpoints/selected.safetensors",
     ".fathom-run.lock",
 )
-OPS = ("flip", "truncate", "delete", "duplicate_line", "copy_over")
+OPS = ("flip", "truncate", "delete", "duplicate_line", "copy_over", "from_twin", "twin_pair")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +54,19 @@ def reference(data, tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def template(data, tmp_path_factory) -> Path:
+def twin(data, tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("twin") / "run"
+    torch.set_num_threads(2)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            killed_run(mp, tiny_config(**CFG), run, data, "replace", "resume.safetensors", n=4)
+    finally:
+        torch.set_num_threads(1)
+    return run
+
+
+@pytest.fixture(scope="module")
+def template(data, tmp_path_factory, twin) -> Path:
     run = tmp_path_factory.mktemp("template") / "run"
     with pytest.MonkeyPatch.context() as mp:
         killed_run(mp, tiny_config(**CFG), run, data, "replace", "resume.safetensors", n=4)
@@ -60,11 +75,17 @@ def template(data, tmp_path_factory) -> Path:
     return run
 
 
-def damage(run: Path, name: str, op: str, where: int, bit: int, other: str) -> None:
+def damage(run: Path, name: str, op: str, where: int, bit: int, other: str, twin: Path) -> None:
     """Apply ``op`` to ``run/name`` at byte/line ``where`` (modulo its size)."""
     path = run / name
     data = path.read_bytes() if path.exists() else b""
-    if op == "delete":
+    if op == "from_twin":
+        shutil.copyfile(twin / name, path)
+    elif op == "twin_pair":
+        shutil.rmtree(run / "checkpoints")
+        shutil.copytree(twin / "checkpoints", run / "checkpoints")
+        shutil.copyfile(twin / "history.jsonl", run / "history.jsonl")
+    elif op == "delete":
         path.unlink(missing_ok=True)
     elif op == "copy_over":
         if other != name:
@@ -83,10 +104,10 @@ def damage(run: Path, name: str, op: str, where: int, bit: int, other: str) -> N
         path.write_bytes(b"".join([*lines[: i + 1], lines[i], *lines[i + 1 :]]))
 
 
-def resume_damaged(template, tmp_path_factory, data, reference, name, op, where, bit, other):
+def resume_damaged(template, twin, tmp_path_factory, data, reference, name, op, where, bit, other):
     run = tmp_path_factory.mktemp("damaged") / "run"
     shutil.copytree(template, run)
-    damage(run, name, op, where, bit, other)
+    damage(run, name, op, where, bit, other, twin)
     try:
         try:
             res = resume(run, splits=data)
@@ -113,11 +134,16 @@ def resume_damaged(template, tmp_path_factory, data, reference, name, op, where,
     name=".fathom-run.lock", op="copy_over", where=0, bit=0, other="checkpoints/resume.safetensors"
 )
 @example(name="manifest.json", op="copy_over", where=0, bit=0, other="manifest.json")  # no-op
+@example(name="history.jsonl", op="twin_pair", where=0, bit=0, other="manifest.json")
+@example(
+    name="checkpoints/resume.safetensors", op="from_twin", where=0, bit=0, other="manifest.json"
+)
+@example(name="manifest.json", op="from_twin", where=0, bit=0, other="manifest.json")
 def test_damage_is_refused_or_resumed_exactly(
-    template, tmp_path_factory, data, reference, name, op, where, bit, other
+    template, twin, tmp_path_factory, data, reference, name, op, where, bit, other
 ):
     outcome = resume_damaged(
-        template, tmp_path_factory, data, reference, name, op, where, bit, other
+        template, twin, tmp_path_factory, data, reference, name, op, where, bit, other
     )
     event(f"{op} {name}: {outcome if outcome == 'refused' else 'exact'}")
     assert outcome in ("refused", ("complete", True, [])), (name, op, where, bit, other, outcome)

@@ -154,6 +154,149 @@ def test_a_resume_state_at_an_epoch_the_manifest_cannot_have_is_refused(run, dat
     refused(run, data, "resume state .* is at epoch 0 but the manifest records 2")
 
 
+def twin_killed(data, tmp_path: Path, threads: int, **updates) -> Path:
+    """A twin of the template run (same config and run id) killed at the same write, trained
+    with ``threads`` threads: its numbers differ, its files verify among themselves."""
+    run = tmp_path / f"twin-{threads}" / "run"
+    torch.set_num_threads(threads)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            killed_run(
+                mp, tiny_config(**CFG, **updates), run, data, "replace", "resume.safetensors", 4
+            )
+    finally:
+        torch.set_num_threads(1)
+    return run
+
+
+@pytest.fixture(scope="module")
+def twin(data, tmp_path_factory) -> Path:
+    return twin_killed(data, tmp_path_factory.mktemp("twin"), threads=2)
+
+
+def copy_twin_files(twin: Path, run: Path) -> None:
+    import shutil
+
+    shutil.rmtree(run / "checkpoints")
+    shutil.copytree(twin / "checkpoints", run / "checkpoints")
+    shutil.copyfile(twin / "history.jsonl", run / "history.jsonl")
+
+
+def test_a_twin_differs_and_its_files_verify_among_themselves(run, twin):
+    ours, theirs = RunDir(run), RunDir(twin)
+    assert ours.manifest["config_hash"] == theirs.manifest["config_hash"]
+    assert ours.run_id == theirs.run_id
+    assert ours.manifest["checkpoints"]["2"] != theirs.manifest["checkpoints"]["2"]
+    assert theirs.problems(deep=True) == []
+
+
+def test_the_files_of_a_twin_with_another_thread_count_are_refused(run, twin, data):
+    copy_twin_files(twin, run)
+    err = refused(run, data, "computed with environment.threads = 2, the manifest records 1")
+    assert "Put this run's own checkpoints/ and history.jsonl back" in str(err)
+    assert RunDir(run).status == "running"
+
+
+def test_the_cli_refuses_a_twin_with_exit_2_and_writes_nothing(run, twin, capsys):
+    copy_twin_files(twin, run)
+    before = snapshot(run)
+    assert main(["train", "--resume", str(run), "--quiet"]) == 2
+    assert "is not the one its manifest recorded" in capsys.readouterr().err
+    assert snapshot(run) == before
+
+
+def test_the_files_of_a_twin_are_refused_without_the_state_record(run, twin, data):
+    # a state written before states carried their manifest record: the history decides
+    copy_twin_files(twin, run)
+    path = run / "checkpoints" / "resume.safetensors"
+    state = load_resume(path)
+    del state["manifest_record"]
+    save_resume(path, state)
+    refused(run, data, "rows the manifest sealed at epoch 2.* are not the ones it recorded")
+
+
+def test_the_files_of_a_twin_trained_on_other_data_are_refused(run, data, tmp_path):
+    twin = twin_killed(synthetic_splits(seed=1), tmp_path, threads=1)
+    copy_twin_files(twin, run)
+    refused(run, data, "computed with data.tensors_sha256 = ")
+
+
+STATE_DAMAGE = {
+    "another checkpoint file": (
+        lambda s: s["checkpoints"]["2"].update(sha256="0" * 64),
+        "lists checkpoint 'checkpoints/epoch-0002.safetensors' .* for epoch 2",
+    ),
+    "a checkpoint the manifest lacks": (
+        lambda s: s["checkpoints"].update({"1": dict(s["checkpoints"]["0"])}),
+        "for epoch 1, the manifest none",
+    ),
+    "a checkpoint the state lacks": (
+        lambda s: s["checkpoints"].pop("2"),
+        "lists checkpoint none for epoch 2",
+    ),
+    "other selected weights": (
+        lambda s: s["selected_ckpt"].update(params_sha256="0" * 64),
+        "selected weights of epoch",
+    ),
+    "another training order": (
+        lambda s: s.update(order_digest="0" * 64),
+        "order_digest .* the manifest's hashes.training_order",
+    ),
+    "another step count": (lambda s: s.update(step=s["step"] + 1), "steps_completed"),
+}
+
+
+@pytest.mark.parametrize("damage", list(STATE_DAMAGE))
+def test_a_state_the_manifest_did_not_record_is_refused(run, damage):
+    from fathom.rundir.agreement import verify_against_manifest
+
+    change, match = STATE_DAMAGE[damage]
+    state, manifest = load_resume(run / "checkpoints" / "resume.safetensors"), RunDir(run).manifest
+    history = (run / "history.jsonl").read_bytes()
+    verify_against_manifest(state, manifest, history, run)  # as written: agrees
+    change(state)
+    with pytest.raises(FathomError, match=match):
+        verify_against_manifest(state, manifest, history, run)
+
+
+@pytest.mark.parametrize(
+    ("op", "match", "n"), [("replace", "resume.safetensors", 3), ("fsync", "history", 6)]
+)
+def test_a_state_behind_the_manifest_resumes_exactly(data, tmp_path, op, match, n):
+    # resume state every 2 epochs: the state is at epoch 2 while the manifest reached 3
+    cfg = tiny_config(**CFG, **{"checkpoints.resume_every": 2})
+    reference = train(cfg, tmp_path / "ref" / "run", splits=data).final_params
+    run = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        killed_run(mp, cfg, run, data, op, match, n)
+    done = RunDir(run).manifest["epochs_completed"]
+    assert load_resume(run / "checkpoints" / "resume.safetensors")["epoch"] == 2 < done == 3
+    with pytest.MonkeyPatch.context() as mp:  # killed again after the cut, before its commit
+        killed_run_resume(mp, run, data)
+    assert resume(run, splits=data).final_params == reference
+    assert RunDir(run).problems(deep=True) == []
+
+
+def test_a_state_ahead_of_the_manifest_resumes_exactly(data, reference, tmp_path):
+    # killed at the commit of epoch 2: the resume state (and history) reached epoch 2, the
+    # manifest still records epoch 1
+    run = tmp_path / "run"
+    with pytest.MonkeyPatch.context() as mp:
+        killed_run(mp, tiny_config(**CFG), run, data, "replace", "manifest.json", n=4)
+    assert load_resume(run / "checkpoints" / "resume.safetensors")["epoch"] == 2
+    assert RunDir(run).manifest["epochs_completed"] == 1
+    assert resume(run, splits=data).final_params == reference
+    assert RunDir(run).problems(deep=True) == []
+
+
+def killed_run_resume(mp: pytest.MonkeyPatch, run: Path, data) -> None:
+    from kill_points import Killed
+
+    kill_at(mp, "replace", "manifest.json", 1)
+    with pytest.raises(Killed):
+        resume(run, splits=data)
+
+
 # -- 3. what resume must not let change silently ------------------------------------------
 def test_resume_uses_the_recorded_thread_count(run, data, reference):
     seen: list[int] = []
@@ -278,7 +421,7 @@ def test_ctrl_c_in_epoch_0_evaluation_resumes_and_is_recorded(data, reference, t
     assert not (run / "checkpoints" / "resume.safetensors").exists()
     assert resume(run, splits=data).final_params == reference
     (event,) = [e for e in RunDir(run).recovery() if e["event"] == "restarted"]
-    assert "stopped inside epoch 0" in event["reason"] and event["found"] == "running"
+    assert "stopped inside epoch 0" in event["reason"] and event["found"] == "interrupted"
 
 
 def test_disk_full_in_epoch_0_says_how_much_space_finishing_needs(data, reference, tmp_path):

@@ -73,7 +73,7 @@ def test_flipped_byte_in_resume_state_is_detected(tmp_path, splits):
     path.write_bytes(bytes(data))
     with pytest.raises(FathomError, match="resume state .* fails its digest check"):
         resume(run, splits=splits)
-    assert RunDir(run).status == "running"  # nothing was written by the refused resume
+    assert RunDir(run).status == "interrupted"  # nothing was written by the refused resume
     with pytest.raises(FathomError, match="fails its digest check"):
         load_resume(path)
 
@@ -209,7 +209,7 @@ def test_set_with_resume_is_refused(tmp_path, splits, capsys):
     run = interrupted(tmp_path, splits)
     assert main(["train", "--resume", str(run), "--set", "optim.lr=0.5", "--quiet"]) == 2
     assert "--set cannot change a run being resumed" in capsys.readouterr().err
-    assert RunDir(run).status == "running"
+    assert RunDir(run).status == "interrupted"
 
 
 # -- defect 8: clear errors ----------------------------------------------------------------
@@ -245,7 +245,7 @@ def test_a_file_where_a_directory_is_expected(tmp_path, splits, capsys):
     from fathom.cli import main
 
     (tmp_path / "runs").write_text("not a directory")
-    rc = main(["train", "--runs-dir", str(tmp_path / "runs"), "--quiet"])
+    rc = main(["train", "--runs-dir", str(tmp_path / "runs"), "--set", "model.widths=[8,8]"])
     err = capsys.readouterr().err
     assert rc == 2 and "ENOTDIR" in err and "Traceback" not in err
     (tmp_path / "r2").mkdir()

@@ -270,7 +270,8 @@ def test_final_parameters_are_a_plain_torch_loops_and_a_resume_reproduces_them(t
     with pytest.raises(KeyboardInterrupt):
         _tiny(tmp_path / "killed", case, progress=stop_after_epoch_1)
     killed = RunDir(tmp_path / "killed")
-    assert killed.status == "running" and "--resume" in killed.manifest["status_reason"]
+    assert killed.status == "interrupted"
+    assert f"fathom train --resume {tmp_path / 'killed'}" in killed.manifest["status_reason"]
     resumed = resume(tmp_path / "killed", splits=synthetic_splits(**SPLITS))
     assert resumed.final_params == expected
     assert (

@@ -3,8 +3,8 @@
 backward, and never writing into a tensor someone else holds (hooks, aliasing branches).
 
 The in-place form these tests once guarded (``out.mul_(g).add_(bypass(x))``) was removed as
-slower per step (BENCHMARKS.md, issue 23); the hook and aliasing tests stay so that no later
-fast path may modify a captured output, an input or a parameter unseen."""
+slower per step (docs/benchmarks-history.md#sd-quiet-rerun-089c6f1); the hook and aliasing tests
+stay so that no later fast path may modify a captured output, an input or a parameter unseen."""
 
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ def test_runs_list_fits_and_wide_shows_full_hashes():
 
 
 def test_study_status_counts_each_state_separately_and_fits():
-    statuses = ["complete", "diverged", "failed", "interrupted or running", "not started"]
+    statuses = ["complete", "diverged", "failed", "running", "interrupted", "not started"]
     rows = [
         {
             "run_id": f"tune-residual_dropout-lr0.001-s{i}",
@@ -102,8 +102,8 @@ def test_study_status_counts_each_state_separately_and_fits():
     ]
     rows.append({**rows[0], "run_id": "main-sd_decreasing-s103", "status": "waiting for tuning"})
     assert status_counts(rows) == (
-        "1 complete, 1 diverged, 1 failed, 1 interrupted or running, 1 not started, "
-        "1 waiting for tuning (6 runs)"
+        "1 complete, 1 diverged, 1 failed, 1 running, 1 interrupted, 1 not started, "
+        "1 waiting for tuning (7 runs)"
     )
     text = render(status_table(rows, "ciresan-sd-quick"))
     assert_fits(text, [r["run_id"] for r in rows] + statuses + [_hash("complete")[:12]])

@@ -86,7 +86,7 @@ def test_interrupted_then_resumed_is_byte_identical(tmp_path, splits):
 
     with pytest.raises(KeyboardInterrupt):
         train(cfg, tmp_path / "part", splits=splits, progress=interrupt_after_epoch_2)
-    assert RunDir(tmp_path / "part").manifest["status"] == "running"
+    assert RunDir(tmp_path / "part").manifest["status"] == "interrupted"
     resumed = train(cfg, tmp_path / "part", splits=splits, resume=True)
     assert resumed.status == "complete"
     assert resumed.final_params == full.final_params

@@ -76,11 +76,15 @@ def setup(tmp_path_factory) -> dict:
 
 
 def check_interrupted(run: Path, rc: int, err: str) -> dict:
-    """Exit 130 without a traceback; the manifest counts what the resume state holds."""
+    """Exit 130 without a traceback, the command that continues the run printed; the
+    manifest says ``interrupted`` and counts what the resume state holds."""
     assert rc == 130, err
-    assert "interrupted; completed epochs are kept" in err and "Traceback" not in err
+    assert "Traceback" not in err
     rd = RunDir(run)
-    assert rd.status == "running"
+    assert rd.status == "interrupted"
+    m = rd.manifest
+    assert f"interrupted, {m['epochs_completed']} of {EPOCHS} epochs" in err, err
+    assert f"continue with `fathom train --resume {run}`" in err, err
     assert rd.problems() == [], rd.problems()  # every file it lists verifies
     state = load_resume(run / "checkpoints" / "resume.safetensors")
     m = rd.manifest
@@ -134,4 +138,21 @@ def test_sigint_from_another_process(setup, forked):
     rc, err = finish(proc)
     m = check_interrupted(history.parent, rc, err)
     assert m["epochs_completed"] < EPOCHS
+    check_resume(setup, history.parent)
+
+
+def test_sigterm_is_recorded_like_ctrl_c(setup, forked):
+    """``kill PID`` (SIGTERM) mid-run: exit 130, ``interrupted`` recorded with the command
+    that continues the run, and that command ends with the uninterrupted run's final hash."""
+    args = ["train", str(setup["config"]), "--runs-dir", str(setup["runs"]), "--name", "term"]
+    proc = fathom(forked, [*args, "--quiet"])
+    history = setup["runs"] / "interrupt" / "term" / "history.jsonl"
+    deadline = time.monotonic() + 200
+    while not (history.exists() and history.read_text().count("\n") >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended early"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    rc, err = finish(proc)
+    m = check_interrupted(history.parent, rc, err)
+    assert f"--resume {history.parent}" in m["status_reason"]
     check_resume(setup, history.parent)

@@ -1,7 +1,9 @@
 """Fathom: train deep networks with the instruments on.
 
-``fathom.Instruments`` (probe telemetry of any model) and the analysis packages are loaded
-on first use, so ``import fathom`` (and ``fathom --help``) stays light.
+``fathom.Instruments`` (probe telemetry of any model), ``fathom.load_run`` /
+``fathom.load_study`` (verified run and study directories in a notebook,
+:mod:`fathom.export.notebook`) and every package (``fathom.rundir``, ``fathom.audit``, ...)
+are loaded on first use, so ``import fathom`` (and ``fathom --help``) stays light.
 """
 
 from __future__ import annotations
@@ -11,8 +13,27 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_LAZY = {"Instruments": ("fathom.telemetry.instruments", "Instruments")}
-_SUBMODULES = ("audit", "curvature", "depth", "seam", "telemetry")
+_LAZY = {
+    "Instruments": ("fathom.telemetry.instruments", "Instruments"),
+    "load_run": ("fathom.export.notebook", "load_run"),
+    "load_study": ("fathom.export.notebook", "load_study"),
+}
+_SUBMODULES = (
+    "audit",
+    "config",
+    "curvature",
+    "data",
+    "depth",
+    "dynamics",
+    "export",
+    "models",
+    "report",
+    "rundir",
+    "seam",
+    "stats",
+    "study",
+    "telemetry",
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -16,7 +16,9 @@ imports every module (shell completion, tests).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -143,13 +145,34 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+SIGPIPE_STATUS = 128 + 13
+"""What a shell reports for a Unix tool whose reader went away (``yes | head``: SIGPIPE)."""
+
+
+def reader_gone() -> int:
+    """Stop quietly, as Unix tools do, when standard output's reader has exited (``fathom
+    validate ciresan-sd | head``): no message, status :data:`SIGPIPE_STATUS`. Standard output
+    is pointed at ``/dev/null`` first, so the interpreter's last flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (captured in a test): nothing to flush
+        pass
+    return SIGPIPE_STATUS
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(_command_of(argv) or "")
     args = parser.parse_args(argv)
     try:
         rc = args.func(args)
+        sys.stdout.flush()  # a reader gone (`fathom ... | head`) shows here, not at exit
+    except BrokenPipeError:
+        return reader_gone()
     except FathomError as e:
+        if getattr(e, "errno", None) == errno.EPIPE:  # a command turned it into its own error
+            return reader_gone()
         print(f"fathom {args.command}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:  # a file-system failure no command turned into a FathomError

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import difflib
 import errno
+import json
+import re
 from collections.abc import Iterable
 
 
@@ -65,6 +67,39 @@ def unknown_key(key: str, tree: dict) -> FathomError:
     return FathomError(f"unknown config key {key!r}{f' ({hint})' if hint else ''}{where}")
 
 
+def table_given_a_value(key: str, table: dict, value: object) -> FathomError:
+    """The error for ``--set optim.schedule=cosine``: ``key`` names a table of keys, not one
+    value. The fix names the table's keys and the syntax that sets one of them (``kind`` when
+    the table has one and a word was given: ``--set optim.schedule.kind=cosine``)."""
+    shown = value if isinstance(value, str) else json.dumps(value)
+    sub = "kind" if "kind" in table and isinstance(value, str) else next(iter(table), "KEY")
+    return FathomError(
+        f"{key!r} is a table of keys ({', '.join(table)}), not a single value (got {shown!r}); "
+        f"set one of its keys, e.g. --set {key}.{sub}={shown}, or give the whole table as "
+        f"JSON: --set '{key}={{\"{sub}\": ...}}'"
+    )
+
+
+def unknown_tag(loc: str, ctx: dict) -> str:
+    """``model.kind: unknown kind 'resnet'; choose one of ciresan, ...`` for a table whose tag
+    names no member of its union (pydantic's ``union_tag_invalid``, whose own message dumps
+    the whole table); ``ctx`` is that error's context."""
+    field = str(ctx.get("discriminator", "'kind'")).strip("'")
+    tag = str(ctx.get("tag", ""))
+    known = re.findall(r"'([^']*)'", str(ctx.get("expected_tags", "")))
+    head = with_suggestion(f"{loc}.{field}: unknown {field} {tag!r}", tag, known)
+    return f"{head}; choose one of {', '.join(known)}"
+
+
+def choice_hint(err: dict) -> str:
+    """`` (did you mean 'warmup_cosine'?)`` for a pydantic error of a value outside a list of
+    choices (``literal_error``) when one choice is close to the value given, else ``""``."""
+    if err.get("type") != "literal_error" or not isinstance(err.get("input"), str):
+        return ""
+    hint = did_you_mean(err["input"], re.findall(r"'([^']*)'", str(err.get("ctx", {}))))
+    return f" ({hint})" if hint else ""
+
+
 DISTRIBUTION = "fathom-depth"
 """The distribution name (``pip``); ``fathom`` on PyPI is an unrelated project."""
 
@@ -84,7 +119,8 @@ _FIX = {
     "check `lsattr`/permissions or choose another {where}",
     errno.ENOTDIR: "a file stands where a directory is expected: move it away or choose "
     "another {where}",
-    errno.EISDIR: "a directory stands where a file is expected: move it away",
+    errno.EISDIR: "a directory stands where a file is expected: give a file's path (an "
+    "output's: move the directory away or choose another {where})",
     errno.EEXIST: "a file of that name already exists: move it away",
 }
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fathom.audit.labelled import PerMask
 from fathom.audit.masks import full_mask_index
 from fathom.base.io import atomic_write_bytes
 from fathom.depth import branch_mask, dense_eval
@@ -45,18 +46,19 @@ class MaskScores:
     def full(self) -> int:
         return full_mask_index(self.masks)
 
-    def accuracy(self) -> np.ndarray:
-        """``acc_m`` for every mask, ``[M]``."""
-        return self.correct.mean(axis=1)
+    def accuracy(self) -> PerMask:
+        """``acc_m`` for every mask, ``[M]`` (fractions), labelled by mask (:class:`PerMask`)."""
+        return PerMask.of(self.correct.mean(axis=1), self.masks, self.full, "accuracy")
 
-    def mean_ce(self) -> np.ndarray:
-        """``ce_m`` for every mask, ``[M]`` (nats)."""
-        return self.ce.mean(axis=1)
+    def mean_ce(self) -> PerMask:
+        """``ce_m`` for every mask, ``[M]`` (nats), labelled by mask."""
+        return PerMask.of(self.ce.mean(axis=1), self.masks, self.full, "mean CE")
 
-    def damage(self) -> np.ndarray:
-        """``damage_m = ce_m - ce_full`` for every mask, ``[M]`` (nats; 0 for the full mask)."""
-        ce = self.mean_ce()
-        return ce - ce[self.full]
+    def damage(self) -> PerMask:
+        """``damage_m = ce_m - ce_full`` for every mask, ``[M]`` (nats; 0 for the full mask),
+        labelled by mask."""
+        ce = self.ce.mean(axis=1)
+        return PerMask.of(ce - ce[self.full], self.masks, self.full, "CE damage")
 
 
 def scores_from_logits(logits: np.ndarray, labels: np.ndarray, masks: np.ndarray) -> MaskScores:

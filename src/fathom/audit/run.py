@@ -261,10 +261,12 @@ class _Audit:
         return sub.removable_reason
 
     def _splits_for(self, sub: Subject) -> Any:
-        """The override, else the run's own splits, loaded once per recorded split hash."""
+        """The override, else the run's own splits, loaded (and verified) once per recorded
+        split hash and content digest."""
         if self.splits is not None:
             return self.splits
-        key = f"{sub.kind}:{sub.rd.manifest.get('data', {}).get('split_hash')}"
+        data = sub.rd.manifest.get("data", {})
+        key = f"{sub.kind}:{data.get('split_hash')}:{data.get('tensors_sha256')}"
         if key not in self._split_cache:
             self.say(f"loading data splits for {sub.rd.run_id}")
             self._split_cache[key] = sub.load_splits(self.device)

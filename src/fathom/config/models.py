@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+import fathom.config.limits as limits
 from fathom.config.recipes import RECIPES
 from fathom.errors import InvalidValue
 
@@ -124,6 +125,11 @@ def check_stage_depth(depth: int, stages: int = STAGES) -> int:
             f"depth {depth} is not a positive multiple of the {stages} stages; "
             f"use depths like {', '.join(str(stages * n) for n in range(1, 6))}"
         )
+    if depth > limits.MAX_LAYERS:
+        raise InvalidValue(
+            f"depth {depth} exceeds {limits.MAX_LAYERS} layers, the limit of a config: use a "
+            "smaller depth"
+        )
     return depth
 
 
@@ -182,8 +188,10 @@ class ModelConfig(_Strict):
 
     kind: Literal["ciresan"] = "ciresan"
     recipe: Literal[tuple(RECIPES)] = "residual"  # type: ignore[valid-type]  # the one table
-    widths: tuple[Int, ...] = (2500, 2000, 1500, 1000, 500)
-    width_mult: Float = Field(default=1.0, gt=0)
+    widths: tuple[Int, ...] = Field(
+        default=(2500, 2000, 1500, 1000, 500), max_length=limits.MAX_LAYERS
+    )
+    width_mult: Float = Field(default=1.0, gt=0, le=limits.MAX_WIDTH_MULT)
     input_scale: Float = Field(default=1 / 255, gt=0)
     output_relu: Bool = False
     unit_dropout: Float | None = None
@@ -206,6 +214,12 @@ class ModelConfig(_Strict):
 
     @model_validator(mode="after")
     def _crop_needs_narrowing(self) -> ModelConfig:
+        wide = [w for w in self.widths if w * self.width_mult > limits.MAX_WIDTH]
+        if wide:
+            raise ValueError(
+                f"widths {wide} x width_mult {self.width_mult:g} exceed {limits.MAX_WIDTH} units "
+                "per layer, the limit of a config: use smaller widths"
+            )
         if self.recipe != "plain":
             check_narrowing(self.widths)
         return self
@@ -223,11 +237,11 @@ class StagedConvConfig(_Strict):
     kind: Literal["staged_conv"] = "staged_conv"
     depth: Int = Field(default=4, gt=0)
     neuron: Neuron = "lif"
-    timesteps: Int = 4
+    timesteps: Int = Field(default=4, le=limits.MAX_TIMESTEPS)
     residual: Bool = False
     batchnorm: Bool = True
-    width_mult: Float = Field(default=1.0, gt=0)
-    image_size: Int = Field(default=32, gt=0)
+    width_mult: Float = Field(default=1.0, gt=0, le=limits.MAX_WIDTH_MULT)
+    image_size: Int = Field(default=32, gt=0, le=limits.MAX_IMAGE_SIZE)
 
     @field_validator("depth")
     @classmethod
@@ -298,11 +312,11 @@ class DataConfig(_Strict):
     factory: str | None = None
     kwargs: dict[str, Any] = Field(default_factory=dict)
     split: Literal["fit-val", "fit-all"] = "fit-val"
-    split_seed: Int = 0
-    val_size: Int | None = Field(default=None, gt=0)
-    test_size: Int | None = Field(default=None, gt=0)
-    fit_subset: Int | None = Field(default=None, gt=0)
-    eval_subset: Int | None = Field(default=None, gt=0)
+    split_seed: Int = Field(default=0, ge=0, lt=limits.SEED_BOUND)
+    val_size: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
+    test_size: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
+    fit_subset: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
+    eval_subset: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
     augment: Literal["none", "crop_flip"] = "none"
 
     @model_validator(mode="after")

@@ -6,12 +6,11 @@ so a typo never silently falls back to a default.
 
 from __future__ import annotations
 
-import tomllib
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, Strict, ValidationError, model_validator
 
+from fathom.config.limits import MAX_EPOCHS, MAX_EXAMPLES, SEED_BOUND
 from fathom.config.live import LiveConfig
 from fathom.config.models import (
     MODEL_KINDS,
@@ -28,7 +27,8 @@ from fathom.config.models import (
     StagedConvConfig,
     _Strict,
 )
-from fathom.errors import FathomError, unknown_key
+from fathom.config.tomlfile import load_toml, parse_toml
+from fathom.errors import FathomError, choice_hint, table_given_a_value, unknown_key, unknown_tag
 
 __all__ = [
     "MODEL_KINDS",
@@ -39,6 +39,8 @@ __all__ = [
     "PythonModelConfig",
     "RunConfig",
     "StagedConvConfig",
+    "load_toml",
+    "parse_toml",
 ]
 
 
@@ -99,8 +101,8 @@ class OptimConfig(_Strict):
     betas: tuple[Float, Float] = (0.9, 0.999)
     eps: Float = Field(default=1e-8, gt=0)
     weight_decay: Float = Field(default=0.0, ge=0)
-    batch_size: Int = Field(default=64, gt=0)
-    epochs: Int = Field(default=100, gt=0)
+    batch_size: Int = Field(default=64, gt=0, le=MAX_EXAMPLES)
+    epochs: Int = Field(default=100, gt=0, le=MAX_EPOCHS)
     # torch's SGD kernel. "fused" (one kernel over every parameter) is ~2x cheaper on the CPU than
     # "foreach" (which there falls back to per-tensor ops) but agrees only to rounding (its vector
     # tails use FMA): as the default it flipped a near-tie in the quick study's LR selection and
@@ -127,7 +129,7 @@ class RegularizerConfig(_Strict):
     kind: Literal["lyapunov"] = "lyapunov"
     weight: Float = Field(default=0.3, ge=0)
     target: Float = -0.1
-    sub_batch: Int = Field(default=16, gt=0)
+    sub_batch: Int = Field(default=16, gt=0, le=MAX_EXAMPLES)
 
 
 class HealthConfig(_Strict):
@@ -139,8 +141,8 @@ class HealthConfig(_Strict):
     """
 
     enabled: Bool = False
-    every: Int = Field(default=10, gt=0)
-    probe_size: Int = Field(default=8, gt=0)
+    every: Int = Field(default=10, gt=0, le=MAX_EPOCHS)
+    probe_size: Int = Field(default=8, gt=0, le=MAX_EXAMPLES)
 
 
 class ExecutionConfig(_Strict):
@@ -172,10 +174,10 @@ Epoch = Annotated[int, Strict(), Field(ge=0)]
 
 
 class EvalConfig(_Strict):
-    every: Int = Field(default=5, gt=0)
+    every: Int = Field(default=5, gt=0, le=MAX_EPOCHS)
     first: tuple[Epoch, ...] = (1,)
     splits: tuple[Split, ...] = SPLITS
-    batch_size: Int = Field(default=2000, gt=0)
+    batch_size: Int = Field(default=2000, gt=0, le=MAX_EXAMPLES)
 
 
 DEFAULT_SAVE_EPOCHS: tuple[int, ...] = (0, 1, 5, 10, 20, 50, 100)
@@ -185,14 +187,14 @@ DEFAULT_SAVE_EPOCHS: tuple[int, ...] = (0, 1, 5, 10, 20, 50, 100)
 
 class CheckpointConfig(_Strict):
     save_epochs: tuple[Epoch, ...] = DEFAULT_SAVE_EPOCHS
-    resume_every: Int = Field(default=1, gt=0)
+    resume_every: Int = Field(default=1, gt=0, le=MAX_EPOCHS)
 
 
 class TelemetryConfig(_Strict):
     enabled: Bool = False
     first: tuple[Epoch, ...] = (0, 1)
-    every: Int = Field(default=10, gt=0)
-    probe_size: Int = Field(default=128, gt=0)
+    every: Int = Field(default=10, gt=0, le=MAX_EPOCHS)
+    probe_size: Int = Field(default=128, gt=0, le=MAX_EXAMPLES)
     families: tuple[str, ...] = ("all",)
 
 
@@ -204,7 +206,7 @@ class RunConfig(_Strict):
     kind: Literal["run"] = "run"
     name: Name = "run"
     study: Name = "default"
-    seed: Int = 101
+    seed: Int = Field(default=101, ge=-SEED_BOUND, lt=SEED_BOUND)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     data: DataConfig = DataConfig()
     model: ModelSpec = ModelConfig()
@@ -269,6 +271,8 @@ class RunConfig(_Strict):
                 node = node[p]
             if parts[-1] not in node:
                 raise unknown_key(key, data)
+            if isinstance(node[parts[-1]], dict) and not isinstance(value, dict):
+                raise table_given_a_value(key, node[parts[-1]], value)
             node[parts[-1]] = value
         return validate_run_config(data, origin="updates")
 
@@ -314,10 +318,12 @@ def _format_validation_error(e: ValidationError, origin: str) -> str:
         loc = ".".join(str(x) for x in err["loc"]) or "<root>"
         if err["type"] == "extra_forbidden":
             lines.append(f"  - unknown key {loc!r}: remove it or check its spelling")
+        elif err["type"] == "union_tag_invalid":  # a table's `kind` names no known member
+            lines.append(f"  - {unknown_tag(loc, err.get('ctx') or {})}")
         else:
             msg = err["msg"].removeprefix("Value error, ")
             got = f" (got {err.get('input')!r})" if err["loc"] else ""  # not the whole config
-            lines.append(f"  - {loc}: {msg}{got}")
+            lines.append(f"  - {loc}: {msg}{got}{choice_hint(err)}")
     return "\n".join(lines)
 
 
@@ -326,13 +332,3 @@ def validate_run_config(data: dict[str, Any], origin: str = "config") -> RunConf
         return RunConfig.model_validate(data)
     except ValidationError as e:
         raise FathomError(_format_validation_error(e, origin)) from None
-
-
-def load_toml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.exists():
-        raise FathomError(f"config file {str(path)!r} does not exist")
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise FathomError(f"config file {str(path)!r} is not valid TOML: {e}") from None

@@ -9,6 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from fathom.config.inputs import check_data_dir
 from fathom.data.registry import DATASETS, CifarDataset, IdxDataset, dataset_spec
 from fathom.errors import FathomError
 
@@ -136,6 +137,7 @@ def print_files(title: str, rows: list[dict], args: argparse.Namespace) -> None:
 
 
 def run_fetch(args: argparse.Namespace) -> int:
+    check_data_dir(args.data_dir, "--data-dir", args.dataset)
     rows = fetch(args.dataset, args.data_dir)
     print_files(f"{args.dataset}: verified (SHA-256) and available", rows, args)
     return 0
@@ -144,6 +146,7 @@ def run_fetch(args: argparse.Namespace) -> int:
 def run_verify(args: argparse.Namespace) -> int:
     from fathom.data.sources import MissingDataError
 
+    check_data_dir(args.data_dir, "--data-dir", args.dataset or "DATASET")
     names = [args.dataset] if args.dataset else sorted(DATASETS)
     for name in names:
         try:

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from fathom.base.io import tensor_digest
 from fathom.data.load import RawDataset
 from fathom.errors import FathomError
 
@@ -40,6 +41,17 @@ class DataSplits:
     test_y: torch.Tensor
     split_hash: str
     info: dict[str, Any] = field(default_factory=dict)
+
+
+SPLIT_TENSORS = ("fit_x", "fit_y", "val_x", "val_y", "test_x", "test_y")
+
+
+def splits_digest(splits: DataSplits) -> str:
+    """``tensors_sha256``: :func:`fathom.base.io.tensor_digest` of the six split tensors as the
+    run trains and evaluates on them (names, dtypes, shapes, bytes; in :data:`SPLIT_TENSORS`
+    order). It covers the data's content whatever its source (files, a factory, tensors
+    given in memory), where ``split_hash`` covers only how it was split."""
+    return tensor_digest((name, getattr(splits, name)) for name in SPLIT_TENSORS)
 
 
 def split_permutation(n: int, seed: int) -> torch.Tensor:

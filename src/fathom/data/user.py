@@ -44,6 +44,29 @@ LAYOUTS: tuple[tuple[str, ...], ...] = (
 )
 
 
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+"""The first bytes of a zip archive (``numpy.savez`` writes one; the second: an empty one)."""
+
+
+def check_zip(path: Path) -> None:
+    """Refuse an ``.npz`` that is no zip archive (a text or ``.npy`` file renamed) before numpy,
+    which would read it as a pickle and answer with its ``allow_pickle`` message."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head not in ZIP_MAGIC:
+        what = (
+            "is empty"
+            if not head
+            else "is a .npy array"
+            if head.startswith(b"\x93NUM")
+            else f"starts with {head!r}, e.g. a text file"
+        )
+        raise FathomError(
+            f"data.path {str(path)!r} is not a readable .npz (not a zip archive: it {what}); "
+            "write one with numpy.savez(path, x=..., y=...)"
+        )
+
+
 def read_arrays(cfg: DataConfig) -> tuple[dict[str, Any], dict[str, str], str]:
     """``(arrays, files: {name: sha256}, origin)`` of a ``tensors`` or ``python`` dataset."""
     if cfg.dataset == "python":
@@ -58,6 +81,7 @@ def read_arrays(cfg: DataConfig) -> tuple[dict[str, Any], dict[str, str], str]:
     if not path.is_file():
         raise FathomError(f"data.path {str(path)!r} is not a file; give a .npz or .pt file")
     if path.suffix == ".npz":
+        check_zip(path)
         try:
             with np.load(path, allow_pickle=False) as f:
                 arrays = {k: f[k] for k in f.files}

@@ -32,16 +32,39 @@ def skippable_residual(
     the same bits as the Python float, without its conversions). An in-place form
     (``out.mul_(g).add_(bypass(x))``, guarded against hooks) was bit-identical too but
     measured slower per step at width x 0.1 in 7 of 8 paired invocations and in 600-pair
-    single-step A/Bs (BENCHMARKS.md, issue 23's SD sections), so it was removed.
+    single-step A/Bs (docs/benchmarks-history.md#sd-quiet-rerun-089c6f1), so it was removed.
     """
     if isinstance(gain, torch.Tensor):
-        return bypass(x) + branch(x) * gain
+        skip = bypass(x)
+        out = branch(x)
+        if out.shape != skip.shape:
+            check_shapes(x, out, skip, branch, bypass)
+        return skip + out * gain
     if gain == 0.0:
         return bypass(x)
     out = branch(x)
+    skip = bypass(x)
+    if out.shape != skip.shape:  # a bypass may broadcast; torch's error names no module
+        check_shapes(x, out, skip, branch, bypass)
     if gain == 1.0:
-        return bypass(x) + out
-    return bypass(x) + out * gain_tensor(gain, out)
+        return skip + out
+    return skip + out * gain_tensor(gain, out)
+
+
+def check_shapes(x: torch.Tensor, out: torch.Tensor, skip: torch.Tensor, *modules) -> None:
+    """Refuse a branch output that does not broadcast with its bypass's (the branch changes the
+    width), naming ``modules`` (branch, bypass), the shapes and the fix (a projection shortcut)."""
+    if all(i == j or 1 in (i, j) for i, j in zip(out.shape[::-1], skip.shape[::-1])):
+        return  # a bypass that broadcasts is summed as torch sums it
+    branch, bypass = (" ".join(repr(m).split())[:120] for m in modules)
+    layer = {2: "nn.Linear({}, {})", 4: "nn.Conv2d({}, {}, 1)"}.get(x.dim(), "")
+    example = f", e.g. bypass={layer.format(x.shape[1], out.shape[1])}" if layer else ""
+    raise FathomError(
+        f"SkippableResidual: its branch {branch} returns {list(out.shape)} but its bypass "
+        f"{bypass} returns {list(skip.shape)} for an input of {list(x.shape)}; the two are added, "
+        "so they must have one shape: keep the branch's output at the bypass's shape, or give a "
+        f"bypass that maps the input to the branch's output (a projection shortcut{example})"
+    )
 
 
 _GAIN_TENSORS: dict[tuple[float, torch.dtype], torch.Tensor] = {}  # a schedule: a few per epoch

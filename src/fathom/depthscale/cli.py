@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fathom.config.inputs import check_data_dir
 from fathom.errors import FathomError
 
 if TYPE_CHECKING:  # the parser stays light: `fathom depth-scaling --help` imports no torch
@@ -109,6 +110,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
         batchnorm=False if args.no_batchnorm else None,
     )
     cfg = make_config(preset, **{**base, **{k: v for k, v in overrides.items() if v is not None}})
+    check_data_dir(cfg.data_dir, "data_dir (--data-dir)", cfg.dataset)  # never the cache silently
     from fathom.depthscale.runner import run_benchmark  # torch: only once the config is valid
     from fathom.depthscale.table import write_table
     from fathom.depthscale.terminal import print_results

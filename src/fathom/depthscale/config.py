@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+import fathom.config.limits as limits
 from fathom.config import RunConfig, validate_run_config
 from fathom.config.models import Bool, Float, Int, check_timesteps
 from fathom.errors import FathomError, with_suggestion
@@ -31,28 +32,28 @@ class DepthScaleConfig(BaseModel):
     dataset: str = "cifar100"
     data_dir: str | None = None
     depths: list[Int] = Field(default_factory=lambda: [4, 8, 12, 16, 20])
-    timesteps: Int = 4
-    epochs: Int = 150
+    timesteps: Int = Field(default=4, le=limits.MAX_TIMESTEPS)
+    epochs: Int = Field(default=150, le=limits.MAX_EPOCHS)
     lyap_weight: Float = 0.3
     lyap_target: Float = -0.1
     seeds: list[Int] = Field(default_factory=lambda: [0])
     neuron: str = "lif"
     residual: Bool = False
     batchnorm: Bool = True
-    width_mult: Float = 1.0
-    batch_size: Int = 128
+    width_mult: Float = Field(default=1.0, gt=0, le=limits.MAX_WIDTH_MULT)
+    batch_size: Int = Field(default=128, le=limits.MAX_EXAMPLES)
     lr: Float = 0.1
     momentum: Float = 0.9
     weight_decay: Float = 5e-4
-    lyap_subbatch: Int = 16
-    probe_size: Int = 8
-    health_every: Int = 10
-    log_every: Int = 10
-    split_seed: Int = 0
-    fit_subset: Int | None = None
-    eval_subset: Int | None = None
-    val_size: Int | None = None
-    eval_batch_size: Int = 500
+    lyap_subbatch: Int = Field(default=16, le=limits.MAX_EXAMPLES)
+    probe_size: Int = Field(default=8, le=limits.MAX_EXAMPLES)
+    health_every: Int = Field(default=10, le=limits.MAX_EPOCHS)
+    log_every: Int = Field(default=10, le=limits.MAX_EPOCHS)
+    split_seed: Int = Field(default=0, ge=0, lt=limits.SEED_BOUND)
+    fit_subset: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
+    eval_subset: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
+    val_size: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
+    eval_batch_size: Int = Field(default=500, gt=0, le=limits.MAX_EXAMPLES)
     augment: Bool | None = None
     device: str = "auto"
     threads: Int | None = None

@@ -40,7 +40,7 @@ from typing import Any
 from fathom.base.io import atomic_write_json, config_digest
 from fathom.base.units import ACCURACY_UNIT, percent
 from fathom.errors import FathomError
-from fathom.report.runs import RunData
+from fathom.report.runs import RunData, unfinished
 from fathom.rundir.output import OUTPUT_LOCK
 
 RECORD = "fathom-export.json"
@@ -152,6 +152,7 @@ class VerifyReport:
     mismatches: list[str] = field(default_factory=list)
     flagged: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)  # runs running or interrupted
 
     @property
     def ok(self) -> bool:
@@ -165,7 +166,10 @@ class VerifyReport:
             f"{self.target} export at {self.out}: {'verified' if self.ok else 'MISMATCH'} by reading back "
             f"{self.runs} runs, {self.rows} history rows, {self.values} values, {self.steps} steps"
         )
+        if self.unfinished:  # the line that says "verified" says it is a snapshot too
+            head += f"; a snapshot: {len(self.unfinished)} runs not finished"
         out = [head]
+        out += [f"not finished: {x}" for x in self.unfinished]  # a snapshot, said so
         out += [f"flagged: {x}" for x in self.flagged]
         out += [f"note: {x}" for x in self.notes]
         shown = self.mismatches[:50]
@@ -185,6 +189,7 @@ class VerifyReport:
             "mismatches": self.mismatches,
             "flagged": self.flagged,
             "notes": self.notes,
+            "unfinished": self.unfinished,
         }
 
 
@@ -242,6 +247,7 @@ def write_record(
             "source": str(root.resolve()),
             "fingerprint": fp,
             "paths": paths,
+            "unfinished": unfinished(runs),  # runs still training or interrupted: a snapshot
             "units": {
                 "accuracy": "percent: 100 x the fraction in history.jsonl "
                 "(fathom.base.units.percent), under the name + '_pct'",

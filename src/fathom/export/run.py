@@ -24,7 +24,7 @@ from fathom.export.common import (
     read_record,
     write_record,
 )
-from fathom.report.runs import RunData, load_runs
+from fathom.report.runs import RunData, load_runs, unfinished
 from fathom.rundir.output import analysis_output
 
 TARGETS = export_targets()  # the table's names when this module was imported
@@ -101,7 +101,9 @@ def verify(root: str | Path, target: str, out: str | Path | None = None) -> Veri
 
 
 def _verify_runs(runs: list[RunData], target: str, out: Path, record: dict) -> VerifyReport:
-    report = VerifyReport(target=target, out=out, flagged=_flagged(runs))
+    report = VerifyReport(
+        target=target, out=out, flagged=_flagged(runs), unfinished=unfinished(runs)
+    )
     if EXPORT_TARGETS[target].numbers_only:
         skipped = sorted({k for r in runs for row in r.rows for k in flatten_row(row)[1]})
         if skipped:

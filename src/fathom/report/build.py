@@ -22,7 +22,7 @@ from fathom.report.crosstable import CrossTable
 from fathom.report.examples import mask_payload
 from fathom.report.html import render_html
 from fathom.report.render import table_markdown
-from fathom.report.runs import RunData, load_runs
+from fathom.report.runs import RunData, load_runs, unfinished
 from fathom.rundir.output import AnalysisOutput, analysis_output
 
 
@@ -34,6 +34,7 @@ class ReportOutputs:
     runs: int = 0
     flagged: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)  # runs running or interrupted
 
 
 def _read_optional(path: Path, notes: list[str]) -> Any:
@@ -90,6 +91,7 @@ def _write_report(
 
     notes += [f"{r.run_id}: recovered: {x}" for r in runs for x in r.recovery]  # repairs
     title = f"Fathom report: {root.resolve().name}"
+    waiting = unfinished(runs)  # said in the header of every output
     html_path = output.text(
         "report.html",
         render_html(
@@ -102,6 +104,7 @@ def _write_report(
             masks=masks,
             notes=notes,
             alignment=alignment,
+            unfinished=waiting,
         ),
     )
     output.json(
@@ -125,7 +128,14 @@ def _write_report(
             title, runs, out_dir, made, root, flagged, notes, audit is not None, tables
         ),
     )
-    return ReportOutputs(html_path, md_path, made, len(runs), flagged, notes)
+    return ReportOutputs(html_path, md_path, made, len(runs), flagged, notes, waiting)
+
+
+def _status(r: RunData) -> str:
+    """``complete`` / ``running, 3 of 10 epochs``: the status, with progress if unfinished."""
+    if r.state is None or r.state.finished:
+        return str(r.status)
+    return f"{r.state.status}, {r.state.progress}"
 
 
 def _demoted(md: str) -> str:
@@ -146,7 +156,10 @@ def summary_markdown(
 ) -> str:
     """The answer first (the study's own summary: verdicts and main table), then figures,
     the cross-run tables, the runs and anything flagged."""
-    lines = [f"# {title}", "", "Interactive explorer: [report.html](report.html)", ""]
+    lines = [f"# {title}", ""]
+    notice = [f"> **Not finished**: {x}" for x in unfinished(runs)]  # a snapshot, said first
+    lines += [*notice, ""] if notice else []
+    lines += ["Interactive explorer: [report.html](report.html)", ""]
     study_md = root / "summary.md"
     if study_md.exists():
         lines += ["## Study summary", "", _demoted(study_md.read_text().strip()), ""]
@@ -175,7 +188,7 @@ def summary_markdown(
     ]
     for r in runs:
         lines.append(
-            f"| {r.run_id} | {r.cohort} | {r.seed} | {r.manifest.get('status')} | {len(r.rows)} "
+            f"| {r.run_id} | {r.cohort} | {r.seed} | {_status(r)} | {len(r.rows)} "
             f"| {'; '.join(r.flag_reasons) or '—'} |"
         )
     if flagged or notes:

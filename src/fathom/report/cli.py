@@ -9,7 +9,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     from fathom.report.build import build_report
 
     result = build_report(args.dir, args.out, with_figures=not args.no_figures)
-    print(f"report: {result.html} ({result.runs} runs, {result.html.stat().st_size / 1e6:.2f} MB)")
+    waiting = f", a snapshot: {len(result.unfinished)} not finished" if result.unfinished else ""
+    size = result.html.stat().st_size / 1e6
+    print(f"report: {result.html} ({result.runs} runs, {size:.2f} MB{waiting})")
+    for line in result.unfinished:  # the report is a snapshot of these runs
+        print(f"not finished: {line}")
     print(f"summary: {result.summary_md}")
     for fig in result.figures:
         print(f"figure: {fig}")

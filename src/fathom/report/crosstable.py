@@ -138,13 +138,13 @@ def run_flags(run: RunData) -> list[str]:
     """:func:`fathom.stats.failure_flags` of a run from its manifest status and final row
     (test accuracy, fitting CE and accuracy); classes from the manifest's ``data.info``,
     else the number of per-class test accuracies. Without a class count (< 2) only the
-    status, non-finite and fitting flags apply; a status other than the four known ones
+    status, non-finite and fitting flags apply; a status other than the five known ones
     counts as ``running`` (no final result)."""
     last = final_row(run)
     info = (run.manifest.get("data") or {}).get("info") or {}
     classes = info.get("classes") or sum(k.startswith("split/test/class_acc/") for k in last)
     status = run.manifest.get("status")
-    known = ("complete", "diverged", "failed", "running")
+    known = ("complete", "diverged", "failed", "running", "interrupted")
     values = {k: _flag_value(last.get(k)) for k in ("test/acc", "fit/ce", "fit/acc")}
     chance = int(classes) >= 2
     return failure_flags(

@@ -241,6 +241,7 @@ def render_html(
     masks: Mapping[str, Any] | None = None,
     notes: Sequence[str] = (),
     alignment: LayerAlignment | None = None,
+    unfinished: Sequence[str] = (),
 ) -> str:
     """The whole page. ``curvature`` maps a run id to its ``{"summary", "epochs"}``;
     ``alignment``: the layer alignment of the curves' small multiples (default: the runs')."""
@@ -253,7 +254,8 @@ def render_html(
     )
     cohorts = sorted({r.cohort for r in runs})
     subtitle = (
-        f"{len(runs)} runs, {len(cohorts)} cohorts; data read from run directories. "
+        "".join(f"NOT FINISHED: {x}. " for x in unfinished)
+        + f"{len(runs)} runs, {len(cohorts)} cohorts; data read from run directories. "
         "Self-contained: opens from disk, makes no network request."
     )
     none = "<p class='note'>{}</p>"

@@ -4,6 +4,10 @@ Everything here is read from run directories (``fathom.rundir``), never from a
 trainer. A history line that was truncated or does not parse is *flagged* (its line
 number kept) and left out; a row without an integer ``epoch`` or repeating an epoch
 is flagged the same way. The remaining rows are sorted by epoch.
+
+A run's state (:func:`fathom.rundir.run_state`: running while a live process holds its lock,
+interrupted, or its outcome) travels with it, so every output of a run that is not finished
+says so (:func:`unfinished`): ``running, 3 of 10 epochs``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 from fathom.base.io import sha256_file
 from fathom.errors import FathomError
-from fathom.rundir import RunDir, find_runs
+from fathom.rundir import RunDir, RunState, find_runs, run_state
 
 
 @dataclass
@@ -31,6 +35,7 @@ class RunData:
     flag_reasons: list[str] = field(default_factory=list)
     history_sha256: str | None = None
     recovery: list[str] = field(default_factory=list)  # what writers repaired (RunDir)
+    state: RunState | None = None  # read with the run (None: a run made by hand, in tests)
 
     @property
     def config(self) -> Mapping[str, Any]:
@@ -61,13 +66,20 @@ class RunData:
         name = self.recipe if self.lr is None else f"{self.recipe} lr={self.lr:g}"
         return name if self.phase is None else f"{name} ({self.phase})"
 
+    @property
+    def status(self) -> str | None:
+        """The run's status as said (:class:`~fathom.rundir.RunState`), else the manifest's."""
+        return self.state.status if self.state is not None else self.manifest.get("status")
+
     def metadata(self) -> dict[str, Any]:
-        """The run-level facts every exported row carries."""
+        """The run-level facts every exported row carries (``state``: ``running, 3 of 10
+        epochs (...)`` for a run being trained, ``complete, 10 of 10 epochs``)."""
         m = self.manifest
         return {
             "run_id": self.run_id,
             "study": m.get("study"),
-            "status": m.get("status"),
+            "status": self.status,
+            "state": self.state.sentence() if self.state is not None else None,
             "recipe": self.recipe,
             "lr": self.lr,
             "seed": self.seed,
@@ -111,7 +123,18 @@ def run_data(rd: RunDir) -> RunData:
         flag_reasons=reasons,
         history_sha256=sha256_file(hist) if hist.exists() else None,
         recovery=rd.recovery_notes(),
+        state=run_state(rd),
     )
+
+
+def unfinished(runs: list[RunData]) -> list[str]:
+    """``"<run id>: running, 3 of 10 epochs (...)"`` for each run without its final result
+    (running or interrupted): what every report and export says beside its output."""
+    return [
+        f"{r.run_id}: {r.state.sentence()}"
+        for r in runs
+        if r.state is not None and not r.state.finished
+    ]
 
 
 def load_runs(root: str | Path) -> list[RunData]:

@@ -7,14 +7,13 @@ its ``study`` may be a study TOML path relative to that file.
 
 from __future__ import annotations
 
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fathom.config import _format_validation_error
+from fathom.config import _format_validation_error, load_toml, parse_toml
 from fathom.errors import FathomError, with_suggestion
 from fathom.study.config import StudyConfig, load_study
 
@@ -155,7 +154,12 @@ def _validate(data: dict[str, Any], origin: str) -> PipelineConfig:
 
 def _presets() -> dict[str, Any]:
     text = (resources.files("fathom") / "reproduce" / "pipelines.toml").read_text("utf-8")
-    return tomllib.loads(text)
+    return parse_toml(text, "the shipped pipelines.toml")
+
+
+def pipeline_preset_names() -> list[str]:
+    """The pipeline presets of ``fathom reproduce`` (``quick``, ``seed-003``, ...)."""
+    return sorted(_presets())
 
 
 def check_against_study(pipe: PipelineConfig, study: StudyConfig, origin: str) -> None:
@@ -185,12 +189,7 @@ def load_pipeline(name_or_path: str) -> tuple[str, PipelineConfig, Any, str]:
     :class:`~fathom.depthscale.config.DepthScaleConfig`."""
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
-        if not path.exists():
-            raise FathomError(f"pipeline file {str(path)!r} does not exist")
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as e:
-            raise FathomError(f"pipeline file {str(path)!r} is not valid TOML: {e}") from None
+        data = load_toml(path, "pipeline file")
         pipe, origin, name = _validate(data, str(path)), str(path), path.stem
         base: Path | None = path.parent
         study_ref = pipe.study

@@ -9,13 +9,12 @@ with the place its Fathom counterpart is written (a path template over ``{study}
 
 from __future__ import annotations
 
-import tomllib
 from importlib import resources
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fathom.config import _format_validation_error
+from fathom.config import _format_validation_error, parse_toml
 from fathom.errors import FathomError
 
 EXTRACT_KINDS: tuple[str, ...] = (
@@ -145,10 +144,7 @@ class SeedData(_Strict):
 
 def parse_seeds(text: str, origin: str = "seeds.toml") -> SeedData:
     """Validate the text of a seeds file; bad input raises :class:`FathomError` naming the key."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise FathomError(f"{origin} is not valid TOML: {e}") from None
+    data = parse_toml(text, origin)
     try:
         return SeedData.model_validate(data)
     except ValidationError as e:

@@ -1,7 +1,8 @@
 """Byte-level checks of a run directory's files, without torch (``fathom runs show``).
 
 * :func:`resume_file`: which resume state a run directory holds;
-* :func:`refuse_links_out`: a writer never writes through a symbolic link out of the run;
+* :func:`check_run_dir`, :func:`refuse_links_out`: a writer never writes through a symbolic
+  link out of the run;
 * :func:`stray_tmp_files`: ``.*.tmp`` files a killed atomic write left behind;
 * :func:`weight_file_problems`: every weights file a manifest entry names, against the
   ``sha256`` of the whole file recorded in that entry (header and metadata included, see
@@ -19,6 +20,7 @@ from typing import Any
 
 from fathom.base.io import sha256_file
 from fathom.errors import FathomError
+from fathom.rundir.sections import UNFINISHED
 
 RESUME_NAME = "resume.safetensors"
 """The resume state's file in ``checkpoints/`` (:func:`fathom.rundir.files.encode_resume`)."""
@@ -39,6 +41,17 @@ def resume_file(run_dir: Path) -> Path | None:
 
 WRITTEN = ("manifest.json", "history.jsonl", "checkpoints")
 """What a run's writer writes into: none may be a symbolic link out of the run."""
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """What a writer checks before it locks ``run_dir``: a directory (or nothing yet), and
+    nothing it writes into a symbolic link out of it (:func:`refuse_links_out`)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise FathomError(
+            f"{str(run_dir)!r} is a file, not a run directory; move it away or choose "
+            "another --runs-dir/--name"
+        )
+    refuse_links_out(run_dir)
 
 
 def refuse_links_out(
@@ -76,7 +89,7 @@ def weight_file_problems(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
     running: a running run may hold a newer selection of its own) whose file is missing or
     whose SHA-256 differs from the ``sha256`` its manifest entry records."""
     entries = [(f"epoch {e}", c) for e, c in (manifest.get("checkpoints") or {}).items()]
-    if manifest.get("status") != "running" and manifest.get("selected_checkpoint"):
+    if manifest.get("status") not in UNFINISHED and manifest.get("selected_checkpoint"):
         entries.append(("selected", manifest["selected_checkpoint"]))
     out = []
     for label, entry in entries:

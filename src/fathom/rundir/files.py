@@ -31,6 +31,7 @@ from fathom.errors import FathomError
 from fathom.rundir.filecheck import (  # noqa: F401  (re-exported)
     LEGACY_RESUME,
     RESUME_NAME,
+    check_run_dir,
     refuse_links_out,
     resume_file,
     stray_tmp_files,
@@ -234,11 +235,13 @@ def load_legacy_resume(path: Path) -> dict[str, Any]:
     return state
 
 
-def convert_legacy(run_dir: Path, state: dict[str, Any]) -> dict[str, str]:
-    """Write ``state`` (verified, read from ``resume.pt`` by :func:`load_legacy_resume`) as
-    ``checkpoints/resume.safetensors``, then remove ``resume.pt``; the recovery event's
-    details ``{"old", "new"}``."""
-    ckpt = Path(run_dir) / "checkpoints"
-    save_resume(ckpt / RESUME_NAME, state)
-    (ckpt / LEGACY_RESUME).unlink()
+def convert_legacy(run_dir: Path) -> dict[str, str] | None:
+    """When the resume state of ``run_dir`` is an older fathom's ``resume.pt``: write it
+    (verified again, :func:`load_legacy_resume`) as ``checkpoints/resume.safetensors``, remove
+    ``resume.pt`` and return the recovery event's details ``{"old", "new"}``; else ``None``."""
+    found = resume_file(run_dir)
+    if found is None or found.name != LEGACY_RESUME:
+        return None
+    save_resume(found.with_name(RESUME_NAME), load_legacy_resume(found))
+    found.unlink()
     return {"old": f"checkpoints/{LEGACY_RESUME}", "new": f"checkpoints/{RESUME_NAME}"}

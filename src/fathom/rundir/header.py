@@ -20,11 +20,11 @@ sections). These fields are the contract every reader relies on, validated by
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from fathom.rundir.sections import RecoveryEvent, WeightsEntry
+from fathom.rundir.sections import RecoveryEvent, Status, WeightsEntry
 
 FORMAT = 3
 """The manifest version this fathom writes; it reads every earlier one. Format 3: a manifest
@@ -34,7 +34,7 @@ TYPED_FROM = 3
 """The first format whose ``run`` manifests are validated as a whole."""
 MANIFEST_KINDS = ("run", "depth_scaling")
 PHASES = ("tuning", "main", "diagnostic")
-STATUSES = ("running", "complete", "diverged", "failed")
+STATUSES: tuple[str, ...] = get_args(Status)
 
 
 class ManifestHeader(BaseModel):
@@ -53,7 +53,7 @@ class ManifestHeader(BaseModel):
     study: str | None = None
     kind: str
     phase: Literal["tuning", "main", "diagnostic"] | None = None
-    status: Literal["running", "complete", "diverged", "failed"]
+    status: Status
     status_reason: str | None = None
     config: dict[str, Any]
     epochs_completed: int | None = None

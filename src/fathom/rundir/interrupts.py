@@ -5,6 +5,10 @@ fsync that follows the rename of a weights file: the file is then on disk while 
 manifest still describes its predecessor, and a reader reports a digest mismatch.
 :func:`uninterrupted` holds SIGINT back for such a step and raises the interrupt when the
 step is done, so the run directory always describes the files it holds.
+
+:func:`sigterm_interrupts` makes SIGTERM (``kill PID``, a scheduler's stop) a
+``KeyboardInterrupt`` too, for the duration of a command: the run then records
+``interrupted`` as on Ctrl-C, and :func:`uninterrupted` holds it back the same way.
 """
 
 from __future__ import annotations
@@ -14,27 +18,47 @@ import signal
 import threading
 from collections.abc import Iterator
 
+HELD = (signal.SIGINT, signal.SIGTERM)
+"""The signals :func:`uninterrupted` holds back where they raise ``KeyboardInterrupt``."""
+
 
 @contextlib.contextmanager
 def uninterrupted() -> Iterator[None]:
-    """Hold back SIGINT until the block ends, then raise ``KeyboardInterrupt``.
+    """Hold back SIGINT (and SIGTERM under :func:`sigterm_interrupts`) until the block ends,
+    then raise ``KeyboardInterrupt``.
 
-    Only where Python's own SIGINT handler is installed and in the main thread (signals
-    are delivered there only): under another handler (a nested block, an application's
-    own) the block runs unchanged. An exception raised by the block wins over a held-back
-    interrupt.
+    Only in the main thread (signals are delivered there only), and only a signal whose
+    handler is Python's own ``default_int_handler``: under another handler (a nested block,
+    an application's own) it is left alone. An exception raised by the block wins over a
+    held-back interrupt.
     """
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
+    ours = [s for s in HELD if signal.getsignal(s) is signal.default_int_handler]
     held: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+    previous = {s: signal.signal(s, lambda signum, _frame: held.append(signum)) for s in ours}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     if held:
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``KeyboardInterrupt`` like SIGINT (main thread and
+    a default SIGTERM disposition only; the previous handler is restored afterwards)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

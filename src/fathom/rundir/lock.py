@@ -40,6 +40,25 @@ def _holder(path: Path) -> dict:
     return holder if isinstance(holder, dict) else {}
 
 
+PROBE_GRACE_S = 0.05
+"""How long a writer retries a lock it finds held before it is refused: a reader's probe
+(:func:`lock_holder`, a shared lock held for microseconds) never refuses a writer; a
+writer's lock, held for the whole run, still refuses the second writer at once."""
+
+
+def _lock_exclusive(fd: int) -> bool:
+    """``flock(LOCK_EX | LOCK_NB)``, retried for :data:`PROBE_GRACE_S`; whether it was taken."""
+    deadline = time.monotonic() + PROBE_GRACE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+
 class DirLock:
     """An exclusive, non-blocking lock on ``directory`` (created if absent).
 
@@ -64,9 +83,7 @@ class DirLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             raise os_error(e, f"write to directory {str(self.directory)!r} (to lock it)") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _lock_exclusive(fd):
             os.close(fd)
             holder = _holder(self.path)
             pid = holder.get("pid", "unknown")
@@ -111,3 +128,30 @@ class DirLock:
 def study_lock(root: str | os.PathLike) -> DirLock:
     """The lock a ``fathom study run`` holds on its study directory for its whole duration."""
     return DirLock(root, name=STUDY_LOCK, what="study directory")
+
+
+def lock_holder(directory: str | os.PathLike, name: str = RUN_LOCK) -> int | None:
+    """The PID of another live process holding ``directory``'s lock, or ``None``.
+
+    Probes with a shared, non-blocking ``flock`` (released at once) on the lock file opened
+    read-only: nothing is created or written. The kernel holds a lock exactly as long as its
+    process lives, so a writer killed by ``kill -9`` holds none, whatever its lock file still
+    says. A lock this process holds itself (an analysis writing into the run) is not another
+    holder. A writer taking the lock during the probe waits it out (:data:`PROBE_GRACE_S`).
+    A holder whose lock file names no PID is reported as ``-1``.
+    """
+    try:
+        fd = os.open(Path(directory) / name, os.O_RDONLY)
+    except OSError:  # no lock file: never locked, or not readable (then not provably held)
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = _holder(Path(directory) / name).get("pid")
+        pid = pid if isinstance(pid, int) else -1
+        return None if pid == os.getpid() else pid
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

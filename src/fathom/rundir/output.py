@@ -22,6 +22,7 @@ refused at once, before it computes or writes anything. Every file is written at
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -142,8 +143,15 @@ def analysis_output(
         raise FathomError(
             f"cannot write the {name} output {str(directory)!r} now: {e} Nothing was written"
         ) from None
+    existed = directory.exists()
     try:
         ensure_writable_dir(directory)
         yield AnalysisOutput(directory, lock)
+    except BaseException:
+        lock.release()
+        if not existed:  # a refused analysis leaves nothing behind, not even its directory
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only when empty
+        raise
     finally:
         lock.release()

@@ -21,6 +21,7 @@ from fathom.errors import FathomError
 from fathom.rundir.kinds import config_validator
 from fathom.rundir.manifest import check_manifest, describe_recovery
 from fathom.rundir.record import RunManifest
+from fathom.rundir.sections import UNFINISHED
 
 if TYPE_CHECKING:  # reading the manifest and history needs no torch (`fathom study status`)
     import torch
@@ -118,7 +119,7 @@ class RunDir:
             )
         elif hashlib.sha256(data[:n]).hexdigest() != rec["sha256"]:
             out.append("history.jsonl fails its digest check: its rows were modified")
-        elif len(data) > n and self.status != "running":
+        elif len(data) > n and self.status not in UNFINISHED:
             out.append(
                 f"history.jsonl has {len(data) - n} bytes after the last recorded row "
                 f"({rec['rows']} rows recorded); they were appended by another writer"
@@ -197,10 +198,19 @@ class RunDir:
             resume = files.resume_file(self.path)
             if resume is not None:
                 try:
-                    files.load_resume(resume)
+                    self._resume_agrees(files.load_resume(resume))
                 except FathomError as e:
                     out.append(str(e))
         return out
+
+    def _resume_agrees(self, state: dict[str, Any]) -> None:
+        """Raise unless the resume state agrees with this manifest's own record
+        (:func:`fathom.rundir.agreement.verify_against_manifest`: not a twin's)."""
+        from fathom.rundir.agreement import verify_against_manifest
+
+        path = self.path / "history.jsonl"
+        history = path.read_bytes() if path.exists() else None
+        verify_against_manifest(state, self.manifest, history, self.path)
 
     def _selected_problems(self) -> list[str]:
         """The selected weights against their entry. A running run stopped inside an epoch
@@ -217,7 +227,7 @@ class RunDir:
             return []
         except FathomError as e:
             problem = str(e)
-        if self.status == "running":
+        if self.status in UNFINISHED:  # cut inside an epoch: may hold a newer selection
             try:
                 _state, meta = files.load_weights(self.path / entry["file"])
             except FathomError as e:
@@ -281,20 +291,13 @@ class RunDir:
         return model.to(device=device, dtype=dtype or torch.float32).eval()
 
     def load_splits(self, device: str | torch.device = "cpu"):
-        """The run's data splits, re-derived and checked against the recorded split hash."""
+        """The run's data splits, re-derived from its config (relative data paths resolved
+        from any working directory) and checked against the recorded data content, files and
+        split (:func:`fathom.rundir.inputs.verified_splits`)."""
         self._require_kind("re-deriving its data splits")
-        import torch
+        from fathom.rundir.inputs import verified_splits
 
-        from fathom.data.prepare import prepare_splits
-
-        splits = prepare_splits(self.config.data, torch.device(device))
-        recorded = self.manifest.get("data", {}).get("split_hash")
-        if recorded is not None and recorded != splits.split_hash:
-            raise FathomError(
-                f"the data splits of run {self.run_id!r} no longer match: recorded split hash "
-                f"{recorded}, re-derived {splits.split_hash}. The dataset files or split code changed."
-            )
-        return splits
+        return verified_splits(self.manifest, self.config.data, self.path, device)
 
 
 def find_runs(root: str | Path) -> list[RunDir]:

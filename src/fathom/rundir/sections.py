@@ -41,7 +41,7 @@ class Data(_Closed):
     ``dataset``: the config's dataset name; ``files``: ``{file: sha256}`` of the dataset files
     read (empty for data given in memory); ``split_mode`` / ``split_seed``: how the splits were
     drawn; ``split_hash``: digest of the split indices; ``tensors_sha256``: digest of the six
-    split tensors' content (:func:`fathom.train.manifest.splits_digest`); ``sizes``; ``info``:
+    split tensors' content (:func:`fathom.data.splits.splits_digest`); ``sizes``; ``info``:
     what the source records about itself (``classes``, ``in_features``, ``input_shape``,
     ``input_dtype`` always; more per source), from which ``RunDir.build_model`` rebuilds the
     model.
@@ -271,4 +271,9 @@ class Integrity(_Closed):
 
 
 Phase = Literal["tuning", "main", "diagnostic"]
-Status = Literal["running", "complete", "diverged", "failed"]
+Status = Literal["running", "interrupted", "complete", "diverged", "failed"]
+"""A run's status: ``running`` while a writer trains it (or until a killed writer's run is
+resumed: a reader tells the two apart by the run's lock, :func:`fathom.rundir.state.run_state`),
+``interrupted`` after Ctrl-C or SIGTERM (resumable), then its outcome."""
+UNFINISHED: tuple[Status, ...] = ("running", "interrupted")
+"""The statuses of a run cut short or still training: no final result, resumable."""

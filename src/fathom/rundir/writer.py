@@ -32,6 +32,7 @@ import torch
 from fathom.base.io import atomic_write_bytes, atomic_write_json, dumps, parse_jsonl, sha256_bytes
 from fathom.errors import FathomError, os_error
 from fathom.rundir import files
+from fathom.rundir.agreement import RECORD_KEY, manifest_record, verify_against_manifest
 from fathom.rundir.errors import failure_record
 from fathom.rundir.interrupts import uninterrupted
 from fathom.rundir.lock import DirLock
@@ -70,17 +71,11 @@ class RunWriter(ManifestUpdates):
         self._disk: dict[str, Any] | None = None
         self._restart = False
         self._cut: bytes | None = None  # the verified history a resume cuts back to
-        self._legacy: dict[str, Any] | None = None  # a resume state read from resume.pt
 
     # -- opening -------------------------------------------------------------------------
     def acquire(self) -> RunWriter:
         """Lock the directory (creating it) and remove stray temp files of killed writes."""
-        if self.path.exists() and not self.path.is_dir():
-            raise FathomError(
-                f"{str(self.path)!r} is a file, not a run directory; move it away or choose "
-                "another --runs-dir/--name"
-            )
-        files.refuse_links_out(self.path)
+        files.check_run_dir(self.path)
         self.lock.acquire()
         try:
             (self.path / "checkpoints").mkdir(exist_ok=True)
@@ -126,7 +121,9 @@ class RunWriter(ManifestUpdates):
         this run (:func:`~fathom.rundir.resume.check_binding`); the source hash (a change is
         refused unless ``allow_source_change``, then recorded); every epoch checkpoint the
         state lists (and the selected one); the history rows up to the resume point against
-        the digest the state recorded. Rows after it are cut; they and torn lines among them
+        the digest the state recorded; the state, history and checkpoints against the
+        manifest's own record (:func:`~fathom.rundir.agreement.verify_against_manifest`:
+        a twin's files are refused). Rows after it are cut; they and torn lines among them
         are recorded under ``recovery``. A run with no resume state and no completed epoch
         returns ``None``: the caller starts it again (:meth:`start`, recorded).
         """
@@ -149,7 +146,6 @@ class RunWriter(ManifestUpdates):
             return None
         assert path is not None
         state = files.load_resume(path)
-        self._legacy = state if path.name == files.LEGACY_RESUME else None
         check_binding(state, rd.manifest, self.path)
         epoch = int(state["epoch"])
         if source_changed(rd.manifest, source_hash, allow_source_change, epoch, self.path):
@@ -162,6 +158,8 @@ class RunWriter(ManifestUpdates):
                 ("selected_beyond_resume_point", {"epoch": later, "resume": epoch})
             )
         self._verify_history(state["history"], epoch)
+        history = self._guard("read history.jsonl", _read_or_none, self.path / "history.jsonl")
+        verify_against_manifest(state, rd.manifest, history, self.path)
         return state
 
     def _verify_history(self, record: Any, epoch: int) -> None:
@@ -219,9 +217,9 @@ class RunWriter(ManifestUpdates):
             path = self.path / "history.jsonl"
             self._guard("rewrite history.jsonl", atomic_write_bytes, path, self._cut)
             self._cut = None
-        if self._legacy is not None:  # read from an older fathom's resume.pt: convert it
-            event = self._guard("convert resume.pt", files.convert_legacy, self.path, self._legacy)
-            self._pending.append(("resume_state_converted", event))
+        converted = self._guard("convert resume.pt", files.convert_legacy, self.path)
+        if converted:  # the state was read from an older fathom's resume.pt
+            self._pending.append(("resume_state_converted", converted))
         self._begin(None)
 
     @property
@@ -266,13 +264,14 @@ class RunWriter(ManifestUpdates):
         }
 
     def save_resume(self, state: dict[str, Any]) -> str:
-        """``checkpoints/resume.safetensors`` (self-verifying), bound to this run and to the history
-        written so far (:func:`~fathom.rundir.resume.bind`); returns its payload digest."""
+        """``checkpoints/resume.safetensors`` (self-verifying), bound to this run and to the
+        history written so far (:func:`~fathom.rundir.resume.bind`); returns its digest."""
         self._require_lock()
         assert self.manifest is not None
         path = self.path / "checkpoints" / files.RESUME_NAME
         binding = {"run_id": self.manifest.run_id, "config_hash": self.manifest.config_hash}
         bound = bind(state, binding, self._history_record())
+        bound[RECORD_KEY] = manifest_record(self._json())  # what it was computed with
         return self._guard("write the resume state", files.save_resume, path, bound)
 
     def _history_record(self) -> dict[str, Any]:
@@ -316,12 +315,14 @@ class RunWriter(ManifestUpdates):
             self.close()
 
     def interrupted(self, reason: str | None = None) -> None:
-        """Best effort on Ctrl-C: commit the manifest with ``reason`` as its ``status_reason``
-        (status stays ``running``: it can be resumed), unlock. Before :meth:`start` /
-        :meth:`begin_resumed` nothing is written (the directory stays as it was)."""
+        """Best effort on Ctrl-C or SIGTERM: commit the manifest with status ``interrupted``
+        (it can be resumed) and ``reason`` as its ``status_reason``, unlock. Before
+        :meth:`start` / :meth:`begin_resumed` nothing is written (the directory stays as it
+        was)."""
         try:
             if self._begun and self.lock.held:
-                self._held().status_reason = reason
+                m = self._held()
+                m.status, m.status_reason = "interrupted", reason
                 self.commit()
         except FathomError:
             pass

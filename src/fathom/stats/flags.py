@@ -33,7 +33,7 @@ EXCLUDING_FLAGS = (
 )
 """Flags that remove a run from comparisons."""
 
-_KNOWN_STATUSES = ("complete", "diverged", "failed", "running")
+_KNOWN_STATUSES = ("complete", "diverged", "failed", "running", "interrupted")
 
 
 def _non_finite(x: float | None) -> bool:
@@ -54,7 +54,8 @@ def failure_flags(
     """Flags of one run, in a fixed order (``n_eval``: the test-set size the accuracy is on).
 
     * ``diverged``: ``status == "diverged"`` or any given metric is NaN/inf (nothing else);
-    * ``incomplete``: ``status`` is ``"failed"`` or ``"running"`` (no final result);
+    * ``incomplete``: ``status`` is ``"failed"``, ``"running"`` or ``"interrupted"`` (no
+      final result);
     * ``at_chance``: :func:`~fathom.stats.chance.chance_test` says *failed*;
     * ``near_chance``: it says *undetermined* (the run decides no verdict);
     * ``n_eval_unknown``: an accuracy without its evaluation-set size: it cannot be judged;
@@ -74,7 +75,7 @@ def failure_flags(
     if status == "diverged" or any(_non_finite(x) for x in (test_acc, train_ce, fit_acc)):
         return ["diverged"]
     flags: list[str] = []
-    if status in ("failed", "running"):
+    if status in ("failed", "running", "interrupted"):
         flags.append("incomplete")
     if test_acc is not None:
         if n_eval is None:

@@ -153,9 +153,9 @@ def bad_table(table: DepthScalingTable) -> str | None:
                     f"another cell {sorted(seeds)}; every cell needs the same seeds"
                 )
             for s, acc, st in zip(ids, runs.test_acc, runs.status):
-                if st not in ("complete", "diverged", "failed", "running"):
+                if st not in ("complete", "diverged", "failed", "running", "interrupted"):
                     return f"depth {depth}, arm {arm!r}, seed {s}: unknown status {st!r}"
-                if st in ("failed", "running"):
+                if st in ("failed", "running", "interrupted"):
                     return f"missing seed: depth {depth}, arm {arm!r}, seed {s} is {st}"
                 finite = acc is not None and math.isfinite(float(acc))
                 if st != "diverged" and not finite:

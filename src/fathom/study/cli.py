@@ -77,9 +77,10 @@ def progress_line(info: Any) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fathom.study.config import load_study
-    from fathom.train.cli import live_settings
+    from fathom.train.cli import live_settings, named_inputs
 
     study, origin = load_study(args.study)
+    named_inputs(study, origin)  # factories import, data paths exist: before any run starts
     if args.backend != "ray" and args.address:
         raise FathomError("--address is for --backend ray; drop it or add --backend ray")
     tracking = live_settings(study.live, args.live)
@@ -150,7 +151,8 @@ STATUS_ORDER = (
     "complete",
     "diverged",
     "failed",
-    "interrupted or running",
+    "running",
+    "interrupted",
     "not started",
     "waiting for tuning",
 )

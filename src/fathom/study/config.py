@@ -39,14 +39,19 @@ run itself, so ``[base]`` may not set them.
 
 from __future__ import annotations
 
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fathom.config import RunConfig, _format_validation_error, load_toml, validate_run_config
+from fathom.config import (
+    RunConfig,
+    _format_validation_error,
+    load_toml,
+    parse_toml,
+    validate_run_config,
+)
 from fathom.config.live import LiveConfig
 from fathom.config.models import Bool, Float, Int, Name
 from fathom.config.recipes import RECIPES
@@ -298,12 +303,37 @@ def preset_names() -> list[str]:
     return sorted(p.name.removesuffix(".toml") for p in root.iterdir() if p.name.endswith(".toml"))
 
 
+def _preset_of_another_command(name: str) -> str:
+    """What to run instead when ``name`` is another command's preset (``""`` when none)."""
+    from fathom.depthscale.config import PRESETS as DEPTH_PRESETS
+
+    root = resources.files("fathom")
+    pipelines = parse_toml(
+        (root / "reproduce" / "pipelines.toml").read_text("utf-8"), "the shipped pipelines.toml"
+    )
+    commands = [
+        (
+            f"a run preset: train it with `fathom train {name}`",
+            (root / "presets" / "runs" / f"{name}.toml").is_file(),
+        ),
+        (
+            f"a depth-scaling preset: run it with `fathom depth-scaling --preset {name}`",
+            name in DEPTH_PRESETS,
+        ),
+        (f"a reproduce pipeline: run it with `fathom reproduce {name}`", name in pipelines),
+    ]
+    return "; ".join(f"it is {what}" for what, hit in commands if hit)
+
+
 def load_study(preset_or_path: str | Path) -> tuple[StudyConfig, str]:
     """A study from a TOML path or a preset name; returns ``(config, origin)``."""
     path = Path(preset_or_path)
     if path.suffix == ".toml" or path.exists():
         return validate_study_config(load_toml(path), origin=str(path)), str(path)
     name = str(preset_or_path)
+    elsewhere = _preset_of_another_command(name)
+    if name not in preset_names() and elsewhere:
+        raise FathomError(f"{name!r} is not a study: {elsewhere}")
     if name not in preset_names():
         unknown = with_suggestion(f"unknown study preset {name!r}", name, preset_names())
         raise FathomError(
@@ -311,4 +341,5 @@ def load_study(preset_or_path: str | Path) -> tuple[StudyConfig, str]:
             "or pass a study TOML path"
         )
     text = (resources.files("fathom") / "presets" / f"{name}.toml").read_text(encoding="utf-8")
-    return validate_study_config(tomllib.loads(text), origin=f"preset {name}"), f"preset {name}"
+    data = parse_toml(text, f"preset {name}")
+    return validate_study_config(data, origin=f"preset {name}"), f"preset {name}"

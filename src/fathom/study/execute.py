@@ -2,9 +2,10 @@
 
 Given a :class:`RunSpec`, :func:`execute_run` looks at the run directory first:
 
-* complete, final checkpoint and history intact -> skipped (nothing is recomputed);
-* complete but damaged (torn or edited history)  -> retrained (training is deterministic,
-  so the retrained run must end with the recorded final hash: checked);
+* complete, every file intact                   -> skipped (nothing is recomputed);
+* complete but damaged (torn or edited history, a corrupt checkpoint, a resume state that is
+  not its manifest's: :meth:`RunDir.problems` ``deep``) -> retrained (training is
+  deterministic, so the retrained run must end with the recorded final hash: checked);
 * diverged                                      -> kept (a divergence is a result);
 * running / interrupted, with a resume state    -> resumed from its last epoch boundary;
 * failed by its environment (full disk, read-only or failing file system) -> retried;
@@ -101,7 +102,7 @@ def _wipe(path: Path) -> None:
 def _plan(state: str, rd: RunDir | None, retry_failed: bool) -> tuple[str, str | None]:
     """``(action, note)`` for a run in ``state``: skip / keep / resume / retrain (and why)."""
     if state == "complete":
-        problems = rd.history_problems() if rd is not None else []
+        problems = rd.problems(deep=True) if rd is not None else []  # every file, digested
         if not problems:
             return "skip", None
         return "retrain", f"retrained: {'; '.join(problems)}"
@@ -186,7 +187,7 @@ def execute_run(
         _wipe(path)
         state = "unstarted"
     has_resume = resume_file(path) is not None
-    if state in ("running", "failed") and has_resume:
+    if state in ("running", "interrupted", "failed") and has_resume:
         verb, resume = ("retried" if state == "failed" else "resumed"), True
     else:
         _wipe(path)  # killed before its first epoch boundary: nothing to keep

@@ -10,12 +10,11 @@ and a mistyped ``--set`` key pay only for the run models (issue 23).
 
 from __future__ import annotations
 
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fathom.config import RunConfig, load_toml, validate_run_config
+from fathom.config import RunConfig, load_toml, parse_toml, validate_run_config
 from fathom.depthscale.config import PRESETS as DEPTH_PRESETS
 from fathom.depthscale.config import DepthScaleConfig, make_config, validate_depth_scaling
 from fathom.errors import FathomError, with_suggestion
@@ -50,6 +49,41 @@ def validate_config(
     return validate_depth_scaling(dict(data), origin)
 
 
+def require_model(data: dict[str, Any] | None, origin: str) -> None:
+    """Refuse a run config that names no model: no config at all (``data`` None), an empty
+    file, or one without a ``[model]`` table (or with an empty one) would train the defaults
+    (the full-width Ciresan MLP for the default epochs on all of the default dataset) without
+    the user having chosen them."""
+    if data and data.get("model"):
+        return
+    d = RunConfig()
+    widths = "-".join(map(str, d.model.widths))  # type: ignore[union-attr]  # the default is Ciresan
+    what = (
+        "no config is given"
+        if data is None
+        else f"{origin} is empty"
+        if not data
+        else f"{origin} names no model (no [model] table, or an empty one)"
+    )
+    presets = ", ".join(sorted(_run_presets()))
+    raise FathomError(
+        f"{what}: it would train the defaults, the full-width Ciresan MLP ({widths}) for "
+        f"{d.optim.epochs} epochs on all of {d.data.dataset}. Name the model, e.g.\n"
+        f"{MINIMAL_RUN}or name a run preset ({presets})"
+        + (" or set model keys with --set" if data is None else "")
+    )
+
+
+MINIMAL_RUN = """    [model]
+    widths = [256, 128]
+    [optim]
+    epochs = 5
+    [data]
+    fit_subset = 10000
+"""
+"""A small run config, shown where a config names no model."""
+
+
 def _run_presets() -> dict[str, str]:
     root = resources.files("fathom") / "presets" / "runs"
     return {
@@ -81,7 +115,11 @@ def load_config(name: str) -> tuple[RunConfig | StudyConfig | DepthScaleConfig, 
     """``(config, origin)`` from a TOML path or a preset name of any kind."""
     path = Path(name)
     if path.suffix == ".toml" or path.exists():
-        return validate_config(load_toml(path), str(path)), str(path)
+        data = load_toml(path)
+        cfg = validate_config(data, str(path))
+        if cfg.kind == "run":  # a file the user wrote must choose its model
+            require_model(data, str(path))
+        return cfg, str(path)
     hits = [
         (kind, text)
         for kind, texts in (("run", _run_presets()), ("study", _study_presets()))
@@ -104,7 +142,7 @@ def load_config(name: str) -> tuple[RunConfig | StudyConfig | DepthScaleConfig, 
     kind, text = hits[0]
     if kind == "depth_scaling":
         return make_config(name), f"depth-scaling preset {name}"
-    return validate_config(tomllib.loads(text), f"preset {name}"), f"preset {name}"
+    return validate_config(parse_toml(text, f"preset {name}"), f"preset {name}"), f"preset {name}"
 
 
 def load_run_config_or_preset(name: str) -> RunConfig:

@@ -122,7 +122,7 @@ def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:
         seed=seed,
         lr=lr,
         status=rd.status
-        if rd.status in ("complete", "diverged", "failed", "running")
+        if rd.status in ("complete", "diverged", "failed", "running", "interrupted")
         else "failed",
         classes=classes,
         selected={k: scores["selected"][k] for k in keys},

@@ -4,18 +4,39 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from fathom.errors import FathomError
 
+NOT_REGISTERED = (
+    "the registry indexes the runs of `fathom study run` only; a run of `fathom train` is not in it"
+)
 
-def _registry(args: argparse.Namespace):
+
+def _unregistered(args: argparse.Namespace, run_id: str | None = None) -> str:
+    """Where the run directories of ``fathom train`` under ``--runs-dir`` are (named
+    ``run_id``, when given) and how to read them, for an error that the registry lacks them."""
+    name = run_id or "*"
+    study = getattr(args, "study", None) or "*"
+    found = sorted(p.parent for p in Path(args.runs_dir).glob(f"{study}/{name}/manifest.json"))
+    if not found:
+        return ""
+    shown = ", ".join(repr(str(p)) for p in found[:3]) + (" ..." if len(found) > 3 else "")
+    return (
+        f"; {NOT_REGISTERED}: its directory {shown} is read directly, e.g. `fathom report "
+        f"{found[0]}` or, in Python, `fathom.load_run({str(found[0])!r})`"
+    )
+
+
+def _registry(args: argparse.Namespace, run_id: str | None = None):
     from fathom.study.registry import Registry, registry_path
 
     path = registry_path(args.runs_dir)
     if not path.exists():
         raise FathomError(
-            f"no run registry at {str(path)!r}; run a study with --runs-dir {args.runs_dir} first"
+            f"no run registry at {str(path)!r}; run a study with --runs-dir {args.runs_dir} "
+            f"first{_unregistered(args, run_id)}"
         )
     return Registry(path)
 
@@ -91,7 +112,8 @@ def row_json(row: dict[str, Any]) -> dict[str, Any]:
 def cmd_runs_list(args: argparse.Namespace) -> int:
     from fathom.base.terminal import console
 
-    rows = _registry(args).query(
+    reg = _registry(args)
+    rows = reg.query(
         study=args.study, phase=args.phase, recipe=args.recipe, seed=args.seed, status=args.status
     )
     if args.json:
@@ -102,14 +124,24 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
         out.print("0 runs match")
     for t in runs_tables(rows, args.wide):
         out.print(t)
+    registered = {reg.run_dir(r).resolve() for r in reg.query()}
+    lone = [
+        p.parent
+        for p in sorted(Path(args.runs_dir).glob(f"{args.study or '*'}/*/manifest.json"))
+        if p.parent.resolve() not in registered
+    ]
+    if lone:  # runs of `fathom train`: said, so that a missing run is not a mystery
+        names = ", ".join(str(p) for p in lone[:3]) + (" ..." if len(lone) > 3 else "")
+        print(f"note: {len(lone)} run directories not listed ({names}): {NOT_REGISTERED}")
     return 0
 
 
 def cmd_runs_show(args: argparse.Namespace) -> int:
-    rows = _registry(args).get(args.run_id, args.study)
+    rows = _registry(args, args.run_id).get(args.run_id, args.study)
     if not rows:
         raise FathomError(
             f"no run {args.run_id!r} in the registry; list runs with `fathom runs list`"
+            f"{_unregistered(args, args.run_id)}"
         )
     if len(rows) > 1:
         raise FathomError(
@@ -147,7 +179,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ls.add_argument("--phase", choices=["tuning", "main"])
     ls.add_argument("--recipe")
     ls.add_argument("--seed", type=int)
-    ls.add_argument("--status", choices=["complete", "diverged", "failed", "running", "absent"])
+    ls.add_argument(
+        "--status", choices=["complete", "diverged", "failed", "running", "interrupted", "absent"]
+    )
     ls.add_argument("--wide", action="store_true", help="all columns and full hashes")
     ls.add_argument("--json", action="store_true", help="print the rows as JSON")
     ls.set_defaults(func=cmd_runs_list)

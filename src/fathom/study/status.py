@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.errors import FathomError
-from fathom.rundir import RunDir
+from fathom.rundir import RunDir, run_state
 from fathom.study.plan import RunSpec, main_specs, tuning_specs
 
 
@@ -22,9 +22,7 @@ def _row(spec: RunSpec, epochs: int) -> dict[str, Any]:
     if not (path / "manifest.json").exists():
         return {**row, "status": "not started", "epochs": f"0/{epochs}", "final_params": None}
     rd = RunDir(path)
-    status = rd.status
-    if status == "running":
-        status = "interrupted or running"
+    status = run_state(rd).status  # running only while a live process holds the run's lock
     return {
         **row,
         "status": status,

@@ -45,7 +45,7 @@ from fathom.seam.pex import gram_and_bias_mean
 from fathom.telemetry import params as P
 from fathom.telemetry.distributions import quantile_key
 from fathom.telemetry.gradient_fields import NORM_QUANTILES
-from fathom.telemetry.moments import moments_from_grams
+from fathom.telemetry.moments import moments_from_grams, norm_quantiles
 from fathom.telemetry.probe_rows import activation_row, delta_row, first_input
 from fathom.telemetry.registry import expected_names, resolve_families
 
@@ -95,7 +95,7 @@ def joint_norm(values: list[float | None]) -> float | None:
 
 
 class Instruments:
-    """Probe telemetry of any model; see the module docstring."""
+    """Probe telemetry of any model (module docstring); ``with Instruments(...) as ins:`` closes it."""
 
     def __init__(
         self,
@@ -141,12 +141,32 @@ class Instruments:
         self._names: list[str] | None = None
         self.inputs: tuple[str, ...] = ()
         self.classes = 0
+        self.closed = False
+
+    def __enter__(self) -> Instruments:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Let go of the model (the end of a ``with Instruments(...) as ins:`` block): the
+        seam, the references its structure key holds and the displacement references are
+        dropped; a later :meth:`observe` is refused. Observing leaves no hook on the model
+        and every piece of state as found, so nothing else needs restoring."""
+        self._seam, self._key, self._held, self._names = None, None, [], None
+        self.initial, self._seen, self.closed = {}, {}, True
 
     # -- structure ------------------------------------------------------------------------
     @property
     def seam(self) -> Seam:
         """The model's layers, discovered in dense evaluation mode, and rediscovered
         whenever the model's structure key changed (module docstring)."""
+        if self.closed:
+            raise FathomError(
+                "this Instruments object is closed (its `with` block ended); create a new one "
+                "to observe the model again"
+            )
         check_inference_mode()
         with read_only(self.model):
             key, held = structure_key(self.model, self.x)
@@ -326,19 +346,3 @@ def _reference(
     """The displacement reference of ``p``: ``initial[name]`` if it has ``p``'s shape."""
     w0 = initial.get(name)
     return w0 if w0 is not None and w0.shape == p.shape else None
-
-
-def norm_quantiles(k: torch.Tensor) -> list[list[float]]:
-    """Per layer of ``k`` (``[L, N, N]`` Grams): the :data:`NORM_QUANTILES` of the
-    per-example norms ``||g_i|| = sqrt(K_ii)`` and their max, ``L`` lists of floats.
-
-    Linear interpolation between order statistics (``torch.quantile``'s default): with sorted
-    ``x_(0) <= ... <= x_(N-1)`` and ``p = q (N - 1)``,
-    ``Q(q) = x_(floor p) + (p - floor p) (x_(ceil p) - x_(floor p))``.
-    """
-    k = k.to("cpu", torch.float64)
-    norms = torch.sort(torch.diagonal(k, dim1=1, dim2=2).clamp_min(0.0).sqrt(), dim=1).values
-    pos = torch.tensor(NORM_QUANTILES, dtype=torch.float64) * (norms.shape[1] - 1)
-    lo, hi = pos.floor().long(), pos.ceil().long()
-    q = norms[:, lo] + (pos - lo.to(torch.float64)) * (norms[:, hi] - norms[:, lo])
-    return torch.cat([q, norms[:, -1:]], dim=1).tolist()  # note: one host read for all layers

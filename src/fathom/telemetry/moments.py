@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from fathom.seam.pex import gradient_gram
+from fathom.telemetry.gradient_fields import NORM_QUANTILES
 
 
 @dataclass(frozen=True)
@@ -123,3 +124,19 @@ def gradient_moments(
     loss ``(N, d_out)``. See :func:`moments_from_gram` for the formulas.
     """
     return moments_from_gram(gradient_gram(a, delta, include_bias=include_bias))
+
+
+def norm_quantiles(k: torch.Tensor) -> list[list[float]]:
+    """Per layer of ``k`` (``[L, N, N]`` Grams): the :data:`NORM_QUANTILES` of the
+    per-example norms ``||g_i|| = sqrt(K_ii)`` and their max, ``L`` lists of floats.
+
+    Linear interpolation between order statistics (``torch.quantile``'s default): with sorted
+    ``x_(0) <= ... <= x_(N-1)`` and ``p = q (N - 1)``,
+    ``Q(q) = x_(floor p) + (p - floor p) (x_(ceil p) - x_(floor p))``.
+    """
+    k = k.to("cpu", torch.float64)
+    norms = torch.sort(torch.diagonal(k, dim1=1, dim2=2).clamp_min(0.0).sqrt(), dim=1).values
+    pos = torch.tensor(NORM_QUANTILES, dtype=torch.float64) * (norms.shape[1] - 1)
+    lo, hi = pos.floor().long(), pos.ceil().long()
+    q = norms[:, lo] + (pos - lo.to(torch.float64)) * (norms[:, hi] - norms[:, lo])
+    return torch.cat([q, norms[:, -1:]], dim=1).tolist()  # note: one host read for all layers

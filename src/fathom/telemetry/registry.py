@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, with_suggestion
 from fathom.telemetry.field import QUANTILES, Field, quantile_key
 from fathom.telemetry.gradient_fields import (
     backprop_fields,
@@ -245,8 +245,12 @@ def resolve_families(names: Iterable[str]) -> tuple[str, ...]:
             chosen.add(name)
         else:
             valid = ", ".join([*FAMILIES, *ALIASES])
+            unknown = with_suggestion(
+                f"unknown telemetry family {name!r}", name, [*FAMILIES, *ALIASES]
+            )
             raise FathomError(
-                f"unknown telemetry family {name!r}; valid families: {valid} (set telemetry.families to some of these)"
+                f"{unknown}; valid families: {valid} (families= of fathom.Instruments, "
+                "telemetry.families of a config)"
             )
     return tuple(f for f in FAMILIES if f in chosen)
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fathom.config.export import live_targets
-from fathom.errors import FathomError
+from fathom.errors import FathomError, did_you_mean
 
 if TYPE_CHECKING:  # the parser stays light: `fathom train --help` imports no pydantic or torch
     from fathom.base.terminal import TrainProgress
@@ -31,8 +33,11 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The run config of ``fathom train [CONFIG] [--set ...]``: without ``CONFIG``, the
+    defaults with the ``--set`` keys, which must name the model (never the defaults' full
+    run by accident)."""
     from fathom.config import RunConfig
-    from fathom.study.family import load_run_config_or_preset
+    from fathom.study.family import load_run_config_or_preset, require_model
 
     cfg = load_run_config_or_preset(args.config) if args.config else RunConfig()
     updates = parse_set(args.set or [])
@@ -40,7 +45,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         updates["device"] = args.device
     if getattr(args, "name", None):
         updates["name"] = args.name
-    return cfg.with_updates(updates) if updates else cfg
+    cfg = cfg.with_updates(updates) if updates else cfg
+    if not args.config and not any(k.split(".")[0] == "model" for k in updates):
+        require_model(None, "")
+    return cfg
 
 
 def make_progress(quiet: bool) -> TrainProgress | None:
@@ -75,6 +83,10 @@ def recorded_live(run_dir: Path) -> LiveConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.live is not None:  # a bad flag is named before the config is read
+        from fathom.export.live import parse_live
+
+        parse_live(args.live)
     if args.resume:
         given = ("set", "name", "device", "runs_dir")
         ignored = [f"--{k.replace('_', '-')}" for k in given if getattr(args, k, None)]
@@ -94,29 +106,23 @@ def cmd_train(args: argparse.Namespace) -> int:
         tracking = live_settings(recorded_live(run_dir), args.live)
     else:
         cfg = config_from_args(args)
+        named_inputs(cfg, args.config or "--set")  # refused before anything is written
         run_dir = Path(args.runs_dir or "runs") / cfg.study / cfg.name
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
-    from fathom.export.live import LiveTracker, fan_out  # torch: only once the input is valid
-    from fathom.train.loop import resume, train
+    from fathom.rundir import sigterm_interrupts
 
-    tracker = LiveTracker(run_dir, tracking, cfg) if tracking.enabled else None
-    live = make_progress(args.quiet)
-    progress = fan_out(live, tracker)
+    created = None if args.resume else first_missing(run_dir)
     try:
-        if args.resume:
-            result = resume(
-                args.resume,
-                progress=progress,
-                allow_source_change=args.allow_source_change,
-                live=tracking,
-            )
-        else:
-            result = train(cfg, run_dir, progress=progress)
-    finally:
-        if live is not None:
-            live.close()
-        reports = tracker.close() if tracker is not None else []
+        with sigterm_interrupts():  # `kill PID` is recorded like Ctrl-C
+            result, reports = run_training(args, cfg, run_dir, tracking)
+    except KeyboardInterrupt:
+        remove_unstarted(created, run_dir)
+        print(f"fathom train: {interrupted_message(run_dir)}", file=sys.stderr)
+        return 130
+    except BaseException:  # refused before the run started (data too small, ...): no trace
+        remove_unstarted(created, run_dir)
+        raise
     for report in reports:
         print("\n".join(report.lines()))
     print(
@@ -133,18 +139,140 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_training(
+    args: argparse.Namespace, cfg: RunConfig | None, run_dir: Path, tracking: LiveConfig
+) -> tuple[Any, list[Any]]:
+    """Train (or resume) with the live display and trackers; ``(result, tracker reports)``."""
+    from fathom.export.live import LiveTracker, fan_out  # torch: only once the input is valid
+    from fathom.train.loop import resume, train
+
+    tracker = LiveTracker(run_dir, tracking, cfg) if tracking.enabled else None
+    live = make_progress(args.quiet)
+    progress = fan_out(live, tracker)
+    try:
+        if args.resume:
+            result = resume(
+                args.resume,
+                progress=progress,
+                allow_source_change=args.allow_source_change,
+                live=tracking,
+            )
+        else:
+            assert cfg is not None
+            result = train(cfg, run_dir, progress=progress)
+    finally:
+        if live is not None:
+            live.close()
+        reports = tracker.close() if tracker is not None else []
+    return result, reports
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost of ``path`` and its parents that does not exist yet (``None``: it exists)."""
+    missing = None
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        missing = p
+    return missing
+
+
+def remove_unstarted(created: Path | None, run_dir: Path) -> None:
+    """Remove the directories this command created (``created`` and below) when the run never
+    started: no manifest, no writer, nothing in them but released (empty) lock files. Bad
+    input found once training began to set up (a subset larger than the data) then leaves
+    nothing behind."""
+    from fathom.rundir import lock_holder
+    from fathom.rundir.lock import RUN_LOCK
+
+    if created is None or (run_dir / "manifest.json").exists() or lock_holder(run_dir):
+        return
+    files = [p for p in created.rglob("*") if not p.is_dir()]
+    if all(p.name == RUN_LOCK and p.stat().st_size == 0 for p in files):
+        shutil.rmtree(created, ignore_errors=True)
+
+
+def interrupted_message(run_dir: Path) -> str:
+    """What Ctrl-C or SIGTERM left: the epochs kept and the command that continues the run,
+    or that nothing was written (stopped before the run's first record)."""
+    from fathom.rundir import RunDir, run_state
+
+    try:
+        state = run_state(RunDir(run_dir))
+    except FathomError:
+        return f"interrupted before {run_dir} was started; nothing was written"
+    return f"{state.sentence()} (completed epochs are kept)"
+
+
+def named_inputs(cfg: Any, origin: str) -> list[str]:
+    """Check what a config of any kind names outside itself (:mod:`fathom.config.inputs`):
+    factories imported, data paths present; one line per thing checked. An error names
+    ``origin`` (the file or preset)."""
+    from fathom.config import RunConfig
+    from fathom.config.inputs import check_data_dir, check_inputs
+
+    try:
+        if cfg.kind == "depth_scaling":
+            check_data_dir(cfg.data_dir, "data_dir", cfg.dataset)
+            return [f"data_dir {cfg.data_dir}: exists"] if cfg.data_dir else []
+        run = cfg if isinstance(cfg, RunConfig) else cfg.base  # a study: its base run config
+        return check_inputs(run.data, run.model)
+    except FathomError as e:
+        raise FathomError(f"{origin}: {e}") from None
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    """Validate any config (file or preset); print its kind and every value, defaults included."""
+    """Validate any config (file or preset) and any ``fathom reproduce`` pipeline preset: the
+    schema, and what it names (factories imported, data paths present); print its kind and
+    every value, defaults included. A name that two commands use (``quick``: a
+    depth-scaling preset and a reproduce pipeline) is said to be both, and both are validated."""
+    from fathom.reproduce.config import pipeline_preset_names
     from fathom.study.family import load_config
 
-    cfg, origin = load_config(args.config)
-    print(f"{origin}: valid {cfg.kind} config")
-    data = cfg.model_dump(mode="json")
-    live = getattr(cfg, "live", None)
-    if live is not None:  # excluded from the training config (and its hash), shown here
-        data["live"] = live.model_dump(mode="json")
-    print(json.dumps(data, indent=2))
+    name = args.config
+    pipeline = not Path(name).exists() and name in pipeline_preset_names()
+    try:
+        cfg, origin = load_config(name)
+    except FathomError as e:
+        if pipeline:
+            cfg = None
+        elif Path(name).exists() or name.endswith(".toml"):
+            raise
+        else:  # an unknown name: the pipelines are names `validate` takes too
+            hint = did_you_mean(name, pipeline_preset_names(), prefix="reproduce ")
+            raise FathomError(
+                f"{e}; reproduce pipelines: {', '.join(pipeline_preset_names())}"
+                + (f" ({hint})" if hint else "")
+            ) from None
+    if cfg is not None:
+        if pipeline:
+            print(
+                f"note: {name!r} names two presets: the {cfg.kind} preset (validated first) and "
+                f"the reproduce pipeline `fathom reproduce {name}` (validated next)"
+            )
+        checked = named_inputs(cfg, origin)
+        print(f"{origin}: valid {cfg.kind} config")
+        for line in checked:
+            print(f"  {line}")
+        data = cfg.model_dump(mode="json")
+        live = getattr(cfg, "live", None)
+        if live is not None:  # excluded from the training config (and its hash), shown here
+            data["live"] = live.model_dump(mode="json")
+        print(json.dumps(data, indent=2))
+    if pipeline:
+        print_pipeline(name)
     return 0
+
+
+def print_pipeline(name: str) -> None:
+    """Validate the ``fathom reproduce`` pipeline preset ``name`` with what it runs (its
+    study or depth-scaling config, checked against each other) and print it."""
+    from fathom.reproduce.config import load_pipeline
+
+    _, pipe, target, _ = load_pipeline(name)
+    runs = f"study {pipe.study}" if pipe.study else f"depth-scaling {pipe.depth_scaling.config}"
+    print(f"reproduce pipeline {name}: valid pipeline ({runs}: valid {target.kind} config)")
+    print(json.dumps(pipe.model_dump(mode="json"), indent=2))
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -184,5 +312,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "validate",
         help="check a run, study or depth-scaling config (file or preset) and print it with defaults",
     )
-    v.add_argument("config", help="a TOML file or a preset name of any kind")
+    v.add_argument(
+        "config",
+        help="a TOML file, a preset name of any kind, or a `fathom reproduce` pipeline preset",
+    )
     v.set_defaults(func=cmd_validate)

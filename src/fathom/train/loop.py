@@ -36,8 +36,10 @@ from fathom.train.session import Session, build_session
 from fathom.train.state import PROGRESS_FIELDS, Progress, chain
 from fathom.train.steppers import run_timed
 
-INTERRUPTED = "interrupted; continue with fathom train --resume"
-"""``status_reason`` of an interrupted run (Ctrl-C); its status stays ``running``."""
+
+def interrupted_reason(run_dir: Path) -> str:
+    """``status_reason`` of a run stopped by Ctrl-C or SIGTERM (status ``interrupted``)."""
+    return f"interrupted (Ctrl-C or SIGTERM); continue with `fathom train --resume {run_dir}`"
 
 
 @dataclass
@@ -120,7 +122,7 @@ def train(
                 restore(s, state)
             return fit(s)
     except KeyboardInterrupt:  # before the epoch loop (fit records its own)
-        writer.interrupted(INTERRUPTED)  # status stays "running": the run can be resumed
+        writer.interrupted(interrupted_reason(run_dir))  # resumable
         raise
     except Exception as e:  # a full disk at epoch 0, a corrupt file: recorded, then raised
         raise_recorded(writer, disk_full_advice(e, s, run_dir), e)
@@ -287,7 +289,7 @@ def fit(s: Session) -> RunResult:
         status, reason, diverged_epoch = run_epochs(s)
     except KeyboardInterrupt:
         s.refresh_manifest(cut_short=True)
-        s.writer.interrupted(INTERRUPTED)
+        s.writer.interrupted(interrupted_reason(s.run_dir))
         raise
     except Exception as e:
         s.refresh_manifest(cut_short=True)

@@ -6,21 +6,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fathom.base.io import tensor_digest
 from fathom.data import DataSplits
+from fathom.data.paths import paths_base
 from fathom.data.registry import registered_shape
+from fathom.data.splits import splits_digest
 from fathom.errors import FathomError
 from fathom.rundir.sections import Data, Telemetry
-
-SPLIT_TENSORS = ("fit_x", "fit_y", "val_x", "val_y", "test_x", "test_y")
-
-
-def splits_digest(splits: DataSplits) -> str:
-    """``tensors_sha256``: :func:`fathom.base.io.tensor_digest` of the six split tensors as the
-    run trains and evaluates on them (names, dtypes, shapes, bytes; in :data:`SPLIT_TENSORS`
-    order). It covers the data's content whatever its source (files, a factory, tensors
-    given in memory), where ``split_hash`` covers only how it was split."""
-    return tensor_digest((name, getattr(splits, name)) for name in SPLIT_TENSORS)
 
 
 def split_classes(splits: DataSplits, dataset: str) -> int:
@@ -39,14 +30,18 @@ def split_classes(splits: DataSplits, dataset: str) -> int:
     return classes
 
 
-def dataset_record(splits: DataSplits, cfg) -> Data:
+def dataset_record(splits: DataSplits, cfg, base: str | None = None) -> Data:
     """The manifest's ``data`` section: files and their content hashes, split, the split
-    tensors' digest (:func:`splits_digest`), sizes, shapes."""
+    tensors' digest (:func:`splits_digest`), sizes, shapes, and the directory the config's
+    relative data paths are relative to (``info.paths_base``: ``base``, the one a resumed run
+    recorded, else the working directory, :func:`fathom.data.paths.paths_base`)."""
     info = dict(splits.info)
     info["classes"] = split_classes(splits, cfg.data.dataset)
     info["in_features"] = int(splits.fit_x[0].numel())
     info["input_shape"] = [int(d) for d in splits.fit_x.shape[1:]]
     info["input_dtype"] = str(splits.fit_x.dtype).removeprefix("torch.")
+    if (base := base or paths_base(cfg.data)) is not None:
+        info["paths_base"] = base  # what the config's relative data paths are relative to
     return Data(
         dataset=cfg.data.dataset,
         files=info.pop("files", {}),

@@ -25,6 +25,7 @@ from fathom.depth import GateController
 from fathom.errors import FathomError
 from fathom.models import count_parameters
 from fathom.rundir import FORMAT, RunManifest, RunWriter, uninterrupted
+from fathom.rundir.inputs import recorded_base, run_data_config
 from fathom.rundir.weights import cpu_state
 from fathom.telemetry.context import EpochContext
 from fathom.train.allocator import tune_cpu_allocator
@@ -179,7 +180,7 @@ def new_manifest(
             "config": config_json,
             "config_hash": config_digest(config_json),
             "source_hash": source_hash(),
-            "data": dataset_record(s.splits, cfg),
+            "data": dataset_record(s.splits, cfg, recorded_base(s.writer.recorded)),
             "model": {
                 "kind": cfg.model.kind,
                 "class": type(s.model).__name__,
@@ -220,8 +221,13 @@ def build_session(
 ) -> Session:
     """Every part of the run, seeded from ``cfg`` (see the module docstring for the order)."""
     allocator_tuned = tune_cpu_allocator() if device.type == "cpu" else False
-    if splits is None:
-        splits = prepare_splits(cfg.data, device)
+    if splits is None:  # a resumed run's data is read where it was trained from
+        data = (
+            cfg.data
+            if writer.recorded is None
+            else run_data_config(writer.recorded, cfg.data, writer.path)
+        )
+        splits = prepare_splits(data, device)
     if splits.fit_y.shape[0] == 0:
         raise FathomError("the fitting split is empty; check data.fit_subset")
     shape = tuple(int(d) for d in splits.fit_x.shape[1:])

@@ -1,0 +1,81 @@
+"""What a run's config names outside itself: factories to import and data paths to read.
+
+The schema (:mod:`fathom.config.run`) checks a config's values; :func:`check_inputs` checks
+that what they name is there, so ``fathom validate`` answers what ``fathom train`` would
+meet seconds later: a ``python``-kind factory (``model.factory``, ``data.factory``) is
+imported and its function found (not called: building a model or a dataset is the run's
+work), ``data.path`` must be a file and ``data.data_dir`` must exist.
+
+Importing a factory runs the code of its module: it is code the user's own config names,
+as ``fathom train`` would import it (a factory named by a *shared* run directory is the
+threat model's concern, ``docs/architecture.md``). Torch is imported only when the factory's
+module imports it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fathom.base.user_code import resolve_factory
+from fathom.errors import FathomError
+
+if TYPE_CHECKING:
+    from fathom.config.models import DataConfig, ModelSpec
+
+
+def find_factory(path: str, key: str) -> None:
+    """Import ``path``'s module and find its callable (:func:`resolve_factory`); an exception
+    the module raises while it is imported (a syntax error, a failing import of its own) is
+    a :class:`FathomError` naming the factory, not a traceback."""
+    try:
+        resolve_factory(path, key)
+    except FathomError:
+        raise
+    except Exception as e:
+        raise FathomError(
+            f"{key} = {path!r}: importing its module raised {type(e).__name__}: {e}; fix the "
+            "module (python -c 'import MODULE' shows where)"
+        ) from None
+
+
+def check_data_dir(data_dir: str | None, key: str, dataset: str) -> str | None:
+    """A given data directory (or CIFAR archive) must exist: a misspelt one is never passed
+    over for the cache in silence. ``key`` names the setting (``data.data_dir``,
+    ``--data-dir``)."""
+    if data_dir is None or Path(data_dir).expanduser().exists():
+        return data_dir
+    raise FathomError(
+        f"{key} {data_dir!r} does not exist: it names the directory (or CIFAR archive) that "
+        f"holds the {dataset} files, read before the cache; give an existing one, or leave "
+        f"{key} out to use the cache (`fathom data fetch {dataset}` downloads into it)"
+    )
+
+
+def check_data(data: DataConfig) -> list[str]:
+    """The data's named inputs exist (and its factory imports); one line per thing checked."""
+    checked = []
+    if data.path is not None:
+        if not Path(data.path).is_file():
+            what = "is a directory" if Path(data.path).is_dir() else "does not exist"
+            raise FathomError(
+                f"data.path {data.path!r} {what}; give the .npz or .pt file holding the "
+                "arrays (a relative path is read from the directory you run fathom in)"
+            )
+        checked.append(f"data.path {data.path}: a file")
+    if data.data_dir is not None:
+        check_data_dir(data.data_dir, "data.data_dir", data.dataset)
+        checked.append(f"data.data_dir {data.data_dir}: exists")
+    if data.factory is not None:
+        find_factory(data.factory, "data.factory")
+        checked.append(f"data.factory {data.factory}: imported, callable")
+    return checked
+
+
+def check_inputs(data: DataConfig, model: ModelSpec) -> list[str]:
+    """:func:`check_data`, and a ``python``-kind model's factory imported and found."""
+    checked = check_data(data)
+    if model.kind == "python":
+        find_factory(model.factory, "model.factory")
+        checked.append(f"model.factory {model.factory}: imported, callable")
+    return checked
