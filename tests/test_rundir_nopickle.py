@@ -181,7 +181,7 @@ def test_a_planted_pickle_is_refused_by_train_resume(run, tmp_path, capsys):
     before = snapshot(run)
     assert main(["train", "--resume", str(run), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert "resume.pt" in err and "weights-only unpickler will not read it" in err
+    assert "resume.pt" in err and "unpickler will not read it (it calls or builds exec)" in err
     assert "train the run again" in err
     assert not (tmp_path / "marker").exists()
     assert snapshot(run) == before
@@ -235,8 +235,10 @@ def test_a_planted_pickle_is_refused_by_the_study_runner(tmp_path):
     (run_dir,) = [Path(o.run_dir) for o in first.outcomes]
     plant(run_dir, tmp_path / "marker")
     again = run_study(study, tmp_path / "s", local())
-    problems = again.summary["integrity"][run_dir.name]
-    assert any("resume.pt" in p and "is refused" in p for p in problems), problems
+    (outcome,) = again.outcomes  # the refused state is damage: the run is trained again
+    assert outcome.action == "retried" and "resume.pt" in outcome.note
+    assert "will not read it (it calls or builds exec)" in outcome.note
+    assert outcome.final_params == first.outcomes[0].final_params
     assert not (tmp_path / "marker").exists()
 
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from fathom.errors import FathomError
 from fathom.rundir import RunDir
+from fathom.rundir.filecheck import RESUME_NAME
 from fathom.study.backends import LocalBackend
 from fathom.study.config import validate_study_config
 from fathom.study.registry import Registry
@@ -73,7 +74,9 @@ def finals(root: Path) -> dict[str, str]:
 
 
 def weights(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.safetensors"))}
+    """The weights files (not the resume states: they hold the clocks of their attempt)."""
+    files = sorted(p for p in root.rglob("*.safetensors") if p.name != RESUME_NAME)
+    return {str(p.relative_to(root)): p.read_bytes() for p in files}
 
 
 def test_the_twin_differs_from_the_template(template, twin):

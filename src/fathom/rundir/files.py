@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -219,13 +220,14 @@ def load_legacy_resume(path: Path) -> dict[str, Any]:
     try:
         state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for a refused global or a corrupt zip
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        why = f"it calls or builds {found.group(1)}" if found else type(e).__name__
         raise FathomError(
             f"resume state {str(path)!r} (the pickle format of an older fathom) is refused: "
-            f"torch's weights-only unpickler will not read it ({type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''}). It holds more than tensors and plain "
-            "values (possibly code to run), and nothing in a run directory is ever unpickled "
-            "beyond that. Restore the run directory from a copy you trust, or move it away and "
-            "train the run again"
+            f"torch's weights-only unpickler will not read it ({why}). It holds more than "
+            "tensors and plain values (possibly code to run), and nothing in a run directory "
+            "is unpickled beyond that. Restore the run directory from a copy you trust, or "
+            "move it away and train the run again"
         ) from None
     if not isinstance(state, dict):
         raise FathomError(
