@@ -271,7 +271,7 @@ def test_unreadable_toml_files_are_clean_errors(tmp_path) -> None:
     with pytest.raises(FathomError, match="is not UTF-8 text"):
         load_toml(tmp_path / "bin.toml")
     (tmp_path / "dir.toml").mkdir()
-    with pytest.raises(FathomError, match="is not a file"):
+    with pytest.raises(FathomError, match="is a directory, not a TOML file"):
         load_toml(tmp_path / "dir.toml")
     with pytest.raises(FathomError, match="does not exist"):
         load_toml(tmp_path / "none.toml")

@@ -113,3 +113,24 @@ def test_the_trainer_fields_are_declared_once():
         assert field_for(name).family == "trainer"
     for name in ("clock/training_s", "clock/elapsed_s", "diverged", "optim/lr"):
         assert field_for(name).pattern == name
+
+
+def test_config_family_names_are_the_registry_families_then_aliases() -> None:
+    """``telemetry.families`` is checked when a config is validated (no torch there), against
+    the names the registry resolves: a family added to one list and not the other fails here."""
+    from typing import get_args
+
+    from fathom.config.run import TelemetryFamily
+    from fathom.telemetry.registry import ALIASES, FAMILIES
+
+    assert get_args(TelemetryFamily) == (*FAMILIES, *ALIASES)
+
+
+def test_a_misspelt_family_in_a_config_is_refused_at_validation_with_a_suggestion() -> None:
+    import pytest
+
+    from fathom.config import validate_run_config
+    from fathom.errors import FathomError
+
+    with pytest.raises(FathomError, match=r"telemetry\.families.*did you mean 'gradients'"):
+        validate_run_config({"model": {"width_mult": 0.1}, "telemetry": {"families": ["grad"]}})

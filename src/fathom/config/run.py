@@ -190,12 +190,19 @@ class CheckpointConfig(_Strict):
     resume_every: Int = Field(default=1, gt=0, le=MAX_EPOCHS)
 
 
+TelemetryFamily = Literal[
+    "probe", "activations", "backprop", "params", "gradients", "moments", "scores", "all", "cheap"
+]
+"""The names ``telemetry.families`` takes: the families of ``fathom.telemetry.registry.FAMILIES``
+then its aliases (``ALIASES``), in that order (a test holds the two lists equal)."""
+
+
 class TelemetryConfig(_Strict):
     enabled: Bool = False
     first: tuple[Epoch, ...] = (0, 1)
     every: Int = Field(default=10, gt=0, le=MAX_EPOCHS)
     probe_size: Int = Field(default=128, gt=0, le=MAX_EXAMPLES)
-    families: tuple[str, ...] = ("all",)
+    families: tuple[TelemetryFamily, ...] = ("all",)
 
 
 class RunConfig(_Strict):
