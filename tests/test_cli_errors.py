@@ -136,8 +136,7 @@ def test_a_file_that_is_no_npz_archive_is_named_without_numpy_pickle_talk(
 ):
     (tmp_path / "mine.npz").write_bytes(content)
     (tmp_path / "run.toml").write_text(
-        f'[data]\ndataset = "tensors"\npath = "{tmp_path}/mine.npz"\n'
-        "[model]\nwidth_mult = 0.1\n"
+        f'[data]\ndataset = "tensors"\npath = "{tmp_path}/mine.npz"\n[model]\nwidth_mult = 0.1\n'
     )
     assert (
         cli.main(["train", str(tmp_path / "run.toml"), "--runs-dir", str(tmp_path / "runs")]) == 2
