@@ -122,7 +122,7 @@ FACTORY_CASES = {
     "data dir missing": ('[data]\ndata_dir = "{d}/nope"\n[model]\nwidths = [8, 8]\n', "data_dir"),
     "study base data dir": (
         '[study]\nname = "s"\nrecipes = ["plain"]\nreference = "plain"\nlr = 0.05\n'
-        '[tuning]\nenabled = false\n[base.data]\ndata_dir = "{d}/nope"\n',
+        '[tuning]\nenabled = false\n[base.model]\nwidths = [8, 8]\n[base.data]\ndata_dir = "{d}/nope"\n',
         "data.data_dir",
     ),
     "depth scaling data dir": (
@@ -311,7 +311,7 @@ def test_study_and_depth_scaling_check_what_they_name_before_running(tmp_path, c
     study = tmp_path / "study.toml"
     study.write_text(
         '[study]\nname = "s"\nrecipes = ["plain"]\nreference = "plain"\nlr = 0.05\n'
-        f'[tuning]\nenabled = false\n[base.data]\ndata_dir = "{tmp_path / "nope"}"\n'
+        f'[tuning]\nenabled = false\n[base.model]\nwidths = [8, 8]\n[base.data]\ndata_dir = "{tmp_path / "nope"}"\n'
     )
     runs = tmp_path / "runs"
     rc, _, err = _cli(["study", "run", str(study), "--runs-dir", str(runs)], capsys)
@@ -320,3 +320,33 @@ def test_study_and_depth_scaling_check_what_they_name_before_running(tmp_path, c
     rc, _, err = _cli([*argv, "--out", str(runs)], capsys)
     assert rc == 2 and "data_dir (--data-dir)" in err and "does not exist" in err
     assert _tree(tmp_path) == [Path("study.toml")]
+
+
+def _without_base_model(text: str) -> str:
+    """A study preset's text with its ``[base.model]`` table removed."""
+    out, skipping = [], False
+    for line in text.splitlines():
+        if line.startswith("["):
+            skipping = line.strip() == "[base.model]"
+        if not skipping:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_a_study_file_without_a_base_model_is_refused_before_any_run(tmp_path, capsys) -> None:
+    from importlib import resources
+
+    text = (resources.files("fathom") / "presets" / "ciresan-sd-quick.toml").read_text("utf-8")
+    assert "[base.model]" in text
+    path = tmp_path / "study.toml"
+    path.write_text(_without_base_model(text))
+    assert "model" not in load_toml(path).get("base", {})
+    runs = str(tmp_path / "runs")
+    for argv in (["validate", str(path)], ["study", "run", str(path), "--runs-dir", runs]):
+        before = _tree(tmp_path)
+        code, _, err = _cli(argv, capsys)
+        assert code == 2 and "names no model (no [base.model] table" in err, err
+        assert _tree(tmp_path) == before
+    path.write_text(text)  # the preset itself, with its model, is a valid study file
+    cfg, _ = load_config(str(path))
+    assert cfg.kind == "study"

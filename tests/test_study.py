@@ -181,6 +181,7 @@ def test_fathom_validate_accepts_a_study_toml(tmp_path, capsys):
     path = tmp_path / "s.toml"
     path.write_text(
         '[study]\nname = "x"\nreference = "residual"\nrecipes = ["residual"]\nseeds = [1]\n[tuning]\nenabled = true\n'
+        "[base.model]\nwidths = [8, 8]\n"
     )
     assert main(["validate", str(path)]) == 0
     assert '"reference": "residual"' in capsys.readouterr().out

@@ -433,8 +433,13 @@ def test_bad_input_errors_name_problem_and_fix():
     splits = make_splits(n_fit=10)
     with pytest.raises(FathomError, match=r"probe_size = 11 .*at most 10"):
         recorder(model, splits, probe=11)
-    with pytest.raises(FathomError, match=r"valid families: probe, activations.*cheap"):
+    with pytest.raises(ValueError, match=r"'probe', 'activations'.*'cheap'"):  # the config
         recorder(model, splits, probe=4, families=("activation",))
+    unchecked = TelemetryConfig.model_construct(
+        enabled=True, probe_size=4, families=("activation",)
+    )
+    with pytest.raises(FathomError, match=r"valid families: probe, activations.*cheap"):
+        Recorder(unchecked, epochs=3, splits=splits, model=model, seed=0)  # and the registry
     with pytest.raises(FathomError, match=r"epochs \[7\] outside training"):
         Recorder(TelemetryConfig(first=(0, 7)), epochs=5, splits=splits, model=model, seed=0)
     no_params = Recorder(

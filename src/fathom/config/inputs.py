@@ -79,3 +79,22 @@ def check_inputs(data: DataConfig, model: ModelSpec) -> list[str]:
         find_factory(model.factory, "model.factory")
         checked.append(f"model.factory {model.factory}: imported, callable")
     return checked
+
+
+def require_base_model(data: dict[str, object], origin: str) -> None:
+    """Refuse a study file whose ``[base]`` names no model: every run of its grid would train
+    the defaults (the full-width Ciresan MLP for the default epochs on all of the default
+    dataset) without the user having chosen them. A shipped study preset always names one."""
+    base = data.get("base")
+    if isinstance(base, dict) and base.get("model"):
+        return
+    from fathom.config.run import RunConfig
+
+    d = RunConfig()
+    widths = "-".join(map(str, d.model.widths))  # type: ignore[union-attr]  # the default is Ciresan
+    raise FathomError(
+        f"{origin} names no model (no [base.model] table, or an empty one): every run of the "
+        f"study would train the full-width Ciresan MLP ({widths}) for {d.optim.epochs} epochs "
+        "on all of the data. Name the model under [base.model] (e.g. widths = [256, 128] and "
+        "width_mult), or start from a study preset: fathom validate ciresan-sd-quick"
+    )

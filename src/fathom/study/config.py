@@ -52,6 +52,7 @@ from fathom.config import (
     parse_toml,
     validate_run_config,
 )
+from fathom.config.inputs import require_base_model
 from fathom.config.live import LiveConfig
 from fathom.config.models import Bool, Float, Int, Name
 from fathom.config.recipes import RECIPES
@@ -329,7 +330,9 @@ def load_study(preset_or_path: str | Path) -> tuple[StudyConfig, str]:
     """A study from a TOML path or a preset name; returns ``(config, origin)``."""
     path = Path(preset_or_path)
     if path.suffix == ".toml" or path.exists():
-        return validate_study_config(load_toml(path), origin=str(path)), str(path)
+        data = load_toml(path)
+        require_base_model(data, str(path))
+        return validate_study_config(data, origin=str(path)), str(path)
     name = str(preset_or_path)
     elsewhere = _preset_of_another_command(name)
     if name not in preset_names() and elsewhere:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fathom.config import RunConfig, load_toml, parse_toml, validate_run_config
+from fathom.config.inputs import require_base_model
 from fathom.depthscale.config import PRESETS as DEPTH_PRESETS
 from fathom.depthscale.config import DepthScaleConfig, make_config, validate_depth_scaling
 from fathom.errors import FathomError, with_suggestion
@@ -119,6 +120,8 @@ def load_config(name: str) -> tuple[RunConfig | StudyConfig | DepthScaleConfig, 
         cfg = validate_config(data, str(path))
         if cfg.kind == "run":  # a file the user wrote must choose its model
             require_model(data, str(path))
+        elif cfg.kind == "study":
+            require_base_model(data, str(path))
         return cfg, str(path)
     hits = [
         (kind, text)
