@@ -108,9 +108,12 @@ def test_summary_tables_differences_and_verdicts():
         "The ranking by test accuracy is not established to differ between the selected and "
         "final checkpoints" in md
     )
-    # the ranking rests on the pairwise family: sd vs plain at both checkpoints (Holm over 2)
+    # the ranking's one pair, sd vs plain, is the summary's own sd-vs-reference comparison:
+    # printed with that one verdict (Holm over the 4 of its family), never judged again in a
+    # second family where it could read otherwise
     assert "0 of 1 pair(s) at the selected checkpoint" in md
-    assert "Holm over the 2 comparisons of this ranking" in md
+    assert "the 2 against the reference are the comparisons above" in md
+    assert "(Holm over their family of 4)" in md
     assert "- residual seed 102: diverged" in md
     assert "| 3 | 97.83 ± 0.31% |" in md  # accuracy in percent, one conversion; n in its column
 

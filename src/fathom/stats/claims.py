@@ -4,7 +4,7 @@ For :class:`~fathom.stats.results.Results`:
 
 1. every family of comparisons is judged again from its stored per-seed differences and
    variances (:func:`fathom.stats.inference.judge`, same rules): verdict, level, interval
-   and ``fragile`` must come out the same;
+   and ``fragile`` must come out the same (a comparison printed twice counts once);
 2. every decision is recomputed from the comparisons and evidence it names (the depth-scaling
    level, scaling and both-readings rules; a checkpoint ranking's rule, with the counts and
    orders its sentence must print);
@@ -52,34 +52,37 @@ WORDS = (
 )
 
 
+KEYS = ("verdict", "fragile", "level", "low", "high", "estimate", "family_size", "loo_held")
+
+
+def _same(x: object, y: object) -> bool:
+    return x == y or (
+        isinstance(x, float)
+        and isinstance(y, float)
+        and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
+    )
+
+
 def _rejudge(results: Results) -> list[str]:
+    """Every family judged again; a comparison printed twice (another id, maybe as b against
+    a) counts once and must equal the first, mirrored where its arms are swapped."""
     problems = []
-    families: dict[str, list[Comparison]] = {}
+    families: dict[str, dict[tuple, list[Comparison]]] = {}
     for c in results.comparisons:
-        families.setdefault(c.family, []).append(c)
-    for family, comps in families.items():
-        items = [rejudge_input(c) for c in comps]
-        again = judge(family, items, Rules(level=comps[0].nominal_level))
-        for c, r in zip(comps, again):
-            keys = (
-                "verdict",
-                "fragile",
-                "level",
-                "low",
-                "high",
-                "estimate",
-                "family_size",
-                "loo_held",
-            )
-            for key in keys:
-                x, y = getattr(c, key), getattr(r, key)
-                same = x == y or (
-                    isinstance(x, float)
-                    and isinstance(y, float)
-                    and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
-                )
-                if not same:
-                    problems.append(f"{family}/{c.id}: {key} is {x!r}, re-derived {y!r}")
+        families.setdefault(c.family, {}).setdefault(_what(c), []).append(c)
+    for family, groups in families.items():
+        firsts = [g[0] for g in groups.values()]
+        items = [rejudge_input(c) for c in firsts]
+        again = judge(family, items, Rules(level=firsts[0].nominal_level))
+        for group, r in zip(groups.values(), again):
+            for c in group:
+                want = r.relabelled(c.id, c.context, mirror=c.a != r.a)
+                problems += [
+                    f"{family}/{c.id}: {key} is {getattr(c, key)!r}, re-derived "
+                    f"{getattr(want, key)!r}"
+                    for key in KEYS
+                    if not _same(getattr(c, key), getattr(want, key))
+                ]
     return problems
 
 
@@ -205,7 +208,7 @@ def _text(sentence: Sentence, results: Results) -> list[str]:
 
 def check(results: Results) -> list[str]:
     """Every problem found re-deriving the claims of ``results`` (module docstring)."""
-    problems = _rejudge(results) + _redecide(results)
+    problems = _rejudge(results) + _redecide(results) + _twice(results)
     for s in results.sentences:
         problems += _text(s, results)
     return problems

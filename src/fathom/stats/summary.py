@@ -181,7 +181,8 @@ def summarise_study(
     sentences = [comparison_sentence(c) for c in comparisons]
     notes = _notes(comparisons, level, target_val_acc, cadences)
     ranked = [n for n in names if not excluded_recipe[n]]
-    ranks, pairwise, rank_sentences, decisions = rankings(recipes, ranked, usable, rules)
+    main = {(c.a, c.b, f"{c.context['checkpoint']}/{c.context['metric']}"): c for c in comparisons}
+    ranks, pairwise, rank_sentences, decisions = rankings(recipes, ranked, usable, rules, main)
     out = {
         "reference": reference,
         "level": level,
