@@ -25,7 +25,7 @@ of ``classes`` classes, status). The rule (``docs/statistics.md`` §5), in order
 5. **Contrasts**, paired over seeds, with ``g_s(d) = cand_s(d) − base_s(d)`` in pp and the
    binomial bound ``u = 10⁴/(4N)`` pp² of one accuracy::
 
-       level   L_s = (1/|D|) Σ_{d∈D} g_s(d)                          floor v_s = 2u/|D|
+       level   L_s = (1/K) Σ_{d∈D} g_s(d)          (K depths in D)    floor v_s = 2u/K
        change  C_s = g_s(d₁) − g_s(d₀)                               floor v_s = 4u
        slope   B_s = Σ_d (d − d̄) g_s(d) / Σ_d (d − d̄)²   (pp/layer)  floor v_s = 2u/Σ(d − d̄)²
 
