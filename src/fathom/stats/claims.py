@@ -145,10 +145,15 @@ def _redecide(results: Results) -> list[str]:
     return problems
 
 
+NAMING = ("recipe", "pair", "caveat")
+"""Context keys that only name or annotate a comparison (who is the recipe, the pair's
+order, a caveat); every other key (metric, checkpoint, scope, reading, ...) says what it is."""
+
+
 def _what(c: Comparison) -> tuple:
-    """What a comparison compares: its arms (unordered), quantity and scope."""
-    ctx = c.context
-    return (frozenset((c.a, c.b)), c.quantity.name, ctx.get("scope"), ctx.get("reading"))
+    """What a comparison compares: its arms (unordered), its quantity and its context."""
+    ctx = frozenset((k, v) for k, v in c.context.items() if k not in NAMING)
+    return (frozenset((c.a, c.b)), c.quantity.name, ctx)
 
 
 def _twice(results: Results) -> list[str]:
