@@ -285,7 +285,9 @@ def render_markdown(table: ResultsTable, note: str = "") -> str:
 def verdict_markdown(v: DepthScalingVerdict) -> list[str]:
     """The two answers, each on its own line, then every sentence they rest on."""
     head = [line.split(": ", 1) for line in v.answer_lines(CANDIDATE, BASELINE)]
-    return [*(f"**{q}:** {a}." for q, a in head), "", f"**Verdict:** {v.sentence}"]
+    body = [f"- {line}" for line in v.lines] or [v.sentence]
+    answers = [x for q, a in head for x in (f"**{q}:** {a}.", "")]
+    return [*answers, "**Verdict:**", "", *body]
 
 
 def run_classes(root: Path) -> tuple[int, str]:

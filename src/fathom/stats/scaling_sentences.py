@@ -229,6 +229,7 @@ def assemble(
         level=level.verdict,  # type: ignore[arg-type]
         trend=trend.verdict,  # type: ignore[arg-type]
         headline=head,
+        lines=lines,
         scenarios=scenarios,
         both_failed=sorted(set(table.rows) - {d for s in scenarios for d in s.depths}),
         level_fragile=level.fragile,

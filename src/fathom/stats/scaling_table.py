@@ -158,6 +158,8 @@ class DepthScalingVerdict:
     ``scenarios``: one reading of the table, or two when a run is undetermined (at chance,
     at its value): an answer stands only where both readings agree. ``both_failed``: the
     depths where every run of both arms failed, named and judged in no family.
+    ``lines``: the sentences ``sentence`` joins (headline, level and scaling per reading,
+    notes), for renderers that list them.
     """
 
     verdict: Outcome
@@ -165,6 +167,7 @@ class DepthScalingVerdict:
     level: LevelVerdict = "no comparison"
     trend: TrendVerdict = "no comparison"
     headline: str = ""
+    lines: list[str] = field(default_factory=list)
     cells: dict[int, dict[str, str]] = field(default_factory=dict)
     excluded: list[FailedRun] = field(default_factory=list)
     scenarios: list[Scenario] = field(default_factory=list)
@@ -224,6 +227,7 @@ class DepthScalingVerdict:
             "trend": self.trend,
             "headline": self.headline,
             "sentence": self.sentence,
+            "lines": list(self.lines),
             "level_fragile": self.level_fragile,
             "trend_fragile": self.trend_fragile,
             "cells": {str(d): dict(c) for d, c in self.cells.items()},
