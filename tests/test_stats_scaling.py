@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -372,6 +373,26 @@ def test_bad_input_is_no_comparison(rows, classes, n_eval, reason):
     v = depth_scaling_verdict(DepthScalingTable(classes, "b", "c", rows, n_eval=n_eval))
     assert (v.verdict, v.level, v.trend) == ("no comparison",) * 3
     assert v.sentence.startswith("no comparison: ") and reason in v.sentence
+
+
+def test_numpy_numbers_are_numbers():
+    """Depths, seeds, counts and accuracies read from NumPy arrays are judged as the same
+    Python numbers are."""
+    rows = _advantage([0.05] * 5)
+    as_np = {
+        np.int64(d): {
+            arm: ArmRuns(
+                test_acc=[np.float64(a) for a in runs.test_acc],
+                status=runs.status,
+                seeds=[np.int64(s) for s in runs.seed_ids()],
+            )
+            for arm, runs in cells.items()
+        }
+        for d, cells in rows.items()
+    }
+    v = _verdict(rows)
+    w = _verdict(as_np, classes=np.int64(100), n_eval=np.int64(N_TEST))
+    assert (w.verdict, w.level, w.trend) == (v.verdict, v.level, v.trend)
 
 
 # ---- properties over generated tables ---------------------------------------------------

@@ -11,7 +11,7 @@ run, a non-finite accuracy of a run that did not diverge.
 from __future__ import annotations
 
 import math
-from numbers import Real
+from numbers import Integral, Real
 
 from fathom.stats.scaling_table import ArmRuns, DepthScalingTable
 
@@ -19,8 +19,8 @@ STATUSES = ("complete", "diverged", "failed", "running")
 
 
 def _count(x: object) -> bool:
-    """An integer count (``bool`` is not one)."""
-    return isinstance(x, int) and not isinstance(x, bool)
+    """An integer (a Python or NumPy integer; ``bool`` is not one)."""
+    return isinstance(x, Integral) and not isinstance(x, bool)
 
 
 def _number(x: object) -> bool:
