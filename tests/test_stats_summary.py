@@ -151,6 +151,22 @@ def test_bad_records_are_refused():
         summarise_study([*_study(), _record("sd", 101, 0.9, 0.9)], reference="plain")
 
 
+@pytest.mark.parametrize(
+    ("scale", "shift", "match"),
+    [(100.0, 0.0, "look like percent.*divide by 100"), (1.0, -1.0, r"outside \[0, 1\]")],
+    ids=["percent", "negative"],
+)
+def test_accuracies_that_are_not_fractions_are_refused(scale, shift, match):
+    """A study given in percent was judged as fractions ("better (+8910.67 pp)")."""
+    recs = [
+        _record(r.recipe, r.seed, r.selected["test_acc"] * scale + shift,
+                r.final["test_acc"] * scale + shift, fit_acc=scale)
+        for r in _study() if r.recipe != "residual"
+    ]  # fmt: skip
+    with pytest.raises(FathomError, match=match):
+        summarise_study(recs, reference="plain")
+
+
 def test_every_summary_sentence_passes_the_claim_checker():
     from fathom.stats.claims import check
     from fathom.stats.results import Results

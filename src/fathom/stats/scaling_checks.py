@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
+from fathom.stats.quantities import fraction_problem
 from fathom.stats.scaling_table import ArmRuns, DepthScalingTable
 
 STATUSES = ("complete", "diverged", "failed", "running")
@@ -60,26 +61,9 @@ def _types(table: DepthScalingTable) -> str | None:
 
 def _units(table: DepthScalingTable) -> str | None:
     """A table whose accuracies are not fractions in [0, 1] (percent-looking named)."""
-    accs = [
-        float(a)
-        for cells in table.rows.values()
-        for runs in cells.values()
-        for a in runs.test_acc
-        if a is not None and math.isfinite(float(a))
-    ]
-    above = [a for a in accs if a > 1.0]
-    if above and all(0.0 <= a <= 100.0 for a in accs):
-        return (
-            f"accuracies look like percent (up to {max(above):g}, above 1); accuracies are "
-            "fractions in [0, 1]: divide by 100"
-        )
-    outside = [a for a in accs if not 0.0 <= a <= 1.0]
-    if outside:
-        return (
-            f"accuracies {outside[:3]} lie outside [0, 1]; give each as the fraction of the "
-            "test set answered correctly"
-        )
-    return None
+    return fraction_problem(
+        a for cells in table.rows.values() for runs in cells.values() for a in runs.test_acc
+    )
 
 
 def bad_table(table: DepthScalingTable) -> str | None:

@@ -40,6 +40,7 @@ from fathom.errors import FathomError
 from fathom.stats.flags import failure_flags, is_excluded
 from fathom.stats.inference import judge
 from fathom.stats.intervals import mean_sd, t_interval
+from fathom.stats.quantities import fraction_problem
 from fathom.stats.ranking import rankings
 from fathom.stats.results import Comparison, Results
 from fathom.stats.rules import DEFAULT_RULES, Rules
@@ -122,6 +123,10 @@ def _check_records(records: Sequence[RunRecord], reference: str) -> dict[str, li
                     f"record {r.recipe!r} seed {r.seed}: {where} lacks {missing}; give every "
                     f"key of {CHECKPOINT_KEYS} (None when undefined)"
                 )
+    accs = [getattr(r, w).get("test_acc") for r in records for w in CHECKPOINTS]
+    why = fraction_problem([*accs, *(r.fit_acc_final for r in records)])
+    if why is not None:
+        raise FathomError(f"the run records' {why}")
     first = records[0]
     for r in records[1:]:
         keys = sorted(set(first.config_fingerprint) | set(r.config_fingerprint))
