@@ -569,3 +569,18 @@ def test_a_run_raised_into_the_undetermined_band_keeps_its_answers_or_none(t, da
     if failed.verdict == raised.verdict == "judged":
         assert raised.level in (failed.level, "not established")
         assert raised.trend in (failed.trend, "not established")
+
+
+def test_a_reading_without_two_depths_leaves_both_answers_not_established():
+    # at chance, depth 8 is chance against chance (one depth left: no comparison); at its
+    # value the undetermined candidate gives two depths: the readings cannot agree
+    rows = {
+        4: {"b": _arm(_jitter(0.60, 3)), "c": _arm(_jitter(0.70, 3))},
+        8: {"b": _arm([0.010] * 3), "c": _arm([0.0156] * 3)},
+    }
+    v = _verdict(rows, "b", "c")
+    at_chance, at_value = v.scenarios
+    assert at_chance.level == "no comparison" and at_chance.depths == [4]
+    assert at_value.depths == [4, 8] and at_value.level != "no comparison"
+    assert (v.verdict, v.level, v.trend) == ("judged", "not established", "not established")
+    assert "[undetermined runs at chance] no comparison: 1 depth(s) [4]" in v.sentence

@@ -162,7 +162,7 @@ def _notes(
     if accs:
         runs = ", ".join(
             f"{arm} seed {seed} at depth {d} ({fmt_value(percent(v), '%')})"
-            for (d, arm, seed), v in sorted(accs.items(), key=lambda kv: str(kv[0]))
+            for (d, arm, seed), v in sorted(accs.items())
         )
         out.append(
             f"undetermined against chance, so read both ways (at chance and at the value "
