@@ -71,13 +71,23 @@ def test_both_arms_train_gives_a_computed_claim_with_an_interval():
             )
     table = build_table(recs, classes=10)
     v = table.verdict
-    # Lyapunov − vanilla over the profile, per seed: +4.0 and +3.5 pp; two seeds, Holm over 3
-    assert v.profile.estimate == pytest.approx(3.75)
-    assert v.profile.low is not None and v.profile.low < v.profile.estimate < v.profile.high
-    assert v.verdict == ("better scaling" if v.profile.low > 0.5 else "not established")
+    # the level (mean over depths of Lyapunov − vanilla), per seed: +4.0 and +3.5 pp; the
+    # change from depth 4 to 8 of that difference: +9.0 and +8.0 pp; two seeds, Holm over 5
+    # (level, change, slope, two depths). The old rule called the level "scaling".
+    lv, change = v.level_contrast, v.change
+    assert lv.estimate == pytest.approx(3.75) and change.estimate == pytest.approx(8.5)
+    assert v.slope.estimate == pytest.approx(8.5 / 4)
+    assert lv.low is not None and lv.low < lv.estimate < lv.high and lv.family_size == 5
+    assert v.level == ("better across depths" if lv.low > 0.5 else "not established")
     assert table.rows[0]["delta_acc"] == pytest.approx(-0.005)
-    one_seed = [r for r in recs if r.seed == 0]
-    assert build_table(one_seed, classes=10).verdict.verdict == "not established"
+    md = render_markdown(table)
+    assert f"**Level (Lyapunov against vanilla across the depths):** {v.level}" in md
+    assert f"**Scaling (how their difference changes with depth):** {v.trend}" in md
+    one_seed = build_table([r for r in recs if r.seed == 0], classes=10).verdict
+    assert (one_seed.verdict, one_seed.level, one_seed.trend) == (
+        "judged",
+        *["not established"] * 2,
+    )
     no_size = [RunRecord(**{**r.__dict__, "n_test": None}) for r in recs]
     assert "test-set size is unknown" in build_table(no_size, classes=10).verdict.sentence
 

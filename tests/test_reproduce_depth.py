@@ -121,9 +121,13 @@ def test_verdicts_beside_the_log_never_reach_its_false_conclusion(tiny, first):
     result = json.loads((d / "runs" / "pipe" / "reproduce" / "reproduction.json").read_text())
     v = result["verdicts"]["depth_scaling"]
     assert v["seed_conclusion"] == "✓ Lyapunov regularization enables better depth scaling!"
-    assert v["rule_on_seed_log"]["verdict"] != SEED_CLAIM
+    assert v["rule_on_seed_log"]["trend"] == v["rule_on_seed_log"]["level"] == "no conclusion"
     assert v["rule_on_seed_log"]["sentence"].startswith("no conclusion: the Lyapunov arm")
-    assert v["fathom"]["reaches_seed_claim"] == (v["fathom"]["verdict"] == SEED_CLAIM)
+    assert SEED_CLAIM == "scales better"  # the log's claim is about the change with depth
+    assert v["fathom"]["reaches_seed_claim"] == (v["fathom"]["trend"] == SEED_CLAIM)
+    assert {"level", "trend"} <= set(v["fathom"]) and {"level", "trend"} <= set(
+        v["rule_on_seed_log"]
+    )
     assert "Fathom's rule on the seed log's own numbers: no conclusion" in " ".join(out.split())
     md = (d / "runs" / "pipe" / "reproduce" / "reproduction.md").read_text()
     assert "| 4 | vanilla | acc (%) | 61.40% |" in md and "## Verdicts" in md
@@ -147,7 +151,7 @@ def test_rerun_skips_both_verified_steps(tiny, first):
 
 def test_fathom_rule_on_the_logs_table_is_no_conclusion():
     verdict = depth_scaling_verdict(seed_log_table(load_seeds()))
-    assert verdict.verdict == "no conclusion" and verdict.verdict != SEED_CLAIM
+    assert verdict.verdict == verdict.level == verdict.trend == "no conclusion"
     assert "Lyapunov arm failed to train at every depth" in verdict.sentence
 
 

@@ -59,14 +59,16 @@ def test_an_established_opposite_pair_is_a_ranking_difference():
     claim = s["rankings"]["test_acc"]["claim"]
     assert claim["differs"] and claim["verdict"] == "differs"
     assert claim["swaps"] == [["alpha", "beta"], ["alpha", "gamma"]]
-    assert claim["pairs"] == 3 and claim["family_size"] == 6
+    # alpha is the reference: its two pairs are the summary's alpha comparisons (one verdict
+    # per comparison on the page); the ranking's own family is beta vs gamma at 2 checkpoints
+    assert claim["pairs"] == 3 and claim["family_size"] == 2
     assert claim["sentence"].startswith(
         "The ranking by test accuracy differs between the selected and final checkpoints: "
         "alpha vs beta is better at the selected checkpoint (difference +3.00 pp"
     )
     assert (
-        "Holm over the 6 comparisons of this ranking, 3 pair(s) × 2 checkpoints"
-        in (claim["sentence"])
+        "Holm over the 2 comparisons of this ranking, 1 pair(s) × 2 checkpoints; the 4 "
+        "against the reference are the comparisons above, one verdict each" in claim["sentence"]
     )
     # the pairwise estimate is the mean per-seed difference (a − b) in pp, brute force
     pairs = {(p["a"], p["b"], p["checkpoint"]): p for p in s["rankings"]["test_acc"]["pairs"]}
@@ -185,3 +187,26 @@ def test_pairs_cover_every_recipe_pair_once():
     rk = s["rankings"]["test_ce"]
     got = {frozenset((p["a"], p["b"])) for p in rk["pairs"]}
     assert got == {frozenset(p) for p in itertools.combinations(_swap_table(), 2)}
+
+
+def test_one_comparison_never_gets_two_verdicts_on_one_page():
+    """Each pair against the reference is the summary's own comparison (one verdict), and the
+    claim checker refuses a page where one comparison is printed with two verdicts."""
+    s = _summary(_swap_table())
+    results = Results(**s["results"])
+    main = {
+        (c.a, c.b, c.quantity.name): c
+        for c in results.comparisons
+        if not c.id.startswith(("pair/", "ranking/"))
+    }
+    for c in results.comparisons:
+        if c.id.startswith("pair/") and "alpha" in (c.a, c.b):
+            twin = main.get((c.a, c.b, c.quantity.name)) or main[(c.b, c.a, c.quantity.name)]
+            assert c.family == twin.family and c.low in (twin.low, -twin.high)
+    assert check(results) == []
+    pair = next(
+        c for c in results.comparisons if c.id.startswith("pair/") and c.verdict != "better"
+    )
+    other = pair.model_copy(update={"id": "again", "family": "another family", "verdict": "better"})
+    problems = check(results.model_copy(update={"comparisons": [*results.comparisons, other]}))
+    assert any("one comparison gets one verdict per page" in p for p in problems)

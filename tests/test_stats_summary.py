@@ -108,9 +108,12 @@ def test_summary_tables_differences_and_verdicts():
         "The ranking by test accuracy is not established to differ between the selected and "
         "final checkpoints" in md
     )
-    # the ranking rests on the pairwise family: sd vs plain at both checkpoints (Holm over 2)
+    # the ranking's one pair, sd vs plain, is the summary's own sd-vs-reference comparison:
+    # printed with that one verdict (Holm over the 4 of its family), never judged again in a
+    # second family where it could read otherwise
     assert "0 of 1 pair(s) at the selected checkpoint" in md
-    assert "Holm over the 2 comparisons of this ranking" in md
+    assert "the 2 against the reference are the comparisons above" in md
+    assert "(Holm over their family of 4)" in md
     assert "- residual seed 102: diverged" in md
     assert "| 3 | 97.83 ± 0.31% |" in md  # accuracy in percent, one conversion; n in its column
 
@@ -146,6 +149,22 @@ def test_bad_records_are_refused():
         summarise_study(mixed, reference="plain")
     with pytest.raises(FathomError, match="two records for recipe 'sd' seed 101"):
         summarise_study([*_study(), _record("sd", 101, 0.9, 0.9)], reference="plain")
+
+
+@pytest.mark.parametrize(
+    ("scale", "shift", "match"),
+    [(100.0, 0.0, "look like percent.*divide by 100"), (1.0, -1.0, r"outside \[0, 1\]")],
+    ids=["percent", "negative"],
+)
+def test_accuracies_that_are_not_fractions_are_refused(scale, shift, match):
+    """A study given in percent was judged as fractions ("better (+8910.67 pp)")."""
+    recs = [
+        _record(r.recipe, r.seed, r.selected["test_acc"] * scale + shift,
+                r.final["test_acc"] * scale + shift, fit_acc=scale)
+        for r in _study() if r.recipe != "residual"
+    ]  # fmt: skip
+    with pytest.raises(FathomError, match=match):
+        summarise_study(recs, reference="plain")
 
 
 def test_every_summary_sentence_passes_the_claim_checker():

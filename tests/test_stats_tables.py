@@ -62,7 +62,10 @@ steps = st.fixed_dictionaries({s: st.tuples(st.floats(0, 0.04), st.floats(0, 0.0
 
 
 def _plus(arm, step, sign=1):
-    return {s: tuple(x + sign * d for x, d in zip(arm[s], step[s])) for s in arm}
+    """``arm`` moved by ``sign · step``, kept in [0, 1] (an accuracy above 1 is refused)."""
+    return {
+        s: tuple(min(1.0, max(0.0, x + sign * d)) for x, d in zip(arm[s], step[s])) for s in arm
+    }
 
 
 @settings(max_examples=15, deadline=None)

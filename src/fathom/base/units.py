@@ -11,6 +11,7 @@ report, cross-run tables, figures) converts through :func:`percent` and prints t
     unit     printed as          rule
     "%"      98.63%              2 decimals (accuracy in percent, an error rate in percent)
     "pp"     +0.57 pp            2 decimals (a difference of percentages)
+    "pp/layer" +0.125 pp/layer   3 decimals (a slope of percentages over depth)
     "nats"   0.0512 nats         4 decimals (cross-entropy, CE damage)
     "s"      12.34 s             2 decimals (seconds of a clock)
     "ms"     1.234 ms            3 decimals (milliseconds of a timed forward pass)
@@ -37,6 +38,7 @@ MISSING = "—"
 _RULES: dict[str, tuple[str, str]] = {
     "%": (".2f", "%"),
     "pp": (".2f", " pp"),
+    "pp/layer": (".3f", " pp/layer"),
     "nats": (".4f", " nats"),
     "s": (".2f", " s"),
     "ms": (".3f", " ms"),

@@ -2,7 +2,8 @@
 
 Two tables instead of the log's eleven columns: accuracy per depth with each arm's cell
 state (trained / failed / partial) and the difference, then gradient health; the failures,
-the computed verdict and the conditioning notes follow as wrapped lines. Accuracy is in
+the two computed answers (level across depths, scaling with depth), the sentence they rest
+on and the conditioning notes follow as wrapped lines. Accuracy is in
 percent, its difference in percentage points.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from fathom.base.terminal import table
 from fathom.depthscale.table import BASELINE, CANDIDATE, ResultsTable
@@ -86,8 +88,11 @@ def print_results(results: ResultsTable, note: str = "", console: Console | None
         for f in failures:
             console.print(f"- {f}")
     v = results.verdict
-    console.print(f"[bold]Verdict[/bold]: {v.sentence}")
+    for line in v.answer_lines(CANDIDATE, BASELINE):
+        question, answer = line.split(": ", 1)
+        console.print(f"[bold]{escape(question)}[/bold]: {escape(answer)}", highlight=False)
+    console.print(f"[bold]Verdict[/bold]: {escape(v.sentence)}", highlight=False)
     for o in v.observations:
-        console.print(f"- {o}")
+        console.print(f"- {escape(o)}")
     for c in results.conditioning:
         console.print(f"- {c}")

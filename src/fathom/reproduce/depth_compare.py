@@ -14,8 +14,10 @@ nothing here trains or recomputes a quantity. Per seed value (``seeds.toml``, ta
 Difference, spread and within-spread flag are :func:`fathom.reproduce.compare.compare_row`'s.
 The verdicts: the seed log's own sentence (``conclusion``, verbatim), Fathom's rule
 (:func:`fathom.stats.depth_scaling_verdict`) applied to the seed log's own accuracies, and
-Fathom's verdict on Fathom's runs, each with whether it reaches the log's conclusion
-(``"better scaling"`` of the Lyapunov arm).
+Fathom's verdict on Fathom's runs, each with both of Fathom's answers (the level across
+depths and the scaling with depth) and whether it reaches the log's conclusion: the log's
+"enables better depth scaling" is a claim about the change with depth, so it is reached only
+by the scaling answer ``"scales better"`` of the Lyapunov arm.
 """
 
 from __future__ import annotations
@@ -29,13 +31,13 @@ from fathom.reproduce.compare import compare_row
 from fathom.reproduce.extract import Measured, none
 from fathom.reproduce.seeds import SeedData
 from fathom.stats.scaling import depth_scaling_verdict
-from fathom.stats.scaling_sentences import BETTER_SCALING
-from fathom.stats.scaling_table import ArmRuns, DepthScalingTable
+from fathom.stats.scaling_answers import SCALES_BETTER
+from fathom.stats.scaling_table import ArmRuns, DepthScalingTable, DepthScalingVerdict
 
 FORMAT = 1
 KIND = "fathom.reproduce.depth_comparison"
-SEED_CLAIM = BETTER_SCALING
-"""The verdict the seed log's conclusion amounts to: the Lyapunov arm scales better."""
+SEED_CLAIM = SCALES_BETTER
+"""The scaling answer the seed log's conclusion amounts to: the Lyapunov arm scales better."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,18 @@ def seed_log_table(data: SeedData, table: str = "depth_scaling") -> DepthScaling
     )
 
 
+def answers(v: DepthScalingVerdict) -> dict[str, Any]:
+    """Both of Fathom's answers of one verdict, and whether the scaling one is the log's."""
+    return {
+        "verdict": v.verdict,
+        "level": v.level,
+        "trend": v.trend,
+        "headline": v.headline,
+        "sentence": v.sentence,
+        "reaches_seed_claim": v.trend == SEED_CLAIM,
+    }
+
+
 def verdicts(data: SeedData, table: ResultsTable, table_id: str) -> dict[str, Any]:
     """The log's conclusion, Fathom's rule on the log's numbers, Fathom's on its runs."""
     seed_table = next(t for t in data.table if t.id == table_id)
@@ -128,17 +142,8 @@ def verdicts(data: SeedData, table: ResultsTable, table_id: str) -> dict[str, An
     return {
         "seed_conclusion": seed_table.conclusion,
         "seed_claim": SEED_CLAIM,
-        "rule_on_seed_log": {
-            "verdict": on_log.verdict,
-            "sentence": on_log.sentence,
-            "reaches_seed_claim": on_log.verdict == SEED_CLAIM,
-        },
-        "fathom": {
-            "verdict": mine.verdict,
-            "sentence": mine.sentence,
-            "observations": list(mine.observations),
-            "reaches_seed_claim": mine.verdict == SEED_CLAIM,
-        },
+        "rule_on_seed_log": answers(on_log),
+        "fathom": {**answers(mine), "observations": list(mine.observations)},
     }
 
 
@@ -182,7 +187,7 @@ def depth_comparison(
             for t in tables
         ],
         "cells": {str(r["depth"]): r["cells"] for r in table.rows},
-        "per_depth": {str(d): v.to_dict() for d, v in table.verdict.per_depth.items()},
+        "per_depth": table.verdict.to_dict()["per_depth"],
         "failures": {str(r["depth"]): r["failures"] for r in table.rows if r["failures"]},
         "verdicts": {t.id: verdicts(data, table, t.id) for t in tables},
         "rows": rows,

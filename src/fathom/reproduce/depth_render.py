@@ -5,7 +5,8 @@ with the sample SD and range when there are several seeds), the difference (Fath
 seed) and whether the seed's value lies in Fathom's seed range. Accuracies, stored as
 fractions like the log prints them, are rendered through :func:`fathom.base.units.percent`
 (differences in percentage points). The verdicts follow: the log's own conclusion, Fathom's
-rule on the log's numbers, Fathom's verdict on its own runs.
+rule on the log's numbers, Fathom's verdict on its own runs, each with both of Fathom's
+answers (the level across depths and the scaling with depth).
 """
 
 from __future__ import annotations
@@ -103,16 +104,23 @@ def depth_lines(result: dict[str, Any]) -> list[str]:
     return out
 
 
+def _answers(v: dict[str, Any]) -> str:
+    """``level: …; scaling: …`` of one verdict (a verdict without answers: its sentence)."""
+    if v.get("verdict") != "judged" or "level" not in v:
+        return v["sentence"]
+    return f"level {v['level']}; scaling {v['trend']} — {v['sentence']}"
+
+
 def verdict_lines(result: dict[str, Any]) -> list[str]:
     out = []
     for table_id, v in result["verdicts"].items():
         yes = {True: "REACHES it", False: "does not reach it"}
         out += [
             f"[{table_id}] the seed log concluded: {v['seed_conclusion']!r} "
-            f"(= the Lyapunov arm's {v['seed_claim']})",
-            f"  Fathom's rule on the seed log's own numbers: {v['rule_on_seed_log']['sentence']} "
+            f"(a claim about scaling: the Lyapunov arm {v['seed_claim']})",
+            f"  Fathom's rule on the seed log's own numbers: {_answers(v['rule_on_seed_log'])} "
             f"— {yes[v['rule_on_seed_log']['reaches_seed_claim']]}",
-            f"  Fathom's verdict on Fathom's runs: {v['fathom']['sentence']} "
+            f"  Fathom's verdict on Fathom's runs: {_answers(v['fathom'])} "
             f"— {yes[v['fathom']['reaches_seed_claim']]}",
         ]
     return out

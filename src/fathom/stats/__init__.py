@@ -4,7 +4,8 @@ Pure functions over plain Python data; :mod:`fathom.study` turns run directories
 into these inputs. The rules are written once in ``docs/statistics.md``: trained /
 failed / undetermined (:mod:`~fathom.stats.chance`), paired comparisons with a resolution
 floor, a smallest effect of interest, Holm and leave-one-seed-out
-(:mod:`~fathom.stats.inference`), the depth profile (:mod:`~fathom.stats.scaling`), the
+(:mod:`~fathom.stats.inference`), depth scaling answered as a level and a trend
+(:mod:`~fathom.stats.scaling`), the
 typed results model (:mod:`~fathom.stats.results`) and the claim checker
 (:mod:`~fathom.stats.claims`).
 """

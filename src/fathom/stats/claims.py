@@ -4,14 +4,16 @@ For :class:`~fathom.stats.results.Results`:
 
 1. every family of comparisons is judged again from its stored per-seed differences and
    variances (:func:`fathom.stats.inference.judge`, same rules): verdict, level, interval
-   and ``fragile`` must come out the same;
+   and ``fragile`` must come out the same (a comparison printed twice counts once);
 2. every decision is recomputed from the comparisons and evidence it names (the depth-scaling
-   combination rule; a checkpoint ranking's rule, with the counts and orders its sentence
-   must print);
+   level, scaling and both-readings rules; a checkpoint ranking's rule, with the counts and
+   orders its sentence must print);
 3. every claim of a sentence must match its comparison (verdict, fragile), and the text must
    print each claimed comparison's verdict, estimate and interval;
 4. every comparative word in a sentence (better, worse, higher, lower, equivalent,
-   not established, fragile, inconclusive) must be one that a claim or decision makes.
+   not established, fragile, inconclusive) must be one that a claim or decision makes;
+5. no comparison (the same arms, quantity and scope) is printed twice with two verdicts:
+   one family per page.
 
 :func:`check` returns the problems found (empty: every sentence is true of its table).
 """
@@ -25,9 +27,17 @@ from fathom.stats.inference import judge, rejudge_input
 from fathom.stats.numbers import fmt_estimate, fmt_interval
 from fathom.stats.ranking import RULE as RANKING_RULE
 from fathom.stats.ranking import ranking_verdict, statement_parts
-from fathom.stats.results import Comparison, Decision, Results, Sentence
+from fathom.stats.results import OPPOSITE, Comparison, Decision, Results, Sentence
 from fathom.stats.rules import Rules
-from fathom.stats.scaling_sentences import scaling_verdict
+from fathom.stats.scaling_answers import (
+    BOTH_WAYS_RULE,
+    LEVEL_RULE,
+    TREND_RULE,
+    both_ways,
+    is_fragile,
+    level_verdict,
+    trend_verdict,
+)
 from fathom.stats.scaling_table import FailureEvidence
 
 WORDS = (
@@ -42,34 +52,37 @@ WORDS = (
 )
 
 
+KEYS = ("verdict", "fragile", "level", "low", "high", "estimate", "family_size", "loo_held")
+
+
+def _same(x: object, y: object) -> bool:
+    return x == y or (
+        isinstance(x, float)
+        and isinstance(y, float)
+        and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
+    )
+
+
 def _rejudge(results: Results) -> list[str]:
+    """Every family judged again; a comparison printed twice (another id, maybe as b against
+    a) counts once and must equal the first, mirrored where its arms are swapped."""
     problems = []
-    families: dict[str, list[Comparison]] = {}
+    families: dict[str, dict[tuple, list[Comparison]]] = {}
     for c in results.comparisons:
-        families.setdefault(c.family, []).append(c)
-    for family, comps in families.items():
-        items = [rejudge_input(c) for c in comps]
-        again = judge(family, items, Rules(level=comps[0].nominal_level))
-        for c, r in zip(comps, again):
-            keys = (
-                "verdict",
-                "fragile",
-                "level",
-                "low",
-                "high",
-                "estimate",
-                "family_size",
-                "loo_held",
-            )
-            for key in keys:
-                x, y = getattr(c, key), getattr(r, key)
-                same = x == y or (
-                    isinstance(x, float)
-                    and isinstance(y, float)
-                    and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
-                )
-                if not same:
-                    problems.append(f"{family}/{c.id}: {key} is {x!r}, re-derived {y!r}")
+        families.setdefault(c.family, {}).setdefault(_what(c), []).append(c)
+    for family, groups in families.items():
+        firsts = [g[0] for g in groups.values()]
+        items = [rejudge_input(c) for c in firsts]
+        again = judge(family, items, Rules(level=firsts[0].nominal_level))
+        for group, r in zip(groups.values(), again):
+            for c in group:
+                want = r.relabelled(c.id, c.context, mirror=c.a != r.a)
+                problems += [
+                    f"{family}/{c.id}: {key} is {getattr(c, key)!r}, re-derived "
+                    f"{getattr(want, key)!r}"
+                    for key in KEYS
+                    if not _same(getattr(c, key), getattr(want, key))
+                ]
     return problems
 
 
@@ -88,22 +101,74 @@ def _reranking(d: Decision, results: Results, text: str) -> list[str]:
     ]
 
 
+def _level(d: Decision, results: Results) -> tuple[str, bool]:
+    profile = results.comparison(d.profile)
+    per_depth = {i: results.comparison(cid) for i, cid in enumerate(d.per_depth)}
+    evidence = [
+        FailureEvidence(**{**e, "failed": tuple(e["failed"]), "other": tuple(e["other"])})
+        for e in d.evidence
+    ]
+    verdict = level_verdict(profile, per_depth, evidence)
+    return verdict, is_fragile(verdict, [profile])
+
+
+def _trend(d: Decision, results: Results) -> tuple[str, bool]:
+    change, slope = (results.comparison(cid) for cid in d.inputs)
+    verdict = trend_verdict(change, slope)
+    return verdict, is_fragile(verdict, [change, slope])
+
+
+def _both_ways(d: Decision, results: Results) -> tuple[str, bool]:
+    parts = [next(x for x in results.decisions if x.id == cid) for cid in d.inputs]
+    verdict = both_ways([x.verdict for x in parts])
+    return verdict, verdict != "not established" and any(x.fragile for x in parts)
+
+
+REDERIVE = {LEVEL_RULE: _level, TREND_RULE: _trend, BOTH_WAYS_RULE: _both_ways}
+"""The combination rules a decision can name (a checkpoint ranking is re-derived with the
+sentence that prints it); an unknown rule is a problem, never skipped."""
+
+
 def _redecide(results: Results) -> list[str]:
     problems = []
     for d in results.decisions:
         if d.rule == RANKING_RULE:
             continue  # re-derived with the sentence that prints it (_text)
-        profile = results.comparison(d.profile)
-        per_depth = {i: results.comparison(cid) for i, cid in enumerate(d.per_depth)}
-        evidence = [
-            FailureEvidence(**{**e, "failed": tuple(e["failed"]), "other": tuple(e["other"])})
-            for e in d.evidence
-        ]
-        verdict = scaling_verdict(profile, per_depth, evidence)
-        fragile = profile.fragile and verdict.endswith("scaling")
+        if d.rule not in REDERIVE:
+            problems.append(f"decision {d.id}: unknown rule {d.rule!r}")
+            continue
+        verdict, fragile = REDERIVE[d.rule](d, results)
         if (verdict, fragile) != (d.verdict, d.fragile):
             problems.append(
                 f"decision {d.id}: {(d.verdict, d.fragile)}, re-derived {(verdict, fragile)}"
+            )
+    return problems
+
+
+NAMING = ("recipe", "pair", "caveat")
+"""Context keys that only name or annotate a comparison (who is the recipe, the pair's
+order, a caveat); every other key (metric, checkpoint, scope, reading, ...) says what it is."""
+
+
+def _what(c: Comparison) -> tuple:
+    """What a comparison compares: its arms (unordered), its quantity and its context."""
+    ctx = frozenset((k, v) for k, v in c.context.items() if k not in NAMING)
+    return (frozenset((c.a, c.b)), c.quantity.name, ctx)
+
+
+def _twice(results: Results) -> list[str]:
+    """The same comparison printed twice on one page with two verdicts (in two families)."""
+    problems, seen = [], {}
+    for c in results.comparisons:
+        first = seen.setdefault(_what(c), c)
+        if first is c:
+            continue
+        same = c.verdict if c.a == first.a else OPPOSITE.get(c.verdict, c.verdict)
+        if same != first.verdict:
+            problems.append(
+                f"{first.a} vs {first.b} on {c.quantity.name}: {first.verdict!r} in "
+                f"{first.family!r} ({first.id}) but {c.verdict!r} in {c.family!r} ({c.id}); "
+                "one comparison gets one verdict per page (one family)"
             )
     return problems
 
@@ -148,7 +213,7 @@ def _text(sentence: Sentence, results: Results) -> list[str]:
 
 def check(results: Results) -> list[str]:
     """Every problem found re-deriving the claims of ``results`` (module docstring)."""
-    problems = _rejudge(results) + _redecide(results)
+    problems = _rejudge(results) + _redecide(results) + _twice(results)
     for s in results.sentences:
         problems += _text(s, results)
     return problems

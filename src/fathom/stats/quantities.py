@@ -13,6 +13,9 @@ interest δ and resolution r (values from :class:`~fathom.stats.rules.Rules`).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 from fathom.base.units import percent
 from fathom.stats.results import Quantity
 from fathom.stats.rules import DEFAULT_RULES, Rules
@@ -63,3 +66,22 @@ def accuracy_variance_pp(n_eval: int | None) -> float:
     if not n_eval:
         return 0.0
     return percent(1.0) ** 2 * 0.25 / n_eval
+
+
+def fraction_problem(accuracies: Iterable[float | None]) -> str | None:
+    """Why accuracies are not fractions in [0, 1] (``None`` and non-finite values skipped),
+    or None: a set whose values exceed 1 but lie within [0, 100] looks like percent."""
+    accs = [float(a) for a in accuracies if a is not None and math.isfinite(float(a))]
+    above = [a for a in accs if a > 1.0]
+    if above and all(0.0 <= a <= 100.0 for a in accs):
+        return (
+            f"accuracies look like percent (up to {max(above):g}, above 1); accuracies are "
+            "fractions in [0, 1]: divide by 100"
+        )
+    outside = [a for a in accs if not 0.0 <= a <= 1.0]
+    if outside:
+        return (
+            f"accuracies {outside[:3]} lie outside [0, 1]; give each as the fraction of the "
+            "test set answered correctly"
+        )
+    return None

@@ -124,11 +124,21 @@ def ranking_statement(
     key, label = metric
     verdict, swaps = ranking_verdict(comps)
     pairs = _by_pair(comps)
-    m = max((c.family_size for c in comps), default=0)
-    family = (
-        f"every pair paired over seeds; Holm over the {m} comparisons of this ranking, "
-        f"{len(pairs)} pair(s) × 2 checkpoints"
-    )
+    own = [c for c in comps if c.family == family_of(label)]
+    shared = [c for c in comps if c.family != family_of(label)]
+    m = max((c.family_size for c in own), default=0)
+    parts = []
+    if own:
+        n_own = len({(c.a, c.b) for c in own})
+        parts.append(
+            f"Holm over the {m} comparisons of this ranking, {n_own} pair(s) × 2 checkpoints"
+        )
+    if shared:
+        parts.append(
+            f"the {len(shared)} against the reference are the comparisons above, one verdict "
+            f"each (Holm over their family of {max(c.family_size for c in shared)})"
+        )
+    family = "every pair paired over seeds; " + "; ".join(parts)
     orders = _orders(comps)
     claims = [
         Claim(comparison=c.id, verdict=c.verdict, fragile=c.fragile, brief=True)
@@ -193,15 +203,41 @@ def swapped_pairs(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     return out
 
 
+def _judged(
+    family: str,
+    items: Sequence[Paired],
+    main: Mapping[tuple[str, str, str], Comparison],
+    rules: Rules,
+) -> list[Comparison]:
+    """The pairs of one metric: a pair already compared on the page (``main``, keyed by
+    ``(a, b, id suffix)`` in either order) keeps that comparison and its verdict; the others
+    are judged as this ranking's Holm family."""
+    shared: dict[str, Comparison] = {}
+    for p in items:
+        a, b, where = p.a, p.b, p.context["checkpoint"]
+        key = p.context["metric"]
+        for (x, y), flip in (((a, b), False), ((b, a), True)):
+            c = main.get((x, y, f"{where}/{key}"))
+            if c is not None and c.verdict != "no comparison":
+                shared[p.id] = c.relabelled(p.id, p.context, mirror=flip)
+    own = judge(family, [p for p in items if p.id not in shared], rules)
+    by_id = {c.id: c for c in own} | shared
+    return [by_id[p.id] for p in items]
+
+
 def rankings(
     recipes: Mapping[str, Any],
     ranked: Sequence[str],
     usable: Mapping[str, Sequence[Any]],
     rules: Rules,
+    main: Mapping[tuple[str, str, str], Comparison] | None = None,
 ) -> tuple[dict[str, Any], list[Comparison], list[Sentence], list[Decision]]:
     """Per compared metric with at least two ranked recipes (a mean at both checkpoints):
-    the rankings of the means side by side, the pairwise comparisons (one family each), a
-    sentence per comparison, and the ranking statement (``rankings[key]["claim"]``)."""
+    the rankings of the means side by side, the pairwise comparisons, a sentence per
+    comparison, and the ranking statement (``rankings[key]["claim"]``). A pair the page
+    already compares (``main``: the summary's recipe-against-reference comparisons, keyed
+    ``(recipe, reference, "checkpoint/metric")``) is that comparison, printed with its one
+    verdict; the other pairs are one Holm family per metric."""
     out: dict[str, Any] = {}
     comps: list[Comparison] = []
     sentences: list[Sentence] = []
@@ -215,9 +251,8 @@ def rankings(
         rc = rank_disagreement(
             {n: sel[n] for n in keep}, {n: fin[n] for n in keep}, higher_is_better=higher
         )
-        family = judge(
-            family_of(label), pairwise_items((key, label), rc.selected_order, usable), rules
-        )
+        items = pairwise_items((key, label), rc.selected_order, usable)
+        family = _judged(family_of(label), items, main or {}, rules)
         decision, sentence, claim = ranking_statement(
             (key, label), family, len(swapped_pairs(rc.rows))
         )

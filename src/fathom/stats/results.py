@@ -79,6 +79,30 @@ class Comparison(BaseModel):
         """JSON-able form."""
         return self.model_dump(mode="json")
 
+    def relabelled(self, cid: str, context: dict[str, str], *, mirror: bool) -> Comparison:
+        """The same comparison printed under another id (``mirror``: as ``b`` against ``a``,
+        every difference negated, the verdict its opposite): one verdict, never a second."""
+        if not mirror:
+            return self.model_copy(update={"id": cid, "context": context})
+
+        def neg(x: float | None) -> float | None:
+            return None if x is None else -x
+
+        return self.model_copy(
+            update={
+                "id": cid,
+                "context": context,
+                "a": self.b,
+                "b": self.a,
+                "verdict": OPPOSITE.get(self.verdict, self.verdict),
+                "estimate": neg(self.estimate),
+                "low": neg(self.high),
+                "high": neg(self.low),
+                "diffs": [-d for d in self.diffs],
+                "loo_estimates": [-x for x in self.loo_estimates],
+            }
+        )
+
     def diff_record(self) -> dict | None:
         """The paired difference renderers read (estimate, interval, n, level); ``None``
         without an estimate."""

@@ -1,64 +1,85 @@
-"""The depth-scaling verdict: does the candidate arm scale with depth better than the baseline?
+"""The depth-scaling verdict: two questions about a candidate arm against a baseline,
+answered apart.
+
+* the **level**: is the candidate better than the baseline across the depths?
+* the **scaling** (trend): does the candidate's advantage change with depth? Only this
+  answer says "scales better / worse".
 
 Input: a table ``rows[depth][arm]`` of per-seed runs (test accuracy on ``n_eval`` examples
-of ``classes`` classes, status). The rule (``docs/statistics.md``), in order:
+of ``classes`` classes, status). The rule (``docs/statistics.md`` §5), in order:
 
-1. **Bad input** (:func:`~fathom.stats.scaling_table.bad_table`: one depth, one class, no
-   test-set size, unequal or missing seeds, an incomplete run, a non-finite accuracy of a
-   run that did not diverge) gives ``no comparison`` naming the reason.
+1. **Bad input** (:func:`~fathom.stats.scaling_checks.bad_table`: wrong types, accuracies
+   outside [0, 1] or in percent, one depth, one class, no test-set size, unequal or missing
+   seeds, an incomplete run, a non-finite accuracy of a run that did not diverge) gives
+   ``no comparison`` naming the reason and its fix.
 2. **Runs.** Each run is *trained*, *failed* or *undetermined* against chance
-   (:func:`fathom.stats.chance.chance_test`); a diverged run failed, and enters the
-   profile at chance accuracy ``1/C`` (failure is an observed low accuracy, never an
-   exclusion). An arm with no trained run at any depth: ``no conclusion`` (nothing about
-   its scaling can be said; seed 000's table, the regularized arm at 1% everywhere).
-3. **Determined depths** ``D``: depths where no run of either arm is undetermined. A depth
-   with an undetermined run is left out of everything below and named: an undetermined
-   cell never decides a verdict. Fewer than two determined depths: ``no comparison``.
-4. **The profile contrast**, paired over seeds (accuracy in pp)::
+   (:func:`fathom.stats.chance.chance_test`); a diverged run failed. A failed run enters
+   every statistic at chance accuracy ``1/C``: a failure is evidence, never an exclusion.
+   An arm with no trained run at any depth: ``no conclusion`` for both questions.
+3. **Readings.** An undetermined run is read both ways: at chance (failed) and at its
+   measured value. Everything below is computed for each reading; an answer stands only
+   where both readings give it, otherwise it is ``not established``, naming both.
+4. **Depths.** A depth where every run of both arms failed is left out, named, and joins
+   no family (chance against chance says nothing). Fewer than two depths left (``D``, with
+   shallowest ``d₀`` and deepest ``d₁``): ``no comparison``.
+5. **Contrasts**, paired over seeds, with ``g_s(d) = cand_s(d) − base_s(d)`` in pp and the
+   binomial bound ``u = 10⁴/(4N)`` pp² of one accuracy::
 
-       Δ_s = (1/|D|) Σ_{d ∈ D} (cand_s(d) − base_s(d))
+       level   L_s = (1/K) Σ_{d∈D} g_s(d)          (K depths in D)    floor v_s = 2u/K
+       change  C_s = g_s(d₁) − g_s(d₀)                               floor v_s = 4u
+       slope   B_s = Σ_d (d − d̄) g_s(d) / Σ_d (d − d̄)²   (pp/layer)  floor v_s = 2u/Σ(d − d̄)²
 
-   judged by :mod:`fathom.stats.inference` (floor: the binomial bound of each accuracy,
-   ``v_s = (1/|D|²) Σ_d (u_cand + u_base)``; smallest effect ``rules.accuracy_pp``), in one
-   Holm family with the per-depth paired comparisons at every depth of ``D``.
-5. **Failure evidence**: at each depth where the arms' failure counts differ, the two-sided
-   Fisher exact test; *decisive* when Holm over those depths rejects at the nominal level.
-6. **Combination.** The profile's verdict gives ``better`` / ``worse`` / ``equivalent
-   scaling`` unless an established per-depth comparison or decisive failure evidence points
-   the other way (for *equivalent*: any way): then ``inconclusive``, naming both. An
-   established verdict that leave-one-seed-out reverses is marked ``fragile``. Otherwise
-   ``not established``.
+   judged by :mod:`fathom.stats.inference` (smallest effect ``rules.accuracy_pp`` for the
+   level and the change, ``rules.accuracy_pp / (d₁ − d₀)`` per layer for the slope) in
+   one Holm family with the per-depth paired comparisons at every ``d ∈ D``.
+6. **Failure evidence**: at each depth of ``D`` where the arms' failure counts differ, the
+   two-sided Fisher exact test; *decisive* when Holm over those depths rejects.
+7. **Answers** (:mod:`fathom.stats.scaling_sentences`). Level: the level contrast's verdict
+   gives ``better / worse / equivalent across depths`` unless an established per-depth
+   comparison or decisive failure evidence points the other way (for *equivalent*: any
+   way), then ``inconclusive``. Scaling: ``scales better / worse / equivalently`` when the
+   change and the slope give that same verdict, ``inconclusive`` when both are established
+   and differ, else ``not established``. An established answer whose contrast one seed
+   carries is ``fragile``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from scipy.stats import fisher_exact
 
-from fathom.base.units import fmt_value, percent
+from fathom.base.units import percent
 from fathom.stats.chance import chance_test
 from fathom.stats.inference import Paired, judge, paired
-from fathom.stats.quantities import accuracy, accuracy_variance_pp
-from fathom.stats.results import Comparison
+from fathom.stats.quantities import ACCURACY_RESOLUTION_PP, accuracy, accuracy_variance_pp
+from fathom.stats.results import Quantity
 from fathom.stats.rules import DEFAULT_RULES, Rules
-from fathom.stats.scaling_sentences import combine, observations
+from fathom.stats.scaling_answers import level_verdict, trend_verdict
+from fathom.stats.scaling_checks import bad_table
+from fathom.stats.scaling_sentences import assemble, no_comparison, observations
 from fathom.stats.scaling_table import (
     DepthScalingTable,
     DepthScalingVerdict,
     FailedRun,
     FailureEvidence,
-    bad_table,
+    Scenario,
 )
 
 FAMILY = "depth scaling"
+READINGS = ("at chance", "at their values")
+"""How an undetermined run is read: as failed (at chance ``1/C``), and at its measured value."""
 
 RunStates = dict[int, dict[str, dict[int, tuple[str, float, list[str]]]]]
+Resolved = dict[int, dict[str, dict[int, tuple[bool, float]]]]
+PerSeed = Callable[[str, int], float]
 
 
 def _states(table: DepthScalingTable, rules: Rules) -> RunStates:
-    """``[depth][arm][seed] -> (state, accuracy used, flags)`` (rule 2)."""
+    """``[depth][arm][seed] -> (state, measured accuracy or chance, flags)`` (rule 2)."""
     out: RunStates = {}
+    chance = 1.0 / table.classes
     for d in sorted(table.rows):
         out[d] = {}
         for arm in (table.baseline, table.candidate):
@@ -67,11 +88,24 @@ def _states(table: DepthScalingTable, rules: Rules) -> RunStates:
             for s, acc, st in zip(runs.seed_ids(), runs.test_acc, runs.status):
                 finite = acc is not None and math.isfinite(float(acc))
                 if st == "diverged" or not finite:
-                    out[d][arm][s] = ("failed", 1.0 / table.classes, ["diverged"])
+                    out[d][arm][s] = ("failed", chance, ["diverged"])
                     continue
                 ct = chance_test(acc, n_eval=table.n_eval or 1, classes=table.classes, rules=rules)
                 flag = {"failed": ["at_chance"], "undetermined": ["near_chance"]}.get(ct.state, [])
-                out[d][arm][s] = (ct.state, float(acc), flag)  # type: ignore[arg-type]
+                out[d][arm][s] = (ct.state, float(acc), flag)
+    return out
+
+
+def _resolve(states: RunStates, reading: str, chance: float) -> Resolved:
+    """``[depth][arm][seed] -> (failed, accuracy entered)`` under one reading (rule 3)."""
+    out: Resolved = {}
+    for d, cell in states.items():
+        out[d] = {}
+        for arm, runs in cell.items():
+            out[d][arm] = {}
+            for s, (st, v, _) in runs.items():
+                failed = st == "failed" or (st == "undetermined" and reading == "at chance")
+                out[d][arm][s] = (failed, chance if failed else v)
     return out
 
 
@@ -85,18 +119,11 @@ def _cell(runs: dict[int, tuple[str, float, list[str]]]) -> str:
 def _never_trained(table: DepthScalingTable, states: RunStates) -> str | None:
     """Rule 2: the no-conclusion sentence, or None when both arms trained somewhere."""
     arms = (table.baseline, table.candidate)
-    never = [
-        a
-        for a in arms
-        if all(st != "trained" for c in states.values() for st, _, _ in c[a].values())
-    ]
+    runs = {a: [st for c in states.values() for st, _, _ in c[a].values()] for a in arms}
+    never = [a for a in arms if "trained" not in runs[a]]
     if not never:
         return None
-    failed = [
-        a
-        for a in never
-        if all(st == "failed" for c in states.values() for st, _, _ in c[a].values())
-    ]
+    failed = [a for a in never if all(st == "failed" for st in runs[a])]
     if len(failed) == 2:
         return "no conclusion: both arms failed to train at every depth"
     if len(never) == 2:
@@ -109,76 +136,90 @@ def _never_trained(table: DepthScalingTable, states: RunStates) -> str | None:
     )
 
 
-def _items(table: DepthScalingTable, states: RunStates, determined: list[int]) -> list[Paired]:
-    """The profile contrast and the per-depth comparisons (rule 4), in one family."""
-    q = accuracy("test accuracy")
+def _slope_quantity(span: int, rules: Rules) -> Quantity:
+    """The slope of the advantage over depth, in pp per layer; δ spread over the span."""
+    return Quantity(
+        name="least-squares slope of test accuracy over depth",
+        unit="pp/layer",
+        higher_is_better=True,
+        smallest_effect=rules.accuracy_pp / span,
+        resolution=ACCURACY_RESOLUTION_PP / span,
+    )
+
+
+def _items(
+    table: DepthScalingTable, res: Resolved, depths: list[int], tag: str, rules: Rules
+) -> list[Paired]:
+    """Level, change, slope and the per-depth comparisons of one reading (rule 5)."""
     u = accuracy_variance_pp(table.n_eval)
     cand, base = table.candidate, table.baseline
-    names = (cand, base)
+    seeds = sorted(res[depths[0]][cand])
+    k, lo, hi = len(depths), depths[0], depths[-1]
+    mean_d = math.fsum(depths) / k
+    ss = math.fsum((d - mean_d) ** 2 for d in depths)
+    weights = {d: (d - mean_d) / ss for d in depths}
 
-    def pp(d: int, arm: str) -> dict[int, float]:
-        return {s: percent(v) for s, (_, v, _) in states[d][arm].items()}  # type: ignore[misc]
+    def pp(arm: str, d: int, s: int) -> float:
+        return percent(res[d][arm][s][1])  # type: ignore[return-value]
 
-    seeds = sorted(states[determined[0]][cand])
-    k = len(determined)
-    prof_c = {s: math.fsum(pp(d, cand)[s] for d in determined) / k for s in seeds}
-    prof_b = {s: math.fsum(pp(d, base)[s] for d in determined) / k for s in seeds}
-    var = {s: u / k for s in seeds}
-    depths = ", ".join(str(d) for d in determined)
+    def item(cid: str, q: Quantity, f: PerSeed, var: float, scope: str) -> Paired:
+        """One contrast: ``f(arm, seed)`` per seed of each arm, paired; ``var`` per value."""
+        a, b = ({s: f(arm, s) for s in seeds} for arm in (cand, base))
+        v = dict.fromkeys(seeds, var)
+        ctx = {"scope": scope, **({"reading": tag} if tag else {})}
+        name = cid if not tag else f"{cid} [{tag}]"
+        return paired(name, q, a, b, names=(cand, base), var_a=v, var_b=v, context=ctx)
+
+    listed = ", ".join(str(d) for d in depths)
     items = [
-        paired(
-            "profile",
-            q,
-            prof_c,
-            prof_b,
-            names=names,
-            var_a=var,
-            var_b=var,
-            context={"scope": f"mean over depths {depths}"},
-        )
+        item(
+            "level",
+            accuracy("test accuracy", rules),
+            lambda arm, s: math.fsum(pp(arm, d, s) for d in depths) / k,
+            u / k,
+            f"mean over depths {listed}",
+        ),
+        item(
+            "change",
+            accuracy("change in test accuracy with depth", rules),
+            lambda arm, s: pp(arm, hi, s) - pp(arm, lo, s),
+            2 * u,
+            f"from depth {lo} to depth {hi}",
+        ),
+        item(
+            "slope",
+            _slope_quantity(hi - lo, rules),
+            lambda arm, s: math.fsum(w * pp(arm, d, s) for d, w in weights.items()),
+            u / ss,
+            f"across depths {listed}",
+        ),
     ]
-    for d in determined:
-        v = {s: u for s in seeds}
+    for d in depths:
         items.append(
-            paired(
-                f"depth {d}",
-                q,
-                pp(d, cand),
-                pp(d, base),
-                names=names,
-                var_a=v,
-                var_b=v,
-                context={"scope": f"depth {d}"},
-            )
-        )
+            item(f"depth {d}", accuracy("test accuracy", rules), lambda arm, s, d=d: pp(arm, d, s),
+                 u, f"depth {d}")
+        )  # fmt: skip
     return items
 
 
-def _evidence(table: DepthScalingTable, states: RunStates, level: float) -> list[FailureEvidence]:
-    """Rule 5: Fisher exact tests where failure counts differ, Holm-decided."""
+def _evidence(
+    table: DepthScalingTable, res: Resolved, depths: list[int], level: float
+) -> list[FailureEvidence]:
+    """Rule 6: Fisher exact tests where failure counts differ, Holm-decided."""
     rows = []
-    for d, cell in states.items():
-        counts = {
-            arm: sum(st == "failed" for st, _, _ in runs.values()) for arm, runs in cell.items()
-        }
+    for d in depths:
+        cell = res[d]
+        counts = {arm: sum(f for f, _ in runs.values()) for arm, runs in cell.items()}
         nb, nc = counts[table.baseline], counts[table.candidate]
-        if nb == nc or any(st == "undetermined" for r in cell.values() for st, _, _ in r.values()):
+        if nb == nc:
             continue
         failing = table.candidate if nc > nb else table.baseline
         other = table.baseline if failing == table.candidate else table.candidate
         n_f, n_o = len(cell[failing]), len(cell[other])
         k_f, k_o = counts[failing], counts[other]
         p = float(fisher_exact([[k_f, n_f - k_f], [k_o, n_o - k_o]]).pvalue)
-        rows.append(
-            (
-                d,
-                "against" if failing == table.candidate else "for",
-                failing,
-                (k_f, n_f),
-                (k_o, n_o),
-                p,
-            )
-        )
+        direction = "against" if failing == table.candidate else "for"
+        rows.append((d, direction, failing, (k_f, n_f), (k_o, n_o), p))
     alpha, m = 1.0 - level, len(rows)
     decisive: set[int] = set()
     for k, row in enumerate(sorted(rows, key=lambda r: (r[5], r[0])), start=1):
@@ -188,91 +229,70 @@ def _evidence(table: DepthScalingTable, states: RunStates, level: float) -> list
     return [FailureEvidence(*r, decisive=r[0] in decisive) for r in rows]
 
 
+def _scenario(
+    table: DepthScalingTable, states: RunStates, reading: str, tag: str, rules: Rules
+) -> Scenario:
+    """Both answers under one reading of the undetermined runs (rules 4 to 7)."""
+    res = _resolve(states, reading, 1.0 / table.classes)
+    family = FAMILY if not tag else f"{FAMILY}, undetermined runs {tag}"
+    both = [d for d in res if all(f for runs in res[d].values() for f, _ in runs.values())]
+    depths = [d for d in res if d not in both]
+    if len(depths) < 2:
+        why = (
+            f"{len(depths)} depth(s) {depths} where an arm did not fail on every seed; "
+            "the two questions need at least two"
+        )
+        return Scenario(tag, family, depths, "no comparison", "no comparison", reason=why)
+    comps = judge(family, _items(table, res, depths, tag, rules), rules)
+    evidence = _evidence(table, res, depths, rules.level)
+    level, change, slope = comps[:3]
+    per_depth = dict(zip(depths, comps[3:]))
+    return Scenario(
+        reading=tag,
+        family=family,
+        depths=depths,
+        level=level_verdict(level, per_depth, evidence),  # type: ignore[arg-type]
+        trend=trend_verdict(change, slope),  # type: ignore[arg-type]
+        level_contrast=level,
+        change=change,
+        slope=slope,
+        per_depth=per_depth,
+        evidence=evidence,
+    )
+
+
 def depth_scaling_verdict(
     table: DepthScalingTable, rules: Rules = DEFAULT_RULES
 ) -> DepthScalingVerdict:
-    """Conclusion about depth scaling of ``candidate`` against ``baseline`` (module docstring)."""
+    """Level and scaling of ``candidate`` against ``baseline`` (module docstring)."""
     why = bad_table(table)
     if why is not None:
-        blank = _blank(table, list(table.rows), why)
-        return DepthScalingVerdict("no comparison", f"no comparison: {why}", per_depth=blank)
+        return DepthScalingVerdict("no comparison", f"no comparison: {why}")
     states = _states(table, rules)
     arms = (table.baseline, table.candidate)
     cells = {d: {arm: _cell(states[d][arm]) for arm in arms} for d in states}
-    excluded = [
+    flagged = [
         FailedRun(d, arm, s, fl)
         for d in states
         for arm in arms
         for s, (st, _, fl) in states[d][arm].items()
         if st != "trained"
     ]
-    determined = [d for d in states if "undetermined" not in cells[d].values()]
+    undetermined = [f for f in flagged if "near_chance" in f.flags]
     out = {
         "cells": cells,
-        "excluded": excluded,
-        "determined": determined,
+        "excluded": flagged,
+        "undetermined": undetermined,
         "observations": observations(cells, list(cells), arms),
-        "excluded_depths": {
-            d: _undetermined_text(table, states[d]) for d in states if d not in determined
-        },
     }
     stop = _never_trained(table, states)
     if stop is not None:
-        blank = _blank(table, list(states), stop.split(": ", 1)[1])
-        return DepthScalingVerdict(stop.split(":")[0], stop, per_depth=blank, **out)
-    if len(determined) < 2:
-        why = (
-            f"{len(determined)} determined depth(s) {determined}; a depth profile needs at "
-            "least two (undetermined runs decide nothing)"
-        )
-        blank = _blank(table, list(states), why)
-        return DepthScalingVerdict("no comparison", f"no comparison: {why}", per_depth=blank, **out)
-    comps = judge(FAMILY, _items(table, states, determined), rules)
-    evidence = _evidence(table, states, rules.level)
-    profile, per_depth = comps[0], {d: c for d, c in zip(determined, comps[1:])}
-    for d, why in out["excluded_depths"].items():
-        blank = _blank(table, [d], why)[d]
-        per_depth[d] = blank.model_copy(update={"family_size": profile.family_size})
-    per_depth = dict(sorted(per_depth.items()))
-    verdict, sentence, results = combine(
-        table, profile, per_depth, evidence, out["excluded_depths"]
-    )
-    return DepthScalingVerdict(
-        verdict,
-        sentence,
-        per_depth=per_depth,
-        profile=profile,
-        evidence=evidence,
-        fragile=profile.fragile and verdict.endswith("scaling"),
-        results=results,
-        **out,
-    )
-
-
-def _undetermined_text(table: DepthScalingTable, cell: dict[str, dict]) -> str:
-    """Which runs are undetermined at a depth (named with their accuracy)."""
-    parts = []
-    for arm in (table.candidate, table.baseline):
-        runs = [(s, v) for s, (st, v, _) in cell[arm].items() if st == "undetermined"]
-        if runs:
-            accs = ", ".join(fmt_value(percent(v), "%") for _, v in runs)
-            parts.append(f"{arm} seed(s) {[s for s, _ in runs]} ({accs})")
-    return f"undetermined against chance: {'; '.join(parts)}"
-
-
-def _blank(table: DepthScalingTable, depths: list[int], why: str) -> dict[int, Comparison]:
-    """``no comparison`` at each of ``depths``, naming ``why`` (every depth keeps an entry)."""
-    q = accuracy("test accuracy")
-    return {
-        d: Comparison(
-            id=f"depth {d}",
-            family=FAMILY,
-            quantity=q,
-            a=table.candidate,
-            b=table.baseline,
-            verdict="no comparison",
-            reason=why,
-            context={"scope": f"depth {d}"},
-        )
-        for d in sorted(depths)
-    }
+        return DepthScalingVerdict("no conclusion", stop, "no conclusion", "no conclusion", **out)
+    if undetermined:
+        scenarios = [_scenario(table, states, r, r, rules) for r in READINGS]
+    else:
+        scenarios = [_scenario(table, states, READINGS[1], "", rules)]
+    if all(s.reason for s in scenarios):
+        return no_comparison(scenarios, **out)
+    accs = {(f.depth, f.arm, f.seed): states[f.depth][f.arm][f.seed][1] for f in undetermined}
+    return assemble(table, scenarios, accs, **out)

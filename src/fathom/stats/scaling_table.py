@@ -1,17 +1,43 @@
-"""Inputs and outputs of the depth-scaling verdict (the rule: :mod:`fathom.stats.scaling`)."""
+"""Inputs and outputs of the depth-scaling verdict (the rule: :mod:`fathom.stats.scaling`;
+the input checks: :mod:`fathom.stats.scaling_checks`)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fathom.stats.results import Comparison, Results
+
+LevelVerdict = Literal[
+    "better across depths",
+    "worse across depths",
+    "equivalent across depths",
+    "not established",
+    "inconclusive",
+    "no comparison",
+    "no conclusion",
+]
+"""The *level*: is the candidate better than the baseline across the depths (their mean)?"""
+
+TrendVerdict = Literal[
+    "scales better",
+    "scales worse",
+    "scales equivalently",
+    "not established",
+    "inconclusive",
+    "no comparison",
+    "no conclusion",
+]
+"""The *scaling*: does the candidate's advantage change with depth (change and slope)?"""
+
+Outcome = Literal["judged", "no comparison", "no conclusion"]
+"""Whether the table was judged at all (both answers given) or why not."""
 
 
 @dataclass(frozen=True)
 class ArmRuns:
-    """One arm at one depth: per-seed test accuracy, training CE and run status.
+    """One arm at one depth: per-seed test accuracy (a fraction in [0, 1]), training CE and
+    run status.
 
     ``seeds`` pairs runs across arms and depths; when ``None`` the list position is the
     seed (0, 1, ...), so every list must then be in the same seed order everywhere.
@@ -38,7 +64,8 @@ class DepthScalingTable:
 
     ``baseline`` and ``candidate`` name the two arms (e.g. ``"vanilla"`` and
     ``"Lyapunov"``); ``classes`` is the number of classes (chance is ``1 / classes``);
-    ``n_eval`` the number of test examples every accuracy is measured on.
+    ``n_eval`` the number of test examples every accuracy is measured on. Depths are
+    integers (numbers of layers or blocks): the slope is taken over their values.
     """
 
     classes: int
@@ -78,86 +105,136 @@ class FailureEvidence:
 
 
 @dataclass(frozen=True)
-class DepthScalingVerdict:
-    """The computed depth-scaling conclusion.
+class Scenario:
+    """Both answers for one reading of the undetermined runs (``reading``: ``""`` when no run
+    is undetermined, else ``"at chance"`` or ``"at their values"``).
 
-    ``verdict``: ``"better scaling"`` / ``"worse scaling"`` / ``"equivalent scaling"``
-    (candidate against baseline, with ``fragile`` when leaving a seed out reverses it),
-    ``"not established"``, ``"inconclusive"`` (an established profile contradicted by an
-    established per-depth interval or decisive failure evidence), ``"no conclusion"`` (an
-    arm trained nowhere) or ``"no comparison"`` (bad input, ``sentence`` names the reason).
-    ``cells[depth][arm]``: ``trained`` / ``failed`` / ``partial`` / ``undetermined``.
-    ``profile`` is the paired contrast over ``determined`` depths; ``per_depth`` the
-    Holm-corrected per-depth comparisons (same family); ``results`` the typed model.
+    ``depths``: the depths judged (both arms failed on every seed at none of them);
+    ``level_contrast`` the paired mean over ``depths`` of candidate − baseline (pp);
+    ``change`` the paired change of that difference from the shallowest to the deepest of
+    ``depths`` (pp); ``slope`` its least-squares slope over depth (pp per layer);
+    ``per_depth`` the paired comparison at each of ``depths``: one Holm family.
+    ``reason``: why nothing was judged (fewer than two depths), else ``""``.
     """
 
-    verdict: str
+    reading: str
+    family: str
+    depths: list[int]
+    level: LevelVerdict
+    trend: TrendVerdict
+    level_contrast: Comparison | None = None
+    change: Comparison | None = None
+    slope: Comparison | None = None
+    per_depth: dict[int, Comparison] = field(default_factory=dict)
+    evidence: list[FailureEvidence] = field(default_factory=list)
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (depth keys become strings)."""
+        comp = {k: getattr(self, k) for k in ("level_contrast", "change", "slope")}
+        return {
+            "reading": self.reading,
+            "family": self.family,
+            "depths": list(self.depths),
+            "level": self.level,
+            "trend": self.trend,
+            **{k: None if c is None else c.to_dict() for k, c in comp.items()},
+            "per_depth": {str(d): c.to_dict() for d, c in self.per_depth.items()},
+            "evidence": [asdict(e) for e in self.evidence],
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class DepthScalingVerdict:
+    """The computed depth-scaling conclusion: two answers, given apart.
+
+    ``level``: is the candidate better across the depths (the paired mean over depths);
+    ``trend``: does its advantage change with depth (the paired change from the shallowest
+    to the deepest judged depth and the least-squares slope over depth). Only ``trend``
+    says "scales better/worse". ``verdict`` is ``"judged"``, ``"no comparison"`` (bad
+    input; ``sentence`` names the reason) or ``"no conclusion"`` (an arm trained nowhere).
+    ``cells[depth][arm]``: ``trained`` / ``failed`` / ``partial`` / ``undetermined``.
+    ``scenarios``: one reading of the table, or two when a run is undetermined (at chance,
+    at its value): an answer stands only where both readings agree. ``both_failed``: the
+    depths where every run of both arms failed, named and judged in no family.
+    ``lines``: the sentences ``sentence`` joins (headline, level and scaling per reading,
+    notes), for renderers that list them.
+    """
+
+    verdict: Outcome
     sentence: str
+    level: LevelVerdict = "no comparison"
+    trend: TrendVerdict = "no comparison"
+    headline: str = ""
+    lines: list[str] = field(default_factory=list)
     cells: dict[int, dict[str, str]] = field(default_factory=dict)
     excluded: list[FailedRun] = field(default_factory=list)
-    per_depth: dict[int, Comparison] = field(default_factory=dict)
-    profile: Comparison | None = None
-    determined: list[int] = field(default_factory=list)
+    scenarios: list[Scenario] = field(default_factory=list)
+    both_failed: list[int] = field(default_factory=list)
+    undetermined: list[FailedRun] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
-    excluded_depths: dict[int, str] = field(default_factory=dict)
-    evidence: list[FailureEvidence] = field(default_factory=list)
-    fragile: bool = False
+    level_fragile: bool = False
+    trend_fragile: bool = False
     results: Results = field(default_factory=Results)
+
+    @property
+    def per_depth(self) -> dict[int, Comparison]:
+        """The per-depth comparisons of the first reading (empty when not judged)."""
+        return self.scenarios[0].per_depth if self.scenarios else {}
+
+    @property
+    def level_contrast(self) -> Comparison | None:
+        """The level contrast of the first reading."""
+        return self.scenarios[0].level_contrast if self.scenarios else None
+
+    @property
+    def change(self) -> Comparison | None:
+        """The change contrast (shallowest to deepest) of the first reading."""
+        return self.scenarios[0].change if self.scenarios else None
+
+    @property
+    def slope(self) -> Comparison | None:
+        """The slope contrast (pp per layer) of the first reading."""
+        return self.scenarios[0].slope if self.scenarios else None
+
+    def answer_lines(self, candidate: str, baseline: str) -> list[str]:
+        """``Level (…): better across depths, fragile`` and ``Scaling (…): …``: the two
+        answers, each named with its question (what every renderer prints first)."""
+        fragile = {True: ", fragile", False: ""}
+        return [
+            f"Level ({candidate} against {baseline} across the depths): "
+            f"{self.level}{fragile[self.level_fragile]}",
+            "Scaling (how their difference changes with depth): "
+            f"{self.trend}{fragile[self.trend_fragile]}",
+        ]
+
+    def _per_depth_dict(self) -> dict[str, dict[str, Any]]:
+        """Every depth's comparison of the first reading; a depth without one names why."""
+        why = self.sentence if self.verdict != "judged" else "both arms failed on every seed"
+        return {
+            str(d): self.per_depth[d].to_dict()
+            if d in self.per_depth
+            else {"verdict": "no comparison", "reason": why}
+            for d in self.cells
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able form (depth keys become strings)."""
         return {
             "verdict": self.verdict,
+            "level": self.level,
+            "trend": self.trend,
+            "headline": self.headline,
             "sentence": self.sentence,
-            "fragile": self.fragile,
+            "lines": list(self.lines),
+            "level_fragile": self.level_fragile,
+            "trend_fragile": self.trend_fragile,
             "cells": {str(d): dict(c) for d, c in self.cells.items()},
             "excluded": [asdict(f) for f in self.excluded],
-            "per_depth": {str(d): v.to_dict() for d, v in self.per_depth.items()},
-            "profile": None if self.profile is None else self.profile.to_dict(),
-            "determined": list(self.determined),
+            "undetermined": [asdict(f) for f in self.undetermined],
+            "both_failed": list(self.both_failed),
+            "per_depth": self._per_depth_dict(),
+            "scenarios": [s.to_dict() for s in self.scenarios],
             "observations": list(self.observations),
-            "excluded_depths": {str(d): why for d, why in self.excluded_depths.items()},
-            "evidence": [asdict(e) for e in self.evidence],
         }
-
-
-def bad_table(table: DepthScalingTable) -> str | None:
-    """Why ``table`` allows no comparison (bad input, named), or None."""
-    arms = (table.baseline, table.candidate)
-    if table.baseline == table.candidate:
-        return f"baseline and candidate are both {table.baseline!r}"
-    if table.classes < 2:
-        return f"{table.classes} class(es): chance and failure need at least 2 classes"
-    if not table.n_eval or table.n_eval < 1:
-        return "the test-set size is unknown: a run's accuracy cannot be judged against chance"
-    if len(table.rows) < 2:
-        return f"{len(table.rows)} depth(s): a depth profile needs at least two depths"
-    seeds: set[int] | None = None
-    for depth, cells in sorted(table.rows.items()):
-        missing = [a for a in arms if a not in cells]
-        if missing:
-            return f"depth {depth} lacks arm(s) {missing}"
-        for arm in arms:
-            runs = cells[arm]
-            n = len(runs.test_acc)
-            if n == 0 or len(runs.status) != n or len(runs.ce_list()) != n:
-                return f"depth {depth}, arm {arm!r}: one accuracy, status and CE per seed needed"
-            ids = runs.seed_ids()
-            if len(ids) != n or len(set(ids)) != n:
-                return f"depth {depth}, arm {arm!r}: seeds {ids} are not one per run"
-            if seeds is None:
-                seeds = set(ids)
-            if set(ids) != seeds:
-                return (
-                    f"unequal seeds: depth {depth}, arm {arm!r} has seeds {sorted(ids)}, "
-                    f"another cell {sorted(seeds)}; every cell needs the same seeds"
-                )
-            for s, acc, st in zip(ids, runs.test_acc, runs.status):
-                if st not in ("complete", "diverged", "failed", "running", "interrupted"):
-                    return f"depth {depth}, arm {arm!r}, seed {s}: unknown status {st!r}"
-                if st in ("failed", "running", "interrupted"):
-                    return f"missing seed: depth {depth}, arm {arm!r}, seed {s} is {st}"
-                finite = acc is not None and math.isfinite(float(acc))
-                if st != "diverged" and not finite:
-                    return f"depth {depth}, arm {arm!r}, seed {s}: accuracy {acc!r} is not finite"
-    return None

@@ -40,6 +40,7 @@ from fathom.errors import FathomError
 from fathom.stats.flags import failure_flags, is_excluded
 from fathom.stats.inference import judge
 from fathom.stats.intervals import mean_sd, t_interval
+from fathom.stats.quantities import fraction_problem
 from fathom.stats.ranking import rankings
 from fathom.stats.results import Comparison, Results
 from fathom.stats.rules import DEFAULT_RULES, Rules
@@ -122,6 +123,10 @@ def _check_records(records: Sequence[RunRecord], reference: str) -> dict[str, li
                     f"record {r.recipe!r} seed {r.seed}: {where} lacks {missing}; give every "
                     f"key of {CHECKPOINT_KEYS} (None when undefined)"
                 )
+    accs = [getattr(r, w).get("test_acc") for r in records for w in CHECKPOINTS]
+    why = fraction_problem([*accs, *(r.fit_acc_final for r in records)])
+    if why is not None:
+        raise FathomError(f"the run records' {why}")
     first = records[0]
     for r in records[1:]:
         keys = sorted(set(first.config_fingerprint) | set(r.config_fingerprint))
@@ -181,7 +186,8 @@ def summarise_study(
     sentences = [comparison_sentence(c) for c in comparisons]
     notes = _notes(comparisons, level, target_val_acc, cadences)
     ranked = [n for n in names if not excluded_recipe[n]]
-    ranks, pairwise, rank_sentences, decisions = rankings(recipes, ranked, usable, rules)
+    main = {(c.a, c.b, f"{c.context['checkpoint']}/{c.context['metric']}"): c for c in comparisons}
+    ranks, pairwise, rank_sentences, decisions = rankings(recipes, ranked, usable, rules, main)
     out = {
         "reference": reference,
         "level": level,
