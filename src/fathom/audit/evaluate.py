@@ -22,7 +22,7 @@ from torch import nn
 
 from fathom.audit.masks import full_mask_index
 from fathom.base.io import atomic_write_bytes
-from fathom.depth import branch_mask, dense_eval
+from fathom.depth import branch_mask, buffers_kept, dense_eval
 from fathom.errors import FathomError
 
 
@@ -104,7 +104,7 @@ def mask_logits(
     each mask (progress).
     """
     out = []
-    with dense_eval(model):
+    with dense_eval(model), buffers_kept(model):
         for row in masks:
             with branch_mask(model, tuple(int(b) for b in row)):
                 chunks = [
@@ -166,7 +166,7 @@ def evaluate_masks(
     ``masks`` defaults to all ``2^k`` (:func:`fathom.audit.masks.enumerate_masks` order,
     row ``m`` keeps branch ``l`` iff bit ``l`` of ``m``). Returns per-example logits, CE
     and correctness per mask (module formulas; ``.accuracy()``, ``.mean_ce()``,
-    ``.damage()``); the model's mode, gains and masks are restored.
+    ``.damage()``); every module's mode, the gains, masks and buffers are restored.
     """
     from fathom.audit.costs import check_masks
 

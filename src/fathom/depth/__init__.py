@@ -68,6 +68,7 @@ Conventions differ elsewhere; say which one a recipe used when transferring it:
 from fathom.depth.control import (
     GateController,
     branch_mask,
+    buffers_kept,
     dense_eval,
     enter_dense,
     set_drop_probs,
@@ -93,6 +94,7 @@ __all__ = [
     "GateController",
     "SkippableResidual",
     "branch_mask",
+    "buffers_kept",
     "check_drop_prob",
     "dense_eval",
     "draw_kept",

@@ -136,28 +136,55 @@ def enter_dense(model: nn.Module) -> Callable[[], None]:
     """Put ``model`` in dense evaluation mode: ``model.eval()`` and no mask (every branch at
     gain one; gains set from outside are ignored in ``eval()`` and left as they were).
 
-    Returns the function that restores the previous mode and masks. The one definition of
+    Returns the function that restores the previous mode of every module (not only the
+    root's: a BatchNorm frozen in ``eval()`` inside a model in ``train()`` stays in ``eval()``)
+    and the masks. The one definition of
     dense evaluation: :func:`dense_eval` (instruments) and the curvature float64 twin
     (which never restores) both call it.
     """
     branches = find_branches(model)
     saved = [b.mask for b in branches]
-    was_training = model.training
+    flags = [(m, m.training) for m in model.modules()]
     model.eval()
     set_masks(branches, [None] * len(branches))
 
     def restore() -> None:
         set_masks(branches, saved)
-        model.train(was_training)
+        model.train(flags[0][1])  # a module's own train() override runs as it did
+        for m, flag in flags:  # then every module's flag as found (a frozen BN in eval)
+            m.training = flag
 
     return restore
 
 
 @contextmanager
 def dense_eval(model: nn.Module):
-    """Dense evaluation mode (:func:`enter_dense`) for the block; mode and masks restored."""
+    """Dense evaluation mode (:func:`enter_dense`) for the block; every module's mode and
+    the masks restored."""
     restore = enter_dense(model)
     try:
         yield
     finally:
         restore()
+
+
+@contextmanager
+def buffers_kept(model: nn.Module):
+    """Every buffer of every module as found after the block: the same tensor object under
+    the same name, holding the same values (a forward that updates a buffer in place, a
+    call counter or running statistics in ``train()``, is undone; one that rebinds or
+    registers a buffer is put back)."""
+    saved = [(m, dict(m._buffers)) for m in model.modules()]
+    values = [(b, b.detach().clone()) for _, bufs in saved for b in bufs.values() if b is not None]
+    try:
+        yield
+    finally:
+        for m, bufs in saved:
+            now = m._buffers
+            if now.keys() != bufs.keys() or any(now[k] is not b for k, b in bufs.items()):
+                m._buffers.clear()
+                m._buffers.update(bufs)
+        with torch.no_grad():
+            for b, v in values:
+                if not torch.equal(b, v):
+                    b.copy_(v)
