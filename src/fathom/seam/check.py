@@ -2,8 +2,9 @@
 
 For every layer the per-example path (fast, recurrent or generic) runs on the discovery
 batch and, for every covered parameter (by identity), ``sum_i g_i`` must equal autograd's
-batch gradient of the same scalar (``sum_i ||z_i||^2 / 2``: ``grad_logits = logits``, a
-generic direction), entrywise within ``1e-3 (|ref| + max |ref|)``. A fast path that missed a
+batch gradient of the same scalar ``<v, z>`` for each of two output directions ``v``
+(:func:`check_directions`; the first ``v = z``, the gradient of ``sum_i ||z_i||^2 / 2``),
+entrywise within ``1e-3 (|ref| + max |ref|)``. A fast path that missed a
 hook, a parameter attributed to the wrong call, or examples that interact change the
 gradient itself and fail here in every precision.
 
@@ -48,15 +49,10 @@ def adds_up(got: torch.Tensor, ref: torch.Tensor) -> bool:
     return torch.allclose(got, ref, rtol=1e-3, atol=tol)
 
 
-def checked_scalar(logits: torch.Tensor) -> torch.Tensor:
-    """``sum_i ||z_i||^2 / 2``, the scalar whose batch and per-example gradients
-    :func:`mismatches` compares (``grad_logits = logits``: a generic direction)."""
-    return logits.square().sum() / 2
-
-
 def check_directions(logits: torch.Tensor) -> torch.Tensor:
-    """``[2, N, C]``: the logits (the gradient of :func:`checked_scalar`) and a fixed
-    pseudo-random direction (its own generator: the global RNG is not drawn from)."""
+    """``[2, N, C]``: the logits (``grad_logits`` of ``sum_i ||z_i||^2 / 2``, a generic
+    direction) and a fixed pseudo-random one (its own generator: the global RNG is not drawn
+    from)."""
     gen = torch.Generator().manual_seed(0)
     other = torch.randn(tuple(logits.shape), generator=gen, dtype=torch.float64)
     return torch.stack([logits.detach(), other.to(logits.dtype).to(logits.device)])
