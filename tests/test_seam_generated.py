@@ -500,6 +500,18 @@ COUNTER_EXAMPLES = {
     "roll_with_root_parameter": _spec(
         [{"kind": "mix", "how": "roll"}], n=2, classes=2, t=2, d=1, features=1, root_scale=True
     ),
+    # Embedding(max_norm=...) renormalized its rows in evaluate_masks (refused by the seam,
+    # run by the audit): the audit now puts every parameter back as found
+    "embedding_max_norm_in_audit": _spec(
+        [{"kind": "res", "branch": [{"kind": "counter"}], "proj": False, "p": 0.0, "left": None}],
+        n=1,
+        classes=2,
+        t=2,
+        d=1,
+        input="tokens",
+        features=1,
+        max_norm=True,
+    ),
     # a buffer updated in place by every forward: observe() left the call counter changed
     "call_counter_buffer": _spec([{"kind": "counter"}, {"kind": "act", "fn": "tanh"}], seed=10),
     # a BatchNorm frozen in eval() inside a model in train(), behind a removable branch:

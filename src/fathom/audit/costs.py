@@ -48,7 +48,7 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 from torch.utils.module_tracker import ModuleTracker
 
 from fathom.audit.masks import enumerate_masks, removable_branch_count
-from fathom.depth import branch_mask, buffers_kept, dense_eval
+from fathom.depth import branch_mask, dense_eval, state_kept
 from fathom.errors import FathomError
 from fathom.seam.discovery import check_compiled
 
@@ -262,14 +262,16 @@ def mask_costs(model: nn.Module, x: torch.Tensor, masks: np.ndarray | None = Non
 
     ``masks`` defaults to every mask (:func:`fathom.audit.masks.enumerate_masks` order);
     pass ``x[:1]`` for the cost of one example. See the module docstring for what is counted
-    (the kernels the trainer runs, attention and recurrent layers included).
+    (the kernels the trainer runs, attention and recurrent layers included). Every module's
+    mode, the masks, buffers and parameters are left as found; a compiled model
+    (``torch.compile``) is refused: pass ``model._orig_mod``.
     """
     check_compiled(model, "mask_costs' FLOP counter")
     masks = check_masks(model, masks)
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] == 0:
         raise FathomError("mask_costs needs a batch x of at least one example (e.g. x[:1])")
     out = np.zeros(masks.shape[0], dtype=np.int64)
-    with dense_eval(model), buffers_kept(model), counted_kernels():
+    with dense_eval(model), state_kept(model, parameters=True), counted_kernels():
         for m, row in enumerate(masks):
             with branch_mask(model, tuple(int(b) for b in row)):
                 out[m] = _count_forward(model, x)

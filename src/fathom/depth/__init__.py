@@ -68,11 +68,11 @@ Conventions differ elsewhere; say which one a recipe used when transferring it:
 from fathom.depth.control import (
     GateController,
     branch_mask,
-    buffers_kept,
     dense_eval,
     enter_dense,
     set_drop_probs,
     set_masks,
+    state_kept,
 )
 from fathom.depth.residual import (
     COMPILE_BREAK_REASON,
@@ -94,7 +94,6 @@ __all__ = [
     "GateController",
     "SkippableResidual",
     "branch_mask",
-    "buffers_kept",
     "check_drop_prob",
     "dense_eval",
     "draw_kept",
@@ -105,5 +104,6 @@ __all__ = [
     "set_drop_probs",
     "set_masks",
     "skippable_residual",
+    "state_kept",
     "survival_gain",
 ]

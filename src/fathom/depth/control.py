@@ -169,22 +169,26 @@ def dense_eval(model: nn.Module):
 
 
 @contextmanager
-def buffers_kept(model: nn.Module):
-    """Every buffer of every module as found after the block: the same tensor object under
-    the same name, holding the same values (a forward that updates a buffer in place, a
-    call counter or running statistics in ``train()``, is undone; one that rebinds or
-    registers a buffer is put back)."""
-    saved = [(m, dict(m._buffers)) for m in model.modules()]
-    values = [(b, b.detach().clone()) for _, bufs in saved for b in bufs.values() if b is not None]
+def state_kept(model: nn.Module, parameters: bool = False):
+    """Every buffer (and with ``parameters`` every parameter) of every module as found after
+    the block: the same tensor object under the same name, holding the same values (a
+    forward that updates one in place, a call counter, running statistics in ``train()``,
+    an ``Embedding(max_norm=...)`` renormalizing its rows, is undone; one that rebinds or
+    registers one is put back)."""
+    kinds = ("_buffers", "_parameters") if parameters else ("_buffers",)
+    saved = [(m, kind, dict(getattr(m, kind))) for m in model.modules() for kind in kinds]
+    values = [
+        (t, t.detach().clone()) for _, _, held in saved for t in held.values() if t is not None
+    ]
     try:
         yield
     finally:
-        for m, bufs in saved:
-            now = m._buffers
-            if now.keys() != bufs.keys() or any(now[k] is not b for k, b in bufs.items()):
-                m._buffers.clear()
-                m._buffers.update(bufs)
+        for m, kind, held in saved:
+            now = getattr(m, kind)
+            if now.keys() != held.keys() or any(now[k] is not t for k, t in held.items()):
+                now.clear()
+                now.update(held)
         with torch.no_grad():
-            for b, v in values:
-                if not torch.equal(b, v):
-                    b.copy_(v)
+            for t, v in values:
+                if not torch.equal(t, v):
+                    t.copy_(v)

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fathom.depth import buffers_kept, dense_eval
+from fathom.depth import dense_eval, state_kept
 from fathom.errors import FathomError
 from fathom.seam import Seam, discover
 from fathom.seam.discovery import check_inference_mode, preserved
@@ -66,7 +66,7 @@ _MOMENT_KEYS = (
 @contextmanager
 def read_only(model: nn.Module) -> Iterator[None]:
     """Dense evaluation for the block; restores module flags, masks, buffers
-    (:func:`fathom.depth.buffers_kept`), plain tensor attributes
+    (:func:`fathom.depth.state_kept`), plain tensor attributes
     (:func:`fathom.seam.discovery.preserved`) and RNG states."""
     flags = [(m, m.training) for m in model.modules()]
     cpu_rng = torch.get_rng_state()
@@ -76,7 +76,7 @@ def read_only(model: nn.Module) -> Iterator[None]:
         else None
     )
     try:
-        with dense_eval(model), buffers_kept(model), preserved(model):
+        with dense_eval(model), state_kept(model), preserved(model):
             yield
     finally:
         for m, flag in flags:
