@@ -15,6 +15,13 @@ with and without a projection bypass (a mask or an outside gain left on it), tie
 a forward argument and one used in the root ``forward``. Modifiers on a parametrized block:
 frozen, a forward hook that scales or shifts its output, a forward pre-hook, a
 parametrization (``weight_norm`` or a custom one), activation checkpointing.
+
+Edge operations: ``torch.cdist`` to a parameter (torch's batched pullback of its backward is
+wrong), ``nn.PReLU`` (one or per-channel slopes; its backward has no batching rule), a
+module updating a buffer in place at every forward (a call counter), a BatchNorm frozen in
+``eval()`` inside the model in ``train()`` (re-frozen after every ``model.train()`` by
+:func:`refreeze`), and examples mixed across the batch (``cumsum`` over the examples, causal,
+or ``roll``): to be refused by name.
 """
 
 from __future__ import annotations
@@ -133,6 +140,49 @@ class Checkpointed(nn.Module):
         return checkpoint(self.m, h, use_reentrant=False)
 
 
+class Prototypes(nn.Module):
+    """``-cdist(h, W)``: distances of each token to ``K`` learned prototypes ``W [K, D]``."""
+
+    def __init__(self, d: int, k: int, p: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(k, d))
+        self.p = p
+
+    def forward(self, h):
+        return -torch.cdist(h, self.weight, p=self.p)
+
+
+class Counter(nn.Module):
+    """The identity, counting its calls in a buffer updated in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, h):
+        self.calls += 1
+        return h
+
+
+class BatchMix(nn.Module):
+    """Mixes examples across the batch: a ``cumsum`` over them (causal) or a ``roll``."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    def forward(self, h):
+        return h.cumsum(0) if self.how == "cumsum" else h + 0.5 * h.roll(1, 0)
+
+
+def refreeze(model: nn.Module) -> nn.Module:
+    """Put every module marked ``eval_frozen`` back in ``eval()`` (after ``model.train()``)."""
+    for m in model.modules():
+        if getattr(m, "eval_frozen", False):
+            m.eval()
+    return model
+
+
 class Doubled(nn.Module):
     """A custom parametrization ``W -> 1.5 W + 0.1``."""
 
@@ -205,6 +255,8 @@ def block(draw, d: int, t: int, depth: int, squares: tuple[tuple[int, int, str |
     ``test_shared_module_whose_weight_a_sibling_uses`` in test_seam_generated.py.
     """
     kinds = ["linear", "act", "bn", "ln", "gn", "mha", "encoder", "rnn"]
+    kinds += ["cdist", "prelu", "counter", "mix"]
+    kinds = [k for k in kinds if k != "gn" or d * t > 1]
     kinds += ["conv1d", "conv2d", "argshift"] if depth == 0 else []
     kinds += ["res"] if depth < 2 else []
     ties = {tie: [i for i, width, _made in squares if width == d] for tie in ("shared", "sibling")}
@@ -231,10 +283,18 @@ def block(draw, d: int, t: int, depth: int, squares: tuple[tuple[int, int, str |
         d, t = c * d2, t2
     elif kind == "bn":
         spec["affine"] = draw(st.booleans())
+        spec["eval_frozen"] = draw(st.booleans())
+    elif kind == "cdist":
+        spec |= {"out": draw(w), "p": draw(st.sampled_from([2.0, 1.0]))}
+        d = spec["out"]
+    elif kind == "prelu":
+        spec["channels"] = draw(st.sampled_from([1, d]))
+    elif kind == "mix":
+        spec["how"] = draw(st.sampled_from(["cumsum", "roll"]))
     elif kind == "ln":
         spec |= {"affine": draw(st.booleans()), "bias": draw(st.booleans())}
-    elif kind == "gn":
-        groups = draw(st.sampled_from([x for x in (1, 2) if d % x == 0]))
+    elif kind == "gn":  # more than one value per group (torch refuses one, even in eval)
+        groups = draw(st.sampled_from([x for x in (1, 2) if d % x == 0 and d // x * t > 1]))
         spec |= {"groups": groups, "affine": draw(st.booleans())}
     elif kind in ("mha", "encoder"):
         spec |= {"heads": draw(st.sampled_from([x for x in (1, 2) if d % x == 0]))}
@@ -258,7 +318,16 @@ def block(draw, d: int, t: int, depth: int, squares: tuple[tuple[int, int, str |
         spec |= {"branch": inner, "proj": proj, "p": draw(st.sampled_from([0.0, 0.3]))}
         spec |= {"left": draw(st.sampled_from([None, "mask0", "mask1", "gain"]))}
         d = d_b
-    if kind in ("linear", "conv1d", "conv2d", "mha", "encoder", "rnn") or spec.get("affine"):
+    if kind in (
+        "linear",
+        "conv1d",
+        "conv2d",
+        "mha",
+        "encoder",
+        "rnn",
+        "cdist",
+        "prelu",
+    ) or spec.get("affine"):
         spec["mod"] = draw(modifiers(kind in ("linear", "conv1d", "conv2d")))
     return spec, d, t
 
@@ -382,7 +451,21 @@ def _block(spec: dict, d: int, t: int, built: list[nn.Module]) -> tuple[nn.Modul
         m = nn.BatchNorm1d(d, affine=spec["affine"])
         m.running_mean.normal_(0.0, 0.5)
         m.running_var.uniform_(0.5, 2.0)
+        if spec.get("eval_frozen"):  # a frozen BatchNorm: eval() in a model in train()
+            m.eval_frozen = True
+            for p in m.parameters():
+                p.requires_grad_(False)
         return _modify(m, Channels(m), mod), d, t
+    if kind == "cdist":
+        m = Prototypes(d, spec["out"], spec["p"])
+        return _modify(m, m, mod), spec["out"], t
+    if kind == "prelu":
+        m = nn.PReLU(spec["channels"], init=0.1)
+        return _modify(m, Channels(m) if spec["channels"] > 1 else m, mod), d, t
+    if kind == "counter":
+        return Counter(), d, t
+    if kind == "mix":
+        return BatchMix(spec["how"]), d, t
     if kind == "ln":
         m = nn.LayerNorm(d, elementwise_affine=spec["affine"], bias=spec["bias"])
         return _modify(m, m, mod), d, t
@@ -455,4 +538,4 @@ def build(spec: dict) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
         built.append(blk)
     model = Net(stem, built, shifts, d, spec["classes"], spec["root_scale"]).to(dtype)
     y = torch.randint(0, spec["classes"], (n,))
-    return model.train(), x, y
+    return refreeze(model.train()), x, y

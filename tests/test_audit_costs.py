@@ -164,3 +164,102 @@ def test_a_fused_kernel_without_a_formula_is_refused_naming_the_module():
     )
     assert after == flags and model.training and model[0].mask is None
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+# -- matrix kernels torch's counter has no formula for: counted by hand, or refused -----------
+class Kernel(nn.Module):
+    """``x + sum(fn(x, self.w, self.b))`` on a ``[1, 5]`` input: one matrix kernel, and
+    elementwise work (not counted) to keep the width."""
+
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+        self.w = nn.Parameter(torch.randn(6, 5))
+        self.b = nn.Parameter(torch.randn(3, 5, 4))
+
+    def forward(self, x):
+        return x + self.fn(x, self.w, self.b).sum()
+
+
+KERNELS = {  # name: (forward of x [1, 5], hand count: one multiply-accumulate = 2 FLOPs)
+    "mv": (lambda x, w, b: torch.mv(w, x[0])[None], 2 * 6 * 5),
+    "matmul_matrix_vector": (lambda x, w, b: (w @ x[0])[None], 2 * 6 * 5),
+    "addmv": (lambda x, w, b: torch.addmv(w[:, 0], w, x[0])[None], 2 * 6 * 5),
+    "dot": (lambda x, w, b: torch.dot(w[0], x[0]).reshape(1, 1), 2 * 5),
+    "vdot": (lambda x, w, b: torch.vdot(w[0], x[0]).reshape(1, 1), 2 * 5),
+    "addbmm": (
+        lambda x, w, b: torch.addbmm(torch.zeros(5, 4), x[0].expand(3, 5, 5), b)[:1],
+        2 * 3 * 5 * 5 * 4,
+    ),
+    "addr": (lambda x, w, b: torch.addr(w, w[:, 0], x[0]).sum(0, keepdim=True), 2 * 6 * 5),
+    "cdist_pairwise": (lambda x, w, b: torch.cdist(x, w, p=1.0), 2 * 1 * 6 * 5),
+    "cdist_euclidean_by_matmul": (
+        lambda x, w, b: torch.cdist(x.expand(30, 5), w.repeat(5, 1)).sum(0, keepdim=True),
+        2 * 30 * 30 * 5,
+    ),
+    "conv_tbc": (
+        lambda x, w, b: torch.conv_tbc(x.view(5, 1, 1), b[:, :1, :], torch.zeros(4)).flatten(1),
+        2 * 3 * 1 * 4 * 1 * 3,  # T_out = 5 - 3 + 1 = 3, B = 1, C_out = 4, C_in = 1, K = 3
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_matrix_kernels_without_a_torch_formula_are_counted(name):
+    """Once 0 FLOPs each (``aten.mv`` / ``addmv`` / ``addbmm`` / ``dot`` / ``cdist`` ...):
+    the branch's cost is now its hand count, the model without it costs nothing."""
+    torch.manual_seed(0)
+    fn, want = KERNELS[name]
+    model = nn.Sequential(SkippableResidual(Kernel(fn)))
+    assert mask_costs(model, torch.randn(1, 5)).tolist() == [0, want]
+
+
+def test_linear_algebra_without_a_formula_is_refused_naming_the_module():
+    model = nn.Sequential(
+        SkippableResidual(Kernel(lambda x, w, b: torch.linalg.solve(w[:5], x[0])[None]))
+    )
+    with pytest.raises(FathomError, match=r"Sequential\.0\.branch.*aten\._linalg_solve_ex"):
+        mask_costs(model, torch.randn(1, 5))
+
+
+# -- the model as found: every module's flag, every buffer -----------------------------------
+class Counter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        self.calls += 1
+        return x
+
+
+def frozen_bn_model() -> nn.Module:
+    """A model in ``train()`` whose BatchNorm is frozen in ``eval()``, and a call counter."""
+    torch.manual_seed(0)
+    bn = nn.BatchNorm1d(4)
+    model = nn.Sequential(
+        nn.Linear(3, 4), SkippableResidual(nn.Sequential(bn, Counter(), nn.Linear(4, 4)))
+    )
+    model.train()
+    bn.eval()
+    return model
+
+
+def test_mask_costs_leaves_every_flag_and_buffer_as_found():
+    """Once only the root's flag came back: the frozen BatchNorm returned in ``train()``."""
+    model = frozen_bn_model()
+    flags = [(n, m.training) for n, m in model.named_modules()]
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    mask_costs(model, torch.randn(2, 3))
+    assert [(n, m.training) for n, m in model.named_modules()] == flags
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+    assert int(model[1].branch[1].calls) == 0
+
+
+def test_a_compiled_model_is_refused_with_the_true_reason():
+    """Once "modified in place"; now: compiled, pass ``model._orig_mod``."""
+    model = frozen_bn_model()
+    compiled = torch.compile(model, backend="eager")
+    with pytest.raises(FathomError, match=r"torch\.compile.*model\._orig_mod"):
+        mask_costs(compiled, torch.randn(2, 3))
+    mask_costs(compiled._orig_mod, torch.randn(2, 3))

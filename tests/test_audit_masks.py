@@ -145,3 +145,16 @@ def test_save_load_round_trip(tmp_path):
 def test_mismatched_logits_shape_is_rejected():
     with pytest.raises(FathomError, match="do not match"):
         scores_from_logits(np.zeros((3, 5, 10)), np.zeros(5, dtype=np.int64), enumerate_masks(2))
+
+
+def test_evaluate_masks_leaves_every_flag_and_buffer_as_found():
+    """Once only the root's flag came back: a BatchNorm frozen in ``eval()`` inside a model in
+    ``train()`` returned in ``train()``; a forward's in-place buffer update stayed."""
+    from test_audit_costs import frozen_bn_model
+
+    model = frozen_bn_model()
+    flags = [(n, m.training) for n, m in model.named_modules()]
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    evaluate_masks(model, torch.randn(5, 3), torch.randint(0, 4, (5,)))
+    assert [(n, m.training) for n, m in model.named_modules()] == flags
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())

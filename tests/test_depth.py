@@ -428,3 +428,40 @@ def test_ciresan_eval_alone_is_dense_after_a_controller_drew_gates():
                 reference = model(x)
             assert torch.equal(model(x), reference) and not torch.equal(reference, dense)
         assert all(b.mask is None for b in model.branches())
+
+
+def test_dense_eval_restores_every_module_flag_and_state_kept_every_buffer():
+    """Once only the root's flag: a BatchNorm frozen in ``eval()`` inside a model in
+    ``train()`` came back in ``train()``. ``state_kept`` undoes a forward's in-place buffer
+    update and puts back a rebound buffer (the same tensor object)."""
+    from fathom.depth import state_kept
+
+    bn = nn.BatchNorm1d(3)
+    model = nn.Sequential(nn.Linear(3, 3), SkippableResidual(bn), nn.Dropout(0.5)).train()
+    bn.eval()
+    flags = [m.training for m in model.modules()]
+    assert flags.count(False) == 1
+    with dense_eval(model):
+        assert not any(m.training for m in model.modules())
+    assert [m.training for m in model.modules()] == flags
+    mean, count = bn.running_mean, bn.num_batches_tracked
+    before = {k: v.clone() for k, v in bn.state_dict().items()}
+    with state_kept(model):
+        bn.train()
+        model(torch.randn(4, 3))  # updates the running statistics in place
+        bn.running_mean = torch.ones(3)  # rebinds a buffer
+        bn.register_buffer("extra", torch.zeros(1))
+    bn.eval()
+    emb = nn.Embedding(4, 3, max_norm=0.5)
+    weight, table = emb.weight, emb.weight.detach().clone()
+    with state_kept(emb):
+        emb(torch.arange(4))  # renormalizes rows of the weight in place: not undone
+    assert not torch.equal(emb.weight, table)
+    emb.weight.data.copy_(table)
+    with state_kept(emb, parameters=True):
+        emb(torch.arange(4))
+        emb.weight = nn.Parameter(torch.zeros(4, 3))
+    assert emb.weight is weight and torch.equal(emb.weight, table)
+    assert bn.running_mean is mean and bn.num_batches_tracked is count
+    assert bn.state_dict().keys() == before.keys()
+    assert all(torch.equal(v, bn.state_dict()[k]) for k, v in before.items())

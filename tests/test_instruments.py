@@ -146,6 +146,39 @@ def test_bad_models_refused(model, match) -> None:
         fathom.Instruments(model, torch.randn(5, 4), torch.zeros(5, dtype=torch.long)).observe()
 
 
+@pytest.mark.parametrize("where", ["root", "submodule"])
+def test_a_compiled_model_is_refused_with_the_true_reason(where) -> None:
+    """Once refused as "modified in place" (the compiled forward's outputs); now: compiled,
+    pass ``._orig_mod`` (which then works)."""
+    from fathom.curvature import exact_diagonals
+
+    torch.manual_seed(0)
+    model = Flat(nn.Tanh())
+    x, y = torch.randn(5, 4), torch.zeros(5, dtype=torch.long)
+    if where == "root":
+        compiled, path = torch.compile(model, backend="eager"), r"model\._orig_mod"
+    else:
+        compiled, path = (
+            nn.Sequential(torch.compile(model, backend="eager")),
+            r"model\.0\._orig_mod",
+        )
+    with pytest.raises(FathomError, match=rf"compiled by torch\.compile.*{path}"):
+        fathom.Instruments(compiled, x, y).observe()
+    with pytest.raises(FathomError, match=rf"compiled by torch\.compile.*{path}"):
+        exact_diagonals(compiled, x, y)
+    assert fathom.Instruments(model, x, y).observe()["probe/ce"] is not None
+
+
+def test_observe_restores_buffers_a_forward_updates_in_place() -> None:
+    """Once a call counter went 0 -> 5 across one ``observe()``."""
+    from test_audit_costs import Counter
+
+    torch.manual_seed(0)
+    model = Flat(Counter())
+    row = fathom.Instruments(model, torch.randn(5, 4), torch.zeros(5, dtype=torch.long)).observe()
+    assert row["probe/ce"] is not None and int(model.out.calls) == 0
+
+
 def test_bad_probes_refused() -> None:
     model = Flat(nn.Identity())
     x = torch.randn(5, 4)

@@ -96,6 +96,70 @@ def test_directions_are_stacked_pullbacks() -> None:
                 assert rel_err(got[k][d], ref[k]) <= 1e-12, (layer.name, k, d)
 
 
+class Prototypes(nn.Module):
+    """``-cdist(h, W)``: torch's batched (vmap) pullback of cdist's backward is wrong."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(5, 4, dtype=torch.float64))
+
+    def forward(self, h):
+        return -torch.cdist(h, self.weight)
+
+
+@pytest.mark.parametrize("block", ["cdist", "prelu"])
+def test_layers_whose_batched_pullback_fails_take_directions_one_at_a_time(block) -> None:
+    """The self-check's stacked directions against a loop: ``torch.cdist`` (vmap of its
+    backward over directions is wrong: a Jacobian Gram off by 0.55) and ``nn.PReLU`` (no
+    batching rule: a RuntimeError) are exact, one direction at a time, said in the coverage."""
+    torch.manual_seed(0)
+    inner = Prototypes() if block == "cdist" else nn.PReLU(4).double()
+    width = 5 if block == "cdist" else 4
+    model = nn.Sequential(nn.Linear(3, 4), inner, nn.Tanh(), nn.Linear(width, 3)).double()
+    x = torch.randn(4, 3, dtype=torch.float64)
+    seam = discover(model, x)
+    assert [la.loop_directions for la in seam.layers] == [False, True, False]
+    assert seam.coverage["1.weight"].endswith("one output direction at a time)")
+    with seam.capture() as calls:
+        logits = model(x)
+    dirs = torch.randn(3, *logits.shape, dtype=torch.float64)
+    cots = seam.cotangents(calls, logits, dirs, directions=True, retain_graph=True)
+    layer = seam.layers[1]
+    got = per_example_grads(layer, calls["1"], cots["1"], 4, directions=True)["weight"]
+    for d in range(3):
+        want = torch.stack(  # example i alone: the gradient of <dirs[d, i], logits_i>
+            [
+                torch.autograd.grad(model(x[i : i + 1])[0] @ dirs[d, i], inner.weight)[0]
+                for i in range(4)
+            ]
+        )
+        assert rel_err(got[d], want) <= 1e-12, d
+
+
+def test_a_wrong_stacked_pullback_to_the_layer_outputs_is_looped(monkeypatch) -> None:
+    """Where autograd's ``is_grads_batched`` pullback disagrees with one direction at a time
+    (simulated: scaled), the seam pulls its directions back one at a time."""
+    import fathom.seam as seam_module
+
+    real = seam_module.pullback
+
+    def wrong(outputs, leaves, grad_outputs, directions, retain_graph, batched=True):
+        out = real(outputs, leaves, grad_outputs, directions, retain_graph, batched)
+        return [g if g is None or not (directions and batched) else 1.5 * g for g in out]
+
+    monkeypatch.setattr(seam_module, "pullback", wrong)
+    model, x, _ = make(CASES[IDS.index("transformer")])
+    seam = discover(model, x)
+    assert not seam.batched_pullback
+    with seam.capture() as calls:
+        logits = model(x)
+    dirs = torch.randn(2, *logits.shape, dtype=torch.float64)
+    cots = seam.cotangents(calls, logits, dirs, directions=True, retain_graph=True)
+    one = seam.cotangents(calls, logits, dirs[1], retain_graph=True)
+    layer = seam.layers[-1]
+    assert torch.equal(cots[layer.name][0][0][1], one[layer.name][0][0])
+
+
 class Temperature(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -38,7 +38,7 @@ from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
 from fathom.seam.pex import per_example_grads
 from fathom.telemetry.instruments import read_only
-from seam_grammar import build, specs
+from seam_grammar import build, refreeze, specs
 
 torch.set_num_threads(1)
 FAMILIES = ("ggn", "empirical_fisher", "jacobian_gram")
@@ -64,6 +64,13 @@ def reference(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
 
     ``ggn = (1/N) sum_i sum_{c,c'} H_i[c,c'] J_i[c] J_i[c']`` with ``H_i = diag(p_i) - p_i p_i^T``,
     ``fisher = (1/N) sum_i g_i^2``, ``jacobian = (1/N) sum_i sum_c J_i[c]^2`` (elementwise).
+
+    Where the softmax saturates (``1 - p_c`` of order ``eps / 1e-9``) two residuals differ
+    beyond the tolerance, both correct to rounding: the curvature's closed forms take
+    ``1 - p_c`` as the sum of the other probabilities (no cancellation), and so do ``H_i``
+    and the Fisher's ``g_i`` here; the per-example gradients the instruments measure are
+    autograd's of ``F.cross_entropy``, ``p - e_y`` as torch rounds it, and so are the
+    ``grads`` (moments) here.
     """
     ref = _dense_copy(model)
     names = [n for n, _ in ref.named_parameters()]
@@ -81,13 +88,17 @@ def reference(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
             g = torch.autograd.grad(logits[c], params, retain_graph=True, allow_unused=True)
             rows.append([torch.zeros_like(p) if gi is None else gi for p, gi in zip(params, g)])
         prob = torch.softmax(logits.detach(), 0)
-        hess = torch.diag(prob) - torch.outer(prob, prob)
-        resid = prob - F.one_hot(y[i], logits.shape[0]).double()
+        # 1 - p_c as the sum of the others: no cancellation where the softmax saturates
+        rest = torch.stack([prob[torch.arange(len(prob)) != c].sum() for c in range(len(prob))])
+        hess = torch.diag(prob * rest) - torch.outer(prob, prob).fill_diagonal_(0.0)
+        resid = prob.clone()
+        resid[y[i]] = -rest[y[i]]  # p_y - 1
+        autograd_resid = prob - F.one_hot(y[i], logits.shape[0]).double()
         for j, n in enumerate(names):
             jac = torch.stack([r[j] for r in rows])  # [C, *shape]
-            g_i = torch.tensordot(resid, jac, dims=1)  # dCE/dtheta = sum_c (p_c - e_yc) J[c]
-            grads[n].append(g_i)
-            diag["empirical_fisher"][n] += g_i**2
+            # dCE/dtheta = sum_c (p_c - e_yc) J[c]
+            grads[n].append(torch.tensordot(autograd_resid, jac, dims=1))
+            diag["empirical_fisher"][n] += torch.tensordot(resid, jac, dims=1) ** 2
             diag["jacobian_gram"][n] += (jac**2).sum(0)
             diag["ggn"][n] += torch.einsum("ab,a...,b...->...", hess, jac, jac)
     n_ex = x.shape[0]
@@ -187,7 +198,7 @@ def _setup(spec: dict):
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        model.train()
+        refreeze(model.train())
     return model, x, y, opt
 
 
@@ -326,12 +337,34 @@ def check_moments(model, x, y, opt, ref, dtype, exact: bool = False) -> None:
     assert len(seen) == len(set(seen)), "a parameter is attributed to two layers"
 
 
+def check_audit(model, x, y, opt) -> None:
+    """``evaluate_masks`` and ``mask_costs`` (a model with removable branches): each returns
+    or refuses by name, and either way leaves the model as found (every module's flag, every
+    buffer)."""
+    from fathom.audit.costs import mask_costs
+    from fathom.audit.evaluate import evaluate_masks
+
+    if not any(isinstance(m, SkippableResidual) for m in model.modules()):
+        return
+    for what, run in (
+        ("evaluate_masks", lambda: evaluate_masks(model, x, y)),
+        ("mask_costs", lambda: mask_costs(model, x[:1])),
+    ):
+        before = snapshot(model, opt)
+        try:
+            run()
+        except FathomError as err:
+            assert names_a_module(err, model) or "aten." in str(err), str(err)
+        assert_as_found(model, opt, before, what)
+
+
 def check_model(spec: dict, exact: bool = False) -> None:
     """The property on one spec; ``exact``: a refusal is a failure too."""
     model, x, y, opt = _setup(spec)
     ref = reference(model, x, y)
     check_diagonals(model, x, y, opt, ref, exact)
     check_moments(model, x, y, opt, ref, getattr(torch, spec["dtype"]), exact)
+    check_audit(model, x, y, opt)
 
 
 @settings(max_examples=75)
@@ -425,6 +458,78 @@ COUNTER_EXAMPLES = {
         t=2,
         features=1,
         seed=5332,
+    ),
+    # torch.cdist to a parameter: vmap of its backward over stacked directions is wrong
+    # (the Jacobian Gram of the prototypes was off by 0.55; the self-check tried one direction)
+    "cdist_to_parameter": _spec(
+        [{"kind": "cdist", "out": 3, "p": 2.0}, {"kind": "act", "fn": "tanh"}], seed=3
+    ),
+    # nn.PReLU: its backward has no batching rule over directions (a RuntimeError escaped)
+    "prelu_per_channel": _spec([{"kind": "prelu", "channels": 2}], seed=5),
+    "prelu_one_slope": _spec([{"kind": "prelu", "channels": 1}], seed=6),
+    # a cumsum over the examples passed the independence check (appending an example
+    # changes nothing before it): wrong diagonals and moments; now refused by name
+    "cumsum_over_the_batch": _spec([{"kind": "mix", "how": "cumsum"}], seed=8),
+    "roll_over_the_batch": _spec([{"kind": "mix", "how": "roll"}], seed=9),
+    # two cdist layers saturate the softmax (1 - p ~ 3e-8): the reference's p - p^2 and
+    # p_y - 1 lost 3e-9 relative to cancellation (the curvature's closed forms do not)
+    "cdist_saturated_softmax_diagonals": _spec(
+        [
+            {"kind": "cdist", "out": 2, "p": 2.0, "mod": NOMOD | {"hook": "scale"}},
+            {"kind": "cdist", "out": 1, "p": 2.0, "mod": NOMOD | {"hook": "scale"}},
+        ],
+        n=1,
+        classes=2,
+        t=2,
+        d=3,
+        input="tokens",
+        features=1,
+        seed=1,
+    ),
+    # ... and the moments, which are of autograd's F.cross_entropy gradients (torch's p - e_y)
+    "cdist_saturated_softmax_moments": _spec(
+        [{"kind": "cdist", "out": 5, "p": 2.0}, {"kind": "cdist", "out": 1, "p": 1.0}],
+        n=2,
+        classes=2,
+        t=2,
+        d=2,
+        features=1,
+        seed=73,
+    ),
+    # a roll over the examples with a root parameter: refused naming '<model>', the consumer
+    "roll_with_root_parameter": _spec(
+        [{"kind": "mix", "how": "roll"}], n=2, classes=2, t=2, d=1, features=1, root_scale=True
+    ),
+    # Embedding(max_norm=...) renormalized its rows in evaluate_masks (refused by the seam,
+    # run by the audit): the audit now puts every parameter back as found
+    "embedding_max_norm_in_audit": _spec(
+        [{"kind": "res", "branch": [{"kind": "counter"}], "proj": False, "p": 0.0, "left": None}],
+        n=1,
+        classes=2,
+        t=2,
+        d=1,
+        input="tokens",
+        features=1,
+        max_norm=True,
+    ),
+    # a buffer updated in place by every forward: observe() left the call counter changed
+    "call_counter_buffer": _spec([{"kind": "counter"}, {"kind": "act", "fn": "tanh"}], seed=10),
+    # a BatchNorm frozen in eval() inside a model in train(), behind a removable branch:
+    # evaluate_masks and mask_costs brought it back in train()
+    "frozen_batchnorm_in_branch": _spec(
+        [
+            {
+                "kind": "res",
+                "proj": False,
+                "p": 0.3,
+                "left": None,
+                "branch": [
+                    {"kind": "bn", "affine": True, "eval_frozen": True},
+                    {"kind": "counter"},
+                ],
+            }
+        ],
+        seed=11,
     ),
 }
 
@@ -567,6 +672,13 @@ COVERED = {
         {"kind": "act", "fn": "tanh"},
         {"kind": "sibling", "source": 0},
     ],
+    "cdist_prelu_counter_frozen_batchnorm": [
+        {"kind": "cdist", "out": 3, "p": 1.0, "mod": _mod(hook="scale")},
+        {"kind": "prelu", "channels": 3},
+        {"kind": "counter"},
+        {"kind": "bn", "affine": True, "eval_frozen": True},
+        {"kind": "prelu", "channels": 1},
+    ],
 }
 
 
@@ -622,3 +734,26 @@ def _cancelling(norm: str, d: int, n: int, seed: int, affine: bool = True) -> di
 @example(norm="ln", d=3, n=3, seed=1)  # the same, three examples, three channels
 def test_cancelling_gradients_in_float32_are_not_refused(norm, d, n, seed):
     check_model(_cancelling(norm, d, n, seed), exact=True)
+
+
+# -- examples that mix across the batch are refused, naming the module -----------------------
+@pytest.mark.parametrize("how", ["cumsum", "roll"])
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_examples_mixed_across_the_batch_are_refused_by_name(how, n):
+    """A ``cumsum`` over the examples is causal: the 2-vs-3-example check cannot see it (the
+    first rows never change), only the shifted batch can; a ``roll`` changes the first rows
+    (once refused naming ``<model>``, the consumer, when the root held a parameter) and is the
+    identity on one example, where the model is exact. Either is refused naming the module
+    where the mixing starts."""
+    spec = _spec([{"kind": "mix", "how": how}], n=n, seed=12, root_scale=True)
+    if how == "roll" and n == 1:
+        check_model(spec, exact=True)
+        return
+    model, x, y, opt = _setup(spec)
+    before = snapshot(model, opt)
+    named = r"examples mix across the batch in module 'blocks\.0' \(BatchMix\)"
+    with pytest.raises(FathomError, match=named):
+        exact_diagonals(model, x, y)
+    with pytest.raises(FathomError, match=named):
+        fathom.Instruments(model, x, y).observe(optimizer=opt)
+    assert_as_found(model, opt, before, how)

@@ -10,7 +10,17 @@ branches not computed (:func:`fathom.depth.branch_mask`), under
 torch counts matrix products and convolutions (``2 * m * n * k`` for an ``[m, k] @ [k, n]``
 product; an ``addmm`` bias is not counted); elementwise work (activations, BatchNorm in eval,
 pooling, the crop bypass, softmax) is not counted. A spiking net's timesteps fold into the
-batch and are counted.
+batch and are counted. The matrix kernels torch's counter has no formula for are counted
+here by the same rule (:data:`MATRIX_FORMULAS`, one multiply-accumulate = 2 FLOPs, an added
+term not counted)::
+
+    mv / addmv      [m, k] @ [k]                 2 m k
+    dot / vdot      [k] . [k]                    2 k
+    addbmm          sum_b [b, n, k] @ [b, k, m]  2 b n k m     (the sum over b not counted)
+    addr            u [m] v[n]^T                 2 m n
+    cdist           [B, P, M] to [B, R, M]       2 B P R M     (one per pair and feature, as
+                                                                the product x1 x2^T; p any)
+    conv_tbc        [T, B, C_in], [K, C_in, C_out]  2 T_out B C_out C_in K
 
 **What runs is what the trainer runs.** A no-grad evaluation forward may take fused kernels
 that training never takes and torch's counter does not see (``nn.MultiheadAttention`` /
@@ -38,8 +48,9 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 from torch.utils.module_tracker import ModuleTracker
 
 from fathom.audit.masks import enumerate_masks, removable_branch_count
-from fathom.depth import branch_mask, dense_eval
+from fathom.depth import branch_mask, dense_eval, state_kept
 from fathom.errors import FathomError
+from fathom.seam.discovery import check_compiled
 
 
 def check_masks(model: nn.Module, masks: np.ndarray | None) -> np.ndarray:
@@ -66,8 +77,9 @@ _SDPA_WITHOUT_FORMULA = (
     "_scaled_dot_product_attention_math_for_mps",
 )
 
-# Fused kernels doing matrix work that torch's counter does not count; :func:`counted_kernels`
-# routes around each of them, and one that still runs is refused rather than counted as 0.
+# Kernels doing matrix work that neither torch's counter nor :data:`MATRIX_FORMULAS` counts:
+# :func:`counted_kernels` routes around the fused ones, and one that still runs is refused,
+# naming it and its module, rather than counted as 0.
 UNCOUNTED_KERNELS = frozenset(
     {
         "_native_multi_head_attention",
@@ -80,8 +92,99 @@ UNCOUNTED_KERNELS = frozenset(
         "_thnn_fused_gru_cell",
         "_trilinear",
         "mkldnn_linear",
+        # linear algebra, transforms, quantized and sparse products: no formula here
+        "_linalg_solve_ex",
+        "linalg_solve_triangular",
+        "triangular_solve",
+        "cholesky_solve",
+        "linalg_lu_solve",
+        "linalg_lu_factor_ex",
+        "linalg_lu",
+        "_linalg_svd",
+        "_linalg_eigh",
+        "linalg_eig",
+        "_linalg_eigvals",
+        "linalg_qr",
+        "geqrf",
+        "ormqr",
+        "linalg_householder_product",
+        "linalg_cholesky_ex",
+        "linalg_inv_ex",
+        "_linalg_det",
+        "_linalg_slogdet",
+        "cholesky_inverse",
+        "linalg_matrix_exp",
+        "linalg_lstsq",
+        "_fft_r2c",
+        "_fft_c2r",
+        "_fft_c2c",
+        "_int_mm",
+        "_weight_int8pack_mm",
+        "_weight_int4pack_mm",
+        "_grouped_mm",
+        "_mixed_dtypes_linear",
+        "_sparse_addmm",
+        "_sparse_mm",
+        "sspaddmm",
+        "_sparse_sparse_matmul",
     }
 )
+
+
+def _prod(shape) -> int:
+    out = 1
+    for s in shape:
+        out *= int(s)
+    return out
+
+
+def _mv_flops(a_shape, v_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * _prod(a_shape)  # [m, k] @ [k]: 2 m k
+
+
+def _addmv_flops(self_shape, a_shape, v_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * _prod(a_shape)
+
+
+def _dot_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * _prod(a_shape)
+
+
+def _addbmm_flops(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    (b, n, k), m = a_shape, b_shape[-1]
+    return 2 * b * n * k * m
+
+
+def _addr_flops(self_shape, u_shape, v_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * _prod(u_shape) * _prod(v_shape)
+
+
+def _cdist_flops(x1_shape, x2_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * _prod(out_shape) * int(x1_shape[-1])  # [.., P, R] pairs x M features
+
+
+def _conv_tbc_flops(x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
+    k, c_in, _ = w_shape
+    return 2 * _prod(out_shape) * c_in * k  # [T_out, B, C_out] outputs x C_in K products
+
+
+def _addmm_activation_flops(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs):
+    return 2 * a_shape[0] * a_shape[1] * b_shape[1]
+
+
+# Matrix kernels without a formula in torch's counter, counted by the module docstring's rule.
+MATRIX_FORMULAS = {
+    "mv": _mv_flops,
+    "addmv": _addmv_flops,
+    "dot": _dot_flops,
+    "vdot": _dot_flops,
+    "addbmm": _addbmm_flops,
+    "addr": _addr_flops,
+    "_cdist_forward": _cdist_flops,
+    "_euclidean_dist": _cdist_flops,
+    "conv_tbc": _conv_tbc_flops,
+    "_addmm_activation": _addmm_activation_flops,
+}
 
 
 def _sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
@@ -89,9 +192,11 @@ def _sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kw
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
-def _sdpa_mapping() -> dict:
-    ops = (getattr(torch.ops.aten, name, None) for name in _SDPA_WITHOUT_FORMULA)
-    return {op: _sdpa_flops for op in ops if op is not None}
+def _custom_mapping() -> dict:
+    """The SDPA kernels without a formula and :data:`MATRIX_FORMULAS`, by aten op."""
+    named = {name: _sdpa_flops for name in _SDPA_WITHOUT_FORMULA} | MATRIX_FORMULAS
+    ops = ((getattr(torch.ops.aten, name, None), f) for name, f in named.items())
+    return {op: f for op, f in ops if op is not None}
 
 
 @contextmanager
@@ -134,7 +239,7 @@ class _UncountedKernels(TorchDispatchMode):
 
 def _count_forward(model: nn.Module, x: torch.Tensor) -> int:
     """FLOPs of one ``model(x)`` as torch counts them, or a FathomError naming an uncounted kernel."""
-    counter = FlopCounterMode(display=False, custom_mapping=_sdpa_mapping())
+    counter = FlopCounterMode(display=False, custom_mapping=_custom_mapping())
     tracker = ModuleTracker()
     uncounted = _UncountedKernels(tracker)
     with counter, tracker, uncounted:
@@ -143,7 +248,8 @@ def _count_forward(model: nn.Module, x: torch.Tensor) -> int:
         kernel, module = uncounted.seen[0]
         raise FathomError(
             f"mask_costs cannot count the FLOPs of {module or type(model).__name__}: it runs "
-            f"the fused kernel aten.{kernel}, which torch's FLOP counter does not count (it "
+            f"the kernel aten.{kernel}, matrix work that neither torch's FLOP counter nor "
+            "fathom counts (it "
             "would be reported as 0 MACs); express the module with nn.Linear / matmul / "
             "convolution / scaled_dot_product_attention, or audit without mask costs"
         )
@@ -156,13 +262,16 @@ def mask_costs(model: nn.Module, x: torch.Tensor, masks: np.ndarray | None = Non
 
     ``masks`` defaults to every mask (:func:`fathom.audit.masks.enumerate_masks` order);
     pass ``x[:1]`` for the cost of one example. See the module docstring for what is counted
-    (the kernels the trainer runs, attention and recurrent layers included).
+    (the kernels the trainer runs, attention and recurrent layers included). Every module's
+    mode, the masks, buffers and parameters are left as found; a compiled model
+    (``torch.compile``) is refused: pass ``model._orig_mod``.
     """
+    check_compiled(model, "mask_costs' FLOP counter")
     masks = check_masks(model, masks)
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] == 0:
         raise FathomError("mask_costs needs a batch x of at least one example (e.g. x[:1])")
     out = np.zeros(masks.shape[0], dtype=np.int64)
-    with dense_eval(model), counted_kernels():
+    with dense_eval(model), state_kept(model, parameters=True), counted_kernels():
         for m, row in enumerate(masks):
             with branch_mask(model, tuple(int(b) for b in row)):
                 out[m] = _count_forward(model, x)

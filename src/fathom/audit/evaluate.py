@@ -23,7 +23,7 @@ from torch import nn
 from fathom.audit.labelled import PerMask
 from fathom.audit.masks import full_mask_index
 from fathom.base.io import atomic_write_bytes
-from fathom.depth import branch_mask, dense_eval
+from fathom.depth import branch_mask, dense_eval, state_kept
 from fathom.errors import FathomError
 
 
@@ -106,7 +106,7 @@ def mask_logits(
     each mask (progress).
     """
     out = []
-    with dense_eval(model):
+    with dense_eval(model), state_kept(model, parameters=True):
         for row in masks:
             with branch_mask(model, tuple(int(b) for b in row)):
                 chunks = [
@@ -168,7 +168,8 @@ def evaluate_masks(
     ``masks`` defaults to all ``2^k`` (:func:`fathom.audit.masks.enumerate_masks` order,
     row ``m`` keeps branch ``l`` iff bit ``l`` of ``m``). Returns per-example logits, CE
     and correctness per mask (module formulas; ``.accuracy()``, ``.mean_ce()``,
-    ``.damage()``); the model's mode, gains and masks are restored.
+    ``.damage()``); every module's mode, the gains, masks, buffers and parameters are
+    restored (a forward that updates one in place is undone: :func:`fathom.depth.state_kept`).
     """
     from fathom.audit.costs import check_masks
 

@@ -72,6 +72,7 @@ from fathom.depth.control import (
     enter_dense,
     set_drop_probs,
     set_masks,
+    state_kept,
 )
 from fathom.depth.residual import (
     COMPILE_BREAK_REASON,
@@ -103,5 +104,6 @@ __all__ = [
     "set_drop_probs",
     "set_masks",
     "skippable_residual",
+    "state_kept",
     "survival_gain",
 ]

@@ -136,28 +136,59 @@ def enter_dense(model: nn.Module) -> Callable[[], None]:
     """Put ``model`` in dense evaluation mode: ``model.eval()`` and no mask (every branch at
     gain one; gains set from outside are ignored in ``eval()`` and left as they were).
 
-    Returns the function that restores the previous mode and masks. The one definition of
+    Returns the function that restores the previous mode of every module (not only the
+    root's: a BatchNorm frozen in ``eval()`` inside a model in ``train()`` stays in ``eval()``)
+    and the masks. The one definition of
     dense evaluation: :func:`dense_eval` (instruments) and the curvature float64 twin
     (which never restores) both call it.
     """
     branches = find_branches(model)
     saved = [b.mask for b in branches]
-    was_training = model.training
+    flags = [(m, m.training) for m in model.modules()]
     model.eval()
     set_masks(branches, [None] * len(branches))
 
     def restore() -> None:
         set_masks(branches, saved)
-        model.train(was_training)
+        model.train(flags[0][1])  # a module's own train() override runs as it did
+        for m, flag in flags:  # then every module's flag as found (a frozen BN in eval)
+            m.training = flag
 
     return restore
 
 
 @contextmanager
 def dense_eval(model: nn.Module):
-    """Dense evaluation mode (:func:`enter_dense`) for the block; mode and masks restored."""
+    """Dense evaluation mode (:func:`enter_dense`) for the block; every module's mode and
+    the masks restored."""
     restore = enter_dense(model)
     try:
         yield
     finally:
         restore()
+
+
+@contextmanager
+def state_kept(model: nn.Module, parameters: bool = False):
+    """Every buffer (and with ``parameters`` every parameter) of every module as found after
+    the block: the same tensor object under the same name, holding the same values (a
+    forward that updates one in place, a call counter, running statistics in ``train()``,
+    an ``Embedding(max_norm=...)`` renormalizing its rows, is undone; one that rebinds or
+    registers one is put back)."""
+    kinds = ("_buffers", "_parameters") if parameters else ("_buffers",)
+    saved = [(m, kind, dict(getattr(m, kind))) for m in model.modules() for kind in kinds]
+    values = [
+        (t, t.detach().clone()) for _, _, held in saved for t in held.values() if t is not None
+    ]
+    try:
+        yield
+    finally:
+        for m, kind, held in saved:
+            now = getattr(m, kind)
+            if now.keys() != held.keys() or any(now[k] is not t for k, t in held.items()):
+                now.clear()
+                now.update(held)
+        with torch.no_grad():
+            for t, v in values:
+                if not torch.equal(t, v):
+                    t.copy_(v)

@@ -48,7 +48,8 @@ per-example gradients must sum to autograd's batch gradient, so a missed hook or
 misattributed parameter is refused at discovery, never reported. Refused before any
 forward runs (:func:`fathom.seam.discovery.check_model`): ``torch.inference_mode()``,
 BatchNorm in train mode, an ``Embedding(max_norm=...)`` (its forward renormalizes the
-weight in place), global module hooks. Every tensor a forward leaves as a plain module
+weight in place), global module hooks, a module compiled by ``torch.compile`` (its compiled
+forward cannot be watched; pass ``._orig_mod``). Every tensor a forward leaves as a plain module
 attribute (legacy ``weight_norm`` / ``prune``) is put back as found. A module's own hooks
 are part of its function: the generic path runs them (per example, under ``torch.func``),
 so a hook with side effects (one that stores outputs) sees those calls too.
@@ -70,7 +71,9 @@ loss depends on example ``i``'s input alone. Instruments run in *dense evaluatio
 The example dimension of every captured tensor is measured, not guessed: discovery runs the
 forward on 2 and 3 examples; the dimension whose size grows by ``k`` per example is the
 example dimension (``k > 1`` for folded tensors, e.g. ``k = T`` timesteps) and the
-3-example tensor's first rows must reproduce the 2-example ones (independence check).
+3-example tensor's first rows must reproduce the 2-example ones (independence check); a
+third forward on the 3 examples shifted by one catches examples that mix causally (a
+``cumsum`` over the batch), which appending an example cannot (:mod:`fathom.seam.examples`).
 
 **Capture.** :meth:`Seam.capture` records, per layer, each call's ``(args, kwargs, output)``
 during one ordinary forward (a branch that is skipped records nothing).
@@ -87,6 +90,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from functools import partial
 
 import torch
@@ -94,7 +98,7 @@ from torch import nn
 
 from fathom.errors import FathomError
 from fathom.seam.attribution import attribute, coverage, make_layer, root_ops
-from fathom.seam.check import checked_scalar, confirmed_in_float64, mismatches
+from fathom.seam.check import run_self_check
 from fathom.seam.discovery import (
     OpCapture,
     UseRecorder,
@@ -104,10 +108,10 @@ from fathom.seam.discovery import (
     check_model,
     hooks,
     is_float_tensor,
-    preserved,
     pullback,
     record_calls,
 )
+from fathom.seam.examples import SHIFT, check_mixing
 from fathom.seam.types import ROOT, Call, Layer
 
 __all__ = ["LAYER_KINDS", "Call", "Layer", "Seam", "discover"]
@@ -149,8 +153,12 @@ def discover(model: nn.Module, x: torch.Tensor) -> Seam:
         uses, notes = coverage(model, recorder.uses, logits)
         recorder_a = UseRecorder(recorder.params, [])
         _, calls_a = record_calls(model, xb[:2], recorder_a)
+        finished: list[tuple[str, int]] = []
+        _, calls_r = record_calls(model, xb[list(SHIFT)], finished=finished)
     finally:
         torch.set_rng_state(rng)
+    types = {name: type(m).__name__ for name, m in model.named_modules()}
+    check_mixing(calls_a, calls_b, calls_r, finished, types)
     owner, dims = attribute(model, uses, calls_a, calls_b)
     ops = root_ops(uses, owner, recorder_a.ops, recorder.ops)
     if ops is not None:
@@ -187,14 +195,19 @@ class Seam:
         self.model = model
         self.layers = layers
         self._dims = dims
-        by_module = {layer.name: layer for layer in layers}
+        self._owner, self._notes = owner, notes
+        self.batched_pullback = True  # autograd's is_grads_batched (the self-check may say no)
+        self._cover()
+
+    def _cover(self) -> None:
+        by_module = {layer.name: layer for layer in self.layers}
         self.coverage: dict[str, str] = {}
-        for name in dict(model.named_parameters()):
-            if name in owner:
-                layer = by_module[owner[name]]
+        for name in dict(self.model.named_parameters()):
+            if name in self._owner:
+                layer = by_module[self._owner[name]]
                 self.coverage[name] = f"{layer.name} ({layer.type_name}, {layer.path})"
             else:
-                self.coverage[name] = notes[name]
+                self.coverage[name] = self._notes[name]
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:
@@ -280,7 +293,9 @@ class Seam:
                     if is_float_tensor(leaf) and leaf.requires_grad:
                         slots.append((name, c, j))
                         leaves.append(leaf)
-        grads = pullback(outputs, leaves, grad_outputs, directions, retain_graph)
+        grads = pullback(
+            outputs, leaves, grad_outputs, directions, retain_graph, self.batched_pullback
+        )
         found = {slot: g for slot, g in zip(slots, grads, strict=True) if g is not None}
         lead = (grad_outputs.shape[0],) if directions and grad_outputs is not None else ()
         out: dict[str, list[list[torch.Tensor]]] = {}
@@ -309,23 +324,21 @@ class Seam:
                 )
 
     def self_check(self, x: torch.Tensor) -> None:
-        """Run every layer's per-example path on ``x`` (fast, recurrent and generic alike);
-        for every covered parameter (by identity) the sum over examples must match
-        autograd's batch gradient. Refuses, naming the module and the parameter, where it
-        fails: a fast path that missed a hook, a parameter attributed to the wrong call, or
-        examples that interact would all show up here (:mod:`fathom.seam.check`; below
-        float64 a mismatch is confirmed on a float64 copy first: rounding noise of a
-        gradient that cancels to zero is no reason to refuse an exact path)."""
-        model = self.model
-        with preserved(model), self.capture() as calls, torch.enable_grad():
-            total = checked_scalar(model(x))
-        cots = self.cotangents(calls, total, retain_graph=True)
-        failed = mismatches(model, self.layers, calls, cots, total, int(x.shape[0]))
-        if failed and not confirmed_in_float64(self.model, x, discover):
-            layer, q = failed[0]
-            raise FathomError(
-                f"module {layer.name!r} ({layer.type_name}, {layer.path}): per-example "
-                f"gradients of parameter {q!r} do not add up to the batch gradient, so "
-                "examples interact inside it or its path is not the module's function; "
-                "per-example quantities are undefined for this module"
-            )
+        """Run every layer's per-example path on ``x`` (fast, recurrent and generic alike),
+        for two output directions one at a time and stacked: for every covered parameter
+        (by identity) the sum over examples must match autograd's batch gradient, and the
+        stacked directions the looped ones. Refuses, naming the module and the parameter,
+        where it fails: a fast path that missed a hook, a parameter attributed to the wrong
+        call, or examples that interact would all show up here; a layer where only torch's
+        batched pullback fails or is wrong (``torch.cdist``, ``nn.PReLU``) takes its
+        directions one at a time instead (:mod:`fathom.seam.check`; below float64 a
+        mismatch is confirmed on a float64 copy first: rounding noise of a gradient that
+        cancels to zero is no reason to refuse an exact path)."""
+        run_self_check(self, x, discover)
+
+    def loop_directions(self, names: set[str]) -> None:
+        """Pull several output directions back through the named layers one at a time."""
+        self.layers = tuple(
+            replace(la, loop_directions=True) if la.name in names else la for la in self.layers
+        )
+        self._cover()

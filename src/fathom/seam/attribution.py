@@ -30,7 +30,8 @@ from torch.nn.utils import parametrize
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
-from fathom.seam.discovery import call_dims, is_float_tensor
+from fathom.seam.discovery import is_float_tensor
+from fathom.seam.examples import call_dims
 from fathom.seam.pex_attention import why_not_attention
 from fathom.seam.pex_rnn import RECURRENT
 from fathom.seam.types import FOREIGN, ROOT, Layer

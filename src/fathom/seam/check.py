@@ -2,8 +2,9 @@
 
 For every layer the per-example path (fast, recurrent or generic) runs on the discovery
 batch and, for every covered parameter (by identity), ``sum_i g_i`` must equal autograd's
-batch gradient of the same scalar (``sum_i ||z_i||^2 / 2``: ``grad_logits = logits``, a
-generic direction), entrywise within ``1e-3 (|ref| + max |ref|)``. A fast path that missed a
+batch gradient of the same scalar ``<v, z>`` for each of two output directions ``v``
+(:func:`check_directions`; the first ``v = z``, the gradient of ``sum_i ||z_i||^2 / 2``),
+entrywise within ``1e-3 (|ref| + max |ref|)``. A fast path that missed a
 hook, a parameter attributed to the wrong call, or examples that interact change the
 gradient itself and fail here in every precision.
 
@@ -15,6 +16,17 @@ per-example ones cancel in a different order, so they differ by about ``eps_32 s
 while both are rounding noise of that size. A mismatch below float64 is therefore confirmed
 on a float64 copy of the model (:func:`confirmed_in_float64`): there the same noise is
 ``2^-29`` times smaller, far below the tolerance, so only a structural error still fails.
+
+**Directions, stacked and one at a time.** Curvature pulls back ``D`` output directions at
+once (``vmap`` over directions on the generic path, ``is_grads_batched`` in autograd), and a
+batching rule of torch's can be wrong where the plain pullback is right (``torch.cdist``'s
+backward under ``vmap``) or missing (``nn.PReLU``'s). So the check pulls back two directions
+(:func:`check_directions`: the checked scalar's ``grad_logits = logits`` and a fixed
+pseudo-random one) one at a time, checks each against autograd's batch gradient, and then
+stacked: a layer whose stacked per-example gradients (:func:`stacked_mismatches`) fail or
+differ from the looped ones takes its directions one at a time from then on
+(:attr:`fathom.seam.Layer.loop_directions`); the same for the stacked pullback to the layer
+outputs (:func:`cotangents_agree`). What still differs is refused, naming the module.
 """
 
 from __future__ import annotations
@@ -37,48 +49,105 @@ def adds_up(got: torch.Tensor, ref: torch.Tensor) -> bool:
     return torch.allclose(got, ref, rtol=1e-3, atol=tol)
 
 
-def checked_scalar(logits: torch.Tensor) -> torch.Tensor:
-    """``sum_i ||z_i||^2 / 2``, the scalar whose batch and per-example gradients
-    :func:`mismatches` compares (``grad_logits = logits``: a generic direction)."""
-    return logits.square().sum() / 2
+def check_directions(logits: torch.Tensor) -> torch.Tensor:
+    """``[2, N, C]``: the logits (``grad_logits`` of ``sum_i ||z_i||^2 / 2``, a generic
+    direction) and a fixed pseudo-random one (its own generator: the global RNG is not drawn
+    from)."""
+    gen = torch.Generator().manual_seed(0)
+    other = torch.randn(tuple(logits.shape), generator=gen, dtype=torch.float64)
+    return torch.stack([logits.detach(), other.to(logits.dtype).to(logits.device)])
+
+
+def _grads(model: nn.Module, layer: Layer, calls, cots, n: int, directions: bool = False):
+    """The layer's per-example gradients; an error of ``torch.func`` propagates as is."""
+    with preserved(model):
+        return per_example_grads(layer, calls, cots, n, directions=directions)
+
+
+def _refuse_untraceable(layer: Layer, err: Exception) -> FathomError:
+    return FathomError(
+        f"module {layer.name!r} ({layer.type_name}) cannot be differentiated per "
+        f"example by torch.func (functional_call + vjp + vmap): "
+        f"{type(err).__name__}: {str(err).splitlines()[0]}; make its forward "
+        "functional (no in-place updates of captured tensors, no .item()/.tolist() "
+        "control flow, no randomness) or freeze its parameters"
+    )
 
 
 def mismatches(
     model: nn.Module,
     layers: tuple[Layer, ...],
     calls: dict[str, list[Call]],
-    cots: dict[str, list[list[torch.Tensor]]],
-    total: torch.Tensor,
+    looped: list[dict[str, list[list[torch.Tensor]]]],
+    totals: list[torch.Tensor],
     n: int,
-) -> list[tuple[Layer, str]]:
-    """``(layer, qualified parameter)`` of every covered parameter whose per-example
-    gradients do not add up to the batch gradient of ``total`` (:func:`checked_scalar` of
-    the logits of ``n`` examples; ``calls`` and ``cots`` captured on that forward by the
-    seam, module docstring); a path that ``torch.func`` cannot differentiate is refused
+) -> tuple[list[tuple[Layer, str]], dict[str, list[dict[str, torch.Tensor]]]]:
+    """``(failed, grads)``: ``(layer, qualified parameter)`` of every covered parameter whose
+    per-example gradients do not add up to the batch gradient of a direction's scalar
+    ``totals[k]`` (``<v_k, logits>`` of ``n`` examples; ``looped[k]`` its cotangents, captured
+    by the seam on that forward, module docstring), and ``grads[layer][k]`` those
+    per-example gradients; a path that ``torch.func`` cannot differentiate is refused
     here, naming the module."""
     failed: list[tuple[Layer, str]] = []
+    grads: dict[str, list[dict[str, torch.Tensor]]] = {}
     for layer in layers:
         tensors = layer.tensors()
-        want = torch.autograd.grad(
-            total, list(tensors.values()), allow_unused=True, retain_graph=True
-        )
+        grads[layer.name] = []
+        for total, cots in zip(totals, looped, strict=True):
+            want = torch.autograd.grad(
+                total, list(tensors.values()), allow_unused=True, retain_graph=True
+            )
+            try:
+                got = _grads(model, layer, calls[layer.name], cots[layer.name], n)
+            except FathomError:
+                raise
+            except Exception as err:  # torch.func refuses: name the module and the reason
+                raise _refuse_untraceable(layer, err) from err
+            grads[layer.name].append(got)
+            for p, q, w in zip(tensors, layer.qualified, want, strict=True):
+                ok = adds_up(got[p].sum(0), torch.zeros_like(tensors[p]) if w is None else w)
+                if not ok and (layer, q) not in failed:
+                    failed.append((layer, q))
+    return failed, grads
+
+
+def cotangents_agree(stacked: dict, looped: list[dict]) -> bool:
+    """The stacked pullback's cotangents ``[D, ...]`` equal the per-direction ones."""
+    for name, calls in stacked.items():
+        for c, leaves in enumerate(calls):
+            for j, t in enumerate(leaves):
+                if t is None:
+                    continue
+                for k, one in enumerate(looped):
+                    if not adds_up(t[k], one[name][c][j]):
+                        return False
+    return True
+
+
+def stacked_mismatches(
+    model: nn.Module,
+    layers: tuple[Layer, ...],
+    calls: dict[str, list[Call]],
+    stacked: dict[str, list[list[torch.Tensor]]],
+    looped: dict[str, list[dict[str, torch.Tensor]]],
+    n: int,
+) -> list[Layer]:
+    """The layers whose per-example gradients of the stacked directions (``stacked``
+    cotangents, ``[D, ...]``) fail or differ from the per-direction ones (``looped``, from
+    :func:`mismatches`)."""
+    bad = []
+    for layer in layers:
         try:
-            with preserved(model):
-                got = per_example_grads(layer, calls[layer.name], cots[layer.name], n)
+            got = _grads(model, layer, calls[layer.name], stacked[layer.name], n, True)
         except FathomError:
             raise
-        except Exception as err:  # torch.func refuses: name the module and the reason
-            raise FathomError(
-                f"module {layer.name!r} ({layer.type_name}) cannot be differentiated per "
-                f"example by torch.func (functional_call + vjp + vmap): "
-                f"{type(err).__name__}: {str(err).splitlines()[0]}; make its forward "
-                "functional (no in-place updates of captured tensors, no .item()/.tolist() "
-                "control flow, no randomness) or freeze its parameters"
-            ) from err
-        for p, q, w in zip(tensors, layer.qualified, want, strict=True):
-            if not adds_up(got[p].sum(0), torch.zeros_like(tensors[p]) if w is None else w):
-                failed.append((layer, q))
-    return failed
+        except Exception:  # no batching rule for an operation (nn.PReLU's backward)
+            bad.append(layer)
+            continue
+        ref = looped[layer.name]
+        if any(not adds_up(got[p][k], one[p]) for k, one in enumerate(ref) for p in one):
+            bad.append(layer)
+    return bad
 
 
 def confirmed_in_float64(
@@ -95,3 +164,49 @@ def confirmed_in_float64(
     except Exception:  # the copy fails or is refused: the refusal stands
         return False
     return True
+
+
+def _refuse_sums(layer: Layer, q: str) -> FathomError:
+    return FathomError(
+        f"module {layer.name!r} ({layer.type_name}, {layer.path}): per-example "
+        f"gradients of parameter {q!r} do not add up to the batch gradient, so "
+        "examples interact inside it or its path is not the module's function; "
+        "per-example quantities are undefined for this module"
+    )
+
+
+def run_self_check(
+    seam, x: torch.Tensor, discover: Callable[[nn.Module, torch.Tensor], object]
+) -> None:
+    """The self-check of a :class:`fathom.seam.Seam` on the discovery batch ``x`` (module
+    docstring): the per-direction sums, then the stacked directions, which may switch the
+    seam's stacked pullback off (``seam.batched_pullback``) or a layer to one direction at
+    a time (``seam.loop_directions``); refuses, naming the module, what still fails."""
+    model, n = seam.model, int(x.shape[0])
+    with preserved(model), seam.capture() as calls, torch.enable_grad():
+        logits = model(x)
+    dirs = check_directions(logits)
+    totals = [(v * logits).sum() for v in dirs]
+    looped = [seam.cotangents(calls, logits, v, retain_graph=True) for v in dirs]
+    failed, grads = mismatches(model, seam.layers, calls, looped, totals, n)
+    if failed and not confirmed_in_float64(model, x, discover):
+        raise _refuse_sums(*failed[0])
+    stacked = seam.cotangents(calls, logits, dirs, directions=True, retain_graph=True)
+    if not cotangents_agree(stacked, looped):  # autograd's is_grads_batched is wrong here
+        seam.batched_pullback = False
+        stacked = seam.cotangents(calls, logits, dirs, directions=True, retain_graph=True)
+    bad = stacked_mismatches(model, seam.layers, calls, stacked, grads, n)
+    if not bad:
+        return
+    seam.loop_directions({layer.name for layer in bad})
+    again = [la for la in seam.layers if la.name in {b.name for b in bad}]
+    still = stacked_mismatches(model, tuple(again), calls, stacked, grads, n)
+    if still and not confirmed_in_float64(model, x, discover):
+        layer = still[0]
+        raise FathomError(
+            f"module {layer.name!r} ({layer.type_name}, {layer.path}): the per-example "
+            "gradients of several output directions differ from those of one direction "
+            "at a time, even pulled back one by one; curvature needs them to agree, so "
+            "this module is refused (write its forward with operations whose backward "
+            "torch.func can vmap, or freeze its parameters)"
+        )

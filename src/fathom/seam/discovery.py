@@ -4,9 +4,9 @@
 (:func:`check_model`: inference mode, BatchNorm in train mode, an ``Embedding`` that would
 renormalize its weight in place, global module hooks), then runs the model's forward under
 :class:`UseRecorder` (a ``TorchFunctionMode`` that notes, for each torch call receiving a
-parameter, the stack of module forwards running at that moment) and on 2 and 3 examples
-(:func:`example_dim`: the dimension that grows by ``k`` entries per example, with an
-independence check). :func:`preserved` puts back every tensor a forward left as a plain
+parameter, the stack of module forwards running at that moment) on 2 and 3 examples and on
+the 3 shifted (:mod:`fathom.seam.examples`: the example dimension of every captured
+tensor, and the independence checks). :func:`preserved` puts back every tensor a forward left as a plain
 module attribute (legacy ``weight_norm`` / ``prune``), so no instrument leaves one behind.
 """
 
@@ -51,9 +51,26 @@ def check_batchnorm(model: nn.Module) -> None:
             )
 
 
+def check_compiled(model: nn.Module, what: str = "instruments") -> None:
+    """Refuse a module compiled by ``torch.compile`` (an ``OptimizedModule``, the root or any
+    submodule): its forward runs as fused compiled code, below the module calls and torch
+    operations that ``what`` watch; the original module (``._orig_mod``, the same
+    parameters) computes the same function in the open."""
+    for name, m in model.named_modules():
+        if hasattr(m, "_orig_mod") and type(m).__name__ == "OptimizedModule":
+            where = "the model" if not name else f"module {name!r}"
+            path = "model._orig_mod" if not name else f"model.{name}._orig_mod"
+            raise FathomError(
+                f"{where} is compiled by torch.compile (OptimizedModule): its forward runs "
+                f"as compiled code that {what} cannot watch module by module; pass the "
+                f"original module ({path}, which shares its parameters) instead"
+            )
+
+
 def check_model(model: nn.Module) -> None:
     """Refusals that must come before any forward runs (a forward would change the model)."""
     check_inference_mode()
+    check_compiled(model)
     check_batchnorm(model)
     for name, m in model.named_modules():
         if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.max_norm is not None:
@@ -166,40 +183,15 @@ def hooks(model: nn.Module, pre, post, modules: dict[str, nn.Module] | None = No
             h.remove()
 
 
-def example_dim(a: Any, b: Any, na: int, nb: int, where: str) -> tuple[int, int] | None:
-    """``(dim, k)`` of a leaf seen with ``na`` and ``nb`` examples, ``None`` if not per-example."""
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        return None
-    if a.shape == b.shape:
-        return None
-    diff = [d for d in range(a.dim()) if a.dim() == b.dim() and a.shape[d] != b.shape[d]]
-    k = (b.shape[diff[0]] - a.shape[diff[0]]) // (nb - na) if len(diff) == 1 else 0
-    if len(diff) != 1 or k < 1 or a.shape[diff[0]] != k * na or b.shape[diff[0]] != k * nb:
-        raise FathomError(
-            f"cannot find the example dimension of {where}: shapes {list(a.shape)} with {na} "
-            f"examples and {list(b.shape)} with {nb}; instruments need one dimension that grows "
-            "by a fixed number of entries per example"
-        )
-    d = diff[0]
-    a, b = a.detach(), b.detach()
-    head = b.narrow(d, 0, a.shape[d])
-    same = (
-        torch.allclose(head, a, rtol=1e-4, atol=1e-5 * float(a.abs().max().clamp_min(1.0)))
-        if a.is_floating_point()
-        else torch.equal(head, a)
-    )
-    if not same:
-        raise FathomError(
-            f"examples are not independent at {where}: its first {na} examples change when a "
-            "further example joins the batch (batch statistics, randomness in train mode, or a "
-            "time-major fold); per-example quantities are undefined there — run in eval mode"
-        )
-    return (d, k)
-
-
-def record_calls(model: nn.Module, x: torch.Tensor, recorder: UseRecorder | None = None):
+def record_calls(
+    model: nn.Module,
+    x: torch.Tensor,
+    recorder: UseRecorder | None = None,
+    finished: list[tuple[str, int]] | None = None,
+):
     """Forward ``x``; every module's calls ``[(args, kwargs, output)]``, first-call order
-    (``args`` / ``kwargs`` as the module received them, before its own pre-hooks)."""
+    (``args`` / ``kwargs`` as the module received them, before its own pre-hooks);
+    ``finished`` (if given) gets each ``(module, call index)`` in completion order."""
     stack: list[str] = recorder.stack if recorder is not None else []
     calls: dict[str, list] = {}
     pending: dict[str, list] = {}
@@ -216,6 +208,8 @@ def record_calls(model: nn.Module, x: torch.Tensor, recorder: UseRecorder | None
         def hook(m, args, kwargs, output):
             stack.pop()
             args, kwargs = pending[name].pop()
+            if finished is not None:
+                finished.append((name, len(calls[name])))
             calls[name].append((args, kwargs, output))
 
         return hook
@@ -244,48 +238,32 @@ def check_logits(out: Any, n: int) -> torch.Tensor:
     return out
 
 
-def call_dims(label: str, calls_a: list, calls_b: list) -> list[tuple[list, list]]:
-    """Per call of a module: the example dims of its input leaves and output leaves."""
-    if len(calls_a) != len(calls_b):
-        raise FathomError(
-            f"module {label!r} is called {len(calls_a)} times on 2 examples and {len(calls_b)} "
-            "times on 3: its calls depend on the batch size, so they cannot be split per example"
-        )
-    out = []
-    for c, ((aa, ka, oa), (ab, kb, ob)) in enumerate(zip(calls_a, calls_b, strict=True)):
-        where_in = f"an input of module {label!r} (call {c})"
-        where_out = f"the output of module {label!r} (call {c})"
-        la, lb = pytree.tree_leaves((aa, ka)), pytree.tree_leaves((ab, kb))
-        oa_l, ob_l = pytree.tree_leaves(oa), pytree.tree_leaves(ob)
-        if len(la) != len(lb) or len(oa_l) != len(ob_l):
-            raise FathomError(f"module {label!r} changes its call structure with the batch size")
-        ins = [example_dim(a, b, 2, 3, where_in) for a, b in zip(la, lb, strict=True)]
-        outs = [example_dim(a, b, 2, 3, where_out) for a, b in zip(oa_l, ob_l, strict=True)]
-        out.append((ins, outs))
-    return out
-
-
-def pullback(outputs, leaves, grad_outputs, directions: bool, retain_graph: bool):
+def pullback(
+    outputs, leaves, grad_outputs, directions: bool, retain_graph: bool, batched: bool = True
+):
     """``d<grad_outputs, outputs>/d leaf`` for every leaf; with ``directions`` one pullback
-    per leading direction of ``grad_outputs`` (batched by autograd where it can)."""
+    per leading direction of ``grad_outputs`` (batched by autograd where it can and
+    ``batched``)."""
     if not leaves:
         return []
     if not directions:
         return torch.autograd.grad(
             outputs, leaves, grad_outputs, allow_unused=True, retain_graph=retain_graph
         )
-    try:
-        return torch.autograd.grad(
-            outputs,
-            leaves,
-            grad_outputs,
-            allow_unused=True,
-            retain_graph=True,
-            is_grads_batched=True,
-        )
-    except RuntimeError:  # an op without a batching rule: one pullback per direction
-        per = [
-            torch.autograd.grad(outputs, leaves, g, allow_unused=True, retain_graph=True)
-            for g in grad_outputs
-        ]
-        return [None if col[0] is None else torch.stack(col) for col in zip(*per, strict=True)]
+    if batched:
+        try:
+            return torch.autograd.grad(
+                outputs,
+                leaves,
+                grad_outputs,
+                allow_unused=True,
+                retain_graph=True,
+                is_grads_batched=True,
+            )
+        except RuntimeError:  # an op without a batching rule: one pullback per direction
+            pass
+    per = [
+        torch.autograd.grad(outputs, leaves, g, allow_unused=True, retain_graph=True)
+        for g in grad_outputs
+    ]
+    return [None if col[0] is None else torch.stack(col) for col in zip(*per, strict=True)]

@@ -238,11 +238,16 @@ def per_example_grads(
 ) -> dict[str, torch.Tensor]:
     """``{local param name: g}``, ``g[i] = sum over calls of example i's gradient``.
 
-    Shapes ``[N, *param.shape]`` (``[D, N, *param.shape]`` with ``directions``); a layer
-    that did not run (a skipped branch) gets exact zeros.
+    Shapes ``[N, *param.shape]`` (``[D, N, *param.shape]`` with ``directions``: one
+    direction at a time where :attr:`~fathom.seam.Layer.loop_directions`); a layer that did
+    not run (a skipped branch) gets exact zeros.
     """
     tensors = layer.tensors()
     d = cots[0][0].shape[0] if directions and calls and cots[0][0] is not None else None
+    if d is not None and layer.loop_directions:  # torch's batched pullback fails here
+        one = [[[None if t is None else t[k] for t in c] for c in cots] for k in range(d)]
+        per = [per_example_grads(layer, calls, c, n, chunk_size=chunk_size) for c in one]
+        return {key: torch.stack([g[key] for g in per]) for key in per[0]}
     if not calls:
         lead = (d,) if d else ()
         return {k: torch.zeros(*lead, n, *t.shape, dtype=t.dtype) for k, t in tensors.items()}

@@ -29,7 +29,10 @@ class Layer:
     ``qualified`` are the model-level names (``model.named_parameters()``), ``roles`` each
     parameter's role (``weight`` or ``bias``, :func:`fathom.seam.discovery.param_role`:
     by the owning module's type, never by a name suffix); ``reason`` says why a module
-    takes the generic path (empty on a fast path); ``root`` is the model the names refer to.
+    takes the generic path (empty on a fast path); ``root`` is the model the names refer to;
+    ``loop_directions``: several output directions are pulled back through it one at a time
+    (set by the self-check where torch's batched pullback fails or is wrong,
+    :mod:`fathom.seam.check`).
     """
 
     name: str
@@ -40,6 +43,7 @@ class Layer:
     roles: tuple[str, ...] = ()
     reason: str = ""
     root: nn.Module | None = field(default=None, repr=False, compare=False)
+    loop_directions: bool = False
 
     @property
     def type_name(self) -> str:
@@ -48,7 +52,12 @@ class Layer:
     @property
     def path(self) -> str:
         """The coverage table's path text: ``fast linear``, ``generic torch.func: <why>``,
-        ``recurrent torch.func (functional cell)`` (every report of a layer's path uses it)."""
+        ``recurrent torch.func (functional cell)`` (every report of a layer's path uses it),
+        with ``; one output direction at a time`` where :attr:`loop_directions`."""
+        loop = "; one output direction at a time" if self.loop_directions else ""
+        return self._path() + loop
+
+    def _path(self) -> str:
         if self.kind == "generic":
             return f"generic torch.func: {self.reason}" if self.reason else "generic torch.func"
         if self.kind == "recurrent":

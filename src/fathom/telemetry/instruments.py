@@ -6,7 +6,8 @@ layer keyed by the layer's qualified module name, the layers found by :mod:`fath
 the model's own forward. It is read-only by construction:
 
 * the probe runs in dense evaluation mode (:func:`fathom.depth.dense_eval`: ``eval()``,
-  every stochastic-depth branch at gain one); every module's train/eval flag is restored;
+  every stochastic-depth branch at gain one); every module's train/eval flag and every
+  buffer (a call counter a forward updates in place) is restored;
 * gradients come from ``torch.autograd.grad`` on the layer outputs, never ``.backward()``,
   so no ``.grad`` tensor is created, changed or freed;
 * parameters and optimizer state are only read;
@@ -36,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fathom.depth import dense_eval
+from fathom.depth import dense_eval, state_kept
 from fathom.errors import FathomError
 from fathom.seam import Seam, discover
 from fathom.seam.discovery import check_inference_mode, preserved
@@ -64,7 +65,8 @@ _MOMENT_KEYS = (
 
 @contextmanager
 def read_only(model: nn.Module) -> Iterator[None]:
-    """Dense evaluation for the block; restores module flags, masks, plain tensor attributes
+    """Dense evaluation for the block; restores module flags, masks, buffers
+    (:func:`fathom.depth.state_kept`), plain tensor attributes
     (:func:`fathom.seam.discovery.preserved`) and RNG states."""
     flags = [(m, m.training) for m in model.modules()]
     cpu_rng = torch.get_rng_state()
@@ -74,7 +76,7 @@ def read_only(model: nn.Module) -> Iterator[None]:
         else None
     )
     try:
-        with dense_eval(model), preserved(model):
+        with dense_eval(model), state_kept(model), preserved(model):
             yield
     finally:
         for m, flag in flags:
