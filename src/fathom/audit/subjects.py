@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fathom.config.model_kinds import model_kind
 from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
 from fathom.rundir import RunDir, Which
@@ -57,14 +58,9 @@ class Subject:
 
 
 def _family(cfg: Any) -> str:
-    """Ciresan: the recipe; a depth-scaling run: ``staged_conv-<arm>-d<depth>``; else the kind."""
-    model = cfg.model
-    if model.kind == "ciresan":
-        return model.recipe
-    if model.kind == "staged_conv":
-        arm = str(cfg.tags.get("arm", "run")).lower()
-        return f"staged_conv-{arm}-d{model.depth}"
-    return f"python-{model.factory}"
+    """The model kind's audit label (its row's ``label``): Ciresan, the recipe; a
+    depth-scaling run, ``staged_conv-<arm>-d<depth>``; a user's model, ``python-<factory>``."""
+    return model_kind(cfg.model.kind).label(cfg.model, cfg.tags)
 
 
 def subject_of(rd: RunDir) -> Subject:
@@ -78,16 +74,12 @@ def subject_of(rd: RunDir) -> Subject:
     cfg = rd.config
     reason = None
     if not any(isinstance(m, SkippableResidual) for m in rd.build_model().modules()):
+        why = model_kind(cfg.model.kind).no_branches(cfg.model)
         reason = (
             f"its model ({_family(cfg)}) has no removable branches (no SkippableResidual "
             "branch); audit a residual recipe (or a depth-scaling run with --residual)"
+            if why is None
+            else f"its model ({_family(cfg)}) has no removable branches: {why}"
         )
-        if cfg.model.kind == "staged_conv" and cfg.model.residual:
-            reason = (
-                f"its model ({_family(cfg)}) has no removable branches: a residual staged "
-                "conv net has a skippable branch from the second block of each of its 4 "
-                f"stages on, and depth {cfg.model.depth} is one block per stage; audit a "
-                "depth-scaling run of depth 8 or more with --residual"
-            )
     classes = int(rd.manifest.get("data", {}).get("info", {}).get("classes", 10))
     return Subject(rd, "run", _family(cfg), cfg.seed, classes, reason)

@@ -21,7 +21,8 @@ from fathom.base.user_code import resolve_factory
 from fathom.errors import FathomError
 
 if TYPE_CHECKING:
-    from fathom.config.models import DataConfig, ModelSpec
+    from fathom.config.model_kinds import ModelSpec
+    from fathom.config.models import DataConfig
 
 
 def find_factory(path: str, key: str) -> None:
@@ -73,11 +74,16 @@ def check_data(data: DataConfig) -> list[str]:
 
 
 def check_inputs(data: DataConfig, model: ModelSpec) -> list[str]:
-    """:func:`check_data`, and a ``python``-kind model's factory imported and found."""
+    """:func:`check_data`, and the factory of a model kind built by a user's factory
+    (``python``) imported and found."""
+    from fathom.config.model_kinds import model_kind
+
     checked = check_data(data)
-    if model.kind == "python":
-        find_factory(model.factory, "model.factory")
-        checked.append(f"model.factory {model.factory}: imported, callable")
+    key = model_kind(model.kind).factory
+    if key is not None:
+        path = getattr(model, key)
+        find_factory(path, f"model.{key}")
+        checked.append(f"model.{key} {path}: imported, callable")
     return checked
 
 

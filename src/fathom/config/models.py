@@ -1,8 +1,9 @@
 """The data and model sections of a run config, and the config's shared field types.
 
 Models, one class per ``model.kind``: ``ciresan`` (the residual MLP), ``staged_conv`` (conv
-/ spiking conv nets) and ``python`` (a user's factory). :data:`ModelSpec` is their
-discriminated union; a ``[model]`` table without ``kind`` is the Ciresan MLP. Names of runs
+/ spiking conv nets) and ``python`` (a user's factory); their table, and
+:data:`~fathom.config.model_kinds.ModelSpec` (the discriminated union of these classes), is
+:mod:`fathom.config.model_kinds`. A ``[model]`` table without ``kind`` is the Ciresan MLP. Names of runs
 and studies are one directory component (:func:`check_name`).
 """
 
@@ -287,12 +288,6 @@ class PythonModelConfig(_Strict):
     @classmethod
     def _factory(cls, v: str) -> str:
         return check_factory_path(v, "model.factory")
-
-
-ModelSpec = Annotated[
-    ModelConfig | StagedConvConfig | PythonModelConfig, Field(discriminator="kind")
-]
-MODEL_KINDS: tuple[str, ...] = ("ciresan", "staged_conv", "python")
 
 
 class DataConfig(_Strict):

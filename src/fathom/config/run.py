@@ -12,15 +12,14 @@ from pydantic import Field, Strict, ValidationError, model_validator
 
 from fathom.config.limits import MAX_EPOCHS, MAX_EXAMPLES, SEED_BOUND
 from fathom.config.live import LiveConfig
+from fathom.config.model_kinds import MODEL_KINDS, ModelSpec, model_kind
 from fathom.config.models import (
-    MODEL_KINDS,
     SPLITS,
     Bool,
     DataConfig,
     Float,
     Int,
     ModelConfig,
-    ModelSpec,
     Name,
     PythonModelConfig,
     Split,
@@ -259,7 +258,7 @@ class RunConfig(_Strict):
                 "split 'fit-all' has no validation set, but eval.splits includes 'val' "
                 "(checkpoint selection needs it): use split 'fit-val' or drop 'val'"
             )
-        if self.model.kind == "ciresan" and (self.regularizer or self.health.enabled):
+        if not model_kind(self.model.kind).lyapunov and (self.regularizer or self.health.enabled):
             raise ValueError(
                 "the Lyapunov regularizer and the health instrument need a model with "
                 "lyapunov_blocks() (model.kind 'staged_conv', or a 'python' model providing it)"

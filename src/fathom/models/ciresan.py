@@ -22,10 +22,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fathom.config.models import check_hidden_widths, check_narrowing, check_unit_dropout
+from fathom.config.models import (
+    ModelConfig,
+    check_hidden_widths,
+    check_narrowing,
+    check_unit_dropout,
+)
 from fathom.config.recipes import Recipe, recipe_spec
 from fathom.depth import Crop, DropSchedule, SkippableResidual, find_branches
-from fathom.models.specs import scaled_widths
+from fathom.models.specs import DataShape, scaled_widths
 
 FULL_WIDTHS: tuple[int, ...] = (2500, 2000, 1500, 1000, 500)
 
@@ -112,3 +117,34 @@ class CiresanMLP(nn.Module):
 
     def extra_repr(self) -> str:
         return f"recipe={self.recipe.name}, widths={self.widths}, input_scale={self.input_scale:.6g}, output_relu={self.output_relu}"
+
+
+def build(cfg: ModelConfig, shape: DataShape) -> CiresanMLP:
+    """The ``ciresan`` kind's builder (:mod:`fathom.config.model_kinds`)."""
+    assert shape.classes is not None and shape.in_features is not None
+    return CiresanMLP(
+        widths=cfg.widths,
+        classes=shape.classes,
+        recipe=cfg.recipe,
+        input_scale=cfg.input_scale,
+        output_relu=cfg.output_relu,
+        width_mult=cfg.width_mult,
+        in_features=shape.in_features,
+        unit_dropout=cfg.unit_dropout,
+    )
+
+
+def drop_schedule(cfg: ModelConfig, epochs: int) -> DropSchedule | None:
+    """The recipe's drop schedule (``model.drop_probs`` overrides its probabilities); ``None``
+    for a plain recipe or one whose probabilities are all zero."""
+    spec = recipe_spec(cfg.recipe)
+    if not spec.residual:
+        return None
+    schedule = recipe_schedule(spec, epochs)
+    if cfg.drop_probs is not None:
+        kind = spec.schedule_kind if spec.schedule_kind != "none" else "constant"
+        end = schedule.end_epoch if kind == "linear_decrease" else None
+        schedule = DropSchedule(kind, tuple(cfg.drop_probs), end)
+    if schedule.kind == "none" or not any(schedule.probs):
+        return None
+    return schedule

@@ -31,11 +31,12 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from fathom.config.models import NEURONS, check_image_size, check_timesteps
+from fathom.config.models import NEURONS, StagedConvConfig, check_image_size, check_timesteps
 from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
 from fathom.models.neurons import LIF, LIFConfig
-from fathom.models.specs import scaled_widths
+from fathom.models.prep import ImageInput
+from fathom.models.specs import DataShape, blocks_per_stage_for_depth, scaled_widths
 
 FULL_WIDTHS: tuple[int, ...] = (64, 128, 256, 512)
 
@@ -195,3 +196,21 @@ class StagedConvNet(nn.Module):
     def extra_repr(self) -> str:
         kind = f"spiking LIF T={self.timesteps}" if self.spiking else "ANN ReLU"
         return f"{kind}, depth={self.depth}, widths={self.widths}, image={self.image_size}"
+
+
+def build(cfg: StagedConvConfig, shape: DataShape) -> ImageInput:
+    """The ``staged_conv`` kind's builder (:mod:`fathom.config.model_kinds`): the net behind
+    its dataset's image preparation."""
+    assert shape.classes is not None and shape.input_shape is not None
+    net = StagedConvNet(
+        blocks_per_stage=blocks_per_stage_for_depth(cfg.depth),
+        classes=shape.classes,
+        neuron=cfg.neuron,
+        timesteps=cfg.timesteps,
+        residual=cfg.residual,
+        batchnorm=cfg.batchnorm,
+        width_mult=cfg.width_mult,
+        in_channels=shape.input_shape[0] if len(shape.input_shape) == 3 else 1,
+        image_size=cfg.image_size,
+    )
+    return ImageInput(net, shape.dataset, cfg.image_size)

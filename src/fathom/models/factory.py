@@ -8,7 +8,10 @@ import torch
 from torch import nn
 
 from fathom.base.user_code import call_factory
+from fathom.config.models import PythonModelConfig
+from fathom.depth import DropSchedule
 from fathom.errors import FathomError
+from fathom.models.specs import DataShape
 
 
 def build_python_model(path: str, kwargs: dict[str, Any]) -> nn.Module:
@@ -53,3 +56,19 @@ def check_logits(model: nn.Module, example: torch.Tensor, classes: int, origin: 
             f"run to {classes - 1} ({classes} classes); give the model {classes} outputs, or "
             "relabel the data to fewer classes"
         )
+
+
+def build(cfg: PythonModelConfig, shape: DataShape) -> nn.Module:
+    """The ``python`` kind's builder (:mod:`fathom.config.model_kinds`): the factory shapes
+    the model itself."""
+    return build_python_model(cfg.factory, dict(cfg.kwargs))
+
+
+def drop_schedule(cfg: PythonModelConfig, epochs: int) -> DropSchedule | None:
+    """``model.drop_probs`` under ``model.drop_schedule`` (``linear_decrease`` reaches 0 at
+    the last epoch ``E``); ``None`` when not given or all zero (branches draw by their own
+    ``p``)."""
+    if cfg.drop_probs is None or not any(cfg.drop_probs):
+        return None
+    end = float(epochs) if cfg.drop_schedule == "linear_decrease" else None
+    return DropSchedule(cfg.drop_schedule, tuple(cfg.drop_probs), end)

@@ -8,6 +8,8 @@ validate stay fast. The modules that build networks read the same tables.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fathom.config.models import STAGES, check_stage_depth
 from fathom.errors import FathomError
 
@@ -31,3 +33,15 @@ def scaled_widths(widths: tuple[int, ...], width_mult: float) -> tuple[int, ...]
     if width_mult <= 0:
         raise FathomError(f"width_mult must be positive, got {width_mult}")
     return tuple(max(1, round(w * width_mult)) for w in widths)
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """What a model is built for, from the data (:func:`fathom.models.build_model` fills the
+    fields its kind's ``shape`` asks for, the others ``None``): the number of classes, the
+    flattened input size, one example's shape, the dataset (a conv net's normalization)."""
+
+    classes: int | None
+    in_features: int | None
+    input_shape: tuple[int, ...] | None
+    dataset: str | None

@@ -54,6 +54,7 @@ from fathom.config import (
 )
 from fathom.config.inputs import require_base_model
 from fathom.config.live import LiveConfig
+from fathom.config.model_kinds import model_kind
 from fathom.config.models import Bool, Float, Int, Name
 from fathom.config.recipes import RECIPES
 from fathom.errors import FathomError, with_suggestion
@@ -190,7 +191,7 @@ class StudyConfig(_Strict):
 
     @model_validator(mode="after")
     def _ciresan_base(self) -> StudyConfig:
-        if self.base.model.kind != "ciresan":
+        if not model_kind(self.base.model.kind).recipes:
             raise ValueError(
                 f"a study's recipes are Ciresan MLP recipes (model.recipe), but [base.model] has "
                 f"kind {self.base.model.kind!r}: use kind 'ciresan' in a study, or train "

@@ -7,11 +7,10 @@ import hashlib
 import torch
 
 from fathom.config import OptimConfig, RunConfig
-from fathom.config.recipes import recipe_spec
+from fathom.config.model_kinds import model_kind
 from fathom.depth import DropSchedule, GateController, find_branches
 from fathom.errors import FathomError
-from fathom.models import build_model
-from fathom.models.ciresan import recipe_schedule
+from fathom.models import build_model, kind_function
 
 
 def stream_seed(seed: int, stream: str) -> int:
@@ -20,30 +19,16 @@ def stream_seed(seed: int, stream: str) -> int:
 
 
 def build_schedule(cfg: RunConfig) -> DropSchedule | None:
-    """The recipe's drop schedule (``model.drop_probs`` overrides its probabilities).
+    """The model kind's drop schedule (its row's ``drop_schedule``), ``None`` for none.
 
-    The Ciresan recipes carry one; a ``python`` model gets one from ``model.drop_probs``
-    (and ``model.drop_schedule``) when given; a staged conv net has none.
+    The Ciresan recipes carry one (``model.drop_probs`` overrides its probabilities); a
+    ``python`` model gets one from ``model.drop_probs`` (and ``model.drop_schedule``) when
+    given; a staged conv net has none.
     """
-    if cfg.model.kind == "python":
-        m = cfg.model
-        if m.drop_probs is None or not any(m.drop_probs):
-            return None
-        end = float(cfg.optim.epochs) if m.drop_schedule == "linear_decrease" else None
-        return DropSchedule(m.drop_schedule, tuple(m.drop_probs), end)
-    if cfg.model.kind != "ciresan":
+    row = model_kind(cfg.model.kind)
+    if row.drop_schedule is None:
         return None
-    spec = recipe_spec(cfg.model.recipe)
-    if not spec.residual:
-        return None
-    schedule = recipe_schedule(spec, cfg.optim.epochs)
-    if cfg.model.drop_probs is not None:
-        kind = spec.schedule_kind if spec.schedule_kind != "none" else "constant"
-        end = schedule.end_epoch if kind == "linear_decrease" else None
-        schedule = DropSchedule(kind, tuple(cfg.model.drop_probs), end)
-    if schedule.kind == "none" or not any(schedule.probs):
-        return None
-    return schedule
+    return kind_function(row.drop_schedule)(cfg.model, cfg.optim.epochs)
 
 
 def build_controller(model: torch.nn.Module, cfg: RunConfig) -> GateController | None:
@@ -126,7 +111,7 @@ def init_model(
     splits'); one not given is ``cfg.data.dataset``'s when that is a registered dataset, and
     refused otherwise (:func:`fathom.models.build_model`).
 
-    A user's model (``model.kind = "python"``) is checked on ``example`` (a few of the run's
+    A model built by a user's factory (``model.kind = "python"``) is checked on ``example`` (a few of the run's
     inputs) to return at least ``classes`` logits (:func:`fathom.models.factory.check_logits`).
     """
     with torch.random.fork_rng(devices=[]):
@@ -134,8 +119,10 @@ def init_model(
         model = build_model(
             cfg.model, classes, in_features, input_shape=input_shape, dataset=cfg.data.dataset
         )
-    if cfg.model.kind == "python" and example is not None:
+    key = model_kind(cfg.model.kind).factory
+    if key is not None and example is not None:
         from fathom.models.factory import check_logits
 
-        check_logits(model, example.cpu(), classes, f"model.factory = {cfg.model.factory!r}")
+        origin = f"model.{key} = {getattr(cfg.model, key)!r}"
+        check_logits(model, example.cpu(), classes, origin)
     return model

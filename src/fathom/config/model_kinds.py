@@ -1,0 +1,118 @@
+"""The model kinds: one row per ``model.kind``, every question a kind answers in one place.
+
+A row names the kind's config class (a member of :data:`ModelSpec`, the discriminated union
+``RunConfig.model`` is validated with, built from this table), its builder and its drop
+schedule (``"module:function"`` paths into :mod:`fathom.models`, resolved there on first use
+so that this layer imports no torch), what it takes from the data (``shape``), its label in
+the audit, the config field naming a user's factory (imported by ``fathom validate``, its
+logits checked before training), and whether a study's recipes or the Lyapunov instruments
+apply to it. A new model kind is its config class, its model module and one row here.
+
+:func:`model_kind` is the one lookup: an unknown kind is a :class:`FathomError` naming it and
+the known kinds, at every place that asks — never a fall-through to another kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, Field
+
+from fathom.config.models import ModelConfig, PythonModelConfig, StagedConvConfig
+from fathom.errors import FathomError, with_suggestion
+
+Shape = Literal["none", "in_features", "input_shape"]
+"""What a builder takes from the data: nothing (a user's factory shapes itself), the
+flattened input size (an MLP), or one example's shape (a conv net)."""
+
+
+def _no_reason(model: Any) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """One model kind (module docstring): every column filled, none inferred from the name."""
+
+    name: str
+    config: type[BaseModel]  # its ``kind`` field is ``Literal[name]``
+    builder: str  # "fathom.models.X:function"(cfg, DataShape) -> nn.Module
+    shape: Shape
+    drop_schedule: str | None  # "fathom.models.X:function"(cfg, epochs) -> DropSchedule | None
+    label: Callable[[Any, Mapping[str, Any]], str]  # (model config, run tags) -> audit family
+    factory: str | None = None  # the config field holding a user's "package.module:function"
+    recipes: bool = False  # a study's recipes (Ciresan recipes) are this kind's
+    lyapunov: bool = False  # may provide lyapunov_blocks() (regularizer, health instrument)
+    no_branches: Callable[[Any], str | None] = field(default=_no_reason)
+    """Why a model of this config has no removable branch, when the kind knows better than
+    the audit's general sentence (``None``: the general sentence)."""
+
+
+def _staged_label(model: StagedConvConfig, tags: Mapping[str, Any]) -> str:
+    return f"staged_conv-{str(tags.get('arm', 'run')).lower()}-d{model.depth}"
+
+
+def _staged_no_branches(model: StagedConvConfig) -> str | None:
+    if not model.residual:
+        return None
+    return (
+        "a residual staged conv net has a skippable branch from the second block of each of "
+        f"its 4 stages on, and depth {model.depth} is one block per stage; audit a "
+        "depth-scaling run of depth 8 or more with --residual"
+    )
+
+
+MODEL_KINDS: dict[str, ModelKind] = {
+    row.name: row
+    for row in (
+        ModelKind(
+            name="ciresan",
+            config=ModelConfig,
+            builder="fathom.models.ciresan:build",
+            shape="in_features",
+            drop_schedule="fathom.models.ciresan:drop_schedule",
+            label=lambda model, tags: model.recipe,
+            recipes=True,
+        ),
+        ModelKind(
+            name="staged_conv",
+            config=StagedConvConfig,
+            builder="fathom.models.convnet:build",
+            shape="input_shape",
+            drop_schedule=None,
+            label=_staged_label,
+            lyapunov=True,
+            no_branches=_staged_no_branches,
+        ),
+        ModelKind(
+            name="python",
+            config=PythonModelConfig,
+            builder="fathom.models.factory:build",
+            shape="none",
+            drop_schedule="fathom.models.factory:drop_schedule",
+            label=lambda model, tags: f"python-{model.factory}",
+            factory="factory",
+            lyapunov=True,
+        ),
+    )
+}
+"""The table (module docstring), in the order errors list the kinds."""
+
+
+def model_kind(name: str) -> ModelKind:
+    """The row of ``name``; an unknown kind is refused naming the known ones."""
+    row = MODEL_KINDS.get(name)
+    if row is None:
+        known = list(MODEL_KINDS)
+        head = with_suggestion(f"model.kind: unknown kind {name!r}", str(name), known)
+        raise FathomError(f"{head}; choose one of {', '.join(known)}")
+    return row
+
+
+ModelSpec = Annotated[
+    Union[tuple(row.config for row in MODEL_KINDS.values())],  # noqa: UP007
+    Field(discriminator="kind"),
+]
+"""A ``[model]`` table, validated as the member its ``kind`` names."""
