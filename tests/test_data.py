@@ -205,6 +205,21 @@ def test_env_fathom_data_is_the_explicit_dir(env, monkeypatch):
     assert load_raw("tiny", download=False).source == "path"
 
 
+def test_env_fathom_data_naming_no_directory_is_refused_not_passed_over(env, monkeypatch):
+    arrays = tiny_arrays()
+    register(monkeypatch, tiny_spec(arrays))
+    write_files(env / "cache" / "tiny", arrays)  # the cache would serve it
+    monkeypatch.setenv("FATHOM_DATA", str(env / "missing"))
+    with pytest.raises(FathomError, match=r"FATHOM_DATA=.*missing.* does not exist.*unset it"):
+        load_raw("tiny", download=False)
+    (env / "file").write_text("x")
+    monkeypatch.setenv("FATHOM_DATA", str(env / "file"))
+    with pytest.raises(FathomError, match="is not a directory"):
+        load_raw("tiny", download=False)
+    monkeypatch.delenv("FATHOM_DATA")
+    assert load_raw("tiny", download=False).source == "cache"
+
+
 def test_compressed_hash_dataset_from_os_package_dir(env, monkeypatch):
     arrays = tiny_arrays()
     spec = tiny_spec(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fathom.data.registry import CifarDataset, IdxDataset, IdxFile
+from fathom.errors import FathomError
 
 
 def cache_root() -> Path:
@@ -23,11 +24,20 @@ def cache_root() -> Path:
 
 
 def explicit_root(data_dir: str | os.PathLike | None) -> Path | None:
-    """The explicit data directory: the argument, else ``$FATHOM_DATA``, else None."""
+    """The explicit data directory: the argument, else ``$FATHOM_DATA``, else None. A
+    ``$FATHOM_DATA`` that names no directory is refused, never passed over for the cache: the
+    user meant it to be read first."""
     if data_dir is not None:
         return Path(data_dir).expanduser()
     if env := os.environ.get("FATHOM_DATA"):
-        return Path(env).expanduser()
+        root = Path(env).expanduser()
+        if not root.is_dir():
+            what = "is not a directory" if root.exists() else "does not exist"
+            raise FathomError(
+                f"FATHOM_DATA={env!r} {what}: it names the directory read before the cache; "
+                "point it at an existing directory, or unset it to use the cache"
+            )
+        return root
     return None
 
 
