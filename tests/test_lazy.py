@@ -74,3 +74,14 @@ def test_a_forwarding_package_is_its_module_and_costs_nothing():
     assert set(names) <= set(dir(fathom.config))
     with pytest.raises(AttributeError, match="'fathom.config' has no attribute 'nope'"):
         fathom.config.nope  # noqa: B018
+
+
+def test_import_fathom_stays_light_and_reaches_every_package():
+    code = (
+        "import sys, fathom\n"
+        "light = 'torch' not in sys.modules and 'pydantic' not in sys.modules\n"
+        "fathom.rundir.RunDir, fathom.load_run, fathom.load_study\n"
+        "print(light, 'torch' in sys.modules, sorted(set(dir(fathom)) >= {'rundir', 'load_run'} and ['ok']))\n"
+    )
+    out = _fresh_python(code)
+    assert out.stdout.split() == ["True", "False", "['ok']"]

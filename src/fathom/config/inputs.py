@@ -87,20 +87,26 @@ def check_inputs(data: DataConfig, model: ModelSpec) -> list[str]:
     return checked
 
 
-def require_base_model(data: dict[str, object], origin: str) -> None:
-    """Refuse a study file whose ``[base]`` names no model: every run of its grid would train
-    the defaults (the full-width Ciresan MLP for the default epochs on all of the default
-    dataset) without the user having chosen them. A shipped study preset always names one."""
-    base = data.get("base")
-    if isinstance(base, dict) and base.get("model"):
-        return
+def what_defaults_train() -> str:
+    """What a config that names no model would train: the defaults, said in one phrase
+    (``the full-width Ciresan MLP (2500-2000-1500-1000-500) for 100 epochs on all of mnist``)."""
     from fathom.config.run import RunConfig
 
     d = RunConfig()
     widths = "-".join(map(str, d.model.widths))  # type: ignore[union-attr]  # the default is Ciresan
+    return f"the full-width Ciresan MLP ({widths}) for {d.optim.epochs} epochs on all of {d.data.dataset}"
+
+
+def require_base_model(data: dict[str, object], origin: str) -> None:
+    """Refuse a study file whose ``[base]`` names no model: every run of its grid would train
+    the defaults (:func:`what_defaults_train`) without the user having chosen them. A shipped
+    study preset always names one."""
+    base = data.get("base")
+    if isinstance(base, dict) and base.get("model"):
+        return
     raise FathomError(
         f"{origin} names no model (no [base.model] table, or an empty one): every run of the "
-        f"study would train the full-width Ciresan MLP ({widths}) for {d.optim.epochs} epochs "
-        "on all of the data. Name the model under [base.model] (e.g. widths = [256, 128] and "
-        "width_mult), or start from a study preset: fathom validate ciresan-sd-quick"
+        f"study would train {what_defaults_train()}. Name the model under [base.model] (e.g. "
+        "widths = [256, 128] and width_mult), or start from a study preset: fathom validate "
+        "ciresan-sd-quick"
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fathom.config import RunConfig, load_toml, parse_toml, validate_run_config
-from fathom.config.inputs import require_base_model
+from fathom.config.inputs import require_base_model, what_defaults_train
 from fathom.depthscale.config import PRESETS as DEPTH_PRESETS
 from fathom.depthscale.config import DepthScaleConfig, make_config, validate_depth_scaling
 from fathom.errors import FathomError, with_suggestion
@@ -57,8 +57,6 @@ def require_model(data: dict[str, Any] | None, origin: str) -> None:
     the user having chosen them."""
     if data and data.get("model"):
         return
-    d = RunConfig()
-    widths = "-".join(map(str, d.model.widths))  # type: ignore[union-attr]  # the default is Ciresan
     what = (
         "no config is given"
         if data is None
@@ -68,8 +66,7 @@ def require_model(data: dict[str, Any] | None, origin: str) -> None:
     )
     presets = ", ".join(sorted(_run_presets()))
     raise FathomError(
-        f"{what}: it would train the defaults, the full-width Ciresan MLP ({widths}) for "
-        f"{d.optim.epochs} epochs on all of {d.data.dataset}. Name the model, e.g.\n"
+        f"{what}: it would train the defaults, {what_defaults_train()}. Name the model, e.g.\n"
         f"{MINIMAL_RUN}or name a run preset ({presets})"
         + (" or set model keys with --set" if data is None else "")
     )
