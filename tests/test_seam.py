@@ -195,11 +195,22 @@ def test_no_parameters_refused() -> None:
     [
         (nn.Sequential(nn.Linear(4, 3), nn.Flatten(0)), "logits shaped"),
         (nn.Sequential(nn.Linear(4, 3), nn.Unflatten(1, (3, 1))), "logits shaped"),
+        (nn.Linear(4, 1), r"1 logit\(s\) per example \(\[N, 1\]\).*at least two"),
     ],
 )
 def test_not_logits_refused(model, match) -> None:
     with pytest.raises(FathomError, match=match):
         discover(model, torch.randn(4, 4))
+
+
+def test_one_logit_output_is_refused_not_an_all_zero_curvature() -> None:
+    """Counter-example: a ``[N, 1]`` output was accepted, and its cross-entropy (softmax of one
+    logit is 1) gave an all-zero GGN and Fisher with exit 0."""
+    from fathom.curvature import exact_diagonals
+
+    model, x = nn.Linear(4, 1), torch.randn(5, 4)
+    with pytest.raises(FathomError, match=r"\[N, 1\].*zero"):
+        exact_diagonals(model, x, torch.zeros(5, dtype=torch.long))
 
 
 class ArgMax(nn.Module):

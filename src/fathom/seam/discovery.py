@@ -235,6 +235,12 @@ def check_logits(out: Any, n: int) -> torch.Tensor:
             f"the model returned {out.dtype} outputs; instruments need floating-point logits "
             "(differentiable class scores), not class indices"
         )
+    if out.shape[1] < 2:  # softmax of one logit is 1: the cross-entropy is constant
+        raise FathomError(
+            f"the model returned {out.shape[1]} logit(s) per example ([N, {out.shape[1]}]); with "
+            "cross-entropy over one class every loss, gradient, GGN and Fisher is zero; return "
+            "one score per class, at least two (a binary model: torch.cat([-z, z], dim=1))"
+        )
     return out
 
 
