@@ -30,6 +30,7 @@ import numpy as np
 from fathom.errors import FathomError
 from fathom.export import common
 from fathom.export import tensorboard_meta as meta
+from fathom.export.analyses import run_analyses
 from fathom.export.common import VerifyReport
 from fathom.export.tensorboard_events import (
     analysis_wall,
@@ -103,6 +104,7 @@ def verify(
         if not path.is_dir():
             report.mismatch(f"run {run.run_id}: no event directory {path}")
             continue
+        report.notes += run_analyses(run).notes  # analyses left out, and why
         acc = _accumulator(path)
         _verify_scalars(run, acc, report)
         _verify_matrices(run, acc, report)
