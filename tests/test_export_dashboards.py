@@ -70,7 +70,7 @@ def test_wandb_read_back_catches_each_damage(
 ) -> None:
     """Each new piece is read back: writing it wrong fails the verification, naming it."""
     pytest.importorskip("wandb", reason="install the wandb extra")
-    from fathom.export import describe, wandb_export
+    from fathom.export import describe, wandb_content, wandb_export
 
     with monkeypatch.context() as m:
         if damage == "timestamp":
@@ -80,8 +80,8 @@ def test_wandb_read_back_catches_each_damage(
         elif damage == "tags":
             m.setattr(wandb_export, "run_tags", lambda run: ["other"])
         else:
-            real = wandb_export.as_trained
-            m.setattr(wandb_export, "as_trained", lambda run: {**real(run), "model.widths": [1]})
+            real = wandb_content.as_trained
+            m.setattr(wandb_content, "as_trained", lambda run: {**real(run), "model.widths": [1]})
         export(study, "wandb")
     report = verify(study, "wandb")
     words = {"timestamp": "_timestamp", "table": "table", "tags": "tags", "config": "config"}

@@ -40,108 +40,32 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fathom.base.io import json_safe, sha256_file
 from fathom.config.live import WandbLiveConfig
-from fathom.errors import FathomError, install_hint
-from fathom.export.common import (
-    flatten_row,
-    in_export_units,
-    is_matrix,
-    units_table,
-    wall_time,
+from fathom.errors import FathomError
+from fathom.export.common import wall_time
+from fathom.export.describe import job_type, run_tags
+from fathom.export.wandb_content import (
+    CHART,
+    GENERIC_COLUMNS,
+    TABLE_SUFFIX,
+    checked_checkpoints,
+    columns,
+    row_values,
+    run_config,
+    run_summary,
+    table_rows,
+    wandb_id,
+    wandb_module,
 )
-from fathom.export.describe import as_trained, job_type, run_tags
 from fathom.export.wandb_records import wait_complete
 from fathom.report.runs import RunData
 
 DIR = "wandb"
 DATA_DIR = "wandb-data"
-TABLE_SUFFIX = "_table"
-CHART = "wandb/confusion_matrix/v1"
-MATRIX_COLUMNS: dict[str, tuple[str, str, str]] = {
-    "confusion": ("Actual", "Predicted", "nPredictions"),
-}
-"""A matrix field's last name segment -> its table's columns (row index, column index, value)."""
-GENERIC_COLUMNS = ("row", "column", "value")
-RESERVED = ("trained", "fathom")  # config keys the export adds beside the run's sections
-
-
-def _wandb():
-    try:
-        import wandb
-    except ImportError:
-        raise FathomError(
-            "the W&B export needs the wandb package, which is not installed; install the extra with "
-            f"`{install_hint('wandb')}`"
-        ) from None
-    return wandb
-
-
-def wandb_id(run_id: str) -> str:
-    clean = re.sub(r"[^A-Za-z0-9_-]", "-", run_id)
-    return clean[:64]
-
-
-def run_config(run: RunData) -> dict[str, Any]:
-    """The run's config sections at the top, ``trained`` and ``fathom`` beside them."""
-    m = run.manifest
-    clash = sorted(set(run.config) & set(RESERVED))
-    if clash:
-        raise FathomError(
-            f"run {run.run_id!r}: config sections {clash} collide with the keys the W&B export "
-            "adds; rename them"
-        )
-    return json_safe(
-        {
-            **dict(run.config),
-            "trained": as_trained(run),
-            "fathom": {
-                "config_hash": m.get("config_hash"),
-                "source_hash": m.get("source_hash"),
-                "hashes": m.get("hashes"),
-                "data": m.get("data"),
-                "environment": m.get("environment"),
-                "clocks": m.get("clocks"),
-                "export": run.metadata(),
-                "units": units_table([run]),
-            },
-        }
-    )
-
-
-def run_summary(run: RunData) -> dict[str, Any]:
-    m = run.manifest
-    selected = m.get("selected") or {}
-    out = {
-        "fathom/status": m.get("status"),
-        "fathom/epochs_completed": m.get("epochs_completed"),
-        "fathom/selected_epoch": selected.get("epoch"),
-        "fathom/selected_val_ce": selected.get("val_ce"),
-    }
-    out.update({f"fathom/clock/{k}": v for k, v in (m.get("clocks") or {}).items()})
-    return out
-
-
-def row_values(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[list[Any]]]]:
-    """``(scalars, matrices)`` of one row in export units: matrices whole, the rest flattened."""
-    values = in_export_units(row)
-    matrices = {k: v for k, v in values.items() if is_matrix(v)}
-    scalars, _ = flatten_row({k: v for k, v in values.items() if k not in matrices})
-    return scalars, matrices
-
-
-def columns(name: str) -> tuple[str, str, str]:
-    return MATRIX_COLUMNS.get(name.rsplit("/", 1)[-1], GENERIC_COLUMNS)
-
-
-def table_rows(matrix: list[list[Any]]) -> list[list[Any]]:
-    """``[[i, j, m_ij], ...]`` in row-major order (``None`` kept: an undefined entry)."""
-    return [[i, j, x] for i, r in enumerate(matrix) for j, x in enumerate(r)]
 
 
 def log_row(wandb: Any, wrun: Any, row: dict[str, Any], wall: float) -> None:
@@ -194,37 +118,6 @@ def settings(wandb: Any) -> Any:
     )
 
 
-def checkpoint_aliases(run: RunData, epoch: int) -> list[str]:
-    m = run.manifest
-    aliases = [f"epoch-{epoch}"]
-    aliases += [w for w in ("selected", "final") if (m.get(w) or {}).get("epoch") == epoch]
-    return aliases
-
-
-def checked_checkpoints(run: RunData) -> list[dict[str, Any]]:
-    """The manifest's checkpoints (epoch order), each file checked against its SHA-256."""
-    out = []
-    for key, entry in sorted(
-        (run.manifest.get("checkpoints") or {}).items(), key=lambda kv: int(kv[0])
-    ):
-        path = run.path / entry["file"]
-        if not path.is_file() or sha256_file(path) != entry.get("sha256"):
-            raise FathomError(
-                f"run {run.run_id!r}: checkpoint {entry['file']} is missing or differs from the "
-                "SHA-256 its manifest records; export without --checkpoints, or train the run again"
-            )
-        out.append(
-            {
-                "epoch": int(key),
-                "file": entry["file"],
-                "sha256": entry["sha256"],
-                "params_sha256": entry.get("params_sha256"),
-                "aliases": checkpoint_aliases(run, int(key)),
-            }
-        )
-    return out
-
-
 def log_checkpoints(wandb: Any, wrun: Any, run: RunData, wid: str) -> list[dict[str, Any]]:
     """Every checkpoint as a version of ``model-<wid>`` (module docstring); what was logged."""
     logged = checked_checkpoints(run)
@@ -252,7 +145,7 @@ def write(
 ) -> tuple[list[str], dict[str, Any]]:
     """Write one offline W&B run per Fathom run; return (paths, {run_id: .wandb path}, and the
     artifacts logged when ``checkpoints``)."""
-    wandb = _wandb()
+    wandb = wandb_module()
     ids = [wandb_id(r.run_id) for r in runs]
     if len(set(ids)) != len(ids):
         raise FathomError(
@@ -304,7 +197,7 @@ def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: An
 
 def require() -> None:
     """The live side (:class:`fathom.export.backend.LiveBackend`): refuse a missing wandb."""
-    _wandb()
+    wandb_module()
 
 
 def live_out(live: Any, run: Any) -> Path | None:
@@ -323,7 +216,7 @@ class WandbSink:
     def __init__(
         self, out: Path, run_id: str, study: str | None, cohort: str, live: WandbLiveConfig
     ) -> None:
-        self.wandb = _wandb()
+        self.wandb = wandb_module()
         self.out, self.run_id, self.mode, self.wall = out, run_id, live.mode, 0.0
         with wandb_env(out, live.mode):
             self.run = self.wandb.init(

@@ -27,14 +27,14 @@ from typing import Any
 from fathom.base.io import json_safe, sha256_file
 from fathom.export.common import VerifyReport, same_value, wall_time
 from fathom.export.describe import job_type, run_tags
-from fathom.export.wandb_export import (
+from fathom.export.wandb_content import (
     TABLE_SUFFIX,
-    _wandb,
     columns,
     row_values,
     run_config,
     run_summary,
     table_rows,
+    wandb_module,
 )
 from fathom.export.wandb_records import is_complete, read_records
 from fathom.report.runs import RunData
@@ -207,7 +207,7 @@ def verify(
 ) -> None:
     """Read every run's ``.wandb`` file back (module docstring); ``job``: the job type a live
     log was started with (it is set before the run's phase is known)."""
-    _wandb()
+    wandb_module()
     files = record.get("wandb_files") or {}
     artifacts = record.get("wandb_artifacts")
     for run in runs:
