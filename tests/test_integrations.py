@@ -230,3 +230,48 @@ def test_observer_refuses_what_it_cannot_do(tmp_path: Path) -> None:
 def test_numbers_keeps_one_number_entries() -> None:
     got = numbers({"a": torch.tensor(2.5), "b": torch.ones(2), "c": "x", "d": 3, "e": math.inf})
     assert got == {"a": 2.5, "d": 3, "e": math.inf}
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self, ids: torch.Tensor, y: torch.Tensor) -> None:
+        self.ids, self.y = ids, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": self.ids[i], "labels": self.y[i]}
+
+
+def test_huggingface_callback_on_a_tiny_transformer(tmp_path: Path) -> None:
+    """A real ``BertForSequenceClassification`` (built from a config, no download): the logits
+    come from its ``ModelOutput``; the probe CE is that of the trained model, in float64."""
+    pytest.importorskip("transformers", reason="install the huggingface extra")
+    from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+
+    from fathom.integrations.huggingface import FathomCallback
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=16, num_labels=CLASSES,
+    )  # fmt: skip
+    model = BertForSequenceClassification(config)
+    g = torch.Generator().manual_seed(3)
+    ids, y = (
+        torch.randint(0, 40, (32, 6), generator=g),
+        torch.randint(0, CLASSES, (32,), generator=g),
+    )
+    cb = FathomCallback(tmp_path / "logs", probe=(ids[:8], y[:8]), families=("probe",), name="bert")
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "hf"), num_train_epochs=1, per_device_train_batch_size=16,
+        learning_rate=1e-3, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
+    )  # fmt: skip
+    Trainer(model=model, args=args, train_dataset=Tokens(ids, y), callbacks=[cb]).train()
+    assert [r["epoch"] for r in cb.rows] == [0, 1]
+    assert all(r.ok for r in cb.reports), [r.lines() for r in cb.reports]
+    model.eval()
+    with torch.no_grad():
+        ce = nn.functional.cross_entropy(model(ids[:8]).logits.double(), y[:8]).item()
+    assert cb.rows[-1]["probe/ce"] == pytest.approx(ce, rel=1e-5)
+    assert cb.rows[-1]["probe/ce"] != cb.rows[0]["probe/ce"]
