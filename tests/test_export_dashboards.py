@@ -278,3 +278,10 @@ def test_tensorboard_exports_curvature_and_audit(tiny_run_copy: Path, tmp_path: 
     acc = EventAccumulator(str(out / run.run_id), size_guidance={"scalars": 0})
     acc.Reload()
     assert [e.step for e in acc.Scalars("curvature/ggn_weight_trace")] == [3]
+
+
+def test_cli_checkpoints_flag(study: Path, capsys: pytest.CaptureFixture) -> None:
+    from fathom.cli import main
+
+    assert main(["export", str(study), "--to", "tensorboard", "--checkpoints"]) == 2
+    assert "is an option of wandb, not of tensorboard" in capsys.readouterr().err

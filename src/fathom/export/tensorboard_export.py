@@ -296,8 +296,9 @@ class TensorBoardSink:
 
     def close(self, run: Any) -> tuple[list[str], dict[str, Any]]:
         """The run's analyses and HParams session and metrics (known once it ends), then the paths."""
-        write_analyses(self.writer, run, self.described)
-        meta.write_session(self.writer, run, self.wall)
+        if run is not None:  # None: no manifest was written (training failed to start)
+            write_analyses(self.writer, run, self.described)
+            meta.write_session(self.writer, run, self.wall)
         self.writer.close()
         if self.events_dir == self.out:  # a shared log_dir: the event files themselves
             return sorted(p.name for p in self.out.glob("events.out.tfevents.*")), {}
