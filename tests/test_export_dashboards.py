@@ -285,3 +285,59 @@ def test_cli_checkpoints_flag(study: Path, capsys: pytest.CaptureFixture) -> Non
 
     assert main(["export", str(study), "--to", "tensorboard", "--checkpoints"]) == 2
     assert "is an option of wandb, not of tensorboard" in capsys.readouterr().err
+
+
+_value = st.one_of(
+    st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**6), 10**6)
+)
+
+
+@given(
+    rows=st.dictionaries(
+        st.integers(0, 6),
+        st.tuples(
+            st.booleans(), st.dictionaries(st.sampled_from(["rho", "probe_accuracy", "x"]), _value)
+        ),
+        max_size=5,
+    )
+)
+@example(rows={1: (False, {"rho": 1.0})})  # computed from other weights: left out, said
+@example(rows={2: (True, {"probe_accuracy": 0.5})})  # a fraction exported in percent
+def test_curvature_rows_are_exported_exactly_when_they_describe_the_weights(
+    rows: dict[int, tuple[bool, dict]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Property: every numeric column of a row whose params hash is the manifest's appears
+    once, at its epoch, in export units (``probe_accuracy`` -> percent); a row from other
+    weights is left out and named; nothing else appears."""
+    from fathom.export.analyses import run_analyses
+
+    path = tmp_path_factory.mktemp("curv")
+    checkpoints = {str(e): {"params_sha256": f"h{e}"} for e in rows}
+    summary = [
+        {"epoch": e, "params_sha256": f"h{e}" if same else "other", **cols}
+        for e, (same, cols) in sorted(rows.items())
+    ]
+    (path / "curvature").mkdir()
+    (path / "curvature" / "summary.json").write_text(json.dumps({"rows": summary}))
+    run = RunData(path, "r", {"checkpoints": checkpoints, "config_hash": "c"}, [])
+    got = run_analyses(run)
+    want: dict[str, list[tuple[int, float]]] = {}
+    for e, (same, cols) in sorted(rows.items()):
+        for k, v in sorted(cols.items()):
+            if not same or v is None:
+                continue
+            name = "probe_acc_pct" if k == "probe_accuracy" else k
+            want.setdefault(f"curvature/{name}", []).append(
+                (e, 100.0 * v if k == "probe_accuracy" else float(v))
+            )
+    assert set(got.points) == set(want)
+    for tag, series in want.items():
+        assert [e for e, _ in got.points[tag]] == [e for e, _ in series]
+        for (_, a), (_, b) in zip(got.points[tag], series):
+            assert (math.isnan(a) and math.isnan(b)) or a == b
+    left_out = sorted(e for e, (same, _) in rows.items() if not same)
+    assert [n for n in got.notes if "other weights" in n] == [
+        f"run r: curvature at epoch {e} was computed from other weights than the checkpoint's; "
+        "left out (compute it again: fathom curvature)"
+        for e in left_out
+    ]
