@@ -13,10 +13,12 @@ keeps tags in TensorBoard's ``[A-Za-z0-9_./-]`` charset and W&B keys usable in q
 description. Read-back verification converts the history through the same function, so an
 export holding fractions fails it.
 
-Values. A history row is flattened to scalars for W&B and TensorBoard: a numeric or
-boolean field (``diverged``) keeps its name; a matrix field (``split/val/confusion``)
-becomes one scalar per entry, ``split/val/confusion/<row>/<col>``; anything else (a
-string) is left out and named in the report. JSONL keeps every field as recorded.
+Values. W&B and TensorBoard take a row's numbers: a numeric or boolean field
+(``diverged``) keeps its name, a matrix field (``split/val/confusion``) is kept whole (a W&B
+table, a TensorBoard tensor and image), anything else (a string) is left out and named in
+the report. :func:`flatten_row` is the flat form (a matrix as one scalar per entry,
+``split/val/confusion/<row>/<col>``) a live sink also receives. JSONL keeps every field as
+recorded. Every export stamps a row's values with the row's own time (:func:`wall_time`).
 
 Export record. ``<out>/fathom-export.json`` names the target, the source directory, the
 runs with their history hashes and row counts, the paths the export wrote, and a
