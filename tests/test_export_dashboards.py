@@ -233,7 +233,7 @@ def _analysed(run_dir: Path) -> None:
     audit_runs(run_dir, settings, splits=synthetic_splits())
 
 
-def test_tensorboard_exports_curvature_and_audit(tiny_run_copy: Path, tmp_path: Path) -> None:
+def test_dashboards_export_curvature_and_audit(tiny_run_copy: Path, tmp_path: Path) -> None:
     pytest.importorskip("tensorboard", reason="install the tensorboard extra")
     import numpy as np
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -266,6 +266,16 @@ def test_tensorboard_exports_curvature_and_audit(tiny_run_copy: Path, tmp_path: 
     )
     assert "deleted" in acc.SummaryMetadata("audit/final/branch/0/val/damage").summary_description
     assert any(t.startswith("audit/selected/kept/") for t in acc.Tags()["scalars"])
+    # W&B logs the same scalars with the row of their epoch, float64-exact
+    pytest.importorskip("wandb", reason="install the wandb extra")
+    assert export(tiny_run_copy, "wandb", tmp_path / "wb").ok
+    got, _ = _wandb_read(tmp_path / "wb", run.run_id)
+    history = dict(got.history)
+    assert [history[r["epoch"]]["curvature/ggn_weight_trace"] for r in curv] == [
+        r["ggn_weight_trace"] for r in curv
+    ]
+    assert history[final["epoch"]][tag] == 100 * mask["test"]["acc"]
+    assert "curvature/ggn_weight_trace" not in history[0]
     # a new analysis makes the export stale; one computed from other weights is left out
     summary = tiny_run_copy / "curvature" / "summary.json"
     doc = json.loads(summary.read_text())

@@ -32,7 +32,9 @@ class ExportTarget:
 
 EXPORT_TARGETS: dict[str, ExportTarget] = {
     "jsonl": ExportTarget("fathom.export.jsonl", numbers_only=False),
-    "wandb": ExportTarget("fathom.export.wandb_export", live=True, options=("checkpoints",)),
+    "wandb": ExportTarget(
+        "fathom.export.wandb_export", live=True, analyses=True, options=("checkpoints",)
+    ),
     "tensorboard": ExportTarget("fathom.export.tensorboard_export", live=True, analyses=True),
 }
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from fathom.base.io import json_safe, sha256_file
 from fathom.errors import FathomError, install_hint
+from fathom.export.analyses import run_analyses
 from fathom.export.common import flatten_row, in_export_units, is_matrix, units_table
 from fathom.export.describe import as_trained
 from fathom.report.runs import RunData
@@ -95,6 +96,26 @@ def columns(name: str) -> tuple[str, str, str]:
 def table_rows(matrix: list[list[Any]]) -> list[list[Any]]:
     """``[[i, j, m_ij], ...]`` in row-major order (``None`` kept: an undefined entry)."""
     return [[i, j, x] for i, r in enumerate(matrix) for j, x in enumerate(r)]
+
+
+def analyses_by_epoch(run: RunData) -> tuple[dict[int, dict[str, float]], list[str]]:
+    """The run's curvature and audit scalars (:mod:`fathom.export.analyses`) by epoch, to log
+    with that epoch's row, and a note for each epoch that has no history row (not logged:
+    W&B's steps are the history's epochs) or any source left out."""
+    found = run_analyses(run)
+    epochs = {int(r["epoch"]) for r in run.rows}
+    by_epoch: dict[int, dict[str, float]] = {}
+    for tag, points in found.points.items():
+        for epoch, v in points:
+            by_epoch.setdefault(epoch, {})[tag] = v
+    notes = list(found.notes)
+    for epoch in sorted(set(by_epoch) - epochs):
+        notes.append(
+            f"run {run.run_id}: analyses at epoch {epoch}, which has no history row, are not "
+            "logged to W&B (its steps are the history's epochs)"
+        )
+        del by_epoch[epoch]
+    return by_epoch, notes
 
 
 def checkpoint_aliases(run: RunData, epoch: int) -> list[str]:

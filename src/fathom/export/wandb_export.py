@@ -23,7 +23,9 @@ metrics, Fathom's relative axes (W&B's own ``_runtime`` is measured by the expor
 and cannot be set: it is never a Fathom clock). A matrix field is one W&B table per row,
 ``<name>_table``: a confusion matrix in the columns of W&B's confusion-matrix chart
 (``Actual``, ``Predicted``, ``nPredictions``, drawn with that chart), any other matrix as
-``row``, ``column``, ``value``. W&B silently drops a row whose step is lower than the current
+``row``, ``column``, ``value``. The run's curvature and audit results
+(:mod:`fathom.export.analyses`, the same ``curvature/...`` and ``audit/...`` scalars as
+TensorBoard's) are logged with the row of the epoch they describe. W&B silently drops a row whose step is lower than the current
 one; rows are written in strictly increasing epoch order (the reader removes repeats).
 
 Checkpoints (``fathom export --to wandb --checkpoints``): every checkpoint the manifest lists,
@@ -52,6 +54,7 @@ from fathom.export.wandb_content import (
     CHART,
     GENERIC_COLUMNS,
     TABLE_SUFFIX,
+    analyses_by_epoch,
     checked_checkpoints,
     columns,
     row_values,
@@ -68,10 +71,13 @@ DIR = "wandb"
 DATA_DIR = "wandb-data"
 
 
-def log_row(wandb: Any, wrun: Any, row: dict[str, Any], wall: float) -> None:
-    """One history row as one ``log`` at ``step = epoch`` stamped ``_timestamp = wall``."""
+def log_row(
+    wandb: Any, wrun: Any, row: dict[str, Any], wall: float, more: dict[str, float] | None = None
+) -> None:
+    """One history row as one ``log`` at ``step = epoch`` stamped ``_timestamp = wall``
+    (``more``: the analyses' scalars at that epoch)."""
     scalars, matrices = row_values(row)
-    data: dict[str, Any] = dict(scalars)
+    data: dict[str, Any] = {**scalars, **(more or {})}
     for name, m in matrices.items():
         cols = columns(name)
         table = wandb.Table(columns=list(cols), data=table_rows(m))
@@ -170,10 +176,10 @@ def write(
             try:
                 for metric in ("epoch", "clock/training_s", "clock/elapsed_s"):
                     wrun.define_metric(metric)
-                wall = 0.0
+                wall, analyses = 0.0, analyses_by_epoch(run)[0]
                 for row in run.rows:
                     wall, _ = wall_time(row, wall)
-                    log_row(wandb, wrun, row, wall)
+                    log_row(wandb, wrun, row, wall, analyses.get(int(row["epoch"])))
                 wrun.summary.update(run_summary(run))
                 if checkpoints:
                     artifacts[run.run_id] = log_checkpoints(wandb, wrun, run, wid)
@@ -254,4 +260,6 @@ class WandbSink:
     def verify(self, run: Any, out: Path, extra: dict[str, Any], report: Any) -> None:
         from fathom.export.wandb_verify import verify
 
-        verify([run], out, {"wandb_files": extra["wandb_files"]}, report, job="train")
+        verify(
+            [run], out, {"wandb_files": extra["wandb_files"]}, report, job="train", analyses=False
+        )

@@ -5,7 +5,8 @@ Per run, against what :mod:`fathom.export.wandb_export` writes from the run dire
 * the run record: group (cohort), job type and tags; the config record: every top-level key
   (the run's config sections, ``trained``, ``fathom``) equal after a JSON round trip;
 * every history record: the step sequence equals the epochs; every scalar's ``value_json``
-  float64-exact (NaN and infinities included); ``_timestamp`` equal to the row's own time;
+  float64-exact (NaN and infinities included), the analyses' scalars of that epoch included
+  (an export; a live log has none); ``_timestamp`` equal to the row's own time;
   every matrix's table file (under the run's ``files/``) holding exactly its entries;
 * the last summary value of each ``fathom/`` key;
 * with ``--checkpoints``: one ``model`` artifact version per checkpoint, holding the file under
@@ -29,6 +30,7 @@ from fathom.export.common import VerifyReport, same_value, wall_time
 from fathom.export.describe import job_type, run_tags
 from fathom.export.wandb_content import (
     TABLE_SUFFIX,
+    analyses_by_epoch,
     columns,
     row_values,
     run_config,
@@ -137,13 +139,18 @@ def _check_table(
         report.mismatch(f"{where}: the table differs from the matrix")
 
 
-def _check_history(run: RunData, got: _Read, files: Path, report: VerifyReport) -> None:
+def _check_history(
+    run: RunData, got: _Read, files: Path, report: VerifyReport, analyses: bool
+) -> None:
     steps = [s for s, _ in got.history]
     epochs = [int(row["epoch"]) for row in run.rows]
     report.steps += len(steps)
     if steps != epochs:
         report.mismatch(f"run {run.run_id}: step sequence {steps} != epochs {epochs}")
-    wall = 0.0
+    wall, more = 0.0, {}
+    if analyses:
+        more, notes = analyses_by_epoch(run)
+        report.notes += notes
     for row, (_, items) in zip(run.rows, got.history):
         report.rows += 1
         wall, _ = wall_time(row, wall)
@@ -153,6 +160,7 @@ def _check_history(run: RunData, got: _Read, files: Path, report: VerifyReport) 
                 f"{where}: _timestamp {items.get('_timestamp')!r} is not the row's time {wall!r}"
             )
         scalars, matrices = row_values(row)
+        scalars = {**scalars, **more.get(int(row["epoch"]), {})}
         tables = {name + TABLE_SUFFIX: name for name in matrices}
         got_keys = {k for k in items if not k.startswith("_")}
         if got_keys != set(scalars) | set(tables):
@@ -204,9 +212,11 @@ def verify(
     report: VerifyReport,
     *,
     job: str | None = None,
+    analyses: bool = True,
 ) -> None:
     """Read every run's ``.wandb`` file back (module docstring); ``job``: the job type a live
-    log was started with (it is set before the run's phase is known)."""
+    log was started with (it is set before the run's phase is known); ``analyses``: the log
+    holds the run's analyses (an export; a live log streams the history alone)."""
     wandb_module()
     files = record.get("wandb_files") or {}
     artifacts = record.get("wandb_artifacts")
@@ -225,7 +235,7 @@ def verify(
             continue
         got = _Read(records)
         _check_run_record(run, got, report, job)
-        _check_history(run, got, (out / rel).parent / "files", report)
+        _check_history(run, got, (out / rel).parent / "files", report, analyses)
         if artifacts is not None:
             _check_artifacts(run, got, artifacts.get(run.run_id, []), report)
         nonfinite = sum(
