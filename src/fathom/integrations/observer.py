@@ -105,7 +105,8 @@ class EpochObserver:
     # -- the loop's events -------------------------------------------------------------------
     def start(self, model: Any, config: Mapping[str, Any]) -> None:
         """Training starts: the instruments take the model's parameters as the reference of
-        displacement, every log is opened afresh, and the epoch-0 row is observed."""
+        displacement and every log is opened (a directory already holding one is refused);
+        the callbacks then observe the epoch-0 row."""
         from fathom.telemetry.instruments import Instruments
 
         self.t0 = time.perf_counter()
