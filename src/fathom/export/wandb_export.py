@@ -65,6 +65,7 @@ from fathom.export.wandb_content import (
     wandb_module,
 )
 from fathom.export.wandb_records import wait_complete
+from fathom.export.wandb_verify import verify
 from fathom.report.runs import RunData
 
 DIR = "wandb"
@@ -196,8 +197,6 @@ def write(
 
 def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: Any) -> None:
     """:class:`fathom.export.backend.ExportBackend`'s read-back: :func:`fathom.export.wandb_verify.verify`."""
-    from fathom.export.wandb_verify import verify
-
     verify(runs, out, record, report)
 
 
@@ -258,8 +257,6 @@ class WandbSink:
         return [DIR, DATA_DIR], {"wandb_files": {self.run_id: rel}}
 
     def verify(self, run: Any, out: Path, extra: dict[str, Any], report: Any) -> None:
-        from fathom.export.wandb_verify import verify
-
         verify(
             [run], out, {"wandb_files": extra["wandb_files"]}, report, job="train", analyses=False
         )
