@@ -290,6 +290,39 @@ class PythonModelConfig(_Strict):
         return check_factory_path(v, "model.factory")
 
 
+TEXT_DATASETS = ("moby-dick", "text")
+"""The datasets read as byte-level token windows (:mod:`fathom.data.text`)."""
+
+
+def check_text_fields(cfg: Any) -> None:
+    """A text dataset needs ``context`` and takes none of the image-only fields; an image
+    dataset takes no ``context``."""
+    if cfg.dataset not in TEXT_DATASETS:
+        if cfg.context is not None:
+            raise ValueError(
+                f"data.context is the window length of a text dataset ({', '.join(TEXT_DATASETS)})"
+                f", not of {cfg.dataset!r}; remove it"
+            )
+        return
+    if cfg.context is None:
+        raise ValueError(
+            f"dataset {cfg.dataset!r} needs data.context, the tokens per window (e.g. 128)"
+        )
+    fixed = {
+        "split": cfg.split != "fit-val",
+        "val_size": cfg.val_size is not None,
+        "test_size": cfg.test_size is not None,
+        "augment": cfg.augment != "none",
+    }
+    given = [k for k, v in fixed.items() if v]
+    if given:
+        raise ValueError(
+            f"data.{given[0]}: a text dataset's splits are fixed (contiguous 90/5/5 by "
+            "position) and it is not augmented; remove it (use fit_subset / eval_subset for "
+            "fewer windows)"
+        )
+
+
 class DataConfig(_Strict):
     """Where the examples come from and how they are split.
 
@@ -299,9 +332,18 @@ class DataConfig(_Strict):
     user's function ``factory = "package.module:function"`` called with ``kwargs`` that
     returns the same arrays). ``augment = "crop_flip"`` applies the standard CIFAR
     augmentation to fitting batches (pad 4, random crop, horizontal flip p = 1/2).
+
+    Text (:data:`TEXT_DATASETS`, :mod:`fathom.data.text`): ``moby-dick`` (the registered
+    corpus) or ``text`` (a user's UTF-8 file at ``path``), read as byte-level tokens and cut
+    into windows of ``context`` tokens (required for text, refused otherwise) in fixed
+    contiguous 90/5/5 splits by position; ``fit_subset`` / ``eval_subset`` keep the first
+    windows.
     """
 
-    dataset: Literal["mnist", "fashion-mnist", "cifar10", "cifar100", "tensors", "python"] = "mnist"
+    dataset: Literal[
+        "mnist", "fashion-mnist", "cifar10", "cifar100", "tensors", "python", "moby-dick", "text"
+    ] = "mnist"
+    context: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
     data_dir: str | None = None
     path: str | None = None
     factory: str | None = None
@@ -316,15 +358,16 @@ class DataConfig(_Strict):
 
     @model_validator(mode="after")
     def _source_fields(self) -> DataConfig:
-        need = {"tensors": "path", "python": "factory"}.get(self.dataset)
+        need = {"tensors": "path", "text": "path", "python": "factory"}.get(self.dataset)
         for key in ("path", "factory"):
             if key == need and getattr(self, key) is None:
                 raise ValueError(f"dataset {self.dataset!r} needs data.{key}")
             if key != need and getattr(self, key) is not None:
                 raise ValueError(
                     f"data.{key} is only used with dataset "
-                    f"{'tensors' if key == 'path' else 'python'!r}; remove it"
+                    f"{'tensors or text' if key == 'path' else 'python'!r}; remove it"
                 )
+        check_text_fields(self)
         if self.kwargs and self.dataset != "python":
             raise ValueError("data.kwargs is only used with dataset 'python'; remove it")
         if self.factory is not None:
