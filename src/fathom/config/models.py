@@ -290,6 +290,50 @@ class PythonModelConfig(_Strict):
         return check_factory_path(v, "model.factory")
 
 
+class GPTConfig(_Strict):
+    """A small GPT (:class:`fathom.models.gpt.GPT`): ``layers`` pre-LayerNorm blocks (causal
+    self-attention with ``heads`` heads + an MLP of ``4 · width``), each one skippable
+    residual; learned positions, output weights tied to the token embedding; logits
+    ``[N, T, V]``.
+
+    ``vocab`` and ``context`` default to the data's (256 byte tokens, ``data.context``); given,
+    they must cover it. LayerDrop: ``layerdrop`` is ``p_L``, every block's drop probability
+    (``layerdrop_rule = "uniform"``) or the last one's with ``p_l = l / L · p_L``
+    (``"linear"``, Huang et al.'s rule); or ``drop_probs``, one per block. The probabilities
+    are constant over the epochs.
+    """
+
+    kind: Literal["gpt"] = "gpt"
+    layers: Int = Field(default=4, gt=0, le=limits.MAX_LAYERS)
+    width: Int = Field(default=128, gt=0, le=limits.MAX_WIDTH)
+    heads: Int = Field(default=4, gt=0)
+    vocab: Int | None = Field(default=None, gt=0, le=limits.MAX_WIDTH)
+    context: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
+    layerdrop: Float = Field(default=0.0, ge=0)
+    layerdrop_rule: Literal["uniform", "linear"] = "uniform"
+    drop_probs: tuple[Float, ...] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> GPTConfig:
+        if self.width % self.heads:
+            raise ValueError(
+                f"width {self.width} is not a multiple of heads {self.heads}: each head takes "
+                "width / heads features; choose e.g. heads dividing the width"
+            )
+        if self.layerdrop >= 1:
+            raise ValueError(f"layerdrop must be in [0, 1), got {self.layerdrop}")
+        check_drop_probs(self.drop_probs)
+        if self.drop_probs is not None:
+            if self.layerdrop:
+                raise ValueError("give model.layerdrop or model.drop_probs, not both")
+            if len(self.drop_probs) != self.layers:
+                raise ValueError(
+                    f"model.drop_probs gives {len(self.drop_probs)} probabilities for "
+                    f"{self.layers} blocks; give one per block"
+                )
+        return self
+
+
 TEXT_DATASETS = ("moby-dick", "text")
 """The datasets read as byte-level token windows (:mod:`fathom.data.text`)."""
 
