@@ -29,7 +29,7 @@ def tiny_gpt(layers: int = 2, width: int = 16, heads: int = 2, context: int = 8)
 def reference_forward(model: GPT, x: torch.Tensor, gains: list[float]) -> torch.Tensor:
     """The module docstring's network in float64, from the formulas, block by block."""
     sd = {k: v.double() for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
-    n, t = x.shape
+    t = x.shape[1]
     d = sd["wte.weight"].shape[1]
     heads = model.blocks[0].branch.attn.heads
     dh = d // heads
