@@ -18,6 +18,7 @@ from fathom.errors import FathomError
 from fathom.report import build_report, load_runs
 from fathom.report.fields import concrete, is_accuracy, split_key
 from fathom.report.html import explorer_payload
+from fathom.report.lazy import expanded
 from synthetic_runs import write_study
 
 
@@ -172,7 +173,7 @@ def test_real_trainer_run_and_real_audit(tmp_path: Path) -> None:
     assert acc["source"] == "telemetry registry" and acc["family"] == "trainer"
     assert data["fields"][0] in ("epoch", "step", "{split}/acc", "clock/elapsed_s")  # trainer first
     assert "split/{split}/class_acc/{class}" in data["fields"]
-    html = out.html.read_text()
+    html = expanded(out.html.read_text())  # every collapsed section as a reader opens it
     assert cfg.model_dump()["name"] in html and "config" in html  # provenance table
     explorer = html.split("Every audited mask", 1)[1].split("</table>", 1)[0]
     assert explorer.count("<tr>") == 1 + 16  # header + all 2^4 masks of the one run
@@ -265,7 +266,7 @@ def test_optional_sections_and_figures(study: Path, tmp_path: Path) -> None:
         json.dumps({"epoch": 4, "kfac": {"A_eigenvalues": [2.0**-i for i in range(12)]}})
     )
     out = build_report(study)
-    html = out.html.read_text()
+    html = expanded(out.html.read_text())
     assert "Paired differences (recipe − residual)" in html and "Tuning grid (seed 1)" in html
     assert "widths x 0.1" in html and "main-residual-s1" in html
     assert "Layer-removal audit" in html and 'class="table-filter"' in html
