@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from fathom.base.io import read_jsonl
 from fathom.base.units import percent
@@ -19,6 +21,7 @@ from fathom.report import build_report, load_runs
 from fathom.report.fields import concrete, is_accuracy, split_key
 from fathom.report.html import explorer_payload
 from fathom.report.lazy import expanded
+from fathom.stats.results import NOT_ESTABLISHED, VERDICTS
 from synthetic_runs import write_study
 
 
@@ -343,3 +346,46 @@ def test_markup_in_names_is_escaped(tmp_path: Path) -> None:
     html = build_report(tmp_path / "s", with_figures=False).html.read_text()
     assert "<b>bold" not in html and "&lt;b&gt;bold" in html
     assert payload_of(tmp_path / "s" / "report" / "report.html")["runs"][0]["id"] == name
+
+
+verdict_names = st.sampled_from(VERDICTS)
+
+
+@settings(max_examples=60, deadline=None)
+@example(  # a text printed undecided, then decided: once, at its first place, decided
+    sentences=[("s5", [NOT_ESTABLISHED], []), ("s0", [], []), ("s5", [], [])],
+    decisions=("better", "better"),
+)
+@given(
+    sentences=st.lists(
+        st.tuples(
+            st.sampled_from([f"s{i}" for i in range(8)]),  # repeated texts are shown once
+            st.lists(verdict_names, max_size=3),
+            st.lists(st.sampled_from(["d0", "d1"]), max_size=2),
+        ),
+        max_size=12,
+    ),
+    decisions=st.tuples(verdict_names, verdict_names),
+)
+def test_split_sentences_partitions_by_the_models_verdicts(sentences, decisions) -> None:
+    """Undecided exactly when the sentence claims or decides something and every verdict is
+    "not established"; every text once, at its first print (decided if any print is)."""
+    from fathom.report.sections import split_sentences
+
+    results = {
+        "sentences": [
+            {"text": t, "claims": [{"comparison": "c", "verdict": v} for v in vs], "decisions": ds}
+            for t, vs, ds in sentences
+        ],
+        "decisions": [
+            {"id": f"d{i}", "rule": "checkpoint ranking", "verdict": v}
+            for i, v in enumerate(decisions)
+        ],
+    }
+    decided, undecided = split_sentences({"results": results})
+    idle = {}
+    for t, vs, ds in sentences:
+        every = [*vs, *(decisions[int(d[1])] for d in ds)]
+        idle.setdefault(t, []).append(bool(every) and all(v == NOT_ESTABLISHED for v in every))
+    assert decided == [t for t in dict.fromkeys(s[0] for s in sentences) if not all(idle[t])]
+    assert undecided == [t for t in dict.fromkeys(s[0] for s in sentences) if all(idle[t])]

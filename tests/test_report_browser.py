@@ -20,6 +20,7 @@ import pytest
 
 from fathom.base.io import read_jsonl
 from fathom.report import build_report
+from fathom.report.lazy import stored_json
 from synthetic_runs import (
     layer_names,
     synthetic_history,
@@ -277,7 +278,8 @@ def test_report_in_chromium(report: tuple[Path, Path], browser) -> None:
         assert "sd_constant-s102" in caption and "seed 102" in caption
         assert page.locator("#mask-table tr.sel").get_attribute("data-mask") == mask
         key = f"sd_constant-s102|{page.locator('#mask-checkpoint').input_value()}"
-        masks = json.loads(page.evaluate("document.getElementById('fathom-masks').textContent"))
+        masks = json.loads(page.evaluate("JSON.stringify(window.fathomMasks)"))
+        assert masks == stored_json(html.read_text(), "fathom-masks")  # decoded as stored
         per = masks["examples"]["per"][key]
         page.locator("#examples .ex").first.click()
         shown = [float(x) for x in page.locator("#logit-table td.num").all_inner_texts()]

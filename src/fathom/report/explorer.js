@@ -1,4 +1,5 @@
 // Fathom report explorer: curves drawn with uPlot (inlined), and the mask/example explorer.
+// Mask data: JSON stored gzip + base64 in <script id="fathom-masks"> (fathom.report.lazy).
 // Curve data: JSON in <script id="fathom-data">. Cells: a number; null (due, missing: a
 // gap); "NaN"/"Infinity"/"-Infinity" (gaps); "-" (not scheduled at that epoch: spanned,
 // the line connects the recorded points). Accuracy arrives in percent.
@@ -7,7 +8,7 @@
 (function () {
   "use strict";
   const D = JSON.parse(document.getElementById("fathom-data").textContent);
-  const M = JSON.parse(document.getElementById("fathom-masks").textContent);
+  let M = { tables: [], examples: {} };  // the masks: stored gzip + base64, read at start
   const nameIndex = new Map(D.names.map((n, i) => [n, i]));
   const $ = (id) => document.getElementById(id);
   const h = (tag, attrs, text) => {
@@ -507,6 +508,10 @@
   // A large collapsed section is stored gzip + base64 (fathom.report.lazy) and inserted the
   // first time it opens; window.fathomLazy counts the sections loaded.
   window.fathomLazy = 0;
+  async function gunzip(b64) {
+    const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    return new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"))).text();
+  }
   async function openLazy(d) {
     const s = d.querySelector(":scope > script[type='application/x-fathom-lazy']");
     if (!s) { markWide(d); return; }
@@ -515,10 +520,9 @@
       body.textContent = "This browser cannot decompress this section (DecompressionStream: Chromium 80+, Firefox 113+, Safari 16.4+); the same data are in the study's JSON files.";
       s.replaceWith(body); return;
     }
-    const bytes = Uint8Array.from(atob(s.textContent), (c) => c.charCodeAt(0));
+    const stored = s.textContent;
     s.remove();
-    const text = await new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"))).text();
-    body.innerHTML = text; d.appendChild(body);
+    body.innerHTML = await gunzip(stored); d.appendChild(body);
     wireTables(body); markWide(body);
     for (const inner of body.querySelectorAll("details")) inner.addEventListener("toggle", () => { if (inner.open) markWide(inner); });
     d.dataset.loaded = "1"; window.fathomLazy += 1;
@@ -534,7 +538,7 @@
   if (pending.has("field") && D.fields.includes(pending.get("field"))) $("field").value = pending.get("field");
   $("field-search").addEventListener("input", () => { fillFields(); charts(); });
   for (const id of ["field", "axis", "split", "logy", "band", "seeds", "zero-y"]) $(id).addEventListener("change", charts);
-  charts(); maskExplorer(); viewReady = true; saveView();
+  charts();
   wireTables(document); markWide(document);
   // Nav links scroll to their section without touching the URL's view ("#view?..."); the
   // section is kept in the view as "at", so a reload or a shared link lands there too.
@@ -550,6 +554,13 @@
   }
   for (const d of document.querySelectorAll("details")) d.addEventListener("toggle", () => { if (d.open) { if (d.hasAttribute("data-lazy")) openLazy(d); else markWide(d); } });
   window.addEventListener("resize", () => markWide(document));
-  window.fathomReadyMs = performance.now();
-  window.fathomReady = true;
+  (async () => {  // the curves are drawn; the masks decode off the first paint
+    const stored = $("fathom-masks");
+    if (typeof DecompressionStream === "undefined") $("mask-area").textContent = "This browser cannot decompress the mask data (DecompressionStream: Chromium 80+, Firefox 113+, Safari 16.4+); the same numbers are in audit/audit.json.";
+    else if (stored.textContent) M = JSON.parse(await gunzip(stored.textContent));
+    window.fathomMasks = M;
+    maskExplorer(); viewReady = true; saveView();
+    window.fathomReadyMs = performance.now();
+    window.fathomReady = true;
+  })();
 })();

@@ -39,7 +39,7 @@ from fathom.report.fields import (
     split_key,
 )
 from fathom.report.layers import LayerAlignment
-from fathom.report.lazy import details
+from fathom.report.lazy import details, encode
 from fathom.report.palette import recipe_colours
 from fathom.report.raw import (
     audit_section,
@@ -295,7 +295,7 @@ def render_html(
             attrs="id='provenance-runs'",
         ),
         data=_json_for_script(explorer_payload(runs, alignment)),
-        masks=_json_for_script(masks or {"tables": [], "examples": {}}),
+        masks=encode(_json_for_script(masks or {"tables": [], "examples": {}})),
         uplot_css=_resource("vendor/uPlot.min.css"),
         uplot=_resource("vendor/uPlot.iife.min.js"),
         script=_resource("explorer.js"),

@@ -8,14 +8,17 @@ first time the section opens. The page is smaller (HTML tables compress about te
 and the browser neither parses nor lays out the thousand raw tables that nobody opened. A
 smaller body stays inline (a plain ``<details>``). :func:`expanded` returns a page with
 every stored body inlined again, byte for byte: what the reader sees after opening every
-section, for tests and for ``grep``.
+section, for tests and for ``grep``. The mask explorer's JSON is stored the same way
+(:func:`stored_json` reads it back) and decoded when the page starts, after the curves.
 """
 
 from __future__ import annotations
 
 import base64
 import gzip
+import json
 import re
+from typing import Any
 
 LAZY_MIN_BYTES = 16 * 1024
 LAZY_TYPE = "application/x-fathom-lazy"
@@ -45,6 +48,16 @@ def details(summary_html: str, body: str, *, attrs: str = "") -> str:
         f"<span class='note'>({size / 1024:,.0f} KB, loads when opened)</span></summary>"
         f'<script type="{LAZY_TYPE}">{encode(body)}</script></details>'
     )
+
+
+def stored_json(page: str, script_id: str) -> Any:
+    """The JSON a page stores compressed in ``<script id=script_id>`` (the masks)."""
+    m = re.search(
+        rf'<script type="[^"]*" id="{re.escape(script_id)}">([A-Za-z0-9+/=]*)</script>', page
+    )
+    if m is None:
+        raise KeyError(f"no stored script {script_id!r} in the page")
+    return json.loads(decode(m.group(1)))
 
 
 def expanded(page: str) -> str:

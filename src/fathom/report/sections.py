@@ -72,7 +72,8 @@ def verdict_sentences(stats: Mapping[str, Any]) -> list[str]:
 
 
 def split_sentences(stats: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-    """``(decided, undecided)`` sentences of the summary, each text once, in order.
+    """``(decided, undecided)`` sentences of the summary, each text once, in the order of
+    its first print.
 
     A sentence is *undecided* when it makes at least one claim or decision and every one of
     them is ``not established`` (:data:`fathom.stats.results.NOT_ESTABLISHED`); every other
@@ -96,12 +97,10 @@ def split_sentences(stats: Mapping[str, Any]) -> tuple[list[str], list[str]]:
             )
             for s in results.sentences
         ]
-    decided: dict[str, None] = {}
-    undecided: dict[str, None] = {}
+    idle: dict[str, bool] = {}  # a text printed twice: decided if either print is
     for text, vs in pairs:
-        idle = bool(vs) and all(v == NOT_ESTABLISHED for v in vs)
-        (undecided if idle else decided)[text] = None
-    return list(decided), [t for t in undecided if t not in decided]
+        idle[text] = idle.get(text, True) and bool(vs) and all(v == NOT_ESTABLISHED for v in vs)
+    return [t for t, x in idle.items() if not x], [t for t, x in idle.items() if x]
 
 
 def main_table(stats: Mapping[str, Any]) -> str:
