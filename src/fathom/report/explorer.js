@@ -529,38 +529,47 @@
   }
 
   // ---- wiring ----------------------------------------------------------------------------
-  for (const [k, label] of Object.entries(D.axes)) if (k === "epoch" || nameIndex.has(k)) $("axis").appendChild(h("option", { value: k }, label));
-  for (const s of D.splits) $("split").appendChild(h("option", { value: s }, s));
-  if (D.splits.includes("val")) $("split").value = "val";
-  for (const id of ["split", "axis", "band"]) if (pending.has(id) && Array.from($(id).options).some((o) => o.value === pending.get(id))) $(id).value = pending.get(id);
-  for (const id of ["logy", "seeds", "zero-y"]) if (pending.has(id)) $(id).checked = true;
-  renderCohorts(); fillFields();
-  if (pending.has("field") && D.fields.includes(pending.get("field"))) $("field").value = pending.get("field");
-  $("field-search").addEventListener("input", () => { fillFields(); charts(); });
-  for (const id of ["field", "axis", "split", "logy", "band", "seeds", "zero-y"]) $(id).addEventListener("change", charts);
-  charts();
-  wireTables(document); markWide(document);
-  // Nav links scroll to their section without touching the URL's view ("#view?..."); the
-  // section is kept in the view as "at", so a reload or a shared link lands there too.
-  for (const a of document.querySelectorAll("nav a[href^='#']")) a.addEventListener("click", (ev) => {
-    const target = $(a.getAttribute("href").slice(1));
-    if (!target) return;
-    ev.preventDefault(); section = target.id; target.scrollIntoView(); saveView();
-  });
-  if (section && $(section)) {  // land on the view's section, not on a restored offset
-    history.scrollRestoration = "manual";
-    $(section).scrollIntoView();
-    window.addEventListener("load", () => $(section).scrollIntoView());
+  // The page starts after its first frame: the static first screen (the main table and the
+  // verdicts) paints before the curves are drawn; a hidden tab (no frames) starts by a timer.
+  if (section) history.scrollRestoration = "manual";
+  let started = false;
+  const begin = () => { if (!started) { started = true; start(); } };
+  requestAnimationFrame(() => setTimeout(begin, 0));
+  setTimeout(begin, 500);
+
+  function start() {
+    for (const [k, label] of Object.entries(D.axes)) if (k === "epoch" || nameIndex.has(k)) $("axis").appendChild(h("option", { value: k }, label));
+    for (const s of D.splits) $("split").appendChild(h("option", { value: s }, s));
+    if (D.splits.includes("val")) $("split").value = "val";
+    for (const id of ["split", "axis", "band"]) if (pending.has(id) && Array.from($(id).options).some((o) => o.value === pending.get(id))) $(id).value = pending.get(id);
+    for (const id of ["logy", "seeds", "zero-y"]) if (pending.has(id)) $(id).checked = true;
+    renderCohorts(); fillFields();
+    if (pending.has("field") && D.fields.includes(pending.get("field"))) $("field").value = pending.get("field");
+    $("field-search").addEventListener("input", () => { fillFields(); charts(); });
+    for (const id of ["field", "axis", "split", "logy", "band", "seeds", "zero-y"]) $(id).addEventListener("change", charts);
+    charts();
+    wireTables(document); markWide(document);
+    // Nav links scroll to their section without touching the URL's view ("#view?..."); the
+    // section is kept in the view as "at", so a reload or a shared link lands there too.
+    for (const a of document.querySelectorAll("nav a[href^='#']")) a.addEventListener("click", (ev) => {
+      const target = $(a.getAttribute("href").slice(1));
+      if (!target) return;
+      ev.preventDefault(); section = target.id; target.scrollIntoView(); saveView();
+    });
+    if (section && $(section)) {  // land on the view's section, not on a restored offset
+      $(section).scrollIntoView();
+      if (document.readyState !== "complete") window.addEventListener("load", () => $(section).scrollIntoView());
+    }
+    for (const d of document.querySelectorAll("details")) d.addEventListener("toggle", () => { if (d.open) { if (d.hasAttribute("data-lazy")) openLazy(d); else markWide(d); } });
+    window.addEventListener("resize", () => markWide(document));
+    (async () => {  // the curves are drawn; the masks decode off the first paint
+      const stored = $("fathom-masks");
+      if (typeof DecompressionStream === "undefined") $("mask-area").textContent = "This browser cannot decompress the mask data (DecompressionStream: Chromium 80+, Firefox 113+, Safari 16.4+); the same numbers are in audit/audit.json.";
+      else if (stored.textContent) M = JSON.parse(await gunzip(stored.textContent));
+      window.fathomMasks = M;
+      maskExplorer(); viewReady = true; saveView();
+      window.fathomReadyMs = performance.now();
+      window.fathomReady = true;
+    })();
   }
-  for (const d of document.querySelectorAll("details")) d.addEventListener("toggle", () => { if (d.open) { if (d.hasAttribute("data-lazy")) openLazy(d); else markWide(d); } });
-  window.addEventListener("resize", () => markWide(document));
-  (async () => {  // the curves are drawn; the masks decode off the first paint
-    const stored = $("fathom-masks");
-    if (typeof DecompressionStream === "undefined") $("mask-area").textContent = "This browser cannot decompress the mask data (DecompressionStream: Chromium 80+, Firefox 113+, Safari 16.4+); the same numbers are in audit/audit.json.";
-    else if (stored.textContent) M = JSON.parse(await gunzip(stored.textContent));
-    window.fathomMasks = M;
-    maskExplorer(); viewReady = true; saveView();
-    window.fathomReadyMs = performance.now();
-    window.fathomReady = true;
-  })();
 })();

@@ -27,7 +27,7 @@ _STORED = re.compile(rf'<script type="{LAZY_TYPE}">([A-Za-z0-9+/=]*)</script>')
 
 def encode(body: str) -> str:
     """``base64(gzip(body))`` with a zero timestamp: the same body gives the same text."""
-    return base64.b64encode(gzip.compress(body.encode(), compresslevel=9, mtime=0)).decode()
+    return base64.b64encode(gzip.compress(body.encode(), compresslevel=6, mtime=0)).decode()
 
 
 def decode(stored: str) -> str:
