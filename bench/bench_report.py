@@ -155,6 +155,7 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="*", default=["quick", "quick+telemetry", "seed-scale"])
     ap.add_argument("--targets", nargs="*", default=["jsonl", "tensorboard", "wandb"])
     ap.add_argument("--no-figures", action="store_true", help="skip the build with PNG figures")
+    ap.add_argument("--loads", type=int, default=1, help="page loads per build (medians)")
     ap.add_argument("--study", type=Path, help="also benchmark this study directory (copied)")
     args = ap.parse_args()
     if args.study is not None:
@@ -162,7 +163,7 @@ def main() -> None:
     print(
         f"machine: {platform.platform()}, {os.cpu_count()} CPUs (shared with other engineers: loaded)"
     )
-    print(f"repeats: {args.repeats}; medians reported")
+    print(f"repeats: {args.repeats} builds x {args.loads} page loads; medians reported")
     for shape in args.shapes:
         with tempfile.TemporaryDirectory() as tmp:
             if shape.startswith("study:"):
@@ -188,7 +189,7 @@ def main() -> None:
                     t = time.perf_counter()
                     build_report(root, Path(tmp) / f"f{rep}", with_figures=True)
                     build_fig.append(time.perf_counter() - t)
-                pages.append(browser_times(out.html))
+                pages += [browser_times(out.html) for _ in range(args.loads)]
                 for target in args.targets:
                     dest = Path(tmp) / f"{target}{rep}"
                     t = time.perf_counter()
