@@ -1,8 +1,12 @@
 """``report.html``: one self-contained file, all script, style and data inline, no request.
 
-Layout (what a reader sees first): what was run and the verdicts with the main table
-(:mod:`fathom.report.sections`), then the curves, the audit headline and the mask and
-example explorer, the cross-run telemetry and curvature tables, and raw tables collapsed.
+Layout (what a reader sees first, at 1240 × 800): what was run, the main table and the
+decided verdicts, the undecided ones collapsed into their count (:mod:`fathom.report.sections`);
+then the curves, the audit headline and the mask and example explorer, the cross-run
+telemetry and curvature tables, and raw tables collapsed. The page states its one direction
+once (:func:`conventions`: differences recipe − reference, ratios recipe / reference). A
+collapsed section of 16 KiB or more, and the mask data, are stored compressed and decoded in
+the page (:mod:`fathom.report.lazy`).
 
 Plotting: uPlot 1.6.32 (MIT, vendored under ``report/vendor``) inlined with its CSS; a
 Content-Security-Policy ``default-src 'none'`` forbids every request. Data are embedded

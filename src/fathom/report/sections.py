@@ -1,4 +1,5 @@
-"""The report's headline sections: what was run, the verdicts, the main table, the audit.
+"""The report's headline sections: what was run, the main table, the verdicts — the decided
+ones listed, the undecided ones ("not established") collapsed into their count.
 
 Rendered once in Python from ``summary.json`` and ``audit.json``; no number here is new,
 every one is read from those files (accuracy converted by :func:`fathom.base.units.percent`).
