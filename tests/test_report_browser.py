@@ -435,6 +435,10 @@ def test_first_screen_in_chromium(report: tuple[Path, Path], browser, tmp_path: 
         shot = tmp_path / "first-screen.png"
         page.screenshot(path=str(shot))
         assert _png_size(shot) == (1240, 800)
+        box = page.locator("#main-table").bounding_box()
+        assert box is not None
+        table_shot = page.screenshot(clip=box)  # the table as painted, not a blank box:
+        assert len(table_shot) > 20 * len(page.screenshot(clip={**box, "y": 0, "height": 8}))
 
         def bottom(sel: str) -> float:
             box = page.locator(sel).bounding_box()
