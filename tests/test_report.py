@@ -389,3 +389,20 @@ def test_split_sentences_partitions_by_the_models_verdicts(sentences, decisions)
         idle.setdefault(t, []).append(bool(every) and all(v == NOT_ESTABLISHED for v in every))
     assert decided == [t for t in dict.fromkeys(s[0] for s in sentences) if not all(idle[t])]
     assert undecided == [t for t in dict.fromkeys(s[0] for s in sentences) if all(idle[t])]
+
+
+@settings(max_examples=80, deadline=None)
+@given(text=st.text(st.sampled_from("0123456789.+-−±[], <>&pnats%"), max_size=40))
+@example(text="+0.35 pp [-3.66 pp, +4.35 pp]")
+@example(text="92.78 ± 0.37%")
+def test_wrappable_cells_read_as_their_text(text: str) -> None:
+    """A main-table cell may break before its interval or SD and after a comma, and reads
+    (tags dropped, entities unescaped) exactly as the text."""
+    import html as htmllib
+
+    from fathom.report.tables import wrappable
+
+    out = wrappable(text)
+    assert htmllib.unescape(re.sub(r"<[^>]+>", "", out)) == text
+    parts = re.findall(r"<span class='nw'>(.*?)</span>", out)
+    assert all(" [" not in p and " ± " not in p and ", " not in p for p in parts)

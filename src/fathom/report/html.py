@@ -262,10 +262,12 @@ def render_html(
     notes: Sequence[str] = (),
     alignment: LayerAlignment | None = None,
     unfinished: Sequence[str] = (),
+    reference: str | None = None,
 ) -> str:
     """The whole page. ``curvature`` maps a run id to its ``{"summary", "epochs"}``;
-    ``alignment``: the layer alignment of the curves' small multiples (default: the runs')."""
-    reference = ((summary or {}).get("stats") or summary or {}).get("reference")
+    ``alignment``: the layer alignment of the curves' small multiples (default: the runs');
+    ``reference``: the cross-run tables' reference recipe, where the summary names none."""
+    reference = ((summary or {}).get("stats") or summary or {}).get("reference") or reference
     raw = (
         ""
         if summary is None
