@@ -114,7 +114,7 @@ def browser_times(html: Path) -> dict[str, float]:
             page = browser.new_page(viewport={"width": 1240, "height": 800})
             t0 = time.perf_counter()
             page.goto(html.resolve().as_uri())
-            page.wait_for_function("window.fathomReady === true")
+            page.wait_for_function("() => window.fathomReady === true")
             wall = (time.perf_counter() - t0) * 1e3
             ready = page.evaluate("window.fathomReadyMs")
             fcp, tables, main_bottom, verdicts_bottom = page.evaluate(FIRST_SCREEN)

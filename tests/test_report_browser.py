@@ -161,7 +161,7 @@ def test_report_in_chromium(report: tuple[Path, Path], browser) -> None:
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.on("request", lambda r: outside.append(r.url) if r.url != url else None)
         page.goto(url)
-        page.wait_for_function("window.fathomReady === true")
+        page.wait_for_function("() => window.fathomReady === true")
 
         # First screen: verdict sentences and the main table, above the fold.
         verdicts = page.locator("#verdicts li")
@@ -321,7 +321,7 @@ def test_report_view_details_in_chromium(report: tuple[Path, Path], browser) -> 
         page = browser.new_page(viewport={"width": 900, "height": 900})
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(html.resolve().as_uri())
-        page.wait_for_function("window.fathomReady === true")
+        page.wait_for_function("() => window.fathomReady === true")
 
         def y_range() -> list[float]:
             return page.evaluate(
@@ -400,7 +400,7 @@ def test_report_view_details_in_chromium(report: tuple[Path, Path], browser) -> 
         url = page.evaluate("location.href")
         other = browser.new_page(viewport={"width": 1280, "height": 900})
         other.goto(url)
-        other.wait_for_function("window.fathomReady === true")
+        other.wait_for_function("() => window.fathomReady === true")
         assert other.input_value("#split") == "test"
         assert other.locator("#mask-table tr.sel").get_attribute("data-mask") == mask
         assert other.locator("#examples .ex.sel").count() == 1
@@ -431,7 +431,7 @@ def test_first_screen_in_chromium(report: tuple[Path, Path], browser, tmp_path: 
     page = browser.new_page(viewport={"width": 1240, "height": 800})
     try:
         page.goto(html.resolve().as_uri())
-        page.wait_for_function("window.fathomReady === true")
+        page.wait_for_function("() => window.fathomReady === true")
         shot = tmp_path / "first-screen.png"
         page.screenshot(path=str(shot))
         assert _png_size(shot) == (1240, 800)
@@ -482,7 +482,7 @@ def test_lazy_sections_nav_and_time_axes_in_chromium(report: tuple[Path, Path], 
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
         page.goto(html.resolve().as_uri())
-        page.wait_for_function("window.fathomReady === true")
+        page.wait_for_function("() => window.fathomReady === true")
 
         # lazy sections: no table before opening; the decoded tables after
         lazy = page.locator("details[data-lazy]")
@@ -521,7 +521,7 @@ def test_lazy_sections_nav_and_time_axes_in_chromium(report: tuple[Path, Path], 
         after = parse_qs(page.evaluate("location.hash").removeprefix("#view?"))
         assert after.pop("at") == ["curvature"] and after == before
         page.reload()
-        page.wait_for_function("window.fathomReady === true")
+        page.wait_for_function("() => window.fathomReady === true")
         assert page.input_value("#field") == "clock/unix_s"
         top = page.locator("#curvature").bounding_box()
         at_end = page.evaluate("scrollY + innerHeight >= document.body.scrollHeight - 1")
