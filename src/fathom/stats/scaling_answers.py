@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fathom.stats.results import OPPOSITE, Comparison
-from fathom.stats.scaling_table import FailureEvidence, LevelVerdict, TrendVerdict
+from fathom.stats.results import Comparison, Decision, Results
+from fathom.stats.scaling_table import FailureEvidence
+from fathom.stats.verdicts import OPPOSITE, DecisionVerdict, LevelVerdict, TrendVerdict
 
 LEVEL: dict[str, LevelVerdict] = {
     "better": "better across depths",
@@ -63,7 +64,7 @@ def trend_verdict(change: Comparison, slope: Comparison) -> TrendVerdict:
     return "not established"
 
 
-def both_ways(verdicts: Sequence[str], readings: int = 2) -> str:
+def both_ways(verdicts: Sequence[DecisionVerdict], readings: int = 2) -> DecisionVerdict:
     """An answer under every reading of the undetermined runs: the common verdict when all
     ``readings`` gave the same one, else not established."""
     if len(verdicts) == readings and len(set(verdicts)) == 1:
@@ -74,3 +75,34 @@ def both_ways(verdicts: Sequence[str], readings: int = 2) -> str:
 def is_fragile(verdict: str, contrasts: Sequence[Comparison]) -> bool:
     """An established answer one seed carries (a contrast it rests on is fragile)."""
     return verdict in ESTABLISHED and any(c.fragile for c in contrasts)
+
+
+# ---- re-derivation from a decision's record (the claim checker's rows) ----------------------
+
+
+def rederive_level(d: Decision, results: Results) -> tuple[str, bool]:
+    """A level decision's ``(verdict, fragile)`` from its profile contrast, its per-depth
+    comparisons and its failure evidence."""
+    profile = results.comparison(d.profile)
+    per_depth = {i: results.comparison(cid) for i, cid in enumerate(d.per_depth)}
+    evidence = [
+        FailureEvidence(**{**e, "failed": tuple(e["failed"]), "other": tuple(e["other"])})
+        for e in d.evidence
+    ]
+    verdict = level_verdict(profile, per_depth, evidence)
+    return verdict, is_fragile(verdict, [profile])
+
+
+def rederive_trend(d: Decision, results: Results) -> tuple[str, bool]:
+    """A scaling decision's ``(verdict, fragile)`` from its change and slope contrasts."""
+    change, slope = (results.comparison(cid) for cid in d.inputs)
+    verdict = trend_verdict(change, slope)
+    return verdict, is_fragile(verdict, [change, slope])
+
+
+def rederive_both_ways(d: Decision, results: Results) -> tuple[str, bool]:
+    """An answer under both readings from the two decisions it combines: fragile when
+    established and either reading is."""
+    parts = [next(x for x in results.decisions if x.id == cid) for cid in d.inputs]
+    verdict = both_ways([x.verdict for x in parts])
+    return verdict, verdict != "not established" and any(x.fragile for x in parts)

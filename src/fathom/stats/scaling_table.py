@@ -7,28 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from fathom.stats.results import Comparison, Results
-
-LevelVerdict = Literal[
-    "better across depths",
-    "worse across depths",
-    "equivalent across depths",
-    "not established",
-    "inconclusive",
-    "no comparison",
-    "no conclusion",
-]
-"""The *level*: is the candidate better than the baseline across the depths (their mean)?"""
-
-TrendVerdict = Literal[
-    "scales better",
-    "scales worse",
-    "scales equivalently",
-    "not established",
-    "inconclusive",
-    "no comparison",
-    "no conclusion",
-]
-"""The *scaling*: does the candidate's advantage change with depth (change and slope)?"""
+from fathom.stats.verdicts import LevelVerdict, TrendVerdict
 
 Outcome = Literal["judged", "no comparison", "no conclusion"]
 """Whether the table was judged at all (both answers given) or why not."""
