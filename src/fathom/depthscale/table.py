@@ -66,11 +66,11 @@ def _last(history: list[dict[str, Any]], key: str) -> Any:
 def read_run(path: Path) -> RunRecord:
     """A :class:`RunRecord` from one run directory (through the run-directory reader)."""
     rd = RunDir(path)
-    manifest = rd.manifest
+    manifest = rd.manifest  # format 2 runs too: selected and sizes read as written
     if rd.kind == "depth_scaling":
         raise FathomError(
             f"{str(path)!r} was written by the depth-scaling runner of manifest format "
-            f"{manifest.get('format')} (kind 'depth_scaling'), before it wrote run "
+            f"{rd.header.format} (kind 'depth_scaling'), before it wrote run "
             "directories; its rows cannot be verified. Rerun `fathom depth-scaling` to rebuild it"
         )
     if rd.kind != "run" or rd.config.tags.get("benchmark") != "depth_scaling":
@@ -86,7 +86,7 @@ def read_run(path: Path) -> RunRecord:
         depth=int(cfg.tags["depth"]),
         arm=str(cfg.tags["arm"]),
         seed=int(cfg.seed),
-        status=manifest["status"],
+        status=rd.status,
         test_acc=None if sel is None else sel.get("test/acc"),
         fit_ce=None if sel is None else sel.get("fit/ce"),
         fit_acc=None if sel is None else sel.get("fit/acc"),
@@ -293,7 +293,7 @@ def verdict_markdown(v: DepthScalingVerdict) -> list[str]:
 def run_classes(root: Path) -> tuple[int, str]:
     """``(classes, dataset)`` recorded by the benchmark's runs (they must agree)."""
     seen = {
-        (int(rd.manifest["data"]["info"]["classes"]), str(rd.manifest["data"]["dataset"]))
+        (rd.classes, rd.config.data.dataset)
         for rd in (
             RunDir(p) for p in sorted(Path(root).iterdir()) if (p / "manifest.json").exists()
         )

@@ -76,7 +76,7 @@ def _devices(root: Path) -> list[str]:
 
     return sorted(
         {
-            str(RunDir(p).manifest.get("environment", {}).get("device_name", "?"))
+            RunDir(p).record.environment.device_name
             for p in sorted(root.iterdir())
             if (p / "manifest.json").exists()
         }
@@ -90,9 +90,7 @@ def _fit_sizes(root: Path) -> list[int]:
     sizes = set()
     for p in sorted(root.iterdir()):
         if (p / "manifest.json").exists():
-            fit = ((RunDir(p).manifest.get("data") or {}).get("sizes") or {}).get("fit")
-            if fit is not None:
-                sizes.add(int(fit))
+            sizes.add(RunDir(p).record.data.sizes.fit)
     return sorted(sizes)
 
 

@@ -134,14 +134,13 @@ def run_head_diagnostic(
         rd = RunDir(out / cfg.name)
         device = resolve_device(cfg.device)
         splits = (splits_for or cached_splits)(cfg, device)
-        classes = int(rd.manifest.get("data", {}).get("info", {}).get("classes", 10))
         model = rd.load_model("final", device=device)
         heads[head] = {
             "run_id": rd.run_id,
             "action": outcome.action,
             "epoch": rd.checkpoint_epoch("final"),
             "params_sha256": rd.checkpoint_hash("final"),
-            **per_class(model, splits.test_x, splits.test_y, classes),
+            **per_class(model, splits.test_x, splits.test_y, rd.classes),
         }
     result = {
         "format": FORMAT,

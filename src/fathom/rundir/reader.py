@@ -59,7 +59,7 @@ class RunDir:
 
     @property
     def run_id(self) -> str:
-        return self.manifest.get("run_id", self.path.name)
+        return self.header.run_id
 
     @property
     def status(self) -> str:
@@ -128,7 +128,7 @@ class RunDir:
 
     # -- checkpoints ---------------------------------------------------------------------
     def checkpoint_epochs(self) -> list[int]:
-        return sorted(int(e) for e in self.manifest.get("checkpoints", {}))
+        return sorted(int(e) for e in self.header.checkpoints)
 
     def _entry(self, which: Which) -> tuple[dict[str, Any], int]:
         if which == "selected":
@@ -247,6 +247,27 @@ class RunDir:
         return [describe_recovery(e) for e in self.recovery()]
 
     # -- models and data (kind "run") ----------------------------------------------------
+    def _data_info(self) -> dict[str, Any]:
+        """``data.info``: what the data source recorded about itself (open, per source)."""
+        if isinstance(self.header, RunManifest):
+            return self.header.data.info
+        return (self.manifest.get("data") or {}).get("info") or {}  # header-only: free-form
+
+    @property
+    def classes(self) -> int:
+        """How many classes the run's model outputs: ``data.info.classes`` as recorded (every
+        run of this fathom records it); an older manifest without it takes its registered
+        dataset's (:func:`fathom.data.registry.registered_shape`), any other is refused
+        naming the fix, never a default."""
+        self._require_kind("its class count")
+        classes = self._data_info().get("classes")
+        if classes is None:
+            from fathom.data.registry import registered_shape
+
+            missing = f"run {self.run_id!r}: data.info.classes"
+            classes, _ = registered_shape(self.config.data.dataset, missing)
+        return int(classes)
+
     def _require_kind(self, what: str) -> None:
         if self.kind != "run":
             raise FathomError(
@@ -265,7 +286,7 @@ class RunDir:
 
         from fathom.models import build_model
 
-        info = self.manifest.get("data", {}).get("info", {})
+        info = self._data_info()
         shape = tuple(info["input_shape"]) if info.get("input_shape") else None
         classes, in_features = info.get("classes"), info.get("in_features")
         model = build_model(

@@ -154,9 +154,7 @@ def build_summary(
         records, reference=study.study.reference, target_val_acc=study.study.target_val_acc
     )
     scaled = scaled_down(study)
-    devices = sorted(
-        {RunDir(s.run_dir).manifest.get("environment", {}).get("device_name", "?") for s in m_specs}
-    )
+    devices = sorted({RunDir(s.run_dir).record.environment.device_name for s in m_specs})
     source = study.lr_source()
     grid_on = study.tuning.runs_grid
     return {
@@ -185,9 +183,7 @@ def build_summary(
                 "lr_source": source,
                 "run_dir": s.run_dir,
                 "status": RunDir(s.run_dir).status,
-                "final_params": (RunDir(s.run_dir).manifest.get("hashes") or {}).get(
-                    "final_params"
-                ),
+                "final_params": RunDir(s.run_dir).record.hashes.final_params,
             }
             for s in m_specs
         },
