@@ -414,10 +414,10 @@ def test_the_size_report_counts_and_finds_single_callers(tmp_path: Path, capsys)
             "__init__.py": "",
             "errors.py": "",
             "rundir/__init__.py": "",
-            "rundir/reader.py": "from fathom.rundir import kinds\n"
+            "rundir/reader.py": "from fathom.rundir import codec\n"
             + "def f():\n"
             + "    x = 1\n" * 5,
-            "rundir/kinds.py": "X = 1\n",
+            "rundir/codec.py": "X = 1\n",
             "rundir/writer.py": "import fathom.rundir.state\n",
             "rundir/state.py": "",
             "stats/cli.py": "import fathom.rundir.state\n",
@@ -425,7 +425,7 @@ def test_the_size_report_counts_and_finds_single_callers(tmp_path: Path, capsys)
     )
     assert report.package_sizes(pkg)["rundir"] == (5, 9)  # 0 + 7 + 1 + 1 + 0
     assert report.single_callers(pkg) == [
-        ("fathom.rundir.kinds", "fathom.rundir.reader", 1)
+        ("fathom.rundir.codec", "fathom.rundir.reader", 1)
     ]  # state has two importers; reader and writer none
     assert [w for _, w in report.long_functions(pkg, 5)] == ["fathom/rundir/reader.py:2 f"]
     assert report.long_modules(pkg, 6) == [(7, "fathom/rundir/reader.py")]

@@ -2,7 +2,7 @@
 
 Opening a run verifies its manifest (digest and contract fields, see
 :mod:`fathom.rundir.manifest`); the config is validated by the type its ``kind`` names
-(:mod:`fathom.rundir.kinds`). Everything else is checked when read: weights against the
+(:func:`config_validator`). Everything else is checked when read: weights against the
 file and tensor digests of their manifest entry, the history against the recorded
 history digest. :meth:`RunDir.problems` lists every integrity problem found, so that a
 report or a study can say what is wrong instead of silently reading around it.
@@ -11,14 +11,15 @@ report or a study can say what is wrong instead of silently reading around it.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from fathom.base.io import read_jsonl
 from fathom.errors import FathomError
-from fathom.rundir.kinds import config_validator
 from fathom.rundir.manifest import check_manifest, describe_recovery
 from fathom.rundir.record import RunManifest
 from fathom.rundir.sections import UNFINISHED
@@ -28,6 +29,40 @@ if TYPE_CHECKING:  # reading the manifest and history needs no torch (`fathom st
     from torch import nn
 
 Which = int | Literal["selected", "final"]
+
+
+# -- config families by manifest kind: the reader picks the validator from this table --------
+Validator = Callable[[dict[str, Any], str], Any]
+
+
+def _raw_config(data: dict[str, Any], origin: str = "config") -> dict[str, Any]:
+    """The config as recorded (a kind without a validated config type)."""
+    return dict(data)
+
+
+_VALIDATORS: dict[str, str | Validator] = {
+    "run": "fathom.config:validate_run_config",
+    "depth_scaling": _raw_config,
+}
+"""Per manifest ``kind``, its config's validator (a ``"module:function"`` path is imported on
+first use, so that opening a run imports no config model before it is asked for).
+``depth_scaling`` is read only: the depth-scaling runner wrote manifests of that kind (formats
+1 and 2, before it wrote ``run`` directories); no writer produces it now, and old run
+directories that carry it still open, their config read as recorded."""
+
+
+def config_validator(kind: str) -> Validator:
+    """The validator of ``kind``, or a FathomError listing the known kinds."""
+    if kind not in _VALIDATORS:
+        raise FathomError(
+            f"unknown run kind {kind!r}; known kinds: {', '.join(sorted(_VALIDATORS))}. "
+            "The run directory was written by a newer or another tool"
+        )
+    target = _VALIDATORS[kind]
+    if callable(target):
+        return target
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 class RunDir:

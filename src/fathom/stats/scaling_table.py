@@ -1,5 +1,5 @@
 """Inputs and outputs of the depth-scaling verdict (the rule: :mod:`fathom.stats.scaling`;
-the input checks: :mod:`fathom.stats.scaling_checks`)."""
+its input checks with it)."""
 
 from __future__ import annotations
 
