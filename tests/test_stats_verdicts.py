@@ -4,7 +4,7 @@ tests/test_stats_inference.py, test_stats_summary.py, test_stats_scaling.py)."""
 import pytest
 
 from fathom.errors import FathomError
-from fathom.stats import first_crossing, rank_disagreement
+from fathom.stats.verdicts import first_crossing, rank_disagreement
 
 
 def test_selected_vs_final_disagreement_is_shown():

@@ -22,13 +22,13 @@ from fathom.stats.flags import (
 )
 from fathom.stats.inference import judge, paired, verdict_of
 from fathom.stats.intervals import Interval, mean_sd, paired_difference, t_interval
-from fathom.stats.ranking import RankComparison, rank_disagreement
 from fathom.stats.results import Claim, Comparison, Quantity, Results, Sentence
 from fathom.stats.rules import DEFAULT_RULES, Rules
 from fathom.stats.scaling import depth_scaling_verdict
 from fathom.stats.scaling_table import ArmRuns, DepthScalingTable, DepthScalingVerdict
-from fathom.stats.summary import RunRecord, first_crossing, summarise_study
+from fathom.stats.summary import RunRecord, summarise_study
 from fathom.stats.summary_md import to_markdown
+from fathom.stats.verdicts import RankComparison, first_crossing, rank_disagreement
 
 __all__ = [
     "CHANCE_CE_TOLERANCE",

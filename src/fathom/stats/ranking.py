@@ -13,86 +13,26 @@ over it (§3). The ranking statement is computed from those verdicts only:
   opposite directions at the two (a *swap*); otherwise the statement is *not established*
   and counts the pairs with an established order at each checkpoint.
 
-The point-estimate rankings (:func:`rank_disagreement`: the ranking of means at the two
-checkpoints, side by side) are shown beside it, never as a verdict. :func:`ranking_verdict` is the rule; the claim checker
+The point-estimate rankings (:func:`fathom.stats.verdicts.rank_disagreement`) are shown
+beside it, never as a verdict. :func:`ranking_verdict` is the rule; the claim checker
 (:mod:`fathom.stats.claims`) re-derives each statement with it.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any, get_args
 
-from fathom.errors import FathomError
 from fathom.stats.inference import Paired, judge
 from fathom.stats.results import Claim, Comparison, Decision, Results, Sentence
 from fathom.stats.rules import Rules
 from fathom.stats.sentences import comparison_sentence, comparison_text, verdict_words
 from fathom.stats.summary_compare import CHECKPOINTS, COMPARED_METRICS, metric_item
-from fathom.stats.verdicts import OPPOSITE, RankingVerdict
+from fathom.stats.verdicts import OPPOSITE, RankingVerdict, rank_disagreement
 
 RULE = "checkpoint ranking"
 DIFFERS, NOT_ESTABLISHED = get_args(RankingVerdict)
-
-
-@dataclass(frozen=True)
-class RankComparison:
-    """Ranking of arms at the selected and the final checkpoints, side by side."""
-
-    selected_order: list[str]
-    final_order: list[str]
-    disagree: bool
-    rows: list[dict[str, Any]]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able form."""
-        return asdict(self)
-
-
-def _order(values: Mapping[str, float], higher_is_better: bool) -> list[str]:
-    sign = -1.0 if higher_is_better else 1.0
-    return sorted(values, key=lambda name: (sign * values[name], name))
-
-
-def rank_disagreement(
-    selected: Mapping[str, float],
-    final: Mapping[str, float],
-    *,
-    higher_is_better: bool = True,
-) -> RankComparison:
-    """Rank arms by their value at the selected and at the final checkpoint.
-
-    ``disagree`` is True when the two orders differ; reports must then show ``rows``
-    (name, value and rank at each checkpoint) side by side. Ties are broken by name.
-    """
-    if set(selected) != set(final):
-        raise FathomError(
-            f"rank_disagreement: arms differ between selected {sorted(selected)} and final "
-            f"{sorted(final)}; pass the same arms at both checkpoints"
-        )
-    for where, values in (("selected", selected), ("final", final)):
-        for name, v in values.items():
-            if v is None or not math.isfinite(v):
-                raise FathomError(
-                    f"rank_disagreement: {where} value of {name!r} is {v!r}; rank only arms "
-                    "that were not excluded by their failure flags"
-                )
-    sel_order = _order(selected, higher_is_better)
-    fin_order = _order(final, higher_is_better)
-    rows = [
-        {
-            "name": name,
-            "selected": selected[name],
-            "selected_rank": sel_order.index(name) + 1,
-            "final": final[name],
-            "final_rank": fin_order.index(name) + 1,
-        }
-        for name in sel_order
-    ]
-    return RankComparison(sel_order, fin_order, sel_order != fin_order, rows)
 
 
 def family_of(label: str) -> str:

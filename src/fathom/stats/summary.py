@@ -53,6 +53,7 @@ from fathom.stats.summary_compare import (
     row,
 )
 from fathom.stats.summary_tables import summary_tables
+from fathom.stats.verdicts import first_crossing
 
 CHECKPOINT_KEYS = ("test_acc", "test_ce", "val_ce", "epoch")
 
@@ -299,25 +300,3 @@ def _time_to_target(runs: Sequence[RunRecord], target: float) -> dict[str, Any]:
         "elapsed_s": {**_stat(list(elapsed_t.values())), "per_seed": elapsed_t},
         "scope": "mean over the seeds that reached the target",
     }
-
-
-def first_crossing(
-    times: Sequence[float], values: Sequence[float | None], target: float
-) -> float | None:
-    """First observed time at which ``value >= target``; ``None`` if never observed.
-
-    Values exist only at evaluation epochs, so the true crossing lies between the
-    previous evaluation time and the returned one: the evaluation cadence bounds the
-    precision (with evaluation every 5 epochs the answer can be up to 5 epochs late).
-    ``None`` values (not evaluated) are skipped; times must be non-decreasing.
-    """
-    if len(times) != len(values):
-        raise FathomError(
-            f"first_crossing: {len(times)} times but {len(values)} values; pass one time per value"
-        )
-    if any(t1 < t0 for t0, t1 in itertools.pairwise(times)):
-        raise FathomError("first_crossing: times decrease; pass them in the order observed")
-    for t, v in zip(times, values):
-        if v is not None and math.isfinite(v) and v >= target:
-            return float(t)
-    return None
