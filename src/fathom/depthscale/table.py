@@ -262,7 +262,7 @@ def render_markdown(table: ResultsTable, note: str = "") -> str:
             f"{_f(r['lyapunov_grad_norm'], '.2e')} | {_f(r['vanilla_kappa'], '.1e')} | "
             f"{_f(r['lyapunov_kappa'], '.1e')} | {'; '.join(r['failures']) or '—'} |"
         )
-    lines += ["", *verdict_markdown(table.verdict), ""]
+    lines += ["", *_verdict_markdown(table.verdict), ""]
     lines += [f"- {o}" for o in table.verdict.observations]
     if table.conditioning:
         lines += ["", "Conditioning:", *[f"- {c}" for c in table.conditioning]]
@@ -282,7 +282,7 @@ def render_markdown(table: ResultsTable, note: str = "") -> str:
     return "\n".join(lines)
 
 
-def verdict_markdown(v: DepthScalingVerdict) -> list[str]:
+def _verdict_markdown(v: DepthScalingVerdict) -> list[str]:
     """The two answers, each on its own line, then every sentence they rest on."""
     head = [line.split(": ", 1) for line in v.answer_lines(CANDIDATE, BASELINE)]
     body = [f"- {line}" for line in v.lines] or [v.sentence]

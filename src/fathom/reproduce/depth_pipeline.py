@@ -53,7 +53,7 @@ def _config_inputs(cfg: Any) -> dict[str, Any]:
     }
 
 
-def step_benchmark(ctx: DepthContext, state: PipelineState) -> None:
+def _step_benchmark(ctx: DepthContext, state: PipelineState) -> None:
     from fathom.depthscale.config import scale_note
     from fathom.depthscale.runner import run_benchmark
     from fathom.depthscale.table import write_table
@@ -133,5 +133,5 @@ def reproduce_depth(ctx: DepthContext) -> dict[str, Any]:
     """Both steps under the pipeline lock; returns the comparison (``reproduction.json``)."""
     with pipeline_lock(ctx.root) as lock:
         state = open_state(ctx, lock)
-        step_benchmark(ctx, state)
+        _step_benchmark(ctx, state)
         return step_compare(ctx, state)

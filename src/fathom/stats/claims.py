@@ -55,7 +55,7 @@ WORDS = (
 )
 
 
-KEYS = ("verdict", "fragile", "level", "low", "high", "estimate", "family_size", "loo_held")
+_KEYS = ("verdict", "fragile", "level", "low", "high", "estimate", "family_size", "loo_held")
 
 
 def _same(x: object, y: object) -> bool:
@@ -83,7 +83,7 @@ def _rejudge(results: Results) -> list[str]:
                 problems += [
                     f"{family}/{c.id}: {key} is {getattr(c, key)!r}, re-derived "
                     f"{getattr(want, key)!r}"
-                    for key in KEYS
+                    for key in _KEYS
                     if not _same(getattr(c, key), getattr(want, key))
                 ]
     return problems
@@ -138,14 +138,14 @@ def _redecide(results: Results) -> list[str]:
     return problems
 
 
-NAMING = ("recipe", "pair", "caveat")
+_NAMING = ("recipe", "pair", "caveat")
 """Context keys that only name or annotate a comparison (who is the recipe, the pair's
 order, a caveat); every other key (metric, checkpoint, scope, reading, ...) says what it is."""
 
 
 def _what(c: Comparison) -> tuple:
     """What a comparison compares: its arms (unordered), its quantity and its context."""
-    ctx = frozenset((k, v) for k, v in c.context.items() if k not in NAMING)
+    ctx = frozenset((k, v) for k, v in c.context.items() if k not in _NAMING)
     return (frozenset((c.a, c.b)), c.quantity.name, ctx)
 
 

@@ -75,12 +75,12 @@ from fathom.stats.scaling_table import (
 )
 
 FAMILY = "depth scaling"
-READINGS = ("at chance", "at their values")
+_READINGS = ("at chance", "at their values")
 """How an undetermined run is read: as failed (at chance ``1/C``), and at its measured value."""
 
-RunStates = dict[int, dict[str, dict[int, tuple[str, float, list[str]]]]]
+_RunStates = dict[int, dict[str, dict[int, tuple[str, float, list[str]]]]]
 Resolved = dict[int, dict[str, dict[int, tuple[bool, float]]]]
-PerSeed = Callable[[str, int], float]
+_PerSeed = Callable[[str, int], float]
 
 
 # -- rule 1, the input checks: a table no rule can judge is refused, naming the problem and its
@@ -188,9 +188,9 @@ def _bad_table(table: DepthScalingTable) -> str | None:
 
 
 # -- the rule ------------------------------------------------------------------------------
-def _states(table: DepthScalingTable, rules: Rules) -> RunStates:
+def _states(table: DepthScalingTable, rules: Rules) -> _RunStates:
     """``[depth][arm][seed] -> (state, measured accuracy or chance, flags)`` (rule 2)."""
-    out: RunStates = {}
+    out: _RunStates = {}
     chance = 1.0 / table.classes
     for d in sorted(table.rows):
         out[d] = {}
@@ -208,7 +208,7 @@ def _states(table: DepthScalingTable, rules: Rules) -> RunStates:
     return out
 
 
-def _resolve(states: RunStates, reading: str, chance: float) -> Resolved:
+def _resolve(states: _RunStates, reading: str, chance: float) -> Resolved:
     """``[depth][arm][seed] -> (failed, accuracy entered)`` under one reading (rule 3)."""
     out: Resolved = {}
     for d, cell in states.items():
@@ -228,7 +228,7 @@ def _cell(runs: dict[int, tuple[str, float, list[str]]]) -> str:
     return states.pop() if len(states) == 1 else "partial"
 
 
-def _never_trained(table: DepthScalingTable, states: RunStates) -> str | None:
+def _never_trained(table: DepthScalingTable, states: _RunStates) -> str | None:
     """Rule 2: the no-conclusion sentence, or None when both arms trained somewhere."""
     arms = (table.baseline, table.candidate)
     runs = {a: [st for c in states.values() for st, _, _ in c[a].values()] for a in arms}
@@ -274,7 +274,7 @@ def _items(
     def pp(arm: str, d: int, s: int) -> float:
         return percent(res[d][arm][s][1])  # type: ignore[return-value]
 
-    def item(cid: str, q: Quantity, f: PerSeed, var: float, scope: str) -> Paired:
+    def item(cid: str, q: Quantity, f: _PerSeed, var: float, scope: str) -> Paired:
         """One contrast: ``f(arm, seed)`` per seed of each arm, paired; ``var`` per value."""
         a, b = ({s: f(arm, s) for s in seeds} for arm in (cand, base))
         v = dict.fromkeys(seeds, var)
@@ -342,7 +342,7 @@ def _evidence(
 
 
 def _scenario(
-    table: DepthScalingTable, states: RunStates, reading: str, tag: str, rules: Rules
+    table: DepthScalingTable, states: _RunStates, reading: str, tag: str, rules: Rules
 ) -> Scenario:
     """Both answers under one reading of the undetermined runs (rules 4 to 7)."""
     res = _resolve(states, reading, 1.0 / table.classes)
@@ -401,9 +401,9 @@ def depth_scaling_verdict(
     if stop is not None:
         return DepthScalingVerdict("no conclusion", stop, "no conclusion", "no conclusion", **out)
     if undetermined:
-        scenarios = [_scenario(table, states, r, r, rules) for r in READINGS]
+        scenarios = [_scenario(table, states, r, r, rules) for r in _READINGS]
     else:
-        scenarios = [_scenario(table, states, READINGS[1], "", rules)]
+        scenarios = [_scenario(table, states, _READINGS[1], "", rules)]
     if all(s.reason for s in scenarios):
         return no_comparison(scenarios, **out)
     accs = {(f.depth, f.arm, f.seed): states[f.depth][f.arm][f.seed][1] for f in undetermined}

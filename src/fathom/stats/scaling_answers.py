@@ -11,18 +11,18 @@ from fathom.stats.results import Comparison, Decision, Results
 from fathom.stats.scaling_table import FailureEvidence
 from fathom.stats.verdicts import OPPOSITE, DecisionVerdict, LevelVerdict, TrendVerdict
 
-LEVEL: dict[str, LevelVerdict] = {
+_LEVEL: dict[str, LevelVerdict] = {
     "better": "better across depths",
     "worse": "worse across depths",
     "equivalent": "equivalent across depths",
 }
-TREND: dict[str, TrendVerdict] = {
+_TREND: dict[str, TrendVerdict] = {
     "better": "scales better",
     "worse": "scales worse",
     "equivalent": "scales equivalently",
 }
-ESTABLISHED = (*LEVEL.values(), *TREND.values())
-SCALES_BETTER = TREND["better"]
+ESTABLISHED = (*_LEVEL.values(), *_TREND.values())
+SCALES_BETTER = _TREND["better"]
 """The candidate's difference to the baseline grows with depth (change and slope agree)."""
 
 LEVEL_RULE = "depth scaling level"
@@ -48,18 +48,18 @@ def level_verdict(
     level: Comparison, per_depth: dict[int, Comparison], evidence: list[FailureEvidence]
 ) -> LevelVerdict:
     """The level: the level contrast's verdict unless contradicted (then inconclusive)."""
-    if level.verdict not in LEVEL:
+    if level.verdict not in _LEVEL:
         return "not established"
     comps, ev = adverse(level.verdict, per_depth, evidence)
-    return "inconclusive" if comps or ev else LEVEL[level.verdict]
+    return "inconclusive" if comps or ev else _LEVEL[level.verdict]
 
 
 def trend_verdict(change: Comparison, slope: Comparison) -> TrendVerdict:
     """The scaling: the change and the slope agreeing; both established and differing is
     inconclusive; anything else not established."""
-    if change.verdict == slope.verdict and change.verdict in TREND:
-        return TREND[change.verdict]
-    if change.verdict in TREND and slope.verdict in TREND:
+    if change.verdict == slope.verdict and change.verdict in _TREND:
+        return _TREND[change.verdict]
+    if change.verdict in _TREND and slope.verdict in _TREND:
         return "inconclusive"
     return "not established"
 

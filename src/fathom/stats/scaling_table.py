@@ -9,7 +9,7 @@ from typing import Any, Literal
 from fathom.stats.results import Comparison, Results
 from fathom.stats.verdicts import LevelVerdict, TrendVerdict
 
-Outcome = Literal["judged", "no comparison", "no conclusion"]
+_Outcome = Literal["judged", "no comparison", "no conclusion"]
 """Whether the table was judged at all (both answers given) or why not."""
 
 
@@ -141,7 +141,7 @@ class DepthScalingVerdict:
     notes), for renderers that list them.
     """
 
-    verdict: Outcome
+    verdict: _Outcome
     sentence: str
     level: LevelVerdict = "no comparison"
     trend: TrendVerdict = "no comparison"
