@@ -13,7 +13,7 @@ WORKERS ?= 2
 # module-scoped fixtures are built once)
 TEST_WORKERS ?= 2
 
-.PHONY: demo test lint bench clean-venv
+.PHONY: demo test lint sizes bench clean-venv
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ test: $(VENV)/.dev
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+# A soft report of how the package is cut (never a failing check): modules and lines per
+# package, modules and functions above a soft size, modules imported by exactly one module.
+sizes: $(VENV)/.dev
+	$(PY) scripts/size_report.py
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,4 +1,4 @@
-"""``mask_costs`` counts the FLOPs of what the trainer runs (issue 20), against hand counts.
+"""``mask_costs`` counts the FLOPs of what the trainer runs, against hand counts.
 
 The defect: a no-grad evaluation forward of ``nn.MultiheadAttention`` / ``nn.TransformerEncoderLayer``
 took torch's fused inference kernels, which the FLOP counter does not see, so such a branch cost

@@ -168,7 +168,7 @@ def test_install_hints_name_the_checkout_and_distribution():
 
 
 # ---------------------------------------------------------------------------------------
-# Commands that compute nothing answer without torch (issue 23)
+# Commands that compute nothing answer without torch
 
 LIGHT_FORBIDDEN = ("torch", "numpy", "scipy", "safetensors")
 """What a command that only reads configs, registries or manifests must not import."""

@@ -1,4 +1,4 @@
-"""Resume verifies everything it continues from (issue 22, resume integrity).
+"""Resume verifies everything it continues from.
 
 Each test is one way a resume used to turn a damaged directory into a run that verifies:
 history rows changed or lost, a resume state from another run, a thread count or dataset

@@ -1,7 +1,6 @@
 """The run-directory contract (fathom.rundir): digests, locks, torn files, source changes.
 
-Each test reproduces one way a run directory used to lose or mix data (issue 13, defects
-1, 2, 4, 5, 8) and checks that it is now detected, refused or reported.
+Each test reproduces one way a run directory used to lose or mix data and checks that it is now detected, refused or reported.
 """
 
 from __future__ import annotations

@@ -318,3 +318,26 @@ def test_a_target_stop_and_a_divergence_are_recorded_by_the_writer(tmp_path):
     assert diverged.status == "diverged" and m.diverged_epoch == diverged.diverged_epoch == 1
     assert m.final.epoch is None and m.hashes.final_params is None and m.stop is None
     assert m.epochs_completed == 1 and m.steps_completed == 4  # 128 examples, batches of 32
+
+
+# -- the class count comes from the record, never a default ---------------------------------
+def test_classes_come_from_the_record_or_a_registered_dataset_never_a_default(
+    trained_tiny_run, tmp_path: Path
+):
+    """``RunDir.classes``: ``data.info.classes`` as recorded; an older (header-only) manifest
+    without it takes its registered dataset's count, and a user's data is refused naming
+    the field: no reader assumes MNIST's 10."""
+    rd = RunDir(trained_tiny_run)
+    assert rd.classes == rd.record.data.info["classes"]
+
+    def old(data: dict, info: dict) -> RunDir:
+        config = {"model": {"kind": "ciresan"}, "data": data}
+        manifest = {"format": 2, "kind": "run", "run_id": "old", "status": "complete",
+                    "config": config, "data": {"info": info}}  # fmt: skip
+        (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+        return RunDir(tmp_path)
+
+    assert old({"dataset": "cifar100"}, {}).classes == 100  # the registered dataset's
+    assert old({"dataset": "tensors", "path": "x.pt"}, {"classes": 7}).classes == 7
+    with pytest.raises(FathomError, match=r"run 'old': data.info.classes not given.*'tensors'"):
+        _ = old({"dataset": "tensors", "path": "x.pt"}, {}).classes

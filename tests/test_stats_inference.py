@@ -14,9 +14,9 @@ from scipy import stats as scipy_stats
 from fathom.stats.chance import chance_test, clopper_pearson
 from fathom.stats.inference import judge, paired, verdict_of
 from fathom.stats.quantities import accuracy, accuracy_variance_pp, cross_entropy, ratio
-from fathom.stats.results import OPPOSITE
 from fathom.stats.rules import Rules
 from fathom.stats.sentences import comparison_sentence
+from fathom.stats.verdicts import OPPOSITE
 
 ACC = accuracy()
 

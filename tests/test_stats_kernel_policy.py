@@ -1,4 +1,4 @@
-"""Bit-changing kernels (issue 21's policy, ``docs/statistics.md`` §8): the quick study's
+"""Bit-changing kernels (the policy of ``docs/statistics.md`` §8): the quick study's
 verdicts — every main-phase comparison, every pairwise ranking comparison, both ranking
 statements, every ``fragile`` flag — do not change when each per-seed value moves by a
 last-bit amount (1e-12), by 1e-6, or by a realistic kernel change (±0.01 pp accuracy,

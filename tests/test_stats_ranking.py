@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import get_args
 
+import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from fathom.stats.claims import check
-from fathom.stats.results import Results
+from fathom.errors import FathomError
+from fathom.stats.claims import DECISION_RULES, check, decision_rule
+from fathom.stats.results import Comparison, Decision, Results
 from fathom.stats.summary import RunRecord, summarise_study
 from fathom.stats.summary_md import to_markdown
+from fathom.stats.verdicts import VERDICTS, ComparisonVerdict
 
 SEEDS = (1, 2, 3)
 NAMES = ("alpha", "beta", "gamma", "delta")
@@ -210,3 +215,31 @@ def test_one_comparison_never_gets_two_verdicts_on_one_page():
     other = pair.model_copy(update={"id": "again", "family": "another family", "verdict": "better"})
     problems = check(results.model_copy(update={"comparisons": [*results.comparisons, other]}))
     assert any("one comparison gets one verdict per page" in p for p in problems)
+
+
+def test_a_decision_of_an_unknown_rule_is_refused_not_skipped():
+    """Every decision is re-derived by its rule's row in DECISION_RULES: a rule with no row
+    (a typo, a rule added without its re-derivation) raises naming the known rules, and is
+    never misrouted to another rule's checker nor passed over."""
+    res = Results(**_summary(_swap_table())["results"])
+    assert res.decisions and check(res) == []
+    assert {d.rule for d in res.decisions} <= set(DECISION_RULES)
+    typo = res.decisions[0].model_copy(update={"rule": "checkpoint rankings"})
+    bad = res.model_copy(update={"decisions": [typo, *res.decisions[1:]]})
+    with pytest.raises(FathomError, match="'checkpoint rankings' has no re-derivation.*known"):
+        check(bad)
+    with pytest.raises(FathomError, match="depth scaling level"):
+        decision_rule("depth scaling levels")
+
+
+def test_verdicts_are_a_closed_vocabulary():
+    """A comparison's or a decision's verdict outside its Literal is refused on validation
+    (a results file with a free-string verdict does not load)."""
+    res = Results(**_summary(_swap_table())["results"])
+    c, d = res.comparisons[0], res.decisions[0]
+    assert set(get_args(ComparisonVerdict)) == set(VERDICTS)
+    with pytest.raises(ValidationError, match="verdict"):
+        Comparison.model_validate({**c.model_dump(), "verdict": "somewhat better"})
+    with pytest.raises(ValidationError, match="verdict"):
+        Decision.model_validate({**d.model_dump(), "verdict": "differ"})
+    assert Decision.model_validate(d.model_dump()) == d

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from fathom.stats.chance import chance_test
 from fathom.stats.claims import check
 from fathom.stats.contrasts import contrast, contrast_sentence
-from fathom.stats.results import OPPOSITE, Results
+from fathom.stats.results import Results
 from fathom.stats.summary import RunRecord, summarise_study
+from fathom.stats.verdicts import OPPOSITE
 
 N_TEST = 2000
 MIRROR = {**OPPOSITE, "equivalent": "equivalent", "not established": "not established"}

@@ -1,5 +1,4 @@
-"""A study never selects, summarises or runs on damaged or missing data (issue 13, defects
-2, 3, 4 and 6): it is locked, retries what failed and says so, and its workers die with it."""
+"""A study never selects, summarises or runs on damaged or missing data: it is locked, retries what failed and says so, and its workers die with it."""
 
 from __future__ import annotations
 

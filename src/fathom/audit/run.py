@@ -234,8 +234,8 @@ class _Audit:
             "recipe": sub.family,
             "seed": sub.seed,
             "status": rd.status,
-            "config_hash": rd.manifest.get("config_hash"),
-            "split_hash": rd.manifest.get("data", {}).get("split_hash"),
+            "config_hash": rd.record.config_hash,
+            "split_hash": rd.record.data.split_hash,
             "checkpoints": {},
             "flags": {},
         }
@@ -247,10 +247,9 @@ class _Audit:
         """Why ``sub`` cannot be audited (raised for a single run), or None."""
         rd = sub.rd
         if self.single and rd.status != "complete" and "final" in self.settings.checkpoints:
-            epochs = (rd.manifest["config"].get("optim") or {}).get("epochs", "?")
             raise FathomError(
                 f"run {rd.run_id!r} is incomplete (status {rd.status!r}, "
-                f"{rd.manifest.get('epochs_completed')} of {epochs} epochs): it has no final "
+                f"{rd.header.epochs_completed} of {rd.config.optim.epochs} epochs): it has no final "
                 f"checkpoint. Resume it first (fathom train --resume {rd.path}) or audit its "
                 "selected checkpoint only (--checkpoint selected)"
             )
@@ -265,8 +264,8 @@ class _Audit:
         split hash and content digest."""
         if self.splits is not None:
             return self.splits
-        data = sub.rd.manifest.get("data", {})
-        key = f"{sub.kind}:{data.get('split_hash')}:{data.get('tensors_sha256')}"
+        data = sub.rd.record.data
+        key = f"{sub.kind}:{data.split_hash}:{data.tensors_sha256}"
         if key not in self._split_cache:
             self.say(f"loading data splits for {sub.rd.run_id}")
             self._split_cache[key] = sub.load_splits(self.device)
@@ -308,7 +307,7 @@ class _Audit:
             test_acc=full_row["test"]["acc"],
             train_ce=None,
             classes=sub.classes,
-            n_eval=(rd.manifest.get("data", {}).get("sizes") or {}).get("test"),
+            n_eval=rd.record.data.sizes.test,
         )
         record["checkpoints"][which] = rec
         self._time_once(model, data, rd.run_id, which, digest)

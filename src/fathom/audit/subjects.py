@@ -51,7 +51,7 @@ class Subject:
     @property
     def config_for_digest(self) -> dict[str, Any]:
         """The run's config without seed and name (what makes two arms differ)."""
-        cfg = dict(self.rd.manifest.get("config", {}))
+        cfg = dict(self.rd.header.config)
         cfg.pop("seed", None)
         cfg.pop("name", None)
         return cfg
@@ -65,10 +65,9 @@ def _family(cfg: Any) -> str:
 
 def subject_of(rd: RunDir) -> Subject:
     """The subject of a run directory (any model kind); other manifest kinds refused."""
-    kind = rd.manifest.get("kind", "run")
-    if kind != "run":
+    if rd.kind != "run":
         raise FathomError(
-            f"run {rd.run_id!r} has manifest kind {kind!r}; the audit reads runs trained by "
+            f"run {rd.run_id!r} has manifest kind {rd.kind!r}; the audit reads runs trained by "
             "`fathom train`, `fathom study run` and `fathom depth-scaling` (kind 'run')"
         )
     cfg = rd.config
@@ -81,5 +80,4 @@ def subject_of(rd: RunDir) -> Subject:
             if why is None
             else f"its model ({_family(cfg)}) has no removable branches: {why}"
         )
-    classes = int(rd.manifest.get("data", {}).get("info", {}).get("classes", 10))
-    return Subject(rd, "run", _family(cfg), cfg.seed, classes, reason)
+    return Subject(rd, "run", _family(cfg), cfg.seed, rd.classes, reason)

@@ -61,8 +61,7 @@ Conventions differ elsewhere; say which one a recipe used when transferring it:
   inverse-survival gains in training and gain one at test time (same expectation of the
   pre-activation, different parameterisation).
 * timm / torchvision ``DropPath`` / ``StochasticDepth``: the branch is computed and then
-  multiplied by zero (per sample or per batch). That regularises but saves no work;
-  :func:`drop_path_compute_then_mask` imitates it for benchmarks.
+  multiplied by zero (per sample or per batch). That regularises but saves no work.
 """
 
 from fathom.depth.control import (
@@ -80,7 +79,6 @@ from fathom.depth.residual import (
     SkippableResidual,
     check_drop_prob,
     draw_kept,
-    drop_path_compute_then_mask,
     find_branches,
     skippable_residual,
     survival_gain,
@@ -97,7 +95,6 @@ __all__ = [
     "check_drop_prob",
     "dense_eval",
     "draw_kept",
-    "drop_path_compute_then_mask",
     "enter_dense",
     "find_branches",
     "huang_linear_in_depth",

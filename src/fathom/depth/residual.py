@@ -95,18 +95,6 @@ def gain_tensor(gain: float, out: torch.Tensor) -> float | torch.Tensor:
     return t
 
 
-def drop_path_compute_then_mask(
-    x: torch.Tensor,
-    branch: Callable[[torch.Tensor], torch.Tensor],
-    bypass: Callable[[torch.Tensor], torch.Tensor],
-    keep: bool,
-    survival: float,
-) -> torch.Tensor:
-    """timm-style batch DropPath: always compute the branch, then scale by keep/survival."""
-    out = branch(x) * (float(keep) / survival)
-    return bypass(x) + out
-
-
 class Crop(nn.Module):
     """Keep the first ``features`` coordinates of the last dimension (a zero-parameter bypass)."""
 

@@ -202,7 +202,7 @@ QUICK: dict[str, Any] = {
 test examples, 3 epochs, depths 4/8/12, spiking T=4, one intra-op thread (on a shared
 2-core machine one thread was 5x faster per step than two)."""
 
-CPU_DEGRADE: dict[str, Any] = {
+_CPU_DEGRADE: dict[str, Any] = {
     **QUICK,
     "depths": [4, 8, 12, 16],
     "timesteps": 0,
@@ -219,7 +219,7 @@ arms. Measured once (seed 0, depths 4 and 16, 2-core shared CPU): vanilla test a
 81.3% at depth 4, 13.5% (chance, flagged failed) at depth 16; the Lyapunov arm 88.7% and
 13.5%. A CPU smoke-test protocol, not the seed's CIFAR-100 result."""
 
-CPU_DEGRADE_LIF: dict[str, Any] = {**CPU_DEGRADE, "timesteps": 2, "neuron": "lif"}
+_CPU_DEGRADE_LIF: dict[str, Any] = {**_CPU_DEGRADE, "timesteps": 2, "neuron": "lif"}
 """The same protocol with spiking LIF neurons (T = 2): about twice the ANN's cost."""
 
 SEED_000: dict[str, Any] = {
@@ -245,7 +245,7 @@ state keeps Fathom's defaults (SGD + Nesterov 0.9, lr 0.1 cosine, weight decay 5
 all 50,000 images; Fathom holds out 10,000 for validation and reports the test accuracy at
 the validation-selected epoch. Set ``seeds`` to several values for a seed-to-seed spread."""
 
-SEED_000_TINY: dict[str, Any] = {
+_SEED_000_TINY: dict[str, Any] = {
     **SEED_000,
     "timesteps": 2,
     "epochs": 1,
@@ -285,10 +285,10 @@ def protocol_reductions(cfg: DepthScaleConfig, protocol: dict[str, Any] = SEED_0
 
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": QUICK,
-    "cpu-degrade": CPU_DEGRADE,
-    "cpu-degrade-lif": CPU_DEGRADE_LIF,
+    "cpu-degrade": _CPU_DEGRADE,
+    "cpu-degrade-lif": _CPU_DEGRADE_LIF,
     "cifar100-seed-000": SEED_000,
-    "cifar100-seed-000-tiny": SEED_000_TINY,
+    "cifar100-seed-000-tiny": _SEED_000_TINY,
 }
 
 

@@ -30,7 +30,7 @@ from fathom.rundir import RunDir, resume_file
 from fathom.study.plan import RunSpec
 
 
-def benchmark_root(cfg: DepthScaleConfig, now: datetime | None = None) -> Path:
+def _benchmark_root(cfg: DepthScaleConfig, now: datetime | None = None) -> Path:
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     return Path(cfg.runs_dir) / "depth_scaling" / f"{cfg.dataset}_{stamp}"
 
@@ -54,14 +54,14 @@ def _check_benchmark_file(root: Path, cfg: DepthScaleConfig) -> None:
         )
 
 
-def run_one(run_cfg: RunConfig, run_dir: Path, splits, progress: OnProgress | None) -> str:
+def _run_one(run_cfg: RunConfig, run_dir: Path, splits, progress: OnProgress | None) -> str:
     """Bring one run to its final state by the studies' policy
     (:func:`fathom.study.execute.execute_run`): complete and intact runs skipped, damaged
     complete runs retrained (final hash checked), interrupted or failed ones resumed; return
     its status. A run that fails raises a FathomError naming it."""
     from fathom.study.execute import execute_run, plan_run
 
-    (spec,) = run_specs([run_cfg], run_dir.parent)
+    (spec,) = _run_specs([run_cfg], run_dir.parent)
     tags = run_cfg.tags
     info = {"depth": tags["depth"], "arm": tags["arm"], "seed": run_cfg.seed}
     action, _ = plan_run(spec, retry_failed=True)
@@ -98,13 +98,13 @@ def run_benchmark(
     workers: int = 1,
 ) -> Path:
     """Every depth × arm × seed into ``root`` (default ``runs/depth_scaling/<dataset>_<time>``),
-    sequentially in this process or on ``workers`` processes (:func:`run_parallel`)."""
+    sequentially in this process or on ``workers`` processes (:func:`_run_parallel`)."""
     if workers < 1:
         raise FathomError(f"--workers must be at least 1, got {workers}")
     device = resolve_device(cfg.device)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    root = Path(root) if root is not None else benchmark_root(cfg)
+    root = Path(root) if root is not None else _benchmark_root(cfg)
     runs = plan_runs(cfg, root.resolve().name)  # `--out .` is the current directory's name
     splits = prepare_splits(runs[0].data, device)  # data errors surface before any directory
     _check_benchmark_file(root, cfg)
@@ -114,13 +114,13 @@ def run_benchmark(
     )
     if workers == 1:
         for run_cfg in runs:
-            run_one(run_cfg, root / run_cfg.name, splits, progress)
+            _run_one(run_cfg, root / run_cfg.name, splits, progress)
     else:
-        run_parallel(runs, root, workers, cfg.threads or 1, progress)
+        _run_parallel(runs, root, workers, cfg.threads or 1, progress)
     return root
 
 
-def run_specs(runs: list[RunConfig], root: Path) -> list[RunSpec]:
+def _run_specs(runs: list[RunConfig], root: Path) -> list[RunSpec]:
     """The benchmark's runs as study :class:`~fathom.study.plan.RunSpec` (no phase)."""
     return [
         RunSpec(
@@ -137,7 +137,7 @@ def run_specs(runs: list[RunConfig], root: Path) -> list[RunSpec]:
     ]
 
 
-def run_parallel(
+def _run_parallel(
     runs: list[RunConfig], root: Path, workers: int, threads: int, progress: OnProgress | None
 ) -> None:
     """Every run on ``workers`` local worker processes (the study's local backend): complete
@@ -154,7 +154,7 @@ def run_parallel(
             progress("end", {**info, "status": out.status})
 
     outcomes = LocalBackend(workers=workers, threads=threads).run(
-        run_specs(runs, root), retry_failed=True, registry_file=None, progress=relay
+        _run_specs(runs, root), retry_failed=True, registry_file=None, progress=relay
     )
     failed = [f"{o.run_id}: {o.error}" for o in outcomes if o.status == "failed"]
     if failed:

@@ -66,11 +66,11 @@ def _last(history: list[dict[str, Any]], key: str) -> Any:
 def read_run(path: Path) -> RunRecord:
     """A :class:`RunRecord` from one run directory (through the run-directory reader)."""
     rd = RunDir(path)
-    manifest = rd.manifest
+    manifest = rd.manifest  # format 2 runs too: selected and sizes read as written
     if rd.kind == "depth_scaling":
         raise FathomError(
             f"{str(path)!r} was written by the depth-scaling runner of manifest format "
-            f"{manifest.get('format')} (kind 'depth_scaling'), before it wrote run "
+            f"{rd.header.format} (kind 'depth_scaling'), before it wrote run "
             "directories; its rows cannot be verified. Rerun `fathom depth-scaling` to rebuild it"
         )
     if rd.kind != "run" or rd.config.tags.get("benchmark") != "depth_scaling":
@@ -86,7 +86,7 @@ def read_run(path: Path) -> RunRecord:
         depth=int(cfg.tags["depth"]),
         arm=str(cfg.tags["arm"]),
         seed=int(cfg.seed),
-        status=manifest["status"],
+        status=rd.status,
         test_acc=None if sel is None else sel.get("test/acc"),
         fit_ce=None if sel is None else sel.get("fit/ce"),
         fit_acc=None if sel is None else sel.get("fit/acc"),
@@ -262,7 +262,7 @@ def render_markdown(table: ResultsTable, note: str = "") -> str:
             f"{_f(r['lyapunov_grad_norm'], '.2e')} | {_f(r['vanilla_kappa'], '.1e')} | "
             f"{_f(r['lyapunov_kappa'], '.1e')} | {'; '.join(r['failures']) or '—'} |"
         )
-    lines += ["", *verdict_markdown(table.verdict), ""]
+    lines += ["", *_verdict_markdown(table.verdict), ""]
     lines += [f"- {o}" for o in table.verdict.observations]
     if table.conditioning:
         lines += ["", "Conditioning:", *[f"- {c}" for c in table.conditioning]]
@@ -282,7 +282,7 @@ def render_markdown(table: ResultsTable, note: str = "") -> str:
     return "\n".join(lines)
 
 
-def verdict_markdown(v: DepthScalingVerdict) -> list[str]:
+def _verdict_markdown(v: DepthScalingVerdict) -> list[str]:
     """The two answers, each on its own line, then every sentence they rest on."""
     head = [line.split(": ", 1) for line in v.answer_lines(CANDIDATE, BASELINE)]
     body = [f"- {line}" for line in v.lines] or [v.sentence]
@@ -293,7 +293,7 @@ def verdict_markdown(v: DepthScalingVerdict) -> list[str]:
 def run_classes(root: Path) -> tuple[int, str]:
     """``(classes, dataset)`` recorded by the benchmark's runs (they must agree)."""
     seen = {
-        (int(rd.manifest["data"]["info"]["classes"]), str(rd.manifest["data"]["dataset"]))
+        (rd.classes, rd.config.data.dataset)
         for rd in (
             RunDir(p) for p in sorted(Path(root).iterdir()) if (p / "manifest.json").exists()
         )

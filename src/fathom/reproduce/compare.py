@@ -27,7 +27,7 @@ from fathom.reproduce.head import head_collapse
 from fathom.reproduce.seeds import SeedData, SeedValue
 from fathom.stats import t_interval
 
-STUDY_EXTRACTORS = {**EXTRACTORS, **TELEMETRY_EXTRACTORS}
+_STUDY_EXTRACTORS = {**EXTRACTORS, **TELEMETRY_EXTRACTORS}
 FORMAT = 1
 KIND = "fathom.reproduce.comparison"
 
@@ -105,7 +105,7 @@ def compare_row(
     data: SeedData,
     src: Any,
     comparable: str | None,
-    extractors: Mapping[str, Callable[[Any, Mapping[str, Any]], Measured]] = STUDY_EXTRACTORS,
+    extractors: Mapping[str, Callable[[Any, Mapping[str, Any]], Measured]] = _STUDY_EXTRACTORS,
 ) -> dict:
     """One row of the comparison (JSON-able); ``extractors[seed.kind](src, extract)`` gives
     Fathom's per-seed values (a study's :class:`Sources` by default). A count with its

@@ -29,7 +29,7 @@ def _epochs(row: dict[str, Any]) -> list[int]:
     return sorted(set((row.get("fathom_epochs") or {}).values()))
 
 
-def epoch_cell(row: dict[str, Any]) -> str:
+def _epoch_cell(row: dict[str, Any]) -> str:
     """``"100 → 5"``, ``"selected → selected (epochs 4, 5)"``, ``"—"`` for a whole-run value."""
     seed, own = row.get("seed_epoch"), _epochs(row)
     if seed is None and not own:
@@ -41,7 +41,7 @@ def epoch_cell(row: dict[str, Any]) -> str:
     return f"{'—' if seed is None else seed} → {fathom}"
 
 
-def seed_cell(row: dict[str, Any]) -> str:
+def _seed_cell(row: dict[str, Any]) -> str:
     if row.get("seed_rate") is not None:
         return f"{_num(row['seed_value'], 'quoted')}/{row['seed_denominator']} ({fmt_value(row['seed_rate'], '%')})"
     return _num(row["seed_value"], "quoted")
@@ -58,7 +58,7 @@ def fathom_cell(row: dict[str, Any]) -> str:
     return fmt_spread(f["mean"], f["sd"], f["min"], f["max"], f["n"], "")
 
 
-def difference_cell(row: dict[str, Any]) -> str:
+def _difference_cell(row: dict[str, Any]) -> str:
     if row.get("seed_rate") is not None and row["difference"] is not None:
         return f"{fmt_value(row['difference'], 'pp', signed=True)} (rates)"
     return _num(row["difference"])
@@ -78,7 +78,7 @@ def range_cell(row: dict[str, Any]) -> str:
     return f"no (seed {'above' if float(seed) > f['max'] else 'below'})"
 
 
-def epoch_summary(rows: list[dict[str, Any]]) -> str | None:
+def _epoch_summary(rows: list[dict[str, Any]]) -> str | None:
     """``"seed epoch 100 → Fathom epoch 5"`` over a table's rows with a numeric seed epoch."""
     pairs: dict[int, set[int]] = {}
     for r in rows:
@@ -123,7 +123,7 @@ def _header(result: dict[str, Any]) -> list[str]:
 
 
 def _table(table: dict[str, Any], rows: list[dict[str, Any]], result: dict[str, Any]) -> list[str]:
-    epochs = epoch_summary(rows)
+    epochs = _epoch_summary(rows)
     if epochs is None and table.get("seed_epochs") is not None and result.get("final_epochs"):
         fathom = ", ".join(str(e) for e in result["final_epochs"])
         epochs = f"seed epoch {table['seed_epochs']} → Fathom epoch {fathom} (final checkpoint)"
@@ -137,8 +137,8 @@ def _table(table: dict[str, Any], rows: list[dict[str, Any]], result: dict[str, 
     if rows:
         lines += [COLUMNS, "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        cells = [r["quantity"], r["units"], epoch_cell(r), seed_cell(r), fathom_cell(r)]
-        cells += [difference_cell(r), range_cell(r), r["verdict"]]
+        cells = [r["quantity"], r["units"], _epoch_cell(r), _seed_cell(r), fathom_cell(r)]
+        cells += [_difference_cell(r), range_cell(r), r["verdict"]]
         lines.append("| " + " | ".join(cells) + " |")
     if table["id"] == "head" and result.get("head_collapse"):
         lines += ["", *(f"- {line}" for line in collapse_lines(result["head_collapse"]))]

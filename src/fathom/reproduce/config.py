@@ -17,7 +17,7 @@ from fathom.config import _format_validation_error, load_toml, parse_toml
 from fathom.errors import FathomError, with_suggestion
 from fathom.study.config import StudyConfig, load_study
 
-CENTRAL_RECIPES: tuple[str, ...] = ("residual", "sd_constant", "sd_decreasing")
+_CENTRAL_RECIPES: tuple[str, ...] = ("residual", "sd_constant", "sd_decreasing")
 
 
 class _Strict(BaseModel):
@@ -56,7 +56,7 @@ class AuditStep(_Strict):
 
 class CurvatureStep(_Strict):
     enabled: bool = True
-    recipes: tuple[str, ...] = CENTRAL_RECIPES
+    recipes: tuple[str, ...] = _CENTRAL_RECIPES
     seed: int = 101
     epochs: tuple[int, ...] = (0, 1, 5, 10, 20, 50, 100)
     epoch_map: dict[str, int] = Field(default_factory=dict)
@@ -162,7 +162,7 @@ def pipeline_preset_names() -> list[str]:
     return sorted(_presets())
 
 
-def check_against_study(pipe: PipelineConfig, study: StudyConfig, origin: str) -> None:
+def _check_against_study(pipe: PipelineConfig, study: StudyConfig, origin: str) -> None:
     """Curvature recipes and epochs must exist in the study (checked before anything runs)."""
     c = pipe.curvature
     if not c.enabled:
@@ -212,5 +212,5 @@ def load_pipeline(name_or_path: str) -> tuple[str, PipelineConfig, Any, str]:
         return name, pipe, pipe.depth_scaling.load(base), origin
     assert study_ref is not None  # the validator: a study pipeline names its study
     study, _ = load_study(study_ref)
-    check_against_study(pipe, study, origin)
+    _check_against_study(pipe, study, origin)
     return name, pipe, study, origin

@@ -84,7 +84,7 @@ def depth_change(src: DepthSources, ex: Mapping[str, Any]) -> Measured:
     return _paired(_acc(src, hi, arm), _acc(src, lo, arm), f"{arm} accuracy at depths {lo}, {hi}")
 
 
-DEPTH_EXTRACTORS: dict[str, Callable[[Any, Mapping[str, Any]], Measured]] = {
+_DEPTH_EXTRACTORS: dict[str, Callable[[Any, Mapping[str, Any]], Measured]] = {
     "depth_arm": depth_arm,
     "depth_delta": depth_delta,
     "depth_change": depth_change,
@@ -92,7 +92,7 @@ DEPTH_EXTRACTORS: dict[str, Callable[[Any, Mapping[str, Any]], Measured]] = {
 }
 
 
-CIFAR100_TEST_EXAMPLES = 10_000
+_CIFAR100_TEST_EXAMPLES = 10_000
 """The size of the CIFAR-100 test set the seed log's accuracies are measured on."""
 
 
@@ -118,7 +118,7 @@ def seed_log_table(data: SeedData, table: str = "depth_scaling") -> DepthScaling
         candidate=CANDIDATE,
         rows=rows,
         dataset="cifar100",
-        n_eval=CIFAR100_TEST_EXAMPLES,
+        n_eval=_CIFAR100_TEST_EXAMPLES,
     )
 
 
@@ -164,7 +164,7 @@ def depth_comparison(
     tables = data.tables_of("depth_scaling")
     ids = {t.id for t in tables}
     rows = [
-        {**compare_row(v, data, src, comparable, DEPTH_EXTRACTORS), "extract": dict(v.extract)}
+        {**compare_row(v, data, src, comparable, _DEPTH_EXTRACTORS), "extract": dict(v.extract)}
         for v in data.value
         if v.table in ids
     ]

@@ -53,7 +53,7 @@ def _config_inputs(cfg: Any) -> dict[str, Any]:
     }
 
 
-def step_benchmark(ctx: DepthContext, state: PipelineState) -> None:
+def _step_benchmark(ctx: DepthContext, state: PipelineState) -> None:
     from fathom.depthscale.config import scale_note
     from fathom.depthscale.runner import run_benchmark
     from fathom.depthscale.table import write_table
@@ -76,7 +76,7 @@ def _devices(root: Path) -> list[str]:
 
     return sorted(
         {
-            str(RunDir(p).manifest.get("environment", {}).get("device_name", "?"))
+            RunDir(p).record.environment.device_name
             for p in sorted(root.iterdir())
             if (p / "manifest.json").exists()
         }
@@ -90,9 +90,7 @@ def _fit_sizes(root: Path) -> list[int]:
     sizes = set()
     for p in sorted(root.iterdir()):
         if (p / "manifest.json").exists():
-            fit = ((RunDir(p).manifest.get("data") or {}).get("sizes") or {}).get("fit")
-            if fit is not None:
-                sizes.add(int(fit))
+            sizes.add(RunDir(p).record.data.sizes.fit)
     return sorted(sizes)
 
 
@@ -135,5 +133,5 @@ def reproduce_depth(ctx: DepthContext) -> dict[str, Any]:
     """Both steps under the pipeline lock; returns the comparison (``reproduction.json``)."""
     with pipeline_lock(ctx.root) as lock:
         state = open_state(ctx, lock)
-        step_benchmark(ctx, state)
+        _step_benchmark(ctx, state)
         return step_compare(ctx, state)

@@ -15,8 +15,8 @@ from typing import Any
 
 from fathom.base.units import fmt_spread, fmt_value, percent
 
-FRACTION = "fraction of test images"
-SHORT = {
+_FRACTION = "fraction of test images"
+_SHORT = {
     "test_acc": "acc (%)",
     "lyapunov": "λ̂",
     "grad_norm": "∇norm",
@@ -27,7 +27,7 @@ SHORT = {
 
 
 def _is_fraction(row: dict[str, Any]) -> bool:
-    return str(row["units"]).startswith(FRACTION)
+    return str(row["units"]).startswith(_FRACTION)
 
 
 def _shown(row: dict[str, Any], x: float | None) -> float | None:
@@ -44,10 +44,10 @@ def label(row: dict[str, Any]) -> tuple[str, str, str]:
     """``(depth, arm, quantity)`` of a row, for ordering and printing."""
     ex = row["extract"]
     if ex["kind"] == "depth_change":
-        return f"{ex['from']}→{ex['to']}", ex["arm"], SHORT["depth_change"]
+        return f"{ex['from']}→{ex['to']}", ex["arm"], _SHORT["depth_change"]
     if ex["kind"] == "depth_delta":
-        return str(ex["depth"]), "Lyap−van", SHORT["depth_delta"]
-    return str(ex["depth"]), ex["arm"], SHORT[ex["metric"]]
+        return str(ex["depth"]), "Lyap−van", _SHORT["depth_delta"]
+    return str(ex["depth"]), ex["arm"], _SHORT[ex["metric"]]
 
 
 def fathom_cell(row: dict[str, Any], wide: bool) -> str:
@@ -94,7 +94,7 @@ def _by_depth(cells: dict[str, Any]) -> list[tuple[str, Any]]:
     return sorted(cells.items(), key=lambda kv: int(kv[0]))
 
 
-def depth_lines(result: dict[str, Any]) -> list[str]:
+def _depth_lines(result: dict[str, Any]) -> list[str]:
     """``depth 4: vanilla trained, Lyapunov failed; Lyapunov vs vanilla: no comparison``."""
     out = []
     for depth, cells in _by_depth(result["cells"]):
@@ -111,7 +111,7 @@ def _answers(v: dict[str, Any]) -> str:
     return f"level {v['level']}; scaling {v['trend']} — {v['sentence']}"
 
 
-def verdict_lines(result: dict[str, Any]) -> list[str]:
+def _verdict_lines(result: dict[str, Any]) -> list[str]:
     out = []
     for table_id, v in result["verdicts"].items():
         yes = {True: "REACHES it", False: "does not reach it"}
@@ -182,11 +182,11 @@ def to_markdown(result: dict[str, Any]) -> str:
             lines.append("| " + " | ".join([*cells[:7], r["verdict"]]) + " |")
         lines.append("")
     lines += ["## Fathom per depth: each arm's cell and Lyapunov vs vanilla", ""]
-    lines += [f"- {line}" for line in depth_lines(result)]
+    lines += [f"- {line}" for line in _depth_lines(result)]
     for depth, fails in _by_depth(result["failures"]):
         lines.append(f"  - depth {depth} failure flags: {'; '.join(fails)}")
     lines += ["", "## Verdicts", ""]
-    lines += [f"- {line.strip()}" for line in verdict_lines(result)]
+    lines += [f"- {line.strip()}" for line in _verdict_lines(result)]
     return "\n".join(lines) + "\n"
 
 
@@ -200,5 +200,5 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
     title = f"Seed 000's {result['dataset']} depth-scaling table beside Fathom's"
     right = ["Seed", "Fathom", "Diff."]
     console.print(table(title, COLUMNS, table_rows(result), right=right))
-    for line in notes(result) + depth_lines(result) + verdict_lines(result):
+    for line in notes(result) + _depth_lines(result) + _verdict_lines(result):
         console.print(line, highlight=False, markup=False)

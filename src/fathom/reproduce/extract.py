@@ -127,8 +127,8 @@ def study_diff(src: Sources, ex: Mapping[str, Any]) -> Measured:
 def study_clock(src: Sources, ex: Mapping[str, Any]) -> Measured:
     """The training clock of each complete run, over the epochs it completed."""
     runs = {s: rd for s, rd in src.main_runs(ex["recipe"]).items() if rd.status == "complete"}
-    values = {s: (rd.manifest.get("clocks") or {}).get("training_s") for s, rd in runs.items()}
-    epochs = {s: int(rd.manifest.get("epochs_completed") or 0) for s, rd in runs.items()}
+    values = {s: rd.record.clocks.training_s for s, rd in runs.items()}
+    epochs = {s: rd.record.epochs_completed for s, rd in runs.items()}
     return Measured(_scaled(values, 1.0), epochs=epochs)
 
 
@@ -142,14 +142,14 @@ def manifest_stat(src: Sources, ex: Mapping[str, Any]) -> Measured:
             "seed" in ex and int(r["seed"]) != int(ex["seed"])
         ):
             continue
-        manifest = RunDir(src.root / run_id).manifest
-        node: Any = manifest
+        rd = RunDir(src.root / run_id)
+        node: Any = rd.manifest  # a dotted path into the manifest as written
         for part in ex["path"].split("."):
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, (int, float)):
             found.append(float(node) * float(ex.get("scale", 1)))
-            if manifest.get("epochs_completed") is not None:
-                lengths.append(int(manifest["epochs_completed"]))
+            if rd.header.epochs_completed is not None:
+                lengths.append(rd.header.epochs_completed)
     if not found:
         return Measured(missing=f"no (selected) main run records {ex['path']}")
     pick = {"min": min, "max": max}[ex["stat"]]

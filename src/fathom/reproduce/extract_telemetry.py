@@ -38,7 +38,7 @@ def _reference(src: Sources) -> str | None:
     return default_reference(src.run_data(), src.summary)
 
 
-def layer_cells(
+def _layer_cells(
     src: Sources, base: str, recipe: str, as_percent: bool
 ) -> tuple[int | None, list[tuple[str, dict[int, float], dict[str, Any] | None]]]:
     """``(epoch, [(layer, {seed: v_s(L)}, spread)])`` of ``recipe`` at its last epoch, the
@@ -64,7 +64,7 @@ def layer_cells(
 
 def telemetry_layers(src: Sources, ex: Mapping[str, Any]) -> Measured:
     """The chosen layer's per-seed values (see the module docstring)."""
-    epoch, cells = layer_cells(src, ex["base"], ex["recipe"], bool(ex.get("percent", False)))
+    epoch, cells = _layer_cells(src, ex["base"], ex["recipe"], bool(ex.get("percent", False)))
     cells = [c for c in cells if c[2] is not None]
     if not cells:
         return Measured(missing=f"no {ex['base']}/<layer> field in the {ex['recipe']} runs")

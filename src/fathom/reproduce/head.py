@@ -31,7 +31,7 @@ from fathom.study.plan import RunSpec
 from fathom.telemetry.scores import class_scores, confusion_matrix
 from fathom.train.evaluate import split_scores
 
-HEADS: tuple[str, ...] = ("relu", "linear")
+_HEADS: tuple[str, ...] = ("relu", "linear")
 FORMAT = 1
 
 
@@ -73,7 +73,7 @@ def pair_configs(base: RunConfig, settings: HeadSettings, study: str) -> dict[st
         head: base.with_updates(
             {**updates, "name": f"head-{head}", "model.output_relu": head == "relu"}
         )
-        for head in HEADS
+        for head in _HEADS
     }
     a, b = cfgs["relu"].model_dump(mode="json"), cfgs["linear"].model_dump(mode="json")
     differ = {line.split(":")[0] for line in config_diff(a, b)}
@@ -134,14 +134,13 @@ def run_head_diagnostic(
         rd = RunDir(out / cfg.name)
         device = resolve_device(cfg.device)
         splits = (splits_for or cached_splits)(cfg, device)
-        classes = int(rd.manifest.get("data", {}).get("info", {}).get("classes", 10))
         model = rd.load_model("final", device=device)
         heads[head] = {
             "run_id": rd.run_id,
             "action": outcome.action,
             "epoch": rd.checkpoint_epoch("final"),
             "params_sha256": rd.checkpoint_hash("final"),
-            **per_class(model, splits.test_x, splits.test_y, classes),
+            **per_class(model, splits.test_x, splits.test_y, rd.classes),
         }
     result = {
         "format": FORMAT,
@@ -154,11 +153,11 @@ def run_head_diagnostic(
         "heads": heads,
     }
     atomic_write_json(out / "head.json", result)
-    atomic_write_text(out / "head.md", head_markdown(result))
+    atomic_write_text(out / "head.md", _head_markdown(result))
     return result
 
 
-def head_markdown(result: dict[str, Any]) -> str:
+def _head_markdown(result: dict[str, Any]) -> str:
     """The before/after table: ``digit: correct/total -> correct/total`` (ReLU -> linear head)."""
     relu, lin = result["heads"]["relu"], result["heads"]["linear"]
     model = result["config"]["relu"]["model"]
@@ -196,7 +195,7 @@ def head_lines(result: dict[str, Any]) -> list[str]:
     return out
 
 
-COLLAPSE = (
+_COLLAPSE = (
     "a head collapses on a digit when it classifies none of that digit's test examples "
     "correctly (correct_c = 0 of total_c > 0)"
 )
@@ -207,7 +206,7 @@ def _collapsed(cell: dict[str, Any]) -> bool:
 
 
 def head_collapse(result: dict[str, Any] | None, seed_counts: list[Any]) -> dict[str, Any] | None:
-    """Per digit, whether each head of Fathom's pair collapsed (:data:`COLLAPSE`), beside the
+    """Per digit, whether each head of Fathom's pair collapsed (:data:`_COLLAPSE`), beside the
     digits the seed reports a count for (``seed_counts``: :class:`~fathom.reproduce.seeds.
     SeedValue` rows ``head``/``correct`` with their ``denominator``); ``None`` without a pair."""
     if result is None:
@@ -228,7 +227,7 @@ def head_collapse(result: dict[str, Any] | None, seed_counts: list[Any]) -> dict
         for a, b in zip(relu["per_class"], lin["per_class"], strict=True)
     ]
     return {
-        "definition": COLLAPSE,
+        "definition": _COLLAPSE,
         "seed": {str(d): h for d, h in sorted(seed.items())},
         "seed_collapsed": sorted(d for d, h in seed.items() if h.get("relu", [1])[0] == 0),
         "fathom_seed": int(result["seed"]),

@@ -85,7 +85,7 @@ def _verify_study(ctx: Context) -> list[Path]:
     return [ctx.root / "summary.json"]
 
 
-def step_study(ctx: Context, state: PipelineState) -> None:
+def _step_study(ctx: Context, state: PipelineState) -> None:
     from fathom.study.runner import run_study
 
     inputs = {"study": config_digest(ctx.study.to_data())}
@@ -125,7 +125,7 @@ def _splits(ctx: Context, cfg: Any, device: str) -> Any:
     return None if ctx.splits_for is None else ctx.splits_for(cfg, resolve_device(device))
 
 
-def step_audit(ctx: Context, state: PipelineState) -> None:
+def _step_audit(ctx: Context, state: PipelineState) -> None:
     from fathom.audit.run import audit_runs
 
     a = ctx.pipe.audit
@@ -141,7 +141,7 @@ def step_audit(ctx: Context, state: PipelineState) -> None:
     _step(ctx, state, "audit", inputs, body)
 
 
-def step_curvature(ctx: Context, state: PipelineState) -> None:
+def _step_curvature(ctx: Context, state: PipelineState) -> None:
     """One sub-step per central run: its snapshots, skipped per run when verified."""
     from fathom.curvature.rundir import run_curvature
 
@@ -180,7 +180,7 @@ class _WithSplits(RunDir):
         return _splits(self._ctx, self.config, str(device))
 
 
-def step_head(ctx: Context, state: PipelineState) -> None:
+def _step_head(ctx: Context, state: PipelineState) -> None:
     from fathom.reproduce.head import HeadSettings, head_lines, run_head_diagnostic
     from fathom.study.family import load_run_config_or_preset
 
@@ -246,7 +246,7 @@ def step_compare(ctx: Context, state: PipelineState) -> None:
     _step(ctx, state, "compare", inputs, body)
 
 
-def step_report(ctx: Context, state: PipelineState) -> None:
+def _step_report(ctx: Context, state: PipelineState) -> None:
     from fathom.report.build import build_report
 
     inputs = {s: state.output_digest(s) for s in state.steps if s != "report"}
@@ -277,13 +277,13 @@ def reproduce(ctx: Context) -> PipelineState:
 
 
 def _run_steps(ctx: Context, state: PipelineState) -> PipelineState:
-    step_study(ctx, state)
+    _step_study(ctx, state)
     if ctx.pipe.audit.enabled:
-        step_audit(ctx, state)
+        _step_audit(ctx, state)
     if ctx.pipe.curvature.enabled:
-        step_curvature(ctx, state)
+        _step_curvature(ctx, state)
     if ctx.pipe.head.enabled:
-        step_head(ctx, state)
+        _step_head(ctx, state)
     step_compare(ctx, state)
-    step_report(ctx, state)
+    _step_report(ctx, state)
     return state

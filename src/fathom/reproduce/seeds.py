@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from fathom.config import _format_validation_error, parse_toml
 from fathom.errors import FathomError
 
-EXTRACT_KINDS: tuple[str, ...] = (
+_EXTRACT_KINDS: tuple[str, ...] = (
     "study",
     "study_diff",
     "study_clock",
@@ -37,12 +37,12 @@ EXTRACT_KINDS: tuple[str, ...] = (
 """The Fathom quantities a seed value of a study table can be set beside
 (:mod:`fathom.reproduce.extract`)."""
 
-DEPTH_KINDS: tuple[str, ...] = ("depth_arm", "depth_delta", "depth_change")
+_DEPTH_KINDS: tuple[str, ...] = ("depth_arm", "depth_delta", "depth_change")
 """Those of a depth-scaling table (:mod:`fathom.reproduce.depth_compare`)."""
 
-PROTOCOLS: dict[str, tuple[str, ...]] = {
-    "study": EXTRACT_KINDS,
-    "depth_scaling": (*DEPTH_KINDS, "none"),
+_PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "study": _EXTRACT_KINDS,
+    "depth_scaling": (*_DEPTH_KINDS, "none"),
 }
 """Which pipeline computes a table's counterparts: a study (``fathom reproduce quick``,
 ``seed-003``) or a depth-scaling benchmark (``seed-000``); each has its extract kinds."""
@@ -91,7 +91,7 @@ class SeedValue(_Strict):
     @model_validator(mode="after")
     def _kind(self) -> SeedValue:
         kind = self.extract.get("kind")
-        known = sorted({k for kinds in PROTOCOLS.values() for k in kinds})
+        known = sorted({k for kinds in _PROTOCOLS.values() for k in kinds})
         if kind not in known:
             raise ValueError(f"extract.kind {kind!r} is not one of {known}")
         if isinstance(self.value, tuple) and kind != "none":
@@ -122,11 +122,11 @@ class SeedData(_Strict):
         for v in self.value:
             if v.table not in tables:
                 raise ValueError(f"value {v.id}: table {v.table!r} is not a [[table]] id")
-            if v.kind not in PROTOCOLS[protocol[v.table]]:
+            if v.kind not in _PROTOCOLS[protocol[v.table]]:
                 raise ValueError(
                     f"value {v.id}: extract.kind {v.kind!r} cannot be computed by a "
                     f"{protocol[v.table]} pipeline (table {v.table!r}); use one of "
-                    f"{list(PROTOCOLS[protocol[v.table]])}"
+                    f"{list(_PROTOCOLS[protocol[v.table]])}"
                 )
         return self
 

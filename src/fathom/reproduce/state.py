@@ -25,12 +25,12 @@ from fathom.errors import FathomError
 from fathom.rundir import DirLock
 
 FORMAT = 1
-REPRODUCE_LOCK = ".fathom-reproduce.lock"
+_REPRODUCE_LOCK = ".fathom-reproduce.lock"
 
 
 def pipeline_lock(root: Path) -> DirLock:
     """The lock one ``fathom reproduce`` holds on its output directory ``root`` throughout."""
-    return DirLock(root, name=REPRODUCE_LOCK, what="reproduction output directory")
+    return DirLock(root, name=_REPRODUCE_LOCK, what="reproduction output directory")
 
 
 class PipelineState:

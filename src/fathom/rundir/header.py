@@ -6,7 +6,7 @@ sections). These fields are the contract every reader relies on, validated by
 
 * ``format`` (:data:`FORMAT`), ``run_id``, ``study``;
 * ``kind``: which config family ``config`` belongs to (:data:`MANIFEST_KINDS`, see
-  :mod:`fathom.rundir.kinds`) -- a field, never parsed from a name;
+  :func:`fathom.rundir.reader.config_validator`) -- a field, never parsed from a name;
 * ``phase``: the run's role in a study (:data:`PHASES`: a tuning-grid run, a main run, or one
   run of a diagnostic pair such as ``fathom diagnose head``) or ``None`` for a lone run;
 * ``status`` (:data:`STATUSES`) and ``status_reason``;

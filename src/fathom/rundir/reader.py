@@ -2,7 +2,7 @@
 
 Opening a run verifies its manifest (digest and contract fields, see
 :mod:`fathom.rundir.manifest`); the config is validated by the type its ``kind`` names
-(:mod:`fathom.rundir.kinds`). Everything else is checked when read: weights against the
+(:func:`config_validator`). Everything else is checked when read: weights against the
 file and tensor digests of their manifest entry, the history against the recorded
 history digest. :meth:`RunDir.problems` lists every integrity problem found, so that a
 report or a study can say what is wrong instead of silently reading around it.
@@ -11,14 +11,15 @@ report or a study can say what is wrong instead of silently reading around it.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from fathom.base.io import read_jsonl
 from fathom.errors import FathomError
-from fathom.rundir.kinds import config_validator
 from fathom.rundir.manifest import check_manifest, describe_recovery
 from fathom.rundir.record import RunManifest
 from fathom.rundir.sections import UNFINISHED
@@ -28,6 +29,40 @@ if TYPE_CHECKING:  # reading the manifest and history needs no torch (`fathom st
     from torch import nn
 
 Which = int | Literal["selected", "final"]
+
+
+# -- config families by manifest kind: the reader picks the validator from this table --------
+Validator = Callable[[dict[str, Any], str], Any]
+
+
+def _raw_config(data: dict[str, Any], origin: str = "config") -> dict[str, Any]:
+    """The config as recorded (a kind without a validated config type)."""
+    return dict(data)
+
+
+_VALIDATORS: dict[str, str | Validator] = {
+    "run": "fathom.config:validate_run_config",
+    "depth_scaling": _raw_config,
+}
+"""Per manifest ``kind``, its config's validator (a ``"module:function"`` path is imported on
+first use, so that opening a run imports no config model before it is asked for).
+``depth_scaling`` is read only: the depth-scaling runner wrote manifests of that kind (formats
+1 and 2, before it wrote ``run`` directories); no writer produces it now, and old run
+directories that carry it still open, their config read as recorded."""
+
+
+def config_validator(kind: str) -> Validator:
+    """The validator of ``kind``, or a FathomError listing the known kinds."""
+    if kind not in _VALIDATORS:
+        raise FathomError(
+            f"unknown run kind {kind!r}; known kinds: {', '.join(sorted(_VALIDATORS))}. "
+            "The run directory was written by a newer or another tool"
+        )
+    target = _VALIDATORS[kind]
+    if callable(target):
+        return target
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 class RunDir:
@@ -59,7 +94,7 @@ class RunDir:
 
     @property
     def run_id(self) -> str:
-        return self.manifest.get("run_id", self.path.name)
+        return self.header.run_id
 
     @property
     def status(self) -> str:
@@ -128,7 +163,7 @@ class RunDir:
 
     # -- checkpoints ---------------------------------------------------------------------
     def checkpoint_epochs(self) -> list[int]:
-        return sorted(int(e) for e in self.manifest.get("checkpoints", {}))
+        return sorted(int(e) for e in self.header.checkpoints)
 
     def _entry(self, which: Which) -> tuple[dict[str, Any], int]:
         if which == "selected":
@@ -247,6 +282,27 @@ class RunDir:
         return [describe_recovery(e) for e in self.recovery()]
 
     # -- models and data (kind "run") ----------------------------------------------------
+    def _data_info(self) -> dict[str, Any]:
+        """``data.info``: what the data source recorded about itself (open, per source)."""
+        if isinstance(self.header, RunManifest):
+            return self.header.data.info
+        return (self.manifest.get("data") or {}).get("info") or {}  # header-only: free-form
+
+    @property
+    def classes(self) -> int:
+        """How many classes the run's model outputs: ``data.info.classes`` as recorded (every
+        run of this fathom records it); an older manifest without it takes its registered
+        dataset's (:func:`fathom.data.registry.registered_shape`), any other is refused
+        naming the fix, never a default."""
+        self._require_kind("its class count")
+        classes = self._data_info().get("classes")
+        if classes is None:
+            from fathom.data.registry import registered_shape
+
+            missing = f"run {self.run_id!r}: data.info.classes"
+            classes, _ = registered_shape(self.config.data.dataset, missing)
+        return int(classes)
+
     def _require_kind(self, what: str) -> None:
         if self.kind != "run":
             raise FathomError(
@@ -265,7 +321,7 @@ class RunDir:
 
         from fathom.models import build_model
 
-        info = self.manifest.get("data", {}).get("info", {})
+        info = self._data_info()
         shape = tuple(info["input_shape"]) if info.get("input_shape") else None
         classes, in_features = info.get("classes"), info.get("in_features")
         model = build_model(

@@ -215,7 +215,7 @@ class Stop(_Closed):
 
 
 class Failure(_Closed):
-    """Why a ``failed`` run failed (:func:`fathom.rundir.errors.failure_record`): exception
+    """Why a ``failed`` run failed (:func:`fathom.rundir.writer.failure_record`): exception
     ``type``, ``errno`` name or ``null``, ``environment``: the machine failed (full disk,
     read-only file system), not the run."""
 

@@ -15,13 +15,17 @@ Lifecycle (one process, one run directory)::
     w.set_final(...); w.finish(status, reason)   # final commit, lock released
     w.interrupted(reason) / w.record_failure(e)  # best effort on Ctrl-C / a failure
 
-The trainer changes the manifest only through these methods (:mod:`fathom.rundir.updates`).
+The trainer never indexes or mutates the manifest itself (``tests/test_rundir_record.py``
+checks ``fathom.train`` for it): it prepares a :class:`~fathom.rundir.record.RunManifest`
+and changes it only through these methods, each validated by its section's type
+(:mod:`fathom.rundir.sections`).
 Every OS failure (full disk, read-only file system, a file where a directory should be)
 becomes a :class:`FathomError` naming it (``ENOSPC`` ...): :func:`~fathom.errors.os_error`.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from pathlib import Path
@@ -33,7 +37,6 @@ from fathom.base.io import atomic_write_bytes, atomic_write_json, dumps, parse_j
 from fathom.errors import FathomError, os_error
 from fathom.rundir import files
 from fathom.rundir.agreement import RECORD_KEY, manifest_record, verify_against_manifest
-from fathom.rundir.errors import failure_record
 from fathom.rundir.interrupts import uninterrupted
 from fathom.rundir.lock import DirLock
 from fathom.rundir.manifest import check_manifest, seal
@@ -49,14 +52,13 @@ from fathom.rundir.resume import (
     unchanged_inputs,
     verified_history,
 )
-from fathom.rundir.sections import RecoveryEvent
-from fathom.rundir.updates import ManifestUpdates
+from fathom.rundir.sections import RecoveryEvent, Stop, Telemetry
 
 #: Fields a resumed run keeps from its manifest on disk (they describe the run's origin).
 KEPT_ON_RESUME = ("kind", "phase", "source_hash", "source_changes", "recovery")
 
 
-class RunWriter(ManifestUpdates):
+class RunWriter:
     """The only code that writes ``manifest.json``, ``history.jsonl`` and ``checkpoints/``."""
 
     def __init__(self, path: str | os.PathLike) -> None:
@@ -277,6 +279,86 @@ class RunWriter(ManifestUpdates):
     def _history_record(self) -> dict[str, Any]:
         return history_record(self._hist, self._hist_bytes, self._hist_rows)
 
+    # -- the manifest's sections (committed by commit) --------------------------------------
+    def prepare(self, manifest: RunManifest) -> None:
+        """Hold ``manifest`` for this run: the sections change through the methods below and
+        are written by :meth:`start` / :meth:`begin_resumed`, never before."""
+        if not isinstance(manifest, RunManifest):
+            raise FathomError(
+                f"RunWriter.prepare() takes a RunManifest, got a {type(manifest).__name__}; "
+                "build it with fathom.rundir.RunManifest(...)"
+            )
+        self.manifest = manifest
+
+    def progress(
+        self,
+        *,
+        epochs_completed: int,
+        steps_completed: int,
+        clocks: dict[str, float | None],
+        telemetry: Telemetry,
+        training_order: str,
+        masks: str,
+        selected: dict[str, Any],
+        checkpoints: dict[str, dict[str, Any]],
+        selected_checkpoint: dict[str, Any] | None,
+        graphs_captured: int | None,
+    ) -> None:
+        """Record the run's progress at an epoch boundary (committed by :meth:`commit`):
+        completed epochs and steps, clocks, telemetry overhead and layers, the training-order
+        and mask digest chains, the selected epoch, the weights entries, graphs captured."""
+        m = self._held()
+        m.epochs_completed, m.steps_completed = epochs_completed, steps_completed
+        m.clocks = clocks  # type: ignore[assignment]  # validated into Clocks
+        m.telemetry = telemetry
+        m.hashes = _updated(m.hashes, training_order=training_order, masks=masks)
+        m.selected = selected  # type: ignore[assignment]
+        m.checkpoints = checkpoints  # type: ignore[assignment]
+        m.selected_checkpoint = selected_checkpoint  # type: ignore[assignment]
+        m.execution = _updated(m.execution, graphs_captured=graphs_captured)
+
+    def set_stop(
+        self, *, target_test_acc: float, epoch: int, training_s: float, elapsed_s: float
+    ) -> None:
+        """A reached target stops the run at ``epoch`` (the ``stop`` section)."""
+        self._held().stop = Stop(
+            target_test_acc=target_test_acc,
+            epoch=epoch,
+            training_s=training_s,
+            elapsed_s=elapsed_s,
+        )
+
+    def set_final(
+        self, *, final_params: str | None, epoch: int | None, diverged_epoch: int | None
+    ) -> None:
+        """The outcome's digests: ``hashes.final_params`` and ``final.epoch`` (``None`` unless
+        the run completed) and ``diverged_epoch`` (``None`` unless it diverged)."""
+        m = self._held()
+        m.hashes = _updated(m.hashes, final_params=final_params)
+        m.final = {"epoch": epoch}  # type: ignore[assignment]
+        m.diverged_epoch = diverged_epoch
+
+    def finish(
+        self, status: str, reason: str | None = None, *, failure: dict[str, Any] | None = None
+    ) -> None:
+        """Set the final status, its reason (and a failure's cause), commit, release the lock."""
+        m = self._held()
+        m.status, m.status_reason = status, reason  # type: ignore[assignment]
+        if failure is not None:
+            m.failure = failure  # type: ignore[assignment]
+        try:
+            self.commit()
+        finally:
+            self.close()
+
+    def _held(self) -> RunManifest:
+        if self.manifest is None:
+            raise FathomError("the writer holds no manifest: call prepare(manifest) first")
+        return self.manifest
+
+    def _json(self) -> dict[str, Any]:
+        return self._held().to_json()
+
     def commit(self) -> None:
         """Write the manifest atomically, sealed with the history digest; it is validated
         by the one validator first (never write what no reader reads)."""
@@ -288,7 +370,7 @@ class RunWriter(ManifestUpdates):
 
     def record_failure(self, e: Exception) -> FathomError | None:
         """Best effort: finish the run as ``failed`` with ``e`` as its cause (and errno,
-        :func:`~fathom.rundir.errors.failure_record`); unlock.
+        :func:`failure_record`); unlock.
 
         When ``e`` is a ``FathomError`` that cannot be recorded (the disk is full, the file
         system went read-only), returns the error to raise instead: ``e``, saying so and
@@ -347,3 +429,30 @@ class RunWriter(ManifestUpdates):
 
 def _read_or_none(path: Path) -> bytes | None:
     return path.read_bytes() if path.exists() else None
+
+
+def _updated(section: Any, **changes: Any) -> Any:
+    """``section`` with ``changes``, validated by its type."""
+    return type(section).model_validate({**section.model_dump(by_alias=True), **changes})
+
+
+#: errno values that say the environment failed, not the run: a rerun retries such runs.
+ENVIRONMENT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+)
+
+
+def failure_record(e: BaseException) -> dict[str, object]:
+    """``{"type", "errno", "environment"}`` of a run's failure, for its manifest.
+
+    ``environment`` is true for an OS failure of the machine (full disk, read-only file
+    system, I/O error): such a run did not fail by itself, and a study reruns it.
+    """
+    code = getattr(e, "errno", None)
+    if code is None and isinstance(e.__cause__, OSError):
+        code = e.__cause__.errno
+    return {
+        "type": type(e).__name__,
+        "errno": errno.errorcode.get(code) if isinstance(code, int) else None,
+        "environment": isinstance(code, int) and code in ENVIRONMENT_ERRNOS,
+    }

@@ -5,9 +5,10 @@ For :class:`~fathom.stats.results.Results`:
 1. every family of comparisons is judged again from its stored per-seed differences and
    variances (:func:`fathom.stats.inference.judge`, same rules): verdict, level, interval
    and ``fragile`` must come out the same (a comparison printed twice counts once);
-2. every decision is recomputed from the comparisons and evidence it names (the depth-scaling
-   level, scaling and both-readings rules; a checkpoint ranking's rule, with the counts and
-   orders its sentence must print);
+2. every decision is recomputed from the comparisons and evidence it names, by the row of its
+   rule in :data:`DECISION_RULES` (the depth-scaling level, scaling and both-readings rules;
+   a checkpoint ranking's rule, with the counts and orders its sentence must print); a rule
+   without a row is refused (:func:`decision_rule`), never skipped;
 3. every claim of a sentence must match its comparison (verdict, fragile), and the text must
    print each claimed comparison's verdict, estimate and interval;
 4. every comparative word in a sentence (better, worse, higher, lower, equivalent,
@@ -22,23 +23,25 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from fathom.errors import FathomError
 from fathom.stats.inference import judge, rejudge_input
 from fathom.stats.numbers import fmt_estimate, fmt_interval
 from fathom.stats.ranking import RULE as RANKING_RULE
-from fathom.stats.ranking import ranking_verdict, statement_parts
-from fathom.stats.results import OPPOSITE, Comparison, Decision, Results, Sentence
+from fathom.stats.ranking import ranking_prints, rederive_ranking
+from fathom.stats.results import Comparison, Decision, Results, Sentence
 from fathom.stats.rules import Rules
 from fathom.stats.scaling_answers import (
     BOTH_WAYS_RULE,
     LEVEL_RULE,
     TREND_RULE,
-    both_ways,
-    is_fragile,
-    level_verdict,
-    trend_verdict,
+    rederive_both_ways,
+    rederive_level,
+    rederive_trend,
 )
-from fathom.stats.scaling_table import FailureEvidence
+from fathom.stats.verdicts import OPPOSITE
 
 WORDS = (
     "better",
@@ -52,7 +55,7 @@ WORDS = (
 )
 
 
-KEYS = ("verdict", "fragile", "level", "low", "high", "estimate", "family_size", "loo_held")
+_KEYS = ("verdict", "fragile", "level", "low", "high", "estimate", "family_size", "loo_held")
 
 
 def _same(x: object, y: object) -> bool:
@@ -80,79 +83,69 @@ def _rejudge(results: Results) -> list[str]:
                 problems += [
                     f"{family}/{c.id}: {key} is {getattr(c, key)!r}, re-derived "
                     f"{getattr(want, key)!r}"
-                    for key in KEYS
+                    for key in _KEYS
                     if not _same(getattr(c, key), getattr(want, key))
                 ]
     return problems
 
 
-def _reranking(d: Decision, results: Results, text: str) -> list[str]:
-    """A ranking statement: its verdict re-derived from its pairwise comparisons, and the
-    counts and orders it must print (:mod:`fathom.stats.ranking`)."""
-    comps = [results.comparison(cid) for cid in d.inputs]
-    verdict, _ = ranking_verdict(comps)
-    problems = (
-        [f"decision {d.id}: {d.verdict!r}, re-derived {verdict!r}"] if verdict != d.verdict else []
-    )
-    return problems + [
-        f"decision {d.id}: the sentence does not print {p!r}"
-        for p in statement_parts(comps)
-        if p not in text
-    ]
+def _nothing(d: Decision, results: Results) -> list[str]:
+    return []
 
 
-def _level(d: Decision, results: Results) -> tuple[str, bool]:
-    profile = results.comparison(d.profile)
-    per_depth = {i: results.comparison(cid) for i, cid in enumerate(d.per_depth)}
-    evidence = [
-        FailureEvidence(**{**e, "failed": tuple(e["failed"]), "other": tuple(e["other"])})
-        for e in d.evidence
-    ]
-    verdict = level_verdict(profile, per_depth, evidence)
-    return verdict, is_fragile(verdict, [profile])
+@dataclass(frozen=True)
+class DecisionRule:
+    """How the checker re-derives a decision of one rule: ``rederive(decision, results)`` its
+    ``(verdict, fragile)`` from the comparisons and decisions it names, and
+    ``prints(decision, results)`` what a sentence stating it must print besides its verdict."""
+
+    rederive: Callable[[Decision, Results], tuple[str, bool]]
+    prints: Callable[[Decision, Results], list[str]] = _nothing
 
 
-def _trend(d: Decision, results: Results) -> tuple[str, bool]:
-    change, slope = (results.comparison(cid) for cid in d.inputs)
-    verdict = trend_verdict(change, slope)
-    return verdict, is_fragile(verdict, [change, slope])
+DECISION_RULES: dict[str, DecisionRule] = {
+    LEVEL_RULE: DecisionRule(rederive_level),
+    TREND_RULE: DecisionRule(rederive_trend),
+    BOTH_WAYS_RULE: DecisionRule(rederive_both_ways),
+    RANKING_RULE: DecisionRule(rederive_ranking, prints=ranking_prints),
+}
+"""Every rule a :class:`~fathom.stats.results.Decision` can name, with its re-derivation
+(written beside the rule it re-derives). A new verdict rule is its module (the rule and its
+``rederive``) and one row here."""
 
 
-def _both_ways(d: Decision, results: Results) -> tuple[str, bool]:
-    parts = [next(x for x in results.decisions if x.id == cid) for cid in d.inputs]
-    verdict = both_ways([x.verdict for x in parts])
-    return verdict, verdict != "not established" and any(x.fragile for x in parts)
-
-
-REDERIVE = {LEVEL_RULE: _level, TREND_RULE: _trend, BOTH_WAYS_RULE: _both_ways}
-"""The combination rules a decision can name (a checkpoint ranking is re-derived with the
-sentence that prints it); an unknown rule is a problem, never skipped."""
+def decision_rule(name: str) -> DecisionRule:
+    """The row of rule ``name``; a rule without one is refused naming the known rules (a
+    decision the checker cannot re-derive is never passed over)."""
+    row = DECISION_RULES.get(name)
+    if row is None:
+        known = ", ".join(repr(k) for k in DECISION_RULES)
+        raise FathomError(
+            f"decision rule {name!r} has no re-derivation in fathom.stats.claims."
+            f"DECISION_RULES (known: {known}); add its row there beside the rule's module"
+        )
+    return row
 
 
 def _redecide(results: Results) -> list[str]:
     problems = []
     for d in results.decisions:
-        if d.rule == RANKING_RULE:
-            continue  # re-derived with the sentence that prints it (_text)
-        if d.rule not in REDERIVE:
-            problems.append(f"decision {d.id}: unknown rule {d.rule!r}")
-            continue
-        verdict, fragile = REDERIVE[d.rule](d, results)
-        if (verdict, fragile) != (d.verdict, d.fragile):
-            problems.append(
-                f"decision {d.id}: {(d.verdict, d.fragile)}, re-derived {(verdict, fragile)}"
-            )
+        verdict, fragile = decision_rule(d.rule).rederive(d, results)
+        if verdict != d.verdict:
+            problems.append(f"decision {d.id}: {d.verdict!r}, re-derived {verdict!r}")
+        elif fragile != d.fragile:
+            problems.append(f"decision {d.id}: fragile is {d.fragile}, re-derived {fragile}")
     return problems
 
 
-NAMING = ("recipe", "pair", "caveat")
+_NAMING = ("recipe", "pair", "caveat")
 """Context keys that only name or annotate a comparison (who is the recipe, the pair's
 order, a caveat); every other key (metric, checkpoint, scope, reading, ...) says what it is."""
 
 
 def _what(c: Comparison) -> tuple:
     """What a comparison compares: its arms (unordered), its quantity and its context."""
-    ctx = frozenset((k, v) for k, v in c.context.items() if k not in NAMING)
+    ctx = frozenset((k, v) for k, v in c.context.items() if k not in _NAMING)
     return (frozenset((c.a, c.b)), c.quantity.name, ctx)
 
 
@@ -201,8 +194,11 @@ def _text(sentence: Sentence, results: Results) -> list[str]:
     for did in sentence.decisions:
         d = next(x for x in results.decisions if x.id == did)
         said |= {d.verdict, *d.verdict.split()} | ({"fragile"} if d.fragile else set())
-        if d.rule == RANKING_RULE:
-            problems += _reranking(d, results, sentence.text)
+        problems += [
+            f"decision {did}: the sentence does not print {p!r}"
+            for p in decision_rule(d.rule).prints(d, results)
+            if p not in sentence.text
+        ]
         if d.verdict not in sentence.text:
             problems.append(f"decision {did}: the sentence does not print {d.verdict!r}")
     for word in WORDS:

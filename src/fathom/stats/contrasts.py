@@ -81,7 +81,7 @@ def _blocked(a: str, b: str, flags_a: Sequence[str], flags_b: Sequence[str]) -> 
     return "; ".join(parts) or None
 
 
-def contrast_item(
+def _contrast_item(
     cid: str,
     a: Mapping[int, float | None],
     b: Mapping[int, float | None],
@@ -115,7 +115,7 @@ def _finite(x: float | None) -> bool:
     return x is not None and math.isfinite(float(x))
 
 
-def from_comparison(c: Comparison) -> Contrast:
+def _from_comparison(c: Comparison) -> Contrast:
     """The :class:`Contrast` view of a judged comparison (ratios back from the log scale)."""
     back = math.exp if c.quantity.scale == "log ratio" else float
     scale = "ratio" if c.quantity.scale == "log ratio" else "difference"
@@ -140,7 +140,7 @@ def contrast(
     rules: Rules = DEFAULT_RULES,
 ) -> Contrast:
     """Contrast of per-seed values ``a[s]`` against ``b[s]`` (a family of one)."""
-    item = contrast_item(
+    item = _contrast_item(
         "contrast",
         a,
         b,
@@ -151,7 +151,7 @@ def contrast(
         name_b=name_b,
         rules=rules,
     )
-    return from_comparison(judge("contrast", [item], rules)[0])
+    return _from_comparison(judge("contrast", [item], rules)[0])
 
 
 def contrast_sentence(c: Contrast, *, name_a: str, name_b: str, quantity: str, epoch: int) -> str:
@@ -178,7 +178,7 @@ def judge_contrast_rows(rows: Sequence[dict[str, Any]], family: str) -> list[dic
     items = [rejudge_input(c, f"{family}#{i}") for i, c in enumerate(comps)]
     out = []
     for row, c in zip(rows, judge(family, items)):
-        view = from_comparison(c)
+        view = _from_comparison(c)
         sentence = contrast_sentence(
             view,
             name_a=row["recipe"],

@@ -33,7 +33,7 @@ EXCLUDING_FLAGS = (
 )
 """Flags that remove a run from comparisons."""
 
-_KNOWN_STATUSES = ("complete", "diverged", "failed", "running", "interrupted")
+RUN_STATUSES = ("complete", "diverged", "failed", "running", "interrupted")
 
 
 def _non_finite(x: float | None) -> bool:
@@ -66,8 +66,8 @@ def failure_flags(
 
     A metric given as ``None`` is unknown and raises no flag by itself.
     """
-    if status not in _KNOWN_STATUSES:
-        raise FathomError(f"unknown run status {status!r}; expected one of {_KNOWN_STATUSES}")
+    if status not in RUN_STATUSES:
+        raise FathomError(f"unknown run status {status!r}; expected one of {RUN_STATUSES}")
     if classes < 2:
         return ["one_class"]
     if n_eval is not None and n_eval < 1:

@@ -180,7 +180,7 @@ def _sf(x: float, scale: float, dist: object) -> float:
     return 2.0 * float(dist.sf(x / scale))  # type: ignore[attr-defined]
 
 
-def claim_p(mean: float, se_t: float, floor: float, n: int, delta: float) -> float:
+def _claim_p(mean: float, se_t: float, floor: float, n: int, delta: float) -> float:
     """Holm's ordering key: the claim p-value (module docstring); 1 when n < 2."""
     if n < 2:
         return 1.0
@@ -231,7 +231,7 @@ def judge(family: str, items: Sequence[Paired], rules: Rules = DEFAULT_RULES) ->
     m = len(tested)
     order = sorted(
         tested,
-        key=lambda p: (claim_p(*stats[p.id], len(p.diffs), p.quantity.smallest_effect), p.id),
+        key=lambda p: (_claim_p(*stats[p.id], len(p.diffs), p.quantity.smallest_effect), p.id),
     )
     levels: dict[str, tuple[float, int]] = {}
     stopped: float | None = None
@@ -298,7 +298,7 @@ def _one(
         low=low,
         high=high,
         level=level,
-        p_claim=claim_p(mean, se_t, floor, n, q.smallest_effect),
+        p_claim=_claim_p(mean, se_t, floor, n, q.smallest_effect),
         holm_step=step,
         verdict=verdict,
         reason=_reason(verdict, q.smallest_effect),

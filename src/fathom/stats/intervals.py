@@ -79,7 +79,7 @@ def mean_sd(values: Iterable[float]) -> tuple[float | None, float | None, int]:
     return mean, math.sqrt(var), n
 
 
-def t_critical(level: float, dof: int) -> float:
+def _t_critical(level: float, dof: int) -> float:
     """Two-sided Student-t critical value ``t_{(1+level)/2, dof}``."""
     _check_level(level)
     return float(_scipy_stats.t.ppf((1.0 + level) / 2.0, dof))
@@ -91,7 +91,7 @@ def _t_interval(xs: list[float], level: float, method: str) -> Interval:
         raise FathomError(f"{method} interval of zero values; there must be at least one seed")
     if sd is None:
         return Interval(mean, None, None, n, level, method)
-    half = t_critical(level, n - 1) * sd / math.sqrt(n)
+    half = _t_critical(level, n - 1) * sd / math.sqrt(n)
     return Interval(mean, mean - half, mean + half, n, level, method)
 
 

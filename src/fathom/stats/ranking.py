@@ -22,26 +22,25 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, get_args
 
 from fathom.stats.inference import Paired, judge
-from fathom.stats.results import OPPOSITE, Claim, Comparison, Decision, Sentence
+from fathom.stats.results import Claim, Comparison, Decision, Results, Sentence
 from fathom.stats.rules import Rules
 from fathom.stats.sentences import comparison_sentence, comparison_text, verdict_words
 from fathom.stats.summary_compare import CHECKPOINTS, COMPARED_METRICS, metric_item
-from fathom.stats.verdicts import rank_disagreement
+from fathom.stats.verdicts import OPPOSITE, RankingVerdict, rank_disagreement
 
 RULE = "checkpoint ranking"
-DIFFERS = "differs"
-NOT_ESTABLISHED = "not established"
+DIFFERS, NOT_ESTABLISHED = get_args(RankingVerdict)
 
 
-def family_of(label: str) -> str:
+def _family_of(label: str) -> str:
     """The family name of one metric's pairwise comparisons."""
     return f"ranking by {label}"
 
 
-def pairwise_items(
+def _pairwise_items(
     metric: tuple[str, str], order: Sequence[str], usable: Mapping[str, Sequence[Any]]
 ) -> list[Paired]:
     """Every pair of ``order`` (ahead first) at both checkpoints: one family."""
@@ -84,7 +83,7 @@ def ranking_verdict(comps: Sequence[Comparison]) -> tuple[str, list[tuple[str, s
     return (DIFFERS if swaps else NOT_ESTABLISHED), sorted(swaps)
 
 
-def order_phrase(c: Comparison) -> str:
+def _order_phrase(c: Comparison) -> str:
     """``"plain worse than residual"``: the order one established comparison states
     (``" (fragile)"`` after it when one seed carries it)."""
     return f"{c.a} {c.verdict} than {c.b}" + (" (fragile)" if c.fragile else "")
@@ -94,7 +93,7 @@ def _orders_at(comps: Sequence[Comparison], where: str) -> tuple[str, list[str]]
     """``("2 of 10 pair(s) at the final checkpoint", ["plain worse than residual", ...])``."""
     at = [c for c in comps if c.context["checkpoint"] == where and ordered(c)]
     return f"{len(at)} of {len(_by_pair(comps))} pair(s) at the {where} checkpoint", [
-        order_phrase(c) for c in at
+        _order_phrase(c) for c in at
     ]
 
 
@@ -116,7 +115,19 @@ def _orders(comps: Sequence[Comparison]) -> str:
     return "; ".join(texts)
 
 
-def ranking_statement(
+def rederive_ranking(d: Decision, results: Results) -> tuple[str, bool]:
+    """A ranking decision's verdict from its pairwise comparisons (never fragile: it states
+    established orders, each comparison's own fragility printed with it)."""
+    verdict, _ = ranking_verdict([results.comparison(cid) for cid in d.inputs])
+    return verdict, False
+
+
+def ranking_prints(d: Decision, results: Results) -> list[str]:
+    """The counts and orders a sentence stating ranking decision ``d`` must print."""
+    return statement_parts([results.comparison(cid) for cid in d.inputs])
+
+
+def _ranking_statement(
     metric: tuple[str, str], comps: Sequence[Comparison], reorder: int
 ) -> tuple[Decision, Sentence, dict[str, Any]]:
     """The ranking decision, its sentence and its JSON claim (``reorder``: how many pairs
@@ -124,8 +135,8 @@ def ranking_statement(
     key, label = metric
     verdict, swaps = ranking_verdict(comps)
     pairs = _by_pair(comps)
-    own = [c for c in comps if c.family == family_of(label)]
-    shared = [c for c in comps if c.family != family_of(label)]
+    own = [c for c in comps if c.family == _family_of(label)]
+    shared = [c for c in comps if c.family != _family_of(label)]
     m = max((c.family_size for c in own), default=0)
     parts = []
     if own:
@@ -190,7 +201,7 @@ def ranking_statement(
     return decision, Sentence(text=text, claims=claims, decisions=[decision.id]), claim
 
 
-def swapped_pairs(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+def _swapped_pairs(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """Pairs ``(a, b)`` whose means are ranked in one order at the selected checkpoint and
     the other at the final one (``a`` ahead at the selected checkpoint): point estimates."""
     out = []
@@ -251,10 +262,10 @@ def rankings(
         rc = rank_disagreement(
             {n: sel[n] for n in keep}, {n: fin[n] for n in keep}, higher_is_better=higher
         )
-        items = pairwise_items((key, label), rc.selected_order, usable)
-        family = _judged(family_of(label), items, main or {}, rules)
-        decision, sentence, claim = ranking_statement(
-            (key, label), family, len(swapped_pairs(rc.rows))
+        items = _pairwise_items((key, label), rc.selected_order, usable)
+        family = _judged(_family_of(label), items, main or {}, rules)
+        decision, sentence, claim = _ranking_statement(
+            (key, label), family, len(_swapped_pairs(rc.rows))
         )
         out[key] = {
             "label": label,

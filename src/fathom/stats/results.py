@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-VERDICTS = ("better", "worse", "higher", "lower", "equivalent", "not established", "no comparison")
-NOT_ESTABLISHED = "not established"
-ESTABLISHED = ("better", "worse", "higher", "lower", "equivalent")
-OPPOSITE = {"better": "worse", "worse": "better", "higher": "lower", "lower": "higher"}
+from fathom.stats.verdicts import NOT_ESTABLISHED as NOT_ESTABLISHED
+from fathom.stats.verdicts import OPPOSITE, ComparisonVerdict, DecisionVerdict
 
 
 class Quantity(BaseModel):
@@ -54,7 +52,7 @@ class Comparison(BaseModel):
     quantity: Quantity
     a: str
     b: str
-    verdict: str
+    verdict: ComparisonVerdict
     reason: str
     n: int = 0
     seeds: list[int] = Field(default_factory=list)
@@ -135,7 +133,7 @@ class Claim(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     comparison: str
-    verdict: str
+    verdict: ComparisonVerdict
     fragile: bool = False
     brief: bool = False
 
@@ -149,7 +147,7 @@ class Decision(BaseModel):
 
     id: str
     rule: str
-    verdict: str
+    verdict: DecisionVerdict
     fragile: bool = False
     profile: str = ""
     per_depth: list[str] = Field(default_factory=list)

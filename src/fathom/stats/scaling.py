@@ -8,7 +8,7 @@ answered apart.
 Input: a table ``rows[depth][arm]`` of per-seed runs (test accuracy on ``n_eval`` examples
 of ``classes`` classes, status). The rule (``docs/statistics.md`` §5), in order:
 
-1. **Bad input** (:func:`~fathom.stats.scaling_checks.bad_table`: wrong types, accuracies
+1. **Bad input** (:func:`_bad_table`: wrong types, accuracies
    outside [0, 1] or in percent, one depth, one class, no test-set size, unequal or missing
    seeds, an incomplete run, a non-finite accuracy of a run that did not diverge) gives
    ``no comparison`` naming the reason and its fix.
@@ -47,19 +47,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from numbers import Integral, Real
 
 from scipy.stats import fisher_exact
 
 from fathom.base.units import percent
 from fathom.stats.chance import chance_test
+from fathom.stats.flags import RUN_STATUSES
 from fathom.stats.inference import Paired, judge, paired
-from fathom.stats.quantities import ACCURACY_RESOLUTION_PP, accuracy, accuracy_variance_pp
+from fathom.stats.quantities import (
+    ACCURACY_RESOLUTION_PP,
+    accuracy,
+    accuracy_variance_pp,
+    fraction_problem,
+)
 from fathom.stats.results import Quantity
 from fathom.stats.rules import DEFAULT_RULES, Rules
 from fathom.stats.scaling_answers import level_verdict, trend_verdict
-from fathom.stats.scaling_checks import bad_table
 from fathom.stats.scaling_sentences import assemble, no_comparison, observations
 from fathom.stats.scaling_table import (
+    ArmRuns,
     DepthScalingTable,
     DepthScalingVerdict,
     FailedRun,
@@ -68,17 +75,122 @@ from fathom.stats.scaling_table import (
 )
 
 FAMILY = "depth scaling"
-READINGS = ("at chance", "at their values")
+_READINGS = ("at chance", "at their values")
 """How an undetermined run is read: as failed (at chance ``1/C``), and at its measured value."""
 
-RunStates = dict[int, dict[str, dict[int, tuple[str, float, list[str]]]]]
+_RunStates = dict[int, dict[str, dict[int, tuple[str, float, list[str]]]]]
 Resolved = dict[int, dict[str, dict[int, tuple[bool, float]]]]
-PerSeed = Callable[[str, int], float]
+_PerSeed = Callable[[str, int], float]
 
 
-def _states(table: DepthScalingTable, rules: Rules) -> RunStates:
+# -- rule 1, the input checks: a table no rule can judge is refused, naming the problem and its
+# fix (``no comparison: …``), never an exception or a verdict. Refused: counts that are not
+# integers (classes, test-set size), depth keys or seeds that are not integers, statuses
+# outside RUN_STATUSES (fathom.stats.flags), accuracies that are not numbers, lie outside
+# [0, 1] or look like percent ("divide by 100"), two arms with one name, fewer than two
+# classes or depths, an unknown test-set size, missing arms, unequal seeds, an incomplete run,
+# a non-finite accuracy of a run that did not diverge.
+
+
+def _count(x: object) -> bool:
+    """An integer (a Python or NumPy integer; ``bool`` is not one)."""
+    return isinstance(x, Integral) and not isinstance(x, bool)
+
+
+def _number(x: object) -> bool:
+    return isinstance(x, Real) and not isinstance(x, bool)
+
+
+def _types(table: DepthScalingTable) -> str | None:
+    """Why the table's counts, keys, seeds, statuses or accuracies have the wrong type."""
+    if not _count(table.classes):
+        return f"the class count {table.classes!r} is not an integer"
+    if table.n_eval is not None and not _count(table.n_eval):
+        return f"the test-set size {table.n_eval!r} is not an integer count of examples"
+    if not isinstance(table.rows, dict):
+        return "rows must map each depth to its arms"
+    bad = [d for d in table.rows if not _count(d)]
+    if bad:
+        return (
+            f"depth keys {[*table.rows]!r} are not all integers (numbers of layers); "
+            "give every depth as an int"
+        )
+    for d, cells in table.rows.items():
+        if not isinstance(cells, dict):
+            return f"depth {d}: the arms must be a mapping of arm name to its runs"
+        for arm, runs in cells.items():
+            if not isinstance(runs, ArmRuns):
+                return f"depth {d}, arm {arm!r}: expected ArmRuns, got {type(runs).__name__}"
+            for name in ("test_acc", "status"):
+                if not isinstance(getattr(runs, name), list | tuple):
+                    return f"depth {d}, arm {arm!r}: {name} must be a list, one entry per seed"
+            seeds = runs.seed_ids()
+            if not all(_count(s) for s in seeds):
+                return f"depth {d}, arm {arm!r}: seeds {seeds!r} are not all integers"
+            if any(a is not None and not _number(a) for a in runs.test_acc):
+                return f"depth {d}, arm {arm!r}: accuracies {runs.test_acc!r} are not all numbers"
+    return None
+
+
+def _units(table: DepthScalingTable) -> str | None:
+    """A table whose accuracies are not fractions in [0, 1] (percent-looking named)."""
+    return fraction_problem(
+        a for cells in table.rows.values() for runs in cells.values() for a in runs.test_acc
+    )
+
+
+def _bad_table(table: DepthScalingTable) -> str | None:
+    """Why ``table`` allows no comparison (bad input, named with its fix), or None."""
+    arms = (table.baseline, table.candidate)
+    why = _types(table)
+    if why is not None:
+        return why
+    if table.baseline == table.candidate:
+        return f"baseline and candidate are both {table.baseline!r}"
+    if table.classes < 2:
+        return f"{table.classes} class(es): chance and failure need at least 2 classes"
+    if not table.n_eval or table.n_eval < 1:
+        return "the test-set size is unknown: a run's accuracy cannot be judged against chance"
+    if len(table.rows) < 2:
+        return f"{len(table.rows)} depth(s): a depth profile needs at least two depths"
+    seeds: set[int] | None = None
+    for depth, cells in sorted(table.rows.items()):
+        missing = [a for a in arms if a not in cells]
+        if missing:
+            return f"depth {depth} lacks arm(s) {missing}"
+        for arm in arms:
+            runs = cells[arm]
+            n = len(runs.test_acc)
+            if n == 0 or len(runs.status) != n or len(runs.ce_list()) != n:
+                return f"depth {depth}, arm {arm!r}: one accuracy, status and CE per seed needed"
+            ids = runs.seed_ids()
+            if len(ids) != n or len(set(ids)) != n:
+                return f"depth {depth}, arm {arm!r}: seeds {ids} are not one per run"
+            if seeds is None:
+                seeds = set(ids)
+            if set(ids) != seeds:
+                return (
+                    f"unequal seeds: depth {depth}, arm {arm!r} has seeds {sorted(ids)}, "
+                    f"another cell {sorted(seeds)}; every cell needs the same seeds"
+                )
+            for s, acc, st in zip(ids, runs.test_acc, runs.status):
+                if st not in RUN_STATUSES:
+                    return (
+                        f"depth {depth}, arm {arm!r}, seed {s}: unknown status {st!r} "
+                        f"(one of {list(RUN_STATUSES)})"
+                    )
+                if st in ("failed", "running", "interrupted"):
+                    return f"missing seed: depth {depth}, arm {arm!r}, seed {s} is {st}"
+                finite = acc is not None and math.isfinite(float(acc))
+                if st != "diverged" and not finite:
+                    return f"depth {depth}, arm {arm!r}, seed {s}: accuracy {acc!r} is not finite"
+    return _units(table)
+
+
+# -- the rule ------------------------------------------------------------------------------
+def _states(table: DepthScalingTable, rules: Rules) -> _RunStates:
     """``[depth][arm][seed] -> (state, measured accuracy or chance, flags)`` (rule 2)."""
-    out: RunStates = {}
+    out: _RunStates = {}
     chance = 1.0 / table.classes
     for d in sorted(table.rows):
         out[d] = {}
@@ -96,7 +208,7 @@ def _states(table: DepthScalingTable, rules: Rules) -> RunStates:
     return out
 
 
-def _resolve(states: RunStates, reading: str, chance: float) -> Resolved:
+def _resolve(states: _RunStates, reading: str, chance: float) -> Resolved:
     """``[depth][arm][seed] -> (failed, accuracy entered)`` under one reading (rule 3)."""
     out: Resolved = {}
     for d, cell in states.items():
@@ -116,7 +228,7 @@ def _cell(runs: dict[int, tuple[str, float, list[str]]]) -> str:
     return states.pop() if len(states) == 1 else "partial"
 
 
-def _never_trained(table: DepthScalingTable, states: RunStates) -> str | None:
+def _never_trained(table: DepthScalingTable, states: _RunStates) -> str | None:
     """Rule 2: the no-conclusion sentence, or None when both arms trained somewhere."""
     arms = (table.baseline, table.candidate)
     runs = {a: [st for c in states.values() for st, _, _ in c[a].values()] for a in arms}
@@ -162,7 +274,7 @@ def _items(
     def pp(arm: str, d: int, s: int) -> float:
         return percent(res[d][arm][s][1])  # type: ignore[return-value]
 
-    def item(cid: str, q: Quantity, f: PerSeed, var: float, scope: str) -> Paired:
+    def item(cid: str, q: Quantity, f: _PerSeed, var: float, scope: str) -> Paired:
         """One contrast: ``f(arm, seed)`` per seed of each arm, paired; ``var`` per value."""
         a, b = ({s: f(arm, s) for s in seeds} for arm in (cand, base))
         v = dict.fromkeys(seeds, var)
@@ -230,7 +342,7 @@ def _evidence(
 
 
 def _scenario(
-    table: DepthScalingTable, states: RunStates, reading: str, tag: str, rules: Rules
+    table: DepthScalingTable, states: _RunStates, reading: str, tag: str, rules: Rules
 ) -> Scenario:
     """Both answers under one reading of the undetermined runs (rules 4 to 7)."""
     res = _resolve(states, reading, 1.0 / table.classes)
@@ -265,7 +377,7 @@ def depth_scaling_verdict(
     table: DepthScalingTable, rules: Rules = DEFAULT_RULES
 ) -> DepthScalingVerdict:
     """Level and scaling of ``candidate`` against ``baseline`` (module docstring)."""
-    why = bad_table(table)
+    why = _bad_table(table)
     if why is not None:
         return DepthScalingVerdict("no comparison", f"no comparison: {why}")
     states = _states(table, rules)
@@ -289,9 +401,9 @@ def depth_scaling_verdict(
     if stop is not None:
         return DepthScalingVerdict("no conclusion", stop, "no conclusion", "no conclusion", **out)
     if undetermined:
-        scenarios = [_scenario(table, states, r, r, rules) for r in READINGS]
+        scenarios = [_scenario(table, states, r, r, rules) for r in _READINGS]
     else:
-        scenarios = [_scenario(table, states, READINGS[1], "", rules)]
+        scenarios = [_scenario(table, states, _READINGS[1], "", rules)]
     if all(s.reason for s in scenarios):
         return no_comparison(scenarios, **out)
     accs = {(f.depth, f.arm, f.seed): states[f.depth][f.arm][f.seed][1] for f in undetermined}

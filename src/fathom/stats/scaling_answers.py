@@ -7,21 +7,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fathom.stats.results import OPPOSITE, Comparison
-from fathom.stats.scaling_table import FailureEvidence, LevelVerdict, TrendVerdict
+from fathom.stats.results import Comparison, Decision, Results
+from fathom.stats.scaling_table import FailureEvidence
+from fathom.stats.verdicts import OPPOSITE, DecisionVerdict, LevelVerdict, TrendVerdict
 
-LEVEL: dict[str, LevelVerdict] = {
+_LEVEL: dict[str, LevelVerdict] = {
     "better": "better across depths",
     "worse": "worse across depths",
     "equivalent": "equivalent across depths",
 }
-TREND: dict[str, TrendVerdict] = {
+_TREND: dict[str, TrendVerdict] = {
     "better": "scales better",
     "worse": "scales worse",
     "equivalent": "scales equivalently",
 }
-ESTABLISHED = (*LEVEL.values(), *TREND.values())
-SCALES_BETTER = TREND["better"]
+ESTABLISHED = (*_LEVEL.values(), *_TREND.values())
+SCALES_BETTER = _TREND["better"]
 """The candidate's difference to the baseline grows with depth (change and slope agree)."""
 
 LEVEL_RULE = "depth scaling level"
@@ -47,23 +48,23 @@ def level_verdict(
     level: Comparison, per_depth: dict[int, Comparison], evidence: list[FailureEvidence]
 ) -> LevelVerdict:
     """The level: the level contrast's verdict unless contradicted (then inconclusive)."""
-    if level.verdict not in LEVEL:
+    if level.verdict not in _LEVEL:
         return "not established"
     comps, ev = adverse(level.verdict, per_depth, evidence)
-    return "inconclusive" if comps or ev else LEVEL[level.verdict]
+    return "inconclusive" if comps or ev else _LEVEL[level.verdict]
 
 
 def trend_verdict(change: Comparison, slope: Comparison) -> TrendVerdict:
     """The scaling: the change and the slope agreeing; both established and differing is
     inconclusive; anything else not established."""
-    if change.verdict == slope.verdict and change.verdict in TREND:
-        return TREND[change.verdict]
-    if change.verdict in TREND and slope.verdict in TREND:
+    if change.verdict == slope.verdict and change.verdict in _TREND:
+        return _TREND[change.verdict]
+    if change.verdict in _TREND and slope.verdict in _TREND:
         return "inconclusive"
     return "not established"
 
 
-def both_ways(verdicts: Sequence[str], readings: int = 2) -> str:
+def both_ways(verdicts: Sequence[DecisionVerdict], readings: int = 2) -> DecisionVerdict:
     """An answer under every reading of the undetermined runs: the common verdict when all
     ``readings`` gave the same one, else not established."""
     if len(verdicts) == readings and len(set(verdicts)) == 1:
@@ -74,3 +75,34 @@ def both_ways(verdicts: Sequence[str], readings: int = 2) -> str:
 def is_fragile(verdict: str, contrasts: Sequence[Comparison]) -> bool:
     """An established answer one seed carries (a contrast it rests on is fragile)."""
     return verdict in ESTABLISHED and any(c.fragile for c in contrasts)
+
+
+# ---- re-derivation from a decision's record (the claim checker's rows) ----------------------
+
+
+def rederive_level(d: Decision, results: Results) -> tuple[str, bool]:
+    """A level decision's ``(verdict, fragile)`` from its profile contrast, its per-depth
+    comparisons and its failure evidence."""
+    profile = results.comparison(d.profile)
+    per_depth = {i: results.comparison(cid) for i, cid in enumerate(d.per_depth)}
+    evidence = [
+        FailureEvidence(**{**e, "failed": tuple(e["failed"]), "other": tuple(e["other"])})
+        for e in d.evidence
+    ]
+    verdict = level_verdict(profile, per_depth, evidence)
+    return verdict, is_fragile(verdict, [profile])
+
+
+def rederive_trend(d: Decision, results: Results) -> tuple[str, bool]:
+    """A scaling decision's ``(verdict, fragile)`` from its change and slope contrasts."""
+    change, slope = (results.comparison(cid) for cid in d.inputs)
+    verdict = trend_verdict(change, slope)
+    return verdict, is_fragile(verdict, [change, slope])
+
+
+def rederive_both_ways(d: Decision, results: Results) -> tuple[str, bool]:
+    """An answer under both readings from the two decisions it combines: fragile when
+    established and either reading is."""
+    parts = [next(x for x in results.decisions if x.id == cid) for cid in d.inputs]
+    verdict = both_ways([x.verdict for x in parts])
+    return verdict, verdict != "not established" and any(x.fragile for x in parts)

@@ -34,7 +34,7 @@ from fathom.stats.sentences import (
 )
 
 
-def evidence_text(table: DepthScalingTable, ev: list[FailureEvidence]) -> str:
+def _evidence_text(table: DepthScalingTable, ev: list[FailureEvidence]) -> str:
     """``depth 12 (Lyapunov failed on 5/5 seeds, vanilla on 0/5; Fisher exact p=0.0079)``."""
     parts = []
     for e in ev:
@@ -75,12 +75,12 @@ def _level(table: DepthScalingTable, s: Scenario) -> tuple[Sentence, Decision]:
     if comps or ev:
         why = [f"{x.id} is {x.verdict} ({comparison_text(x)})" for x in comps]
         if ev:
-            why.append(f"failure evidence at {evidence_text(table, ev)}")
+            why.append(f"failure evidence at {_evidence_text(table, ev)}")
         parts.append("contradicted by " + "; ".join(why))
     parts.append(f"per depth: {_per_depth_text(s.per_depth)}")
     shown = [e for e in s.evidence if e not in ev]
     if shown:
-        parts.append(f"failure counts differ at {evidence_text(table, shown)}")
+        parts.append(f"failure counts differ at {_evidence_text(table, shown)}")
     claims = [Claim(comparison=c.id, verdict=c.verdict, fragile=c.fragile)]
     claims += [
         Claim(comparison=x.id, verdict=x.verdict, fragile=x.fragile, brief=x not in comps)
@@ -98,7 +98,7 @@ def _level(table: DepthScalingTable, s: Scenario) -> tuple[Sentence, Decision]:
     return Sentence(text="; ".join(parts), claims=claims, decisions=[decision.id]), decision
 
 
-def gloss(table: DepthScalingTable, s: Scenario) -> str:
+def _gloss(table: DepthScalingTable, s: Scenario) -> str:
     """What the scaling answer means, in words."""
     cand, base = table.candidate, table.baseline
     region = fmt_region(s.change) if s.change is not None else ""
@@ -122,7 +122,7 @@ def _trend(table: DepthScalingTable, s: Scenario) -> tuple[Sentence, Decision]:
     text = (
         f"{_tag(s)}scaling ({table.candidate} vs {table.baseline}, how their difference "
         f"changes with depth): {s.trend}{', fragile' if fragile else ''} "
-        f"({gloss(table, s)}) — {ch.quantity.name} {ch.context['scope']}: "
+        f"({_gloss(table, s)}) — {ch.quantity.name} {ch.context['scope']}: "
         f"{verdict_words(ch)} ({comparison_text(ch)}); {sl.quantity.name} "
         f"{sl.context['scope']}: {verdict_words(sl)} ({comparison_text(sl)})"
     )
@@ -209,7 +209,7 @@ def assemble(
     head = f"level: {level.verdict}{', fragile' if level.fragile else ''}; scaling: {trend.verdict}"
     head += ", fragile" if trend.fragile else ""
     if len(scenarios) == 1:
-        head += f" ({gloss(table, scenarios[0])})"
+        head += f" ({_gloss(table, scenarios[0])})"
     else:
         readings = "; ".join(f"{s.reading}: level {s.level}, scaling {s.trend}" for s in scenarios)
         head += f" (undetermined runs read both ways — {readings})"

@@ -1,5 +1,5 @@
 """Inputs and outputs of the depth-scaling verdict (the rule: :mod:`fathom.stats.scaling`;
-the input checks: :mod:`fathom.stats.scaling_checks`)."""
+its input checks with it)."""
 
 from __future__ import annotations
 
@@ -7,30 +7,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from fathom.stats.results import Comparison, Results
+from fathom.stats.verdicts import LevelVerdict, TrendVerdict
 
-LevelVerdict = Literal[
-    "better across depths",
-    "worse across depths",
-    "equivalent across depths",
-    "not established",
-    "inconclusive",
-    "no comparison",
-    "no conclusion",
-]
-"""The *level*: is the candidate better than the baseline across the depths (their mean)?"""
-
-TrendVerdict = Literal[
-    "scales better",
-    "scales worse",
-    "scales equivalently",
-    "not established",
-    "inconclusive",
-    "no comparison",
-    "no conclusion",
-]
-"""The *scaling*: does the candidate's advantage change with depth (change and slope)?"""
-
-Outcome = Literal["judged", "no comparison", "no conclusion"]
+_Outcome = Literal["judged", "no comparison", "no conclusion"]
 """Whether the table was judged at all (both answers given) or why not."""
 
 
@@ -162,7 +141,7 @@ class DepthScalingVerdict:
     notes), for renderers that list them.
     """
 
-    verdict: Outcome
+    verdict: _Outcome
     sentence: str
     level: LevelVerdict = "no comparison"
     trend: TrendVerdict = "no comparison"

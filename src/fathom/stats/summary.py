@@ -55,7 +55,7 @@ from fathom.stats.summary_compare import (
 from fathom.stats.summary_tables import summary_tables
 from fathom.stats.verdicts import first_crossing
 
-CHECKPOINT_KEYS = ("test_acc", "test_ce", "val_ce", "epoch")
+_CHECKPOINT_KEYS = ("test_acc", "test_ce", "val_ce", "epoch")
 
 
 @dataclass(frozen=True)
@@ -117,11 +117,11 @@ def _check_records(records: Sequence[RunRecord], reference: str) -> dict[str, li
             )
         seen.add((r.recipe, r.seed))
         for where in CHECKPOINTS:
-            missing = [k for k in CHECKPOINT_KEYS if k not in getattr(r, where)]
+            missing = [k for k in _CHECKPOINT_KEYS if k not in getattr(r, where)]
             if missing:
                 raise FathomError(
                     f"record {r.recipe!r} seed {r.seed}: {where} lacks {missing}; give every "
-                    f"key of {CHECKPOINT_KEYS} (None when undefined)"
+                    f"key of {_CHECKPOINT_KEYS} (None when undefined)"
                 )
     accs = [getattr(r, w).get("test_acc") for r in records for w in CHECKPOINTS]
     why = fraction_problem([*accs, *(r.fit_acc_final for r in records)])

@@ -23,8 +23,8 @@ COMPARED_METRICS = (
 )
 # Paired differences are reported in these units: accuracy (a fraction in the records) in
 # percentage points (each value through :func:`percent`, so differences are in pp), CE in
-# nats. ``DIFF_CONVERT[key](a) - DIFF_CONVERT[key](b)``.
-DIFF_CONVERT = {"test_acc": percent, "test_ce": float}
+# nats. ``_DIFF_CONVERT[key](a) - _DIFF_CONVERT[key](b)``.
+_DIFF_CONVERT = {"test_acc": percent, "test_ce": float}
 DIFF_UNIT = {"test_acc": "percentage points", "test_ce": "nats"}
 CHECKPOINTS = ("selected", "final")
 
@@ -83,7 +83,7 @@ def metric_item(
     binomial variance of each run's test set, CE in nats."""
     key, label = metric
     q = (accuracy if key == "test_acc" else cross_entropy)(f"{label} ({where} checkpoint)")
-    conv = DIFF_CONVERT[key]
+    conv = _DIFF_CONVERT[key]
     a, b = (_values(usable[x], where, key) for x in names)
     var = {
         x: {r.seed: accuracy_variance_pp(r.n_test) if key == "test_acc" else 0.0 for r in usable[x]}
@@ -127,7 +127,7 @@ def _values(runs: Sequence[Any], where: str, key: str) -> dict[int, float | None
     return {r.seed: getattr(r, where)[key] for r in runs}
 
 
-CAVEATS = {"not_fitting": "not fitting", "ce_near_chance": "fitting CE near ln C"}
+_CAVEATS = {"not_fitting": "not fitting", "ce_near_chance": "fitting CE near ln C"}
 
 
 def _caveat(flags: Mapping[str, Mapping[int, list[str]]], names: tuple[str, ...]) -> dict[str, str]:
@@ -135,7 +135,7 @@ def _caveat(flags: Mapping[str, Mapping[int, list[str]]], names: tuple[str, ...]
     parts = [
         f"{n} {text}"
         for n in names
-        for f, text in CAVEATS.items()
+        for f, text in _CAVEATS.items()
         if any(f in fl for fl in flags[n].values())
     ]
     return {"caveat": "caveat: " + ", ".join(parts)} if parts else {}

@@ -21,9 +21,9 @@ from fathom.base.units import percent
 from fathom.stats.results import Cell, Table
 from fathom.stats.summary_compare import COMPARED_METRICS
 
-STAT_UNIT = {"test_acc": "%", "test_ce": "nats", "val_ce": "nats"}
+_STAT_UNIT = {"test_acc": "%", "test_ce": "nats", "val_ce": "nats"}
 DIFF_UNIT = {"test_acc": "pp", "test_ce": "nats"}
-METRIC_LABEL = {"test_acc": "accuracy", "test_ce": "CE"}
+_METRIC_LABEL = {"test_acc": "accuracy", "test_ce": "CE"}
 MISSING = Cell()
 
 
@@ -31,7 +31,7 @@ def _text(x: Any) -> Cell:
     return MISSING if x is None or x == "" else Cell(text=str(x))
 
 
-def stat_cell(stat: Mapping[str, Any] | None, unit: str) -> Cell:
+def _stat_cell(stat: Mapping[str, Any] | None, unit: str) -> Cell:
     """A summary stat ``{"mean", "sd", "n"}`` as a cell (``%``: the stored fraction in percent)."""
     if not stat or stat.get("mean") is None:
         return MISSING if not stat else Cell(unit=unit, n=stat.get("n"))
@@ -40,7 +40,7 @@ def stat_cell(stat: Mapping[str, Any] | None, unit: str) -> Cell:
     return Cell(value=conv(stat["mean"]), sd=sd, n=stat.get("n"), unit=unit)
 
 
-def diff_cell(c: Mapping[str, Any] | None, *, interval: bool = True) -> Cell:
+def _diff_cell(c: Mapping[str, Any] | None, *, interval: bool = True) -> Cell:
     """A comparison row's paired difference (signed, in pp or nats) with its interval."""
     if not c or not c.get("diff"):
         return MISSING
@@ -64,15 +64,15 @@ def _n(e: Mapping[str, Any]) -> Cell:
     return MISSING if not stat else Cell(value=stat["n"], unit="count")
 
 
-def quality_table(summary: Mapping[str, Any]) -> Table:
+def _quality_table(summary: Mapping[str, Any]) -> Table:
     """Per recipe: LR, n, selected and final test accuracy and CE (mean ± sample SD), flags."""
     rows = []
     for name, e in (summary.get("recipes") or {}).items():
         sel, fin = e.get("selected") or {}, e.get("final") or {}
         rows.append(
             [_text(name), _lrs(e), _n(e),
-             stat_cell(sel.get("test_acc"), "%"), stat_cell(fin.get("test_acc"), "%"),
-             stat_cell(sel.get("test_ce"), "nats"), stat_cell(fin.get("test_ce"), "nats"),
+             _stat_cell(sel.get("test_acc"), "%"), _stat_cell(fin.get("test_acc"), "%"),
+             _stat_cell(sel.get("test_ce"), "nats"), _stat_cell(fin.get("test_ce"), "nats"),
              _flags(e)]
         )  # fmt: skip
     cols = ["Method", "LR", "n", "Selected test accuracy (%)", "Final test accuracy (%)",
@@ -84,7 +84,7 @@ def quality_table(summary: Mapping[str, Any]) -> Table:
     return Table(id="quality", title=title, columns=cols, rows=rows, n_column=2)
 
 
-def differences_table(summary: Mapping[str, Any]) -> Table:
+def _differences_table(summary: Mapping[str, Any]) -> Table:
     """Every paired difference (recipe − reference): estimate, interval at its Holm step's
     level, n, region of no interest, verdict."""
     rows = []
@@ -94,8 +94,8 @@ def differences_table(summary: Mapping[str, Any]) -> Table:
         verdict = f"{c['verdict']}, fragile" if c.get("fragile") else c["verdict"]
         level = None if d.get("level") is None else percent(d["level"])
         rows.append(
-            [_text(c["recipe"]), _text(f"{METRIC_LABEL[c['metric']]} ({unit})"),
-             _text(c["checkpoint"]), diff_cell(c, interval=False),
+            [_text(c["recipe"]), _text(f"{_METRIC_LABEL[c['metric']]} ({unit})"),
+             _text(c["checkpoint"]), _diff_cell(c, interval=False),
              Cell(low=d.get("low"), high=d.get("high"), unit=unit, signed=True),
              Cell(value=level, unit="%"), Cell(value=d.get("n"), unit="count"),
              Cell(value=c.get("smallest_effect"), unit=unit), _text(verdict)]
@@ -109,16 +109,16 @@ def differences_table(summary: Mapping[str, Any]) -> Table:
     return Table(id="differences", title=title, columns=cols, rows=rows, n_column=6)
 
 
-def timing_table(summary: Mapping[str, Any]) -> Table:
+def _timing_table(summary: Mapping[str, Any]) -> Table:
     """Fixed-horizon training clock, its ratio of means to the reference, time to target."""
     rows = []
     for name, e in (summary.get("recipes") or {}).items():
         ttt = e.get("time_to_target")
         ratio = (e.get("training_ratio_to_reference") or {}).get("ratio_of_means")
         rows.append(
-            [_text(name), _n(e), stat_cell(e.get("training_s"), "s"), Cell(value=ratio, unit="×"),
-             stat_cell(ttt["training_s"], "s") if ttt else MISSING,
-             stat_cell(ttt["elapsed_s"], "s") if ttt else MISSING,
+            [_text(name), _n(e), _stat_cell(e.get("training_s"), "s"), Cell(value=ratio, unit="×"),
+             _stat_cell(ttt["training_s"], "s") if ttt else MISSING,
+             _stat_cell(ttt["elapsed_s"], "s") if ttt else MISSING,
              _text(f"{ttt['reached']}/{ttt['n']}" if ttt else None)]
         )  # fmt: skip
     cols = ["Method", "n", "Fixed-horizon training clock (s)", "Ratio to reference (×)",
@@ -141,9 +141,9 @@ def main_table(summary: Mapping[str, Any]) -> Table:
     }
     pairs = [(m, w) for m, _, _ in COMPARED_METRICS for w in ("selected", "final")]
     rows = []
-    for qrow, name in zip(quality_table(summary).rows, summary.get("recipes") or {}):
+    for qrow, name in zip(_quality_table(summary).rows, summary.get("recipes") or {}):
         diffs = [
-            Cell(text="reference") if name == ref else diff_cell(comps.get((name, m, w)))
+            Cell(text="reference") if name == ref else _diff_cell(comps.get((name, m, w)))
             for m, w in pairs
         ]
         rows.append([*qrow[:-1], *diffs, qrow[-1]])
@@ -159,11 +159,11 @@ def main_table(summary: Mapping[str, Any]) -> Table:
     )
 
 
-def ranking_tables(summary: Mapping[str, Any]) -> list[Table]:
+def _ranking_tables(summary: Mapping[str, Any]) -> list[Table]:
     """Per ranked metric: each recipe's mean at both checkpoints and its rank there."""
     out = []
     for metric, rk in (summary.get("rankings") or {}).items():
-        unit = STAT_UNIT[metric]
+        unit = _STAT_UNIT[metric]
         conv = percent if unit == "%" else float
         rows = [
             [_text(r["name"]), Cell(value=conv(r["selected"]), unit=unit),
@@ -188,7 +188,7 @@ def ranking_tables(summary: Mapping[str, Any]) -> list[Table]:
     return out
 
 
-def pairs_tables(summary: Mapping[str, Any]) -> list[Table]:
+def _pairs_tables(summary: Mapping[str, Any]) -> list[Table]:
     """Per ranked metric: every pairwise comparison (``a − b``) the ranking statement rests
     on (:mod:`fathom.stats.ranking`), at both checkpoints."""
     out = []
@@ -222,12 +222,12 @@ def pairs_tables(summary: Mapping[str, Any]) -> list[Table]:
 def summary_tables(summary: Mapping[str, Any]) -> list[Table]:
     """Every table of a :func:`~fathom.stats.summary.summarise_study` output, in print order."""
     return [
-        quality_table(summary),
-        differences_table(summary),
-        timing_table(summary),
+        _quality_table(summary),
+        _differences_table(summary),
+        _timing_table(summary),
         main_table(summary),
-        *ranking_tables(summary),
-        *pairs_tables(summary),
+        *_ranking_tables(summary),
+        *_pairs_tables(summary),
     ]
 
 

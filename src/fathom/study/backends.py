@@ -22,7 +22,7 @@ from fathom.study.execute import RunOutcome, execute_run
 from fathom.study.plan import RunSpec
 from fathom.study.pool import local_pool, worker_devices
 
-OnOutcome = Callable[[RunOutcome], None]
+_OnOutcome = Callable[[RunOutcome], None]
 """Called with each run's outcome as the run ends (the study's per-run line)."""
 
 
@@ -59,7 +59,7 @@ class LocalBackend:
         *,
         retry_failed: bool,
         registry_file: str | None,
-        progress: OnOutcome | None = None,
+        progress: _OnOutcome | None = None,
         allow_source_change: bool = False,
     ) -> list[RunOutcome]:
         kwargs = dict(
@@ -126,7 +126,7 @@ class RayBackend:
         *,
         retry_failed: bool,
         registry_file: str | None,
-        progress: OnOutcome | None = None,
+        progress: _OnOutcome | None = None,
         allow_source_change: bool = False,
     ) -> list[RunOutcome]:
         ray = _import_ray()

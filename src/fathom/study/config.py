@@ -120,7 +120,7 @@ class StudySection(_Strict):
         return self
 
 
-LR_SOURCES: tuple[str, ...] = ("tuning", "study.lr", "frozen")
+_LR_SOURCES: tuple[str, ...] = ("tuning", "study.lr", "frozen")
 """Where a recipe's learning rate came from (see the module docstring)."""
 
 
@@ -222,7 +222,7 @@ class StudyConfig(_Strict):
         return self
 
     def lr_source(self) -> str:
-        """Where every recipe's rate comes from: one of :data:`LR_SOURCES`."""
+        """Where every recipe's rate comes from: one of :data:`_LR_SOURCES`."""
         if self.tuning.mode == "frozen":
             return "frozen"
         return "tuning" if self.tuning.enabled else "study.lr"

@@ -57,7 +57,7 @@ class RunOutcome:
 def verify_complete(run_dir: Path) -> str:
     """The final-parameter hash of a complete run, after checking its final checkpoint file."""
     rd = RunDir(run_dir)
-    recorded = rd.manifest.get("hashes", {}).get("final_params")
+    recorded = rd.record.hashes.final_params
     on_disk = rd.checkpoint_hash("final")
     if recorded is None or recorded != on_disk:
         raise FathomError(
@@ -75,10 +75,10 @@ def _state(spec: RunSpec) -> tuple[str, RunDir | None]:
     if not (path / "manifest.json").exists():
         return ("absent" if not path.exists() else "unstarted"), None
     rd = RunDir(path)
-    stored_hash = rd.manifest.get("config_hash")
+    stored_hash = rd.record.config_hash
     if stored_hash != config_digest(spec.config):
         why = describe_config_change(
-            rd.manifest.get("config", {}), stored_hash, spec.config, (" (on disk)", " (study)")
+            rd.record.config, stored_hash, spec.config, (" (on disk)", " (study)")
         )
         raise FathomError(
             f"run directory {spec.run_dir!r} holds a run of another config ({why}); "
@@ -177,13 +177,13 @@ def execute_run(
     if action == "keep" and state == "diverged":
         return outcome("kept", "diverged", None)
     if action == "keep":
-        reason = rd.manifest.get("status_reason") if rd is not None else None
+        reason = rd.header.status_reason if rd is not None else None
         return outcome(
             "kept", "failed", None, f"failed earlier ({reason}); rerun with --retry-failed"
         )
     expected = None
     if action == "retrain":
-        expected = (rd.manifest.get("hashes") or {}).get("final_params") if rd else None
+        expected = rd.record.hashes.final_params if rd else None
         _wipe(path)
         state = "unstarted"
     has_resume = resume_file(path) is not None

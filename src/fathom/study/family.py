@@ -5,7 +5,7 @@ it has a ``[study]`` table, else a run) and applies that member's own checks, so
 the same way. :func:`load_config` accepts a TOML path or the name of any shipped preset.
 
 Start-up: a run config does not import the study models, so ``fathom validate <run preset>``
-and a mistyped ``--set`` key pay only for the run models (issue 23).
+and a mistyped ``--set`` key pay only for the run models.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from fathom.errors import FathomError, with_suggestion
 if TYPE_CHECKING:
     from fathom.study.config import StudyConfig
 
-CONFIG_KINDS: tuple[str, ...] = ("run", "study", "depth_scaling")
+_CONFIG_KINDS: tuple[str, ...] = ("run", "study", "depth_scaling")
 
 
-def infer_kind(data: dict[str, Any]) -> str:
+def _infer_kind(data: dict[str, Any]) -> str:
     """``data["kind"]``; without it, ``study`` for a ``[study]`` table, else ``run``."""
     kind = data.get("kind")
     if kind is None:
         return "study" if isinstance(data.get("study"), dict) else "run"
-    if kind not in CONFIG_KINDS:
-        raise FathomError(f"unknown config kind {kind!r}; use one of {', '.join(CONFIG_KINDS)}")
+    if kind not in _CONFIG_KINDS:
+        raise FathomError(f"unknown config kind {kind!r}; use one of {', '.join(_CONFIG_KINDS)}")
     return str(kind)
 
 
@@ -40,7 +40,7 @@ def validate_config(
     data: dict[str, Any], origin: str = "config"
 ) -> RunConfig | StudyConfig | DepthScaleConfig:
     """The family member named by ``kind``, validated with that member's own rules."""
-    kind = infer_kind(data)
+    kind = _infer_kind(data)
     if kind == "run":
         return validate_run_config(data, origin)
     if kind == "study":

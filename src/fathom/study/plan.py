@@ -23,7 +23,7 @@ class RunSpec:
     config: dict[str, Any]
 
 
-def lr_tag(lr: float) -> str:
+def _lr_tag(lr: float) -> str:
     """A file-name-safe learning-rate tag: ``0.03 -> "0.03"``, ``1e-05 -> "1e-05"``."""
     return format(lr, "g")
 
@@ -40,7 +40,7 @@ def _spec(
     study: StudyConfig, runs_dir: str | Path, phase: str, recipe: str, seed: int, lr: float
 ) -> RunSpec:
     run_id = (
-        f"{TUNING_PREFIX}{recipe}-lr{lr_tag(lr)}-s{seed}"
+        f"{TUNING_PREFIX}{recipe}-lr{_lr_tag(lr)}-s{seed}"
         if phase == "tuning"
         else f"{MAIN_PREFIX}{recipe}-s{seed}"
     )

@@ -35,7 +35,7 @@ def pool_context() -> multiprocessing.context.BaseContext:
     (what makes forking a process that has trained unsafe). A worker gets nothing from the
     study's memory: its task and arguments are pickled and multiprocessing prepares it from
     the study's working directory, ``sys.path`` and ``__main__`` as it prepares a spawned
-    one; :func:`init_worker` adds the study's environment of the moment (a spawned worker
+    one; :func:`_init_worker` adds the study's environment of the moment (a spawned worker
     inherits it; a forked one would have the forkserver's). A run so computes what it would in
     a spawned worker (same final-parameter hash: ``tests/test_study_backends.py``,
     ``tests/test_study_integrity.py``).
@@ -81,7 +81,7 @@ def pool_context() -> multiprocessing.context.BaseContext:
 def local_pool(devices: Sequence[int | None]) -> Iterator[ProcessPoolExecutor]:
     """A pool of ``len(devices)`` local workers (:func:`pool_context`): each dies with this
     process and takes this process's environment and one of ``devices`` (a CUDA index, or
-    ``None`` to leave the device alone) as it starts (:func:`init_worker`).
+    ``None`` to leave the device alone) as it starts (:func:`_init_worker`).
 
     On exit the pool is shut down and the queue that hands out the devices is closed and its
     feeder thread joined. Left to itself, that thread frees the queue's semaphores some time
@@ -99,7 +99,7 @@ def local_pool(devices: Sequence[int | None]) -> Iterator[ProcessPoolExecutor]:
         with ProcessPoolExecutor(
             max_workers=len(devices),
             mp_context=ctx,
-            initializer=init_worker,
+            initializer=_init_worker,
             initargs=(os.getpid(), indices, dict(os.environ)),
         ) as pool:
             yield pool
@@ -156,7 +156,7 @@ def die_with_study(study_pid: int, poll_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="fathom-study-watch", daemon=True).start()
 
 
-def init_worker(study_pid: int, indices: Any, environ: dict[str, str]) -> None:
+def _init_worker(study_pid: int, indices: Any, environ: dict[str, str]) -> None:
     """Worker initializer: die with the study (:func:`die_with_study`), take the study's
     environment (a forkserver started earlier may have another one), then take a device."""
     import os

@@ -35,7 +35,7 @@ def set_parent_death_signal() -> None:
         return  # best effort: each worker's watch of the study's PID still ends it
 
 
-def guard_server() -> None:
+def _guard_server() -> None:
     """In the forkserver (``FATHOM_POOL_STUDY`` set): die with the study, or now if it is gone."""
     study = os.environ.get("FATHOM_POOL_STUDY")
     if study is None:
@@ -45,4 +45,4 @@ def guard_server() -> None:
         os._exit(1)
 
 
-guard_server()
+_guard_server()

@@ -47,8 +47,8 @@ def checkpoint_scores(rd: RunDir) -> dict[str, dict[str, Any]]:
     """``{"selected": {...}, "final": {...}}`` with ``test_acc``, ``test_ce``, ``val_ce``,
     ``val_acc``, ``fit_acc``, ``fit_ce``, ``epoch`` from the history rows at those epochs."""
     rows = rd.history()
-    sel_epoch = (rd.manifest.get("selected") or {}).get("epoch")
-    fin_epoch = (rd.manifest.get("final") or {}).get("epoch") if rd.status == "complete" else None
+    sel_epoch = rd.record.selected.epoch
+    fin_epoch = rd.record.final.epoch if rd.status == "complete" else None
     out = {}
     for where, epoch in (("selected", sel_epoch), ("final", fin_epoch)):
         row = _row_at(rows, epoch)
@@ -69,19 +69,18 @@ def outcome_warnings(rd: RunDir) -> list[str]:
     if rd.status != "complete":
         return []
     final = checkpoint_scores(rd)["final"]
-    data = rd.manifest.get("data") or {}
-    baseline = (data.get("info") or {}).get("unigram_val_ce")
+    baseline = rd._data_info().get("unigram_val_ce")
     if baseline is not None:  # a language model: judged against its unigram baseline
         return language_model_warnings(final["val_ce"], float(baseline))
-    classes = (data.get("info") or {}).get("classes")
-    if not isinstance(classes, int) or classes < 2:
-        return []  # no class count recorded: chance is not defined, nothing to judge
+    classes = rd.classes
+    if classes < 2:
+        return []  # one class: chance is not defined, nothing to judge
     flags = failure_flags(
         status="complete",
         test_acc=final["test_acc"],
         train_ce=final["fit_ce"],
         classes=classes,
-        n_eval=(data.get("sizes") or {}).get("test"),
+        n_eval=rd.record.data.sizes.test,
         fit_acc=final["fit_acc"],
     )
     acc = "unknown" if final["test_acc"] is None else fmt_percent(final["test_acc"], 1)
@@ -120,7 +119,7 @@ def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:
     """A :class:`fathom.stats.RunRecord` of one run directory."""
     scores = checkpoint_scores(rd)
     keys = ("test_acc", "test_ce", "val_ce", "epoch")
-    clocks = rd.manifest.get("clocks") or {}
+    clocks = rd.record.clocks
     curve = [
         (
             int(r["epoch"]),
@@ -131,7 +130,6 @@ def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:
         for r in rd.history()
         if "clock/training_s" in r and "val/acc" in r
     ]
-    classes = int((rd.manifest.get("data") or {}).get("info", {}).get("classes", 10))
     complete = rd.status == "complete"
     return RunRecord(
         recipe=recipe,
@@ -140,16 +138,16 @@ def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:
         status=rd.status
         if rd.status in ("complete", "diverged", "failed", "running", "interrupted")
         else "failed",
-        classes=classes,
+        classes=rd.classes,
         selected={k: scores["selected"][k] for k in keys},
         final={k: scores["final"][k] for k in keys},
         fit_acc_final=scores["final"]["fit_acc"],
-        training_clock_s=clocks.get("training_s") if complete else None,
-        elapsed_s=clocks.get("elapsed_s") if complete else None,
+        training_clock_s=clocks.training_s if complete else None,
+        elapsed_s=clocks.elapsed_s if complete else None,
         curve=curve,
-        config_fingerprint=config_fingerprint(rd.manifest["config"]),
+        config_fingerprint=config_fingerprint(rd.record.config),
         fit_ce_final=scores["final"]["fit_ce"],
-        n_test=((rd.manifest.get("data") or {}).get("sizes") or {}).get("test"),
+        n_test=rd.record.data.sizes.test,
     )
 
 
@@ -190,16 +188,15 @@ def registry_row(spec: RunSpec) -> dict[str, Any]:
             ),
         }
     rd = RunDir(path)
-    m = rd.manifest
+    m = rd.record
     scores = checkpoint_scores(rd)
-    clocks = m.get("clocks") or {}
     return {
         **row,
         "status": rd.status,
-        "status_reason": m.get("status_reason"),
-        "config_hash": m.get("config_hash"),
-        "epochs_completed": m.get("epochs_completed"),
-        "diverged_epoch": m.get("diverged_epoch"),
+        "status_reason": m.status_reason,
+        "config_hash": m.config_hash,
+        "epochs_completed": m.epochs_completed,
+        "diverged_epoch": m.diverged_epoch,
         "selected_epoch": scores["selected"]["epoch"],
         "selected_val_ce": scores["selected"]["val_ce"],
         "selected_test_acc": scores["selected"]["test_acc"],
@@ -208,7 +205,7 @@ def registry_row(spec: RunSpec) -> dict[str, Any]:
         "final_val_ce": scores["final"]["val_ce"],
         "final_test_acc": scores["final"]["test_acc"],
         "final_test_ce": scores["final"]["test_ce"],
-        "final_params": (m.get("hashes") or {}).get("final_params"),
-        "training_s": clocks.get("training_s"),
-        "elapsed_s": clocks.get("elapsed_s"),
+        "final_params": m.hashes.final_params,
+        "training_s": m.clocks.training_s,
+        "elapsed_s": m.clocks.elapsed_s,
     }

@@ -28,8 +28,8 @@ from typing import Any
 
 from fathom.errors import FathomError
 
-REGISTRY_FILE = "registry.sqlite"
-SCHEMA_VERSION = 2
+_REGISTRY_FILE = "registry.sqlite"
+_SCHEMA_VERSION = 2
 """Stored as SQLite ``user_version``; 2: relative ``directory``, ISO ``updated_at``."""
 
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -59,7 +59,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("updated_at", "TEXT NOT NULL"),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(name for name, _ in COLUMNS)
-FILTERS: tuple[str, ...] = ("study", "phase", "recipe", "seed", "status")
+_FILTERS: tuple[str, ...] = ("study", "phase", "recipe", "seed", "status")
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS runs ("
@@ -73,10 +73,10 @@ _INSERT = (
 
 
 def registry_path(runs_dir: str | Path) -> Path:
-    return Path(runs_dir) / REGISTRY_FILE
+    return Path(runs_dir) / _REGISTRY_FILE
 
 
-def now_iso() -> str:
+def _now_iso() -> str:
     """The current time, ISO 8601 in UTC to the second: ``2026-12-01T22:10:03+00:00``."""
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -88,7 +88,7 @@ def _iso(value: Any) -> str:
     return str(value)
 
 
-def relative_directory(directory: str | Path, root: Path) -> str:
+def _relative_directory(directory: str | Path, root: Path) -> str:
     """``directory`` relative to ``root`` (POSIX separators) when inside it, else absolute."""
     path = Path(directory)
     if not path.is_absolute():
@@ -142,11 +142,11 @@ class Registry:
 
     def _migrate(self, con: sqlite3.Connection) -> None:
         """Schema 1 -> 2 in one transaction: relative directories, ISO times, TEXT column."""
-        if con.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+        if con.execute("PRAGMA user_version").fetchone()[0] >= _SCHEMA_VERSION:
             return
         con.execute("BEGIN IMMEDIATE")
         try:
-            if con.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+            if con.execute("PRAGMA user_version").fetchone()[0] >= _SCHEMA_VERSION:
                 con.execute("COMMIT")  # another process converted it meanwhile
                 return
             con.row_factory = sqlite3.Row
@@ -155,10 +155,10 @@ class Registry:
             con.execute("DROP TABLE runs")
             con.execute(_SCHEMA)
             for r in rows:
-                r["directory"] = relative_directory(r["directory"], self.path.parent)
+                r["directory"] = _relative_directory(r["directory"], self.path.parent)
                 r["updated_at"] = _iso(r["updated_at"])
             con.executemany(_INSERT, rows)
-            con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            con.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
         except BaseException:
             con.execute("ROLLBACK")
             raise
@@ -193,8 +193,8 @@ class Registry:
             stamped.append(
                 {
                     **{c: row.get(c) for c in COLUMN_NAMES},
-                    "directory": relative_directory(row["directory"], self.path.parent),
-                    "updated_at": now_iso(),
+                    "directory": _relative_directory(row["directory"], self.path.parent),
+                    "updated_at": _now_iso(),
                 }
             )
         with self._connect("writing") as con:
@@ -208,9 +208,11 @@ class Registry:
 
     def query(self, **filters: Any) -> list[dict[str, Any]]:
         """Rows matching every given filter (``study``, ``phase``, ``recipe``, ``seed``, ``status``)."""
-        unknown = [k for k in filters if k not in FILTERS]
+        unknown = [k for k in filters if k not in _FILTERS]
         if unknown:
-            raise FathomError(f"unknown registry filters {unknown}; valid filters: {list(FILTERS)}")
+            raise FathomError(
+                f"unknown registry filters {unknown}; valid filters: {list(_FILTERS)}"
+            )
         where = [f"{k} = :{k}" for k, v in filters.items() if v is not None]
         sql = "SELECT * FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
         sql += " ORDER BY study, phase DESC, recipe, seed, lr"

@@ -46,7 +46,7 @@ def _terminal(
     )
 
 
-QUALITY = {
+_QUALITY = {
     "Method": "Method",
     "LR": "LR",
     "n": "n",
@@ -55,7 +55,7 @@ QUALITY = {
     "Final test CE (nats)": "Final CE\n(nats)",
     "Flags": "Flags",
 }
-DIFFERENCES = {
+_DIFFERENCES = {
     "Method": "Method",
     "Test metric (unit)": "Metric",
     "Difference": "Difference",
@@ -63,7 +63,7 @@ DIFFERENCES = {
     "n": "n",
     "Verdict": "Verdict",
 }
-TIMING = {
+_TIMING = {
     "Method": "Method",
     "n": "n",
     "Fixed-horizon training clock (s)": "Training\nclock (s)",
@@ -72,7 +72,7 @@ TIMING = {
     "Time to target, elapsed (s)": "To target,\nelapsed (s)",
     "Reached": "Reached",
 }
-TUNING = {
+_TUNING = {
     "Method": "Method",
     "LR": "LR",
     "Status": "Status",
@@ -94,9 +94,9 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
         if line:
             console.print(line, overflow="fold")
     tuning = tuning_table(summary["tuning"])
-    console.print(_terminal(tuning, TUNING if tuning.id == "tuning" else None))
+    console.print(_terminal(tuning, _TUNING if tuning.id == "tuning" else None))
     tables = tables_of(stats)
-    console.print(_terminal(tables["quality"], QUALITY, wrap=("Flags",)))
+    console.print(_terminal(tables["quality"], _QUALITY, wrap=("Flags",)))
     for checkpoint in ("selected", "final"):
         title = (
             f"Paired differences (method − {stats['reference']}), {checkpoint} checkpoint, "
@@ -104,8 +104,8 @@ def print_summary(summary: dict[str, Any], console: Console | None = None) -> No
             f"{fmt_level(stats['level'])})"
         )
         where = ("Checkpoint", checkpoint)
-        console.print(_terminal(tables["differences"], DIFFERENCES, title=title, where=where))
-    console.print(_terminal(tables["timing"], TIMING))
+        console.print(_terminal(tables["differences"], _DIFFERENCES, title=title, where=where))
+    console.print(_terminal(tables["timing"], _TIMING))
     for metric, rk in stats["rankings"].items():
         claim = rk.get("claim")
         if claim is not None:

@@ -30,7 +30,7 @@ from fathom.study.selection import GridPoint, grid_point, select_lr
 from fathom.study.sources import check_sources, source_summary
 from fathom.study.studyfile import STUDY_FILE, read_study_file, write_study_file
 
-LR_RULES: dict[str, str] = {
+_LR_RULES: dict[str, str] = {
     "tuning": "minimum validation CE over evaluated epochs; ties to the smaller rate; diverged or failed points never selected",
     "study.lr": "every recipe at the study's one learning rate (study.lr), nothing selected",
     "frozen": "every recipe at its frozen rate (tuning.lr), nothing selected and no tuning run",
@@ -46,7 +46,7 @@ class StudyResult:
     wall_s: float = 0.0
 
 
-def check_study_file(root: Path, study: StudyConfig) -> None:
+def _check_study_file(root: Path, study: StudyConfig) -> None:
     """Refuse to mix a changed base config into a study root that holds runs of another."""
     if not (root / STUDY_FILE).exists():
         return
@@ -92,7 +92,7 @@ def _run_locked(
 ) -> StudyResult:
     t0 = time.perf_counter()
     root = study_root(runs_dir, study)
-    check_study_file(root, study)
+    _check_study_file(root, study)
     write_study_file(root, study, origin)
     reg = str(registry_path(runs_dir))
     from fathom.study.registry import Registry
@@ -129,7 +129,7 @@ def _run_locked(
             f"main: {len(m_specs)} runs ({len(study.study.recipes)} recipes x {len(study.study.seeds)} seeds)",
         )
     outcomes += backend.run(m_specs, registry_file=reg, progress=report, **opts)
-    summary = build_summary(study, m_specs, grid, lrs)
+    summary = _build_summary(study, m_specs, grid, lrs)
     summary["execution"] = {
         "backend": getattr(backend, "name", type(backend).__name__),
         "wall_s": time.perf_counter() - t0,
@@ -145,7 +145,7 @@ def _run_locked(
     return StudyResult(root, summary, outcomes, time.perf_counter() - t0)
 
 
-def build_summary(
+def _build_summary(
     study: StudyConfig, m_specs: Sequence[RunSpec], grid: Sequence[GridPoint], lrs: dict[str, float]
 ) -> dict[str, Any]:
     """:func:`fathom.stats.summarise_study` of the main phase, plus the study's own context."""
@@ -154,9 +154,7 @@ def build_summary(
         records, reference=study.study.reference, target_val_acc=study.study.target_val_acc
     )
     scaled = scaled_down(study)
-    devices = sorted(
-        {RunDir(s.run_dir).manifest.get("environment", {}).get("device_name", "?") for s in m_specs}
-    )
+    devices = sorted({RunDir(s.run_dir).record.environment.device_name for s in m_specs})
     source = study.lr_source()
     grid_on = study.tuning.runs_grid
     return {
@@ -172,7 +170,7 @@ def build_summary(
             "mode": "grid" if grid_on else ("frozen" if source == "frozen" else "off"),
             "seed": study.tuning.seed if grid_on else None,
             "lrs": list(study.tuning.lrs) if grid_on else [],
-            "rule": LR_RULES[source],
+            "rule": _LR_RULES[source],
             "grid": [vars(p) for p in grid],
             "selected_lr": lrs,
             "lr_source": dict.fromkeys(lrs, source),
@@ -185,9 +183,7 @@ def build_summary(
                 "lr_source": source,
                 "run_dir": s.run_dir,
                 "status": RunDir(s.run_dir).status,
-                "final_params": (RunDir(s.run_dir).manifest.get("hashes") or {}).get(
-                    "final_params"
-                ),
+                "final_params": RunDir(s.run_dir).record.hashes.final_params,
             }
             for s in m_specs
         },

@@ -30,7 +30,7 @@ from fathom.study.config import StudyConfig, load_study
 FULL_PROTOCOL = "ciresan-sd"
 """The preset every study is compared against."""
 
-NOT_COMPARED: tuple[str, ...] = (
+_NOT_COMPARED: tuple[str, ...] = (
     "study.name",
     "study.description",
     "study.scale_down",
@@ -208,7 +208,7 @@ def scaled_down(study: StudyConfig, full: StudyConfig | None = None) -> list[Sca
     keys = [
         k
         for k in dict.fromkeys([*b, *a])
-        if a.get(k) != b.get(k) and not any(k == p or k.startswith(p + ".") for p in NOT_COMPARED)
+        if a.get(k) != b.get(k) and not any(k == p or k.startswith(p + ".") for p in _NOT_COMPARED)
     ]
     out: list[ScaleDown] = []
     covered: set[str] = set()

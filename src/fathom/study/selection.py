@@ -34,8 +34,8 @@ class GridPoint:
 
 def grid_point(spec: RunSpec) -> GridPoint:
     rd = RunDir(spec.run_dir)
-    sel = rd.manifest.get("selected") or {}
-    val_ce = sel.get("val_ce")
+    sel = rd.record.selected
+    val_ce = sel.val_ce
     usable = rd.status == "complete" and val_ce is not None and math.isfinite(val_ce)
     return GridPoint(
         recipe=spec.recipe,
@@ -43,9 +43,9 @@ def grid_point(spec: RunSpec) -> GridPoint:
         run_id=spec.run_id,
         status=rd.status,
         val_ce=float(val_ce) if usable else None,
-        selected_epoch=sel.get("epoch") if usable else None,
-        diverged_epoch=rd.manifest.get("diverged_epoch"),
-        status_reason=rd.manifest.get("status_reason"),
+        selected_epoch=sel.epoch if usable else None,
+        diverged_epoch=rd.record.diverged_epoch,
+        status_reason=rd.header.status_reason,
     )
 
 

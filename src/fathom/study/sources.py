@@ -21,7 +21,7 @@ from fathom.rundir import RunDir
 from fathom.study.plan import RunSpec
 
 
-def run_sources(path: str | Path) -> list[str]:
+def _run_sources(path: str | Path) -> list[str]:
     """The source hashes a run directory was trained with (start, then each change)."""
     if not (Path(path) / "manifest.json").exists():
         return []
@@ -38,7 +38,7 @@ def check_sources(specs: Sequence[RunSpec], allow_source_change: bool) -> None:
     other = {
         s.run_id: hashes
         for s in specs
-        if (hashes := run_sources(s.run_dir)) and any(h != current for h in hashes)
+        if (hashes := _run_sources(s.run_dir)) and any(h != current for h in hashes)
     }
     if other:
         listed = ", ".join(f"{rid} ({hashes[-1][:12]})" for rid, hashes in sorted(other.items()))
@@ -55,7 +55,7 @@ def source_summary(specs: Sequence[RunSpec]) -> dict[str, Any]:
     """``{"hashes": {hash: [run ids]}, "mixed": bool, "sentence"}`` over ``specs``' runs."""
     by_hash: dict[str, list[str]] = {}
     for s in specs:
-        for h in dict.fromkeys(run_sources(s.run_dir)):
+        for h in dict.fromkeys(_run_sources(s.run_dir)):
             by_hash.setdefault(h, []).append(s.run_id)
     mixed = len(by_hash) > 1
     if not by_hash:

@@ -26,8 +26,8 @@ def _row(spec: RunSpec, epochs: int) -> dict[str, Any]:
     return {
         **row,
         "status": status,
-        "epochs": f"{rd.manifest.get('epochs_completed', 0)}/{epochs}",
-        "final_params": (rd.manifest.get("hashes") or {}).get("final_params"),
+        "epochs": f"{rd.record.epochs_completed}/{epochs}",
+        "final_params": rd.record.hashes.final_params,
     }
 
 
