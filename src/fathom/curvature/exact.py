@@ -11,7 +11,7 @@ and the three matrices (the *families*) differ only in their output directions:
 
 * CE **GGN** ``(1/N) sum_i J_i^T H_i J_i``: ``v_ik = s_ik``, the ``C - 1`` columns of the
   reduced square-root factor ``R_i`` of the softmax Hessian ``H_i = diag(p_i) - p_i p_i^T``
-  (``H_i = R_i R_i^T``, rank ``C - 1``: :mod:`fathom.curvature.softmax`; exact, not sampled);
+  (``H_i = R_i R_i^T``, rank ``C - 1``: :mod:`fathom.losses.softmax`; exact, not sampled);
 * **empirical Fisher** ``(1/N) sum_i g_i g_i^T`` (observed labels): one direction ``r_i = p_i - e_y``;
 * **logit-Jacobian Gram** ``(1/N) sum_i J_i^T J_i``: ``v_ic = e_c``, the ``C`` unit logits.
 
@@ -51,9 +51,9 @@ import torch
 from torch import nn
 
 from fathom.curvature.probe import probe_labels, pull_back, unit_directions
-from fathom.curvature.softmax import label_residual, softmax_hessian_sqrt_reduced, softmax_parts
 from fathom.curvature.twin import prepared
 from fathom.errors import FathomError
+from fathom.losses.softmax import label_residual, softmax_hessian_sqrt_reduced, softmax_parts
 from fathom.seam import Call, Layer, Seam
 from fathom.seam.pex import linear_rows, per_example_grads
 from fathom.seam.pex_attention import Form, attention_forms
@@ -102,7 +102,7 @@ def resolve_families(families: str | Iterable[str]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class OutputDirections:
     """Per-example output directions: ``R [N, C, K]`` (GGN; the reduced square-root factor
-    of the softmax Hessian, ``K = C - 1`` columns: :mod:`fathom.curvature.softmax`) and
+    of the softmax Hessian, ``K = C - 1`` columns: :mod:`fathom.losses.softmax`) and
     ``r [N, C]`` (Fisher)."""
 
     sqrt_hessian: torch.Tensor
