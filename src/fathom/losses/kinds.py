@@ -129,6 +129,10 @@ class Loss:
     def hessian_sqrt(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def factor_width(self, layout: Layout) -> int:
+        """``K``: columns of the Hessian factor per position (one for elementwise losses)."""
+        return 1
+
     def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """``L`` (module docstring), float64."""
         return self.terms(output, target).value(output)
@@ -187,9 +191,9 @@ class CrossEntropy(Loss):
         if y.is_floating_point():
             if tuple(y.shape) != layout.shape:
                 raise FathomError(
-                    f"cross_entropy: probability targets must have the output's shape "
-                    f"{list(layout.shape)}, got {list(y.shape)}; integer class labels have "
-                    f"shape {list(layout.position_shape)}"
+                    f"cross_entropy: labels must be an integer tensor of shape "
+                    f"{list(layout.position_shape)}, or probability targets a floating tensor "
+                    f"of the output's shape {list(layout.shape)}; got {y.dtype} {list(y.shape)}"
                 )
             if not bool(torch.isfinite(y).all()) or bool((y < 0).any()):
                 raise FathomError(
@@ -216,6 +220,9 @@ class CrossEntropy(Loss):
                 f"{self.ignore_index}); found {v}"
             )
         return flat, mask
+
+    def factor_width(self, layout: Layout) -> int:
+        return max(1, layout.classes - 1)
 
     def _target(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """``t'`` ``[N, P, C]`` (module docstring)."""
@@ -416,9 +423,3 @@ class Terms:
         if scaled:
             full = full * math.sqrt(self.weight)
         return self.layout.uncanon(full.reshape(p * k, n, self.layout.positions, c))
-
-    @property
-    def width(self) -> int:
-        """``K``: factor columns per position."""
-        c = self.layout.classes
-        return 1 if self.layout.class_dim is None else max(1, c - 1)
