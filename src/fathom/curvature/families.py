@@ -168,8 +168,11 @@ def total_directions(families: tuple[str, ...], loss: Loss, layout: Layout) -> i
 def groups(families: tuple[str, ...], terms: Terms, z: torch.Tensor, most: int) -> Iterator[Pulled]:
     """The families' directions on ``z``, packed into groups of at most ``most`` directions
     (one item at least: a position's ``K`` columns stay together); mixed from the units
-    where :func:`mixes` says so (one group)."""
-    if mixes(families, terms.layout):
+    where :func:`mixes` says so and they fit in one group."""
+    if (
+        mixes(families, terms.layout)
+        and total_directions(families, terms.loss, terms.layout) <= most
+    ):
         yield mixed(families, terms, z)
         return
     parts: list[torch.Tensor] = []

@@ -306,7 +306,7 @@ LOSS_DEFINITIONS: dict[str, str] = {
 
 
 def _did_you_mean(name: str, choices) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1)
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
