@@ -253,3 +253,46 @@ def test_misread_layouts_and_targets_are_refused_by_name() -> None:
         exact_diagonals(model, x, y, loss="mse_loss")
     with pytest.raises(FathomError, match=r"\[N, 1\].*zero"):
         exact_diagonals(nn.Linear(3, 1), torch.randn(4, 3), torch.zeros(4, dtype=torch.long))
+
+
+def _per_example_sq_norms(model, x, y, loss, weight_of) -> torch.Tensor:
+    """``||d L_i / d W||^2`` per example by a loop, ``L_i = (1/c) sum_p w_ip l_ip``, float64."""
+    m = copy.deepcopy(model).double().eval()
+    z = m(x.double())
+    terms = loss.terms(z, y)
+    c = float(terms.scale)
+    per = terms.losses(z) * terms.weights(z) / c  # [N, P]
+    w = weight_of(m)
+    return torch.stack(
+        [
+            torch.autograd.grad(per[i].sum(), w, retain_graph=True)[0].square().sum()
+            for i in range(len(per))
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "loss", [make_loss("cross_entropy", class_dim=-1), make_loss("mse", reduction="sum")]
+)
+def test_instruments_take_a_loss_and_a_sequence_output(loss) -> None:
+    """Per-example gradient moments on ``[N, T, V]`` (one example = the whole sequence):
+    ``grad/pex/mean_sq_norm`` of the head is ``(1/N) sum_i ||grad L_i||^2`` by a loop."""
+    import fathom
+
+    torch.manual_seed(8)
+    model, (x, y) = Tokens(), _seq(n=4, t=3)
+    if loss.name == "mse":
+        y = torch.randn(4, 3, 5)
+    row = fathom.Instruments(model.double(), x.double(), y, loss=loss).observe()
+    want = _per_example_sq_norms(model, x, y, loss, lambda m: m.head.weight).mean()
+    got = row["grad/pex/mean_sq_norm/head"]
+    assert abs(got - float(want)) <= 1e-9 * float(want)
+    assert row["probe/ce"] is None  # defined over [N, C] integer labels only
+
+
+def test_instruments_refuse_a_sequence_output_without_its_layout() -> None:
+    import fathom
+
+    model, (x, y) = Tokens(), _seq()
+    with pytest.raises(FathomError, match="class_dim=-1"):
+        fathom.Instruments(model, x, y).observe()

@@ -133,6 +133,12 @@ class Loss:
         """``K``: columns of the Hessian factor per position (one for elementwise losses)."""
         return 1
 
+    def torch_sum(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """``sum_ip m_ip l_ip`` by torch's own function (``reduction="sum"``): differentiable
+        in the output's dtype (float32 training telemetry), where the closed forms above are
+        the float64 references."""
+        raise NotImplementedError
+
     def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """``L`` (module docstring), float64."""
         return self.terms(output, target).value(output)
@@ -224,6 +230,18 @@ class CrossEntropy(Loss):
     def factor_width(self, layout: Layout) -> int:
         return max(1, layout.classes - 1)
 
+    def torch_sum(self, output, target):
+        cd = 1 if self.class_dim is None else self.class_dim % output.dim()
+        z = output.movedim(cd, 1)
+        y = target.movedim(cd, 1) if target.is_floating_point() else target.long()
+        return F.cross_entropy(
+            z,
+            y.to(z.dtype) if y.is_floating_point() else y,
+            ignore_index=self.ignore_index,
+            label_smoothing=self.label_smoothing,
+            reduction="sum",
+        )
+
     def _target(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """``t'`` ``[N, P, C]`` (module docstring)."""
         c = z.shape[-1]
@@ -265,6 +283,9 @@ class MSE(Loss):
 
     name: ClassVar[str] = "mse"
 
+    def torch_sum(self, output, target):
+        return F.mse_loss(output, target.to(output.dtype), reduction="sum")
+
     def values(self, z, t):
         return (z - t).square()[..., 0]
 
@@ -280,6 +301,10 @@ class BCEWithLogits(Loss):
     """Binary cross-entropy on logits (``F.binary_cross_entropy_with_logits``), multi-label."""
 
     name: ClassVar[str] = "bce_with_logits"
+
+    def torch_sum(self, output, target):
+        t = target.to(output.dtype)
+        return F.binary_cross_entropy_with_logits(output, t, reduction="sum")
 
     def values(self, z, t):
         return (F.softplus(z) - t * z)[..., 0]
@@ -387,6 +412,22 @@ class Terms:
         """``L = sum_ip w_ip l_ip`` (the torch loss of the same name and options)."""
         total = self.losses(output).sum()
         return total / self.weight.denominator * self.weight.numerator
+
+    def example_sum(self, output: torch.Tensor) -> torch.Tensor:
+        """``sum_i L_i = L / c`` (``L_i = (1/c) sum_p w_ip l_ip``, example ``i``'s loss) by
+        torch's own function, differentiable in the output's dtype: its gradient in example
+        ``i``'s rows is ``dL_i/dz_i``. ``w / c`` is one where every position counts (then
+        nothing is multiplied)."""
+        total = self.loss.torch_sum(output, self.target_like(output))
+        ratio = self.weight / self.scale
+        return total if ratio == 1 else total * float(ratio)
+
+    def target_like(self, output: torch.Tensor) -> torch.Tensor:
+        """The target in the output's own layout (what torch's function takes)."""
+        t = self.target.to(output.device)
+        if not t.is_floating_point():
+            return t.reshape(self.layout.position_shape)
+        return self.layout.uncanon(t).to(output.dtype)
 
     def residual(self, output: torch.Tensor) -> torch.Tensor:
         """``dL/dz = w_ip dl_ip/dz_ip`` ``[N, *out]``."""
