@@ -296,3 +296,21 @@ def test_instruments_refuse_a_sequence_output_without_its_layout() -> None:
     model, (x, y) = Tokens(), _seq()
     with pytest.raises(FathomError, match="class_dim=-1"):
         fathom.Instruments(model, x, y).observe()
+
+
+def test_curvature_docs_are_generated_from_the_tables() -> None:
+    """docs/curvature.md is current, and every family and loss has its definition there."""
+    from pathlib import Path
+
+    from fathom.curvature.docs import is_current, render
+    from fathom.curvature.families import FAMILIES
+    from fathom.losses import LOSS_DEFINITIONS, LOSSES
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "curvature.md"
+    assert is_current(path), "docs/curvature.md is stale: run `python -m fathom.curvature.docs`"
+    text = render()
+    assert set(LOSS_DEFINITIONS) == set(LOSSES)
+    for f in FAMILIES.values():
+        assert f"| `{f.name}` | {f.definition} |" in text
+    for name, definition in LOSS_DEFINITIONS.items():
+        assert f"`{name}`" in text and definition in text

@@ -52,6 +52,8 @@ class Family:
 
     name: str
     definition: str
+    said_directions: str
+    said_scale: str
     items: Callable[[Layout], int]
     width: Callable[[Loss, Layout], int]
     directions: Callable[[Terms, torch.Tensor, int, int], torch.Tensor]
@@ -74,6 +76,9 @@ FAMILIES: dict[str, Family] = {
             "generalized Gauss-Newton of the reduced loss L: sum_i sum_p w_ip J_ip^T H_ip J_ip, "
             "H_ip = F_ip F_ip^T the loss's output Hessian at position p (exact: every column "
             "of F, the reduced C - 1 for softmax cross-entropy)",
+            "per position p, the K columns of m_ip F_ip (K = C - 1 for cross-entropy, 1 for "
+            "MSE and BCE), zero at every other position",
+            "s (1/M for the mean, 1 for the sum)",
             lambda lay: lay.positions,
             lambda loss, lay: loss.factor_width(lay),
             lambda t, z, a, b: t.position_directions(z, a, b, scaled=False),
@@ -84,6 +89,8 @@ FAMILIES: dict[str, Family] = {
             "c sum_i g_i g_i^T, g_i = grad L_i the gradient of example i's loss "
             "L_i = (1/c) sum_p w_ip l_ip at the observed target (one example = the whole "
             "sequence or image); exact",
+            "one: sum_p m_ip dl_ip/dz_ip",
+            "s^2 / c",
             lambda lay: 1,
             lambda loss, lay: 1,
             lambda t, z, a, b: t.masked_gradient(z)[None],
@@ -93,6 +100,8 @@ FAMILIES: dict[str, Family] = {
             "jacobian_gram",
             "output-Jacobian Gram c sum_i J_i^T J_i over every output entry (no loss "
             "curvature); exact",
+            "the E unit directions of the output entries",
+            "c (1/N for the mean, 1 for the sum)",
             lambda lay: lay.entries,
             lambda loss, lay: 1,
             _units,

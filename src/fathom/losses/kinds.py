@@ -318,6 +318,15 @@ class BCEWithLogits(Loss):
 
 LOSSES: dict[str, type[Loss]] = {k.name: k for k in (CrossEntropy, MSE, BCEWithLogits)}
 
+NORMALIZATION = (
+    "L = sum_i sum_p w_ip l(z_ip, y_ip) with w_ip = s m_ip: m_ip is 1 at a valid position and "
+    "0 at one labelled ignore_index; s = 1/M for reduction='mean' (M the valid positions as "
+    "torch counts them: valid labels for integer cross-entropy targets, N P for probability "
+    "targets, N E entries for MSE and BCE) and 1 for 'sum'; c = 1/N (mean) or 1 (sum) and "
+    "L_i = (1/c) sum_p w_ip l_ip is example i's loss (L = c sum_i L_i; one example is its "
+    "whole output, a sequence or an image)"
+)
+
 LOSS_DEFINITIONS: dict[str, str] = {
     "cross_entropy": "l = -sum_c t'_c log softmax(z)_c with t' = (1 - eps) t + eps / C (t the "
     "one-hot label or the probability target); dl/dz = (sum t') p - t'; Hessian (sum t') "
