@@ -123,7 +123,7 @@ def loop_reference(model, x, y, loss, output) -> dict:
     c = float(terms.scale)
     res = {k: {m: torch.zeros_like(p) for m, p in zip(names, params)} for k in FAMILIES}
     for i in range(n):
-        zi = out(_map(x64, lambda t: t[i : i + 1]))[0].reshape(-1)
+        zi = out(_map(x64, lambda t, i=i: t[i : i + 1]))[0].reshape(-1)
         rows = []
         for j in range(e):
             g = torch.autograd.grad(zi[j], params, retain_graph=True, allow_unused=True)
