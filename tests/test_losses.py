@@ -184,3 +184,33 @@ def test_read_output_selects_by_key_or_index_and_refuses_otherwise() -> None:
         read_output({"logits": z}, 2, ce, "scores")
     with pytest.raises(FathomError, match="floating-point"):
         read_output(torch.zeros(2, 3, dtype=torch.long), 2, ce)
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0, 500.0])
+def test_linear_memory_softmax_parts_equal_the_pairwise_ones(scale, monkeypatch) -> None:
+    """Above PAIRWISE_CLASSES classes the softmax pieces take [N, C] memory: the same
+    numbers as the pairwise complement form (outside the subnormal range)."""
+    import fathom.losses.softmax as S
+
+    z = torch.randn(20, 100, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    z = z * scale
+    linear = S.softmax_parts(z)
+    monkeypatch.setattr(S, "PAIRWISE_CLASSES", 10**9)
+    pairwise = S.softmax_parts(z)
+    for field in ("p", "one_minus_p", "log_p"):
+        a, b = getattr(linear, field), getattr(pairwise, field)
+        normal = b.abs() > 1e-290
+        assert float(((a - b).abs()[normal] / b.abs()[normal]).max()) < 1e-12, field
+
+
+def test_a_large_vocabulary_sequence_loss_equals_torch() -> None:
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(2, 3, 5000, dtype=torch.float64, generator=g) * 4
+    y = torch.randint(0, 5000, (2, 3), generator=g)
+    check = make_loss("cross_entropy", class_dim=-1, label_smoothing=0.1)
+    zg = z.clone().requires_grad_()
+    want = F.cross_entropy(zg.transpose(1, 2), y, label_smoothing=0.1)
+    (grad,) = torch.autograd.grad(want, zg)
+    terms = check.terms(z, y)
+    torch.testing.assert_close(terms.value(z), want.detach(), rtol=1e-13, atol=0)
+    torch.testing.assert_close(terms.residual(z), grad, rtol=1e-10, atol=1e-18)
