@@ -465,7 +465,9 @@ class Terms:
         self, output: torch.Tensor, start: int, stop: int, scaled: bool = True
     ) -> torch.Tensor:
         """The directions of positions ``start .. stop - 1`` only, ``[(stop - start) K, N, *out]``."""
-        f = self.hessian_sqrt(output)[:, start:stop]  # [N, p, C, K]
+        z = self._z(output)[:, start:stop]
+        t = self._target(output)[:, start:stop]
+        f = self.loss.hessian_sqrt(z, t) * self.mask[:, start:stop].to(z.device)[..., None, None]
         n, p, c, k = f.shape
         full = f.new_zeros(p, k, n, self.layout.positions, c)
         idx = torch.arange(p, device=f.device)
