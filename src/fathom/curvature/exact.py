@@ -1,9 +1,13 @@
-"""Exact float64 curvature diagonals of any model returning logits.
+"""Exact float64 curvature diagonals of any model, for any loss and output layout.
 
-Normalization: every matrix is a **mean over the N probe examples** (the curvature of the
-mean CE over the probe; CE per example unaveraged). With ``J_i`` example ``i``'s logit
-Jacobian in the parameters and ``v_ik`` a set of output directions, the matrix
-``M = (1/N) sum_i sum_k (J_i^T v_ik)(J_i^T v_ik)^T`` has the diagonal
+**Any loss, any layout.** The loss (:mod:`fathom.losses`: cross-entropy over ``[N, C]``,
+``[N, C, d...]`` or ``[N, T, V]``, MSE, BCE; mean or sum) and the families' output directions
+and scales are one table each (:mod:`fathom.curvature.families`, whose docstring holds every
+family's formula and normalization; ``docs/curvature.md`` is generated from it). Below, the
+``[N, C]`` cross-entropy case with the mean, where every family is a **mean over the N probe
+examples** (the curvature of the mean CE over the probe; CE per example unaveraged). With
+``J_i`` example ``i``'s logit Jacobian in the parameters and ``v_ik`` a set of output
+directions, the matrix ``M = (1/N) sum_i sum_k (J_i^T v_ik)(J_i^T v_ik)^T`` has the diagonal
 
     diag(M) = (1/N) sum_i sum_k (J_i^T v_ik)^2        (elementwise square, every parameter)
 
@@ -14,6 +18,11 @@ and the three matrices (the *families*) differ only in their output directions:
   (``H_i = R_i R_i^T``, rank ``C - 1``: :mod:`fathom.losses.softmax`; exact, not sampled);
 * **empirical Fisher** ``(1/N) sum_i g_i g_i^T`` (observed labels): one direction ``r_i = p_i - e_y``;
 * **logit-Jacobian Gram** ``(1/N) sum_i J_i^T J_i``: ``v_ic = e_c``, the ``C`` unit logits.
+
+With several positions per example (a sequence, an image) the directions of one example
+are many (``T (V - 1)`` for the GGN of ``[N, T, V]``), so they are pulled back in groups
+that keep memory bounded (:func:`fathom.curvature.families.groups`) as well as in chunks of
+examples.
 
 How (the curvlinops way, step by step): one forward of the float64 copy under the seam's
 hooks; one backward of ``D`` output directions to every layer output
