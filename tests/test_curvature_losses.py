@@ -314,3 +314,49 @@ def test_curvature_docs_are_generated_from_the_tables() -> None:
         assert f"| `{f.name}` | {f.definition} |" in text
     for name, definition in LOSS_DEFINITIONS.items():
         assert f"`{name}`" in text and definition in text
+
+
+def test_instruments_read_dict_inputs_and_a_dict_output() -> None:
+    """The probe as a dict (``model(**x)``) and the output by key: per-example moments of the
+    head equal a loop over examples, and the probe's CE is the plain [N, C] one."""
+    import fathom
+
+    class Head(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.head = nn.Linear(3, 4), nn.Linear(4, 3)
+
+        def forward(self, features, gain):
+            return {"logits": self.head(torch.tanh(self.a(features))) * gain[:, None]}
+
+    torch.manual_seed(9)
+    model = Head().double()
+    x = {"features": torch.randn(5, 3, dtype=torch.float64), "gain": torch.rand(5).double() + 1}
+    y = torch.tensor([0, 1, 2, 1, 0])
+    row = fathom.Instruments(model, x, y, output="logits").observe()
+    z = model(**x)["logits"]
+    assert abs(row["probe/ce"] - float(torch.nn.functional.cross_entropy(z, y))) < 1e-12
+    per = [
+        torch.autograd.grad(
+            torch.nn.functional.cross_entropy(z[i : i + 1], y[i : i + 1]),
+            model.head.weight,
+            retain_graph=True,
+        )[0]
+        .square()
+        .sum()
+        for i in range(5)
+    ]
+    want = float(torch.stack(per).mean())
+    assert abs(row["grad/pex/mean_sq_norm/head"] - want) <= 1e-10 * want
+
+
+def test_the_seam_discovers_through_tuple_inputs_and_a_selected_output() -> None:
+    from fathom.seam import discover
+
+    model = TupleModel().double()
+    x = (torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 2, dtype=torch.float64))
+    seam = discover(model, x, output=1)
+    assert {la.name for la in seam.layers} == {"a", "b", "out"}
+    assert seam.forward(x).shape == (4, 3)
+    with pytest.raises(FathomError, match="output=<index>"):
+        discover(model, x)
