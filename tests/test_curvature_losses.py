@@ -360,3 +360,36 @@ def test_the_seam_discovers_through_tuple_inputs_and_a_selected_output() -> None
     assert seam.forward(x).shape == (4, 3)
     with pytest.raises(FathomError, match="output=<index>"):
         discover(model, x)
+
+
+class TinyLM(nn.Module):
+    """HF style: ``model(input_ids=..., attention_mask=...)`` returns ``{"logits": [N, T, V]}``."""
+
+    def __init__(self, vocab: int = 80, d: int = 6) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(3, d) * 0.1)
+        self.att = nn.MultiheadAttention(d, 2, batch_first=True)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, input_ids, attention_mask):
+        h = self.emb(input_ids) + self.pos
+        h = h + self.att(h, h, h, need_weights=False)[0]
+        return {"logits": self.head(h) * attention_mask[..., None]}
+
+
+def test_a_tiny_language_model_is_exact() -> None:
+    """Tokens, a mask, labels padded with -100, a vocabulary above the pairwise softmax's
+    limit: every family exact against the brute force."""
+    torch.manual_seed(10)
+    model = TinyLM()
+    g = torch.Generator().manual_seed(0)
+    batch = {
+        "input_ids": torch.randint(0, 80, (2, 3), generator=g),
+        "attention_mask": torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]),
+    }
+    labels = torch.randint(0, 80, (2, 3), generator=g)
+    labels[1, 2] = -100  # the padded token
+    loss = make_loss("cross_entropy", class_dim=-1)
+    got = exact_diagonals(model, batch, labels, loss=loss, output="logits")
+    assert_exact(got, brute_force(model, batch, labels, loss, output="logits"), 1e-9)
