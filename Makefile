@@ -25,7 +25,7 @@ $(VENV)/.base: pyproject.toml
 	touch $@
 
 $(VENV)/.dev: $(VENV)/.base
-	$(PIP) install -q -e ".[dev,audit,plot,wandb,tensorboard,ray,slurm,browser,notebook]"
+	$(PIP) install -q -e ".[dev,audit,plot,wandb,tensorboard,ray,slurm,browser,notebook,lightning,huggingface]"
 	bash scripts/install-browser.sh
 	touch $@
 

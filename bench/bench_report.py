@@ -1,5 +1,7 @@
-"""Report and export benchmark: report.html size, build time, load-and-render time in
-headless Chromium, field-switch time, and export + read-back verification time per target.
+"""Report and export benchmark: report.html size, build time, load-and-render time and time
+to first contentful paint in headless Chromium (1240 x 800), tables in the DOM at load,
+whether the main table and the verdicts lie on the first screen, field-switch time, and
+export + read-back verification time per target (``--targets`` with none: no exports).
 
 Studies are synthetic run directories (``tests/synthetic_runs.py``, written through ``RunWriter``) of the quick study's
 shape (``ciresan-sd-quick``: 5 recipes x 3 main seeds + 5 recipes x 3 tuning rates = 30
@@ -20,6 +22,7 @@ Usage: ``python bench/bench_report.py [--repeats 3] [--study DIR] [--shapes ...]
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import shutil
@@ -90,19 +93,31 @@ def make_study(root: Path, shape: str) -> int:
     return len(runs)
 
 
-def browser_times(html: Path) -> tuple[float, float, float]:
-    """(wall ms from navigation to ready, in-page ms to ready, median ms per field switch)."""
+FIRST_SCREEN = """() => {
+    const fcp = performance.getEntriesByName('first-contentful-paint')[0];
+    const bottom = (id) => { const e = document.getElementById(id);
+        return e ? e.getBoundingClientRect().bottom : null; };
+    return [fcp ? fcp.startTime : null, document.querySelectorAll('table').length,
+            bottom('main-table'), bottom('verdicts')];
+}"""
+
+
+def browser_times(html: Path) -> dict[str, float]:
+    """Wall ms from navigation to ready, in-page ms to ready and to first contentful paint,
+    tables at load, the main table's and the verdicts' bottom edge (px, first screen 800),
+    median ms per field switch."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page()
+            page = browser.new_page(viewport={"width": 1240, "height": 800})
             t0 = time.perf_counter()
             page.goto(html.resolve().as_uri())
-            page.wait_for_function("window.fathomReady === true")
+            page.wait_for_function("() => window.fathomReady === true")
             wall = (time.perf_counter() - t0) * 1e3
             ready = page.evaluate("window.fathomReadyMs")
+            fcp, tables, main_bottom, verdicts_bottom = page.evaluate(FIRST_SCREEN)
             switch = page.evaluate(
                 """() => {
                 const sel = document.getElementById('field');
@@ -119,7 +134,15 @@ def browser_times(html: Path) -> tuple[float, float, float]:
             )
         finally:
             browser.close()
-    return wall, ready, switch
+    return {
+        "wall": wall,
+        "ready": ready,
+        "fcp": fcp,
+        "tables": tables,
+        "main_bottom": main_bottom,
+        "verdicts_bottom": verdicts_bottom,
+        "switch": switch,
+    }
 
 
 def med(xs: list[float]) -> float:
@@ -130,7 +153,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--shapes", nargs="*", default=["quick", "quick+telemetry", "seed-scale"])
-    ap.add_argument("--targets", nargs="+", default=["jsonl", "tensorboard", "wandb"])
+    ap.add_argument("--targets", nargs="*", default=["jsonl", "tensorboard", "wandb"])
+    ap.add_argument("--no-figures", action="store_true", help="skip the build with PNG figures")
+    ap.add_argument("--loads", type=int, default=1, help="page loads per build (medians)")
     ap.add_argument("--study", type=Path, help="also benchmark this study directory (copied)")
     args = ap.parse_args()
     if args.study is not None:
@@ -138,7 +163,7 @@ def main() -> None:
     print(
         f"machine: {platform.platform()}, {os.cpu_count()} CPUs (shared with other engineers: loaded)"
     )
-    print(f"repeats: {args.repeats}; medians reported")
+    print(f"repeats: {args.repeats} builds x {args.loads} page loads; medians reported")
     for shape in args.shapes:
         with tempfile.TemporaryDirectory() as tmp:
             if shape.startswith("study:"):
@@ -149,7 +174,8 @@ def main() -> None:
             else:
                 root = Path(tmp) / shape.replace("+", "-")
                 n = make_study(root, shape)
-            build, build_fig, wall, ready, switch = [], [], [], [], []
+            build, build_fig = [], []
+            pages: list[dict[str, float]] = []
             exp: dict[str, list[float]] = {t: [] for t in args.targets}
             ver: dict[str, list[float]] = {t: [] for t in args.targets}
             values: dict[str, int] = {}
@@ -159,13 +185,11 @@ def main() -> None:
                 out = build_report(root, Path(tmp) / f"r{rep}", with_figures=False)
                 build.append(time.perf_counter() - t)
                 size = out.html.stat().st_size
-                t = time.perf_counter()
-                build_report(root, Path(tmp) / f"f{rep}", with_figures=True)
-                build_fig.append(time.perf_counter() - t)
-                w, r, s = browser_times(out.html)
-                wall.append(w)
-                ready.append(r)
-                switch.append(s)
+                if not args.no_figures:
+                    t = time.perf_counter()
+                    build_report(root, Path(tmp) / f"f{rep}", with_figures=True)
+                    build_fig.append(time.perf_counter() - t)
+                pages += [browser_times(out.html) for _ in range(args.loads)]
                 for target in args.targets:
                     dest = Path(tmp) / f"{target}{rep}"
                     t = time.perf_counter()
@@ -180,13 +204,23 @@ def main() -> None:
             fields = len(out.html.read_text().split('"names":[', 1)[1].split("]", 1)[0].split(","))
             print(f"\n## {shape}: {n} runs, {fields} scalar fields per run")
             print(f"report.html size: {size / 1e6:.2f} MB")
+            figs = f"; with PNG figures: {med(build_fig):.2f} s" if build_fig else ""
+            print(f"build report (no figures): {med(build):.2f} s{figs}")
+
+            def pm(key: str, pages: list[dict[str, float]] = pages) -> float:
+                return med([p[key] for p in pages if p[key] is not None] or [math.nan])
+
             print(
-                f"build report (no figures): {med(build):.2f} s; with PNG figures: {med(build_fig):.2f} s"
+                f"Chromium 1240x800 load-and-render: {pm('wall'):.0f} ms wall (goto -> ready), "
+                f"{pm('ready'):.0f} ms in page, first contentful paint {pm('fcp'):.0f} ms; "
+                f"{pm('tables'):.0f} tables at load; field switch median {pm('switch'):.1f} ms"
             )
             print(
-                f"Chromium load-and-render: {med(wall):.0f} ms wall (goto -> ready), "
-                f"{med(ready):.0f} ms in page; field switch median {med(switch):.1f} ms"
+                f"first screen (800 px): main table ends at {pm('main_bottom'):.0f} px, "
+                f"verdicts at {pm('verdicts_bottom'):.0f} px"
             )
+            if not args.targets:
+                continue
             base = med(exp[args.targets[0]])
             for target in args.targets:
                 print(

@@ -16,6 +16,7 @@ from conftest import encode_idx
 from fathom.data import DATASETS, IdxDataset, IdxFile, load_raw, remote
 from fathom.data import sources as src
 from fathom.data.idx import parse_idx, read_idx
+from fathom.data.registry import TextDataset
 from fathom.errors import FathomError
 
 REAL_NPM_PACK = remote.npm_pack
@@ -159,10 +160,12 @@ def test_registry_matches_shipped_table():
     for name, spec in DATASETS.items():
         if isinstance(spec, IdxDataset):
             registry.update({f"{name}/{f.name}": f.sha256 for f in spec.files})
+        elif isinstance(spec, TextDataset):
+            registry[f"{name}/{spec.file}"] = spec.sha256
         else:
             registry[f"{name}/{spec.archive}"] = spec.sha256
     assert registry == shipped
-    assert set(DATASETS) == {"mnist", "fashion-mnist", "cifar10", "cifar100"}
+    assert set(DATASETS) == {"mnist", "fashion-mnist", "cifar10", "cifar100", "moby-dick"}
 
 
 def test_unknown_dataset_lists_valid_names(env):

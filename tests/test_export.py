@@ -216,7 +216,7 @@ def test_tensorboard_verify_catches_each_damage(
 ) -> None:
     """Each new piece is read back: writing it wrong makes the verification fail, naming it."""
     pytest.importorskip("tensorboard", reason="install the tensorboard extra")
-    from fathom.export import tensorboard_meta
+    from fathom.export import common, tensorboard_meta
 
     with monkeypatch.context() as m:
         if damage == "description":
@@ -232,7 +232,7 @@ def test_tensorboard_verify_catches_each_damage(
                 ).hparams_pb({"seed": -1}, trial_id=run.run_id),
             )
         elif damage == "wall":  # 1970 + elapsed instead of the row's own timestamp
-            m.setattr(tensorboard_meta, "wall_time", lambda row, last: (0.0, False))
+            m.setattr(common, "wall_time", lambda row, last: (0.0, False))
         else:
             m.setattr(
                 tensorboard_meta,
@@ -301,7 +301,7 @@ def test_wandb_round_trip(study: Path) -> None:
 
 def test_wandb_dropped_step_is_caught(study: Path, tmp_path: Path) -> None:
     pytest.importorskip("wandb", reason="install the wandb extra")
-    from fathom.export import wandb_export
+    from fathom.export import wandb_export, wandb_verify
     from fathom.export.common import VerifyReport
 
     run = next(r for r in load_runs(study) if r.run_id == "residual-s101")
@@ -310,7 +310,7 @@ def test_wandb_dropped_step_is_caught(study: Path, tmp_path: Path) -> None:
     out.mkdir()
     _, extra = wandb_export.write([run], out)
     report = VerifyReport("wandb", out)
-    wandb_export.verify([run], out, extra, report)
+    wandb_verify.verify([run], out, extra, report)
     # W&B drops the late row; the read-back reports the step sequence it kept. (What looked
     # like W&B losing a whole history after another run was the file read before W&B had
     # written it: the writer now waits for the exit record.)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from fathom.base.io import read_jsonl
 from fathom.base.units import percent
@@ -18,6 +20,8 @@ from fathom.errors import FathomError
 from fathom.report import build_report, load_runs
 from fathom.report.fields import concrete, is_accuracy, split_key
 from fathom.report.html import explorer_payload
+from fathom.report.lazy import expanded
+from fathom.stats.results import NOT_ESTABLISHED, VERDICTS
 from synthetic_runs import write_study
 
 
@@ -172,7 +176,7 @@ def test_real_trainer_run_and_real_audit(tmp_path: Path) -> None:
     assert acc["source"] == "telemetry registry" and acc["family"] == "trainer"
     assert data["fields"][0] in ("epoch", "step", "{split}/acc", "clock/elapsed_s")  # trainer first
     assert "split/{split}/class_acc/{class}" in data["fields"]
-    html = out.html.read_text()
+    html = expanded(out.html.read_text())  # every collapsed section as a reader opens it
     assert cfg.model_dump()["name"] in html and "config" in html  # provenance table
     explorer = html.split("Every audited mask", 1)[1].split("</table>", 1)[0]
     assert explorer.count("<tr>") == 1 + 16  # header + all 2^4 masks of the one run
@@ -265,7 +269,7 @@ def test_optional_sections_and_figures(study: Path, tmp_path: Path) -> None:
         json.dumps({"epoch": 4, "kfac": {"A_eigenvalues": [2.0**-i for i in range(12)]}})
     )
     out = build_report(study)
-    html = out.html.read_text()
+    html = expanded(out.html.read_text())
     assert "Paired differences (recipe − residual)" in html and "Tuning grid (seed 1)" in html
     assert "widths x 0.1" in html and "main-residual-s1" in html
     assert "Layer-removal audit" in html and 'class="table-filter"' in html
@@ -342,3 +346,63 @@ def test_markup_in_names_is_escaped(tmp_path: Path) -> None:
     html = build_report(tmp_path / "s", with_figures=False).html.read_text()
     assert "<b>bold" not in html and "&lt;b&gt;bold" in html
     assert payload_of(tmp_path / "s" / "report" / "report.html")["runs"][0]["id"] == name
+
+
+verdict_names = st.sampled_from(VERDICTS)
+
+
+@settings(max_examples=60, deadline=None)
+@example(  # a text printed undecided, then decided: once, at its first place, decided
+    sentences=[("s5", [NOT_ESTABLISHED], []), ("s0", [], []), ("s5", [], [])],
+    decisions=("better", "better"),
+)
+@given(
+    sentences=st.lists(
+        st.tuples(
+            st.sampled_from([f"s{i}" for i in range(8)]),  # repeated texts are shown once
+            st.lists(verdict_names, max_size=3),
+            st.lists(st.sampled_from(["d0", "d1"]), max_size=2),
+        ),
+        max_size=12,
+    ),
+    decisions=st.tuples(verdict_names, verdict_names),
+)
+def test_split_sentences_partitions_by_the_models_verdicts(sentences, decisions) -> None:
+    """Undecided exactly when the sentence claims or decides something and every verdict is
+    "not established"; every text once, at its first print (decided if any print is)."""
+    from fathom.report.sections import split_sentences
+
+    results = {
+        "sentences": [
+            {"text": t, "claims": [{"comparison": "c", "verdict": v} for v in vs], "decisions": ds}
+            for t, vs, ds in sentences
+        ],
+        "decisions": [
+            {"id": f"d{i}", "rule": "checkpoint ranking", "verdict": v}
+            for i, v in enumerate(decisions)
+        ],
+    }
+    decided, undecided = split_sentences({"results": results})
+    idle = {}
+    for t, vs, ds in sentences:
+        every = [*vs, *(decisions[int(d[1])] for d in ds)]
+        idle.setdefault(t, []).append(bool(every) and all(v == NOT_ESTABLISHED for v in every))
+    assert decided == [t for t in dict.fromkeys(s[0] for s in sentences) if not all(idle[t])]
+    assert undecided == [t for t in dict.fromkeys(s[0] for s in sentences) if all(idle[t])]
+
+
+@settings(max_examples=80, deadline=None)
+@given(text=st.text(st.sampled_from("0123456789.+-−±[], <>&pnats%"), max_size=40))
+@example(text="+0.35 pp [-3.66 pp, +4.35 pp]")
+@example(text="92.78 ± 0.37%")
+def test_wrappable_cells_read_as_their_text(text: str) -> None:
+    """A main-table cell may break before its interval or SD and after a comma, and reads
+    (tags dropped, entities unescaped) exactly as the text."""
+    import html as htmllib
+
+    from fathom.report.tables import wrappable
+
+    out = wrappable(text)
+    assert htmllib.unescape(re.sub(r"<[^>]+>", "", out)) == text
+    parts = re.findall(r"<span class='nw'>(.*?)</span>", out)
+    assert all(" [" not in p and " ± " not in p and ", " not in p for p in parts)

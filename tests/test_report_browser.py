@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -19,6 +20,7 @@ import pytest
 
 from fathom.base.io import read_jsonl
 from fathom.report import build_report
+from fathom.report.lazy import stored_json
 from synthetic_runs import (
     layer_names,
     synthetic_history,
@@ -76,6 +78,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     )
     shutil.rmtree(root / "awkward-s7")  # the summary compares the two recipes only
     write_summary(root, "residual")
+    _decide_final_checkpoint(root)
     write_audit(root, ["residual-s101", "residual-s102", "sd_constant-s101", "sd_constant-s102"])
     write_study(root, recipes=(), awkward=True)  # the awkward run again, for the curves
     # A plain recipe (layers named blocks.N.res, residual's blocks.N.res.branch): its
@@ -98,6 +101,36 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             del r["grad/pex/diversity/head"]
     hist.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root, build_report(root, with_figures=False).html
+
+
+def _decide_final_checkpoint(root: Path) -> None:
+    """The summary of the same runs with sd_constant's final test scores set to residual's
+    + 5 pp accuracy and the same CE in every seed: two decided verdicts at the final
+    checkpoint (better, equivalent), the selected checkpoint as measured (undecided)."""
+    import dataclasses
+
+    from fathom.base.io import atomic_write_json
+    from fathom.rundir import find_runs
+    from fathom.stats import summarise_study
+    from fathom.study.records import run_record
+
+    records = []
+    for rd in find_runs(root):
+        c = rd.manifest["config"]
+        records.append(run_record(rd, c["model"]["recipe"], c["seed"], c["optim"]["lr"]))
+    ref = {r.seed: r for r in records if r.recipe == "residual"}
+
+    def shifted(r):
+        if r.recipe != "sd_constant":
+            return r
+        b = ref[r.seed].final
+        final = dict(r.final, test_acc=b["test_acc"] + 0.05, test_ce=b["test_ce"])
+        return dataclasses.replace(r, final=final)
+
+    summary = json.loads((root / "summary.json").read_text())
+    records = [shifted(r) for r in records]
+    summary["stats"] = summarise_study(records, reference="residual", target_val_acc=0.5)
+    atomic_write_json(root / "summary.json", summary)
 
 
 NORM = "grad/mean/weight_norm/head"
@@ -128,7 +161,7 @@ def test_report_in_chromium(report: tuple[Path, Path], browser) -> None:
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.on("request", lambda r: outside.append(r.url) if r.url != url else None)
         page.goto(url)
-        page.wait_for_function("window.fathomReady === true")
+        page.wait_for_function("() => window.fathomReady === true")
 
         # First screen: verdict sentences and the main table, above the fold.
         verdicts = page.locator("#verdicts li")
@@ -245,7 +278,8 @@ def test_report_in_chromium(report: tuple[Path, Path], browser) -> None:
         assert "sd_constant-s102" in caption and "seed 102" in caption
         assert page.locator("#mask-table tr.sel").get_attribute("data-mask") == mask
         key = f"sd_constant-s102|{page.locator('#mask-checkpoint').input_value()}"
-        masks = json.loads(page.evaluate("document.getElementById('fathom-masks').textContent"))
+        masks = json.loads(page.evaluate("JSON.stringify(window.fathomMasks)"))
+        assert masks == stored_json(html.read_text(), "fathom-masks")  # decoded as stored
         per = masks["examples"]["per"][key]
         page.locator("#examples .ex").first.click()
         shown = [float(x) for x in page.locator("#logit-table td.num").all_inner_texts()]
@@ -287,7 +321,7 @@ def test_report_view_details_in_chromium(report: tuple[Path, Path], browser) -> 
         page = browser.new_page(viewport={"width": 900, "height": 900})
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(html.resolve().as_uri())
-        page.wait_for_function("window.fathomReady === true")
+        page.wait_for_function("() => window.fathomReady === true")
 
         def y_range() -> list[float]:
             return page.evaluate(
@@ -366,7 +400,7 @@ def test_report_view_details_in_chromium(report: tuple[Path, Path], browser) -> 
         url = page.evaluate("location.href")
         other = browser.new_page(viewport={"width": 1280, "height": 900})
         other.goto(url)
-        other.wait_for_function("window.fathomReady === true")
+        other.wait_for_function("() => window.fathomReady === true")
         assert other.input_value("#split") == "test"
         assert other.locator("#mask-table tr.sel").get_attribute("data-mask") == mask
         assert other.locator("#examples .ex.sel").count() == 1
@@ -375,3 +409,137 @@ def test_report_view_details_in_chromium(report: tuple[Path, Path], browser) -> 
     finally:
         for context in browser.contexts:  # each page its own context
             context.close()
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def test_first_screen_in_chromium(report: tuple[Path, Path], browser, tmp_path: Path) -> None:
+    """At 1240 x 800 the first screen holds the main table (every row) and the decided
+    verdicts; the undecided comparisons are one line, a count that opens onto them. The
+    geometry is checked in the DOM and the screen saved as a screenshot."""
+    from fathom.report.sections import split_sentences
+
+    root, html = report
+    stats = json.loads((root / "summary.json").read_text())["stats"]
+    decided, undecided = split_sentences(stats)
+    assert decided and undecided  # the fixture has both
+    page = browser.new_page(viewport={"width": 1240, "height": 800})
+    try:
+        page.goto(html.resolve().as_uri())
+        page.wait_for_function("() => window.fathomReady === true")
+        shot = tmp_path / "first-screen.png"
+        page.screenshot(path=str(shot))
+        assert _png_size(shot) == (1240, 800)
+        box = page.locator("#main-table").bounding_box()
+        assert box is not None
+        table_shot = page.screenshot(clip=box)  # the table as painted, not a blank box:
+        assert len(table_shot) > 20 * len(page.screenshot(clip={**box, "y": 0, "height": 8}))
+
+        def bottom(sel: str) -> float:
+            box = page.locator(sel).bounding_box()
+            assert box is not None, sel
+            return box["y"] + box["height"]
+
+        # every row of the main table, its header and the decided verdicts are on screen
+        assert bottom("#main-table") <= 800 and page.locator("#main-table tbody tr").count() == 2
+        assert page.locator("#verdicts li").all_inner_texts() == decided
+        assert bottom("#verdicts") <= 800
+        assert all("not established" not in t.split(":")[1][:20] for t in decided)
+        # the main table is whole in its box (no cut header at this width)
+        sw, cw = page.evaluate(
+            "(() => { const t = document.getElementById('main-table'); "
+            "return [t.scrollWidth, t.clientWidth]; })()"
+        )
+        assert sw <= cw + 1
+        # undecided: one summary line with the count, closed, on the first screen
+        summary = page.locator("#undecided > summary")
+        assert summary.inner_text().startswith(f"{len(undecided)} comparison(s) not established")
+        assert bottom("#undecided > summary") <= 800
+        assert not page.locator("#undecided li").first.is_visible()
+        summary.click()
+        assert page.locator("#undecided li").all_inner_texts() == undecided
+    finally:
+        page.context.close()
+
+
+def test_lazy_sections_nav_and_time_axes_in_chromium(report: tuple[Path, Path], browser) -> None:
+    """A large collapsed section holds no table until opened, then exactly the tables the
+    page stores for it; a nav click keeps the view in the URL (and adds the section); a
+    reload lands on that section; clock axes read as times; a wide table shows its cue."""
+    from fathom.report.lazy import LAZY_TYPE, decode
+
+    _root, html = report
+    text = html.read_text()
+    stored = re.findall(rf'<script type="{LAZY_TYPE}">([A-Za-z0-9+/=]*)</script>', text)
+    assert stored, "the fixture's raw sections are large enough to be stored compressed"
+    errors: list[str] = []
+    page = browser.new_page(viewport={"width": 900, "height": 800})
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(html.resolve().as_uri())
+        page.wait_for_function("() => window.fathomReady === true")
+
+        # lazy sections: no table before opening; the decoded tables after
+        lazy = page.locator("details[data-lazy]")
+        assert lazy.count() == len(stored)
+        for i, body in enumerate(stored):
+            d = lazy.nth(i)
+            assert d.locator("table").count() == 0
+            d.locator(":scope > summary").click()
+            page.wait_for_function("(n) => window.fathomLazy === n", arg=i + 1)
+            assert d.locator("table").count() == decode(body).count("<table")
+            d.locator(":scope > summary").click()  # closed again: the tables stay
+        # a filter input inside a loaded section works (tables wired after insertion)
+        flt = page.locator("details[data-lazy] input.table-filter").first
+        if flt.count():
+            flt.locator("xpath=ancestor::details[1]").evaluate("d => d.open = true")
+            tid = flt.get_attribute("data-table")
+            rows = page.locator(f"#{tid} tbody tr")
+            flt.fill("no-row-holds-this-text")
+            assert all(not rows.nth(k).is_visible() for k in range(rows.count()))
+
+        # time axes: the Unix timestamp as UTC clock times, the clocks as durations
+        page.fill("#field-search", "clock/unix_s")
+        page.select_option("#field", "clock/unix_s")
+        ticks = page.evaluate("window.fathomCharts[0].axes[1]._values")
+        # (these runs' clocks span weeks: each tick says its date; within a day, the time)
+        stamp = r"(\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d"
+        assert ticks and all(re.fullmatch(stamp, t) for t in ticks), ticks
+        assert len(set(ticks)) == len(ticks)
+        page.select_option("#axis", "clock/training_s")
+        xt = page.evaluate("window.fathomCharts[0].axes[0]._values")
+        assert xt and all(re.fullmatch(r"−?\d+(\.\d+)? s|\d+:\d\d(\.\d)?", t) for t in xt), xt
+
+        # a nav click keeps the view and records the section; a reload lands there
+        before = parse_qs(page.evaluate("location.hash").removeprefix("#view?"))
+        page.click("nav a[href='#curvature']")
+        after = parse_qs(page.evaluate("location.hash").removeprefix("#view?"))
+        assert after.pop("at") == ["curvature"] and after == before
+        page.reload()
+        page.wait_for_function("() => window.fathomReady === true")
+        assert page.input_value("#field") == "clock/unix_s"
+        top = page.locator("#curvature").bounding_box()
+        at_end = page.evaluate("scrollY + innerHeight >= document.body.scrollHeight - 1")
+        assert top is not None and 0 <= top["y"] < 800 and (top["y"] < 200 or at_end)
+        assert page.evaluate("scrollY") > 0
+
+        # a wide table (at 900 px): a cue line above it and a fading right edge that goes
+        # once the table is scrolled to its end
+        page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        page.wait_for_timeout(200)
+        wrap = page.locator(".scroll-wrap.wide").first
+        assert wrap.count() == 1
+        assert "more-right" in (wrap.get_attribute("class") or "")
+        cue = wrap.locator("xpath=preceding-sibling::div[1]")
+        assert "scroll the table sideways" in cue.inner_text()
+        wrap.locator("table").evaluate("t => { t.scrollLeft = t.scrollWidth; }")
+        page.wait_for_timeout(100)
+        assert "more-right" not in (wrap.get_attribute("class") or "")
+        assert not errors, errors
+    finally:
+        page.context.close()

@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from fathom.report.curvtables import TRACES, trace_contrasts, trace_sentences
+from fathom.report.curvtables import TRACES, trace_contrasts, trace_sentences, trace_table
 from fathom.report.runs import RunData
 from fathom.stats.rules import DEFAULT_RULES
 
@@ -90,3 +90,26 @@ def test_no_reference_or_no_shared_seed_gives_no_sentence():
     assert trace_sentences(runs, "absent", curvature) == []
     only_sd = {k: v for k, v in curvature.items() if "-sd-" in k}
     assert trace_sentences(runs, "residual", only_sd) == []
+
+
+@settings(max_examples=30, deadline=None)
+@given(pairs=st.lists(st.tuples(positive, positive), min_size=1, max_size=4))
+def test_table_ratios_run_recipe_over_reference_as_the_sentences(pairs):
+    """The table's ratio column is trace(recipe) / trace(reference), a ratio of seed means
+    (float64 reference here), in the direction of the sentences' paired ratio: with one
+    seed the two are the same number."""
+    runs, curvature = _study(pairs)
+    table = trace_table(runs, "residual", curvature)
+    assert table is not None
+    labels = {c.key: c.label for c in table.columns}
+    for key, _ in TRACES:
+        assert labels[f"ratio:{key}"] == "recipe / residual"
+    sd_mean = math.fsum(a for a, _ in pairs) / len(pairs)
+    ref_mean = math.fsum(b for _, b in pairs) / len(pairs)
+    for row in table.rows:
+        want = 1.0 if row["recipe"] == "residual" else sd_mean / ref_mean
+        for key, _ in TRACES:
+            assert math.isclose(row[f"ratio:{key}"], want, rel_tol=1e-12)
+    if len(pairs) == 1:
+        for c in trace_contrasts(runs, "residual", curvature):
+            assert math.isclose(c["estimate"], pairs[0][0] / pairs[0][1], rel_tol=1e-9)

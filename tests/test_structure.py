@@ -47,7 +47,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "analyses",
         ("fathom.curvature", "fathom.audit", "fathom.stats", "fathom.study", "fathom.depthscale"),
     ),
-    ("reports/exports", ("fathom.report", "fathom.export", "fathom.reproduce")),
+    (
+        "reports/exports",
+        ("fathom.report", "fathom.export", "fathom.reproduce", "fathom.integrations"),
+    ),
     ("commands", ("fathom", "fathom.cli", "fathom.__main__")),
 )
 """Layers in the order of docs/architecture.md's "Import layers" (lowest first), each with

@@ -235,6 +235,8 @@ def epoch_line(row: dict[str, Any], rate: float | None) -> str:
     if "val/acc" in row or "test/acc" in row:
         line += f"  val acc {fmt_percent(row.get('val/acc'))} ce {f('val/ce', '.4f')}"
         line += f"  test acc {fmt_percent(row.get('test/acc'))}"
+    if row.get("val/ppl") is not None:  # a language model: perplexity per token
+        line += f"  val ppl {f('val/ppl', '.2f')}"
     if row.get("clock/training_s") is not None and row["epoch"] > 0:
         line += f"  train clock {row['clock/training_s']:.1f}s"
     return line + (f"  {rate:.1f} steps/s" if rate else "")

@@ -18,23 +18,36 @@ from dataclasses import dataclass
 class ExportTarget:
     """``module``: the backend module (imported on first use); ``live``: it also streams
     rows during training; ``numbers_only``: fields that are not numbers are left out (and the
-    read-back notes them)."""
+    read-back notes them); ``analyses``: it exports the runs' curvature and audit results
+    (:mod:`fathom.export.analyses`; their files' hashes join the export's fingerprint);
+    ``options``: the export options its ``write`` takes as keywords (``fathom export
+    --checkpoints``), refused for a target without them."""
 
     module: str
     live: bool = False
     numbers_only: bool = True
+    analyses: bool = False
+    options: tuple[str, ...] = ()
 
 
 EXPORT_TARGETS: dict[str, ExportTarget] = {
     "jsonl": ExportTarget("fathom.export.jsonl", numbers_only=False),
-    "wandb": ExportTarget("fathom.export.wandb_export", live=True),
-    "tensorboard": ExportTarget("fathom.export.tensorboard_export", live=True),
+    "wandb": ExportTarget(
+        "fathom.export.wandb_export", live=True, analyses=True, options=("checkpoints",)
+    ),
+    "tensorboard": ExportTarget("fathom.export.tensorboard_export", live=True, analyses=True),
 }
 
 
 def export_targets() -> tuple[str, ...]:
     """Every target of :data:`EXPORT_TARGETS`, in table order."""
     return tuple(EXPORT_TARGETS)
+
+
+EXPORT_OPTIONS: dict[str, str] = {
+    "checkpoints": "each run's saved checkpoints as artifacts, verified against the manifest's hashes",
+}
+"""Every export option (a keyword of a backend's ``write``) and what it adds."""
 
 
 def live_targets() -> tuple[str, ...]:

@@ -59,9 +59,14 @@ def check_data(data: DataConfig) -> list[str]:
     if data.path is not None:
         if not Path(data.path).is_file():
             what = "is a directory" if Path(data.path).is_dir() else "does not exist"
+            holding = (
+                "the UTF-8 text file"
+                if data.dataset == "text"
+                else "the .npz or .pt file holding the arrays"
+            )
             raise FathomError(
-                f"data.path {data.path!r} {what}; give the .npz or .pt file holding the "
-                "arrays (a relative path is read from the directory you run fathom in)"
+                f"data.path {data.path!r} {what}; give {holding} (a relative path is read "
+                "from the directory you run fathom in)"
             )
         checked.append(f"data.path {data.path}: a file")
     if data.data_dir is not None:

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field
 
-from fathom.config.models import ModelConfig, PythonModelConfig, StagedConvConfig
+from fathom.config.models import GPTConfig, ModelConfig, PythonModelConfig, StagedConvConfig
 from fathom.errors import FathomError, with_suggestion
 
 Shape = Literal["none", "in_features", "input_shape"]
@@ -45,6 +45,9 @@ class ModelKind:
     factory: str | None = None  # the config field holding a user's "package.module:function"
     recipes: bool = False  # a study's recipes (Ciresan recipes) are this kind's
     lyapunov: bool = False  # may provide lyapunov_blocks() (regularizer, health instrument)
+    tokens: bool = False
+    """Its output is next-token logits ``[N, T, V]`` on text windows, trained and scored by
+    token-level cross-entropy (:func:`fathom.models.gpt.token_cross_entropy`), not ``[N, C]``."""
     no_branches: Callable[[Any], str | None] = field(default=_no_reason)
     """Why a model of this config has no removable branch, when the kind knows better than
     the audit's general sentence (``None``: the general sentence)."""
@@ -95,6 +98,15 @@ MODEL_KINDS: dict[str, ModelKind] = {
             label=lambda model, tags: f"python-{model.factory}",
             factory="factory",
             lyapunov=True,
+        ),
+        ModelKind(
+            name="gpt",
+            config=GPTConfig,
+            builder="fathom.models.gpt:build",
+            shape="input_shape",
+            drop_schedule="fathom.models.gpt:drop_schedule",
+            label=lambda model, tags: f"gpt-l{model.layers}-w{model.width}",
+            tokens=True,
         ),
     )
 }

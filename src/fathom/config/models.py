@@ -18,8 +18,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     Strict,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -163,6 +166,25 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+EVERY_FIELD = {"every_field": True}
+"""The dump context that keeps :func:`omit_unset_additions`' fields (``with_updates`` edits them)."""
+
+
+def omit_unset_additions(
+    data: dict[str, Any], model: BaseModel, fields: tuple[str, ...], info: SerializationInfo
+) -> dict[str, Any]:
+    """``data`` (a section's dump) without ``fields`` that are ``None``: fields added to a
+    section after runs were recorded, left out while unset, so every config written before
+    them dumps, and hashes (``config_hash``), exactly as it did (a recorded run resumes; a
+    study finds its runs unchanged). A dump with the context :data:`EVERY_FIELD` keeps them."""
+    if (info.context or {}).get("every_field"):
+        return data
+    for name in fields:
+        if getattr(model, name) is None:
+            data.pop(name, None)
+    return data
+
+
 def check_factory_path(path: str, key: str) -> str:
     """``"package.module:function"`` (syntax only; importing happens when the run starts)."""
     module, sep, attr = path.partition(":")
@@ -290,6 +312,83 @@ class PythonModelConfig(_Strict):
         return check_factory_path(v, "model.factory")
 
 
+class GPTConfig(_Strict):
+    """A small GPT (:class:`fathom.models.gpt.GPT`): ``layers`` pre-LayerNorm blocks (causal
+    self-attention with ``heads`` heads + an MLP of ``4 · width``), each one skippable
+    residual; learned positions, output weights tied to the token embedding; logits
+    ``[N, T, V]``.
+
+    ``vocab`` and ``context`` default to the data's (256 byte tokens, ``data.context``); given,
+    they must cover it. LayerDrop: ``layerdrop`` is ``p_L``, every block's drop probability
+    (``layerdrop_rule = "uniform"``) or the last one's with ``p_l = l / L · p_L``
+    (``"linear"``, Huang et al.'s rule); or ``drop_probs``, one per block. The probabilities
+    are constant over the epochs.
+    """
+
+    kind: Literal["gpt"] = "gpt"
+    layers: Int = Field(default=4, gt=0, le=limits.MAX_LAYERS)
+    width: Int = Field(default=128, gt=0, le=limits.MAX_WIDTH)
+    heads: Int = Field(default=4, gt=0)
+    vocab: Int | None = Field(default=None, gt=0, le=limits.MAX_WIDTH)
+    context: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
+    layerdrop: Float = Field(default=0.0, ge=0)
+    layerdrop_rule: Literal["uniform", "linear"] = "uniform"
+    drop_probs: tuple[Float, ...] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> GPTConfig:
+        if self.width % self.heads:
+            raise ValueError(
+                f"width {self.width} is not a multiple of heads {self.heads}: each head takes "
+                "width / heads features; choose e.g. heads dividing the width"
+            )
+        if self.layerdrop >= 1:
+            raise ValueError(f"layerdrop must be in [0, 1), got {self.layerdrop}")
+        check_drop_probs(self.drop_probs)
+        if self.drop_probs is not None:
+            if self.layerdrop:
+                raise ValueError("give model.layerdrop or model.drop_probs, not both")
+            if len(self.drop_probs) != self.layers:
+                raise ValueError(
+                    f"model.drop_probs gives {len(self.drop_probs)} probabilities for "
+                    f"{self.layers} blocks; give one per block"
+                )
+        return self
+
+
+TEXT_DATASETS = ("moby-dick", "text")
+"""The datasets read as byte-level token windows (:mod:`fathom.data.text`)."""
+
+
+def check_text_fields(cfg: Any) -> None:
+    """A text dataset needs ``context`` and takes none of the image-only fields; an image
+    dataset takes no ``context``."""
+    if cfg.dataset not in TEXT_DATASETS:
+        if cfg.context is not None:
+            raise ValueError(
+                f"data.context is the window length of a text dataset ({', '.join(TEXT_DATASETS)})"
+                f", not of {cfg.dataset!r}; remove it"
+            )
+        return
+    if cfg.context is None:
+        raise ValueError(
+            f"dataset {cfg.dataset!r} needs data.context, the tokens per window (e.g. 128)"
+        )
+    fixed = {
+        "split": cfg.split != "fit-val",
+        "val_size": cfg.val_size is not None,
+        "test_size": cfg.test_size is not None,
+        "augment": cfg.augment != "none",
+    }
+    given = [k for k, v in fixed.items() if v]
+    if given:
+        raise ValueError(
+            f"data.{given[0]}: a text dataset's splits are fixed (contiguous 90/5/5 by "
+            "position) and it is not augmented; remove it (use fit_subset / eval_subset for "
+            "fewer windows)"
+        )
+
+
 class DataConfig(_Strict):
     """Where the examples come from and how they are split.
 
@@ -299,9 +398,18 @@ class DataConfig(_Strict):
     user's function ``factory = "package.module:function"`` called with ``kwargs`` that
     returns the same arrays). ``augment = "crop_flip"`` applies the standard CIFAR
     augmentation to fitting batches (pad 4, random crop, horizontal flip p = 1/2).
+
+    Text (:data:`TEXT_DATASETS`, :mod:`fathom.data.text`): ``moby-dick`` (the registered
+    corpus) or ``text`` (a user's UTF-8 file at ``path``), read as byte-level tokens and cut
+    into windows of ``context`` tokens (required for text, refused otherwise) in fixed
+    contiguous 90/5/5 splits by position; ``fit_subset`` / ``eval_subset`` keep the first
+    windows.
     """
 
-    dataset: Literal["mnist", "fashion-mnist", "cifar10", "cifar100", "tensors", "python"] = "mnist"
+    dataset: Literal[
+        "mnist", "fashion-mnist", "cifar10", "cifar100", "tensors", "python", "moby-dick", "text"
+    ] = "mnist"
+    context: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
     data_dir: str | None = None
     path: str | None = None
     factory: str | None = None
@@ -314,17 +422,22 @@ class DataConfig(_Strict):
     eval_subset: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
     augment: Literal["none", "crop_flip"] = "none"
 
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        return omit_unset_additions(handler(self), self, ("context",), info)
+
     @model_validator(mode="after")
     def _source_fields(self) -> DataConfig:
-        need = {"tensors": "path", "python": "factory"}.get(self.dataset)
+        need = {"tensors": "path", "text": "path", "python": "factory"}.get(self.dataset)
         for key in ("path", "factory"):
             if key == need and getattr(self, key) is None:
                 raise ValueError(f"dataset {self.dataset!r} needs data.{key}")
             if key != need and getattr(self, key) is not None:
                 raise ValueError(
                     f"data.{key} is only used with dataset "
-                    f"{'tensors' if key == 'path' else 'python'!r}; remove it"
+                    f"{'tensors or text' if key == 'path' else 'python'!r}; remove it"
                 )
+        check_text_fields(self)
         if self.kwargs and self.dataset != "python":
             raise ValueError("data.kwargs is only used with dataset 'python'; remove it")
         if self.factory is not None:

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from fathom.config.inputs import check_data_dir
-from fathom.data.registry import DATASETS, CifarDataset, IdxDataset, dataset_spec
+from fathom.data.registry import DATASETS, CifarDataset, IdxDataset, TextDataset, dataset_spec
 from fathom.errors import FathomError
 
 
@@ -36,6 +36,8 @@ def fetch(name: str, data_dir: str | None) -> list[dict]:
     from fathom.data.sources import cache_root, resolve_archive, resolve_idx
 
     spec = dataset_spec(name)
+    if isinstance(spec, TextDataset):
+        return _text_rows(spec, data_dir, download=True)
     if isinstance(spec, IdxDataset):
         resolved = resolve_idx(spec, data_dir, download=True)
         return _idx_rows(spec, resolved)
@@ -44,6 +46,14 @@ def fetch(name: str, data_dir: str | None) -> list[dict]:
     if path.resolve() != target.resolve():
         copy_atomic(path, target)
     return [{"file": spec.archive, "sha256": spec.sha256, "path": str(target), "source": source}]
+
+
+def _text_rows(spec: TextDataset, data_dir: str | None, download: bool) -> list[dict]:
+    """The one verified file of a text corpus (fetched into the cache when ``download``)."""
+    from fathom.data.text import resolve_text
+
+    _, path, source = resolve_text(spec, data_dir, download=download)
+    return [{"file": spec.file, "sha256": spec.sha256, "path": str(path), "source": source}]
 
 
 def copy_atomic(source: Path, target: Path) -> None:
@@ -65,6 +75,8 @@ def verify(name: str, data_dir: str | None) -> list[dict]:
     from fathom.data.sources import resolve_archive, resolve_idx
 
     spec = dataset_spec(name)
+    if isinstance(spec, TextDataset):
+        return _text_rows(spec, data_dir, download=False)
     if isinstance(spec, IdxDataset):
         resolved = resolve_idx(spec, data_dir, download=False)
         return _idx_rows(spec, resolved)
@@ -72,11 +84,37 @@ def verify(name: str, data_dir: str | None) -> list[dict]:
     return [{"file": spec.archive, "sha256": spec.sha256, "path": str(path), "source": source}]
 
 
-def info(spec: IdxDataset | CifarDataset) -> dict:
+def text_info(spec: TextDataset, cache: Path) -> dict:
+    """A text corpus's registry entry: file, size, tokens, splits, sources."""
+    from fathom.data.registry import TEXT_FRACTIONS as FRACTIONS
+    from fathom.data.registry import TEXT_VOCAB as VOCAB
+
+    return {
+        "dataset": spec.name,
+        "title": spec.title,
+        "tokens": f"bytes of the UTF-8 text ({spec.size} tokens), vocabulary {VOCAB}",
+        "splits": "fit / val / test contiguous by position, "
+        + " / ".join(f"{f:.0%}" for f in FRACTIONS)
+        + "; windows of data.context tokens",
+        "license": spec.license,
+        "cache": str(cache),
+        "files": {spec.file: spec.sha256},
+        "sources": [
+            "--data-dir / FATHOM_DATA",
+            f"cache {cache}",
+            f"npm {spec.npm_package} ({spec.member})",
+        ],
+        "cached": (cache / spec.file).is_file(),
+    }
+
+
+def info(spec: IdxDataset | CifarDataset | TextDataset) -> dict:
     """What the registry knows about ``spec`` and where its cached copy would live."""
     from fathom.data.sources import cache_root
 
     cache = cache_root() / spec.name
+    if isinstance(spec, TextDataset):
+        return text_info(spec, cache)
     row = {
         "dataset": spec.name,
         "title": spec.title,

@@ -9,7 +9,7 @@ import torch
 
 from fathom.data.cifar import read_cifar_archive
 from fathom.data.idx import parse_idx
-from fathom.data.registry import CifarDataset, IdxDataset, dataset_spec
+from fathom.data.registry import CifarDataset, IdxDataset, TextDataset, dataset_spec
 from fathom.data.sources import resolve_archive, resolve_idx
 from fathom.errors import FathomError
 
@@ -42,6 +42,12 @@ def load_raw(
     ``download=False`` only local files (explicit path, cache, OS package) are used.
     """
     spec = dataset_spec(name)
+    if isinstance(spec, TextDataset):
+        raise FathomError(
+            f"{name!r} is a text corpus, not a set of labelled images: read it as token windows "
+            "(fathom.data.text.prepare_text, or a run with data.dataset = "
+            f"{name!r} and data.context)"
+        )
     if isinstance(spec, CifarDataset):
         path, source = resolve_archive(spec, data_dir)
         arrays = read_cifar_archive(path, spec)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from fathom.config.models import TEXT_DATASETS
 from fathom.data.load import load_raw
 from fathom.data.splits import DEFAULT_VAL_SIZE, DataSplits, make_splits
 from fathom.data.user import user_raw
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
 
 def prepare_splits(cfg: DataConfig, device: torch.device | str = "cpu") -> DataSplits:
     """The fitting / validation / test splits of ``cfg``, with ``info["classes"]`` set."""
+    if cfg.dataset in TEXT_DATASETS:
+        from fathom.data.text import prepare_text
+
+        return prepare_text(cfg, device)
     if cfg.dataset in ("tensors", "python"):
         raw, classes = user_raw(cfg)
         if isinstance(raw, DataSplits):

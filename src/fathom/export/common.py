@@ -13,10 +13,12 @@ keeps tags in TensorBoard's ``[A-Za-z0-9_./-]`` charset and W&B keys usable in q
 description. Read-back verification converts the history through the same function, so an
 export holding fractions fails it.
 
-Values. A history row is flattened to scalars for W&B and TensorBoard: a numeric or
-boolean field (``diverged``) keeps its name; a matrix field (``split/val/confusion``)
-becomes one scalar per entry, ``split/val/confusion/<row>/<col>``; anything else (a
-string) is left out and named in the report. JSONL keeps every field as recorded.
+Values. W&B and TensorBoard take a row's numbers: a numeric or boolean field
+(``diverged``) keeps its name, a matrix field (``split/val/confusion``) is kept whole (a W&B
+table, a TensorBoard tensor and image), anything else (a string) is left out and named in
+the report. :func:`flatten_row` is the flat form (a matrix as one scalar per entry,
+``split/val/confusion/<row>/<col>``) a live sink also receives. JSONL keeps every field as
+recorded. Every export stamps a row's values with the row's own time (:func:`wall_time`).
 
 Export record. ``<out>/fathom-export.json`` names the target, the source directory, the
 runs with their history hashes and row counts, the paths the export wrote, and a
@@ -54,6 +56,7 @@ ACCURACY_PATTERNS: tuple[str, ...] = (
 )
 """The registry patterns (:mod:`fathom.telemetry.registry`) of every accuracy field."""
 PERCENT_SUFFIX = "_pct"
+WALL_FIELD = "clock/unix_s"
 
 
 @cache
@@ -121,6 +124,21 @@ def flatten_row(row: Mapping[str, Any]) -> tuple[dict[str, float | int | bool | 
     return out, skipped
 
 
+def wall_time(row: Mapping[str, Any], last: float) -> tuple[float, bool]:
+    """``(wall time, is a real timestamp)`` for a row: its own Unix timestamp ``clock/unix_s``,
+    else ``clock/elapsed_s`` (a history older than that field), else ``last``: the time every
+    export stamps the row's values with (TensorBoard's ``wall_time``, W&B's ``_timestamp``)."""
+    for key, real in ((WALL_FIELD, True), ("clock/elapsed_s", False)):
+        v = row.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            return float(v), real
+    return last, False
+
+
+def is_matrix(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(r, list) for r in value)
+
+
 def same_value(expected: Any, got: Any) -> bool:
     """Exact equality where NaN equals NaN and a bool equals only a bool (float64 targets)."""
     if isinstance(expected, bool) or isinstance(got, bool):
@@ -130,13 +148,16 @@ def same_value(expected: Any, got: Any) -> bool:
     return expected == got
 
 
-def fingerprint(target: str, runs: list[RunData]) -> str:
-    return config_digest(
-        {
-            "target": target,
-            "runs": [[r.run_id, r.history_sha256, r.manifest.get("config_hash")] for r in runs],
-        }
-    )
+def fingerprint(target: str, runs: list[RunData], extra: Mapping[str, Any] | None = None) -> str:
+    """The digest of what an export is made from: target, each run's id, history hash and
+    config hash, and ``extra`` when given (options, analysis files' hashes)."""
+    made_of: dict[str, Any] = {
+        "target": target,
+        "runs": [[r.run_id, r.history_sha256, r.manifest.get("config_hash")] for r in runs],
+    }
+    if extra:
+        made_of["extra"] = dict(extra)
+    return config_digest(made_of)
 
 
 @dataclass

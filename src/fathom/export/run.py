@@ -10,9 +10,10 @@ against the run directories as they are now.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fathom.base.io import atomic_write_json
-from fathom.config.export import EXPORT_TARGETS, export_targets
+from fathom.config.export import EXPORT_OPTIONS, EXPORT_TARGETS, export_targets
 from fathom.errors import FathomError
 from fathom.export.backend import backend, check_target
 from fathom.export.common import (
@@ -45,28 +46,72 @@ def _flagged(runs: list[RunData]) -> list[str]:
     return [f"{r.run_id}: {reason}{suffix(reason)}" for r in runs for reason in r.flag_reasons]
 
 
+def check_options(target: str, options: dict[str, bool]) -> dict[str, bool]:
+    """The options set (true) for ``target``; one the target does not take is refused, naming
+    the targets that do (:data:`fathom.config.export.EXPORT_OPTIONS`)."""
+    chosen = {k: v for k, v in options.items() if v}
+    for name in chosen:
+        if name not in EXPORT_OPTIONS:
+            raise FathomError(
+                f"unknown export option {name!r}; use one of: {', '.join(EXPORT_OPTIONS)}"
+            )
+        if name not in EXPORT_TARGETS[target].options:
+            takers = [t for t, row in EXPORT_TARGETS.items() if name in row.options]
+            raise FathomError(
+                f"--{name} ({EXPORT_OPTIONS[name]}) is an option of {', '.join(takers)}, "
+                f"not of {target}; drop it or export --to {takers[0]}"
+            )
+    return chosen
+
+
+def made_of(target: str, runs: list[RunData], options: dict[str, bool]) -> dict[str, Any]:
+    """What the fingerprint covers beside the histories: the options, and for a target that
+    exports analyses the hash of every analysis file it reads."""
+    extra: dict[str, Any] = dict(options)
+    if EXPORT_TARGETS[target].analyses:
+        from fathom.export.analyses import run_analyses
+
+        sources = {k: v for r in runs for k, v in run_analyses(r).sources.items()}
+        if sources:
+            extra["analyses"] = sorted(sources.values())
+    return extra
+
+
 def export(
-    root: str | Path, target: str, out: str | Path | None = None, *, force: bool = False
+    root: str | Path,
+    target: str,
+    out: str | Path | None = None,
+    *,
+    force: bool = False,
+    checkpoints: bool = False,
 ) -> VerifyReport:
     """Export every run under ``root`` to ``target`` in ``out``, then verify it. The export is
     written under the lock of ``root`` (or of ``out`` elsewhere,
     :func:`fathom.rundir.output.analysis_output`): refused, naming the holder's PID, while a
-    trainer, a study or another analysis writes there."""
+    trainer, a study or another analysis writes there. ``checkpoints``: also each run's saved
+    checkpoints (W&B artifacts)."""
     check_target(target)
+    options = check_options(target, {"checkpoints": checkpoints})
     root = Path(root)
     runs = load_runs(root)
-    fp = fingerprint(target, runs)
+    fp = fingerprint(target, runs, made_of(target, runs, options))
     default = default_out(root, target).relative_to(root)
     with analysis_output(root, str(default), out) as output:
-        return _write_export(runs, root, target, output.dir, fp, force)
+        return _write_export(runs, root, target, output.dir, fp, force, options)
 
 
 def _write_export(
-    runs: list[RunData], root: Path, target: str, out: Path, fp: str, force: bool
+    runs: list[RunData],
+    root: Path,
+    target: str,
+    out: Path,
+    fp: str,
+    force: bool,
+    options: dict[str, bool],
 ) -> VerifyReport:
     prepare_target(out, target, fp, force)
-    paths, extra = backend(target).write(runs, out)
-    write_record(out, target, root, runs, fp, [*paths, VERIFY_FILE], extra)
+    paths, extra = backend(target).write(runs, out, **options)
+    write_record(out, target, root, runs, fp, [*paths, VERIFY_FILE], {**extra, "options": options})
     report = _verify_runs(runs, target, out, read_record(out) or {})
     atomic_write_json(out / VERIFY_FILE, report.to_dict())
     return report
@@ -93,9 +138,11 @@ def verify(root: str | Path, target: str, out: str | Path | None = None) -> Veri
             f"export format {record.get('format')} (format {FORMAT} writes accuracy in percent "
             "under <name>_pct); export again with --force"
         )
-    if record.get("fingerprint") != fingerprint(target, runs):
+    options = record.get("options") or {}
+    if record.get("fingerprint") != fingerprint(target, runs, made_of(target, runs, options)):
         report.mismatch(
-            "the run directories changed since this export (runs or history hashes differ); export again with --force"
+            "the run directories changed since this export (runs, history or analysis hashes "
+            "differ); export again with --force"
         )
     return report
 

@@ -6,9 +6,13 @@ as 1.0 / 0.0); a null
 value is not written (TensorBoard draws the gap), NaN and infinities are written as
 such. Accuracy is in percent under ``<name>_pct`` (:mod:`fathom.export.common`); the first
 event of each accuracy tag carries its unit as the tag's metadata (display name
-``"<tag> (%)"``, description naming the conversion). The event's ``wall_time`` is the row's ``clock/elapsed_s`` (the last known one when
-the row lacks it, 0 before any): TensorBoard's "relative" axis then shows Fathom's
-elapsed time, never the exporter's; ``clock/training_s`` is a scalar of its own.
+``"<tag> (%)"``, description naming the conversion). The event's ``wall_time`` is the row's
+own timestamp ``clock/unix_s`` (``clock/elapsed_s`` for a history older than that field, the
+last known one when the row lacks both, 0 before any): TensorBoard's "wall" and "relative"
+axes then show when the run trained, never when it was exported; ``clock/training_s`` is a
+scalar of its own. The run's analyses (:mod:`fathom.export.analyses`: curvature summary and
+audit, as ``curvature/...`` and ``audit/...`` scalars at step = epoch, each with its
+definition) are written beside the history, with the wall time of their epoch's row.
 
 Verification reloads every directory with TensorBoard's ``EventAccumulator`` with no
 sampling (``size_guidance`` 0) and requires, for every tag, exactly the written steps
@@ -24,14 +28,19 @@ from typing import Any
 import numpy as np
 
 from fathom.errors import FathomError
+from fathom.export import common
 from fathom.export import tensorboard_meta as meta
+from fathom.export.analyses import run_analyses
 from fathom.export.common import VerifyReport
 from fathom.export.tensorboard_events import (
+    analysis_wall,
     expected_matrices,
     expected_scalars,
     require,
     row_values,
+    row_walls,
     summary_for,
+    write_analyses,
     write_run,
 )
 from fathom.report.runs import RunData
@@ -95,6 +104,7 @@ def verify(
         if not path.is_dir():
             report.mismatch(f"run {run.run_id}: no event directory {path}")
             continue
+        report.notes += run_analyses(run).notes  # analyses left out, and why
         acc = _accumulator(path)
         _verify_scalars(run, acc, report)
         _verify_matrices(run, acc, report)
@@ -123,10 +133,7 @@ def _described(acc: Any, tag: str, report: VerifyReport, run_id: str) -> None:
 def _verify_scalars(run: RunData, acc: Any, report: VerifyReport) -> None:
     tags = set(acc.Tags().get("scalars", []))
     expected = expected_scalars(run)
-    walls, last = {}, 0.0  # the wall time each row's events were written with
-    for row in run.rows:
-        last, _ = meta.wall_time(row, last)
-        walls[int(row["epoch"])] = last
+    walls = row_walls(run)  # the wall time each row's events were written with
     if tags != set(expected):
         report.mismatch(f"run {run.run_id}: tags differ {sorted(tags ^ set(expected))[:5]}")
     for tag, points in expected.items():
@@ -147,7 +154,7 @@ def _verify_scalars(run: RunData, acc: Any, report: VerifyReport) -> None:
                     f"run {run.run_id} {tag} step {step}: wrote {v!r}, read {e.value!r}"
                 )
         if not tag.startswith(f"{meta.METRIC_PREFIX}/") and [e.wall_time for e in events] != [
-            walls[s] for s, _ in points
+            analysis_wall(walls, s) for s, _ in points
         ]:
             report.mismatch(f"run {run.run_id} {tag}: wall times are not the rows' own")
 
@@ -282,14 +289,16 @@ class TensorBoardSink:
         """One row (``values`` is the flattened form W&B takes; TensorBoard keeps matrices)."""
         from tensorboard.compat.proto.event_pb2 import Event
 
-        self.wall, _ = meta.wall_time(row, self.wall)
+        self.wall, _ = common.wall_time(row, self.wall)
         summary = summary_for(row_values(row), self.described)
         self.writer.add_event(Event(wall_time=self.wall, step=int(row["epoch"]), summary=summary))
         self.writer.flush()
 
     def close(self, run: Any) -> tuple[list[str], dict[str, Any]]:
-        """The run's HParams session and metrics (known once it ends), then the paths."""
-        meta.write_session(self.writer, run, self.wall)
+        """The run's analyses and HParams session and metrics (known once it ends), then the paths."""
+        if run is not None:  # None: no manifest was written (training failed to start)
+            write_analyses(self.writer, run, self.described)
+            meta.write_session(self.writer, run, self.wall)
         self.writer.close()
         if self.events_dir == self.out:  # a shared log_dir: the event files themselves
             return sorted(p.name for p in self.out.glob("events.out.tfevents.*")), {}

@@ -10,8 +10,10 @@
   summary per row under the field's name (exact values, read back with ``Tensors``) and one
   grayscale PNG image ``<name>/image`` (each row scaled to its own sum: row-normalized
   confusion), instead of one scalar tag per entry.
-- **HParams.** Each run's session-start record holds its config's leaves (``optim.lr``,
-  ``model.recipe``, ``seed``, ... — lists as JSON text), and the metrics are scalar tags
+- **HParams.** Each run's session-start record holds its hyperparameters as trained
+  (:mod:`fathom.export.describe`: ``optim.lr``, ``model.recipe``, ``seed``, the widths after
+  ``width_mult``, the parameter count; no ``data.data_dir`` or telemetry settings; lists as
+  JSON text), and the metrics are scalar tags
   ``hparams/{selected,final}/{val,test}/{acc_pct,ce}``: the history row at the selected
   epoch (the manifest's ``selected.epoch``) and at the final one. The experiment record
   (every hyperparameter with its observed domain, every metric) and a custom-scalars
@@ -21,19 +23,17 @@
 
 from __future__ import annotations
 
-import json
 import math
 import struct
 import zlib
-from collections.abc import Mapping
 from typing import Any
 
 from fathom.config.models import SPLITS
 from fathom.errors import FathomError
-from fathom.export.common import PERCENT_SUFFIX, accuracy_name
+from fathom.export.analyses import describe as describe_analysis
+from fathom.export.common import PERCENT_SUFFIX, WALL_FIELD, accuracy_name
 from fathom.report.runs import RunData
 
-WALL_FIELD = "clock/unix_s"
 SESSION_TAG = "_hparams_/session_start_info"
 EXPERIMENT_TAG = "_hparams_/experiment"
 IMAGE_SUFFIX = "/image"
@@ -59,6 +59,9 @@ def description(tag: str) -> str:
         _, which, split, name = tag.split("/")
         epoch = "the validation-selected epoch" if which == "selected" else "the final epoch"
         return f"{description(f'{split}/{name}')} -- the history row at {epoch} (HParams metric)"
+    analysis = describe_analysis(tag)
+    if analysis is not None:
+        return analysis
     name = history_name(tag.removesuffix(IMAGE_SUFFIX))
     try:
         f = field_for(name)
@@ -80,19 +83,6 @@ def metadata(tag: str, plugin: str) -> Any:
         summary_description=description(tag),
         plugin_data=SummaryMetadata.PluginData(plugin_name=plugin),
     )
-
-
-def wall_time(row: Mapping[str, Any], last: float) -> tuple[float, bool]:
-    """``(wall time, is a real timestamp)`` for a row: ``clock/unix_s``, else elapsed, else ``last``."""
-    for key, real in ((WALL_FIELD, True), ("clock/elapsed_s", False)):
-        v = row.get(key)
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
-            return float(v), real
-    return last, False
-
-
-def is_matrix(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(r, list) for r in value)
 
 
 def matrix_array(value: list[list[Any]]) -> Any:
@@ -151,20 +141,11 @@ def matrix_values(tag: str, value: list[list[Any]], described: set[str]) -> list
 
 
 def hparams(run: RunData) -> dict[str, bool | int | float | str]:
-    """The run's config leaves (dotted keys); lists and ``None`` as JSON text."""
-    out: dict[str, bool | int | float | str] = {}
+    """The run's hyperparameters as trained (:func:`fathom.export.describe.hparams`: no file
+    locations or observation settings, the widths after ``width_mult``)."""
+    from fathom.export.describe import hparams as described
 
-    def walk(prefix: str, node: Any) -> None:
-        if isinstance(node, Mapping):
-            for k in sorted(node):
-                walk(f"{prefix}.{k}" if prefix else str(k), node[k])
-        elif isinstance(node, bool | int | float | str):
-            out[prefix] = node
-        else:
-            out[prefix] = json.dumps(node, sort_keys=True)
-
-    walk("", dict(run.config))
-    return out
+    return described(run)
 
 
 def metrics(run: RunData) -> dict[str, tuple[int, float]]:

@@ -1,100 +1,106 @@
 """W&B export in offline mode (``wandb sync <out>/wandb/offline-run-*`` uploads it later).
 
 One W&B run per Fathom run: id = the run id (characters outside ``[A-Za-z0-9_-]``
-replaced), name = the run id, group = the cohort, project = the study. Config: the run's
-manifest config, hashes, environment, clocks and export metadata under ``fathom``.
+replaced), name = the run id, project = the study, group = the cohort (recipe and learning
+rate: the runs that differ only by seed), job type = the phase (``train``, or ``tuning`` for
+a study's learning-rate grid), tags = model kind, recipe, dataset, status and the config's
+own tags (:mod:`fathom.export.describe`).
+
+Config, nested as the run's config is: every section at the top (``model.recipe``,
+``optim.lr``, ``data.dataset`` in W&B's table), ``trained`` what the config became in the
+run (the widths after ``width_mult``, the parameter count, the device and execution path
+used: :func:`fathom.export.describe.as_trained`), and ``fathom`` the provenance (config and
+source hashes, parameter hashes, data, environment, clocks, export metadata, units).
 Summary: ``fathom/status``, ``fathom/epochs_completed``, ``fathom/selected_epoch``,
 ``fathom/selected_val_ce`` and the manifest clocks as ``fathom/clock/<name>``.
 
-History: one ``log`` per history row with ``step = epoch``, accuracy in percent under
-``<name>_pct`` (:mod:`fathom.export.common`; the config's ``fathom.base.units`` states it); ``clock/training_s`` and
-``clock/elapsed_s`` are logged values and declared metrics, to be chosen as x axes.
-W&B's own ``_runtime`` and ``_timestamp`` measure the exporter, not training: they are
-never a Fathom clock and verification ignores them. W&B silently drops a row whose step
-is lower than the current one; rows are written in strictly increasing epoch order (the
-reader removes repeats), and verification checks the step sequence read back.
+History: one ``log`` per history row with ``step = epoch`` and ``_timestamp`` = the row's
+own Unix time (:func:`fathom.export.common.wall_time`: ``clock/unix_s``, the elapsed
+seconds for a history older than that field), so W&B's wall-clock axis shows when the run
+trained, not when it was exported. Scalars in export units (accuracy in percent under
+``<name>_pct``); ``clock/training_s`` and ``clock/elapsed_s`` are logged values and declared
+metrics, Fathom's relative axes (W&B's own ``_runtime`` is measured by the exporting process
+and cannot be set: it is never a Fathom clock). A matrix field is one W&B table per row,
+``<name>_table``: a confusion matrix in the columns of W&B's confusion-matrix chart
+(``Actual``, ``Predicted``, ``nPredictions``, drawn with that chart), any other matrix as
+``row``, ``column``, ``value``. The run's curvature and audit results
+(:mod:`fathom.export.analyses`, the same ``curvature/...`` and ``audit/...`` scalars as
+TensorBoard's) are logged with the row of the epoch they describe. W&B silently drops a row whose step is lower than the current
+one; rows are written in strictly increasing epoch order (the reader removes repeats).
 
-Verification reads the ``.wandb`` file (:mod:`fathom.export.wandb_records`): the config
-record, every history record (step and every key's ``value_json``, float64-exact, NaN
-and infinities included) and the last summary value of each ``fathom/`` key.
+Checkpoints (``fathom export --to wandb --checkpoints``): every checkpoint the manifest lists,
+its file checked against the recorded SHA-256 first, as a version of the artifact
+``model-<id>`` (type ``model``, the file referenced where it lies, not copied), aliased
+``epoch-<N>`` and ``selected`` / ``final`` where it is that epoch, its epoch and hashes in
+the artifact's metadata.
+
+W&B's own files (tables' staging copies, logs) go to ``<out>/wandb-data``, never the
+user's home: ``wandb sync`` reads them. Verification: :mod:`fathom.export.wandb_verify`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fathom.base.io import json_safe
 from fathom.config.live import WandbLiveConfig
-from fathom.errors import FathomError, install_hint
-from fathom.export.common import VerifyReport, export_scalars, same_value, units_table
-from fathom.export.wandb_records import is_complete, read_records, wait_complete
+from fathom.errors import FathomError
+from fathom.export.common import wall_time
+from fathom.export.describe import job_type, run_tags
+from fathom.export.wandb_content import (
+    CHART,
+    GENERIC_COLUMNS,
+    TABLE_SUFFIX,
+    analyses_by_epoch,
+    checked_checkpoints,
+    columns,
+    row_values,
+    run_config,
+    run_summary,
+    table_rows,
+    wandb_id,
+    wandb_module,
+)
+from fathom.export.wandb_records import wait_complete
+from fathom.export.wandb_verify import verify
 from fathom.report.runs import RunData
 
 DIR = "wandb"
+DATA_DIR = "wandb-data"
 
 
-def _wandb():
-    try:
-        import wandb
-    except ImportError:
-        raise FathomError(
-            "the W&B export needs the wandb package, which is not installed; install the extra with "
-            f"`{install_hint('wandb')}`"
-        ) from None
-    return wandb
-
-
-def wandb_id(run_id: str) -> str:
-    clean = re.sub(r"[^A-Za-z0-9_-]", "-", run_id)
-    return clean[:64]
-
-
-def run_config(run: RunData) -> dict[str, Any]:
-    m = run.manifest
-    return {
-        "fathom": json_safe(
-            {
-                "config": m.get("config"),
-                "config_hash": m.get("config_hash"),
-                "source_hash": m.get("source_hash"),
-                "hashes": m.get("hashes"),
-                "data": m.get("data"),
-                "environment": m.get("environment"),
-                "clocks": m.get("clocks"),
-                "export": run.metadata(),
-                "units": units_table([run]),
-            }
-        )
-    }
-
-
-def run_summary(run: RunData) -> dict[str, Any]:
-    m = run.manifest
-    selected = m.get("selected") or {}
-    out = {
-        "fathom/status": m.get("status"),
-        "fathom/epochs_completed": m.get("epochs_completed"),
-        "fathom/selected_epoch": selected.get("epoch"),
-        "fathom/selected_val_ce": selected.get("val_ce"),
-    }
-    out.update({f"fathom/clock/{k}": v for k, v in (m.get("clocks") or {}).items()})
-    return out
+def log_row(
+    wandb: Any, wrun: Any, row: dict[str, Any], wall: float, more: dict[str, float] | None = None
+) -> None:
+    """One history row as one ``log`` at ``step = epoch`` stamped ``_timestamp = wall``
+    (``more``: the analyses' scalars at that epoch)."""
+    scalars, matrices = row_values(row)
+    data: dict[str, Any] = {**scalars, **(more or {})}
+    for name, m in matrices.items():
+        cols = columns(name)
+        table = wandb.Table(columns=list(cols), data=table_rows(m))
+        if cols == GENERIC_COLUMNS:
+            data[name + TABLE_SUFFIX] = table
+        else:  # W&B logs the chart's table under <name>_table
+            data[name] = wandb.plot_table(CHART, table, {c: c for c in cols}, {"title": name})
+    data["_timestamp"] = wall
+    wrun.log(data, step=int(row["epoch"]))
 
 
 @contextlib.contextmanager
 def wandb_env(out: Path, mode: str = "offline") -> Iterator[None]:
     """W&B's environment for one writer: ``mode``, quiet, its files under ``out``."""
+    data = out / DATA_DIR
     keys = {
         "WANDB_MODE": mode,
         "WANDB_SILENT": "true",
         "WANDB_DIR": str(out),
+        "WANDB_DATA_DIR": str(data),
+        "WANDB_CACHE_DIR": str(data / "cache"),
+        "WANDB_ARTIFACT_DIR": str(data / "artifacts"),
         "WANDB_CONSOLE": "off",
     }
     saved = {k: os.environ.get(k) for k in keys}
@@ -109,22 +115,51 @@ def wandb_env(out: Path, mode: str = "offline") -> Iterator[None]:
                 os.environ[k] = v
 
 
-def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
-    """Write one offline W&B run per Fathom run; return (paths, {run_id: .wandb path})."""
-    wandb = _wandb()
-    ids = [wandb_id(r.run_id) for r in runs]
-    if len(set(ids)) != len(ids):
-        raise FathomError(
-            "two run ids map to the same W&B id; rename the runs so they differ in [A-Za-z0-9_-]"
-        )
-    files: dict[str, str] = {}
-    settings = wandb.Settings(
+def settings(wandb: Any) -> Any:
+    return wandb.Settings(
         x_disable_stats=True,
         x_disable_machine_info=True,
         console="off",
         save_code=False,
         disable_git=True,
     )
+
+
+def log_checkpoints(wandb: Any, wrun: Any, run: RunData, wid: str) -> list[dict[str, Any]]:
+    """Every checkpoint as a version of ``model-<wid>`` (module docstring); what was logged."""
+    logged = checked_checkpoints(run)
+    for c in logged:
+        art = wandb.Artifact(
+            f"model-{wid}",
+            type="model",
+            metadata={
+                "run_id": run.run_id,
+                **{k: c[k] for k in ("epoch", "sha256", "params_sha256")},
+            },
+        )
+        art.add_file(
+            str(run.path / c["file"]),
+            name=Path(c["file"]).name,
+            policy="immutable",
+            skip_cache=True,
+        )
+        wrun.log_artifact(art, aliases=c["aliases"])
+    return logged
+
+
+def write(
+    runs: list[RunData], out: Path, *, checkpoints: bool = False
+) -> tuple[list[str], dict[str, Any]]:
+    """Write one offline W&B run per Fathom run; return (paths, {run_id: .wandb path}, and the
+    artifacts logged when ``checkpoints``)."""
+    wandb = wandb_module()
+    ids = [wandb_id(r.run_id) for r in runs]
+    if len(set(ids)) != len(ids):
+        raise FathomError(
+            "two run ids map to the same W&B id; rename the runs so they differ in [A-Za-z0-9_-]"
+        )
+    files: dict[str, str] = {}
+    artifacts: dict[str, list[dict[str, Any]]] = {}
     with wandb_env(out):
         for run, wid in zip(runs, ids):
             wrun = wandb.init(
@@ -132,117 +167,42 @@ def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
                 id=wid,
                 name=run.run_id,
                 group=run.cohort,
+                job_type=job_type(run),
+                tags=run_tags(run),
                 dir=str(out),
                 mode="offline",
                 config=run_config(run),
-                settings=settings,
+                settings=settings(wandb),
             )
             try:
-                wrun.define_metric("epoch")
-                wrun.define_metric("clock/training_s")
-                wrun.define_metric("clock/elapsed_s")
+                for metric in ("epoch", "clock/training_s", "clock/elapsed_s"):
+                    wrun.define_metric(metric)
+                wall, analyses = 0.0, analyses_by_epoch(run)[0]
                 for row in run.rows:
-                    values, _ = export_scalars(row)
-                    wrun.log(values, step=int(row["epoch"]))
+                    wall, _ = wall_time(row, wall)
+                    log_row(wandb, wrun, row, wall, analyses.get(int(row["epoch"])))
                 wrun.summary.update(run_summary(run))
+                if checkpoints:
+                    artifacts[run.run_id] = log_checkpoints(wandb, wrun, run, wid)
                 sync_file = Path(wrun.settings.sync_file)
             finally:
                 wrun.finish()
             wait_complete(sync_file)  # finish() may return before the file is whole
             files[run.run_id] = sync_file.relative_to(out).as_posix()
-    return [DIR], {"wandb_files": files}
+    extra: dict[str, Any] = {"wandb_files": files}
+    if checkpoints:
+        extra["wandb_artifacts"] = artifacts
+    return [DIR, DATA_DIR], extra
 
 
-def _key(item: Any) -> str | None:
-    if item.key:
-        return item.key
-    return item.nested_key[0] if len(item.nested_key) == 1 else None
-
-
-def _value(text: str) -> Any:
-    return json.loads(text)
-
-
-def verify(runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport) -> None:
-    _wandb()
-    files = record.get("wandb_files") or {}
-    for run in runs:
-        report.runs += 1
-        rel = files.get(run.run_id)
-        if rel is None or not (out / rel).exists():
-            report.mismatch(f"run {run.run_id}: no .wandb file ({rel})")
-            continue
-        history: list[tuple[int, dict[str, Any]]] = []
-        config: dict[str, Any] = {}
-        summary: dict[str, Any] = {}
-        records = read_records(out / rel)
-        if not is_complete(records):
-            report.mismatch(
-                f"run {run.run_id}: {rel} has no exit record (W&B did not finish writing it); "
-                "export again"
-            )
-            continue
-        for rec in records:
-            kind = rec.WhichOneof("record_type")
-            if kind == "history":
-                items = {_key(i): _value(i.value_json) for i in rec.history.item}
-                history.append((int(items.get("_step", rec.history.step.num)), items))
-            elif kind == "config":
-                config.update({_key(i): _value(i.value_json) for i in rec.config.update})
-            elif kind == "run":
-                config.update({_key(i): _value(i.value_json) for i in rec.run.config.update})
-            elif kind == "summary":
-                summary.update({_key(i): _value(i.value_json) for i in rec.summary.update})
-        expected_config = json.loads(json.dumps(run_config(run)))
-        for k, v in expected_config.items():
-            if config.get(k) != v:
-                report.mismatch(f"run {run.run_id}: config {k!r} differs from the manifest")
-        for k, v in json_safe(run_summary(run)).items():
-            report.values += 1
-            if not same_value(v, summary.get(k)):
-                report.mismatch(
-                    f"run {run.run_id}: summary {k} wrote {v!r}, read {summary.get(k)!r}"
-                )
-        steps = [s for s, _ in history]
-        epochs = [int(row["epoch"]) for row in run.rows]
-        report.steps += len(steps)
-        if steps != epochs:
-            report.mismatch(f"run {run.run_id}: step sequence {steps} != epochs {epochs}")
-        for row, (_, items) in zip(run.rows, history):
-            report.rows += 1
-            values, _ = export_scalars(row)
-            got = {k: v for k, v in items.items() if k is not None and not k.startswith("_")}
-            if set(got) != set(values):
-                report.mismatch(
-                    f"run {run.run_id} epoch {row['epoch']}: keys differ {sorted(set(got) ^ set(values))[:5]}"
-                )
-            for k, v in values.items():
-                report.values += 1
-                r = got.get(k)
-                if not same_value(v, r) and not (v is None and r is None):
-                    report.mismatch(
-                        f"run {run.run_id} epoch {row['epoch']} {k}: wrote {v!r}, read {r!r}"
-                    )
-        nonfinite = sum(
-            1
-            for row in run.rows
-            for v in export_scalars(row)[0].values()
-            if isinstance(v, float) and not math.isfinite(v)
-        )
-        if nonfinite:
-            report.notes.append(
-                f"run {run.run_id}: {nonfinite} non-finite values written and read back as NaN/Infinity"
-            )
-
-
-def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport) -> None:
-    """:class:`fathom.export.backend.ExportBackend`'s read-back: :func:`verify`."""
+def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: Any) -> None:
+    """:class:`fathom.export.backend.ExportBackend`'s read-back: :func:`fathom.export.wandb_verify.verify`."""
     verify(runs, out, record, report)
 
 
 def require() -> None:
     """The live side (:class:`fathom.export.backend.LiveBackend`): refuse a missing wandb."""
-    _wandb()
+    wandb_module()
 
 
 def live_out(live: Any, run: Any) -> Path | None:
@@ -255,45 +215,48 @@ def live_sink(out: Path, live: Any, run: Any) -> Any:
 
 class WandbSink:
     """The live sink (:class:`fathom.export.backend.LiveSink`): each row logged to a W&B run
-    (``step = epoch``) placed by the ``[live.wandb]`` settings, its files under ``out``."""
+    (``step = epoch``, ``_timestamp`` the row's own) placed by the ``[live.wandb]`` settings,
+    its files under ``out``; tags, config and summary set from the finished run."""
 
     def __init__(
-        self, out: Path, run_id: str, study: str | None, cohort: str, settings: WandbLiveConfig
+        self, out: Path, run_id: str, study: str | None, cohort: str, live: WandbLiveConfig
     ) -> None:
-        self.wandb = _wandb()
-        self.out, self.run_id = out, run_id
-        with wandb_env(out, settings.mode):
+        self.wandb = wandb_module()
+        self.out, self.run_id, self.mode, self.wall = out, run_id, live.mode, 0.0
+        with wandb_env(out, live.mode):
             self.run = self.wandb.init(
-                project=settings.project or str(study or "fathom"),
-                entity=settings.entity,
+                project=live.project or str(study or "fathom"),
+                entity=live.entity,
                 id=wandb_id(run_id),
                 name=run_id,
                 group=cohort,
+                job_type="train",
                 dir=str(out),
-                mode=settings.mode,
-                settings=self.wandb.Settings(
-                    x_disable_stats=True,
-                    x_disable_machine_info=True,
-                    console="off",
-                    save_code=False,
-                    disable_git=True,
-                ),
+                mode=live.mode,
+                settings=settings(self.wandb),
             )
         for metric in ("epoch", "clock/training_s", "clock/elapsed_s"):
             self.run.define_metric(metric)
 
     def write(self, row: dict[str, Any], values: dict[str, Any]) -> None:
-        self.run.log(values, step=int(row["epoch"]))
+        """One row (``values``, the flattened form, is not used: matrices become tables)."""
+        self.wall, _ = wall_time(row, self.wall)
+        with wandb_env(self.out, self.mode):
+            log_row(self.wandb, self.run, row, self.wall)
 
     def close(self, run: Any) -> tuple[list[str], dict[str, Any]]:
         if run is not None:
             self.run.config.update(run_config(run), allow_val_change=True)
+            self.run.tags = tuple(run_tags(run))
             self.run.summary.update(run_summary(run))
         sync_file = Path(self.run.settings.sync_file)
-        self.run.finish()
+        with wandb_env(self.out, self.mode):
+            self.run.finish()
         wait_complete(sync_file)
         rel = sync_file.relative_to(self.out).as_posix()
-        return [DIR], {"wandb_files": {self.run_id: rel}}
+        return [DIR, DATA_DIR], {"wandb_files": {self.run_id: rel}}
 
-    def verify(self, run: Any, out: Path, extra: dict[str, Any], report: VerifyReport) -> None:
-        verify([run], out, {"wandb_files": extra["wandb_files"]}, report)
+    def verify(self, run: Any, out: Path, extra: dict[str, Any], report: Any) -> None:
+        verify(
+            [run], out, {"wandb_files": extra["wandb_files"]}, report, job="train", analyses=False
+        )

@@ -105,6 +105,7 @@ def _write_report(
             notes=notes,
             alignment=alignment,
             unfinished=waiting,
+            reference=reference,
         ),
     )
     output.json(

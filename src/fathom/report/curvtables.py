@@ -4,8 +4,9 @@ Input: ``curvature[run_id] = {"summary": <run>/curvature/summary.json, "epochs":
 <run>/curvature/epoch-NNNN.json}}`` (as :func:`fathom.report.build.load_curvature` reads
 them). Per recipe and epoch, a trace is the mean over the recipe's main runs that have a
 snapshot at that epoch (n stated; often one seed). The ratio column is
-``trace(reference) / trace(recipe)`` at the same epoch, a ratio of means; the sentences are
-paired contrasts over seeds with their intervals (:func:`trace_contrasts`).
+``trace(recipe) / trace(reference)`` at the same epoch, a ratio of means, in the direction of
+every ratio in the report (recipe / reference, as the sentences' paired ratios of
+:func:`trace_contrasts` and the telemetry tables' ratios).
 KFAC diagonal error per layer is ``‖diag(G)⊗diag(A) − diag(GGN)‖₁ / ‖diag(GGN)‖₁``.
 """
 
@@ -56,7 +57,7 @@ def trace_table(
     for key, label in TRACES:
         cols.append(Column(key, label, "num"))
         if reference in per:
-            cols.append(Column(f"ratio:{key}", f"{reference} / recipe", "ratio"))
+            cols.append(Column(f"ratio:{key}", f"recipe / {reference}", "ratio"))
     cols += [
         Column("probe_ce_mean", "probe CE (nats)", "num", "nats"),
         Column("probe_accuracy", "probe accuracy (%)", "pct", "%"),
@@ -66,7 +67,8 @@ def trace_table(
         "Curvature traces per recipe and epoch (fixed probe, float64)",
         "Exact weight diagonals summed over all affine layers (biases excluded), means over "
         "the probe; per epoch the mean over runs with a snapshot (n). Ratio columns are "
-        f"trace({reference}) / trace(recipe) at the same epoch. CE-GGN curvature can fall "
+        f"trace(recipe) / trace({reference}) at the same epoch (every ratio in this report is "
+        "recipe / reference). CE-GGN curvature can fall "
         "while the logit Jacobian grows: these traces are not interchangeable.",
         cols,
     )
@@ -88,7 +90,7 @@ def trace_table(
         for row in table.rows:
             for key, _ in TRACES:
                 ref, own = ref_means.get((row["epoch"], key)), row[key]
-                row[f"ratio:{key}"] = None if ref is None or not own else ref / own
+                row[f"ratio:{key}"] = None if not ref or own is None else own / ref
     return table
 
 

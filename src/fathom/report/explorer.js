@@ -1,4 +1,5 @@
 // Fathom report explorer: curves drawn with uPlot (inlined), and the mask/example explorer.
+// Mask data: JSON stored gzip + base64 in <script id="fathom-masks"> (fathom.report.lazy).
 // Curve data: JSON in <script id="fathom-data">. Cells: a number; null (due, missing: a
 // gap); "NaN"/"Infinity"/"-Infinity" (gaps); "-" (not scheduled at that epoch: spanned,
 // the line connects the recorded points). Accuracy arrives in percent.
@@ -7,7 +8,7 @@
 (function () {
   "use strict";
   const D = JSON.parse(document.getElementById("fathom-data").textContent);
-  const M = JSON.parse(document.getElementById("fathom-masks").textContent);
+  let M = { tables: [], examples: {} };  // the masks: stored gzip + base64, read at start
   const nameIndex = new Map(D.names.map((n, i) => [n, i]));
   const $ = (id) => document.getElementById(id);
   const h = (tag, attrs, text) => {
@@ -29,6 +30,36 @@
     if (v === null || v === undefined || !isFinite(v)) return "—";
     const a = Math.abs(v);
     return a !== 0 && (a < 1e-3 || a >= 1e5) ? v.toExponential(3) : Number(v.toPrecision(4)).toString();
+  }
+
+  // Times read as times: a field in seconds is a duration ("45 s", "2:05", "1:02:05"); a
+  // Unix timestamp ("s since epoch") is a UTC clock time ("01:09:07", with the date when
+  // the shown span crosses a day). Kind by the registry's units (D.meta), or the x axis.
+  const TIME_INCRS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800];
+  function timeKind(units) { return units === "s since epoch" ? "unix" : units === "s" ? "duration" : null; }
+  function axisKind(axis) { return axis === "epoch" ? null : timeKind((D.meta[axis] || {}).units || "s"); }
+  function fmtDuration(v) {
+    if (v === null || v === undefined || !isFinite(v)) return "—";
+    const sign = v < 0 ? "−" : "", a = Math.abs(v);
+    if (a < 60) return `${sign}${fmt(a)} s`;
+    const h = Math.floor(a / 3600), m = Math.floor((a % 3600) / 60), sec = a % 60;
+    const ss = (Number.isInteger(sec) ? String(sec) : sec.toFixed(1)).padStart(Number.isInteger(sec) ? 2 : 4, "0");
+    return h ? `${sign}${h}:${String(m).padStart(2, "0")}:${ss}` : `${sign}${m}:${ss}`;
+  }
+  function fmtClock(v, withDate) {
+    if (v === null || v === undefined || !isFinite(v)) return "—";
+    const iso = new Date(v * 1000).toISOString();  // UTC
+    return withDate ? `${iso.slice(0, 10)} ${iso.slice(11, 19)}` : iso.slice(11, 19);
+  }
+  function fmtAs(kind, v) { return kind === "unix" ? fmtClock(v, true) + " UTC" : kind === "duration" ? fmtDuration(v) : fmt(v); }
+  function tickFormat(kind) {
+    if (kind === "duration") return (u, vals) => vals.map(fmtDuration);
+    if (kind === "unix") return (u, vals) => {
+      const fin = vals.filter((v) => v !== null && isFinite(v));
+      const days = new Set(fin.map((v) => Math.floor(v / 86400)));
+      return vals.map((v) => fmtClock(v, days.size > 1));
+    };
+    return (u, vals) => vals.map(fmt);
   }
 
   // The run's own field name: a layer facet is an aligned label (the same network layer of
@@ -67,6 +98,8 @@
     : Array.from(new Set(D.runs.filter((r) => r.phase === "main").map((r) => r.cohort))));
   let zoomX = pending.has("x") ? pending.get("x").split("~").map(Number) : null;  // null: not zoomed
   let viewReady = false, building = false;
+  // The section a nav link went to (kept in the view as "at"); a plain anchor (#audit) too.
+  let section = pending.get("at") || (location.hash.length > 1 && !location.hash.startsWith(VIEW_PREFIX) ? decodeURIComponent(location.hash.slice(1)) : null);
 
   function saveView() {
     if (!viewReady) return;
@@ -79,6 +112,7 @@
     for (const id of ["mask-arm", "mask-seed", "mask-checkpoint"]) if ($(id).value) q.set(id, $(id).value);
     if (maskState.mask !== null) q.set("mask", maskState.mask);
     if (maskState.example !== null) q.set("example", String(maskState.example));
+    if (section) q.set("at", section);
     history.replaceState(null, "", VIEW_PREFIX + q.toString());
   }
   const shownFacets = {};
@@ -174,7 +208,7 @@
   function axisLabel(field) {
     const m = D.meta[field] || {};
     const base = field.replace("{split}", $("split").value).replace(/\/\{(layer|class)\}$/, "");
-    return m.units ? `${base} (${m.units})` : base;
+    return timeKind(m.units) === "unix" ? `${base} (UTC clock time)` : m.units ? `${base} (${m.units})` : base;
   }
 
   function charts() {
@@ -182,6 +216,7 @@
     const meta = D.meta[field] || {};
     const opts = { axis: $("axis").value, split: $("split").value, logy: $("logy").checked, band: $("band").value, seeds: $("seeds").checked, zeroY: $("zero-y").checked };
     const facets = meta.facets && meta.facets.length ? meta.facets : [null];
+    const yKind = timeKind(meta.units);
     if (!shownFacets[field]) shownFacets[field] = new Set(facets);
     renderFacetBoxes(field, meta, facets);
     const box = $("charts");
@@ -207,8 +242,8 @@
         width: width, height: facet === null ? 360 : 240,
         scales: { x: { time: false }, y: opts.logy ? { distr: 3, log: 10 } : { range: (u, lo, hi) => visibleRange(u, lo, hi, opts) } },
         axes: [
-          Object.assign({ label: D.axes[opts.axis], labelSize: 20, size: 36 }, opts.axis === "epoch" ? { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500] } : {}),
-          { label: facet === null ? axisLabel(field) : (meta.units || "value"), labelSize: 20, size: 64, values: (u, vals) => vals.map(fmt) },
+          Object.assign({ label: D.axes[opts.axis], labelSize: 20, size: 36 }, opts.axis === "epoch" ? { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500] } : { incrs: TIME_INCRS, values: tickFormat(axisKind(opts.axis)) }),
+          Object.assign({ label: facet === null ? axisLabel(field) : (yKind === "unix" ? "UTC" : meta.units || "value"), labelSize: 20, size: yKind ? 78 : 64, values: tickFormat(yKind) }, yKind && !opts.logy ? { incrs: TIME_INCRS } : {}),
         ],
         legend: { show: false },
         cursor: { sync: { key: "fathom" }, drag: { x: true, y: false } },
@@ -276,20 +311,22 @@
     const i = u.cursor.idx;
     if (i === null || i === undefined) return;
     const meta = D.meta[$("field").value] || {};
-    const unit = meta.units ? ` ${meta.units}` : "";
+    const kind = timeKind(meta.units);
+    const unit = meta.units && !kind ? ` ${meta.units}` : "";
+    const val = (v) => fmtAs(kind, v), span = (v) => (kind ? fmtDuration(v) : fmt(v));
     const x = u.data[0][i];
-    const parts = [`${D.axes[$("axis").value] || "x"} = ${fmt(x)}`];
+    const parts = [`${D.axes[$("axis").value] || "x"} = ${fmtAs(axisKind($("axis").value), x)}`];
     series.forEach((s, k) => {
       if (s.kind === "mean") {
         const a = s.agg.get(x);
         if (!a || a.mean === undefined) return;
         if (a.mean === null) { parts.push(`${s.cohort}: — (no finite value)`); return; }
-        const sd = a.sd === null ? "" : ` ± ${fmt(a.sd)} SD`;
-        const range = a.n > 1 ? `, range ${fmt(a.lo)}–${fmt(a.hi)}` : "";
-        parts.push(`${s.cohort}: ${fmt(a.mean)}${sd}${unit} (n=${a.n}${range})`);
+        const sd = a.sd === null ? "" : ` ± ${span(a.sd)} SD`;
+        const range = a.n > 1 ? `, range ${val(a.lo)}–${val(a.hi)}` : "";
+        parts.push(`${s.cohort}: ${val(a.mean)}${sd}${unit} (n=${a.n}${range})`);
       } else if (s.kind === "seed") {
         const v = u.data[k + 1][i];
-        if (v !== undefined) parts.push(`${s.label}: ${fmt(v)}${unit}`);
+        if (v !== undefined) parts.push(`${s.label}: ${val(v)}${unit}`);
       }
     });
     $("readout").textContent = parts.join("   ");
@@ -432,28 +469,107 @@
     pick();
   }
 
-  // ---- wiring ----------------------------------------------------------------------------
-  for (const [k, label] of Object.entries(D.axes)) if (k === "epoch" || nameIndex.has(k)) $("axis").appendChild(h("option", { value: k }, label));
-  for (const s of D.splits) $("split").appendChild(h("option", { value: s }, s));
-  if (D.splits.includes("val")) $("split").value = "val";
-  for (const id of ["split", "axis", "band"]) if (pending.has(id) && Array.from($(id).options).some((o) => o.value === pending.get(id))) $(id).value = pending.get(id);
-  for (const id of ["logy", "seeds", "zero-y"]) if (pending.has(id)) $(id).checked = true;
-  renderCohorts(); fillFields();
-  if (pending.has("field") && D.fields.includes(pending.get("field"))) $("field").value = pending.get("field");
-  $("field-search").addEventListener("input", () => { fillFields(); charts(); });
-  for (const id of ["field", "axis", "split", "logy", "band", "seeds", "zero-y"]) $(id).addEventListener("change", charts);
-  charts(); maskExplorer(); viewReady = true; saveView();
-  for (const t of document.querySelectorAll("table.sortable")) {
-    t.querySelectorAll("th").forEach((th, i) => th.addEventListener("click", () => {
-      const rows = Array.from(t.tBodies[0].rows); const dir = th.dataset.dir === "1" ? -1 : 1; th.dataset.dir = dir === 1 ? "1" : "-1";
-      rows.sort((a, b) => { const x = a.cells[i].textContent, y = b.cells[i].textContent; const nx = parseFloat(x), ny = parseFloat(y); return dir * (isNaN(nx) || isNaN(ny) ? x.localeCompare(y) : nx - ny); });
-      rows.forEach((r) => t.tBodies[0].appendChild(r));
-    }));
+  // ---- static tables: sorting, filters, the scroll cue of wide tables, lazy sections ------
+  function wireTables(root) {
+    for (const t of root.querySelectorAll("table.sortable")) {
+      t.querySelectorAll("th").forEach((th, i) => th.addEventListener("click", () => {
+        const rows = Array.from(t.tBodies[0].rows); const dir = th.dataset.dir === "1" ? -1 : 1; th.dataset.dir = dir === 1 ? "1" : "-1";
+        rows.sort((a, b) => { const x = a.cells[i].textContent, y = b.cells[i].textContent; const nx = parseFloat(x), ny = parseFloat(y); return dir * (isNaN(nx) || isNaN(ny) ? x.localeCompare(y) : nx - ny); });
+        rows.forEach((r) => t.tBodies[0].appendChild(r));
+      }));
+    }
+    for (const f of root.querySelectorAll("input.table-filter")) f.addEventListener("input", () => {
+      const q = f.value.toLowerCase();
+      for (const r of $(f.dataset.table).tBodies[0].rows) r.style.display = r.textContent.toLowerCase().includes(q) ? "" : "none";
+    });
   }
-  for (const f of document.querySelectorAll("input.table-filter")) f.addEventListener("input", () => {
-    const q = f.value.toLowerCase();
-    for (const r of $(f.dataset.table).tBodies[0].rows) r.style.display = r.textContent.toLowerCase().includes(q) ? "" : "none";
-  });
-  window.fathomReadyMs = performance.now();
-  window.fathomReady = true;
+
+  // A table wider than its box scrolls inside it (CSS); here it gets a wrapper whose right
+  // (left) edge fades while more columns lie to the right (left), and a line above it that
+  // says so. Tables not laid out yet (in a closed section) are marked when it opens.
+  function edges(wrap, t) {
+    wrap.classList.toggle("more-right", t.scrollLeft + t.clientWidth < t.scrollWidth - 1);
+    wrap.classList.toggle("more-left", t.scrollLeft > 1);
+  }
+  function markWide(root) {
+    for (const t of root.querySelectorAll("table")) {
+      if (!t.clientWidth) continue;
+      const wide = t.scrollWidth > t.clientWidth + 1;
+      let wrap = t.parentElement.classList.contains("scroll-wrap") ? t.parentElement : null;
+      if (wide && !wrap) {
+        wrap = h("div", { class: "scroll-wrap" }); t.before(wrap); wrap.appendChild(t);
+        wrap.before(h("div", { class: "scroll-cue", "aria-hidden": "true" }, "⇆ wider than the page: scroll the table sideways for more columns"));
+        t.addEventListener("scroll", () => edges(wrap, t), { passive: true });
+      }
+      if (wrap) { wrap.classList.toggle("wide", wide); wrap.previousElementSibling.style.display = wide ? "" : "none"; edges(wrap, t); }
+    }
+  }
+
+  // A large collapsed section is stored gzip + base64 (fathom.report.lazy) and inserted the
+  // first time it opens; window.fathomLazy counts the sections loaded.
+  window.fathomLazy = 0;
+  async function gunzip(b64) {
+    const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    return new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"))).text();
+  }
+  async function openLazy(d) {
+    const s = d.querySelector(":scope > script[type='application/x-fathom-lazy']");
+    if (!s) { markWide(d); return; }
+    const body = h("div", { class: "lazy-body" });
+    if (typeof DecompressionStream === "undefined") {
+      body.textContent = "This browser cannot decompress this section (DecompressionStream: Chromium 80+, Firefox 113+, Safari 16.4+); the same data are in the study's JSON files.";
+      s.replaceWith(body); return;
+    }
+    const stored = s.textContent;
+    s.remove();
+    body.innerHTML = await gunzip(stored); d.appendChild(body);
+    wireTables(body); markWide(body);
+    for (const inner of body.querySelectorAll("details")) inner.addEventListener("toggle", () => { if (inner.open) markWide(inner); });
+    d.dataset.loaded = "1"; window.fathomLazy += 1;
+  }
+
+  // ---- wiring ----------------------------------------------------------------------------
+  // The page starts after its first frame: the static first screen (the main table and the
+  // verdicts) paints before the curves are drawn; a hidden tab (no frames) starts by a timer.
+  if (section) history.scrollRestoration = "manual";
+  let started = false;
+  const begin = () => { if (!started) { started = true; start(); } };
+  requestAnimationFrame(() => setTimeout(begin, 0));
+  setTimeout(begin, 500);
+
+  function start() {
+    for (const [k, label] of Object.entries(D.axes)) if (k === "epoch" || nameIndex.has(k)) $("axis").appendChild(h("option", { value: k }, label));
+    for (const s of D.splits) $("split").appendChild(h("option", { value: s }, s));
+    if (D.splits.includes("val")) $("split").value = "val";
+    for (const id of ["split", "axis", "band"]) if (pending.has(id) && Array.from($(id).options).some((o) => o.value === pending.get(id))) $(id).value = pending.get(id);
+    for (const id of ["logy", "seeds", "zero-y"]) if (pending.has(id)) $(id).checked = true;
+    renderCohorts(); fillFields();
+    if (pending.has("field") && D.fields.includes(pending.get("field"))) $("field").value = pending.get("field");
+    $("field-search").addEventListener("input", () => { fillFields(); charts(); });
+    for (const id of ["field", "axis", "split", "logy", "band", "seeds", "zero-y"]) $(id).addEventListener("change", charts);
+    charts();
+    wireTables(document); markWide(document);
+    // Nav links scroll to their section without touching the URL's view ("#view?..."); the
+    // section is kept in the view as "at", so a reload or a shared link lands there too.
+    for (const a of document.querySelectorAll("nav a[href^='#']")) a.addEventListener("click", (ev) => {
+      const target = $(a.getAttribute("href").slice(1));
+      if (!target) return;
+      ev.preventDefault(); section = target.id; target.scrollIntoView(); saveView();
+    });
+    if (section && $(section)) {  // land on the view's section, not on a restored offset
+      $(section).scrollIntoView();
+      if (document.readyState !== "complete") window.addEventListener("load", () => $(section).scrollIntoView());
+    }
+    for (const d of document.querySelectorAll("details")) d.addEventListener("toggle", () => { if (d.open) { if (d.hasAttribute("data-lazy")) openLazy(d); else markWide(d); } });
+    window.addEventListener("resize", () => markWide(document));
+    (async () => {  // the curves are drawn; the masks decode off the first paint
+      const stored = $("fathom-masks");
+      if (typeof DecompressionStream === "undefined") $("mask-area").textContent = "This browser cannot decompress the mask data (DecompressionStream: Chromium 80+, Firefox 113+, Safari 16.4+); the same numbers are in audit/audit.json.";
+      else if (stored.textContent) M = JSON.parse(await gunzip(stored.textContent));
+      window.fathomMasks = M;
+      maskExplorer(); viewReady = true; saveView();
+      window.fathomReadyMs = performance.now();
+      window.fathomReady = true;
+    })();
+  }
 })();

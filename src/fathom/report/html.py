@@ -1,8 +1,12 @@
 """``report.html``: one self-contained file, all script, style and data inline, no request.
 
-Layout (what a reader sees first): what was run and the verdicts with the main table
-(:mod:`fathom.report.sections`), then the curves, the audit headline and the mask and
-example explorer, the cross-run telemetry and curvature tables, and raw tables collapsed.
+Layout (what a reader sees first, at 1240 × 800): what was run, the main table and the
+decided verdicts, the undecided ones collapsed into their count (:mod:`fathom.report.sections`);
+then the curves, the audit headline and the mask and example explorer, the cross-run
+telemetry and curvature tables, and raw tables collapsed. The page states its one direction
+once (:func:`conventions`: differences recipe − reference, ratios recipe / reference). A
+collapsed section of 16 KiB or more, and the mask data, are stored compressed and decoded in
+the page (:mod:`fathom.report.lazy`).
 
 Plotting: uPlot 1.6.32 (MIT, vendored under ``report/vendor``) inlined with its CSS; a
 Content-Security-Policy ``default-src 'none'`` forbids every request. Data are embedded
@@ -29,7 +33,7 @@ from fathom.config.models import SPLITS
 from fathom.report.audit_view import audit_headline
 from fathom.report.crossrun import study_alignment
 from fathom.report.crosstable import CrossTable
-from fathom.report.curvtables import trace_sentences
+from fathom.report.curvtables import trace_contrasts
 from fathom.report.fields import (
     describe,
     facet_cached,
@@ -39,6 +43,7 @@ from fathom.report.fields import (
     split_key,
 )
 from fathom.report.layers import LayerAlignment
+from fathom.report.lazy import details, encode
 from fathom.report.palette import recipe_colours
 from fathom.report.raw import (
     audit_section,
@@ -46,10 +51,11 @@ from fathom.report.raw import (
     provenance_section,
     study_section,
 )
-from fathom.report.render import table_html
+from fathom.report.render import collapsed_sentences, table_html
 from fathom.report.runs import RunData, nonfinite_name, scalar_fields, widest_first
 from fathom.report.sections import answer_section
 from fathom.report.tables import esc
+from fathom.stats.results import NOT_ESTABLISHED
 
 AXES = {
     "epoch": "epoch",
@@ -189,33 +195,37 @@ def _curvature_html(
     reference: str | None,
     runs: Sequence[RunData],
 ) -> str:
-    """Curvature trace sentences, the curvature tables and the raw snapshots (collapsed)."""
+    """Curvature trace sentences (the established ones listed, the others collapsed into
+    their count), the curvature tables and the raw snapshots (collapsed)."""
     out = _tables_section(crossrun, ("curvature_traces", "kfac_errors"))
     traces = next((t for t in crossrun if t.name == "curvature_traces"), None)
     ref = reference or (traces.rows[0]["recipe"] if traces else None)
-    sentences = trace_sentences(runs, ref, curvature)
-    if sentences:
+    contrasts = trace_contrasts(runs, ref, curvature)
+    if contrasts:
+        shown = [c["sentence"] for c in contrasts if c["verdict"] != NOT_ESTABLISHED]
+        idle = [c["sentence"] for c in contrasts if c["verdict"] == NOT_ESTABLISHED]
         out = (
             "<ul class='verdicts' id='curvature-verdicts'>"
-            + "".join(f"<li>{esc(x)}</li>" for x in sentences)
+            + "".join(f"<li>{esc(x)}</li>" for x in shown)
             + "</ul>"
+            + collapsed_sentences(
+                idle,
+                f"{len(idle)} curvature contrast(s) not established (ratios recipe / {ref}). "
+                "Show them.",
+                id_="curvature-undecided",
+            )
             + out
         )
     if curvature:
-        out += (
-            "<details><summary>raw curvature snapshots</summary>"
-            f"{curvature_section(_by_file(curvature))}</details>"
-        )
+        out += details("raw curvature snapshots", curvature_section(_by_file(curvature)))
     return out
 
 
 def _audit_html(audit: Mapping[str, Any] | None) -> str:
     if audit is None:
         return ""
-    return (
-        audit_headline(audit)
-        + "<details><summary>raw audit tables (every run, checkpoint and mask)</summary>"
-        + f"{audit_section(audit)}</details>"
+    return audit_headline(audit) + details(
+        "raw audit tables (every run, checkpoint and mask)", audit_section(audit)
     )
 
 
@@ -227,6 +237,16 @@ def _warnings_html(runs: Sequence[RunData], notes: Sequence[str]) -> str:
         f'<details class="warn"><summary><b>Flagged input</b> ({len(warnings)})</summary><ul>'
         + "".join(f"<li>{esc(w)}</li>" for w in warnings)
         + "</ul></details>"
+    )
+
+
+def conventions(reference: str | None) -> str:
+    """The page's one direction for comparisons, said once at the top."""
+    ref = reference or "the reference recipe"
+    return (
+        f"Every difference on this page is recipe − {ref} and every ratio recipe / {ref} "
+        "(×); accuracy in %, differences in percentage points (pp), CE in nats. Large "
+        "collapsed sections load when opened."
     )
 
 
@@ -242,15 +262,16 @@ def render_html(
     notes: Sequence[str] = (),
     alignment: LayerAlignment | None = None,
     unfinished: Sequence[str] = (),
+    reference: str | None = None,
 ) -> str:
     """The whole page. ``curvature`` maps a run id to its ``{"summary", "epochs"}``;
-    ``alignment``: the layer alignment of the curves' small multiples (default: the runs')."""
-    reference = ((summary or {}).get("stats") or summary or {}).get("reference")
+    ``alignment``: the layer alignment of the curves' small multiples (default: the runs');
+    ``reference``: the cross-run tables' reference recipe, where the summary names none."""
+    reference = ((summary or {}).get("stats") or summary or {}).get("reference") or reference
     raw = (
         ""
         if summary is None
-        else "<details><summary>study summary.json, every table</summary>"
-        f"{study_section(summary)}</details>"
+        else details("study summary.json, every table", study_section(summary))
     )
     cohorts = sorted({r.cohort for r in runs})
     subtitle = (
@@ -262,6 +283,7 @@ def render_html(
     return Template(_resource("template.html")).substitute(
         title=esc(title),
         subtitle=esc(subtitle),
+        conventions=esc(conventions(reference)),
         warnings=_warnings_html(runs, notes),
         answer=answer_section(summary, runs),
         quality=_tables_section(crossrun, ("fitting", "digits_test"))
@@ -273,9 +295,13 @@ def render_html(
         curvature=_curvature_html(crossrun, curvature or {}, reference, runs)
         or none.format("No curvature snapshots (run `fathom curvature RUN_DIR`)."),
         raw=raw,
-        provenance="\n".join(provenance_section(r) for r in runs),
+        provenance=details(
+            f"every run's manifest: identity, hashes, environment and clocks ({len(runs)} runs)",
+            "\n".join(provenance_section(r) for r in runs),
+            attrs="id='provenance-runs'",
+        ),
         data=_json_for_script(explorer_payload(runs, alignment)),
-        masks=_json_for_script(masks or {"tables": [], "examples": {}}),
+        masks=encode(_json_for_script(masks or {"tables": [], "examples": {}})),
         uplot_css=_resource("vendor/uPlot.min.css"),
         uplot=_resource("vendor/uPlot.iife.min.js"),
         script=_resource("explorer.js"),

@@ -77,22 +77,27 @@ def table_markdown(t: CrossTable) -> str:
     return "\n".join(lines) + "\n"
 
 
+def collapsed_sentences(texts: list[str], summary: str, *, id_: str = "") -> str:
+    """``texts`` collapsed into ``summary`` (escaped here, a count in it) that opens onto
+    the list: the sentences a first reading can pass over (not established, or earlier)."""
+    if not texts:
+        return ""
+    tid = f" id='{esc(id_)}'" if id_ else ""
+    return (
+        f"<details class='undecided'{tid}><summary>{esc(summary)}</summary>"
+        "<ul class='verdicts'>" + "".join(f"<li>{esc(x)}</li>" for x in texts) + "</ul></details>"
+    )
+
+
 def verdicts_html(t: CrossTable) -> str:
-    """The table's contrast sentences: the headline as a list, every other one collapsed."""
+    """The table's contrast sentences: the headline as a list, every other one collapsed
+    into its count (:func:`collapsed_sentences`)."""
     if not t.verdicts:
         return ""
     head, rest = headline_verdicts(t)
-    items = [f"<li>{esc(x)}</li>" for x in head]
-    if rest:
-        items.append(f"<li class='note'>{esc(_rest_note(rest))}</li>")
-    out = f"<ul class='verdicts' id='verdicts-{esc(t.name)}'>{''.join(items)}</ul>"
-    if rest:
-        out += (
-            "<details><summary>every other contrast</summary><ul>"
-            + "".join(f"<li>{esc(x)}</li>" for x in rest)
-            + "</ul></details>"
-        )
-    return out
+    items = "".join(f"<li>{esc(x)}</li>" for x in head)
+    out = f"<ul class='verdicts' id='verdicts-{esc(t.name)}'>{items}</ul>"
+    return out + collapsed_sentences(rest, _rest_note(rest) + " Show them.")
 
 
 def table_html(t: CrossTable, table_id: str | None = None) -> str:

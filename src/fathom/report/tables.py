@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from itertools import count
 from typing import Any
@@ -24,22 +25,35 @@ def esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
+_BREAKS = re.compile(r" (?=\[|± )|(?<=,) ")  # before "[lo, hi]" or "± sd"; after a comma
+
+
+def wrappable(text: Any) -> str:
+    """Escaped cell text that may break only before its interval or its ``± SD`` and after
+    a comma (each part kept whole): ``+0.35 pp`` / ``[-3.66 pp,`` / ``+4.35 pp]``."""
+    parts = _BREAKS.split(str(text))
+    if len(parts) == 1:
+        return esc(text)
+    return " ".join(f"<span class='nw'>{esc(p)}</span>" for p in parts)
+
+
 def headline_table(
     tid: str, caption: str, head: list[str], rows: list[list[str]], label_columns: int = 1
 ) -> str:
-    """A headline ``<table>``: escaped cells, the columns after the first ``label_columns``
-    right-aligned as numbers (class ``num``)."""
+    """A headline ``<table>`` (class ``fit``: it fits its box by breaking a number cell
+    before its interval or SD, :func:`wrappable`): escaped cells, the columns after the
+    first ``label_columns`` right-aligned as numbers (class ``num``)."""
     body = "".join(
         "<tr>"
         + "".join(
-            f"<td class='{'num' if i >= label_columns else ''}'>{esc(c)}</td>"
+            f"<td class='{'num' if i >= label_columns else ''}'>{wrappable(c)}</td>"
             for i, c in enumerate(r)
         )
         + "</tr>"
         for r in rows
     )
     return (
-        f"<table class='headline' id='{tid}'><caption>{esc(caption)}</caption><thead><tr>"
+        f"<table class='headline fit' id='{tid}'><caption>{esc(caption)}</caption><thead><tr>"
         + "".join(f"<th>{esc(h)}</th>" for h in head)
         + f"</tr></thead><tbody>{body}</tbody></table>"
     )

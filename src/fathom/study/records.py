@@ -70,6 +70,9 @@ def outcome_warnings(rd: RunDir) -> list[str]:
         return []
     final = checkpoint_scores(rd)["final"]
     data = rd.manifest.get("data") or {}
+    baseline = (data.get("info") or {}).get("unigram_val_ce")
+    if baseline is not None:  # a language model: judged against its unigram baseline
+        return language_model_warnings(final["val_ce"], float(baseline))
     classes = (data.get("info") or {}).get("classes")
     if not isinstance(classes, int) or classes < 2:
         return []  # no class count recorded: chance is not defined, nothing to judge
@@ -98,6 +101,19 @@ def outcome_warnings(rd: RunDir) -> list[str]:
         fit = fmt_percent(final["fit_acc"], 1)
         out.append(f"the run does not fit its training set (fitting accuracy {fit} at the end)")
     return out
+
+
+def language_model_warnings(val_ce: float | None, baseline: float) -> list[str]:
+    """A language-model run whose final validation CE is not below the unigram baseline's
+    (``data.info.unigram_val_ce``) learned nothing of context: said, with both perplexities."""
+    if val_ce is not None and val_ce < baseline:
+        return []
+    got = "unknown" if val_ce is None else f"{math.exp(val_ce):.2f}"
+    return [
+        f"the run's validation perplexity {got} is not below the unigram baseline's "
+        f"{math.exp(baseline):.2f} (byte frequencies alone): it learned nothing of context. "
+        "Check the learning rate (optim.lr) and the budget (optim.epochs)"
+    ]
 
 
 def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:

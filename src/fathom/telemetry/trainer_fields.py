@@ -99,6 +99,46 @@ def _trainer() -> list[Field]:
     ]
 
 
+def _clipping() -> list[Field]:
+    """Gradient clipping (``optim.clip_norm``): the pre-clip norms of the epoch's steps."""
+    g = "optimizer"
+    norm = "||g_b||_2 = sqrt(Σ_p ||∂L_b/∂p||²) over the step's parameters with a gradient, before clipping"
+    why = "only with optim.clip_norm; a skipped branch's parameters have no gradient and are not in it"
+    return [
+        Field(
+            "optim/grad_norm_mean", g, f"(1/steps) Σ_b {norm}", "gradient units", "training", why
+        ),
+        Field("optim/grad_norm_max", g, f"max_b {norm}", "gradient units", "training", why),
+        Field(
+            "optim/clipped_frac",
+            g,
+            "(1/steps) #{b : ||g_b||_2 > clip_norm}: the steps whose gradient was scaled by "
+            "clip_norm / ||g_b||_2",
+            "fraction in [0, 1]",
+            "training",
+            why,
+        ),
+    ]
+
+
+def _language_model() -> list[Field]:
+    """A language-model run's scores (``{split}/acc`` and ``{split}/ce`` are then per token)."""
+    return [
+        Field(
+            "{split}/ppl",
+            "trainer",
+            "exp({split}/ce): perplexity per token, with {split}/ce = (1/M) Σ_(n,t) "
+            "-log softmax(logits_nt)[y_nt] over the split's M token positions (a "
+            "language model's {split}/acc is then the fraction of positions whose argmax is "
+            "the next token); whole split, dense evaluation",
+            "tokens (effective vocabulary)",
+            "split",
+            "language-model runs only (model.kind gpt); the data.info unigram_val_ppl is the "
+            "baseline a model must beat",
+        ),
+    ]
+
+
 def _regularized() -> list[Field]:
     g = "regularized"
     return [
@@ -263,6 +303,8 @@ TRAINER_FIELDS: tuple[Field, ...] = (
         "null at epoch 0 (no step yet); read from the epoch plan, the one channel of the rate "
         "(param_group['lr'] is written only on a torch optimizer's path)",
     ),
+    *_clipping(),
+    *_language_model(),
     *_regularized(),
     *_lyapunov(),
     *_jacobian(),

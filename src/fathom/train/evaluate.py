@@ -40,3 +40,32 @@ def split_scores(
             ce_sum += F.cross_entropy(logits.double(), yb, reduction="sum")
     # note: this is a CPU-GPU sync point (once per split per evaluated epoch)
     return correct.item() / n, ce_sum.item() / n
+
+
+@torch.no_grad()
+def token_scores(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 64
+) -> tuple[float | None, float | None]:
+    """Token accuracy and mean token cross-entropy of a next-token model over a whole split of
+    windows (``x`` ``[W, T]``, ``y`` ``[W, T]``), dense (gain one, dropout off).
+
+    ``acc = (1/M) #{(w, t) : argmax_v z_wtv == y_wt}``;
+    ``ce = (1/M) sum_(w,t) -log softmax(z_wt)_{y_wt}`` in nats per token, accumulated in
+    float64 (:func:`fathom.models.gpt.token_cross_entropy` summed), over the ``M`` scored
+    positions (targets other than ``-1``). An empty split gives ``(None, None)``.
+    """
+    from fathom.models.gpt import IGNORE_INDEX, token_cross_entropy
+
+    scored = int((y != IGNORE_INDEX).sum())
+    if scored == 0:
+        return None, None
+    correct = torch.zeros((), dtype=torch.int64, device=y.device)
+    ce_sum = torch.zeros((), dtype=torch.float64, device=y.device)
+    with dense_eval(model):
+        for start in range(0, int(y.shape[0]), batch_size):
+            xb, yb = x[start : start + batch_size], y[start : start + batch_size]
+            logits = model(xb)
+            correct += (logits.argmax(dim=-1) == yb).sum()
+            ce_sum += token_cross_entropy(logits.double(), yb, reduction="sum")
+    # note: this is a CPU-GPU sync point (once per split per evaluated epoch)
+    return correct.item() / scored, ce_sum.item() / scored

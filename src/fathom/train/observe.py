@@ -2,7 +2,8 @@
 
 Every instrument runs on the boundary's state and leaves it untouched (parameters,
 optimizer state, gates, train/eval flags, the training RNG). Scores are dense full-split
-accuracy and CE (:func:`fathom.train.evaluate.split_scores`); the selected checkpoint is
+accuracy and CE (:func:`fathom.train.evaluate.split_scores`; per token, with the perplexity
+``{split}/ppl``, for a next-token model: :func:`~fathom.train.evaluate.token_scores`); the selected checkpoint is
 the epoch >= 1 of minimum finite validation CE.
 """
 
@@ -16,7 +17,7 @@ import torch
 
 from fathom.config.models import SPLITS, schedule_due
 from fathom.rundir import uninterrupted
-from fathom.train.evaluate import split_scores
+from fathom.train.evaluate import split_scores, token_scores
 
 if TYPE_CHECKING:
     from fathom.train.session import Session
@@ -51,8 +52,15 @@ def score_splits(s: Session, row: dict[str, Any], keep_predictions: bool) -> dic
     for name in SPLITS:
         if name not in s.cfg.eval.splits:
             row[f"{name}/acc"], row[f"{name}/ce"] = None, None
+            if s.tokens:
+                row[f"{name}/ppl"] = None
             continue
         x, y = getattr(s.splits, f"{name}_x"), getattr(s.splits, f"{name}_y")
+        if s.tokens:  # a next-token model: per-token scores and perplexity
+            acc, ce = token_scores(s.model, x, y, s.cfg.eval.batch_size)
+            row[f"{name}/acc"], row[f"{name}/ce"] = acc, ce
+            row[f"{name}/ppl"] = None if ce is None else math.exp(ce)
+            continue
         preds: list[torch.Tensor] | None = [] if keep_predictions else None
         row[f"{name}/acc"], row[f"{name}/ce"] = split_scores(
             s.model, x, y, s.cfg.eval.batch_size, preds

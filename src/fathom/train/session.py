@@ -19,6 +19,7 @@ from fathom.base.io import config_digest, state_dict_digest
 from fathom.base.provenance import environment, source_hash
 from fathom.base.terminal import OnProgress
 from fathom.config import RunConfig
+from fathom.config.model_kinds import model_kind
 from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits
 from fathom.depth import GateController
@@ -55,6 +56,11 @@ class Session:
     prior_elapsed: float = 0.0
     progress: Progress = field(default_factory=Progress)
     completed: Progress | None = None  # the progress at the last complete epoch boundary
+
+    @property
+    def tokens(self) -> bool:
+        """A next-token model's run (its kind's row says ``tokens``): scored per token."""
+        return model_kind(self.cfg.model.kind).tokens
 
     @property
     def manifest(self) -> RunManifest:
@@ -157,6 +163,12 @@ class Session:
 def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model) -> Recorder | None:
     if not (cfg.telemetry.enabled if telemetry is None else telemetry):
         return None
+    if model_kind(cfg.model.kind).tokens:
+        raise FathomError(
+            f"telemetry is not yet available for model.kind {cfg.model.kind!r}: its families "
+            "read [N, C] logits and this model returns [N, T, V] next-token logits; train "
+            "without it (telemetry.enabled = false, no --telemetry)"
+        )
     from fathom.telemetry import Recorder as TelemetryRecorder
 
     return TelemetryRecorder(

@@ -9,6 +9,11 @@ and its torch-optimizer update (:func:`torch_update`) and computes its own gradi
     x = augment(fit_x[idx_i]);  loss = CE(model(x).float(), fit_y[idx_i])   (mean, nats)
     plain SGD:        g = d loss / d θ_active;  ActiveSGD update of θ_active with lr_i
     other optimizers: loss.backward(); group["lr"] = lr_i; optimizer.step(); zero_grad(None)
+    with clip_norm:   loss.backward(); clip_grad_norm_(θ, clip_norm); then the update
+
+``CE`` is the run's loss (:func:`loss_for`): ``F.cross_entropy`` over ``[N, C]`` logits, or for
+a next-token model :func:`fathom.models.gpt.token_cross_entropy` over ``[N, T, V]`` (mean nats
+per token).
 
 The learning rate has one source, the plan (``plan.lrs``, :mod:`fathom.train.schedule`): it
 reaches the update once, as the argument of :class:`fathom.train.sgd.ActiveSGD` or, for a torch
@@ -81,6 +86,59 @@ def torch_update(optimizer: torch.optim.Optimizer, lr: float) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
+Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def loss_for(model_kind: str) -> Loss:
+    """The training loss of a model kind's run: token cross-entropy for a kind whose row says
+    ``tokens`` (:mod:`fathom.config.model_kinds`), ``F.cross_entropy`` otherwise."""
+    from fathom.config.model_kinds import model_kind as row_of
+
+    if row_of(model_kind).tokens:
+        from fathom.models.gpt import token_cross_entropy
+
+        return token_cross_entropy
+    return F.cross_entropy
+
+
+class Clipper:
+    """``clip_grad_norm_(params, max_norm)`` per step, with the epoch's pre-clip norms kept on
+    the device (sum, max, clipped count; read once, at the epoch boundary)."""
+
+    def __init__(self, model: torch.nn.Module, max_norm: float, device: torch.device) -> None:
+        self.params = [p for p in model.parameters()]
+        self.max_norm = max_norm
+        self.device = device
+        self.reset()
+
+    def reset(self) -> None:
+        z = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.total, self.largest, self.clipped, self.steps = z, z.clone(), z.clone(), 0
+
+    def __call__(self) -> None:
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_norm).double()
+        self.total = self.total + norm
+        self.largest = torch.maximum(self.largest, norm)
+        self.clipped = self.clipped + (norm > self.max_norm).double()
+        self.steps += 1
+
+    def epoch_fields(self) -> dict[str, float | None]:
+        """``optim/grad_norm_mean``, ``_max`` and ``optim/clipped_frac`` of the epoch's steps
+        (:mod:`fathom.telemetry.trainer_fields`); then starts the next epoch's."""
+        if self.steps == 0:
+            return dict.fromkeys(
+                ("optim/grad_norm_mean", "optim/grad_norm_max", "optim/clipped_frac")
+            )
+        stats = torch.stack([self.total, self.largest, self.clipped]).tolist()  # note: sync point
+        fields = {
+            "optim/grad_norm_mean": stats[0] / self.steps,
+            "optim/grad_norm_max": stats[1],
+            "optim/clipped_frac": stats[2] / self.steps,
+        }
+        self.reset()
+        return fields
+
+
 class StepBody:
     """The cross-entropy step over the fitting split (see the module docstring).
 
@@ -98,10 +156,13 @@ class StepBody:
         precision: str = "fp32",
         augmenter: Augmenter | None = None,
         sgd: ActiveSGD | None = None,
+        loss: Loss = F.cross_entropy,
+        clipper: Clipper | None = None,
     ) -> None:
         self.model, self.optimizer, self.splits = model, optimizer, splits
         self.device, self.precision = device, precision
         self.augmenter, self.sgd = augmenter, sgd
+        self.loss, self.clipper = loss, clipper
 
     def batch(self, idx: torch.Tensor) -> torch.Tensor:
         """The (augmented) fitting inputs of ``idx``."""
@@ -115,10 +176,12 @@ class StepBody:
         batch's mean CE, detached (a device scalar: nothing is read back)."""
         with autocast_for(self.device, self.precision):
             logits = self.model(self.batch(idx))
-        loss = F.cross_entropy(logits.float(), self.splits.fit_y.index_select(0, idx))
+        loss = self.loss(logits.float(), self.splits.fit_y.index_select(0, idx))
         if self.sgd is not None:
             self.sgd.step(loss, kept, lr)
         else:
             loss.backward()
+            if self.clipper is not None:
+                self.clipper()
             torch_update(self.optimizer, float(lr))
         return loss.detach()

@@ -27,8 +27,10 @@ import time
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from fathom.base.terminal import OnProgress
+from fathom.config.model_kinds import model_kind
 from fathom.data import DataSplits
 from fathom.errors import FathomError
 from fathom.train.build import stream_seed
@@ -37,7 +39,7 @@ from fathom.train.plan import EpochPlan
 from fathom.train.protocols import Stepper
 from fathom.train.regularized import RegularizedStepper
 from fathom.train.sgd import ActiveSGD, plain_sgd_blocker
-from fathom.train.step import Augmenter, StepBody, Tick, plan_batches
+from fathom.train.step import Augmenter, Clipper, Loss, StepBody, Tick, loss_for, plan_batches
 
 
 def step_ticker(progress: OnProgress | None, epochs: int) -> Tick | None:
@@ -90,14 +92,18 @@ class EagerStepper:
         device,
         precision: str = "fp32",
         augmenter: Augmenter | None = None,
+        loss: Loss = F.cross_entropy,
+        clipper: Clipper | None = None,
     ):
         self.model, self.optimizer, self.controller = model, optimizer, controller
         self.splits, self.device, self.precision = splits, device, precision
         self.augmenter = augmenter
         self.captured = 0
-        plain = plain_sgd_blocker(optimizer, model) is None
+        plain = clipper is None and plain_sgd_blocker(optimizer, model) is None
         sgd = ActiveSGD(model, optimizer, controller) if plain else None
-        self.body = StepBody(model, optimizer, splits, device, precision, augmenter, sgd)
+        self.body = StepBody(
+            model, optimizer, splits, device, precision, augmenter, sgd, loss, clipper
+        )
 
     @property
     def sgd(self) -> ActiveSGD | None:
@@ -120,7 +126,8 @@ class EagerStepper:
         return loss_sum
 
     def epoch_fields(self) -> dict[str, Any]:
-        return {}
+        clipper = self.body.clipper
+        return {} if clipper is None else clipper.epoch_fields()
 
     def state_dict(self) -> dict[str, Any]:
         return {"augmenter": None if self.augmenter is None else self.augmenter.state_dict()}
@@ -136,6 +143,10 @@ def _graph_blocker(cfg, k: int) -> str | None:
         return f"the graph path implements plain SGD with momentum, not {cfg.optim.name}"
     if cfg.data.augment != "none":
         return "augmented batches run eagerly"
+    if cfg.optim.clip_norm is not None:
+        return "gradient clipping runs eagerly"
+    if model_kind(cfg.model.kind).tokens:
+        return "the token cross-entropy step runs eagerly"
     if k > cfg.execution.max_graph_branches:
         return (
             f"{k} skippable branches give 2**{k} topologies, above the capture limit "
@@ -178,4 +189,10 @@ def make_stepper(cfg, model, optimizer, controller, splits, device) -> tuple[Ste
         path = "graph" if device.type == "cuda" else "eager"
     if path == "graph":
         return GraphStepper(model, optimizer, controller, splits, device, ex.precision), note
-    return EagerStepper(model, optimizer, controller, splits, device, ex.precision, augmenter), note
+    clip = cfg.optim.clip_norm
+    clipper = None if clip is None else Clipper(model, clip, device)
+    loss = loss_for(cfg.model.kind)
+    stepper = EagerStepper(
+        model, optimizer, controller, splits, device, ex.precision, augmenter, loss, clipper
+    )
+    return stepper, note
