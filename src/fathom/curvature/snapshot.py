@@ -23,6 +23,7 @@ from fathom.curvature.concentration import gradient_concentration
 from fathom.curvature.definitions import DEFINITIONS, NORMALIZATION
 from fathom.curvature.exact import CURVATURE_FAMILIES, OutputDirections, exact_diagonals
 from fathom.curvature.kfac import (
+    KFAC_KINDS,
     Spectrum,
     effective_rank,
     exact_ggn_quadratic,
@@ -42,8 +43,6 @@ from fathom.curvature.softmax import cross_entropy
 from fathom.curvature.twin import prepared
 from fathom.seam import Layer
 from fathom.seam.pex import linear_rows, per_example_grams, summed_gram
-
-KFAC_KINDS: dict[str, str] = {"linear": "Linear", "conv2d": "Conv2d"}
 
 
 @dataclass(frozen=True)
