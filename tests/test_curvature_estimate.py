@@ -12,6 +12,7 @@ empirical spread of 150 repeated seeds on a small case.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -30,6 +31,7 @@ from fathom.curvature.estimate import (
 from fathom.curvature.exact import Plan
 from fathom.errors import FathomError
 from seam_grammar import build, specs
+from test_seam_generated import _dense_copy
 
 torch.set_num_threads(1)
 DT = torch.float64
@@ -153,7 +155,60 @@ def test_standard_error_matches_the_spread_over_repeated_seeds() -> None:
 
 
 # -- generated models ---------------------------------------------------------------------------
+def jacobians(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list]:
+    """Independent float64 reference, one example at a time: ``J [N, C, P]`` (every parameter
+    flattened in ``named_parameters`` order), ``p [N, C]`` and the parameters' shapes."""
+    ref = _dense_copy(model)
+    params = [p for _, p in ref.named_parameters()]
+    xs = x.double() if x.is_floating_point() else x
+    jac, probs = [], []
+    for i in range(x.shape[0]):
+        logits = ref(xs[i : i + 1])[0]
+        rows = []
+        for c in range(logits.shape[0]):
+            g = torch.autograd.grad(logits[c], params, retain_graph=True, allow_unused=True)
+            rows.append(torch.cat([(torch.zeros_like(p) if gi is None else gi).flatten()
+                                   for p, gi in zip(params, g, strict=True)]))  # fmt: skip
+        jac.append(torch.stack(rows))
+        probs.append(torch.softmax(logits.detach(), 0))
+    return torch.stack(jac), torch.stack(probs), [p.shape for p in params]
+
+
+def true_standard_errors(jac, probs, estimator: str, family: str, k: int):
+    """The estimators' exact sampling standard errors ``(entries [P], trace)`` for ``k`` draws,
+    by enumerating the output law (MC: the ``C`` classes with probabilities ``p``, or the
+    ``2^C`` Rademacher sign vectors) or from the full matrix ``M`` (Hutchinson with Rademacher
+    ``z``: ``Var(z_j (M z)_j) = sum_{l != j} M_jl^2``, ``Var(z^T M z) = 2 sum_{j != l} M_jl^2``)."""
+    n, c, _ = jac.shape
+    if estimator == "mc":
+        if family == "ggn":
+            v = probs[:, None, :] - torch.eye(c, dtype=DT)[None]  # [N, outcome, C]
+            w = probs  # [N, outcome]
+        else:
+            signs = torch.tensor(list(itertools.product((-1.0, 1.0), repeat=c)), dtype=DT)
+            v, w = signs[None].expand(n, -1, -1), torch.full((n, len(signs)), 0.5**c, dtype=DT)
+        x = torch.einsum("noc,ncp->nop", v, jac).square()  # [N, outcome, P]
+        t = x.sum(-1)
+        var = (w[..., None] * x.square()).sum(1) - (w[..., None] * x).sum(1).square()
+        t_var = (w * t.square()).sum(1) - (w * t).sum(1).square()
+        return (var.sum(0) / (n * n * k)).clamp_min(0).sqrt(), math.sqrt(
+            max(float(t_var.sum()), 0.0) / (n * n * k)
+        )
+    if family == "ggn":
+        h = torch.diag_embed(probs) - probs[:, :, None] * probs[:, None, :]
+    else:
+        h = torch.eye(c, dtype=DT).expand(n, c, c)
+    m = torch.einsum("ncp,ncd,ndq->pq", jac, h, jac) / n
+    off = m - torch.diag_embed(m.diagonal())
+    return (off.square().sum(1) / k).sqrt(), math.sqrt(2 * float(off.square().sum()) / k)
+
+
 def check_estimators(spec: dict) -> None:
+    """Refused where exact is refused (Hutchinson also where torch has no second derivative of
+    an operation, naming it and the fix); otherwise every entry and the trace within 5 of the
+    estimator's exact sampling SEs (:func:`true_standard_errors`; Chebyshev bounds the chance
+    of a miss by 1/25 whatever the law, the draws are fixed, so nothing flakes) and the
+    reported trace SE within a factor 3 of the true one where it is not negligible."""
     model, x, y = build(spec)
     try:
         exact = exact_diagonals(model, x, y, families=SAMPLED)
@@ -162,12 +217,28 @@ def check_estimators(spec: dict) -> None:
             with pytest.raises(FathomError):
                 diagonals(model, x, y, families=SAMPLED, estimator=estimator, samples=2)
         return
+    jac, probs, _ = jacobians(model, x)
+    k = 32
     for estimator in ("mc", "hutchinson"):
-        est = diagonals(model, x, y, families=SAMPLED, estimator=estimator, samples=24, seed=7)
-        assert_within_standard_errors(est, exact, SAMPLED)
+        try:
+            est = diagonals(model, x, y, families=SAMPLED, estimator=estimator, samples=k, seed=7)
+        except FathomError as err:  # an op without a second derivative (cdist): by name
+            assert estimator == "hutchinson" and "estimator='mc'" in str(err), str(err)
+            assert "derivative" in str(err), str(err)
+            continue
+        for f in SAMPLED:
+            want = torch.cat([v.flatten() for v in exact[f].values()])
+            got = torch.cat([est.diagonals[f][p].flatten() for p in exact[f]])
+            se, t_se = true_standard_errors(jac, probs, estimator, f, k)
+            floor = 1e-9 * float(want.abs().max()) + 1e-300
+            assert bool(((got - want).abs() <= 5 * se + floor).all()), (estimator, f)
+            t_want = float(want.sum())
+            assert abs(est.traces[f] - t_want) <= 5 * t_se + 1e-9 * abs(t_want) + 1e-300
+            if t_se > 1e-6 * abs(t_want):
+                assert 1 / 3 < est.trace_standard_errors[f] / t_se < 3, (estimator, f)
 
 
-@settings(max_examples=25)
+@settings(max_examples=40)
 @given(spec=specs())
 def test_generated_models_meet_the_exact_diagonals_within_standard_errors(spec) -> None:
     check_estimators(spec)

@@ -61,6 +61,7 @@ from typing import Literal
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from fathom.curvature.exact import (
     _ELEMENTS,
@@ -475,7 +476,25 @@ def ggn_vector_product(
     hessian_product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     z: list[torch.Tensor],
 ) -> list[torch.Tensor]:
-    """``sum_i J_i^T H_i J_i z`` over the examples of ``x`` (not yet / N), step by step."""
+    """``sum_i J_i^T H_i J_i z`` over the examples of ``x`` (not yet / N), step by step.
+
+    Attention runs on the math kernel of ``scaled_dot_product_attention`` (the fused CPU
+    kernels have no second derivative); an operation without one is refused by name
+    (:class:`FathomError`, pointing to ``estimator="mc"``)."""
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            return _ggn_vector_product(model, params, x, hessian_product, z)
+    except (RuntimeError, NotImplementedError) as err:
+        if "derivative" not in str(err) and "not implemented" not in str(err):
+            raise
+        raise FathomError(
+            "Hutchinson needs a Jacobian-vector product, taken by differentiating the "
+            f"backward pass, and torch cannot differentiate one of this model's: {err}. "
+            "Use estimator='mc' (or 'exact'), which need first derivatives only"
+        ) from None
+
+
+def _ggn_vector_product(model, params, x, hessian_product, z) -> list[torch.Tensor]:
     with torch.enable_grad():
         out = model(x)
         # Apply the Jacobian of f onto z: z -> Jz (the double-vjp: J z = d<J^T u, z>/du at any u)

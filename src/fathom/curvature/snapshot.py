@@ -162,6 +162,12 @@ def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) ->
         "gain one, dropout off; spiking nets: surrogate Jacobians",
         "normalization": NORMALIZATION,
         "definitions": DEFINITIONS,
+        "estimator": {
+            **dict.fromkeys(CURVATURE_FAMILIES, "exact"),
+            "kfac": "exact factors (KFC / KFAC-expand convention)",
+        },
+        "samples": None,
+        "seed": None,
         "probe_size": int(logits.shape[0]),
         "classes": int(logits.shape[1]),
         "probe_ce_mean": float(ce.mean()),
