@@ -574,6 +574,24 @@ def resolve_estimator(name: object) -> str:
     )
 
 
+def _check_arguments(name: str, budget: object, samples: object, seed: object) -> None:
+    if not isinstance(budget, Budget):
+        raise FathomError(
+            f"budget must be a fathom.curvature.Budget, got {type(budget).__name__}: "
+            "e.g. budget=Budget(memory='4GB')"
+        )
+    budget.memory_bytes  # noqa: B018 - a size that does not parse is refused here, with the fix
+    if name != "exact" and (
+        isinstance(samples, bool) or not isinstance(samples, int) or samples < 2
+    ):
+        raise FathomError(
+            f"samples={samples!r}: an estimator needs at least 2 samples per example (the "
+            "standard error is a sample variance over them); pass samples=2 or more"
+        )
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise FathomError(f"seed must be an integer, got {seed!r}")
+
+
 def diagonals(
     model: nn.Module,
     x: torch.Tensor,
@@ -600,20 +618,7 @@ def diagonals(
     name = resolve_estimator(estimator)
     plan = Plan(resolve_families(families))
     budget = budget if budget is not None else Budget()
-    if not isinstance(budget, Budget):
-        raise FathomError(
-            f"budget must be a fathom.curvature.Budget, got {type(budget).__name__}: "
-            "e.g. budget=Budget(memory='4GB')"
-        )
-    if name != "exact" and (
-        isinstance(samples, bool) or not isinstance(samples, int) or samples < 2
-    ):
-        raise FathomError(
-            f"samples={samples!r}: an estimator needs at least 2 samples per example (the "
-            "standard error is a sample variance over them); pass samples=2 or more"
-        )
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise FathomError(f"seed must be an integer, got {seed!r}")
+    _check_arguments(name, budget, samples, seed)
     _, x64, seam = prepared(model, x)
     n = x64.shape[0]
     costs = measure(seam, x64, plan)
