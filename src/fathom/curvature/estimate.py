@@ -375,8 +375,12 @@ class SampledPlan:
 
     families: tuple[tuple[str, int], ...]
     units: bool = False
+    pooled: int = 0  # > 0: one label per family, its ``pooled`` draws summed (no SE)
 
     def rows(self, r: torch.Tensor, dirs: object) -> dict[tuple[str, int], torch.Tensor]:
+        if self.pooled:
+            k = self.pooled
+            return {label: r[:, j * k : (j + 1) * k] for j, label in enumerate(self.families)}
         return {label: r[:, j : j + 1] for j, label in enumerate(self.families)}
 
 
@@ -395,8 +399,13 @@ def mc_diagonals(
     generator: torch.Generator,
     examples_per_chunk: int,
     samples_per_chunk: int,
+    standard_errors: bool = True,
 ) -> tuple[dict, dict, dict, dict]:
     """Monte-Carlo diagonals of the families in ``samplers`` (module docstring).
+
+    ``standard_errors=False``: the draws are summed per family as they are pulled back (one
+    row block per family, BackPACK ``DiagGGNMC``'s cost), the estimate is the same
+    (the same draws) and no standard error is formed (``None``).
 
     Returns ``(diag, se, param_trace_reps, trace_reps)``: per family ``{param: estimate}``,
     ``{param: standard error}`` and, for the traces, per family ``{param: (estimate, SE)}`` and
@@ -414,7 +423,10 @@ def mc_diagonals(
         tmoments = {f: {p: _Moments() for p in names} for f in samplers}
         all_moments = {f: _Moments() for f in samplers}
         for _, k in _groups(samples, samples_per_chunk):
-            plan = SampledPlan(tuple((f, j) for f in samplers for j in range(k)))
+            if standard_errors:
+                plan = SampledPlan(tuple((f, j) for f in samplers for j in range(k)))
+            else:
+                plan = SampledPlan(tuple((f, 0) for f in samplers), pooled=k)
 
             def directions(z, yc=yc, k=k):
                 return torch.cat([samplers[f](z, yc, k, generator) for f in samplers])
@@ -428,6 +440,11 @@ def mc_diagonals(
                 for local, qualified in zip(layer.params, layer.qualified, strict=True):
                     for f, j in plan.families:
                         per_draw[f][qualified].append(sums[local][(f, j)])
+            if not standard_errors:
+                for f in samplers:
+                    for p in names:
+                        total[f][p] += sum(per_draw[f][p], torch.zeros_like(total[f][p]))
+                continue
             for f in samplers:
                 draw_traces = 0.0
                 for p, t in names.items():
@@ -438,7 +455,7 @@ def mc_diagonals(
                     tmoments[f][p].add(tr)
                     draw_traces = draw_traces + tr
                 all_moments[f].add(torch.as_tensor(draw_traces))
-        for f in samplers:
+        for f in samplers if standard_errors else ():
             for p in names:
                 total[f][p] += moments[f][p].mean * samples
                 var[f][p] += moments[f][p].variance
@@ -447,6 +464,8 @@ def mc_diagonals(
     scale = 1.0 / (n * samples)
     se_scale = 1.0 / (n * n * samples)
     diag = {f: {p: v * scale for p, v in total[f].items()} for f in samplers}
+    if not standard_errors:
+        return diag, {}, {}, {}
     se = {f: {p: (v * se_scale).sqrt() for p, v in var[f].items()} for f in samplers}
     ptr = {
         f: {p: (float(diag[f][p].sum()), math.sqrt(tvar[f][p] * se_scale)) for p in names}
@@ -603,6 +622,7 @@ def diagonals(
     samples: int = 8,
     seed: int = 0,
     budget: Budget | None = None,
+    standard_errors: bool = True,
 ) -> Estimate:
     """Float64 curvature diagonals of ``model`` on ``(x, y)`` by the chosen ``estimator``.
 
@@ -614,6 +634,9 @@ def diagonals(
     2048 backward passes; cost model :class:`Costs`), otherwise MC (:func:`choose`); what
     it chose and why is :attr:`Estimate.choice`. The empirical Fisher is always exact. The MC
     path chunks over examples and over samples to stay within ``budget.memory``.
+    ``standard_errors=False`` (MC only) skips the per-draw sums the standard errors need
+    (about ``K`` passes over the parameters): the same estimate from the same draws, its
+    standard errors ``None``.
     """
     tune_cpu_allocator()
     name = resolve_estimator(estimator)
@@ -637,6 +660,7 @@ def diagonals(
     if sampled and name == "mc":
         ex, per = _mc_chunks(costs, len(sampled), samples, n, budget.memory_bytes)
         layout = {"examples_per_chunk": ex, "samples_per_chunk": per}
+        layout["standard_errors"] = standard_errors
         est = mc_diagonals(
             seam,
             x64,
@@ -646,6 +670,7 @@ def diagonals(
             generator=generator,
             examples_per_chunk=ex,
             samples_per_chunk=per,
+            standard_errors=standard_errors,
         )
     elif sampled:
         ex = max(1, min(n, budget.memory_bytes // (2 * BYTES * 3 * max(1, costs.activations))))
