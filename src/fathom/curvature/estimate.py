@@ -45,6 +45,13 @@ estimate ``d_k = z_k * (M z_k)`` and ``diag_h = (1/K) sum_k d_k`` with
 its variance per entry is ``sum_{j' != j} M_jj'^2``: off-diagonal mass, not the number of
 classes.
 
+**Another loss** is one row of :data:`SAMPLERS` (its ``mc_directions(output, target, k,
+generator)``, ``E[v v^T]`` its per-example output Hessian: :func:`mse_samples` and
+:func:`bce_samples` are written for that) and one of :data:`HESSIAN_PRODUCTS` (Hutchinson).
+Directions that already carry the loss's weights ``sqrt(w)`` (``w = 1/M`` over the valid
+positions of a mean reduction) are summed, not averaged over the ``N`` examples: then the
+``1/N`` of :func:`mc_diagonals` is replaced by one.
+
 **Every result says its estimator, samples and seed** (:meth:`Estimate.record`); the draws
 follow ``torch.Generator().manual_seed(seed)`` in the order of the chunks, which the record
 states. The empirical Fisher has one direction per example (one gradient's cost): it is
