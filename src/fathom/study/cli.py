@@ -76,9 +76,12 @@ def progress_line(info: Any) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from fathom.base.preflight import check_at_least_one, check_output_dir
     from fathom.study.config import load_study
     from fathom.train.cli import live_settings, named_inputs
 
+    check_at_least_one(args.workers, "--workers")  # before torch: the study's own checks
+    check_output_dir(args.runs_dir, "--runs-dir")
     study, origin = load_study(args.study)
     named_inputs(study, origin)  # factories import, data paths exist: before any run starts
     if args.backend != "ray" and args.address:

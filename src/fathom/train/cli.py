@@ -96,6 +96,11 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"{args.resume!r} with the config recorded in its manifest. Drop "
                 f"{' and '.join(ignored)}, or start a new run with them"
             )
+    from fathom.base.preflight import check_device, check_output_dir
+
+    check_device(args.device)
+    if args.resume:
+        resume_preflight(Path(args.resume))
     if args.resume and args.config:
         from fathom.train.loop import check_resumable
 
@@ -107,7 +112,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         cfg = config_from_args(args)
         named_inputs(cfg, args.config or "--set")  # refused before anything is written
+        check_device(cfg.device)  # the config's device, or --device over it
+        check_output_dir(args.runs_dir or "runs", "--runs-dir")
         run_dir = Path(args.runs_dir or "runs") / cfg.study / cfg.name
+        name_free(run_dir)
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
     from fathom.rundir import sigterm_interrupts
@@ -137,6 +145,40 @@ def cmd_train(args: argparse.Namespace) -> int:
     for warning in outcome_warnings(RunDir(result.run_dir)):
         print(f"warning: {warning}")
     return 0
+
+
+def resume_preflight(run_dir: Path) -> None:
+    """What ``--resume DIR`` is refused for before torch is imported: a directory that holds no
+    run, and a run already complete (its state said with what to do instead)."""
+    from fathom.rundir import RunDir, run_state
+
+    rd = RunDir(run_dir)  # no manifest, a file: refused naming the fix
+    if rd.status == "complete":
+        state = run_state(rd)
+        raise FathomError(
+            f"run {str(run_dir)!r} is already complete ({state.progress}); nothing to resume. "
+            f"Read it with `fathom report {run_dir}`, or train a new run with another --name"
+        )
+
+
+def name_free(run_dir: Path) -> None:
+    """Refuse, before torch is imported, a run directory that already holds a run (the
+    writer refuses it too, under its lock: this is the early, fast answer)."""
+    if not (run_dir / "manifest.json").exists():
+        return
+    from fathom.rundir import RunDir, run_state
+
+    try:
+        state = run_state(RunDir(run_dir))
+        held = f"{state.status}, {state.progress}"
+        fix = "" if state.finished else f"continue it with `{state.resume_command}`, or "
+    except FathomError:  # a damaged manifest: the name is taken all the same
+        held, fix = "unreadable manifest", ""
+    raise FathomError(
+        f"run directory {str(run_dir)!r} already holds a run ({held}): the name "
+        f"{run_dir.name!r} is taken in study {run_dir.parent.name!r}; {fix}choose another "
+        "--name (or --runs-dir)"
+    )
 
 
 def run_training(
