@@ -62,7 +62,11 @@ CASES: tuple[tuple[tuple[str, ...], int, tuple[str, ...]], ...] = (
     (
         ("runs", "show", "toy", "--runs-dir", "{d}/runs"),
         2,
-        ("a run of `fathom train` is not in it", "fathom.load_run(", "runs/lone/toy"),
+        (
+            "not in the registry (`fathom train` and `fathom study run` index",
+            "fathom.load_run(",
+            "runs/lone/toy",
+        ),
     ),
 )
 """(argv, exit status, texts the output holds); ``{d}``: a folder holding ``configs/a.toml``
@@ -175,7 +179,7 @@ def test_runs_list_and_show_say_where_the_runs_of_fathom_train_are(tmp_path: Pat
     out = capsys.readouterr().out
     assert "main-plain-s101" in out
     assert f"note: 1 run directories not listed ({runs}/default/toy)" in out
-    assert "`fathom train` is not in it" in out
+    assert "a run trained by an older fathom, or copied here, is not indexed" in out
     assert cli.main(["runs", "show", "toy", "--runs-dir", str(runs)]) == 2
     err = capsys.readouterr().err
     assert "no run 'toy' in the registry" in err and f"fathom.load_run('{runs}/default/toy')" in err

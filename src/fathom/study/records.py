@@ -137,6 +137,32 @@ def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:
     )
 
 
+TRAIN_PHASE = "train"
+"""The registry's ``phase`` of a run no study planned (a run of ``fathom train``)."""
+
+
+def run_row(run_dir: str | Path) -> dict[str, Any]:
+    """The registry row of any run directory, its identity read from its manifest: the
+    manifest's ``phase`` (:data:`TRAIN_PHASE` where it records none), the model's recipe
+    (its ``kind`` where it has none), the config's ``seed`` and ``optim.lr``. A study's run
+    gets the row its study gives it (same run id, study, phase, recipe, seed and rate)."""
+    rd = RunDir(run_dir)
+    m = rd.manifest
+    config = m.get("config") or {}
+    model = config.get("model") or {}
+    spec = RunSpec(
+        run_id=rd.run_id,
+        study=rd.header.study or Path(run_dir).resolve().parent.name,
+        phase=rd.phase or TRAIN_PHASE,
+        recipe=str(model.get("recipe") or model.get("kind") or "—"),
+        seed=int(config.get("seed") or 0),
+        lr=float((config.get("optim") or {}).get("lr") or 0.0),
+        run_dir=str(run_dir),
+        config=config,
+    )
+    return registry_row(spec)
+
+
 def registry_row(spec: RunSpec) -> dict[str, Any]:
     """The registry row of ``spec``'s run directory (its current state)."""
     path = Path(spec.run_dir)

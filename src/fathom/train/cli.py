@@ -126,11 +126,16 @@ def cmd_train(args: argparse.Namespace) -> int:
             result, reports = run_training(args, cfg, run_dir, tracking)
     except KeyboardInterrupt:
         remove_unstarted(created, run_dir)
+        register_run(run_dir)
         print(f"fathom train: {interrupted_message(run_dir)}", file=sys.stderr)
         return 130
     except BaseException:  # refused before the run started (data too small, ...): no trace
         remove_unstarted(created, run_dir)
+        register_run(run_dir)  # a run that started and failed is indexed as failed
         raise
+    warning = register_run(run_dir)
+    if warning:
+        print(warning, file=sys.stderr)
     for report in reports:
         print("\n".join(report.lines()))
     print(
@@ -190,7 +195,7 @@ def run_training(
 
     tracker = LiveTracker(run_dir, tracking, cfg) if tracking.enabled else None
     live = make_progress(args.quiet)
-    progress = fan_out(live, tracker)
+    progress = fan_out(live, tracker, registrar(run_dir))
     try:
         if args.resume:
             result = resume(
@@ -207,6 +212,36 @@ def run_training(
             live.close()
         reports = tracker.close() if tracker is not None else []
     return result, reports
+
+
+def register_run(run_dir: Path) -> str | None:
+    """Index ``run_dir`` in the registry of its runs directory (``RUNS_DIR/registry.sqlite``,
+    the one a study writes: ``fathom runs list|show`` find every run). ``None`` when done or
+    when there is no run to index; a warning line when the registry cannot be written (the
+    run itself is unaffected: the registry is an index, the directory the evidence)."""
+    if not (run_dir / "manifest.json").exists():
+        return None
+    from fathom.study.records import run_row
+    from fathom.study.registry import Registry, registry_path
+
+    try:
+        Registry(registry_path(run_dir.parent.parent)).upsert([run_row(run_dir)])
+    except FathomError as e:
+        return f"warning: {run_dir} is not indexed in the run registry: {e}"
+    return None
+
+
+def registrar(run_dir: Path) -> Any:
+    """A progress observer that indexes the run once, at its first history row (the
+    manifest exists then), so that ``fathom runs list`` shows it while it trains."""
+    done: list[bool] = []
+
+    def observe(event: str, info: dict[str, Any]) -> None:
+        if event == "epoch" and not done:
+            done.append(True)
+            register_run(run_dir)
+
+    return observe
 
 
 def first_missing(path: Path) -> Path | None:
