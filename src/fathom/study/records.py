@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fathom.base.units import fmt_percent
 from fathom.rundir import RunDir
-from fathom.stats import RunRecord, failure_flags
+from fathom.stats.flags import failure_flags
 from fathom.study.plan import RunSpec
+
+if TYPE_CHECKING:  # fathom.stats.summary imports scipy (~1 s): only where a record is made
+    from fathom.stats import RunRecord
 
 PER_RUN_KEYS: tuple[str, ...] = ("name", "seed", "model.recipe", "optim.lr")
 """Config keys that differ between the runs of one comparison by design."""
@@ -102,6 +105,8 @@ def outcome_warnings(rd: RunDir) -> list[str]:
 
 def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:
     """A :class:`fathom.stats.RunRecord` of one run directory."""
+    from fathom.stats import RunRecord
+
     scores = checkpoint_scores(rd)
     keys = ("test_acc", "test_ce", "val_ce", "epoch")
     clocks = rd.manifest.get("clocks") or {}
