@@ -118,9 +118,12 @@ PROBE = (
     "out = io.StringIO()\n"
     "with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):\n"
     "    try:\n        rc = main(sys.argv[1:])\n    except SystemExit as e:\n        rc = e.code\n"
+    "    except Exception as e:  # a traceback: said as its exception's name\n"
+    "        rc = type(e).__name__\n"
     "print(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules}))\n"
 )
-"""Runs ``fathom <argv>`` and prints its exit status and whether torch was imported."""
+"""Runs ``fathom <argv>`` and prints its exit status (an exception's name for a traceback)
+and whether torch was imported."""
 
 
 def make_fixture(fx: Path, src: str) -> None:
@@ -205,7 +208,9 @@ def main() -> None:
             cpu = statistics.median(c for c, _ in times[name])
             wall = statistics.median(w for _, w in times[name])
             torch = "yes" if seen[name]["torch"] else "no"
-            print(f"{label:<52} {name:<6} {cpu:6.2f} {wall:6.2f}  {seen[name]['rc']!s:>2}  {torch}")
+            print(
+                f"{label:<52} {name:<6} {cpu:6.2f} {wall:6.2f}  {seen[name]['rc']!s:>2.14}  {torch}"
+            )
             label = ""
     print(f"load average at end {os.getloadavg()}")
 

@@ -125,15 +125,24 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"runs under {Path(args.runs_dir) / study.study.name}"
         )
         console.print(scale_down_sentence(scaled_down(study), study.study.protocol))
-    result = run_study(
-        study,
-        args.runs_dir,
-        backend,
-        retry_failed=args.retry_failed,
-        progress=progress,
-        origin=origin,
-        allow_source_change=args.allow_source_change,
-    )
+    from fathom.study.watch import StudyWatch  # the runs' epochs between the run lines
+
+    watch = None if args.quiet else StudyWatch(Path(args.runs_dir) / study.study.name, console)
+    try:
+        if watch is not None:
+            watch.start()
+        result = run_study(
+            study,
+            args.runs_dir,
+            backend,
+            retry_failed=args.retry_failed,
+            progress=progress,
+            origin=origin,
+            allow_source_change=args.allow_source_change,
+        )
+    finally:
+        if watch is not None:
+            watch.stop()
     if not args.quiet:
         print_summary(result.summary)
     counts = status_counts([{"status": o.status} for o in result.outcomes])
