@@ -9,10 +9,7 @@ measured and adds them::
     left = steps_left · step_s + evals_left · eval_s + instr_left · instr_s + epochs_left · other_s
 
 so a run whose evaluations cost more than its training (a small width on the CPU) is not
-predicted at its training time alone. :class:`StepsEta` is the same idea for a pipeline of
-unequal steps (``fathom reproduce``): the time left of each step is its own measured rate
-once it has one, and a step not started yet counts what the plan says it costs relative to
-one measured.
+predicted at its training time alone.
 
 Every estimate is ``None`` before anything is measured, and a *lower bound* (said ``≥``)
 while a term it needs has no measurement yet (a resumed run that has not evaluated yet).
@@ -174,40 +171,3 @@ class RunEta:
         later += steps * step_s * max(0, epochs - epoch)
         other = (self.other_s.value or 0.0) * max(0, epochs - epoch + 1)
         return Estimate(this, lower), Estimate(this + later + other, lower)
-
-
-@dataclass
-class StepsEta:
-    """A pipeline's time left (``fathom reproduce``): steps of planned relative ``weights``,
-    each done in units (``k of n``: runs, masks, snapshots).
-
-    A step under way is predicted from its own rate (its time so far / units done × units
-    left); a step to come from the measured seconds per weight of the steps done so far
-    (``Σ seconds / Σ weights``). Before anything finished: ``None``.
-    """
-
-    weights: dict[str, float]
-    spent: dict[str, float] = field(default_factory=dict)
-
-    def finish(self, step: str, seconds: float) -> None:
-        """Record the wall time a step took (a step found done took ~0 and is not measured)."""
-        self.spent[step] = seconds
-
-    def left(self, step: str, k: int, n: int, elapsed_s: float) -> Estimate:
-        """Time left while ``step`` has ``k`` of ``n`` units done after ``elapsed_s``."""
-        per_weight = (
-            sum(self.spent.values()) / sum(self.weights[s] for s in self.spent)
-            if self.spent and sum(self.weights[s] for s in self.spent) > 0
-            else None
-        )
-        if k > 0 and elapsed_s > 0:
-            this = (n - k) * elapsed_s / k
-        elif per_weight is not None:
-            this = max(0.0, self.weights[step] * per_weight - elapsed_s)
-        else:
-            return Estimate(None)
-        names = list(self.weights)
-        to_come = names[names.index(step) + 1 :]
-        if per_weight is None:
-            return Estimate(this, lower_bound=bool(to_come))
-        return Estimate(this + sum(self.weights[s] * per_weight for s in to_come))
