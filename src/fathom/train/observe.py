@@ -96,12 +96,19 @@ def instruments_due(s: Session, epoch: int) -> bool:
 
 def boundary_schedule(s: Session, first: int) -> dict[str, Any]:
     """What the epochs ``first..epochs`` will observe, for a progress display's ETA: the
-    ``"schedule"`` event ``{"epochs", "first", "evaluations", "instruments"}`` (the epochs
-    that evaluate, and those that run an instrument on the telemetry clock)."""
+    ``"schedule"`` event ``{"epoch", "epochs", "first", "evaluations", "instruments", <clocks>}``
+    (``epoch``: the boundary training starts from, ``first - 1``, as every event carries
+    one; the epochs that evaluate, and those that run an instrument on the telemetry clock;
+    the cumulative clocks so far)."""
     epochs = s.cfg.optim.epochs
     span = range(first, epochs + 1)
+    clocks = s.progress.clocks
     return {
+        "epoch": first - 1,
         "epochs": epochs,
+        "clock/training_s": clocks.training_s,
+        "clock/evaluation_s": clocks.evaluation_s,
+        "clock/telemetry_s": clocks.telemetry_s,
         "first": first,
         "evaluations": [e for e in span if eval_due(s.cfg, e)],
         "instruments": [e for e in span if instruments_due(s, e)],
