@@ -4,7 +4,9 @@ Usage: ``python bench/bench_cli_startup.py --before OLD/src [--repeats 5]`` (OLD
 ``git archive main src | tar -x -C OLD``, the tree to compare with). Each path of
 :data:`PATHS` (helps, config validation of every kind, presets, data info/verify, study
 status, the run registry, telemetry docs, and the error paths a typo takes before anything
-is computed) runs as ``fathom <argv>`` in a fresh interpreter with ``PYTHONPATH`` set to each
+is computed, and every error met before any work: a run name taken, ``--workers 0``, an
+``--out`` that is a file, a missing ``.npz``, ``--resume`` of a complete run, ``--device
+cuda`` without one, ...) runs as ``fathom <argv>`` in a fresh interpreter with ``PYTHONPATH`` set to each
 tree, the two trees alternating so load changes hit both alike. Per path and tree it prints
 the median CPU time (user + sys of the child, ``os.wait4``) and wall time over the repeats,
 the exit status and whether torch was imported. The first run of each is discarded (cold
@@ -78,8 +80,37 @@ PATHS: tuple[tuple[str, ...], ...] = (
     ("runs", "list", "--runs-dir", "{fx}/runs"),
     ("runs", "show", "main-residual-s101", "--runs-dir", "{fx}/runs"),
     ("telemetry", "docs", "--out", "{fx}/metrics.md"),
+    # errors met before any work (each refused with exit 2, before torch is imported)
+    ("train", "--resume", "{run}"),
+    ("train", "ciresan-fast", "--runs-dir", "{fx}/runs", "--set", "study=bench", "--name", "{id}"),
+    ("train", "ciresan-fast", "--runs-dir", "{fx}/afile"),
+    ("train", "ciresan-fast", "--device", "cuda"),
+    ("train", "{fx}/npz.toml"),
+    ("study", "run", "ciresan-sd-quick", "--workers", "0"),
+    ("study", "run", "ciresan-sd-quick", "--runs-dir", "{fx}/afile"),
+    ("reproduce", "quick", "--workers", "0"),
+    ("depth-scaling", "--preset", "quick", "--workers", "0"),
+    ("depth-scaling", "--preset", "quick", "--device", "cuda"),
+    ("report", "{run}", "--out", "{fx}/afile"),
+    ("report", "{fx}/nowhere"),
+    ("audit", "{run}", "--out", "{fx}/afile"),
+    ("audit", "{run}", "--device", "cuda"),
+    ("audit", "{fx}/nowhere"),
+    ("curvature", "{run}", "--out", "{fx}/afile"),
+    ("curvature", "{run}", "--device", "cuda"),
+    ("diagnose", "head", "--device", "cuda"),
+    ("telemetry", "qualify", "ciresan-fast", "--device", "cuda"),
+    ("runs", "show", "nosuchrun", "--runs-dir", "{fx}/runs"),
+    ("train", "{fx}/configs"),
+    ("train", "ciresan-fast", "--set", "optim.schedule=cosine"),
+    ("train", "ciresan-fast", "--set", "model.kind=resnet"),
+    ("study", "run", "ciresan-fast"),
+    ("validate", "seed-003"),
 )
-"""The command paths timed; ``{fx}`` is the fixture directory."""
+"""The command paths timed; ``{fx}`` is the fixture directory, ``{run}`` the fixture study's
+complete run ``{id}`` (``--device cuda`` paths are errors on a machine without CUDA only)."""
+
+RUN_ID = "main-residual-s101"
 
 PROBE = (
     "import sys, contextlib, io, json\n"
@@ -87,9 +118,12 @@ PROBE = (
     "out = io.StringIO()\n"
     "with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):\n"
     "    try:\n        rc = main(sys.argv[1:])\n    except SystemExit as e:\n        rc = e.code\n"
+    "    except Exception as e:  # a traceback: said as its exception's name\n"
+    "        rc = type(e).__name__\n"
     "print(json.dumps({'rc': rc, 'torch': 'torch' in sys.modules}))\n"
 )
-"""Runs ``fathom <argv>`` and prints its exit status and whether torch was imported."""
+"""Runs ``fathom <argv>`` and prints its exit status (an exception's name for a traceback)
+and whether torch was imported."""
 
 
 def make_fixture(fx: Path, src: str) -> None:
@@ -97,6 +131,10 @@ def make_fixture(fx: Path, src: str) -> None:
     fx.mkdir(parents=True, exist_ok=True)
     (fx / "run.toml").write_text(RUN)
     (fx / "bad.toml").write_text(BAD)
+    (fx / "afile").write_text("a file where a directory is expected\n")
+    (fx / "configs").mkdir(exist_ok=True)
+    (fx / "configs" / "a.toml").write_text(RUN)
+    (fx / "npz.toml").write_text(f'[data]\ndataset = "tensors"\npath = "{fx}/missing.npz"\n' + RUN)
     if (fx / "runs" / "registry.sqlite").exists():
         return
     (fx / "study.toml").write_text(STUDY)
@@ -151,7 +189,8 @@ def main() -> None:
     )
     print(f"{'path':<52} {'tree':<6} {'cpu s':>6} {'wall s':>6}  rc  torch")
     for path in PATHS:
-        argv = [a.format(fx=args.fixture) for a in path]
+        run = args.fixture / "runs" / "bench" / RUN_ID
+        argv = [a.format(fx=args.fixture, run=run, id=RUN_ID) for a in path]
         if args.only and not any(" ".join(path).startswith(w) for w in args.only):
             continue
         times: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}
@@ -162,12 +201,16 @@ def main() -> None:
             for name, tree in trees.items():
                 cpu, wall, seen[name] = once(tree, argv)
                 times[name].append((cpu, wall))
-        label = "fathom " + " ".join(path).replace("{fx}/", "")
+        label = "fathom " + " ".join(path).replace("{fx}/", "").replace("{id}", RUN_ID).replace(
+            "{run}", "RUN"
+        )
         for name in sorted(trees, reverse=True):
             cpu = statistics.median(c for c, _ in times[name])
             wall = statistics.median(w for _, w in times[name])
             torch = "yes" if seen[name]["torch"] else "no"
-            print(f"{label:<52} {name:<6} {cpu:6.2f} {wall:6.2f}  {seen[name]['rc']!s:>2}  {torch}")
+            print(
+                f"{label:<52} {name:<6} {cpu:6.2f} {wall:6.2f}  {seen[name]['rc']!s:>2.14}  {torch}"
+            )
             label = ""
     print(f"load average at end {os.getloadavg()}")
 

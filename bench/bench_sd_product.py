@@ -20,8 +20,13 @@ runs do not. An epoch counts only while the other run is still training through 
 (``clock/unix_s``, each row's own timestamp, bounds it); the expected saving is taken over the
 sd_constant run's counted epochs.
 
+``--huang`` adds a third run per repeat, ``sd_huang``: ``sd_constant`` with
+``depth.convention = "huang"`` (kept branches unscaled: no gain multiply), the same seed and
+so the same drawn gates, in the same rotation (not with ``--concurrent``); its realized /
+expected saving is printed beside the inverse-survival one's.
+
 Usage: python bench/bench_sd_product.py [--width-mult 0.5 0.1] [--repeats 3] [--fit 6400]
-                                        [--epochs 6] [--cpu N] [--concurrent]
+                                        [--epochs 6] [--cpu N] [--concurrent] [--huang]
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from fathom.train.build import build_controller, init_model
 from fathom.train.state import GENESIS, chain
 
 RECIPES = ("residual", "sd_constant")
+ARMS = {"residual": {}, "sd_constant": {}, "sd_huang": {"depth.convention": "huang"}}
+"""Each timed arm's config beside its recipe (``sd_huang`` trains ``sd_constant``)."""
 
 
 def train_once(
@@ -61,7 +68,8 @@ def start(
 ) -> subprocess.Popen:
     """A ``fathom train`` process pinned to ``cpu``, started (:func:`finish` waits for it)."""
     sets = {
-        "model.recipe": recipe,
+        **ARMS[recipe],
+        "model.recipe": "sd_constant" if recipe == "sd_huang" else recipe,
         "model.width_mult": width_mult,
         "optim.lr": 0.01,
         "optim.epochs": args.epochs,
@@ -167,14 +175,16 @@ def main() -> None:
     ap.add_argument(
         "--concurrent", action="store_true", help="each repeat's two runs at once, one per CPU"
     )
+    ap.add_argument("--huang", action="store_true", help="also time sd_constant under huang")
     args = ap.parse_args()
+    arms = (*RECIPES, "sd_huang") if args.huang and not args.concurrent else RECIPES
     args.cpu = args.cpu if args.cpu >= 0 else max(os.sched_getaffinity(0))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     where = "two cpus at once" if args.concurrent else f"cpu {args.cpu}"
     print(f"load average at start: {load}; {os.cpu_count()} cpus; one thread per run, {where}")
     with tempfile.TemporaryDirectory() as tmp:
         for w in args.width_mult:
-            per_run = {c: {"residual": [], "sd_constant": []} for c in CLOCKS}
+            per_run = {c: {arm: [] for arm in arms} for c in CLOCKS}
             expected = []
             for r in range(args.repeats):
                 if args.concurrent:
@@ -196,7 +206,7 @@ def main() -> None:
                         drawn_saving(runs["sd_constant"], 2, set(counted["sd_constant"]))
                     )
                     continue
-                for recipe in RECIPES if r % 2 == 0 else RECIPES[::-1]:
+                for recipe in arms[r % len(arms) :] + arms[: r % len(arms)]:  # rotating
                     run = train_once(recipe, w, args, Path(tmp), f"{recipe}-w{w}-r{r}")
                     for clock, field in CLOCKS.items():
                         per_run[clock][recipe].append(
@@ -212,26 +222,29 @@ def main() -> None:
                 else f"epochs 2..{args.epochs}"
             )
             for clock in CLOCKS:
-                report(clock, per_run[clock], exp, epochs)
+                for arm in arms[1:]:
+                    report(clock, per_run[clock], exp, epochs, arm)
             print(f"  (load now {os.getloadavg()[0]:.2f})")
 
 
-def report(clock: str, per_run: dict[str, list[float]], exp: float, epochs: str) -> None:
-    """One clock's line: per-run epoch medians, the recipes' medians, realized / expected."""
+def report(
+    clock: str, per_run: dict[str, list[float]], exp: float, epochs: str, arm: str = "sd_constant"
+) -> None:
+    """One clock's line: per-run epoch medians, the arms' medians, realized / expected of
+    ``arm`` against ``residual``."""
     t_res = statistics.median(per_run["residual"])
-    t_sd = statistics.median(per_run["sd_constant"])
+    t_sd = statistics.median(per_run[arm])
     real = 1 - t_sd / t_res
     fmt = lambda v: ", ".join(f"{t:.3f}" for t in v)  # noqa: E731
     # each repeat's two runs ran back to back: their ratio is one paired sample, and the
     # spread of those samples is what this figure can resolve (runs of one recipe vary by
     # several percent of an epoch from process to process on a shared host)
     pairs = [
-        (1 - sd / res) / exp
-        for res, sd in zip(per_run["residual"], per_run["sd_constant"], strict=True)
+        (1 - sd / res) / exp for res, sd in zip(per_run["residual"], per_run[arm], strict=True)
     ]
     print(
         f"  {clock:4} clock, s per epoch (median of {epochs}): residual "
-        f"[{fmt(per_run['residual'])}], sd_constant [{fmt(per_run['sd_constant'])}]; "
+        f"[{fmt(per_run['residual'])}], {arm} [{fmt(per_run[arm])}]; "
         f"medians {t_res:.3f} / {t_sd:.3f}; realized {real:+.2%}, "
         f"realized/expected {real / exp:.2f} (per repeat: {', '.join(f'{x:.2f}' for x in pairs)})"
     )
@@ -241,7 +254,7 @@ def report(clock: str, per_run: dict[str, list[float]], exp: float, epochs: str)
         mean, sem = statistics.fmean(pairs), stats.sem(pairs)
         lo, hi = stats.t.interval(0.95, len(pairs) - 1, loc=mean, scale=sem)
         print(
-            f"  {clock:4} clock, paired realized/expected: mean {mean:.2f}, 95% t-interval "
+            f"  {clock:4} clock, {arm} paired realized/expected: mean {mean:.2f}, 95% t-interval "
             f"[{lo:.2f}, {hi:.2f}] over {len(pairs)} repeats"
         )
 

@@ -62,7 +62,11 @@ CASES: tuple[tuple[tuple[str, ...], int, tuple[str, ...]], ...] = (
     (
         ("runs", "show", "toy", "--runs-dir", "{d}/runs"),
         2,
-        ("a run of `fathom train` is not in it", "fathom.load_run(", "runs/lone/toy"),
+        (
+            "not in the registry (`fathom train` and `fathom study run` index",
+            "fathom.load_run(",
+            "runs/lone/toy",
+        ),
     ),
 )
 """(argv, exit status, texts the output holds); ``{d}``: a folder holding ``configs/a.toml``
@@ -175,7 +179,73 @@ def test_runs_list_and_show_say_where_the_runs_of_fathom_train_are(tmp_path: Pat
     out = capsys.readouterr().out
     assert "main-plain-s101" in out
     assert f"note: 1 run directories not listed ({runs}/default/toy)" in out
-    assert "`fathom train` is not in it" in out
+    assert "a run trained by an older fathom, or copied here, is not indexed" in out
     assert cli.main(["runs", "show", "toy", "--runs-dir", str(runs)]) == 2
     err = capsys.readouterr().err
     assert "no run 'toy' in the registry" in err and f"fathom.load_run('{runs}/default/toy')" in err
+
+
+FAST_CASES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("train", "--resume", "{run}"), ("is already complete (2 of 2 epochs)", "fathom report")),
+    (
+        ("train", "ciresan-fast", "--runs-dir", "{d}/runs", "--set", "study=s", "--name", "r"),
+        ("already holds a run (complete, 2 of 2 epochs)", "choose another --name"),
+    ),
+    (("train", "ciresan-fast", "--runs-dir", "{d}/afile"), ("is a file, not a directory",)),
+    (("study", "run", "ciresan-sd-quick", "--workers", "0"), ("--workers must be at least 1",)),
+    (("study", "run", "ciresan-sd-quick", "--runs-dir", "{d}/afile"), ("--runs-dir",)),
+    (("reproduce", "quick", "--workers", "0"), ("--workers must be at least 1",)),
+    (("depth-scaling", "--preset", "quick", "--workers", "0"), ("--workers must be at least 1",)),
+    (("report", "{run}", "--out", "{d}/afile"), ("--out", "is a file, not a directory")),
+    (("report", "{d}/nowhere"), ("does not exist; pass a run directory",)),
+    (("audit", "{run}", "--out", "{d}/afile"), ("--out", "is a file, not a directory")),
+    (("curvature", "{run}", "--out", "{d}/afile"), ("--out", "is a file, not a directory")),
+)
+"""(argv, texts the error holds): mistakes refused before torch is imported; ``{d}`` holds a
+file ``afile`` and ``runs/s/r``, a complete synthetic run ``{run}`` (2 epochs)."""
+
+CUDA_CASES: tuple[tuple[str, ...], ...] = (
+    ("train", "ciresan-fast", "--device", "cuda"),
+    ("audit", "{run}", "--device", "cuda"),
+    ("curvature", "{run}", "--device", "cuda"),
+    ("diagnose", "head", "--device", "cuda"),
+    ("telemetry", "qualify", "ciresan-fast", "--device", "cuda"),
+    ("depth-scaling", "--preset", "quick", "--device", "cuda"),
+)
+"""``--device cuda`` where the installed torch is the CPU build the suite runs on."""
+
+
+def test_errors_met_before_work_import_no_torch(tmp_path: Path):
+    """Each is refused with exit 2, its fix named, without importing torch (each costs
+    Python's start-up only; ``bench/bench_cli_startup.py`` times them)."""
+    from fathom.base.preflight import cuda_impossible
+    from synthetic_runs import synthetic_history, write_run
+
+    run = tmp_path / "runs" / "s" / "r"
+    write_run(run, study="s", recipe="plain", seed=1, lr=0.1, rows=synthetic_history(1, [0, 1, 2]))
+    (tmp_path / "afile").write_text("x")
+    cases = list(FAST_CASES)
+    if cuda_impossible() is not None:  # the CPU build: every --device cuda is refused early
+        cases += [(argv, ("no CUDA device is available", "--device cpu")) for argv in CUDA_CASES]
+    argvs = [[a.format(d=tmp_path, run=run) for a in argv] for argv, _ in cases]
+    for (argv, texts), (_, code, heavy, out) in zip(cases, run_fresh(argvs)):
+        assert [m for m in heavy if m in LIGHT_FORBIDDEN] == [], (argv, heavy)
+        assert code == 2, (argv, code, out[-800:])
+        for text in texts:
+            assert text in out, (argv, text, out[-800:])
+        assert "Traceback" not in out, (argv, out[-800:])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "runs"]  # nothing written
+
+
+def test_cuda_impossible_reads_the_build_from_version_text(monkeypatch):
+    """The fields of torch's ``version.py`` as its builds write them."""
+    from fathom.base import preflight
+
+    text = "__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\nhip: Optional[str] = None\n"
+    assert preflight._torch_build_field(text, "cuda") == "None"
+    assert preflight._torch_build_field(text, "__version__") == "'2.13.0+cpu'"
+    assert preflight._torch_build_field("cuda = '12.4'\n", "cuda") == "'12.4'"
+    assert preflight._torch_build_field("cudnn = 1\n", "cuda") is None
+    import torch  # imported: torch itself answers
+
+    assert (preflight.cuda_impossible() is None) == torch.cuda.is_available()

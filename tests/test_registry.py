@@ -150,3 +150,56 @@ def test_runs_json_names_fractions_and_adds_percent():
     assert shown["selected_test_acc_pct"] == pytest.approx(91.82)
     assert shown["final_test_acc_fraction"] is None and shown["final_test_acc_pct"] is None
     assert shown["final_test_ce"] == 0.25 and "selected_test_acc" not in shown
+
+
+def test_a_run_of_fathom_train_is_indexed_and_found_by_runs_list_and_show(tmp_path, capsys):
+    """``fathom train`` indexes its run (phase ``train``, the config's recipe, seed and rate)
+    in RUNS_DIR/registry.sqlite: ``runs list`` lists it, ``runs show`` prints its row."""
+    import json
+
+    from fathom import cli
+
+    runs = tmp_path / "runs"
+    sets = ("model.width_mult=0.02", "data.fit_subset=64", "data.eval_subset=64")
+    sets += ("optim.epochs=1", "device=cpu", "seed=7", "optim.lr=0.05", "model.recipe=plain")
+    argv = ["train", "--runs-dir", str(runs), "--name", "t1", "--quiet"]
+    assert cli.main([*argv, *(a for s in sets for a in ("--set", s))]) == 0
+    capsys.readouterr()
+    (stored,) = Registry(runs / "registry.sqlite").query()
+    assert (stored["run_id"], stored["phase"], stored["status"]) == ("t1", "train", "complete")
+    assert (stored["recipe"], stored["seed"], stored["lr"]) == ("plain", 7, 0.05)
+    assert stored["epochs_completed"] == 1 and stored["final_params"]
+    assert cli.main(["runs", "list", "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out
+    assert "t1" in out and "complete" in out and "not listed" not in out
+    assert cli.main(["runs", "show", "t1", "--runs-dir", str(runs)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["status"] == "complete" and shown["state"] == "complete, 1 of 1 epochs"
+    assert "registry_status" not in shown
+
+
+def test_runs_list_and_show_say_the_state_of_the_directory_not_a_stale_row(tmp_path, capsys):
+    """A row indexed ``running`` whose writer died (no process holds the lock) is shown
+    ``interrupted`` with the command that continues it; ``--status`` filters on that state."""
+    import json
+
+    from fathom import cli
+    from fathom.study.records import run_row
+    from synthetic_runs import synthetic_history, write_run
+
+    runs = tmp_path / "runs"
+    run = runs / "s" / "r"
+    write_run(run, study="s", recipe="plain", seed=1, lr=0.1, rows=synthetic_history(1, [0, 1]))
+    manifest = json.loads((run / "manifest.json").read_text())
+    Registry(runs / "registry.sqlite").upsert([{**run_row(run), "status": "running"}])
+    assert manifest["status"] == "complete"
+    assert cli.main(["runs", "show", "r", "--runs-dir", str(runs)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["status"], shown["registry_status"]) == ("complete", "running")
+    assert cli.main(["runs", "list", "--runs-dir", str(runs), "--status", "running"]) == 0
+    assert "0 runs match" in capsys.readouterr().out
+    write_run(run, study="s", recipe="plain", seed=1, lr=0.1, rows=[], status="running")
+    assert cli.main(["runs", "list", "--runs-dir", str(runs), "--status", "interrupted"]) == 0
+    out = capsys.readouterr().out
+    assert "r: interrupted, 0 of" in out and f"fathom train --resume {run}" in out
+    assert "killed or crashed" in out

@@ -305,14 +305,20 @@ def test_rerun_skips_every_verified_step_and_a_tampered_output_reruns(straight):
     again = context(d / "pipe.toml", d / "runs", log)
     reproduce(again)
     assert set(again.actions.values()) == {"skipped"}
-    assert any(line.startswith("[study] skipped: complete and verified") for line in log)
+    n = len(again.plan)  # study, audit, a curvature step per recipe, head, compare, report
+    assert list(again.plan)[:2] == ["study", "audit"] and n == 5 + len(again.pipe.curvature.recipes)
+    assert any(line.startswith(f"[1/{n} study] skipped: complete and verified") for line in log)
     audit_md = d / "runs" / "tiny-seed" / "audit" / "audit.md"
     audit_md.write_text(audit_md.read_text() + "\nedited by hand\n")
     log.clear()
     third = context(d / "pipe.toml", d / "runs", log)
     reproduce(third)
     assert third.actions["study"] == "skipped" and third.actions["audit"] == "ran"
-    assert "[audit] running (output tiny-seed/audit/audit.md was modified)" in log
+    assert any(
+        line.startswith(f"[2/{n} audit] running: remove trained branches")
+        and "(output tiny-seed/audit/audit.md was modified; pipeline elapsed" in line
+        for line in log
+    )
     assert third.actions["curvature:main-residual-s101"] == "skipped"
 
 

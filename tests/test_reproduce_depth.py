@@ -145,8 +145,8 @@ def test_rerun_skips_both_verified_steps(tiny, first):
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         assert main(argv) == 0
-    assert "[depth-scaling] skipped: complete and verified" in err.getvalue()
-    assert "[compare] skipped: complete and verified" in err.getvalue()
+    assert "[1/2 depth-scaling] skipped: complete and verified" in err.getvalue()
+    assert "[2/2 compare] skipped: complete and verified" in err.getvalue()
 
 
 def test_fathom_rule_on_the_logs_table_is_no_conclusion():

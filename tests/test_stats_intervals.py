@@ -4,6 +4,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from fathom.errors import FathomError
@@ -137,3 +139,47 @@ def test_flags_bad_input():
     assert one == ["one_class"] and is_excluded(one)
     with pytest.raises(FathomError, match="at least one test example"):
         _flags(status="complete", test_acc=0.5, classes=10, n_eval=0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(1, 3000),
+    frac=st.floats(0.0, 1.0),
+    classes=st.integers(2, 200),
+    level=st.sampled_from([0.9, 0.95, 0.99]),
+)
+def test_the_chance_state_is_the_clopper_pearson_rule_against_scipy(n, frac, classes, level):
+    """The scipy-free state (binomial tails, exact in float64) against the interval's rule
+    computed with scipy's Beta quantiles: ``low <= p0`` failed, ``low > p1`` trained."""
+    from fathom.stats.chance import chance_and_boundary, chance_state, clopper_pearson
+    from fathom.stats.rules import DEFAULT_RULES
+
+    k = round(frac * n)
+    p0, p1 = chance_and_boundary(classes, DEFAULT_RULES)
+    low, _ = clopper_pearson(k, n, level)
+    want = "failed" if low <= p0 else "trained" if low > p1 else "undetermined"
+    assert chance_state(k, n, p0, p1, level) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 400), k=st.integers(0, 400), p=st.floats(1e-4, 1 - 1e-4))
+def test_the_binomial_upper_tail_against_scipy(n, k, p):
+    """``P(X >= k)`` against scipy's survival function (float64 reference)."""
+    from fathom.stats.chance import binomial_upper_tail
+
+    want = float(stats.binom.sf(k - 1, n, p))
+    assert binomial_upper_tail(k, n, p) == pytest.approx(want, rel=1e-9, abs=1e-300)
+
+
+def test_failure_flags_import_no_scipy():
+    """A run's warnings after ``fathom train``'s last line cost no scipy import."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from fathom.stats.flags import failure_flags;"
+        "failure_flags(status='complete', test_acc=0.5, train_ce=0.1, classes=10, n_eval=100);"
+        "print('scipy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
@@ -169,3 +170,151 @@ def test_throttle_says_at_most_once_per_period_and_never_a_repeat(steps, every):
             want.append((now[0], line))
         assert throttle(line) == ok
     assert said == want
+
+
+def simulate(
+    epochs: int,
+    steps: int,
+    step_s: float,
+    eval_s: float,
+    instr_s: float,
+    other_s: float,
+    evaluations: set[int],
+    instruments: set[int],
+):
+    """A trainer's events with their wall times, from constant costs: epoch 0 evaluates (and
+    runs the instruments when due) before training; each epoch trains ``steps`` steps, then
+    evaluates / runs instruments when due, then spends ``other_s`` (checkpoint, resume
+    state). Yields ``(now, event, info)``; the last ``now`` is the run's end."""
+    now, clocks = (
+        0.0,
+        {"clock/training_s": 0.0, "clock/evaluation_s": 0.0, "clock/telemetry_s": 0.0},
+    )
+    now += eval_s
+    clocks["clock/evaluation_s"] += eval_s
+    if 0 in instruments:
+        now += instr_s
+        clocks["clock/telemetry_s"] += instr_s
+    yield now, "epoch", {"epoch": 0, "step": 0, **clocks}
+    now += other_s
+    sched = {"epochs": epochs, "first": 1, "evaluations": sorted(evaluations - {0})}
+    yield now, "schedule", sched | {"instruments": sorted(instruments - {0}), **clocks}
+    for e in range(1, epochs + 1):
+        for i in range(steps):
+            yield now, "step", {"epoch": e, "epochs": epochs, "step": i, "steps": steps}
+            now += step_s
+            clocks["clock/training_s"] += step_s
+        ev, ins = e in evaluations, e in instruments
+        if ev or ins:
+            yield (
+                now,
+                "boundary",
+                {"epoch": e, "epochs": epochs, "evaluate": ["val"] * ev, "instruments": ins},
+            )
+            now += eval_s * ev + instr_s * ins
+            clocks["clock/evaluation_s"] += eval_s * ev
+            clocks["clock/telemetry_s"] += instr_s * ins
+            yield now, "epoch", {"epoch": e, "step": e * steps, **clocks}
+        yield now, "epoch_end", {"epoch": e, "epochs": epochs, "step": e * steps, **clocks}
+        now += other_s
+    yield now, "end", {}
+
+
+def assert_estimate(run, truth: float) -> None:
+    """Exact, or (a cost still unmeasured counted zero) a lower bound that says so."""
+    if run.lower_bound:
+        assert run.seconds <= truth + 1e-9
+    else:
+        assert run.seconds == pytest.approx(truth, rel=1e-9, abs=1e-9)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    epochs=st.integers(3, 7),
+    steps=st.integers(1, 40),
+    costs=st.tuples(
+        st.floats(0.0, 4.0), st.floats(0.001, 4.0), st.floats(0.0, 1.0), st.floats(0.001, 0.2)
+    ),
+    evaluations=st.sets(st.integers(1, 7)),
+    instruments=st.sets(st.integers(0, 7)),
+    at=st.floats(0.0, 1.0),
+)
+def test_the_run_eta_is_exact_for_constant_costs(
+    epochs, steps, costs, evaluations, instruments, at
+):
+    """Against the simulated truth: once two epochs have ended, the run's time left equals
+    the time the simulated run still takes, at any step and during any evaluation (the
+    estimate counts steps, evaluations, instruments and the rest of each epoch apart); an
+    instrument not run yet makes it a lower bound, said so."""
+    from fathom.base.eta import RunEta
+
+    eval_s, instr_s, other_s, step_s = costs
+    evaluations = {e for e in evaluations if e <= epochs} | {epochs}
+    instruments = {e for e in instruments if e <= epochs}
+    events = list(
+        simulate(epochs, steps, step_s, eval_s, instr_s, other_s, {0} | evaluations, instruments)
+    )
+    end = events[-1][0]
+    eta = RunEta()
+    ended, checked = 0, 0
+    start = {"epoch": 0, "t": 0.0}
+    boundary_t = None
+    pick = int(at * (len(events) - 2))
+    for i, (now, event, info) in enumerate(events[:-1]):
+        if event == "step":
+            start = {"epoch": info["epoch"], "t": now} if info["step"] == 0 else start
+            boundary_t = None
+            if ended >= 2 and i >= pick and checked == 0:
+                _, run = eta.left(info["epoch"], epochs, info["step"], steps)
+                assert_estimate(run, end - now)
+                checked += 1
+            continue
+        if event == "epoch_end":
+            info = info | {"steps_in_epoch": steps}
+            ended += 1
+        eta.event(event, info, now)
+        if event == "boundary":
+            boundary_t = now
+            if ended >= 2 and checked == 0 and i >= pick:
+                _, run = eta.left(info["epoch"], epochs, steps, steps, boundary_s=0.0)
+                assert_estimate(run, end - now)
+                checked += 1
+    assert boundary_t is None or boundary_t <= end
+
+
+def test_the_issue_case_evaluation_dominates_and_the_bar_says_evaluating():
+    """Training 1 s an epoch, evaluation 6 s: half-way through epoch 2 of 5 the run has
+    0.5 + 6 + 3 x (1 + 6) = 27.5 s left (a training-steps-only ETA said 3.5 s), and the line
+    drawn while evaluating says so instead of a bar standing at its last step."""
+    buf = io.StringIO()
+    clock = Clock()
+    p = TrainProgress(Console(file=buf, force_terminal=True, width=140), clock=clock)
+    events = list(simulate(5, 100, 0.01, 6.0, 0.0, 0.0, set(range(6)), set()))
+    for now, event, info in events[:-1]:
+        clock.t = 100.0 + now
+        p(event, info)
+        if event == "step" and info["epoch"] == 2 and info["step"] == 50:
+            _, run = p._left(clock.t)
+            assert run.seconds == pytest.approx(27.5)
+            assert p._status(clock.t).endswith("ETA 0:06 epoch, 0:28 run")
+        if event == "boundary" and info["epoch"] == 3:
+            clock.t += 2.0  # 2 s into the evaluation: 4 s of it left, then 2 x 7 s
+            assert p._status(clock.t) == "evaluating val  ETA 0:04 epoch, 0:18 run"
+    p.close()
+    out = buf.getvalue()
+    assert "evaluating val" in out
+    assert re.search(r"epoch 2/5 step 200 .*  ETA 0:21", out)  # off the live line: the run's
+
+
+def test_a_time_not_measured_yet_makes_the_eta_a_lower_bound():
+    """A resume (no epoch-0 row): the evaluations to come have no measured cost yet."""
+    from fathom.base.eta import RunEta
+
+    eta = RunEta()
+    eta.event("schedule", {"epochs": 4, "first": 3, "evaluations": [4], "instruments": []}, 0.0)
+    epoch, run = eta.left(3, 4, 10, 20, wall_step_s=0.1)
+    assert (epoch.seconds, epoch.lower_bound) == (pytest.approx(1.0), True)
+    assert run.seconds == pytest.approx(3.0) and run.lower_bound
+    from fathom.base.terminal import fmt_eta
+
+    assert fmt_eta(run) == "≥0:03"

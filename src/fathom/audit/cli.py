@@ -71,6 +71,10 @@ def run_audit(args: argparse.Namespace) -> int:
 
     target = Path(args.path)
     find_audit_runs(target)  # a wrong path is refused before torch is imported
+    from fathom.base.preflight import check_device, check_output_dir
+
+    check_device(args.device)
+    check_output_dir(args.out)
     settings = settings_from_args(args)
     from rich.console import Console
 

@@ -117,12 +117,15 @@ class TrainProgress:
     """``fathom train``'s display: the trainer's ``progress(event, info)`` callback.
 
     On a terminal a live line shows the epoch, a bar over its steps, the step rate (steps
-    done in this epoch / wall time since its first step) and two ETAs: the epoch's (steps
-    left / rate) and the run's (the epoch's plus the epochs left times the mean wall time of
-    the epochs completed in this invocation, evaluation included; before one completed, the
-    epoch's steps / rate). It is redrawn at most :data:`REDRAWS_PER_S` times a second and
-    only when its text changed. Off a terminal (CI logs, pipes) nothing but one line per
-    epoch is written (:func:`epoch_line`), the line a terminal gets above the bar.
+    done in this epoch / wall time since its first step) and two ETAs, the epoch's and the
+    run's, from the run's measured clocks (:class:`fathom.base.eta.RunEta`: training steps,
+    evaluations, instruments and the rest of each epoch, each at its measured cost). When an
+    epoch's steps are done and its evaluation or instruments run, the line says so
+    (``evaluating val, test``) instead of a bar standing still. A time still unknown (a
+    resume before its first evaluation) makes the ETA a lower bound, shown ``≥``. The line is
+    redrawn at most :data:`REDRAWS_PER_S` times a second and only when its text changed.
+    Off a terminal (CI logs, pipes) nothing but one line per epoch is written
+    (:func:`epoch_line`, with the run's ETA), the line a terminal gets above the bar.
 
     ``step`` events carry Python ints the loop has anyway; nothing is read from the device.
     """
@@ -130,76 +133,97 @@ class TrainProgress:
     def __init__(self, out: Console | None = None, clock: Any = None) -> None:
         import time
 
+        from fathom.base.eta import RunEta
+
         self.console = out if out is not None else console(stderr=True)
         self.clock = clock or time.monotonic
         self.live_view = self.console.is_terminal
         self.redraws = 0
+        self.eta = RunEta()
         self._live: Any = None
         self._text = ""
         self._last_draw = -math.inf
-        self._epoch, self._t0, self._done, self._steps = 0, 0.0, 0, 0
-        self._walls: list[float] = []
-        self._last_end: float | None = None
+        self._epoch, self._epochs, self._t0, self._done, self._steps = 0, 0, 0.0, 0, 0
+        self._boundary: tuple[float, dict[str, Any]] | None = None
         self._train_s = 0.0
         self._row: dict[str, Any] = {}
 
     def __call__(self, event: str, info: dict[str, Any]) -> None:
+        now = self.clock()
         if event == "step":
-            self._step(info)
-        elif event == "epoch":
+            self._step(info, now)
+            return
+        if event == "epoch_end":
+            info = {**info, "steps_in_epoch": self._steps if self._epoch == info["epoch"] else 0}
+        self.eta.event(event, info, now)
+        if event == "epoch":
             self._row = info
             if info["epoch"] == 0:
                 self._print(epoch_line(info, None))
+        elif event == "boundary":
+            self._boundary = (now, info)
+            if self.live_view:
+                self._redraw(now, force=True)
         elif event == "epoch_end":
-            now = self.clock()
-            if self._last_end is not None:
-                self._walls.append(now - self._last_end)
-            self._last_end = now
+            self._boundary = None
             train_s = info["clock/training_s"] - self._train_s
             self._train_s = info["clock/training_s"]
             rate = self._steps / train_s if self._steps and train_s > 0 else None
             row = self._row if self._row.get("epoch") == info["epoch"] else {}
-            self._print(epoch_line({**info, **row}, rate))
+            _, run = self._left(now, ended=info["epoch"])
+            self._print(epoch_line({**info, **row}, rate, run))
 
-    def _step(self, info: dict[str, Any]) -> None:
-        now = self.clock()
+    def _step(self, info: dict[str, Any], now: float) -> None:
         if info["epoch"] != self._epoch:
             self._epoch, self._t0, self._steps = info["epoch"], now, info["steps"]
-            if self._last_end is None:
-                self._last_end = now
-        self._done = info["step"]
-        if not self.live_view or now - self._last_draw < 1.0 / REDRAWS_PER_S:
+        self._epochs, self._done = info["epochs"], info["step"]
+        if self.live_view:
+            self._redraw(now)
+
+    def _redraw(self, now: float, force: bool = False) -> None:
+        if not force and now - self._last_draw < 1.0 / REDRAWS_PER_S:
             return
-        text = self._status(info["epochs"], now)
+        text = self._status(now)
         if text != self._text:
-            self._draw(text, info)
+            self._draw(text)
             self._last_draw = now
 
-    def _status(self, epochs: int, now: float) -> str:
-        """``412/938  143.1 steps/s  ETA 0:04 epoch, 1:02 run``."""
-        done, steps, elapsed = self._done, self._steps, now - self._t0
-        rate = done / elapsed if done > 0 and elapsed > 0 else None
-        left = eta_s(done, steps, elapsed)
-        per_epoch = sum(self._walls) / len(self._walls) if self._walls else None
-        if per_epoch is None and rate is not None:
-            per_epoch = steps / rate
-        run_left = (
-            None if left is None or per_epoch is None else left + (epochs - self._epoch) * per_epoch
-        )
+    def _left(self, now: float, ended: int | None = None) -> tuple[Any, Any]:
+        """``(epoch, run)`` estimates now (after epoch ``ended``: from the next one on)."""
+        if ended is not None:  # between epochs: the next epoch, none of its steps done
+            return self.eta.left(ended + 1, self._epochs, 0, self._steps)
+        elapsed = now - self._t0
+        wall_step = elapsed / self._done if self._done > 0 and elapsed > 0 else None
+        since = now - self._boundary[0] if self._boundary is not None else None
+        done = self._steps if self._boundary is not None else self._done
+        return self.eta.left(self._epoch, self._epochs, done, self._steps, wall_step, since)
+
+    def _status(self, now: float) -> str:
+        """``412/938  143.1 steps/s  ETA 0:04 epoch, 1:02 run`` while training, and
+        ``evaluating val, test + instruments  ETA 0:03 epoch, 0:58 run`` after its steps."""
+        epoch, run = self._left(now)
+        etas = f"ETA {fmt_eta(epoch)} epoch, {fmt_eta(run)} run"
+        if self._boundary is not None:
+            info = self._boundary[1]
+            what = [f"evaluating {', '.join(info['evaluate'])}"] if info["evaluate"] else []
+            what += ["instruments"] if info["instruments"] else []
+            return f"{' + '.join(what) or 'observing'}  {etas}"
+        elapsed = now - self._t0
+        rate = self._done / elapsed if self._done > 0 and elapsed > 0 else None
         return (
-            f"{done}/{steps}  {'—' if rate is None else f'{rate:.1f}'} steps/s  "
-            f"ETA {fmt_duration(left)} epoch, {fmt_duration(run_left)} run"
+            f"{self._done}/{self._steps}  {'—' if rate is None else f'{rate:.1f}'} steps/s  {etas}"
         )
 
-    def _draw(self, text: str, info: dict[str, Any]) -> None:
+    def _draw(self, text: str) -> None:
         from rich.live import Live
         from rich.progress_bar import ProgressBar
         from rich.table import Table
 
+        done = self._steps if self._boundary is not None else self._done
         line = Table.grid(padding=(0, 1))
         line.add_row(
-            f"epoch {info['epoch']}/{info['epochs']}",
-            ProgressBar(total=info["steps"], completed=info["step"], width=20),
+            f"epoch {self._epoch}/{self._epochs}",
+            ProgressBar(total=self._steps or 1, completed=done, width=20),
             text,
         )
         if self._live is None:
@@ -219,10 +243,18 @@ class TrainProgress:
             self._live = None
 
 
-def epoch_line(row: dict[str, Any], rate: float | None) -> str:
+def fmt_eta(estimate: Any) -> str:
+    """An :class:`fathom.base.eta.Estimate` as ``1:02``, ``≥1:02`` (a lower bound) or ``—``."""
+    text = fmt_duration(estimate.seconds)
+    return f"≥{text}" if estimate.lower_bound and estimate.seconds is not None else text
+
+
+def epoch_line(row: dict[str, Any], rate: float | None, run_left: Any = None) -> str:
     """``epoch 3/10 step 2814  loss 0.5647  val acc 97.12% ce 0.1032  test acc 96.98%  train
-    clock 5.5s  143.2 steps/s``: the running loss, the evaluation when this epoch had one,
-    the cumulative training clock and ``rate`` = the epoch's steps / its training clock."""
+    clock 5.5s  143.2 steps/s  ETA 0:41``: the running loss, the evaluation when this epoch
+    had one, the cumulative training clock, ``rate`` = the epoch's steps / its training
+    clock, and the run's time left (``run_left``, an :class:`fathom.base.eta.Estimate`)
+    before its last epoch."""
     from fathom.base.units import fmt_percent
 
     def f(key: str, spec: str) -> str:
@@ -239,7 +271,11 @@ def epoch_line(row: dict[str, Any], rate: float | None) -> str:
         line += f"  val ppl {f('val/ppl', '.2f')}"
     if row.get("clock/training_s") is not None and row["epoch"] > 0:
         line += f"  train clock {row['clock/training_s']:.1f}s"
-    return line + (f"  {rate:.1f} steps/s" if rate else "")
+    line += f"  {rate:.1f} steps/s" if rate else ""
+    last = row.get("epochs") is not None and row["epoch"] >= row["epochs"]
+    if run_left is not None and run_left.seconds is not None and not last:
+        line += f"  ETA {fmt_eta(run_left)}"
+    return line
 
 
 class Tally:

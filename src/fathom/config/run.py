@@ -223,6 +223,25 @@ class TelemetryConfig(_Strict):
     families: tuple[TelemetryFamily, ...] = ("all",)
 
 
+class DepthConfig(_Strict):
+    """How a stochastic-depth branch's output is scaled (:mod:`fathom.depth`), per branch
+    ``l`` of drop probability ``p_l`` and survival ``s_l = 1 - p_l``:
+
+    * ``convention = "inverse"`` (the default, the seed's): a kept branch has gain
+      ``1 / s_l`` in training; gain one at evaluation and for a kept branch under a mask;
+    * ``"huang"`` (Huang et al. 2016, *Deep Networks with Stochastic Depth*): a kept branch
+      is unscaled in training (gain one: no multiply at all); at evaluation, and for a kept
+      branch under a mask (the audit, curvature), it is weighted by ``s_l``.
+
+    Both give the pre-activation the same expectation over the draws; they parameterise the
+    branch differently, so a recipe transferred from Huang et al. needs ``"huang"``. The
+    section is left out of the config's dump (and so of ``config_hash``) while it holds the
+    default, so every config written before it existed keeps its hash.
+    """
+
+    convention: Literal["inverse", "huang"] = "inverse"
+
+
 class RunConfig(_Strict):
     """One training run. ``tags`` are labels a driver attaches (e.g. a depth-scaling arm);
     they never change training. ``live`` (:mod:`fathom.config.live`) is excluded from
@@ -244,7 +263,16 @@ class RunConfig(_Strict):
     telemetry: TelemetryConfig = TelemetryConfig()
     execution: ExecutionConfig = ExecutionConfig()
     stop: StopConfig = StopConfig()
+    depth: DepthConfig = DepthConfig()
     live: LiveConfig = Field(default_factory=LiveConfig, exclude=True)
+
+    @model_serializer(mode="wrap")
+    def _default_depth_left_out(self, handler: Any) -> dict[str, Any]:
+        """The dump without ``depth`` while it is the default (:class:`DepthConfig`)."""
+        data = handler(self)
+        if isinstance(data, dict) and self.depth == DepthConfig():
+            data.pop("depth", None)
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -288,6 +316,7 @@ class RunConfig(_Strict):
     def with_updates(self, updates: dict[str, Any]) -> RunConfig:
         """A copy with dotted-key updates, re-validated: ``{"optim.lr": 0.03}`` (``live`` kept)."""
         data = {**self.model_dump(context=EVERY_FIELD), "live": self.live.model_dump()}
+        data.setdefault("depth", self.depth.model_dump())  # left out of the dump by default
         for key, value in updates.items():
             node = data
             parts = key.split(".")

@@ -16,6 +16,10 @@ def cmd_curvature(args: argparse.Namespace) -> int:
         raise FathomError(
             "--out takes one run directory; omit it to write <run>/curvature/ for each run"
         )
+    from fathom.base.preflight import check_device, check_output_dir
+
+    check_device(args.device)
+    check_output_dir(args.out)
     from fathom.curvature.rundir import run_curvature, summary_markdown
 
     for rd in runs:

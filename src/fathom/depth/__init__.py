@@ -57,9 +57,20 @@ trainer's graph path does.
 Conventions differ elsewhere; say which one a recipe used when transferring it:
 
 * Huang et al. (2016), *Deep Networks with Stochastic Depth*: survivors are unscaled in
-  training and the test-time branch is weighted by its survival probability. Fathom uses
-  inverse-survival gains in training and gain one at test time (same expectation of the
-  pre-activation, different parameterisation).
+  training and the test-time branch is weighted by its survival probability. Fathom's
+  default (``convention = "inverse"``, the seed's) uses inverse-survival gains in training
+  and gain one at test time (same expectation of the pre-activation, different
+  parameterisation). ``convention = "huang"`` (a module's argument; a run's
+  ``depth.convention``) is Huang's::
+
+      training:    y = bypass(x) + kept * branch(x)                  (no multiply at all)
+      evaluation:  y = bypass(x) + (1 - p) * branch(x)
+      explicit:    y = bypass(x) + mask * (1 - p) * branch(x)
+
+  (:func:`~fathom.depth.residual.survival_gain`, :func:`~fathom.depth.residual.evaluation_gain`);
+  a :class:`GateController` of that convention sets each branch's ``p`` to the schedule's
+  of the epoch it draws, so evaluation, masks (the audit) and the curvature twin weight a
+  branch by the survival it trains with.
 * timm / torchvision ``DropPath`` / ``StochasticDepth``: the branch is computed and then
   multiplied by zero (per sample or per batch). That regularises but saves no work.
 """
@@ -75,10 +86,12 @@ from fathom.depth.control import (
 )
 from fathom.depth.residual import (
     COMPILE_BREAK_REASON,
+    CONVENTIONS,
     Crop,
     SkippableResidual,
     check_drop_prob,
     draw_kept,
+    evaluation_gain,
     find_branches,
     skippable_residual,
     survival_gain,
@@ -87,6 +100,7 @@ from fathom.depth.schedule import DropSchedule, huang_linear_in_depth
 
 __all__ = [
     "COMPILE_BREAK_REASON",
+    "CONVENTIONS",
     "Crop",
     "DropSchedule",
     "GateController",
@@ -96,6 +110,7 @@ __all__ = [
     "dense_eval",
     "draw_kept",
     "enter_dense",
+    "evaluation_gain",
     "find_branches",
     "huang_linear_in_depth",
     "set_drop_probs",

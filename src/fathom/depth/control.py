@@ -14,6 +14,7 @@ from torch import nn
 
 from fathom.depth.residual import (
     SkippableResidual,
+    check_convention,
     check_drop_prob,
     find_branches,
     set_gain,
@@ -30,10 +31,18 @@ class GateController:
     sets each branch's ``gain`` to ``kept / survival`` and returns the decisions;
     ``release()`` hands every branch back to its own behaviour (``gain = None``);
     ``apply_mask(mask)`` sets explicit masks (deletion, gain one, any mode); ``masked(mask)``
-    is a context manager that restores what it changes.
+    is a context manager that restores what it changes. With ``convention = "huang"`` a kept
+    branch's gain is one, and every branch's ``p`` follows the schedule of the epoch drawn
+    (set when it changes), so ``eval()`` and masks weight it by the survival it trains with.
     """
 
-    def __init__(self, branches: Sequence[SkippableResidual], schedule: DropSchedule, seed: int):
+    def __init__(
+        self,
+        branches: Sequence[SkippableResidual],
+        schedule: DropSchedule,
+        seed: int,
+        convention: str = "inverse",
+    ):
         if len(schedule.probs) != len(branches):
             raise FathomError(
                 f"drop schedule has {len(schedule.probs)} probabilities but the model has "
@@ -42,6 +51,20 @@ class GateController:
         self.branches = list(branches)
         self.schedule = schedule
         self.generator = torch.Generator().manual_seed(seed)
+        self.convention = check_convention(convention)
+        self._probs_at: float | None = None
+        if self.convention != "inverse":  # the branches weight themselves by 1 - p
+            for b in self.branches:
+                b.convention = self.convention
+            self._set_probs(0.0)
+
+    def _set_probs(self, epoch: float) -> None:
+        """Each branch's ``p`` := the schedule's at ``epoch`` (``huang``: the survival its
+        evaluation and masks weight it by is the one its training draws use)."""
+        probs = self.schedule.at(epoch)
+        for b, p in zip(self.branches, probs, strict=True):
+            b.p = p
+        self._probs_at = epoch
 
     @property
     def num_branches(self) -> int:
@@ -52,7 +75,14 @@ class GateController:
         probs = self.schedule.at(epoch)
         u = torch.rand(len(probs), generator=self.generator, dtype=torch.float64).tolist()
         kept = tuple(ui >= p for ui, p in zip(u, probs, strict=True))
-        gains = tuple(survival_gain(k, p) for k, p in zip(kept, probs, strict=True))
+        if self.convention == "inverse":
+            gains = tuple(survival_gain(k, p) for k, p in zip(kept, probs, strict=True))
+            return kept, gains
+        if epoch != self._probs_at:
+            self._set_probs(epoch)
+        gains = tuple(
+            survival_gain(k, p, self.convention) for k, p in zip(kept, probs, strict=True)
+        )
         return kept, gains
 
     def set_gains(self, gains: Sequence[float | torch.Tensor | None]) -> None:

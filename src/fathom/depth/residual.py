@@ -154,9 +154,34 @@ def check_drop_prob(p: object, where: str = "SkippableResidual") -> float:
     return value
 
 
-def survival_gain(kept: bool, p: float) -> float:
-    """The training gain of one decision: ``kept / (1 - p)`` (``0.0`` when dropped)."""
-    return 1.0 / (1.0 - p) if kept else 0.0
+CONVENTIONS = ("inverse", "huang")
+"""How a branch's output is scaled (:mod:`fathom.depth`, ``depth.convention`` of a run):
+``inverse`` (the default) scales kept branches by ``1/(1-p)`` in training and by one at
+evaluation; ``huang`` (Huang et al. 2016) leaves them unscaled in training and weights them
+by their survival ``1-p`` at evaluation and under masks."""
+
+
+def check_convention(convention: str) -> str:
+    """``convention`` if it is one of :data:`CONVENTIONS`, else a FathomError naming them."""
+    if convention not in CONVENTIONS:
+        raise FathomError(
+            f"unknown stochastic-depth convention {convention!r}; use one of {', '.join(CONVENTIONS)}"
+        )
+    return convention
+
+
+def survival_gain(kept: bool, p: float, convention: str = "inverse") -> float:
+    """The training gain of one decision: ``kept / (1 - p)`` (``inverse``) or ``kept``
+    (``huang``: a survivor unscaled); ``0.0`` when dropped."""
+    if not kept:
+        return 0.0
+    return 1.0 if convention == "huang" else 1.0 / (1.0 - p)
+
+
+def evaluation_gain(p: float, convention: str = "inverse") -> float:
+    """The gain of a branch that is not drawn (``eval()``, or kept by a mask): ``1`` for
+    ``inverse``, the survival ``1 - p`` for ``huang`` (its expectation in training)."""
+    return 1.0 - p if convention == "huang" else 1.0
 
 
 COMPILE_BREAK_REASON = (
@@ -235,7 +260,9 @@ class SkippableResidual(nn.Module):
     """``y = bypass(x) + gain * branch(x)``; ``gain == 0`` skips the branch entirely.
 
     ``p``: drop probability of the module's own decisions in ``train()`` (``[0, 1)``,
-    settable at any time, e.g. per epoch). ``seed``: seeds its generator; ``None`` seeds it
+    settable at any time, e.g. per epoch). ``convention``: how a branch is scaled
+    (:data:`CONVENTIONS`; ``"huang"`` weights it by ``1 - p`` in ``eval()`` and under a
+    mask, and leaves a kept branch unscaled in its own draws). ``seed``: seeds its generator; ``None`` seeds it
     at its first draw from torch's global generator (so ``torch.manual_seed`` makes a run
     reproducible and distinct branches draw independently). ``gain`` (``None`` unless set
     from outside) and ``mask`` (``None`` unless set by :func:`branch_mask`) override the
@@ -249,11 +276,13 @@ class SkippableResidual(nn.Module):
         p: float = 0.0,
         *,
         seed: int | None = None,
+        convention: str = "inverse",
     ) -> None:
         super().__init__()
         self.branch = branch
         self.bypass = bypass if bypass is not None else nn.Identity()
         self.p = p
+        self.convention = check_convention(convention)
         self.gain: float | torch.Tensor | None = None
         self.mask: bool | None = None
         self.generator: torch.Generator | None = None
@@ -271,14 +300,14 @@ class SkippableResidual(nn.Module):
     def decide(self) -> float | torch.Tensor:
         """This forward's gain (module docstring: mask, eval, outside gain, own draw)."""
         if self.mask is not None:
-            return 1.0 if self.mask else 0.0
+            return evaluation_gain(self._p, self.convention) if self.mask else 0.0
         if not self.training:
-            return 1.0
+            return evaluation_gain(self._p, self.convention)
         if self.gain is not None:
             return self.gain
         if self._p == 0.0:
             return 1.0
-        return survival_gain(draw_kept(self._generator(), self._p), self._p)
+        return survival_gain(draw_kept(self._generator(), self._p), self._p, self.convention)
 
     def _generator(self) -> torch.Generator:
         if self.generator is None:
@@ -309,6 +338,8 @@ class SkippableResidual(nn.Module):
 
     def extra_repr(self) -> str:
         parts = [f"p={self._p:g}"]
+        if self.convention != "inverse":
+            parts.append(f"convention={self.convention}")
         if self.gain is not None:
             parts.append(f"gain={self.gain}")
         if self.mask is not None:

@@ -82,8 +82,13 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
 
 
 def cmd_depth_scaling(args: argparse.Namespace) -> int:
+    from fathom.base.preflight import check_at_least_one, check_device, check_output_dir
     from fathom.depthscale.config import PRESETS, make_config, scale_note
 
+    check_at_least_one(args.workers, "--workers")
+    check_device(args.device)
+    check_output_dir(args.out)
+    check_output_dir(args.runs_dir, "--runs-dir")
     preset, base = args.preset, {}
     if args.config is not None:
         if args.preset is not None:
@@ -111,6 +116,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
     )
     cfg = make_config(preset, **{**base, **{k: v for k, v in overrides.items() if v is not None}})
     check_data_dir(cfg.data_dir, "data_dir (--data-dir)", cfg.dataset)  # never the cache silently
+    check_device(cfg.device)
     from fathom.depthscale.runner import run_benchmark  # torch: only once the config is valid
     from fathom.depthscale.table import write_table
     from fathom.depthscale.terminal import print_results

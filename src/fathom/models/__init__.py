@@ -17,9 +17,13 @@ from fathom.base.lazy import exports
 from fathom.errors import FathomError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from torch import nn
 
     from fathom.config.model_kinds import ModelSpec
+    from fathom.config.run import RunConfig
+    from fathom.depth import DropSchedule
 
 __getattr__, __dir__, _names = exports(
     __name__,
@@ -30,7 +34,15 @@ __getattr__, __dir__, _names = exports(
         "fathom.config.recipes": ["RECIPES", "Recipe", "recipe_spec"],
     },
 )
-__all__ = [*_names, "build_model", "count_parameters", "kind_function"]
+__all__ = [
+    *_names,
+    "build_model",
+    "convention_at_checkpoint",
+    "count_parameters",
+    "drop_schedule",
+    "kind_function",
+    "set_depth_convention",
+]
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -86,3 +98,42 @@ def build_model(
         return build(cfg, DataShape(classes, in_features, None, dataset))
     shape = tuple(input_shape or registered_shape(dataset, "input_shape")[1])
     return build(cfg, DataShape(classes, None, shape, dataset))
+
+
+def drop_schedule(cfg: ModelSpec, epochs: int) -> DropSchedule | None:
+    """The drop schedule of a model config trained for ``epochs`` (its kind's
+    ``drop_schedule`` row: the Ciresan recipes, a ``python`` model's ``drop_probs``), or
+    ``None`` for a kind that has none."""
+    from fathom.config.model_kinds import model_kind
+
+    row = model_kind(cfg.kind)
+    return None if row.drop_schedule is None else kind_function(row.drop_schedule)(cfg, epochs)
+
+
+def set_depth_convention(
+    model: nn.Module, convention: str, probs: Sequence[float] | None = None
+) -> None:
+    """Every :class:`~fathom.depth.SkippableResidual` of ``model`` scaled by ``convention``
+    (``run.depth.convention``), and given ``probs`` (one per branch, in module order) its
+    drop probability ``p``: what ``huang`` weights a branch by in ``eval()`` and under masks."""
+    from fathom.depth import find_branches, set_drop_probs
+    from fathom.depth.residual import check_convention
+
+    check_convention(convention)
+    for b in find_branches(model):
+        b.convention = convention
+    if probs is not None:
+        set_drop_probs(model, probs)
+
+
+def convention_at_checkpoint(model: nn.Module, run: RunConfig, epoch: int) -> None:
+    """A model rebuilt from a run's checkpoint of ``epoch``: the run's convention, and each
+    branch's ``p`` as it trained in that epoch (the schedule at ``max(epoch - 1, 0)``, the
+    draws of epoch ``e`` being made at ``e - 1``), so the audit and the curvature weight a
+    ``huang`` branch by the survival it trained with. ``inverse`` (the default) is left as
+    built: its evaluation gain is one whatever ``p``."""
+    if run.depth.convention == "inverse":
+        return
+    schedule = drop_schedule(run.model, run.optim.epochs)
+    probs = None if schedule is None else schedule.at(max(epoch - 1, 0))
+    set_depth_convention(model, run.depth.convention, probs)

@@ -6,6 +6,10 @@ import argparse
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from fathom.base.preflight import check_exists, check_output_dir
+
+    check_exists(args.dir, "a run directory or a study directory")  # before torch
+    check_output_dir(args.out)
     from fathom.report.build import build_report
 
     result = build_report(args.dir, args.out, with_figures=not args.no_figures)

@@ -10,8 +10,12 @@ from fathom.errors import FathomError
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    from fathom.base.preflight import check_at_least_one, check_output_dir
     from fathom.reproduce.config import load_pipeline
 
+    check_at_least_one(args.workers, "--workers")
+    check_at_least_one(args.threads, "--threads")
+    check_output_dir(args.runs_dir, "--runs-dir")
     name, pipe, study, origin = load_pipeline(args.pipeline)  # refused before torch
     from fathom.reproduce.pipeline import Context, locations, reproduce
     from fathom.study.backends import make_backend
@@ -94,10 +98,16 @@ def _reproduce_depth(args: argparse.Namespace, name: str, pipe, cfg, origin: str
 
 
 def cmd_diagnose_head(args: argparse.Namespace) -> int:
-    from fathom.reproduce.head import HeadSettings, head_lines, run_head_diagnostic
+    from fathom.base.preflight import check_device, check_output_dir
     from fathom.study.family import load_run_config_or_preset
 
+    check_device(args.device)
+    check_output_dir(args.out)
+    if args.epochs < 1:
+        raise FathomError(f"--epochs must be at least 1, got {args.epochs}")
     base = load_run_config_or_preset(args.config)
+    from fathom.reproduce.head import HeadSettings, head_lines, run_head_diagnostic
+
     settings = HeadSettings(
         seed=args.seed,
         epochs=args.epochs,

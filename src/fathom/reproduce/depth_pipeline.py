@@ -15,6 +15,7 @@ verified (:class:`fathom.reproduce.state.PipelineState`), under the one pipeline
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,13 @@ class DepthContext:
     say: Say
     workers: int = 1
     actions: dict[str, str] = field(default_factory=dict)
+    plan: dict[str, str] = field(
+        default_factory=lambda: {
+            "depth-scaling": "train every arm x depth x seed of the benchmark, resumable",
+            "compare": "put the seed's numbers beside Fathom's (reproduction.md)",
+        }
+    )
+    t0: float = field(default_factory=time.perf_counter)
 
     @property
     def root(self) -> Path:

@@ -44,6 +44,8 @@ class Context:
     threads: int = 1
     retry_failed: bool = False
     actions: dict[str, str] = field(default_factory=dict)
+    plan: dict[str, str] = field(default_factory=dict)  # step -> what it does, in order
+    t0: float = field(default_factory=time.perf_counter)
 
     @property
     def root(self) -> Path:
@@ -57,19 +59,57 @@ class Context:
         return self.root / f"main-{recipe}-s{self.pipe.curvature.seed}"
 
 
+def plan_steps(ctx: Context) -> dict[str, str]:
+    """Every step this pipeline runs, in order, with what it does (the ``k/N`` of its lines)."""
+    s, a, c, h = ctx.study.study, ctx.pipe.audit, ctx.pipe.curvature, ctx.pipe.head
+    runs = len(s.recipes) * len(s.seeds)
+    plan = {"study": f"train study {s.name}: {runs} main runs (+ tuning), resumable"}
+    if a.enabled:
+        plan["audit"] = "remove trained branches of every main run and score each mask"
+    if c.enabled:
+        epochs = " ".join(str(e) for e in c.epochs)
+        for recipe in c.recipes:
+            run = ctx.curvature_run(recipe).name
+            plan[f"curvature:{run}"] = (
+                f"exact float64 curvature of {run} at epochs {epochs} (probe {c.probe})"
+            )
+    if h.enabled:
+        plan["head"] = f"train the ReLU-head / linear-head pair, seed {h.seed}, {h.epochs} epochs"
+    plan["compare"] = "put the seed's numbers beside Fathom's (reproduction.md)"
+    plan["report"] = "write the HTML explorer, figures and summary.md"
+    return plan
+
+
+def step_label(ctx: Context, step: str) -> str:
+    """``[3/8 curvature:main-residual-s101]`` (the step's place in :func:`plan_steps`)."""
+    names = list(ctx.plan)
+    k = names.index(step) + 1 if step in names else "?"
+    return f"[{k}/{len(names) or '?'} {step}]"
+
+
 def _step(ctx: Context, state: PipelineState, step: str, inputs: dict, body: Callable) -> None:
-    """Skip ``step`` when complete and verified, else run ``body() -> outputs`` and record it."""
+    """Skip ``step`` when complete and verified, else run ``body() -> outputs`` and record it.
+    Its lines say its place (``k/N``), what it does and the pipeline's elapsed time."""
+    from fathom.base.terminal import fmt_duration
+
+    label = step_label(ctx, step)
     done, why = state.check(step, inputs)
     if done:
-        ctx.say(f"[{step}] skipped: {why}")
+        ctx.say(f"{label} skipped: {why}")
         ctx.actions[step] = "skipped"
         return
-    ctx.say(f"[{step}] running ({why})")
+    what = ctx.plan.get(step)
+    elapsed = fmt_duration(time.perf_counter() - ctx.t0)
+    ctx.say(
+        f"{label} running: {what} ({why}; pipeline elapsed {elapsed})"
+        if what
+        else f"{label} running ({why})"
+    )
     t0 = time.perf_counter()
     outputs = body()
     state.record(step, inputs, outputs, time.perf_counter() - t0)
     ctx.actions[step] = "ran"
-    ctx.say(f"[{step}] done in {time.perf_counter() - t0:.1f} s")
+    ctx.say(f"{label} done in {time.perf_counter() - t0:.1f} s")
 
 
 def _verify_study(ctx: Context) -> list[Path]:
@@ -92,17 +132,28 @@ def _step_study(ctx: Context, state: PipelineState) -> None:
     done, why = state.check("study", inputs)
     if done:
         _verify_study(ctx)
-        ctx.say(f"[study] skipped: {why}; every main run's final checkpoint re-verified")
+        ctx.say(
+            f"{step_label(ctx, 'study')} skipped: {why}; every main run's final checkpoint "
+            "re-verified"
+        )
         ctx.actions["study"] = "skipped"
         return
 
     def body() -> list[Path]:
+        from fathom.base.terminal import Tally
+        from fathom.study.plan import tuning_specs
+
+        s = ctx.study.study
+        tally = Tally(len(tuning_specs(ctx.study, ctx.runs_dir)) + len(s.recipes) * len(s.seeds))
+
         def progress(event: str, info: Any) -> None:
             if event == "phase":
                 ctx.say(f"  {info}")
             else:
+                line = tally.add(info.action not in ("skipped", "kept"))
                 ctx.say(
                     f"  {info.run_id:<28} {info.action:<7} {info.status:<8} {info.wall_s:6.1f}s"
+                    f"  {line}"
                 )
 
         result = run_study(
@@ -156,7 +207,10 @@ def _step_curvature(ctx: Context, state: PipelineState) -> None:
         def body(rd: RunDir = rd) -> list[Path]:
             if ctx.splits_for is not None:
                 rd = _WithSplits(rd.path, ctx)
-            run_curvature(rd, list(c.epochs), probe=c.probe, device=device)
+            say = ctx.say
+            run_curvature(
+                rd, list(c.epochs), probe=c.probe, device=device, progress=lambda m: say(f"  {m}")
+            )
             out = Path(rd.path) / "curvature"
             return [out / "summary.json", *(out / f"epoch-{e:04d}.json" for e in c.epochs)]
 
@@ -272,6 +326,7 @@ def open_state(ctx: Any, lock: Any) -> PipelineState:
 def reproduce(ctx: Context) -> PipelineState:
     """Run every enabled step in order (see the module docstring), holding the pipeline lock
     on the output directory; return the step records."""
+    ctx.plan = ctx.plan or plan_steps(ctx)
     with pipeline_lock(ctx.root) as lock:
         return _run_steps(ctx, open_state(ctx, lock))
 

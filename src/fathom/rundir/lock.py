@@ -155,3 +155,10 @@ def lock_holder(directory: str | os.PathLike, name: str = RUN_LOCK) -> int | Non
         return None
     finally:
         os.close(fd)
+
+
+def held_here(directory: str | os.PathLike, name: str = RUN_LOCK) -> bool:
+    """Whether this process holds ``directory``'s lock now (which :func:`lock_holder` does not
+    count as another holder): its lock file names this PID, and a writer empties the file
+    when it releases the lock. A study training its runs in its own process asks this."""
+    return _holder(Path(directory) / name).get("pid") == os.getpid()

@@ -344,6 +344,10 @@ class RunDir:
         state = self.load_state(which)
         model = self.build_model(torch.float32, "cpu")
         load_cpu_state(model, state)
+        if self.config.depth.convention != "inverse":  # huang: p as trained at that epoch
+            from fathom.models import convention_at_checkpoint
+
+            convention_at_checkpoint(model, self.config, self.checkpoint_epoch(which))
         return model.to(device=device, dtype=dtype or torch.float32).eval()
 
     def load_splits(self, device: str | torch.device = "cpu"):

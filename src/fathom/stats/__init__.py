@@ -8,62 +8,34 @@ floor, a smallest effect of interest, Holm and leave-one-seed-out
 (:mod:`~fathom.stats.scaling`), the
 typed results model (:mod:`~fathom.stats.results`) and the claim checker
 (:mod:`~fathom.stats.claims`).
+
+Every name is exported lazily (:mod:`fathom.base.lazy`): a command that needs a run's
+failure flags imports neither scipy nor the inference engine.
 """
 
-from fathom.stats.chance import ChanceTest, chance_test
-from fathom.stats.claims import check
-from fathom.stats.contrasts import Contrast, contrast, contrast_sentence
-from fathom.stats.flags import (
-    CHANCE_CE_TOLERANCE,
-    EXCLUDING_FLAGS,
-    NOT_FITTING_ACCURACY,
-    failure_flags,
-    is_excluded,
-)
-from fathom.stats.inference import judge, paired, verdict_of
-from fathom.stats.intervals import Interval, mean_sd, paired_difference, t_interval
-from fathom.stats.results import Claim, Comparison, Quantity, Results, Sentence
-from fathom.stats.rules import DEFAULT_RULES, Rules
-from fathom.stats.scaling import depth_scaling_verdict
-from fathom.stats.scaling_table import ArmRuns, DepthScalingTable, DepthScalingVerdict
-from fathom.stats.summary import RunRecord, summarise_study
-from fathom.stats.summary_md import to_markdown
-from fathom.stats.verdicts import RankComparison, first_crossing, rank_disagreement
+from fathom.base.lazy import exports
 
-__all__ = [
-    "CHANCE_CE_TOLERANCE",
-    "DEFAULT_RULES",
-    "EXCLUDING_FLAGS",
-    "NOT_FITTING_ACCURACY",
-    "ArmRuns",
-    "ChanceTest",
-    "Claim",
-    "Comparison",
-    "Contrast",
-    "DepthScalingTable",
-    "DepthScalingVerdict",
-    "Interval",
-    "Quantity",
-    "RankComparison",
-    "Results",
-    "Rules",
-    "RunRecord",
-    "Sentence",
-    "chance_test",
-    "check",
-    "contrast",
-    "contrast_sentence",
-    "depth_scaling_verdict",
-    "failure_flags",
-    "first_crossing",
-    "is_excluded",
-    "judge",
-    "mean_sd",
-    "paired",
-    "paired_difference",
-    "rank_disagreement",
-    "summarise_study",
-    "t_interval",
-    "to_markdown",
-    "verdict_of",
-]
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "fathom.stats.chance": ["ChanceTest", "chance_test"],
+        "fathom.stats.claims": ["check"],
+        "fathom.stats.contrasts": ["Contrast", "contrast", "contrast_sentence"],
+        "fathom.stats.flags": [
+            "CHANCE_CE_TOLERANCE",
+            "EXCLUDING_FLAGS",
+            "NOT_FITTING_ACCURACY",
+            "failure_flags",
+            "is_excluded",
+        ],
+        "fathom.stats.inference": ["judge", "paired", "verdict_of"],
+        "fathom.stats.intervals": ["Interval", "mean_sd", "paired_difference", "t_interval"],
+        "fathom.stats.results": ["Claim", "Comparison", "Quantity", "Results", "Sentence"],
+        "fathom.stats.rules": ["DEFAULT_RULES", "Rules"],
+        "fathom.stats.scaling": ["depth_scaling_verdict"],
+        "fathom.stats.scaling_table": ["ArmRuns", "DepthScalingTable", "DepthScalingVerdict"],
+        "fathom.stats.summary": ["RunRecord", "summarise_study"],
+        "fathom.stats.summary_md": ["to_markdown"],
+        "fathom.stats.verdicts": ["RankComparison", "first_crossing", "rank_disagreement"],
+    },
+)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from fathom.errors import FathomError
-from fathom.stats.chance import chance_test
+from fathom.stats.chance import accuracy_state
 from fathom.stats.rules import DEFAULT_RULES, Rules
 
 CHANCE_CE_TOLERANCE = 0.05
@@ -56,7 +56,7 @@ def failure_flags(
     * ``diverged``: ``status == "diverged"`` or any given metric is NaN/inf (nothing else);
     * ``incomplete``: ``status`` is ``"failed"``, ``"running"`` or ``"interrupted"`` (no
       final result);
-    * ``at_chance``: :func:`~fathom.stats.chance.chance_test` says *failed*;
+    * ``at_chance``: :func:`~fathom.stats.chance.accuracy_state` (``chance_test``'s state) says *failed*;
     * ``near_chance``: it says *undetermined* (the run decides no verdict);
     * ``n_eval_unknown``: an accuracy without its evaluation-set size: it cannot be judged;
     * ``one_class`` (alone): ``classes < 2``, a task without a chance level; bad input that
@@ -81,7 +81,7 @@ def failure_flags(
         if n_eval is None:
             flags.append("n_eval_unknown")
         else:
-            state = chance_test(test_acc, n_eval=n_eval, classes=classes, rules=rules).state
+            state = accuracy_state(test_acc, n_eval=n_eval, classes=classes, rules=rules)
             flags += {"failed": ["at_chance"], "undetermined": ["near_chance"]}.get(state, [])
     if train_ce is not None and train_ce >= (1.0 - CHANCE_CE_TOLERANCE) * math.log(classes):
         flags.append("ce_near_chance")

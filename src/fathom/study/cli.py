@@ -76,9 +76,12 @@ def progress_line(info: Any) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from fathom.base.preflight import check_at_least_one, check_output_dir
     from fathom.study.config import load_study
     from fathom.train.cli import live_settings, named_inputs
 
+    check_at_least_one(args.workers, "--workers")  # before torch: the study's own checks
+    check_output_dir(args.runs_dir, "--runs-dir")
     study, origin = load_study(args.study)
     named_inputs(study, origin)  # factories import, data paths exist: before any run starts
     if args.backend != "ray" and args.address:
@@ -122,15 +125,24 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"runs under {Path(args.runs_dir) / study.study.name}"
         )
         console.print(scale_down_sentence(scaled_down(study), study.study.protocol))
-    result = run_study(
-        study,
-        args.runs_dir,
-        backend,
-        retry_failed=args.retry_failed,
-        progress=progress,
-        origin=origin,
-        allow_source_change=args.allow_source_change,
-    )
+    from fathom.study.watch import StudyWatch  # the runs' epochs between the run lines
+
+    watch = None if args.quiet else StudyWatch(Path(args.runs_dir) / study.study.name, console)
+    try:
+        if watch is not None:
+            watch.start()
+        result = run_study(
+            study,
+            args.runs_dir,
+            backend,
+            retry_failed=args.retry_failed,
+            progress=progress,
+            origin=origin,
+            allow_source_change=args.allow_source_change,
+        )
+    finally:
+        if watch is not None:
+            watch.stop()
     if not args.quiet:
         print_summary(result.summary)
     counts = status_counts([{"status": o.status} for o in result.outcomes])

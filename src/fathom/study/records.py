@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fathom.base.units import fmt_percent
 from fathom.rundir import RunDir
-from fathom.stats import RunRecord, failure_flags
+from fathom.stats.flags import failure_flags
 from fathom.study.plan import RunSpec
+
+if TYPE_CHECKING:  # fathom.stats.summary imports scipy (~1 s): only where a record is made
+    from fathom.stats import RunRecord
 
 PER_RUN_KEYS: tuple[str, ...] = ("name", "seed", "model.recipe", "optim.lr")
 """Config keys that differ between the runs of one comparison by design."""
@@ -117,6 +120,8 @@ def language_model_warnings(val_ce: float | None, baseline: float) -> list[str]:
 
 def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:
     """A :class:`fathom.stats.RunRecord` of one run directory."""
+    from fathom.stats import RunRecord
+
     scores = checkpoint_scores(rd)
     keys = ("test_acc", "test_ce", "val_ce", "epoch")
     clocks = rd.record.clocks
@@ -149,6 +154,32 @@ def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:
         fit_ce_final=scores["final"]["fit_ce"],
         n_test=rd.record.data.sizes.test,
     )
+
+
+TRAIN_PHASE = "train"
+"""The registry's ``phase`` of a run no study planned (a run of ``fathom train``)."""
+
+
+def run_row(run_dir: str | Path) -> dict[str, Any]:
+    """The registry row of any run directory, its identity read from its manifest: the
+    manifest's ``phase`` (:data:`TRAIN_PHASE` where it records none), the model's recipe
+    (its ``kind`` where it has none), the config's ``seed`` and ``optim.lr``. A study's run
+    gets the row its study gives it (same run id, study, phase, recipe, seed and rate)."""
+    rd = RunDir(run_dir)
+    m = rd.manifest
+    config = m.get("config") or {}
+    model = config.get("model") or {}
+    spec = RunSpec(
+        run_id=rd.run_id,
+        study=rd.header.study or Path(run_dir).resolve().parent.name,
+        phase=rd.phase or TRAIN_PHASE,
+        recipe=str(model.get("recipe") or model.get("kind") or "—"),
+        seed=int(config.get("seed") or 0),
+        lr=float((config.get("optim") or {}).get("lr") or 0.0),
+        run_dir=str(run_dir),
+        config=config,
+    )
+    return registry_row(spec)
 
 
 def registry_row(spec: RunSpec) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from typing import Any
 from fathom.errors import FathomError
 
 NOT_REGISTERED = (
-    "the registry indexes the runs of `fathom study run` only; a run of `fathom train` is not in it"
+    "not in the registry (`fathom train` and `fathom study run` index their runs as they "
+    "train; a run trained by an older fathom, or copied here, is not indexed)"
 )
 
 
@@ -39,6 +40,24 @@ def _registry(args: argparse.Namespace, run_id: str | None = None):
             f"first{_unregistered(args, run_id)}"
         )
     return Registry(path)
+
+
+def with_state(reg: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with ``status`` as its run directory says it now (:func:`fathom.rundir.run_state`:
+    ``running`` only while a live process holds the run's lock, ``interrupted`` when its
+    writer died without recording it), the stored one kept as ``registry_status`` where they
+    differ, and ``state``, the sentence every output says. A row whose directory is gone or
+    unreadable keeps its stored status (``state`` says why)."""
+    from fathom.rundir import RunDir, run_state
+
+    try:
+        state = run_state(RunDir(reg.run_dir(row)))
+    except FathomError as e:
+        return {**row, "state": f"{row['status']} in the registry; its directory: {e}"}
+    out = {**row, "status": state.status, "state": state.sentence()}
+    if state.status != row["status"]:
+        out["registry_status"] = row["status"]
+    return out
 
 
 def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
@@ -113,9 +132,9 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
     from fathom.base.terminal import console
 
     reg = _registry(args)
-    rows = reg.query(
-        study=args.study, phase=args.phase, recipe=args.recipe, seed=args.seed, status=args.status
-    )
+    rows = reg.query(study=args.study, phase=args.phase, recipe=args.recipe, seed=args.seed)
+    rows = [with_state(reg, r) for r in rows]  # the directory's state, not a stale index
+    rows = [r for r in rows if args.status is None or r["status"] == args.status]
     if args.json:
         print(json.dumps([row_json(r) for r in rows], indent=2))
         return 0
@@ -124,6 +143,9 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
         out.print("0 runs match")
     for t in runs_tables(rows, args.wide):
         out.print(t)
+    for r in rows:  # an unfinished run: how far, who trains it, or how to continue it
+        if r["status"] in ("running", "interrupted"):
+            out.print(f"{r['run_id']}: {r['state']}", soft_wrap=True, highlight=False)
     registered = {reg.run_dir(r).resolve() for r in reg.query()}
     lone = [
         p.parent
@@ -149,9 +171,8 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
         )
     reg = _registry(args)
     path = reg.run_dir(rows[0])
-    print(
-        json.dumps({**row_json(rows[0]), "path": str(path), **run_directory_state(path)}, indent=2)
-    )
+    row = with_state(reg, rows[0])
+    print(json.dumps({**row_json(row), "path": str(path), **run_directory_state(path)}, indent=2))
     return 0
 
 
@@ -176,11 +197,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ls = rsub.add_parser("list", help="runs in the registry, filtered")
     ls.add_argument("--runs-dir", default="runs")
     ls.add_argument("--study")
-    ls.add_argument("--phase", choices=["tuning", "main"])
+    ls.add_argument("--phase", choices=["tuning", "main", "diagnostic", "train"])
     ls.add_argument("--recipe")
     ls.add_argument("--seed", type=int)
     ls.add_argument(
-        "--status", choices=["complete", "diverged", "failed", "running", "interrupted", "absent"]
+        "--status",
+        choices=["complete", "diverged", "failed", "running", "interrupted", "absent"],
+        help="the state each run directory says now (running: a live process holds its lock)",
     )
     ls.add_argument("--wide", action="store_true", help="all columns and full hashes")
     ls.add_argument("--json", action="store_true", help="print the rows as JSON")

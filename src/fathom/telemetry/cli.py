@@ -20,15 +20,20 @@ def cmd_docs(args: argparse.Namespace) -> int:
 
 
 def cmd_qualify(args: argparse.Namespace) -> int:
+    from fathom.base.preflight import check_device, check_output_dir
     from fathom.base.units import fmt_percent
     from fathom.train.cli import config_from_args
-    from fathom.train.qualify import DEFAULT_GATE, qualify
+
+    check_device(args.device)
+    check_output_dir(args.out)
+    cfg = config_from_args(args)
+    check_device(cfg.device)
+    from fathom.train.qualify import DEFAULT_GATE, qualify  # torch: once the input is valid
 
     if args.gate is None:
         args.gate = DEFAULT_GATE
     if not args.gate > 0:
         raise FathomError(f"--gate must be a positive fraction (0.10 = 10%), got {args.gate}")
-    cfg = config_from_args(args)
     out = Path(args.out) if args.out else Path(args.runs_dir) / cfg.study / f"{cfg.name}-qualify"
     if out.exists() and any(out.iterdir()):
         raise FathomError(f"{str(out)!r} is not empty; choose another --out or remove it")

@@ -10,7 +10,7 @@ from fathom.config import OptimConfig, RunConfig
 from fathom.config.model_kinds import model_kind
 from fathom.depth import DropSchedule, GateController, find_branches
 from fathom.errors import FathomError
-from fathom.models import build_model, kind_function
+from fathom.models import build_model, drop_schedule
 
 
 def stream_seed(seed: int, stream: str) -> int:
@@ -25,10 +25,7 @@ def build_schedule(cfg: RunConfig) -> DropSchedule | None:
     ``python`` model gets one from ``model.drop_probs`` (and ``model.drop_schedule``) when
     given; a staged conv net has none.
     """
-    row = model_kind(cfg.model.kind)
-    if row.drop_schedule is None:
-        return None
-    return kind_function(row.drop_schedule)(cfg.model, cfg.optim.epochs)
+    return drop_schedule(cfg.model, cfg.optim.epochs)
 
 
 def build_controller(model: torch.nn.Module, cfg: RunConfig) -> GateController | None:
@@ -41,7 +38,9 @@ def build_controller(model: torch.nn.Module, cfg: RunConfig) -> GateController |
             f"model.drop_probs gives {len(schedule.probs)} probabilities but the model has "
             f"{len(branches)} SkippableResidual branches; give one per branch, in module order"
         )
-    return GateController(branches, schedule, seed=stream_seed(cfg.seed, "gates"))
+    return GateController(
+        branches, schedule, seed=stream_seed(cfg.seed, "gates"), convention=cfg.depth.convention
+    )
 
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
@@ -125,4 +124,8 @@ def init_model(
 
         origin = f"model.{key} = {getattr(cfg.model, key)!r}"
         check_logits(model, example.cpu(), classes, origin)
+    if cfg.depth.convention != "inverse":  # every branch, those drawing their own gates too
+        from fathom.models import set_depth_convention
+
+        set_depth_convention(model, cfg.depth.convention)
     return model

@@ -96,6 +96,11 @@ def cmd_train(args: argparse.Namespace) -> int:
                 f"{args.resume!r} with the config recorded in its manifest. Drop "
                 f"{' and '.join(ignored)}, or start a new run with them"
             )
+    from fathom.base.preflight import check_device, check_output_dir
+
+    check_device(args.device)
+    if args.resume:
+        resume_preflight(Path(args.resume))
     if args.resume and args.config:
         from fathom.train.loop import check_resumable
 
@@ -107,7 +112,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         cfg = config_from_args(args)
         named_inputs(cfg, args.config or "--set")  # refused before anything is written
+        check_device(cfg.device)  # the config's device, or --device over it
+        check_output_dir(args.runs_dir or "runs", "--runs-dir")
         run_dir = Path(args.runs_dir or "runs") / cfg.study / cfg.name
+        name_free(run_dir)
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
     from fathom.rundir import sigterm_interrupts
@@ -118,11 +126,16 @@ def cmd_train(args: argparse.Namespace) -> int:
             result, reports = run_training(args, cfg, run_dir, tracking)
     except KeyboardInterrupt:
         remove_unstarted(created, run_dir)
+        register_run(run_dir)
         print(f"fathom train: {interrupted_message(run_dir)}", file=sys.stderr)
         return 130
     except BaseException:  # refused before the run started (data too small, ...): no trace
         remove_unstarted(created, run_dir)
+        register_run(run_dir)  # a run that started and failed is indexed as failed
         raise
+    warning = register_run(run_dir)
+    if warning:
+        print(warning, file=sys.stderr)
     for report in reports:
         print("\n".join(report.lines()))
     print(
@@ -139,6 +152,40 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def resume_preflight(run_dir: Path) -> None:
+    """What ``--resume DIR`` is refused for before torch is imported: a directory that holds no
+    run, and a run already complete (its state said with what to do instead)."""
+    from fathom.rundir import RunDir, run_state
+
+    rd = RunDir(run_dir)  # no manifest, a file: refused naming the fix
+    if rd.status == "complete":
+        state = run_state(rd)
+        raise FathomError(
+            f"run {str(run_dir)!r} is already complete ({state.progress}); nothing to resume. "
+            f"Read it with `fathom report {run_dir}`, or train a new run with another --name"
+        )
+
+
+def name_free(run_dir: Path) -> None:
+    """Refuse, before torch is imported, a run directory that already holds a run (the
+    writer refuses it too, under its lock: this is the early, fast answer)."""
+    if not (run_dir / "manifest.json").exists():
+        return
+    from fathom.rundir import RunDir, run_state
+
+    try:
+        state = run_state(RunDir(run_dir))
+        held = f"{state.status}, {state.progress}"
+        fix = "" if state.finished else f"continue it with `{state.resume_command}`, or "
+    except FathomError:  # a damaged manifest: the name is taken all the same
+        held, fix = "unreadable manifest", ""
+    raise FathomError(
+        f"run directory {str(run_dir)!r} already holds a run ({held}): the name "
+        f"{run_dir.name!r} is taken in study {run_dir.parent.name!r}; {fix}choose another "
+        "--name (or --runs-dir)"
+    )
+
+
 def run_training(
     args: argparse.Namespace, cfg: RunConfig | None, run_dir: Path, tracking: LiveConfig
 ) -> tuple[Any, list[Any]]:
@@ -148,7 +195,7 @@ def run_training(
 
     tracker = LiveTracker(run_dir, tracking, cfg) if tracking.enabled else None
     live = make_progress(args.quiet)
-    progress = fan_out(live, tracker)
+    progress = fan_out(live, tracker, registrar(run_dir))
     try:
         if args.resume:
             result = resume(
@@ -165,6 +212,36 @@ def run_training(
             live.close()
         reports = tracker.close() if tracker is not None else []
     return result, reports
+
+
+def register_run(run_dir: Path) -> str | None:
+    """Index ``run_dir`` in the registry of its runs directory (``RUNS_DIR/registry.sqlite``,
+    the one a study writes: ``fathom runs list|show`` find every run). ``None`` when done or
+    when there is no run to index; a warning line when the registry cannot be written (the
+    run itself is unaffected: the registry is an index, the directory the evidence)."""
+    if not (run_dir / "manifest.json").exists():
+        return None
+    from fathom.study.records import run_row
+    from fathom.study.registry import Registry, registry_path
+
+    try:
+        Registry(registry_path(run_dir.parent.parent)).upsert([run_row(run_dir)])
+    except FathomError as e:
+        return f"warning: {run_dir} is not indexed in the run registry: {e}"
+    return None
+
+
+def registrar(run_dir: Path) -> Any:
+    """A progress observer that indexes the run once, at its first history row (the
+    manifest exists then), so that ``fathom runs list`` shows it while it trains."""
+    done: list[bool] = []
+
+    def observe(event: str, info: dict[str, Any]) -> None:
+        if event == "epoch" and not done:
+            done.append(True)
+            register_run(run_dir)
+
+    return observe
 
 
 def first_missing(path: Path) -> Path | None:

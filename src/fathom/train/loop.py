@@ -30,7 +30,7 @@ from fathom.errors import FathomError
 from fathom.rundir import RunDir, RunWriter, uninterrupted
 from fathom.rundir.weights import cpu_state, extra_state, load_cpu_state, load_extra_state
 from fathom.train.guards import disk_full_advice, matmul_precision, recorded_threads
-from fathom.train.observe import observe, sync
+from fathom.train.observe import boundary_schedule, observe, sync
 from fathom.train.plan import plan_epoch
 from fathom.train.session import Session, build_session
 from fathom.train.state import PROGRESS_FIELDS, Progress, chain
@@ -94,8 +94,13 @@ def train(
     ``telemetry`` overrides ``cfg.telemetry.enabled``. ``progress`` is an optional callable
     ``progress(event: str, info: dict)`` used by the CLI for live display: ``"epoch"`` with
     each history row as it is written, ``"epoch_end"`` after every epoch (epoch, epochs,
-    step, running loss, training clock), ``"step"`` before each step (epoch, epochs, steps
-    done in the epoch, steps; :func:`fathom.train.steppers.step_ticker`).
+    step, running loss, the training, evaluation and telemetry clocks), ``"step"`` before
+    each step (epoch, epochs, steps done in the epoch, steps;
+    :func:`fathom.train.steppers.step_ticker`), ``"schedule"`` once before the first epoch
+    trained (the epochs that will evaluate and run instruments:
+    :func:`fathom.train.observe.boundary_schedule`) and ``"boundary"`` when an epoch's
+    training ends and its evaluation or instruments begin (epoch, epochs, the splits
+    evaluated, whether instruments run).
 
     The run directory is written through one :class:`fathom.rundir.RunWriter` (locked for
     the whole call); ``phase`` ("tuning" / "main") is recorded for a study's run. A resume
@@ -251,6 +256,8 @@ def _target_reached(s: Session, epoch: int, row: dict[str, Any] | None) -> str |
 def run_epochs(s: Session) -> tuple[str, str | None, int | None]:
     """Epochs until the last, a divergence or a reached target: ``(status, reason, diverged)``."""
     cfg = s.cfg
+    if s.on_progress is not None:
+        s.on_progress("schedule", boundary_schedule(s, s.progress.epoch + 1))
     for epoch in range(s.progress.epoch + 1, cfg.optim.epochs + 1):
         fields = train_epoch(s, epoch)
         reason = _diverged(s, epoch, fields)
@@ -267,6 +274,8 @@ def run_epochs(s: Session) -> tuple[str, str | None, int | None]:
                     "step": s.progress.step,
                     "train/loss_running": fields["train/loss_running"],
                     "clock/training_s": s.progress.clocks.training_s,
+                    "clock/evaluation_s": s.progress.clocks.evaluation_s,
+                    "clock/telemetry_s": s.progress.clocks.telemetry_s,
                 },
             )
         stop = _target_reached(s, epoch, row)

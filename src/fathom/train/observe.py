@@ -97,6 +97,32 @@ def timed_instrument(s: Session, fn, *args) -> dict[str, Any]:
     return out
 
 
+def instruments_due(s: Session, epoch: int) -> bool:
+    """Whether an instrument on the telemetry clock (telemetry, health) runs at ``epoch``."""
+    return (s.recorder is not None and s.recorder.due(epoch)) or health_due(s.cfg, epoch)
+
+
+def boundary_schedule(s: Session, first: int) -> dict[str, Any]:
+    """What the epochs ``first..epochs`` will observe, for a progress display's ETA: the
+    ``"schedule"`` event ``{"epoch", "epochs", "first", "evaluations", "instruments", <clocks>}``
+    (``epoch``: the boundary training starts from, ``first - 1``, as every event carries
+    one; the epochs that evaluate, and those that run an instrument on the telemetry clock;
+    the cumulative clocks so far)."""
+    epochs = s.cfg.optim.epochs
+    span = range(first, epochs + 1)
+    clocks = s.progress.clocks
+    return {
+        "epoch": first - 1,
+        "epochs": epochs,
+        "clock/training_s": clocks.training_s,
+        "clock/evaluation_s": clocks.evaluation_s,
+        "clock/telemetry_s": clocks.telemetry_s,
+        "first": first,
+        "evaluations": [e for e in span if eval_due(s.cfg, e)],
+        "instruments": [e for e in span if instruments_due(s, e)],
+    }
+
+
 def observe(s: Session, epoch: int, fields: dict[str, Any]) -> dict[str, Any] | None:
     """The history row of this boundary (written), or ``None`` when nothing is due.
 
@@ -109,6 +135,16 @@ def observe(s: Session, epoch: int, fields: dict[str, Any]) -> dict[str, Any] | 
     health = health_due(cfg, epoch)
     if not (evaluate or tel_due or health):
         return None
+    if s.on_progress is not None and epoch > 0:  # a display says what runs now
+        s.on_progress(
+            "boundary",
+            {
+                "epoch": epoch,
+                "epochs": cfg.optim.epochs,
+                "evaluate": [n for n in SPLITS if n in cfg.eval.splits] if evaluate else [],
+                "instruments": tel_due or health,
+            },
+        )
     row: dict[str, Any] = {"epoch": epoch, "step": s.progress.step, **fields}
     predictions: dict[str, torch.Tensor] = {}
     if evaluate:
