@@ -21,7 +21,7 @@ from fathom.report import build_report, load_runs
 from fathom.report.fields import concrete, is_accuracy, split_key
 from fathom.report.html import explorer_payload
 from fathom.report.lazy import expanded
-from fathom.stats.results import NOT_ESTABLISHED, VERDICTS
+from fathom.stats.verdicts import NOT_ESTABLISHED, VERDICTS
 from synthetic_runs import write_study
 
 
