@@ -27,6 +27,7 @@ back as ``[D, N, *shape]``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -292,16 +293,24 @@ def per_example_grams(
 
 
 def gram_and_bias_mean(
-    layer: Layer, calls: list[Call], cots: Cotangents, n: int, *, chunk_size: int | None = None
+    layer: Layer,
+    calls: list[Call],
+    cots: Cotangents,
+    n: int,
+    *,
+    chunk_size: int | None = None,
+    input_gram: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(K, m_b)``: the weights' Gram ``K = sum_{p in weights} K(p)`` (float64 ``[N, N]``)
     and the biases' mean gradient ``m_b = (1/N) sum_i g_i(b)`` (float64, biases concatenated);
-    ``None`` for a layer without weights / biases. Per-example gradients are computed once."""
+    ``None`` for a layer without weights / biases. Per-example gradients are computed once.
+    ``input_gram``: :func:`rows_gram` or a caller's stand-in for it (one that reuses the
+    product of inputs it has seen, bit for bit, before)."""
     if layer.kind == "linear" and len(calls) == 1:
         a, g = _linear_form(layer, calls[0], cots[0], n, False)
         if a.shape[1] == 1:  # one row per example: never materialize g_i
             bias = g[:, 0].detach().to(torch.float64).mean(dim=0) if layer.biases else None
-            return gradient_gram(a[:, 0], g[:, 0]), bias
+            return gradient_gram(a[:, 0], g[:, 0], input_gram=input_gram), bias
     grads = per_example_grads(layer, calls, cots, n, chunk_size=chunk_size)
     k = summed_gram({p: _gram(grads[p]) for p in layer.weights}, layer.weights)
     bias = (
@@ -315,19 +324,29 @@ def gram_and_bias_mean(
 
 
 def gradient_gram(
-    a: torch.Tensor, delta: torch.Tensor, *, include_bias: bool = False
+    a: torch.Tensor,
+    delta: torch.Tensor,
+    *,
+    include_bias: bool = False,
+    input_gram: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``K_ij = g_i . g_j = (a_i . a_j + [bias]) (delta_i . delta_j)``, float64, shape ``(N, N)``.
 
     The Gram of the per-example weight gradients ``g_i = delta_i a_i^T`` of an affine layer
-    with one row per example, without forming them.
+    with one row per example, without forming them (``input_gram``: see
+    :func:`gram_and_bias_mean`).
     """
-    a64 = a.detach().reshape(a.shape[0], -1).to(torch.float64)
     d64 = delta.detach().reshape(delta.shape[0], -1).to(torch.float64)
-    ka = a64 @ a64.T
+    ka = (input_gram or rows_gram)(a.detach().reshape(a.shape[0], -1))
     if include_bias:
         ka = ka + 1.0
     return ka * (d64 @ d64.T)
+
+
+def rows_gram(a: torch.Tensor) -> torch.Tensor:
+    """``A A^T`` in float64 of the ``[N, d]`` rows ``a_i`` (``(A A^T)_ij = a_i . a_j``)."""
+    a64 = a.to(torch.float64)
+    return a64 @ a64.T
 
 
 def _gram(g: torch.Tensor) -> torch.Tensor:
