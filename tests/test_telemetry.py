@@ -509,6 +509,9 @@ def test_entry_summary_sorts_like_torch_sort_in_float64(values, dtype):
     got = sorted_quantiles(ascending(x).to(torch.float64), QUANTILES)
     assert torch.equal(got.view(torch.int64), want.view(torch.int64))  # NaN (inf - inf) too
     summary = entry_summary(x)
+    x64 = x.to(torch.float64)
+    assert math.copysign(1.0, summary["absmax"]) == 1.0 or math.isnan(summary["absmax"])
+    assert summary["absmax"] == float(x64.abs().max()) or math.isnan(float(x64.abs().max()))
     got_fields = torch.tensor([summary[quantile_key(q)] for q in QUANTILES], dtype=torch.float64)
     assert torch.equal(got_fields.view(torch.int64), want.view(torch.int64))
 

@@ -25,8 +25,10 @@ def entry_summary(
     keys = ["mean", "std", "rms", "absmax", *(quantile_key(q) for q in quantiles)]
     if x.numel() == 0:
         return dict.fromkeys(keys)
-    qs = sorted_quantiles(ascending(t.detach().reshape(-1)).to(torch.float64), quantiles)
-    head = torch.stack([x.mean(), x.std(correction=0), x.square().mean().sqrt(), x.abs().max()])
+    xs = ascending(t.detach().reshape(-1)).to(torch.float64)
+    qs = sorted_quantiles(xs, quantiles)
+    absmax = torch.maximum(xs[0].abs(), xs[-1].abs())  # max |x| (NaN, sorted last, propagates)
+    head = torch.stack([x.mean(), x.std(correction=0), x.square().mean().sqrt(), absmax])
     values = torch.cat([head, qs]).tolist()  # note: one device-to-host read per tensor
     return dict(zip(keys, values, strict=True))
 
