@@ -105,7 +105,8 @@ def _per_example_sum(t, ex: int, k: int, feat: tuple[int, ...], n: int, lead: in
     """``[(D,) .., N*k at ex, .., F..]`` -> ``[(D,) N, F..]``: sum over every non-feature entry
     of each example (its ``k`` rows and all positions)."""
     t = t.movedim((ex + lead, *(f + lead for f in feat)), tuple(range(lead, lead + 1 + len(feat))))
-    t = t.unflatten(lead, (n, k)).sum(dim=lead + 1)
+    t = t.unflatten(lead, (n, k))
+    t = t.squeeze(lead + 1) if k == 1 else t.sum(dim=lead + 1)  # (a sum over one row: a copy)
     rest = tuple(range(lead + 1 + len(feat), t.dim()))
     return t.sum(dim=rest) if rest else t
 
@@ -118,14 +119,17 @@ def _norm_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
         raise FathomError(f"layer {layer.name!r}: input and output need one example dimension")
     if layer.kind == "batchnorm":
         shape = [1, -1] + [1] * (x.dim() - 2)
-        x_hat = (x - m.running_mean.view(shape)) * torch.rsqrt(m.running_var.view(shape) + m.eps)
+        x_hat = (x - m.running_mean.view(shape)).mul_(
+            torch.rsqrt(m.running_var.view(shape) + m.eps)
+        )
         feat: tuple[int, ...] = (1,)
     else:
         x_hat = F.layer_norm(x, m.normalized_shape, None, None, m.eps)
         feat = tuple(range(x.dim() - len(m.normalized_shape), x.dim()))
     ex, k = call.in_dims[0]
     lead = 1 if directions else 0
-    out = {"weight": _per_example_sum(g * x_hat, ex, k, feat, n, lead)}
+    fits = g.shape == x_hat.shape and g.dtype == x_hat.dtype  # x_hat is ours: in place
+    out = {"weight": _per_example_sum(x_hat.mul_(g) if fits else g * x_hat, ex, k, feat, n, lead)}
     if "bias" in layer.params:
         out["bias"] = _per_example_sum(g, ex, k, feat, n, lead)
     return out
