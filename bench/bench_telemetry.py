@@ -61,7 +61,7 @@ def machine() -> str:
 def _ctx(model, splits, opt):
     init = {k: v.detach().clone() for k, v in model.state_dict().items()}
     return SimpleNamespace(
-        epoch=1, step=1, model=model, optimizer=opt, controller=None, splits=splits,
+        epoch=1, step=1, model=model, optimizer=opt, controller=None, splits=splits, lr=None,
         initial_params=init, device=torch.device("cpu"), config=RunConfig(),
     )  # fmt: skip
 

@@ -575,3 +575,18 @@ def test_first_layer_reuse_follows_a_changed_input():
     with torch.no_grad():
         model.scale.fill_(1.0)
     assert ins.observe() == first
+
+
+def test_reference_norms_follow_a_reference_changed_in_place():
+    """A reference norm kept across observations is taken again when the reference changed
+    in place (its version) or is another tensor; only the last observation's are kept."""
+    from fathom.telemetry.params import Norms
+
+    scratch: dict = {}
+    w0 = torch.ones(4)
+    assert Norms(scratch).frob(w0, reference=True) == 2.0
+    w0.mul_(2.0)
+    assert Norms(scratch).frob(w0, reference=True) == 4.0
+    other = torch.full((4,), 3.0)
+    assert Norms(scratch).frob(other, reference=True) == 6.0
+    assert [t for t, *_ in scratch["references"].values()] == [other]

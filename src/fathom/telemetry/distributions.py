@@ -5,6 +5,8 @@ All reductions are over every entry (examples x units) and run in float64.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -21,16 +23,26 @@ def entry_summary(
     ``Q(q) = x_(floor p) + (p - floor p) (x_(ceil p) - x_(floor p))``. An empty tensor gives
     ``None`` everywhere.
     """
-    x = t.detach().reshape(-1).to(torch.float64)
+    flat = t.detach().reshape(-1)
     keys = ["mean", "std", "rms", "absmax", *(quantile_key(q) for q in quantiles)]
-    if x.numel() == 0:
+    if flat.numel() == 0:
         return dict.fromkeys(keys)
-    xs = ascending(t.detach().reshape(-1)).to(torch.float64)
-    qs = sorted_quantiles(xs, quantiles)
-    absmax = torch.maximum(xs[0].abs(), xs[-1].abs())  # max |x| (NaN, sorted last, propagates)
-    head = torch.stack([x.mean(), x.std(correction=0), x.square().mean().sqrt(), absmax])
-    values = torch.cat([head, qs]).tolist()  # note: one device-to-host read per tensor
-    return dict(zip(keys, values, strict=True))
+    x = flat.to(torch.float64)
+    head = torch.stack([x.mean(), x.std(correction=0), x.square().mean().sqrt()]).tolist()
+    xs = ascending(flat)
+    n = int(xs.numel())
+    pos = [q * (n - 1) for q in quantiles]
+    ranks = sorted({0, n - 1, *(math.floor(p) for p in pos), *(math.ceil(p) for p in pos)})
+    picked = xs[torch.tensor(ranks, device=xs.device)].tolist()  # note: one host read
+    order = dict(zip(ranks, picked, strict=True))
+    lo, hi = order[0], order[n - 1]
+    absmax = hi if math.isnan(hi) else max(abs(lo), abs(hi))  # max |x| (NaN sorts last)
+    # sorted_quantiles in Python floats: IEEE float64, the same operations in the same order
+    qs = [
+        order[math.floor(p)] + (p - math.floor(p)) * (order[math.ceil(p)] - order[math.floor(p)])
+        for p in pos
+    ]
+    return dict(zip(keys, [*head, absmax, *qs], strict=True))
 
 
 def ascending(x: torch.Tensor) -> torch.Tensor:
@@ -64,5 +76,5 @@ def zero_fractions(h: torch.Tensor) -> dict[str, float | None]:
     if h.numel() == 0:
         return {"zero_frac": None, "dead_frac": None}
     z = h.detach().reshape(h.shape[0], -1) == 0
-    zero, dead = torch.stack([z.double().mean(), z.all(dim=0).double().mean()]).tolist()
-    return {"zero_frac": zero, "dead_frac": dead}
+    zeros, dead = torch.stack([z.sum(), z.all(dim=0).sum()]).tolist()  # exact counts
+    return {"zero_frac": zeros / z.numel(), "dead_frac": dead / z.shape[1]}

@@ -382,7 +382,7 @@ class Instruments:
             )
             row[f"param/disp/{name}"] = disp
             row[f"param/disp_rel/{name}"] = P.ratio(
-                disp, joint_norm([norms.frob(w0) for _, w0 in ws])
+                disp, joint_norm([norms.frob(w0, reference=True) for _, w0 in ws])
             )
             row[f"param/momentum_norm/{name}"] = joint_norm(opt_norms)
             row[f"param/update_ratio/{name}"] = P.ratio(joint_norm(updates), w_norm)

@@ -55,21 +55,36 @@ class Norms:
         self._norms: dict[tuple[int, ...], float] = {}
         self._held: list[torch.Tensor] = []  # every keyed tensor: its id cannot be reused
         self._scratch = {} if scratch is None else scratch
+        # reference norms of the last observation; only those asked for again are kept
+        self._old_references = self._scratch.pop("references", {})
+        self._scratch["references"] = {}
 
-    def frob(self, t: torch.Tensor | None) -> float | None:
-        """``||t||_F`` in float64, ``None`` for a missing tensor."""
+    def frob(self, t: torch.Tensor | None, *, reference: bool = False) -> float | None:
+        """``||t||_F`` in float64, ``None`` for a missing tensor. ``reference``: a tensor
+        that rarely changes (a displacement reference ``W_0``): its norm is kept across
+        observations while it is the same object at the same in-place version."""
         if t is None:
             return None
+        if reference:
+            held = self._scratch["references"].get(id(t)) or self._old_references.get(id(t))
+            if held is None or held[0] is not t or held[1] != t._version:
+                held = (t, t._version, self.frob(t))
+            self._scratch["references"][id(t)] = held
+            return held[2]
         if (id(t),) not in self._norms:
             self._load(t, 0)
         return self._norms[(id(t),)]
 
     def displacement(self, w: torch.Tensor, w0: torch.Tensor) -> float:
-        """``||W - W_0||_F`` (distance travelled from the initial parameters), in float64."""
+        """``||W - W_0||_F`` (distance travelled from the initial parameters), in float64:
+        ``W`` copied to float64, then ``W_0`` subtracted in place (a float32 ``W_0`` is cast
+        to float64 entry by entry inside the kernel, exactly as a float64 copy would be)."""
         key = (id(w), id(w0))
         if key not in self._norms:
-            a, b = self._load(w, 0), self._load(w0, 1, w.device)
-            self._norms[key] = float(torch.linalg.vector_norm(a.sub_(b)))
+            a, ref = self._load(w, 0), w0.detach().to(w.device)
+            if ref.is_complex() or a.is_complex():
+                ref = self._load(w0, 1, w.device)
+            self._norms[key] = float(torch.linalg.vector_norm(a.sub_(ref)))
             self._held += [w, w0]
         return self._norms[key]
 
@@ -88,7 +103,7 @@ class Norms:
         return t64
 
     def _buffer(self, device: torch.device, n: int, slot: int) -> torch.Tensor:
-        held = self._scratch.setdefault(device, [None, None])
+        held = self._scratch.setdefault(("buffers", device), [None, None])
         if held[slot] is None or held[slot].numel() < n:
             held[slot] = torch.empty(n, dtype=torch.float64, device=device)
         return held[slot]
