@@ -65,10 +65,9 @@ _MOMENT_KEYS = (
 
 @contextmanager
 def read_only(model: nn.Module) -> Iterator[None]:
-    """Dense evaluation for the block; restores module flags, masks, buffers
-    (:func:`fathom.depth.state_kept`), plain tensor attributes
-    (:func:`fathom.seam.discovery.preserved`) and RNG states."""
-    flags = [(m, m.training) for m in model.modules()]
+    """Dense evaluation for the block; restores every module's flag and the masks
+    (:func:`fathom.depth.dense_eval`), buffers (:func:`fathom.depth.state_kept`), plain
+    tensor attributes (:func:`fathom.seam.discovery.preserved`) and RNG states."""
     cpu_rng = torch.get_rng_state()
     cuda_rng = (
         torch.cuda.get_rng_state_all()
@@ -79,8 +78,6 @@ def read_only(model: nn.Module) -> Iterator[None]:
         with dense_eval(model), state_kept(model), preserved(model):
             yield
     finally:
-        for m, flag in flags:
-            m.training = flag
         torch.set_rng_state(cpu_rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
