@@ -176,7 +176,7 @@ def curvlinops_rows(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ours: di
 def _clo_ratio(med: dict[str, float]) -> str:
     if CLO_GGN not in med:
         return ""
-    return f"fathom GGN / curvlinops GGN: {med[GGN] / med[CLO_GGN]:.2f}x (goal <= 1); "
+    return f"fathom GGN / curvlinops GGN: {med[GGN] / med[CLO_GGN]:.3g}x (goal <= 1); "
 
 
 def max_rel(ours: list[torch.Tensor], ref: list[torch.Tensor]) -> float:
