@@ -10,7 +10,9 @@ Part 1 (same model, same batch of ``--batch`` examples, timings interleaved over
             (per-example squared norms, sum of squared gradients, gradient variance);
 * gradient: forward + backward of the mean cross entropy (no update);
 * observe:  ``Instruments(model, x, y).observe(optimizer=opt)`` with the default families
-            (all but ``scores``: probe, activations, backprop, gradients, moments, params).
+            (all but ``scores``: probe, activations, backprop, gradients, moments, params),
+            after nudging the first weight in place (as between epochs: every layer past the
+            first sees new inputs; the nudge is timed with the observation).
 
 Reported as median seconds (this thread's CPU clock, ``time.thread_time``) and ratios to the
 step. BackPACK's per-example squared norms
@@ -107,10 +109,21 @@ def part1(width_mult: float, batch: int, repeats: int, iters: int) -> None:
         m_obs.zero_grad(set_to_none=True)
         F.cross_entropy(m_obs(x), y).backward()
 
+    first = next(m_obs.parameters())
+
     def observe() -> None:
+        # as between two epochs: the weights moved, so no layer but the first (whose input
+        # is the probe itself) sees the inputs of the last observation (a one-op nudge of
+        # the first weight, timed with it)
+        with torch.no_grad():
+            first.add_(1e-4)
         ins.observe(optimizer=obs_opt)
 
+    tel_first = next(m_tel.parameters())
+
     def moments() -> None:
+        with torch.no_grad():
+            tel_first.add_(1e-4)  # as between epochs (see ``observe`` below)
         rec.observe(ctx)
 
     def bp() -> None:
