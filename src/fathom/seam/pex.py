@@ -313,8 +313,9 @@ def gram_and_bias_mean(
     if layer.kind == "linear" and len(calls) == 1:
         a, g = _linear_form(layer, calls[0], cots[0], n, False)
         if a.shape[1] == 1:  # one row per example: never materialize g_i
-            bias = g[:, 0].detach().to(torch.float64).mean(dim=0) if layer.biases else None
-            return gradient_gram(a[:, 0], g[:, 0], input_gram=input_gram), bias
+            d64 = g[:, 0].detach().to(torch.float64)  # (once, for the bias mean and the Gram)
+            bias = d64.mean(dim=0) if layer.biases else None
+            return gradient_gram(a[:, 0], d64, input_gram=input_gram), bias
     grads = per_example_grads(layer, calls, cots, n, chunk_size=chunk_size)
     k = summed_gram({p: _gram(grads[p]) for p in layer.weights}, layer.weights)
     bias = (
