@@ -31,6 +31,9 @@ Part 3: wall time of ``run_curvature`` over 7 checkpoints of 3 synthesized run d
 Usage: python bench/bench_curvature.py [--probe 32] [--repeats 7] [--threads 1] [--skip-mlp]
        [--skip-protocol]
 BackPACK is a dev-only dependency: ``pip install --no-deps backpack-for-pytorch einops unfoldNd``.
+curvlinops (optional, for its ``GGNDiagonalLinearOperator`` row on every model): a snapshot of its
+``main`` (the 3.0.1 release has no diagonal operator) on ``PYTHONPATH`` or installed with
+``pip install --no-deps``, beside ``scipy tqdm einconv linear_operator opt_einsum``.
 """
 
 from __future__ import annotations
@@ -123,6 +126,59 @@ def backpack_three(bp_model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dic
     return out
 
 
+CLO_GGN = "curvlinops GGNDiagonalLinearOperator (GGN only)"
+
+
+def curvlinops_ggn_fn(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
+    """``() -> [diag per parameter]`` with curvlinops' ``GGNDiagonalLinearOperator`` (mean CE,
+    the exact GGN: ``mc_samples=0``), or ``None`` where this curvlinops has none (releases up
+    to 3.0.1; its ``main`` has it: install a snapshot with ``pip install --no-deps``).
+
+    curvlinops vmaps its per-datum pullbacks over the batch, so the model sees one datum
+    without a batch axis; the wrapper gives it one (BatchNorm2d and a mean over the sequence
+    axis need it) — the same function of the datum."""
+    try:
+        from curvlinops import GGNDiagonalLinearOperator
+    except ImportError:
+        return None
+    params = dict(model.named_parameters())
+    datum_dims = x.dim() - 1
+
+    def model_func(p: dict, xb: torch.Tensor) -> torch.Tensor:
+        if xb.dim() == datum_dims:
+            return functional_call(model, p, (xb.unsqueeze(0),)).squeeze(0)
+        return functional_call(model, p, (xb,))
+
+    def run() -> list[torch.Tensor]:
+        op = GGNDiagonalLinearOperator(
+            model_func,
+            nn.CrossEntropyLoss(),
+            params,
+            [(x, y)],
+            check_deterministic=False,
+            num_data=x.shape[0],
+        )
+        return list(op._diagonal)
+
+    return run
+
+
+def curvlinops_rows(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ours: dict):
+    """``({CLO_GGN: fn} or {}, a line: the max relative difference from fathom's GGN)``."""
+    fn = curvlinops_ggn_fn(model, x, y)
+    if fn is None:
+        return {}, "curvlinops GGNDiagonalLinearOperator: not available in this curvlinops"
+    names = [n for n, _ in model.named_parameters()]
+    rel = max_rel([ours[n] for n in names], fn())
+    return {CLO_GGN: fn}, f"max rel diff fathom GGN vs curvlinops GGN diagonal: {rel:.1e}"
+
+
+def _clo_ratio(med: dict[str, float]) -> str:
+    if CLO_GGN not in med:
+        return ""
+    return f"fathom GGN / curvlinops GGN: {med[GGN] / med[CLO_GGN]:.3g}x (goal <= 1); "
+
+
 def max_rel(ours: list[torch.Tensor], ref: list[torch.Tensor]) -> float:
     """Worst parameter's ``max |ours - ref| / max |ref|``."""
     return max(
@@ -196,6 +252,7 @@ def bench_cnn(probe: int, repeats: int, side: int) -> None:
     rel_naive = max(
         max_rel([small[k][n] for n in names], [naive[k][n] for n in names]) for k in naive
     )
+    clo, clo_line = curvlinops_rows(model, x, y, ggn_only["ggn"])
     params = sum(p.numel() for p in model.parameters())
     med = with_floor(
         interleaved(
@@ -204,6 +261,7 @@ def bench_cnn(probe: int, repeats: int, side: int) -> None:
                 **fathom_rows(model, x, y),
                 BP_GGN: lambda: backpack_ggn(bp_model, x, y),
                 BP_THREE: lambda: backpack_three(bp_model, x, y),
+                **clo,
                 "naive vmap(jacrev) (GGN+EF+Jac)": lambda: naive_diagonals(model, x, y),
             },
             repeats,
@@ -215,7 +273,7 @@ def bench_cnn(probe: int, repeats: int, side: int) -> None:
         med,
         base,
         [
-            f"BackPACK GGN / fathom GGN: {med[BP_GGN] / med[GGN]:.2f}x; "
+            _clo_ratio(med) + f"BackPACK GGN / fathom GGN: {med[BP_GGN] / med[GGN]:.2f}x; "
             f"BackPACK three / fathom all: {med[BP_THREE] / med[ALL]:.2f}x; "
             f"fathom GGN / floor: {med[GGN] / med[base]:.2f}x; "
             f"fathom all / floor: {med[ALL] / med[base]:.2f}x",
@@ -223,6 +281,7 @@ def bench_cnn(probe: int, repeats: int, side: int) -> None:
             + ", ".join(f"{k} {v:.1e}" for k, v in rel3.items())
             + f"; vs naive vmap (N={sub.stop}): {rel_naive:.1e}; "
             f"GEMM floor vs autograd gradients: {check_floor(model, x):.1e}",
+            clo_line,
         ],
     )
 
@@ -247,12 +306,16 @@ def bench_transformer(probe: int, repeats: int) -> None:
     rel = max(max_rel(list(ours[k].values()), list(naive[k].values())) for k in naive)
     ggn = exact_diagonals(model, x[sub], y[sub], families="ggn")["ggn"]
     rel = max(rel, max_rel(list(ggn.values()), list(naive["ggn"].values())))
+    clo, clo_line = curvlinops_rows(
+        model, x, y, exact_diagonals(model, x, y, families="ggn")["ggn"]
+    )
     params = sum(p.numel() for p in model.parameters())
     med = with_floor(
         interleaved(
             {
                 **floors(model, x),
                 **fathom_rows(model, x, y),
+                **clo,
                 "naive vmap(jacrev) (GGN+EF+Jac)": lambda: naive_diagonals(model, x, y),
             },
             repeats,
@@ -263,7 +326,11 @@ def bench_transformer(probe: int, repeats: int) -> None:
         f"seq 16, N={probe}, C=10, float64",
         med,
         "pullback floor",
-        [refusal, f"max rel diff fathom (all; GGN only) vs naive vmap (N={sub.stop}): {rel:.1e}"],
+        [
+            refusal,
+            f"max rel diff fathom (all; GGN only) vs naive vmap (N={sub.stop}): {rel:.1e}",
+            _clo_ratio(med) + clo_line,
+        ],
     )
 
 
@@ -292,6 +359,9 @@ def bench_mlp(probe: int, repeats: int, width_mult: float) -> None:
     bp_model.load_state_dict(model.state_dict())
     x = torch.rand(probe, 784, dtype=DT)
     y = torch.randint(0, 10, (probe,))
+    clo, clo_line = curvlinops_rows(
+        model, x, y, exact_diagonals(model, x, y, families="ggn")["ggn"]
+    )
     med = with_floor(
         interleaved(
             {
@@ -299,6 +369,7 @@ def bench_mlp(probe: int, repeats: int, width_mult: float) -> None:
                 **fathom_rows(model, x, y),
                 BP_GGN: lambda: backpack_ggn(bp_model, x, y),
                 BP_THREE: lambda: backpack_three(bp_model, x, y),
+                **clo,
             },
             repeats,
         )
@@ -308,7 +379,11 @@ def bench_mlp(probe: int, repeats: int, width_mult: float) -> None:
         f"plain MLP {'-'.join(map(str, dims))}-10, {params:,} params, N={probe}",
         med,
         "pullback floor",
-        [],
+        [
+            _clo_ratio(med)
+            + f"BackPACK GGN / fathom GGN: {med[BP_GGN] / med[GGN]:.2f}x; "
+            + clo_line
+        ],
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -197,6 +198,34 @@ KERNELS = {  # name: (forward of x [1, 5], hand count: one multiply-accumulate =
         lambda x, w, b: torch.cdist(x.expand(30, 5), w.repeat(5, 1)).sum(0, keepdim=True),
         2 * 30 * 30 * 5,
     ),
+    "pdist": (lambda x, w, b: F.pdist(w).sum().reshape(1, 1), 2 * (6 * 5 // 2) * 5),
+    # counted by torch's own formulas, through whatever a composite op decomposes into
+    "baddbmm": (lambda x, w, b: torch.baddbmm(b[:, :, :1], b, b[:, :4, :1]), 2 * 3 * 5 * 4),
+    "einsum_chain": (  # contracted as two matrix-vector products: (w x) then w^T (w x)
+        lambda x, w, b: torch.einsum("i,ji,jk->k", x[0], w, w),
+        2 * 6 * 5 * 2,
+    ),
+    "tensordot": (lambda x, w, b: torch.tensordot(b, x[0], dims=([1], [0])), 2 * 3 * 4 * 5),
+    "multi_dot": (lambda x, w, b: torch.linalg.multi_dot([x, w.T, w]), 2 * 6 * 5 * 2),
+    "sdpa_flash_cpu": (
+        lambda x, w, b: F.scaled_dot_product_attention(b[None], b[None], b[None]),
+        2 * 2 * 3 * 5 * 5 * 4,  # QK^T and softmax . V: b 1, h 3, s_q = s_k = 5, d 4
+    ),
+    "sdpa_masked_math": (
+        lambda x, w, b: F.scaled_dot_product_attention(
+            b[None], b[None], b[None], attn_mask=torch.ones(5, 5, dtype=torch.bool).tril()
+        ),
+        2 * 2 * 3 * 5 * 5 * 4,
+    ),
+    "conv1d": (lambda x, w, b: F.conv1d(x[None], b[:, None, :3, 0]), 2 * 3 * 3 * 3),
+    "conv3d": (
+        lambda x, w, b: F.conv3d(b[None, None], b[:2, None, None, :2, :2]),
+        2 * 2 * (3 * 4 * 3) * 4,  # C_out 2, output 3 x 4 x 3, a 1 x 1 x 2 x 2 kernel each
+    ),
+    "conv_transpose2d": (
+        lambda x, w, b: F.conv_transpose2d(x.view(1, 1, 1, 5), b[None, :2, :2, :2]),
+        2 * 5 * 2 * 2 * 2,  # each of the 5 inputs meets the 2 x 2 x 2 kernel
+    ),
     "conv_tbc": (
         lambda x, w, b: torch.conv_tbc(x.view(5, 1, 1), b[:, :1, :], torch.zeros(4)).flatten(1),
         2 * 3 * 1 * 4 * 1 * 3,  # T_out = 5 - 3 + 1 = 3, B = 1, C_out = 4, C_in = 1, K = 3
@@ -214,11 +243,30 @@ def test_matrix_kernels_without_a_torch_formula_are_counted(name):
     assert mask_costs(model, torch.randn(1, 5)).tolist() == [0, want]
 
 
-def test_linear_algebra_without_a_formula_is_refused_naming_the_module():
-    model = nn.Sequential(
-        SkippableResidual(Kernel(lambda x, w, b: torch.linalg.solve(w[:5], x[0])[None]))
-    )
-    with pytest.raises(FathomError, match=r"Sequential\.0\.branch.*aten\._linalg_solve_ex"):
+REFUSED = {  # name: (forward of x [1, 5], the kernel named in the refusal)
+    "solve": (lambda x, w, b: torch.linalg.solve(w[:5], x[0])[None], "_linalg_solve_ex"),
+    "pinv": (lambda x, w, b: torch.linalg.pinv(w), "linalg_pinv"),
+    "ldl": (lambda x, w, b: torch.linalg.ldl_factor(w[:5] @ w[:5].T).LD, "linalg_ldl_factor_ex"),
+    "inv": (lambda x, w, b: torch.linalg.inv(w[:5]), "linalg_inv_ex"),
+    "svdvals": (lambda x, w, b: torch.linalg.svdvals(w), "_linalg_svd"),
+    "spectral_norm": (lambda x, w, b: torch.linalg.matrix_norm(w, ord=2), "_linalg_svd"),
+    "eigvalsh": (lambda x, w, b: torch.linalg.eigvalsh(w.T @ w), "_linalg_eigh"),
+    "qr": (lambda x, w, b: torch.linalg.qr(w).R, "linalg_qr"),
+    "det": (lambda x, w, b: torch.linalg.det(w[:5]), "_linalg_det"),
+    "matrix_exp": (lambda x, w, b: torch.linalg.matrix_exp(w[:5]), "linalg_matrix_exp"),
+    "rfft": (lambda x, w, b: torch.fft.rfft(x).abs(), "_fft_r2c"),
+    "bilinear": (lambda x, w, b: F.bilinear(x, x, w[:5].expand(2, 5, 5)), "_trilinear"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_linear_algebra_without_a_formula_is_refused_naming_the_module(name):
+    """Matrix work with no formula (factorizations, inverses, transforms, and one kernel
+    around an SVD such as ``pinv``, which the counter once saw as 0 FLOPs) is refused,
+    naming the kernel and the module that ran it."""
+    fn, kernel = REFUSED[name]
+    model = nn.Sequential(SkippableResidual(Kernel(fn)))
+    with pytest.raises(FathomError, match=rf"Sequential\.0\.branch.*aten\.{kernel}\b"):
         mask_costs(model, torch.randn(1, 5))
 
 

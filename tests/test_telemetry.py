@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from fathom.config import RunConfig, TelemetryConfig
 from fathom.depth import dense_eval
@@ -482,3 +484,109 @@ def test_sorted_quantiles_match_torch_quantile():
         assert torch.allclose(
             sorted_quantiles(torch.sort(x).values, QUANTILES), want, rtol=0, atol=1e-15
         )
+
+
+_DTYPES = st.sampled_from([torch.float32, torch.float64, torch.float16])
+
+
+@example(values=[float("inf")], dtype=torch.float32)  # inf - inf: NaN in both
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(st.floats(allow_nan=False, width=16), st.sampled_from([0.0, -0.0, 1.0, -1.0])),
+        min_size=1,
+        max_size=300,
+    ),
+    dtype=_DTYPES,
+)
+def test_entry_summary_sorts_like_torch_sort_in_float64(values, dtype):
+    """The quantiles from the fast ascending sort (numpy's, in the tensor's own dtype) are
+    those of ``torch.sort`` of the float64 entries, bit for bit."""
+    from fathom.telemetry.distributions import ascending, sorted_quantiles
+
+    x = torch.tensor(values, dtype=dtype)
+    want = sorted_quantiles(torch.sort(x.to(torch.float64)).values, QUANTILES)
+    got = sorted_quantiles(ascending(x).to(torch.float64), QUANTILES)
+    assert torch.equal(got.view(torch.int64), want.view(torch.int64))  # NaN (inf - inf) too
+    summary = entry_summary(x)
+    x64 = x.to(torch.float64)
+    assert math.copysign(1.0, summary["absmax"]) == 1.0 or math.isnan(summary["absmax"])
+    assert summary["absmax"] == float(x64.abs().max()) or math.isnan(float(x64.abs().max()))
+    got_fields = torch.tensor([summary[quantile_key(q)] for q in QUANTILES], dtype=torch.float64)
+    assert torch.equal(got_fields.view(torch.int64), want.view(torch.int64))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 400), min_size=1, max_size=6),
+    scale=st.sampled_from([1e-20, 1.0, 1e20]),
+    seed=st.integers(0, 2**16),
+)
+def test_norms_equal_float64_copies_bit_for_bit(sizes, scale, seed):
+    """``Norms`` (scratch buffers reused across tensors of growing and shrinking sizes and
+    across observations) gives the bits of ``vector_norm(t.to(float64))``."""
+    from fathom.telemetry.params import Norms
+
+    g = torch.Generator().manual_seed(seed)
+    scratch: dict = {}
+    for _ in range(2):  # the second observation reuses the first one's buffers
+        norms = Norms(scratch)
+        for n in sizes:
+            w, w0 = (torch.randn(n, 3, generator=g) * scale for _ in range(2))
+            disp = torch.linalg.vector_norm(w.to(torch.float64) - w0.to(torch.float64))
+            assert norms.displacement(w, w0) == float(disp)
+            assert norms.frob(w) == float(torch.linalg.vector_norm(w.to(torch.float64)))
+            assert norms.frob(w0) == float(torch.linalg.vector_norm(w0.to(torch.float64)))
+
+
+class _Scaled(torch.nn.Module):
+    """A first layer reading the probe through a parameter-free scale held in a buffer (a
+    user's normalization changed in place between observations)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.tensor(1.0))
+        self.fc1, self.fc2 = torch.nn.Linear(IN, 6), torch.nn.Linear(6, CLASSES)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x.float() * self.scale)))
+
+
+def test_first_layer_reuse_follows_a_changed_input():
+    """Observations reuse the first layer's input Gram only while its input is the same bit
+    for bit: after the input changes (a buffer changed in place, which
+    no structure key sees) every field equals a fresh object's, and before it, a repeated
+    observation equals the first."""
+    from fathom import Instruments
+
+    torch.manual_seed(0)
+    model = _Scaled()
+    splits = make_splits()
+    x, y = splits.fit_x, splits.fit_y
+    ins = Instruments(model, x, y)
+    first = ins.observe()
+    assert ins.observe() == first
+    with torch.no_grad():
+        model.scale.fill_(0.5)
+    changed = ins.observe()
+    assert changed == Instruments(model, x, y).observe()
+    assert changed["probe/act/mean/fc2"] != first["probe/act/mean/fc2"]
+    assert changed["grad/pex/mean_sq_norm/fc1"] != first["grad/pex/mean_sq_norm/fc1"]
+    with torch.no_grad():
+        model.scale.fill_(1.0)
+    assert ins.observe() == first
+
+
+def test_reference_norms_follow_a_reference_changed_in_place():
+    """A reference norm kept across observations is taken again when the reference changed
+    in place (its version) or is another tensor; only the last observation's are kept."""
+    from fathom.telemetry.params import Norms
+
+    scratch: dict = {}
+    w0 = torch.ones(4)
+    assert Norms(scratch).frob(w0, reference=True) == 2.0
+    w0.mul_(2.0)
+    assert Norms(scratch).frob(w0, reference=True) == 4.0
+    other = torch.full((4,), 3.0)
+    assert Norms(scratch).frob(other, reference=True) == 6.0
+    assert [t for t, *_ in scratch["references"].values()] == [other]

@@ -20,6 +20,7 @@ term not counted)::
     addr            u [m] v[n]^T                 2 m n
     cdist           [B, P, M] to [B, R, M]       2 B P R M     (one per pair and feature, as
                                                                 the product x1 x2^T; p any)
+    pdist           [N, M]                       2 (N (N - 1) / 2) M   (the same, per pair)
     conv_tbc        [T, B, C_in], [K, C_in, C_out]  2 T_out B C_out C_in K
 
 **What runs is what the trainer runs.** A no-grad evaluation forward may take fused kernels
@@ -115,6 +116,9 @@ UNCOUNTED_KERNELS = frozenset(
         "cholesky_inverse",
         "linalg_matrix_exp",
         "linalg_lstsq",
+        "linalg_pinv",  # one kernel around an SVD or eigendecomposition
+        "linalg_ldl_factor_ex",
+        "linalg_ldl_solve",
         "_fft_r2c",
         "_fft_c2r",
         "_fft_c2c",
@@ -163,6 +167,10 @@ def _cdist_flops(x1_shape, x2_shape, *args, out_shape=None, **kwargs) -> int:
     return 2 * _prod(out_shape) * int(x1_shape[-1])  # [.., P, R] pairs x M features
 
 
+def _pdist_flops(x_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * _prod(out_shape) * int(x_shape[-1])  # N (N - 1) / 2 pairs x M features
+
+
 def _conv_tbc_flops(x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
     k, c_in, _ = w_shape
     return 2 * _prod(out_shape) * c_in * k  # [T_out, B, C_out] outputs x C_in K products
@@ -182,6 +190,7 @@ MATRIX_FORMULAS = {
     "addr": _addr_flops,
     "_cdist_forward": _cdist_flops,
     "_euclidean_dist": _cdist_flops,
+    "_pdist_forward": _pdist_flops,
     "conv_tbc": _conv_tbc_flops,
     "_addmm_activation": _addmm_activation_flops,
 }

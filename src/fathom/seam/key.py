@@ -25,6 +25,7 @@ them, and a cache keeps it beside the key so that no identity can be reused mean
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -42,6 +43,8 @@ DENSE_IGNORED: dict[type, frozenset[str]] = {
 def _value_key(v: Any, held: list, depth: int = 0) -> Any:
     if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
         return v
+    if type(v) in _EMPTY_KEYS and not v:  # a module's many empty hook dicts, fast
+        return _EMPTY_KEYS[type(v)]
     if depth < 3 and isinstance(v, (tuple, list, set, frozenset)):
         items = sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v
         return (type(v).__name__, tuple(_value_key(e, held, depth + 1) for e in items))
@@ -51,6 +54,14 @@ def _value_key(v: Any, held: list, depth: int = 0) -> Any:
     if isinstance(v, torch.Tensor):
         return ("tensor", id(v), v._version, tuple(v.shape), str(v.dtype), str(v.device))
     return (type(v).__qualname__, id(v))
+
+
+_EMPTY_KEYS = {
+    dict: ("dict", ()),
+    OrderedDict: ("dict", ()),
+    tuple: ("tuple", ()),
+    list: ("list", ()),
+}
 
 
 def _tensor_key(name: str, t: torch.Tensor | None, held: list) -> tuple:

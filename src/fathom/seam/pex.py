@@ -27,6 +27,7 @@ back as ``[D, N, *shape]``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -104,7 +105,8 @@ def _per_example_sum(t, ex: int, k: int, feat: tuple[int, ...], n: int, lead: in
     """``[(D,) .., N*k at ex, .., F..]`` -> ``[(D,) N, F..]``: sum over every non-feature entry
     of each example (its ``k`` rows and all positions)."""
     t = t.movedim((ex + lead, *(f + lead for f in feat)), tuple(range(lead, lead + 1 + len(feat))))
-    t = t.unflatten(lead, (n, k)).sum(dim=lead + 1)
+    t = t.unflatten(lead, (n, k))
+    t = t.squeeze(lead + 1) if k == 1 else t.sum(dim=lead + 1)  # (a sum over one row: a copy)
     rest = tuple(range(lead + 1 + len(feat), t.dim()))
     return t.sum(dim=rest) if rest else t
 
@@ -117,14 +119,17 @@ def _norm_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
         raise FathomError(f"layer {layer.name!r}: input and output need one example dimension")
     if layer.kind == "batchnorm":
         shape = [1, -1] + [1] * (x.dim() - 2)
-        x_hat = (x - m.running_mean.view(shape)) * torch.rsqrt(m.running_var.view(shape) + m.eps)
+        x_hat = (x - m.running_mean.view(shape)).mul_(
+            torch.rsqrt(m.running_var.view(shape) + m.eps)
+        )
         feat: tuple[int, ...] = (1,)
     else:
         x_hat = F.layer_norm(x, m.normalized_shape, None, None, m.eps)
         feat = tuple(range(x.dim() - len(m.normalized_shape), x.dim()))
     ex, k = call.in_dims[0]
     lead = 1 if directions else 0
-    out = {"weight": _per_example_sum(g * x_hat, ex, k, feat, n, lead)}
+    fits = g.shape == x_hat.shape and g.dtype == x_hat.dtype  # x_hat is ours: in place
+    out = {"weight": _per_example_sum(x_hat.mul_(g) if fits else g * x_hat, ex, k, feat, n, lead)}
     if "bias" in layer.params:
         out["bias"] = _per_example_sum(g, ex, k, feat, n, lead)
     return out
@@ -292,16 +297,25 @@ def per_example_grams(
 
 
 def gram_and_bias_mean(
-    layer: Layer, calls: list[Call], cots: Cotangents, n: int, *, chunk_size: int | None = None
+    layer: Layer,
+    calls: list[Call],
+    cots: Cotangents,
+    n: int,
+    *,
+    chunk_size: int | None = None,
+    input_gram: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(K, m_b)``: the weights' Gram ``K = sum_{p in weights} K(p)`` (float64 ``[N, N]``)
     and the biases' mean gradient ``m_b = (1/N) sum_i g_i(b)`` (float64, biases concatenated);
-    ``None`` for a layer without weights / biases. Per-example gradients are computed once."""
+    ``None`` for a layer without weights / biases. Per-example gradients are computed once.
+    ``input_gram``: :func:`rows_gram` or a caller's stand-in for it (one that reuses the
+    product of inputs it has seen, bit for bit, before)."""
     if layer.kind == "linear" and len(calls) == 1:
         a, g = _linear_form(layer, calls[0], cots[0], n, False)
         if a.shape[1] == 1:  # one row per example: never materialize g_i
-            bias = g[:, 0].detach().to(torch.float64).mean(dim=0) if layer.biases else None
-            return gradient_gram(a[:, 0], g[:, 0]), bias
+            d64 = g[:, 0].detach().to(torch.float64)  # (once, for the bias mean and the Gram)
+            bias = d64.mean(dim=0) if layer.biases else None
+            return gradient_gram(a[:, 0], d64, input_gram=input_gram), bias
     grads = per_example_grads(layer, calls, cots, n, chunk_size=chunk_size)
     k = summed_gram({p: _gram(grads[p]) for p in layer.weights}, layer.weights)
     bias = (
@@ -315,19 +329,29 @@ def gram_and_bias_mean(
 
 
 def gradient_gram(
-    a: torch.Tensor, delta: torch.Tensor, *, include_bias: bool = False
+    a: torch.Tensor,
+    delta: torch.Tensor,
+    *,
+    include_bias: bool = False,
+    input_gram: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``K_ij = g_i . g_j = (a_i . a_j + [bias]) (delta_i . delta_j)``, float64, shape ``(N, N)``.
 
     The Gram of the per-example weight gradients ``g_i = delta_i a_i^T`` of an affine layer
-    with one row per example, without forming them.
+    with one row per example, without forming them (``input_gram``: see
+    :func:`gram_and_bias_mean`).
     """
-    a64 = a.detach().reshape(a.shape[0], -1).to(torch.float64)
     d64 = delta.detach().reshape(delta.shape[0], -1).to(torch.float64)
-    ka = a64 @ a64.T
+    ka = (input_gram or rows_gram)(a.detach().reshape(a.shape[0], -1))
     if include_bias:
         ka = ka + 1.0
     return ka * (d64 @ d64.T)
+
+
+def rows_gram(a: torch.Tensor) -> torch.Tensor:
+    """``A A^T`` in float64 of the ``[N, d]`` rows ``a_i`` (``(A A^T)_ij = a_i . a_j``)."""
+    a64 = a.to(torch.float64)
+    return a64 @ a64.T
 
 
 def _gram(g: torch.Tensor) -> torch.Tensor:

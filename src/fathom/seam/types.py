@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
@@ -112,9 +113,22 @@ class Call:
     out_dims: list
     versions: list[int] = field(default_factory=list)
     func: Any = None  # the torch function of a root operation's call (kind "op")
+    _leaves: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def input_leaves(self) -> list[Any]:
-        return pytree.tree_leaves((self.args, self.kwargs))
+        """The pytree leaves of ``(args, kwargs)`` (flattened once: a call's inputs are
+        never rebound)."""
+        if "in" not in self._leaves:
+            if not self.kwargs and all(isinstance(a, torch.Tensor) for a in self.args):
+                self._leaves["in"] = list(self.args)  # what tree_leaves gives, without it
+            else:
+                self._leaves["in"] = pytree.tree_leaves((self.args, self.kwargs))
+        return list(self._leaves["in"])
 
     def output_leaves(self) -> list[Any]:
-        return pytree.tree_leaves(self.output)
+        """The pytree leaves of ``output`` (flattened once)."""
+        if "out" not in self._leaves:
+            out = self.output
+            plain = isinstance(out, torch.Tensor)
+            self._leaves["out"] = [out] if plain else pytree.tree_leaves(out)
+        return list(self._leaves["out"])

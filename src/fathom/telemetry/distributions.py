@@ -5,6 +5,9 @@ All reductions are over every entry (examples x units) and run in float64.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 from fathom.telemetry.field import QUANTILES, quantile_key
@@ -20,14 +23,39 @@ def entry_summary(
     ``Q(q) = x_(floor p) + (p - floor p) (x_(ceil p) - x_(floor p))``. An empty tensor gives
     ``None`` everywhere.
     """
-    x = t.detach().reshape(-1).to(torch.float64)
+    flat = t.detach().reshape(-1)
     keys = ["mean", "std", "rms", "absmax", *(quantile_key(q) for q in quantiles)]
-    if x.numel() == 0:
+    if flat.numel() == 0:
         return dict.fromkeys(keys)
-    qs = sorted_quantiles(torch.sort(x).values, quantiles)
-    head = torch.stack([x.mean(), x.std(correction=0), x.square().mean().sqrt(), x.abs().max()])
-    values = torch.cat([head, qs]).tolist()  # note: one device-to-host read per tensor
-    return dict(zip(keys, values, strict=True))
+    x = flat.to(torch.float64)
+    head = torch.stack([x.mean(), x.std(correction=0), x.square().mean().sqrt()]).tolist()
+    xs = ascending(flat)
+    n = int(xs.numel())
+    pos = [q * (n - 1) for q in quantiles]
+    ranks = sorted({0, n - 1, *(math.floor(p) for p in pos), *(math.ceil(p) for p in pos)})
+    picked = xs[torch.tensor(ranks, device=xs.device)].tolist()  # note: one host read
+    order = dict(zip(ranks, picked, strict=True))
+    lo, hi = order[0], order[n - 1]
+    absmax = hi if math.isnan(hi) else max(abs(lo), abs(hi))  # max |x| (NaN sorts last)
+    # sorted_quantiles in Python floats: IEEE float64, the same operations in the same order
+    qs = [
+        order[math.floor(p)] + (p - math.floor(p)) * (order[math.ceil(p)] - order[math.floor(p)])
+        for p in pos
+    ]
+    return dict(zip(keys, [*head, absmax, *qs], strict=True))
+
+
+def ascending(x: torch.Tensor) -> torch.Tensor:
+    """The entries of a 1-D tensor in ascending order (NaN last), in its own dtype.
+
+    Order statistics do not depend on the dtype they are sorted in (float16/32 -> float64 is
+    exact and monotone), so the float64 quantiles of the sorted entries equal those of the
+    sorted float64 entries bit for bit. On the CPU numpy's sort (vectorized where the CPU
+    allows) is used: about 30x faster than ``torch.sort`` on 10^5 floats.
+    """
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        return torch.from_numpy(np.sort(x.numpy(force=True)))
+    return torch.sort(x).values
 
 
 def sorted_quantiles(xs: torch.Tensor, quantiles: tuple[float, ...]) -> torch.Tensor:
@@ -48,5 +76,5 @@ def zero_fractions(h: torch.Tensor) -> dict[str, float | None]:
     if h.numel() == 0:
         return {"zero_frac": None, "dead_frac": None}
     z = h.detach().reshape(h.shape[0], -1) == 0
-    zero, dead = torch.stack([z.double().mean(), z.all(dim=0).double().mean()]).tolist()
-    return {"zero_frac": zero, "dead_frac": dead}
+    zeros, dead = torch.stack([z.sum(), z.all(dim=0).sum()]).tolist()  # exact counts
+    return {"zero_frac": zeros / z.numel(), "dead_frac": dead / z.shape[1]}

@@ -29,7 +29,7 @@ shape gets ``None``.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -45,7 +45,7 @@ from fathom.seam import Seam, discover
 from fathom.seam.discovery import check_inference_mode, preserved
 from fathom.seam.inputs import count, take
 from fathom.seam.key import structure_key
-from fathom.seam.pex import gram_and_bias_mean
+from fathom.seam.pex import gram_and_bias_mean, rows_gram
 from fathom.telemetry import params as P
 from fathom.telemetry.distributions import quantile_key
 from fathom.telemetry.gradient_fields import NORM_QUANTILES
@@ -68,10 +68,9 @@ _MOMENT_KEYS = (
 
 @contextmanager
 def read_only(model: nn.Module) -> Iterator[None]:
-    """Dense evaluation for the block; restores module flags, masks, buffers
-    (:func:`fathom.depth.state_kept`), plain tensor attributes
-    (:func:`fathom.seam.discovery.preserved`) and RNG states."""
-    flags = [(m, m.training) for m in model.modules()]
+    """Dense evaluation for the block; restores every module's flag and the masks
+    (:func:`fathom.depth.dense_eval`), buffers (:func:`fathom.depth.state_kept`), plain
+    tensor attributes (:func:`fathom.seam.discovery.preserved`) and RNG states."""
     cpu_rng = torch.get_rng_state()
     cuda_rng = (
         torch.cuda.get_rng_state_all()
@@ -82,8 +81,6 @@ def read_only(model: nn.Module) -> Iterator[None]:
         with dense_eval(model), state_kept(model), preserved(model):
             yield
     finally:
-        for m, flag in flags:
-            m.training = flag
         torch.set_rng_state(cpu_rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
@@ -153,6 +150,8 @@ class Instruments:
         self._key: tuple | None = None
         self._held: list = []
         self._names: list[str] | None = None
+        self._scratch: dict = {}  # float64 work space of the params family's norms
+        self._reused: dict[tuple[str, str], tuple[torch.Tensor, Any] | None] = {}
         self.inputs: tuple[str, ...] = ()
         self.classes = 0
         self.closed = False
@@ -169,21 +168,29 @@ class Instruments:
         dropped; a later :meth:`observe` is refused. Observing leaves no hook on the model
         and every piece of state as found, so nothing else needs restoring."""
         self._seam, self._key, self._held, self._names = None, None, [], None
-        self.initial, self._seen, self.closed = {}, {}, True
+        self.initial, self._seen, self._scratch, self.closed = {}, {}, {}, True
+        self._reused = {}
 
     # -- structure ------------------------------------------------------------------------
     @property
     def seam(self) -> Seam:
         """The model's layers, discovered in dense evaluation mode, and rediscovered
         whenever the model's structure key changed (module docstring)."""
+        self._check_open()
+        with read_only(self.model):
+            return self._fresh_seam()
+
+    def _check_open(self) -> None:
         if self.closed:
             raise FathomError(
                 "this Instruments object is closed (its `with` block ended); create a new one "
                 "to observe the model again"
             )
         check_inference_mode()
-        with read_only(self.model):
-            key, held = structure_key(self.model, self.x)
+
+    def _fresh_seam(self) -> Seam:
+        """:attr:`seam`, inside a :func:`read_only` block (the key is taken in dense mode)."""
+        key, held = structure_key(self.model, self.x)
         if self._seam is None or key != self._key:
             self._discover()
             self._key, self._held = key, held
@@ -217,7 +224,7 @@ class Instruments:
             if seen is None or seen() is not p:  # a new parameter: measured from first sight
                 self.initial[name] = p.detach().clone()
                 self._seen[name] = weakref.ref(p)
-        self.classes, self._seam, self._names = self.terms.layout.classes, seam, None
+        self.classes, self._seam, self._names, self._reused = self.terms.layout.classes, seam, None, {}
 
     @property
     def layers(self):
@@ -253,15 +260,16 @@ class Instruments:
 
         ``lr``: the rate of the last update, for the update ratios (default: the optimizer's
         ``param_group["lr"]``, :func:`fathom.telemetry.params.sgd_last_update_norm`)."""
-        seam = self.seam
+        self._check_open()
         fams = set(self.families)
         row: dict[str, Value] = {}
-        with read_only(self.model), torch.enable_grad():
+        with read_only(self.model), torch.enable_grad():  # one read-only block for everything
+            seam = self._fresh_seam()
             if fams & set(PROBE_FAMILIES):
                 row.update(self._probe(seam, fams))
             if "params" in fams:
                 initial = self.initial if initial_params is None else initial_params
-                row.update(self.param_fields(optimizer, initial, lr))
+                row.update(self.param_fields(optimizer, initial, lr, layers=seam.layers))
         names = self._names if self._names is not None else self.field_names()
         return {name: row[name] for name in names}
 
@@ -314,7 +322,13 @@ class Instruments:
     def _gradient_rows(self, seam, calls, cots, n, fams) -> dict[str, Value]:
         row: dict[str, Value] = {}
         stats = {
-            layer.name: gram_and_bias_mean(layer, calls[layer.name], cots[layer.name], n)
+            layer.name: gram_and_bias_mean(
+                layer,
+                calls[layer.name],
+                cots[layer.name],
+                n,
+                input_gram=lambda a, k=layer.name: self._reuse(("gram", k), a, rows_gram),
+            )
             for layer in seam.layers
             if calls[layer.name]
         }
@@ -340,39 +354,71 @@ class Instruments:
                 row[f"grad/pex/norm_max/{layer.name}"] = values[-1]
         return row
 
+    def _reuse(self, key: tuple[str, str], t: torch.Tensor | None, compute: Callable) -> Any:
+        """``compute(t)``, or the value computed at an earlier observation from a tensor equal
+        to ``t`` bit for bit (a layer that reads the probe through parameter-free operations,
+        the first layer, sees the same input at every observation: its input Gram ``A A^T``
+        is the same matrix). A copy of ``t`` is kept only while it has not changed; a key
+        whose tensor changed once is computed afresh from then on."""
+        if t is None:
+            return compute(t)
+        held = self._reused.get(key, ())
+        if held is None:  # changed before: never kept again (until rediscovery)
+            return compute(t)
+        if held:
+            seen, value = held
+            if (seen.shape, seen.dtype, seen.device) == (t.shape, t.dtype, t.device) and bool(
+                torch.equal(seen, t)
+            ):
+                return value
+            self._reused[key] = None
+            return compute(t)
+        value = compute(t)
+        self._reused[key] = (t.detach().clone(), value)
+        return value
+
     def param_fields(
         self,
         optimizer: torch.optim.Optimizer | None,
         initial: Mapping[str, torch.Tensor],
         lr: float | None = None,
+        *,
+        layers: list | None = None,
     ) -> dict[str, Value]:
-        """The ``params`` family: norms, displacement, momentum and update ratios per layer."""
+        """The ``params`` family: norms, displacement, momentum and update ratios per layer
+        (``layers``: the seam's, when the caller has just checked it)."""
         row: dict[str, Value] = {}
-        for layer in self.layers:
+        layers = self.layers if layers is None else layers
+        named = [(n, p, _reference(initial, n, p)) for n, p in self.model.named_parameters()]
+        norms = P.Norms(self._scratch)  # each norm below taken once
+        for layer in layers:
             tensors = layer.tensors()
             qual = dict(zip(layer.params, layer.qualified, strict=True))
             ws = [(tensors[p], _reference(initial, qual[p], tensors[p])) for p in layer.weights]
-            w_norm = joint_norm([P.frob(w) for w, _ in ws])
-            disp = joint_norm([None if w0 is None else P.displacement(w, w0) for w, w0 in ws])
+            w_norm = joint_norm([norms.frob(w) for w, _ in ws])
+            disp = joint_norm([None if w0 is None else norms.displacement(w, w0) for w, w0 in ws])
             opt_norms = (
-                [P.momentum_norm(w, optimizer) for w, _ in ws] if optimizer is not None else [None]
+                [norms.momentum_norm(w, optimizer) for w, _ in ws]
+                if optimizer is not None
+                else [None]
             )
             updates = (
-                [P.sgd_last_update_norm(w, optimizer, lr) for w, _ in ws]
+                [norms.sgd_last_update_norm(w, optimizer, lr) for w, _ in ws]
                 if optimizer is not None
                 else [None]
             )
             name = layer.name
             row[f"param/weight_norm/{name}"] = w_norm
-            row[f"param/bias_norm/{name}"] = joint_norm([P.frob(tensors[b]) for b in layer.biases])
+            row[f"param/bias_norm/{name}"] = joint_norm(
+                [norms.frob(tensors[b]) for b in layer.biases]
+            )
             row[f"param/disp/{name}"] = disp
-            row[f"param/disp_rel/{name}"] = P.ratio(disp, joint_norm([P.frob(w0) for _, w0 in ws]))
+            row[f"param/disp_rel/{name}"] = P.ratio(
+                disp, joint_norm([norms.frob(w0, reference=True) for _, w0 in ws])
+            )
             row[f"param/momentum_norm/{name}"] = joint_norm(opt_norms)
             row[f"param/update_ratio/{name}"] = P.ratio(joint_norm(updates), w_norm)
-        parts = [
-            None if (w0 := _reference(initial, name, p)) is None else P.displacement(p, w0)
-            for name, p in self.model.named_parameters()
-        ]
+        parts = [None if w0 is None else norms.displacement(p, w0) for _, p, w0 in named]
         row["param/disp_total"] = joint_norm(parts)
         return row
 

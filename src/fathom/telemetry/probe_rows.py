@@ -41,7 +41,7 @@ def activation_row(name: str, calls: list[Call], n: int) -> dict[str, Value]:
         j = first_index(leaves)
         if j is not None:
             parts.append(per_example_rows(leaves[j], call.in_dims[j], n))
-    h = torch.cat(parts, dim=1) if parts else torch.empty(0)
+    h = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)) if parts else torch.empty(0)
     zeros = zero_fractions(h) if parts else {"zero_frac": None, "dead_frac": None}
     return {f"probe/act/{key}/{name}": v for key, v in {**entry_summary(h), **zeros}.items()}
 
@@ -52,5 +52,5 @@ def delta_row(name: str, calls: list[Call], cots: list, n: int) -> dict[str, Val
         j = next((j for j, t in enumerate(cot) if t is not None), None)
         if j is not None:
             parts.append(per_example_rows(cot[j], call.out_dims[j], n))
-    d = torch.cat(parts, dim=1) if parts else torch.empty(0)
+    d = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)) if parts else torch.empty(0)
     return {f"probe/delta/{key}/{name}": v for key, v in entry_summary(d).items()}

@@ -105,11 +105,12 @@ class Recorder:
         structure key of :class:`Instruments` changed), never a stale set."""
         return list(self._current(None))
 
-    def _current(self, epoch: int | None) -> tuple[str, ...]:
+    def _current(self, epoch: int | None, checked: bool = False) -> tuple[str, ...]:
+        """``checked``: the instruments have just checked their seam (an observation)."""
         ins = self.instruments
-        seam = ins.seam  # rediscovers when the model's structure changed
+        seam = ins._seam if checked else ins.seam  # rediscovers when the structure changed
         if self._names is None or seam is not self._names_seam:
-            layers = [layer.name for layer in ins.layers]
+            layers = [layer.name for layer in seam.layers]
             names = tuple(
                 expected_names(self.families, layers, self.split_names, ins.classes, ins.inputs)
             )
@@ -146,14 +147,14 @@ class Recorder:
         of dense-evaluation logits) from the caller's own evaluation at this same boundary.
         Splits given there are scored from them instead of a second full-split forward pass.
         """
-        names = self._current(ctx.epoch)
         row: dict[str, Value] = {}
-        if self.instruments.families:
+        if self.instruments.families:  # checks the seam (rediscovers on a structure change)
             row.update(
                 self.instruments.observe(
                     optimizer=ctx.optimizer, initial_params=ctx.initial_params, lr=ctx.lr
                 )
             )
+        names = self._current(ctx.epoch, checked=bool(self.instruments.families))
         if "scores" in self.families:
             with read_only(ctx.model), torch.no_grad():
                 row.update(self._scores(ctx.model, ctx.config.eval.batch_size, predictions or {}))
