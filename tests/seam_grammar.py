@@ -191,12 +191,23 @@ class Doubled(nn.Module):
 
 
 class Net(nn.Module):
-    """Input stage, the blocks, token mean, an optional root scale, Linear head."""
+    """Input stage, the blocks, token mean, an optional root scale, Linear head.
+
+    ``head``: ``"mean"`` (the tokens averaged: ``[N, C]``), ``"tokens"`` (the head on every
+    token: ``[N, T, C]``) or ``"channels"`` (the same, classes at dim 1: ``[N, C, T]``)."""
 
     def __init__(
-        self, stem: nn.Module, blocks: list[nn.Module], shifts: int, d: int, c: int, scale: bool
+        self,
+        stem: nn.Module,
+        blocks: list[nn.Module],
+        shifts: int,
+        d: int,
+        c: int,
+        scale: bool,
+        head: str = "mean",
     ):
         super().__init__()
+        self.head_kind = head
         self.stem = stem
         self.blocks = nn.ModuleList(blocks)
         self.shifts = nn.ParameterList([nn.Parameter(torch.randn(1) * 0.3) for _ in range(shifts)])
@@ -210,8 +221,10 @@ class Net(nn.Module):
                 h, j = block(h, self.shifts[j]), j + 1
             else:
                 h = block(h)
-        h = h.mean(dim=1)
-        return self.head(h if self.scale is None else h * self.scale)
+        if self.head_kind == "mean":
+            h = h.mean(dim=1)
+        z = self.head(h if self.scale is None else h * self.scale)
+        return z.transpose(1, 2) if self.head_kind == "channels" else z
 
 
 class Seq(nn.Module):
@@ -536,6 +549,7 @@ def build(spec: dict) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
         blk, d, t = _block(b, d, t, built)
         shifts += isinstance(blk, ArgShift)
         built.append(blk)
-    model = Net(stem, built, shifts, d, spec["classes"], spec["root_scale"]).to(dtype)
+    head = spec.get("head", "mean")
+    model = Net(stem, built, shifts, d, spec["classes"], spec["root_scale"], head).to(dtype)
     y = torch.randint(0, spec["classes"], (n,))
     return refreeze(model.train()), x, y

@@ -25,14 +25,14 @@ from fathom.curvature.exact import OutputDirections
 from fathom.curvature.kfac import kfac_factors
 from fathom.curvature.probe import float64_copy, pull_back
 from fathom.curvature.snapshot import curvature_snapshot
-from fathom.curvature.softmax import (
+from fathom.depth import find_branches
+from fathom.losses.softmax import (
     cross_entropy,
     label_residual,
     softmax_hessian,
     softmax_hessian_sqrt,
     softmax_parts,
 )
-from fathom.depth import find_branches
 from fathom.models.ciresan import CiresanMLP
 from fathom.seam import discover
 from fathom.seam.pex import linear_rows, per_example_grads
@@ -476,7 +476,7 @@ def test_gradient_concentration_against_per_example_vectors() -> None:
 def test_reduced_hessian_factor_has_rank_columns_and_is_exact(logits):
     """``R_i R_i^T = H_i = diag(p_i) - p_i p_i^T`` with ``C - 1`` columns (one class: ``C``),
     against the Hessian written out in float64."""
-    from fathom.curvature.softmax import softmax_hessian_sqrt_reduced
+    from fathom.losses.softmax import softmax_hessian_sqrt_reduced
 
     z = torch.from_numpy(logits)
     parts = softmax_parts(z)

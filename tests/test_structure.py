@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundation", ("fathom.errors", "fathom.base")),
     ("config", ("fathom.config",)),
     ("data", ("fathom.data",)),
-    ("model", ("fathom.models", "fathom.depth", "fathom.seam")),
+    ("model", ("fathom.models", "fathom.depth", "fathom.losses", "fathom.seam")),
     ("run directory", ("fathom.rundir",)),
     ("instruments", ("fathom.telemetry", "fathom.dynamics")),
     ("trainer", ("fathom.train",)),

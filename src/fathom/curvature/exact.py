@@ -1,9 +1,13 @@
-"""Exact float64 curvature diagonals of any model returning logits.
+"""Exact float64 curvature diagonals of any model, for any loss and output layout.
 
-Normalization: every matrix is a **mean over the N probe examples** (the curvature of the
-mean CE over the probe; CE per example unaveraged). With ``J_i`` example ``i``'s logit
-Jacobian in the parameters and ``v_ik`` a set of output directions, the matrix
-``M = (1/N) sum_i sum_k (J_i^T v_ik)(J_i^T v_ik)^T`` has the diagonal
+**Any loss, any layout.** The loss (:mod:`fathom.losses`: cross-entropy over ``[N, C]``,
+``[N, C, d...]`` or ``[N, T, V]``, MSE, BCE; mean or sum) and the families' output directions
+and scales are one table each (:mod:`fathom.curvature.families`, whose docstring holds every
+family's formula and normalization; ``docs/curvature.md`` is generated from it). Below, the
+``[N, C]`` cross-entropy case with the mean, where every family is a **mean over the N probe
+examples** (the curvature of the mean CE over the probe; CE per example unaveraged). With
+``J_i`` example ``i``'s logit Jacobian in the parameters and ``v_ik`` a set of output
+directions, the matrix ``M = (1/N) sum_i sum_k (J_i^T v_ik)(J_i^T v_ik)^T`` has the diagonal
 
     diag(M) = (1/N) sum_i sum_k (J_i^T v_ik)^2        (elementwise square, every parameter)
 
@@ -11,9 +15,14 @@ and the three matrices (the *families*) differ only in their output directions:
 
 * CE **GGN** ``(1/N) sum_i J_i^T H_i J_i``: ``v_ik = s_ik``, the ``C - 1`` columns of the
   reduced square-root factor ``R_i`` of the softmax Hessian ``H_i = diag(p_i) - p_i p_i^T``
-  (``H_i = R_i R_i^T``, rank ``C - 1``: :mod:`fathom.curvature.softmax`; exact, not sampled);
+  (``H_i = R_i R_i^T``, rank ``C - 1``: :mod:`fathom.losses.softmax`; exact, not sampled);
 * **empirical Fisher** ``(1/N) sum_i g_i g_i^T`` (observed labels): one direction ``r_i = p_i - e_y``;
 * **logit-Jacobian Gram** ``(1/N) sum_i J_i^T J_i``: ``v_ic = e_c``, the ``C`` unit logits.
+
+With several positions per example (a sequence, an image) the directions of one example
+are many (``T (V - 1)`` for the GGN of ``[N, T, V]``), so they are pulled back in groups
+that keep memory bounded (:func:`fathom.curvature.families.groups`) as well as in chunks of
+examples.
 
 How (the curvlinops way, step by step): one forward of the float64 copy under the seam's
 hooks; one backward of ``D`` output directions to every layer output
@@ -45,22 +54,26 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
-from fathom.curvature.probe import probe_labels, pull_back, unit_directions
-from fathom.curvature.softmax import label_residual, softmax_hessian_sqrt_reduced, softmax_parts
+from fathom.curvature.families import FAMILIES, group_size, groups, scaled, total_directions
+from fathom.curvature.probe import pull_back, unit_directions
 from fathom.curvature.twin import prepared
 from fathom.errors import FathomError
+from fathom.losses.kinds import CrossEntropy, Loss, Terms, make_loss
+from fathom.losses.layout import Layout, Selector
+from fathom.losses.softmax import label_residual, softmax_hessian_sqrt_reduced, softmax_parts
 from fathom.seam import Call, Layer, Seam
+from fathom.seam.inputs import count, first_device, take
 from fathom.seam.pex import linear_rows, per_example_grads
 from fathom.seam.pex_attention import Form, attention_forms
 from fathom.seam.pex_embedding import embedding_pairs
 from fathom.train.allocator import tune_cpu_allocator
 
-CURVATURE_FAMILIES: tuple[str, ...] = ("ggn", "empirical_fisher", "jacobian_gram")
+CURVATURE_FAMILIES: tuple[str, ...] = tuple(FAMILIES)  # ggn, empirical_fisher, jacobian_gram
 # The families' earlier short names (diagonal files written before the rename use them as
 # key prefixes): still accepted as input, never produced.
 OLD_NAMES: dict[str, str] = {"fisher": "empirical_fisher", "jacobian": "jacobian_gram"}
@@ -102,7 +115,7 @@ def resolve_families(families: str | Iterable[str]) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class OutputDirections:
     """Per-example output directions: ``R [N, C, K]`` (GGN; the reduced square-root factor
-    of the softmax Hessian, ``K = C - 1`` columns: :mod:`fathom.curvature.softmax`) and
+    of the softmax Hessian, ``K = C - 1`` columns: :mod:`fathom.losses.softmax`) and
     ``r [N, C]`` (Fisher)."""
 
     sqrt_hessian: torch.Tensor
@@ -290,10 +303,12 @@ def layer_sums(layer, calls, cots, n: int, dirs, plan: Plan | None = None) -> di
     return _materialized_sums(layer, calls, cots, n, dirs, plan)
 
 
-def _layout(seam: Seam, x: torch.Tensor, plan: Plan) -> tuple[int, int]:
-    """``(classes, examples per chunk)``: the largest materialized layer stays in budget."""
+def _sizes(seam: Seam, x, plan: Plan, loss: Loss) -> tuple[Layout, int, int]:
+    """``(layout of one example's output, examples per chunk, entries of the largest
+    materialized layer)``: the rows the families materialize per example times the largest
+    materialized layer stay in budget."""
     with seam.capture() as calls, torch.no_grad():
-        classes = int(seam.model(x[:1]).shape[1])
+        layout = loss.layout(tuple(seam.forward(take(x, slice(0, 1))).shape))
     largest = max(
         (
             sum(t.numel() for t in layer.tensors().values())
@@ -302,49 +317,98 @@ def _layout(seam: Seam, x: torch.Tensor, plan: Plan) -> tuple[int, int]:
         ),
         default=0,
     )
-    return classes, max(1, _ELEMENTS // max(1, plan.width(classes) * largest))
+    width = total_directions(plan.families, loss, layout)
+    return layout, max(1, _ELEMENTS // max(1, width * largest)), largest
+
+
+def _layout(seam: Seam, x, plan: Plan, loss: Loss | None = None) -> tuple[Layout, int]:
+    """``(layout of one example's output, examples per chunk)`` (:func:`_sizes`)."""
+    return _sizes(seam, x, plan, loss or CrossEntropy())[:2]
 
 
 def exact_diagonals(
     model: nn.Module,
-    x: torch.Tensor,
+    x,
     y: torch.Tensor,
     *,
+    loss: str | Loss = "cross_entropy",
     families: str | Iterable[str] = "all",
+    output: Selector = None,
+    class_dim: int | None = None,
     chunk_size: int | None = None,
 ) -> Diagonals:
     """Exact float64 ``{family: {param_name: diagonal}}`` on ``(x, y)`` (:class:`Diagonals`).
 
-    Families (``"all"`` or any of :data:`CURVATURE_FAMILIES`, ``"ggn"``, ``"empirical_fisher"``,
-    ``"jacobian_gram"``; only those are computed; the old names ``"fisher"`` and ``"jacobian"``
-    are read as the last two): diagonals of ``(1/N) sum_i J_i^T H_i J_i`` (CE GGN), ``(1/N) sum_i g_i g_i^T``
-    (empirical Fisher at the labels ``y``) and ``(1/N) sum_i J_i^T J_i`` (logit-Jacobian Gram),
-    see the module docstring; keyed by every name of ``model.named_parameters()``, shaped
-    like the parameter. ``model`` is any ``nn.Module`` returning logits ``[N, C]``; it is left
-    untouched (a float64 copy in dense evaluation mode is used, cached with its seam per model
-    structure: :mod:`fathom.curvature.twin`). A module the seam cannot cover is refused,
-    naming it. The first call tunes glibc's allocator process-wide as
-    ``fathom train`` does (:func:`fathom.train.allocator.tune_cpu_allocator`: the stacked
-    cotangents are tens of megabytes, which glibc would otherwise ``mmap`` and fault in
-    afresh on every call; numerics unchanged).
+    ``loss``: a name of :data:`fathom.losses.LOSSES` (``"cross_entropy"``, ``"mse"``,
+    ``"bce_with_logits"``) or a :class:`fathom.losses.Loss` with its options
+    (``make_loss("cross_entropy", ignore_index=0, label_smoothing=0.1, reduction="sum")``);
+    ``class_dim`` says where the classes of a cross-entropy output are (``1``: PyTorch's
+    ``[N, C, d1, ...]``; ``-1``: ``[N, T, V]``; not needed for ``[N, C]``). ``y`` is the
+    loss's target (:mod:`fathom.losses.kinds`). ``x`` is a tensor, a tuple or a dict of
+    tensors with a leading example dimension (:mod:`fathom.seam.inputs`); ``output`` selects
+    the output of a model returning a tuple (an index) or a mapping (``"logits"``).
+
+    Families (``"all"`` or any of :data:`CURVATURE_FAMILIES`; only those are computed; the
+    old names ``"fisher"`` and ``"jacobian"`` are read as the last two), each one row of
+    :data:`fathom.curvature.families.FAMILIES` (its formula and normalization there): the GGN
+    of the reduced loss ``sum_i sum_p w_ip J_ip^T H_ip J_ip``, the empirical Fisher
+    ``c sum_i g_i g_i^T`` (one example = its whole output: sequence or image) and the
+    output-Jacobian Gram ``c sum_i J_i^T J_i``; for ``[N, C]`` cross-entropy with the mean
+    every one is the ``(1/N) sum_i`` of the module docstring. Keyed by every name of
+    ``model.named_parameters()``, shaped like the parameter. ``model`` is left untouched (a
+    float64 copy in dense evaluation mode is used, cached with its seam per model structure:
+    :mod:`fathom.curvature.twin`). A module the seam cannot cover is refused, naming it; so
+    is a layout or target the loss cannot read. Memory stays bounded: chunks of examples
+    (``chunk_size``, default from the budget) and, where one example's directions exceed
+    the budget, groups of output directions. The first call tunes glibc's allocator
+    process-wide as ``fathom train`` does
+    (:func:`fathom.train.allocator.tune_cpu_allocator`; numerics unchanged).
     """
     tune_cpu_allocator()
+    loss = make_loss(loss, class_dim=class_dim)
     plan = Plan(resolve_families(families))
-    model64, x, seam = prepared(model, x)
-    n = x.shape[0]
-    classes, auto_chunk = _layout(seam, x, plan)
-    labels = probe_labels(y.to(x.device) if isinstance(y, torch.Tensor) else y, n, classes)
+    model64, x, seam = prepared(model, x, output=output, loss=loss)
+    n = count(x)
+    layout, auto_chunk, largest = _sizes(seam, x, plan, loss)
+    target = y.to(first_device(x)) if isinstance(y, torch.Tensor) else y
+    terms = loss.terms((n, *layout.shape[1:]), target)
     chunk = chunk_size or auto_chunk
+    width = total_directions(plan.families, loss, layout)
+    most = group_size(width, min(chunk, n), layout.entries, largest, _ELEMENTS)
     params = dict(model64.named_parameters())
     total = {k: {p: torch.zeros_like(t).detach() for p, t in params.items()} for k in plan.families}
     for start in range(0, n, chunk):
-        xc, yc = x[start : start + chunk], labels[start : start + chunk]
-        pb = pull_back(seam, xc, lambda z, yc=yc: plan.grad_outputs(z, OutputDirections.of(z, yc)))
-        dirs = OutputDirections.of(pb.logits, yc)
+        xc, tc = take(x, slice(start, start + chunk)), terms.take(start, start + chunk)
+        _accumulate(seam, xc, tc, plan, most, total)
+    return Diagonals(
+        {k: {p: scaled(v, FAMILIES[k].scale(terms)) for p, v in total[k].items()} for k in total}
+    )
+
+
+def _accumulate(seam: Seam, x, terms: Terms, plan: Plan, most: int, total: dict) -> None:
+    """Add ``sum_i sum_d (J_i^T v_id)^2`` of every family on the chunk ``x`` to ``total``:
+    one forward, then one pullback per group of at most ``most`` output directions
+    (:func:`fathom.curvature.families.groups`)."""
+    n = terms.layout.n
+    pending: list = []
+
+    def first(z: torch.Tensor) -> torch.Tensor:
+        pending.append(groups(plan.families, terms, z, most))
+        pending.append(next(pending[0]))
+        return pending[1].directions
+
+    pb = pull_back(seam, x, first, keep_graph=True)
+    stream, group = pending
+    while group is not None:
         for layer in seam.layers:
-            calls, cots = pb.calls[layer.name], pb.cotangents[layer.name]
-            sums = layer_sums(layer, calls, cots, len(xc), dirs, plan)
+            calls = pb.calls[layer.name]
+            sums = layer_sums(layer, calls, pb.cotangents[layer.name], n, None, group)
             for local, qualified in zip(layer.params, layer.qualified, strict=True):
-                for kind in plan.families:
-                    total[kind][qualified] += sums[local][kind]
-    return Diagonals({k: {p: v / n for p, v in total[k].items()} for k in plan.families})
+                for kind, v in sums[local].items():
+                    total[kind][qualified] += v
+        group = next(stream, None)
+        if group is not None:
+            cots = seam.cotangents(
+                pb.calls, pb.output, group.directions, directions=True, retain_graph=True
+            )
+            pb = replace(pb, cotangents=cots)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from fathom.curvature.kfac import effective_rank
-from fathom.curvature.softmax import label_residual, softmax_hessian, softmax_parts
+from fathom.losses.softmax import label_residual, softmax_hessian, softmax_parts
 
 
 def output_moments(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

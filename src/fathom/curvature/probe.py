@@ -33,6 +33,7 @@ from torch import nn
 from fathom.depth import enter_dense
 from fathom.errors import FathomError
 from fathom.seam import Call, Seam
+from fathom.seam.inputs import convert, count
 
 DTYPE = torch.float64
 
@@ -68,12 +69,14 @@ def _derived_tensors(model: nn.Module) -> dict[int, torch.Tensor]:
     }
 
 
-def probe_inputs(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``x`` on the model's device; floating inputs in float64, integer inputs (tokens) as is."""
-    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] == 0:
-        raise FathomError("curvature needs example inputs with a leading example dimension")
+def probe_inputs(model: nn.Module, x):
+    """``x`` (a tensor, a tuple or a dict of tensors: :mod:`fathom.seam.inputs`) on the
+    model's device; floating inputs in float64, integer inputs (tokens) as is."""
+    count(x, "curvature")
     device = next(model.parameters()).device
-    return x.to(device=device, dtype=DTYPE) if x.is_floating_point() else x.to(device)
+    return convert(
+        x, lambda t: t.to(device=device, dtype=DTYPE) if t.is_floating_point() else t.to(device)
+    )
 
 
 def probe_labels(y: torch.Tensor, n: int, classes: int) -> torch.Tensor:
@@ -93,6 +96,7 @@ class Pullback:
     logits: torch.Tensor
     calls: dict[str, list[Call]]
     cotangents: dict[str, list[list[torch.Tensor | None]]]
+    output: torch.Tensor | None = None  # the output with its graph (``keep_graph=True``)
 
 
 def unit_directions(logits: torch.Tensor) -> torch.Tensor:
@@ -103,18 +107,22 @@ def unit_directions(logits: torch.Tensor) -> torch.Tensor:
 
 def pull_back(
     seam: Seam,
-    x: torch.Tensor,
+    x,
     directions: Callable[[torch.Tensor], torch.Tensor] = unit_directions,
+    keep_graph: bool = False,
 ) -> Pullback:
-    """One forward of ``seam.model`` on ``x``, then one batched backward of the output
-    directions ``directions(logits) [D, N, C]`` (default: the ``C`` units ``e_c``) to every
-    layer output."""
+    """One forward of ``seam.model`` on ``x`` (its selected output: :meth:`Seam.forward`),
+    then one batched backward of the output directions ``directions(output) [D, N, *out]``
+    (default: the ``C`` units ``e_c`` of ``[N, C]`` logits) to every layer output;
+    ``keep_graph`` keeps the graph (and the output, ``Pullback.output``) for further
+    pullbacks of other directions on the same forward."""
     with seam.capture() as calls, torch.enable_grad():
-        logits = seam.model(x)
-    if not isinstance(logits, torch.Tensor) or logits.shape[:1] != x.shape[:1]:
+        logits = seam.forward(x)
+    if not isinstance(logits, torch.Tensor) or logits.shape[:1] != (count(x),):
         raise FathomError("the model must return logits shaped [N, classes]")
-    cots = seam.cotangents(calls, logits, directions(logits.detach()), directions=True)
-    return Pullback(logits.detach(), calls, cots)
+    grads = directions(logits.detach())
+    cots = seam.cotangents(calls, logits, grads, directions=True, retain_graph=keep_graph)
+    return Pullback(logits.detach(), calls, cots, logits if keep_graph else None)
 
 
 def mix_cotangents(

@@ -38,8 +38,8 @@ from fathom.curvature.probe import (
     probe_labels,
     pull_back,
 )
-from fathom.curvature.softmax import cross_entropy
 from fathom.curvature.twin import prepared
+from fathom.losses.softmax import cross_entropy
 from fathom.seam import Layer
 from fathom.seam.pex import linear_rows, per_example_grams, summed_gram
 

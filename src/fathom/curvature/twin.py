@@ -31,7 +31,11 @@ import torch
 from torch import nn
 
 from fathom.curvature.probe import float64_copy, probe_inputs
+from fathom.errors import FathomError
+from fathom.losses.kinds import Loss
+from fathom.losses.layout import Selector
 from fathom.seam import Seam, discover
+from fathom.seam.inputs import count
 from fathom.seam.key import structure_key
 
 _TWINS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, list, nn.Module, Seam]] = (
@@ -39,11 +43,19 @@ _TWINS: weakref.WeakKeyDictionary[nn.Module, tuple[tuple, list, nn.Module, Seam]
 )
 
 
-def prepared(model: nn.Module, x: torch.Tensor) -> tuple[nn.Module, torch.Tensor, Seam]:
+def prepared(
+    model: nn.Module, x, *, output: Selector = None, loss: Loss | None = None
+) -> tuple[nn.Module, torch.Tensor, Seam]:
     """``(model64, x64, seam)``: the float64 dense-evaluation twin holding ``model``'s current
-    values, the probe inputs on its device (floating inputs in float64) and its seam."""
-    valid = isinstance(model, nn.Module) and isinstance(x, torch.Tensor) and x.dim() > 0
+    values, the probe inputs on its device (floating inputs in float64) and its seam
+    (discovered reading the output ``output`` with ``loss``: :func:`fathom.seam.discover`)."""
+    try:
+        valid = isinstance(model, nn.Module) and count(x) > 0
+    except FathomError:
+        valid = False
     key, held = structure_key(model, x) if valid else (None, [])  # else the refusals below
+    if key is not None:
+        key = (*key, repr(output))
     hit = _TWINS.get(model) if key is not None else None
     if hit is not None and hit[0] == key:
         twin, seam = hit[2], hit[3]
@@ -54,7 +66,7 @@ def prepared(model: nn.Module, x: torch.Tensor) -> tuple[nn.Module, torch.Tensor
         return twin, probe_inputs(twin, x), seam
     twin = float64_copy(model)
     x64 = probe_inputs(twin, x)
-    seam = discover(twin, x64)
+    seam = discover(twin, x64, output=output, loss=loss)
     if key is not None:
         _TWINS[model] = (key, held, twin, seam)
     return twin, x64, seam

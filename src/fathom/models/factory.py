@@ -11,6 +11,8 @@ from fathom.base.user_code import call_factory
 from fathom.config.models import PythonModelConfig
 from fathom.depth import DropSchedule
 from fathom.errors import FathomError
+from fathom.losses.kinds import CrossEntropy
+from fathom.losses.layout import read_output
 from fathom.models.specs import DataShape
 
 
@@ -30,8 +32,9 @@ def build_python_model(path: str, kwargs: dict[str, Any]) -> nn.Module:
 def check_logits(model: nn.Module, example: torch.Tensor, classes: int, origin: str) -> None:
     """Refuse a model whose output cannot score ``classes`` labels: one forward of ``example``
     (a couple of the run's own inputs) in ``eval()``, without gradients, under a forked RNG;
-    every module's train/eval flag is restored. The output must be ``[n, k]`` logits with
-    ``k >= classes`` (cross entropy indexes logit ``y`` of every label ``y < classes``)."""
+    every module's train/eval flag is restored. The output must be ``[n, k]`` logits
+    (:func:`fathom.losses.read_output`, the one layout checker) with ``k >= classes``
+    (cross entropy indexes logit ``y`` of every label ``y < classes``)."""
     flags = {m: m.training for m in model.modules()}
     try:
         with torch.random.fork_rng(devices=[]), torch.no_grad():
@@ -44,18 +47,16 @@ def check_logits(model: nn.Module, example: torch.Tensor, classes: int, origin: 
     finally:
         for m, flag in flags.items():
             m.training = flag
-    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != example.shape[0]:
-        got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise FathomError(
-            f"{origin}: the model returns {got} for {example.shape[0]} examples; return logits "
-            "of shape [batch, classes]"
-        )
-    if out.shape[1] < classes:
+    if isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[1] < classes:
         raise FathomError(
             f"{origin}: the model returns {out.shape[1]} logits per example but the data's labels "
             f"run to {classes - 1} ({classes} classes); give the model {classes} outputs, or "
             "relabel the data to fewer classes"
         )
+    try:
+        read_output(out, example.shape[0], CrossEntropy())  # the one layout checker
+    except FathomError as e:
+        raise FathomError(f"{origin}: {e}") from None
 
 
 def build(cfg: PythonModelConfig, shape: DataShape) -> nn.Module:

@@ -97,6 +97,9 @@ import torch
 from torch import nn
 
 from fathom.errors import FathomError
+from fathom.losses.kinds import CrossEntropy, Loss
+from fathom.losses.layout import Selector, read_output, select_output
+from fathom.seam import inputs
 from fathom.seam.attribution import attribute, coverage, make_layer, root_ops
 from fathom.seam.check import run_self_check
 from fathom.seam.discovery import (
@@ -104,7 +107,6 @@ from fathom.seam.discovery import (
     UseRecorder,
     check_batchnorm,
     check_inference_mode,
-    check_logits,
     check_model,
     hooks,
     is_float_tensor,
@@ -112,6 +114,7 @@ from fathom.seam.discovery import (
     record_calls,
 )
 from fathom.seam.examples import SHIFT, check_mixing
+from fathom.seam.inputs import count, take
 from fathom.seam.types import ROOT, Call, Layer
 
 __all__ = ["LAYER_KINDS", "Call", "Layer", "Seam", "discover"]
@@ -130,11 +133,16 @@ LAYER_KINDS: tuple[str, ...] = (
 )
 
 
-def discover(model: nn.Module, x: torch.Tensor) -> Seam:
+def discover(model: nn.Module, x, *, output: Selector = None, loss: Loss | None = None) -> Seam:
     """Find ``model``'s layers on the example inputs ``x`` (see the module docstring).
 
-    Runs the forward three times on at most 3 examples (repeated if ``x`` has fewer),
-    leaving parameters, gradients, module attributes and the global RNG state as found.
+    ``x`` is a tensor, a tuple or a dict of tensors with a leading example dimension
+    (:mod:`fathom.seam.inputs`); ``output`` selects the output of a model returning a tuple
+    or a mapping, and ``loss`` (default: cross-entropy over ``[N, C]``) says how that output
+    is read (:func:`fathom.losses.read_output`, the one layout checker: a layout the loss
+    cannot read is refused here, by name). Runs the forward three times on at most 3
+    examples (repeated if ``x`` has fewer), leaving parameters, gradients, module
+    attributes and the global RNG state as found.
     """
     check_model(model)
     named = dict(model.named_parameters())
@@ -142,19 +150,18 @@ def discover(model: nn.Module, x: torch.Tensor) -> Seam:
         raise FathomError(
             f"{type(model).__name__} has no parameters: there is nothing to instrument"
         )
-    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] == 0:
-        raise FathomError("instruments need example inputs with a leading example dimension")
+    n = count(x)
     rng = torch.get_rng_state()
     try:
         recorder = UseRecorder({id(p): n for n, p in named.items()}, [])
-        xb = x[torch.arange(3, device=x.device) % x.shape[0]]
+        xb = take(x, [i % n for i in range(3)])
         out_b, calls_b = record_calls(model, xb, recorder)
-        logits = check_logits(out_b, 3)
+        logits = read_output(out_b, 3, loss or CrossEntropy(), output)
         uses, notes = coverage(model, recorder.uses, logits)
         recorder_a = UseRecorder(recorder.params, [])
-        _, calls_a = record_calls(model, xb[:2], recorder_a)
+        _, calls_a = record_calls(model, take(xb, slice(0, 2)), recorder_a)
         finished: list[tuple[str, int]] = []
-        _, calls_r = record_calls(model, xb[list(SHIFT)], finished=finished)
+        _, calls_r = record_calls(model, take(xb, list(SHIFT)), finished=finished)
     finally:
         torch.set_rng_state(rng)
     types = {name: type(m).__name__ for name, m in model.named_modules()}
@@ -177,6 +184,7 @@ def discover(model: nn.Module, x: torch.Tensor) -> Seam:
     )
     by_label = {m or ROOT: dims[m] for m in modules}
     seam = Seam(model, layers, by_label, {n: m or ROOT for n, m in owner.items()}, notes)
+    seam.output, seam.loss = output, loss
     seam.self_check(xb)
     return seam
 
@@ -197,7 +205,14 @@ class Seam:
         self._dims = dims
         self._owner, self._notes = owner, notes
         self.batched_pullback = True  # autograd's is_grads_batched (the self-check may say no)
+        self.output: Selector = None  # which output of the forward (fathom.losses.layout)
+        self.loss: Loss | None = None  # the loss discovery read that output with
         self._cover()
+
+    def forward(self, x):
+        """The selected output of the model's forward on ``x`` (a tensor, a tuple or a dict
+        of tensors: :func:`fathom.seam.inputs.call`)."""
+        return select_output(inputs.call(self.model, x), self.output)
 
     def _cover(self) -> None:
         by_module = {layer.name: layer for layer in self.layers}
@@ -323,7 +338,7 @@ class Seam:
                     "use the out-of-place form"
                 )
 
-    def self_check(self, x: torch.Tensor) -> None:
+    def self_check(self, x) -> None:
         """Run every layer's per-example path on ``x`` (fast, recurrent and generic alike),
         for two output directions one at a time and stacked: for every covered parameter
         (by identity) the sum over examples must match autograd's batch gradient, and the
@@ -334,7 +349,7 @@ class Seam:
         directions one at a time instead (:mod:`fathom.seam.check`; below float64 a
         mismatch is confirmed on a float64 copy first: rounding noise of a gradient that
         cancels to zero is no reason to refuse an exact path)."""
-        run_self_check(self, x, discover)
+        run_self_check(self, x, partial(discover, output=self.output, loss=self.loss))
 
     def loop_directions(self, names: set[str]) -> None:
         """Pull several output directions back through the named layers one at a time."""

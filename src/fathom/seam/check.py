@@ -39,6 +39,7 @@ from torch import nn
 
 from fathom.errors import FathomError
 from fathom.seam.discovery import preserved
+from fathom.seam.inputs import convert, count
 from fathom.seam.pex import per_example_grads
 from fathom.seam.types import Call, Layer
 
@@ -151,7 +152,7 @@ def stacked_mismatches(
 
 
 def confirmed_in_float64(
-    model: nn.Module, x: torch.Tensor, discover: Callable[[nn.Module, torch.Tensor], object]
+    model: nn.Module, x, discover: Callable[[nn.Module, torch.Tensor], object]
 ) -> bool:
     """``True`` when a float64 copy of a lower-precision ``model`` passes discovery (whose
     self-check then ran in float64): the mismatch was rounding (module docstring). ``False``
@@ -160,7 +161,7 @@ def confirmed_in_float64(
         return False
     try:
         twin = copy.deepcopy(model).double()
-        discover(twin, x.double() if x.is_floating_point() else x)
+        discover(twin, convert(x, lambda t: t.double() if t.is_floating_point() else t))
     except Exception:  # the copy fails or is refused: the refusal stands
         return False
     return True
@@ -175,16 +176,14 @@ def _refuse_sums(layer: Layer, q: str) -> FathomError:
     )
 
 
-def run_self_check(
-    seam, x: torch.Tensor, discover: Callable[[nn.Module, torch.Tensor], object]
-) -> None:
+def run_self_check(seam, x, discover: Callable[[nn.Module, torch.Tensor], object]) -> None:
     """The self-check of a :class:`fathom.seam.Seam` on the discovery batch ``x`` (module
     docstring): the per-direction sums, then the stacked directions, which may switch the
     seam's stacked pullback off (``seam.batched_pullback``) or a layer to one direction at
     a time (``seam.loop_directions``); refuses, naming the module, what still fails."""
-    model, n = seam.model, int(x.shape[0])
+    model, n = seam.model, count(x)
     with preserved(model), seam.capture() as calls, torch.enable_grad():
-        logits = model(x)
+        logits = seam.forward(x)
     dirs = check_directions(logits)
     totals = [(v * logits).sum() for v in dirs]
     looped = [seam.cotangents(calls, logits, v, retain_graph=True) for v in dirs]

@@ -21,6 +21,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from fathom.errors import FathomError
+from fathom.seam.inputs import call
 from fathom.seam.types import ROOT
 
 
@@ -185,7 +186,7 @@ def hooks(model: nn.Module, pre, post, modules: dict[str, nn.Module] | None = No
 
 def record_calls(
     model: nn.Module,
-    x: torch.Tensor,
+    x: Any,
     recorder: UseRecorder | None = None,
     finished: list[tuple[str, int]] | None = None,
 ):
@@ -217,31 +218,10 @@ def record_calls(
     with preserved(model), hooks(model, pre, post), torch.enable_grad():
         if recorder is not None:
             with recorder:
-                out = model(x)
+                out = call(model, x)
         else:
-            out = model(x)
+            out = call(model, x)
     return out, calls
-
-
-def check_logits(out: Any, n: int) -> torch.Tensor:
-    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != n:
-        shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise FathomError(
-            f"the model must return logits shaped [N, classes]; on {n} examples it returned "
-            f"{shape}; wrap it so that forward returns one row of class scores per example"
-        )
-    if not out.is_floating_point():
-        raise FathomError(
-            f"the model returned {out.dtype} outputs; instruments need floating-point logits "
-            "(differentiable class scores), not class indices"
-        )
-    if out.shape[1] < 2:  # softmax of one logit is 1: the cross-entropy is constant
-        raise FathomError(
-            f"the model returned {out.shape[1]} logit(s) per example ([N, {out.shape[1]}]); with "
-            "cross-entropy over one class every loss, gradient, GGN and Fisher is zero; return "
-            "one score per class, at least two (a binary model: torch.cat([-z, z], dim=1))"
-        )
-    return out
 
 
 def pullback(

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from fathom.depth import SkippableResidual
+from fathom.seam.inputs import signature
 
 _OWN = frozenset({"_parameters", "_buffers", "_modules", "training"})
 DENSE_IGNORED: dict[type, frozenset[str]] = {
@@ -67,7 +68,7 @@ def _ignored(m: nn.Module) -> frozenset[str]:
     return out
 
 
-def structure_key(model: nn.Module, x: torch.Tensor) -> tuple[tuple, list]:
+def structure_key(model: nn.Module, x: Any) -> tuple[tuple, list]:
     """``(key, held)``: everything a seam of ``model`` on inputs like ``x`` depends on
     besides parameter and buffer values (module docstring), and the objects whose
     identities the key holds (the model itself excepted)."""
@@ -81,5 +82,5 @@ def structure_key(model: nn.Module, x: torch.Tensor) -> tuple[tuple, list]:
     tensors = tuple(_tensor_key(n, p, held) for n, p in model.named_parameters()) + tuple(
         _tensor_key(n, b, held) for n, b in model.named_buffers()
     )
-    key = (tuple(modules), tensors, (tuple(x.shape[1:]), str(x.dtype), str(x.device)))
+    key = (tuple(modules), tensors, signature(x))
     return key, [o for o in held if o is not model]

@@ -39,8 +39,11 @@ from torch import nn
 
 from fathom.depth import dense_eval, state_kept
 from fathom.errors import FathomError
+from fathom.losses.kinds import CrossEntropy, Loss, Terms, make_loss
+from fathom.losses.layout import Selector
 from fathom.seam import Seam, discover
 from fathom.seam.discovery import check_inference_mode, preserved
+from fathom.seam.inputs import count, take
 from fathom.seam.key import structure_key
 from fathom.seam.pex import gram_and_bias_mean
 from fathom.telemetry import params as P
@@ -107,6 +110,9 @@ class Instruments:
         families: str | Iterable[str] = "all",
         *,
         initial_params: Mapping[str, torch.Tensor] | None = None,
+        loss: str | Loss = "cross_entropy",
+        output: Selector = None,
+        class_dim: int | None = None,
     ) -> None:
         names = (families,) if isinstance(families, str) else tuple(families)
         chosen = resolve_families(names)
@@ -116,20 +122,26 @@ class Instruments:
                 "use the trainer's telemetry (telemetry.families) for per-class split scores"
             )
         self.families = tuple(f for f in chosen if f != "scores")
-        if not isinstance(x_probe, torch.Tensor) or not isinstance(y_probe, torch.Tensor):
-            raise FathomError("x_probe and y_probe must be tensors (inputs and integer labels)")
-        if y_probe.dim() != 1 or y_probe.is_floating_point() or y_probe.is_complex():
+        self.loss = make_loss(loss, class_dim=class_dim)
+        self.output = output
+        if not isinstance(y_probe, torch.Tensor):
+            raise FathomError("y_probe must be a tensor (the targets of the loss, one per example)")
+        n = count(x_probe, "x_probe")
+        ce = isinstance(self.loss, CrossEntropy)
+        if ce and y_probe.dim() < 2 and (y_probe.is_floating_point() or y_probe.is_complex()):
             raise FathomError(
                 f"y_probe must be a 1-D tensor of integer class labels, got {y_probe.dtype} "
                 f"{list(y_probe.shape)}"
             )
-        if x_probe.dim() == 0 or x_probe.shape[0] != y_probe.shape[0] or y_probe.numel() == 0:
+        if y_probe.dim() == 0 or y_probe.shape[0] != n:
             raise FathomError(
-                f"x_probe has {x_probe.shape[0] if x_probe.dim() else 0} examples and y_probe "
-                f"{y_probe.shape[0]} labels; pass one label per example (at least one)"
+                f"x_probe has {n} examples and y_probe {y_probe.shape[0] if y_probe.dim() else 0} "
+                "labels; pass one label per example (at least one)"
             )
         self.model = model
-        self.x, self.y = x_probe, y_probe.long()
+        self.x = x_probe
+        self.y = y_probe if y_probe.is_floating_point() else y_probe.long()
+        self.terms: Terms | None = None  # the loss read on the probe (at discovery)
         self._own_initial = initial_params is None
         self.initial = (
             dict(initial_params)
@@ -180,15 +192,19 @@ class Instruments:
 
     def _discover(self) -> None:
         with read_only(self.model), torch.enable_grad():
-            seam = discover(self.model, self.x)
+            seam = discover(self.model, self.x, output=self.output, loss=self.loss)
             with seam.capture() as calls:
-                logits = self.model(self.x[:3])
-        classes = int(logits.shape[1])
-        if int(self.y.max()) >= classes or int(self.y.min()) < 0:
-            raise FathomError(
-                f"y_probe holds labels outside 0 .. {classes - 1} (the model has "
-                f"{classes} logits); relabel or change the classifier"
-            )
+                out = seam.forward(take(self.x, slice(0, 3)))
+        n = int(self.y.shape[0])
+        if isinstance(self.loss, CrossEntropy) and out.dim() == 2 and self.y.dim() == 1:
+            classes = int(out.shape[1])
+            valid = self.y[self.y != self.loss.ignore_index]
+            if valid.numel() and (int(valid.max()) >= classes or int(valid.min()) < 0):
+                raise FathomError(
+                    f"y_probe holds labels outside 0 .. {classes - 1} (the model has "
+                    f"{classes} logits); relabel or change the classifier"
+                )
+        self.terms = self.loss.terms((n, *out.shape[1:]), self.y)
         self.inputs = tuple(
             layer.name
             for layer in seam.layers
@@ -201,7 +217,7 @@ class Instruments:
             if seen is None or seen() is not p:  # a new parameter: measured from first sight
                 self.initial[name] = p.detach().clone()
                 self._seen[name] = weakref.ref(p)
-        self.classes, self._seam, self._names = classes, seam, None
+        self.classes, self._seam, self._names = self.terms.layout.classes, seam, None
 
     @property
     def layers(self):
@@ -254,20 +270,20 @@ class Instruments:
         needs_delta = bool(fams & {"backprop", "gradients", "moments"})
         n = int(self.y.shape[0])
         with torch.set_grad_enabled(needs_delta), seam.capture() as calls:
-            logits = self.model(self.x)
-        y = self.y
+            logits = seam.forward(self.x)
+        y, terms = self.y, self.terms
+        assert terms is not None
         if "probe" in fams:
-            losses = F.cross_entropy(logits.detach(), y, reduction="none").to(torch.float64)
-            row["probe/ce"] = float(losses.mean())
-            row["probe/acc"] = float((logits.detach().argmax(dim=1) == y).double().mean())
+            row.update(self._probe_scores(logits.detach(), y))
         if "activations" in fams:
             for name in self.inputs:
                 row.update(activation_row(name, calls[name], n))
         if not needs_delta:
             return row
-        # delta_i = dL_i/dz_i: the gradient of the *summed* per-example CE w.r.t. each layer
-        # output z; example i only reaches the rows of example i, so they are dL_i/dz_i.
-        total = F.cross_entropy(logits, y, reduction="sum")
+        # delta_i = dL_i/dz_i: the gradient of the summed per-example losses sum_i L_i
+        # (fathom.losses.Terms.example_sum) w.r.t. each layer output z; example i only
+        # reaches the rows of example i, so they are dL_i/dz_i.
+        total = terms.example_sum(logits)
         cots = seam.cotangents(calls, total)
         if "backprop" in fams:
             for layer in seam.layers:
@@ -275,6 +291,25 @@ class Instruments:
         if fams & {"gradients", "moments"}:
             row.update(self._gradient_rows(seam, calls, cots, n, fams))
         return row
+
+    def _probe_scores(self, logits: torch.Tensor, y: torch.Tensor) -> dict[str, Value]:
+        """``probe/ce`` and ``probe/acc`` (their registry definitions: cross-entropy over
+        ``[N, C]`` integer labels); ``None`` for any other loss or layout, where they are
+        not defined."""
+        plain = (
+            isinstance(self.loss, CrossEntropy)
+            and logits.dim() == 2
+            and not y.is_floating_point()
+            and not self.loss.label_smoothing
+            and not bool((y == self.loss.ignore_index).any())
+        )
+        if not plain:
+            return {"probe/ce": None, "probe/acc": None}
+        losses = F.cross_entropy(logits, y, reduction="none").to(torch.float64)
+        return {
+            "probe/ce": float(losses.mean()),
+            "probe/acc": float((logits.argmax(dim=1) == y).double().mean()),
+        }
 
     def _gradient_rows(self, seam, calls, cots, n, fams) -> dict[str, Value]:
         row: dict[str, Value] = {}

@@ -36,9 +36,18 @@ class SoftmaxParts:
     log_p: torch.Tensor
 
 
+PAIRWISE_CLASSES = 64  # above: the linear-memory form (the pairwise one is [N, C, C])
+
+
 def softmax_parts(logits: torch.Tensor) -> SoftmaxParts:
-    """``p``, ``1 - p`` and ``log p`` from the complement logits (see the module docstring)."""
+    """``p``, ``1 - p`` and ``log p`` from the complement logits (see the module docstring).
+
+    Up to :data:`PAIRWISE_CLASSES` classes every ``t_ik`` is formed (``[N, C, C]``); above,
+    :func:`_softmax_parts_linear` gives the same quantities in ``[N, C]`` memory (a
+    vocabulary of tens of thousands)."""
     c = logits.shape[1]
+    if c > PAIRWISE_CLASSES:
+        return _softmax_parts_linear(logits)
     # diff[i, k, j] = z_ij - z_ik; drop j == k so t_ik sums over the other classes only
     diff = logits[:, None, :] - logits[:, :, None]
     same = torch.eye(c, dtype=torch.bool, device=logits.device)
@@ -49,6 +58,24 @@ def softmax_parts(logits: torch.Tensor) -> SoftmaxParts:
         one_minus_p=torch.sigmoid(t),
         log_p=-torch.logaddexp(torch.zeros_like(t), t),
     )
+
+
+def _softmax_parts_linear(logits: torch.Tensor) -> SoftmaxParts:
+    """:func:`softmax_parts` in ``[N, C]`` memory. At most one class per row has
+    ``p > 1/2``, the row's top logit ``k*``: there ``1 - p`` would cancel, so ``p``, ``1 - p``
+    and ``log p`` of ``k*`` come from its complement logit ``t = logsumexp_{j != k*}(z_j -
+    z_k*)`` as in the module docstring; every other class has ``p <= 1/2``, where
+    ``p = exp(z - logsumexp z)``, ``1 - p`` and ``log p = z - logsumexp z`` lose nothing."""
+    log_p = logits - torch.logsumexp(logits, dim=1, keepdim=True)
+    p = log_p.exp()
+    one_minus_p = 1.0 - p
+    top = logits.argmax(dim=1, keepdim=True)
+    others = (logits - logits.gather(1, top)).scatter(1, top, float("-inf"))
+    t = torch.logsumexp(others, dim=1, keepdim=True)
+    p = p.scatter(1, top, torch.sigmoid(-t))
+    one_minus_p = one_minus_p.scatter(1, top, torch.sigmoid(t))
+    log_p = log_p.scatter(1, top, -torch.logaddexp(torch.zeros_like(t), t))
+    return SoftmaxParts(p=p, one_minus_p=one_minus_p, log_p=log_p)
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
