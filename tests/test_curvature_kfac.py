@@ -13,10 +13,13 @@ from fathom.curvature.kfac import (
     kfac_diagonal,
     kfac_factors,
     kfac_quadratic,
+    kfac_reduce_factors,
+    kronecker_factors,
     per_example_kfac_curvatures,
 )
 from fathom.curvature.probe import float64_copy, pull_back
 from fathom.curvature.snapshot import curvature_snapshot
+from fathom.errors import FathomError
 from fathom.seam import discover
 from fathom.seam.pex import linear_rows
 
@@ -182,3 +185,140 @@ def test_snapshot_lists_layers_kfac_does_not_cover() -> None:
     assert ln["kfac"]["covered"] is False and "LayerNorm" in ln["kfac"]["reason"]
     assert ln["ggn_weight_trace"] > 0  # exact diagonals still cover it
     assert len(rec["layers"][0]["kfac"]["kfac_rayleigh_per_example"]) == 5
+
+
+# -- KFAC-reduce and the public function --------------------------------------------------------
+class MeanPooledTokens(nn.Module):
+    """``[N, T, d_in] -> Linear over the tokens -> mean over T -> tanh -> Linear``: the
+    weight-sharing (token) dimension of layer ``lin`` is mean-pooled straight after it."""
+
+    def __init__(self, d_in: int = 3, hidden: int = 4, classes: int = 3, act: bool = True) -> None:
+        super().__init__()
+        self.lin, self.head, self.act = nn.Linear(d_in, hidden), nn.Linear(hidden, classes), act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x).mean(1)
+        return self.head(torch.tanh(h) if self.act else h)
+
+
+def pooled_conv() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(2, 3, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Tanh(), nn.Linear(3, 4)
+    )
+
+
+def kron(f) -> torch.Tensor:
+    return torch.kron(f.G.dense(), f.A.dense())
+
+
+@pytest.mark.parametrize("which", ["tokens", "conv"])
+def test_reduce_is_exact_on_one_example_pooled_straight_after_the_layer(which: str) -> None:
+    """One datum, ``P > 1`` positions mean-pooled after the layer: ``u_ikp = u_ik / P``, so the
+    exact GGN block is ``(sum_k gbar_k gbar_k^T) (x) (abar abar^T)``: reduce is exact, expand
+    (which sums ``a a^T`` over positions) is not."""
+    g = torch.Generator().manual_seed(11)
+    if which == "tokens":
+        torch.manual_seed(11)
+        model, name = MeanPooledTokens().double().eval(), "lin"
+        x = torch.randn(1, 5, 3, generator=g, dtype=DT)
+    else:
+        x, name = torch.randn(1, 2, 5, 5, generator=g, dtype=DT), "0"
+        model = build(pooled_conv(), x)
+    y = torch.tensor([1])
+    exact = exact_block(model, x, y, f"{name}.weight", "ggn")
+    got = kronecker_factors(model, x, y, kind="reduce").layers[name]
+    assert got.positions > 1 and got.chosen == "reduce"
+    torch.testing.assert_close(kron(got.factors["reduce"]), exact, rtol=1e-10, atol=1e-14)
+    expand = kron(kronecker_factors(model, x, y, kind="expand").layers[name].factors["expand"])
+    assert float((expand - exact).abs().max() / exact.abs().max()) > 1e-2
+
+
+def test_reduce_is_exact_for_many_examples_when_directions_do_not_depend_on_the_example() -> None:
+    """Linear tokens, mean pool, linear head, Jacobian Gram: ``gbar_ik = W_head^T e_k`` for every
+    example, so ``(1/N) sum_i G (x) abar_i abar_i^T = G (x) A`` exactly, with ``N = 5``."""
+    g = torch.Generator().manual_seed(12)
+    torch.manual_seed(12)
+    model = MeanPooledTokens(act=False).double().eval()
+    x = torch.randn(5, 4, 3, generator=g, dtype=DT)
+    y = torch.randint(0, 3, (5,), generator=g)
+    a, u, _ = rows_of(model, x, y, "lin", kind="jacobian_gram")
+    f = kfac_reduce_factors(u, a)
+    exact = exact_block(model, x, y, "lin.weight", "jacobian_gram")
+    torch.testing.assert_close(kron(f), exact, rtol=1e-10, atol=1e-13)
+
+
+def test_expand_is_exact_on_one_example_at_one_position_and_equals_reduce_there() -> None:
+    g = torch.Generator().manual_seed(13)
+    torch.manual_seed(13)
+    model = nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 3)).double().eval()
+    x, y = torch.randn(1, 5, generator=g, dtype=DT), torch.tensor([2])
+    both = {
+        k: kronecker_factors(model, x, y, kind=k).layers["0"].factors[k]
+        for k in ("expand", "reduce")
+    }
+    exact = exact_block(model, x, y, "0.weight", "ggn")
+    for f in both.values():
+        assert f.positions == 1
+        torch.testing.assert_close(kron(f), exact, rtol=1e-10, atol=1e-14)
+
+
+def test_reduce_factors_match_their_definition_by_loops() -> None:
+    """``A = (1/N) sum_i abar_i abar_i^T``, ``G = (1/N) sum_i sum_k gbar_ik gbar_ik^T`` with
+    ``abar`` the patch mean and ``gbar`` the output-gradient sum over positions, by loops over
+    patches (``x`` sliced) and over the GGN square-root columns."""
+    g = torch.Generator().manual_seed(14)
+    x = torch.randn(3, 2, 5, 5, generator=g, dtype=DT)
+    y = torch.tensor([0, 3, 1])
+    model = build(conv_net(False), x)
+    got = kronecker_factors(model, x, y, kind="reduce").layers["0"].factors["reduce"]
+    _, u, _ = rows_of(model, x, y, "0")  # [K, N, P, d_out]
+    want_a = torch.zeros(18, 18, dtype=DT)
+    want_g = torch.zeros(3, 3, dtype=DT)
+    for i in range(3):
+        mean = (
+            sum(x[i, :, r : r + 3, c : c + 3].reshape(-1) for r in range(3) for c in range(3)) / 9
+        )
+        want_a += torch.outer(mean, mean) / 3
+        for k in range(u.shape[0]):
+            s = sum(u[k, i, p] for p in range(9))
+            want_g += torch.outer(s, s) / 3
+    torch.testing.assert_close(got.A.dense(), want_a, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(got.G.dense(), want_g, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("variant", ["expand", "reduce"])
+def test_kfac_equals_curvlinops(variant: str) -> None:
+    """curvlinops' ``KFACLinearOperator`` (type-2 Fisher = the exact GGN factors) of the mean CE
+    on a conv / pool / linear net (a dev-only peer: ``pip install --no-deps
+    curvlinops-for-pytorch einops einconv linear_operator``)."""
+    curvlinops = pytest.importorskip("curvlinops")
+    torch.manual_seed(15)
+    model = nn.Sequential(
+        nn.Conv2d(2, 3, 3), nn.ReLU(), nn.Conv2d(3, 4, 2), nn.Tanh(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 5),
+    ).double().eval()  # fmt: skip
+    g = torch.Generator().manual_seed(15)
+    x, y = torch.randn(6, 2, 6, 6, generator=g, dtype=DT), torch.randint(0, 5, (6,), generator=g)
+    ours = kronecker_factors(model, x, y, kind=variant)
+    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    op = curvlinops.KFACLinearOperator(
+        model, nn.CrossEntropyLoss(), weights, [(x, y)], fisher_type="type-2",
+        kfac_approx=variant, check_deterministic=False,
+    )  # fmt: skip
+    op.compute_kronecker_factors()
+    assert set(ours.layers) == {"0", "2", "6"}
+    for name, layer in ours.layers.items():
+        theirs = torch.kron(op._gradient_covariances[name], op._input_covariances[name])
+        torch.testing.assert_close(kron(layer.factors[variant]), theirs, rtol=1e-12, atol=1e-15)
+
+
+def test_auto_chooses_reduce_for_pooled_outputs_and_lists_what_it_does_not_cover() -> None:
+    g = torch.Generator().manual_seed(16)
+    torch.manual_seed(16)
+    model = nn.Sequential(nn.Linear(3, 4), nn.LayerNorm(4), nn.Linear(4, 2)).double()
+    x, y = torch.randn(4, 3, generator=g, dtype=DT), torch.tensor([0, 1, 1, 0])
+    got = kronecker_factors(model, x, y)
+    assert "reduce" in got.choice and {la.chosen for la in got.layers.values()} == {"reduce"}
+    assert set(got.layers) == {"0", "2"} and "LayerNorm" in got.not_covered["1"]
+    with pytest.raises(FathomError, match="did you mean 'expand'"):
+        kronecker_factors(model, x, y, kind="expnad")

@@ -35,5 +35,14 @@ DEFINITIONS: dict[str, str] = {
     "traces": "weight traces sum the exact weight diagonals; bias traces are reported separately",
     "prediction_agreement": "the float64 probe model against the recorded float32 model on the "
     "same probe: fraction of examples with the same argmax, and max |logit64 - logit32|",
+    "estimator": "how each family's numbers were made: exact (every output direction of the "
+    "loss Hessian's square root pulled back), mc (K sampled output directions per example with "
+    "E[v v^T] = H, a standard error from the per-chunk sample variance over the K draws) or "
+    "hutchinson (K Rademacher parameter-space probes, diag = mean_k z_k * (M z_k)); samples "
+    "and seed are null for exact (fathom.curvature.estimate)",
+    "kfac_reduce": "KFAC-reduce (Eschenhagen et al. 2023), for weight sharing reduced before the "
+    "loss: A = (1/N) sum_i abar_i abar_i^T with abar_i the position mean of the inputs, "
+    "G = (1/N) sum_i sum_k gbar_ik gbar_ik^T with gbar_ik the position sum of the pulled-back "
+    "GGN directions (fathom.curvature.kronecker_factors)",
     "source_sha256": "fathom.base.provenance.source_hash() of the code that computed the snapshot",
 }

@@ -23,6 +23,7 @@ from fathom.curvature.concentration import gradient_concentration
 from fathom.curvature.definitions import DEFINITIONS, NORMALIZATION
 from fathom.curvature.exact import CURVATURE_FAMILIES, OutputDirections, exact_diagonals
 from fathom.curvature.kfac import (
+    KFAC_KINDS,
     Spectrum,
     effective_rank,
     exact_ggn_quadratic,
@@ -42,8 +43,6 @@ from fathom.curvature.twin import prepared
 from fathom.losses.softmax import cross_entropy
 from fathom.seam import Layer
 from fathom.seam.pex import linear_rows, per_example_grams, summed_gram
-
-KFAC_KINDS: dict[str, str] = {"linear": "Linear", "conv2d": "Conv2d"}
 
 
 @dataclass(frozen=True)
@@ -163,6 +162,12 @@ def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) ->
         "gain one, dropout off; spiking nets: surrogate Jacobians",
         "normalization": NORMALIZATION,
         "definitions": DEFINITIONS,
+        "estimator": {
+            **dict.fromkeys(CURVATURE_FAMILIES, "exact"),
+            "kfac": "exact factors (KFC / KFAC-expand convention)",
+        },
+        "samples": None,
+        "seed": None,
         "probe_size": int(logits.shape[0]),
         "classes": int(logits.shape[1]),
         "probe_ce_mean": float(ce.mean()),

@@ -1,0 +1,278 @@
+"""Curvature estimators when exact is unaffordable: cost and memory against exact and BackPACK.
+
+Three parts, float64, each configuration in its **own subprocess** so that its peak resident
+memory (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, the whole process: Python, torch,
+the model and the estimator) is its own:
+
+* ``resnet``: a ResNet-18-like CNN (:func:`resnet18`, CIFAR-style 3x3 stem, four stages of
+  two basic blocks, 11.7 M parameters with a 1000-class head) at 32x32, ``C = 1000``,
+  ``N = 32``: ``fathom.curvature.diagonals(estimator="auto", budget=Budget(memory="4GB"))``
+  and what it chose, wall time and peak RSS (the goal: within 4 GB);
+* ``classes``: the plain MLP (784-1000-500-250-C, ~1.1 M parameters, N = 32) at
+  ``C = 10, 100, 1000``: exact GGN diagonal against MC (K samples), the second (warm) call
+  timed (the first builds the float64 twin and its seam), each against one float64 gradient
+  (forward + backward of the mean CE, median of 3) measured in the same subprocess;
+* ``backpack``: MC against BackPACK's ``DiagGGNMC`` at equal samples on that MLP (``C = 10``),
+  interleaved rounds, medians (BackPACK is a dev-only dependency:
+  ``pip install --no-deps backpack-for-pytorch einops unfoldNd``).
+
+Usage: python bench/bench_estimators.py [--part resnet|classes|backpack|all] [--repeats 3]
+       [--samples 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+DT = torch.float64
+
+
+# -- models ------------------------------------------------------------------------------------
+class Block(nn.Module):
+    """A ResNet basic block: ``relu(bn(conv(relu(bn(conv(h))))) + shortcut(h))``."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(cout)
+        short = stride != 1 or cin != cout
+        self.short = (
+            nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            if short
+            else nn.Identity()
+        )
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.b2(self.c2(F.relu(self.b1(self.c1(h))))) + self.short(h))
+
+
+def resnet18(classes: int = 1000) -> nn.Module:
+    """ResNet-18 for 32x32 inputs (3x3 stem, no max pool), average-pooled into a linear head."""
+    widths, layers, cin = (64, 128, 256, 512), [], 64
+    for i, w in enumerate(widths):
+        layers += [Block(cin, w, 1 if i == 0 else 2), Block(w, w, 1)]
+        cin = w
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 3, 1, 1, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        *layers,
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(512, classes),
+    )
+
+
+def mlp(classes: int) -> nn.Module:
+    """784-1000-500-250-C with ReLU (1.1 M parameters at C = 10)."""
+    dims = (784, 1000, 500, 250)
+    layers: list[nn.Module] = []
+    for a, b in itertools.pairwise(dims):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(dims[-1], classes))
+
+
+# -- one measurement per subprocess -----------------------------------------------------------
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def gradient_s(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Median of 3 float64 gradients of the mean CE (forward + backward)."""
+    m = model.to(DT)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        m.zero_grad()
+        F.cross_entropy(m(x.to(DT)), y).backward()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def child(spec: dict) -> dict:
+    from fathom.curvature import Budget, diagonals
+
+    torch.manual_seed(0)
+    if spec["model"] == "resnet":
+        model = resnet18(spec["classes"]).eval()
+        x = torch.randn(spec["n"], 3, 32, 32)
+    else:
+        model = mlp(spec["classes"])
+        x = torch.rand(spec["n"], 784)
+    y = torch.randint(0, spec["classes"], (spec["n"],))
+    base_rss = peak_rss_mib()
+
+    def call():
+        return diagonals(
+            model,
+            x,
+            y,
+            estimator=spec["estimator"],
+            samples=spec["samples"],
+            budget=Budget(memory=spec["budget"]),
+        )
+
+    t0 = time.perf_counter()
+    est = call()  # the first call builds the float64 twin and its seam (cached per model)
+    first = time.perf_counter() - t0
+    if spec.get("warm"):
+        t0 = time.perf_counter()
+        est = call()
+    wall = time.perf_counter() - t0
+    out = {
+        **spec,
+        "first_call_s": first,
+        "wall_s": wall,
+        "peak_rss_mib": peak_rss_mib(),
+        "rss_before_mib": base_rss,
+        "choice": est.choice,
+        "estimators": est.estimators,
+        "layout": est.layout,
+        "ggn_trace": est.traces["ggn"],
+        "ggn_trace_se": est.trace_standard_errors["ggn"],
+    }
+    if spec.get("gradient"):
+        out["gradient_s"] = gradient_s(model, x, y)
+    return out
+
+
+def run_child(spec: dict) -> dict:
+    cmd = [sys.executable, __file__, "--child", json.dumps(spec)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return {**spec, "error": done.stderr.strip().splitlines()[-1:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- parts ------------------------------------------------------------------------------------
+def part_resnet(samples: int) -> None:
+    r = run_child(
+        {
+            "model": "resnet",
+            "classes": 1000,
+            "n": 32,
+            "estimator": "auto",
+            "samples": samples,
+            "budget": "4GB",
+        }
+    )
+    print("resnet-18-like 32x32, C=1000, N=32, auto, budget 4 GB:")
+    print(json.dumps(r, indent=1))
+
+
+def part_classes(samples: int) -> None:
+    print(f"MLP 784-1000-500-250-C, N=32, float64; MC K={samples}; each in its own process")
+    print("| C | estimator | warm call s | x gradient | peak RSS MiB | trace (SE) |")
+    print("|---|---|---|---|---|---|")
+    for c in (10, 100, 1000):
+        for est in ("exact", "mc"):
+            r = run_child(
+                {
+                    "model": "mlp",
+                    "classes": c,
+                    "n": 32,
+                    "estimator": est,
+                    "samples": samples,
+                    "budget": "64GB",
+                    "gradient": True,
+                    "warm": True,
+                }
+            )
+            if "error" in r:
+                print(f"| {c} | {est} | error {r['error']} |")
+                continue
+            se = r["ggn_trace_se"]
+            print(
+                f"| {c} | {est} | {r['wall_s']:.3f} | {r['wall_s'] / r['gradient_s']:.1f} | "
+                f"{r['peak_rss_mib']:.0f} | {r['ggn_trace']:.4g}"
+                + (f" ({se:.2g})" if se is not None else "")
+                + " |"
+            )
+
+
+def part_backpack(samples: int, repeats: int) -> None:
+    try:
+        from backpack import backpack, extend
+        from backpack.extensions import DiagGGNMC
+    except ImportError:
+        print(
+            "BackPACK is not installed: pip install --no-deps backpack-for-pytorch einops unfoldNd"
+        )
+        return
+    from fathom.curvature import diagonals
+
+    torch.manual_seed(0)
+    model = mlp(10).to(DT)
+    bp_model = extend(mlp(10).to(DT))
+    bp_model.load_state_dict(model.state_dict())
+    x, y = torch.rand(32, 784, dtype=DT), torch.randint(0, 10, (32,))
+    lossf = extend(nn.CrossEntropyLoss())
+
+    def ours() -> None:
+        diagonals(model, x, y, estimator="mc", samples=samples)
+
+    def theirs() -> None:
+        bp_model.zero_grad()
+        with backpack(DiagGGNMC(mc_samples=samples)):
+            lossf(bp_model(x), y).backward()
+
+    def grad() -> None:
+        model.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+
+    fns = {"fathom mc": ours, "backpack DiagGGNMC": theirs, "gradient": grad}
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for f in fns.values():
+        f()  # warm-up (fathom: the twin and its seam are built once per model)
+    for _ in range(repeats):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"MLP C=10 N=32 float64, K={samples}, {repeats} interleaved rounds, medians (s):")
+    for k, v in med.items():
+        print(f"  {k:<22} {v:.4f}  ({v / med['gradient']:.1f}x gradient)")
+    print(f"  fathom / BackPACK: {med['fathom mc'] / med['backpack DiagGGNMC']:.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--child")
+    ap.add_argument("--part", default="all")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--samples", type=int, default=2)
+    args = ap.parse_args()
+    if args.child:
+        torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    print(
+        f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+    if args.part in ("resnet", "all"):
+        part_resnet(args.samples)
+    if args.part in ("classes", "all"):
+        part_classes(args.samples)
+    if args.part in ("backpack", "all"):
+        part_backpack(args.samples, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

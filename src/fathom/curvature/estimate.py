@@ -1,0 +1,675 @@
+"""Curvature diagonals when exact is unaffordable: Monte-Carlo and Hutchinson, with standard errors.
+
+The exact diagonals (:mod:`fathom.curvature.exact`) pull back every output direction of the
+loss Hessian's square root, ``C - 1`` per example for softmax cross-entropy: their cost and
+memory grow linearly in the number of classes. Two unbiased estimators avoid that, each
+with a standard error; :func:`diagonals` picks among them and the exact path by a stated
+:class:`Budget`.
+
+Normalization as everywhere in :mod:`fathom.curvature`: a matrix is the **mean over the N
+probe examples**, ``M = (1/N) sum_i J_i^T H_i J_i`` (``H_i`` the per-example output Hessian:
+the softmax Hessian ``diag(p_i) - p_i p_i^T`` for the GGN, the identity for the logit-Jacobian
+Gram).
+
+**Monte-Carlo (``"mc"``).** For every example ``i`` and sample ``k = 1..K`` an output
+direction ``v_ik`` is drawn independently with ``E[v v^T] = H_i`` (:data:`SAMPLERS`: for
+softmax cross-entropy ``v = p_i - e_yhat`` with ``yhat ~ Categorical(p_i)``, the sampled
+Fisher; for the Jacobian Gram a Rademacher ``v``), pulled back through the seam exactly as the
+exact path pulls back its directions (:func:`fathom.curvature.probe.pull_back`,
+:func:`fathom.curvature.exact.layer_sums`: the same per-layer code), and squared::
+
+    x_ik      = (J_i^T v_ik)^2                       (elementwise, every parameter)
+    diag_mc   = (1/(N K)) sum_i sum_k x_ik           (E[diag_mc] = diag(M))
+
+*Standard error.* The examples are processed in chunks ``c`` (groups of examples that fit the
+memory budget). Per chunk and sample the sums ``S_ck = sum_{i in c} x_ik`` are independent
+over ``k`` with variance ``sum_{i in c} Var(x_ik)``, so with ``s_c^2`` their sample variance
+over ``k`` (``K >= 2``)::
+
+    SE^2(diag_mc) = (1/(N^2 K)) sum_c s_c^2
+
+is unbiased for ``Var(diag_mc)``; with one example per chunk it is
+``(1/N^2) sum_i s_i^2 / K`` with ``s_i^2`` example ``i``'s sample variance over its ``K``
+draws. The same formula on the per-sample traces ``T_ck = sum_j S_ck[j]`` gives the trace's
+standard error (entries of one draw are correlated, so the trace's SE is not the root-sum of
+the entries' SEs). Memory is bounded by chunking over examples **and** samples (a group of
+samples is pulled back at a time; chunk variances combine across groups by Chan's formula).
+
+**Hutchinson (``"hutchinson"``).** ``diag(M) = E[z * (M z)]`` for a Rademacher ``z`` in
+parameter space (``E[z z^T] = I``): per sample ``k`` one GGN-vector product ``M z_k =
+(1/N) sum_i J_i^T H_i (J_i z_k)``, the Jacobian-vector product ``J z`` by the double-vjp
+(``J z = d<J^T u, z>/du``), the output Hessian applied in closed form, then one vjp; its
+estimate ``d_k = z_k * (M z_k)`` and ``diag_h = (1/K) sum_k d_k`` with
+``SE^2 = s^2 / K`` (``s^2`` the sample variance over ``k`` per entry; for the trace
+``t_k = z_k^T M z_k``). It needs no output directions at all (memory of a few gradients), but
+its variance per entry is ``sum_{j' != j} M_jj'^2``: off-diagonal mass, not the number of
+classes.
+
+**Every result says its estimator, samples and seed** (:meth:`Estimate.record`); the draws
+follow ``torch.Generator().manual_seed(seed)`` in the order of the chunks, which the record
+states. The empirical Fisher has one direction per example (one gradient's cost): it is
+always exact.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from fathom.curvature.exact import (
+    _ELEMENTS,
+    Diagonals,
+    Plan,
+    exact_diagonals,
+    layer_sums,
+    resolve_families,
+    single_row,
+)
+from fathom.curvature.probe import probe_labels, pull_back
+from fathom.curvature.softmax import softmax_parts
+from fathom.curvature.twin import prepared
+from fathom.errors import FathomError, with_suggestion
+from fathom.seam import Seam
+from fathom.seam.discovery import is_float_tensor
+from fathom.train.allocator import tune_cpu_allocator
+
+ESTIMATORS: tuple[str, ...] = ("exact", "mc", "hutchinson", "auto")
+Estimator = Literal["exact", "mc", "hutchinson"]
+SAMPLED: tuple[str, ...] = ("ggn", "jacobian_gram")  # families an estimator can sample
+BYTES = 8  # float64
+
+Sampler = Callable[[torch.Tensor, torch.Tensor, int, torch.Generator], torch.Tensor]
+"""``sampler(output, target, k, generator) -> [k, N, *out_shape]``: ``k`` output directions
+per example, independent over examples and draws, with ``E[v v^T]`` the per-example output
+Hessian (weight one per example; the ``1/N`` of the mean is applied by the caller)."""
+
+
+# -- output-space samplers: E[v v^T] = H -----------------------------------------------------
+def softmax_ce_samples(
+    logits: torch.Tensor, labels: torch.Tensor, k: int, generator: torch.Generator
+) -> torch.Tensor:
+    """``v = p - e_yhat``, ``yhat ~ Categorical(p)`` per example and draw, ``[k, N, C]``.
+
+    ``E[v v^T] = sum_c p_c (p - e_c)(p - e_c)^T = p p^T - 2 p p^T + diag(p) = diag(p) - p p^T``,
+    the softmax Hessian of cross-entropy over the logits (``labels`` are not used: the model's
+    own predictive distribution is sampled, as for the Fisher = GGN identity of an
+    exponential family)."""
+    p = softmax_parts(logits).p
+    draws = torch.multinomial(p.cpu(), k, replacement=True, generator=generator).to(p.device)
+    v = p[None].expand(k, *p.shape).clone()
+    rows = torch.arange(p.shape[0], device=p.device)
+    v[torch.arange(k, device=p.device)[:, None], rows[None, :], draws.T] -= 1.0
+    return v
+
+
+def mse_samples(
+    output: torch.Tensor, target: torch.Tensor, k: int, generator: torch.Generator
+) -> torch.Tensor:
+    """``v = sqrt(2) eps``, ``eps ~ N(0, I)``, ``[k, *output.shape]``: ``E[v v^T] = 2 I``, the
+    Hessian of ``torch.nn.functional.mse_loss(reduction="sum")`` per entry (``(o - t)^2``,
+    second derivative 2; ``"mean"`` divides by the entry count, the caller's weight)."""
+    eps = torch.randn((k, *output.shape), generator=generator, dtype=output.dtype)
+    return math.sqrt(2.0) * eps.to(output.device)
+
+
+def bce_samples(
+    output: torch.Tensor, target: torch.Tensor, k: int, generator: torch.Generator
+) -> torch.Tensor:
+    """``v = sigmoid(o) - b``, ``b ~ Bernoulli(sigmoid(o))`` per entry, ``[k, *output.shape]``:
+    ``E[v^2] = s(1 - s)``, the Hessian of ``binary_cross_entropy_with_logits`` per entry
+    (entries independent, so the off-diagonal expectations vanish)."""
+    s = torch.sigmoid(output)
+    b = torch.bernoulli(s[None].expand(k, *s.shape).contiguous(), generator=generator)
+    return s[None] - b
+
+
+def rademacher_samples(
+    output: torch.Tensor, target: torch.Tensor, k: int, generator: torch.Generator
+) -> torch.Tensor:
+    """``v`` with independent ``+-1`` entries, ``[k, *output.shape]``: ``E[v v^T] = I`` (the
+    logit-Jacobian Gram's output matrix)."""
+    signs = torch.randint(0, 2, (k, *output.shape), generator=generator, device="cpu")
+    return (2.0 * signs - 1.0).to(dtype=output.dtype, device=output.device)
+
+
+SAMPLERS: dict[str, Sampler] = {"ggn": softmax_ce_samples, "jacobian_gram": rademacher_samples}
+
+
+def softmax_hessian_product(logits: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """``H v = p * v - p (p . v)`` per example (``H = diag(p) - p p^T``), ``[N, C]``."""
+    p = softmax_parts(logits).p
+    return p * v - p * (p * v).sum(-1, keepdim=True)
+
+
+HESSIAN_PRODUCTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "ggn": softmax_hessian_product,
+    "jacobian_gram": lambda logits, v: v,
+}
+
+
+# -- the budget and the cost model -------------------------------------------------------------
+_UNITS = {"": 1, "b": 1, "kb": 2**10, "mb": 2**20, "gb": 2**30, "kib": 2**10, "mib": 2**20}
+_UNITS |= {"gib": 2**30, "tb": 2**40, "tib": 2**40}
+
+
+def parse_bytes(text: str | int | float) -> int:
+    """``"4GB"``, ``"512 MiB"`` or a number of bytes -> bytes (binary units: 1 GB = 2**30)."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return int(text)
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise FathomError(
+            f"memory budget {text!r} is not a size: write bytes or a number with a unit, "
+            "e.g. '4GB' or '512MiB'"
+        )
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What ``estimator="auto"`` may spend: ``memory`` (bytes, or text like ``"4GB"``) for the
+    pulled-back directions and per-example rows of one chunk, and ``backward_passes``, the time
+    as output directions pulled back per example (one direction over the probe costs about
+    one backward pass; the exact GGN needs ``C - 1`` of them, MC ``K``)."""
+
+    memory: int | str = "4GB"
+    backward_passes: int = 2048
+
+    @property
+    def memory_bytes(self) -> int:
+        return parse_bytes(self.memory)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What one (direction, example) costs, measured on one example (:func:`measure`):
+    ``largest`` parameters of the largest layer whose per-example rows are materialized
+    (the cost model of :func:`fathom.curvature.exact.exact_diagonals`' chunks),
+    ``activations`` float elements of every layer output (each gets a cotangent per
+    direction), ``parameters`` in all, ``classes`` the output width."""
+
+    largest: int
+    activations: int
+    parameters: int
+    classes: int
+
+    @property
+    def per_row(self) -> int:
+        """Float64 elements one (direction, example) pair holds: its cotangents plus the
+        materialized rows and their squares (2x the largest layer)."""
+        return self.activations + 2 * self.largest
+
+    def exact_bytes(self, plan: Plan, n: int) -> int:
+        """Exact diagonals' peak on ``n`` examples: ``width x chunk x per_row`` with exact.py's
+        chunk rule (as many examples as keep ``width x chunk x largest`` within its element
+        bound, at least one: the directions are never split)."""
+        width = plan.width(self.classes)
+        chunk = min(n, max(1, _ELEMENTS // max(1, width * self.largest)))
+        return BYTES * (width * chunk * self.per_row + 2 * self.parameters)
+
+    def mc_bytes(self) -> int:
+        """MC's least peak: one direction of one example per chunk."""
+        return BYTES * (self.per_row + 4 * self.parameters)
+
+    def hutchinson_bytes(self) -> int:
+        """Hutchinson's least peak (one example per chunk): ``z``, ``M z``, the running mean and
+        variance, the double-vjp's gradient graph (~3 parameter copies) and ~3 activation copies."""
+        return BYTES * (7 * self.parameters + 3 * self.activations)
+
+
+def measure(seam: Seam, x: torch.Tensor, plan: Plan) -> Costs:
+    """:class:`Costs` from one captured forward of one example."""
+    with seam.capture() as calls, torch.no_grad():
+        out = seam.model(x[:1])
+    largest = max(
+        (
+            sum(t.numel() for t in layer.tensors().values())
+            for layer in seam.layers
+            if not single_row(layer, calls[layer.name])
+        ),
+        default=0,
+    )
+    acts = sum(
+        t.numel()
+        for layer_calls in calls.values()
+        for call in layer_calls
+        for t in call.output_leaves()
+        if is_float_tensor(t)
+    )
+    params = sum(p.numel() for p in seam.model.parameters())
+    return Costs(largest, acts, params, int(out.shape[1]) if out.dim() > 1 else 1)
+
+
+def _gib(b: int) -> str:
+    return f"{b / 2**30:.3g} GiB"
+
+
+def choose(costs: Costs, plan: Plan, samples: int, budget: Budget, n: int) -> tuple[Estimator, str]:
+    """``(estimator, why)``: exact when its memory and time fit ``budget``, else MC; a
+    :class:`FathomError` naming the fix when neither fits.
+
+    Hutchinson is never chosen: its least memory (:meth:`Costs.hutchinson_bytes`, about 7
+    parameter copies) is above MC's (one direction of one example, 4 copies and the largest
+    layer's rows twice) for every model, and its variance grows with the off-diagonal mass of
+    the matrix; it is there on request (an independent check of MC, or a model whose
+    per-example rows a custom layer cannot give)."""
+    mem = budget.memory_bytes
+    width = plan.width(costs.classes)
+    exact_b = costs.exact_bytes(plan, n)
+    if exact_b <= mem and width <= budget.backward_passes:
+        return "exact", (
+            f"exact fits the budget: ~{_gib(exact_b)} <= {_gib(mem)} and {width} directions "
+            f"per example <= {budget.backward_passes} backward passes"
+        )
+    over = (
+        f"exact needs ~{_gib(exact_b)} (budget {_gib(mem)}) and {width} directions per example "
+        f"(budget {budget.backward_passes})"
+    )
+    sampled = samples * sum(f in SAMPLED for f in plan.families)
+    if costs.mc_bytes() <= mem and sampled <= budget.backward_passes:
+        return "mc", f"{over}: Monte-Carlo with {samples} samples per example fits"
+    raise FathomError(
+        f"no curvature estimator fits the budget ({_gib(mem)}, {budget.backward_passes} "
+        f"backward passes): {over}, Monte-Carlo at least ~{_gib(costs.mc_bytes())} (one "
+        f"direction of one example at a time) and {sampled} passes; raise the budget (e.g. "
+        f"budget=Budget(memory='{math.ceil(costs.mc_bytes() / 2**30)}GB')), use fewer "
+        "samples, or a smaller model"
+    )
+
+
+# -- running variance over samples (Chan et al.'s parallel combination) -------------------------
+@dataclass
+class _Moments:
+    """Count, mean and sum of squared deviations of a stream of tensors, combined by groups."""
+
+    count: int = 0
+    mean: torch.Tensor | float = 0.0
+    m2: torch.Tensor | float = 0.0
+
+    def add(self, group: torch.Tensor) -> None:
+        """Fold in ``group [k, ...]`` (``k`` new observations)."""
+        k = group.shape[0]
+        g_mean = group.mean(0)
+        g_m2 = (group - g_mean).square().sum(0)
+        if self.count == 0:
+            self.count, self.mean, self.m2 = k, g_mean, g_m2
+            return
+        total = self.count + k
+        delta = g_mean - self.mean
+        self.mean = self.mean + delta * (k / total)
+        self.m2 = self.m2 + g_m2 + delta.square() * (self.count * k / total)
+        self.count = total
+
+    @property
+    def variance(self) -> torch.Tensor | float:
+        """The unbiased sample variance (``count >= 2``)."""
+        return self.m2 / (self.count - 1)
+
+
+# -- the result --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Estimate:
+    """Diagonals ``{family: {param: tensor}}`` with their standard errors and how they were made.
+
+    ``standard_errors[f]`` (entries) and ``trace_standard_errors[f]`` are ``None`` for an
+    exact family; ``traces[f]`` sums the family's diagonal over every parameter (weights and
+    biases); ``parameter_traces[f][name]`` per parameter, with ``parameter_trace_standard_errors``.
+    """
+
+    diagonals: Diagonals
+    standard_errors: dict[str, dict[str, torch.Tensor] | None]
+    traces: dict[str, float]
+    trace_standard_errors: dict[str, float | None]
+    parameter_traces: dict[str, dict[str, float]]
+    parameter_trace_standard_errors: dict[str, dict[str, float] | None]
+    estimators: dict[str, str]
+    samples: int | None
+    seed: int | None
+    choice: str
+    layout: dict = field(default_factory=dict)
+
+    def record(self) -> dict:
+        """JSON-ready: estimator per family, samples, seed, why, chunk layout, traces and SEs."""
+        return {
+            "estimator": dict(self.estimators),
+            "samples": self.samples,
+            "seed": self.seed,
+            "choice": self.choice,
+            "layout": dict(self.layout),
+            "traces": dict(self.traces),
+            "trace_standard_errors": dict(self.trace_standard_errors),
+            "parameter_traces": {k: dict(v) for k, v in self.parameter_traces.items()},
+            "parameter_trace_standard_errors": {
+                k: None if v is None else dict(v)
+                for k, v in self.parameter_trace_standard_errors.items()
+            },
+            "standard_error_formula": STANDARD_ERROR_FORMULAS,
+        }
+
+
+STANDARD_ERROR_FORMULAS: dict[str, str] = {
+    "exact": "none (exact up to float64 rounding)",
+    "mc": "SE^2 = (1/(N^2 K)) sum_c s_c^2, s_c^2 the sample variance over the K draws of "
+    "chunk c's sum over its examples of (J_i^T v_ik)^2 (one example per chunk: "
+    "(1/N^2) sum_i s_i^2 / K); traces the same on the per-draw traces",
+    "hutchinson": "SE^2 = s^2 / K, s^2 the sample variance over the K Rademacher draws of "
+    "z_k * (M z_k) (traces: of z_k^T M z_k)",
+}
+
+
+# -- Monte-Carlo -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SampledPlan:
+    """A :class:`fathom.curvature.exact.Plan` look-alike whose "families" are single draws:
+    ``label = (family, k)``; each pulled-back direction is its own row block, so
+    :func:`fathom.curvature.exact.layer_sums` returns one sum over the chunk's examples per
+    draw (the per-draw sums the standard error needs), from one pullback."""
+
+    families: tuple[tuple[str, int], ...]
+    units: bool = False
+
+    def rows(self, r: torch.Tensor, dirs: object) -> dict[tuple[str, int], torch.Tensor]:
+        return {label: r[:, j : j + 1] for j, label in enumerate(self.families)}
+
+
+def _groups(total: int, size: int) -> Iterable[tuple[int, int]]:
+    for start in range(0, total, size):
+        yield start, min(size, total - start)
+
+
+def mc_diagonals(
+    seam: Seam,
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    samplers: dict[str, Sampler],
+    samples: int,
+    generator: torch.Generator,
+    examples_per_chunk: int,
+    samples_per_chunk: int,
+) -> tuple[dict, dict, dict, dict]:
+    """Monte-Carlo diagonals of the families in ``samplers`` (module docstring).
+
+    Returns ``(diag, se, param_trace_reps, trace_reps)``: per family ``{param: estimate}``,
+    ``{param: standard error}`` and, for the traces, per family ``{param: (estimate, SE)}`` and
+    ``(estimate, SE)`` of the total. ``samplers[f](output, target, k, generator)`` gives the
+    directions (:data:`Sampler`); wiring another loss in is one entry of that table."""
+    n = x.shape[0]
+    names = dict(seam.model.named_parameters())
+    total = {f: {p: torch.zeros_like(t).detach() for p, t in names.items()} for f in samplers}
+    var = {f: {p: torch.zeros_like(t).detach() for p, t in names.items()} for f in samplers}
+    tvar = {f: {p: 0.0 for p in names} for f in samplers}
+    tvar_all = dict.fromkeys(samplers, 0.0)
+    for start in range(0, n, examples_per_chunk):
+        xc, yc = x[start : start + examples_per_chunk], labels[start : start + examples_per_chunk]
+        moments = {f: {p: _Moments() for p in names} for f in samplers}
+        tmoments = {f: {p: _Moments() for p in names} for f in samplers}
+        all_moments = {f: _Moments() for f in samplers}
+        for _, k in _groups(samples, samples_per_chunk):
+            plan = SampledPlan(tuple((f, j) for f in samplers for j in range(k)))
+
+            def directions(z, yc=yc, k=k):
+                return torch.cat([samplers[f](z, yc, k, generator) for f in samplers])
+
+            pb = pull_back(seam, xc, directions)
+            per_draw = {f: {p: [] for p in names} for f in samplers}
+            for layer in seam.layers:
+                sums = layer_sums(
+                    layer, pb.calls[layer.name], pb.cotangents[layer.name], len(xc), None, plan
+                )
+                for local, qualified in zip(layer.params, layer.qualified, strict=True):
+                    for f, j in plan.families:
+                        per_draw[f][qualified].append(sums[local][(f, j)])
+            for f in samplers:
+                draw_traces = 0.0
+                for p, t in names.items():
+                    # a parameter no layer reached this chunk (unused) stays zero
+                    s = torch.stack(per_draw[f][p]) if per_draw[f][p] else t.new_zeros(k, *t.shape)
+                    moments[f][p].add(s.detach())
+                    tr = s.reshape(k, -1).sum(1)
+                    tmoments[f][p].add(tr)
+                    draw_traces = draw_traces + tr
+                all_moments[f].add(torch.as_tensor(draw_traces))
+        for f in samplers:
+            for p in names:
+                total[f][p] += moments[f][p].mean * samples
+                var[f][p] += moments[f][p].variance
+                tvar[f][p] += float(tmoments[f][p].variance)
+            tvar_all[f] += float(all_moments[f].variance)
+    scale = 1.0 / (n * samples)
+    se_scale = 1.0 / (n * n * samples)
+    diag = {f: {p: v * scale for p, v in total[f].items()} for f in samplers}
+    se = {f: {p: (v * se_scale).sqrt() for p, v in var[f].items()} for f in samplers}
+    ptr = {
+        f: {p: (float(diag[f][p].sum()), math.sqrt(tvar[f][p] * se_scale)) for p in names}
+        for f in samplers
+    }
+    tr = {
+        f: (sum(v for v, _ in ptr[f].values()), math.sqrt(tvar_all[f] * se_scale)) for f in samplers
+    }
+    return diag, se, ptr, tr
+
+
+def _mc_chunks(costs: Costs, families: int, samples: int, n: int, memory: int) -> tuple[int, int]:
+    """``(examples, samples)`` per chunk: all ``samples`` at once and as many examples as fit
+    half the memory budget (the other half for the model and the accumulators), never more
+    than exact.py's element bound on materialized rows; fewer samples per group when one
+    example with all of them does not fit."""
+    cap = max(1, min(memory // (2 * BYTES * costs.per_row), _ELEMENTS // max(1, costs.largest)))
+    per_sample = families * 1
+    k = max(1, min(samples, cap // per_sample))
+    return max(1, min(n, cap // (per_sample * k))), k
+
+
+# -- Hutchinson --------------------------------------------------------------------------------
+def ggn_vector_product(
+    model: nn.Module,
+    params: list[torch.Tensor],
+    x: torch.Tensor,
+    hessian_product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    z: list[torch.Tensor],
+) -> list[torch.Tensor]:
+    """``sum_i J_i^T H_i J_i z`` over the examples of ``x`` (not yet / N), step by step.
+
+    Attention runs on the math kernel of ``scaled_dot_product_attention`` (the fused CPU
+    kernels have no second derivative); an operation without one is refused by name
+    (:class:`FathomError`, pointing to ``estimator="mc"``)."""
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            return _ggn_vector_product(model, params, x, hessian_product, z)
+    except (RuntimeError, NotImplementedError) as err:
+        if "derivative" not in str(err) and "not implemented" not in str(err):
+            raise
+        raise FathomError(
+            "Hutchinson needs a Jacobian-vector product, taken by differentiating the "
+            f"backward pass, and torch cannot differentiate one of this model's: {err}. "
+            "Use estimator='mc' (or 'exact'), which need first derivatives only"
+        ) from None
+
+
+def _ggn_vector_product(model, params, x, hessian_product, z) -> list[torch.Tensor]:
+    with torch.enable_grad():
+        out = model(x)
+        # Apply the Jacobian of f onto z: z -> Jz (the double-vjp: J z = d<J^T u, z>/du at any u)
+        u = torch.zeros_like(out, requires_grad=True)
+        jtu = torch.autograd.grad(out, params, u, create_graph=True, allow_unused=True)
+        used = [(g, zi) for g, zi in zip(jtu, z, strict=True) if g is not None]
+        if not used:
+            return [torch.zeros_like(p) for p in params]
+        jz = torch.autograd.grad([g for g, _ in used], u, [zi for _, zi in used])[0]
+        # Apply the output Hessian: Jz -> HJz (closed form per example)
+        hjz = hessian_product(out.detach(), jz)
+        # Apply the transposed Jacobian: HJz -> J^T H J z
+        back = torch.autograd.grad(out, params, hjz, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(params, back)]
+
+
+def hutchinson_diagonals(
+    seam: Seam,
+    x: torch.Tensor,
+    *,
+    families: Iterable[str],
+    samples: int,
+    generator: torch.Generator,
+    examples_per_chunk: int,
+) -> tuple[dict, dict, dict, dict]:
+    """Hutchinson diagonals ``(1/K) sum_k z_k * (M z_k)`` (module docstring); returns as
+    :func:`mc_diagonals`."""
+    model = seam.model
+    named = dict(model.named_parameters())
+    names, params = list(named), list(named.values())
+    n = x.shape[0]
+    out_d, out_se, out_ptr, out_tr = {}, {}, {}, {}
+    for f in families:
+        entry = {p: _Moments() for p in names}
+        ptrace = {p: _Moments() for p in names}
+        trace = _Moments()
+        for _ in range(samples):
+            z = [
+                (2.0 * torch.randint(0, 2, p.shape, generator=generator) - 1.0).to(p)
+                for p in params
+            ]
+            mz = [torch.zeros_like(p).detach() for p in params]
+            for start in range(0, n, examples_per_chunk):
+                part = ggn_vector_product(
+                    model, params, x[start : start + examples_per_chunk], HESSIAN_PRODUCTS[f], z
+                )
+                for acc, g in zip(mz, part, strict=True):
+                    acc += g
+            t_all = 0.0
+            for name, zi, m in zip(names, z, mz, strict=True):
+                d = zi * m / n
+                entry[name].add(d[None])
+                ptrace[name].add(d.sum()[None])
+                t_all = t_all + d.sum()
+            trace.add(torch.as_tensor(t_all)[None])
+        out_d[f] = {p: entry[p].mean for p in names}
+        out_se[f] = {p: (entry[p].variance / samples).sqrt() for p in names}
+        out_ptr[f] = {
+            p: (float(ptrace[p].mean), math.sqrt(float(ptrace[p].variance) / samples))
+            for p in names
+        }
+        out_tr[f] = (float(trace.mean), math.sqrt(float(trace.variance) / samples))
+    return out_d, out_se, out_ptr, out_tr
+
+
+# -- the public entry point --------------------------------------------------------------------
+def resolve_estimator(name: object) -> str:
+    """``name`` if it is one of :data:`ESTIMATORS`, else a :class:`FathomError` with a suggestion."""
+    if isinstance(name, str) and name in ESTIMATORS:
+        return name
+    raise FathomError(
+        with_suggestion(
+            f"unknown curvature estimator {name!r}: choose from {', '.join(ESTIMATORS)}",
+            str(name),
+            ESTIMATORS,
+        )
+    )
+
+
+def _check_arguments(name: str, budget: object, samples: object, seed: object) -> None:
+    if not isinstance(budget, Budget):
+        raise FathomError(
+            f"budget must be a fathom.curvature.Budget, got {type(budget).__name__}: "
+            "e.g. budget=Budget(memory='4GB')"
+        )
+    budget.memory_bytes  # noqa: B018 - a size that does not parse is refused here, with the fix
+    if name != "exact" and (
+        isinstance(samples, bool) or not isinstance(samples, int) or samples < 2
+    ):
+        raise FathomError(
+            f"samples={samples!r}: an estimator needs at least 2 samples per example (the "
+            "standard error is a sample variance over them); pass samples=2 or more"
+        )
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise FathomError(f"seed must be an integer, got {seed!r}")
+
+
+def diagonals(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    families: str | Iterable[str] = "ggn",
+    estimator: str = "auto",
+    samples: int = 8,
+    seed: int = 0,
+    budget: Budget | None = None,
+) -> Estimate:
+    """Float64 curvature diagonals of ``model`` on ``(x, y)`` by the chosen ``estimator``.
+
+    ``families`` as :func:`fathom.curvature.exact.exact_diagonals` (default the GGN alone);
+    ``estimator``: ``"exact"`` (:func:`~fathom.curvature.exact.exact_diagonals`), ``"mc"``,
+    ``"hutchinson"`` (module docstring; ``samples = K >= 2`` draws per example, or per probe
+    for Hutchinson, from ``torch.Generator().manual_seed(seed)``) or ``"auto"``: exact
+    whenever its estimated memory and time fit ``budget`` (:class:`Budget`, default 4 GiB and
+    2048 backward passes; cost model :class:`Costs`), otherwise MC (:func:`choose`); what
+    it chose and why is :attr:`Estimate.choice`. The empirical Fisher is always exact. The MC
+    path chunks over examples and over samples to stay within ``budget.memory``.
+    """
+    tune_cpu_allocator()
+    name = resolve_estimator(estimator)
+    plan = Plan(resolve_families(families))
+    budget = budget if budget is not None else Budget()
+    _check_arguments(name, budget, samples, seed)
+    _, x64, seam = prepared(model, x)
+    n = x64.shape[0]
+    costs = measure(seam, x64, plan)
+    labels = probe_labels(y.to(x64.device) if isinstance(y, torch.Tensor) else y, n, costs.classes)
+    if name == "auto":
+        name, why = choose(costs, plan, samples, budget, n)
+        choice = f"auto chose {name}: {why}"
+    else:
+        choice = f"{name} requested"
+    sampled = [f for f in plan.families if f in SAMPLED] if name != "exact" else []
+    exact_fams = [f for f in plan.families if f not in sampled]
+    exact = exact_diagonals(model, x, y, families=exact_fams) if exact_fams else {}
+    generator = torch.Generator().manual_seed(seed)
+    layout: dict = {}
+    if sampled and name == "mc":
+        ex, per = _mc_chunks(costs, len(sampled), samples, n, budget.memory_bytes)
+        layout = {"examples_per_chunk": ex, "samples_per_chunk": per}
+        est = mc_diagonals(
+            seam,
+            x64,
+            labels,
+            samplers={f: SAMPLERS[f] for f in sampled},
+            samples=samples,
+            generator=generator,
+            examples_per_chunk=ex,
+            samples_per_chunk=per,
+        )
+    elif sampled:
+        ex = max(1, min(n, budget.memory_bytes // (2 * BYTES * 3 * max(1, costs.activations))))
+        layout = {"examples_per_chunk": ex}
+        est = hutchinson_diagonals(
+            seam, x64, families=sampled, samples=samples, generator=generator, examples_per_chunk=ex
+        )
+    else:
+        est = ({}, {}, {}, {})
+    diag, se, ptr, tr = est
+    names = list(dict(seam.model.named_parameters()))
+    values = Diagonals({f: (diag[f] if f in sampled else exact[f]) for f in plan.families})
+    ptraces = {f: {p: float(values[f][p].sum()) for p in names} for f in plan.families}
+    return Estimate(
+        diagonals=values,
+        standard_errors={f: se.get(f) for f in plan.families},
+        traces={f: sum(ptraces[f].values()) for f in plan.families},
+        trace_standard_errors={f: tr[f][1] if f in tr else None for f in plan.families},
+        parameter_traces=ptraces,
+        parameter_trace_standard_errors={
+            f: {p: s for p, (_, s) in ptr[f].items()} if f in ptr else None for f in plan.families
+        },
+        estimators={f: (name if f in sampled else "exact") for f in plan.families},
+        samples=samples if sampled else None,
+        seed=seed if sampled else None,
+        choice=choice,
+        layout=layout,
+    )
