@@ -125,6 +125,20 @@ def test_mc_is_closer_with_more_samples_and_the_fisher_stays_exact() -> None:
         torch.testing.assert_close(few.diagonals["empirical_fisher"][p], v, rtol=1e-12, atol=0)
 
 
+def test_mc_without_standard_errors_is_the_same_estimate_from_the_same_draws() -> None:
+    model, (x, y) = mlp(), probe()
+    for budget in (Budget(), Budget(memory=2_000)):  # one chunk; one example per chunk
+        kw = {"families": SAMPLED, "estimator": "mc", "samples": 6, "seed": 9, "budget": budget}
+        with_se = diagonals(model, x, y, **kw)
+        plain = diagonals(model, x, y, standard_errors=False, **kw)
+        assert plain.standard_errors == {"ggn": None, "jacobian_gram": None}
+        assert plain.trace_standard_errors == {"ggn": None, "jacobian_gram": None}
+        assert plain.layout["standard_errors"] is False
+        for f in SAMPLED:
+            for p, v in with_se.diagonals[f].items():
+                torch.testing.assert_close(plain.diagonals[f][p], v, rtol=1e-12, atol=1e-15)
+
+
 def test_the_chunk_layout_changes_the_draws_not_the_law() -> None:
     """Chunks of one example (the brief's per-example variance) and of several samples at a
     time: unbiased either way, and the SE agrees to its own precision."""

@@ -73,7 +73,6 @@ from fathom.curvature.exact import (
     single_row,
 )
 from fathom.curvature.probe import probe_labels, pull_back
-from fathom.curvature.softmax import softmax_parts
 from fathom.curvature.twin import prepared
 from fathom.errors import FathomError, with_suggestion
 from fathom.seam import Seam
@@ -100,8 +99,10 @@ def softmax_ce_samples(
     ``E[v v^T] = sum_c p_c (p - e_c)(p - e_c)^T = p p^T - 2 p p^T + diag(p) = diag(p) - p p^T``,
     the softmax Hessian of cross-entropy over the logits (``labels`` are not used: the model's
     own predictive distribution is sampled, as for the Fisher = GGN identity of an
-    exponential family)."""
-    p = softmax_parts(logits).p
+    exponential family). ``p`` is ``torch.softmax``'s, ``O(N C)``: the complement logits of
+    :mod:`fathom.curvature.softmax` cost ``O(N C^2)``, and a sampled direction needs no
+    cancellation-free ``1 - p`` (its rounding, ``eps``, is far below the sampling noise)."""
+    p = torch.softmax(logits, -1)
     draws = torch.multinomial(p.cpu(), k, replacement=True, generator=generator).to(p.device)
     v = p[None].expand(k, *p.shape).clone()
     rows = torch.arange(p.shape[0], device=p.device)
@@ -144,7 +145,7 @@ SAMPLERS: dict[str, Sampler] = {"ggn": softmax_ce_samples, "jacobian_gram": rade
 
 def softmax_hessian_product(logits: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """``H v = p * v - p (p . v)`` per example (``H = diag(p) - p p^T``), ``[N, C]``."""
-    p = softmax_parts(logits).p
+    p = torch.softmax(logits, -1)
     return p * v - p * (p * v).sum(-1, keepdim=True)
 
 
@@ -297,7 +298,7 @@ class _Moments:
         """Fold in ``group [k, ...]`` (``k`` new observations)."""
         k = group.shape[0]
         g_mean = group.mean(0)
-        g_m2 = (group - g_mean).square().sum(0)
+        g_m2 = (group - g_mean).square_().sum(0)  # (torch.var_mean over dim 0 is 20x slower)
         if self.count == 0:
             self.count, self.mean, self.m2 = k, g_mean, g_m2
             return
@@ -374,8 +375,12 @@ class SampledPlan:
 
     families: tuple[tuple[str, int], ...]
     units: bool = False
+    pooled: int = 0  # > 0: one label per family, its ``pooled`` draws summed (no SE)
 
     def rows(self, r: torch.Tensor, dirs: object) -> dict[tuple[str, int], torch.Tensor]:
+        if self.pooled:
+            k = self.pooled
+            return {label: r[:, j * k : (j + 1) * k] for j, label in enumerate(self.families)}
         return {label: r[:, j : j + 1] for j, label in enumerate(self.families)}
 
 
@@ -394,8 +399,13 @@ def mc_diagonals(
     generator: torch.Generator,
     examples_per_chunk: int,
     samples_per_chunk: int,
+    standard_errors: bool = True,
 ) -> tuple[dict, dict, dict, dict]:
     """Monte-Carlo diagonals of the families in ``samplers`` (module docstring).
+
+    ``standard_errors=False``: the draws are summed per family as they are pulled back (one
+    row block per family, BackPACK ``DiagGGNMC``'s cost), the estimate is the same
+    (the same draws) and no standard error is formed (``None``).
 
     Returns ``(diag, se, param_trace_reps, trace_reps)``: per family ``{param: estimate}``,
     ``{param: standard error}`` and, for the traces, per family ``{param: (estimate, SE)}`` and
@@ -413,7 +423,10 @@ def mc_diagonals(
         tmoments = {f: {p: _Moments() for p in names} for f in samplers}
         all_moments = {f: _Moments() for f in samplers}
         for _, k in _groups(samples, samples_per_chunk):
-            plan = SampledPlan(tuple((f, j) for f in samplers for j in range(k)))
+            if standard_errors:
+                plan = SampledPlan(tuple((f, j) for f in samplers for j in range(k)))
+            else:
+                plan = SampledPlan(tuple((f, 0) for f in samplers), pooled=k)
 
             def directions(z, yc=yc, k=k):
                 return torch.cat([samplers[f](z, yc, k, generator) for f in samplers])
@@ -427,6 +440,11 @@ def mc_diagonals(
                 for local, qualified in zip(layer.params, layer.qualified, strict=True):
                     for f, j in plan.families:
                         per_draw[f][qualified].append(sums[local][(f, j)])
+            if not standard_errors:
+                for f in samplers:
+                    for p in names:
+                        total[f][p] += sum(per_draw[f][p], torch.zeros_like(total[f][p]))
+                continue
             for f in samplers:
                 draw_traces = 0.0
                 for p, t in names.items():
@@ -437,7 +455,7 @@ def mc_diagonals(
                     tmoments[f][p].add(tr)
                     draw_traces = draw_traces + tr
                 all_moments[f].add(torch.as_tensor(draw_traces))
-        for f in samplers:
+        for f in samplers if standard_errors else ():
             for p in names:
                 total[f][p] += moments[f][p].mean * samples
                 var[f][p] += moments[f][p].variance
@@ -446,6 +464,8 @@ def mc_diagonals(
     scale = 1.0 / (n * samples)
     se_scale = 1.0 / (n * n * samples)
     diag = {f: {p: v * scale for p, v in total[f].items()} for f in samplers}
+    if not standard_errors:
+        return diag, {}, {}, {}
     se = {f: {p: (v * se_scale).sqrt() for p, v in var[f].items()} for f in samplers}
     ptr = {
         f: {p: (float(diag[f][p].sum()), math.sqrt(tvar[f][p] * se_scale)) for p in names}
@@ -602,6 +622,7 @@ def diagonals(
     samples: int = 8,
     seed: int = 0,
     budget: Budget | None = None,
+    standard_errors: bool = True,
 ) -> Estimate:
     """Float64 curvature diagonals of ``model`` on ``(x, y)`` by the chosen ``estimator``.
 
@@ -613,6 +634,9 @@ def diagonals(
     2048 backward passes; cost model :class:`Costs`), otherwise MC (:func:`choose`); what
     it chose and why is :attr:`Estimate.choice`. The empirical Fisher is always exact. The MC
     path chunks over examples and over samples to stay within ``budget.memory``.
+    ``standard_errors=False`` (MC only) skips the per-draw sums the standard errors need
+    (about ``K`` passes over the parameters): the same estimate from the same draws, its
+    standard errors ``None``.
     """
     tune_cpu_allocator()
     name = resolve_estimator(estimator)
@@ -636,6 +660,7 @@ def diagonals(
     if sampled and name == "mc":
         ex, per = _mc_chunks(costs, len(sampled), samples, n, budget.memory_bytes)
         layout = {"examples_per_chunk": ex, "samples_per_chunk": per}
+        layout["standard_errors"] = standard_errors
         est = mc_diagonals(
             seam,
             x64,
@@ -645,6 +670,7 @@ def diagonals(
             generator=generator,
             examples_per_chunk=ex,
             samples_per_chunk=per,
+            standard_errors=standard_errors,
         )
     elif sampled:
         ex = max(1, min(n, budget.memory_bytes // (2 * BYTES * 3 * max(1, costs.activations))))

@@ -42,6 +42,7 @@ from fathom.curvature.probe import (
 from fathom.curvature.twin import prepared
 from fathom.losses.softmax import cross_entropy
 from fathom.seam import Layer
+from fathom.seam.inputs import first_device
 from fathom.seam.pex import linear_rows, per_example_grams, summed_gram
 
 
@@ -133,7 +134,7 @@ def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) 
     _, x, seam = prepared(model, x)
     pb = pull_back(seam, x)
     n, c = pb.logits.shape
-    labels = probe_labels(labels.to(x.device), n, c)
+    labels = probe_labels(labels.to(first_device(x)), n, c)
     dirs = OutputDirections.of(pb.logits, labels)
     layers, grams = [], []
     for layer in seam.layers:

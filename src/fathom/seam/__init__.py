@@ -75,6 +75,14 @@ example dimension (``k > 1`` for folded tensors, e.g. ``k = T`` timesteps) and t
 third forward on the 3 examples shifted by one catches examples that mix causally (a
 ``cumsum`` over the batch), which appending an example cannot (:mod:`fathom.seam.examples`).
 
+**Inputs and outputs.** ``x`` is a tensor, a tuple or a dict of tensors with a leading
+example dimension, passed as ``model(x)``, ``model(*x)`` or ``model(**x)``
+(:mod:`fathom.seam.inputs`: every slice of examples, the discovery batch included, goes
+through it); ``discover(..., output=...)`` selects the output of a model returning a tuple
+or a mapping (:meth:`Seam.forward`), and ``loss=`` says how it is read
+(:func:`fathom.losses.read_output`, the one layout checker: default cross-entropy over
+``[N, C]``; a layout it cannot read is refused at discovery).
+
 **Capture.** :meth:`Seam.capture` records, per layer, each call's ``(args, kwargs, output)``
 during one ordinary forward (a branch that is skipped records nothing).
 :meth:`Seam.cotangents` pulls back output directions: given ``dF/dlogits`` of shape
