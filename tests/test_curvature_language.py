@@ -188,3 +188,13 @@ def test_fathom_curvature_on_a_language_model_run(tmp_path, capsys):
     assert abs(mc["traces"]["ggn"] - want) <= 5 * mc["trace_standard_errors"]["ggn"]
     summary = json.loads((tmp_path / "mc" / "summary.json").read_text())
     assert summary["rows"][0]["estimator"] == "mc" and summary["rows"][0]["seed"] == 9
+
+
+def test_a_sampled_estimator_is_refused_on_a_classifier_run(tmp_path):
+    from fathom.curvature.rundir import Estimating, run_curvature
+    from test_curvature_cli import make_run
+
+    rd = RunDir(make_run(tmp_path))
+    with pytest.raises(FathomError, match="classifier run's curvature snapshot is exact"):
+        run_curvature(rd, [0], probe=4, estimator=Estimating(name="mc"))
+    assert not (rd.path / "curvature").exists()
