@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.func import functional_call, jacrev
 
 from fathom.cli import main
@@ -64,6 +66,27 @@ def test_exact_ggn_diagonal_is_the_brute_force():
     assert est.samples is None and est.seed is None
     for k, v in want.items():
         torch.testing.assert_close(est.diagonals["ggn"][k], v, rtol=1e-9, atol=1e-13)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    vocab=st.integers(3, 9),
+    context=st.integers(2, 5),
+    ignored=st.integers(0, 3),
+)
+def test_exact_is_the_brute_force_on_generated_models(seed, vocab, context, ignored):
+    """Generated vocabularies, contexts and ignored positions (the first ``ignored`` positions
+    of window 1): the exact path against the float64 brute force, and MC within 5 SE."""
+    model, x, y = tiny(seed, vocab, context)
+    y[1, :ignored] = IGNORE_INDEX
+    est = token_diagonals(model, x, y, loss=token_loss(), estimator="exact")
+    want = brute_ggn(model, x, y)
+    for k, v in want.items():
+        torch.testing.assert_close(est.diagonals["ggn"][k], v, rtol=1e-9, atol=1e-13)
+    mc = token_diagonals(model, x, y, loss=token_loss(), estimator="mc", samples=16, seed=seed)
+    exact = sum(float(v.sum()) for v in want.values())
+    assert abs(mc.traces["ggn"] - exact) <= 5 * mc.trace_standard_errors["ggn"]
 
 
 def test_monte_carlo_meets_the_exact_value_within_its_standard_error():
