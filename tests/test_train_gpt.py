@@ -97,9 +97,75 @@ def test_clipping_bounds_the_applied_gradient(tmp_path, corpus):
     assert res.history[-1]["optim/clipped_frac"] == 1.0
 
 
-def test_telemetry_is_refused_for_now_with_the_reason(tmp_path, corpus):
-    with pytest.raises(FathomError, match=r"\[N, T, V\] next-token logits"):
-        train(lm_config(corpus), tmp_path / "t", telemetry=True)
+def _telemetry(corpus: Path, **updates):
+    tel = {"telemetry.probe_size": 6, "telemetry.first": [0, 2], "telemetry.every": 5}
+    return lm_config(corpus, **{"optim.epochs": 2, **tel, **updates})
+
+
+def test_telemetry_leaves_a_language_model_run_byte_identical(tmp_path, corpus):
+    """Epoch-boundary telemetry (every family that applies) changes no training number."""
+    off = train(_telemetry(corpus), tmp_path / "off")
+    on = train(_telemetry(corpus), tmp_path / "on", telemetry=True)
+    assert on.final_params == off.final_params is not None
+    assert [r["val/ce"] for r in on.history] == [r["val/ce"] for r in off.history]
+
+
+def test_a_language_model_run_records_per_block_telemetry(tmp_path, corpus):
+    res = train(_telemetry(corpus), tmp_path / "on", telemetry=True)
+    m = RunDir(res.run_dir).manifest
+    names = [la["name"] for la in m["telemetry"]["layers"]]
+    for block in (0, 1):  # every skippable block's attention and MLP layers, by path
+        for part in ("ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.c_proj"):
+            assert f"blocks.{block}.branch.{part}" in names
+    assert set(m["telemetry"]["families_left_out"]) == {"probe", "scores"}
+    rows = {r["epoch"]: r for r in res.history}
+    row = rows[2]
+    for block in (0, 1):
+        layer = f"blocks.{block}.branch.mlp.c_fc"
+        assert row[f"param/weight_norm/{layer}"] > 0
+        assert row[f"param/disp/{layer}"] > 0 == rows[0][f"param/disp/{layer}"]
+        assert row[f"grad/mean/weight_norm/{layer}"] > 0
+        assert row[f"grad/pex/diversity/{layer}"] > 0
+    assert not any(k.startswith(("probe/ce", "split/")) for k in row)
+
+
+def test_telemetry_reads_the_token_loss(corpus):
+    """The probe's mean gradient is the gradient of the token cross-entropy averaged over the
+    windows (float64 reference: autograd of the per-window means, averaged)."""
+    from fathom.config import TelemetryConfig
+    from fathom.data.text import prepare_text
+    from fathom.models.gpt import GPT, token_cross_entropy, token_loss
+    from fathom.telemetry import Recorder
+
+    cfg = lm_config(corpus)
+    splits = prepare_text(cfg.data)
+    torch.manual_seed(0)
+    model = GPT(256, 16, 2, 16, 2)
+    rec = Recorder(
+        TelemetryConfig(enabled=True, probe_size=5, families=("gradients",)),
+        epochs=1,
+        splits=splits,
+        model=model,
+        seed=0,
+        loss=token_loss(),
+        sequence=True,
+    )
+    ins = rec.instruments
+    row = ins.observe()
+    ref = model.double()
+    x, y = splits.fit_x[:5], splits.fit_y[:5]
+    loss = sum(token_cross_entropy(ref(x[i : i + 1]), y[i : i + 1]) for i in range(5)) / 5
+    w = ref.blocks[1].branch.mlp.c_fc.weight
+    (g,) = torch.autograd.grad(loss, w)
+    got = row["grad/mean/weight_norm/blocks.1.branch.mlp.c_fc"]
+    assert got == pytest.approx(float(g.norm()), rel=1e-5)
+
+
+@pytest.mark.parametrize("family", ["probe", "scores"])
+def test_a_family_that_reads_n_c_logits_is_refused_by_name(tmp_path, corpus, family):
+    cfg = _telemetry(corpus, **{"telemetry.families": [family, "params"]})
+    with pytest.raises(FathomError, match=rf"telemetry family '{family}' does not apply"):
+        train(cfg, tmp_path / "t", telemetry=True)
 
 
 def test_a_context_longer_than_a_split_is_refused(tmp_path, corpus):

@@ -20,7 +20,23 @@ def cmd_curvature(args: argparse.Namespace) -> int:
 
     check_device(args.device)
     check_output_dir(args.out)
-    from fathom.curvature.rundir import run_curvature, summary_markdown
+
+    from fathom.curvature.rundir import (
+        SUMMARY_COLUMNS,
+        TOKEN_SUMMARY_COLUMNS,
+        Estimating,
+        is_language_model,
+        run_curvature,
+        summary_markdown,
+    )
+
+    how = Estimating(
+        name=args.estimator,
+        samples=args.samples,
+        seed=args.seed,
+        memory=args.budget_memory,
+        backward_passes=args.budget_passes,
+    )
 
     for rd in runs:
         rows = run_curvature(
@@ -31,8 +47,10 @@ def cmd_curvature(args: argparse.Namespace) -> int:
             device=args.device,
             save_diagonals=args.save_diagonals,
             progress=lambda line: console(stderr=True).print(line, soft_wrap=True),
+            estimator=how,
         )
-        print(summary_markdown(rd.run_id, args.probe, rows))
+        cols = TOKEN_SUMMARY_COLUMNS if is_language_model(rd) else SUMMARY_COLUMNS
+        print(summary_markdown(rd.run_id, args.probe, rows, cols))
     return 0
 
 
@@ -52,5 +70,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--save-diagonals",
         action="store_true",
         help="also write the exact diagonals as epoch-NNNN.diagonals.safetensors",
+    )
+    p.add_argument(
+        "--estimator",
+        default="auto",
+        help="a language model's GGN diagonal: auto (exact when it fits the budget, else "
+        "Monte-Carlo), exact or mc (default auto; a classifier's snapshot is always exact)",
+    )
+    p.add_argument("--samples", type=int, default=8, help="MC draws per window (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the MC draws (default 0)")
+    p.add_argument("--budget-memory", default="4GB", help="memory auto may spend (default 4GB)")
+    p.add_argument(
+        "--budget-passes",
+        type=int,
+        default=2048,
+        help="output directions per example auto may pull back (default 2048)",
     )
     p.set_defaults(func=cmd_curvature)

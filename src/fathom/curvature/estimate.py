@@ -214,11 +214,12 @@ class Costs:
         materialized rows and their squares (2x the largest layer)."""
         return self.activations + 2 * self.largest
 
-    def exact_bytes(self, plan: Plan, n: int) -> int:
+    def exact_bytes(self, plan: Plan, n: int, width: int | None = None) -> int:
         """Exact diagonals' peak on ``n`` examples: ``width x chunk x per_row`` with exact.py's
         chunk rule (as many examples as keep ``width x chunk x largest`` within its element
-        bound, at least one: the directions are never split)."""
-        width = plan.width(self.classes)
+        bound, at least one: the directions are never split). ``width``: the rows per example
+        when the output is not ``[N, C]`` (default ``plan.width(classes)``)."""
+        width = plan.width(self.classes) if width is None else width
         chunk = min(n, max(1, _ELEMENTS // max(1, width * self.largest)))
         return BYTES * (width * chunk * self.per_row + 2 * self.parameters)
 
@@ -259,9 +260,13 @@ def _gib(b: int) -> str:
     return f"{b / 2**30:.3g} GiB"
 
 
-def choose(costs: Costs, plan: Plan, samples: int, budget: Budget, n: int) -> tuple[Estimator, str]:
+def choose(
+    costs: Costs, plan: Plan, samples: int, budget: Budget, n: int, width: int | None = None
+) -> tuple[Estimator, str]:
     """``(estimator, why)``: exact when its memory and time fit ``budget``, else MC; a
-    :class:`FathomError` naming the fix when neither fits.
+    :class:`FathomError` naming the fix when neither fits. ``width``: the exact path's
+    directions per example when the output is not ``[N, C]``
+    (:func:`fathom.curvature.families.total_directions`; default ``plan.width(classes)``).
 
     Hutchinson is never chosen: its least memory (:meth:`Costs.hutchinson_bytes`, about 7
     parameter copies) is above MC's (one direction of one example, 4 copies and the largest
@@ -269,8 +274,8 @@ def choose(costs: Costs, plan: Plan, samples: int, budget: Budget, n: int) -> tu
     the matrix; it is there on request (an independent check of MC, or a model whose
     per-example rows a custom layer cannot give)."""
     mem = budget.memory_bytes
-    width = plan.width(costs.classes)
-    exact_b = costs.exact_bytes(plan, n)
+    width = plan.width(costs.classes) if width is None else width
+    exact_b = costs.exact_bytes(plan, n, width)
     if exact_b <= mem and width <= budget.backward_passes:
         return "exact", (
             f"exact fits the budget: ~{_gib(exact_b)} <= {_gib(mem)} and {width} directions "

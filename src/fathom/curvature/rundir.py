@@ -8,6 +8,13 @@ Outputs, under ``<run>/curvature/`` (or ``out_dir``):
   recorded float32 model's on the same probe), the probe scope and hash, and runtimes;
 * ``summary.json`` and ``summary.md``: one row per snapshot.
 
+A language model's run (its model kind's row says ``tokens``) is read with its own loss,
+the token cross-entropy (:func:`fathom.models.gpt.token_loss`), and its GGN diagonal comes
+from the estimator ``estimator`` names (default ``"auto"``: exact when it fits ``budget``,
+else Monte-Carlo: :mod:`fathom.curvature.language`); its record and summary say the
+estimator, samples and seed, the probe's token cross-entropy and perplexity, and the traces
+per block. The probe is then the first ``N`` windows.
+
 The probe is the first ``N`` examples of the run's fitting split, in stored order (the same
 examples at every epoch). The hash of every requested checkpoint is verified before any
 computation starts, so a bad file fails fast.
@@ -18,6 +25,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -113,13 +121,33 @@ def _fmt(v: Any, key: str = "") -> str:
     return str(v)
 
 
-def summary_markdown(run_id: str, probe: int, rows: list[dict[str, Any]]) -> str:
-    """A markdown table of the snapshot rows, with scope and normalization stated above it."""
-    head = "| " + " | ".join(label for _, label in SUMMARY_COLUMNS) + " |"
-    rule = "|" + "---|" * len(SUMMARY_COLUMNS)
-    body = [
-        "| " + " | ".join(_fmt(row.get(k), k) for k, _ in SUMMARY_COLUMNS) + " |" for row in rows
-    ]
+def summary_markdown(
+    run_id: str,
+    probe: int,
+    rows: list[dict[str, Any]],
+    columns: tuple[tuple[str, str], ...] = SUMMARY_COLUMNS,
+) -> str:
+    """A markdown table of the snapshot rows, with scope and normalization stated above it
+    (``columns``: a language model's run has its own, :data:`TOKEN_SUMMARY_COLUMNS`)."""
+    head = "| " + " | ".join(label for _, label in columns) + " |"
+    rule = "|" + "---|" * len(columns)
+    body = ["| " + " | ".join(_fmt(row.get(k), k) for k, _ in columns) + " |" for row in rows]
+    if columns is not SUMMARY_COLUMNS:
+        return "\n".join(
+            [
+                f"# Curvature of run {run_id}",
+                "",
+                f"Probe: first {probe} fitting windows; float64; dense evaluation (gain one). "
+                "The run's loss: token cross-entropy, mean over the valid positions. Traces "
+                "sum every parameter's diagonal (weights and biases); SE: the GGN trace's "
+                "standard error when it is sampled (blank when exact).",
+                "",
+                head,
+                rule,
+                *body,
+                "",
+            ]
+        )
     return "\n".join(
         [
             f"# Curvature of run {run_id}",
@@ -140,6 +168,15 @@ def summary_markdown(run_id: str, probe: int, rows: list[dict[str, Any]]) -> str
 def _snapshot_record(rd: Any, e: int, snap, model, x, probe: int, probe_hash: str) -> dict:
     """One epoch's JSON record: checkpoint, provenance, scope, the snapshot, environment
     (``compute_s`` still inside; the caller moves it into ``runtime_s``)."""
+    return _record_around(
+        rd, e, snap.record, model, x, probe, probe_hash, prediction_agreement(snap.logits, model, x)
+    )
+
+
+def _record_around(
+    rd: Any, e: int, body: dict, model, x, probe: int, probe_hash: str, agreement: dict | None
+) -> dict:
+    """The checkpoint, provenance, scope and environment around a snapshot's ``body``."""
     files = rd.manifest.get("checkpoints", {})
     return {
         "format": FORMAT,
@@ -156,7 +193,7 @@ def _snapshot_record(rd: Any, e: int, snap, model, x, probe: int, probe_hash: st
         "provenance": {
             "source_sha256": source_hash(),
             "checkpoint_sha256": rd.checkpoint_hash(e),
-            "prediction_agreement": prediction_agreement(snap.logits, model, x),
+            "prediction_agreement": agreement,
         },
         "model_type": type(model).__name__,
         "scope": {
@@ -165,7 +202,7 @@ def _snapshot_record(rd: Any, e: int, snap, model, x, probe: int, probe_hash: st
             "N": probe,
             "probe_sha256": probe_hash,
         },
-        **snap.record,
+        **body,
         "environment": {
             "torch": torch.__version__,
             "device": str(x.device),
@@ -183,8 +220,13 @@ def run_curvature(
     device: str = "cpu",
     save_diagonals: bool = False,
     progress: Say | None = None,
+    estimator: Estimating | None = None,
 ) -> list[dict[str, Any]]:
     """Compute and write one snapshot per epoch of run directory ``rd``; return the summary rows.
+
+    ``estimator``: how a language model's GGN diagonal is estimated (:class:`Estimating`,
+    default ``auto`` under the default budget); a classifier's snapshot is exact throughout,
+    and a sampled estimator asked of it is refused.
 
     ``rd`` is a :class:`fathom.rundir.RunDir` (``checkpoint_epochs``, ``checkpoint_hash``,
     ``load_state``, ``load_model``, ``load_splits``, ``manifest``, ``run_id``, ``path``).
@@ -194,11 +236,130 @@ def run_curvature(
     analysis writes the run, before anything is computed.
     """
     chosen = check_epochs(rd.checkpoint_epochs(), epochs)
+    tokens = is_language_model(rd)
+    if not tokens and estimator is not None and estimator.name not in ("auto", "exact"):
+        raise FathomError(
+            f"--estimator {estimator.name}: a classifier run's curvature snapshot is exact "
+            "throughout (KFAC, mismatch and Grams need every direction); the estimators "
+            "apply to a language model's run; drop --estimator"
+        )
     for e in chosen:  # verify every hash before computing (or writing) anything
         rd.load_state(e)
     # a locked or read-only run: say so (and how to fix it) before computing
     with analysis_output(Path(rd.path), "curvature", out_dir) as out:
+        if tokens:
+            return _write_token_snapshots(
+                rd, chosen, probe, out, device, estimator or Estimating(), progress
+            )
         return _write_snapshots(rd, chosen, probe, out, device, save_diagonals, progress)
+
+
+@dataclass(frozen=True)
+class Estimating:
+    """How ``fathom curvature`` estimates a language model's GGN diagonal: ``name``
+    (``auto``, ``exact``, ``mc``), ``samples`` per window, ``seed``, and the budget ``auto``
+    chooses under (:class:`fathom.curvature.estimate.Budget`: memory, backward passes)."""
+
+    name: str = "auto"
+    samples: int = 8
+    seed: int = 0
+    memory: str = "4GB"
+    backward_passes: int = 2048
+
+
+TOKEN_SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("epoch", "epoch"),
+    ("probe_ce_mean", "probe CE (nats/token)"),
+    ("probe_ppl", "probe ppl"),
+    ("ggn_trace", "GGN tr"),
+    ("ggn_trace_se", "GGN tr SE"),
+    ("empirical_fisher_trace", "EF tr"),
+    ("estimator", "GGN estimator"),
+    ("samples", "samples"),
+    ("seed", "seed"),
+    ("runtime_s", "runtime (s)"),
+)
+
+
+def is_language_model(rd: Any) -> bool:
+    from fathom.config.model_kinds import MODEL_KINDS
+
+    row = MODEL_KINDS.get(str(rd.manifest.get("model", {}).get("kind")))
+    return row is not None and row.tokens
+
+
+def _write_token_snapshots(
+    rd: Any,
+    chosen: list[int],
+    probe: int,
+    out: AnalysisOutput,
+    device: str,
+    how: Estimating,
+    progress: Say | None,
+) -> list[dict[str, Any]]:
+    """A language model's snapshots (module docstring; :func:`fathom.curvature.language.token_snapshot`)."""
+    from fathom.base.terminal import Tally
+    from fathom.curvature.estimate import Budget
+    from fathom.curvature.language import token_snapshot
+    from fathom.models.gpt import token_loss
+
+    splits = rd.load_splits(device=device)
+    x, y = probe_from_split(splits.fit_x, splits.fit_y, probe)
+    probe_hash = tensor_digest([("x", x), ("y", y)])
+    budget = Budget(memory=how.memory, backward_passes=how.backward_passes)
+    rows, tally = [], Tally(len(chosen), "snapshots")
+    for e in chosen:
+        t0 = time.perf_counter()
+        model = rd.load_model(e, dtype=torch.float32, device=device)
+        t_load = time.perf_counter() - t0
+        body = token_snapshot(
+            model,
+            x,
+            y,
+            loss=token_loss(),
+            estimator=how.name,
+            samples=how.samples,
+            seed=how.seed,
+            budget=budget,
+        )
+        body["budget"] = {"memory": how.memory, "backward_passes": how.backward_passes}
+        record = _record_around(rd, e, body, model, x, probe, probe_hash, None)
+        record["scope"]["probe"] = f"first {probe} windows of the fitting split, stored order"
+        record["runtime_s"] = {
+            "load_s": t_load,
+            "compute_s": record.pop("compute_s"),
+            "total_s": time.perf_counter() - t0,
+        }
+        out.json(f"epoch-{e:04d}.json", record)
+        rows.append(
+            {
+                "epoch": e,
+                "probe_ce_mean": record["probe_ce_mean"],
+                "probe_ppl": record["probe_ppl"],
+                "ggn_trace": record["traces"]["ggn"],
+                "ggn_trace_se": record["trace_standard_errors"]["ggn"],
+                "empirical_fisher_trace": record["traces"]["empirical_fisher"],
+                "estimator": record["estimator"]["ggn"],
+                "samples": record["samples"],
+                "seed": record["seed"],
+                "runtime_s": record["runtime_s"]["total_s"],
+                "params_sha256": record["checkpoint"]["params_sha256"],
+            }
+        )
+        if progress is not None:
+            progress(f"{rd.run_id} epoch {e}: {record['runtime_s']['total_s']:.1f}s  {tally.add()}")
+    summary = {
+        "format": FORMAT,
+        "kind": "fathom.curvature.summary",
+        "run_id": rd.run_id,
+        "scope": {"split": "fit", "N": probe, "probe_sha256": probe_hash},
+        "source_sha256": source_hash(),
+        "normalization": "token cross-entropy, mean over the valid positions of the probe",
+        "rows": rows,
+    }
+    out.json("summary.json", summary)
+    out.text("summary.md", summary_markdown(rd.run_id, probe, rows, TOKEN_SUMMARY_COLUMNS))
+    return rows
 
 
 def _write_snapshots(

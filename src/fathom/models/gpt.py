@@ -62,6 +62,16 @@ def token_cross_entropy(
     )
 
 
+def token_loss():
+    """:func:`token_cross_entropy` as a :class:`fathom.losses.Loss` (cross-entropy,
+    ``class_dim=-1`` over ``[N, T, V]``, ``ignore_index`` :data:`IGNORE_INDEX`, mean over the
+    valid positions): the loss the instruments and ``fathom curvature`` read a language
+    model's run with; one "example" is one sequence window."""
+    from fathom.losses.kinds import make_loss
+
+    return make_loss("cross_entropy", ignore_index=IGNORE_INDEX, class_dim=-1, reduction="mean")
+
+
 class CausalSelfAttention(nn.Module):
     """``W_o · concat_h softmax(q_h k_hᵀ / sqrt(d_head) + causal) v_h`` over ``[N, T, d]``."""
 

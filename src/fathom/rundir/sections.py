@@ -157,7 +157,9 @@ class Telemetry(_Closed):
     = (telemetry - cold) / training (``null`` before any training time); ``layers``: the
     instrumented layers (``null`` before discovery or without telemetry);
     ``schema_changes``: the recorder's :class:`SchemaChange` records, oldest first (``[]``
-    when the field set never changed, ``null`` without telemetry)."""
+    when the field set never changed, ``null`` without telemetry); ``families_left_out``: the
+    families an alias (``all``, ``cheap``) named that do not apply to the model, each with
+    its reason (a language model's ``[N, T, V]`` logits; ``null`` when none was left out)."""
 
     enabled: bool
     total_s: float | None = None
@@ -166,6 +168,7 @@ class Telemetry(_Closed):
     overhead_ratio_without_cold: float | None = None
     layers: list[LayerRecord] | None = None
     schema_changes: list[SchemaChange] | None = None
+    families_left_out: dict[str, str] | None = None
 
 
 class Execution(_Closed):

@@ -15,6 +15,15 @@ instruments rediscover its layers and the next row carries the fields of the new
 across a resume (``state_dict``). A history row therefore always holds the fields of the
 structure it measured, never a stale set.
 
+**Sequence models** (a language model's ``[N, T, V]`` next-token logits): the instruments
+read the run's own loss (``loss``: token-level cross-entropy over the valid positions,
+``class_dim=-1``; one probe "example" is one sequence window, so per-example moments are
+per window). Two families are defined on ``[N, C]`` logits with one label per example and
+do not apply (:data:`SEQUENCE_NOT_APPLICABLE`): naming one in ``telemetry.families`` is
+refused with the reason, and the aliases (``all``, ``cheap``) expand to the families that
+apply, the others listed with their reasons in :attr:`Recorder.left_out` (the run's
+manifest records them under ``telemetry.families_left_out``).
+
 The caller times ``observe`` with the telemetry clock (the trainer records
 ``clock/telemetry_s`` and the cold first call, which includes layer discovery).
 """
@@ -30,8 +39,9 @@ from torch import nn
 from fathom.config import TelemetryConfig
 from fathom.config.models import SPLITS, schedule_due
 from fathom.errors import FathomError
+from fathom.losses.kinds import Loss
 from fathom.telemetry.instruments import Instruments, read_only
-from fathom.telemetry.registry import expected_names, resolve_families
+from fathom.telemetry.registry import ALIASES, expected_names, resolve_families
 from fathom.telemetry.scores import class_scores, confusion_matrix
 
 if TYPE_CHECKING:
@@ -40,6 +50,33 @@ if TYPE_CHECKING:
 
 
 Value = float | int | None | list
+SEQUENCE_NOT_APPLICABLE: dict[str, str] = {
+    "probe": "probe/ce and probe/acc are defined on [N, C] logits with one label per example; "
+    "a language model's per-token cross-entropy and perplexity are the history's "
+    "{split}/ce and {split}/ppl",
+    "scores": "per-class counts and confusion matrices read one predicted class per example; "
+    "a language model predicts one token per position",
+}
+"""The families that do not apply to a sequence model's ``[N, T, V]`` logits, with why."""
+
+
+def sequence_families(names: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """``(families, left_out)`` of ``telemetry.families`` for a sequence model: a family named
+    explicitly that does not apply is refused with its reason; an alias's such families are
+    left out, each with its reason."""
+    named = [n for n in names if n in SEQUENCE_NOT_APPLICABLE]
+    if named:
+        raise FathomError(
+            f"telemetry family {named[0]!r} does not apply to a language model's [N, T, V] "
+            f"logits: {SEQUENCE_NOT_APPLICABLE[named[0]]}; remove it from telemetry.families"
+        )
+    chosen = resolve_families(names)
+    left = {
+        f: why
+        for f, why in SEQUENCE_NOT_APPLICABLE.items()
+        if f in chosen and any(f in ALIASES.get(n, ()) for n in names)
+    }
+    return tuple(f for f in chosen if f not in left), left
 
 
 def _split_xy(splits: DataSplits, name: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,7 +84,8 @@ def _split_xy(splits: DataSplits, name: str) -> tuple[torch.Tensor, torch.Tensor
 
 
 class Recorder:
-    """Epoch-boundary telemetry of any model returning ``[N, classes]`` logits."""
+    """Epoch-boundary telemetry of any model returning ``[N, classes]`` logits, or (given
+    ``loss`` with ``sequence=True``) a sequence model's ``[N, T, V]`` logits (module docstring)."""
 
     def __init__(
         self,
@@ -57,11 +95,17 @@ class Recorder:
         splits: DataSplits,
         model: nn.Module,
         seed: int,
+        loss: str | Loss = "cross_entropy",
+        sequence: bool = False,
     ) -> None:
         self.config = config
         self.epochs = int(epochs)
         self.seed = int(seed)
-        self.families = resolve_families(config.families)
+        self.left_out: dict[str, str] = {}
+        if sequence:
+            self.families, self.left_out = sequence_families(tuple(config.families))
+        else:
+            self.families = resolve_families(config.families)
         bad = [e for e in config.first if e < 0 or e > self.epochs]
         if bad:
             raise FathomError(
@@ -81,7 +125,7 @@ class Recorder:
         probe_families = tuple(f for f in self.families if f != "scores")
         # the trainer hands its own initial parameters to every observation (no copy here)
         self.instruments = Instruments(
-            model, self.probe_x, self.probe_y, probe_families, initial_params={}
+            model, self.probe_x, self.probe_y, probe_families, initial_params={}, loss=loss
         )
         self.split_names = tuple(s for s in SPLITS if int(_split_xy(splits, s)[1].shape[0]) > 0)
         self._names: tuple[str, ...] | None = None

@@ -63,10 +63,11 @@ def telemetry_record(
     enabled: bool,
     layers: list[dict[str, Any]] | None,
     schema_changes: list[dict[str, Any]] | None = None,
+    left_out: dict[str, str] | None = None,
 ) -> Telemetry:
     """``total_s``, ``cold_s``, the overhead ratios telemetry clock / training clock
     (``tel / train`` and ``(tel - cold) / train``, ``None`` before any training time), the
-    instrumented ``layers`` and the recorder's ``schema_changes`` (field-set changes)."""
+    instrumented ``layers`` and the recorder's ``schema_changes`` (field-set changes) and the families an alias left out (``left_out``, ``None`` when none)."""
     tel, train = clocks.telemetry_s, clocks.training_s
     cold = clocks.telemetry_cold_s
     return Telemetry(
@@ -77,4 +78,5 @@ def telemetry_record(
         overhead_ratio_without_cold=(tel - (cold or 0.0)) / train if train > 0 else None,
         layers=layers,
         schema_changes=schema_changes,
+        families_left_out=left_out or None,
     )

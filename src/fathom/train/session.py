@@ -150,7 +150,9 @@ class Session:
             epochs_completed=done.epoch,
             steps_completed=done.step,
             clocks=vars(done.clocks),
-            telemetry=telemetry_record(done.clocks, rec is not None, layers, changes),
+            telemetry=telemetry_record(
+                done.clocks, rec is not None, layers, changes, rec.left_out if rec else None
+            ),
             training_order=done.order_digest,
             masks=done.mask_digest,
             selected=p.best,
@@ -163,16 +165,22 @@ class Session:
 def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model) -> Recorder | None:
     if not (cfg.telemetry.enabled if telemetry is None else telemetry):
         return None
-    if model_kind(cfg.model.kind).tokens:
-        raise FathomError(
-            f"telemetry is not yet available for model.kind {cfg.model.kind!r}: its families "
-            "read [N, C] logits and this model returns [N, T, V] next-token logits; train "
-            "without it (telemetry.enabled = false, no --telemetry)"
-        )
     from fathom.telemetry import Recorder as TelemetryRecorder
 
+    if not model_kind(cfg.model.kind).tokens:
+        return TelemetryRecorder(
+            cfg.telemetry, epochs=cfg.optim.epochs, splits=splits, model=model, seed=cfg.seed
+        )
+    from fathom.models.gpt import token_loss
+
     return TelemetryRecorder(
-        cfg.telemetry, epochs=cfg.optim.epochs, splits=splits, model=model, seed=cfg.seed
+        cfg.telemetry,
+        epochs=cfg.optim.epochs,
+        splits=splits,
+        model=model,
+        seed=cfg.seed,
+        loss=token_loss(),
+        sequence=True,
     )
 
 
