@@ -246,7 +246,7 @@ def test_a_file_where_a_directory_is_expected(tmp_path, splits, capsys):
     (tmp_path / "runs").write_text("not a directory")
     rc = main(["train", "--runs-dir", str(tmp_path / "runs"), "--set", "model.widths=[8,8]"])
     err = capsys.readouterr().err
-    assert rc == 2 and "ENOTDIR" in err and "Traceback" not in err
+    assert rc == 2 and "is a file, not a directory" in err and "Traceback" not in err
     (tmp_path / "r2").mkdir()
     (tmp_path / "r2" / "run").write_text("a file")
     with pytest.raises(FathomError, match="is a file, not a run directory"):

@@ -86,6 +86,7 @@ def verify(name: str, data_dir: str | None) -> list[dict]:
 
 def text_info(spec: TextDataset, cache: Path) -> dict:
     """A text corpus's registry entry: file, size, tokens, splits, sources."""
+    from fathom.base.units import fmt_percent
     from fathom.data.registry import TEXT_FRACTIONS as FRACTIONS
     from fathom.data.registry import TEXT_VOCAB as VOCAB
 
@@ -94,7 +95,7 @@ def text_info(spec: TextDataset, cache: Path) -> dict:
         "title": spec.title,
         "tokens": f"bytes of the UTF-8 text ({spec.size} tokens), vocabulary {VOCAB}",
         "splits": "fit / val / test contiguous by position, "
-        + " / ".join(f"{f:.0%}" for f in FRACTIONS)
+        + " / ".join(fmt_percent(f, digits=0) for f in FRACTIONS)
         + "; windows of data.context tokens",
         "license": spec.license,
         "cache": str(cache),

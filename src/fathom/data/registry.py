@@ -259,7 +259,8 @@ def registered_shape(dataset: str | None, missing: str) -> tuple[int, tuple[int,
     if spec is None or isinstance(spec, TextDataset):
         raise FathomError(
             f"{missing} not given, and dataset {dataset!r} is not a registered dataset whose "
-            f"shape is known ({', '.join(sorted(DATASETS))}); pass {missing} taken from the data "
+            f"shape is known ({', '.join(sorted(n for n, d in DATASETS.items() if not isinstance(d, TextDataset)))}); "
+            f"pass {missing} taken from the data "
             "(a run records them in its manifest's data.info)"
         )
     return spec.classes, tuple(spec.image_shape)

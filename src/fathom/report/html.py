@@ -56,6 +56,7 @@ from fathom.report.runs import RunData, nonfinite_name, scalar_fields, widest_fi
 from fathom.report.sections import answer_section
 from fathom.report.tables import esc
 from fathom.stats.results import NOT_ESTABLISHED
+from fathom.stats.sentences import undecided_note
 
 AXES = {
     "epoch": "epoch",
@@ -210,8 +211,8 @@ def _curvature_html(
             + "</ul>"
             + collapsed_sentences(
                 idle,
-                f"{len(idle)} curvature contrast(s) not established (ratios recipe / {ref}). "
-                "Show them.",
+                undecided_note(len(idle), "curvature contrast(s)", f" (ratios recipe / {ref})")
+                + " Show them.",
                 id_="curvature-undecided",
             )
             + out

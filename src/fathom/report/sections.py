@@ -15,6 +15,7 @@ from fathom.report.runs import RunData
 from fathom.report.tables import esc, headline_table
 from fathom.stats.numbers import table_text
 from fathom.stats.results import NOT_ESTABLISHED, Results
+from fathom.stats.sentences import undecided_note
 from fathom.stats.summary_tables import tables_of
 
 
@@ -129,8 +130,12 @@ def verdicts_block(stats: Mapping[str, Any]) -> str:
     out = "<h3>Verdicts</h3><ul id='verdicts' class='verdicts'>" + "".join(items) + "</ul>"
     out += collapsed_sentences(
         undecided,
-        f"{len(undecided)} comparison(s) not established: each interval neither excludes "
-        "the region of no interest nor lies inside it. Show them.",
+        undecided_note(
+            len(undecided),
+            "comparison(s)",
+            ": each interval neither excludes the region of no interest nor lies inside it",
+        )
+        + " Show them.",
         id_="undecided",
     )
     notes = stats.get("notes") or []

@@ -88,3 +88,9 @@ def rest_note(n: int) -> str:
         f"{n} other contrast(s): not established, or at an earlier epoch "
         "(every sentence in summary.json)."
     )
+
+
+def undecided_note(n: int, what: str, detail: str = "") -> str:
+    """The line standing for ``n`` sentences whose every verdict is not established (collapsed
+    in the report until opened); ``detail`` follows the count, e.g. the ratio direction."""
+    return f"{n} {what} not established{detail}."

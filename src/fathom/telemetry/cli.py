@@ -24,6 +24,8 @@ def cmd_qualify(args: argparse.Namespace) -> int:
     from fathom.base.units import fmt_percent
     from fathom.train.cli import config_from_args
 
+    if args.gate is not None and not args.gate > 0:  # before the config: no torch, no defaults
+        raise FathomError(f"--gate must be a positive fraction (0.10 = 10%), got {args.gate}")
     check_device(args.device)
     check_output_dir(args.out)
     cfg = config_from_args(args)
@@ -32,8 +34,6 @@ def cmd_qualify(args: argparse.Namespace) -> int:
 
     if args.gate is None:
         args.gate = DEFAULT_GATE
-    if not args.gate > 0:
-        raise FathomError(f"--gate must be a positive fraction (0.10 = 10%), got {args.gate}")
     out = Path(args.out) if args.out else Path(args.runs_dir) / cfg.study / f"{cfg.name}-qualify"
     if out.exists() and any(out.iterdir()):
         raise FathomError(f"{str(out)!r} is not empty; choose another --out or remove it")

@@ -224,7 +224,12 @@ class Instruments:
             if seen is None or seen() is not p:  # a new parameter: measured from first sight
                 self.initial[name] = p.detach().clone()
                 self._seen[name] = weakref.ref(p)
-        self.classes, self._seam, self._names, self._reused = self.terms.layout.classes, seam, None, {}
+        self.classes, self._seam, self._names, self._reused = (
+            self.terms.layout.classes,
+            seam,
+            None,
+            {},
+        )
 
     @property
     def layers(self):
