@@ -26,6 +26,11 @@ $(VENV)/.base: pyproject.toml
 
 $(VENV)/.dev: $(VENV)/.base
 	$(PIP) install -q -e ".[dev,audit,plot,wandb,tensorboard,ray,slurm,browser,notebook,lightning,huggingface]"
+	# the curvature peers the tests compare against (curvlinops, BackPACK) declare torch (and
+	# BackPACK torchvision), which would pull a CUDA torch: installed without their declared
+	# dependencies, their own light ones named
+	$(PIP) install -q --no-deps curvlinops-for-pytorch==3.0.1 backpack-for-pytorch==1.7.1 \
+		einconv==0.1.0 einops linear_operator==0.6.1 opt_einsum unfoldNd==0.2.3 tqdm
 	bash scripts/install-browser.sh
 	touch $@
 
