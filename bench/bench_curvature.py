@@ -1,6 +1,6 @@
 """Exact curvature diagonals: fathom ``exact_diagonals`` vs BackPACK vs naive vmap, and the floor.
 
-Part 1 (issue 12), float64, probe N = ``--probe``, C = 10, timings interleaved over
+Part 1, float64, probe N = ``--probe``, C = 10, timings interleaved over
 ``--repeats`` rounds (each round runs every method once, after one warm-up each), medians;
 with ``--threads 1`` (the default) on the calling thread's CPU clock (``time.thread_time``:
 user + system time of this thread, so other engineers' jobs on the shared machine do not
@@ -25,7 +25,7 @@ Every method runs under the same CPU allocator settings: glibc's thresholds as `
 train`` sets them (``fathom.train.allocator``; ``exact_diagonals`` applies them on its first
 call), applied here before any timing.
 
-Part 2: the Ciresan-width plain MLP (issue 5's comparison) with ``exact_diagonals``.
+Part 2: the Ciresan-width plain MLP (the seed's comparison) with ``exact_diagonals``.
 Part 3: wall time of ``run_curvature`` over 7 checkpoints of 3 synthesized run directories.
 
 Usage: python bench/bench_curvature.py [--probe 32] [--repeats 7] [--threads 1] [--skip-mlp]

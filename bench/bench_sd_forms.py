@@ -8,7 +8,7 @@ median, interquartile range and the ratio of minima:
 * ``product``:   ``bypass(x) + out * g`` with ``g`` a cached 0-d tensor (the product's path)
 * ``inplace``:   ``out.mul_(g).add_(bypass(x))`` with the same ``g`` (removed from the
   product as not faster; kept here as the record)
-* ``out_float``: ``bypass(x) + out * g`` with the Python float (the form before issue 23,
+* ``out_float``: ``bypass(x) + out * g`` with the Python float (the form before the gain tensor,
   ``sd_harness.reference_gain``)
 * ``gain_one``:  the same all-kept SD step with every kept gain replaced by one (``bypass(x) +
   out``, the dense form): not a training form (the wrong gain), the decomposition. ``product``

@@ -8,11 +8,11 @@ interquartile range are printed:
 
 * ``dense``:    gain one (``skippable_residual(h, linear, crop, 1.0)``, the ``residual`` recipe)
 * ``ref``:      gain ``g`` as a Python float, out of place: ``crop(h) + linear(h) * g``
-  (before issue 23)
+  (before the gain tensor)
 * ``product``:  the product's path now: the same with ``g`` a cached 0-d tensor
   (:func:`fathom.depth.residual.gain_tensor`; bit-identical, no wrapped-scalar conversions)
 * ``inplace_f``: gain ``g`` in place as a Python float, ``linear(h).mul_(g).add_(crop(h))``
-  (bit-identical; the product's path during issue 23, removed as slower per step)
+  (bit-identical; the product's path while the gain tensor was built, removed as slower per step)
 * ``inplace``:  the same in place with the cached 0-d tensor (bit-identical; removed too)
 * ``addalpha``: ``torch.add(crop(h), linear(h), alpha=g)``: one fused kernel (changes last bits;
   not in the product, measured for the record)

@@ -7,7 +7,7 @@ runs on the CPU — over :class:`~fathom.train.plan.EpochPlan` s of the same bat
 * ``skip``:   recipe ``sd_constant`` with the gates the run's controller draws (p = 0.1..0.4);
               a dropped branch is not called
 * ``skip_ref``: the same, with the kept branches' gain as a Python float (``bypass + out * g``,
-              the form before issue 23; ``sd_harness.reference_gain``): before / after, paired
+              the form before the gain tensor; ``sd_harness.reference_gain``): before / after, paired
 * ``mask``:   the same model and gates, but every branch computed and multiplied by its gain
               (timm/torchvision-style DropPath: regularises, saves nothing)
 * ``dense_b``: a second, identical dense model and stepper (an A/A control: its ratio to

@@ -1,7 +1,7 @@
-"""What the generic seam paths cost against the fast ones (issue 20).
+"""What the generic seam paths cost against the fast ones.
 
 The same model measured with every layer on its fast path, then with one layer made
-generic by what issue 20 routes there: an identity forward hook (the function is
+generic by what the seam routes there: an identity forward hook (the function is
 unchanged, but a hook could change it, so the fast path is not provably the same), a
 parametrization (``weight_norm``), and a root parameter passed into a module's forward
 (``foreign``: an additive per-feature bias given as an argument). Also a GRU (the

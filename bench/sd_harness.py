@@ -40,7 +40,7 @@ def blocks_of(plan: EpochPlan, block: int) -> list[EpochPlan]:
 @contextmanager
 def reference_gain():
     """The kept branch's gain as a Python float, ``bypass(x) + out * g`` (the form before
-    issue 23's gain tensor, :func:`fathom.depth.residual.gain_tensor` answering the float)."""
+    the gain tensor, :func:`fathom.depth.residual.gain_tensor` answering the float)."""
     original = residual.gain_tensor
     residual.gain_tensor = lambda gain, out: gain
     try:

@@ -1,4 +1,4 @@
-"""Models on the seam's edges (issue 20), as data, and independent float64 references.
+"""Models on the seam's edges, as data, and independent float64 references.
 
 Every case is a dict: ``id``, ``build`` (seeded, returns an ``nn.Module``), ``x(n, g)`` and
 ``path`` (``{layer name: text its coverage line must contain}``). The references never use

@@ -1,4 +1,4 @@
-"""A grammar of small random models for the seam's generated-model property (issue 20).
+"""A grammar of small random models for the seam's generated-model property.
 
 A model is described by a *spec*, plain data (dicts, lists, numbers, strings), so that every
 counter-example hypothesis finds can be pinned as a literal ``@example``; :func:`build` turns

@@ -1,4 +1,4 @@
-"""Drop probabilities of any real scalar type, and compiled self-seeding modules (issue 20).
+"""Drop probabilities of any real scalar type, and compiled self-seeding modules.
 
 Regression tests for two defects: ``np.float32(0.2)`` / ``torch.tensor(0.2)`` were refused as
 drop probabilities, and a compiled (inductor) ``SkippableResidual(seed=None)`` seeded its

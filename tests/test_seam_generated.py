@@ -1,4 +1,4 @@
-"""Refuse or be exact, on generated models (issue 20; the grammar is :mod:`seam_grammar`).
+"""Refuse or be exact, on generated models (the grammar is :mod:`seam_grammar`).
 
 Property, for every generated model: ``fathom.curvature.exact_diagonals`` and
 ``fathom.Instruments(...).observe()`` each **either** raise a ``FathomError`` naming a module

@@ -1,4 +1,4 @@
-"""Issue 20's defects in the seam core, one named regression test each, against an
+"""The defects in the seam core, one named regression test each, against an
 independent float64 loop over examples (``tests/seam_edge_models.py``): every case is
 either exact (per-example gradients, Gram matrices, all three curvature diagonals within
 1e-9 relative) or refused naming the module, and every call leaves the model as found."""

@@ -1,4 +1,4 @@
-"""Issue 21's Tests and Bad-input sections for the recipe comparisons of a study summary and
+"""The tests and bad-input cases for the recipe comparisons of a study summary and
 the telemetry contrasts (the depth-scaling tables: ``test_stats_scaling.py``).
 
 Properties over generated tables — no better on every seed ⇒ never "better" (and

@@ -1,4 +1,4 @@
-"""The recorder's field set follows the model's structure (issue 20): a layer unfrozen or a
+"""The recorder's field set follows the model's structure: a layer unfrozen or a
 head swapped between epochs through the library API gives the new fields, with a schema
 record, never the old set silently."""
 
