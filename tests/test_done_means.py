@@ -1,4 +1,4 @@
-""""Done means", end to end through the CLI at tiny sizes: ``fathom train`` runs a
+"""The "done means" checks, end to end through the CLI at tiny sizes: ``fathom train`` runs a
 depth-scaling config (staged conv net, residual control, Lyapunov arm) and a user's
 ``python``-kind residual CNN on a user's ``.npz``; ``fathom audit``, ``fathom curvature``,
 ``fathom report`` and ``fathom export`` accept both run directories; every key of every
