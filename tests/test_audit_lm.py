@@ -246,3 +246,23 @@ def test_the_cli_writes_the_lm_audit_and_prints_its_sentences(trained, tmp_path,
     assert data["model"] == "language model"
     assert main(["audit", str(trained), "--out", str(tmp_path / "b"), "--sample-masks", "5"]) == 2
     assert "drop --sample-masks" in capsys.readouterr().err
+
+
+def test_the_report_shows_the_curves_the_audit_and_the_sentences(trained, tmp_path):
+    from fathom.report.build import build_report
+
+    audit_runs(trained, AuditSettings(router=False, checkpoints=("final",)))  # into run/audit
+    out = build_report(trained, tmp_path / "report")
+    md = out.summary_md.read_text()
+    assert "## Language model" in md and "nats/token and perplexity by epoch" in md.replace(
+        "nats per token", "nats/token"
+    )
+    rows = RunDir(trained).history()
+    last = rows[-1]
+    assert f"{last['val/ce']:.4f}" in md  # the curve's numbers are the history's
+    rec = json.loads((trained / "audit" / "audit.json").read_text())["runs"][0]["checkpoints"]
+    for sentence in rec["final"]["sentences"]:
+        assert sentence in md
+    names = {p.name for p in out.figures}
+    assert {"lm_curves.png", "lm_removal.png"} <= names
+    assert out.html.exists()
