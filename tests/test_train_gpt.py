@@ -173,3 +173,20 @@ def test_tied_weights_survive_a_checkpoint_round_trip(tmp_path, corpus):
     assert model.lm_head.weight is model.wte.weight
     state = RunDir(res.run_dir).load_state("final")
     assert torch.equal(state["lm_head.weight"], state["wte.weight"])
+
+
+def test_fields_added_for_language_models_leave_earlier_configs_hashing_as_before():
+    """``data.context`` and ``optim.clip_norm`` are left out of a dump while unset, so a config
+    recorded before they existed has the same ``config_hash`` (its run resumes); set, they
+    are dumped and round-trip; ``with_updates`` reaches them."""
+    from fathom.config import RunConfig
+
+    dumped = RunConfig().model_dump(mode="json")
+    assert "context" not in dumped["data"] and "clip_norm" not in dumped["optim"]
+    assert set(dumped["data"]) | {"context"} == set(
+        RunConfig.model_fields["data"].annotation.model_fields
+    )
+    updated = RunConfig().with_updates({"optim.clip_norm": 0.5})
+    assert updated.model_dump()["optim"]["clip_norm"] == 0.5
+    again = validate_run_config(updated.model_dump(mode="json"))
+    assert again == updated

@@ -18,8 +18,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     Strict,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -161,6 +164,25 @@ def check_image_size(size: int, stages: int = STAGES) -> int:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+EVERY_FIELD = {"every_field": True}
+"""The dump context that keeps :func:`omit_unset_additions`' fields (``with_updates`` edits them)."""
+
+
+def omit_unset_additions(
+    data: dict[str, Any], model: BaseModel, fields: tuple[str, ...], info: SerializationInfo
+) -> dict[str, Any]:
+    """``data`` (a section's dump) without ``fields`` that are ``None``: fields added to a
+    section after runs were recorded, left out while unset, so every config written before
+    them dumps, and hashes (``config_hash``), exactly as it did (a recorded run resumes; a
+    study finds its runs unchanged). A dump with the context :data:`EVERY_FIELD` keeps them."""
+    if (info.context or {}).get("every_field"):
+        return data
+    for name in fields:
+        if getattr(model, name) is None:
+            data.pop(name, None)
+    return data
 
 
 def check_factory_path(path: str, key: str) -> str:
@@ -399,6 +421,10 @@ class DataConfig(_Strict):
     fit_subset: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
     eval_subset: Int | None = Field(default=None, gt=0, le=limits.MAX_EXAMPLES)
     augment: Literal["none", "crop_flip"] = "none"
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        return omit_unset_additions(handler(self), self, ("context",), info)
 
     @model_validator(mode="after")
     def _source_fields(self) -> DataConfig:

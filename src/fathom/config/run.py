@@ -8,12 +8,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, Strict, ValidationError, model_validator
+from pydantic import (
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    Strict,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from fathom.config.limits import MAX_EPOCHS, MAX_EXAMPLES, SEED_BOUND
 from fathom.config.live import LiveConfig
 from fathom.config.model_kinds import MODEL_KINDS, ModelSpec, model_kind
 from fathom.config.models import (
+    EVERY_FIELD,
     SPLITS,
     TEXT_DATASETS,
     Bool,
@@ -26,6 +35,7 @@ from fathom.config.models import (
     Split,
     StagedConvConfig,
     _Strict,
+    omit_unset_additions,
 )
 from fathom.config.tomlfile import load_toml, parse_toml
 from fathom.errors import FathomError, choice_hint, table_given_a_value, unknown_key, unknown_tag
@@ -113,6 +123,10 @@ class OptimConfig(_Strict):
     # with it verdicts, so the default stays "foreach" (BENCHMARKS.md); choose "fused" per run
     impl: Literal["foreach", "for-loop", "fused"] = "foreach"
     schedule: ScheduleConfig = ScheduleConfig()
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        return omit_unset_additions(handler(self), self, ("clip_norm",), info)
 
     @model_validator(mode="after")
     def _combination(self) -> OptimConfig:
@@ -273,7 +287,7 @@ class RunConfig(_Strict):
 
     def with_updates(self, updates: dict[str, Any]) -> RunConfig:
         """A copy with dotted-key updates, re-validated: ``{"optim.lr": 0.03}`` (``live`` kept)."""
-        data = {**self.model_dump(), "live": self.live.model_dump()}
+        data = {**self.model_dump(context=EVERY_FIELD), "live": self.live.model_dump()}
         for key, value in updates.items():
             node = data
             parts = key.split(".")
