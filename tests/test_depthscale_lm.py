@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fathom.cli import main
-from fathom.depthscale.lm import make_lm_config, plan_lm_runs, run_lm_benchmark
+from fathom.depthscale.lm import make_lm_config, plan_lm_runs
+from fathom.depthscale.lm_runner import run_lm_benchmark
 from fathom.depthscale.lm_verdict import LMRunRecord, lm_depth_verdict, write_lm_table
 from fathom.errors import FathomError
 from fathom.rundir import RunDir

@@ -115,7 +115,7 @@ def cmd_lm_depth_scaling(args: argparse.Namespace, preset: str) -> int:
     )
     from datetime import datetime
 
-    from fathom.depthscale.lm import run_lm_benchmark
+    from fathom.depthscale.lm_runner import run_lm_benchmark
     from fathom.depthscale.lm_verdict import write_lm_table
 
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
