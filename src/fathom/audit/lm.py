@@ -119,6 +119,64 @@ def path_sentence(
     )
 
 
+def mask_rows(
+    labels: list[str], ce: dict[str, dict[str, float]], flops: dict[str, int], t: int, full: str
+) -> list[dict[str, Any]]:
+    """Per mask: kept blocks, FLOPs per token and of the full network, and per split
+    ``ce`` (nats/token), ``ppl = exp(ce)`` and ``damage = ce − ce_full``."""
+    return [
+        {
+            "mask": lab,
+            "kept": lab.count("1"),
+            "flops_per_token": flops[lab] / t,
+            "flops_fraction": flops[lab] / flops[full],
+        }
+        | {
+            n: {
+                "ce": ce[n][lab],
+                "ppl": float(np.exp(ce[n][lab])),
+                "damage": ce[n][lab] - ce[n][full],
+            }
+            for n in SPLITS
+        }
+        for lab in labels
+    ]
+
+
+def judge_removals(
+    ev: MaskEvaluator, layers: int, path: list[dict[str, Any]], full: str, rules: Rules
+) -> tuple[list[str], list[Comparison], list[Comparison]]:
+    """The single removals (one Holm family) and the greedy path's steps (another), judged
+    on test damage paired over chunks (module docstring)."""
+    single_labels = [
+        mask_label(tuple(0 if j == b else 1 for j in range(layers))) for b in range(layers)
+    ]
+    singles = judge(
+        "single-block removal",
+        [
+            _paired_damage(ev, lab, full, f"block {b}", f"block {b}")
+            for b, lab in enumerate(single_labels)
+        ],
+        rules,
+    )
+    singles = [
+        c.model_copy(update={"context": {**c.context, "mask": lab}})
+        for c, lab in zip(singles, single_labels)
+    ]
+    steps = judge(
+        "greedy removal path",
+        [
+            _paired_damage(
+                ev, p["mask"], full, f"greedy step {p['step']}",
+                f"blocks {[q['removed'] for q in path[: p['step']]]}",
+            )
+            for p in path
+        ],
+        rules,
+    )  # fmt: skip
+    return single_labels, singles, steps
+
+
 def lm_audit_checkpoint(
     model: nn.Module,
     splits: Any,
@@ -156,50 +214,9 @@ def lm_audit_checkpoint(
     flops = dict(zip(labels, (int(f) for f in mask_costs(model, window, rows))))
     t = int(window.shape[1])
     ce = {n: {lab: ev.scores[n].ce(lab) for lab in labels} for n in SPLITS}
-    masks = [
-        {
-            "mask": lab,
-            "kept": lab.count("1"),
-            "flops_per_token": flops[lab] / t,
-            "flops_fraction": flops[lab] / flops[full],
-        }
-        | {
-            n: {
-                "ce": ce[n][lab],
-                "ppl": float(np.exp(ce[n][lab])),
-                "damage": ce[n][lab] - ce[n][full],
-            }
-            for n in SPLITS
-        }
-        for lab in labels
-    ]
-    single_labels = [
-        mask_label(tuple(0 if j == b else 1 for j in range(layers))) for b in range(layers)
-    ]
-    singles = judge(
-        "single-block removal",
-        [
-            _paired_damage(ev, lab, full, f"block {b}", f"block {b}")
-            for b, lab in enumerate(single_labels)
-        ],
-        rules,
-    )
-    singles = [
-        c.model_copy(update={"context": {**c.context, "mask": lab}})
-        for c, lab in zip(singles, single_labels)
-    ]
+    masks = mask_rows(labels, ce, flops, t, full)
     path = plan["greedy"]
-    steps = judge(
-        "greedy removal path",
-        [
-            _paired_damage(
-                ev, p["mask"], full, f"greedy step {p['step']}",
-                f"blocks {[q['removed'] for q in path[: p['step']]]}",
-            )
-            for p in path
-        ],
-        rules,
-    )  # fmt: skip
+    single_labels, singles, steps = judge_removals(ev, layers, path, full, rules)
     damage_test = {lab: ce["test"][lab] - ce["test"][full] for lab in labels}
     record: dict[str, Any] = {
         "k": layers,
