@@ -146,18 +146,20 @@ GPT_QUICK: dict[str, Any] = {
     "width": 32,
     "heads": 2,
     "layerdrop": 0.2,
-    "epochs": 1,
+    "epochs": 2,
     "batch_size": 32,
-    "lr": 3e-3,
+    "lr": 1e-2,
     "seeds": [0, 1],
-    "fit_subset": 2048,
-    "eval_subset": 512,
+    "fit_subset": 4096,
+    "eval_subset": 256,
     "device": "cpu",
     "threads": 1,
 }
-"""CPU-sized: width 32 (2 heads), context 32 bytes, 2,048 fitting windows (64 steps), 512
-validation and 512 test windows, 1 epoch, depths 2/4/6/8, two seeds, both arms (16 runs). A
-CPU smoke-test protocol: the verdict it reaches is about this small model."""
+"""CPU-sized: width 32 (2 heads), context 32 bytes, 4,096 fitting windows, 2 epochs (256
+steps, lr 1e-2), 256 validation and 256 test windows, depths 2/4/6/8, two seeds, both arms
+(16 runs). A CPU smoke-test protocol: the verdict it reaches is about this small model. (At
+1 epoch of 2,048 windows and lr 3e-3 most runs ended within 0.01 nats/token of the unigram
+baseline, so most were counted failed.)"""
 
 GPT_GPU: dict[str, Any] = {
     "dataset": "moby-dick",
