@@ -282,3 +282,33 @@ def test_the_scheme_covers_full_singles_pairs_and_the_greedy_path_at_depth_8():
     assert plan["coverage"]["text"].startswith("58 of 256 masks")
     assert [p["step"] for p in plan["greedy"]] == list(range(1, 9))
     assert sorted(p["removed"] for p in plan["greedy"]) == list(range(8))
+
+
+def test_a_model_whose_output_is_not_n_t_v_is_refused_naming_the_layout():
+    from fathom.audit.lm import lm_audit_checkpoint
+    from fathom.depth import SkippableResidual
+
+    class Pooled(torch.nn.Module):  # [N, V]: a classifier's layout, not next-token logits
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(16, 4)
+            self.block = SkippableResidual(torch.nn.Linear(4, 4))
+            self.head = torch.nn.Linear(4, 16)
+
+        def forward(self, x):
+            return self.head(self.block(self.emb(x.long())).mean(1))
+
+    x = torch.randint(0, 16, (4, 5))
+
+    class Splits:
+        val_x = test_x = x
+        val_y = test_y = x.long()
+
+    with pytest.raises(FathomError, match=r"next-token logits \[N, T, V\]"):
+        lm_audit_checkpoint(Pooled(), Splits, max_masks=64)
+
+    class Flat(Splits):
+        val_x = x.reshape(-1)
+
+    with pytest.raises(FathomError, match=r"token windows \[W, T\]"):
+        lm_audit_checkpoint(Pooled(), Flat, max_masks=64)
