@@ -190,3 +190,15 @@ def test_fields_added_for_language_models_leave_earlier_configs_hashing_as_befor
     assert updated.model_dump()["optim"]["clip_norm"] == 0.5
     again = validate_run_config(updated.model_dump(mode="json"))
     assert again == updated
+
+
+def test_a_language_model_is_judged_against_its_unigram_baseline():
+    from fathom.study.records import language_model_warnings
+
+    assert language_model_warnings(1.9, 3.18) == []
+    (warning,) = language_model_warnings(3.2, 3.18)
+    assert f"{math.exp(3.2):.2f}" in warning and f"{math.exp(3.18):.2f}" in warning
+    assert "learned nothing of context" in warning
+    assert language_model_warnings(None, 3.18)[0].startswith(
+        "the run's validation perplexity unknown"
+    )

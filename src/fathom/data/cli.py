@@ -86,7 +86,8 @@ def verify(name: str, data_dir: str | None) -> list[dict]:
 
 def text_info(spec: TextDataset, cache: Path) -> dict:
     """A text corpus's registry entry: file, size, tokens, splits, sources."""
-    from fathom.data.text import FRACTIONS, VOCAB
+    from fathom.data.registry import TEXT_FRACTIONS as FRACTIONS
+    from fathom.data.registry import TEXT_VOCAB as VOCAB
 
     return {
         "dataset": spec.name,

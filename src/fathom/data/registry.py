@@ -80,6 +80,13 @@ class CifarDataset:
     label_key: str
 
 
+TEXT_VOCAB = 256
+"""Byte-level tokens: one per byte value (:mod:`fathom.data.text`)."""
+
+TEXT_FRACTIONS = (0.9, 0.05, 0.05)
+"""A text corpus's fitting / validation / test shares, by position (:mod:`fathom.data.text`)."""
+
+
 @dataclass(frozen=True)
 class TextDataset:
     """A text corpus: one UTF-8 file read as bytes (byte-level tokens, vocabulary 256).
@@ -100,7 +107,7 @@ class TextDataset:
     @property
     def classes(self) -> int:
         """The vocabulary of byte-level tokens: 256."""
-        return 256
+        return TEXT_VOCAB
 
 
 _MNIST_MIRRORS = (

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fathom.data.locations import cache_root, candidate_paths, local_dirs
-from fathom.data.registry import TextDataset
+from fathom.data.registry import TEXT_FRACTIONS, TEXT_VOCAB, TextDataset
 from fathom.data.remote import SourceFailed
 from fathom.data.sources import MissingDataError, store_in_cache
 from fathom.data.splits import DataSplits
@@ -52,12 +52,8 @@ from fathom.errors import FathomError
 if TYPE_CHECKING:
     from fathom.config import DataConfig
 
-VOCAB = 256
-"""Byte-level tokens: one per byte value."""
-
-FRACTIONS = (0.9, 0.05, 0.05)
-"""The fitting / validation / test shares of a corpus, by position (the test range takes
-the rounding remainder)."""
+VOCAB = TEXT_VOCAB
+FRACTIONS = TEXT_FRACTIONS  # the test range takes the rounding remainder
 
 TEXT_SPLIT_MODE = "text-contiguous"
 
