@@ -270,7 +270,7 @@ def test_the_report_shows_the_curves_the_audit_and_the_sentences(trained, tmp_pa
 
 def test_the_scheme_covers_full_singles_pairs_and_the_greedy_path_at_depth_8():
     """1 + 8 + 28 masks, then greedy steps 3..8 add 6 + 5 + ... + 1 new ones: 58 of 256."""
-    from fathom.audit.tokens import MaskEvaluator, plan_and_evaluate
+    from fathom.audit.tokens import MaskEvaluator, plan_and_evaluate, planned_masks
 
     torch.manual_seed(0)
     model = GPT(vocab=16, context=4, layers=8, width=4, heads=1).eval()
@@ -279,6 +279,7 @@ def test_the_scheme_covers_full_singles_pairs_and_the_greedy_path_at_depth_8():
     with torch.no_grad():
         plan = plan_and_evaluate(ev, 8, max_masks=64)
     assert plan["coverage"]["masks_evaluated"] == 58 == len(set(ev.order))
+    assert planned_masks(8, 64) == 58 and planned_masks(3, 4) == 8 and planned_masks(6, 64) == 64
     assert plan["coverage"]["text"].startswith("58 of 256 masks")
     assert [p["step"] for p in plan["greedy"]] == list(range(1, 9))
     assert sorted(p["removed"] for p in plan["greedy"]) == list(range(8))

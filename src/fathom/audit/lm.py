@@ -30,6 +30,7 @@ from fathom.audit.tokens import (
     lattice_interactions,
     pair_interactions,
     plan_and_evaluate,
+    planned_masks,
 )
 from fathom.base.units import fmt_value
 from fathom.depth import dense_eval, state_kept
@@ -196,11 +197,12 @@ def lm_audit_checkpoint(
                 "language model's audit needs token windows [W, T] with next-token targets [W, T]"
             )
     passes = [0]
+    total = planned_masks(layers, max_masks)
 
     def tick() -> None:
         passes[0] += 1
         if on_mask is not None:
-            on_mask(passes[0], 0)
+            on_mask(passes[0], total)
 
     full = mask_label((1,) * layers)
     with ExitStack() as stack:

@@ -226,6 +226,14 @@ def plan_and_evaluate(ev: MaskEvaluator, layers: int, max_masks: int) -> dict[st
     return {"coverage": coverage, "greedy": path}
 
 
+def planned_masks(layers: int, max_masks: int) -> int:
+    """How many masks :func:`plan_and_evaluate` evaluates: ``2^L`` within the budget, else
+    ``1 + L + L(L−1)/2`` plus the greedy steps' new masks ``(L−2) + ... + 1``."""
+    if (1 << layers) <= max_masks:
+        return 1 << layers
+    return 1 + layers + layers * (layers - 1) // 2 + (layers - 2) * (layers - 1) // 2
+
+
 def pair_interactions(damage: dict[str, float], layers: int) -> list[dict[str, Any]]:
     """``I(l, j) = damage_{−l−j} − damage_{−l} − damage_{−j}`` (nats per token) for every pair."""
     full = (1,) * layers
