@@ -37,6 +37,7 @@ from fathom.audit.router import (
     score_policy,
 )
 from fathom.audit.speed import time_routed
+from fathom.audit.tokens import LM_MAX_MASKS
 from fathom.errors import FathomError
 
 DIGIT_CONTRAST: tuple[int, tuple[int, ...]] = (1, (4, 9))
@@ -49,6 +50,7 @@ class AuditSettings:
 
     checkpoints: tuple[str, ...] = ("selected",)
     max_masks: int = MAX_ENUMERATED_MASKS
+    token_max_masks: int = LM_MAX_MASKS  # a language model's enumeration budget
     sample_masks: int | None = None
     keep: int | None = None
     contrast_a: int | None = None  # None: the default contrast (contrast_for)

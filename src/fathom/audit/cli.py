@@ -43,6 +43,7 @@ def _contrast(text: str) -> tuple[int, tuple[int, ...]]:
 def settings_from_args(args: argparse.Namespace) -> AuditSettings:
     from fathom.audit.checkpoint import AuditSettings
     from fathom.audit.masks import MAX_ENUMERATED_MASKS
+    from fathom.audit.tokens import LM_MAX_MASKS
 
     a, b = _contrast(args.contrast) if args.contrast is not None else (None, None)
     if args.tolerance < 0:
@@ -50,6 +51,7 @@ def settings_from_args(args: argparse.Namespace) -> AuditSettings:
     return AuditSettings(
         checkpoints=CHECKPOINT_CHOICES[args.checkpoint],
         max_masks=MAX_ENUMERATED_MASKS if args.max_masks is None else args.max_masks,
+        token_max_masks=LM_MAX_MASKS if args.max_masks is None else args.max_masks,
         sample_masks=args.sample_masks,
         keep=args.keep,
         contrast_a=a,
@@ -85,6 +87,10 @@ def run_audit(args: argparse.Namespace) -> int:
     say = None if args.quiet else console.print
     live = say if console.is_terminal else None  # per-mask lines: a terminal, not a log
     result = audit_runs(target, settings, out, progress=say, mask_progress=live)
+    for run in result["runs"] if result.get("model") == "language model" else []:
+        for which, rec in run["checkpoints"].items():
+            for sentence in rec.get("sentences", []):
+                print(f"[{which}] {run['run_id']}: {sentence}")
     for which, agg in result["aggregate"].items():
         for p in agg["paired_damage"]:
             print(f"[{which}] {p['sentence']}")
@@ -109,7 +115,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--max-masks",
         type=int,
         default=None,
-        help=f"enumerate all 2^k masks up to this many (default {MAX_MASKS_HELP})",
+        help=f"enumerate all 2^k masks up to this many (default {MAX_MASKS_HELP}; a language "
+        "model's: 64, beyond it every single and pair removal and the greedy removal path)",
     )
     p.add_argument(
         "--sample-masks",

@@ -21,6 +21,7 @@ import torch
 
 from fathom.audit.aggregate import aggregate
 from fathom.audit.checkpoint import AuditSettings, audit_checkpoint, choose_masks
+from fathom.audit.lm_report import lm_markdown
 from fathom.audit.masks import full_mask_index, mask_label, removable_branch_count
 from fathom.audit.options import find_audit_runs
 from fathom.audit.report import to_markdown
@@ -144,6 +145,7 @@ def _audit_runs(
         ]
         runs = [rd for rd in runs if rd.phase != "tuning"]
     subjects = [subject_of(rd) for rd in runs]
+    lm = _language_models(subjects)
     audit.tally = Tally(len(subjects) * len(settings.checkpoints), "checkpoints")
     arms = _arm_names(subjects)
     records = [r for sub in subjects if (r := audit.run(sub, arms[sub.rd.run_id])) is not None]
@@ -161,13 +163,28 @@ def _audit_runs(
         "runs": records,
         "skipped": audit.skipped,
         "speed": audit.speed,
-        "aggregate": aggregate(records, settings.checkpoints),
+        "aggregate": {} if lm else aggregate(records, settings.checkpoints),
         "wall_s": None,
     }
+    if lm:
+        result["model"] = "language model"
     result["wall_s"] = time.perf_counter() - t0
     output.json("audit.json", result)
-    output.text("audit.md", to_markdown(result))
+    output.text("audit.md", lm_markdown(result) if lm else to_markdown(result))
     return result
+
+
+def _language_models(subjects: list[Subject]) -> bool:
+    """True when every run is a language model (audited per token); a mix is refused."""
+    kinds = {sub.tokens for sub in subjects}
+    if len(kinds) > 1:
+        lms = [sub.rd.run_id for sub in subjects if sub.tokens]
+        raise FathomError(
+            f"the study mixes language-model runs ({', '.join(lms[:3])}) with classifiers; "
+            "their audits measure different things (nats per token against class CE and "
+            "accuracy): audit each run directory on its own"
+        )
+    return kinds == {True}
 
 
 @dataclass
@@ -294,6 +311,9 @@ class _Audit:
             "params_sha256": digest,
         }
         tick = self._mask_ticker(rd.run_id, which)
+        if sub.tokens:
+            self._lm_checkpoint(model, data, record, which, epoch, digest, tick)
+            return
         rec = audit_checkpoint(model, data, self.settings, arrays, meta, tick)
         rec.update(
             checkpoint=which,
@@ -311,6 +331,34 @@ class _Audit:
         )
         record["checkpoints"][which] = rec
         self._time_once(model, data, rd.run_id, which, digest)
+        self._count(True)
+
+    def _lm_checkpoint(
+        self,
+        model: torch.nn.Module,
+        data: Any,
+        record: dict[str, Any],
+        which: str,
+        epoch: int | None,
+        digest: str,
+        tick: Callable[[int, int], None] | None,
+    ) -> None:
+        """A language model's checkpoint (:mod:`fathom.audit.lm`): per-token damage, FLOPs,
+        the greedy path and the sentences; no class resilience, router or timing."""
+        from fathom.audit.lm import lm_audit_checkpoint
+
+        if self.settings.sample_masks is not None:
+            raise FathomError(
+                "--sample-masks draws random masks of a classifier's audit; a language model's "
+                "audit evaluates every mask within --max-masks, else every single and pair "
+                "removal and the greedy removal path: drop --sample-masks"
+            )
+        rec = lm_audit_checkpoint(
+            model, data, self.settings.token_max_masks, self.settings.eval_batch_size, tick
+        )
+        rec.update(checkpoint=which, epoch=epoch, params_sha256=digest)
+        record["flags"][which] = []
+        record["checkpoints"][which] = rec
         self._count(True)
 
     def _time_once(

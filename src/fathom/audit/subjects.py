@@ -39,6 +39,7 @@ class Subject:
     seed: int
     classes: int
     removable_reason: str | None  # None when the model has branches to remove
+    tokens: bool = False  # a language model ([N, T, V] logits): audited per token
 
     def load_model(self, which: Which, device: torch.device) -> nn.Module:
         """The hash-verified model at checkpoint ``which``, float32, in eval mode."""
@@ -80,4 +81,5 @@ def subject_of(rd: RunDir) -> Subject:
             if why is None
             else f"its model ({_family(cfg)}) has no removable branches: {why}"
         )
-    return Subject(rd, "run", _family(cfg), cfg.seed, rd.classes, reason)
+    tokens = model_kind(cfg.model.kind).tokens
+    return Subject(rd, "run", _family(cfg), cfg.seed, rd.classes, reason, tokens)

@@ -81,14 +81,71 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
     return report, progress
 
 
+def cmd_lm_depth_scaling(args: argparse.Namespace, preset: str) -> int:
+    """The language-model benchmark (a ``gpt-*`` preset): GPT depths, dense vs LayerDrop."""
+    from fathom.depthscale.lm import lm_scale_note, make_lm_config
+
+    conv_only = {
+        "--timesteps": args.timesteps,
+        "--lyap-weight": args.lyap_weight,
+        "--lyap-target": args.lyap_target,
+        "--width-mult": args.width_mult,
+        "--residual": args.residual or None,
+        "--no-batchnorm": args.no_batchnorm or None,
+        "--workers": None if args.workers == 1 else args.workers,
+    }
+    given = [flag for flag, v in conv_only.items() if v is not None]
+    if given:
+        raise FathomError(
+            f"{', '.join(given)} set the conv nets' benchmark; the language-model preset "
+            f"{preset!r} takes --depths, --epochs, --seeds, --fit-subset, --eval-subset, "
+            "--dataset, --data-dir, --device, --runs-dir, --out"
+        )
+    cfg = make_lm_config(
+        preset,
+        dataset=args.dataset,
+        data_dir=args.data_dir,
+        depths=args.depths,
+        epochs=args.epochs,
+        seeds=args.seeds,
+        fit_subset=args.fit_subset,
+        eval_subset=args.eval_subset,
+        device=args.device,
+        runs_dir=args.runs_dir,
+    )
+    from datetime import datetime
+
+    from fathom.depthscale.lm_runner import run_lm_benchmark
+    from fathom.depthscale.lm_verdict import write_lm_table
+
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    root = Path(args.out or Path(cfg.runs_dir) / "depth_scaling" / f"gpt_{stamp}")
+    say = None if args.quiet else print
+    root = run_lm_benchmark(cfg, root, progress=say)
+    note = lm_scale_note(cfg)
+    verdict = write_lm_table(root, note)
+    print(note)
+    print(f"Level: {verdict.level}. Scaling: {verdict.trend}.")
+    for line in verdict.lines:
+        print(f"- {line}")
+    print(f"Results saved to {root}")
+    return 0
+
+
 def cmd_depth_scaling(args: argparse.Namespace) -> int:
     from fathom.base.preflight import check_at_least_one, check_device, check_output_dir
     from fathom.depthscale.config import PRESETS, make_config, scale_note
+    from fathom.depthscale.lm import LM_PRESETS
 
     check_at_least_one(args.workers, "--workers")
     check_device(args.device)
     check_output_dir(args.out)
     check_output_dir(args.runs_dir, "--runs-dir")
+    for name in (args.preset, args.config):
+        if name in LM_PRESETS:
+            if args.preset is not None and args.config is not None:
+                raise FathomError("give a config (file or preset name) or --preset, not both")
+            return cmd_lm_depth_scaling(args, name)
     preset, base = args.preset, {}
     if args.config is not None:
         if args.preset is not None:
@@ -159,7 +216,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--preset",
         default=None,
-        help="a depth-scaling preset, e.g. quick (an unknown name is refused with the list)",
+        help="a depth-scaling preset, e.g. quick; gpt-quick / gpt-gpu: a GPT at several "
+        "depths, dense vs LayerDrop, in nats per token (an unknown name is refused with the list)",
     )
     p.add_argument("--dataset", default=None, help="mnist | fashion-mnist | cifar10 | cifar100")
     p.add_argument("--data-dir", default=None, help="folder holding the dataset's official files")

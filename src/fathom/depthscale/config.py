@@ -297,8 +297,11 @@ def make_config(preset: str | None = None, **overrides: Any) -> DepthScaleConfig
     values: dict[str, Any] = {}
     if preset is not None:
         if preset not in PRESETS:
-            unknown = with_suggestion(f"unknown preset {preset!r}", preset, PRESETS)
-            raise FathomError(f"{unknown}; use one of {', '.join(PRESETS)}")
+            from fathom.depthscale.lm import LM_PRESETS
+
+            known = [*PRESETS, *LM_PRESETS]
+            unknown = with_suggestion(f"unknown preset {preset!r}", preset, known)
+            raise FathomError(f"{unknown}; use one of {', '.join(known)}")
         values.update(PRESETS[preset], preset=preset)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return validate_depth_scaling(values)

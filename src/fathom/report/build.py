@@ -21,6 +21,7 @@ from fathom.report.crossrun import crossrun_tables, default_reference, study_ali
 from fathom.report.crosstable import CrossTable
 from fathom.report.examples import mask_payload
 from fathom.report.html import render_html
+from fathom.report.lm import is_lm_audit, lm_figures, lm_section
 from fathom.report.render import table_markdown
 from fathom.report.runs import RunData, load_runs, unfinished
 from fathom.rundir.output import AnalysisOutput, analysis_output
@@ -83,6 +84,8 @@ def _write_report(
     notes: list[str] = []
     summary = _read_optional(root / "summary.json", notes)
     audit = _read_optional(root / "audit" / "audit.json", notes)
+    lm_audit = audit if is_lm_audit(audit) else None  # a language model's: report.lm
+    audit = None if lm_audit else audit
     curvature = load_curvature(runs, notes)
     reference = default_reference(runs, summary)
     alignment = study_alignment(runs, reference)
@@ -122,11 +125,21 @@ def _write_report(
     made: list[Path] = []
     if with_figures:
         made += figures.all_figures(runs, audit, out_dir / "figures")
+        made += lm_figures(runs, lm_audit, out_dir / "figures")
     flagged = [f"{r.run_id}: {reason}" for r in runs for reason in r.flag_reasons]
     md_path = output.text(
         "summary.md",
         summary_markdown(
-            title, runs, out_dir, made, root, flagged, notes, audit is not None, tables
+            title,
+            runs,
+            out_dir,
+            made,
+            root,
+            flagged,
+            notes,
+            audit is not None or lm_audit is not None,
+            tables,
+            lm_section(runs, lm_audit, root),
         ),
     )
     return ReportOutputs(html_path, md_path, made, len(runs), flagged, notes, waiting)
@@ -154,6 +167,7 @@ def summary_markdown(
     notes: list[str],
     has_audit: bool,
     tables: list[CrossTable] = (),  # type: ignore[assignment]
+    language_model: list[str] = (),  # type: ignore[assignment]
 ) -> str:
     """The answer first (the study's own summary: verdicts and main table), then figures,
     the cross-run tables, the runs and anything flagged."""
@@ -164,6 +178,7 @@ def summary_markdown(
     study_md = root / "summary.md"
     if study_md.exists():
         lines += ["## Study summary", "", _demoted(study_md.read_text().strip()), ""]
+    lines += language_model  # report.lm.lm_section: curves, audit, scaling verdict
     if made:
         lines += ["## Figures", ""]
         lines += [
