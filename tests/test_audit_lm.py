@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from fathom.audit.checkpoint import AuditSettings
 from fathom.audit.costs import mask_costs
 from fathom.audit.interactions import zeta
-from fathom.audit.lm import VERDICT_WORDS
 from fathom.audit.run import audit_runs
 from fathom.audit.tokens import chunk_bounds, lattice_interactions, pair_interactions
 from fathom.cli import main
@@ -29,6 +28,7 @@ from fathom.config import validate_run_config
 from fathom.errors import FathomError
 from fathom.models.gpt import GPT
 from fathom.rundir import RunDir
+from fathom.stats.audit_sentences import VERDICT_WORDS
 from fathom.train.loop import train
 
 TEXT = (

@@ -32,17 +32,13 @@ from fathom.audit.tokens import (
     plan_and_evaluate,
     planned_masks,
 )
-from fathom.base.units import fmt_value
 from fathom.depth import dense_eval, state_kept
 from fathom.errors import FathomError
 from fathom.stats import judge, paired
+from fathom.stats.audit_sentences import path_sentence, removal_words, single_sentences
 from fathom.stats.quantities import cross_entropy
 from fathom.stats.results import Comparison
 from fathom.stats.rules import DEFAULT_RULES, Rules
-
-VERDICT_WORDS = {"equivalent": "can go", "worse": "cannot go", "better": "helps when removed"}
-"""A removal's judged damage (test nats/token against the full network) in the audit's words;
-any other verdict is ``not established``."""
 
 
 def _paired_damage(ev: MaskEvaluator, label: str, full: str, cid: str, scope: str):
@@ -56,67 +52,6 @@ def _paired_damage(ev: MaskEvaluator, label: str, full: str, cid: str, scope: st
         dict(enumerate(b.tolist())),
         names=(f"without {scope}", "full network"),
         context={"scope": scope, "unit": "chunks"},
-    )
-
-
-def damage_text(c: Comparison) -> str:
-    """``+0.0042 nats/token [-0.0011, +0.0095] (95.00% interval paired over 20 contiguous
-    test chunks, Holm step 1 of 4)``."""
-    if c.estimate is None:
-        return c.reason
-    est = fmt_value(c.estimate, "nats", signed=True, suffix=False)
-    if c.low is None:
-        return f"{est} nats/token (n={c.n} chunks: no interval)"
-    lo, hi = (fmt_value(v, "nats", signed=True, suffix=False) for v in (c.low, c.high))
-    level = f"{100 * c.level:.2f}%" if c.level is not None else "?"
-    frag = ", fragile" if c.fragile else ""
-    return (
-        f"{est} nats/token [{lo}, {hi}] ({level} interval paired over {c.n} contiguous test "
-        f"chunks, Holm step {c.holm_step} of {c.family_size}{frag})"
-    )
-
-
-def _flops_note(flops: dict[str, int], label: str, full: str) -> str:
-    saved = 1.0 - flops[label] / flops[full]
-    return f"saves {100 * saved:.1f}% of the FLOPs"
-
-
-def single_sentences(
-    singles: list[Comparison], flops: dict[str, int], full: str, delta: float
-) -> list[str]:
-    """One sentence per block from its judged single removal."""
-    out = []
-    for b, c in enumerate(singles):
-        label = c.context["mask"]
-        word = VERDICT_WORDS.get(c.verdict, "not established")
-        out.append(
-            f"block {b} {word}: removing it alone changes test nats/token by {damage_text(c)}; "
-            f"region of no interest ±{fmt_value(delta, 'nats')}; {_flops_note(flops, label, full)}."
-        )
-    return out
-
-
-def path_sentence(
-    path: list[dict[str, Any]], steps: list[Comparison], flops: dict[str, int], full: str
-) -> str:
-    """The most blocks that can go together along the greedy path (module docstring)."""
-    can = 0
-    for c in steps:
-        if c.verdict != "equivalent":
-            break
-        can += 1
-    if can == 0:
-        first = path[0]
-        return (
-            f"no block can go along the greedy path: its first step (block {first['removed']}, "
-            f"chosen on validation) is {steps[0].verdict} on test, {damage_text(steps[0])}."
-        )
-    blocks = [p["removed"] for p in path[:can]]
-    last = path[can - 1]["mask"]
-    return (
-        f"blocks {blocks} can go together (greedy order chosen on validation; each step "
-        f"equivalent on test): test nats/token {damage_text(steps[can - 1])}; "
-        f"{_flops_note(flops, last, full)} (mask `{last}`)."
     )
 
 
@@ -233,7 +168,7 @@ def lm_audit_checkpoint(
                 "block": b,
                 "mask": lab,
                 "verdict": c.verdict_fields(),
-                "words": VERDICT_WORDS.get(c.verdict, "not established"),
+                "words": removal_words(c.verdict),
             }
             for b, (c, lab) in enumerate(zip(singles, single_labels))
         ],

@@ -169,7 +169,7 @@ def lm_depth_verdict(records: list[LMRunRecord], rules: Rules = DEFAULT_RULES) -
         return LMVerdict("no comparison", "no comparison", [why])
     for arm in LM_ARMS:
         if all(by[(d, arm)][s].failed for d in depths_all for s in seeds):
-            line = f"no conclusion: the {arm} arm failed (diverged or no better than the unigram baseline) at every depth"
+            line = f"no conclusion: the {arm} arm failed (diverged, or its nats/token never got below the unigram baseline's) at every depth"
             return LMVerdict("no conclusion", "no conclusion", [line])
     left = [d for d in depths_all if all(by[(d, a)][s].failed for a in LM_ARMS for s in seeds)]
     depths = [d for d in depths_all if d not in left]
@@ -267,7 +267,7 @@ def lm_table_markdown(records: list[LMRunRecord], verdict: LMVerdict, note: str 
         "",
         "Test nats/token at the epoch of minimum validation nats/token, mean over seeds; "
         "perplexity = exp(nats/token), the mean of the seeds' perplexities. A run failed when it "
-        "diverged or scored no better than the unigram baseline (byte frequencies alone).",
+        "diverged or its nats/token did not get below the unigram baseline's (byte frequencies alone).",
         "",
     ]
     return "\n".join(lines)
