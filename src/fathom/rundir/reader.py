@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from fathom.base.io import read_jsonl
 from fathom.errors import FathomError
 from fathom.rundir.manifest import check_manifest, describe_recovery
-from fathom.rundir.record import RunManifest
+from fathom.rundir.record import AuditRecord, CurvatureRecord, CurvatureSummary, RunManifest
 from fathom.rundir.sections import UNFINISHED
 
 if TYPE_CHECKING:  # reading the manifest and history needs no torch (`fathom study status`)
@@ -160,6 +160,15 @@ class RunDir:
                 f"({rec['rows']} rows recorded); they were appended by another writer"
             )
         return out
+
+    # -- analysis outputs ----------------------------------------------------------------
+    def curvature(self, notes: list[str] | None = None) -> CurvatureRecord | None:
+        """This run's curvature snapshots (:func:`read_curvature`); ``None`` when none."""
+        return read_curvature(self.path, notes)
+
+    def audit(self, notes: list[str] | None = None) -> AuditRecord | None:
+        """This run's own ``audit/audit.json`` (:func:`read_audit`); ``None`` when absent."""
+        return read_audit(self.path, notes)
 
     # -- checkpoints ---------------------------------------------------------------------
     def checkpoint_epochs(self) -> list[int]:
@@ -354,6 +363,52 @@ class RunDir:
         from fathom.rundir.inputs import verified_splits
 
         return verified_splits(self.manifest, self.config.data, self.path, device)
+
+
+def _read_json_object(path: Path, notes: list[str] | None) -> dict[str, Any] | None:
+    """The JSON object in ``path``; ``None`` when absent. Unreadable (not JSON, not an object):
+    appended to ``notes`` and ``None`` when ``notes`` is given, else a :class:`FathomError`."""
+    if not path.exists():
+        return None
+    try:
+        value = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        value, problem = None, f"does not parse ({e})"
+    else:
+        problem = (
+            None if isinstance(value, dict) else f"holds a {type(value).__name__}, not an object"
+        )
+    if problem is None:
+        return value
+    if notes is None:
+        raise FathomError(f"{path} {problem}; rerun the step that writes it, or delete it")
+    notes.append(f"{path} {problem}; it is left out of the report")
+    return None
+
+
+def read_curvature(run_path: str | Path, notes: list[str] | None = None) -> CurvatureRecord | None:
+    """``<run_path>/curvature/`` as a :class:`CurvatureRecord` (``summary.json`` and every
+    ``epoch-NNNN.json``); ``None`` when it holds neither. Unreadable files: see
+    :func:`_read_json_object` (noted and left out with ``notes``, else refused)."""
+    d = Path(run_path) / "curvature"
+    summary = _read_json_object(d / "summary.json", notes)
+    epochs: dict[int, dict[str, Any]] = {}
+    for p in sorted(d.glob("epoch-*.json")):
+        value = _read_json_object(p, notes)
+        if value is not None:
+            epochs[int(p.stem.split("-")[1])] = value
+    if summary is None and not epochs:
+        return None
+    return CurvatureRecord(
+        summary=None if summary is None else CurvatureSummary.from_json(summary), epochs=epochs
+    )
+
+
+def read_audit(root: str | Path, notes: list[str] | None = None) -> AuditRecord | None:
+    """``<root>/audit/audit.json`` (a run's or a study's) as an :class:`AuditRecord`; ``None``
+    when absent. Unreadable: noted with ``notes``, else refused (:func:`_read_json_object`)."""
+    data = _read_json_object(Path(root) / "audit" / "audit.json", notes)
+    return None if data is None else AuditRecord.from_json(data)
 
 
 def find_runs(root: str | Path) -> list[RunDir]:
