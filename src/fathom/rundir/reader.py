@@ -145,7 +145,11 @@ class RunDir:
         data = path.read_bytes()
         _, bad = read_jsonl(path)
         out = [f"history.jsonl line {n} is torn (truncated or unparsable)" for n in bad]
-        rec = (self.manifest.get("integrity") or {}).get("history")
+        if isinstance(self.header, RunManifest):
+            sealed = self.header.integrity
+            rec = None if sealed is None else sealed.history.model_dump()
+        else:  # header-only (format 1 or 2): free-form
+            rec = (self.manifest.get("integrity") or {}).get("history")
         if rec is None:
             return out
         n = int(rec["bytes"])
