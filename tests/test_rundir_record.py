@@ -396,5 +396,5 @@ def test_an_unreadable_curvature_file_is_noted_with_notes_and_refused_without(tm
         read_curvature(tmp_path)
     (tmp_path / "audit").mkdir()
     (tmp_path / "audit" / "audit.json").write_text("3")
-    with pytest.raises(FathomError, match="holds a int, not an object"):
+    with pytest.raises(FathomError, match="holds a JSON number, not an object"):
         read_audit(tmp_path)

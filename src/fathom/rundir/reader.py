@@ -384,6 +384,16 @@ class RunDir:
         return verified_splits(self.manifest, self.config.data, self.path, device)
 
 
+_JSON_KINDS = {
+    list: "array",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
+
+
 def _read_json_object(path: Path, notes: list[str] | None) -> dict[str, Any] | None:
     """The JSON object in ``path``; ``None`` when absent. Unreadable (not JSON, not an object):
     appended to ``notes`` and ``None`` when ``notes`` is given, else a :class:`FathomError`."""
@@ -394,9 +404,8 @@ def _read_json_object(path: Path, notes: list[str] | None) -> dict[str, Any] | N
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         value, problem = None, f"does not parse ({e})"
     else:
-        problem = (
-            None if isinstance(value, dict) else f"holds a {type(value).__name__}, not an object"
-        )
+        kind = _JSON_KINDS.get(type(value), type(value).__name__)
+        problem = None if isinstance(value, dict) else f"holds a JSON {kind}, not an object"
     if problem is None:
         return value
     if notes is None:
