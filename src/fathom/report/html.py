@@ -153,7 +153,9 @@ def explorer_payload(
             m["units"] = "%"
         m.update(facetKind=e["kind"], facets=e["facets"])
         meta[k] = m
-    default = "{split}/acc" if "{split}/acc" in keys else (fields[0] if fields else "")
+    default = next(
+        (k for k in ("{split}/acc", "{split}/ce") if k in keys), fields[0] if fields else ""
+    )  # a language model records no accuracy: its nats/token
     return {
         "names": names,
         "fields": fields,
@@ -264,10 +266,14 @@ def render_html(
     alignment: LayerAlignment | None = None,
     unfinished: Sequence[str] = (),
     reference: str | None = None,
+    language_model: str = "",
 ) -> str:
     """The whole page. ``curvature`` maps a run id to its ``{"summary", "epochs"}``;
     ``alignment``: the layer alignment of the curves' small multiples (default: the runs');
-    ``reference``: the cross-run tables' reference recipe, where the summary names none."""
+    ``reference``: the cross-run tables' reference recipe, where the summary names none;
+    ``language_model``: the language-model section (:func:`fathom.report.lm.lm_html`),
+    shown with its own heading and link when not empty (its audit then stands in for the
+    classifier audit's)."""
     reference = ((summary or {}).get("stats") or summary or {}).get("reference") or reference
     raw = (
         ""
@@ -290,7 +296,15 @@ def render_html(
         quality=_tables_section(crossrun, ("fitting", "digits_test"))
         or none.format("No fitting or per-digit scores in the histories."),
         audit=_audit_html(audit)
-        or none.format("No audit/audit.json in this directory (run `fathom audit DIR`)."),
+        or (
+            none.format("The language model's layer-removal audit is in its section above.")
+            if "id='lm-audit'" in language_model
+            else none.format("No audit/audit.json in this directory (run `fathom audit DIR`).")
+        ),
+        language_model=(
+            f"<h2 id='language-model'>Language model</h2>{language_model}" if language_model else ""
+        ),
+        lm_nav="<a href='#language-model'>Language model</a>" if language_model else "",
         telemetry=_tables_section(crossrun, ("gradients", "zero_activations"))
         or none.format("No fixed-probe telemetry in the histories."),
         curvature=_curvature_html(crossrun, curvature or {}, reference, runs)
