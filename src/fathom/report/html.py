@@ -44,6 +44,7 @@ from fathom.report.fields import (
 )
 from fathom.report.layers import LayerAlignment
 from fathom.report.lazy import details, encode
+from fathom.report.lm import is_language_model
 from fathom.report.palette import recipe_colours
 from fathom.report.raw import (
     audit_section,
@@ -153,9 +154,12 @@ def explorer_payload(
             m["units"] = "%"
         m.update(facetKind=e["kind"], facets=e["facets"])
         meta[k] = m
-    default = next(
-        (k for k in ("{split}/acc", "{split}/ce") if k in keys), fields[0] if fields else ""
-    )  # a language model records no accuracy: its nats/token
+    first = (
+        ("{split}/ce", "{split}/acc")
+        if any(map(is_language_model, runs))
+        else ("{split}/acc", "{split}/ce")
+    )  # a language model is read in nats per token (its token accuracy is recorded too)
+    default = next((k for k in first if k in keys), fields[0] if fields else "")
     return {
         "names": names,
         "fields": fields,
