@@ -297,6 +297,18 @@ def test_the_page_opens_in_chromium_on_nats_per_token(study):
             assert series["x"] and all(
                 y == hist[int(x)][f"{split}/ce"] for x, y in zip(series["x"], series["y"])
             )
+            # the unigram baseline, flat and dashed across the plotted epochs, on val
+            info = json.loads((study / "run" / "manifest.json").read_text())["data"]["info"]
+            assert split == "val"
+            (base,) = [s for s in plot["charts"][0]["series"] if s["kind"] == "baseline"]
+            assert base["x"] == series["x"] and set(base["y"]) == {info["unigram_val_ce"]}
+            page.select_option("#field", "{split}/ppl")
+            plot = json.loads(page.evaluate(SNAPSHOT, "fathomPlot"))
+            (base,) = [s for s in plot["charts"][0]["series"] if s["kind"] == "baseline"]
+            assert set(base["y"]) == {info["unigram_val_ppl"]}
+            page.select_option("#split", "test")  # no baseline stated for test
+            plot = json.loads(page.evaluate(SNAPSHOT, "fathomPlot"))
+            assert not [s for s in plot["charts"][0]["series"] if s["kind"] == "baseline"]
         finally:
             browser.close()
     assert not errors and not outside

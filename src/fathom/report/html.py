@@ -22,6 +22,7 @@ exactly as read (a plotted point equals the history value).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -168,8 +169,26 @@ def explorer_payload(
         "axes": AXES,
         "defaultField": default,
         "colours": recipe_colours([r.recipe for r in runs]),
+        "baselines": baselines(runs),
         "runs": payload_runs,
     }
+
+
+def baselines(runs: Sequence[RunData]) -> list[dict[str, Any]]:
+    """The reference levels the explorer draws flat (dashed) under a field: a language
+    model's unigram baseline on validation (``data.info``: ``unigram_val_ce`` under
+    ``{split}/ce``, ``unigram_val_ppl`` under ``{split}/ppl``), once per distinct value."""
+    out: list[dict[str, Any]] = []
+    for run in runs:
+        if not is_language_model(run):
+            continue
+        info = (run.manifest.get("data") or {}).get("info") or {}
+        for field, key in (("{split}/ce", "unigram_val_ce"), ("{split}/ppl", "unigram_val_ppl")):
+            value = info.get(key)
+            b = {"field": field, "split": "val", "value": value, "label": "unigram baseline"}
+            if isinstance(value, (int, float)) and math.isfinite(value) and b not in out:
+                out.append(b)
+    return out
 
 
 def _json_for_script(obj: Any) -> str:
