@@ -166,6 +166,7 @@ def test_the_baseline_line_states_the_run_and_the_unigram(study):
     assert f"Epoch {last['epoch']}: validation {last['val/ce']:.4f} nats/token" in line
     assert f"unigram baseline {info['unigram_val_ce']:.4f} nats/token" in line
     assert "id='language-model'" in page and "href='#language-model'" in page
+    assert "data: text, context 16 tokens" in page and "model: gpt, 3 blocks of width 16" in page
 
 
 def test_the_audit_section_equals_audit_json(study):

@@ -36,7 +36,12 @@ def _facts(runs: Sequence[RunData]) -> str:
         f"<b>{len(main)}</b> main runs: {len(recipes)} recipes ({esc(', '.join(recipes))}) × "
         f"seeds {esc(', '.join(map(str, seeds)))}"
         + (f"; {len(tuning)} tuning runs (learning-rate grid)" if tuning else ""),
-        f"data: {esc(data.get('dataset', '?'))}, split {esc(data.get('split', '?'))}"
+        f"data: {esc(data.get('dataset', '?'))}, "
+        + (  # a text corpus is cut into windows of a context, not into a named split
+            f"context {esc(data['context'])} tokens"
+            if data.get("context")
+            else f"split {esc(data.get('split', '?'))}"
+        )
         + (f", fitting subset {data['fit_subset']:,}" if data.get("fit_subset") else "")
         + (f", val/test subset {data['eval_subset']:,}" if data.get("eval_subset") else ""),
         f"model: {esc(model.get('kind', '?'))}, {_shape(model)}; "
