@@ -51,6 +51,9 @@ class ModelKind:
     no_branches: Callable[[Any], str | None] = field(default=_no_reason)
     """Why a model of this config has no removable branch, when the kind knows better than
     the audit's general sentence (``None``: the general sentence)."""
+    nonlinearity: Callable[[Any], str] = field(default=lambda model: "ReLU")
+    """The hidden units' nonlinearity of a model of this config, as the report names it
+    (the activation-telemetry tables say whose zeros they count)."""
 
 
 def _staged_label(model: StagedConvConfig, tags: Mapping[str, Any]) -> str:
@@ -65,6 +68,11 @@ def _staged_no_branches(model: StagedConvConfig) -> str | None:
         f"its 4 stages on, and depth {model.depth} is one block per stage; audit a "
         "depth-scaling run of depth 8 or more with --residual"
     )
+
+
+def _staged_nonlinearity(model: StagedConvConfig) -> str:
+    spiking = model.neuron == "lif" and model.timesteps > 0  # as fathom.models.convnet
+    return f"spiking LIF (T={model.timesteps})" if spiking else "ReLU"
 
 
 MODEL_KINDS: dict[str, ModelKind] = {
@@ -88,6 +96,7 @@ MODEL_KINDS: dict[str, ModelKind] = {
             label=_staged_label,
             lyapunov=True,
             no_branches=_staged_no_branches,
+            nonlinearity=_staged_nonlinearity,
         ),
         ModelKind(
             name="python",
@@ -98,6 +107,7 @@ MODEL_KINDS: dict[str, ModelKind] = {
             label=lambda model, tags: f"python-{model.factory}",
             factory="factory",
             lyapunov=True,
+            nonlinearity=lambda model: "nonlinearity",  # the factory's own, unnamed
         ),
         ModelKind(
             name="gpt",
@@ -107,6 +117,7 @@ MODEL_KINDS: dict[str, ModelKind] = {
             drop_schedule="fathom.models.gpt:drop_schedule",
             label=lambda model, tags: f"gpt-l{model.layers}-w{model.width}",
             tokens=True,
+            nonlinearity=lambda model: "GELU",
         ),
     )
 }

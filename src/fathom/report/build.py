@@ -21,7 +21,7 @@ from fathom.report.crossrun import crossrun_tables, default_reference, study_ali
 from fathom.report.crosstable import CrossTable
 from fathom.report.examples import mask_payload
 from fathom.report.html import render_html
-from fathom.report.lm import is_lm_audit, lm_figures, lm_section
+from fathom.report.lm import is_lm_audit, lm_figures, lm_html, lm_section
 from fathom.report.render import table_markdown
 from fathom.report.runs import RunData, load_runs, unfinished
 from fathom.rundir.output import AnalysisOutput, analysis_output
@@ -106,6 +106,7 @@ def _write_report(
             alignment=alignment,
             unfinished=waiting,
             reference=reference,
+            language_model=lm_html(runs, lm_audit, root),
         ),
     )
     output.json(

@@ -7,6 +7,8 @@ snapshot at that epoch (n stated; often one seed). The ratio column is
 ``trace(recipe) / trace(reference)`` at the same epoch, a ratio of means, in the direction of
 every ratio in the report (recipe / reference, as the sentences' paired ratios of
 :func:`trace_contrasts` and the telemetry tables' ratios).
+A sampled GGN trace (a language model's ``estimator = "mc"``) carries its standard error;
+the SE of the mean of ``n`` independent runs' traces is ``sqrt(sum_r SE_r²) / n``.
 KFAC diagonal error per layer is ``‖diag(G)⊗diag(A) − diag(GGN)‖₁ / ‖diag(GGN)‖₁``.
 """
 
@@ -26,6 +28,55 @@ TRACES = (
     ("jacobian_gram_weight_trace", "Jacobian-Gram trace (logit² / param. unit²)"),
     ("empirical_fisher_weight_trace", "empirical Fisher trace (nats² / param. unit²)"),
 )
+LM_TRACES = (
+    # a language model's summary rows (fathom.curvature.rundir): every parameter, biases,
+    # LayerNorm gains and the tied embedding included; the loss is nats per token
+    ("ggn_trace", "token-CE GGN trace (nats/token / param. unit²)"),
+    ("empirical_fisher_trace", "empirical Fisher trace ((nats/token)² / param. unit²)"),
+)
+
+
+def trace_fields(rows: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """The traces the summary rows hold: a classifier's weight traces (:data:`TRACES`), a
+    language model's whole-parameter traces (:data:`LM_TRACES`), or both, in that order."""
+    keys = {k for r in rows for k in r}
+    lm = tuple(t for t in LM_TRACES if t[0] in keys)
+    return tuple(t for t in TRACES if t[0] in keys) + lm if lm else TRACES
+
+
+def estimator_text(row: Mapping[str, Any]) -> str:
+    """How a summary row's GGN trace was made, from its own record: ``exact`` (a
+    classifier's snapshot, which records no estimator, is exact throughout) or
+    ``mc, K samples/window, seed S`` for a sampled one."""
+    name = row.get("estimator") or "exact"
+    if name == "exact":
+        return "exact"
+    return f"{name}, {row.get('samples', '?')} samples/window, seed {row.get('seed', '?')}"
+
+
+def _trace_note(estimators: Sequence[str], lm: bool, reference: str | None) -> str:
+    """The trace table's note, its estimator sentence read from the rows' records."""
+    what = (
+        "Traces of the whole parameter vector (weights, biases, LayerNorm gains, the tied "
+        "embedding) under the token cross-entropy, means over the probe's valid positions"
+        if lm
+        else "Weight diagonals summed over all affine layers (biases excluded), means over "
+        "the probe"
+    )
+    if set(estimators) <= {"exact"}:
+        how = "Every trace exact (float64)."
+    else:
+        how = (
+            f"GGN estimator per row as recorded ({'; '.join(dict.fromkeys(estimators))}); a "
+            "sampled trace is unbiased, its standard error in the SE column; the empirical "
+            "Fisher is exact."
+        )
+    return (
+        f"{how} {what}; per epoch the mean over runs with a snapshot (n). Ratio columns are "
+        f"trace(recipe) / trace({reference}) at the same epoch (every ratio in this report is "
+        "recipe / reference). CE-GGN curvature can fall while the logit Jacobian grows: these "
+        "traces are not interchangeable."
+    )
 
 
 def _rows_by_epoch(curv: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
@@ -41,6 +92,10 @@ def _mean(values: Sequence[float | None]) -> tuple[float | None, int]:
 def trace_table(
     runs: Sequence[RunData], reference: str | None, curvature: Mapping[str, Mapping[str, Any]]
 ) -> CrossTable | None:
+    """Per recipe and epoch: the traces the rows hold (:func:`trace_fields`), their ratio
+    to the reference's, the GGN estimator as recorded (:func:`estimator_text`) with the
+    standard error of a sampled trace, and the probe's CE and accuracy (a classifier) or
+    perplexity (a language model)."""
     groups = by_recipe(runs, reference)
     per = {
         recipe: [_rows_by_epoch(curvature[r.run_id]) for r in rs if r.run_id in curvature]
@@ -49,46 +104,54 @@ def trace_table(
     per = {k: v for k, v in per.items() if v}
     if not per:
         return None
+    every = [row for snaps in per.values() for s in snaps for row in s.values()]
+    traces = trace_fields(every)
+    lm = any(key == "ggn_trace" for key, _ in traces)
+    estimators = [estimator_text(row) for row in every]
     cols = [
         Column("recipe", "recipe", "text"),
         Column("epoch", "epoch", "int"),
         Column("n", "runs", "int"),
     ]
-    for key, label in TRACES:
+    for key, label in traces:
         cols.append(Column(key, label, "num"))
+        if key == "ggn_trace" and set(estimators) - {"exact"}:
+            cols.append(Column("ggn_trace_se", "GGN trace SE", "num"))
         if reference in per:
             cols.append(Column(f"ratio:{key}", f"recipe / {reference}", "ratio"))
-    cols += [
-        Column("probe_ce_mean", "probe CE (nats)", "num", "nats"),
-        Column("probe_accuracy", "probe accuracy (%)", "pct", "%"),
-    ]
-    table = CrossTable(
-        "curvature_traces",
-        "Curvature traces per recipe and epoch (fixed probe, float64)",
-        "Exact weight diagonals summed over all affine layers (biases excluded), means over "
-        "the probe; per epoch the mean over runs with a snapshot (n). Ratio columns are "
-        f"trace(recipe) / trace({reference}) at the same epoch (every ratio in this report is "
-        "recipe / reference). CE-GGN curvature can fall "
-        "while the logit Jacobian grows: these traces are not interchangeable.",
-        cols,
+    if lm:
+        cols.append(Column("estimator", "GGN estimator", "text"))
+    cols.append(
+        Column("probe_ce_mean", "probe CE (nats/token)" if lm else "probe CE (nats)", "num", "nats")
     )
+    if lm:
+        cols.append(Column("probe_ppl", "probe perplexity", "num"))
+    if any("probe_accuracy" in row for row in every) or not lm:
+        cols.append(Column("probe_accuracy", "probe accuracy (%)", "pct", "%"))
+    title = "Curvature traces per recipe and epoch (fixed probe, float64)"
+    table = CrossTable("curvature_traces", title, _trace_note(estimators, lm, reference), cols)
     ref_means: dict[tuple[int, str], float | None] = {}
     for recipe, snaps in per.items():
         epochs = sorted({e for s in snaps for e in s})
         for e in epochs:
             hits = [s[e] for s in snaps if e in s]
             row: dict[str, Any] = {"recipe": recipe, "epoch": e, "n": len(hits)}
-            for key, _ in TRACES:
+            for key, _ in traces:
                 row[key], _n = _mean([h.get(key) for h in hits])
                 if recipe == reference:
                     ref_means[(e, key)] = row[key]
+            ses = [h.get("ggn_trace_se") for h in hits]
+            if all(x is not None for x in ses) and ses:  # SE of a mean of independent runs
+                row["ggn_trace_se"] = sum(x * x for x in ses) ** 0.5 / len(ses)
+            row["estimator"] = "; ".join(dict.fromkeys(estimator_text(h) for h in hits))
             row["probe_ce_mean"], _n = _mean([h.get("probe_ce_mean") for h in hits])
+            row["probe_ppl"], _n = _mean([h.get("probe_ppl") for h in hits])
             row["probe_accuracy"], _n = _mean([h.get("probe_accuracy") for h in hits])
             row["probe_accuracy"] = percent(row["probe_accuracy"])
             table.rows.append(row)
     if reference in per:
         for row in table.rows:
-            for key, _ in TRACES:
+            for key, _ in traces:
                 ref, own = ref_means.get((row["epoch"], key)), row[key]
                 row[f"ratio:{key}"] = None if not ref or own is None else own / ref
     return table
@@ -170,7 +233,8 @@ def trace_contrasts(
         if recipe == reference or not shared:
             continue
         e = max(shared)
-        for key, label in TRACES:
+        rows = [v[e] for x in (own, ref) for v in x.values() if e in v]
+        for key, label in trace_fields(rows):
             a, b = (
                 {s: v[e][key] for s, v in x.items() if v.get(e, {}).get(key) is not None}
                 for x in (own, ref)

@@ -188,6 +188,14 @@
         }
       }
     }
+    // A stated reference level of this field and split (a language model's unigram
+    // baseline), drawn flat across the plotted x range, dashed grey.
+    const xs = Array.from(new Set(series.flatMap((s) => s.pts.map((p) => p.x)))).sort((a, b) => a - b);
+    for (const b of facet === null && xs.length ? D.baselines || [] : []) {
+      if (b.field !== field || b.split !== opts.split) continue;
+      const y = opts.logy && !(b.value > 0) ? null : b.value;
+      series.push({ label: b.label, colour: "#777777", kind: "baseline", pts: xs.map((x) => ({ x: x, y: y })), value: b.value });
+    }
     return series;
   }
 
@@ -250,7 +258,7 @@
         bands: bands,
         series: [{ label: D.axes[opts.axis] }].concat(series.map((s) => ({
           label: s.label, stroke: s.kind === "lo" || s.kind === "hi" ? s.colour + "66" : s.colour,
-          width: s.kind === "mean" ? 2 : 1, dash: s.kind === "seed" ? [4, 3] : undefined,
+          width: s.kind === "mean" ? 2 : 1, dash: s.kind === "seed" ? [4, 3] : s.kind === "baseline" ? [9, 5] : undefined,
           points: { show: s.kind === "mean" || s.kind === "seed", size: s.kind === "mean" ? 5 : 3 },
           spanGaps: false,
         }))),
@@ -327,6 +335,8 @@
       } else if (s.kind === "seed") {
         const v = u.data[k + 1][i];
         if (v !== undefined) parts.push(`${s.label}: ${val(v)}${unit}`);
+      } else if (s.kind === "baseline") {
+        parts.push(`${s.label}: ${val(s.value)}${unit}`);
       }
     });
     $("readout").textContent = parts.join("   ");

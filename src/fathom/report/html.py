@@ -22,6 +22,7 @@ exactly as read (a plotted point equals the history value).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -44,6 +45,7 @@ from fathom.report.fields import (
 )
 from fathom.report.layers import LayerAlignment
 from fathom.report.lazy import details, encode
+from fathom.report.lm import is_language_model
 from fathom.report.palette import recipe_colours
 from fathom.report.raw import (
     audit_section,
@@ -153,7 +155,12 @@ def explorer_payload(
             m["units"] = "%"
         m.update(facetKind=e["kind"], facets=e["facets"])
         meta[k] = m
-    default = "{split}/acc" if "{split}/acc" in keys else (fields[0] if fields else "")
+    first = (
+        ("{split}/ce", "{split}/acc")
+        if any(map(is_language_model, runs))
+        else ("{split}/acc", "{split}/ce")
+    )  # a language model is read in nats per token (its token accuracy is recorded too)
+    default = next((k for k in first if k in keys), fields[0] if fields else "")
     return {
         "names": names,
         "fields": fields,
@@ -162,8 +169,26 @@ def explorer_payload(
         "axes": AXES,
         "defaultField": default,
         "colours": recipe_colours([r.recipe for r in runs]),
+        "baselines": baselines(runs),
         "runs": payload_runs,
     }
+
+
+def baselines(runs: Sequence[RunData]) -> list[dict[str, Any]]:
+    """The reference levels the explorer draws flat (dashed) under a field: a language
+    model's unigram baseline on validation (``data.info``: ``unigram_val_ce`` under
+    ``{split}/ce``, ``unigram_val_ppl`` under ``{split}/ppl``), once per distinct value."""
+    out: list[dict[str, Any]] = []
+    for run in runs:
+        if not is_language_model(run):
+            continue
+        info = (run.manifest.get("data") or {}).get("info") or {}
+        for field, key in (("{split}/ce", "unigram_val_ce"), ("{split}/ppl", "unigram_val_ppl")):
+            value = info.get(key)
+            b = {"field": field, "split": "val", "value": value, "label": "unigram baseline"}
+            if isinstance(value, (int, float)) and math.isfinite(value) and b not in out:
+                out.append(b)
+    return out
 
 
 def _json_for_script(obj: Any) -> str:
@@ -264,10 +289,14 @@ def render_html(
     alignment: LayerAlignment | None = None,
     unfinished: Sequence[str] = (),
     reference: str | None = None,
+    language_model: str = "",
 ) -> str:
     """The whole page. ``curvature`` maps a run id to its ``{"summary", "epochs"}``;
     ``alignment``: the layer alignment of the curves' small multiples (default: the runs');
-    ``reference``: the cross-run tables' reference recipe, where the summary names none."""
+    ``reference``: the cross-run tables' reference recipe, where the summary names none;
+    ``language_model``: the language-model section (:func:`fathom.report.lm.lm_html`),
+    shown with its own heading and link when not empty (its audit then stands in for the
+    classifier audit's)."""
     reference = ((summary or {}).get("stats") or summary or {}).get("reference") or reference
     raw = (
         ""
@@ -290,7 +319,15 @@ def render_html(
         quality=_tables_section(crossrun, ("fitting", "digits_test"))
         or none.format("No fitting or per-digit scores in the histories."),
         audit=_audit_html(audit)
-        or none.format("No audit/audit.json in this directory (run `fathom audit DIR`)."),
+        or (
+            none.format("The language model's layer-removal audit is in its section above.")
+            if "id='lm-audit'" in language_model
+            else none.format("No audit/audit.json in this directory (run `fathom audit DIR`).")
+        ),
+        language_model=(
+            f"<h2 id='language-model'>Language model</h2>{language_model}" if language_model else ""
+        ),
+        lm_nav="<a href='#language-model'>Language model</a>" if language_model else "",
         telemetry=_tables_section(crossrun, ("gradients", "zero_activations"))
         or none.format("No fixed-probe telemetry in the histories."),
         curvature=_curvature_html(crossrun, curvature or {}, reference, runs)

@@ -36,13 +36,26 @@ def _facts(runs: Sequence[RunData]) -> str:
         f"<b>{len(main)}</b> main runs: {len(recipes)} recipes ({esc(', '.join(recipes))}) × "
         f"seeds {esc(', '.join(map(str, seeds)))}"
         + (f"; {len(tuning)} tuning runs (learning-rate grid)" if tuning else ""),
-        f"data: {esc(data.get('dataset', '?'))}, split {esc(data.get('split', '?'))}"
+        f"data: {esc(data.get('dataset', '?'))}, "
+        + (  # a text corpus is cut into windows of a context, not into a named split
+            f"context {esc(data['context'])} tokens"
+            if data.get("context")
+            else f"split {esc(data.get('split', '?'))}"
+        )
         + (f", fitting subset {data['fit_subset']:,}" if data.get("fit_subset") else "")
         + (f", val/test subset {data['eval_subset']:,}" if data.get("eval_subset") else ""),
-        f"model: {esc(model.get('kind', '?'))}, width × {model.get('width_mult', 1.0):g}; "
+        f"model: {esc(model.get('kind', '?'))}, {_shape(model)}; "
         f"{optim.get('epochs', '?')} epochs, batch {optim.get('batch_size', '?')}",
     ]
     return "<ul class='facts'>" + "".join(f"<li>{x}</li>" for x in items) + "</ul>"
+
+
+def _shape(model: dict[str, Any]) -> str:
+    """A model's size in its own config's terms: ``3 blocks of width 16`` for a model
+    with ``layers`` and ``width`` (a ``gpt``), else ``width × 1`` (the multiplier)."""
+    if "layers" in model and "width" in model:
+        return f"{model['layers']} blocks of width {model['width']}"
+    return f"width × {model.get('width_mult', 1.0):g}"
 
 
 def _scale_down(summary: Mapping[str, Any] | None) -> str:

@@ -180,21 +180,43 @@ def gradient_table(
     return table
 
 
+def nonlinearity(runs: Sequence[RunData]) -> str:
+    """The runs' hidden nonlinearity, named by their model kind's row
+    (:attr:`fathom.config.model_kinds.ModelKind.nonlinearity`): ``"GELU"`` for a ``gpt``,
+    ``"ReLU"`` for the Ciresan MLP; several, joined with ``" / "`` in the runs' order."""
+    from fathom.config.model_kinds import MODEL_KINDS
+
+    names: list[str] = []
+    for r in runs:
+        model = r.config.get("model") or {}
+        row = MODEL_KINDS.get(model.get("kind", "ciresan"))
+        try:
+            name = row.nonlinearity(row.config.model_validate(model)) if row else None
+        except ValueError:  # a config this version no longer validates
+            name = None
+        name = name or "nonlinearity"
+        if name not in names:
+            names.append(name)
+    return " / ".join(names) or "ReLU"
+
+
 def activation_table(
     runs: Sequence[RunData], reference: str | None, alignment: LayerAlignment
 ) -> CrossTable | None:
-    """Zero post-ReLU activation fraction per hidden layer at each recipe's last recorded
-    epoch (layers aligned by position), and the contrasts against ``reference``."""
+    """Zero activation fraction (after the model's nonlinearity, :func:`nonlinearity`) per
+    hidden layer at each recipe's last recorded epoch (layers aligned by position), and the
+    contrasts against ``reference``."""
     groups = by_recipe(runs, reference)
     fields = aligned_fields([r for rs in groups.values() for r in rs], ZERO_FRAC, alignment)
     if not fields:
         return None
     labels = list(fields)
+    act = nonlinearity([r for rs in groups.values() for r in rs])
     table = CrossTable(
         "zero_activations",
-        "Zero post-ReLU activations per hidden layer (last recorded epoch)",
+        f"Zero post-{act} activations per hidden layer (last recorded epoch)",
         "#{h == 0} / (N × units) on the fixed probe, mean over the probe then over seeds "
-        "(min–max over seeds), in percent; a column '→ X' is the ReLU output feeding layer X "
+        f"(min–max over seeds), in percent; a column '→ X' is the {act} output feeding layer X "
         "(the same network layer of every recipe, matched by position in the model). A zero "
         "on this probe does not prove a permanently dead unit. Contrasts: difference recipe − "
         "reference in pp over paired seeds, Holm-corrected over the table's contrasts "
