@@ -10,7 +10,7 @@ one "example" is one sequence window)::
 ``m_it`` one for a valid position. The exact GGN diagonal pulls back ``T (V - 1)`` directions
 per window (:func:`fathom.curvature.exact.exact_diagonals` with that loss); Monte-Carlo
 (:func:`fathom.curvature.estimate.mc_diagonals`) pulls back ``K`` per window, each drawing
-one token per position independently (:func:`token_ce_samples`)::
+one token per position independently (:func:`_token_ce_samples`)::
 
     v_ik = sqrt(N / M) (m_it (p_it - e_yhat_it))_t,   yhat_it ~ Categorical(p_it),
 
@@ -57,7 +57,7 @@ FAMILIES: tuple[str, ...] = ("ggn", "empirical_fisher")
 per window is left out: it is the GGN's cost without its loss)."""
 
 
-def token_ce_samples(scale: float, ignore_index: int) -> Callable:
+def _token_ce_samples(scale: float, ignore_index: int) -> Callable:
     """A sampler (:data:`fathom.curvature.estimate.Sampler`) of the module docstring's
     ``v_ik``: ``[k, N, T, V]``, ``sqrt(scale) m_it (p_it - e_yhat_it)``, ``scale = N / M``."""
     root = math.sqrt(scale)
@@ -142,7 +142,7 @@ def token_diagonals(
             seam,
             x64,
             y.to(x64.device).long(),
-            samplers={"ggn": token_ce_samples(n / valid, loss.ignore_index)},
+            samplers={"ggn": _token_ce_samples(n / valid, loss.ignore_index)},
             samples=samples,
             generator=torch.Generator().manual_seed(seed),
             examples_per_chunk=ex,
