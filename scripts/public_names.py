@@ -14,10 +14,11 @@ module under ``src/fathom``, the report says who refers to it:
   underscore);
 * ``unused``: nothing, not even its own module after its definition (a candidate to delete).
 
-A python file refers to ``fathom.pkg.mod.NAME`` when the word ``NAME`` occurs in it (code,
-string or comment: ``"module:function"`` paths and ``getattr`` by string count) and it names
-the module (``fathom.pkg.mod`` anywhere, or ``from fathom.pkg import mod``), or it names the
-package and ``NAME`` is on the package's surface. A non-python file (markdown, toml, js)
+A python file refers to ``fathom.pkg.mod.NAME`` when it names the module (``fathom.pkg.mod``
+anywhere, or ``from fathom.pkg import mod``), or names the package and ``NAME`` is on the
+package's surface, and it reaches ``NAME``: imports it from there, reads an attribute
+``NAME``, or has the word in a string or comment (``"module:function"`` paths, ``getattr``
+and ``monkeypatch`` by string, docstrings). A non-python file (markdown, toml, js)
 refers to ``NAME`` when the word occurs in it at all. Both rules over-count uses, never
 under-count: a name the report calls ``own-module`` or ``unused`` is safe to make private or
 delete. ``pyproject.toml`` entry points are read as text, like any other file.
@@ -124,6 +125,42 @@ def names_module(text: str, module: str) -> bool:
     )
 
 
+class Reach:
+    """What a python file can reach another module's name by: the names it imports
+    (``from module import name``), attribute names (``module.name``), the words of its
+    strings (``"module:function"``, ``getattr``, ``monkeypatch`` targets, docstrings) and
+    comments, and the modules it star-imports. A bare word that is none of these is the
+    file's own name, not a use."""
+
+    def __init__(self, text: str) -> None:
+        tree = ast.parse(text)
+        self.imported: set[tuple[str, str]] = set()
+        self.star: set[str] = set()
+        self.attrs: set[str] = set()
+        self.string_words: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    if alias.name == "*":
+                        self.star.add(node.module)
+                    self.imported.add((node.module, alias.name))
+            elif isinstance(node, ast.Attribute):
+                self.attrs.add(node.attr)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                self.string_words |= set(re.findall(r"\w+", node.value))
+        comments = re.findall(r"#[^\n]*", text)
+        self.string_words |= {w for c in comments for w in re.findall(r"\w+", c)}
+
+    def reaches(self, module: str, name: str, via_package: str | None) -> bool:
+        """Can this file reach ``module.name`` (or ``via_package.name``)?"""
+        homes = [module] + ([via_package] if via_package else [])
+        return (
+            any((home, name) in self.imported or home in self.star for home in homes)
+            or name in self.attrs
+            or name in self.string_words
+        )
+
+
 def classify() -> list[dict]:
     """One row per public top-level name: module, name, kind, category, referrers."""
     modules = {module_name(p): p for p in SRC.rglob("*.py")}
@@ -136,6 +173,7 @@ def classify() -> list[dict]:
             on_surface[m] |= dunder_all(trees[m])
     texts = {p: p.read_text(errors="replace") for p in text_files()}
     words = {p: set(re.findall(r"\w+", t)) for p, t in texts.items()}
+    reach: dict[Path, Reach] = {}
     rows = []
     for m, path in sorted(modules.items()):
         tree = trees[m]
@@ -157,6 +195,10 @@ def classify() -> list[dict]:
                     by_module = names_module(text, m)
                     by_package = declared and package != m and names_module(text, package)
                     if not (by_module or by_package):
+                        continue
+                    if p not in reach:
+                        reach[p] = Reach(text)
+                    if not reach[p].reaches(m, name, package if by_package else None):
                         continue
                 refs[where(p)].append(str(p.relative_to(ROOT)))
             if refs["src"]:
