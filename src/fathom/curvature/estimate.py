@@ -88,7 +88,7 @@ from fathom.train.allocator import tune_cpu_allocator
 
 _ESTIMATORS: tuple[str, ...] = ("exact", "mc", "hutchinson", "auto")
 Estimator = Literal["exact", "mc", "hutchinson"]
-SAMPLED: tuple[str, ...] = ("ggn", "jacobian_gram")  # families an estimator can sample
+_SAMPLED: tuple[str, ...] = ("ggn", "jacobian_gram")  # families an estimator can sample
 _BYTES = 8  # float64
 
 Sampler = Callable[[torch.Tensor, torch.Tensor, int, torch.Generator], torch.Tensor]
@@ -285,7 +285,7 @@ def choose(
         f"exact needs ~{_gib(exact_b)} (budget {_gib(mem)}) and {width} directions per example "
         f"(budget {budget.backward_passes})"
     )
-    sampled = samples * sum(f in SAMPLED for f in plan.families)
+    sampled = samples * sum(f in _SAMPLED for f in plan.families)
     if costs.mc_bytes() <= mem and sampled <= budget.backward_passes:
         return "mc", f"{over}: Monte-Carlo with {samples} samples per example fits"
     raise FathomError(
@@ -664,7 +664,7 @@ def diagonals(
         choice = f"auto chose {name}: {why}"
     else:
         choice = f"{name} requested"
-    sampled = [f for f in plan.families if f in SAMPLED] if name != "exact" else []
+    sampled = [f for f in plan.families if f in _SAMPLED] if name != "exact" else []
     exact_fams = [f for f in plan.families if f not in sampled]
     exact = exact_diagonals(model, x, y, families=exact_fams) if exact_fams else {}
     generator = torch.Generator().manual_seed(seed)

@@ -52,7 +52,7 @@ from fathom.curvature.twin import prepared
 from fathom.errors import FathomError
 from fathom.losses.kinds import CrossEntropy, Loss
 
-FAMILIES: tuple[str, ...] = ("ggn", "empirical_fisher")
+_FAMILIES: tuple[str, ...] = ("ggn", "empirical_fisher")
 """The families a language model's snapshot computes (the Jacobian Gram of ``T V`` logits
 per window is left out: it is the GGN's cost without its loss)."""
 
@@ -118,20 +118,20 @@ def token_diagonals(
     budget = budget if budget is not None else Budget()
     _check_arguments(name, budget, samples, seed)
     valid = _check_loss(loss, y)
-    plan = Plan(FAMILIES)
+    plan = Plan(_FAMILIES)
     _, x64, seam = prepared(model, x, loss=loss)
     n = int(x64.shape[0])
     costs = measure(seam, x64, plan)
     with torch.no_grad():
         layout = loss.layout(tuple(seam.forward(x64[:1]).shape))
-    width = total_directions(FAMILIES, loss, layout)
+    width = total_directions(_FAMILIES, loss, layout)
     if name == "auto":
         name, why = choose(costs, plan, samples, budget, n, width)
         choice = f"auto chose {name}: {why}"
     else:
         choice = f"{name} requested"
     sampled = ["ggn"] if name == "mc" else []
-    exact_fams = [f for f in FAMILIES if f not in sampled]
+    exact_fams = [f for f in _FAMILIES if f not in sampled]
     exact = exact_diagonals(model, x, y, loss=loss, families=exact_fams)
     layout_record: dict = {}
     diag, se, ptr, tr = {}, {}, {}, {}
@@ -149,18 +149,18 @@ def token_diagonals(
             samples_per_chunk=per,
         )
     names = list(dict(seam.model.named_parameters()))
-    values = Diagonals({f: (diag[f] if f in sampled else exact[f]) for f in FAMILIES})
-    ptraces = {f: {p: float(values[f][p].sum()) for p in names} for f in FAMILIES}
+    values = Diagonals({f: (diag[f] if f in sampled else exact[f]) for f in _FAMILIES})
+    ptraces = {f: {p: float(values[f][p].sum()) for p in names} for f in _FAMILIES}
     return Estimate(
         diagonals=values,
-        standard_errors={f: se.get(f) for f in FAMILIES},
-        traces={f: sum(ptraces[f].values()) for f in FAMILIES},
-        trace_standard_errors={f: tr[f][1] if f in tr else None for f in FAMILIES},
+        standard_errors={f: se.get(f) for f in _FAMILIES},
+        traces={f: sum(ptraces[f].values()) for f in _FAMILIES},
+        trace_standard_errors={f: tr[f][1] if f in tr else None for f in _FAMILIES},
         parameter_traces=ptraces,
         parameter_trace_standard_errors={
-            f: {p: s for p, (_, s) in ptr[f].items()} if f in ptr else None for f in FAMILIES
+            f: {p: s for p, (_, s) in ptr[f].items()} if f in ptr else None for f in _FAMILIES
         },
-        estimators={f: (name if f in sampled else "exact") for f in FAMILIES},
+        estimators={f: (name if f in sampled else "exact") for f in _FAMILIES},
         samples=samples if sampled else None,
         seed=seed if sampled else None,
         choice=choice,
@@ -206,7 +206,7 @@ def token_snapshot(
         ignore_index=loss.ignore_index,
     )
     blocks: dict[str, dict[str, float]] = {}
-    for f in FAMILIES:
+    for f in _FAMILIES:
         for p, v in est.parameter_traces[f].items():
             row = blocks.setdefault(block_of(p), {})
             row[f"{f}_trace"] = row.get(f"{f}_trace", 0.0) + v
