@@ -52,7 +52,7 @@ from fathom.errors import FathomError
 if TYPE_CHECKING:
     from fathom.config import DataConfig
 
-VOCAB = TEXT_VOCAB
+_VOCAB = TEXT_VOCAB
 FRACTIONS = TEXT_FRACTIONS  # the test range takes the rounding remainder
 
 _TEXT_SPLIT_MODE = "text-contiguous"
@@ -169,8 +169,8 @@ def unigram_baseline(fit_y: torch.Tensor, val_y: torch.Tensor) -> float | None:
     targets (float64); ``None`` without validation targets."""
     if val_y.numel() == 0:
         return None
-    counts = torch.bincount(fit_y.flatten().cpu(), minlength=VOCAB).to(torch.float64)
-    q = (counts + 1) / (counts.sum() + VOCAB)
+    counts = torch.bincount(fit_y.flatten().cpu(), minlength=_VOCAB).to(torch.float64)
+    q = (counts + 1) / (counts.sum() + _VOCAB)
     return float(-q.log()[val_y.flatten().cpu()].mean())
 
 
@@ -227,8 +227,8 @@ def text_splits(
         "token_ranges": {k: list(r) for k, r in zip(("fit", "val", "test"), ranges)},
         "tokenization": "bytes (UTF-8 bytes of the text; vocabulary 256)",
         "context": context,
-        "vocab": VOCAB,
-        "classes": VOCAB,
+        "vocab": _VOCAB,
+        "classes": _VOCAB,
         "sizes": {"fit": int(fy.shape[0]), "val": int(vy.shape[0]), "test": int(ey.shape[0])},
         "subsets": {"fit": fit_subset, "eval": eval_subset},
         "windows": f"non-overlapping windows of {context} tokens, targets shifted by one",
