@@ -132,7 +132,7 @@ def _timing_table(summary: Mapping[str, Any]) -> Table:
     )
 
 
-def main_table(summary: Mapping[str, Any]) -> Table:
+def _main_table(summary: Mapping[str, Any]) -> Table:
     """The report's headline table: per recipe the quality cells and the four paired
     differences against the reference with their intervals."""
     ref = summary.get("reference")
@@ -225,7 +225,7 @@ def summary_tables(summary: Mapping[str, Any]) -> list[Table]:
         _quality_table(summary),
         _differences_table(summary),
         _timing_table(summary),
-        main_table(summary),
+        _main_table(summary),
         *_ranking_tables(summary),
         *_pairs_tables(summary),
     ]
