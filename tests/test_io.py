@@ -8,12 +8,18 @@ import stat
 import torch
 
 from fathom.base.io import (
-    append_jsonl,
     atomic_write_json,
+    dumps,
     read_jsonl,
     state_dict_digest,
     tensor_digest,
 )
+
+
+def _append_jsonl(path, row) -> None:
+    """One JSON line as a history writer appends it (canonical ``dumps`` plus newline)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(dumps(row) + "\n")
 
 
 def test_digest_covers_zero_dim_tensors_and_changes_with_bytes():
@@ -35,8 +41,8 @@ def test_atomic_json_has_normal_mode_and_strict_nulls(tmp_path):
 
 def test_truncated_jsonl_line_is_reported_not_accepted(tmp_path):
     p = tmp_path / "h.jsonl"
-    append_jsonl(p, {"epoch": 0})
-    append_jsonl(p, {"epoch": 1})
+    _append_jsonl(p, {"epoch": 0})
+    _append_jsonl(p, {"epoch": 1})
     with open(p, "a") as f:
         f.write('{"epoch": 2, "val/acc"')
     rows, bad = read_jsonl(p)

@@ -341,3 +341,60 @@ def test_classes_come_from_the_record_or_a_registered_dataset_never_a_default(
     assert old({"dataset": "tensors", "path": "x.pt"}, {"classes": 7}).classes == 7
     with pytest.raises(FathomError, match=r"run 'old': data.info.classes not given.*'tensors'"):
         _ = old({"dataset": "tensors", "path": "x.pt"}, {}).classes
+
+
+def test_curvature_and_audit_records_hold_the_files_objects_unchanged(tmp_path):
+    """The typed records keep every key and value of the JSON they read; absent gives None."""
+    from fathom.rundir import read_audit, read_curvature
+
+    assert read_curvature(tmp_path) is None and read_audit(tmp_path) is None
+    summary = {
+        "format": 1,
+        "kind": "fathom.curvature.summary",
+        "run_id": "r",
+        "scope": {"split": "fit", "N": 4},
+        "normalization": "mean over N",
+        "rows": [{"epoch": 3, "ggn_weight_trace": 1.5}, {"epoch": 0, "ggn_weight_trace": 2.0}],
+        "extra": [1, 2],
+    }
+    snap = {"epoch": 3, "families": {"ggn": {"trace": 1.5}}}
+    (tmp_path / "curvature").mkdir()
+    (tmp_path / "curvature" / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "curvature" / "epoch-0003.json").write_text(json.dumps(snap))
+    rec = read_curvature(tmp_path)
+    assert rec.to_json() == {"summary": summary, "epochs": {3: snap}}
+    assert rec.summary.run_id == "r" and rec.summary.scope == {"split": "fit", "N": 4}
+    assert rec.summary.by_epoch() == {3: summary["rows"][0], 0: summary["rows"][1]}
+
+    audit = {
+        "kind": "study",
+        "target": "S",
+        "settings": {"checkpoints": ["final"]},
+        "runs": [],
+        "skipped": [{"run_id": "t"}],
+        "aggregate": {"final": {}},
+        "wall_s": 2.5,
+        "x": 1,
+    }
+    (tmp_path / "audit").mkdir()
+    (tmp_path / "audit" / "audit.json").write_text(json.dumps(audit))
+    got = read_audit(tmp_path)
+    assert got.raw == audit and got.kind == "study" and got.skipped == [{"run_id": "t"}]
+    assert got.wall_s == 2.5 and got.settings == {"checkpoints": ["final"]}
+
+
+def test_an_unreadable_curvature_file_is_noted_with_notes_and_refused_without(tmp_path):
+    from fathom.rundir import read_audit, read_curvature
+
+    (tmp_path / "curvature").mkdir()
+    (tmp_path / "curvature" / "summary.json").write_text("{not json")
+    (tmp_path / "curvature" / "epoch-0001.json").write_text("[1, 2]")
+    notes: list[str] = []
+    assert read_curvature(tmp_path, notes) is None
+    assert len(notes) == 2 and "does not parse" in notes[0] and "not an object" in notes[1]
+    with pytest.raises(FathomError, match="does not parse.*rerun the step"):
+        read_curvature(tmp_path)
+    (tmp_path / "audit").mkdir()
+    (tmp_path / "audit" / "audit.json").write_text("3")
+    with pytest.raises(FathomError, match="holds a JSON number, not an object"):
+        read_audit(tmp_path)

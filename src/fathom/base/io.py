@@ -82,15 +82,6 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
-def append_jsonl(path: str | os.PathLike, row: Mapping[str, Any]) -> None:
-    """Append one JSON line and fsync. A reader ignores a final line without newline."""
-    line = dumps(row) + "\n"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], list[int]]:
     """Read complete JSON lines; return ``(rows, bad_line_numbers)``.
 

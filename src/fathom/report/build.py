@@ -25,6 +25,7 @@ from fathom.report.lm import is_lm_audit, lm_figures, lm_section
 from fathom.report.render import table_markdown
 from fathom.report.runs import RunData, load_runs, unfinished
 from fathom.rundir.output import AnalysisOutput, analysis_output
+from fathom.rundir.reader import read_audit, read_curvature
 
 
 @dataclass
@@ -49,18 +50,13 @@ def _read_optional(path: Path, notes: list[str]) -> Any:
 
 
 def load_curvature(runs: list[RunData], notes: list[str]) -> dict[str, dict[str, Any]]:
-    """``run_id -> {"summary": summary.json, "epochs": {epoch: epoch-NNNN.json}}``."""
+    """``run_id -> {"summary": summary.json, "epochs": {epoch: epoch-NNNN.json}}``, each run's
+    :func:`fathom.rundir.reader.read_curvature` record as JSON (unreadable files noted)."""
     out: dict[str, dict[str, Any]] = {}
     for run in runs:
-        d = run.path / "curvature"
-        summary = _read_optional(d / "summary.json", notes)
-        epochs = {}
-        for p in sorted(d.glob("epoch-*.json")):
-            value = _read_optional(p, notes)
-            if isinstance(value, dict):
-                epochs[int(p.stem.split("-")[1])] = value
-        if summary is not None or epochs:
-            out[run.run_id] = {"summary": summary, "epochs": epochs}
+        record = read_curvature(run.path, notes)
+        if record is not None:
+            out[run.run_id] = record.to_json()
     return out
 
 
@@ -83,7 +79,8 @@ def _write_report(
     out_dir = output.dir
     notes: list[str] = []
     summary = _read_optional(root / "summary.json", notes)
-    audit = _read_optional(root / "audit" / "audit.json", notes)
+    audit_record = read_audit(root, notes)
+    audit = None if audit_record is None else audit_record.raw
     lm_audit = audit if is_lm_audit(audit) else None  # a language model's: report.lm
     audit = None if lm_audit else audit
     curvature = load_curvature(runs, notes)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.rundir import RunDir
+from fathom.rundir.reader import read_audit, read_curvature
 from fathom.study.records import checkpoint_scores
 
 
@@ -69,13 +70,14 @@ class Sources:
     ) -> Sources:
         curv: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
         for key, run_dir in curvature_runs.items():
-            data = _read_json(run_dir / "curvature" / "summary.json")
-            if data is not None:
-                curv[key] = {int(r["epoch"]): r for r in data["rows"]}
+            record = read_curvature(run_dir)
+            if record is not None and record.summary is not None:
+                curv[key] = record.summary.by_epoch()
+        audit = read_audit(root)
         return cls(
             root=root,
             summary=json.loads((root / "summary.json").read_text()),
-            audit=_read_json(root / "audit" / "audit.json"),
+            audit=None if audit is None else audit.raw,
             curvature=curv,
             head=None if head_dir is None else _read_json(head_dir / "head.json"),
             epoch_map={int(k): int(v) for k, v in epoch_map.items()},

@@ -22,8 +22,13 @@ __getattr__, __dir__, __all__ = exports(
             "ManifestHeader",
         ],
         "fathom.rundir.manifest": ["check_manifest", "seal"],
-        "fathom.rundir.record": ["RunManifest"],
-        "fathom.rundir.reader": ["RunDir", "Which", "find_runs"],
+        "fathom.rundir.record": [
+            "AuditRecord",
+            "CurvatureRecord",
+            "CurvatureSummary",
+            "RunManifest",
+        ],
+        "fathom.rundir.reader": ["RunDir", "Which", "find_runs", "read_audit", "read_curvature"],
         "fathom.rundir.writer": ["RunWriter"],
     },
 )

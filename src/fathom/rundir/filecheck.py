@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from fathom.base.io import sha256_file
 from fathom.errors import FathomError
+from fathom.rundir.header import ManifestHeader
 from fathom.rundir.sections import UNFINISHED
 
 RESUME_NAME = "resume.safetensors"
@@ -84,26 +84,27 @@ def stray_tmp_files(run_dir: Path) -> list[Path]:
     return out
 
 
-def weight_file_problems(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
+def weight_file_problems(run_dir: Path, header: ManifestHeader) -> list[str]:
     """One sentence per epoch checkpoint (and the selected weights of a run that is not
     running: a running run may hold a newer selection of its own) whose file is missing or
-    whose SHA-256 differs from the ``sha256`` its manifest entry records."""
-    entries = [(f"epoch {e}", c) for e, c in (manifest.get("checkpoints") or {}).items()]
-    if manifest.get("status") not in UNFINISHED and manifest.get("selected_checkpoint"):
-        entries.append(("selected", manifest["selected_checkpoint"]))
+    whose SHA-256 differs from the ``sha256`` its manifest entry records (``header``: the
+    run's typed :class:`fathom.rundir.header.ManifestHeader`, ``RunDir.header``)."""
+    entries = [(f"epoch {e}", c) for e, c in header.checkpoints.items()]
+    if header.status not in UNFINISHED and header.selected_checkpoint is not None:
+        entries.append(("selected", header.selected_checkpoint))
     out = []
     for label, entry in entries:
-        want = entry.get("sha256") if isinstance(entry, dict) else None
+        want = entry.sha256
         if not want:
             continue
-        path = run_dir / entry["file"]
+        path = run_dir / entry.file
         if not path.is_file():
-            out.append(f"{label}: weights file {entry['file']} is missing")
+            out.append(f"{label}: weights file {entry.file} is missing")
             continue
         got = sha256_file(path)
         if got != want:
             out.append(
-                f"{label}: weights file {entry['file']} fails its hash check (manifest "
+                f"{label}: weights file {entry.file} fails its hash check (manifest "
                 f"records sha256 {want}, the file hashes to {got}): the file was changed "
                 "after it was written; retrain the run or restore the file"
             )

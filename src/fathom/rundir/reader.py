@@ -18,11 +18,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import ValidationError
+
 from fathom.base.io import read_jsonl
 from fathom.errors import FathomError
 from fathom.rundir.manifest import check_manifest, describe_recovery
-from fathom.rundir.record import RunManifest
-from fathom.rundir.sections import UNFINISHED
+from fathom.rundir.record import AuditRecord, CurvatureRecord, CurvatureSummary, RunManifest
+from fathom.rundir.sections import UNFINISHED, WeightsEntry
 
 if TYPE_CHECKING:  # reading the manifest and history needs no torch (`fathom study status`)
     import torch
@@ -143,7 +145,11 @@ class RunDir:
         data = path.read_bytes()
         _, bad = read_jsonl(path)
         out = [f"history.jsonl line {n} is torn (truncated or unparsable)" for n in bad]
-        rec = (self.manifest.get("integrity") or {}).get("history")
+        if isinstance(self.header, RunManifest):
+            sealed = self.header.integrity
+            rec = None if sealed is None else sealed.history.model_dump()
+        else:  # header-only (format 1 or 2): free-form
+            rec = (self.manifest.get("integrity") or {}).get("history")
         if rec is None:
             return out
         n = int(rec["bytes"])
@@ -161,27 +167,43 @@ class RunDir:
             )
         return out
 
+    # -- analysis outputs ----------------------------------------------------------------
+    def curvature(self, notes: list[str] | None = None) -> CurvatureRecord | None:
+        """This run's curvature snapshots (:func:`read_curvature`); ``None`` when none."""
+        return read_curvature(self.path, notes)
+
+    def audit(self, notes: list[str] | None = None) -> AuditRecord | None:
+        """This run's own ``audit/audit.json`` (:func:`read_audit`); ``None`` when absent."""
+        return read_audit(self.path, notes)
+
     # -- checkpoints ---------------------------------------------------------------------
     def checkpoint_epochs(self) -> list[int]:
         return sorted(int(e) for e in self.header.checkpoints)
 
-    def _entry(self, which: Which) -> tuple[dict[str, Any], int]:
+    def _final_epoch(self) -> int | None:
+        """``final.epoch``: typed for a format-3 run, free-form in a header-only manifest."""
+        if isinstance(self.header, RunManifest):
+            return self.header.final.epoch
+        final = self.manifest.get("final")
+        return final.get("epoch") if isinstance(final, dict) else None
+
+    def _entry(self, which: Which) -> tuple[WeightsEntry, int]:
         if which == "selected":
-            sel = self.manifest.get("selected_checkpoint")
-            if not sel:
+            sel = self.header.selected_checkpoint
+            if sel is None:
                 raise FathomError(
                     f"run {self.run_id!r} has no selected checkpoint (no validation evaluation yet)"
                 )
-            return sel, int(sel["epoch"])
+            return sel, int(sel.epoch)  # the header refuses a selected entry without its epoch
         if which == "final":
-            epoch = (self.manifest.get("final") or {}).get("epoch")
+            epoch = self._final_epoch()
             if epoch is None:
                 raise FathomError(
                     f"run {self.run_id!r} has no final checkpoint (status {self.status!r}); "
                     "it is incomplete: resume it with `fathom train --resume`"
                 )
             which = int(epoch)
-        entry = self.manifest.get("checkpoints", {}).get(str(int(which)))
+        entry = self.header.checkpoints.get(str(int(which)))
         if entry is None:
             raise FathomError(
                 f"run {self.run_id!r} has no checkpoint for epoch {which}; saved epochs: "
@@ -190,18 +212,25 @@ class RunDir:
         return entry, int(which)
 
     def checkpoint_hash(self, which: Which) -> str:
-        return self._entry(which)[0]["params_sha256"]
+        return self._entry(which)[0].params_sha256
 
     def checkpoint_epoch(self, which: Which) -> int:
         return self._entry(which)[1]
 
-    def verify_entry(self, entry: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """Load the weights of a manifest entry, checking file and tensor digests."""
+    def verify_entry(self, entry: WeightsEntry | dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Load the weights of a manifest entry (typed, or its JSON object), checking file and
+        tensor digests."""
         from fathom.rundir import files
 
-        state, _ = files.load_weights(
-            self.path / entry["file"], entry["params_sha256"], entry.get("sha256")
-        )
+        if not isinstance(entry, WeightsEntry):
+            try:
+                entry = WeightsEntry.model_validate(entry)
+            except ValidationError as e:
+                raise FathomError(
+                    f"a weights entry of run {self.run_id!r} is malformed ({e.errors()[0]['msg']}: "
+                    f"{entry!r}); the file listing it was not written by this fathom: train the run again"
+                ) from None
+        state, _ = files.load_weights(self.path / entry.file, entry.params_sha256, entry.sha256)
         return state
 
     def load_state(self, which: Which) -> dict[str, torch.Tensor]:
@@ -224,7 +253,7 @@ class RunDir:
         if deep:
             from fathom.rundir import files
 
-            for entry in self.manifest.get("checkpoints", {}).values():
+            for entry in self.header.checkpoints.values():
                 try:
                     self.verify_entry(entry)
                 except FathomError as e:
@@ -254,8 +283,8 @@ class RunDir:
         from fathom.rundir import files
         from fathom.rundir.resume import newer_selected
 
-        entry = self.manifest.get("selected_checkpoint")
-        if not entry:
+        entry = self.header.selected_checkpoint
+        if entry is None:
             return []
         try:
             self.verify_entry(entry)
@@ -264,18 +293,17 @@ class RunDir:
             problem = str(e)
         if self.status in UNFINISHED:  # cut inside an epoch: may hold a newer selection
             try:
-                _state, meta = files.load_weights(self.path / entry["file"])
+                _state, meta = files.load_weights(self.path / entry.file)
             except FathomError as e:
                 return [str(e)]
-            if newer_selected(meta, self.manifest, entry):
+            if newer_selected(meta, self.manifest, entry.model_dump(mode="json")):
                 return []
         return [problem]
 
     def recovery(self) -> list[dict[str, Any]]:
         """What writers found and repaired in this run (``manifest["recovery"]``), in order:
         each ``{"event", ...details}`` (see ``docs/architecture.md``, Integrity)."""
-        events = self.manifest.get("recovery") or []
-        return [dict(e) for e in events if isinstance(e, dict)]
+        return [e.model_dump(mode="json") for e in self.header.recovery]
 
     def recovery_notes(self) -> list[str]:
         """:meth:`recovery` as sentences (:func:`fathom.rundir.manifest.describe_recovery`)."""
@@ -358,6 +386,61 @@ class RunDir:
         from fathom.rundir.inputs import verified_splits
 
         return verified_splits(self.manifest, self.config.data, self.path, device)
+
+
+_JSON_KINDS = {
+    list: "array",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
+
+
+def _read_json_object(path: Path, notes: list[str] | None) -> dict[str, Any] | None:
+    """The JSON object in ``path``; ``None`` when absent. Unreadable (not JSON, not an object):
+    appended to ``notes`` and ``None`` when ``notes`` is given, else a :class:`FathomError`."""
+    if not path.exists():
+        return None
+    try:
+        value = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        value, problem = None, f"does not parse ({e})"
+    else:
+        kind = _JSON_KINDS.get(type(value), type(value).__name__)
+        problem = None if isinstance(value, dict) else f"holds a JSON {kind}, not an object"
+    if problem is None:
+        return value
+    if notes is None:
+        raise FathomError(f"{path} {problem}; rerun the step that writes it, or delete it")
+    notes.append(f"{path} {problem}; it is left out of the report")
+    return None
+
+
+def read_curvature(run_path: str | Path, notes: list[str] | None = None) -> CurvatureRecord | None:
+    """``<run_path>/curvature/`` as a :class:`CurvatureRecord` (``summary.json`` and every
+    ``epoch-NNNN.json``); ``None`` when it holds neither. Unreadable files: see
+    :func:`_read_json_object` (noted and left out with ``notes``, else refused)."""
+    d = Path(run_path) / "curvature"
+    summary = _read_json_object(d / "summary.json", notes)
+    epochs: dict[int, dict[str, Any]] = {}
+    for p in sorted(d.glob("epoch-*.json")):
+        value = _read_json_object(p, notes)
+        if value is not None:
+            epochs[int(p.stem.split("-")[1])] = value
+    if summary is None and not epochs:
+        return None
+    return CurvatureRecord(
+        summary=None if summary is None else CurvatureSummary.from_json(summary), epochs=epochs
+    )
+
+
+def read_audit(root: str | Path, notes: list[str] | None = None) -> AuditRecord | None:
+    """``<root>/audit/audit.json`` (a run's or a study's) as an :class:`AuditRecord`; ``None``
+    when absent. Unreadable: noted with ``notes``, else refused (:func:`_read_json_object`)."""
+    data = _read_json_object(Path(root) / "audit" / "audit.json", notes)
+    return None if data is None else AuditRecord.from_json(data)
 
 
 def find_runs(root: str | Path) -> list[RunDir]:

@@ -187,7 +187,7 @@ def run_directory_state(path: Any) -> dict[str, Any]:
         rd = RunDir(path)
     except FathomError as e:
         return {"recovery": None, "problems": [str(e)]}
-    problems = rd.problems() + weight_file_problems(rd.path, rd.manifest)
+    problems = rd.problems() + weight_file_problems(rd.path, rd.header)
     return {"recovery": rd.recovery_notes(), "problems": problems}
 
 

@@ -9,7 +9,7 @@ from fathom.errors import FathomError
 
 GATE_HELP = "0.10"
 """The default of ``--gate`` shown in its help: :data:`fathom.train.qualify.DEFAULT_GATE`
-(importing that module costs torch; ``tests/test_cli_help.py`` checks the two agree)."""
+(importing that module costs torch; ``tests/test_cli.py`` checks the two agree)."""
 
 
 def _cmd_docs(args: argparse.Namespace) -> int:
