@@ -7,11 +7,13 @@ module under ``src/fathom``, the report says who refers to it:
 * ``exported``: only the package's declared surface (``__all__``, a ``fathom.base.lazy``
   ``exports`` table, a ``forward``-ed module) besides its own module;
 * ``docs``: README.md, ``docs/*.md`` or ``examples/`` (what users are shown), and no src;
-* ``outside-only``: only ``tests/``, ``bench/`` or ``scripts/`` (API its own module uses and
-  its tests reach, or, listed as ``test-only``, code nothing in ``src`` calls: a test helper
-  that belongs in ``tests/``);
+* ``outside-only``: only ``tests/``, ``bench/`` or ``scripts/``, and its own module uses it
+  (API its tests reach);
+* ``test-only``: only ``tests/``, ``bench/`` or ``scripts/``, and nothing in ``src`` calls it:
+  a test helper belongs in ``tests/``; a reader or function meant for users stays;
 * ``own-module``: only its own module (public by accident: a candidate for a leading
-  underscore);
+  underscore, unless it is a type a public signature or field names, or a ``nn.Module``
+  whose class name a model's printout and the audit's labels show);
 * ``unused``: nothing, not even its own module after its definition (a candidate to delete).
 
 A python file refers to ``fathom.pkg.mod.NAME`` when it names the module (``fathom.pkg.mod``
@@ -67,7 +69,7 @@ def top_level_names(tree: ast.Module) -> dict[str, str]:
     return {n: k for n, k in names.items() if not n.startswith("_")}
 
 
-def surface(init: Path, tree: ast.Module) -> dict[str, set[str]]:
+def surface(tree: ast.Module) -> dict[str, set[str]]:
     """A package's declared surface: module -> names (``exports`` tables, ``forward``)."""
     out: dict[str, set[str]] = defaultdict(set)
     for node in ast.walk(tree):
@@ -168,7 +170,7 @@ def classify() -> list[dict]:
     on_surface: dict[str, set[str]] = defaultdict(set)  # module -> names a package shows
     for m, p in modules.items():
         if p.name == "__init__.py":
-            for target, names in surface(p, trees[m]).items():
+            for target, names in surface(trees[m]).items():
                 on_surface[target] |= names
             on_surface[m] |= dunder_all(trees[m])
     texts = {p: p.read_text(errors="replace") for p in text_files()}
