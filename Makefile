@@ -13,7 +13,7 @@ WORKERS ?= 2
 # module-scoped fixtures are built once)
 TEST_WORKERS ?= 2
 
-.PHONY: demo test lint sizes bench clean-venv
+.PHONY: demo test lint sizes names bench clean-venv
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,11 @@ lint: $(VENV)/.dev
 # package, modules and functions above a soft size, modules imported by exactly one module.
 sizes: $(VENV)/.dev
 	$(PY) scripts/size_report.py
+
+# Where each top-level public name is used (never a failing check): names used only in their
+# own module (a candidate for a leading underscore), only by tests, or by nothing.
+names: $(VENV)/.dev
+	$(PY) scripts/public_names.py
 
 clean-venv:
 	rm -rf $(VENV)

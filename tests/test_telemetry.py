@@ -475,9 +475,16 @@ def test_scores_from_callers_predictions_equal_own_forward():
         rec.observe(context(model, splits), predictions={"val": preds["val"][:3]})
 
 
-def test_sorted_quantiles_match_torch_quantile():
-    from fathom.telemetry.distributions import sorted_quantiles
+def sorted_quantiles(xs: torch.Tensor, quantiles: tuple[float, ...]) -> torch.Tensor:
+    """Linearly interpolated quantiles of an ascending 1-D tensor, as a tensor formula (no
+    size limit, unlike ``torch.quantile``): the reference ``entry_summary`` is checked against."""
+    pos = torch.tensor(quantiles, dtype=torch.float64, device=xs.device) * (xs.numel() - 1)
+    lo = pos.floor().long()
+    hi = pos.ceil().long()
+    return xs[lo] + (pos - lo.to(torch.float64)) * (xs[hi] - xs[lo])
 
+
+def test_sorted_quantiles_match_torch_quantile():
     for n in (1, 2, 7, 100):
         x = torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
         want = torch.quantile(x, torch.tensor(QUANTILES, dtype=torch.float64))
@@ -502,7 +509,7 @@ _DTYPES = st.sampled_from([torch.float32, torch.float64, torch.float16])
 def test_entry_summary_sorts_like_torch_sort_in_float64(values, dtype):
     """The quantiles from the fast ascending sort (numpy's, in the tensor's own dtype) are
     those of ``torch.sort`` of the float64 entries, bit for bit."""
-    from fathom.telemetry.distributions import ascending, sorted_quantiles
+    from fathom.telemetry.distributions import ascending
 
     x = torch.tensor(values, dtype=dtype)
     want = sorted_quantiles(torch.sort(x.to(torch.float64)).values, QUANTILES)

@@ -39,7 +39,7 @@ class Mean:
         return self.total / self.n if self.n else None
 
 
-CLOCKS = ("clock/training_s", "clock/evaluation_s", "clock/telemetry_s")
+_CLOCKS = ("clock/training_s", "clock/evaluation_s", "clock/telemetry_s")
 """The cumulative clocks a trainer's events carry (seconds)."""
 
 
@@ -91,8 +91,8 @@ class RunEta:
             self.epochs = info["epochs"]
             self.evaluations = frozenset(info["evaluations"])
             self.instruments = frozenset(info["instruments"])
-            if all(k in info for k in CLOCKS):
-                self._clocks = tuple(float(info[k]) for k in CLOCKS)  # type: ignore[assignment]
+            if all(k in info for k in _CLOCKS):
+                self._clocks = tuple(float(info[k]) for k in _CLOCKS)  # type: ignore[assignment]
         elif event == "epoch" and info.get("epoch") == 0:
             self._epoch_zero(info)
         elif event == "boundary":
@@ -109,9 +109,9 @@ class RunEta:
             self.instr_cold_s.add(float(row["clock/telemetry_s"]))
 
     def _epoch_end(self, info: dict[str, Any], now: float) -> None:
-        if not all(k in info for k in CLOCKS):
+        if not all(k in info for k in _CLOCKS):
             return
-        clocks = tuple(float(info[k]) for k in CLOCKS)
+        clocks = tuple(float(info[k]) for k in _CLOCKS)
         train, evaluation, instr = (c - b for c, b in zip(clocks, self._clocks, strict=True))
         self._clocks = clocks  # type: ignore[assignment]
         steps = info.get("steps_in_epoch")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fathom.errors import FathomError
 
-NO_CUDA = "device 'cuda' was requested but no CUDA device is available"
+_NO_CUDA = "device 'cuda' was requested but no CUDA device is available"
 """The head of every refusal of ``cuda`` (also :func:`fathom.base.provenance.resolve_device`'s)."""
 
 
@@ -64,7 +64,7 @@ def check_device(name: str | None, flag: str = "--device") -> None:
         return
     why = cuda_impossible()
     if why is not None:
-        raise FathomError(f"{NO_CUDA} ({why}); use {flag} auto or {flag} cpu")
+        raise FathomError(f"{_NO_CUDA} ({why}); use {flag} auto or {flag} cpu")
 
 
 def check_at_least_one(value: int | None, flag: str) -> None:

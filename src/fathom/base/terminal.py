@@ -1,9 +1,9 @@
 """Terminal tables that fit 80 columns without cutting identifiers, and live progress.
 
-Rules every command follows: a table fits :data:`WIDTH` columns at the default width; run
+Rules every command follows: a table fits :data:`_WIDTH` columns at the default width; run
 ids, hashes, statuses and verdict words are *key* cells — never wrapped, never cut with an
 ellipsis (they get their full width, other cells wrap onto more lines); hashes are shown
-as their first :data:`HASH_CHARS` hex digits, in full with ``--wide`` (or ``--json``, which
+as their first :data:`_HASH_CHARS` hex digits, in full with ``--wide`` (or ``--json``, which
 prints every value). Progress displays (:class:`TrainProgress`, :class:`Tally`) redraw at
 most :data:`REDRAWS_PER_S` times a second, never without change, and write one line per
 epoch or item where the output is not a terminal. Imports of ``rich`` happen inside the
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
-WIDTH = 80
+_WIDTH = 80
 """The terminal width every default table fits."""
 
-WIDE_WIDTH = 250
+_WIDE_WIDTH = 250
 """The console width used with ``--wide`` (long rows are not wrapped)."""
 
-HASH_CHARS = 12
+_HASH_CHARS = 12
 """Hex digits of a shortened hash (48 bits: a collision among a study's runs is negligible)."""
 
 OnProgress = Callable[[str, dict[str, Any]], None]
@@ -41,14 +41,14 @@ def short_hash(value: str | None, wide: bool = False) -> str:
     """``value[:12]`` (or all of it with ``wide``); ``"—"`` when there is none."""
     if not value:
         return "—"
-    return value if wide else value[:HASH_CHARS]
+    return value if wide else value[:_HASH_CHARS]
 
 
 def console(wide: bool = False, *, stderr: bool = False) -> Console:
-    """A rich console: the terminal's width, or :data:`WIDE_WIDTH` with ``wide``."""
+    """A rich console: the terminal's width, or :data:`_WIDE_WIDTH` with ``wide``."""
     from rich.console import Console
 
-    return Console(width=WIDE_WIDTH if wide else None, stderr=stderr)
+    return Console(width=_WIDE_WIDTH if wide else None, stderr=stderr)
 
 
 def table(
@@ -125,7 +125,7 @@ class TrainProgress:
     resume before its first evaluation) makes the ETA a lower bound, shown ``≥``. The line is
     redrawn at most :data:`REDRAWS_PER_S` times a second and only when its text changed.
     Off a terminal (CI logs, pipes) nothing but one line per epoch is written
-    (:func:`epoch_line`, with the run's ETA), the line a terminal gets above the bar.
+    (:func:`_epoch_line`, with the run's ETA), the line a terminal gets above the bar.
 
     ``step`` events carry Python ints the loop has anyway; nothing is read from the device.
     """
@@ -159,7 +159,7 @@ class TrainProgress:
         if event == "epoch":
             self._row = info
             if info["epoch"] == 0:
-                self._print(epoch_line(info, None))
+                self._print(_epoch_line(info, None))
         elif event == "boundary":
             self._boundary = (now, info)
             if self.live_view:
@@ -171,7 +171,7 @@ class TrainProgress:
             rate = self._steps / train_s if self._steps and train_s > 0 else None
             row = self._row if self._row.get("epoch") == info["epoch"] else {}
             _, run = self._left(now, ended=info["epoch"])
-            self._print(epoch_line({**info, **row}, rate, run))
+            self._print(_epoch_line({**info, **row}, rate, run))
 
     def _step(self, info: dict[str, Any], now: float) -> None:
         if info["epoch"] != self._epoch:
@@ -249,7 +249,7 @@ def fmt_eta(estimate: Any) -> str:
     return f"≥{text}" if estimate.lower_bound and estimate.seconds is not None else text
 
 
-def epoch_line(row: dict[str, Any], rate: float | None, run_left: Any = None) -> str:
+def _epoch_line(row: dict[str, Any], rate: float | None, run_left: Any = None) -> str:
     """``epoch 3/10 step 2814  loss 0.5647  val acc 97.12% ce 0.1032  test acc 96.98%  train
     clock 5.5s  143.2 steps/s  ETA 0:41``: the running loss, the evaluation when this epoch
     had one, the cumulative training clock, ``rate`` = the epoch's steps / its training

@@ -30,10 +30,8 @@ from __future__ import annotations
 import math
 
 ACCURACY_UNIT = "%"
-DIFFERENCE_UNIT = "pp"
-ACCURACY_LABEL = "accuracy (%)"
 
-MISSING = "—"
+_MISSING = "—"
 # unit -> (format spec of the number, text after it)
 _RULES: dict[str, tuple[str, str]] = {
     "%": (".2f", "%"),
@@ -75,7 +73,7 @@ def fmt_value(
     differences; ``digits`` overrides the rule's decimals (significant digits for ``×``
     and ``""``)."""
     if x is None or not math.isfinite(float(x)):
-        return MISSING
+        return _MISSING
     spec, text = _rule(unit)
     if unit == "count":
         return f"{int(x):{'+' if signed else ''}d}{text if suffix else ''}"
@@ -96,7 +94,7 @@ def fmt_mean_sd(
     """``mean ± sd unit (n=N)`` (sample SD; no ``±`` without an SD), or ``—``; the
     ``(n=N)`` is left out when ``n`` equals ``shown_n`` (the row states it)."""
     if mean is None or not math.isfinite(float(mean)):
-        return MISSING
+        return _MISSING
     text = fmt_value(mean, unit, suffix=suffix)
     if sd is not None:
         text = f"{fmt_value(mean, unit, suffix=False)} ± {fmt_value(sd, unit, suffix=suffix)}"
@@ -131,7 +129,7 @@ def fmt_interval(
 ) -> str:
     """An interval ``[-0.12 pp, +1.05 pp]`` (``signed``: of a difference), or ``—``."""
     if low is None or high is None:
-        return MISSING
+        return _MISSING
     lo = fmt_value(low, unit, signed=signed, suffix=suffix)
     hi = fmt_value(high, unit, signed=signed, suffix=suffix)
     return f"[{lo}, {hi}]"
@@ -167,7 +165,7 @@ def fmt_level(level: float | None) -> str:
     """A probability (an interval's level, a tolerance) as a percentage with 4 significant
     digits: ``95%``, ``99.69%``."""
     p = percent(level)
-    return MISSING if p is None or not math.isfinite(p) else f"{p:.4g}%"
+    return _MISSING if p is None or not math.isfinite(p) else f"{p:.4g}%"
 
 
 def fmt_ratio(x: float | None) -> str:

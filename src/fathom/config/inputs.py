@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from fathom.config.models import DataConfig
 
 
-def find_factory(path: str, key: str) -> None:
+def _find_factory(path: str, key: str) -> None:
     """Import ``path``'s module and find its callable (:func:`resolve_factory`); an exception
     the module raises while it is imported (a syntax error, a failing import of its own) is
     a :class:`FathomError` naming the factory, not a traceback."""
@@ -53,7 +53,7 @@ def check_data_dir(data_dir: str | None, key: str, dataset: str) -> str | None:
     )
 
 
-def check_data(data: DataConfig) -> list[str]:
+def _check_data(data: DataConfig) -> list[str]:
     """The data's named inputs exist (and its factory imports); one line per thing checked."""
     checked = []
     if data.path is not None:
@@ -73,21 +73,21 @@ def check_data(data: DataConfig) -> list[str]:
         check_data_dir(data.data_dir, "data.data_dir", data.dataset)
         checked.append(f"data.data_dir {data.data_dir}: exists")
     if data.factory is not None:
-        find_factory(data.factory, "data.factory")
+        _find_factory(data.factory, "data.factory")
         checked.append(f"data.factory {data.factory}: imported, callable")
     return checked
 
 
 def check_inputs(data: DataConfig, model: ModelSpec) -> list[str]:
-    """:func:`check_data`, and the factory of a model kind built by a user's factory
+    """:func:`_check_data`, and the factory of a model kind built by a user's factory
     (``python``) imported and found."""
     from fathom.config.model_kinds import model_kind
 
-    checked = check_data(data)
+    checked = _check_data(data)
     key = model_kind(model.kind).factory
     if key is not None:
         path = getattr(model, key)
-        find_factory(path, f"model.{key}")
+        _find_factory(path, f"model.{key}")
         checked.append(f"model.{key} {path}: imported, callable")
     return checked
 

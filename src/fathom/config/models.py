@@ -185,7 +185,7 @@ def omit_unset_additions(
     return data
 
 
-def check_factory_path(path: str, key: str) -> str:
+def _check_factory_path(path: str, key: str) -> str:
     """``"package.module:function"`` (syntax only; importing happens when the run starts)."""
     module, sep, attr = path.partition(":")
     if not sep or not module or not attr.isidentifier():
@@ -196,7 +196,7 @@ def check_factory_path(path: str, key: str) -> str:
     return path
 
 
-def check_drop_probs(v: tuple[float, ...] | None) -> tuple[float, ...] | None:
+def _check_drop_probs(v: tuple[float, ...] | None) -> tuple[float, ...] | None:
     """``model.drop_probs``: every probability in ``[0, 1)``."""
     for p in v or ():
         if not 0.0 <= p < 1.0:
@@ -233,7 +233,7 @@ class ModelConfig(_Strict):
     @field_validator("drop_probs")
     @classmethod
     def _probs(cls, v: tuple[float, ...] | None) -> tuple[float, ...] | None:
-        return check_drop_probs(v)
+        return _check_drop_probs(v)
 
     @model_validator(mode="after")
     def _crop_needs_narrowing(self) -> ModelConfig:
@@ -301,7 +301,7 @@ class PythonModelConfig(_Strict):
 
     @model_validator(mode="after")
     def _drop(self) -> PythonModelConfig:
-        check_drop_probs(self.drop_probs)
+        _check_drop_probs(self.drop_probs)
         if self.drop_probs is None and self.drop_schedule != "constant":
             raise ValueError("model.drop_schedule needs model.drop_probs (one per branch)")
         return self
@@ -309,7 +309,7 @@ class PythonModelConfig(_Strict):
     @field_validator("factory")
     @classmethod
     def _factory(cls, v: str) -> str:
-        return check_factory_path(v, "model.factory")
+        return _check_factory_path(v, "model.factory")
 
 
 class GPTConfig(_Strict):
@@ -344,7 +344,7 @@ class GPTConfig(_Strict):
             )
         if self.layerdrop >= 1:
             raise ValueError(f"layerdrop must be in [0, 1), got {self.layerdrop}")
-        check_drop_probs(self.drop_probs)
+        _check_drop_probs(self.drop_probs)
         if self.drop_probs is not None:
             if self.layerdrop:
                 raise ValueError("give model.layerdrop or model.drop_probs, not both")
@@ -360,7 +360,7 @@ TEXT_DATASETS = ("moby-dick", "text")
 """The datasets read as byte-level token windows (:mod:`fathom.data.text`)."""
 
 
-def check_text_fields(cfg: Any) -> None:
+def _check_text_fields(cfg: Any) -> None:
     """A text dataset needs ``context`` and takes none of the image-only fields; an image
     dataset takes no ``context``."""
     if cfg.dataset not in TEXT_DATASETS:
@@ -437,9 +437,9 @@ class DataConfig(_Strict):
                     f"data.{key} is only used with dataset "
                     f"{'tensors or text' if key == 'path' else 'python'!r}; remove it"
                 )
-        check_text_fields(self)
+        _check_text_fields(self)
         if self.kwargs and self.dataset != "python":
             raise ValueError("data.kwargs is only used with dataset 'python'; remove it")
         if self.factory is not None:
-            check_factory_path(self.factory, "data.factory")
+            _check_factory_path(self.factory, "data.factory")
         return self

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def cmd_curvature(args: argparse.Namespace) -> int:
+def _cmd_curvature(args: argparse.Namespace) -> int:
     from fathom.base.terminal import console
     from fathom.rundir import RunDir
 
@@ -86,4 +86,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=2048,
         help="output directions per example auto may pull back (default 2048)",
     )
-    p.set_defaults(func=cmd_curvature)
+    p.set_defaults(func=_cmd_curvature)

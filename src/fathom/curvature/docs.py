@@ -17,7 +17,7 @@ from fathom.base.io import atomic_write_text
 from fathom.curvature.families import FAMILIES
 from fathom.losses.kinds import LOSS_DEFINITIONS, LOSSES, NORMALIZATION
 
-DEFAULT_PATH = Path("docs/curvature.md")
+_DEFAULT_PATH = Path("docs/curvature.md")
 
 _HEADER = """\
 # Curvature families and losses
@@ -69,11 +69,11 @@ def render() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def write(path: Path = DEFAULT_PATH) -> None:
+def write(path: Path = _DEFAULT_PATH) -> None:
     atomic_write_text(path, render())
 
 
-def is_current(path: Path = DEFAULT_PATH) -> bool:
+def is_current(path: Path = _DEFAULT_PATH) -> bool:
     return path.exists() and path.read_text(encoding="utf-8") == render()
 
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m fathom.curvature.docs", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--out", type=Path, default=DEFAULT_PATH, help="output path")
+    parser.add_argument("--out", type=Path, default=_DEFAULT_PATH, help="output path")
     parser.add_argument("--check", action="store_true", help="exit 1 if the file is not current")
     args = parser.parse_args(argv)
     if args.check:

@@ -12,7 +12,7 @@ the softmax Hessian ``diag(p_i) - p_i p_i^T`` for the GGN, the identity for the 
 Gram).
 
 **Monte-Carlo (``"mc"``).** For every example ``i`` and sample ``k = 1..K`` an output
-direction ``v_ik`` is drawn independently with ``E[v v^T] = H_i`` (:data:`SAMPLERS`: for
+direction ``v_ik`` is drawn independently with ``E[v v^T] = H_i`` (:data:`_SAMPLERS`: for
 softmax cross-entropy ``v = p_i - e_yhat`` with ``yhat ~ Categorical(p_i)``, the sampled
 Fisher; for the Jacobian Gram a Rademacher ``v``), pulled back through the seam exactly as the
 exact path pulls back its directions (:func:`fathom.curvature.probe.pull_back`,
@@ -45,9 +45,9 @@ estimate ``d_k = z_k * (M z_k)`` and ``diag_h = (1/K) sum_k d_k`` with
 its variance per entry is ``sum_{j' != j} M_jj'^2``: off-diagonal mass, not the number of
 classes.
 
-**Another loss** is one row of :data:`SAMPLERS` (its ``mc_directions(output, target, k,
+**Another loss** is one row of :data:`_SAMPLERS` (its ``mc_directions(output, target, k,
 generator)``, ``E[v v^T]`` its per-example output Hessian: :func:`mse_samples` and
-:func:`bce_samples` are written for that) and one of :data:`HESSIAN_PRODUCTS` (Hutchinson).
+:func:`bce_samples` are written for that) and one of :data:`_HESSIAN_PRODUCTS` (Hutchinson).
 Directions that already carry the loss's weights ``sqrt(w)`` (``w = 1/M`` over the valid
 positions of a mean reduction) are summed, not averaged over the ``N`` examples: then the
 ``1/N`` of :func:`mc_diagonals` is replaced by one.
@@ -86,10 +86,10 @@ from fathom.seam import Seam
 from fathom.seam.discovery import is_float_tensor
 from fathom.train.allocator import tune_cpu_allocator
 
-ESTIMATORS: tuple[str, ...] = ("exact", "mc", "hutchinson", "auto")
+_ESTIMATORS: tuple[str, ...] = ("exact", "mc", "hutchinson", "auto")
 Estimator = Literal["exact", "mc", "hutchinson"]
-SAMPLED: tuple[str, ...] = ("ggn", "jacobian_gram")  # families an estimator can sample
-BYTES = 8  # float64
+_SAMPLED: tuple[str, ...] = ("ggn", "jacobian_gram")  # families an estimator can sample
+_BYTES = 8  # float64
 
 Sampler = Callable[[torch.Tensor, torch.Tensor, int, torch.Generator], torch.Tensor]
 """``sampler(output, target, k, generator) -> [k, N, *out_shape]``: ``k`` output directions
@@ -138,7 +138,7 @@ def bce_samples(
     return s[None] - b
 
 
-def rademacher_samples(
+def _rademacher_samples(
     output: torch.Tensor, target: torch.Tensor, k: int, generator: torch.Generator
 ) -> torch.Tensor:
     """``v`` with independent ``+-1`` entries, ``[k, *output.shape]``: ``E[v v^T] = I`` (the
@@ -147,17 +147,17 @@ def rademacher_samples(
     return (2.0 * signs - 1.0).to(dtype=output.dtype, device=output.device)
 
 
-SAMPLERS: dict[str, Sampler] = {"ggn": softmax_ce_samples, "jacobian_gram": rademacher_samples}
+_SAMPLERS: dict[str, Sampler] = {"ggn": softmax_ce_samples, "jacobian_gram": _rademacher_samples}
 
 
-def softmax_hessian_product(logits: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def _softmax_hessian_product(logits: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """``H v = p * v - p (p . v)`` per example (``H = diag(p) - p p^T``), ``[N, C]``."""
     p = torch.softmax(logits, -1)
     return p * v - p * (p * v).sum(-1, keepdim=True)
 
 
-HESSIAN_PRODUCTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "ggn": softmax_hessian_product,
+_HESSIAN_PRODUCTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "ggn": _softmax_hessian_product,
     "jacobian_gram": lambda logits, v: v,
 }
 
@@ -167,7 +167,7 @@ _UNITS = {"": 1, "b": 1, "kb": 2**10, "mb": 2**20, "gb": 2**30, "kib": 2**10, "m
 _UNITS |= {"gib": 2**30, "tb": 2**40, "tib": 2**40}
 
 
-def parse_bytes(text: str | int | float) -> int:
+def _parse_bytes(text: str | int | float) -> int:
     """``"4GB"``, ``"512 MiB"`` or a number of bytes -> bytes (binary units: 1 GB = 2**30)."""
     if isinstance(text, int | float) and not isinstance(text, bool):
         return int(text)
@@ -192,7 +192,7 @@ class Budget:
 
     @property
     def memory_bytes(self) -> int:
-        return parse_bytes(self.memory)
+        return _parse_bytes(self.memory)
 
 
 @dataclass(frozen=True)
@@ -221,16 +221,16 @@ class Costs:
         when the output is not ``[N, C]`` (default ``plan.width(classes)``)."""
         width = plan.width(self.classes) if width is None else width
         chunk = min(n, max(1, _ELEMENTS // max(1, width * self.largest)))
-        return BYTES * (width * chunk * self.per_row + 2 * self.parameters)
+        return _BYTES * (width * chunk * self.per_row + 2 * self.parameters)
 
     def mc_bytes(self) -> int:
         """MC's least peak: one direction of one example per chunk."""
-        return BYTES * (self.per_row + 4 * self.parameters)
+        return _BYTES * (self.per_row + 4 * self.parameters)
 
     def hutchinson_bytes(self) -> int:
         """Hutchinson's least peak (one example per chunk): ``z``, ``M z``, the running mean and
         variance, the double-vjp's gradient graph (~3 parameter copies) and ~3 activation copies."""
-        return BYTES * (7 * self.parameters + 3 * self.activations)
+        return _BYTES * (7 * self.parameters + 3 * self.activations)
 
 
 def measure(seam: Seam, x: torch.Tensor, plan: Plan) -> Costs:
@@ -285,7 +285,7 @@ def choose(
         f"exact needs ~{_gib(exact_b)} (budget {_gib(mem)}) and {width} directions per example "
         f"(budget {budget.backward_passes})"
     )
-    sampled = samples * sum(f in SAMPLED for f in plan.families)
+    sampled = samples * sum(f in _SAMPLED for f in plan.families)
     if costs.mc_bytes() <= mem and sampled <= budget.backward_passes:
         return "mc", f"{over}: Monte-Carlo with {samples} samples per example fits"
     raise FathomError(
@@ -363,11 +363,11 @@ class Estimate:
                 k: None if v is None else dict(v)
                 for k, v in self.parameter_trace_standard_errors.items()
             },
-            "standard_error_formula": STANDARD_ERROR_FORMULAS,
+            "standard_error_formula": _STANDARD_ERROR_FORMULAS,
         }
 
 
-STANDARD_ERROR_FORMULAS: dict[str, str] = {
+_STANDARD_ERROR_FORMULAS: dict[str, str] = {
     "exact": "none (exact up to float64 rounding)",
     "mc": "SE^2 = (1/(N^2 K)) sum_c s_c^2, s_c^2 the sample variance over the K draws of "
     "chunk c's sum over its examples of (J_i^T v_ik)^2 (one example per chunk: "
@@ -379,7 +379,7 @@ STANDARD_ERROR_FORMULAS: dict[str, str] = {
 
 # -- Monte-Carlo -------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class SampledPlan:
+class _SampledPlan:
     """A :class:`fathom.curvature.exact.Plan` look-alike whose "families" are single draws:
     ``label = (family, k)``; each pulled-back direction is its own row block, so
     :func:`fathom.curvature.exact.layer_sums` returns one sum over the chunk's examples per
@@ -436,9 +436,9 @@ def mc_diagonals(
         all_moments = {f: _Moments() for f in samplers}
         for _, k in _groups(samples, samples_per_chunk):
             if standard_errors:
-                plan = SampledPlan(tuple((f, j) for f in samplers for j in range(k)))
+                plan = _SampledPlan(tuple((f, j) for f in samplers for j in range(k)))
             else:
-                plan = SampledPlan(tuple((f, 0) for f in samplers), pooled=k)
+                plan = _SampledPlan(tuple((f, 0) for f in samplers), pooled=k)
 
             def directions(z, yc=yc, k=k):
                 return torch.cat([samplers[f](z, yc, k, generator) for f in samplers])
@@ -494,7 +494,7 @@ def _mc_chunks(costs: Costs, families: int, samples: int, n: int, memory: int) -
     half the memory budget (the other half for the model and the accumulators), never more
     than exact.py's element bound on materialized rows; fewer samples per group when one
     example with all of them does not fit."""
-    cap = max(1, min(memory // (2 * BYTES * costs.per_row), _ELEMENTS // max(1, costs.largest)))
+    cap = max(1, min(memory // (2 * _BYTES * costs.per_row), _ELEMENTS // max(1, costs.largest)))
     per_sample = families * 1
     k = max(1, min(samples, cap // per_sample))
     return max(1, min(n, cap // (per_sample * k))), k
@@ -543,7 +543,7 @@ def _ggn_vector_product(model, params, x, hessian_product, z) -> list[torch.Tens
     return [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(params, back)]
 
 
-def hutchinson_diagonals(
+def _hutchinson_diagonals(
     seam: Seam,
     x: torch.Tensor,
     *,
@@ -571,7 +571,7 @@ def hutchinson_diagonals(
             mz = [torch.zeros_like(p).detach() for p in params]
             for start in range(0, n, examples_per_chunk):
                 part = ggn_vector_product(
-                    model, params, x[start : start + examples_per_chunk], HESSIAN_PRODUCTS[f], z
+                    model, params, x[start : start + examples_per_chunk], _HESSIAN_PRODUCTS[f], z
                 )
                 for acc, g in zip(mz, part, strict=True):
                     acc += g
@@ -594,14 +594,14 @@ def hutchinson_diagonals(
 
 # -- the public entry point --------------------------------------------------------------------
 def resolve_estimator(name: object) -> str:
-    """``name`` if it is one of :data:`ESTIMATORS`, else a :class:`FathomError` with a suggestion."""
-    if isinstance(name, str) and name in ESTIMATORS:
+    """``name`` if it is one of :data:`_ESTIMATORS`, else a :class:`FathomError` with a suggestion."""
+    if isinstance(name, str) and name in _ESTIMATORS:
         return name
     raise FathomError(
         with_suggestion(
-            f"unknown curvature estimator {name!r}: choose from {', '.join(ESTIMATORS)}",
+            f"unknown curvature estimator {name!r}: choose from {', '.join(_ESTIMATORS)}",
             str(name),
-            ESTIMATORS,
+            _ESTIMATORS,
         )
     )
 
@@ -664,7 +664,7 @@ def diagonals(
         choice = f"auto chose {name}: {why}"
     else:
         choice = f"{name} requested"
-    sampled = [f for f in plan.families if f in SAMPLED] if name != "exact" else []
+    sampled = [f for f in plan.families if f in _SAMPLED] if name != "exact" else []
     exact_fams = [f for f in plan.families if f not in sampled]
     exact = exact_diagonals(model, x, y, families=exact_fams) if exact_fams else {}
     generator = torch.Generator().manual_seed(seed)
@@ -677,7 +677,7 @@ def diagonals(
             seam,
             x64,
             labels,
-            samplers={f: SAMPLERS[f] for f in sampled},
+            samplers={f: _SAMPLERS[f] for f in sampled},
             samples=samples,
             generator=generator,
             examples_per_chunk=ex,
@@ -685,9 +685,9 @@ def diagonals(
             standard_errors=standard_errors,
         )
     elif sampled:
-        ex = max(1, min(n, budget.memory_bytes // (2 * BYTES * 3 * max(1, costs.activations))))
+        ex = max(1, min(n, budget.memory_bytes // (2 * _BYTES * 3 * max(1, costs.activations))))
         layout = {"examples_per_chunk": ex}
-        est = hutchinson_diagonals(
+        est = _hutchinson_diagonals(
             seam, x64, families=sampled, samples=samples, generator=generator, examples_per_chunk=ex
         )
     else:

@@ -150,7 +150,7 @@ class Pulled:
         return out
 
 
-def mixes(families: tuple[str, ...], layout: Layout) -> bool:
+def _mixes(families: tuple[str, ...], layout: Layout) -> bool:
     """Pull back only the units and mix the others (module docstring)."""
     small = layout.positions == 1 or layout.entries <= 64
     return "jacobian_gram" in families and len(families) > 1 and small
@@ -177,9 +177,9 @@ def total_directions(families: tuple[str, ...], loss: Loss, layout: Layout) -> i
 def groups(families: tuple[str, ...], terms: Terms, z: torch.Tensor, most: int) -> Iterator[Pulled]:
     """The families' directions on ``z``, packed into groups of at most ``most`` directions
     (one item at least: a position's ``K`` columns stay together); mixed from the units
-    where :func:`mixes` says so and they fit in one group."""
+    where :func:`_mixes` says so and they fit in one group."""
     if (
-        mixes(families, terms.layout)
+        _mixes(families, terms.layout)
         and total_directions(families, terms.loss, terms.layout) <= most
     ):
         yield mixed(families, terms, z)

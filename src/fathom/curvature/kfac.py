@@ -54,7 +54,7 @@ from fathom.seam.pex import linear_rows
 
 KFAC_KINDS: dict[str, str] = {"linear": "Linear", "conv2d": "Conv2d"}
 """The seam's layer kinds KFAC covers (their weight), by the class name it reports."""
-KFAC_VARIANTS: tuple[str, ...] = ("expand", "reduce", "auto")
+_KFAC_VARIANTS: tuple[str, ...] = ("expand", "reduce", "auto")
 
 
 @dataclass(frozen=True)
@@ -256,14 +256,14 @@ class KFAC:
     definitions: dict[str, str] = field(default_factory=dict)
 
 
-def resolve_variant(kind: object) -> str:
-    if isinstance(kind, str) and kind in KFAC_VARIANTS:
+def _resolve_variant(kind: object) -> str:
+    if isinstance(kind, str) and kind in _KFAC_VARIANTS:
         return kind
     raise FathomError(
         with_suggestion(
-            f"unknown KFAC variant {kind!r}: choose from {', '.join(KFAC_VARIANTS)}",
+            f"unknown KFAC variant {kind!r}: choose from {', '.join(_KFAC_VARIANTS)}",
             str(kind),
-            KFAC_VARIANTS,
+            _KFAC_VARIANTS,
         )
     )
 
@@ -284,7 +284,7 @@ def kronecker_factors(
     setting. A model whose output keeps positions gets both, labelled (``chosen = None``).
     Every other parametrized layer is listed in :attr:`KFAC.not_covered`.
     """
-    variant = resolve_variant(kind)
+    variant = _resolve_variant(kind)
     _, x64, seam = prepared(model, x)
     plan = Plan(("ggn",))
 

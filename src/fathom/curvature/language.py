@@ -10,7 +10,7 @@ one "example" is one sequence window)::
 ``m_it`` one for a valid position. The exact GGN diagonal pulls back ``T (V - 1)`` directions
 per window (:func:`fathom.curvature.exact.exact_diagonals` with that loss); Monte-Carlo
 (:func:`fathom.curvature.estimate.mc_diagonals`) pulls back ``K`` per window, each drawing
-one token per position independently (:func:`token_ce_samples`)::
+one token per position independently (:func:`_token_ce_samples`)::
 
     v_ik = sqrt(N / M) (m_it (p_it - e_yhat_it))_t,   yhat_it ~ Categorical(p_it),
 
@@ -52,12 +52,12 @@ from fathom.curvature.twin import prepared
 from fathom.errors import FathomError
 from fathom.losses.kinds import CrossEntropy, Loss
 
-FAMILIES: tuple[str, ...] = ("ggn", "empirical_fisher")
+_FAMILIES: tuple[str, ...] = ("ggn", "empirical_fisher")
 """The families a language model's snapshot computes (the Jacobian Gram of ``T V`` logits
 per window is left out: it is the GGN's cost without its loss)."""
 
 
-def token_ce_samples(scale: float, ignore_index: int) -> Callable:
+def _token_ce_samples(scale: float, ignore_index: int) -> Callable:
     """A sampler (:data:`fathom.curvature.estimate.Sampler`) of the module docstring's
     ``v_ik``: ``[k, N, T, V]``, ``sqrt(scale) m_it (p_it - e_yhat_it)``, ``scale = N / M``."""
     root = math.sqrt(scale)
@@ -118,20 +118,20 @@ def token_diagonals(
     budget = budget if budget is not None else Budget()
     _check_arguments(name, budget, samples, seed)
     valid = _check_loss(loss, y)
-    plan = Plan(FAMILIES)
+    plan = Plan(_FAMILIES)
     _, x64, seam = prepared(model, x, loss=loss)
     n = int(x64.shape[0])
     costs = measure(seam, x64, plan)
     with torch.no_grad():
         layout = loss.layout(tuple(seam.forward(x64[:1]).shape))
-    width = total_directions(FAMILIES, loss, layout)
+    width = total_directions(_FAMILIES, loss, layout)
     if name == "auto":
         name, why = choose(costs, plan, samples, budget, n, width)
         choice = f"auto chose {name}: {why}"
     else:
         choice = f"{name} requested"
     sampled = ["ggn"] if name == "mc" else []
-    exact_fams = [f for f in FAMILIES if f not in sampled]
+    exact_fams = [f for f in _FAMILIES if f not in sampled]
     exact = exact_diagonals(model, x, y, loss=loss, families=exact_fams)
     layout_record: dict = {}
     diag, se, ptr, tr = {}, {}, {}, {}
@@ -142,25 +142,25 @@ def token_diagonals(
             seam,
             x64,
             y.to(x64.device).long(),
-            samplers={"ggn": token_ce_samples(n / valid, loss.ignore_index)},
+            samplers={"ggn": _token_ce_samples(n / valid, loss.ignore_index)},
             samples=samples,
             generator=torch.Generator().manual_seed(seed),
             examples_per_chunk=ex,
             samples_per_chunk=per,
         )
     names = list(dict(seam.model.named_parameters()))
-    values = Diagonals({f: (diag[f] if f in sampled else exact[f]) for f in FAMILIES})
-    ptraces = {f: {p: float(values[f][p].sum()) for p in names} for f in FAMILIES}
+    values = Diagonals({f: (diag[f] if f in sampled else exact[f]) for f in _FAMILIES})
+    ptraces = {f: {p: float(values[f][p].sum()) for p in names} for f in _FAMILIES}
     return Estimate(
         diagonals=values,
-        standard_errors={f: se.get(f) for f in FAMILIES},
-        traces={f: sum(ptraces[f].values()) for f in FAMILIES},
-        trace_standard_errors={f: tr[f][1] if f in tr else None for f in FAMILIES},
+        standard_errors={f: se.get(f) for f in _FAMILIES},
+        traces={f: sum(ptraces[f].values()) for f in _FAMILIES},
+        trace_standard_errors={f: tr[f][1] if f in tr else None for f in _FAMILIES},
         parameter_traces=ptraces,
         parameter_trace_standard_errors={
-            f: {p: s for p, (_, s) in ptr[f].items()} if f in ptr else None for f in FAMILIES
+            f: {p: s for p, (_, s) in ptr[f].items()} if f in ptr else None for f in _FAMILIES
         },
-        estimators={f: (name if f in sampled else "exact") for f in FAMILIES},
+        estimators={f: (name if f in sampled else "exact") for f in _FAMILIES},
         samples=samples if sampled else None,
         seed=seed if sampled else None,
         choice=choice,
@@ -206,7 +206,7 @@ def token_snapshot(
         ignore_index=loss.ignore_index,
     )
     blocks: dict[str, dict[str, float]] = {}
-    for f in FAMILIES:
+    for f in _FAMILIES:
         for p, v in est.parameter_traces[f].items():
             row = blocks.setdefault(block_of(p), {})
             row[f"{f}_trace"] = row.get(f"{f}_trace", 0.0) + v

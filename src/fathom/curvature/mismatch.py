@@ -32,7 +32,9 @@ from fathom.curvature.kfac import effective_rank
 from fathom.losses.softmax import label_residual, softmax_hessian, softmax_parts
 
 
-def output_moments(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _output_moments(
+    logits: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(Hbar, F)``, each ``[C, C]``, means over the N examples."""
     parts = softmax_parts(logits)
     n = logits.shape[0]
@@ -85,7 +87,7 @@ def solve_lyapunov_on_support(
 def output_mismatch(logits: torch.Tensor, labels: torch.Tensor, rtol: float | None = None) -> dict:
     """The mismatch record: rho, cheap rho, support, discarded Fisher, residual of the solve."""
     c = logits.shape[1]
-    h, f = output_moments(logits, labels)
+    h, f = _output_moments(logits, labels)
     sol = solve_lyapunov_on_support(h, f, rtol)
     l_eigs = torch.linalg.eigvalsh(sol.L).flip(0)
     erank_l = effective_rank(l_eigs)

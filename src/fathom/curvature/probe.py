@@ -35,7 +35,7 @@ from fathom.errors import FathomError
 from fathom.seam import Call, Seam
 from fathom.seam.inputs import convert, count
 
-DTYPE = torch.float64
+_DTYPE = torch.float64
 
 
 def float64_copy(model: nn.Module) -> nn.Module:
@@ -46,7 +46,7 @@ def float64_copy(model: nn.Module) -> nn.Module:
         raise FathomError(
             f"{type(model).__name__} has no parameters: there is no curvature to compute"
         )
-    twin = copy.deepcopy(model, memo=_derived_tensors(model)).to(DTYPE)
+    twin = copy.deepcopy(model, memo=_derived_tensors(model)).to(_DTYPE)
     enter_dense(twin)
     for p in twin.parameters():
         p.requires_grad_(True)
@@ -75,7 +75,7 @@ def probe_inputs(model: nn.Module, x):
     count(x, "curvature")
     device = next(model.parameters()).device
     return convert(
-        x, lambda t: t.to(device=device, dtype=DTYPE) if t.is_floating_point() else t.to(device)
+        x, lambda t: t.to(device=device, dtype=_DTYPE) if t.is_floating_point() else t.to(device)
     )
 
 

@@ -42,7 +42,7 @@ from fathom.depth import dense_eval
 from fathom.errors import FathomError
 from fathom.rundir.output import AnalysisOutput, analysis_output
 
-FORMAT = 1
+_FORMAT = 1
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     # (row key, label with its unit; a parameter unit is the unit of one weight entry)
     ("epoch", "epoch"),
@@ -57,7 +57,7 @@ SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("runtime_s", "runtime (s)"),
 )
 # the columns printed in a unit of fathom.base.units (accuracy stored as a fraction)
-SUMMARY_UNITS = {"probe_ce_mean": "nats", "probe_accuracy": "%", "runtime_s": "s"}
+_SUMMARY_UNITS = {"probe_ce_mean": "nats", "probe_accuracy": "%", "runtime_s": "s"}
 
 
 def check_epochs(available: Sequence[int], requested: Sequence[int] | None) -> list[int]:
@@ -109,11 +109,11 @@ def _summary_row(epoch: int, record: dict) -> dict[str, Any]:
 
 
 def _fmt(v: Any, key: str = "") -> str:
-    """A summary cell: in its unit (:data:`SUMMARY_UNITS`, the unit in the label), else a
+    """A summary cell: in its unit (:data:`_SUMMARY_UNITS`, the unit in the label), else a
     float to 4 significant digits."""
     if v is None:
         return "—"
-    unit = SUMMARY_UNITS.get(key)
+    unit = _SUMMARY_UNITS.get(key)
     if unit is not None and isinstance(v, int | float):
         return fmt_value(percent(v) if unit == "%" else v, unit, suffix=False)
     if isinstance(v, float):
@@ -179,7 +179,7 @@ def _record_around(
     """The checkpoint, provenance, scope and environment around a snapshot's ``body``."""
     files = rd.manifest.get("checkpoints", {})
     return {
-        "format": FORMAT,
+        "format": _FORMAT,
         "kind": "fathom.curvature.snapshot",
         "run_id": rd.run_id,
         "run_dir": str(rd.path),
@@ -349,7 +349,7 @@ def _write_token_snapshots(
         if progress is not None:
             progress(f"{rd.run_id} epoch {e}: {record['runtime_s']['total_s']:.1f}s  {tally.add()}")
     summary = {
-        "format": FORMAT,
+        "format": _FORMAT,
         "kind": "fathom.curvature.summary",
         "run_id": rd.run_id,
         "scope": {"split": "fit", "N": probe, "probe_sha256": probe_hash},
@@ -398,7 +398,7 @@ def _write_snapshots(
         if progress is not None:
             progress(f"{rd.run_id} epoch {e}: {record['runtime_s']['total_s']:.1f}s  {tally.add()}")
     summary = {
-        "format": FORMAT,
+        "format": _FORMAT,
         "kind": "fathom.curvature.summary",
         "run_id": rd.run_id,
         "scope": {"split": "fit", "N": probe, "probe_sha256": probe_hash},

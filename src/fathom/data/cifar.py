@@ -41,7 +41,7 @@ class _ArrayUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def unpickle_batch(data: bytes, name: str) -> dict[bytes, Any]:
+def _unpickle_batch(data: bytes, name: str) -> dict[bytes, Any]:
     try:
         batch = _ArrayUnpickler(io.BytesIO(data), encoding="bytes").load()
     except Exception as e:
@@ -51,7 +51,7 @@ def unpickle_batch(data: bytes, name: str) -> dict[bytes, Any]:
     return batch
 
 
-def batch_arrays(
+def _batch_arrays(
     batch: dict[bytes, Any], label_key: str, name: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(images uint8 [n, 3, 32, 32], labels int64 [n])`` of one batch."""
@@ -94,8 +94,8 @@ def read_cifar_archive(path: Path, spec: CifarDataset) -> dict[str, torch.Tensor
                             f"{path}: member {member} missing; this is not the official "
                             f"{spec.title} python-version archive ({spec.url})."
                         )
-                    x, y = batch_arrays(
-                        unpickle_batch(handle.read(), f"{path}:{member}"),
+                    x, y = _batch_arrays(
+                        _unpickle_batch(handle.read(), f"{path}:{member}"),
                         spec.label_key,
                         f"{path}:{member}",
                     )

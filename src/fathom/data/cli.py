@@ -44,7 +44,7 @@ def fetch(name: str, data_dir: str | None) -> list[dict]:
     path, source = resolve_archive(spec, data_dir)
     target = cache_root() / spec.name / spec.archive
     if path.resolve() != target.resolve():
-        copy_atomic(path, target)
+        _copy_atomic(path, target)
     return [{"file": spec.archive, "sha256": spec.sha256, "path": str(target), "source": source}]
 
 
@@ -56,7 +56,7 @@ def _text_rows(spec: TextDataset, data_dir: str | None, download: bool) -> list[
     return [{"file": spec.file, "sha256": spec.sha256, "path": str(path), "source": source}]
 
 
-def copy_atomic(source: Path, target: Path) -> None:
+def _copy_atomic(source: Path, target: Path) -> None:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -84,7 +84,7 @@ def verify(name: str, data_dir: str | None) -> list[dict]:
     return [{"file": spec.archive, "sha256": spec.sha256, "path": str(path), "source": source}]
 
 
-def text_info(spec: TextDataset, cache: Path) -> dict:
+def _text_info(spec: TextDataset, cache: Path) -> dict:
     """A text corpus's registry entry: file, size, tokens, splits, sources."""
     from fathom.base.units import fmt_percent
     from fathom.data.registry import TEXT_FRACTIONS as FRACTIONS
@@ -115,7 +115,7 @@ def info(spec: IdxDataset | CifarDataset | TextDataset) -> dict:
 
     cache = cache_root() / spec.name
     if isinstance(spec, TextDataset):
-        return text_info(spec, cache)
+        return _text_info(spec, cache)
     row = {
         "dataset": spec.name,
         "title": spec.title,
@@ -165,7 +165,7 @@ def files_table(title: str, rows: list[dict], wide: bool = False):
     return table(title, columns, body, wrap=["source", "path"], caption=caption)
 
 
-def print_files(title: str, rows: list[dict], args: argparse.Namespace) -> None:
+def _print_files(title: str, rows: list[dict], args: argparse.Namespace) -> None:
     """Rows as a table (``--wide``: full hashes) or, with ``--json``, as JSON."""
     if args.json:
         print(json.dumps({"title": title, "files": rows}, indent=2))
@@ -175,14 +175,14 @@ def print_files(title: str, rows: list[dict], args: argparse.Namespace) -> None:
     console(args.wide).print(files_table(title, rows, args.wide))
 
 
-def run_fetch(args: argparse.Namespace) -> int:
+def _run_fetch(args: argparse.Namespace) -> int:
     check_data_dir(args.data_dir, "--data-dir", args.dataset)
     rows = fetch(args.dataset, args.data_dir)
-    print_files(f"{args.dataset}: verified (SHA-256) and available", rows, args)
+    _print_files(f"{args.dataset}: verified (SHA-256) and available", rows, args)
     return 0
 
 
-def run_verify(args: argparse.Namespace) -> int:
+def _run_verify(args: argparse.Namespace) -> int:
     from fathom.data.sources import MissingDataError
 
     check_data_dir(args.data_dir, "--data-dir", args.dataset or "DATASET")
@@ -193,9 +193,11 @@ def run_verify(args: argparse.Namespace) -> int:
         except MissingDataError:
             if args.dataset:
                 raise
-            print_files(name, [{"status": "not present", "fix": f"fathom data fetch {name}"}], args)
+            _print_files(
+                name, [{"status": "not present", "fix": f"fathom data fetch {name}"}], args
+            )
             continue
-        print_files(f"{name}: every file verified", rows, args)
+        _print_files(f"{name}: every file verified", rows, args)
     return 0
 
 
@@ -213,7 +215,7 @@ def info_table(row: dict, wide: bool = False):
     return table(f"{row['title']} ({row['dataset']})", ["field", "value"], body, wrap=["value"])
 
 
-def run_info(args: argparse.Namespace) -> int:
+def _run_info(args: argparse.Namespace) -> int:
     from fathom.base.terminal import console
 
     specs = (
@@ -233,9 +235,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("data", help="fetch, verify and describe datasets")
     sub = parser.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     for action, func, default, text in (
-        ("fetch", run_fetch, "mnist", "download (or copy) and verify a dataset into the cache"),
-        ("verify", run_verify, None, "verify local files against the SHA-256 table (no download)"),
-        ("info", run_info, None, "show the registry entry, sources and cache location"),
+        ("fetch", _run_fetch, "mnist", "download (or copy) and verify a dataset into the cache"),
+        ("verify", _run_verify, None, "verify local files against the SHA-256 table (no download)"),
+        ("info", _run_info, None, "show the registry entry, sources and cache location"),
     ):
         p = sub.add_parser(action, help=text, description=text)
         p.add_argument(

@@ -11,12 +11,12 @@ import zlib
 
 from fathom.errors import FathomError
 
-GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def decompress_if_gzip(data: bytes, name: str) -> bytes:
     """Return ``data`` gunzipped when it starts with the gzip magic, else unchanged."""
-    if not data.startswith(GZIP_MAGIC):
+    if not data.startswith(_GZIP_MAGIC):
         return data
     try:
         return gzip.decompress(data)

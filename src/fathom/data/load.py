@@ -60,7 +60,7 @@ def load_raw(
         )
     resolved = resolve_idx(spec, data_dir, download=download)
     split = {
-        key: parse_idx_split(spec, role, resolved.contents[role], resolved.paths)
+        key: _parse_idx_split(spec, role, resolved.contents[role], resolved.paths)
         for key, role in (
             ("train_x", "train-images"),
             ("train_y", "train-labels"),
@@ -73,7 +73,7 @@ def load_raw(
     )
 
 
-def parse_idx_split(spec: IdxDataset, role: str, data: bytes, paths: dict) -> torch.Tensor:
+def _parse_idx_split(spec: IdxDataset, role: str, data: bytes, paths: dict) -> torch.Tensor:
     """Parse one verified IDX file and check it against the registry's shape and classes."""
     f = spec.file(role)
     where = str(paths.get(f.name, f.name))

@@ -25,11 +25,11 @@ from fathom.errors import FathomError
 if TYPE_CHECKING:
     from fathom.config import DataConfig
 
-PATH_FIELDS = ("path", "data_dir")
+_PATH_FIELDS = ("path", "data_dir")
 """The fields of :class:`~fathom.config.DataConfig` that name a file or a directory."""
 
 
-RUN_DIR_LEVELS = 4
+_RUN_DIR_LEVELS = 4
 """How many directories above a run directory are tried: its study, the runs directory, the
 project holding it, and one more."""
 
@@ -37,7 +37,7 @@ project holding it, and one more."""
 def paths_base(cfg: DataConfig) -> str | None:
     """The directory ``cfg``'s relative paths are relative to (the working directory, made
     absolute); ``None`` when it names no relative path (nothing to record)."""
-    relative = [getattr(cfg, k) for k in PATH_FIELDS if _relative(getattr(cfg, k))]
+    relative = [getattr(cfg, k) for k in _PATH_FIELDS if _relative(getattr(cfg, k))]
     return str(Path.cwd().resolve()) if relative else None
 
 
@@ -46,7 +46,7 @@ def resolved_data_config(
 ) -> DataConfig:
     """``cfg`` with each relative path made absolute (see the module docstring)."""
     updates: dict[str, str] = {}
-    for key in PATH_FIELDS:
+    for key in _PATH_FIELDS:
         value = getattr(cfg, key)
         if not _relative(value):
             continue
@@ -69,7 +69,7 @@ def candidates(value: str, base: str | None, run_dir: Path | None) -> list[Path]
     roots = [Path(base)] if base else []
     roots.append(Path.cwd())
     if run_dir is not None:
-        roots += list(Path(run_dir).resolve().parents)[:RUN_DIR_LEVELS]
+        roots += list(Path(run_dir).resolve().parents)[:_RUN_DIR_LEVELS]
     out: list[Path] = []
     for root in roots:
         p = (root / Path(value).expanduser()).resolve()

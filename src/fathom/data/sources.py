@@ -42,7 +42,7 @@ class MissingDataError(FathomError):
     """A dataset file is not present locally (as opposed to present but corrupt)."""
 
 
-def content_sha256(data: bytes, f: IdxFile, name: str) -> tuple[str, bytes]:
+def _content_sha256(data: bytes, f: IdxFile, name: str) -> tuple[str, bytes]:
     """The digest ``f.sha256`` is compared with, and the uncompressed IDX bytes.
 
     For a raw-hashed file the gzip wrapper (if any) is removed first, so ``x`` and
@@ -54,22 +54,22 @@ def content_sha256(data: bytes, f: IdxFile, name: str) -> tuple[str, bytes]:
     return hashlib.sha256(raw).hexdigest(), raw
 
 
-def corrupt_error(path: Path, expected: str, actual: str, fix: str) -> FathomError:
+def _corrupt_error(path: Path, expected: str, actual: str, fix: str) -> FathomError:
     return FathomError(
         f"corrupt data file {path}: SHA-256 {actual}, expected {expected}. "
         f"It is not used. Fix: {fix.format(path=path)}."
     )
 
 
-def verify_local(path: Path, f: IdxFile, fix: str) -> bytes:
+def _verify_local(path: Path, f: IdxFile, fix: str) -> bytes:
     """Verify a local file; return its uncompressed IDX bytes or raise naming the fix."""
     data = path.read_bytes()
     try:
-        actual, raw = content_sha256(data, f, str(path))
+        actual, raw = _content_sha256(data, f, str(path))
     except FathomError:  # broken gzip stream: report the digest of the bytes on disk
         actual, raw = hashlib.sha256(data).hexdigest(), b""
     if actual != f.sha256:
-        raise corrupt_error(path, f.sha256, actual, fix)
+        raise _corrupt_error(path, f.sha256, actual, fix)
     return raw
 
 
@@ -140,7 +140,7 @@ def _read_local(spec: IdxDataset, dirs: list[LocalDir], resolved: Resolved) -> N
         for local in dirs:
             path = next((p for p in idx_candidates(local, spec.name, f) if p.is_file()), None)
             if path is not None:
-                resolved.add(f, verify_local(path, f, local.fix), path, local.label)
+                resolved.add(f, _verify_local(path, f, local.fix), path, local.label)
                 break
 
 
@@ -163,7 +163,7 @@ def _download(
         if f.name not in got:
             continue
         try:
-            actual, raw = content_sha256(got[f.name], f, f"{remote.label}:{f.name}")
+            actual, raw = _content_sha256(got[f.name], f, f"{remote.label}:{f.name}")
         except FathomError as e:
             tried.append(f"{remote.label}: {f.name}: {e}")
             continue
@@ -186,7 +186,7 @@ def store_in_cache(path: Path, data: bytes) -> None:
         ) from None
 
 
-def file_digests(path: Path) -> tuple[int, str, str]:
+def _file_digests(path: Path) -> tuple[int, str, str]:
     """Byte size, MD5 and SHA-256 of a file, in one pass."""
     md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
     size = 0
@@ -229,7 +229,7 @@ def resolve_archive(
             f"or pass --data-dir DIR where DIR/{spec.archive} exists."
         )
     path, local = found
-    size, md5, sha = file_digests(path)
+    size, md5, sha = _file_digests(path)
     if (size, md5, sha) != (spec.size, spec.md5, spec.sha256):
         raise FathomError(
             f"corrupt or wrong archive {path}: size {size} B, MD5 {md5}, SHA-256 {sha}; expected "

@@ -43,15 +43,15 @@ class DataSplits:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-SPLIT_TENSORS = ("fit_x", "fit_y", "val_x", "val_y", "test_x", "test_y")
+_SPLIT_TENSORS = ("fit_x", "fit_y", "val_x", "val_y", "test_x", "test_y")
 
 
 def splits_digest(splits: DataSplits) -> str:
     """``tensors_sha256``: :func:`fathom.base.io.tensor_digest` of the six split tensors as the
-    run trains and evaluates on them (names, dtypes, shapes, bytes; in :data:`SPLIT_TENSORS`
+    run trains and evaluates on them (names, dtypes, shapes, bytes; in :data:`_SPLIT_TENSORS`
     order). It covers the data's content whatever its source (files, a factory, tensors
     given in memory), where ``split_hash`` covers only how it was split."""
-    return tensor_digest((name, getattr(splits, name)) for name in SPLIT_TENSORS)
+    return tensor_digest((name, getattr(splits, name)) for name in _SPLIT_TENSORS)
 
 
 def split_permutation(n: int, seed: int) -> torch.Tensor:
@@ -59,7 +59,7 @@ def split_permutation(n: int, seed: int) -> torch.Tensor:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
 
 
-def split_digest(
+def _split_digest(
     mode: str,
     seed: int,
     val_size: int | None,
@@ -126,7 +126,7 @@ def make_splits(
     val_idx = val_idx[:eval_subset]
     test_sel = slice(0, eval_subset)
     recorded_val = val_size if mode == "fit-val" else None
-    split_hash = split_digest(mode, seed, recorded_val, fit_subset, eval_subset, perm)
+    split_hash = _split_digest(mode, seed, recorded_val, fit_subset, eval_subset, perm)
 
     def put(t: torch.Tensor) -> torch.Tensor:
         return t.contiguous().to(device)

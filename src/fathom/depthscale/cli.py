@@ -17,7 +17,7 @@ def _fmt(v: Any, spec: str) -> str:
     return "—" if v is None else format(v, spec)
 
 
-def epoch_line(row: dict[str, Any]) -> str:
+def _epoch_line(row: dict[str, Any]) -> str:
     """``Epoch 10: train=49.4% test=42.3% λ=1.940 σ=9.41e-01/3.56e-08 κ=2.6e+07``.
 
     train / test: dense accuracy (percent) on the fitting and test splits; λ: λ̂ on the probe
@@ -40,7 +40,7 @@ def epoch_line(row: dict[str, Any]) -> str:
     return line
 
 
-def make_reporter(cfg: DepthScaleConfig, quiet: bool):
+def _make_reporter(cfg: DepthScaleConfig, quiet: bool):
     """(progress callback, rich Progress or None)."""
     if quiet:
         return None, None
@@ -72,7 +72,7 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
         elif event == "epoch" and row["epoch"] >= 1:
             progress.advance(task)
             if row["epoch"] % cfg.log_every == 0 or row["epoch"] == cfg.epochs:
-                console.print(epoch_line(row))
+                console.print(_epoch_line(row))
         elif event == "end":
             console.print(
                 f"{row['arm']}: depth={row['depth']} seed={row['seed']} status={row['status']}"
@@ -81,7 +81,7 @@ def make_reporter(cfg: DepthScaleConfig, quiet: bool):
     return report, progress
 
 
-def cmd_lm_depth_scaling(args: argparse.Namespace, preset: str) -> int:
+def _cmd_lm_depth_scaling(args: argparse.Namespace, preset: str) -> int:
     """The language-model benchmark (a ``gpt-*`` preset): GPT depths, dense vs LayerDrop."""
     from fathom.depthscale.lm import lm_scale_note, make_lm_config
 
@@ -132,7 +132,7 @@ def cmd_lm_depth_scaling(args: argparse.Namespace, preset: str) -> int:
     return 0
 
 
-def cmd_depth_scaling(args: argparse.Namespace) -> int:
+def _cmd_depth_scaling(args: argparse.Namespace) -> int:
     from fathom.base.preflight import check_at_least_one, check_device, check_output_dir
     from fathom.depthscale.config import PRESETS, make_config, scale_note
     from fathom.depthscale.lm import LM_PRESETS
@@ -145,7 +145,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
         if name in LM_PRESETS:
             if args.preset is not None and args.config is not None:
                 raise FathomError("give a config (file or preset name) or --preset, not both")
-            return cmd_lm_depth_scaling(args, name)
+            return _cmd_lm_depth_scaling(args, name)
     preset, base = args.preset, {}
     if args.config is not None:
         if args.preset is not None:
@@ -178,7 +178,7 @@ def cmd_depth_scaling(args: argparse.Namespace) -> int:
     from fathom.depthscale.table import write_table
     from fathom.depthscale.terminal import print_results
 
-    report, progress = make_reporter(cfg, args.quiet)
+    report, progress = _make_reporter(cfg, args.quiet)
     root = Path(args.out) if args.out else None
     try:
         root = run_benchmark(cfg, root, progress=report, workers=args.workers)
@@ -247,4 +247,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="runs in parallel on this many processes (the study's local backend; default 1)",
     )
     p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=cmd_depth_scaling)
+    p.set_defaults(func=_cmd_depth_scaling)

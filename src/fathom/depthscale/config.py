@@ -112,7 +112,7 @@ class DepthScaleConfig(BaseModel):
         return 0.0 if arm == "vanilla" else self.lyap_weight
 
 
-def run_name(depth: int, arm: str, seed: int) -> str:
+def _run_name(depth: int, arm: str, seed: int) -> str:
     return f"d{depth:02d}-{arm.lower()}-s{seed}"
 
 
@@ -122,7 +122,7 @@ def run_config(cfg: DepthScaleConfig, depth: int, arm: str, seed: int, study: st
     every ``health_every`` epochs, dense scores every epoch, the last epoch's weights kept."""
     data = {
         "kind": "run",
-        "name": run_name(depth, arm, seed),
+        "name": _run_name(depth, arm, seed),
         "study": study,
         "seed": seed,
         "device": cfg.device,
@@ -167,7 +167,7 @@ def run_config(cfg: DepthScaleConfig, depth: int, arm: str, seed: int, study: st
         "execution": {"path": "eager", "precision": "fp32"},
         "tags": {"benchmark": "depth_scaling", "depth": depth, "arm": arm},
     }
-    return validate_run_config(data, origin=f"depth-scaling run {run_name(depth, arm, seed)}")
+    return validate_run_config(data, origin=f"depth-scaling run {_run_name(depth, arm, seed)}")
 
 
 def plan_runs(cfg: DepthScaleConfig, study: str) -> list[RunConfig]:

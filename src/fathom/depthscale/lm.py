@@ -2,7 +2,7 @@
 LayerDrop, scored in nats per token.
 
 A benchmark is a plan: every (depth, arm, seed) is one ordinary ``gpt`` run config
-(:func:`lm_run_config`) trained by the one trainer (AdamW, warmup-cosine, clipping); the
+(:func:`_lm_run_config`) trained by the one trainer (AdamW, warmup-cosine, clipping); the
 arms differ only in ``model.layerdrop`` (``dense``: 0, ``LayerDrop``: ``layerdrop``, every
 block's drop probability or the last one's under ``layerdrop_rule = "linear"``). Each run is
 scored by its test nats/token at the epoch of minimum validation nats/token (the test split
@@ -79,11 +79,11 @@ class LMDepthScaleConfig(BaseModel):
         return 0.0 if arm == "dense" else self.layerdrop
 
 
-def lm_run_name(depth: int, arm: str, seed: int) -> str:
+def _lm_run_name(depth: int, arm: str, seed: int) -> str:
     return f"d{depth:02d}-{arm.lower()}-s{seed}"
 
 
-def lm_run_config(
+def _lm_run_config(
     cfg: LMDepthScaleConfig, depth: int, arm: str, seed: int, study: str
 ) -> RunConfig:
     """The ``gpt`` run of one (depth, arm, seed): AdamW (β = 0.9, 0.95), warmup-cosine to a
@@ -94,7 +94,7 @@ def lm_run_config(
             data[key] = getattr(cfg, key)
     values = {
         "kind": "run",
-        "name": lm_run_name(depth, arm, seed),
+        "name": _lm_run_name(depth, arm, seed),
         "study": study,
         "seed": seed,
         "device": cfg.device,
@@ -126,20 +126,20 @@ def lm_run_config(
         "execution": {"path": "eager", "precision": "fp32"},
         "tags": {"benchmark": LM_BENCHMARK, "depth": depth, "arm": arm},
     }
-    return validate_run_config(values, origin=f"depth-scaling run {lm_run_name(depth, arm, seed)}")
+    return validate_run_config(values, origin=f"depth-scaling run {_lm_run_name(depth, arm, seed)}")
 
 
 def plan_lm_runs(cfg: LMDepthScaleConfig, study: str) -> list[RunConfig]:
     """Every (depth, arm, seed) run, depth-major."""
     return [
-        lm_run_config(cfg, d, arm, s, study)
+        _lm_run_config(cfg, d, arm, s, study)
         for d in cfg.depths
         for arm in LM_ARMS
         for s in cfg.seeds
     ]
 
 
-GPT_QUICK: dict[str, Any] = {
+_GPT_QUICK: dict[str, Any] = {
     "dataset": "moby-dick",
     "context": 32,
     "depths": [2, 4, 6, 8],
@@ -163,7 +163,7 @@ baseline, so most were counted failed.) Measured once (2-core shared CPU, 2026-1
 11 minutes): every run below the unigram baseline (3.18 nats/token at context 32); dense
 2.66–3.03, LayerDrop 2.86–3.09 nats/token; both answers not established (two seeds)."""
 
-GPT_GPU: dict[str, Any] = {
+_GPT_GPU: dict[str, Any] = {
     "dataset": "moby-dick",
     "context": 256,
     "depths": [2, 4, 6, 8, 12],
@@ -180,7 +180,7 @@ GPT_GPU: dict[str, Any] = {
 """GPU-sized (gpt-full's blocks): width 384 (6 heads), context 256, the whole corpus, 10
 epochs, depths 2 to 12, three seeds, both arms (30 runs). Not run on the CPU."""
 
-LM_PRESETS: dict[str, dict[str, Any]] = {"gpt-quick": GPT_QUICK, "gpt-gpu": GPT_GPU}
+LM_PRESETS: dict[str, dict[str, Any]] = {"gpt-quick": _GPT_QUICK, "gpt-gpu": _GPT_GPU}
 
 
 def make_lm_config(preset: str | None = None, **overrides: Any) -> LMDepthScaleConfig:

@@ -76,7 +76,7 @@ class LMRunRecord:
         return self.unigram_ce is not None and self.ce >= self.unigram_ce
 
 
-def read_lm_run(path: Path) -> LMRunRecord:
+def _read_lm_run(path: Path) -> LMRunRecord:
     """A :class:`LMRunRecord` from one run directory of the language-model benchmark."""
     rd = RunDir(path)
     if rd.kind != "run" or rd.config.tags.get("benchmark") != LM_BENCHMARK:
@@ -99,7 +99,7 @@ def read_lm_run(path: Path) -> LMRunRecord:
     )
 
 
-def read_lm_runs(root: Path) -> list[LMRunRecord]:
+def _read_lm_runs(root: Path) -> list[LMRunRecord]:
     """Every run under ``root``, each checked by :meth:`RunDir.problems` first (a damaged run
     is refused, naming it, never read into the verdict)."""
     dirs = sorted(p for p in Path(root).iterdir() if (p / "manifest.json").exists())
@@ -113,7 +113,7 @@ def read_lm_runs(root: Path) -> list[LMRunRecord]:
             f"{len(damaged)} run(s) under {str(root)!r} fail their integrity checks ({listed}); "
             "rerun the same benchmark into this directory to retrain them"
         )
-    return [read_lm_run(p) for p in dirs]
+    return [_read_lm_run(p) for p in dirs]
 
 
 @dataclass
@@ -230,7 +230,7 @@ def _cell(rs: list[LMRunRecord]) -> str:
     return fmt_value(mean, "nats", suffix=False)
 
 
-def lm_table_markdown(records: list[LMRunRecord], verdict: LMVerdict, note: str = "") -> str:
+def _lm_table_markdown(records: list[LMRunRecord], verdict: LMVerdict, note: str = "") -> str:
     """``table.md``: mean test nats/token and perplexity per depth and arm, then the verdict."""
     lines = ["# Depth scaling of a language model: LayerDrop vs dense", ""]
     if note:
@@ -275,9 +275,9 @@ def lm_table_markdown(records: list[LMRunRecord], verdict: LMVerdict, note: str 
 
 def write_lm_table(root: Path, note: str = "") -> LMVerdict:
     """Read the runs under ``root``; write ``table.md`` and ``table.json``; the verdict."""
-    records = read_lm_runs(root)
+    records = _read_lm_runs(root)
     verdict = lm_depth_verdict(records)
-    atomic_write_text(Path(root) / "table.md", lm_table_markdown(records, verdict, note))
+    atomic_write_text(Path(root) / "table.md", _lm_table_markdown(records, verdict, note))
     atomic_write_json(
         Path(root) / "table.json",
         {

@@ -36,7 +36,7 @@ from fathom.errors import FathomError, install_hint
 from fathom.export.common import VerifyReport
 from fathom.integrations.observer import EpochObserver, numbers
 
-ARGS = (
+_ARGS = (
     "learning_rate",
     "num_train_epochs",
     "per_device_train_batch_size",
@@ -48,7 +48,7 @@ ARGS = (
     "max_grad_norm",
 )
 """The ``TrainingArguments`` that describe the training (the rest say where and how often)."""
-NOT_METRICS = ("epoch", "step", "total_flos", "train_runtime")
+_NOT_METRICS = ("epoch", "step", "total_flos", "train_runtime")
 """Trainer log entries that are counters or costs, not measurements of the model (and every
 ``*_per_second`` throughput)."""
 
@@ -82,11 +82,11 @@ class Logits(nn.Module):
         return out
 
 
-def run_config(args: Any, model: Any) -> dict[str, Any]:
+def _run_config(args: Any, model: Any) -> dict[str, Any]:
     config: dict[str, Any] = {"framework": "transformers", "model": {"class": type(model).__name__}}
     config["optim"] = {"lr": getattr(args, "learning_rate", None)}
     config["args"] = {k: str(v) if not isinstance(v, bool | int | float | str) else v
-                      for k in ARGS if (v := getattr(args, k, None)) is not None}  # fmt: skip
+                      for k in _ARGS if (v := getattr(args, k, None)) is not None}  # fmt: skip
     return config
 
 
@@ -133,7 +133,7 @@ class FathomCallback(_transformers().TrainerCallback):  # type: ignore[misc]
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kw):  # type: ignore[no-untyped-def]
         if not state.is_world_process_zero:
             return
-        self.observer.start(Logits(model), run_config(args, model))
+        self.observer.start(Logits(model), _run_config(args, model))
         self.observer.observe(0, optimizer, {})
 
     def on_epoch_end(self, args, state, control, optimizer=None, **kw):  # type: ignore[no-untyped-def]
@@ -148,7 +148,7 @@ class FathomCallback(_transformers().TrainerCallback):  # type: ignore[misc]
             kept = {
                 k: v
                 for k, v in logs.items()
-                if k not in NOT_METRICS and not k.endswith("_per_second")
+                if k not in _NOT_METRICS and not k.endswith("_per_second")
             }
             self.pending[1].update(numbers(kept))
 

@@ -32,11 +32,11 @@ from fathom.errors import FathomError, install_hint
 from fathom.export.common import VerifyReport
 from fathom.integrations.observer import EpochObserver
 
-PACKAGES = ("lightning.pytorch", "pytorch_lightning")
+_PACKAGES = ("lightning.pytorch", "pytorch_lightning")
 
 
 def _lightning() -> Any:
-    for name in PACKAGES:
+    for name in _PACKAGES:
         try:
             return importlib.import_module(name)
         except ImportError:
@@ -47,7 +47,7 @@ def _lightning() -> Any:
     )
 
 
-def run_config(trainer: Any, module: Any) -> dict[str, Any]:
+def _run_config(trainer: Any, module: Any) -> dict[str, Any]:
     """The module's ``hparams``, its class, the first optimizer's learning rate and the epochs."""
     hparams = dict(getattr(module, "hparams", {}) or {})
     optimizers = list(getattr(trainer, "optimizers", []) or [])
@@ -104,7 +104,7 @@ class FathomCallback(_lightning().Callback):  # type: ignore[misc]
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not trainer.is_global_zero:
             return
-        self.observer.start(pl_module, run_config(trainer, pl_module))
+        self.observer.start(pl_module, _run_config(trainer, pl_module))
         self.observer.observe(0, self._optimizer(trainer), {})
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:

@@ -41,7 +41,7 @@ from fathom.export.backend import LiveRun, LiveSink, backend, check_target
 from fathom.export.common import VerifyReport, export_scalars
 from fathom.report.runs import RunData
 
-VERIFY_FILE = "verify.json"
+_VERIFY_FILE = "verify.json"
 
 
 def numbers(metrics: Mapping[str, Any]) -> dict[str, float | int | bool]:
@@ -168,7 +168,7 @@ class EpochObserver:
             _paths, extra = sink.close(run)
             report = VerifyReport(target=f"callback {target}", out=self.out / target)
             sink.verify(run, self.out / target, extra, report)
-            atomic_write_json(self.out / target / VERIFY_FILE, report.to_dict())
+            atomic_write_json(self.out / target / _VERIFY_FILE, report.to_dict())
             reports.append(report)
         self.sinks = {}
         if self.instruments is not None:
@@ -194,11 +194,11 @@ class EpochObserver:
                 if k.startswith("clock/") and isinstance(v, float) and math.isfinite(v)
             },
         }
-        return ObservedRun(self.out, self.name, manifest, list(self.rows), group=self.group)
+        return _ObservedRun(self.out, self.name, manifest, list(self.rows), group=self.group)
 
 
 @dataclass
-class ObservedRun(RunData):
+class _ObservedRun(RunData):
     """A run observed by a callback: no run directory, its group named by the user."""
 
     group: str = ""

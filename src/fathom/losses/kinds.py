@@ -60,7 +60,7 @@ from fathom.losses.layout import Layout
 from fathom.losses.softmax import softmax_hessian_sqrt_reduced, softmax_parts
 
 Reduction = Literal["mean", "sum"]
-REDUCTIONS: tuple[str, ...] = ("mean", "sum")
+_REDUCTIONS: tuple[str, ...] = ("mean", "sum")
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,10 @@ class Loss:
     reduction: Reduction = "mean"
 
     def __post_init__(self) -> None:
-        if self.reduction not in REDUCTIONS:
+        if self.reduction not in _REDUCTIONS:
             raise FathomError(
-                f"{self.name}: reduction={self.reduction!r} is not one of {list(REDUCTIONS)}"
-                f"{_did_you_mean(str(self.reduction), REDUCTIONS)}"
+                f"{self.name}: reduction={self.reduction!r} is not one of {list(_REDUCTIONS)}"
+                f"{_did_you_mean(str(self.reduction), _REDUCTIONS)}"
             )
 
     # -- the layout and the target --------------------------------------------------------

@@ -16,7 +16,7 @@ from fathom.losses.layout import read_output
 from fathom.models.specs import DataShape
 
 
-def build_python_model(path: str, kwargs: dict[str, Any]) -> nn.Module:
+def _build_python_model(path: str, kwargs: dict[str, Any]) -> nn.Module:
     """A user's ``nn.Module`` from its factory (``model.kind = "python"``)."""
     model = call_factory(path, kwargs, "model.factory")
     if not isinstance(model, nn.Module):
@@ -62,7 +62,7 @@ def check_logits(model: nn.Module, example: torch.Tensor, classes: int, origin: 
 def build(cfg: PythonModelConfig, shape: DataShape) -> nn.Module:
     """The ``python`` kind's builder (:mod:`fathom.config.model_kinds`): the factory shapes
     the model itself."""
-    return build_python_model(cfg.factory, dict(cfg.kwargs))
+    return _build_python_model(cfg.factory, dict(cfg.kwargs))
 
 
 def drop_schedule(cfg: PythonModelConfig, epochs: int) -> DropSchedule | None:

@@ -32,7 +32,7 @@ from torch import nn
 
 from fathom.errors import FathomError
 
-RESET_MODES: tuple[str, ...] = ("hard", "soft")
+_RESET_MODES: tuple[str, ...] = ("hard", "soft")
 
 
 def spike(u: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
@@ -46,7 +46,7 @@ def spike(u: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
     return step + (g - g.detach())
 
 
-def lif_step(
+def _lif_step(
     v: torch.Tensor,
     x: torch.Tensor,
     *,
@@ -80,7 +80,7 @@ def lif_multistep(
     v = torch.full_like(x[:, 0], v_reset)
     spikes = []
     for t in range(x.shape[1]):
-        s, v = lif_step(
+        s, v = _lif_step(
             v,
             x[:, t],
             tau=tau,
@@ -106,9 +106,9 @@ class LIFConfig:
     alpha: float = 2.0
 
     def __post_init__(self) -> None:
-        if self.reset not in RESET_MODES:
+        if self.reset not in _RESET_MODES:
             raise FathomError(
-                f"unknown LIF reset {self.reset!r}; use one of {', '.join(RESET_MODES)}"
+                f"unknown LIF reset {self.reset!r}; use one of {', '.join(_RESET_MODES)}"
             )
         if self.tau <= 1.0:
             raise FathomError(

@@ -14,9 +14,9 @@ read it) into :class:`fathom.seam.Layer` s:
 * names play no part in the attribution; a covered parameter the module does not own gets
   the key ``<model>.<qualified name>`` (:data:`fathom.seam.types.FOREIGN`);
 * each parameter's role (weight or bias) comes from the module type that owns it
-  (:func:`param_role`), never from a name suffix.
+  (:func:`_param_role`), never from a name suffix.
 
-:func:`fast_kind` grants a fast path only where it is provably the same function: the exact
+:func:`_fast_kind` grants a fast path only where it is provably the same function: the exact
 class (its ``forward`` not overridden, no instance-level ``forward``), no forward hook or
 pre-hook, no parametrization, exactly its own direct parameters covered, and the supported
 geometry; otherwise ``generic``, with the reason shown in the coverage table.
@@ -41,7 +41,7 @@ _BIAS_NAMES: dict[type, frozenset[str]] = {
 }
 
 
-def param_role(owner: nn.Module, attr: str) -> str:
+def _param_role(owner: nn.Module, attr: str) -> str:
     """``"weight"`` or ``"bias"`` of parameter ``attr`` of module ``owner``, by module type:
     recurrent layers name their biases ``bias_ih_l0`` / ``bias_hh_l0_reverse``, attention its
     ``in_proj_bias`` / ``bias_k`` / ``bias_v``, every affine layer its ``bias``; a module of
@@ -66,7 +66,7 @@ def _owner_and_attr(model: nn.Module, qualified: str) -> tuple[nn.Module, str]:
     return model.get_submodule(".".join(parts)), attr
 
 
-def common_prefix(stacks: list[tuple[str, ...]]) -> tuple[str, ...]:
+def _common_prefix(stacks: list[tuple[str, ...]]) -> tuple[str, ...]:
     """The module stack shared by every one of ``stacks`` (outermost first)."""
     common = list(stacks[0])
     for s in stacks[1:]:
@@ -113,7 +113,7 @@ def attribute(model: nn.Module, uses: dict, calls_a: dict, calls_b: dict) -> tup
 
     owner = {}
     for name, stacks in uses.items():
-        prefix = common_prefix(stacks)
+        prefix = _common_prefix(stacks)
         if not prefix:
             raise FathomError(
                 f"parameter {name!r} is used outside the model's forward (e.g. in a global "
@@ -163,8 +163,8 @@ def make_layer(
     names when its layer is of kind ``op`` (:func:`root_ops`)."""
     module = model.get_submodule(module_name)
     keys = tuple(_key(model, module_name, q) for q in qualified)
-    roles = tuple(param_role(*_owner_and_attr(model, q)) for q in qualified)
-    kind, reason = ("op", ops) if ops else fast_kind(module, keys, dims)
+    roles = tuple(_param_role(*_owner_and_attr(model, q)) for q in qualified)
+    kind, reason = ("op", ops) if ops else _fast_kind(module, keys, dims)
     return Layer(module_name or ROOT, module, kind, keys, qualified, roles, reason, model)
 
 
@@ -214,7 +214,7 @@ def _why_generic(module: nn.Module, keys: tuple[str, ...], cls: type, subset: bo
     return ""
 
 
-def fast_kind(module: nn.Module, keys: tuple[str, ...], dims: list) -> tuple[str, str]:
+def _fast_kind(module: nn.Module, keys: tuple[str, ...], dims: list) -> tuple[str, str]:
     """``(kind, reason)``: a fast kind (reason ``""``) or ``("generic", why)``."""
     for cls in RECURRENT:
         if isinstance(module, cls):

@@ -3,7 +3,7 @@
 For every layer the per-example path (fast, recurrent or generic) runs on the discovery
 batch and, for every covered parameter (by identity), ``sum_i g_i`` must equal autograd's
 batch gradient of the same scalar ``<v, z>`` for each of two output directions ``v``
-(:func:`check_directions`; the first ``v = z``, the gradient of ``sum_i ||z_i||^2 / 2``),
+(:func:`_check_directions`; the first ``v = z``, the gradient of ``sum_i ||z_i||^2 / 2``),
 entrywise within ``1e-3 (|ref| + max |ref|)``. A fast path that missed a
 hook, a parameter attributed to the wrong call, or examples that interact change the
 gradient itself and fail here in every precision.
@@ -14,19 +14,19 @@ tokens it normalized: ``sum_t x_hat_t = 0``; everything before it too) is the ca
 of terms ``1/eps`` times larger than itself, and the batch gradient and the summed
 per-example ones cancel in a different order, so they differ by about ``eps_32 sum |terms|``
 while both are rounding noise of that size. A mismatch below float64 is therefore confirmed
-on a float64 copy of the model (:func:`confirmed_in_float64`): there the same noise is
+on a float64 copy of the model (:func:`_confirmed_in_float64`): there the same noise is
 ``2^-29`` times smaller, far below the tolerance, so only a structural error still fails.
 
 **Directions, stacked and one at a time.** Curvature pulls back ``D`` output directions at
 once (``vmap`` over directions on the generic path, ``is_grads_batched`` in autograd), and a
 batching rule of torch's can be wrong where the plain pullback is right (``torch.cdist``'s
 backward under ``vmap``) or missing (``nn.PReLU``'s). So the check pulls back two directions
-(:func:`check_directions`: the checked scalar's ``grad_logits = logits`` and a fixed
+(:func:`_check_directions`: the checked scalar's ``grad_logits = logits`` and a fixed
 pseudo-random one) one at a time, checks each against autograd's batch gradient, and then
-stacked: a layer whose stacked per-example gradients (:func:`stacked_mismatches`) fail or
+stacked: a layer whose stacked per-example gradients (:func:`_stacked_mismatches`) fail or
 differ from the looped ones takes its directions one at a time from then on
 (:attr:`fathom.seam.Layer.loop_directions`); the same for the stacked pullback to the layer
-outputs (:func:`cotangents_agree`). What still differs is refused, naming the module.
+outputs (:func:`_cotangents_agree`). What still differs is refused, naming the module.
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ from fathom.seam.pex import per_example_grads
 from fathom.seam.types import Call, Layer
 
 
-def adds_up(got: torch.Tensor, ref: torch.Tensor) -> bool:
+def _adds_up(got: torch.Tensor, ref: torch.Tensor) -> bool:
     """``|got - ref| <= 1e-3 (|ref| + max |ref|)`` entrywise (``max |ref|`` at least 1e-6)."""
     tol = 1e-3 * float(ref.detach().abs().max().clamp_min(1e-6))
     return torch.allclose(got, ref, rtol=1e-3, atol=tol)
 
 
-def check_directions(logits: torch.Tensor) -> torch.Tensor:
+def _check_directions(logits: torch.Tensor) -> torch.Tensor:
     """``[2, N, C]``: the logits (``grad_logits`` of ``sum_i ||z_i||^2 / 2``, a generic
     direction) and a fixed pseudo-random one (its own generator: the global RNG is not drawn
     from)."""
@@ -75,7 +75,7 @@ def _refuse_untraceable(layer: Layer, err: Exception) -> FathomError:
     )
 
 
-def mismatches(
+def _mismatches(
     model: nn.Module,
     layers: tuple[Layer, ...],
     calls: dict[str, list[Call]],
@@ -106,13 +106,13 @@ def mismatches(
                 raise _refuse_untraceable(layer, err) from err
             grads[layer.name].append(got)
             for p, q, w in zip(tensors, layer.qualified, want, strict=True):
-                ok = adds_up(got[p].sum(0), torch.zeros_like(tensors[p]) if w is None else w)
+                ok = _adds_up(got[p].sum(0), torch.zeros_like(tensors[p]) if w is None else w)
                 if not ok and (layer, q) not in failed:
                     failed.append((layer, q))
     return failed, grads
 
 
-def cotangents_agree(stacked: dict, looped: list[dict]) -> bool:
+def _cotangents_agree(stacked: dict, looped: list[dict]) -> bool:
     """The stacked pullback's cotangents ``[D, ...]`` equal the per-direction ones."""
     for name, calls in stacked.items():
         for c, leaves in enumerate(calls):
@@ -120,12 +120,12 @@ def cotangents_agree(stacked: dict, looped: list[dict]) -> bool:
                 if t is None:
                     continue
                 for k, one in enumerate(looped):
-                    if not adds_up(t[k], one[name][c][j]):
+                    if not _adds_up(t[k], one[name][c][j]):
                         return False
     return True
 
 
-def stacked_mismatches(
+def _stacked_mismatches(
     model: nn.Module,
     layers: tuple[Layer, ...],
     calls: dict[str, list[Call]],
@@ -135,7 +135,7 @@ def stacked_mismatches(
 ) -> list[Layer]:
     """The layers whose per-example gradients of the stacked directions (``stacked``
     cotangents, ``[D, ...]``) fail or differ from the per-direction ones (``looped``, from
-    :func:`mismatches`)."""
+    :func:`_mismatches`)."""
     bad = []
     for layer in layers:
         try:
@@ -146,12 +146,12 @@ def stacked_mismatches(
             bad.append(layer)
             continue
         ref = looped[layer.name]
-        if any(not adds_up(got[p][k], one[p]) for k, one in enumerate(ref) for p in one):
+        if any(not _adds_up(got[p][k], one[p]) for k, one in enumerate(ref) for p in one):
             bad.append(layer)
     return bad
 
 
-def confirmed_in_float64(
+def _confirmed_in_float64(
     model: nn.Module, x, discover: Callable[[nn.Module, torch.Tensor], object]
 ) -> bool:
     """``True`` when a float64 copy of a lower-precision ``model`` passes discovery (whose
@@ -184,23 +184,23 @@ def run_self_check(seam, x, discover: Callable[[nn.Module, torch.Tensor], object
     model, n = seam.model, count(x)
     with preserved(model), seam.capture() as calls, torch.enable_grad():
         logits = seam.forward(x)
-    dirs = check_directions(logits)
+    dirs = _check_directions(logits)
     totals = [(v * logits).sum() for v in dirs]
     looped = [seam.cotangents(calls, logits, v, retain_graph=True) for v in dirs]
-    failed, grads = mismatches(model, seam.layers, calls, looped, totals, n)
-    if failed and not confirmed_in_float64(model, x, discover):
+    failed, grads = _mismatches(model, seam.layers, calls, looped, totals, n)
+    if failed and not _confirmed_in_float64(model, x, discover):
         raise _refuse_sums(*failed[0])
     stacked = seam.cotangents(calls, logits, dirs, directions=True, retain_graph=True)
-    if not cotangents_agree(stacked, looped):  # autograd's is_grads_batched is wrong here
+    if not _cotangents_agree(stacked, looped):  # autograd's is_grads_batched is wrong here
         seam.batched_pullback = False
         stacked = seam.cotangents(calls, logits, dirs, directions=True, retain_graph=True)
-    bad = stacked_mismatches(model, seam.layers, calls, stacked, grads, n)
+    bad = _stacked_mismatches(model, seam.layers, calls, stacked, grads, n)
     if not bad:
         return
     seam.loop_directions({layer.name for layer in bad})
     again = [la for la in seam.layers if la.name in {b.name for b in bad}]
-    still = stacked_mismatches(model, tuple(again), calls, stacked, grads, n)
-    if still and not confirmed_in_float64(model, x, discover):
+    still = _stacked_mismatches(model, tuple(again), calls, stacked, grads, n)
+    if still and not _confirmed_in_float64(model, x, discover):
         layer = still[0]
         raise FathomError(
             f"module {layer.name!r} ({layer.type_name}, {layer.path}): the per-example "

@@ -3,7 +3,7 @@
 :func:`fathom.seam.discover` runs the model's forward on 2 and 3 examples (the discovery
 batch ``x_b``) under hooks on every module. :func:`call_dims` finds, for every input and
 output leaf of every module call, the dimension that grows by ``k`` entries per example
-(:func:`example_dim`, ``k > 1`` for time-folded tensors), and checks that the 3-example
+(:func:`_example_dim`, ``k > 1`` for time-folded tensors), and checks that the 3-example
 tensor's first rows reproduce the 2-example ones: a batch statistic or randomness changes
 them. That check cannot see examples that mix *causally* (example ``i``'s output depends on
 examples ``j < i`` only: a ``cumsum`` over the examples), since appending an example changes
@@ -34,7 +34,7 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.allclose(a, b, rtol=1e-4, atol=1e-5 * float(b.abs().max().clamp_min(1.0)))
 
 
-def example_dim(
+def _example_dim(
     a: Any, b: Any, na: int, nb: int, where: str, check: bool = True
 ) -> tuple[int, int] | None:
     """``(dim, k)`` of a leaf seen with ``na`` and ``nb`` examples, ``None`` if not per-example;
@@ -83,8 +83,8 @@ def call_dims(label: str, calls_a: list, calls_b: list) -> list[tuple[list, list
         oa_l, ob_l = pytree.tree_leaves(oa), pytree.tree_leaves(ob)
         if len(la) != len(lb) or len(oa_l) != len(ob_l):
             raise FathomError(f"module {label!r} changes its call structure with the batch size")
-        ins = [example_dim(a, b, 2, 3, where_in) for a, b in zip(la, lb, strict=True)]
-        outs = [example_dim(a, b, 2, 3, where_out) for a, b in zip(oa_l, ob_l, strict=True)]
+        ins = [_example_dim(a, b, 2, 3, where_in) for a, b in zip(la, lb, strict=True)]
+        outs = [_example_dim(a, b, 2, 3, where_out) for a, b in zip(oa_l, ob_l, strict=True)]
         out.append((ins, outs))
     return out
 
@@ -112,8 +112,8 @@ def _culprit(a: tuple, b: tuple, r: tuple) -> str | None:
     if not len(ia) == len(ib) == len(ir) or not len(oa) == len(ob) == len(o_r):
         return None
     try:
-        ins = [example_dim(x, y, 2, 3, "an input") for x, y in zip(ia, ib)]
-        outs = [example_dim(x, y, 2, 3, "an output", check=False) for x, y in zip(oa, ob)]
+        ins = [_example_dim(x, y, 2, 3, "an input") for x, y in zip(ia, ib)]
+        outs = [_example_dim(x, y, 2, 3, "an output", check=False) for x, y in zip(oa, ob)]
     except FathomError:
         return None
     if not all(_follows(y, z, d) for y, z, d in zip(ib, ir, ins)):

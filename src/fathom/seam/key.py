@@ -10,7 +10,7 @@ whenever the key changes). :func:`structure_key` covers:
   not parameters or buffers by identity and in-place version, anything else by type and
   identity) — a module swapped, ``train()`` / ``eval()`` toggled, a stride or ``eps`` or a
   custom flag changed, a hook or an instance-level ``forward`` added. The stochastic-depth
-  state that dense evaluation overrides (:data:`DENSE_IGNORED`: a branch's ``gain``,
+  state that dense evaluation overrides (:data:`_DENSE_IGNORED`: a branch's ``gain``,
   ``mask``, drop probability and generator) is left out: it never enters a dense forward,
   and a key that changed at every step would rediscover the seam at every observation;
 * every parameter and buffer: name, identity, shape, dtype, device and ``requires_grad``
@@ -35,7 +35,7 @@ from fathom.depth import SkippableResidual
 from fathom.seam.inputs import signature
 
 _OWN = frozenset({"_parameters", "_buffers", "_modules", "training"})
-DENSE_IGNORED: dict[type, frozenset[str]] = {
+_DENSE_IGNORED: dict[type, frozenset[str]] = {
     SkippableResidual: frozenset({"gain", "mask", "_p", "generator"}),
 }
 
@@ -73,7 +73,7 @@ def _tensor_key(name: str, t: torch.Tensor | None, held: list) -> tuple:
 
 def _ignored(m: nn.Module) -> frozenset[str]:
     out = _OWN
-    for cls, names in DENSE_IGNORED.items():
+    for cls, names in _DENSE_IGNORED.items():
         if isinstance(m, cls):
             out = out | names
     return out

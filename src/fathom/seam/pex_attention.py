@@ -142,7 +142,7 @@ def attention_forms(
     return forms
 
 
-def form_grads(form: Form) -> torch.Tensor:
+def _form_grads(form: Form) -> torch.Tensor:
     """``[D, N, *shape]``: ``g_i = sum_t g_it a_it^T`` (or ``sum_t g_it``) per block, stacked."""
     blocks = [g.sum(-2) if a is None else g.transpose(-1, -2) @ a[None] for g, a in form]
     return torch.cat(blocks, dim=2) if len(blocks) > 1 else blocks[0]
@@ -156,5 +156,5 @@ def attention_grads(
     forms = attention_forms(layer.module, call, cot, n, directions)
     if forms is None:
         return None
-    grads = {k: form_grads(forms[k]) for k in layer.params}
+    grads = {k: _form_grads(forms[k]) for k in layer.params}
     return grads if directions else {k: g[0] for k, g in grads.items()}

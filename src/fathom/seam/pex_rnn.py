@@ -2,7 +2,7 @@
 
 The fused recurrent kernels (``torch._VF.rnn_tanh`` / ``gru`` / ``lstm``) write their state
 in place and have no ``vmap`` batching rule, so :func:`torch.func.functional_call` of the
-module cannot be ``vmap``-ed over examples. :func:`recurrent_forward` computes the same
+module cannot be ``vmap``-ed over examples. :func:`_recurrent_forward` computes the same
 function from the parameters ``q`` with out-of-place tensor ops, so the seam's per-example
 path (``vjp`` of one example's call, ``vmap`` over examples, :mod:`fathom.seam.pex`) applies; the
 discovery self-check compares its summed per-example gradients with autograd's batch
@@ -75,7 +75,7 @@ def _inputs(m: nn.RNNBase, args: tuple, kwargs: dict):
     return x, hx
 
 
-def recurrent_forward(m: nn.RNNBase, q: dict[str, torch.Tensor], args: tuple, kwargs: dict) -> Any:
+def _recurrent_forward(m: nn.RNNBase, q: dict[str, torch.Tensor], args: tuple, kwargs: dict) -> Any:
     """``m(*args, **kwargs)`` computed from the parameters ``q`` (local names; a name not in
     ``q``, e.g. a frozen parameter, is read from ``m``): ``(output, h_n)``, for an LSTM
     ``(output, (h_n, c_n))``, shaped as the module returns them."""
@@ -128,7 +128,7 @@ RECURRENT = (nn.RNN, nn.GRU, nn.LSTM)
 @contextmanager
 def functional_recurrent(module: nn.Module) -> Iterator[None]:
     """Inside the block every stock recurrent layer in ``module`` (itself included; its class
-    ``forward``, no instance ``forward``) runs :func:`recurrent_forward` on its current
+    ``forward``, no instance ``forward``) runs :func:`_recurrent_forward` on its current
     parameters (those a ``functional_call`` substituted), so the per-example path can
     ``vmap`` a module that contains one. Hooks still run (``__call__`` is unchanged)."""
     patched = []
@@ -146,6 +146,6 @@ def functional_recurrent(module: nn.Module) -> Iterator[None]:
 
 def _bound(m: nn.RNNBase):
     def forward(*args, **kwargs):
-        return recurrent_forward(m, {}, args, kwargs)
+        return _recurrent_forward(m, {}, args, kwargs)
 
     return forward

@@ -56,7 +56,7 @@ def removal_words(verdict: str) -> str:
     return VERDICT_WORDS.get(verdict, "not established")
 
 
-def damage_text(c: Comparison) -> str:
+def _damage_text(c: Comparison) -> str:
     """``+0.0042 nats/token [-0.0011, +0.0095] (95.00% interval paired over 20 contiguous
     test chunks, Holm step 1 of 4)``."""
     if c.estimate is None:
@@ -87,7 +87,7 @@ def single_sentences(
         label = c.context["mask"]
         word = removal_words(c.verdict)
         out.append(
-            f"block {b} {word}: removing it alone changes test nats/token by {damage_text(c)}; "
+            f"block {b} {word}: removing it alone changes test nats/token by {_damage_text(c)}; "
             f"region of no interest ±{fmt_value(delta, 'nats')}; {_flops_note(flops, label, full)}."
         )
     return out
@@ -106,12 +106,12 @@ def path_sentence(
         first = path[0]
         return (
             f"no block can go along the greedy path: its first step (block {first['removed']}, "
-            f"chosen on validation) is {steps[0].verdict} on test, {damage_text(steps[0])}."
+            f"chosen on validation) is {steps[0].verdict} on test, {_damage_text(steps[0])}."
         )
     blocks = [p["removed"] for p in path[:can]]
     last = path[can - 1]["mask"]
     return (
         f"blocks {blocks} can go together (greedy order chosen on validation; each step "
-        f"equivalent on test): test nats/token {damage_text(steps[can - 1])}; "
+        f"equivalent on test): test nats/token {_damage_text(steps[can - 1])}; "
         f"{_flops_note(flops, last, full)} (mask `{last}`)."
     )

@@ -27,8 +27,6 @@ from pydantic import BaseModel, ConfigDict
 
 from fathom.stats.rules import DEFAULT_RULES, Rules
 
-STATES = ("trained", "failed", "undetermined")
-
 
 class ChanceTest(BaseModel):
     """One run's accuracy against chance: its state and the interval that decided it."""

@@ -43,7 +43,7 @@ from fathom.stats.scaling_answers import (
 )
 from fathom.stats.verdicts import OPPOSITE
 
-WORDS = (
+_WORDS = (
     "better",
     "worse",
     "higher",
@@ -201,7 +201,7 @@ def _text(sentence: Sentence, results: Results) -> list[str]:
         ]
         if d.verdict not in sentence.text:
             problems.append(f"decision {did}: the sentence does not print {d.verdict!r}")
-    for word in WORDS:
+    for word in _WORDS:
         if re.search(rf"\b{word}\b", sentence.text) and word not in said:
             problems.append(f"the sentence says {word!r}, which no claim makes: {sentence.text!r}")
     return problems

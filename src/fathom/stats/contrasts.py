@@ -34,7 +34,7 @@ from fathom.stats.results import Comparison, Quantity
 from fathom.stats.rules import DEFAULT_RULES, Rules
 from fathom.stats.sentences import comparison_sentence
 
-SCALES = ("ratio", "difference")
+_SCALES = ("ratio", "difference")
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,8 @@ def _contrast_item(
     rules: Rules = DEFAULT_RULES,
 ) -> Paired:
     """The comparison input of one contrast (see the module docstring)."""
-    if scale not in SCALES:
-        raise FathomError(f"contrast scale {scale!r} is unknown; use one of {SCALES}")
+    if scale not in _SCALES:
+        raise FathomError(f"contrast scale {scale!r} is unknown; use one of {_SCALES}")
     q = _quantity(scale, rules)
     blocked = _blocked(name_a, name_b, flags_a, flags_b)
     if blocked is None and not set(a) & set(b):

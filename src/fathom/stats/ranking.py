@@ -14,7 +14,7 @@ over it (§3). The ranking statement is computed from those verdicts only:
   and counts the pairs with an established order at each checkpoint.
 
 The point-estimate rankings (:func:`fathom.stats.verdicts.rank_disagreement`) are shown
-beside it, never as a verdict. :func:`ranking_verdict` is the rule; the claim checker
+beside it, never as a verdict. :func:`_ranking_verdict` is the rule; the claim checker
 (:mod:`fathom.stats.claims`) re-derives each statement with it.
 """
 
@@ -71,7 +71,7 @@ def ordered(c: Comparison) -> bool:
     return c.verdict in OPPOSITE
 
 
-def ranking_verdict(comps: Sequence[Comparison]) -> tuple[str, list[tuple[str, str]]]:
+def _ranking_verdict(comps: Sequence[Comparison]) -> tuple[str, list[tuple[str, str]]]:
     """``(verdict, swaps)``: ``differs`` with the pairs established in opposite directions at
     the two checkpoints, else ``not established`` (module docstring)."""
     swaps = [
@@ -97,7 +97,7 @@ def _orders_at(comps: Sequence[Comparison], where: str) -> tuple[str, list[str]]
     ]
 
 
-def statement_parts(comps: Sequence[Comparison]) -> list[str]:
+def _statement_parts(comps: Sequence[Comparison]) -> list[str]:
     """What a ranking statement must print, re-derived from its comparisons: the count of
     pairs with an established order at each checkpoint and each of those orders."""
     parts = []
@@ -118,13 +118,13 @@ def _orders(comps: Sequence[Comparison]) -> str:
 def rederive_ranking(d: Decision, results: Results) -> tuple[str, bool]:
     """A ranking decision's verdict from its pairwise comparisons (never fragile: it states
     established orders, each comparison's own fragility printed with it)."""
-    verdict, _ = ranking_verdict([results.comparison(cid) for cid in d.inputs])
+    verdict, _ = _ranking_verdict([results.comparison(cid) for cid in d.inputs])
     return verdict, False
 
 
 def ranking_prints(d: Decision, results: Results) -> list[str]:
     """The counts and orders a sentence stating ranking decision ``d`` must print."""
-    return statement_parts([results.comparison(cid) for cid in d.inputs])
+    return _statement_parts([results.comparison(cid) for cid in d.inputs])
 
 
 def _ranking_statement(
@@ -133,7 +133,7 @@ def _ranking_statement(
     """The ranking decision, its sentence and its JSON claim (``reorder``: how many pairs
     the recipe means order differently at the two checkpoints)."""
     key, label = metric
-    verdict, swaps = ranking_verdict(comps)
+    verdict, swaps = _ranking_verdict(comps)
     pairs = _by_pair(comps)
     own = [c for c in comps if c.family == _family_of(label)]
     shared = [c for c in comps if c.family != _family_of(label)]

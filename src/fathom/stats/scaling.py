@@ -79,7 +79,7 @@ _READINGS = ("at chance", "at their values")
 """How an undetermined run is read: as failed (at chance ``1/C``), and at its measured value."""
 
 _RunStates = dict[int, dict[str, dict[int, tuple[str, float, list[str]]]]]
-Resolved = dict[int, dict[str, dict[int, tuple[bool, float]]]]
+_Resolved = dict[int, dict[str, dict[int, tuple[bool, float]]]]
 _PerSeed = Callable[[str, int], float]
 
 
@@ -208,9 +208,9 @@ def _states(table: DepthScalingTable, rules: Rules) -> _RunStates:
     return out
 
 
-def _resolve(states: _RunStates, reading: str, chance: float) -> Resolved:
+def _resolve(states: _RunStates, reading: str, chance: float) -> _Resolved:
     """``[depth][arm][seed] -> (failed, accuracy entered)`` under one reading (rule 3)."""
-    out: Resolved = {}
+    out: _Resolved = {}
     for d, cell in states.items():
         out[d] = {}
         for arm, runs in cell.items():
@@ -260,7 +260,7 @@ def _slope_quantity(span: int, rules: Rules) -> Quantity:
 
 
 def _items(
-    table: DepthScalingTable, res: Resolved, depths: list[int], tag: str, rules: Rules
+    table: DepthScalingTable, res: _Resolved, depths: list[int], tag: str, rules: Rules
 ) -> list[Paired]:
     """Level, change, slope and the per-depth comparisons of one reading (rule 5)."""
     u = accuracy_variance_pp(table.n_eval)
@@ -315,7 +315,7 @@ def _items(
 
 
 def _evidence(
-    table: DepthScalingTable, res: Resolved, depths: list[int], level: float
+    table: DepthScalingTable, res: _Resolved, depths: list[int], level: float
 ) -> list[FailureEvidence]:
     """Rule 6: Fisher exact tests where failure counts differ, Holm-decided."""
     rows = []

@@ -21,7 +21,7 @@ _TREND: dict[str, TrendVerdict] = {
     "worse": "scales worse",
     "equivalent": "scales equivalently",
 }
-ESTABLISHED = (*_LEVEL.values(), *_TREND.values())
+_ESTABLISHED = (*_LEVEL.values(), *_TREND.values())
 SCALES_BETTER = _TREND["better"]
 """The candidate's difference to the baseline grows with depth (change and slope agree)."""
 
@@ -74,7 +74,7 @@ def both_ways(verdicts: Sequence[DecisionVerdict], readings: int = 2) -> Decisio
 
 def is_fragile(verdict: str, contrasts: Sequence[Comparison]) -> bool:
     """An established answer one seed carries (a contrast it rests on is fragile)."""
-    return verdict in ESTABLISHED and any(c.fragile for c in contrasts)
+    return verdict in _ESTABLISHED and any(c.fragile for c in contrasts)
 
 
 # ---- re-derivation from a decision's record (the claim checker's rows) ----------------------

@@ -25,7 +25,7 @@ COMPARED_METRICS = (
 # percentage points (each value through :func:`percent`, so differences are in pp), CE in
 # nats. ``_DIFF_CONVERT[key](a) - _DIFF_CONVERT[key](b)``.
 _DIFF_CONVERT = {"test_acc": percent, "test_ce": float}
-DIFF_UNIT = {"test_acc": "percentage points", "test_ce": "nats"}
+_DIFF_UNIT = {"test_acc": "percentage points", "test_ce": "nats"}
 CHECKPOINTS = ("selected", "final")
 
 FAMILY = "main phase"
@@ -111,7 +111,7 @@ def row(c: Comparison, sentence: str) -> dict[str, Any]:
         "recipe": c.context["recipe"],
         "reference": c.b,
         "metric": c.context["metric"],
-        "unit": DIFF_UNIT[c.context["metric"]],
+        "unit": _DIFF_UNIT[c.context["metric"]],
         "checkpoint": c.context["checkpoint"],
         "higher_is_better": c.quantity.higher_is_better,
         "verdict": c.verdict,

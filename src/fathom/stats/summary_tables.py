@@ -22,19 +22,19 @@ from fathom.stats.results import Cell, Table
 from fathom.stats.summary_compare import COMPARED_METRICS
 
 _STAT_UNIT = {"test_acc": "%", "test_ce": "nats", "val_ce": "nats"}
-DIFF_UNIT = {"test_acc": "pp", "test_ce": "nats"}
+_DIFF_UNIT = {"test_acc": "pp", "test_ce": "nats"}
 _METRIC_LABEL = {"test_acc": "accuracy", "test_ce": "CE"}
-MISSING = Cell()
+_MISSING = Cell()
 
 
 def _text(x: Any) -> Cell:
-    return MISSING if x is None or x == "" else Cell(text=str(x))
+    return _MISSING if x is None or x == "" else Cell(text=str(x))
 
 
 def _stat_cell(stat: Mapping[str, Any] | None, unit: str) -> Cell:
     """A summary stat ``{"mean", "sd", "n"}`` as a cell (``%``: the stored fraction in percent)."""
     if not stat or stat.get("mean") is None:
-        return MISSING if not stat else Cell(unit=unit, n=stat.get("n"))
+        return _MISSING if not stat else Cell(unit=unit, n=stat.get("n"))
     conv = percent if unit == "%" else float
     sd = None if stat.get("sd") is None else conv(stat["sd"])
     return Cell(value=conv(stat["mean"]), sd=sd, n=stat.get("n"), unit=unit)
@@ -43,9 +43,9 @@ def _stat_cell(stat: Mapping[str, Any] | None, unit: str) -> Cell:
 def _diff_cell(c: Mapping[str, Any] | None, *, interval: bool = True) -> Cell:
     """A comparison row's paired difference (signed, in pp or nats) with its interval."""
     if not c or not c.get("diff"):
-        return MISSING
+        return _MISSING
     d = c["diff"]
-    unit = DIFF_UNIT[c["metric"]]
+    unit = _DIFF_UNIT[c["metric"]]
     low, high = (d.get("low"), d.get("high")) if interval else (None, None)
     return Cell(value=d["estimate"], low=low, high=high, n=d.get("n"), unit=unit, signed=True)
 
@@ -61,7 +61,7 @@ def _flags(e: Mapping[str, Any]) -> Cell:
 def _n(e: Mapping[str, Any]) -> Cell:
     """Seeds behind a recipe's cells (those of its selected test accuracy)."""
     stat = (e.get("selected") or {}).get("test_acc")
-    return MISSING if not stat else Cell(value=stat["n"], unit="count")
+    return _MISSING if not stat else Cell(value=stat["n"], unit="count")
 
 
 def _quality_table(summary: Mapping[str, Any]) -> Table:
@@ -90,7 +90,7 @@ def _differences_table(summary: Mapping[str, Any]) -> Table:
     rows = []
     for c in summary.get("comparisons") or []:
         d = c.get("diff") or {}
-        unit = DIFF_UNIT[c["metric"]]
+        unit = _DIFF_UNIT[c["metric"]]
         verdict = f"{c['verdict']}, fragile" if c.get("fragile") else c["verdict"]
         level = None if d.get("level") is None else percent(d["level"])
         rows.append(
@@ -117,8 +117,8 @@ def _timing_table(summary: Mapping[str, Any]) -> Table:
         ratio = (e.get("training_ratio_to_reference") or {}).get("ratio_of_means")
         rows.append(
             [_text(name), _n(e), _stat_cell(e.get("training_s"), "s"), Cell(value=ratio, unit="×"),
-             _stat_cell(ttt["training_s"], "s") if ttt else MISSING,
-             _stat_cell(ttt["elapsed_s"], "s") if ttt else MISSING,
+             _stat_cell(ttt["training_s"], "s") if ttt else _MISSING,
+             _stat_cell(ttt["elapsed_s"], "s") if ttt else _MISSING,
              _text(f"{ttt['reached']}/{ttt['n']}" if ttt else None)]
         )  # fmt: skip
     cols = ["Method", "n", "Fixed-horizon training clock (s)", "Ratio to reference (×)",
@@ -132,7 +132,7 @@ def _timing_table(summary: Mapping[str, Any]) -> Table:
     )
 
 
-def main_table(summary: Mapping[str, Any]) -> Table:
+def _main_table(summary: Mapping[str, Any]) -> Table:
     """The report's headline table: per recipe the quality cells and the four paired
     differences against the reference with their intervals."""
     ref = summary.get("reference")
@@ -193,7 +193,7 @@ def _pairs_tables(summary: Mapping[str, Any]) -> list[Table]:
     on (:mod:`fathom.stats.ranking`), at both checkpoints."""
     out = []
     for metric, rk in (summary.get("rankings") or {}).items():
-        unit = DIFF_UNIT[metric]
+        unit = _DIFF_UNIT[metric]
         rows = []
         for p in rk.get("pairs") or []:
             d = p.get("diff") or {}
@@ -225,7 +225,7 @@ def summary_tables(summary: Mapping[str, Any]) -> list[Table]:
         _quality_table(summary),
         _differences_table(summary),
         _timing_table(summary),
-        main_table(summary),
+        _main_table(summary),
         *_ranking_tables(summary),
         *_pairs_tables(summary),
     ]

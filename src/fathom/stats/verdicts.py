@@ -66,7 +66,6 @@ VERDICTS: tuple[ComparisonVerdict, ...] = (
     "better", "worse", "higher", "lower", "equivalent", "not established", "no comparison"
 )  # fmt: skip
 NOT_ESTABLISHED: ComparisonVerdict = "not established"
-ESTABLISHED: tuple[ComparisonVerdict, ...] = ("better", "worse", "higher", "lower", "equivalent")
 OPPOSITE: dict[ComparisonVerdict, ComparisonVerdict] = {
     "better": "worse",
     "worse": "better",

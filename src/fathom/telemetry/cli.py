@@ -12,14 +12,14 @@ GATE_HELP = "0.10"
 (importing that module costs torch; ``tests/test_cli.py`` checks the two agree)."""
 
 
-def cmd_docs(args: argparse.Namespace) -> int:
+def _cmd_docs(args: argparse.Namespace) -> int:
     from fathom.telemetry import docs
 
     argv = ["--out", str(args.out or docs.DEFAULT_PATH)] + (["--check"] if args.check else [])
     return docs.main(argv)
 
 
-def cmd_qualify(args: argparse.Namespace) -> int:
+def _cmd_qualify(args: argparse.Namespace) -> int:
     from fathom.base.preflight import check_device, check_output_dir
     from fathom.base.units import fmt_percent
     from fathom.train.cli import config_from_args
@@ -64,7 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     d = tsub.add_parser("docs", help="write docs/metrics.md from the field registry")
     d.add_argument("--out", type=Path, default=None, help="output path (default docs/metrics.md)")
     d.add_argument("--check", action="store_true", help="exit 1 if the file is not current")
-    d.set_defaults(func=cmd_docs)
+    d.set_defaults(func=_cmd_docs)
 
     q = tsub.add_parser(
         "qualify",
@@ -87,4 +87,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="gate the overhead without the cold first observation",
     )
-    q.set_defaults(func=cmd_qualify)
+    q.set_defaults(func=_cmd_qualify)

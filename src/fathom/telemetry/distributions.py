@@ -37,7 +37,8 @@ def entry_summary(
     order = dict(zip(ranks, picked, strict=True))
     lo, hi = order[0], order[n - 1]
     absmax = hi if math.isnan(hi) else max(abs(lo), abs(hi))  # max |x| (NaN sorts last)
-    # sorted_quantiles in Python floats: IEEE float64, the same operations in the same order
+    # Q(q) in Python floats: IEEE float64, the same operations in the same order as the
+    # tensor formula (tests/test_telemetry.py compares the two bit for bit)
     qs = [
         order[math.floor(p)] + (p - math.floor(p)) * (order[math.ceil(p)] - order[math.floor(p)])
         for p in pos
@@ -56,15 +57,6 @@ def ascending(x: torch.Tensor) -> torch.Tensor:
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         return torch.from_numpy(np.sort(x.numpy(force=True)))
     return torch.sort(x).values
-
-
-def sorted_quantiles(xs: torch.Tensor, quantiles: tuple[float, ...]) -> torch.Tensor:
-    """Linearly interpolated quantiles of an ascending 1-D tensor (no size limit, unlike
-    ``torch.quantile``)."""
-    pos = torch.tensor(quantiles, dtype=torch.float64, device=xs.device) * (xs.numel() - 1)
-    lo = pos.floor().long()
-    hi = pos.ceil().long()
-    return xs[lo] + (pos - lo.to(torch.float64)) * (xs[hi] - xs[lo])
 
 
 def zero_fractions(h: torch.Tensor) -> dict[str, float | None]:

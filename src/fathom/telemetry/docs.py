@@ -106,7 +106,7 @@ def write(path: Path = DEFAULT_PATH) -> None:
     atomic_write_text(path, render())
 
 
-def is_current(path: Path = DEFAULT_PATH) -> bool:
+def _is_current(path: Path = DEFAULT_PATH) -> bool:
     return path.exists() and path.read_text(encoding="utf-8") == render()
 
 
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the file is not current")
     args = parser.parse_args(argv)
     if args.check:
-        if is_current(args.out):
+        if _is_current(args.out):
             return 0
         print(f"{args.out} is stale: run `python -m fathom.telemetry.docs`", file=sys.stderr)
         return 1

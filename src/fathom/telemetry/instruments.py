@@ -54,7 +54,7 @@ from fathom.telemetry.probe_rows import activation_row, delta_row, first_input
 from fathom.telemetry.registry import expected_names, resolve_families
 
 Value = float | int | None | list
-PROBE_FAMILIES: tuple[str, ...] = ("probe", "activations", "backprop", "gradients", "moments")
+_PROBE_FAMILIES: tuple[str, ...] = ("probe", "activations", "backprop", "gradients", "moments")
 _MOMENT_KEYS = (
     "mean_sq_norm",
     "diversity",
@@ -86,7 +86,7 @@ def read_only(model: nn.Module) -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda_rng)
 
 
-def joint_norm(values: list[float | None]) -> float | None:
+def _joint_norm(values: list[float | None]) -> float | None:
     """``sqrt(sum v^2)`` of per-tensor norms (the norm of their concatenation); ``None`` if
     any is missing or there are none; a single norm is returned as is."""
     if not values or any(v is None for v in values):
@@ -270,7 +270,7 @@ class Instruments:
         row: dict[str, Value] = {}
         with read_only(self.model), torch.enable_grad():  # one read-only block for everything
             seam = self._fresh_seam()
-            if fams & set(PROBE_FAMILIES):
+            if fams & set(_PROBE_FAMILIES):
                 row.update(self._probe(seam, fams))
             if "params" in fams:
                 initial = self.initial if initial_params is None else initial_params
@@ -400,8 +400,8 @@ class Instruments:
             tensors = layer.tensors()
             qual = dict(zip(layer.params, layer.qualified, strict=True))
             ws = [(tensors[p], _reference(initial, qual[p], tensors[p])) for p in layer.weights]
-            w_norm = joint_norm([norms.frob(w) for w, _ in ws])
-            disp = joint_norm([None if w0 is None else norms.displacement(w, w0) for w, w0 in ws])
+            w_norm = _joint_norm([norms.frob(w) for w, _ in ws])
+            disp = _joint_norm([None if w0 is None else norms.displacement(w, w0) for w, w0 in ws])
             opt_norms = (
                 [norms.momentum_norm(w, optimizer) for w, _ in ws]
                 if optimizer is not None
@@ -414,17 +414,17 @@ class Instruments:
             )
             name = layer.name
             row[f"param/weight_norm/{name}"] = w_norm
-            row[f"param/bias_norm/{name}"] = joint_norm(
+            row[f"param/bias_norm/{name}"] = _joint_norm(
                 [norms.frob(tensors[b]) for b in layer.biases]
             )
             row[f"param/disp/{name}"] = disp
             row[f"param/disp_rel/{name}"] = P.ratio(
-                disp, joint_norm([norms.frob(w0, reference=True) for _, w0 in ws])
+                disp, _joint_norm([norms.frob(w0, reference=True) for _, w0 in ws])
             )
-            row[f"param/momentum_norm/{name}"] = joint_norm(opt_norms)
-            row[f"param/update_ratio/{name}"] = P.ratio(joint_norm(updates), w_norm)
+            row[f"param/momentum_norm/{name}"] = _joint_norm(opt_norms)
+            row[f"param/update_ratio/{name}"] = P.ratio(_joint_norm(updates), w_norm)
         parts = [None if w0 is None else norms.displacement(p, w0) for _, p, w0 in named]
-        row["param/disp_total"] = joint_norm(parts)
+        row["param/disp_total"] = _joint_norm(parts)
         return row
 
 

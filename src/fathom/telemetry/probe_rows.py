@@ -14,11 +14,11 @@ Value = float | int | None | list
 
 
 def first_input(leaves: list[Any]) -> torch.Tensor | None:
-    j = first_index(leaves)
+    j = _first_index(leaves)
     return None if j is None else leaves[j]
 
 
-def first_index(leaves: list[Any]) -> int | None:
+def _first_index(leaves: list[Any]) -> int | None:
     """Index of the first floating-point tensor leaf (the layer's input activation)."""
     return next(
         (j for j, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.is_floating_point()),
@@ -26,7 +26,7 @@ def first_index(leaves: list[Any]) -> int | None:
     )
 
 
-def per_example_rows(t: torch.Tensor, dim: tuple[int, int] | None, n: int) -> torch.Tensor:
+def _per_example_rows(t: torch.Tensor, dim: tuple[int, int] | None, n: int) -> torch.Tensor:
     """``[N, units]``: example dimension first, every other entry a unit."""
     if dim is None:
         return t.detach().reshape(1, -1).expand(n, -1)
@@ -38,9 +38,9 @@ def activation_row(name: str, calls: list[Call], n: int) -> dict[str, Value]:
     parts = []
     for call in calls:
         leaves = call.input_leaves()
-        j = first_index(leaves)
+        j = _first_index(leaves)
         if j is not None:
-            parts.append(per_example_rows(leaves[j], call.in_dims[j], n))
+            parts.append(_per_example_rows(leaves[j], call.in_dims[j], n))
     h = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)) if parts else torch.empty(0)
     zeros = zero_fractions(h) if parts else {"zero_frac": None, "dead_frac": None}
     return {f"probe/act/{key}/{name}": v for key, v in {**entry_summary(h), **zeros}.items()}
@@ -51,6 +51,6 @@ def delta_row(name: str, calls: list[Call], cots: list, n: int) -> dict[str, Val
     for call, cot in zip(calls, cots, strict=True):
         j = next((j for j, t in enumerate(cot) if t is not None), None)
         if j is not None:
-            parts.append(per_example_rows(cot[j], call.out_dims[j], n))
+            parts.append(_per_example_rows(cot[j], call.out_dims[j], n))
     d = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)) if parts else torch.empty(0)
     return {f"probe/delta/{key}/{name}": v for key, v in entry_summary(d).items()}

@@ -19,7 +19,7 @@ structure it measured, never a stale set.
 read the run's own loss (``loss``: token-level cross-entropy over the valid positions,
 ``class_dim=-1``; one probe "example" is one sequence window, so per-example moments are
 per window). Two families are defined on ``[N, C]`` logits with one label per example and
-do not apply (:data:`SEQUENCE_NOT_APPLICABLE`): naming one in ``telemetry.families`` is
+do not apply (:data:`_SEQUENCE_NOT_APPLICABLE`): naming one in ``telemetry.families`` is
 refused with the reason, and the aliases (``all``, ``cheap``) expand to the families that
 apply, the others listed with their reasons in :attr:`Recorder.left_out` (the run's
 manifest records them under ``telemetry.families_left_out``).
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 
 Value = float | int | None | list
-SEQUENCE_NOT_APPLICABLE: dict[str, str] = {
+_SEQUENCE_NOT_APPLICABLE: dict[str, str] = {
     "probe": "probe/ce and probe/acc are defined on [N, C] logits with one label per example; "
     "a language model's per-token cross-entropy and perplexity are the history's "
     "{split}/ce and {split}/ppl",
@@ -60,20 +60,20 @@ SEQUENCE_NOT_APPLICABLE: dict[str, str] = {
 """The families that do not apply to a sequence model's ``[N, T, V]`` logits, with why."""
 
 
-def sequence_families(names: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+def _sequence_families(names: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
     """``(families, left_out)`` of ``telemetry.families`` for a sequence model: a family named
     explicitly that does not apply is refused with its reason; an alias's such families are
     left out, each with its reason."""
-    named = [n for n in names if n in SEQUENCE_NOT_APPLICABLE]
+    named = [n for n in names if n in _SEQUENCE_NOT_APPLICABLE]
     if named:
         raise FathomError(
             f"telemetry family {named[0]!r} does not apply to a language model's [N, T, V] "
-            f"logits: {SEQUENCE_NOT_APPLICABLE[named[0]]}; remove it from telemetry.families"
+            f"logits: {_SEQUENCE_NOT_APPLICABLE[named[0]]}; remove it from telemetry.families"
         )
     chosen = resolve_families(names)
     left = {
         f: why
-        for f, why in SEQUENCE_NOT_APPLICABLE.items()
+        for f, why in _SEQUENCE_NOT_APPLICABLE.items()
         if f in chosen and any(f in ALIASES.get(n, ()) for n in names)
     }
     return tuple(f for f in chosen if f not in left), left
@@ -103,7 +103,7 @@ class Recorder:
         self.seed = int(seed)
         self.left_out: dict[str, str] = {}
         if sequence:
-            self.families, self.left_out = sequence_families(tuple(config.families))
+            self.families, self.left_out = _sequence_families(tuple(config.families))
         else:
             self.families = resolve_families(config.families)
         bad = [e for e in config.first if e < 0 or e > self.epochs]

@@ -17,12 +17,12 @@ import ctypes
 import ctypes.util
 import functools
 
-M_TRIM_THRESHOLD = -1
-M_TOP_PAD = -2
-M_MMAP_THRESHOLD = -3
-TRIM_THRESHOLD = 2**30  # never give the top of the heap back between steps
-TOP_PAD = 2**29  # grow the heap in large steps (fewer brk calls and page-fault storms)
-MMAP_THRESHOLD = 2**25  # glibc's maximum on 64-bit (HEAP_MAX_SIZE / 2): larger blocks still mmap
+_M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
+_M_MMAP_THRESHOLD = -3
+_TRIM_THRESHOLD = 2**30  # never give the top of the heap back between steps
+_TOP_PAD = 2**29  # grow the heap in large steps (fewer brk calls and page-fault storms)
+_MMAP_THRESHOLD = 2**25  # glibc's maximum on 64-bit (HEAP_MAX_SIZE / 2): larger blocks still mmap
 
 
 @functools.cache
@@ -36,7 +36,7 @@ def tune_cpu_allocator() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
-    ok_trim = mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
-    ok_pad = mallopt(M_TOP_PAD, TOP_PAD) == 1
-    ok_mmap = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+    ok_trim = mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) == 1
+    ok_pad = mallopt(_M_TOP_PAD, _TOP_PAD) == 1
+    ok_mmap = mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) == 1
     return ok_trim and ok_pad and ok_mmap

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the parser stays light: `fathom train --help` imports no py
     from fathom.config import LiveConfig, RunConfig
 
 
-def parse_set(items: list[str]) -> dict[str, Any]:
+def _parse_set(items: list[str]) -> dict[str, Any]:
     """``key=value`` pairs; values parsed as JSON when possible (``0.03``, ``[1,2]``, ``true``)."""
     out: dict[str, Any] = {}
     for item in items:
@@ -40,7 +40,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     from fathom.study.family import load_run_config_or_preset, require_model
 
     cfg = load_run_config_or_preset(args.config) if args.config else RunConfig()
-    updates = parse_set(args.set or [])
+    updates = _parse_set(args.set or [])
     if getattr(args, "device", None):
         updates["device"] = args.device
     if getattr(args, "name", None):
@@ -51,7 +51,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return cfg
 
 
-def make_progress(quiet: bool) -> TrainProgress | None:
+def _make_progress(quiet: bool) -> TrainProgress | None:
     """The live display (:class:`fathom.base.terminal.TrainProgress`), or ``None`` when ``--quiet``."""
     from fathom.base.terminal import TrainProgress
 
@@ -82,7 +82,7 @@ def recorded_live(run_dir: Path) -> LiveConfig:
         ) from None
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def _cmd_train(args: argparse.Namespace) -> int:
     if args.live is not None:  # a bad flag is named before the config is read
         from fathom.export.live import parse_live
 
@@ -100,7 +100,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     check_device(args.device)
     if args.resume:
-        resume_preflight(Path(args.resume))
+        _resume_preflight(Path(args.resume))
     if args.resume and args.config:
         from fathom.train.loop import check_resumable
 
@@ -115,25 +115,25 @@ def cmd_train(args: argparse.Namespace) -> int:
         check_device(cfg.device)  # the config's device, or --device over it
         check_output_dir(args.runs_dir or "runs", "--runs-dir")
         run_dir = Path(args.runs_dir or "runs") / cfg.study / cfg.name
-        name_free(run_dir)
+        _name_free(run_dir)
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
     from fathom.rundir import sigterm_interrupts
 
-    created = None if args.resume else first_missing(run_dir)
+    created = None if args.resume else _first_missing(run_dir)
     try:
         with sigterm_interrupts():  # `kill PID` is recorded like Ctrl-C
-            result, reports = run_training(args, cfg, run_dir, tracking)
+            result, reports = _run_training(args, cfg, run_dir, tracking)
     except KeyboardInterrupt:
-        remove_unstarted(created, run_dir)
-        register_run(run_dir)
-        print(f"fathom train: {interrupted_message(run_dir)}", file=sys.stderr)
+        _remove_unstarted(created, run_dir)
+        _register_run(run_dir)
+        print(f"fathom train: {_interrupted_message(run_dir)}", file=sys.stderr)
         return 130
     except BaseException:  # refused before the run started (data too small, ...): no trace
-        remove_unstarted(created, run_dir)
-        register_run(run_dir)  # a run that started and failed is indexed as failed
+        _remove_unstarted(created, run_dir)
+        _register_run(run_dir)  # a run that started and failed is indexed as failed
         raise
-    warning = register_run(run_dir)
+    warning = _register_run(run_dir)
     if warning:
         print(warning, file=sys.stderr)
     for report in reports:
@@ -152,7 +152,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def resume_preflight(run_dir: Path) -> None:
+def _resume_preflight(run_dir: Path) -> None:
     """What ``--resume DIR`` is refused for before torch is imported: a directory that holds no
     run, and a run already complete (its state said with what to do instead)."""
     from fathom.rundir import RunDir, run_state
@@ -166,7 +166,7 @@ def resume_preflight(run_dir: Path) -> None:
         )
 
 
-def name_free(run_dir: Path) -> None:
+def _name_free(run_dir: Path) -> None:
     """Refuse, before torch is imported, a run directory that already holds a run (the
     writer refuses it too, under its lock: this is the early, fast answer)."""
     if not (run_dir / "manifest.json").exists():
@@ -186,7 +186,7 @@ def name_free(run_dir: Path) -> None:
     )
 
 
-def run_training(
+def _run_training(
     args: argparse.Namespace, cfg: RunConfig | None, run_dir: Path, tracking: LiveConfig
 ) -> tuple[Any, list[Any]]:
     """Train (or resume) with the live display and trackers; ``(result, tracker reports)``."""
@@ -194,8 +194,8 @@ def run_training(
     from fathom.train.loop import resume, train
 
     tracker = LiveTracker(run_dir, tracking, cfg) if tracking.enabled else None
-    live = make_progress(args.quiet)
-    progress = fan_out(live, tracker, registrar(run_dir))
+    live = _make_progress(args.quiet)
+    progress = fan_out(live, tracker, _registrar(run_dir))
     try:
         if args.resume:
             result = resume(
@@ -214,7 +214,7 @@ def run_training(
     return result, reports
 
 
-def register_run(run_dir: Path) -> str | None:
+def _register_run(run_dir: Path) -> str | None:
     """Index ``run_dir`` in the registry of its runs directory (``RUNS_DIR/registry.sqlite``,
     the one a study writes: ``fathom runs list|show`` find every run). ``None`` when done or
     when there is no run to index; a warning line when the registry cannot be written (the
@@ -231,7 +231,7 @@ def register_run(run_dir: Path) -> str | None:
     return None
 
 
-def registrar(run_dir: Path) -> Any:
+def _registrar(run_dir: Path) -> Any:
     """A progress observer that indexes the run once, at its first history row (the
     manifest exists then), so that ``fathom runs list`` shows it while it trains."""
     done: list[bool] = []
@@ -239,12 +239,12 @@ def registrar(run_dir: Path) -> Any:
     def observe(event: str, info: dict[str, Any]) -> None:
         if event == "epoch" and not done:
             done.append(True)
-            register_run(run_dir)
+            _register_run(run_dir)
 
     return observe
 
 
-def first_missing(path: Path) -> Path | None:
+def _first_missing(path: Path) -> Path | None:
     """The outermost of ``path`` and its parents that does not exist yet (``None``: it exists)."""
     missing = None
     for p in (path, *path.parents):
@@ -254,7 +254,7 @@ def first_missing(path: Path) -> Path | None:
     return missing
 
 
-def remove_unstarted(created: Path | None, run_dir: Path) -> None:
+def _remove_unstarted(created: Path | None, run_dir: Path) -> None:
     """Remove the directories this command created (``created`` and below) when the run never
     started: no manifest, no writer, nothing in them but released (empty) lock files. Bad
     input found once training began to set up (a subset larger than the data) then leaves
@@ -269,7 +269,7 @@ def remove_unstarted(created: Path | None, run_dir: Path) -> None:
         shutil.rmtree(created, ignore_errors=True)
 
 
-def interrupted_message(run_dir: Path) -> str:
+def _interrupted_message(run_dir: Path) -> str:
     """What Ctrl-C or SIGTERM left: the epochs kept and the command that continues the run,
     or that nothing was written (stopped before the run's first record)."""
     from fathom.rundir import RunDir, run_state
@@ -298,7 +298,7 @@ def named_inputs(cfg: Any, origin: str) -> list[str]:
         raise FathomError(f"{origin}: {e}") from None
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def _cmd_validate(args: argparse.Namespace) -> int:
     """Validate any config (file or preset) and any ``fathom reproduce`` pipeline preset: the
     schema, and what it names (factories imported, data paths present); print its kind and
     every value, defaults included. A name that two commands use (``quick``: a
@@ -337,11 +337,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
             data["live"] = live.model_dump(mode="json")
         print(json.dumps(data, indent=2))
     if pipeline:
-        print_pipeline(name)
+        _print_pipeline(name)
     return 0
 
 
-def print_pipeline(name: str) -> None:
+def _print_pipeline(name: str) -> None:
     """Validate the ``fathom reproduce`` pipeline preset ``name`` with what it runs (its
     study or depth-scaling config, checked against each other) and print it."""
     from fathom.reproduce.config import load_pipeline
@@ -383,7 +383,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "resume keeps the recorded ones); logs under RUN_DIR/live/ unless [live] places them "
         "(default: off)",
     )
-    p.set_defaults(func=cmd_train)
+    p.set_defaults(func=_cmd_train)
 
     v = sub.add_parser(
         "validate",
@@ -393,4 +393,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "config",
         help="a TOML file, a preset name of any kind, or a `fathom reproduce` pipeline preset",
     )
-    v.set_defaults(func=cmd_validate)
+    v.set_defaults(func=_cmd_validate)

@@ -25,7 +25,7 @@ from fathom.rundir import RunWriter, resume_file
 if TYPE_CHECKING:
     from fathom.train.session import Session
 
-HEADROOM = 1 << 20
+_HEADROOM = 1 << 20
 """Bytes added to every space estimate: manifest rewrites, history rows, temp-file slack."""
 
 
@@ -45,10 +45,10 @@ def recorded_threads(writer: RunWriter) -> Iterator[None]:
         torch.set_num_threads(found)
 
 
-def bytes_to_finish(s: Session) -> int:
+def _bytes_to_finish(s: Session) -> int:
     """Estimated bytes the rest of ``s`` writes, each atomic write needing its new file
     beside the old one: ``2 * resume + weights * (epoch checkpoints left + 1 selected)``
-    plus :data:`HEADROOM`. ``weights`` is the tensor bytes of the model; ``resume`` the
+    plus :data:`_HEADROOM`. ``weights`` is the tensor bytes of the model; ``resume`` the
     size of the current resume state, or ``4 * weights`` (model, optimizer, initial
     parameters) before the first one exists."""
     weights = sum(t.numel() * t.element_size() for t in s.model.state_dict().values())
@@ -56,7 +56,7 @@ def bytes_to_finish(s: Session) -> int:
     resume = found.stat().st_size if found is not None else 4 * weights
     done, last = s.progress.epoch, s.cfg.optim.epochs
     left = len({e for e in s.cfg.checkpoints.save_epochs if done <= e <= last} | {last})
-    return 2 * resume + weights * (left + 1) + HEADROOM
+    return 2 * resume + weights * (left + 1) + _HEADROOM
 
 
 def disk_full_advice(e: BaseException, s: Session | None, run_dir: Path) -> BaseException:
@@ -65,7 +65,7 @@ def disk_full_advice(e: BaseException, s: Session | None, run_dir: Path) -> Base
     full = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
     if not full or s is None or getattr(e, "space_advised", False):
         return e
-    need = bytes_to_finish(s)
+    need = _bytes_to_finish(s)
     try:
         free = shutil.disk_usage(run_dir).free
     except OSError:

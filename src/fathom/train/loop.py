@@ -37,7 +37,7 @@ from fathom.train.state import PROGRESS_FIELDS, Progress, chain
 from fathom.train.steppers import run_timed
 
 
-def interrupted_reason(run_dir: Path) -> str:
+def _interrupted_reason(run_dir: Path) -> str:
     """``status_reason`` of a run stopped by Ctrl-C or SIGTERM (status ``interrupted``)."""
     return f"interrupted (Ctrl-C or SIGTERM); continue with `fathom train --resume {run_dir}`"
 
@@ -127,15 +127,15 @@ def train(
                 restore(s, state)
             return fit(s)
     except KeyboardInterrupt:  # before the epoch loop (fit records its own)
-        writer.interrupted(interrupted_reason(run_dir))  # resumable
+        writer.interrupted(_interrupted_reason(run_dir))  # resumable
         raise
     except Exception as e:  # a full disk at epoch 0, a corrupt file: recorded, then raised
-        raise_recorded(writer, disk_full_advice(e, s, run_dir), e)
+        _raise_recorded(writer, disk_full_advice(e, s, run_dir), e)
     finally:
         writer.close()
 
 
-def raise_recorded(writer: RunWriter, e: BaseException, original: BaseException) -> None:
+def _raise_recorded(writer: RunWriter, e: BaseException, original: BaseException) -> None:
     """Record the failure ``e`` (``original`` with advice added, or itself), then raise it."""
     unrecorded = writer.record_failure(e)  # type: ignore[arg-type]
     if unrecorded is not None:
@@ -152,12 +152,12 @@ def begin(s: Session) -> None:
     if 0 in s.cfg.checkpoints.save_epochs:
         s.save_epoch_checkpoint(0)
     with uninterrupted():  # the resume state and the boundary it records
-        save_resume_state(s)
+        _save_resume_state(s)
         s.mark_boundary()
     s.write_manifest()
 
 
-def save_resume_state(s: Session) -> None:
+def _save_resume_state(s: Session) -> None:
     t0 = time.perf_counter()
     state = {
         "model": cpu_state(s.model),
@@ -253,7 +253,7 @@ def _target_reached(s: Session, epoch: int, row: dict[str, Any] | None) -> str |
     )
 
 
-def run_epochs(s: Session) -> tuple[str, str | None, int | None]:
+def _run_epochs(s: Session) -> tuple[str, str | None, int | None]:
     """Epochs until the last, a divergence or a reached target: ``(status, reason, diverged)``."""
     cfg = s.cfg
     if s.on_progress is not None:
@@ -284,7 +284,7 @@ def run_epochs(s: Session) -> tuple[str, str | None, int | None]:
             s.save_epoch_checkpoint(epoch)
         with uninterrupted():  # the resume state and the boundary it records
             if last or schedule_due(epoch, (), cfg.checkpoints.resume_every, cfg.optim.epochs):
-                save_resume_state(s)
+                _save_resume_state(s)
             s.mark_boundary()
         s.write_manifest()
         if stop is not None:
@@ -295,14 +295,14 @@ def run_epochs(s: Session) -> tuple[str, str | None, int | None]:
 def fit(s: Session) -> RunResult:
     """Run the remaining epochs; record the outcome (failures are recorded, then raised)."""
     try:
-        status, reason, diverged_epoch = run_epochs(s)
+        status, reason, diverged_epoch = _run_epochs(s)
     except KeyboardInterrupt:
         s.refresh_manifest(cut_short=True)
-        s.writer.interrupted(interrupted_reason(s.run_dir))
+        s.writer.interrupted(_interrupted_reason(s.run_dir))
         raise
     except Exception as e:
         s.refresh_manifest(cut_short=True)
-        raise_recorded(s.writer, disk_full_advice(e, s, s.run_dir), e)
+        _raise_recorded(s.writer, disk_full_advice(e, s, s.run_dir), e)
     complete = status == "complete"
     final_hash = state_dict_digest(cpu_state(s.model)) if complete else None
     s.writer.set_final(

@@ -45,7 +45,7 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)  # note: CPU-GPU sync point (epoch boundary only)
 
 
-def score_splits(s: Session, row: dict[str, Any], keep_predictions: bool) -> dict:
+def _score_splits(s: Session, row: dict[str, Any], keep_predictions: bool) -> dict:
     """Fill ``{split}/acc`` and ``{split}/ce``; return the predictions kept for telemetry."""
     predictions: dict[str, torch.Tensor] = {}
     t0 = time.perf_counter()
@@ -84,7 +84,7 @@ def select(s: Session, epoch: int, val_ce: float | None) -> None:
         best.update(epoch=epoch, val_ce=val_ce)
 
 
-def timed_instrument(s: Session, fn, *args) -> dict[str, Any]:
+def _timed_instrument(s: Session, fn, *args) -> dict[str, Any]:
     """Run an instrument on the telemetry clock (the first run also sets the cold time)."""
     clocks = s.progress.clocks
     t0 = time.perf_counter()
@@ -97,7 +97,7 @@ def timed_instrument(s: Session, fn, *args) -> dict[str, Any]:
     return out
 
 
-def instruments_due(s: Session, epoch: int) -> bool:
+def _instruments_due(s: Session, epoch: int) -> bool:
     """Whether an instrument on the telemetry clock (telemetry, health) runs at ``epoch``."""
     return (s.recorder is not None and s.recorder.due(epoch)) or health_due(s.cfg, epoch)
 
@@ -119,7 +119,7 @@ def boundary_schedule(s: Session, first: int) -> dict[str, Any]:
         "clock/telemetry_s": clocks.telemetry_s,
         "first": first,
         "evaluations": [e for e in span if eval_due(s.cfg, e)],
-        "instruments": [e for e in span if instruments_due(s, e)],
+        "instruments": [e for e in span if _instruments_due(s, e)],
     }
 
 
@@ -148,14 +148,14 @@ def observe(s: Session, epoch: int, fields: dict[str, Any]) -> dict[str, Any] | 
     row: dict[str, Any] = {"epoch": epoch, "step": s.progress.step, **fields}
     predictions: dict[str, torch.Tensor] = {}
     if evaluate:
-        predictions = score_splits(s, row, keep_predictions=tel_due)
+        predictions = _score_splits(s, row, keep_predictions=tel_due)
         select(s, epoch, row.get("val/ce"))
     if tel_due:
         # the instrument reuses this boundary's dense predictions (no second forward pass)
         ctx = s.context(epoch, fields.get("optim/lr"))
-        row.update(timed_instrument(s, s.recorder.observe, ctx, predictions or None))
+        row.update(_timed_instrument(s, s.recorder.observe, ctx, predictions or None))
     if health:
-        row.update(timed_instrument(s, s.health_row, epoch))
+        row.update(_timed_instrument(s, s.health_row, epoch))
     elif cfg.health.enabled:
         from fathom.dynamics.probe import HEALTH_KEYS
 

@@ -76,7 +76,7 @@ def history_mismatches(off: list[dict[str, Any]], on: list[dict[str, Any]]) -> l
     return bad
 
 
-def overhead_ratios(
+def _overhead_ratios(
     manifest: RunManifest,
 ) -> tuple[float, float, float | None, float | None, float | None]:
     """``(training_s, telemetry_s, cold_s, overhead, overhead_without_cold)`` of a finished
@@ -110,7 +110,7 @@ def qualify(
     mismatches = history_mismatches(off.history, on.history)
     if off.status != "complete" or on.status != "complete":
         mismatches.insert(0, f"run status off={off.status}, on={on.status} (both must be complete)")
-    training, telemetry, cold, overhead, steady = overhead_ratios(RunDir(on.run_dir).record)
+    training, telemetry, cold, overhead, steady = _overhead_ratios(RunDir(on.run_dir).record)
     gated = steady if exclude_cold else overhead
     identical = off.final_params is not None and off.final_params == on.final_params
     result = Qualification(

@@ -28,7 +28,7 @@ from fathom.models.prep import network_and_input
 from fathom.train.plan import EpochPlan
 from fathom.train.step import Augmenter, StepBody, Tick, plan_batches, torch_update
 
-EPOCH_FIELDS: tuple[str, ...] = (
+_EPOCH_FIELDS: tuple[str, ...] = (
     "train/ce",
     "train/acc",
     "train/penalty",
@@ -39,7 +39,7 @@ EPOCH_FIELDS: tuple[str, ...] = (
 )
 
 
-class EpochSums:
+class _EpochSums:
     """Per-step scalars summed on the device (float64); read once per epoch."""
 
     def __init__(self, device: torch.device) -> None:
@@ -68,7 +68,7 @@ class EpochSums:
     def read(self) -> dict[str, float | None]:
         """Per-example means of CE and accuracy, per-step means of the rest (host reads)."""
         out: dict[str, float | None] = {}
-        for key in EPOCH_FIELDS:
+        for key in _EPOCH_FIELDS:
             total = self.sums.get(key)
             per = self.examples if key in ("train/ce", "train/acc") else self.steps
             out[key] = None if total is None or not per else float(total) / per
@@ -95,11 +95,11 @@ class RegularizedStepper:
         self.reg, self.augmenter = reg, augmenter
         self.body = StepBody(model, optimizer, splits, device, augmenter=augmenter)
         self.tangents = torch.Generator().manual_seed(tangent_seed)
-        self.sums = EpochSums(device)
+        self.sums = _EpochSums(device)
         self.captured = 0
 
     def run_epoch(self, plan: EpochPlan) -> torch.Tensor:
-        self.sums = EpochSums(self.device)
+        self.sums = _EpochSums(self.device)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for i, idx in plan_batches(plan, self.device, self.tick):
             net, inputs = network_and_input(self.model, self.body.batch(idx))

@@ -184,7 +184,7 @@ def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model)
     )
 
 
-def new_manifest(
+def _new_manifest(
     s: Session, allocator_tuned: bool, note: str | None, phase: str | None
 ) -> RunManifest:
     """The run's manifest before its first boundary (:class:`fathom.rundir.RunManifest`)."""
@@ -285,5 +285,5 @@ def build_session(
         t_invocation,
     )
     s.progress.initial_hash = initial_hash
-    writer.prepare(new_manifest(s, allocator_tuned, note, phase))
+    writer.prepare(_new_manifest(s, allocator_tuned, note, phase))
     return s

@@ -50,7 +50,7 @@ def plan_batches(
         yield i, perm[plan.batch(i)]
 
 
-def autocast_for(device: torch.device, precision: str):
+def _autocast_for(device: torch.device, precision: str):
     """bfloat16 autocast for ``bf16``; nothing otherwise."""
     if precision == "bf16":
         # cache_enabled=False: required for CUDA-graph capture under autocast
@@ -174,7 +174,7 @@ class StepBody:
     ) -> torch.Tensor:
         """One step on the examples ``idx`` with the gates ``kept`` at rate ``lr``; return the
         batch's mean CE, detached (a device scalar: nothing is read back)."""
-        with autocast_for(self.device, self.precision):
+        with _autocast_for(self.device, self.precision):
             logits = self.model(self.batch(idx))
         loss = self.loss(logits.float(), self.splits.fit_y.index_select(0, idx))
         if self.sgd is not None:
