@@ -173,7 +173,7 @@ class HeadProgress:
 
     The run's time left is :class:`fathom.base.eta.RunEta`'s (the trainer's measured steps,
     evaluations and the rest of each epoch). The runs still to start are predicted at the
-    mean wall time of the runs trained so far; before one finished, at the run under way's
+    mean wall time of the runs trained whole so far; before one finished, at the run under way's
     predicted total (elapsed + left): the two runs differ only in the output ReLU, so they
     cost the same. A run found complete (verified, not trained) costs no time and is not
     measured. Nothing reads a clock but ``clock`` (tests pass a fake one).
@@ -239,7 +239,7 @@ class HeadProgress:
 
         now = self.clock()
         wall = now - self.t0
-        if self.eta is not None and self.eta.epochs is not None:  # it trained here
+        if action == "trained":  # from its first epoch here (a resumed one did part)
             self.trained.append(wall)
         left = self._pair(now, Estimate(0.0))
         self.say(
