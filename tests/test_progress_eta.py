@@ -107,19 +107,19 @@ def test_audit_counts_data_timing_aggregation_and_writing_and_says_each_phase():
     last, the ETA is unknown rather than 0:00, and aggregation and writing are said."""
     said: list[str] = []
     clock = Clock()
-    p = AuditProgress(said.append, total=6, planned=4, data_loads=1, clock=clock)
-    p.counted(False, 2, planned=False)  # a plain run: nothing to remove, skipped
+    p = AuditProgress(said.append, total=6, planned={"res": 4}, data_loads=1, clock=clock)
+    p.counted(False, 2)  # a plain run: nothing to remove, skipped
     assert said == []
     p.phase("data", " for r1")
     clock.t += 4
-    p.checkpoint("r1 at selected")
+    p.checkpoint("r1 at selected", "res")
     clock.t += 10
     p.phase("timing", " of MLP")
     clock.t += 6
     p.counted(True)
     assert said[-1] == "  3/6 checkpoints  elapsed 0:20  audit ETA ≥0:30"
     for label in ("r1 at final", "r2 at selected", "r2 at final"):
-        p.checkpoint(label)
+        p.checkpoint(label, "res")
         clock.t += 10
         p.counted(True)
     assert said[-1] == "  6/6 checkpoints  elapsed 0:50  audit ETA —"  # not a frozen 0:00
@@ -140,13 +140,13 @@ def test_audit_counts_data_timing_aggregation_and_writing_and_says_each_phase():
 def test_audit_drops_a_missing_checkpoint_and_the_live_state_carries_the_eta():
     clock = Clock()
     said: list[str] = []
-    p = AuditProgress(said.append, total=3, planned=3, data_loads=0, clock=clock)
-    p.checkpoint("r1 at selected")
+    p = AuditProgress(said.append, total=3, planned={"res": 3}, data_loads=0, clock=clock)
+    p.checkpoint("r1 at selected", "res")
     clock.t += 8
     p.counted(True)
-    p.counted(False)  # a checkpoint that could not be loaded: no work, no line
-    assert p.eta.todo["checkpoint"] == 1 and len(said) == 2
-    p.checkpoint("r1 at final")
+    p.counted(False, arm="res")  # a checkpoint that could not be loaded: no work, no line
+    assert p.eta.todo["checkpoint:res"] == 1 and len(said) == 2
+    p.checkpoint("r1 at final", "res")
     clock.t += 3
     assert p.state("3/32 mask passes") == "3/32 mask passes  audit ETA ≥0:05"
 
@@ -217,3 +217,32 @@ def test_pipeline_eta_uses_recorded_step_times_and_skips_leave_the_count():
     assert eta.left(50.0).seconds == 2 * 20
     eta.begin("curvature", 54.0)  # measured 4 s: the next curvature step at 4 s
     assert eta.left(55.0).seconds == 3.0 and eta.left(55.0).lower_bound
+
+
+def test_each_arm_at_its_own_cost_and_an_arm_not_met_at_the_arms_met():
+    """Routed timing makes a residual checkpoint cost more than an sd one: after one of each,
+    each arm's checkpoints left are counted at its own cost; before sd was met, at res's."""
+    clock = Clock()
+    p = AuditProgress(lambda _: None, total=4, planned={"res": 2, "sd": 2}, data_loads=0,
+                      clock=clock)  # fmt: skip
+    p.eta.prior |= {"timing": 0.0, "aggregate": 0.0, "write": 0.0}
+    p.checkpoint("r1", "res")
+    clock.t += 12
+    p.counted(True)
+    assert p.left().seconds == 3 * 12.0 and not p.left().lower_bound
+    p.checkpoint("r2", "res")
+    clock.t += 12
+    p.checkpoint("s1", "sd")
+    clock.t += 2
+    p.counted(True)
+    assert p.left().seconds == 2.0
+
+
+def test_family_fallback_only_within_the_family_and_after_own_measure():
+    eta = WorkEta(todo={"ck:a": 1, "ck:b": 1, "other": 1})
+    eta.begin("ck:a", 0.0)
+    eta.end(4.0)
+    assert eta.cost("ck:b") == 4.0 and eta.cost("other") is None and eta.cost("ck") is None
+    eta.begin("ck:b", 4.0)
+    eta.end(5.0)
+    assert eta.cost("ck:b") == 1.0 and eta.cost("ck:c") == 2.5

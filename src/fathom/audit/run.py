@@ -146,14 +146,17 @@ def _audit_runs(
         runs = [rd for rd in runs if rd.phase != "tuning"]
     subjects = [subject_of(rd) for rd in runs]
     n_ckpt = len(settings.checkpoints)
+    arms = _arm_names(subjects)
     kept = [sub for sub in subjects if audit._skip_reason(sub) is None]
+    planned: dict[str, int] = {}
+    for sub in kept:
+        planned[arms[sub.rd.run_id]] = planned.get(arms[sub.rd.run_id], 0) + n_ckpt
     audit.tally = AuditProgress(
         audit.say,
         total=len(subjects) * n_ckpt,
-        planned=len(kept) * n_ckpt,
+        planned=planned,
         data_loads=0 if splits is not None else len({audit.split_key(sub) for sub in kept}),
     )
-    arms = _arm_names(subjects)
     records = [r for sub in subjects if (r := audit.run(sub, arms[sub.rd.run_id])) is not None]
     audit.tally.phase("aggregate")
     result = {
@@ -223,18 +226,18 @@ class _Audit:
 
         return tick
 
-    def _count(self, worked: bool, n: int = 1, planned: bool = True) -> None:
-        """Count ``n`` checkpoints done (``worked``: audited now; ``planned``: counted ahead
-        as work, i.e. not of a skipped run); say ``k/N`` with the audit's ETA after work."""
+    def _count(self, worked: bool, n: int = 1, arm: str | None = None) -> None:
+        """Count ``n`` checkpoints done (``worked``: audited now; else missing, of ``arm``,
+        or of a skipped run); say ``k/N`` with the audit's ETA after work."""
         if self.tally is not None:
-            self.tally.counted(worked, n, planned)
+            self.tally.counted(worked, n, arm)
 
     def run(self, sub: Subject, arm: str) -> dict[str, Any] | None:
         """The record of one run, every requested checkpoint audited (None: skipped)."""
         reason = self._skip_reason(sub)
         if reason is not None:
             self.skipped.append({"run_id": sub.rd.run_id, "reason": reason})
-            self._count(False, len(self.settings.checkpoints), planned=False)
+            self._count(False, len(self.settings.checkpoints))
             return None
         rd = sub.rd
         data = self._splits_for(sub)
@@ -303,11 +306,11 @@ class _Audit:
             if self.single:
                 raise
             record["checkpoints"][which] = {"missing": str(e)}
-            self._count(False)
+            self._count(False, arm=record["arm"])
             return
         label = f"{rd.run_id} at {which} checkpoint (epoch {epoch})"
         if self.tally is not None:
-            self.tally.checkpoint(label)
+            self.tally.checkpoint(label, record["arm"])
         else:
             self.say(f"auditing {label}")
         arrays = self.out / rd.run_id / f"{which}.npz"

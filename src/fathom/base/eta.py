@@ -182,7 +182,8 @@ class WorkEta:
 
     ``cost(kind)``: the mean wall time of the units of that kind measured in this
     invocation (:meth:`begin` to the next :meth:`begin` or :meth:`end`), else ``prior[kind]``
-    (an estimate the caller states: an earlier run's recorded time), else unknown: it counts
+    (an estimate the caller states: an earlier run's recorded time), else the mean of its
+    family's measured units (:meth:`cost`), else unknown: it counts
     zero and the estimate is a *lower bound*. ``None`` (unknown, not ``≥0:00``) while no unit
     left has a cost. A unit
     that turns out not to run (a skipped run, a missing checkpoint) is :meth:`drop`-ped.
@@ -213,9 +214,19 @@ class WorkEta:
         self.todo[kind] = max(0, self.todo.get(kind, 0) - n)
 
     def cost(self, kind: str) -> float | None:
-        """Seconds per unit of ``kind``: measured here, else the prior, else ``None``."""
+        """Seconds per unit of ``kind``: measured here, else the prior, else the mean of the
+        units measured of its family (the kinds sharing its name before ``:``: an audit's
+        ``checkpoint:<arm>`` not yet met at the arms met so far), else ``None``."""
         m = self.measured.get(kind)
-        return m.value if m is not None and m.n else self.prior.get(kind)
+        if m is not None and m.n:
+            return m.value
+        if kind in self.prior:
+            return self.prior[kind]
+        if ":" not in kind:
+            return None
+        family = kind.split(":")[0] + ":"
+        kin = [m for k, m in self.measured.items() if k.startswith(family) and m.n]
+        return sum(m.total for m in kin) / sum(m.n for m in kin) if kin else None
 
     def left(self, now: float) -> Estimate:
         """The time left at ``now`` (class docstring)."""
