@@ -186,7 +186,7 @@ def test_run_without_validation_is_refused(study, tmp_path):
 
 def test_mask_progress_counts_every_pass_with_an_eta(study, tmp_path, monkeypatch):
     """``mask_progress`` (a terminal's) gets k/N mask passes (N = 2 x 16 masks: validation,
-    then test) with elapsed and ETA, before the checkpoint's own tally line; without it,
+    then test) with the whole audit's ETA, then what the checkpoint does after them, before the checkpoint's own tally line; without it,
     ``progress`` gets no per-mask line. The 2 s throttle is lifted here to see every line."""
     import dataclasses
 
@@ -201,8 +201,11 @@ def test_mask_progress_counts_every_pass_with_an_eta(study, tmp_path, monkeypatc
     run = root / "sd_constant-1"
     audit_runs(run, settings, tmp_path / "a", splits=splits, progress=said.append,
                mask_progress=masks.append)  # fmt: skip
-    assert [int(m.split(": ")[1].split("/")[0]) for m in masks] == list(range(1, 32))
-    assert all("/32 mask passes (val + test)  elapsed " in m and " ETA " in m for m in masks)
+    passes, after = masks[:-1], masks[-1]
+    assert [int(m.split(": ")[1].split("/")[0]) for m in passes] == list(range(1, 32))
+    assert all("/32 mask passes (val + test)  audit ETA " in m for m in passes)
+    # after the last pass the line says what runs then, not a frozen ETA 0:00
+    assert "tables, interactions, resilience, router" in after and "audit ETA " in after
     assert all(m.startswith("    sd_constant-1 final: ") for m in masks)
     assert not any("mask passes" in line for line in said)
     assert any("1/1 checkpoints" in line for line in said)

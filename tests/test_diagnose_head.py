@@ -37,10 +37,28 @@ def base_config() -> RunConfig:
 def diagnosed(tmp_path_factory):
     out = tmp_path_factory.mktemp("head") / "pair"
     splits = synthetic_splits()
+    said: list[str] = []
     result = run_head_diagnostic(
-        base_config(), HeadSettings(seed=104, epochs=2), out, splits_for=lambda cfg, dev: splits
+        base_config(),
+        HeadSettings(seed=104, epochs=2),
+        out,
+        splits_for=lambda cfg, dev: splits,
+        progress=said.append,
     )
-    return out, result, splits
+    return out, result, splits, said
+
+
+def test_progress_says_each_epoch_of_each_run_with_the_pairs_eta(diagnosed):
+    """Per trained epoch ``name (k/2 runs) epoch e/2 ... run ETA ... pair ETA``, per run its end;
+    the last line's pair ETA is zero (nothing is left)."""
+    said = diagnosed[3]
+    epochs = [line for line in said if " epoch " in line]
+    assert [line.split(" (")[0] for line in epochs] == ["head-relu"] * 2 + ["head-linear"] * 2
+    assert [line.split(" (")[1][:3] for line in epochs] == ["1/2", "1/2", "2/2", "2/2"]
+    assert all(f" epoch {e}/2 " in line for e, line in zip((1, 2, 1, 2), epochs, strict=True))
+    assert all(" run ETA " in line and " pair ETA " in line for line in epochs)
+    ends = [line for line in said if " in " in line and " epoch " not in line]
+    assert len(ends) == 2 and ends[-1].endswith("pair ETA 0:00"), said
 
 
 def test_the_pair_differs_only_in_the_output_relu(diagnosed):
@@ -73,7 +91,7 @@ def brute_force_counts(run_dir, x, y) -> tuple[Counter, Counter]:
 
 
 def test_per_class_table_equals_a_brute_force_count(diagnosed):
-    out, result, splits = diagnosed
+    out, result, splits, _ = diagnosed
     lines = (out / "head.md").read_text().splitlines()
     for head in ("relu", "linear"):
         correct, total = brute_force_counts(out / f"head-{head}", splits.test_x, splits.test_y)

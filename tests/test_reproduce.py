@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -319,6 +320,11 @@ def test_rerun_skips_every_verified_step_and_a_tampered_output_reruns(straight):
         and "(output tiny-seed/audit/audit.md was modified; pipeline elapsed" in line
         for line in log
     )
+    # the pipeline's ETA: every step has a recorded time from the first run, so no lower bound
+    running = next(line for line in log if line.startswith(f"[2/{n} audit] running"))
+    assert re.search(r"pipeline elapsed \d+:\d\d, ETA \d+:\d\d\)$", running), running
+    done = next(line for line in log if line.startswith(f"[2/{n} audit] done in"))
+    assert re.search(r"s \(pipeline elapsed \d+:\d\d, ETA \d+:\d\d\)$", done), done
     assert third.actions["curvature:main-residual-s101"] == "skipped"
 
 

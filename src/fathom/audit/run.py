@@ -24,12 +24,13 @@ from fathom.audit.checkpoint import AuditSettings, audit_checkpoint, choose_mask
 from fathom.audit.lm_report import lm_markdown
 from fathom.audit.masks import full_mask_index, mask_label, removable_branch_count
 from fathom.audit.options import find_audit_runs
+from fathom.audit.progress import AuditProgress
 from fathom.audit.report import to_markdown
 from fathom.audit.router import require_sklearn
 from fathom.audit.speed import time_masks
 from fathom.audit.subjects import Subject, subject_of
 from fathom.base.io import config_digest, ensure_writable_dir
-from fathom.base.terminal import Say, Tally, Throttle
+from fathom.base.terminal import Say, Throttle
 from fathom.errors import FathomError
 from fathom.rundir.output import AnalysisOutput, analysis_output
 from fathom.stats import failure_flags
@@ -146,9 +147,20 @@ def _audit_runs(
         runs = [rd for rd in runs if rd.phase != "tuning"]
     subjects = [subject_of(rd) for rd in runs]
     lm = _language_models(subjects)
-    audit.tally = Tally(len(subjects) * len(settings.checkpoints), "checkpoints")
+    n_ckpt = len(settings.checkpoints)
     arms = _arm_names(subjects)
+    kept = [sub for sub in subjects if audit._skip_reason(sub) is None]
+    planned: dict[str, int] = {}
+    for sub in kept:
+        planned[arms[sub.rd.run_id]] = planned.get(arms[sub.rd.run_id], 0) + n_ckpt
+    audit.tally = AuditProgress(
+        audit.say,
+        total=len(subjects) * n_ckpt,
+        planned=planned,
+        data_loads=0 if splits is not None else len({audit.split_key(sub) for sub in kept}),
+    )
     records = [r for sub in subjects if (r := audit.run(sub, arms[sub.rd.run_id])) is not None]
+    audit.tally.phase("aggregate")
     result = {
         "format": FORMAT,
         "kind": "run" if audit.single else "study",
@@ -168,9 +180,11 @@ def _audit_runs(
     }
     if lm:
         result["model"] = "language model"
+    audit.tally.phase("write")
     result["wall_s"] = time.perf_counter() - t0
     output.json("audit.json", result)
     output.text("audit.md", lm_markdown(result) if lm else to_markdown(result))
+    audit.tally.finish()
     return result
 
 
@@ -207,31 +221,33 @@ class _Audit:
     speed: list[dict[str, Any]] = field(default_factory=list)
     _split_cache: dict[str, Any] = field(default_factory=dict)
     _timed: set[str] = field(default_factory=set)
-    tally: Tally | None = None  # k/N checkpoints with an ETA, said after each one
+    tally: AuditProgress | None = None  # each phase, k/N checkpoints, the audit's ETA
     mask_say: Throttle | None = None  # per mask pass, throttled (a terminal only)
 
     def _mask_ticker(self, run_id: str, which: str) -> Callable[[int, int], None] | None:
         """``on_mask(done, total)`` for one checkpoint: its k/N mask passes with an ETA."""
         if self.mask_say is None:
             return None
-        tally: list[Tally] = []
 
         def tick(done: int, total: int) -> None:
-            if not tally:
-                tally.append(Tally(total, "mask passes (val + test)"))
-            line = tally[0].add()
-            if done < total:
-                self.mask_say(f"    {run_id} {which}: {line}")
+            what = (
+                f"{done}/{total} mask passes (val + test)"
+                if done < total
+                else "tables, interactions, resilience, router (fit, permutation control, "
+                "routed timing)"
+            )
+            line = f"    {run_id} {which}: {what}"
+            if self.tally is not None:
+                line = f"    {run_id} {which}: {self.tally.state(what)}"
+            self.mask_say(line)
 
         return tick
 
-    def _count(self, worked: bool, n: int = 1) -> None:
-        """Count ``n`` checkpoints done (``worked``: audited now); say the tally after work."""
-        if self.tally is None:
-            return
-        lines = [self.tally.add(worked) for _ in range(n)]
-        if worked:
-            self.say(f"  {lines[-1]}")
+    def _count(self, worked: bool, n: int = 1, arm: str | None = None) -> None:
+        """Count ``n`` checkpoints done (``worked``: audited now; else missing, of ``arm``,
+        or of a skipped run); say ``k/N`` with the audit's ETA after work."""
+        if self.tally is not None:
+            self.tally.counted(worked, n, arm)
 
     def run(self, sub: Subject, arm: str) -> dict[str, Any] | None:
         """The record of one run, every requested checkpoint audited (None: skipped)."""
@@ -281,12 +297,20 @@ class _Audit:
         split hash and content digest."""
         if self.splits is not None:
             return self.splits
-        data = sub.rd.record.data
-        key = f"{sub.kind}:{data.split_hash}:{data.tensors_sha256}"
+        key = self.split_key(sub)
         if key not in self._split_cache:
-            self.say(f"loading data splits for {sub.rd.run_id}")
+            if self.tally is not None:
+                self.tally.phase("data", f" for {sub.rd.run_id}")
+            else:
+                self.say(f"loading data splits for {sub.rd.run_id}")
             self._split_cache[key] = sub.load_splits(self.device)
         return self._split_cache[key]
+
+    @staticmethod
+    def split_key(sub: Subject) -> str:
+        """One key per recorded split hash and content digest (loaded once each)."""
+        data = sub.rd.record.data
+        return f"{sub.kind}:{data.split_hash}:{data.tensors_sha256}"
 
     def _checkpoint(self, sub: Subject, which: str, data: Any, record: dict[str, Any]) -> None:
         """Audit checkpoint ``which`` into ``record`` (its arrays into ``<run-id>/<which>.npz``)."""
@@ -299,9 +323,13 @@ class _Audit:
             if self.single:
                 raise
             record["checkpoints"][which] = {"missing": str(e)}
-            self._count(False)
+            self._count(False, arm=record["arm"])
             return
-        self.say(f"auditing {rd.run_id} at {which} checkpoint (epoch {epoch})")
+        label = f"{rd.run_id} at {which} checkpoint (epoch {epoch})"
+        if self.tally is not None:
+            self.tally.checkpoint(label, record["arm"])
+        else:
+            self.say(f"auditing {label}")
         arrays = self.out / rd.run_id / f"{which}.npz"
         ensure_writable_dir(arrays.parent)
         meta = {
@@ -369,7 +397,10 @@ class _Audit:
         if arch in self._timed:
             return
         self._timed.add(arch)
-        self.say(f"timing reduced networks of {arch}")
+        if self.tally is not None:
+            self.tally.phase("timing", f" of {arch}")
+        else:
+            self.say(f"timing reduced networks of {arch}")
         self.speed.append(
             {
                 "architecture": arch,

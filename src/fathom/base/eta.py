@@ -171,3 +171,74 @@ class RunEta:
         later += steps * step_s * max(0, epochs - epoch)
         other = (self.other_s.value or 0.0) * max(0, epochs - epoch + 1)
         return Estimate(this, lower), Estimate(this + later + other, lower)
+
+
+@dataclass
+class WorkEta:
+    """Time left of a job made of units of named kinds (an audit's checkpoints, its data
+    loads, its aggregation; a pipeline's steps), each kind at its measured cost::
+
+        left = Σ_kind todo[kind] · cost(kind) + max(0, cost(current) − its elapsed time)
+
+    ``cost(kind)``: the mean wall time of the units of that kind measured in this
+    invocation (:meth:`begin` to the next :meth:`begin` or :meth:`end`), else ``prior[kind]``
+    (an estimate the caller states: an earlier run's recorded time), else the mean of its
+    family's measured units (:meth:`cost`), else unknown: it counts
+    zero and the estimate is a *lower bound*. ``None`` (unknown, not ``≥0:00``) while no unit
+    left has a cost. A unit
+    that turns out not to run (a skipped run, a missing checkpoint) is :meth:`drop`-ped.
+    """
+
+    todo: dict[str, int] = field(default_factory=dict)
+    prior: dict[str, float] = field(default_factory=dict)
+    measured: dict[str, Mean] = field(default_factory=dict)
+    current: tuple[str, float] | None = None
+
+    def begin(self, kind: str, now: float) -> None:
+        """Unit ``kind`` starts at ``now`` (the unit under way, if any, ends there)."""
+        self.end(now)
+        self.drop(kind)
+        self.current = (kind, now)
+
+    def end(self, now: float) -> float | None:
+        """The unit under way ends at ``now``; its measured seconds (``None``: none was)."""
+        if self.current is None:
+            return None
+        kind, t0 = self.current
+        self.current = None
+        self.measured.setdefault(kind, Mean()).add(now - t0)
+        return now - t0
+
+    def drop(self, kind: str, n: int = 1) -> None:
+        """``n`` units of ``kind`` will not run (at least zero stay to do)."""
+        self.todo[kind] = max(0, self.todo.get(kind, 0) - n)
+
+    def cost(self, kind: str) -> float | None:
+        """Seconds per unit of ``kind``: measured here, else the prior, else the mean of the
+        units measured of its family (the kinds sharing its name before ``:``: an audit's
+        ``checkpoint:<arm>`` not yet met at the arms met so far), else ``None``."""
+        m = self.measured.get(kind)
+        if m is not None and m.n:
+            return m.value
+        if kind in self.prior:
+            return self.prior[kind]
+        if ":" not in kind:
+            return None
+        family = kind.split(":")[0] + ":"
+        kin = [m for k, m in self.measured.items() if k.startswith(family) and m.n]
+        return sum(m.total for m in kin) / sum(m.n for m in kin) if kin else None
+
+    def left(self, now: float) -> Estimate:
+        """The time left at ``now`` (class docstring)."""
+        total, lower, known = 0.0, False, False
+        units = [(k, n, 0.0) for k, n in self.todo.items() if n > 0]
+        if self.current is not None:
+            units.append((self.current[0], 1, now - self.current[1]))
+        for kind, n, elapsed in units:
+            each = self.cost(kind)
+            if each is None:
+                lower = True
+            else:
+                known = True
+                total += max(0.0, n * each - elapsed)
+        return Estimate(total if known or not units else None, lower)

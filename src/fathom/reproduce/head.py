@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from fathom.base.io import atomic_write_json, atomic_write_text
+from fathom.base.terminal import fmt_duration, fmt_eta
 from fathom.base.units import fmt_percent
 from fathom.config import RunConfig, config_diff
 from fathom.errors import FathomError
@@ -106,14 +107,19 @@ def run_head_diagnostic(
     *,
     splits_for: Any = None,
     threads: int | None = None,
+    progress: Any = None,
 ) -> dict[str, Any]:
-    """Train (or resume, or verify) the pair under ``out_dir``; write ``head.json`` and ``head.md``."""
+    """Train (or resume, or verify) the pair under ``out_dir``; write ``head.json`` and ``head.md``.
+
+    ``progress(line)`` gets a line per trained epoch and per run (:class:`HeadProgress`:
+    ``k/2 runs`` with the run's and the pair's ETA)."""
     from fathom.base.provenance import resolve_device
     from fathom.study.execute import cached_splits
 
     out = Path(out_dir)
     cfgs = pair_configs(base, settings, study=out.name)
     heads: dict[str, Any] = {}
+    watch = HeadProgress(progress, len(cfgs)) if progress is not None else None
     for head, cfg in cfgs.items():
         spec = RunSpec(
             run_id=cfg.name,
@@ -125,7 +131,11 @@ def run_head_diagnostic(
             run_dir=str(out / cfg.name),
             config=cfg.model_dump(mode="json"),
         )
-        outcome = execute_run(spec, threads=threads, splits_for=splits_for)
+        if watch is not None:
+            watch.start(cfg.name)
+        outcome = execute_run(spec, threads=threads, splits_for=splits_for, progress=watch)
+        if watch is not None:
+            watch.end(outcome.action, outcome.status)
         if outcome.status != "complete":
             raise FathomError(
                 f"head diagnostic run {cfg.name} ended {outcome.status} ({outcome.error}); a "
@@ -155,6 +165,87 @@ def run_head_diagnostic(
     atomic_write_json(out / "head.json", result)
     atomic_write_text(out / "head.md", _head_markdown(result))
     return result
+
+
+class HeadProgress:
+    """The head pair's progress: ``head-relu-s104 (1/2 runs) epoch 1/2  elapsed 0:04  run
+    ETA 0:04  pair ETA 0:12``, one line per trained epoch, and one per run when it ends.
+
+    The run's time left is :class:`fathom.base.eta.RunEta`'s (the trainer's measured steps,
+    evaluations and the rest of each epoch). The runs still to start are predicted at the
+    mean wall time of the runs trained whole so far; before one finished, at the run under way's
+    predicted total (elapsed + left): the two runs differ only in the output ReLU, so they
+    cost the same. A run found complete (verified, not trained) costs no time and is not
+    measured. Nothing reads a clock but ``clock`` (tests pass a fake one).
+    """
+
+    def __init__(self, say: Any, runs: int, clock: Any = None) -> None:
+        import time
+
+        self.say, self.runs = say, runs
+        self.clock = clock or time.monotonic
+        self.k = 0
+        self.trained: list[float] = []
+        self.name, self.t0, self.steps, self.epoch = "", 0.0, 0, 0
+        self.eta: Any = None
+
+    def start(self, name: str) -> None:
+        """Run ``name`` (the next of the pair) starts."""
+        from fathom.base.eta import RunEta
+
+        self.k += 1
+        self.name, self.t0, self.steps, self.epoch = name, self.clock(), 0, 0
+        self.eta = RunEta()
+
+    def __call__(self, event: str, info: dict[str, Any]) -> None:
+        """A trainer event of the run under way."""
+        now = self.clock()
+        if event == "step":
+            self.epoch, self.steps = info["epoch"], info["steps"]
+            return
+        if event == "epoch_end":
+            info = {**info, "steps_in_epoch": self.steps if self.epoch == info["epoch"] else 0}
+        self.eta.event(event, info, now)
+        if event == "epoch_end" and self.steps:
+            epochs = self.eta.epochs or info.get("epochs") or 0
+            _, run = self.eta.left(info["epoch"] + 1, epochs, 0, self.steps)
+            self.say(
+                f"{self._who()} epoch {info['epoch']}/{epochs}  elapsed "
+                f"{fmt_duration(now - self.t0)}  run ETA {fmt_eta(run)}  "
+                f"pair ETA {fmt_eta(self._pair(now, run))}"
+            )
+
+    def _who(self) -> str:
+        return f"{self.name} ({self.k}/{self.runs} runs)"
+
+    def _pair(self, now: float, run: Any) -> Any:
+        """The pair's time left: this run's, and each run to come at the per-run estimate."""
+        from fathom.base.eta import Estimate
+
+        later = self.runs - self.k
+        if self.trained:
+            each: float | None = sum(self.trained) / len(self.trained)
+        elif run.seconds is not None:
+            each = now - self.t0 + run.seconds
+        else:
+            each = None
+        if run.seconds is None or (later and each is None):
+            return Estimate(None)
+        return Estimate(run.seconds + later * (each or 0.0), run.lower_bound)
+
+    def end(self, action: str, status: str) -> None:
+        """The run under way ended (``action``: trained, resumed, skipped ...)."""
+        from fathom.base.eta import Estimate
+
+        now = self.clock()
+        wall = now - self.t0
+        if action == "trained":  # from its first epoch here (a resumed one did part)
+            self.trained.append(wall)
+        left = self._pair(now, Estimate(0.0))
+        self.say(
+            f"{self._who()} {action} {status} in {wall:.1f} s  pair ETA "
+            f"{fmt_eta(left) if self.k < self.runs else fmt_duration(0.0)}"
+        )
 
 
 def _head_markdown(result: dict[str, Any]) -> str:

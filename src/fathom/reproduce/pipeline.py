@@ -46,6 +46,7 @@ class Context:
     actions: dict[str, str] = field(default_factory=dict)
     plan: dict[str, str] = field(default_factory=dict)  # step -> what it does, in order
     t0: float = field(default_factory=time.perf_counter)
+    eta: Any = None  # fathom.base.eta.WorkEta over the steps (pipeline_eta)
 
     @property
     def root(self) -> Path:
@@ -87,29 +88,72 @@ def step_label(ctx: Context, step: str) -> str:
     return f"[{k}/{len(names) or '?'} {step}]"
 
 
+def pipeline_eta(plan: dict[str, str], state: PipelineState) -> Any:
+    """The whole pipeline's time left (:class:`fathom.base.eta.WorkEta`), one unit per step
+    of ``plan``, its kind the step's name before ``:`` (the curvature steps share one)::
+
+        left = Σ_steps to come cost(kind) + max(0, cost(current) − its elapsed time)
+
+    ``cost(kind)``: the mean wall time of that kind's steps run in this invocation, else
+    the mean of their recorded times in ``pipeline.json`` (an earlier run of the same
+    steps), else unknown: it counts zero and the ETA is a lower bound (``≥``). A step found
+    complete and verified is skipped at no cost and leaves the count; until its line comes
+    it was counted at its recorded time (so a resumed pipeline's ETA errs high, never low).
+    """
+    from fathom.base.eta import WorkEta
+
+    todo: dict[str, int] = {}
+    recorded: dict[str, list[float]] = {}
+    for step in plan:
+        kind = step.split(":")[0]
+        todo[kind] = todo.get(kind, 0) + 1
+        wall = state.steps.get(step, {}).get("wall_s")
+        if wall is not None:
+            recorded.setdefault(kind, []).append(float(wall))
+    prior = {k: sum(v) / len(v) for k, v in recorded.items()}
+    return WorkEta(todo=todo, prior=prior)
+
+
+def _clock_line(ctx: Context) -> str:
+    """``pipeline elapsed 3:34, ETA ≥0:30`` (the ETA only where :func:`pipeline_eta` runs)."""
+    from fathom.base.terminal import fmt_duration, fmt_eta
+
+    now = time.perf_counter()
+    line = f"pipeline elapsed {fmt_duration(now - ctx.t0)}"
+    eta = getattr(ctx, "eta", None)  # a depth-scaling pipeline's context has none
+    return line if eta is None else f"{line}, ETA {fmt_eta(eta.left(now))}"
+
+
+def _skipped(ctx: Context, step: str, line: str) -> None:
+    """Say ``line`` for a skipped step; the step leaves the pipeline's work left."""
+    ctx.say(line)
+    ctx.actions[step] = "skipped"
+    if getattr(ctx, "eta", None) is not None:
+        ctx.eta.drop(step.split(":")[0])
+
+
 def _step(ctx: Context, state: PipelineState, step: str, inputs: dict, body: Callable) -> None:
     """Skip ``step`` when complete and verified, else run ``body() -> outputs`` and record it.
-    Its lines say its place (``k/N``), what it does and the pipeline's elapsed time."""
-    from fathom.base.terminal import fmt_duration
-
+    Its lines say its place (``k/N``), what it does, the pipeline's elapsed time and its ETA
+    (:func:`pipeline_eta`)."""
     label = step_label(ctx, step)
     done, why = state.check(step, inputs)
     if done:
-        ctx.say(f"{label} skipped: {why}")
-        ctx.actions[step] = "skipped"
+        _skipped(ctx, step, f"{label} skipped: {why}")
         return
     what = ctx.plan.get(step)
-    elapsed = fmt_duration(time.perf_counter() - ctx.t0)
-    ctx.say(
-        f"{label} running: {what} ({why}; pipeline elapsed {elapsed})"
-        if what
-        else f"{label} running ({why})"
-    )
+    eta = getattr(ctx, "eta", None)
+    if eta is not None:
+        eta.begin(step.split(":")[0], time.perf_counter())
+    clock = _clock_line(ctx)
+    ctx.say(f"{label} running: {what} ({why}; {clock})" if what else f"{label} running ({why})")
     t0 = time.perf_counter()
     outputs = body()
     state.record(step, inputs, outputs, time.perf_counter() - t0)
     ctx.actions[step] = "ran"
-    ctx.say(f"{label} done in {time.perf_counter() - t0:.1f} s")
+    if eta is not None:
+        eta.end(time.perf_counter())
+    ctx.say(f"{label} done in {time.perf_counter() - t0:.1f} s ({_clock_line(ctx)})")
 
 
 def _verify_study(ctx: Context) -> list[Path]:
@@ -132,11 +176,12 @@ def _step_study(ctx: Context, state: PipelineState) -> None:
     done, why = state.check("study", inputs)
     if done:
         _verify_study(ctx)
-        ctx.say(
+        _skipped(
+            ctx,
+            "study",
             f"{step_label(ctx, 'study')} skipped: {why}; every main run's final checkpoint "
-            "re-verified"
+            "re-verified",
         )
-        ctx.actions["study"] = "skipped"
         return
 
     def body() -> list[Path]:
@@ -252,7 +297,12 @@ def _step_head(ctx: Context, state: PipelineState) -> None:
 
     def body() -> list[Path]:
         result = run_head_diagnostic(
-            base, settings, ctx.head_dir, splits_for=ctx.splits_for, threads=ctx.threads
+            base,
+            settings,
+            ctx.head_dir,
+            splits_for=ctx.splits_for,
+            threads=ctx.threads,
+            progress=lambda m: ctx.say(f"  {m}"),
         )
         for line in head_lines(result):
             ctx.say(f"  {line}")
@@ -328,7 +378,9 @@ def reproduce(ctx: Context) -> PipelineState:
     on the output directory; return the step records."""
     ctx.plan = ctx.plan or plan_steps(ctx)
     with pipeline_lock(ctx.root) as lock:
-        return _run_steps(ctx, open_state(ctx, lock))
+        state = open_state(ctx, lock)
+        ctx.eta = pipeline_eta(ctx.plan, state)
+        return _run_steps(ctx, state)
 
 
 def _run_steps(ctx: Context, state: PipelineState) -> PipelineState:
