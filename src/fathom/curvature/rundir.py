@@ -282,10 +282,9 @@ TOKEN_SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
 
 
 def is_language_model(rd: Any) -> bool:
-    from fathom.config.model_kinds import MODEL_KINDS
+    from fathom.config.model_kinds import model_kind
 
-    row = MODEL_KINDS.get(str(rd.manifest.get("model", {}).get("kind")))
-    return row is not None and row.tokens
+    return model_kind(rd.config.model.kind).tokens
 
 
 def _write_token_snapshots(

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from typing import ClassVar, Literal
@@ -64,7 +65,7 @@ _REDUCTIONS: tuple[str, ...] = ("mean", "sum")
 
 
 @dataclass(frozen=True)
-class Loss:
+class Loss(ABC):
     """A loss with its options; subclasses fill the closed forms (module docstring)."""
 
     name: ClassVar[str]
@@ -120,24 +121,27 @@ class Loss:
         return Terms(self, layout, t, mask, weight, scale)
 
     # -- closed forms over canonical [N, P, C] ---------------------------------------------
+    @abstractmethod
     def values(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The per-position loss values ``l_ip`` (module docstring)."""
 
+    @abstractmethod
     def gradient(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The per-position residual ``dl_ip/dz_ip`` (module docstring)."""
 
+    @abstractmethod
     def hessian_sqrt(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """The per-position factor ``S_ip`` of the output Hessian, ``S S^T = H`` (module docstring)."""
 
     def factor_width(self, layout: Layout) -> int:
         """``K``: columns of the Hessian factor per position (one for elementwise losses)."""
         return 1
 
+    @abstractmethod
     def torch_sum(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """``sum_ip m_ip l_ip`` by torch's own function (``reduction="sum"``): differentiable
         in the output's dtype (float32 training telemetry), where the closed forms above are
         the float64 references."""
-        raise NotImplementedError
 
     def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """``L`` (module docstring), float64."""

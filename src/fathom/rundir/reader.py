@@ -310,7 +310,8 @@ class RunDir:
         return [describe_recovery(e) for e in self.recovery()]
 
     # -- models and data (kind "run") ----------------------------------------------------
-    def _data_info(self) -> dict[str, Any]:
+    @property
+    def data_info(self) -> dict[str, Any]:
         """``data.info``: what the data source recorded about itself (open, per source)."""
         if isinstance(self.header, RunManifest):
             return self.header.data.info
@@ -323,7 +324,7 @@ class RunDir:
         dataset's (:func:`fathom.data.registry.registered_shape`), any other is refused
         naming the fix, never a default."""
         self._require_kind("its class count")
-        classes = self._data_info().get("classes")
+        classes = self.data_info.get("classes")
         if classes is None:
             from fathom.data.registry import registered_shape
 
@@ -349,7 +350,7 @@ class RunDir:
 
         from fathom.models import build_model
 
-        info = self._data_info()
+        info = self.data_info
         shape = tuple(info["input_shape"]) if info.get("input_shape") else None
         classes, in_features = info.get("classes"), info.get("in_features")
         model = build_model(

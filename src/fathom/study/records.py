@@ -72,7 +72,7 @@ def outcome_warnings(rd: RunDir) -> list[str]:
     if rd.status != "complete":
         return []
     final = checkpoint_scores(rd)["final"]
-    baseline = rd._data_info().get("unigram_val_ce")
+    baseline = rd.data_info.get("unigram_val_ce")
     if baseline is not None:  # a language model: judged against its unigram baseline
         return language_model_warnings(final["val_ce"], float(baseline))
     classes = rd.classes
