@@ -271,6 +271,24 @@ def test_a_depth_scaling_verdict_is_shown_with_its_lines(study, tmp_path):
     assert "Depth scaling" not in lm_html(load_runs(root), None, root)
 
 
+def test_the_explorer_lists_one_chart_per_block_of_the_block_fields(study):
+    """The per-block fields are listed as the per-layer ones are, faceted by block (model
+    order), each facet's values the history's own."""
+    from fathom.report.html import explorer_payload
+
+    runs = load_runs(study)
+    payload = explorer_payload(runs)
+    hist = history(study)
+    for prefix in ("probe/block/update_rel", "grad/block/mean_norm"):
+        meta = payload["meta"][f"{prefix}/{{block}}"]
+        assert meta["facetKind"] == "block" and meta["family"] in ("activations", "gradients")
+        assert meta["facets"] == ["blocks.0", "blocks.1", "blocks.2"]
+        assert "||" in meta["formula"]
+        for block in meta["facets"]:
+            recorded = [r[f"{prefix}/{block}"] for r in hist if f"{prefix}/{block}" in r]
+            assert recorded and all(v > 0 for v in recorded)
+
+
 class _Images(HTMLParser):
     """``{figure id: img src}`` of a page."""
 
