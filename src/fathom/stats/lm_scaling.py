@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fathom.errors import FathomError
 from fathom.stats.numbers import fmt_estimate, fmt_interval
@@ -135,9 +135,11 @@ def _entered(r: LMRunRecord) -> float:
     return r.ce
 
 
-def _unjudged(verdict: str, line: str, records: dict, **kw: Any) -> LMVerdict:
+def _unjudged(
+    verdict: Literal["no comparison", "no conclusion"], line: str, records: dict, **kw: Any
+) -> LMVerdict:
     """``no comparison`` / ``no conclusion``: both decisions, one sentence naming why."""
-    decisions = [Decision(id=q, rule=LM_RULE, verdict=verdict, records=records) for q in _QUESTIONS]  # type: ignore[arg-type]
+    decisions = [Decision(id=q, rule=LM_RULE, verdict=verdict, records=records) for q in _QUESTIONS]
     sentence = Sentence(text=line, decisions=list(_QUESTIONS))
     results = Results(sentences=[sentence], decisions=decisions)
     return LMVerdict(verdict, verdict, [line], results=results, **kw)
@@ -243,7 +245,8 @@ def _again(d: Decision) -> tuple[LMVerdict, Decision]:
     try:
         recs = d.records
         records = [LMRunRecord(**r) for r in recs["runs"]]
-        verdict = lm_depth_verdict(records, tuple(recs["arms"]), Rules(**recs["rules"]))  # type: ignore[arg-type]
+        baseline, candidate = recs["arms"]
+        verdict = lm_depth_verdict(records, (baseline, candidate), Rules(**recs["rules"]))
     except (KeyError, TypeError, ValueError) as e:
         raise FathomError(
             f"decision {d.id!r} of rule {LM_RULE!r} has unreadable records ({e}); it must "
