@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fathom.base.io import atomic_write_json, atomic_write_text, config_digest
 from fathom.base.terminal import Say
@@ -28,6 +28,23 @@ from fathom.reproduce.state import PipelineState, pipeline_lock
 from fathom.rundir import RunDir
 from fathom.study.config import StudyConfig
 from fathom.study.plan import study_root
+
+
+class StepContext(Protocol):
+    """What :func:`run_step` and :func:`open_state` read of a pipeline's invocation: a study
+    pipeline's :class:`Context` or a depth-scaling one's
+    (:class:`fathom.reproduce.depth_pipeline.DepthContext`). An ``eta`` attribute
+    (:func:`pipeline_eta`), where present, is read with ``getattr``."""
+
+    name: str
+    runs_dir: Path
+    say: Say
+    actions: dict[str, str]
+    plan: dict[str, str]
+    t0: float
+
+    @property
+    def root(self) -> Path: ...
 
 
 @dataclass
@@ -81,7 +98,7 @@ def _plan_steps(ctx: Context) -> dict[str, str]:
     return plan
 
 
-def _step_label(ctx: Context, step: str) -> str:
+def _step_label(ctx: StepContext, step: str) -> str:
     """``[3/8 curvature:main-residual-s101]`` (the step's place in :func:`_plan_steps`)."""
     names = list(ctx.plan)
     k = names.index(step) + 1 if step in names else "?"
@@ -114,7 +131,7 @@ def pipeline_eta(plan: dict[str, str], state: PipelineState) -> Any:
     return WorkEta(todo=todo, prior=prior)
 
 
-def _clock_line(ctx: Context) -> str:
+def _clock_line(ctx: StepContext) -> str:
     """``pipeline elapsed 3:34, ETA ≥0:30`` (the ETA only where :func:`pipeline_eta` runs)."""
     from fathom.base.terminal import fmt_duration, fmt_eta
 
@@ -124,7 +141,7 @@ def _clock_line(ctx: Context) -> str:
     return line if eta is None else f"{line}, ETA {fmt_eta(eta.left(now))}"
 
 
-def _skipped(ctx: Context, step: str, line: str) -> None:
+def _skipped(ctx: StepContext, step: str, line: str) -> None:
     """Say ``line`` for a skipped step; the step leaves the pipeline's work left."""
     ctx.say(line)
     ctx.actions[step] = "skipped"
@@ -132,11 +149,12 @@ def _skipped(ctx: Context, step: str, line: str) -> None:
         ctx.eta.drop(step.split(":")[0])
 
 
-def run_step(ctx: Context, state: PipelineState, step: str, inputs: dict, body: Callable) -> None:
+def run_step(
+    ctx: StepContext, state: PipelineState, step: str, inputs: dict, body: Callable
+) -> None:
     """Skip ``step`` when complete and verified, else run ``body() -> outputs`` and record it.
     Its lines say its place (``k/N``), what it does, the pipeline's elapsed time and its ETA
-    (:func:`pipeline_eta`; a depth-scaling pipeline's context,
-    :class:`fathom.reproduce.depth_pipeline.DepthContext`, has none)."""
+    (:func:`pipeline_eta`; a depth-scaling pipeline's context has none)."""
     label = _step_label(ctx, step)
     done, why = state.check(step, inputs)
     if done:
@@ -364,7 +382,7 @@ def _step_report(ctx: Context, state: PipelineState) -> None:
     run_step(ctx, state, "report", inputs, body)
 
 
-def open_state(ctx: Any, lock: Any) -> PipelineState:
+def open_state(ctx: StepContext, lock: Any) -> PipelineState:
     """The step records under ``ctx.root``, once ``lock`` is held; a stale lock taken over
     (its holder was killed) is recorded and said."""
     state = PipelineState(ctx.root / "reproduce" / "pipeline.json", ctx.runs_dir, ctx.name)
