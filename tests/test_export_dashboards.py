@@ -27,12 +27,11 @@ def study(tmp_path: Path) -> Path:
 
 
 def _wandb_read(out: Path, run_id: str):
-    from fathom.export.wandb_records import read_records
-    from fathom.export.wandb_verify import _Read
+    from fathom.export.wandb_records import WandbRun, read_records
 
     record = json.loads((out / "fathom-export.json").read_text())
     path = out / record["wandb_files"][run_id]
-    return _Read(read_records(path)), path
+    return WandbRun(read_records(path)), path
 
 
 # -- W&B ------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ Python reader for this log, so this module is one; it checks every CRC.
 from __future__ import annotations
 
 import contextlib
+import json
 import struct
 import time
 import zlib
@@ -82,6 +83,47 @@ def read_records(path: str | Path) -> list[Any]:
         rec.ParseFromString(payload)
         records.append(rec)
     return records
+
+
+def _items(items: Any) -> dict[str, Any]:
+    """``key -> value`` of a record's items; a nested key ``[a, b]`` becomes ``out[a][b]``."""
+    out: dict[str, Any] = {}
+    for i in items:
+        path = [i.key] if i.key else list(i.nested_key)
+        if not path:
+            continue
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = json.loads(i.value_json)
+    return out
+
+
+class WandbRun:
+    """What one ``.wandb`` file holds, by record kind (of :func:`read_records`' records):
+    ``history`` as ``(step, items)`` in file order, ``config`` and ``summary`` with nested
+    keys as nested dicts, the ``run`` record, and the ``model`` artifacts."""
+
+    def __init__(self, records: list[Any]) -> None:
+        self.history: list[tuple[int, dict[str, Any]]] = []
+        self.config: dict[str, Any] = {}
+        self.summary: dict[str, Any] = {}
+        self.run: Any = None
+        self.artifacts: list[Any] = []
+        for rec in records:
+            kind = rec.WhichOneof("record_type")
+            if kind == "history":
+                items = _items(rec.history.item)
+                self.history.append((int(items.get("_step", rec.history.step.num)), items))
+            elif kind == "config":
+                self.config.update(_items(rec.config.update))
+            elif kind == "run":
+                self.run = rec.run
+                self.config.update(_items(rec.run.config.update))
+            elif kind == "summary":
+                self.summary.update(_items(rec.summary.update))
+            elif kind == "artifact" and rec.artifact.type == "model":
+                self.artifacts.append(rec.artifact)
 
 
 def is_complete(records: list[Any]) -> bool:

@@ -38,22 +38,8 @@ from fathom.export.wandb_content import (
     table_rows,
     wandb_module,
 )
-from fathom.export.wandb_records import is_complete, read_records
+from fathom.export.wandb_records import WandbRun, is_complete, read_records
 from fathom.report.runs import RunData
-
-
-def _items(items: Any) -> dict[str, Any]:
-    """``key -> value`` of a record's items; a nested key ``[a, b]`` becomes ``out[a][b]``."""
-    out: dict[str, Any] = {}
-    for i in items:
-        path = [i.key] if i.key else list(i.nested_key)
-        if not path:
-            continue
-        node = out
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = json.loads(i.value_json)
-    return out
 
 
 def _md5_b64(path: Path) -> str:
@@ -73,32 +59,7 @@ def _same_cells(want: list[list[Any]], got: Any) -> bool:
     )
 
 
-class _Read:
-    """What one ``.wandb`` file holds, by record kind."""
-
-    def __init__(self, records: list[Any]) -> None:
-        self.history: list[tuple[int, dict[str, Any]]] = []
-        self.config: dict[str, Any] = {}
-        self.summary: dict[str, Any] = {}
-        self.run: Any = None
-        self.artifacts: list[Any] = []
-        for rec in records:
-            kind = rec.WhichOneof("record_type")
-            if kind == "history":
-                items = _items(rec.history.item)
-                self.history.append((int(items.get("_step", rec.history.step.num)), items))
-            elif kind == "config":
-                self.config.update(_items(rec.config.update))
-            elif kind == "run":
-                self.run = rec.run
-                self.config.update(_items(rec.run.config.update))
-            elif kind == "summary":
-                self.summary.update(_items(rec.summary.update))
-            elif kind == "artifact" and rec.artifact.type == "model":
-                self.artifacts.append(rec.artifact)
-
-
-def _check_run_record(run: RunData, got: _Read, report: VerifyReport, job: str | None) -> None:
+def _check_run_record(run: RunData, got: WandbRun, report: VerifyReport, job: str | None) -> None:
     r = got.run
     want = {
         "group": run.cohort,
@@ -140,7 +101,7 @@ def _check_table(
 
 
 def _check_history(
-    run: RunData, got: _Read, files: Path, report: VerifyReport, analyses: bool
+    run: RunData, got: WandbRun, files: Path, report: VerifyReport, analyses: bool
 ) -> None:
     steps = [s for s, _ in got.history]
     epochs = [int(row["epoch"]) for row in run.rows]
@@ -177,7 +138,7 @@ def _check_history(
 
 
 def _check_artifacts(
-    run: RunData, got: _Read, logged: list[dict[str, Any]], report: VerifyReport
+    run: RunData, got: WandbRun, logged: list[dict[str, Any]], report: VerifyReport
 ) -> None:
     by_epoch = {json.loads(a.metadata or "{}").get("epoch"): a for a in got.artifacts}
     if sorted(k for k in by_epoch if k is not None) != [c["epoch"] for c in logged]:
@@ -233,7 +194,7 @@ def verify(
                 "export again"
             )
             continue
-        got = _Read(records)
+        got = WandbRun(records)
         _check_run_record(run, got, report, job)
         _check_history(run, got, (out / rel).parent / "files", report, analyses)
         if artifacts is not None:

@@ -46,7 +46,7 @@ def _sentences_html(agg: Mapping[str, Any]) -> list[str]:
     ]
 
 
-SIZE_TABLES = (
+_SIZE_TABLES = (
     # (key, table id, caption, unit)
     ("test_damage", "audit-table",
      "Damage ΔCE (nats) [95% CI], mean over the masks keeping that many branches", "nats"),
@@ -67,7 +67,7 @@ def _size_tables(agg: Mapping[str, Any]) -> list[str]:
         reverse=True,
     )
     out = []
-    for key, tid, caption, unit in SIZE_TABLES:
+    for key, tid, caption, unit in _SIZE_TABLES:
         rows = []
         for which, a in agg.items():
             for arm, s in (a.get("arms") or {}).items():

@@ -131,7 +131,7 @@ def _write_report(
     flagged = [f"{r.run_id}: {reason}" for r in runs for reason in r.flag_reasons]
     md_path = output.text(
         "summary.md",
-        summary_markdown(
+        _summary_markdown(
             title,
             runs,
             out_dir,
@@ -159,7 +159,7 @@ def _demoted(md: str) -> str:
     return "\n".join("#" + line if line.startswith("#") else line for line in md.splitlines())
 
 
-def summary_markdown(
+def _summary_markdown(
     title: str,
     runs: list[RunData],
     out_dir: Path,

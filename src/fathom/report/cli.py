@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def _cmd_report(args: argparse.Namespace) -> int:
     from fathom.base.preflight import check_exists, check_output_dir
 
     check_exists(args.dir, "a run directory or a study directory")  # before torch
@@ -33,4 +33,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dir", help="a study directory or one run directory")
     p.add_argument("--out", help="output directory (default: DIR/report)")
     p.add_argument("--no-figures", action="store_true", help="skip the matplotlib PNG figures")
-    p.set_defaults(func=cmd_report)
+    p.set_defaults(func=_cmd_report)

@@ -116,6 +116,17 @@ def value_at(run: RunData, name: str, epoch: int) -> float | None:
     return None
 
 
+def seed_values(runs: Sequence[RunData], fields: Mapping[str, str], epoch: int) -> dict[int, float]:
+    """``seed -> v_s``: each run's own field (``fields[run_id]``, the name the layer has in
+    that run) at ``epoch`` (:func:`value_at`; finite values only, runs without a seed left out)."""
+    out = {}
+    for r in runs:
+        v = value_at(r, fields[r.run_id], epoch) if r.run_id in fields else None
+        if v is not None and r.seed is not None:
+            out[r.seed] = v
+    return out
+
+
 def recorded_epochs(runs: Sequence[RunData], name: str) -> list[int]:
     """Epochs at which any of ``runs`` has a row holding ``name``."""
     return sorted({row["epoch"] for r in runs for row in r.rows if name in row})
@@ -134,7 +145,7 @@ def finite(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def run_flags(run: RunData) -> list[str]:
+def _run_flags(run: RunData) -> list[str]:
     """:func:`fathom.stats.failure_flags` of a run from its manifest status and final row
     (test accuracy, fitting CE and accuracy); classes from the manifest's ``data.info``,
     else the number of per-class test accuracies. Without a class count (< 2) only the
@@ -166,4 +177,4 @@ def _flag_value(v: Any) -> float | None:
 
 def recipe_flags(runs: Sequence[RunData]) -> list[str]:
     """The union of the runs' failure flags (one arm's flags for a comparison)."""
-    return sorted({f for r in runs for f in run_flags(r)})
+    return sorted({f for r in runs for f in _run_flags(r)})

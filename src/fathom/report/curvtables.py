@@ -28,7 +28,7 @@ TRACES = (
     ("jacobian_gram_weight_trace", "Jacobian-Gram trace (logit² / param. unit²)"),
     ("empirical_fisher_weight_trace", "empirical Fisher trace (nats² / param. unit²)"),
 )
-LM_TRACES = (
+_LM_TRACES = (
     # a language model's summary rows (fathom.curvature.rundir): every parameter, biases,
     # LayerNorm gains and the tied embedding included; the loss is nats per token
     ("ggn_trace", "token-CE GGN trace (nats/token / param. unit²)"),
@@ -36,15 +36,15 @@ LM_TRACES = (
 )
 
 
-def trace_fields(rows: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+def _trace_fields(rows: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
     """The traces the summary rows hold: a classifier's weight traces (:data:`TRACES`), a
-    language model's whole-parameter traces (:data:`LM_TRACES`), or both, in that order."""
+    language model's whole-parameter traces (:data:`_LM_TRACES`), or both, in that order."""
     keys = {k for r in rows for k in r}
-    lm = tuple(t for t in LM_TRACES if t[0] in keys)
+    lm = tuple(t for t in _LM_TRACES if t[0] in keys)
     return tuple(t for t in TRACES if t[0] in keys) + lm if lm else TRACES
 
 
-def estimator_text(row: Mapping[str, Any]) -> str:
+def _estimator_text(row: Mapping[str, Any]) -> str:
     """How a summary row's GGN trace was made, from its own record: ``exact`` (a
     classifier's snapshot, which records no estimator, is exact throughout) or
     ``mc, K samples/window, seed S`` for a sampled one."""
@@ -92,8 +92,8 @@ def _mean(values: Sequence[float | None]) -> tuple[float | None, int]:
 def trace_table(
     runs: Sequence[RunData], reference: str | None, curvature: Mapping[str, Mapping[str, Any]]
 ) -> CrossTable | None:
-    """Per recipe and epoch: the traces the rows hold (:func:`trace_fields`), their ratio
-    to the reference's, the GGN estimator as recorded (:func:`estimator_text`) with the
+    """Per recipe and epoch: the traces the rows hold (:func:`_trace_fields`), their ratio
+    to the reference's, the GGN estimator as recorded (:func:`_estimator_text`) with the
     standard error of a sampled trace, and the probe's CE and accuracy (a classifier) or
     perplexity (a language model)."""
     groups = by_recipe(runs, reference)
@@ -105,9 +105,9 @@ def trace_table(
     if not per:
         return None
     every = [row for snaps in per.values() for s in snaps for row in s.values()]
-    traces = trace_fields(every)
+    traces = _trace_fields(every)
     lm = any(key == "ggn_trace" for key, _ in traces)
-    estimators = [estimator_text(row) for row in every]
+    estimators = [_estimator_text(row) for row in every]
     cols = [
         Column("recipe", "recipe", "text"),
         Column("epoch", "epoch", "int"),
@@ -143,7 +143,7 @@ def trace_table(
             ses = [h.get("ggn_trace_se") for h in hits]
             if all(x is not None for x in ses) and ses:  # SE of a mean of independent runs
                 row["ggn_trace_se"] = sum(x * x for x in ses) ** 0.5 / len(ses)
-            row["estimator"] = "; ".join(dict.fromkeys(estimator_text(h) for h in hits))
+            row["estimator"] = "; ".join(dict.fromkeys(_estimator_text(h) for h in hits))
             row["probe_ce_mean"], _n = _mean([h.get("probe_ce_mean") for h in hits])
             row["probe_ppl"], _n = _mean([h.get("probe_ppl") for h in hits])
             row["probe_accuracy"], _n = _mean([h.get("probe_accuracy") for h in hits])
@@ -157,7 +157,7 @@ def trace_table(
     return table
 
 
-def kfac_table(
+def _kfac_table(
     runs: Sequence[RunData], reference: str | None, curvature: Mapping[str, Mapping[str, Any]]
 ) -> CrossTable | None:
     groups = by_recipe(runs, reference)
@@ -196,7 +196,7 @@ def kfac_table(
 def curvature_tables(
     runs: Sequence[RunData], reference: str | None, curvature: Mapping[str, Mapping[str, Any]]
 ) -> list[CrossTable | None]:
-    return [trace_table(runs, reference, curvature), kfac_table(runs, reference, curvature)]
+    return [trace_table(runs, reference, curvature), _kfac_table(runs, reference, curvature)]
 
 
 def _snapshots_by_seed(
@@ -234,7 +234,7 @@ def trace_contrasts(
             continue
         e = max(shared)
         rows = [v[e] for x in (own, ref) for v in x.values() if e in v]
-        for key, label in trace_fields(rows):
+        for key, label in _trace_fields(rows):
             a, b = (
                 {s: v[e][key] for s, v in x.items() if v.get(e, {}).get(key) is not None}
                 for x in (own, ref)

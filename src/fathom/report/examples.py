@@ -102,7 +102,7 @@ def _images(run: Any, labels: np.ndarray, idx: list[int]) -> tuple[list[str | No
     ], f"{name} test images, first-{len(ty)} order"
 
 
-def mask_tables(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _mask_tables(audit: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One entry per audited (run, checkpoint) with its masks (see the module docstring)."""
     tables = []
     for run in audit.get("runs") or []:
@@ -181,7 +181,7 @@ def mask_payload(
     budget: int = EXAMPLE_BUDGET_BYTES,
 ) -> dict[str, Any]:
     """``{"tables", "examples"}`` for the explorer (see the module docstring)."""
-    tables = mask_tables(audit)
+    tables = _mask_tables(audit)
     arrays, other = _arrays(tables, audit_dir)
     examples: dict[str, Any] = {"indices": [], "labels": [], "images": [], "per": {}}
     examples["note"] = "no per-example arrays found"

@@ -24,11 +24,13 @@ from fathom.report.fields import is_accuracy
 from fathom.report.palette import recipe_colours
 from fathom.report.runs import RunData
 
-CURVES = (("val/acc", "validation accuracy (%)"), ("val/ce", "validation CE (nats)"))
-X_AXES = (("epoch", "epoch"), ("clock/training_s", "training clock (s)"))
+_CURVES = (("val/acc", "validation accuracy (%)"), ("val/ce", "validation CE (nats)"))
+_X_AXES = (("epoch", "epoch"), ("clock/training_s", "training clock (s)"))
 
 
-def _pyplot():
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend (files, no display), or a :class:`FathomError`
+    naming the ``plot`` extra when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -70,14 +72,14 @@ def _seed_curves(
 def learning_curves(runs: Sequence[RunData], path: Path) -> Path | None:
     """Validation accuracy and CE per recipe; ``None`` when no main run recorded them."""
     main = [r for r in runs if r.phase is None] or list(runs)
-    if not any(f in row for r in main for row in r.rows for f, _ in CURVES):
+    if not any(f in row for r in main for row in r.rows for f, _ in _CURVES):
         return None
-    plt = _pyplot()
+    plt = pyplot()
     colours = recipe_colours(r.recipe for r in runs)
     recipes = sorted({r.recipe for r in main})
-    fig, axes = plt.subplots(len(CURVES), len(X_AXES), figsize=(11, 6.5), squeeze=False)
-    for i, (field, ylabel) in enumerate(CURVES):
-        for j, (xfield, xlabel) in enumerate(X_AXES):
+    fig, axes = plt.subplots(len(_CURVES), len(_X_AXES), figsize=(11, 6.5), squeeze=False)
+    for i, (field, ylabel) in enumerate(_CURVES):
+        for j, (xfield, xlabel) in enumerate(_X_AXES):
             ax = axes[i][j]
             for recipe in recipes:
                 rs = [r for r in main if r.recipe == recipe]
@@ -124,7 +126,7 @@ def mask_damage(
                 cells.setdefault((arm, which), []).append((run.get("seed"), masks))
     if not cells:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     arms = sorted({a for a, _ in cells})
     checkpoints = [c for c in ("selected", "final") if any(w == c for _, w in cells)]
     checkpoints += sorted({w for _, w in cells} - set(checkpoints))

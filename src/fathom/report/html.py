@@ -4,7 +4,7 @@ Layout (what a reader sees first, at 1240 × 800): what was run, the main table 
 decided verdicts, the undecided ones collapsed into their count (:mod:`fathom.report.sections`);
 then the curves, the audit headline and the mask and example explorer, the cross-run
 telemetry and curvature tables, and raw tables collapsed. The page states its one direction
-once (:func:`conventions`: differences recipe − reference, ratios recipe / reference). A
+once (:func:`_conventions`: differences recipe − reference, ratios recipe / reference). A
 collapsed section of 16 KiB or more, and the mask data, are stored compressed and decoded in
 the page (:mod:`fathom.report.lazy`).
 
@@ -60,12 +60,12 @@ from fathom.report.tables import esc
 from fathom.stats.results import NOT_ESTABLISHED
 from fathom.stats.sentences import undecided_note
 
-AXES = {
+_AXES = {
     "epoch": "epoch",
     "clock/training_s": "training clock (s)",
     "clock/elapsed_s": "elapsed time (s)",
 }
-NOT_RECORDED = "-"
+_NOT_RECORDED = "-"
 
 
 def _encode(v: Any, accuracy: bool) -> Any:
@@ -132,7 +132,7 @@ def explorer_payload(
     for run in runs:
         present = {k for row in run.rows for k in row}
         cols = [
-            [_encode(row[n], is_accuracy(n)) if n in row else NOT_RECORDED for row in run.rows]
+            [_encode(row[n], is_accuracy(n)) if n in row else _NOT_RECORDED for row in run.rows]
             if n in present
             else None
             for n in names
@@ -173,7 +173,7 @@ def explorer_payload(
         "fields": fields,
         "meta": meta,
         "splits": splits,
-        "axes": AXES,
+        "axes": _AXES,
         "defaultField": default,
         "colours": recipe_colours([r.recipe for r in runs]),
         "baselines": baselines(runs),
@@ -273,7 +273,7 @@ def _warnings_html(runs: Sequence[RunData], notes: Sequence[str]) -> str:
     )
 
 
-def conventions(reference: str | None) -> str:
+def _conventions(reference: str | None) -> str:
     """The page's one direction for comparisons, said once at the top."""
     ref = reference or "the reference recipe"
     return (
@@ -320,7 +320,7 @@ def render_html(
     return Template(_resource("template.html")).substitute(
         title=esc(title),
         subtitle=esc(subtitle),
-        conventions=esc(conventions(reference)),
+        conventions=esc(_conventions(reference)),
         warnings=_warnings_html(runs, notes),
         answer=answer_section(summary, runs),
         quality=_tables_section(crossrun, ("fitting", "digits_test"))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def manifest_layers(manifest: Mapping[str, Any]) -> list[str] | None:
+def _manifest_layers(manifest: Mapping[str, Any]) -> list[str] | None:
     """The instrumented layer names in model order, or None if the manifest has none."""
     layers = (manifest.get("telemetry") or {}).get("layers")
     if not isinstance(layers, list) or not layers:
@@ -54,7 +54,7 @@ def align_layers(
     """The alignment of ``runs`` (objects with ``run_id`` and ``manifest``; order matters
     for labels). ``extra[run_id]``: layer names a run records beyond (or without) its
     manifest list, e.g. from its history, matched by name."""
-    listed = {r.run_id: manifest_layers(r.manifest) for r in runs}
+    listed = {r.run_id: _manifest_layers(r.manifest) for r in runs}
     if len({len(v) for v in listed.values() if v}) > 1:  # different depths: names only
         extra = {
             r.run_id: [*(listed[r.run_id] or []), *(extra or {}).get(r.run_id, ())] for r in runs
@@ -85,3 +85,9 @@ def align_layers(
         for n, lab in own.items():
             out.names.setdefault(lab, {})[r.run_id] = n
     return out
+
+
+def output_label(labels: Sequence[str]) -> str | None:
+    """The aligned label of the output layer among ``labels`` (in model order): ``head`` if a
+    label is named so, else the last; None when there is none."""
+    return "head" if "head" in labels else (labels[-1] if labels else None)

@@ -43,7 +43,7 @@ def _nats(x: Any) -> str:
     return fmt_value(x, "nats", suffix=False)
 
 
-def curve_lines(run: RunData) -> list[str]:
+def _curve_lines(run: RunData) -> list[str]:
     """One run's table: per observed epoch, nats/token and perplexity of each split."""
     info = (run.manifest.get("data") or {}).get("info") or {}
     base = info.get("unigram_val_ce")
@@ -64,7 +64,7 @@ def curve_lines(run: RunData) -> list[str]:
     return [*lines, ""]
 
 
-def audit_lines(audit: Mapping[str, Any]) -> list[str]:
+def _audit_lines(audit: Mapping[str, Any]) -> list[str]:
     """The audit's computed sentences and its greedy path, per run and checkpoint."""
     lines = ["### Layer-removal audit", ""]
     for run in audit.get("runs", []):
@@ -91,7 +91,7 @@ def audit_lines(audit: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def scaling_table(root: Path) -> dict[str, Any] | None:
+def _scaling_table(root: Path) -> dict[str, Any] | None:
     """A language-model benchmark's ``table.json`` (:mod:`fathom.depthscale.lm_verdict`),
     when ``root`` is one; ``None`` otherwise (absent, unreadable or another kind)."""
     path = root / "table.json"
@@ -106,9 +106,9 @@ def scaling_table(root: Path) -> dict[str, Any] | None:
     return table
 
 
-def scaling_lines(root: Path) -> list[str]:
+def _scaling_lines(root: Path) -> list[str]:
     """A language-model benchmark's verdict (its ``table.json``), when ``root`` is one."""
-    table = scaling_table(root)
+    table = _scaling_table(root)
     if table is None:
         return []
     v = table["verdict"]
@@ -129,21 +129,21 @@ def lm_section(runs: Sequence[RunData], audit: Mapping[str, Any] | None, root: P
         return []
     lines = ["## Language model", ""]
     for r in lms:
-        lines += curve_lines(r)
+        lines += _curve_lines(r)
     if is_lm_audit(audit):
-        lines += audit_lines(audit)  # type: ignore[arg-type]
-    return lines + scaling_lines(root)
+        lines += _audit_lines(audit)  # type: ignore[arg-type]
+    return lines + _scaling_lines(root)
 
 
 def lm_figures(runs: Sequence[RunData], audit: Mapping[str, Any] | None, out: Path) -> list[Path]:
     """``lm_curves.png`` (nats/token by epoch, val and test, per run) and, with an audit,
     ``lm_removal.png`` (test nats/token against the FLOPs fraction of every mask)."""
-    from fathom.report.figures import _pyplot
+    from fathom.report.figures import pyplot
 
     lms = [r for r in runs if is_language_model(r)]
     if not lms:
         return []
-    plt = _pyplot()
+    plt = pyplot()
     made = []
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for r in lms:
@@ -202,7 +202,7 @@ def _table(table_id: str, caption: str, head: Sequence[str], rows: Sequence[Sequ
     )
 
 
-def baseline_text(run: RunData) -> str:
+def _baseline_text(run: RunData) -> str:
     """The run's last validation nats/token and perplexity beside the unigram baseline's
     (byte frequencies alone), numbers only; with the study's warning when the model did
     not get below it (:func:`fathom.study.records.language_model_warnings`)."""
@@ -219,7 +219,7 @@ def baseline_text(run: RunData) -> str:
     return " ".join([text, *warnings])
 
 
-def curves_html(run: RunData) -> str:
+def _curves_html(run: RunData) -> str:
     """One run's nats/token and perplexity per observed epoch and split
     (``{split}/ce``, ``{split}/ppl`` of its history, as recorded), under its baseline line."""
     head = ["epoch"] + [f"{s} {q}" for s in SPLITS for q in ("nats/token", "perplexity")]
@@ -234,7 +234,7 @@ def curves_html(run: RunData) -> str:
     ]
     return (
         f"<h3>{esc(run.run_id)}: nats per token and perplexity by epoch</h3>"
-        f"<p class='lm-baseline'>{esc(baseline_text(run))}</p>"
+        f"<p class='lm-baseline'>{esc(_baseline_text(run))}</p>"
         + _table(
             f"lm-curves-{run.run_id}",
             f"{run.run_id}: token cross-entropy by epoch",
@@ -286,7 +286,7 @@ def _greedy_rows(rec: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
-def audit_html(audit: Mapping[str, Any]) -> str:
+def _audit_html(audit: Mapping[str, Any]) -> str:
     """Per run and checkpoint: the coverage, the audit's own sentences
     (:mod:`fathom.stats.audit_sentences`), the greedy removal path and every mask's row."""
     out = ["<h3 id='lm-audit'>Layer-removal audit</h3>"]
@@ -326,10 +326,10 @@ def audit_html(audit: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def scaling_html(root: Path) -> str:
-    """The language-model benchmark's verdict (:func:`scaling_table`), its level and
+def _scaling_html(root: Path) -> str:
+    """The language-model benchmark's verdict (:func:`_scaling_table`), its level and
     trend answers and the lines they rest on, when ``root`` is one."""
-    table = scaling_table(root)
+    table = _scaling_table(root)
     if table is None:
         return ""
     v = table["verdict"]
@@ -342,7 +342,7 @@ def scaling_html(root: Path) -> str:
     )
 
 
-FIGURES: dict[str, str] = {
+_FIGURES: dict[str, str] = {
     "lm_curves.png": "Figure: validation (solid) and test (dashed) nats per token by epoch, per run",
     "lm_removal.png": "Figure: test nats per token of every evaluated mask against its FLOPs "
     "(fraction of the full network)",
@@ -350,13 +350,13 @@ FIGURES: dict[str, str] = {
 """The figures :func:`lm_figures` writes, by file name, with the caption the page gives them."""
 
 
-def figure_html(path: Path) -> str:
+def _figure_html(path: Path) -> str:
     """One of :func:`lm_figures`' PNGs embedded in the page as a ``data:image/png;base64``
     image (the page stays one self-contained file), under a collapsed section that loads
     when opened (:func:`fathom.report.lazy.details`); the same bytes as the file beside
     ``summary.md``."""
     data = base64.b64encode(path.read_bytes()).decode()
-    caption = FIGURES[path.name]
+    caption = _FIGURES[path.name]
     body = (
         f"<figure id='lm-figure-{esc(path.stem)}'><img alt='{esc(caption)}' "
         f"src='data:image/png;base64,{data}'><figcaption>{esc(caption)} "
@@ -374,22 +374,22 @@ def lm_html(
     """The ``report.html`` language-model section (empty without a language model run or
     a language-model benchmark): curves against the unigram baseline, the audit, the
     depth-scaling verdict; ``figures``: the PNGs :func:`lm_figures` wrote, each embedded
-    after the tables it draws (:func:`figure_html`)."""
+    after the tables it draws (:func:`_figure_html`)."""
     lms = [r for r in runs if is_language_model(r)]
-    scaling = scaling_html(root)
+    scaling = _scaling_html(root)
     if not lms and not scaling:
         return ""
-    drawn = {p.name: p for p in figures if p.name in FIGURES}
+    drawn = {p.name: p for p in figures if p.name in _FIGURES}
     out = [
         "<p class='note'>Nats per token: token cross-entropy over the valid positions; "
         "perplexity exp(nats/token). The Curves section draws the same fields "
         "({split}/ce, {split}/ppl) by epoch or clock.</p>"
     ]
-    out += [curves_html(r) for r in lms]
+    out += [_curves_html(r) for r in lms]
     if "lm_curves.png" in drawn:
-        out.append(figure_html(drawn["lm_curves.png"]))
+        out.append(_figure_html(drawn["lm_curves.png"]))
     if is_lm_audit(audit):
-        out.append(audit_html(audit))  # type: ignore[arg-type]
+        out.append(_audit_html(audit))  # type: ignore[arg-type]
         if "lm_removal.png" in drawn:
-            out.append(figure_html(drawn["lm_removal.png"]))
+            out.append(_figure_html(drawn["lm_removal.png"]))
     return "".join(out) + scaling

@@ -17,7 +17,7 @@ from fathom.stats.results import Table
 from fathom.stats.summary_tables import tables_of, tuning_table
 
 
-def typed_table(t: Table, *, interactive: bool = False, caption: str | None = None) -> str:
+def _typed_table(t: Table, *, interactive: bool = False, caption: str | None = None) -> str:
     """A :class:`~fathom.stats.results.Table` of the summary as HTML: its columns and every
     cell printed by :func:`fathom.stats.numbers.fmt_cell` (no number derived here)."""
     return table(t.columns, table_text(t), interactive=interactive, caption=caption or t.title)
@@ -44,7 +44,7 @@ def study_section(summary: Mapping[str, Any]) -> str:
     if summary.get("devices"):
         out.append(f"<p class='note'>Device(s): {esc(', '.join(summary['devices']))}</p>")
     if summary.get("tuning"):
-        out.append(typed_table(tuning_table(summary["tuning"])))
+        out.append(_typed_table(tuning_table(summary["tuning"])))
     out.append(stats_tables(summary["stats"]))
     known = {"study", "description", "scale_down", "devices", "tuning", "stats"}
     for key, value in summary.items():
@@ -60,14 +60,14 @@ def stats_tables(summary: Mapping[str, Any]) -> str:
     ]
     tables = tables_of(summary) if summary.get("recipes") else {}
     if tables:
-        out.append(typed_table(tables["quality"]))
-        out.append(typed_table(tables["differences"], interactive=True))
+        out.append(_typed_table(tables["quality"]))
+        out.append(_typed_table(tables["differences"], interactive=True))
         out.append(
             "<ul>"
             + "".join(f"<li>{esc(c.get('sentence', ''))}</li>" for c in summary["comparisons"])
             + "</ul>"
         )
-        out.append(typed_table(tables["timing"]))
+        out.append(_typed_table(tables["timing"]))
     known = {"reference", "recipes", "comparisons", "notes", "level", "target_val_acc"}
     for key, value in summary.items():
         if key not in known:
@@ -137,7 +137,7 @@ def _checkpoint_records(audit: Mapping[str, Any]) -> list[tuple[dict[str, Any], 
 
 
 # The audit records' leaf fields with a unit: (unit, stored as a fraction, signed).
-AUDIT_UNITS = {
+_AUDIT_UNITS = {
     "acc": ("%", True, False),
     "accuracy": ("%", True, False),
     "error": ("%", True, False),
@@ -151,13 +151,13 @@ AUDIT_UNITS = {
 }
 
 
-def with_units(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A flattened audit record with every field of :data:`AUDIT_UNITS` printed in its unit
+def _with_units(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A flattened audit record with every field of :data:`_AUDIT_UNITS` printed in its unit
     (accuracy in percent through :func:`fathom.base.units.percent`) and the unit in its key."""
     out: dict[str, Any] = {}
     for key, value in row.items():
         leaf = key.rsplit(".", 1)[-1]
-        rule = AUDIT_UNITS.get(leaf.split(" ")[0] if leaf.startswith("digit ") else leaf)
+        rule = _AUDIT_UNITS.get(leaf.split(" ")[0] if leaf.startswith("digit ") else leaf)
         if rule is None or isinstance(value, bool):
             out[key] = value
             continue
@@ -172,7 +172,7 @@ def with_units(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _record_table(rows: list[dict[str, Any]], caption: str, units: bool = False) -> str:
     """A sortable table of records (``units``: audit records, fields in their units)."""
-    rows = [with_units(r) for r in rows] if units else rows
+    rows = [_with_units(r) for r in rows] if units else rows
     keys: list[str] = []
     for r in rows:
         keys += [k for k in r if k not in keys]

@@ -18,18 +18,18 @@ from fathom.stats.results import NOT_ESTABLISHED
 from fathom.stats.sentences import rest_note
 
 # column kind -> (unit of fathom.base.units, signed); the unit text is in the column label
-KIND_UNITS = {"pct": ("%", False), "%": ("%", False), "pp": ("pp", True), "ratio": ("×", False),
+_KIND_UNITS = {"pct": ("%", False), "%": ("%", False), "pp": ("pp", True), "ratio": ("×", False),
               "int": ("count", False), "num": ("", False)}  # fmt: skip
 
 
 def number(v: float | None, kind: str = "num") -> str:
     """``v`` by its column kind through :func:`fathom.base.units.fmt_value` (``ratio`` keeps its
     ``×``; the other units are in the column label)."""
-    unit, signed = KIND_UNITS.get(kind, ("", False))
+    unit, signed = _KIND_UNITS.get(kind, ("", False))
     return fmt_value(v, unit, signed=signed, suffix=unit == "×")
 
 
-def cell_text(value: Any, col: Column) -> str:
+def _cell_text(value: Any, col: Column) -> str:
     if value is None:
         return "—"
     if col.kind == "text":
@@ -45,7 +45,7 @@ def cell_text(value: Any, col: Column) -> str:
     return number(value, col.kind)
 
 
-def headline_verdicts(t: CrossTable) -> tuple[list[str], list[str]]:
+def _headline_verdicts(t: CrossTable) -> tuple[list[str], list[str]]:
     """``(headline, rest)`` sentences of a table's computed contrasts: the headline holds,
     at each recipe's latest compared epoch, every contrast that is not "not established"
     (a direction, or a "no comparison" naming its reason); the rest holds every other."""
@@ -68,9 +68,9 @@ def table_markdown(t: CrossTable) -> str:
     lines.append("| " + " | ".join(c.label for c in t.columns) + " |")
     lines.append("|" + "---|" * len(t.columns))
     for row in t.rows:
-        lines.append("| " + " | ".join(cell_text(row.get(c.key), c) for c in t.columns) + " |")
+        lines.append("| " + " | ".join(_cell_text(row.get(c.key), c) for c in t.columns) + " |")
     if t.verdicts:
-        head, rest = headline_verdicts(t)
+        head, rest = _headline_verdicts(t)
         lines += ["", *[f"- {x}" for x in head]]
         if rest:
             lines.append(f"- {_rest_note(rest)}")
@@ -89,12 +89,12 @@ def collapsed_sentences(texts: list[str], summary: str, *, id_: str = "") -> str
     )
 
 
-def verdicts_html(t: CrossTable) -> str:
+def _verdicts_html(t: CrossTable) -> str:
     """The table's contrast sentences: the headline as a list, every other one collapsed
     into its count (:func:`collapsed_sentences`)."""
     if not t.verdicts:
         return ""
-    head, rest = headline_verdicts(t)
+    head, rest = _headline_verdicts(t)
     items = "".join(f"<li>{esc(x)}</li>" for x in head)
     out = f"<ul class='verdicts' id='verdicts-{esc(t.name)}'>{items}</ul>"
     return out + collapsed_sentences(rest, _rest_note(rest) + " Show them.")
@@ -108,14 +108,14 @@ def table_html(t: CrossTable, table_id: str | None = None) -> str:
     body = "".join(
         "<tr>"
         + "".join(
-            f'<td class="{"" if c.kind == "text" else "num"}">{esc(cell_text(row.get(c.key), c))}</td>'
+            f'<td class="{"" if c.kind == "text" else "num"}">{esc(_cell_text(row.get(c.key), c))}</td>'
             for c in t.columns
         )
         + "</tr>"
         for row in t.rows
     )
     return (
-        verdicts_html(t)
+        _verdicts_html(t)
         + f'<table class="headline"{tid} data-table="{esc(t.name)}"><caption>{esc(t.title)}</caption>'
         f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
         f'<p class="note">{esc(t.note)}</p>'

@@ -160,7 +160,7 @@ def load_runs(root: str | Path) -> list[RunData]:
     return runs
 
 
-def is_scalar(value: Any) -> bool:
+def _is_scalar(value: Any) -> bool:
     """A number a curve can plot: int or float (bool excluded); ``None`` counts as a gap."""
     return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
@@ -171,7 +171,7 @@ def scalar_fields(runs: list[RunData]) -> list[str]:
     for run in runs:
         for row in run.rows:
             for k, v in row.items():
-                seen[k] = seen.get(k, True) and is_scalar(v)
+                seen[k] = seen.get(k, True) and _is_scalar(v)
     return [k for k, ok in seen.items() if ok]
 
 

@@ -132,7 +132,7 @@ def main_table(stats: Mapping[str, Any]) -> str:
     )
 
 
-def verdicts_block(stats: Mapping[str, Any]) -> str:
+def _verdicts_block(stats: Mapping[str, Any]) -> str:
     """The decided sentences as a list (``#verdicts``), the undecided ones collapsed into a
     count that opens (``#undecided``), then the summary's notes (multiplicity, resolution)."""
     decided, undecided = split_sentences(stats)
@@ -168,5 +168,5 @@ def answer_section(summary: Mapping[str, Any] | None, runs: Sequence[RunData]) -
         )
         out.append(_scale_down(summary))
         return "\n".join(out)
-    out += [main_table(stats), verdicts_block(stats), _scale_down(summary)]
+    out += [main_table(stats), _verdicts_block(stats), _scale_down(summary)]
     return "\n".join(out)

@@ -100,7 +100,7 @@ def table(
     return "\n".join(parts)
 
 
-def spectrum_svg(values: Sequence[float], title: str) -> str:
+def _spectrum_svg(values: Sequence[float], title: str) -> str:
     """Sorted (descending) values against their rank; log10 axis when all are positive."""
     ys = sorted(
         (float(v) for v in values if v is not None and math.isfinite(float(v))), reverse=True
@@ -174,7 +174,7 @@ def generic(obj: Any, title: str = "", depth: int = 0) -> str:
         return f"{head}<p>{esc(cell(obj))}</p>"
     if _is_numbers(obj):
         if len(obj) >= 8:
-            return head + spectrum_svg(obj, title or "values")
+            return head + _spectrum_svg(obj, title or "values")
         return f"{head}<p>{esc(cell(obj))}</p>"
     if isinstance(obj, list):
         if obj and all(isinstance(x, Mapping) for x in obj):
@@ -221,7 +221,7 @@ def generic(obj: Any, title: str = "", depth: int = 0) -> str:
             return "\n".join(out)
         for k, v in others:
             if _is_numbers(v):
-                out.append(spectrum_svg(v, str(k)))
+                out.append(_spectrum_svg(v, str(k)))
             else:
                 out.append(
                     f"<details open><summary>{esc(k)}</summary>{generic(v, '', depth + 1)}</details>"

@@ -29,25 +29,25 @@ from fathom.report.crosstable import (
     layer_fields,
     recipe_flags,
     recorded_epochs,
+    seed_values,
     spread,
-    value_at,
 )
-from fathom.report.layers import LayerAlignment
+from fathom.report.layers import LayerAlignment, output_label
 from fathom.report.runs import RunData
 from fathom.stats.contrasts import contrast, contrast_sentence, judge_contrast_rows
 
 # Registry prefixes of the per-layer fields the tables read (the layer is the last segment).
-GRAD_NORM = "grad/mean/weight_norm"
-DIVERSITY = "grad/pex/diversity"
-MAX_SHARE = "grad/pex/max_share"
-PARTICIPATION = "grad/pex/participation"
-ZERO_FRAC = "probe/act/zero_frac"
+_GRAD_NORM = "grad/mean/weight_norm"
+_DIVERSITY = "grad/pex/diversity"
+_MAX_SHARE = "grad/pex/max_share"
+_PARTICIPATION = "grad/pex/participation"
+_ZERO_FRAC = "probe/act/zero_frac"
 # (table key, field prefix, label, contrast scale)
 GRADIENT_QUANTITIES = (
-    ("grad_norm", GRAD_NORM, "‖mean g‖ (nats / param. unit)", "ratio"),
-    ("diversity", DIVERSITY, "diversity D", "ratio"),
-    ("max_share", MAX_SHARE, "largest-example energy share (%)", "difference"),
-    ("participation", PARTICIPATION, "norm participation", "ratio"),
+    ("grad_norm", _GRAD_NORM, "‖mean g‖ (nats / param. unit)", "ratio"),
+    ("diversity", _DIVERSITY, "diversity D", "ratio"),
+    ("max_share", _MAX_SHARE, "largest-example energy share (%)", "difference"),
+    ("participation", _PARTICIPATION, "norm participation", "ratio"),
 )
 
 
@@ -64,16 +64,6 @@ def aligned_fields(
     return dict(sorted(found.items(), key=lambda kv: order.get(kv[0], len(order))))
 
 
-def _per_seed(runs: Sequence[RunData], fields: dict[str, str], epoch: int) -> dict[int, float]:
-    """``seed -> value`` of the runs' own field at ``epoch`` (finite values only)."""
-    out = {}
-    for r in runs:
-        v = value_at(r, fields[r.run_id], epoch) if r.run_id in fields else None
-        if v is not None and r.seed is not None:
-            out[r.seed] = v
-    return out
-
-
 def _contrast_row(
     recipe: str,
     reference: str,
@@ -87,8 +77,8 @@ def _contrast_row(
     layer: str,
 ) -> dict[str, Any]:
     c = contrast(
-        _per_seed(groups[recipe], fields, epoch),
-        _per_seed(groups[reference], fields, epoch),
+        seed_values(groups[recipe], fields, epoch),
+        seed_values(groups[reference], fields, epoch),
         scale=scale,
         flags_a=recipe_flags(groups[recipe]),
         flags_b=recipe_flags(groups[reference]),
@@ -116,12 +106,6 @@ def _epochs(runs: Sequence[RunData], fields: dict[str, str]) -> list[int]:
     )
 
 
-def _head(fields: dict[str, dict[str, str]]) -> str | None:
-    """The aligned label of the output layer: ``head`` if a label is named so, else the last."""
-    labels = list(fields)
-    return "head" if "head" in labels else (labels[-1] if labels else None)
-
-
 def gradient_table(
     runs: Sequence[RunData], reference: str | None, alignment: LayerAlignment
 ) -> CrossTable | None:
@@ -130,7 +114,7 @@ def gradient_table(
     groups = by_recipe(runs, reference)
     main = [r for rs in groups.values() for r in rs]
     per_q = {key: aligned_fields(main, base, alignment) for key, base, _, _ in GRADIENT_QUANTITIES}
-    head = _head(per_q["diversity"])
+    head = output_label(list(per_q["diversity"]))
     if head is None:
         return None
     fields = {key: per_q[key].get(head, {}) for key in per_q}
@@ -161,7 +145,7 @@ def gradient_table(
             row: dict[str, Any] = {"recipe": recipe, "epoch": e}
             for key, _, _, scale in GRADIENT_QUANTITIES:
                 pct = percent if scale == "difference" else float  # fractions in %
-                row[key] = spread(list(_per_seed(rs, fields[key], e).values()), pct)
+                row[key] = spread(list(seed_values(rs, fields[key], e).values()), pct)
             row["n"] = max((row[k]["n"] for k in fields if row[k]), default=0)
             table.rows.append(row)
     if reference in groups:
@@ -207,7 +191,7 @@ def activation_table(
     hidden layer at each recipe's last recorded epoch (layers aligned by position), and the
     contrasts against ``reference``."""
     groups = by_recipe(runs, reference)
-    fields = aligned_fields([r for rs in groups.values() for r in rs], ZERO_FRAC, alignment)
+    fields = aligned_fields([r for rs in groups.values() for r in rs], _ZERO_FRAC, alignment)
     if not fields:
         return None
     labels = list(fields)
@@ -236,7 +220,7 @@ def activation_table(
         e = ends[recipe] = min(e for e in last if e is not None)
         row: dict[str, Any] = {"recipe": recipe, "epoch": e, "n": 0}
         for i, lab in enumerate(labels):
-            s = spread(list(_per_seed(rs, fields[lab], e).values()), percent)
+            s = spread(list(seed_values(rs, fields[lab], e).values()), percent)
             row[f"layer:{i}"] = s
             row["n"] = max(row["n"], s["n"] if s else 0)
         table.rows.append(row)

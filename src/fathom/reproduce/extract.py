@@ -27,8 +27,9 @@ from typing import Any
 
 from fathom.base.units import percent
 from fathom.report.crossrun import crossrun_tables, default_reference, study_alignment
-from fathom.report.crosstable import CrossTable, by_recipe, last_epoch, spread
-from fathom.report.telemetry_tables import _head, _per_seed, aligned_fields
+from fathom.report.crosstable import CrossTable, by_recipe, last_epoch, seed_values, spread
+from fathom.report.layers import output_label
+from fathom.report.telemetry_tables import aligned_fields
 from fathom.rundir import RunDir
 from fathom.rundir.reader import read_audit, read_curvature
 from fathom.study.records import checkpoint_scores
@@ -359,7 +360,7 @@ def _layer_cells(
     convert = percent if as_percent else float
     cells = []
     for lab, per_run in fields.items():
-        raw = _per_seed(rs, per_run, e)
+        raw = seed_values(rs, per_run, e)
         values = {s: float(convert(v)) for s, v in raw.items()}
         cells.append((lab, values, spread(list(raw.values()), convert)))
     return e, cells
@@ -386,7 +387,7 @@ def telemetry_layers(src: Sources, ex: Mapping[str, Any]) -> Measured:
         return Measured(missing=f"no {ex['base']}/<layer> field in the {ex['recipe']} runs")
     over = ex["over"]
     if over == "head":
-        head = _head({layer: {} for layer, _, _ in cells})
+        head = output_label([layer for layer, _, _ in cells])
         layer, values, _ = next(c for c in cells if c[0] == head)
         note = f"head layer {layer}, epoch {epoch}"
     else:
