@@ -69,7 +69,7 @@ def test_a_forwarding_package_is_its_module_and_costs_nothing():
     import fathom.config.run as run
 
     names = [n for n in vars(run) if not n.startswith("__")]
-    assert "RunConfig" in names and "_format_validation_error" in names
+    assert "RunConfig" in names and "_Strict" in names
     assert all(getattr(fathom.config, n) is getattr(run, n) for n in names)
     assert set(names) <= set(dir(fathom.config))
     with pytest.raises(AttributeError, match="'fathom.config' has no attribute 'nope'"):

@@ -7,6 +7,10 @@ import errno
 import json
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 
 class FathomError(Exception):
@@ -80,7 +84,7 @@ def table_given_a_value(key: str, table: dict, value: object) -> FathomError:
     )
 
 
-def unknown_tag(loc: str, ctx: dict) -> str:
+def _unknown_tag(loc: str, ctx: dict) -> str:
     """``model.kind: unknown kind 'resnet'; choose one of ciresan, ...`` for a table whose tag
     names no member of its union (pydantic's ``union_tag_invalid``, whose own message dumps
     the whole table); ``ctx`` is that error's context."""
@@ -91,13 +95,34 @@ def unknown_tag(loc: str, ctx: dict) -> str:
     return f"{head}; choose one of {', '.join(known)}"
 
 
-def choice_hint(err: dict) -> str:
+def _choice_hint(err: dict) -> str:
     """`` (did you mean 'warmup_cosine'?)`` for a pydantic error of a value outside a list of
     choices (``literal_error``) when one choice is close to the value given, else ``""``."""
     if err.get("type") != "literal_error" or not isinstance(err.get("input"), str):
         return ""
     hint = did_you_mean(err["input"], re.findall(r"'([^']*)'", str(err.get("ctx", {}))))
     return f" ({hint})" if hint else ""
+
+
+def validation_message(e: ValidationError, origin: str) -> str:
+    """A pydantic :class:`~pydantic.ValidationError` of a config read from ``origin`` as one
+    message, a line per error: an unknown key (remove it or check its spelling), a table's
+    unknown ``kind`` (:func:`_unknown_tag`: the kinds there are), else the field's own
+    message with the value given and, for a value outside a list of choices, the nearest
+    choice (:func:`_choice_hint`). Every config family's validator raises it as a
+    :class:`FathomError`."""
+    lines = [f"invalid configuration ({origin}):"]
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "<root>"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  - unknown key {loc!r}: remove it or check its spelling")
+        elif err["type"] == "union_tag_invalid":  # a table's `kind` names no known member
+            lines.append(f"  - {_unknown_tag(loc, err.get('ctx') or {})}")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            got = f" (got {err.get('input')!r})" if err["loc"] else ""  # not the whole config
+            lines.append(f"  - {loc}: {msg}{got}{_choice_hint(err)}")
+    return "\n".join(lines)
 
 
 DISTRIBUTION = "fathom-depth"

@@ -38,7 +38,7 @@ from fathom.config.models import (
     omit_unset_additions,
 )
 from fathom.config.tomlfile import load_toml, parse_toml
-from fathom.errors import FathomError, choice_hint, table_given_a_value, unknown_key, unknown_tag
+from fathom.errors import FathomError, table_given_a_value, unknown_key, validation_message
 
 __all__ = [
     "MODEL_KINDS",
@@ -394,23 +394,8 @@ def describe_config_change(
     )
 
 
-def _format_validation_error(e: ValidationError, origin: str) -> str:
-    lines = [f"invalid configuration ({origin}):"]
-    for err in e.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "<root>"
-        if err["type"] == "extra_forbidden":
-            lines.append(f"  - unknown key {loc!r}: remove it or check its spelling")
-        elif err["type"] == "union_tag_invalid":  # a table's `kind` names no known member
-            lines.append(f"  - {unknown_tag(loc, err.get('ctx') or {})}")
-        else:
-            msg = err["msg"].removeprefix("Value error, ")
-            got = f" (got {err.get('input')!r})" if err["loc"] else ""  # not the whole config
-            lines.append(f"  - {loc}: {msg}{got}{choice_hint(err)}")
-    return "\n".join(lines)
-
-
 def validate_run_config(data: dict[str, Any], origin: str = "config") -> RunConfig:
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:
-        raise FathomError(_format_validation_error(e, origin)) from None
+        raise FathomError(validation_message(e, origin)) from None

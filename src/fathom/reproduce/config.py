@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fathom.config import _format_validation_error, load_toml, parse_toml
-from fathom.errors import FathomError, with_suggestion
+from fathom.config import load_toml, parse_toml
+from fathom.errors import FathomError, validation_message, with_suggestion
 from fathom.study.config import StudyConfig, load_study
 
 _CENTRAL_RECIPES: tuple[str, ...] = ("residual", "sd_constant", "sd_decreasing")
@@ -149,7 +149,7 @@ def _validate(data: dict[str, Any], origin: str) -> PipelineConfig:
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as e:
-        raise FathomError(_format_validation_error(e, origin)) from None
+        raise FathomError(validation_message(e, origin)) from None
 
 
 def _presets() -> dict[str, Any]:

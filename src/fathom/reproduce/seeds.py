@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from fathom.config import _format_validation_error, parse_toml
-from fathom.errors import FathomError
+from fathom.config import parse_toml
+from fathom.errors import FathomError, validation_message
 
 _EXTRACT_KINDS: tuple[str, ...] = (
     "study",
@@ -148,7 +148,7 @@ def parse_seeds(text: str, origin: str = "seeds.toml") -> SeedData:
     try:
         return SeedData.model_validate(data)
     except ValidationError as e:
-        raise FathomError(_format_validation_error(e, origin)) from None
+        raise FathomError(validation_message(e, origin)) from None
 
 
 def load_seeds() -> SeedData:

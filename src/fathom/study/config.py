@@ -47,7 +47,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from fathom.config import (
     RunConfig,
-    _format_validation_error,
     load_toml,
     parse_toml,
     validate_run_config,
@@ -57,7 +56,7 @@ from fathom.config.live import LiveConfig
 from fathom.config.model_kinds import model_kind
 from fathom.config.models import Bool, Float, Int, Name
 from fathom.config.recipes import RECIPES
-from fathom.errors import FathomError, with_suggestion
+from fathom.errors import FathomError, validation_message, with_suggestion
 
 STUDY_OWNED_KEYS: tuple[str, ...] = ("name", "study", "seed", "model.recipe", "optim.lr")
 """Run-config keys set per run by the study; ``[base]`` may not set them."""
@@ -296,7 +295,7 @@ def validate_study_config(data: dict[str, Any], origin: str = "study config") ->
     try:
         return StudyConfig.model_validate(data)
     except ValidationError as e:
-        raise FathomError(_format_validation_error(e, origin)) from None
+        raise FathomError(validation_message(e, origin)) from None
 
 
 def preset_names() -> list[str]:
