@@ -8,21 +8,31 @@
   damage ΔCE (nats) against its cost (MACs as a fraction of the dense network), one
   point per seed and the seed mean per mask.
 
-Colours come from :func:`fathom.report.palette.recipe_colours`, the same as the page.
+Colours come from :func:`recipe_colours` (Okabe-Ito, colour-blind safe), the same as the page's.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from fathom.base.units import percent
 from fathom.errors import FathomError, install_hint
 from fathom.report.fields import is_accuracy
-from fathom.report.palette import recipe_colours
 from fathom.report.runs import RunData
+
+_PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+"""Okabe-Ito: eight colours told apart with any colour vision."""
+
+
+def recipe_colours(recipes: Iterable[str]) -> dict[str, str]:
+    """``recipe -> colour``: the palette in sorted recipe order, so a recipe keeps its colour
+    in every figure of one report and in report.html (and across reports of studies with the
+    same recipes)."""
+    return {r: _PALETTE[i % len(_PALETTE)] for i, r in enumerate(sorted(set(recipes)))}
+
 
 _CURVES = (("val/acc", "validation accuracy (%)"), ("val/ce", "validation CE (nats)"))
 _X_AXES = (("epoch", "epoch"), ("clock/training_s", "training clock (s)"))

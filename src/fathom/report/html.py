@@ -43,10 +43,10 @@ from fathom.report.fields import (
     is_trainer_field,
     split_key,
 )
+from fathom.report.figures import recipe_colours
 from fathom.report.layers import LayerAlignment
 from fathom.report.lazy import details, encode
 from fathom.report.lm import is_language_model
-from fathom.report.palette import recipe_colours
 from fathom.report.raw import (
     audit_section,
     curvature_section,
