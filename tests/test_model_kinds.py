@@ -23,12 +23,22 @@ from torch import nn
 from fathom.audit import subjects
 from fathom.config import DataConfig, RunConfig, validate_run_config
 from fathom.config.inputs import check_inputs
-from fathom.config.model_kinds import MODEL_KINDS, ModelKind, ModelSpec, Shape, model_kind
+from fathom.config.model_kinds import (
+    MODEL_KINDS,
+    ModelKind,
+    ModelSpec,
+    Shape,
+    model_kind,
+    recorded_model,
+)
 from fathom.config.models import ModelConfig
 from fathom.depth import DropSchedule, SkippableResidual, find_branches
 from fathom.errors import FathomError
+from fathom.export.describe import as_trained
 from fathom.models import build_model, kind_function
 from fathom.models.specs import DataShape
+from fathom.report.runs import RunData
+from fathom.report.sections import what_was_run
 from fathom.study.config import StudyConfig
 from fathom.train.build import build_controller, build_schedule, init_model
 
@@ -54,11 +64,16 @@ def test_every_row_fills_every_column(name: str) -> None:
     assert callable(kind_function(row.builder))
     if row.drop_schedule is not None:
         assert callable(kind_function(row.drop_schedule))
-    # the table's own builders and schedules live in the model layer (the trainer imports it)
-    for path in (row.builder, row.drop_schedule):
+    if row.widths is not None:
+        assert callable(kind_function(row.widths))
+    # the table's own builders, schedules and widths live in the model layer (the trainer
+    # imports it)
+    for path in (row.builder, row.drop_schedule, row.widths):
         assert path is None or path.startswith("fathom.models."), path
     assert row.factory is None or row.factory in row.config.model_fields
-    assert callable(row.label) and callable(row.no_branches)
+    assert callable(row.label) and callable(row.no_branches) and callable(row.size)
+    default = row.config.model_validate({"factory": "m:f"} if row.factory else {})
+    assert isinstance(row.size(default), str) and row.size(default)
 
 
 def test_the_config_union_is_the_tables_classes_in_its_order() -> None:
@@ -85,6 +100,24 @@ def test_no_module_compares_a_model_kind_by_name() -> None:
             kind = any(isinstance(s, ast.Attribute) and s.attr == "kind" for s in sides)
             if kind and names & set(MODEL_KINDS):
                 found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert not found, found
+
+
+def test_no_module_keeps_a_table_keyed_by_model_kind() -> None:
+    """No ``{"ciresan": ..., "staged_conv": ...}`` outside the table: what a kind knows is a
+    column of its row (a dict keyed by kind names misses every kind added later)."""
+    found = []
+    for path in SRC.rglob("*.py"):
+        if path.name == "model_kinds.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Dict):
+                kinds = {k.value for k in node.keys if isinstance(k, ast.Constant)} & set(
+                    MODEL_KINDS
+                )
+                # "python" alone also names a dataset and the interpreter's version
+                if kinds - {"python"} or len(kinds) > 1:
+                    found.append(f"{path.relative_to(SRC)}:{node.lineno}")
     assert not found, found
 
 
@@ -172,7 +205,13 @@ TOY = ModelKind(
     shape="in_features",
     drop_schedule=f"{__name__}:toy_schedule",
     label=lambda model, tags: f"toy-w{model.width}",
+    widths=f"{__name__}:toy_widths",
+    size=lambda model: f"width {model.width}",
 )
+
+
+def toy_widths(cfg: ToyConfig) -> tuple[int, ...]:
+    return (cfg.width,)
 
 
 def test_a_kind_registered_as_one_row_is_built_scheduled_and_labelled(monkeypatch) -> None:
@@ -185,6 +224,9 @@ def test_a_kind_registered_as_one_row_is_built_scheduled_and_labelled(monkeypatc
     controller = build_controller(model, cfg)
     assert controller is not None and len(find_branches(model)) == 1
     assert subjects._family(cfg) == "toy-w5"
+    run = RunData(Path("r"), "r", {"config": {"model": ToyConfig().model_dump()}}, [])
+    assert as_trained(run)["model.widths"] == [5]  # the exports' "as trained" reads the row
+    assert "width 5" in what_was_run(None, [run])  # so does the report's "what was run"
     assert check_inputs(DataConfig(), cfg.model) == []  # no user factory to import
     with pytest.raises(ValueError, match="lyapunov_blocks"):  # the row says it has none
         health = cfg.health.model_copy(update={"enabled": True})
@@ -193,9 +235,59 @@ def test_a_kind_registered_as_one_row_is_built_scheduled_and_labelled(monkeypatc
         _study_with(cfg.model)._ciresan_base()
 
 
+# Each kind's hidden widths read off a built model's parameters (not its config or its own
+# attributes): the widths its row states must be these. A kind with widths and no reader
+# here fails the test below, loudly.
+_BUILT_WIDTHS: dict[str, Any] = {
+    "ciresan": lambda m: [x.out_features for x in m.modules() if isinstance(x, nn.Linear)][:-1],
+    "staged_conv": lambda m: list(
+        dict.fromkeys(c.out_channels for c in m.modules() if isinstance(c, nn.Conv2d))
+    ),
+    "gpt": lambda m: [b.branch.ln_1.normalized_shape[0] for b in m.blocks],
+}
+_SMALL: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # (config, data shape)
+    "ciresan": ({"width_mult": 0.01}, {"in_features": 784}),
+    "staged_conv": ({"width_mult": 0.25}, {"input_shape": (3, 32, 32), "dataset": "cifar10"}),
+    "gpt": ({"layers": 3, "width": 8, "heads": 2}, {"input_shape": (16,)}),
+}
+
+
+@pytest.mark.parametrize("name", [n for n, row in MODEL_KINDS.items() if row.widths is not None])
+def test_a_kinds_widths_are_those_its_builder_makes(name: str) -> None:
+    row = MODEL_KINDS[name]
+    assert name in _BUILT_WIDTHS, f"kind {name!r} states widths: add its reader above"
+    config, shape = _SMALL[name]
+    cfg = row.config.model_validate(config)
+    built = build_model(cfg, 10, **shape)
+    stated = list(kind_function(row.widths)(cfg))
+    assert stated == _BUILT_WIDTHS[name](built)
+    run = RunData(Path("r"), "r", {"config": {"model": cfg.model_dump()}}, [])
+    assert as_trained(run)["model.widths"] == stated
+
+
+def test_a_model_table_this_version_cannot_read_is_said_so() -> None:
+    """A recorded ``[model]`` of an unknown kind, or one that no longer validates, is read as
+    nothing (``None``), never as another kind; a table without ``kind`` is the Ciresan MLP."""
+    assert recorded_model({"kind": "resnet"}) is None
+    assert recorded_model({"kind": "gpt", "width": 10, "heads": 3}) is None  # 10 % 3 != 0
+    row, cfg = recorded_model({"width_mult": 0.5})
+    assert row is MODEL_KINDS["ciresan"] and cfg == ModelConfig(width_mult=0.5)
+    run = RunData(Path("r"), "r", {"config": {"model": {"kind": "resnet"}}}, [])
+    assert "model.widths" not in as_trained(run)
+    assert "size not readable" in what_was_run(None, [run])
+
+
 def test_the_dispatching_functions_name_no_kind() -> None:
     """Their code (docstrings aside) holds no model-kind name: a new row reaches them all."""
-    for fn in (build_model, build_schedule, init_model, check_inputs, subjects._family):
+    for fn in (
+        build_model,
+        build_schedule,
+        init_model,
+        check_inputs,
+        subjects._family,
+        as_trained,
+        recorded_model,
+    ):
         tree = ast.parse(inspect.getsource(fn).strip())
         body = tree.body[0].body[1:]  # without the docstring
         names = {n.value for b in body for n in ast.walk(b) if isinstance(n, ast.Constant)}

@@ -2,14 +2,16 @@
 
 A row names the kind's config class (a member of :data:`ModelSpec`, the discriminated union
 ``RunConfig.model`` is validated with, built from this table), its builder and its drop
-schedule (``"module:function"`` paths into :mod:`fathom.models`, resolved there on first use
-so that this layer imports no torch), what it takes from the data (``shape``), its label in
-the audit, the config field naming a user's factory (imported by ``fathom validate``, its
+schedule and its hidden widths (``"module:function"`` paths into :mod:`fathom.models`,
+resolved there on first use so that this layer imports no torch), what it takes from the data
+(``shape``), its label in the audit, its size as the report states it, the config field naming a user's factory (imported by ``fathom validate``, its
 logits checked before training), and whether a study's recipes or the Lyapunov instruments
 apply to it. A new model kind is its config class, its model module and one row here.
 
 :func:`model_kind` is the one lookup: an unknown kind is a :class:`FathomError` naming it and
-the known kinds, at every place that asks — never a fall-through to another kind.
+the known kinds, at every place that asks — never a fall-through to another kind. A reader of
+a recorded ``[model]`` table (a run directory) asks :func:`recorded_model`, which says
+explicitly when this version cannot read the table, rather than guess a kind.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ class ModelKind:
     shape: Shape
     drop_schedule: str | None  # "fathom.models.X:function"(cfg, epochs) -> DropSchedule | None
     label: Callable[[Any, Mapping[str, Any]], str]  # (model config, run tags) -> audit family
+    widths: str | None
+    """``"fathom.models.X:function"``(cfg) -> ``tuple[int, ...]``: the hidden widths its builder
+    makes from the config (after ``width_mult``), as the exports' "as trained" states them;
+    ``None``: the model shapes itself (a user's factory) and the kind states no widths."""
+    size: Callable[[Any], str]
+    """(model config) -> the model's size in its own config's terms, as the report's "what
+    was run" states it (``width × 0.1``, ``4 blocks of width 128``)."""
     factory: str | None = None  # the config field holding a user's "package.module:function"
     recipes: bool = False  # a study's recipes (Ciresan recipes) are this kind's
     lyapunov: bool = False  # may provide lyapunov_blocks() (regularizer, health instrument)
@@ -75,6 +84,10 @@ def _staged_nonlinearity(model: StagedConvConfig) -> str:
     return f"spiking LIF (T={model.timesteps})" if spiking else "ReLU"
 
 
+def _width_mult(model: ModelConfig | StagedConvConfig) -> str:
+    return f"width × {model.width_mult:g}"
+
+
 MODEL_KINDS: dict[str, ModelKind] = {
     row.name: row
     for row in (
@@ -85,6 +98,8 @@ MODEL_KINDS: dict[str, ModelKind] = {
             shape="in_features",
             drop_schedule="fathom.models.ciresan:drop_schedule",
             label=lambda model, tags: model.recipe,
+            widths="fathom.models.ciresan:hidden_widths",
+            size=_width_mult,
             recipes=True,
         ),
         ModelKind(
@@ -94,6 +109,8 @@ MODEL_KINDS: dict[str, ModelKind] = {
             shape="input_shape",
             drop_schedule=None,
             label=_staged_label,
+            widths="fathom.models.convnet:hidden_widths",
+            size=_width_mult,
             lyapunov=True,
             no_branches=_staged_no_branches,
             nonlinearity=_staged_nonlinearity,
@@ -105,6 +122,8 @@ MODEL_KINDS: dict[str, ModelKind] = {
             shape="none",
             drop_schedule="fathom.models.factory:drop_schedule",
             label=lambda model, tags: f"python-{model.factory}",
+            widths=None,  # the factory's model shapes itself
+            size=lambda model: f"as {model.factory} builds it",
             factory="factory",
             lyapunov=True,
             nonlinearity=lambda model: "nonlinearity",  # the factory's own, unnamed
@@ -116,12 +135,17 @@ MODEL_KINDS: dict[str, ModelKind] = {
             shape="input_shape",
             drop_schedule="fathom.models.gpt:drop_schedule",
             label=lambda model, tags: f"gpt-l{model.layers}-w{model.width}",
+            widths="fathom.models.gpt:hidden_widths",
+            size=lambda model: f"{model.layers} blocks of width {model.width}",
             tokens=True,
             nonlinearity=lambda model: "GELU",
         ),
     )
 }
 """The table (module docstring), in the order errors list the kinds."""
+
+DEFAULT_KIND = "ciresan"
+"""The kind of a ``[model]`` table without ``kind``: the Ciresan MLP (the historical default)."""
 
 
 def model_kind(name: str) -> ModelKind:
@@ -132,6 +156,21 @@ def model_kind(name: str) -> ModelKind:
         head = with_suggestion(f"model.kind: unknown kind {name!r}", str(name), known)
         raise FathomError(f"{head}; choose one of {', '.join(known)}")
     return row
+
+
+def recorded_model(model: Mapping[str, Any]) -> tuple[ModelKind, BaseModel] | None:
+    """The row and the typed config of a ``[model]`` table read back from a run directory
+    (no ``kind``: ``ciresan``, as :class:`~fathom.config.RunConfig` reads it); ``None``, said
+    explicitly, for a kind this version has no row for or a table it no longer validates (a
+    run recorded by another version): its reader then states nothing of the model, never
+    another kind's answer."""
+    row = MODEL_KINDS.get(str(model.get("kind", DEFAULT_KIND)))
+    if row is None:
+        return None
+    try:
+        return row, row.config.model_validate(dict(model))
+    except ValueError:  # pydantic's ValidationError is one
+        return None
 
 
 ModelSpec = Annotated[

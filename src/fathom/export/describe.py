@@ -9,9 +9,11 @@ The config a run recorded says what was *asked*; a dashboard comparing runs need
   (the full record) and are left out of TensorBoard's HParams. Unset options (``None``) are
   left out too: an absent hyperparameter reads as the default in TensorBoard's table.
 * **As trained** (:func:`as_trained`): what the config became in the run, from the
-  manifest and the model kind's own rule (:data:`_TRAINED_WIDTHS`): the hidden widths after
-  ``width_mult`` (``max(1, round(w · width_mult))``, :func:`fathom.models.specs.scaled_widths`:
-  ``[250, 200, 150, 100, 50]`` for ``× 0.1`` of the full widths), the parameter count, the
+  manifest and the model kind's row (:attr:`fathom.config.model_kinds.ModelKind.widths`): the
+  hidden widths after ``width_mult`` (``max(1, round(w · width_mult))``,
+  :func:`fathom.models.specs.scaled_widths`: ``[250, 200, 150, 100, 50]`` for ``× 0.1`` of the
+  Ciresan MLP's full widths; a ``gpt``'s ``width`` at each block; none for a user's factory,
+  or a table this version cannot read), the parameter count, the
   device and the execution path actually used (``device = "auto"`` and ``execution.path =
   "auto"`` name a choice, not what ran). In HParams these replace the config's entries.
 * **Tags and job type** (:func:`run_tags`, :func:`job_type`): the model kind, recipe,
@@ -22,7 +24,7 @@ The config a run recorded says what was *asked*; a dashboard comparing runs need
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from fathom.report.runs import RunData
@@ -43,38 +45,18 @@ NOT_HYPERPARAMETERS: dict[str, str] = {
 """Dotted config prefixes left out of the HParams, each with the reason."""
 
 
-def _ciresan_widths(model: Mapping[str, Any]) -> list[int] | None:
-    from fathom.models.specs import scaled_widths
-
-    if "widths" not in model:
-        return None
-    return list(scaled_widths(tuple(model["widths"]), float(model.get("width_mult", 1.0))))
-
-
-def _staged_widths(model: Mapping[str, Any]) -> list[int] | None:
-    from fathom.models.convnet import FULL_WIDTHS
-    from fathom.models.specs import scaled_widths
-
-    return list(scaled_widths(FULL_WIDTHS, float(model.get("width_mult", 1.0))))
-
-
-_TRAINED_WIDTHS: dict[str, Callable[[Mapping[str, Any]], list[int] | None]] = {
-    "ciresan": _ciresan_widths,
-    "staged_conv": _staged_widths,
-}
-"""``model.kind`` -> the hidden widths the builder made from the model config; a kind with no
-row (a user's ``python`` model) shapes itself and has no widths to state."""
-
-
 def as_trained(run: RunData) -> dict[str, Any]:
     """What the run trained, as dotted keys (module docstring); entries it cannot know are absent."""
     m = run.manifest
     model = run.config.get("model") or {}
     out: dict[str, Any] = {}
-    rule = _TRAINED_WIDTHS.get(str(model.get("kind")))
-    widths = None if rule is None else rule(model)
-    if widths is not None:
-        out["model.widths"] = widths
+    from fathom.config.model_kinds import recorded_model
+
+    recorded = recorded_model(model)
+    if recorded is not None and recorded[0].widths is not None:
+        from fathom.models import kind_function
+
+        out["model.widths"] = list(kind_function(recorded[0].widths)(recorded[1]))
     params = (m.get("model") or {}).get("parameters")
     if isinstance(params, int):
         out["model.parameters"] = params

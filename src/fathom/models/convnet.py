@@ -198,6 +198,13 @@ class StagedConvNet(nn.Module):
         return f"{kind}, depth={self.depth}, widths={self.widths}, image={self.image_size}"
 
 
+def hidden_widths(cfg: StagedConvConfig) -> tuple[int, ...]:
+    """The ``staged_conv`` kind's stage widths (:mod:`fathom.config.model_kinds`), as
+    :class:`StagedConvNet` makes them: ``max(1, round(w · width_mult))`` of each of
+    :data:`FULL_WIDTHS` (:func:`~fathom.models.specs.scaled_widths`)."""
+    return scaled_widths(FULL_WIDTHS, cfg.width_mult)
+
+
 def build(cfg: StagedConvConfig, shape: DataShape) -> ImageInput:
     """The ``staged_conv`` kind's builder (:mod:`fathom.config.model_kinds`): the net behind
     its dataset's image preparation."""

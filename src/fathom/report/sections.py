@@ -51,11 +51,13 @@ def _facts(runs: Sequence[RunData]) -> str:
 
 
 def _shape(model: dict[str, Any]) -> str:
-    """A model's size in its own config's terms: ``3 blocks of width 16`` for a model
-    with ``layers`` and ``width`` (a ``gpt``), else ``width × 1`` (the multiplier)."""
-    if "layers" in model and "width" in model:
-        return f"{model['layers']} blocks of width {model['width']}"
-    return f"width × {model.get('width_mult', 1.0):g}"
+    """A model's size in its own config's terms, by its kind's row
+    (:attr:`fathom.config.model_kinds.ModelKind.size`): ``width × 0.1``, ``3 blocks of width
+    16``; ``size not readable`` for a table this version cannot read."""
+    from fathom.config.model_kinds import recorded_model
+
+    recorded = recorded_model(model)
+    return recorded[0].size(recorded[1]) if recorded else "size not readable"
 
 
 def _scale_down(summary: Mapping[str, Any] | None) -> str:

@@ -168,16 +168,12 @@ def nonlinearity(runs: Sequence[RunData]) -> str:
     """The runs' hidden nonlinearity, named by their model kind's row
     (:attr:`fathom.config.model_kinds.ModelKind.nonlinearity`): ``"GELU"`` for a ``gpt``,
     ``"ReLU"`` for the Ciresan MLP; several, joined with ``" / "`` in the runs' order."""
-    from fathom.config.model_kinds import MODEL_KINDS
+    from fathom.config.model_kinds import recorded_model
 
     names: list[str] = []
     for r in runs:
-        model = r.config.get("model") or {}
-        row = MODEL_KINDS.get(model.get("kind", "ciresan"))
-        try:
-            name = row.nonlinearity(row.config.model_validate(model)) if row else None
-        except ValueError:  # a config this version no longer validates
-            name = None
+        recorded = recorded_model(r.config.get("model") or {})
+        name = recorded[0].nonlinearity(recorded[1]) if recorded else None
         name = name or "nonlinearity"
         if name not in names:
             names.append(name)
