@@ -159,3 +159,53 @@ def test_missing_submitit_names_the_install(monkeypatch):
     backend = make_backend("slurm", slurm={"folder": "unused"})
     with pytest.raises(FathomError, match=r"pip install -e '\.\[slurm\]'"):
         backend.run([object()], retry_failed=False, registry_file=None)
+
+
+# -- the backends are one table ------------------------------------------------------------
+def test_every_row_builds_its_backend(tmp_path):
+    from fathom.study.backends import BACKENDS, make_backend
+
+    for name, row in BACKENDS.items():
+        backend = make_backend(name, threads=3, slurm={"folder": str(tmp_path)})
+        assert type(backend).__name__ == row.cls.rsplit(":", 1)[1]
+        assert backend.name.startswith(name) and backend.threads == 3
+
+
+def test_an_unknown_backend_is_refused_with_the_known_ones():
+    from fathom.errors import FathomError
+    from fathom.study.backends import make_backend
+
+    with pytest.raises(FathomError, match=r"unknown backend 'rey'.*did you mean 'ray'") as e:
+        make_backend("rey")
+    assert str(e.value).endswith("choose one of local, ray, slurm")
+
+
+@pytest.mark.parametrize("command", ["study", "reproduce"])
+def test_the_commands_offer_the_tables_backends_and_refuse_another_backends_option(command):
+    import argparse
+
+    from fathom.errors import FathomError
+    from fathom.study.backends import BACKENDS
+    from fathom.study.cli import check_backend_options
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    if command == "study":
+        from fathom.study.cli import add_parser
+    else:
+        from fathom.reproduce.cli import add_parser
+    add_parser(sub)
+    run = next(iter(sub.choices.values()))
+    if command == "study":  # study run is a subcommand of study
+        run = next(
+            a for a in run._actions if isinstance(a, argparse._SubParsersAction)
+        ).choices["run"]
+    backend = next(a for a in run._actions if a.dest == "backend")
+    assert backend.choices == list(BACKENDS) and backend.default == "local"
+    for name, row in BACKENDS.items():
+        for option in row.options:
+            other = next(n for n in BACKENDS if n != name)
+            args = run.parse_args(["x", "--backend", other, option, "1"])
+            with pytest.raises(FathomError, match=f"{option} is for --backend {name}"):
+                check_backend_options(args)
+            check_backend_options(run.parse_args(["x", "--backend", name, option, "1"]))

@@ -19,7 +19,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     name, pipe, study, origin = load_pipeline(args.pipeline)  # refused before torch
     from fathom.reproduce.pipeline import Context, locations, reproduce
     from fathom.study.backends import make_backend
-    from fathom.study.cli import slurm_options
+    from fathom.study.cli import check_backend_options, slurm_options
     from fathom.study.scaledown import scale_down_sentence, scaled_down
 
     if pipe.depth_scaling is not None:
@@ -32,6 +32,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     threads = args.threads or study.study.threads_per_run or 1
     if threads < 1:
         raise FathomError(f"--threads must be at least 1, got {threads}")
+    check_backend_options(args)
     backend = make_backend(
         args.backend,
         workers=args.workers,
@@ -131,7 +132,7 @@ def _cmd_diagnose_head(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from fathom.study.cli import add_slurm_arguments
+    from fathom.study.cli import add_backend_arguments
 
     p = sub.add_parser(
         "reproduce",
@@ -146,9 +147,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--runs-dir", default="runs", help="parent of the study directory")
     p.add_argument("--workers", type=int, default=1, help="local worker processes for the study")
-    p.add_argument("--backend", choices=["local", "ray", "slurm"], default="local")
-    p.add_argument("--address", help="Ray cluster address (--backend ray)")
-    add_slurm_arguments(p)
+    add_backend_arguments(p)
     p.add_argument("--threads", type=int, help="torch threads per run (final hashes depend on it)")
     p.add_argument("--retry-failed", action="store_true", help="retry study runs that failed")
     p.add_argument(

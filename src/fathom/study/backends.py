@@ -7,22 +7,30 @@ every backend (same config, same seeds, same torch thread count), so it ends wit
 same final-parameter hash. On the CPU that needs the same torch thread count, so every
 backend sets ``torch.set_num_threads(threads)`` in the process that trains (the count is
 recorded in each manifest's ``environment.threads``).
+
+The backends are one table, :data:`BACKENDS` (name -> the backend's class as a
+``"module:Class"`` path, the command-line options only it reads, the optional extra it
+needs): :func:`make_backend` builds from it and the commands take their ``--backend``
+choices and option checks from it, so a new backend is its module and one row; an unknown
+name is refused with the known ones ("did you mean"). This module imports no torch, pydantic
+or worker pool until a backend runs, so a command's parser can read the table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from concurrent.futures import as_completed
+import importlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fathom.config.live import LiveConfig
-from fathom.errors import FathomError, install_hint
-from fathom.study.execute import RunOutcome, execute_run
-from fathom.study.plan import RunSpec
-from fathom.study.pool import local_pool, worker_devices
+from fathom.errors import FathomError, install_hint, with_suggestion
 
-_OnOutcome = Callable[[RunOutcome], None]
+if TYPE_CHECKING:
+    from fathom.config.live import LiveConfig
+    from fathom.study.execute import RunOutcome
+    from fathom.study.plan import RunSpec
+
+_OnOutcome = Callable[["RunOutcome"], None]
 """Called with each run's outcome as the run ends (the study's per-run line)."""
 
 
@@ -49,6 +57,10 @@ class LocalBackend:
         if self.workers < 1:
             raise FathomError(f"--workers must be at least 1, got {self.workers}")
 
+    @classmethod
+    def from_options(cls, o: BackendOptions) -> LocalBackend:
+        return cls(workers=o.workers, **o.common())
+
     @property
     def name(self) -> str:
         return f"local ({self.workers} worker{'s' if self.workers > 1 else ''}, {self.threads} thread(s) per run)"
@@ -62,6 +74,11 @@ class LocalBackend:
         progress: _OnOutcome | None = None,
         allow_source_change: bool = False,
     ) -> list[RunOutcome]:
+        from concurrent.futures import as_completed
+
+        from fathom.study.execute import execute_run
+        from fathom.study.pool import local_pool, worker_devices
+
         kwargs = dict(
             retry_failed=retry_failed,
             allow_source_change=allow_source_change,
@@ -116,6 +133,10 @@ class RayBackend:
     live: LiveConfig | tuple[str, ...] = ()
     tracker: Any = None  # LiveTracker-like factory (commands pass fathom.export.live's)
 
+    @classmethod
+    def from_options(cls, o: BackendOptions) -> RayBackend:
+        return cls(address=o.address, **o.common())
+
     @property
     def name(self) -> str:
         return f"ray ({self.address or 'local cluster'}, {self.threads} thread(s) per run)"
@@ -130,6 +151,8 @@ class RayBackend:
         allow_source_change: bool = False,
     ) -> list[RunOutcome]:
         ray = _import_ray()
+        from fathom.study.execute import execute_run
+
         if not ray.is_initialized():
             try:
                 ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
@@ -174,6 +197,74 @@ class RayBackend:
         return [results[s.run_id] for s in specs]
 
 
+@dataclass(frozen=True)
+class BackendOptions:
+    """What a command gives :func:`make_backend`; each backend's ``from_options`` takes the
+    common fields (:meth:`common`) and its own (``workers``: local; ``address``: Ray;
+    ``slurm``: :class:`fathom.study.slurm.SlurmBackend` fields)."""
+
+    threads: int = 1
+    splits_for: Any = None
+    live: LiveConfig | tuple[str, ...] = ()
+    tracker: Any = None
+    workers: int = 1
+    address: str | None = None
+    slurm: Mapping[str, Any] | None = None
+
+    def common(self) -> dict[str, Any]:
+        """The fields every backend takes: torch threads, splits, live logging."""
+        return {
+            "threads": self.threads,
+            "splits_for": self.splits_for,
+            "live": self.live,
+            "tracker": self.tracker,
+        }
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    """One way to execute a study's runs (``--backend NAME``): a row of :data:`BACKENDS`."""
+
+    cls: str
+    """``"fathom.study.X:Class"``: the backend, built by its ``from_options`` (its module is
+    imported only when chosen; Ray and submitit only when a run starts)."""
+    options: tuple[str, ...]
+    """The command-line options only this backend reads (given with another, refused)."""
+    extra: str | None
+    """The optional dependency extra it needs at run time (:func:`fathom.errors.install_hint`)."""
+    help: str
+
+
+BACKENDS: dict[str, BackendKind] = {
+    "local": BackendKind(
+        "fathom.study.backends:LocalBackend",
+        (),
+        None,
+        "this process, or --workers local worker processes",
+    ),
+    "ray": BackendKind(
+        "fathom.study.backends:RayBackend", ("--address",), "ray", "one Ray task per run"
+    ),
+    "slurm": BackendKind(
+        "fathom.study.slurm:SlurmBackend",
+        ("--slurm-partition", "--slurm-gpus"),
+        "slurm",
+        "submitit jobs (a Slurm job array on a cluster)",
+    ),
+}
+"""The backends (module docstring), in the order the commands list them."""
+
+
+def backend_kind(name: str) -> BackendKind:
+    """The row of ``name``; an unknown backend is refused naming the known ones."""
+    row = BACKENDS.get(name)
+    if row is None:
+        known = list(BACKENDS)
+        head = with_suggestion(f"unknown backend {name!r}", str(name), known)
+        raise FathomError(f"{head}; choose one of {', '.join(known)}")
+    return row
+
+
 def make_backend(
     name: str,
     *,
@@ -185,19 +276,9 @@ def make_backend(
     live: LiveConfig | tuple[str, ...] = (),
     tracker: Any = None,
 ):
-    """The backend called ``name``; ``slurm`` holds :class:`fathom.study.slurm.SlurmBackend` fields."""
-    if name == "local":
-        return LocalBackend(
-            workers=workers, threads=threads, splits_for=splits_for, live=live, tracker=tracker
-        )
-    if name == "ray":
-        return RayBackend(
-            address=address, threads=threads, splits_for=splits_for, live=live, tracker=tracker
-        )
-    if name == "slurm":
-        from fathom.study.slurm import SlurmBackend
-
-        return SlurmBackend(
-            threads=threads, splits_for=splits_for, live=live, tracker=tracker, **(slurm or {})
-        )
-    raise FathomError(f"unknown backend {name!r}; use 'local', 'ray' or 'slurm'")
+    """The backend called ``name``, built by its row of :data:`BACKENDS` from these options
+    (each backend reads its own: ``workers`` local, ``address`` Ray, ``slurm`` the
+    :class:`fathom.study.slurm.SlurmBackend` fields)."""
+    module, _, cls = backend_kind(name).cls.partition(":")
+    options = BackendOptions(threads, splits_for, live, tracker, workers, address, slurm)
+    return getattr(importlib.import_module(module), cls).from_options(options)

@@ -24,15 +24,23 @@ def _threads(args: argparse.Namespace, study: Any) -> int:
     return threads
 
 
-def slurm_options(args: argparse.Namespace) -> dict[str, Any] | None:
-    """:class:`fathom.study.slurm.SlurmBackend` fields from ``--slurm-*`` (``None`` off Slurm)."""
-    if args.backend != "slurm":
-        given = [k for k in ("slurm_partition", "slurm_gpus") if getattr(args, k, None)]
-        if given:
-            raise FathomError(
-                f"--{given[0].replace('_', '-')} is for --backend slurm; add it or drop the option"
-            )
-        return None
+def check_backend_options(args: argparse.Namespace) -> None:
+    """An option only another backend reads (its row's ``options`` in
+    :data:`fathom.study.backends.BACKENDS`: ``--address`` Ray's, ``--slurm-partition`` Slurm's)
+    is refused naming that backend, not ignored."""
+    from fathom.study.backends import BACKENDS
+
+    for name, row in BACKENDS.items():
+        for option in row.options:
+            if name != args.backend and getattr(args, option.lstrip("-").replace("-", "_"), None):
+                raise FathomError(
+                    f"{option} is for --backend {name}; drop it or add --backend {name}"
+                )
+
+
+def slurm_options(args: argparse.Namespace) -> dict[str, Any]:
+    """:class:`fathom.study.slurm.SlurmBackend` fields from ``--slurm-*`` (read by the Slurm
+    backend only)."""
     return {
         "folder": args.slurm_folder or str(Path(args.runs_dir) / "submitit"),
         "cluster": args.slurm_cluster,
@@ -42,8 +50,23 @@ def slurm_options(args: argparse.Namespace) -> dict[str, Any] | None:
     }
 
 
-def add_slurm_arguments(p: argparse.ArgumentParser) -> None:
-    """``--slurm-*`` options shared by ``study run`` and ``reproduce``."""
+def add_backend_arguments(p: argparse.ArgumentParser) -> None:
+    """``--backend`` (the choices of :data:`fathom.study.backends.BACKENDS`), ``--address``
+    and ``--slurm-*``: shared by ``study run`` and ``reproduce``."""
+    from fathom.study.backends import BACKENDS
+
+    p.add_argument(
+        "--backend",
+        choices=list(BACKENDS),
+        default="local",
+        help="where the runs execute: "
+        + "; ".join(
+            f"{name}, {row.help}" + (f" (the {row.extra} extra)" if row.extra else "")
+            for name, row in BACKENDS.items()
+        )
+        + " (default: local)",
+    )
+    p.add_argument("--address", help="Ray cluster address (--backend ray; default: a local Ray)")
     p.add_argument("--slurm-partition", help="Slurm partition (--backend slurm)")
     p.add_argument("--slurm-gpus", type=int, help="GPUs per run (--backend slurm; default 0)")
     p.add_argument(
@@ -84,8 +107,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     check_output_dir(args.runs_dir, "--runs-dir")
     study, origin = load_study(args.study)
     named_inputs(study, origin)  # factories import, data paths exist: before any run starts
-    if args.backend != "ray" and args.address:
-        raise FathomError("--address is for --backend ray; drop it or add --backend ray")
+    check_backend_options(args)
     tracking = live_settings(study.live, args.live)
     threads = _threads(args, study)
     slurm = slurm_options(args)
@@ -238,9 +260,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--workers", type=int, default=1, help="local worker processes (default: 1, sequential)"
     )
-    run.add_argument("--backend", choices=["local", "ray", "slurm"], default="local")
-    run.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
-    add_slurm_arguments(run)
+    add_backend_arguments(run)
     run.add_argument(
         "--threads",
         type=int,

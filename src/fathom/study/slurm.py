@@ -24,6 +24,7 @@ from typing import Any
 
 from fathom.config.live import LiveConfig
 from fathom.errors import FathomError, install_hint
+from fathom.study.backends import BackendOptions
 from fathom.study.execute import RunOutcome, execute_run
 from fathom.study.plan import RunSpec
 
@@ -54,6 +55,10 @@ class SlurmBackend:
     splits_for: Any = None
     live: LiveConfig | tuple[str, ...] = ()
     tracker: Any = None  # LiveTracker-like factory (commands pass fathom.export.live's)
+
+    @classmethod
+    def from_options(cls, o: BackendOptions) -> SlurmBackend:
+        return cls(**o.common(), **(o.slurm or {}))
 
     @property
     def name(self) -> str:
