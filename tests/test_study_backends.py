@@ -197,9 +197,9 @@ def test_the_commands_offer_the_tables_backends_and_refuse_another_backends_opti
     add_parser(sub)
     run = next(iter(sub.choices.values()))
     if command == "study":  # study run is a subcommand of study
-        run = next(
-            a for a in run._actions if isinstance(a, argparse._SubParsersAction)
-        ).choices["run"]
+        run = next(a for a in run._actions if isinstance(a, argparse._SubParsersAction)).choices[
+            "run"
+        ]
     backend = next(a for a in run._actions if a.dest == "backend")
     assert backend.choices == list(BACKENDS) and backend.default == "local"
     for name, row in BACKENDS.items():

@@ -144,7 +144,7 @@ MODEL_KINDS: dict[str, ModelKind] = {
 }
 """The table (module docstring), in the order errors list the kinds."""
 
-DEFAULT_KIND = "ciresan"
+_DEFAULT_KIND = "ciresan"
 """The kind of a ``[model]`` table without ``kind``: the Ciresan MLP (the historical default)."""
 
 
@@ -164,7 +164,7 @@ def recorded_model(model: Mapping[str, Any]) -> tuple[ModelKind, BaseModel] | No
     explicitly, for a kind this version has no row for or a table it no longer validates (a
     run recorded by another version): its reader then states nothing of the model, never
     another kind's answer."""
-    row = MODEL_KINDS.get(str(model.get("kind", DEFAULT_KIND)))
+    row = MODEL_KINDS.get(str(model.get("kind", _DEFAULT_KIND)))
     if row is None:
         return None
     try:

@@ -255,7 +255,7 @@ BACKENDS: dict[str, BackendKind] = {
 """The backends (module docstring), in the order the commands list them."""
 
 
-def backend_kind(name: str) -> BackendKind:
+def _backend_kind(name: str) -> BackendKind:
     """The row of ``name``; an unknown backend is refused naming the known ones."""
     row = BACKENDS.get(name)
     if row is None:
@@ -279,6 +279,6 @@ def make_backend(
     """The backend called ``name``, built by its row of :data:`BACKENDS` from these options
     (each backend reads its own: ``workers`` local, ``address`` Ray, ``slurm`` the
     :class:`fathom.study.slurm.SlurmBackend` fields)."""
-    module, _, cls = backend_kind(name).cls.partition(":")
+    module, _, cls = _backend_kind(name).cls.partition(":")
     options = BackendOptions(threads, splits_for, live, tracker, workers, address, slurm)
     return getattr(importlib.import_module(module), cls).from_options(options)
