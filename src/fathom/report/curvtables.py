@@ -264,10 +264,3 @@ def trace_contrasts(
                 }
             )
     return out
-
-
-def trace_sentences(
-    runs: Sequence[RunData], reference: str | None, curvature: Mapping[str, Mapping[str, Any]]
-) -> list[str]:
-    """The sentence of each :func:`trace_contrasts` contrast (never a ratio without its n)."""
-    return [c["sentence"] for c in trace_contrasts(runs, reference, curvature)]

@@ -77,17 +77,6 @@ def _scale_down(summary: Mapping[str, Any] | None) -> str:
     )
 
 
-def verdict_sentences(stats: Mapping[str, Any]) -> list[str]:
-    """The computed sentences of the summary's results model (``stats["results"]``; an older
-    summary without it: each comparison's own sentence) — the ranking statements
-    (:mod:`fathom.stats.ranking`) among them — and its multiplicity note."""
-    results = stats.get("results") or {}
-    texts = [s["text"] for s in results.get("sentences") or []]
-    if not results:
-        texts = [c["sentence"] for c in stats.get("comparisons") or [] if c.get("sentence")]
-    return [*texts, *(stats.get("notes") or [])[:1]]
-
-
 def split_sentences(stats: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """``(decided, undecided)`` sentences of the summary, each text once, in the order of
     its first print.
