@@ -380,25 +380,62 @@ _STANDARD_ERROR_FORMULAS: dict[str, str] = {
 # -- Monte-Carlo -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _SampledPlan:
-    """A :class:`fathom.curvature.exact.Plan` look-alike whose "families" are single draws:
-    ``label = (family, k)``; each pulled-back direction is its own row block, so
-    :func:`fathom.curvature.exact.layer_sums` returns one sum over the chunk's examples per
-    draw (the per-draw sums the standard error needs), from one pullback."""
+    """A :class:`fathom.curvature.exact.Plan` look-alike for ``draws`` sampled directions per
+    family (pulled back together, family after family): :func:`fathom.curvature.exact.layer_sums`
+    returns per family ``(f, "sum")``, ``sum_i sum_k x_ik``, and with ``spread`` also
+    ``(f, "m2")``, ``sum_i sum_k (x_ik - xbar_i)^2`` (``xbar_i`` example ``i``'s mean over its
+    draws), and ``(f, "traces")``, the per-example per-draw traces ``sum_j x_ik[j]`` ``[N, K]``:
+    every statistic the standard errors need, read off the per-example rows in the same pass."""
 
-    families: tuple[tuple[str, int], ...]
+    families: tuple[str, ...]
+    draws: int
+    spread: bool = True
     units: bool = False
-    pooled: int = 0  # > 0: one label per family, its ``pooled`` draws summed (no SE)
 
-    def rows(self, r: torch.Tensor, dirs: object) -> dict[tuple[str, int], torch.Tensor]:
-        if self.pooled:
-            k = self.pooled
-            return {label: r[:, j * k : (j + 1) * k] for j, label in enumerate(self.families)}
-        return {label: r[:, j : j + 1] for j, label in enumerate(self.families)}
+    def rows(self, r: torch.Tensor, dirs: object) -> dict[str, torch.Tensor]:
+        k = self.draws
+        return {f: r[:, j * k : (j + 1) * k] for j, f in enumerate(self.families)}
+
+    def squares(self, kind: str, sq: torch.Tensor, place=None, examples=None) -> dict:
+        """The statistics of ``x = sq [G, K, *entries]`` (:func:`fathom.curvature.exact._squares`)."""
+        out = {(kind, "sum"): sq.sum((0, 1)) if place is None else place(sq.sum(1))}
+        if self.spread:
+            m2 = (sq - sq.mean(1, keepdim=True)).square_().sum(1)
+            out[kind, "m2"] = m2.sum(0) if place is None else place(m2)
+            traces = sq.flatten(2).sum(2) if sq.dim() > 2 else sq
+            out[kind, "traces"] = traces if examples is None else examples(traces)
+        return out
+
+    def factored(self, kind: str, q: torch.Tensor, b: torch.Tensor) -> tuple[dict, dict]:
+        """``(weight, bias)`` statistics of ``x_ik[o, j] = q[i, k, o] b[i, j]`` (a linear layer:
+        ``q = u^2`` the squared output cotangents, ``b = a^2`` the squared inputs): the draws
+        enter through ``q`` only, so ``x_ik - xbar_i = (q_ik - qbar_i) b_i`` and every sum is
+        one ``[O, N] @ [N, I]`` product, never ``[N, K, O, I]``."""
+        w = {(kind, "sum"): q.sum(1).T @ b}
+        bias = {(kind, "sum"): q.sum((0, 1))}
+        if self.spread:
+            c = (q - q.mean(1, keepdim=True)).square_().sum(1)  # [N, O]
+            w[kind, "m2"] = c.T @ b.square()
+            bias[kind, "m2"] = c.sum(0)
+            qt = q.sum(2)  # [N, K]
+            w[kind, "traces"] = qt * b.sum(1, keepdim=True)
+            bias[kind, "traces"] = qt
+        return w, bias
+
+    def join(self, label: tuple[str, str], parts: list[torch.Tensor], shape) -> torch.Tensor:
+        if label[1] == "traces":
+            return sum(parts[1:], parts[0])
+        return torch.cat([p.reshape(-1) for p in parts]).reshape(shape)
 
 
 def _groups(total: int, size: int) -> Iterable[tuple[int, int]]:
     for start in range(0, total, size):
         yield start, min(size, total - start)
+
+
+def _centred(t: torch.Tensor) -> float:
+    """``sum_i sum_k (t_ik - tbar_i)^2`` of per-example per-draw values ``t [N, K]``."""
+    return float((t - t.mean(1, keepdim=True)).square_().sum())
 
 
 def mc_diagonals(
@@ -415,9 +452,13 @@ def mc_diagonals(
 ) -> tuple[dict, dict, dict, dict]:
     """Monte-Carlo diagonals of the families in ``samplers`` (module docstring).
 
-    ``standard_errors=False``: the draws are summed per family as they are pulled back (one
-    row block per family, BackPACK ``DiagGGNMC``'s cost), the estimate is the same
-    (the same draws) and no standard error is formed (``None``).
+    One forward and one batched pullback per chunk of examples (and group of samples): the
+    estimate's sums ``sum_i sum_k x_ik`` and, for the standard errors, the per-example
+    spreads ``sum_k (x_ik - xbar_i)^2`` and per-draw traces are all read off the same
+    per-example rows (:class:`_SampledPlan`). ``standard_errors=False`` skips the spreads:
+    the same estimate (bit for bit: the same draws, the same sums), its standard errors
+    ``None``. When one example's ``samples`` do not fit (``samples_per_chunk < samples``) the
+    chunks hold one example each and its groups of draws combine by Chan's formula.
 
     Returns ``(diag, se, param_trace_reps, trace_reps)``: per family ``{param: estimate}``,
     ``{param: standard error}`` and, for the traces, per family ``{param: (estimate, SE)}`` and
@@ -425,68 +466,97 @@ def mc_diagonals(
     directions (:data:`Sampler`); wiring another loss in is one entry of that table."""
     n = x.shape[0]
     names = dict(seam.model.named_parameters())
-    total = {f: {p: torch.zeros_like(t).detach() for p, t in names.items()} for f in samplers}
-    var = {f: {p: torch.zeros_like(t).detach() for p, t in names.items()} for f in samplers}
-    tvar = {f: {p: 0.0 for p in names} for f in samplers}
-    tvar_all = dict.fromkeys(samplers, 0.0)
+    fams = tuple(samplers)
+    split = samples_per_chunk < samples
+    examples_per_chunk = 1 if split else examples_per_chunk
+    total: dict = {f: {} for f in fams}
+    m2: dict = {f: {} for f in fams}
+    tm2 = {f: dict.fromkeys(names, 0.0) for f in fams}
+    tm2_all = dict.fromkeys(fams, 0.0)
     for start in range(0, n, examples_per_chunk):
         xc, yc = x[start : start + examples_per_chunk], labels[start : start + examples_per_chunk]
-        moments = {f: {p: _Moments() for p in names} for f in samplers}
-        tmoments = {f: {p: _Moments() for p in names} for f in samplers}
-        all_moments = {f: _Moments() for f in samplers}
+        nc = len(xc)
+        chunk: dict = {f: {} for f in fams}  # param -> [count, sum, m2] over this chunk's groups
+        traces: dict = {f: {p: [] for p in names} for f in fams}  # per-draw traces [nc, k]
         for _, k in _groups(samples, samples_per_chunk):
-            if standard_errors:
-                plan = _SampledPlan(tuple((f, j) for f in samplers for j in range(k)))
-            else:
-                plan = _SampledPlan(tuple((f, 0) for f in samplers), pooled=k)
+            plan = _SampledPlan(fams, k, spread=standard_errors)
 
             def directions(z, yc=yc, k=k):
-                return torch.cat([samplers[f](z, yc, k, generator) for f in samplers])
+                return torch.cat([samplers[f](z, yc, k, generator) for f in fams])
 
             pb = pull_back(seam, xc, directions)
-            per_draw = {f: {p: [] for p in names} for f in samplers}
+            group: dict = {f: {} for f in fams}  # param -> [sum, m2] of this group's draws
             for layer in seam.layers:
                 sums = layer_sums(
-                    layer, pb.calls[layer.name], pb.cotangents[layer.name], len(xc), None, plan
+                    layer, pb.calls[layer.name], pb.cotangents[layer.name], nc, None, plan
                 )
                 for local, qualified in zip(layer.params, layer.qualified, strict=True):
-                    for f, j in plan.families:
-                        per_draw[f][qualified].append(sums[local][(f, j)])
+                    got = sums[local]
+                    for f in fams:
+                        new = [got[f, "sum"], got.get((f, "m2"))]
+                        if qualified in group[f]:  # a second layer reaching the parameter
+                            old = group[f][qualified]
+                            new = [old[0] + new[0], None if new[1] is None else old[1] + new[1]]
+                        group[f][qualified] = new
+                        if standard_errors:
+                            traces[f][qualified].append(got[f, "traces"])
+            for f in fams:
+                for p, (s, v) in group[f].items():
+                    _fold(chunk[f], p, k, s, v)
+        for f in fams:
+            for p, (_, s, v) in chunk[f].items():
+                total[f][p] = total[f][p] + s if p in total[f] else s
+                if standard_errors:
+                    m2[f][p] = m2[f][p] + v if p in m2[f] else v
             if not standard_errors:
-                for f in samplers:
-                    for p in names:
-                        total[f][p] += sum(per_draw[f][p], torch.zeros_like(total[f][p]))
                 continue
-            for f in samplers:
-                draw_traces = 0.0
-                for p, t in names.items():
-                    # a parameter no layer reached this chunk (unused) stays zero
-                    s = torch.stack(per_draw[f][p]) if per_draw[f][p] else t.new_zeros(k, *t.shape)
-                    moments[f][p].add(s.detach())
-                    tr = s.reshape(k, -1).sum(1)
-                    tmoments[f][p].add(tr)
-                    draw_traces = draw_traces + tr
-                all_moments[f].add(torch.as_tensor(draw_traces))
-        for f in samplers if standard_errors else ():
+            per_draw = 0.0
             for p in names:
-                total[f][p] += moments[f][p].mean * samples
-                var[f][p] += moments[f][p].variance
-                tvar[f][p] += float(tmoments[f][p].variance)
-            tvar_all[f] += float(all_moments[f].variance)
+                if traces[f][p]:  # a parameter no layer reached (unused) has none
+                    t = torch.cat(traces[f][p], 1) if split else sum(traces[f][p])
+                    tm2[f][p] += _centred(t)
+                    per_draw = per_draw + t
+            if isinstance(per_draw, torch.Tensor):
+                tm2_all[f] += _centred(per_draw)
     scale = 1.0 / (n * samples)
-    se_scale = 1.0 / (n * n * samples)
-    diag = {f: {p: v * scale for p, v in total[f].items()} for f in samplers}
+    diag = {
+        f: {
+            p: total[f][p].mul_(scale) if p in total[f] else torch.zeros_like(t).detach()
+            for p, t in names.items()
+        }
+        for f in fams
+    }
     if not standard_errors:
         return diag, {}, {}, {}
-    se = {f: {p: (v * se_scale).sqrt() for p, v in var[f].items()} for f in samplers}
+    se_scale = 1.0 / (n * n * samples * (samples - 1))
+    se = {
+        f: {
+            p: m2[f][p].mul_(se_scale).sqrt_() if p in m2[f] else torch.zeros_like(t).detach()
+            for p, t in names.items()
+        }
+        for f in fams
+    }
     ptr = {
-        f: {p: (float(diag[f][p].sum()), math.sqrt(tvar[f][p] * se_scale)) for p in names}
-        for f in samplers
+        f: {p: (float(diag[f][p].sum()), math.sqrt(tm2[f][p] * se_scale)) for p in names}
+        for f in fams
     }
-    tr = {
-        f: (sum(v for v, _ in ptr[f].values()), math.sqrt(tvar_all[f] * se_scale)) for f in samplers
-    }
+    tr = {f: (sum(v for v, _ in ptr[f].values()), math.sqrt(tm2_all[f] * se_scale)) for f in fams}
     return diag, se, ptr, tr
+
+
+def _fold(acc: dict, p: str, k: int, s: torch.Tensor, m2: torch.Tensor | None) -> None:
+    """Combine a group of ``k`` draws of one chunk (their sum ``s`` and, with standard errors,
+    their per-example spread ``m2``) into ``acc[p] = [count, sum, m2]``; a later group (of the
+    chunk's single example) by Chan's formula ``m2 = m2_a + m2_b + (mean_b - mean_a)^2
+    k_a k_b / (k_a + k_b)``, exact for the pooled draws."""
+    if p not in acc:
+        acc[p] = [k, s, m2]
+        return
+    count, s0, v0 = acc[p]
+    if m2 is not None:
+        delta = s / k - s0 / count
+        v0 = v0 + m2 + delta.square() * (count * k / (count + k))
+    acc[p] = [count + k, s0 + s, v0]
 
 
 def _mc_chunks(costs: Costs, families: int, samples: int, n: int, memory: int) -> tuple[int, int]:
