@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -233,8 +234,23 @@ class Costs:
         return _BYTES * (7 * self.parameters + 3 * self.activations)
 
 
+_MEASURED: weakref.WeakKeyDictionary[Seam, tuple[tuple, Costs]] = weakref.WeakKeyDictionary()
+
+
 def measure(seam: Seam, x: torch.Tensor, plan: Plan) -> Costs:
-    """:class:`Costs` from one captured forward of one example."""
+    """:class:`Costs` from one captured forward of one example, kept per seam and example
+    shape (a seam is cached per model structure and input signature:
+    :mod:`fathom.curvature.twin`; the sizes it measures depend on nothing else)."""
+    key = (tuple(x.shape[1:]), x.dtype, x.device)
+    hit = _MEASURED.get(seam)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    costs = _measure(seam, x)
+    _MEASURED[seam] = (key, costs)
+    return costs
+
+
+def _measure(seam: Seam, x: torch.Tensor) -> Costs:
     with seam.capture() as calls, torch.no_grad():
         out = seam.model(x[:1])
     largest = max(
@@ -390,6 +406,8 @@ class _SampledPlan:
     families: tuple[str, ...]
     draws: int
     spread: bool = True
+    scale: float = 1.0  # applied to the sums (the estimate's 1/(N K))
+    se_scale: float = 1.0  # applied to the spreads (SE^2's 1/(N^2 K (K - 1)))
     units: bool = False
 
     def rows(self, r: torch.Tensor, dirs: object) -> dict[str, torch.Tensor]:
@@ -398,10 +416,11 @@ class _SampledPlan:
 
     def squares(self, kind: str, sq: torch.Tensor, place=None, examples=None) -> dict:
         """The statistics of ``x = sq [G, K, *entries]`` (:func:`fathom.curvature.exact._squares`)."""
-        out = {(kind, "sum"): sq.sum((0, 1)) if place is None else place(sq.sum(1))}
+        s = sq.sum((0, 1)) if place is None else place(sq.sum(1))
+        out = {(kind, "sum"): s.mul_(self.scale)}
         if self.spread:
             m2 = (sq - sq.mean(1, keepdim=True)).square_().sum(1)
-            out[kind, "m2"] = m2.sum(0) if place is None else place(m2)
+            out[kind, "m2"] = (m2.sum(0) if place is None else place(m2)).mul_(self.se_scale)
             traces = sq.flatten(2).sum(2) if sq.dim() > 2 else sq
             out[kind, "traces"] = traces if examples is None else examples(traces)
         return out
@@ -410,11 +429,12 @@ class _SampledPlan:
         """``(weight, bias)`` statistics of ``x_ik[o, j] = q[i, k, o] b[i, j]`` (a linear layer:
         ``q = u^2`` the squared output cotangents, ``b = a^2`` the squared inputs): the draws
         enter through ``q`` only, so ``x_ik - xbar_i = (q_ik - qbar_i) b_i`` and every sum is
-        one ``[O, N] @ [N, I]`` product, never ``[N, K, O, I]``."""
-        w = {(kind, "sum"): q.sum(1).T @ b}
-        bias = {(kind, "sum"): q.sum((0, 1))}
+        one ``[O, N] @ [N, I]`` product, never ``[N, K, O, I]`` (the scales applied to the
+        ``[N, O]`` factor, not to the ``[O, I]`` result)."""
+        w = {(kind, "sum"): q.sum(1).mul_(self.scale).T @ b}
+        bias = {(kind, "sum"): q.sum((0, 1)).mul_(self.scale)}
         if self.spread:
-            c = (q - q.mean(1, keepdim=True)).square_().sum(1)  # [N, O]
+            c = (q - q.mean(1, keepdim=True)).square_().sum(1).mul_(self.se_scale)  # [N, O]
             w[kind, "m2"] = c.T @ b.square()
             bias[kind, "m2"] = c.sum(0)
             qt = q.sum(2)  # [N, K]
@@ -467,6 +487,13 @@ def mc_diagonals(
     n = x.shape[0]
     names = dict(seam.model.named_parameters())
     fams = tuple(samplers)
+    if standard_errors and samples < 2:
+        raise FathomError(
+            f"samples={samples}: a standard error needs at least 2 draws per example; pass "
+            "samples=2 or more, or standard_errors=False"
+        )
+    scale = 1.0 / (n * samples)
+    se_scale = 1.0 / (n * n * samples * (samples - 1)) if standard_errors else 1.0
     split = samples_per_chunk < samples
     examples_per_chunk = 1 if split else examples_per_chunk
     total: dict = {f: {} for f in fams}
@@ -479,13 +506,13 @@ def mc_diagonals(
         chunk: dict = {f: {} for f in fams}  # param -> [count, sum, m2] over this chunk's groups
         traces: dict = {f: {p: [] for p in names} for f in fams}  # per-draw traces [nc, k]
         for _, k in _groups(samples, samples_per_chunk):
-            plan = _SampledPlan(fams, k, spread=standard_errors)
+            plan = _SampledPlan(fams, k, standard_errors, scale, se_scale)
 
             def directions(z, yc=yc, k=k):
                 return torch.cat([samplers[f](z, yc, k, generator) for f in fams])
 
             pb = pull_back(seam, xc, directions)
-            group: dict = {f: {} for f in fams}  # param -> [sum, m2] of this group's draws
+            group: dict = {f: {} for f in fams}  # param -> [sum, m2, traces] of this group
             for layer in seam.layers:
                 sums = layer_sums(
                     layer, pb.calls[layer.name], pb.cotangents[layer.name], nc, None, plan
@@ -493,16 +520,16 @@ def mc_diagonals(
                 for local, qualified in zip(layer.params, layer.qualified, strict=True):
                     got = sums[local]
                     for f in fams:
-                        new = [got[f, "sum"], got.get((f, "m2"))]
+                        new = [got[f, "sum"], got.get((f, "m2")), got.get((f, "traces"))]
                         if qualified in group[f]:  # a second layer reaching the parameter
                             old = group[f][qualified]
-                            new = [old[0] + new[0], None if new[1] is None else old[1] + new[1]]
+                            new = [a if b is None else a + b for a, b in zip(new, old)]
                         group[f][qualified] = new
-                        if standard_errors:
-                            traces[f][qualified].append(got[f, "traces"])
             for f in fams:
-                for p, (s, v) in group[f].items():
-                    _fold(chunk[f], p, k, s, v)
+                for p, (s, v, t) in group[f].items():
+                    _fold(chunk[f], p, k, s, v, samples / max(1, samples - 1))
+                    if t is not None:
+                        traces[f][p].append(t)
         for f in fams:
             for p, (_, s, v) in chunk[f].items():
                 total[f][p] = total[f][p] + s if p in total[f] else s
@@ -513,25 +540,23 @@ def mc_diagonals(
             per_draw = 0.0
             for p in names:
                 if traces[f][p]:  # a parameter no layer reached (unused) has none
-                    t = torch.cat(traces[f][p], 1) if split else sum(traces[f][p])
+                    t = torch.cat(traces[f][p], 1)  # [nc, K]: the groups' draws side by side
                     tm2[f][p] += _centred(t)
                     per_draw = per_draw + t
             if isinstance(per_draw, torch.Tensor):
                 tm2_all[f] += _centred(per_draw)
-    scale = 1.0 / (n * samples)
-    diag = {
+    diag = {  # a parameter no layer reached (unused) is zero
         f: {
-            p: total[f][p].mul_(scale) if p in total[f] else torch.zeros_like(t).detach()
+            p: total[f][p] if p in total[f] else torch.zeros_like(t).detach()
             for p, t in names.items()
         }
         for f in fams
     }
     if not standard_errors:
         return diag, {}, {}, {}
-    se_scale = 1.0 / (n * n * samples * (samples - 1))
     se = {
         f: {
-            p: m2[f][p].mul_(se_scale).sqrt_() if p in m2[f] else torch.zeros_like(t).detach()
+            p: m2[f][p].sqrt_() if p in m2[f] else torch.zeros_like(t).detach()
             for p, t in names.items()
         }
         for f in fams
@@ -544,18 +569,22 @@ def mc_diagonals(
     return diag, se, ptr, tr
 
 
-def _fold(acc: dict, p: str, k: int, s: torch.Tensor, m2: torch.Tensor | None) -> None:
-    """Combine a group of ``k`` draws of one chunk (their sum ``s`` and, with standard errors,
-    their per-example spread ``m2``) into ``acc[p] = [count, sum, m2]``; a later group (of the
-    chunk's single example) by Chan's formula ``m2 = m2_a + m2_b + (mean_b - mean_a)^2
-    k_a k_b / (k_a + k_b)``, exact for the pooled draws."""
+def _fold(
+    acc: dict, p: str, k: int, s: torch.Tensor, m2: torch.Tensor | None, ratio: float
+) -> None:
+    """Combine a group of ``k`` draws of one chunk (their scaled sum ``s`` and, with standard
+    errors, their scaled per-example spread ``m2``) into ``acc[p] = [count, sum, m2]``; a
+    later group (of the chunk's single example) by Chan's formula ``M2 = M2_a + M2_b +
+    (mean_b - mean_a)^2 k_a k_b / (k_a + k_b)``, exact for the pooled draws. With the sums
+    scaled by ``1/(N K)`` and the spreads by ``1/(N^2 K (K - 1))``, the last term is
+    ``ratio = K / (K - 1)`` times the squared difference of the scaled means."""
     if p not in acc:
         acc[p] = [k, s, m2]
         return
     count, s0, v0 = acc[p]
     if m2 is not None:
         delta = s / k - s0 / count
-        v0 = v0 + m2 + delta.square() * (count * k / (count + k))
+        v0 = v0 + m2 + delta.square() * (ratio * count * k / (count + k))
     acc[p] = [count + k, s0 + s, v0]
 
 
@@ -765,7 +794,12 @@ def diagonals(
     diag, se, ptr, tr = est
     names = list(dict(seam.model.named_parameters()))
     values = Diagonals({f: (diag[f] if f in sampled else exact[f]) for f in plan.families})
-    ptraces = {f: {p: float(values[f][p].sum()) for p in names} for f in plan.families}
+    ptraces = {
+        f: {p: v for p, (v, _) in ptr[f].items()}
+        if f in ptr
+        else {p: float(values[f][p].sum()) for p in names}
+        for f in plan.families
+    }
     return Estimate(
         diagonals=values,
         standard_errors={f: se.get(f) for f in plan.families},
