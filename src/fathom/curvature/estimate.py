@@ -67,6 +67,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -431,10 +432,10 @@ class _SampledPlan:
         enter through ``q`` only, so ``x_ik - xbar_i = (q_ik - qbar_i) b_i`` and every sum is
         one ``[O, N] @ [N, I]`` product, never ``[N, K, O, I]`` (the scales applied to the
         ``[N, O]`` factor, not to the ``[O, I]`` result)."""
-        w = {(kind, "sum"): q.sum(1).mul_(self.scale).T @ b}
-        bias = {(kind, "sum"): q.sum((0, 1)).mul_(self.scale)}
+        qs = q.sum(1)  # [N, O]
+        w, bias = {(kind, "sum"): (qs * self.scale).T @ b}, {(kind, "sum"): qs.sum(0) * self.scale}
         if self.spread:
-            c = (q - q.mean(1, keepdim=True)).square_().sum(1).mul_(self.se_scale)  # [N, O]
+            c = (q - (qs / q.shape[1])[:, None]).square_().sum(1).mul_(self.se_scale)  # [N, O]
             w[kind, "m2"] = c.T @ b.square()
             bias[kind, "m2"] = c.sum(0)
             qt = q.sum(2)  # [N, K]
@@ -556,7 +557,7 @@ def mc_diagonals(
         return diag, {}, {}, {}
     se = {
         f: {
-            p: m2[f][p].sqrt_() if p in m2[f] else torch.zeros_like(t).detach()
+            p: _sqrt_(m2[f][p]) if p in m2[f] else torch.zeros_like(t).detach()
             for p, t in names.items()
         }
         for f in fams
@@ -567,6 +568,16 @@ def mc_diagonals(
     }
     tr = {f: (sum(v for v, _ in ptr[f].values()), math.sqrt(tm2_all[f] * se_scale)) for f in fams}
     return diag, se, ptr, tr
+
+
+def _sqrt_(t: torch.Tensor) -> torch.Tensor:
+    """``t.sqrt_()``, on the CPU by numpy's correctly rounded IEEE square root: torch's CPU
+    kernel is several times slower on zeros (dead ReLU units make whole rows of a standard
+    error zero) and may be one unit in the last place off."""
+    if t.device.type != "cpu" or not t.is_contiguous():
+        return t.sqrt_()
+    np.sqrt(t.numpy(), out=t.numpy())
+    return t
 
 
 def _fold(
