@@ -217,6 +217,7 @@ def _backpack_models() -> list[tuple[str, nn.Module, torch.Tensor, torch.Tensor,
     """``(label, model, x, y, BackPACK-extended copy or None)`` for the three models, float64;
     the residual CNN and the transformer from ``curvature_floor.py`` (as ``bench_curvature.py``)."""
     from backpack import extend
+
     from curvature_floor import ResidualCNN, TransformerBlock, randomize_bn
 
     torch.manual_seed(0)

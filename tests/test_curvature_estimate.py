@@ -190,7 +190,7 @@ def reference_mc(model, x, layout: dict, samples: int, seed: int):
         for k in range(samples):
             out = model(x)
             g = torch.autograd.grad(out[i] @ v[i, k], list(params.values()), allow_unused=True)
-            for (p, t), gi in zip(params.items(), g, strict=True):
+            for p, gi in zip(params, g, strict=True):
                 xs[p][i, k] = 0.0 if gi is None else gi.square()
     norm = n * n * samples * (samples - 1)
     diag = {p: t.sum((0, 1)) / (n * samples) for p, t in xs.items()}
@@ -235,6 +235,8 @@ def test_mc_standard_errors_are_the_per_example_spread_of_the_same_draws(which, 
         torch.testing.assert_close(est.standard_errors["ggn"][p], se[p], rtol=1e-7, atol=1e-12)
         want = ptr_se[p]
         assert abs(est.parameter_trace_standard_errors["ggn"][p] - want) <= 1e-7 * want + 1e-12
+        t = float(diag[p].sum())  # the trace from the per-draw traces is the diagonal's sum
+        assert abs(est.parameter_traces["ggn"][p] - t) <= 1e-12 * abs(t) + 1e-300
     assert abs(est.trace_standard_errors["ggn"] - tr_se) <= 1e-7 * tr_se
 
 

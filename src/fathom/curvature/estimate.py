@@ -21,19 +21,23 @@ exact path pulls back its directions (:func:`fathom.curvature.probe.pull_back`,
     x_ik      = (J_i^T v_ik)^2                       (elementwise, every parameter)
     diag_mc   = (1/(N K)) sum_i sum_k x_ik           (E[diag_mc] = diag(M))
 
-*Standard error.* The examples are processed in chunks ``c`` (groups of examples that fit the
-memory budget). Per chunk and sample the sums ``S_ck = sum_{i in c} x_ik`` are independent
-over ``k`` with variance ``sum_{i in c} Var(x_ik)``, so with ``s_c^2`` their sample variance
-over ``k`` (``K >= 2``)::
+*Standard error.* The ``N K`` terms ``x_ik`` are independent, so ``Var(diag_mc) =
+(1/(N^2 K)) sum_i Var(x_i)``, and with ``s_i^2 = (1/(K-1)) sum_k (x_ik - xbar_i)^2`` example
+``i``'s sample variance over its ``K`` draws (``xbar_i`` their mean, ``K >= 2``)::
 
-    SE^2(diag_mc) = (1/(N^2 K)) sum_c s_c^2
+    SE^2(diag_mc) = (1/(N^2 K)) sum_i s_i^2 = sum_i sum_k (x_ik - xbar_i)^2 / (N^2 K (K - 1))
 
-is unbiased for ``Var(diag_mc)``; with one example per chunk it is
-``(1/N^2) sum_i s_i^2 / K`` with ``s_i^2`` example ``i``'s sample variance over its ``K``
-draws. The same formula on the per-sample traces ``T_ck = sum_j S_ck[j]`` gives the trace's
-standard error (entries of one draw are correlated, so the trace's SE is not the root-sum of
-the entries' SEs). Memory is bounded by chunking over examples **and** samples (a group of
-samples is pulled back at a time; chunk variances combine across groups by Chan's formula).
+is unbiased for it, whatever the chunk layout. The same formula on the per-draw traces
+``T_ik = sum_j x_ik[j]`` (one parameter's entries, or every parameter's) gives the traces'
+standard errors (entries of one draw are correlated, so a trace's SE is not the root-sum of
+its entries' SEs). Every sum is read off the per-example rows of the same pullback
+(:class:`_SampledPlan`): for a linear layer ``x_ik[o, j] = u_iko^2 a_ij^2`` and the draws
+enter through ``u`` only, so ``sum_i sum_k (x_ik - xbar_i)^2 = sum_i c_io a_ij^4`` with
+``c_io = sum_k (u_iko^2 - mean_k u_iko^2)^2``: one ``[O, N] @ [N, I]`` product besides the
+estimate's, never a per-draw copy of the parameters. Memory is bounded by chunking over
+examples **and** samples (a group of samples is pulled back at a time; when one example's
+draws need several groups, a chunk is that one example and its groups' spreads combine by
+Chan's formula).
 
 **Hutchinson (``"hutchinson"``).** ``diag(M) = E[z * (M z)]`` for a Rademacher ``z`` in
 parameter space (``E[z z^T] = I``): per sample ``k`` one GGN-vector product ``M z_k =
@@ -386,9 +390,8 @@ class Estimate:
 
 _STANDARD_ERROR_FORMULAS: dict[str, str] = {
     "exact": "none (exact up to float64 rounding)",
-    "mc": "SE^2 = (1/(N^2 K)) sum_c s_c^2, s_c^2 the sample variance over the K draws of "
-    "chunk c's sum over its examples of (J_i^T v_ik)^2 (one example per chunk: "
-    "(1/N^2) sum_i s_i^2 / K); traces the same on the per-draw traces",
+    "mc": "SE^2 = (1/(N^2 K)) sum_i s_i^2, s_i^2 the sample variance over example i's K "
+    "draws of x_ik = (J_i^T v_ik)^2; traces the same on the per-draw traces sum_j x_ik[j]",
     "hutchinson": "SE^2 = s^2 / K, s^2 the sample variance over the K Rademacher draws of "
     "z_k * (M z_k) (traces: of z_k^T M z_k)",
 }
@@ -500,6 +503,7 @@ def mc_diagonals(
     total: dict = {f: {} for f in fams}
     m2: dict = {f: {} for f in fams}
     tm2 = {f: dict.fromkeys(names, 0.0) for f in fams}
+    tsum = {f: dict.fromkeys(names, 0.0) for f in fams}
     tm2_all = dict.fromkeys(fams, 0.0)
     for start in range(0, n, examples_per_chunk):
         xc, yc = x[start : start + examples_per_chunk], labels[start : start + examples_per_chunk]
@@ -515,13 +519,17 @@ def mc_diagonals(
             pb = pull_back(seam, xc, directions)
             group: dict = {f: {} for f in fams}  # param -> [sum, m2, traces] of this group
             for layer in seam.layers:
-                sums = layer_sums(
-                    layer, pb.calls[layer.name], pb.cotangents[layer.name], nc, None, plan
-                )
+                with torch.no_grad():  # (torch.func's vjp of a generic layer keeps its own)
+                    sums = layer_sums(
+                        layer, pb.calls[layer.name], pb.cotangents[layer.name], nc, None, plan
+                    )
                 for local, qualified in zip(layer.params, layer.qualified, strict=True):
                     got = sums[local]
                     for f in fams:
-                        new = [got[f, "sum"], got.get((f, "m2")), got.get((f, "traces"))]
+                        new = [  # (a generic layer's sums may carry a graph: dropped)
+                            None if t is None else t.detach()
+                            for t in (got[f, "sum"], got.get((f, "m2")), got.get((f, "traces")))
+                        ]
                         if qualified in group[f]:  # a second layer reaching the parameter
                             old = group[f][qualified]
                             new = [a if b is None else a + b for a, b in zip(new, old)]
@@ -543,6 +551,7 @@ def mc_diagonals(
                 if traces[f][p]:  # a parameter no layer reached (unused) has none
                     t = torch.cat(traces[f][p], 1)  # [nc, K]: the groups' draws side by side
                     tm2[f][p] += _centred(t)
+                    tsum[f][p] += float(t.sum())
                     per_draw = per_draw + t
             if isinstance(per_draw, torch.Tensor):
                 tm2_all[f] += _centred(per_draw)
@@ -562,8 +571,9 @@ def mc_diagonals(
         }
         for f in fams
     }
-    ptr = {
-        f: {p: (float(diag[f][p].sum()), math.sqrt(tm2[f][p] * se_scale)) for p in names}
+    ptr = {  # each parameter's trace from its per-draw traces (the diagonal's sum, up to
+        # float64 rounding: no pass over the parameters)
+        f: {p: (tsum[f][p] * scale, math.sqrt(tm2[f][p] * se_scale)) for p in names}
         for f in fams
     }
     tr = {f: (sum(v for v, _ in ptr[f].values()), math.sqrt(tm2_all[f] * se_scale)) for f in fams}
@@ -756,9 +766,9 @@ def diagonals(
     2048 backward passes; cost model :class:`Costs`), otherwise MC (:func:`choose`); what
     it chose and why is :attr:`Estimate.choice`. The empirical Fisher is always exact. The MC
     path chunks over examples and over samples to stay within ``budget.memory``.
-    ``standard_errors=False`` (MC only) skips the per-draw sums the standard errors need
-    (about ``K`` passes over the parameters): the same estimate from the same draws, its
-    standard errors ``None``.
+    ``standard_errors=False`` (MC only) skips the per-example spreads the standard errors
+    need (for a linear layer one more ``[O, N] @ [N, I]`` product and a square root per
+    entry): the same estimate, bit for bit, from the same draws, its standard errors ``None``.
     """
     tune_cpu_allocator()
     name = resolve_estimator(estimator)
