@@ -14,8 +14,13 @@ the model and the estimator) is its own:
   against one float64 gradient (forward + backward of the mean CE, median of 5) measured in
   the same subprocess; one torch thread and the thread's CPU clock (``time.thread_time``),
   so other jobs on a shared machine do not enter;
-* ``backpack``: MC against BackPACK's ``DiagGGNMC`` at equal samples on that MLP (``C = 10``),
-  interleaved rounds, medians (BackPACK is a dev-only dependency:
+* ``backpack``: MC (with standard errors, the default, and ``standard_errors=False``)
+  against BackPACK's ``DiagGGNMC`` at equal samples, ``C = 10``, ``N = 32``, on that MLP,
+  the residual CNN with BatchNorm (eval) of ``curvature_floor.py`` (BackPACK through
+  ``extend(..., use_converter=True)``) and its transformer block (embedding, attention,
+  LayerNorm, mean-pooled; BackPACK's refusal is printed), each against one float64 gradient;
+  all in one process, interleaved rounds, one torch thread, thread CPU time, medians
+  (BackPACK is a dev-only dependency:
   ``pip install --no-deps backpack-for-pytorch einops unfoldNd``).
 
 Usage: python bench/bench_estimators.py [--part resnet|classes|backpack|all] [--repeats 3]

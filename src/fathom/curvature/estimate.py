@@ -420,12 +420,12 @@ class _SampledPlan:
 
     def squares(self, kind: str, sq: torch.Tensor, place=None, examples=None) -> dict:
         """The statistics of ``x = sq [G, K, *entries]`` (:func:`fathom.curvature.exact._squares`)."""
-        s = sq.sum((0, 1)) if place is None else place(sq.sum(1))
-        out = {(kind, "sum"): s.mul_(self.scale)}
+        s1 = sq.sum(1)  # [G, *entries]
+        out = {(kind, "sum"): (s1.sum(0) if place is None else place(s1)).mul_(self.scale)}
         if self.spread:
-            m2 = (sq - sq.mean(1, keepdim=True)).square_().sum(1)
+            m2 = (sq - (s1 / sq.shape[1]).unsqueeze(1)).square_().sum(1)
             out[kind, "m2"] = (m2.sum(0) if place is None else place(m2)).mul_(self.se_scale)
-            traces = sq.flatten(2).sum(2) if sq.dim() > 2 else sq
+            traces = sq.sum(tuple(range(2, sq.dim()))) if sq.dim() > 2 else sq  # [G, K]
             out[kind, "traces"] = traces if examples is None else examples(traces)
         return out
 
