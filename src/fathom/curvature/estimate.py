@@ -423,10 +423,11 @@ class _SampledPlan:
         s1 = sq.sum(1)  # [G, *entries]
         out = {(kind, "sum"): (s1.sum(0) if place is None else place(s1)).mul_(self.scale)}
         if self.spread:
-            m2 = (sq - (s1 / sq.shape[1]).unsqueeze(1)).square_().sum(1)
-            out[kind, "m2"] = (m2.sum(0) if place is None else place(m2)).mul_(self.se_scale)
-            traces = sq.sum(tuple(range(2, sq.dim()))) if sq.dim() > 2 else sq  # [G, K]
+            traces = sq.sum(tuple(range(2, sq.dim()))) if sq.dim() > 2 else sq.clone()  # [G, K]
             out[kind, "traces"] = traces if examples is None else examples(traces)
+            # centred in place (``sq`` is scratch): no second [G, K, *entries] buffer
+            m2 = sq.sub_((s1 / sq.shape[1]).unsqueeze(1)).square_().sum(1)
+            out[kind, "m2"] = (m2.sum(0) if place is None else place(m2)).mul_(self.se_scale)
         return out
 
     def factored(self, kind: str, q: torch.Tensor, b: torch.Tensor) -> tuple[dict, dict]:

@@ -205,7 +205,7 @@ def _squares(
     the weight and ``examples`` maps ``[G, K] -> [N, K]``; ``transposed``: the entries' last
     two dimensions are swapped): a plan's own ``squares`` where it has one (Monte-Carlo's
     per-example spreads: :mod:`fathom.curvature.estimate`), else ``{kind: sum over groups and
-    rows}``."""
+    rows}``. ``sq`` is scratch: a plan may overwrite it."""
     own = getattr(plan, "squares", None)
     if own is not None:
         return own(kind, sq.transpose(-1, -2) if transposed else sq, place, examples)
