@@ -138,10 +138,17 @@ class Loss(ABC):
         return 1
 
     @abstractmethod
+    def torch_loss(
+        self, output: torch.Tensor, target: torch.Tensor, reduction: Reduction
+    ) -> torch.Tensor:
+        """``L`` under ``reduction`` by torch's own function of the same name and options
+        (``"sum"``: ``sum_ip m_ip l_ip``; ``"mean"``: that over ``M``, module docstring):
+        differentiable in the output's dtype (float32 training and telemetry), where the
+        closed forms above are the float64 references."""
+
     def torch_sum(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """``sum_ip m_ip l_ip`` by torch's own function (``reduction="sum"``): differentiable
-        in the output's dtype (float32 training telemetry), where the closed forms above are
-        the float64 references."""
+        """``sum_ip m_ip l_ip`` by torch's own function (:meth:`torch_loss`, ``"sum"``)."""
+        return self.torch_loss(output, target, "sum")
 
     def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """``L`` (module docstring), float64."""
@@ -234,7 +241,7 @@ class CrossEntropy(Loss):
     def factor_width(self, layout: Layout) -> int:
         return max(1, layout.classes - 1)
 
-    def torch_sum(self, output, target):
+    def torch_loss(self, output, target, reduction):
         cd = 1 if self.class_dim is None else self.class_dim % output.dim()
         z = output.movedim(cd, 1)
         y = target.movedim(cd, 1) if target.is_floating_point() else target.long()
@@ -243,7 +250,7 @@ class CrossEntropy(Loss):
             y.to(z.dtype) if y.is_floating_point() else y,
             ignore_index=self.ignore_index,
             label_smoothing=self.label_smoothing,
-            reduction="sum",
+            reduction=reduction,
         )
 
     def _target(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -287,8 +294,8 @@ class MSE(Loss):
 
     name: ClassVar[str] = "mse"
 
-    def torch_sum(self, output, target):
-        return F.mse_loss(output, target.to(output.dtype), reduction="sum")
+    def torch_loss(self, output, target, reduction):
+        return F.mse_loss(output, target.to(output.dtype), reduction=reduction)
 
     def values(self, z, t):
         return (z - t).square()[..., 0]
@@ -306,9 +313,9 @@ class BCEWithLogits(Loss):
 
     name: ClassVar[str] = "bce_with_logits"
 
-    def torch_sum(self, output, target):
+    def torch_loss(self, output, target, reduction):
         t = target.to(output.dtype)
-        return F.binary_cross_entropy_with_logits(output, t, reduction="sum")
+        return F.binary_cross_entropy_with_logits(output, t, reduction=reduction)
 
     def values(self, z, t):
         return (F.softplus(z) - t * z)[..., 0]

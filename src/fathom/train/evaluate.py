@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fathom.depth import dense_eval
+
+if TYPE_CHECKING:
+    from fathom.losses.labels import LabelLoss
 
 
 @torch.no_grad()
@@ -69,3 +74,26 @@ def token_scores(
             ce_sum += token_cross_entropy(logits.double(), yb, reduction="sum")
     # note: this is a CPU-GPU sync point (once per split per evaluated epoch)
     return correct.item() / scored, ce_sum.item() / scored
+
+
+@torch.no_grad()
+def split_loss(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, loss: LabelLoss, batch_size: int = 2000
+) -> float | None:
+    """The run's ``[loss]`` over a whole split as one batch, dense (gain one, dropout off):
+    ``(1/M) sum_ip m_ip l_ip`` for the mean (``M`` the valid terms of the whole split),
+    ``sum_ip m_ip l_ip`` for the sum, in float64 (:meth:`fathom.losses.labels.LabelLoss.split_sums`).
+    An empty split gives ``None``."""
+    n = int(y.shape[0])
+    if n == 0:
+        return None
+    total = torch.zeros((), dtype=torch.float64, device=y.device)
+    count = 0
+    with dense_eval(model):
+        for start in range(0, n, batch_size):
+            xb, yb = x[start : start + batch_size], y[start : start + batch_size]
+            s, m = loss.split_sums(model(xb), yb)
+            total += s
+            count += m
+    # note: this is a CPU-GPU sync point (once per split per evaluated epoch)
+    return loss.reduce(total.item(), count, loss.loss.reduction)
