@@ -74,6 +74,16 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
         f"### `{run['run_id']}` ({run['arm']}, seed {run['seed']}), {which} checkpoint, epoch {rec['epoch']}",
         "",
     ]
+    loss = rec.get("loss")  # a run's [loss] other than plain cross-entropy: damage is its
+    unit, dmg_unit = "nats", "nats"
+    if loss is not None:
+        dmg_unit = "loss" if loss["name"] != "cross_entropy" else "nats"
+        lines += [
+            f"Damage is the change of the run's loss, {loss['name']} ({loss['reduction']}, "
+            f"target {loss['target']}), against the full network; CE is the logits' "
+            "cross-entropy.",
+            "",
+        ]
     lines += _table(
         [
             "mask",
@@ -81,10 +91,10 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
             "MACs/example",
             "MACs of dense (×)",
             "val acc (%)",
-            "val damage (nats)",
+            f"val damage ({dmg_unit})",
             "test acc (%)",
-            "test CE (nats)",
-            "test damage (nats)",
+            f"test CE ({unit})",
+            f"test damage ({dmg_unit})",
         ],
         [
             [
@@ -93,10 +103,10 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
                 str(m["macs"]),
                 _num(m["macs_fraction"], "×"),
                 fmt_percent(m["val"]["acc"]),
-                _num(m["val"]["damage"], "nats", True),
+                _num(m["val"]["damage"], "nats" if dmg_unit == "nats" else "", True),
                 fmt_percent(m["test"]["acc"]),
                 _num(m["test"]["ce"], "nats"),
-                _num(m["test"]["damage"], "nats", True),
+                _num(m["test"]["damage"], "nats" if dmg_unit == "nats" else "", True),
             ]
             for m in rec["masks"]
         ],

@@ -291,9 +291,27 @@ class LossConfig(_Strict):
             raise ValueError(
                 f"loss {self.name!r} compares the logits with a floating target of their shape, "
                 "but a run's labels are integer classes: state the encoding, "
-                "loss.target = 'one_hot' (t = e_y, one entry per class)"
+                "loss.target = 'one_hot' (t = e_y, one entry per class; fathom curvature: "
+                "--target one_hot)"
             )
         return self
+
+
+def loss_with(base: LossConfig, origin: str, **changes: Any) -> LossConfig:
+    """``base`` with ``changes`` (``None`` values left out), re-validated: a table of another
+    ``name`` starts from that loss's defaults (cross-entropy's options do not carry over to
+    ``mse``). Refused with a :class:`FathomError` naming ``origin`` (e.g. the command-line
+    flags) and the fix."""
+    given = {k: v for k, v in changes.items() if v is not None}
+    start = base.model_dump() if given.get("name", base.name) == base.name else {}
+    try:  # within a table named loss, so errors say loss.<key> as in a config
+        return _LossTable.model_validate({"loss": {**start, **given}}).loss
+    except ValidationError as e:
+        raise FathomError(_format_validation_error(e, origin)) from None
+
+
+class _LossTable(_Strict):
+    loss: LossConfig
 
 
 class RunConfig(_Strict):

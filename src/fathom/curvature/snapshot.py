@@ -9,6 +9,13 @@ the seam's hooks and one batched backward of the ``C`` unit logit directions (co
 ``[C, N, *out]`` per layer output, the Fisher gradients' Gram ``[N, N]``). Layers are the
 seam's (qualified module names, first-call order); KFAC covers ``nn.Linear`` and
 ``nn.Conv2d`` and lists every other layer as not covered.
+
+Under a loss other than plain cross-entropy (a run's ``[loss]``, ``fathom curvature
+--loss``), :func:`loss_snapshot` records the exact diagonals of that loss
+(:func:`~fathom.curvature.exact.exact_diagonals` with ``loss=``, normalization
+:data:`fathom.losses.kinds.NORMALIZATION`), their per-layer traces and the probe's loss;
+KFAC, the per-example gradient Grams and the output mismatch are cross-entropy's
+quantities here and are recorded as not computed, with the reason.
 """
 
 from __future__ import annotations
@@ -40,6 +47,9 @@ from fathom.curvature.probe import (
     pull_back,
 )
 from fathom.curvature.twin import prepared
+from fathom.losses.kinds import LOSS_DEFINITIONS
+from fathom.losses.kinds import NORMALIZATION as LOSS_NORMALIZATION
+from fathom.losses.labels import LabelLoss
 from fathom.losses.softmax import cross_entropy
 from fathom.seam import Layer
 from fathom.seam.inputs import first_device
@@ -191,3 +201,59 @@ def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) ->
     }
     record["compute_s"] = time.perf_counter() - t0
     return record
+
+
+def loss_snapshot(
+    model: nn.Module, x: torch.Tensor, labels: torch.Tensor, loss: LabelLoss
+) -> Snapshot:
+    """The exact diagonals of every family under ``loss`` (module docstring) on the probe
+    ``(x, labels)``, integer labels meeting the loss through ``loss.target``."""
+    t0 = time.perf_counter()
+    model64, x64, seam = prepared(model, x)
+    with torch.no_grad():
+        logits = model64(x64)
+    labels = probe_labels(labels.to(first_device(x64)), *logits.shape)
+    target = loss.targets(labels, int(logits.shape[1]), torch.float64)
+    diag = exact_diagonals(model, x, target, loss=loss.loss)
+    why = (
+        f"not computed: KFAC here is the cross-entropy GGN's, and the loss is "
+        f"{loss.describe()}; its exact diagonals are above"
+    )
+    layers = [
+        _layer_record(la, diag, {"covered": False, "reason": why}, None) for la in seam.layers
+    ]
+    value = float(loss.loss(logits, target))
+    record = {
+        "dtype": str(logits.dtype).removeprefix("torch."),
+        "mode": "dense evaluation: eval() (BatchNorm on running statistics), every branch at "
+        "gain one, dropout off; spiking nets: surrogate Jacobians",
+        "normalization": LOSS_NORMALIZATION,
+        "definitions": {**DEFINITIONS, "loss": LOSS_DEFINITIONS[loss.loss.name]},
+        "estimator": {**dict.fromkeys(CURVATURE_FAMILIES, "exact"), "kfac": None},
+        "samples": None,
+        "seed": None,
+        "probe_size": int(logits.shape[0]),
+        "classes": int(logits.shape[1]),
+        "probe_loss": value,
+        "probe_ce_mean": float(cross_entropy(logits, labels).mean()),
+        "probe_accuracy": float((logits.argmax(1) == labels).double().mean()),
+        "coverage": dict(seam.coverage),
+        "kfac_not_covered": [{"layer": la["name"], "type": la["type"]} for la in layers],
+        "layers": layers,
+        "totals": {
+            "scope": "sum over every layer's weights (biases excluded; a parameter whose name "
+            "ends in 'bias' is a bias); off-diagonal blocks do not enter a trace",
+            **{
+                f"{label}_weight_trace": sum(la[f"{label}_weight_trace"] for la in layers)
+                for label in CURVATURE_FAMILIES
+            },
+        },
+        "gradient_concentration_all_weights": None,
+        "output_mismatch": {
+            "rho": None,
+            "cheap_rho": None,
+            "reason": "not computed: the output mismatch is defined for softmax cross-entropy",
+        },
+    }
+    record["compute_s"] = time.perf_counter() - t0
+    return Snapshot(record, diag, logits)

@@ -46,7 +46,7 @@ class LabelLoss:
     target: Target = "labels"
 
     def __post_init__(self) -> None:
-        if self.target not in TARGETS:
+        if self.target is not None and self.target not in TARGETS:
             raise FathomError(
                 f"target={self.target!r} is not a label encoding; use one of {list(TARGETS)}"
             )
