@@ -318,7 +318,9 @@ class BCEWithLogits(Loss):
         return F.binary_cross_entropy_with_logits(output, t, reduction=reduction)
 
     def values(self, z, t):
-        return (F.softplus(z) - t * z)[..., 0]
+        # softplus(z) = max(z, 0) + log1p(exp(-|z|)), exact at every z (F.softplus returns z
+        # itself above its threshold 20, off by up to log1p(exp(-20)) ~ 2e-9)
+        return (z.clamp_min(0) + torch.log1p(torch.exp(-z.abs())) - t * z)[..., 0]
 
     def gradient(self, z, t):
         return torch.sigmoid(z) - t
