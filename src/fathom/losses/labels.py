@@ -25,13 +25,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from fractions import Fraction
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
 
 from fathom.errors import FathomError
 from fathom.losses.kinds import CrossEntropy, Loss, make_loss
+
+if TYPE_CHECKING:
+    from fathom.config.run import LossConfig
 
 Target = Literal["labels", "one_hot"]
 TARGETS: tuple[str, ...] = ("labels", "one_hot")
@@ -68,7 +71,7 @@ class LabelLoss:
             )
 
     @staticmethod
-    def of(spec: Any) -> LabelLoss:
+    def of(spec: LossConfig) -> LabelLoss:
         """The :class:`LabelLoss` of a run config's ``[loss]`` table
         (:class:`fathom.config.run.LossConfig`), through :func:`~fathom.losses.kinds.make_loss`."""
         options: dict[str, Any] = {"reduction": spec.reduction}
@@ -111,10 +114,9 @@ class LabelLoss:
         terms = self.loss.terms(z, self.targets(y, int(z.shape[1]), torch.float64))
         return terms.losses(z).sum(), int(terms.mask.sum())
 
-    @staticmethod
-    def reduce(total: float, count: int, reduction: str) -> float:
+    def reduce(self, total: float, count: int) -> float:
         """A split's loss from its totals: ``total / count`` (mean) or ``total`` (sum)."""
-        return total / count if reduction == "mean" else total
+        return total / count if self.loss.reduction == "mean" else total
 
     def example_losses(
         self, logits: torch.Tensor, y: torch.Tensor

@@ -96,4 +96,4 @@ def split_loss(
             total += s
             count += m
     # note: this is a CPU-GPU sync point (once per split per evaluated epoch)
-    return loss.reduce(total.item(), count, loss.loss.reduction)
+    return loss.reduce(total.item(), count)
