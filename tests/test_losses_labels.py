@@ -366,6 +366,22 @@ def test_run_audit_measures_damage_in_the_runs_loss(tmp_path):
     got = np.array([m["test"]["damage"] for m in rec["masks"]])
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert all("loss" in m["test"] for m in rec["masks"])
+    agg = result["aggregate"]["selected"]
+    assert agg["damage_loss"]["name"] == "mse" and agg["paired_damage"] == []
+    assert "no smallest effect of interest" in agg["paired_damage_not_judged"]
+    md = (tmp_path / "audit" / "audit.md").read_text()
+    assert "the runs' loss (mse, mean, target one_hot)" in md and "not judged" in md
+    assert "test damage (loss)" in md and "test damage (nats)" not in md
+
+
+def test_runs_of_different_losses_are_not_one_damage():
+    from fathom.audit.aggregate import damage_loss
+
+    mse = {"name": "mse", "reduction": "mean", "target": "one_hot"}
+    assert damage_loss({"a": {1: {"loss": mse}}, "b": {1: {"loss": mse}}}) == mse
+    assert damage_loss({"a": {1: {}}, "b": {2: {}}}) is None
+    with pytest.raises(FathomError, match="audit them apart"):
+        damage_loss({"a": {1: {"loss": mse}}, "b": {1: {}}})
 
 
 # -- curvature --------------------------------------------------------------------------------
