@@ -372,6 +372,10 @@ def test_run_audit_measures_damage_in_the_runs_loss(tmp_path):
     md = (tmp_path / "audit" / "audit.md").read_text()
     assert "the runs' loss (mse, mean, target one_hot)" in md and "not judged" in md
     assert "test damage (loss)" in md and "test damage (nats)" not in md
+    from fathom.report.audit_view import audit_headline
+
+    html = audit_headline(result)
+    assert "Δmse (loss units)" in html and "the runs' loss, mse" in html and "ΔCE" not in html
 
 
 def test_runs_of_different_losses_are_not_one_damage():
