@@ -200,6 +200,7 @@ FAST_CASES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("report", "{d}/nowhere"), ("does not exist; pass a run directory",)),
     (("audit", "{run}", "--out", "{d}/afile"), ("--out", "is a file, not a directory")),
     (("curvature", "{run}", "--out", "{d}/afile"), ("--out", "is a file, not a directory")),
+    (("train", "ciresan-fast", "--set", "loss.name=mes"), ("loss.name", "did you mean 'mse'")),
     (("curvature", "{run}", "--loss", "mes"), ("loss.name", "did you mean 'mse'")),
     (("curvature", "{run}", "--loss", "mse"), ("loss.target = 'one_hot'",)),
     (
