@@ -446,3 +446,88 @@ def test_curvature_defaults_to_the_runs_configured_loss(tmp_path, capsys):
     for name, t in want["ggn"].items():
         torch.testing.assert_close(got["ggn"][name], t, rtol=1e-12, atol=1e-15)
     capsys.readouterr()
+
+
+# -- the snapshot under another loss: KFAC and the gradient Grams from its directions ----------
+LOSS_CASES = [
+    ("mse", {}, "one_hot"),
+    ("bce_with_logits", {}, "one_hot"),
+    ("cross_entropy", {"label_smoothing": 0.2}, "labels"),
+]
+
+
+def brute_layer(model: torch.nn.Linear, x, y, name, options, target):
+    """Per-example gradients ``g_i = d L_i / d W`` and the GGN of ``L`` on ``W``, float64 by
+    autograd and torch.func (``L = (1/N) sum_i L_i``, one-hot or label targets)."""
+    from torch.func import hessian, jacrev
+
+    w, b = model.weight.detach().double(), model.bias.detach().double()
+    x = x.double()
+    n, c = x.shape[0], w.shape[0]
+    t = one_hot64(y, c) if target == "one_hot" else y
+    fn = {
+        "mse": lambda z, t: F.mse_loss(z, t, reduction="sum") / c,
+        "bce_with_logits": lambda z, t: (
+            F.binary_cross_entropy_with_logits(z, t, reduction="sum") / c
+        ),
+        "cross_entropy": lambda z, t: F.cross_entropy(z[None], t[None], **options),
+    }[name]
+
+    def z_of(wf, xi):
+        return xi @ wf.T + b
+
+    grads, ggn = [], torch.zeros(w.numel(), w.numel(), dtype=torch.float64)
+    for xi, ti in zip(x, t, strict=True):
+        g = jacrev(lambda wf, xi=xi, ti=ti: fn(z_of(wf, xi), ti))(w)
+        grads.append(g.reshape(-1))
+        jac = jacrev(lambda wf, xi=xi: z_of(wf, xi))(w).reshape(c, -1)
+        h = hessian(lambda z, ti=ti: fn(z, ti))(z_of(w, xi))
+        ggn += jac.T @ h @ jac / n
+    return torch.stack(grads), ggn
+
+
+@pytest.mark.parametrize(("name", "options", "target"), LOSS_CASES, ids=[c[0] for c in LOSS_CASES])
+def test_loss_snapshot_kfac_and_grams_are_the_losses(name, options, target):
+    """On one Linear layer: the per-example gradient Gram's concentration and the exact-GGN
+    Rayleigh quotient of the mean gradient equal brute force under the loss; on one example
+    KFAC is exact (its diagonal error zero)."""
+    from fathom.curvature.concentration import gradient_concentration
+    from fathom.curvature.snapshot import loss_snapshot
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, CLASSES))
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(6, 4, generator=g), torch.randint(0, CLASSES, (6,), generator=g)
+    loss = LabelLoss(make_loss(name, **options), target)
+    snap = loss_snapshot(model, x, y, loss)
+    grads, ggn = brute_layer(model[0], x, y, name, options, target)
+    want = gradient_concentration(grads @ grads.T)
+    got = snap.record["gradient_concentration_all_weights"]
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-9), key
+    gbar = grads.mean(0)
+    kfac = snap.record["layers"][0]["kfac"]
+    assert kfac["covered"]
+    assert kfac["exact_ggn_rayleigh_mean_gradient"] == pytest.approx(
+        float(gbar @ ggn @ gbar / (gbar @ gbar)), rel=1e-9
+    )
+    assert kfac["mean_gradient_sq_norm"] == pytest.approx(float(gbar @ gbar), rel=1e-9)
+    torch.testing.assert_close(snap.diagonals["ggn"]["0.weight"].reshape(-1), ggn.diagonal())
+    one = loss_snapshot(model, x[:1], y[:1], loss).record["layers"][0]["kfac"]
+    assert one["kfac_diag_rel_l1_error"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_loss_snapshot_with_the_sum_states_what_it_leaves_out():
+    from fathom.curvature.snapshot import loss_snapshot
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, CLASSES)
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+    loss = LabelLoss(make_loss("mse", reduction="sum"), "one_hot")
+    snap = loss_snapshot(model, x, y, loss)
+    layer = snap.record["layers"][0]
+    assert not layer["kfac"]["covered"] and "per-example means" in layer["kfac"]["reason"]
+    assert snap.record["gradient_concentration_all_weights"] is None
+    assert snap.record["probe_loss"] == pytest.approx(
+        reference("mse", model(x).detach(), y, "sum"), rel=1e-6
+    )

@@ -67,6 +67,7 @@ LOSS_SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("ggn_weight_trace", "GGN tr"),
     ("empirical_fisher_weight_trace", "EF tr"),
     ("jacobian_gram_weight_trace", "Jac tr (logit² / param. unit²)"),
+    ("kfac_diag_rel_l1_error_max", "KFAC diag err (max layer)"),
     ("runtime_s", "runtime (s)"),
 )
 # the columns printed in a unit of fathom.base.units (accuracy stored as a fraction)
@@ -157,8 +158,9 @@ def summary_markdown(
                 f"Probe: first {probe} fitting examples; float64; dense evaluation (gain one). "
                 f"The loss: {said}; the diagonals are of that loss as reduced "
                 "(fathom.losses.kinds.NORMALIZATION). Traces are exact weight diagonals "
-                "summed over every layer (biases excluded). KFAC and the output mismatch "
-                "are cross-entropy's and are not computed.",
+                "summed over every layer (biases excluded). KFAC diag err (mean reduction "
+                "only) is against this loss's exact GGN diagonal; the output mismatch is "
+                "softmax cross-entropy's and is not computed.",
                 "",
                 head,
                 rule,
