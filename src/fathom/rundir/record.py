@@ -204,7 +204,8 @@ class RecordedFinal(_Given):
 class RecordedRun(_Given):
     """What a run's manifest recorded, typed the same way for every format: the one read path
     of the fields a resume verifies (:mod:`fathom.rundir.resume`) and an analysis compares
-    (:mod:`fathom.rundir.inputs`). A format-3 manifest holds every field
+    (:mod:`fathom.rundir.inputs`), and the ``live`` settings a resume continues with (open:
+    validated by :class:`fathom.config.LiveConfig` where used). A format-3 manifest holds every field
     (:class:`RunManifest`); one of format 1 or 2 may lack any, and a field it lacks is not
     compared (:meth:`_Given.given`). Parsed by :func:`fathom.rundir.manifest.read_recorded`,
     which refuses a section of the wrong shape naming it."""
@@ -220,11 +221,12 @@ class RecordedRun(_Given):
     environment: RecordedEnvironment = Field(default_factory=RecordedEnvironment)
     hashes: RecordedHashes = Field(default_factory=RecordedHashes)
     final: RecordedFinal = Field(default_factory=RecordedFinal)
+    live: dict[str, Any] = Field(default_factory=dict)
     checkpoints: dict[str, WeightsEntry] = Field(default_factory=dict)
     selected_checkpoint: WeightsEntry | None = None
     integrity: Integrity | None = None
 
-    @field_validator("source_changes", "checkpoints", mode="before")
+    @field_validator("source_changes", "checkpoints", "live", mode="before")
     @classmethod
     def _none_is_empty(cls, value: Any, info: ValidationInfo) -> Any:
         if value is not None:
