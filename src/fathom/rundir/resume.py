@@ -72,18 +72,18 @@ def history_record(digest: Any, n_bytes: int, rows: int) -> dict[str, Any]:
 
 def bind(state: dict[str, Any], run: RecordedRun, history: dict[str, Any]) -> dict[str, Any]:
     """``state`` with the fields that bind it to its run (``run_id``, ``config_hash``), to the
-    history it follows and to what it was computed with (:data:`RECORD_KEY`)."""
+    history it follows and to what it was computed with (:data:`_RECORD_KEY`)."""
     return {
         **state,
         "format": _RESUME_FORMAT,
         "run_id": run.run_id,
         "config_hash": run.config_hash,
         "history": history,
-        RECORD_KEY: manifest_record(run),
+        _RECORD_KEY: manifest_record(run),
     }
 
 
-def retrain_advice(run: Path, epochs: int) -> str:
+def _retrain_advice(run: Path, epochs: int) -> str:
     """What to do when a run cannot continue exactly: what is lost, and how to get it back."""
     if epochs <= 0:
         return f"move {str(run)!r} away and train the run again (no epoch was completed)"
@@ -103,14 +103,14 @@ def check_binding(state: dict[str, Any], run: RecordedRun, path: Path) -> None:
             f"{where} has no run binding (format {state.get('format')!r}, expected "
             f"{_RESUME_FORMAT}): it was written by an older fathom and cannot be verified "
             f"against this run. Resume it with the fathom version that wrote it, or "
-            f"{retrain_advice(path, done)}"
+            f"{_retrain_advice(path, done)}"
         )
     for key, ours in (("run_id", run.run_id), ("config_hash", run.config_hash)):
         if state.get(key) != ours:
             raise FathomError(
                 f"{where} belongs to another run: its {key} is {state.get(key)!r}, the "
                 f"manifest's {ours!r} (checkpoints/ copied from another run "
-                f"directory?). Put this run's own checkpoints/ back, or {retrain_advice(path, done)}"
+                f"directory?). Put this run's own checkpoints/ back, or {_retrain_advice(path, done)}"
             )
     epoch = state.get("epoch")
     every = run.config.checkpoints.resume_every
@@ -118,7 +118,7 @@ def check_binding(state: dict[str, Any], run: RecordedRun, path: Path) -> None:
         raise FathomError(
             f"{where} is at epoch {epoch!r} but the manifest records {done} completed epochs "
             f"(resume state every {every}): the two come from different moments of the run. "
-            f"Restore the run directory from a copy, or {retrain_advice(path, done)}"
+            f"Restore the run directory from a copy, or {_retrain_advice(path, done)}"
         )
 
 
@@ -151,7 +151,7 @@ def verified_history(data: bytes | None, record: Any, path: Path, epoch: int) ->
     if not isinstance(record, dict) or set(record) != {"bytes", "rows", "sha256"}:
         raise FathomError(
             f"resume state of {str(path)!r} has no usable history digest ({record!r}); "
-            f"the history it continues from cannot be verified. {retrain_advice(path, epoch)}"
+            f"the history it continues from cannot be verified. {_retrain_advice(path, epoch)}"
         )
     n, rows = int(record["bytes"]), int(record["rows"])
     if data is None:
@@ -168,7 +168,7 @@ def verified_history(data: bytes | None, record: Any, path: Path, epoch: int) ->
     raise FathomError(
         f"cannot resume {str(path)!r}: {wrong}. The rows up to the resume point (epoch {epoch}) "
         "cannot be rebuilt from the checkpoints, and resuming would seal a wrong history as "
-        f"complete. Restore history.jsonl from a copy of the run, or {retrain_advice(path, epoch)}"
+        f"complete. Restore history.jsonl from a copy of the run, or {_retrain_advice(path, epoch)}"
     )
 
 
@@ -185,7 +185,7 @@ def restart_allowed(run: RecordedRun, path: Path) -> bool:
         f"the resume state checkpoints/{RESUME_NAME} of {str(path)!r} is missing although the "
         f"manifest records {done} completed epoch(s): it was deleted or lost. The epoch "
         "checkpoints hold weights only, not the optimizer, generator and RNG states an exact "
-        f"resume needs: {retrain_advice(path, done)}"
+        f"resume needs: {_retrain_advice(path, done)}"
     )
 
 
@@ -206,7 +206,7 @@ def check_selected(rd: Any, entry: dict[str, Any] | None, epoch: int) -> int | N
             f"checkpoint {entry['file']!r} of run {str(rd.path)!r} holds epoch "
             f"{meta.get('epoch')}, not the selected epoch {entry['epoch']} of the resume state "
             "nor a later one of this run: the run directory was modified; "
-            f"{retrain_advice(rd.path, epoch)}"
+            f"{_retrain_advice(rd.path, epoch)}"
         )
     return int(meta["epoch"])
 
@@ -276,7 +276,7 @@ def _short(value: Any) -> str:
 
 
 # -- agreement with the manifest's own record (see the module docstring) ---------------------
-RECORD_KEY = "manifest_record"
+_RECORD_KEY = "manifest_record"
 """The resume state's key holding :func:`manifest_record` of the manifest it was written under."""
 
 BOUND_FIELDS: tuple[tuple[str, str], ...] = (
@@ -330,17 +330,17 @@ def _refuse(path: Path, run: RecordedRun, what: str) -> FathomError:
         "run (a twin with the same config and run id, trained with another thread count, "
         "device or data?) or from another moment of this one, and continuing would mix two "
         f"runs under one manifest. Put this run's own checkpoints/ and history.jsonl back, or "
-        f"{retrain_advice(path, run.done)}"
+        f"{_retrain_advice(path, run.done)}"
     )
 
 
 def _check_record(state: dict[str, Any], run: RecordedRun, path: Path) -> None:
-    recorded = state.get(RECORD_KEY)
+    recorded = state.get(_RECORD_KEY)
     if recorded is None:  # written before states carried it: the other checks still apply
         return
     ours = manifest_record(run)
     if not isinstance(recorded, dict):
-        raise _refuse(path, run, f"the resume state's {RECORD_KEY} is not a table")
+        raise _refuse(path, run, f"the resume state's {_RECORD_KEY} is not a table")
     for name, value in recorded.items():
         if name in ours and ours[name] != value:
             raise _refuse(
