@@ -308,6 +308,54 @@ def test_a_format_2_run_resumes_to_format_3_keeping_unknown_sections_and_a_refus
     assert done.manifest["hashes"]["final_params"] == reference_final_params(_cfg(case))
 
 
+# -- what a resume compares, read the same way from every format ----------------------------
+def _compared() -> list[tuple[str, str]]:
+    from fathom.rundir.resume import _PROGRESS_AT_DONE, BOUND_FIELDS, UNCHANGED_ON_RESUME
+
+    at_done = [(section, key) for _, key, section in _PROGRESS_AT_DONE if section]
+    return sorted({*BOUND_FIELDS, *UNCHANGED_ON_RESUME, *at_done})
+
+
+def test_every_compared_field_is_a_field_of_both_typed_records():
+    """The tables of what a resume compares name fields of :class:`RecordedRun` and of the
+    typed :class:`RunManifest`: a renamed field fails here, never switches a check off."""
+    from fathom.rundir import RecordedRun
+
+    for section, key in _compared():
+        for record in (RecordedRun, RunManifest):
+            assert key in record.model_fields[section].annotation.model_fields, (record, section)
+
+
+def test_an_older_manifest_records_exactly_the_fields_it_holds(trained_tiny_run):
+    """Property: a format-2 manifest lacking any subset of the compared fields reads with
+    exactly the others ``given`` (values unchanged), and the resume state's record of it
+    names exactly those of :data:`BOUND_FIELDS` it holds; read as format 3, every field."""
+    from fathom.rundir.manifest import read_recorded
+    from fathom.rundir.resume import BOUND_FIELDS, manifest_record
+
+    written = json.loads((trained_tiny_run / "manifest.json").read_text())
+    whole = read_recorded(written, "m")
+    for section, key in _compared():
+        assert getattr(getattr(whole, section), key) == written[section][key]
+
+    @given(drop=st.sets(st.sampled_from(_compared())))
+    def check(drop):
+        m = json.loads(json.dumps(written))
+        m["format"] = 2
+        for section, key in drop:
+            del m[section][key]
+        r = read_recorded(m, "m")
+        for section, key in _compared():
+            held = getattr(r, section).given()
+            assert (key in held) == ((section, key) not in drop)
+            if key in held:
+                assert held[key] == written[section][key]
+        kept = {f"{s}.{k}" for s, k in BOUND_FIELDS if (s, k) not in drop}
+        assert set(manifest_record(r)) == kept
+
+    check()
+
+
 def _format_2_interrupted(run: Path, change) -> bytes:
     """An interrupted run (stopped after epoch 1) whose manifest is rewritten as format 2,
     changed by ``change(manifest)`` and sealed again, as an older fathom (or a damage that
