@@ -133,11 +133,11 @@ _TAGS = ("$tensor", "$tuple", "$float", "$dict")
 
 
 def encode_state(state: Any) -> tuple[dict[str, torch.Tensor], str]:
-    """``(tensors, json_text)`` of ``state``; a value of an unsupported type is refused.
+    """``(tensors, json_text)`` of ``state``: what a resume state is on disk, without pickle.
 
-    :func:`encode_state` splits a state (dicts, lists, tuples, ``None``, bools, ints, floats,
-    strings and tensors, nested in any way: a model's and an optimizer's ``state_dict``, RNG
-    states, clocks, counters) into
+    A state (dicts, lists, tuples, ``None``, bools, ints, floats, strings and tensors, nested
+    in any way: a model's and an optimizer's ``state_dict``, RNG states, clocks, counters) is
+    split into
 
     * the tensors, named ``t0``, ``t1``, ... in the order a depth-first walk meets them, each
       detached, on the host and contiguous (a copy, so no two share storage);
