@@ -139,7 +139,7 @@ class RunDir:
     @cached_property
     def config(self) -> Any:
         """The config, validated by the type of this run's ``kind``."""
-        return config_validator(self.kind)(self.manifest["config"], f"{self.path}/manifest.json")
+        return config_validator(self.kind)(self.header.config, f"{self.path}/manifest.json")
 
     # -- history -------------------------------------------------------------------------
     def history(self) -> list[dict[str, Any]]:
@@ -245,7 +245,7 @@ class RunDir:
         from fathom.rundir.filecheck import stray_tmp_files
 
         out = []
-        if "integrity" not in self.manifest:
+        if self.header.integrity is None:
             out.append("manifest.json has no digest (not written by this fathom); unverified")
         out += self.history_problems()
         out += [

@@ -275,7 +275,6 @@ class RunWriter:
         """``checkpoints/resume.safetensors`` (self-verifying), bound to this run and to the
         history written so far (:func:`~fathom.rundir.resume.bind`); returns its digest."""
         self._require_lock()
-        assert self.manifest is not None
         path = self.path / "checkpoints" / files.RESUME_NAME
         bound = bind(state, self._current(), self._history_record())
         return self._guard("write the resume state", files.save_resume, path, bound)
