@@ -473,3 +473,17 @@ def test_a_target_that_does_not_fit_is_refused_before_any_draw(estimator: str) -
     labels = torch.full((4, 2), -100)
     with pytest.raises(FathomError, match="every position of the target is masked"):
         diagonals(model, x, labels, loss="cross_entropy", class_dim=-1, estimator=estimator)
+
+
+def test_the_estimators_table_is_in_the_generated_docs() -> None:
+    """Every loss has its MC draws and Hutchinson product in docs/curvature.md, from the
+    tables beside the code (the page itself is held current by test_curvature_losses)."""
+    from fathom.curvature.docs import render
+    from fathom.curvature.estimate import estimator_rows
+    from fathom.losses import LOSSES
+
+    text = render()
+    rows = estimator_rows()
+    assert {r[0] for r in rows} >= {f"`{name}`" for name in LOSSES}
+    for loss_name, draws, product in rows:
+        assert f"| {loss_name} | {draws} | {product} |" in text

@@ -45,12 +45,23 @@ estimate ``d_k = z_k * (M z_k)`` and ``diag_h = (1/K) sum_k d_k`` with
 its variance per entry is ``sum_{j' != j} M_jj'^2``: off-diagonal mass, not the number of
 classes.
 
-**Another loss** is one row of :data:`_SAMPLERS` (its ``mc_directions(output, target, k,
-generator)``, ``E[v v^T]`` its per-example output Hessian: :func:`mse_samples` and
-:func:`bce_samples` are written for that) and one of :data:`_HESSIAN_PRODUCTS` (Hutchinson).
-Directions that already carry the loss's weights ``sqrt(w)`` (``w = 1/M`` over the valid
-positions of a mean reduction) are summed, not averaged over the ``N`` examples: then the
-``1/N`` of :func:`mc_diagonals` is replaced by one.
+**Any loss, layout and reduction** (:func:`loss_diagonals`; :func:`diagonals` with
+``loss=``, ``output=`` or ``class_dim=``). With the loss read on the output
+(:class:`fathom.losses.Terms`: ``L = sum_i sum_p w_ip l_ip``, ``w_ip = s m_ip``) each family
+is ``a sum_i sum_d (J_i^T v_id)^2`` (:mod:`fathom.curvature.families`). MC draws per example
+``v_i = sqrt(N a) (m_ip u_ip)_p`` with ``u_ip`` drawn per position independently,
+``E[u u^T] = H_ip`` (:data:`_POSITION_DRAWS`: the sampled Fisher for cross-entropy, scaled
+by ``sqrt(sum_c t'_c)`` for probability targets; a Gaussian ``sqrt(2) eps`` per MSE entry,
+so that ``E[v v^T]`` is exactly torch's ``mse_loss`` Hessian, ``2 w``; ``sigmoid(z) - b``,
+``b ~ Bernoulli(sigmoid(z))``, per BCE entry; a Rademacher combination of the Hessian
+factor's columns for any other :class:`~fathom.losses.Loss`), so that ``E[v_i v_i^T] =
+N a sum_p m_ip H_ip`` and the ``1/N`` above leaves ``a``: the same estimator, standard
+errors and chunks for every layout (positions of one example are drawn together, one
+direction per draw). Hutchinson applies ``N a sum_p m_ip H_ip`` in closed form
+(:data:`_POSITION_PRODUCTS`: ``O(C)`` per position for cross-entropy, never a ``[C, C]``
+matrix). The language model's token loss (:mod:`fathom.curvature.language`) is this path.
+Left unset, :func:`diagonals` reads ``[N, C]`` logits with integer labels (the rows of
+:data:`_SAMPLERS` and :data:`_HESSIAN_PRODUCTS`), the same draws as ``loss="cross_entropy"``.
 
 **Every result says its estimator, samples and seed** (:meth:`Estimate.record`); the draws
 follow ``torch.Generator().manual_seed(seed)`` in the order of the chunks, which the record
@@ -1017,12 +1028,34 @@ def loss_diagonals(
     )
 
 
+def estimator_rows() -> list[tuple[str, str, str]]:
+    """``(loss, MC draws, Hutchinson's product)`` of the GGN for every loss of
+    :data:`fathom.losses.LOSSES`, then the Jacobian Gram's (``docs/curvature.md``)."""
+    from fathom.losses.kinds import LOSSES
+
+    rows = [
+        (
+            f"`{name}`",
+            _POSITION_DRAWS.get(name, _FACTOR_DRAWS)[1],
+            _POSITION_PRODUCTS.get(name, _FACTOR_PRODUCT)[1],
+        )
+        for name in LOSSES
+    ]
+    rows.append(("any other `Loss`", _FACTOR_DRAWS[1], _FACTOR_PRODUCT[1]))
+    rows.append(("(`jacobian_gram`, every loss)", *_said_gram()))
+    return rows
+
+
+def _said_gram() -> tuple[str, str]:
+    return "v Rademacher over every output entry", "H v = v (the identity)"
+
+
 def _said(loss: Loss, families: list[str], estimator: str) -> dict[str, str]:
     """What each sampled family draws (MC) or applies (Hutchinson) under ``loss``."""
     if estimator == "mc":
         ggn = _POSITION_DRAWS.get(loss.name, _FACTOR_DRAWS)[1]
-        said = {"ggn": ggn, "jacobian_gram": "v Rademacher over every output entry"}
+        said = {"ggn": ggn, "jacobian_gram": _said_gram()[0]}
     else:
         ggn = _POSITION_PRODUCTS.get(loss.name, _FACTOR_PRODUCT)[1]
-        said = {"ggn": ggn, "jacobian_gram": "H v = v (the identity)"}
+        said = {"ggn": ggn, "jacobian_gram": _said_gram()[1]}
     return {f: said[f] for f in families}
