@@ -487,3 +487,25 @@ def test_the_estimators_table_is_in_the_generated_docs() -> None:
     assert {r[0] for r in rows} >= {f"`{name}`" for name in LOSSES}
     for loss_name, draws, product in rows:
         assert f"| {loss_name} | {draws} | {product} |" in text
+
+
+def test_chunks_over_a_loss_change_the_draws_not_the_law() -> None:
+    """A memory budget that forces one example per chunk: Hutchinson draws the same ``z``
+    (per probe, not per chunk), so its estimate is the one-chunk estimate to rounding, its
+    Hessian products read each chunk's own targets and weights; MC's draws differ and it
+    stays within its SE of the exact value."""
+    model, x, y, loss = mlp_case("cross_entropy")
+    kw = {"loss": loss, "families": SAMPLED, "samples": 24, "seed": 3}
+    tight, loose = Budget(memory=600), Budget()
+    one = loss_diagonals(model, x, y, estimator="hutchinson", budget=tight, **kw)
+    whole = loss_diagonals(model, x, y, estimator="hutchinson", budget=loose, **kw)
+    assert (one.layout["examples_per_chunk"], whole.layout["examples_per_chunk"]) == (1, 4)
+    for f in SAMPLED:
+        for p, v in whole.diagonals[f].items():
+            torch.testing.assert_close(one.diagonals[f][p], v, rtol=1e-12, atol=1e-15)
+    exact = exact_diagonals(model, x, y, loss=loss, families=SAMPLED)
+    mc = loss_diagonals(model, x, y, estimator="mc", budget=Budget(memory=2_000), **kw)
+    assert mc.layout["examples_per_chunk"] < 4
+    for f in SAMPLED:
+        t_want = sum(float(v.sum()) for v in exact[f].values())
+        assert abs(mc.traces[f] - t_want) <= 5 * mc.trace_standard_errors[f]

@@ -629,7 +629,7 @@ def mc_diagonals(
                 )
                 for local, qualified in zip(layer.params, layer.qualified, strict=True):
                     for f, j in plan.families:
-                        per_draw[f][qualified].append(sums[local][(f, j)])
+                        per_draw[f][qualified].append(sums[local][(f, j)].detach())
             if not standard_errors:
                 for f in samplers:
                     for p in names:
