@@ -154,8 +154,9 @@ def bce_samples(
     ``E[v^2] = s(1 - s)``, the Hessian of ``binary_cross_entropy_with_logits`` per entry
     (entries independent, so the off-diagonal expectations vanish)."""
     s = torch.sigmoid(output)
-    b = torch.bernoulli(s[None].expand(k, *s.shape).contiguous(), generator=generator)
-    return s[None] - b
+    # drawn on the CPU, where the generator lives (as every sampler here), then moved
+    b = torch.bernoulli(s[None].expand(k, *s.shape).cpu().contiguous(), generator=generator)
+    return s[None] - b.to(s.device)
 
 
 def _rademacher_samples(
