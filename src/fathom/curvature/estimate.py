@@ -264,20 +264,20 @@ factor twice (:data:`_FACTOR_PRODUCT`: ``2 v`` for MSE, ``sigmoid(z) sigmoid(-z)
 _FACTOR_PRODUCT = (_factor_product, "H v = F (F^T v) per position, F the loss's Hessian factor")
 
 
-def _rows_of(terms: Terms, output: torch.Tensor, rows: torch.Tensor) -> Terms:
-    """The terms of the chunk whose probe rows are ``rows`` (consecutive)."""
-    start = int(rows[0])
-    return terms.take(start, start + output.shape[0])
+def _chunk(terms: Terms, output: torch.Tensor, start: int):
+    """``(terms, z [n, P, C], t)`` of the chunk of examples ``start .. start + n - 1`` of the
+    probe (the probe's weights kept), on ``output``'s device and dtype."""
+    part = terms.take(start, start + output.shape[0])
+    z = part.layout.canon(output)
+    t = part.target.to(z.device)
+    return part, z, (t.to(z.dtype) if t.is_floating_point() else t)
 
 
 def _ggn_loss_samples(terms: Terms, root: float) -> Sampler:
     draws = _POSITION_DRAWS.get(terms.loss.name, _FACTOR_DRAWS)[0]
 
     def sample(output, rows, k, generator):
-        part = _rows_of(terms, output, rows)
-        z = part.layout.canon(output)
-        t = part.target.to(z.device)
-        t = t.to(z.dtype) if t.is_floating_point() else t
+        part, z, t = _chunk(terms, output, int(rows[0]))
         v = draws(part.loss, z, t, k, generator) * part.mask.to(z)[None, ..., None]
         return root * part.layout.uncanon(v)
 
@@ -295,10 +295,7 @@ def _ggn_loss_product(terms: Terms, factor: float) -> HessianProduct:
     product = _POSITION_PRODUCTS.get(terms.loss.name, _FACTOR_PRODUCT)[0]
 
     def apply(output, v, start):
-        part = terms.take(start, start + output.shape[0])
-        z = part.layout.canon(output)
-        t = part.target.to(z.device)
-        t = t.to(z.dtype) if t.is_floating_point() else t
+        part, z, t = _chunk(terms, output, start)
         hv = product(part.loss, z, t, part.layout.canon(v)) * part.mask.to(z)[..., None]
         return part.layout.uncanon(hv) * factor
 
