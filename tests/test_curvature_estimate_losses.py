@@ -529,3 +529,16 @@ def test_a_loss_without_its_own_draws_is_sampled_through_its_hessian_factor() ->
         assert "Hessian factor" in est.record()["layout"][key]["ggn"]
         assert abs(est.traces["ggn"] - t_want) <= 5 * est.trace_standard_errors["ggn"]
         assert abs(est.traces["ggn"] / t_want - 1) < 0.1
+
+
+def test_token_snapshot_records_hutchinson() -> None:
+    """The language model's snapshot record (what ``fathom curvature --estimator hutchinson``
+    writes) says the estimator, samples, seed and the product it applied."""
+    from fathom.curvature.language import token_snapshot
+
+    model, x, y = tiny(seed=2)
+    rec = token_snapshot(model, x, y, loss=token_loss(), estimator="hutchinson", samples=3, seed=4)
+    assert rec["estimator"] == {"ggn": "hutchinson", "empirical_fisher": "exact"}
+    assert (rec["samples"], rec["seed"]) == (3, 4) and rec["choice"] == "hutchinson requested"
+    assert rec["trace_standard_errors"]["ggn"] > 0
+    assert "products" in rec["layout"] and rec["layout"]["loss"] == repr(token_loss())
