@@ -75,7 +75,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--estimator",
         default="auto",
         help="a language model's GGN diagonal: auto (exact when it fits the budget, else "
-        "Monte-Carlo), exact or mc (default auto; a classifier's snapshot is always exact)",
+        "Monte-Carlo), exact, mc or hutchinson (default auto; a classifier's snapshot is "
+        "always exact)",
     )
     p.add_argument("--samples", type=int, default=8, help="MC draws per window (default 8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the MC draws (default 0)")
