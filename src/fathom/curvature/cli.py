@@ -108,7 +108,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--estimator",
         default="auto",
         help="a language model's GGN diagonal: auto (exact when it fits the budget, else "
-        "Monte-Carlo), exact or mc (default auto; a classifier's snapshot is always exact)",
+        "Monte-Carlo), exact, mc or hutchinson (default auto; a classifier's snapshot is "
+        "always exact)",
     )
     p.add_argument(
         "--loss",

@@ -310,8 +310,9 @@ def run_curvature(
 @dataclass(frozen=True)
 class Estimating:
     """How ``fathom curvature`` estimates a language model's GGN diagonal: ``name``
-    (``auto``, ``exact``, ``mc``), ``samples`` per window, ``seed``, and the budget ``auto``
-    chooses under (:class:`fathom.curvature.estimate.Budget`: memory, backward passes)."""
+    (``auto``, ``exact``, ``mc``, ``hutchinson``), ``samples`` per window (per probe for
+    Hutchinson), ``seed``, and the budget ``auto`` chooses under
+    (:class:`fathom.curvature.estimate.Budget`: memory, backward passes)."""
 
     name: str = "auto"
     samples: int = 8

@@ -38,10 +38,10 @@ The three losses (:data:`LOSSES`; the definitions text is :data:`LOSS_DEFINITION
 ``[D, N, *out]`` (``D = P K``; direction ``(p, k)`` of example ``i`` is
 ``sqrt(w_ip) F_ip[:, k]`` at position ``p`` and zero elsewhere), so that
 ``sum_d (J_i^T v_di)(J_i^T v_di)^T = sum_p w_ip J_ip^T H_ip J_ip`` and the GGN of ``L`` is their
-sum over examples. A sampled estimator adds ``mc_directions(output, k, generator) ->
-[k, N, *out]`` beside it with the same contract in expectation:
-``E[sum_k v_ik v_ik^T] = sum_p w_ip H_ip`` for every example ``i`` (each draw scaled by
-``1/sqrt(k)``), built from the same :class:`Terms` (weights, mask, canonical view).
+sum over examples. The sampled estimators (:mod:`fathom.curvature.estimate`) draw output
+directions from the same :class:`Terms` (weights, mask, canonical view) with the same
+contract in expectation, ``E[v_i v_i^T] = sum_p w_ip H_ip`` for every example ``i``, and
+apply ``sum_p w_ip H_ip`` to a vector in closed form (Hutchinson).
 """
 
 from __future__ import annotations
@@ -279,12 +279,20 @@ class CrossEntropy(Loss):
         tt = self._target(z, t)
         return p * tt.sum(-1, keepdim=True) - tt
 
+    def target_mass(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """``sum_c t'_c`` per position ``[N, P]``, the factor of the Hessian (module
+        docstring): one for integer labels, smoothed or not; ``(1 - eps) sum_c t_c + eps``
+        for probability targets."""
+        if not t.is_floating_point():
+            return torch.ones(z.shape[:-1], dtype=z.dtype, device=z.device)
+        return self._target(z, t).sum(-1)
+
     def hessian_sqrt(self, z, t):
         c = z.shape[-1]
         r = softmax_hessian_sqrt_reduced(softmax_parts(z.reshape(-1, c)))
         r = r.reshape(*z.shape, r.shape[-1])
         if t.is_floating_point():
-            r = r * self._target(z, t).sum(-1).sqrt()[..., None, None]
+            r = r * self.target_mass(z, t).sqrt()[..., None, None]
         return r
 
 
