@@ -20,7 +20,7 @@ actually drawn, where an affine layer costs 3 * in * out multiply-accumulates pe
 training (forward, input gradient, weight gradient) and the stem 2 * (no input gradient).
 Realized saving = 1 - T_skip / T_dense.
 
-The measurement (why: docs/benchmarks-history.md#sd-cpu-issue-15). The benchmark thread is
+The measurement (why: docs/benchmarks-history.md#sd-cpu). The benchmark thread is
 pinned to one CPU and timed on its own CPU clock (``time.thread_time``: time spent
 descheduled on the shared machine is not counted). Each variant's plan is cut into blocks of
 ``--block`` steps; a *round* runs block 1 of every variant, then block 2 of every variant, ...

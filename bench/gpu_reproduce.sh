@@ -15,7 +15,7 @@
 # continues where it stopped (complete and verified steps are skipped).
 #
 # Budget: ~24 s of training clock per 100-epoch run on an H200
-# (docs/benchmarks-history.md#gpu-issue-9), ~35 s elapsed with evaluation and telemetry;
+# (docs/benchmarks-history.md#gpu-fast-path), ~35 s elapsed with evaluation and telemetry;
 # WORKERS=3 processes share the one GPU (the batch-64 step is launch-bound, so processes
 # overlap): ~3-4 min for the study, then ~2-4 min for audit, curvature, head and report. If
 # the budget runs out, rerun: the printed step lines say exactly which steps completed.

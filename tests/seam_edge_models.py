@@ -25,7 +25,9 @@ def _mlp(first: nn.Module, width: int = 8) -> nn.Module:
 
 def hooked_linear() -> nn.Module:
     model = _mlp(nn.Linear(6, 8))
-    model[0].register_forward_hook(lambda m, a, o: 2 * o)  # the issue's 0.25x GGN case
+    model[0].register_forward_hook(
+        lambda m, a, o: 2 * o
+    )  # a hooked output: the fast path once reported 0.25x the GGN
     return model
 
 
@@ -59,7 +61,8 @@ def hooked_layernorm() -> nn.Module:
 
 
 class RootBias(nn.Module):
-    """A root parameter passed into ``attn``, which owns its own biases (the issue's case)."""
+    """A root parameter passed into ``attn``, which owns its own biases: the root parameter is
+    attributed to itself, never to ``attn``'s biases."""
 
     def __init__(self) -> None:
         super().__init__()

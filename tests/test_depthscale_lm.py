@@ -1,6 +1,7 @@
 """The depth-scaling benchmark on a language model: GPT depths, dense vs LayerDrop, judged
-in nats per token by the level-and-trend rule. End to end on a synthetic corpus, and the
-verdict on generated tables (a level difference alone never says "scales better")."""
+in nats per token by the level-and-trend rule, end to end on a synthetic corpus: the written
+table's verdict is re-derived by the claim checker from the recorded runs, and a record
+changed after the fact is caught (the rule itself: ``tests/test_stats_lm_scaling.py``)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,17 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from fathom.cli import main
 from fathom.depthscale.lm import make_lm_config, plan_lm_runs
 from fathom.depthscale.lm_runner import run_lm_benchmark
-from fathom.depthscale.lm_verdict import LMRunRecord, lm_depth_verdict, write_lm_table
+from fathom.depthscale.lm_verdict import write_lm_table
 from fathom.errors import FathomError
 from fathom.rundir import RunDir
+from fathom.stats.claims import check
+from fathom.stats.results import Results
 
 TEXT = "A whale ship was my Yale College and my Harvard. Call me Ishmael.\n" * 30
-UNIGRAM = 3.0
 
 
 def tiny(corpus: Path, **kw):
@@ -67,64 +67,14 @@ def test_the_benchmark_runs_end_to_end_on_a_synthetic_corpus(tmp_path):
     assert verdict.level not in ("no conclusion", "no comparison")
     md = (root / "table.md").read_text()
     assert "**Level:**" in md and "**Scaling:**" in md and "Setup: test." in md
+    results = Results.model_validate(table["verdict"]["results"])
+    assert check(results) == []
+    assert {d.id for d in results.decisions} == {"level", "trend"}
+    assert [r["ce"] for r in results.decisions[0].records["runs"]] == [
+        r["ce"] for r in table["runs"]
+    ]
     again = run_lm_benchmark(cfg, tmp_path / "bench")  # complete runs are skipped
     assert RunDir(again / "d01-dense-s0").manifest == RunDir(root / "d01-dense-s0").manifest
-
-
-def _records(table: dict[tuple[int, str, int], float], failed=()) -> list[LMRunRecord]:
-    return [
-        LMRunRecord(d, arm, s, "diverged" if (d, arm, s) in failed else "complete", ce, UNIGRAM)
-        for (d, arm, s), ce in table.items()
-    ]
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    st.floats(-0.5, 0.5),
-    st.lists(st.floats(-0.05, 0.05), min_size=3, max_size=3),
-    st.lists(st.floats(2.0, 2.5), min_size=4, max_size=4),
-)
-def test_a_constant_advantage_never_scales_better_or_worse(offset, seed_noise, base):
-    """LayerDrop = dense + a constant (per seed): the level may differ, the trend cannot."""
-    depths = (2, 4, 6, 8)
-    table = {}
-    for i, d in enumerate(depths):
-        for s, n in enumerate(seed_noise):
-            table[(d, "dense", s)] = base[i] + 0.01 * s
-            table[(d, "LayerDrop", s)] = base[i] + 0.01 * s + offset + n
-    v = lm_depth_verdict(_records(table))
-    assert v.trend not in ("scales better", "scales worse")
-
-
-def test_a_growing_advantage_scales_better_and_a_level_alone_does_not():
-    depths, seeds = (2, 4, 6, 8), (0, 1, 2, 3)
-    grow = {}
-    level = {}
-    for d in depths:
-        for s in seeds:
-            jitter = 0.001 * ((s * 7 + d) % 3)
-            grow[(d, "dense", s)] = 2.0
-            grow[(d, "LayerDrop", s)] = 2.0 - 0.05 * d + jitter
-            level[(d, "dense", s)] = 2.0
-            level[(d, "LayerDrop", s)] = 1.8 + jitter
-    g = lm_depth_verdict(_records(grow))
-    assert g.trend == "scales better" and g.level == "better across depths"
-    flat = lm_depth_verdict(_records(level))
-    assert flat.level == "better across depths" and flat.trend == "scales equivalently"
-    assert any(line.startswith("scaling") for line in flat.lines)
-
-
-def test_failures_enter_at_the_unigram_baseline_and_an_arm_that_always_fails_concludes_nothing():
-    depths, seeds = (2, 4), (0, 1)
-    table = {(d, a, s): 2.0 for d in depths for a in ("dense", "LayerDrop") for s in seeds}
-    allfail = {(d, "LayerDrop", s) for d in depths for s in seeds}
-    v = lm_depth_verdict(_records(table, failed=allfail))
-    assert v.level == v.trend == "no conclusion"
-    worse = {**table, (2, "LayerDrop", 0): UNIGRAM + 1}  # no better than the baseline: failed
-    rec = _records(worse)
-    assert next(r for r in rec if r.ce == UNIGRAM + 1).failed
-    missing = lm_depth_verdict(_records({k: v for k, v in table.items() if k != (4, "dense", 1)}))
-    assert missing.level == "no comparison" and "dense at depth 4" in missing.lines[0]
 
 
 def test_bad_settings_are_refused_naming_the_fix(tmp_path):

@@ -175,7 +175,7 @@ def test_hparams_state_the_widths_trained(widths: list[int], mult: float) -> Non
 
 
 def test_hparams_of_the_quick_study_run() -> None:
-    """The issue's case: a × 0.1 Ciresan run listed full widths and data.data_dir."""
+    """A × 0.1 Ciresan run once listed full widths and data.data_dir as hyperparameters."""
     config = {
         "model": {"kind": "ciresan", "widths": [2500, 2000, 1500, 1000, 500], "width_mult": 0.1},
         "data": {"data_dir": None, "dataset": "mnist"},

@@ -223,3 +223,29 @@ def test_a_language_model_and_its_data_go_together():
                 "stop": {"target_test_acc": 0.5},
             }
         )
+
+
+def test_the_gpu_preset_builds_and_takes_a_step_on_the_cpu():
+    """``gpt-full`` (the GPU preset) validates, builds at its stated size (6 blocks of width
+    384, context 256: nanoGPT's shakespeare_char size) and one AdamW step on one window of
+    its context lowers the loss on that window: the preset is runnable, not only declared."""
+    from fathom.study.family import load_config
+
+    cfg, _ = load_config("gpt-full")
+    assert (cfg.model.layers, cfg.model.width, cfg.data.context) == (6, 384, 256)
+    torch.manual_seed(0)
+    model = build_model(cfg.model, 256, input_shape=(cfg.data.context,))
+    width, ctx, vocab = 384, 256, 256
+    per_block = 12 * width * width + 13 * width  # attention 4d²+4d, MLP 8d²+5d, two LNs 4d
+    assert count_parameters(model) == vocab * width + ctx * width + 6 * per_block + 2 * width
+    x = torch.randint(0, vocab, (1, ctx + 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.optim.lr)
+    model.train()
+    before = token_cross_entropy(model(x[:, :-1]), x[:, 1:])
+    before.backward()
+    opt.step()
+    model.eval()
+    with torch.no_grad():
+        after = token_cross_entropy(model(x[:, :-1]), x[:, 1:])
+    assert model(x[:, :-1]).shape == (1, ctx, vocab)
+    assert after < before

@@ -271,6 +271,69 @@ def test_a_depth_scaling_verdict_is_shown_with_its_lines(study, tmp_path):
     assert "Depth scaling" not in lm_html(load_runs(root), None, root)
 
 
+def test_the_explorer_lists_one_chart_per_block_of_the_block_fields(study):
+    """The per-block fields are listed as the per-layer ones are, faceted by block (model
+    order), each facet's values the history's own."""
+    from fathom.report.html import explorer_payload
+
+    runs = load_runs(study)
+    payload = explorer_payload(runs)
+    hist = history(study)
+    for prefix in ("probe/block/update_rel", "grad/block/mean_norm"):
+        meta = payload["meta"][f"{prefix}/{{block}}"]
+        assert meta["facetKind"] == "block" and meta["family"] in ("activations", "gradients")
+        assert meta["facets"] == ["blocks.0", "blocks.1", "blocks.2"]
+        assert "||" in meta["formula"]
+        for block in meta["facets"]:
+            recorded = [r[f"{prefix}/{block}"] for r in hist if f"{prefix}/{block}" in r]
+            assert recorded and all(v > 0 for v in recorded)
+
+
+class _Images(HTMLParser):
+    """``{figure id: img src}`` of a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: dict[str, str] = {}
+        self._figure: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "figure":
+            self._figure = a.get("id")
+        elif tag == "img" and self._figure:
+            self.images[self._figure] = a["src"]
+
+
+def test_the_figures_are_embedded_as_the_same_pngs(study, tmp_path):
+    """With figures, the Language model section holds both PNGs as data-URI images (in
+    collapsed sections), each decoding to a valid PNG byte-identical to the file beside
+    summary.md; the page links nothing outside itself."""
+    import base64
+    import io
+
+    import matplotlib.image as mpimg
+
+    out = build_report(study, tmp_path / "rep", with_figures=True)
+    page = out.html.read_text()
+    section = expanded(page).split("<h2 id='language-model'>", 1)[1]
+    p = _Images()
+    p.feed(section)
+    assert set(p.images) == {"lm-figure-lm_curves", "lm-figure-lm_removal"}
+    for stem in ("lm_curves", "lm_removal"):
+        src = p.images[f"lm-figure-{stem}"]
+        head, data = src.split(",", 1)
+        assert head == "data:image/png;base64"
+        png = base64.b64decode(data, validate=True)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        assert png == (tmp_path / "rep" / "figures" / f"{stem}.png").read_bytes()
+        pixels = mpimg.imread(io.BytesIO(png), format="png")
+        assert pixels.ndim == 3 and min(pixels.shape[:2]) > 50
+    assert "src='http" not in expanded(page) and 'src="http' not in expanded(page)
+    # without figures the page embeds none (the study fixture's report)
+    assert "data:image/png" not in expanded((study / "report" / "report.html").read_text())
+
+
 def test_the_page_opens_in_chromium_on_nats_per_token(study):
     sync_api = pytest.importorskip(
         "playwright.sync_api", reason="install the browser extra: pip install -e '.[browser]'"

@@ -308,6 +308,151 @@ def test_a_format_2_run_resumes_to_format_3_keeping_unknown_sections_and_a_refus
     assert done.manifest["hashes"]["final_params"] == reference_final_params(_cfg(case))
 
 
+# -- what a resume compares, read the same way from every format ----------------------------
+def _compared() -> list[tuple[str, str]]:
+    from fathom.rundir.resume import _PROGRESS_AT_DONE, BOUND_FIELDS, UNCHANGED_ON_RESUME
+
+    at_done = [(section, key) for _, key, section in _PROGRESS_AT_DONE if section]
+    return sorted({*BOUND_FIELDS, *UNCHANGED_ON_RESUME, *at_done})
+
+
+def test_every_compared_field_is_a_field_of_both_typed_records():
+    """The tables of what a resume compares name fields of :class:`RecordedRun` and of the
+    typed :class:`RunManifest`: a renamed field fails here, never switches a check off."""
+    from fathom.rundir import RecordedRun
+
+    for section, key in _compared():
+        for record in (RecordedRun, RunManifest):
+            assert key in record.model_fields[section].annotation.model_fields, (record, section)
+
+
+def test_an_older_manifest_records_exactly_the_fields_it_holds(trained_tiny_run):
+    """Property: a format-2 manifest lacking any subset of the compared fields reads with
+    exactly the others ``given`` (values unchanged), and the resume state's record of it
+    names exactly those of :data:`BOUND_FIELDS` it holds; read as format 3, every field."""
+    from fathom.rundir.manifest import read_recorded
+    from fathom.rundir.resume import BOUND_FIELDS, manifest_record
+
+    written = json.loads((trained_tiny_run / "manifest.json").read_text())
+    whole = read_recorded(written, "m")
+    for section, key in _compared():
+        assert getattr(getattr(whole, section), key) == written[section][key]
+
+    @given(drop=st.sets(st.sampled_from(_compared())))
+    def check(drop):
+        m = json.loads(json.dumps(written))
+        m["format"] = 2
+        for section, key in drop:
+            del m[section][key]
+        r = read_recorded(m, "m")
+        for section, key in _compared():
+            held = getattr(r, section).given()
+            assert (key in held) == ((section, key) not in drop)
+            if key in held:
+                assert held[key] == written[section][key]
+        kept = {f"{s}.{k}" for s, k in BOUND_FIELDS if (s, k) not in drop}
+        assert set(manifest_record(r)) == kept
+
+    check()
+
+
+def _format_2_interrupted(run: Path, change) -> bytes:
+    """An interrupted run (stopped after epoch 1) whose manifest is rewritten as format 2,
+    changed by ``change(manifest)`` and sealed again, as an older fathom (or a damage that
+    kept the digest consistent) left it; returns the manifest's bytes."""
+
+    def stop(event, info):
+        if event == "epoch_end" and info["epoch"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _tiny(run, CASES["sgd"], progress=stop)
+    path = run / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["format"] = 2
+    change(manifest)
+    path.write_text(json.dumps(seal(manifest)))
+    assert not isinstance(RunDir(run).header, RunManifest)  # read by its header
+    return path.read_bytes()
+
+
+def _without_later_fields(m: dict) -> None:
+    """What a format-2 manifest may lack: fields recorded only by later versions."""
+    del m["data"]["tensors_sha256"], m["environment"]["matmul_precision"]
+    del m["hashes"]["training_order"], m["steps_completed"]
+    m["telemetry"] = None  # a section this version does not compare, in any shape
+
+
+def test_an_older_manifest_lacking_later_fields_resumes_exactly_through_the_typed_record(
+    tmp_path,
+):
+    """A format-2 manifest is read through :class:`RecordedRun` (``RunDir.recorded``): a field
+    it lacks is absent (never a default that would compare), and the run resumes to the
+    uninterrupted run's final parameters."""
+    run = tmp_path / "r"
+    _format_2_interrupted(run, _without_later_fields)
+    recorded = RunDir(run).recorded
+    assert "tensors_sha256" not in recorded.data.given() and recorded.data.tensors_sha256 is None
+    assert "matmul_precision" not in recorded.environment.given()
+    assert recorded.hashes.training_order is None and recorded.steps_completed is None
+    assert recorded.environment.threads == RunDir(run).manifest["environment"]["threads"]
+    written = RunDir(run).manifest
+    assert recorded.done == written["epochs_completed"]
+    assert set(recorded.checkpoints) == set(written["checkpoints"])
+    resumed = resume(run, splits=synthetic_splits(**SPLITS))
+    assert resumed.final_params == reference_final_params(_cfg(CASES["sgd"]))
+    assert RunDir(run).manifest["format"] == FORMAT
+
+
+def _records(m: dict, section: str, key: str, value) -> None:
+    m[section][key] = value
+
+
+#: A damaged format-2 manifest (its digest sealed again): the FathomError a resume gave
+#: before it was read through the typed record, unchanged.
+DAMAGED_FORMAT_2 = {
+    "more epochs than the state's": (
+        lambda m: m.update(epochs_completed=5),
+        r"is at epoch \d+ but the manifest records 5 completed epochs",
+    ),
+    "another thread count": (
+        lambda m: _records(m, "environment", "threads", 97),
+        r"computed with environment.threads = \d+, the manifest records 97",
+    ),
+    "another run id": (
+        lambda m: m.update(run_id="other"),
+        r"belongs to another run: its run_id is 'r', the manifest's 'other'",
+    ),
+    "other data files": (
+        lambda m: _records(m, "data", "files", {"x.npz": "0" * 64}),
+        r"data.files recorded \{'x.npz'",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED_FORMAT_2))
+def test_a_damaged_older_manifest_is_refused_as_before_and_nothing_is_written(tmp_path, damage):
+    change, match = DAMAGED_FORMAT_2[damage]
+    run = tmp_path / "r"
+    before = _format_2_interrupted(run, change)
+    with pytest.raises(FathomError, match=match):
+        resume(run, splits=synthetic_splits(**SPLITS))
+    assert (run / "manifest.json").read_bytes() == before
+
+
+@pytest.mark.parametrize(("section", "value"), [("data", "x"), ("environment", [1]), ("hashes", 3)])
+def test_an_older_manifest_with_a_section_of_the_wrong_shape_is_refused_naming_it(
+    tmp_path, section, value
+):
+    """Before the typed record, such a section surfaced as an ``AttributeError`` deep in a
+    resume (or was read around); now the one read path refuses it, naming the section."""
+    run = tmp_path / "r"
+    before = _format_2_interrupted(run, lambda m: m.update({section: value}))
+    with pytest.raises(FathomError, match=rf"not a valid manifest \({section}"):
+        resume(run, splits=synthetic_splits(**SPLITS))
+    assert (run / "manifest.json").read_bytes() == before
+
+
 def test_a_target_stop_and_a_divergence_are_recorded_by_the_writer(tmp_path):
     stopped = _tiny(tmp_path / "stop", {"stop.target_test_acc": 0.01})
     m = RunDir(stopped.run_dir).header

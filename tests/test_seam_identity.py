@@ -97,7 +97,7 @@ def test_observe_leaves_everything_as_found(case) -> None:
 
 
 def test_hooked_linear_ggn_is_exact_not_a_quarter() -> None:
-    """The issue's case: a forward hook doubling a Linear's output made the fast path report
+    """A forward hook doubling a Linear's output once made the fast path report
     0.25 of the GGN diagonal (0.5 of the norms) while calling itself "fast linear"."""
     case = CASES[IDS.index("hooked_linear")]
     model, x, y = make(case, n=4)
@@ -291,7 +291,7 @@ def gru():
 
 
 def test_fathom_train_with_telemetry_on_a_gru(tmp_path, monkeypatch) -> None:
-    """The issue's report: ``nn.GRU`` was refused on every path, so training with telemetry
+    """``nn.GRU`` was once refused on every path, so training with telemetry
     failed at epoch 0. Now every field of the GRU's layer is measured at every boundary."""
     import sys
 

@@ -68,7 +68,7 @@ def test_ratio_interval_covering_one_is_not_established():
 
 
 def test_identical_ratios_are_no_point_interval_and_a_tiny_ratio_is_no_direction():
-    # the "higher … ratio 1 [1, 1]": a real ratio of 1.001 on every seed
+    # once printed "higher … ratio 1 [1, 1]": a real ratio of 1.001 on every seed
     c = contrast({1: 1.001, 2: 1.001, 3: 1.001}, {1: 1.0, 2: 1.0, 3: 1.0}, scale="ratio")
     assert c.high > c.low
     assert c.verdict == "equivalent"

@@ -105,7 +105,7 @@ def test_single_comparison_against_brute_force():
 
 
 def test_identical_per_seed_differences_never_give_a_point_interval():
-    # the "[+0.1000, +0.1000]": identical differences of 0.1 pp
+    # once printed "[+0.1000, +0.1000]": identical differences of 0.1 pp
     a, b = {1: 90.1, 2: 90.1, 3: 90.1}, {1: 90.0, 2: 90.0, 3: 90.0}
     u = {s: accuracy_variance_pp(10_000) for s in a}
     (c,) = judge("f", [paired("x", ACC, a, b, names=("c", "r"), var_a=u, var_b=u)])

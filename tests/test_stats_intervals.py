@@ -134,7 +134,7 @@ def test_flags_not_fitting_and_incomplete():
 def test_flags_bad_input():
     with pytest.raises(FathomError, match="unknown run status"):
         _flags(status="done", test_acc=0.5, train_ce=1.0, classes=10)
-    # one class: no chance level, an excluding flag (never an exception: the bad input)
+    # one class: no chance level, an excluding flag, never an exception
     one = _flags(status="complete", test_acc=0.5, train_ce=1.0, classes=1)
     assert one == ["one_class"] and is_excluded(one)
     with pytest.raises(FathomError, match="at least one test example"):

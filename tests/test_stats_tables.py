@@ -135,7 +135,7 @@ def test_a_recipe_verdict_never_depends_on_a_cell_in_the_undetermined_band(b, c,
         assert "cand excluded (near_chance)" in out[0][w]["reason"]
 
 
-# ---- the named tables, recipe comparisons ----------------------------------------
+# ---- named tables, recipe comparisons ---------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -127,6 +127,14 @@ def test_a_language_model_run_records_per_block_telemetry(tmp_path, corpus):
         assert row[f"grad/mean/weight_norm/{layer}"] > 0
         assert row[f"grad/pex/diversity/{layer}"] > 0
     assert not any(k.startswith(("probe/ce", "split/")) for k in row)
+    # one field per block, read back from the run directory's history
+    stored = {r["epoch"]: r for r in RunDir(res.run_dir).history()}
+    for block in (0, 1):
+        for name in (
+            f"probe/block/update_rel/blocks.{block}",
+            f"grad/block/mean_norm/blocks.{block}",
+        ):
+            assert stored[2][name] == row[name] and stored[0][name] > 0
 
 
 def test_telemetry_reads_the_token_loss(corpus):

@@ -11,10 +11,12 @@ of interest, Holm over the comparisons of one checkpoint printed together, leave
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fathom.base.units import percent
+from fathom.errors import FathomError
 from fathom.stats import Quantity, judge, paired, t_interval
 from fathom.stats.flags import EXCLUDING_FLAGS
 from fathom.stats.quantities import cross_entropy
@@ -235,14 +237,43 @@ def paired_damage(arms: Mapping[str, Mapping[int, Mapping[str, Any]]], which: st
     ]
 
 
+def damage_loss(arms: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> dict[str, Any] | None:
+    """The loss the arms' damage is measured in (a record's ``loss``: the run's ``[loss]``),
+    ``None`` for plain cross-entropy (nats); refused when the runs' losses differ (their
+    damages are not one quantity)."""
+    seen = {
+        json.dumps(rec.get("loss"), sort_keys=True) for arm in arms.values() for rec in arm.values()
+    }
+    if len(seen) > 1:
+        raise FathomError(
+            "the audited runs were trained with different losses ([loss] tables), so their "
+            "damages are not one quantity: audit them apart"
+        )
+    return json.loads(seen.pop()) if seen else None
+
+
 def aggregate(runs: Sequence[Mapping[str, Any]], checkpoints: Sequence[str]) -> dict[str, Any]:
-    """Per checkpoint kind: every arm's summary and the paired damage comparisons."""
+    """Per checkpoint kind: every arm's summary and the paired damage comparisons. Damage
+    in a loss other than cross-entropy (``mse``, ``bce_with_logits``: no smallest effect of
+    interest is defined for it, docs/statistics.md) is summarised but not judged
+    (``paired_damage_not_judged`` says why)."""
     out: dict[str, Any] = {}
     for which in checkpoints:
         arms = group_arms(runs, which)
+        loss = damage_loss(arms)
         out[which] = {
             "arms": {name: arm_summary(arm, which) for name, arm in sorted(arms.items())},
             "reference_arm": reference_arm(list(arms)),
-            "paired_damage": paired_damage(arms, which),
         }
+        if loss is not None:
+            out[which]["damage_loss"] = loss
+        if loss is not None and loss["name"] != "cross_entropy":
+            out[which]["paired_damage"] = []
+            out[which]["paired_damage_not_judged"] = (
+                f"damage is the change of the runs' loss, {loss['name']}, for which no "
+                "smallest effect of interest is defined (docs/statistics.md: cross-entropy in "
+                "nats, accuracy in pp); the intervals above are descriptive"
+            )
+        else:
+            out[which]["paired_damage"] = paired_damage(arms, which)
     return out

@@ -39,6 +39,7 @@ from fathom.audit.router import (
 from fathom.audit.speed import time_routed
 from fathom.audit.tokens import LM_MAX_MASKS
 from fathom.errors import FathomError
+from fathom.losses.labels import LabelLoss
 
 DIGIT_CONTRAST: tuple[int, tuple[int, ...]] = (1, (4, 9))
 """The default contrast on 10-class data: digit 1 against 4 and 9 (MNIST's look-alikes)."""
@@ -97,8 +98,15 @@ def choose_masks(k: int, settings: AuditSettings) -> np.ndarray:
 
 
 def _split_table(s: MaskScores) -> list[dict[str, float]]:
+    """Per mask: ``acc``, ``ce``, ``damage`` (the loss's: :meth:`MaskScores.damage`) and,
+    under a loss other than plain cross-entropy, ``loss`` (``L_m``)."""
     acc, ce, dmg = s.accuracy(), s.mean_ce(), s.damage()
-    return [{"acc": float(a), "ce": float(c), "damage": float(d)} for a, c, d in zip(acc, ce, dmg)]
+    rows = [{"acc": float(a), "ce": float(c), "damage": float(d)} for a, c, d in zip(acc, ce, dmg)]
+    loss = s.mean_loss()
+    if loss is not None:
+        for row, value in zip(rows, loss):
+            row["loss"] = float(value)
+    return rows
 
 
 def _mean_of(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -269,11 +277,13 @@ def audit_checkpoint(
     arrays_path: Path,
     meta: dict[str, str],
     on_mask: Callable[[int, int], None] | None = None,
+    loss: LabelLoss | None = None,
 ) -> dict[str, Any]:
     """All per-checkpoint tables for ``model`` (eval mode) on ``splits.val_*``/``test_*``.
 
     ``on_mask(done, total)`` is called after each mask pass (``total``: the masks, once on
-    validation and once on test)."""
+    validation and once on test). ``loss``: the loss damage is measured in (the run's
+    ``[loss]``; ``None``: plain cross-entropy), recorded as ``record["loss"]``."""
     k = removable_branch_count(model)
     if splits.val_y.shape[0] == 0 or splits.test_y.shape[0] == 0:
         raise FathomError(
@@ -295,12 +305,14 @@ def audit_checkpoint(
             on_mask(passes[0], 2 * len(masks))
 
     scores = {
-        "val": evaluate_masks(model, splits.val_x, splits.val_y, masks, bs, tick),
-        "test": evaluate_masks(model, splits.test_x, splits.test_y, masks, bs, tick),
+        "val": evaluate_masks(model, splits.val_x, splits.val_y, masks, bs, tick, loss=loss),
+        "test": evaluate_masks(model, splits.test_x, splits.test_y, masks, bs, tick, loss=loss),
     }
     save_scores(str(arrays_path), scores, meta)
     classes = int(scores["test"].logits.shape[2])
     record: dict[str, Any] = {"k": k, "enumerated": settings.sample_masks is None}
+    if loss is not None and not loss.is_default:
+        record["loss"] = loss.record()
     record.update(mask_tables(masks, macs, scores, branch_macs))
     record["interactions"] = {name: interaction_summary(masks, s) for name, s in scores.items()}
     record["resilience"] = resilience_summary(masks, scores, settings, classes)

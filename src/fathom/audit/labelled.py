@@ -28,11 +28,13 @@ import numpy as np
 from fathom.audit.masks import mask_label
 from fathom.base.units import fmt_value, percent
 
-Quantity = Literal["accuracy", "mean CE", "CE damage"]
+Quantity = Literal["accuracy", "mean CE", "CE damage", "loss", "loss damage"]
 UNITS: dict[str, tuple[str, str]] = {
     "accuracy": ("fraction", "%"),
     "mean CE": ("nats", "nats"),
     "CE damage": ("nats", "nats"),
+    "loss": ("the loss's units", ""),  # a [loss] other than cross-entropy (mse: logit²)
+    "loss damage": ("the loss's units", ""),
 }
 """quantity -> (stored unit, display unit of :func:`fathom.base.units.fmt_value`)."""
 
@@ -96,7 +98,7 @@ class PerMask(np.ndarray):
     def _shown(self, v: float) -> str:
         display = UNITS[self.quantity][1] if self.quantity in UNITS else ""
         value = percent(v) if self.quantity == "accuracy" else v
-        return fmt_value(value, display, signed=self.quantity == "CE damage")
+        return fmt_value(value, display, signed=self.quantity in ("CE damage", "loss damage"))
 
     def __str__(self) -> str:
         if not self.labelled:

@@ -74,6 +74,15 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
         f"### `{run['run_id']}` ({run['arm']}, seed {run['seed']}), {which} checkpoint, epoch {rec['epoch']}",
         "",
     ]
+    loss = rec.get("loss")  # a run's [loss] other than plain cross-entropy: damage is its
+    unit = "nats" if loss is None or loss["name"] == "cross_entropy" else ""
+    if loss is not None:
+        lines += [
+            f"Damage is the change of the run's loss, {loss['name']} ({loss['reduction']}, "
+            f"target {loss['target']}), against the full network; CE is the logits' "
+            "cross-entropy.",
+            "",
+        ]
     lines += _table(
         [
             "mask",
@@ -81,10 +90,10 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
             "MACs/example",
             "MACs of dense (×)",
             "val acc (%)",
-            "val damage (nats)",
+            f"val damage ({unit or 'loss'})",
             "test acc (%)",
             "test CE (nats)",
-            "test damage (nats)",
+            _damage_label(unit),
         ],
         [
             [
@@ -93,10 +102,10 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
                 str(m["macs"]),
                 _num(m["macs_fraction"], "×"),
                 fmt_percent(m["val"]["acc"]),
-                _num(m["val"]["damage"], "nats", True),
+                _num(m["val"]["damage"], unit, True),
                 fmt_percent(m["test"]["acc"]),
                 _num(m["test"]["ce"], "nats"),
-                _num(m["test"]["damage"], "nats", True),
+                _num(m["test"]["damage"], unit, True),
             ]
             for m in rec["masks"]
         ],
@@ -135,39 +144,57 @@ def _aggregate(which: str, agg: Mapping[str, Any]) -> list[str]:
     arms = agg["arms"]
     if not arms:
         return [*lines, "No run was audited at this checkpoint.", ""]
+    loss = agg.get("damage_loss")  # the runs' [loss] (absent: plain cross-entropy)
+    unit = "nats" if loss is None or loss["name"] == "cross_entropy" else ""
+    what = (
+        "test CE over the same model's full output, in nats"
+        if loss is None
+        else f"the runs' loss ({loss['name']}, {loss['reduction']}, target {loss['target']}) "
+        f"on test over the same model's full output{', in nats' if unit else ''}"
+    )
     lines += [
         "Means over seeds with 95% Student-t intervals (descriptive); each paired-damage verdict "
         "is Holm-corrected over the comparisons of this checkpoint (docs/statistics.md). Damage "
-        "is the increase of test CE over the same model's full output, in nats.",
+        f"is the increase of {what}.",
         "",
     ]
-    lines += _by_size(arms)
+    lines += _by_size(arms, unit)
     lines += ["", "### Paired damage differences against the reference arm", ""]
-    lines += [f"- {p['sentence']}" for p in agg["paired_damage"]] or ["- no second arm to compare"]
-    lines += _branch_deletion(arms)
+    if agg.get("paired_damage_not_judged"):
+        lines.append(f"- not judged: {agg['paired_damage_not_judged']}")
+    else:
+        lines += [f"- {p['sentence']}" for p in agg["paired_damage"]] or [
+            "- no second arm to compare"
+        ]
+    lines += _branch_deletion(arms, unit)
     lines += _interactions(arms)
     lines += _resilience(arms)
     lines += _routing_summary(arms)
     return [*lines, ""]
 
 
-def _by_size(arms: Mapping[str, Any]) -> list[str]:
+def _damage_label(unit: str) -> str:
+    """``test damage (nats)``, or ``(loss)`` in a loss other than cross-entropy."""
+    return f"test damage ({unit or 'loss'})"
+
+
+def _by_size(arms: Mapping[str, Any], unit: str = "nats") -> list[str]:
     rows = [
         [
             name,
             f"{size} of {arm['k']}",
             str(s["n_masks"]),
             _iv(s["test_acc"], "%", fraction=True),
-            _iv(s["test_damage"], "nats", signed=True),
+            _iv(s["test_damage"], unit, signed=True),
         ]
         for name, arm in arms.items()
         for size, s in sorted(arm["by_size"].items(), key=lambda kv: int(kv[0]))
     ]
     lines = ["### By number of kept branches (mean over the masks of that size)", ""]
-    return lines + _table(["arm", "kept", "masks", "test acc (%)", "test damage (nats)"], rows)
+    return lines + _table(["arm", "kept", "masks", "test acc (%)", _damage_label(unit)], rows)
 
 
-def _branch_deletion(arms: Mapping[str, Any]) -> list[str]:
+def _branch_deletion(arms: Mapping[str, Any], unit: str = "nats") -> list[str]:
     rows = [
         [
             name,
@@ -175,7 +202,7 @@ def _branch_deletion(arms: Mapping[str, Any]) -> list[str]:
             str(b["branch_macs"]),
             _num(b["branch_macs_fraction"], "×"),
             _iv(b["test_acc"], "%", fraction=True),
-            _iv(b["test_damage"], "nats", signed=True),
+            _iv(b["test_damage"], unit, signed=True),
         ]
         for name, arm in arms.items()
         for b in arm["branches"]
@@ -186,7 +213,7 @@ def _branch_deletion(arms: Mapping[str, Any]) -> list[str]:
         "branch MACs",
         "branch MACs of dense (×)",
         "test acc (%)",
-        "test damage (nats)",
+        _damage_label(unit),
     ]
     return ["", "### Single-branch deletion", "", *_table(header, rows)]
 

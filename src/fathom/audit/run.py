@@ -32,6 +32,7 @@ from fathom.audit.subjects import Subject, subject_of
 from fathom.base.io import config_digest, ensure_writable_dir
 from fathom.base.terminal import Say, Throttle
 from fathom.errors import FathomError
+from fathom.losses.labels import LabelLoss
 from fathom.rundir.output import AnalysisOutput, analysis_output
 from fathom.stats import failure_flags
 
@@ -342,7 +343,8 @@ class _Audit:
         if sub.tokens:
             self._lm_checkpoint(model, data, record, which, epoch, digest, tick)
             return
-        rec = audit_checkpoint(model, data, self.settings, arrays, meta, tick)
+        loss = LabelLoss.of(rd.config.loss)  # the run's [loss]: the damage is measured in it
+        rec = audit_checkpoint(model, data, self.settings, arrays, meta, tick, loss)
         rec.update(
             checkpoint=which,
             epoch=epoch,

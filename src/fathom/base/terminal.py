@@ -30,7 +30,7 @@ _HASH_CHARS = 12
 
 OnProgress = Callable[[str, dict[str, Any]], None]
 """A trainer's progress callback: ``(event, fields)``, e.g. ``("epoch", <history row>)`` at
-every observed epoch boundary (``fathom.train.train(progress=...)``, a depth-scaling
+every observed epoch boundary (``fathom.train.loop.train(progress=...)``, a depth-scaling
 benchmark, live tracking)."""
 
 Say = Callable[[str], None]

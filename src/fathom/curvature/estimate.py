@@ -49,12 +49,23 @@ estimate ``d_k = z_k * (M z_k)`` and ``diag_h = (1/K) sum_k d_k`` with
 its variance per entry is ``sum_{j' != j} M_jj'^2``: off-diagonal mass, not the number of
 classes.
 
-**Another loss** is one row of :data:`_SAMPLERS` (its ``mc_directions(output, target, k,
-generator)``, ``E[v v^T]`` its per-example output Hessian: :func:`mse_samples` and
-:func:`bce_samples` are written for that) and one of :data:`_HESSIAN_PRODUCTS` (Hutchinson).
-Directions that already carry the loss's weights ``sqrt(w)`` (``w = 1/M`` over the valid
-positions of a mean reduction) are summed, not averaged over the ``N`` examples: then the
-``1/N`` of :func:`mc_diagonals` is replaced by one.
+**Any loss, layout and reduction** (:func:`loss_diagonals`; :func:`diagonals` with
+``loss=``, ``output=`` or ``class_dim=``). With the loss read on the output
+(:class:`fathom.losses.Terms`: ``L = sum_i sum_p w_ip l_ip``, ``w_ip = s m_ip``) each family
+is ``a sum_i sum_d (J_i^T v_id)^2`` (:mod:`fathom.curvature.families`). MC draws per example
+``v_i = sqrt(N a) (m_ip u_ip)_p`` with ``u_ip`` drawn per position independently,
+``E[u u^T] = H_ip`` (:data:`_POSITION_DRAWS`: the sampled Fisher for cross-entropy, scaled
+by ``sqrt(sum_c t'_c)`` for probability targets; a Gaussian ``sqrt(2) eps`` per MSE entry,
+so that ``E[v v^T]`` is exactly torch's ``mse_loss`` Hessian, ``2 w``; ``sigmoid(z) - b``,
+``b ~ Bernoulli(sigmoid(z))``, per BCE entry; a Rademacher combination of the Hessian
+factor's columns for any other :class:`~fathom.losses.Loss`), so that ``E[v_i v_i^T] =
+N a sum_p m_ip H_ip`` and the ``1/N`` above leaves ``a``: the same estimator, standard
+errors and chunks for every layout (positions of one example are drawn together, one
+direction per draw). Hutchinson applies ``N a sum_p m_ip H_ip`` in closed form
+(:data:`_POSITION_PRODUCTS`: ``O(C)`` per position for cross-entropy, never a ``[C, C]``
+matrix). The language model's token loss (:mod:`fathom.curvature.language`) is this path.
+Left unset, :func:`diagonals` reads ``[N, C]`` logits with integer labels (the rows of
+:data:`_SAMPLERS` and :data:`_HESSIAN_PRODUCTS`), the same draws as ``loss="cross_entropy"``.
 
 **Every result says its estimator, samples and seed** (:meth:`Estimate.record`); the draws
 follow ``torch.Generator().manual_seed(seed)`` in the order of the chunks, which the record
@@ -85,11 +96,15 @@ from fathom.curvature.exact import (
     resolve_families,
     single_row,
 )
+from fathom.curvature.families import FAMILIES, total_directions
 from fathom.curvature.probe import probe_labels, pull_back
 from fathom.curvature.twin import prepared
 from fathom.errors import FathomError, with_suggestion
+from fathom.losses.kinds import Loss, Terms, make_loss
+from fathom.losses.layout import Selector
 from fathom.seam import Seam
 from fathom.seam.discovery import is_float_tensor
+from fathom.seam.inputs import count, first_device, signature, take
 from fathom.train.allocator import tune_cpu_allocator
 
 _ESTIMATORS: tuple[str, ...] = ("exact", "mc", "hutchinson", "auto")
@@ -101,6 +116,11 @@ Sampler = Callable[[torch.Tensor, torch.Tensor, int, torch.Generator], torch.Ten
 """``sampler(output, target, k, generator) -> [k, N, *out_shape]``: ``k`` output directions
 per example, independent over examples and draws, with ``E[v v^T]`` the per-example output
 Hessian (weight one per example; the ``1/N`` of the mean is applied by the caller)."""
+
+HessianProduct = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+"""``product(output, v, start) -> H v``, ``[n, *out]``: the output Hessian applied per example
+to ``v`` on the chunk of ``n`` examples starting at probe row ``start`` (weight one per
+example; the ``1/N`` is applied by the caller)."""
 
 
 # -- output-space samplers: E[v v^T] = H -----------------------------------------------------
@@ -140,8 +160,9 @@ def bce_samples(
     ``E[v^2] = s(1 - s)``, the Hessian of ``binary_cross_entropy_with_logits`` per entry
     (entries independent, so the off-diagonal expectations vanish)."""
     s = torch.sigmoid(output)
-    b = torch.bernoulli(s[None].expand(k, *s.shape).contiguous(), generator=generator)
-    return s[None] - b
+    # drawn on the CPU, where the generator lives (as every sampler here), then moved
+    b = torch.bernoulli(s[None].expand(k, *s.shape).cpu().contiguous(), generator=generator)
+    return s[None] - b.to(s.device)
 
 
 def _rademacher_samples(
@@ -166,6 +187,160 @@ _HESSIAN_PRODUCTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     "ggn": _softmax_hessian_product,
     "jacobian_gram": lambda logits, v: v,
 }
+
+
+# -- any loss and layout: draws and Hessian products from the loss's terms -------------------
+PositionDraws = Callable[[Loss, torch.Tensor, torch.Tensor, int, torch.Generator], torch.Tensor]
+"""``draws(loss, z [N, P, C], t, k, generator) -> [k, N, P, C]``: ``k`` directions per
+position, independent over positions, examples and draws, with ``E[v v^T] = H_ip`` the
+position's output Hessian (unmasked and unweighted; ``z`` and ``t`` canonical, as
+:class:`fathom.losses.Terms` holds them)."""
+
+PositionProduct = Callable[[Loss, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``product(loss, z [N, P, C], t, v [N, P, C]) -> H_ip v_ip`` per position (unmasked and
+unweighted), in closed form."""
+
+
+def _ce_draws(
+    loss: Loss, z: torch.Tensor, t: torch.Tensor, k: int, generator: torch.Generator
+) -> torch.Tensor:
+    """Cross-entropy: ``v = sqrt(sum_c t'_c) (p - e_yhat)``, ``yhat ~ Categorical(p)`` per
+    position (:func:`softmax_ce_samples` over the ``N P`` positions in order), so
+    ``E[v v^T] = (sum_c t'_c) (diag p - p p^T)``, the Hessian (``sum_c t'_c`` is one for
+    integer labels: :meth:`fathom.losses.CrossEntropy.target_mass`)."""
+    n, p, c = z.shape
+    v = softmax_ce_samples(z.reshape(n * p, c), t, k, generator).reshape(k, n, p, c)
+    if t.is_floating_point():
+        v = v * loss.target_mass(z, t).sqrt()[None, ..., None]
+    return v
+
+
+def _factor_draws(
+    loss: Loss, z: torch.Tensor, t: torch.Tensor, k: int, generator: torch.Generator
+) -> torch.Tensor:
+    """Any other loss: ``v = F_ip xi``, ``xi`` Rademacher over the ``K`` columns of the
+    loss's Hessian factor (``E[v v^T] = F F^T = H``)."""
+    f = loss.hessian_sqrt(z, t)  # [N, P, C, K]
+    xi = _rademacher_samples(f[..., 0, :], t, k, generator)  # [k, N, P, K]
+    return torch.einsum("npck,snpk->snpc", f, xi)
+
+
+_POSITION_DRAWS: dict[str, tuple[PositionDraws, str]] = {
+    "cross_entropy": (
+        _ce_draws,
+        "yhat ~ Categorical(softmax(z)) per position, v = sqrt(sum_c t'_c) (p - e_yhat) "
+        "(the sampled Fisher; sum_c t'_c = 1 for integer labels)",
+    ),
+    "mse": (
+        lambda loss, z, t, k, g: mse_samples(z, t, k, g),
+        "v = sqrt(2) eps, eps ~ N(0, 1) per output entry (E[v^2] = 2, torch's mse_loss "
+        "Hessian per entry)",
+    ),
+    "bce_with_logits": (
+        lambda loss, z, t, k, g: bce_samples(z, t, k, g),
+        "v = sigmoid(z) - b, b ~ Bernoulli(sigmoid(z)) per output entry (E[v^2] = "
+        "sigmoid(z) sigmoid(-z))",
+    ),
+}
+"""The Monte-Carlo draws per loss (:data:`PositionDraws`, with what they are); a loss not
+listed is drawn through its Hessian factor (:data:`_FACTOR_DRAWS`)."""
+_FACTOR_DRAWS = (
+    _factor_draws,
+    "v = F xi, F the loss's Hessian factor, xi Rademacher over its columns",
+)
+
+
+def _ce_product(loss: Loss, z: torch.Tensor, t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy: ``(sum_c t'_c) (p * v - p (p . v))``, ``O(C)`` per position (the factor's
+    product would form ``[C, C - 1]`` per position: out of reach for a vocabulary)."""
+    return _softmax_hessian_product(z, v) * loss.target_mass(z, t)[..., None]
+
+
+def _factor_product(loss: Loss, z: torch.Tensor, t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Any other loss: ``F_ip (F_ip^T v_ip)`` (one column for MSE and BCE: ``F^2 v``)."""
+    f = loss.hessian_sqrt(z, t)
+    return torch.einsum("npck,npk->npc", f, torch.einsum("npck,npc->npk", f, v))
+
+
+_POSITION_PRODUCTS: dict[str, tuple[PositionProduct, str]] = {
+    "cross_entropy": (_ce_product, "H v = (sum_c t'_c) (p * v - p (p . v)) per position"),
+}
+"""Hutchinson's closed-form Hessian products per loss; a loss not listed applies its Hessian
+factor twice (:data:`_FACTOR_PRODUCT`: ``2 v`` for MSE, ``sigmoid(z) sigmoid(-z) v`` for BCE)."""
+_FACTOR_PRODUCT = (_factor_product, "H v = F (F^T v) per position, F the loss's Hessian factor")
+
+
+def _chunk(terms: Terms, output: torch.Tensor, start: int):
+    """``(terms, z [n, P, C], t)`` of the chunk of examples ``start .. start + n - 1`` of the
+    probe (the probe's weights kept), on ``output``'s device and dtype."""
+    part = terms.take(start, start + output.shape[0])
+    z = part.layout.canon(output)
+    t = part.target.to(z.device)
+    return part, z, (t.to(z.dtype) if t.is_floating_point() else t)
+
+
+def _ggn_loss_samples(terms: Terms, root: float) -> Sampler:
+    draws = _POSITION_DRAWS.get(terms.loss.name, _FACTOR_DRAWS)[0]
+
+    def sample(output, rows, k, generator):
+        part, z, t = _chunk(terms, output, int(rows[0]))
+        v = draws(part.loss, z, t, k, generator) * part.mask.to(z)[None, ..., None]
+        return root * part.layout.uncanon(v)
+
+    return sample
+
+
+def _gram_loss_samples(terms: Terms, root: float) -> Sampler:
+    def sample(output, rows, k, generator):
+        return root * _rademacher_samples(output, rows, k, generator)
+
+    return sample
+
+
+def _ggn_loss_product(terms: Terms, factor: float) -> HessianProduct:
+    product = _POSITION_PRODUCTS.get(terms.loss.name, _FACTOR_PRODUCT)[0]
+
+    def apply(output, v, start):
+        part, z, t = _chunk(terms, output, start)
+        hv = product(part.loss, z, t, part.layout.canon(v)) * part.mask.to(z)[..., None]
+        return part.layout.uncanon(hv) * factor
+
+    return apply
+
+
+def _gram_loss_product(terms: Terms, factor: float) -> HessianProduct:
+    return lambda output, v, start: v * factor
+
+
+_LOSS_FAMILIES: dict[str, tuple[Callable[[Terms, float], Sampler], Callable]] = {
+    "ggn": (_ggn_loss_samples, _ggn_loss_product),
+    "jacobian_gram": (_gram_loss_samples, _gram_loss_product),
+}
+"""Per sampled family, the MC sampler and the Hutchinson product under a loss's terms."""
+
+
+def loss_sampler(terms: Terms, family: str) -> Sampler:
+    """The MC :data:`Sampler` of ``family`` under ``terms`` (a loss read on the whole probe of
+    ``N`` examples), for :func:`mc_diagonals` with the probe's row indices as its target:
+    ``[k, n, *out]`` for a chunk of ``n`` consecutive examples, with
+
+        E[v_i v_i^T] = N a D_i,    D_i = sum_p m_ip H_ip (GGN: :data:`_POSITION_DRAWS`),
+                                   D_i = I (Jacobian Gram: Rademacher),
+
+    ``a`` the family's scale (:data:`fathom.curvature.families.FAMILIES`: ``s``, ``c``).
+    The draws carry ``sqrt(N a)``, so the ``1/N`` of :func:`mc_diagonals` leaves ``a`` and
+    its mean estimates the family exactly as :func:`~fathom.curvature.exact.exact_diagonals`
+    defines it, for every loss, layout and reduction."""
+    root = math.sqrt(terms.layout.n * FAMILIES[family].scale(terms))
+    return _LOSS_FAMILIES[family][0](terms, root)
+
+
+def loss_hessian_product(terms: Terms, family: str) -> HessianProduct:
+    """Hutchinson's :data:`HessianProduct` of ``family`` under ``terms``: ``N a D_i v_i`` per
+    example (``D_i`` as :func:`loss_sampler`'s, applied in closed form,
+    :data:`_POSITION_PRODUCTS`), so that :func:`_hutchinson_diagonals`' ``1/N`` leaves ``a``."""
+    factor = float(terms.layout.n * FAMILIES[family].scale(terms))
+    return _LOSS_FAMILIES[family][1](terms, factor)
 
 
 # -- the budget and the cost model -------------------------------------------------------------
@@ -242,11 +417,12 @@ class Costs:
 _MEASURED: weakref.WeakKeyDictionary[Seam, tuple[tuple, Costs]] = weakref.WeakKeyDictionary()
 
 
-def measure(seam: Seam, x: torch.Tensor, plan: Plan) -> Costs:
-    """:class:`Costs` from one captured forward of one example, kept per seam and example
-    shape (a seam is cached per model structure and input signature:
-    :mod:`fathom.curvature.twin`; the sizes it measures depend on nothing else)."""
-    key = (tuple(x.shape[1:]), x.dtype, x.device)
+def measure(seam: Seam, x, plan: Plan) -> Costs:
+    """:class:`Costs` from one captured forward of one example, kept per seam and input
+    signature (:func:`fathom.seam.inputs.signature`: a seam is cached per model structure and
+    input signature, :mod:`fathom.curvature.twin`; the sizes it measures depend on nothing
+    else)."""
+    key = signature(x)
     hit = _MEASURED.get(seam)
     if hit is not None and hit[0] == key:
         return hit[1]
@@ -255,9 +431,9 @@ def measure(seam: Seam, x: torch.Tensor, plan: Plan) -> Costs:
     return costs
 
 
-def _measure(seam: Seam, x: torch.Tensor) -> Costs:
+def _measure(seam: Seam, x) -> Costs:
     with seam.capture() as calls, torch.no_grad():
-        out = seam.model(x[:1])
+        out = seam.forward(take(x, slice(0, 1)))
     largest = max(
         (
             sum(t.numel() for t in layer.tensors().values())
@@ -489,7 +665,7 @@ def mc_diagonals(
     ``{param: standard error}`` and, for the traces, per family ``{param: (estimate, SE)}`` and
     ``(estimate, SE)`` of the total. ``samplers[f](output, target, k, generator)`` gives the
     directions (:data:`Sampler`); wiring another loss in is one entry of that table."""
-    n = x.shape[0]
+    n = count(x)
     names = dict(seam.model.named_parameters())
     fams = tuple(samplers)
     if standard_errors and samples < 2:
@@ -507,8 +683,9 @@ def mc_diagonals(
     tsum = {f: dict.fromkeys(names, 0.0) for f in fams}
     tm2_all = dict.fromkeys(fams, 0.0)
     for start in range(0, n, examples_per_chunk):
-        xc, yc = x[start : start + examples_per_chunk], labels[start : start + examples_per_chunk]
-        nc = len(xc)
+        rows = slice(start, start + examples_per_chunk)
+        xc, yc = take(x, rows), labels[rows]
+        nc = count(xc)
         chunk: dict = {f: {} for f in fams}  # param -> [count, sum, m2] over this chunk's groups
         traces: dict = {f: {p: [] for p in names} for f in fams}  # per-draw traces [nc, k]
         for _, k in _groups(samples, samples_per_chunk):
@@ -623,13 +800,16 @@ def _mc_chunks(costs: Costs, families: int, samples: int, n: int, memory: int) -
 
 # -- Hutchinson --------------------------------------------------------------------------------
 def ggn_vector_product(
-    model: nn.Module,
+    model: nn.Module | Callable,
     params: list[torch.Tensor],
-    x: torch.Tensor,
+    x,
     hessian_product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     z: list[torch.Tensor],
 ) -> list[torch.Tensor]:
     """``sum_i J_i^T H_i J_i z`` over the examples of ``x`` (not yet / N), step by step.
+
+    ``model`` is called on ``x`` (a module, or :meth:`fathom.seam.Seam.forward` for a model
+    whose output is selected from a tuple or a mapping, or whose input is a tuple or dict).
 
     Attention runs on the math kernel of ``scaled_dot_product_attention`` (the fused CPU
     kernels have no second derivative); an operation without one is refused by name
@@ -666,21 +846,20 @@ def _ggn_vector_product(model, params, x, hessian_product, z) -> list[torch.Tens
 
 def _hutchinson_diagonals(
     seam: Seam,
-    x: torch.Tensor,
+    x,
     *,
-    families: Iterable[str],
+    products: dict[str, HessianProduct],
     samples: int,
     generator: torch.Generator,
     examples_per_chunk: int,
 ) -> tuple[dict, dict, dict, dict]:
-    """Hutchinson diagonals ``(1/K) sum_k z_k * (M z_k)`` (module docstring); returns as
-    :func:`mc_diagonals`."""
-    model = seam.model
-    named = dict(model.named_parameters())
+    """Hutchinson diagonals ``(1/K) sum_k z_k * (M z_k)`` (module docstring) of the families
+    in ``products`` (:data:`HessianProduct`); returns as :func:`mc_diagonals`."""
+    named = dict(seam.model.named_parameters())
     names, params = list(named), list(named.values())
-    n = x.shape[0]
+    n = count(x)
     out_d, out_se, out_ptr, out_tr = {}, {}, {}, {}
-    for f in families:
+    for f, product in products.items():
         entry = {p: _Moments() for p in names}
         ptrace = {p: _Moments() for p in names}
         trace = _Moments()
@@ -692,7 +871,11 @@ def _hutchinson_diagonals(
             mz = [torch.zeros_like(p).detach() for p in params]
             for start in range(0, n, examples_per_chunk):
                 part = ggn_vector_product(
-                    model, params, x[start : start + examples_per_chunk], _HESSIAN_PRODUCTS[f], z
+                    seam.forward,
+                    params,
+                    take(x, slice(start, start + examples_per_chunk)),
+                    lambda out, v, start=start, h=product: h(out, v, start),
+                    z,
                 )
                 for acc, g in zip(mz, part, strict=True):
                     acc += g
@@ -756,6 +939,9 @@ def diagonals(
     seed: int = 0,
     budget: Budget | None = None,
     standard_errors: bool = True,
+    loss: str | Loss | None = None,
+    output: Selector = None,
+    class_dim: int | None = None,
 ) -> Estimate:
     """Float64 curvature diagonals of ``model`` on ``(x, y)`` by the chosen ``estimator``.
 
@@ -770,7 +956,25 @@ def diagonals(
     ``standard_errors=False`` (MC only) skips the per-example spreads the standard errors
     need (for a linear layer one more ``[O, N] @ [N, I]`` product and a square root per
     entry): the same estimate, bit for bit, from the same draws, its standard errors ``None``.
+
+    ``loss``, ``output`` and ``class_dim`` as :func:`~fathom.curvature.exact.exact_diagonals`
+    (any loss, reduction, output layout and input structure; :func:`loss_diagonals`); left
+    unset, ``[N, C]`` logits with integer labels ``[N]`` and the mean cross-entropy.
     """
+    if loss is not None or output is not None or class_dim is not None:
+        return loss_diagonals(
+            model,
+            x,
+            y,
+            loss=make_loss("cross_entropy" if loss is None else loss, class_dim=class_dim),
+            output=output,
+            families=families,
+            estimator=estimator,
+            samples=samples,
+            seed=seed,
+            budget=budget,
+            standard_errors=standard_errors,
+        )
     tune_cpu_allocator()
     name = resolve_estimator(estimator)
     plan = Plan(resolve_families(families))
@@ -808,8 +1012,14 @@ def diagonals(
     elif sampled:
         ex = max(1, min(n, budget.memory_bytes // (2 * _BYTES * 3 * max(1, costs.activations))))
         layout = {"examples_per_chunk": ex}
+        products = {f: (lambda out, v, start, h=_HESSIAN_PRODUCTS[f]: h(out, v)) for f in sampled}
         est = _hutchinson_diagonals(
-            seam, x64, families=sampled, samples=samples, generator=generator, examples_per_chunk=ex
+            seam,
+            x64,
+            products=products,
+            samples=samples,
+            generator=generator,
+            examples_per_chunk=ex,
         )
     else:
         est = ({}, {}, {}, {})
@@ -837,3 +1047,145 @@ def diagonals(
         choice=choice,
         layout=layout,
     )
+
+
+def loss_diagonals(
+    model: nn.Module,
+    x,
+    y: torch.Tensor,
+    *,
+    loss: Loss,
+    output: Selector = None,
+    families: str | Iterable[str] = "ggn",
+    estimator: str = "auto",
+    samples: int = 8,
+    seed: int = 0,
+    budget: Budget | None = None,
+    standard_errors: bool = True,
+) -> Estimate:
+    """:func:`diagonals` for any ``loss`` (:class:`fathom.losses.Loss`: cross-entropy with
+    integer or probability targets, ``ignore_index`` and label smoothing, MSE, BCE with
+    logits; mean or sum), output layout (``[N, C]``, ``[N, C, d...]``, ``[N, T, V]``) and
+    input structure, each family as :func:`~fathom.curvature.exact.exact_diagonals` defines
+    it (:mod:`fathom.curvature.families`).
+
+    MC draws per example ``sqrt(N a)`` times the loss's directions
+    (:func:`loss_sampler`: per position, independently, :data:`_POSITION_DRAWS`, masked
+    where ``ignore_index``); Hutchinson applies ``N a sum_p m_ip H_ip`` in closed form
+    (:func:`loss_hessian_product`); both give the module docstring's standard errors.
+    ``auto`` compares exact's memory and its directions per example, ``P K`` (+ 1 for the
+    empirical Fisher, + ``E`` for the Jacobian Gram;
+    :func:`fathom.curvature.families.total_directions`), with ``budget``. The record's
+    ``layout`` names the loss and, per sampled family, the draws (MC) or the Hessian
+    product (Hutchinson)."""
+    tune_cpu_allocator()
+    name = resolve_estimator(estimator)
+    plan = Plan(resolve_families(families))
+    budget = budget if budget is not None else Budget()
+    _check_arguments(name, budget, samples, seed)
+    _, x64, seam = prepared(model, x, output=output, loss=loss)
+    n = count(x64)
+    with torch.no_grad():
+        layout = loss.layout(tuple(seam.forward(take(x64, slice(0, 1))).shape))
+    target = y.to(first_device(x64)) if isinstance(y, torch.Tensor) else y
+    terms = loss.terms((n, *layout.shape[1:]), target)
+    costs = measure(seam, x64, plan)
+    width = total_directions(plan.families, loss, layout)
+    if name == "auto":
+        name, why = choose(costs, plan, samples, budget, n, width)
+        choice = f"auto chose {name}: {why}"
+    else:
+        choice = f"{name} requested"
+    sampled = [f for f in plan.families if f in _SAMPLED] if name != "exact" else []
+    exact_fams = [f for f in plan.families if f not in sampled]
+    exact = (
+        exact_diagonals(model, x, y, loss=loss, families=exact_fams, output=output)
+        if exact_fams
+        else {}
+    )
+    generator = torch.Generator().manual_seed(seed)
+    record: dict = {"loss": repr(loss)}
+    est: tuple[dict, dict, dict, dict] = ({}, {}, {}, {})
+    if sampled and name == "mc":
+        ex, per = _mc_chunks(costs, len(sampled), samples, n, budget.memory_bytes)
+        record |= {"examples_per_chunk": ex, "samples_per_chunk": per}
+        record |= {"standard_errors": standard_errors, "draws": _said(loss, sampled, "mc")}
+        est = mc_diagonals(
+            seam,
+            x64,
+            torch.arange(n),
+            samplers={f: loss_sampler(terms, f) for f in sampled},
+            samples=samples,
+            generator=generator,
+            examples_per_chunk=ex,
+            samples_per_chunk=per,
+            standard_errors=standard_errors,
+        )
+    elif sampled:
+        ex = max(1, min(n, budget.memory_bytes // (2 * _BYTES * 3 * max(1, costs.activations))))
+        record |= {"examples_per_chunk": ex, "products": _said(loss, sampled, "hutchinson")}
+        est = _hutchinson_diagonals(
+            seam,
+            x64,
+            products={f: loss_hessian_product(terms, f) for f in sampled},
+            samples=samples,
+            generator=generator,
+            examples_per_chunk=ex,
+        )
+    diag, se, ptr, tr = est
+    names = list(dict(seam.model.named_parameters()))
+    values = Diagonals({f: (diag[f] if f in sampled else exact[f]) for f in plan.families})
+    ptraces = {
+        f: {p: v for p, (v, _) in ptr[f].items()}
+        if f in ptr
+        else {p: float(values[f][p].sum()) for p in names}
+        for f in plan.families
+    }
+    return Estimate(
+        diagonals=values,
+        standard_errors={f: se.get(f) for f in plan.families},
+        traces={f: sum(ptraces[f].values()) for f in plan.families},
+        trace_standard_errors={f: tr[f][1] if f in tr else None for f in plan.families},
+        parameter_traces=ptraces,
+        parameter_trace_standard_errors={
+            f: {p: s for p, (_, s) in ptr[f].items()} if f in ptr else None for f in plan.families
+        },
+        estimators={f: (name if f in sampled else "exact") for f in plan.families},
+        samples=samples if sampled else None,
+        seed=seed if sampled else None,
+        choice=choice,
+        layout=record,
+    )
+
+
+def estimator_rows() -> list[tuple[str, str, str]]:
+    """``(loss, MC draws, Hutchinson's product)`` of the GGN for every loss of
+    :data:`fathom.losses.LOSSES`, then the Jacobian Gram's (``docs/curvature.md``)."""
+    from fathom.losses.kinds import LOSSES
+
+    rows = [
+        (
+            f"`{name}`",
+            _POSITION_DRAWS.get(name, _FACTOR_DRAWS)[1],
+            _POSITION_PRODUCTS.get(name, _FACTOR_PRODUCT)[1],
+        )
+        for name in LOSSES
+    ]
+    rows.append(("any other `Loss`", _FACTOR_DRAWS[1], _FACTOR_PRODUCT[1]))
+    rows.append(("(`jacobian_gram`, every loss)", *_said_gram()))
+    return rows
+
+
+def _said_gram() -> tuple[str, str]:
+    return "v Rademacher over every output entry", "H v = v (the identity)"
+
+
+def _said(loss: Loss, families: list[str], estimator: str) -> dict[str, str]:
+    """What each sampled family draws (MC) or applies (Hutchinson) under ``loss``."""
+    if estimator == "mc":
+        ggn = _POSITION_DRAWS.get(loss.name, _FACTOR_DRAWS)[1]
+        said = {"ggn": ggn, "jacobian_gram": _said_gram()[0]}
+    else:
+        ggn = _POSITION_PRODUCTS.get(loss.name, _FACTOR_PRODUCT)[1]
+        said = {"ggn": ggn, "jacobian_gram": _said_gram()[1]}
+    return {f: said[f] for f in families}

@@ -454,7 +454,7 @@ def _accumulate(seam: Seam, x, terms: Terms, plan: Plan, most: int, total: dict)
             sums = layer_sums(layer, calls, pb.cotangents[layer.name], n, None, group)
             for local, qualified in zip(layer.params, layer.qualified, strict=True):
                 for kind, v in sums[local].items():
-                    total[kind][qualified] += v
+                    total[kind][qualified] += v.detach()  # (an embedding's rows carry a graph)
         group = next(stream, None)
         if group is not None:
             cots = seam.cotangents(

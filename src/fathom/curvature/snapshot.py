@@ -9,10 +9,19 @@ the seam's hooks and one batched backward of the ``C`` unit logit directions (co
 ``[C, N, *out]`` per layer output, the Fisher gradients' Gram ``[N, N]``). Layers are the
 seam's (qualified module names, first-call order); KFAC covers ``nn.Linear`` and
 ``nn.Conv2d`` and lists every other layer as not covered.
+
+Under a loss other than plain cross-entropy (a run's ``[loss]``, ``fathom curvature
+--loss``), :func:`loss_snapshot` records the exact diagonals of that loss
+(:func:`~fathom.curvature.exact.exact_diagonals` with ``loss=``, normalization
+:data:`fathom.losses.kinds.NORMALIZATION`), their per-layer traces and the probe's loss;
+with the mean reduction also KFAC and the per-example gradient Grams, from that loss's
+output directions (:func:`loss_directions`); the output mismatch is softmax
+cross-entropy's and is recorded as not computed, with the reason.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -40,6 +49,9 @@ from fathom.curvature.probe import (
     pull_back,
 )
 from fathom.curvature.twin import prepared
+from fathom.losses.kinds import LOSS_DEFINITIONS
+from fathom.losses.kinds import NORMALIZATION as LOSS_NORMALIZATION
+from fathom.losses.labels import LabelLoss
 from fathom.losses.softmax import cross_entropy
 from fathom.seam import Layer
 from fathom.seam.inputs import first_device
@@ -136,6 +148,14 @@ def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) 
     n, c = pb.logits.shape
     labels = probe_labels(labels.to(first_device(x)), n, c)
     dirs = OutputDirections.of(pb.logits, labels)
+    layers, grams = _layer_records(seam, pb, dirs, diag)
+    return Snapshot(_record(seam, pb.logits, labels, layers, grams, t0), diag, pb.logits)
+
+
+def _layer_records(seam, pb, dirs: OutputDirections, diag: dict) -> tuple[list[dict], list]:
+    """Every layer's record (traces, KFAC, per-example gradient Gram) and the Grams, from the
+    pulled-back unit directions ``pb`` mixed by ``dirs`` (per example: ``(1/N) sum_i`` forms)."""
+    n = pb.logits.shape[0]
     layers, grams = [], []
     for layer in seam.layers:
         calls, cots = pb.calls[layer.name], pb.cotangents[layer.name]
@@ -149,7 +169,7 @@ def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) 
         else:
             kfac = _not_kfac(layer)
         layers.append(_layer_record(layer, diag, kfac, gram))
-    return Snapshot(_record(seam, pb.logits, labels, layers, grams, t0), diag, pb.logits)
+    return layers, grams
 
 
 def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) -> dict:
@@ -191,3 +211,84 @@ def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) ->
     }
     record["compute_s"] = time.perf_counter() - t0
     return record
+
+
+def loss_directions(
+    loss: LabelLoss, logits: torch.Tensor, target: torch.Tensor
+) -> OutputDirections:
+    """The per-example directions of ``loss`` (mean reduction) in the snapshot's ``(1/N)
+    sum_i`` forms: ``S_i = sqrt(N) [v_di]_d`` ``[N, C, D]`` with ``v`` the exact GGN output
+    directions (:meth:`fathom.losses.kinds.Terms.directions`, ``sum_(d,i) J^T v v^T J`` the
+    GGN of ``L``), so ``(1/N) sum_i J_i^T S_i S_i^T J_i`` is that GGN; and
+    ``r_i = dL_i/dz_i = N dL/dz_i`` (``L = (1/N) sum_i L_i``), so ``(1/N) sum_i g_i g_i^T``
+    is the empirical Fisher and ``(1/N) sum_i g_i`` the gradient of ``L``."""
+    terms = loss.loss.terms(logits, target)
+    n = logits.shape[0]
+    v = terms.directions(logits)  # [D, N, C]
+    return OutputDirections(v.permute(1, 2, 0) * math.sqrt(n), terms.residual(logits) * n)
+
+
+def loss_snapshot(
+    model: nn.Module, x: torch.Tensor, labels: torch.Tensor, loss: LabelLoss
+) -> Snapshot:
+    """Every curvature quantity of ``model`` on the probe ``(x, labels)`` under ``loss``
+    (module docstring), integer labels meeting the loss through ``loss.target``: the exact
+    diagonals of every family; with the mean, also KFAC and the per-example gradient Grams
+    (:func:`loss_directions`); with the sum, those are not computed (they are per-example
+    means here); the output mismatch is softmax cross-entropy's and is not computed."""
+    t0 = time.perf_counter()
+    _, x64, seam = prepared(model, x)
+    pb = pull_back(seam, x64)
+    logits = pb.logits
+    labels = probe_labels(labels.to(first_device(x64)), *logits.shape)
+    target = loss.targets(labels, int(logits.shape[1]), torch.float64)
+    diag = exact_diagonals(model, x, target, loss=loss.loss)
+    mean = loss.loss.reduction == "mean"
+    if mean:
+        layers, grams = _layer_records(seam, pb, loss_directions(loss, logits, target), diag)
+    else:
+        why = (
+            "not computed: KFAC and the gradient Grams are per-example means here, and the "
+            f"loss is {loss.describe()}; its exact diagonals are above"
+        )
+        off = {"covered": False, "reason": why}
+        layers, grams = [_layer_record(la, diag, off, None) for la in seam.layers], []
+    record = {
+        "dtype": str(logits.dtype).removeprefix("torch."),
+        "mode": "dense evaluation: eval() (BatchNorm on running statistics), every branch at "
+        "gain one, dropout off; spiking nets: surrogate Jacobians",
+        "normalization": LOSS_NORMALIZATION,
+        "definitions": {**DEFINITIONS, "loss": LOSS_DEFINITIONS[loss.loss.name]},
+        "estimator": {
+            **dict.fromkeys(CURVATURE_FAMILIES, "exact"),
+            "kfac": "exact factors (KFC / KFAC-expand convention)" if mean else None,
+        },
+        "samples": None,
+        "seed": None,
+        "probe_size": int(logits.shape[0]),
+        "classes": int(logits.shape[1]),
+        "probe_loss": float(loss.loss(logits, target)),
+        "probe_ce_mean": float(cross_entropy(logits, labels).mean()),
+        "probe_accuracy": float((logits.argmax(1) == labels).double().mean()),
+        "coverage": dict(seam.coverage),
+        "kfac_not_covered": [
+            {"layer": la["name"], "type": la["type"]} for la in layers if not la["kfac"]["covered"]
+        ],
+        "layers": layers,
+        "totals": {
+            "scope": "sum over every layer's weights (biases excluded; a parameter whose name "
+            "ends in 'bias' is a bias); off-diagonal blocks do not enter a trace",
+            **{
+                f"{label}_weight_trace": sum(la[f"{label}_weight_trace"] for la in layers)
+                for label in CURVATURE_FAMILIES
+            },
+        },
+        "gradient_concentration_all_weights": gradient_concentration(sum(grams)) if grams else None,
+        "output_mismatch": {
+            "rho": None,
+            "cheap_rho": None,
+            "reason": "not computed: the output mismatch is defined for softmax cross-entropy",
+        },
+    }
+    record["compute_s"] = time.perf_counter() - t0
+    return Snapshot(record, diag, logits)

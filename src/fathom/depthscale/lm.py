@@ -6,7 +6,7 @@ A benchmark is a plan: every (depth, arm, seed) is one ordinary ``gpt`` run conf
 arms differ only in ``model.layerdrop`` (``dense``: 0, ``LayerDrop``: ``layerdrop``, every
 block's drop probability or the last one's under ``layerdrop_rule = "linear"``). Each run is
 scored by its test nats/token at the epoch of minimum validation nats/token (the test split
-never selects); the verdict is :func:`fathom.depthscale.lm_verdict.lm_depth_verdict`.
+never selects); the verdict is :func:`fathom.stats.lm_scaling.lm_depth_verdict`.
 """
 
 from __future__ import annotations

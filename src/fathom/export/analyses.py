@@ -11,7 +11,7 @@ Sources (the files the analyses wrote; nothing is recomputed):
   ``<study>/audit/audit.json`` (:mod:`fathom.audit.run`) -> at step = the checkpoint's
   epoch, for each audited checkpoint (``selected``, ``final``) and split (``val``,
   ``test``): every mask's accuracy (%), CE (nats) and damage (CE of the mask minus CE of
-  the full network, nats) as ``audit/<checkpoint>/mask/<mask>/<split>/<acc_pct|ce|damage>``,
+  the full network, nats; the run's ``[loss]`` where it has one) as ``audit/<checkpoint>/mask/<mask>/<split>/<acc_pct|ce|damage>``,
   every single-branch deletion as ``.../branch/<i>/...`` and the mean over the masks keeping
   ``k`` branches as ``.../kept/<k>/...``.
 
@@ -34,13 +34,13 @@ from fathom.base.io import sha256_file
 from fathom.base.units import percent
 from fathom.report.runs import RunData
 
-CURVATURE_FILE = Path("curvature") / "summary.json"
-AUDIT_FILE = Path("audit") / "audit.json"
-AUDIT_SPLITS = ("val", "test")
-AUDIT_METRICS = {"acc": "acc_pct", "ce": "ce", "damage": "damage"}
-CURVATURE_SKIP = ("epoch", "params_sha256")
+_CURVATURE_FILE = Path("curvature") / "summary.json"
+_AUDIT_FILE = Path("audit") / "audit.json"
+_AUDIT_SPLITS = ("val", "test")
+_AUDIT_METRICS = {"acc": "acc_pct", "ce": "ce", "damage": "damage"}
+_CURVATURE_SKIP = ("epoch", "params_sha256")
 
-CURVATURE_TEXT: dict[str, str] = {
+_CURVATURE_TEXT: dict[str, str] = {
     "probe_ce_mean": "mean CE over the curvature probe (nats)",
     "probe_acc_pct": "accuracy on the curvature probe (percent: 100 x the fraction)",
     "ggn_weight_trace": "exact trace of the CE generalized Gauss-Newton over the weights, "
@@ -58,12 +58,13 @@ CURVATURE_TEXT: dict[str, str] = {
 }
 """What each curvature column is (the full definitions: :mod:`fathom.curvature.definitions`)."""
 
-AUDIT_TEXT = {
+_AUDIT_TEXT = {
     "acc_pct": "accuracy with the branches of the mask kept (percent: 100 x the fraction)",
     "ce": "mean CE with the branches of the mask kept (nats)",
-    "damage": "CE of the mask minus CE of the full network on the same split (nats)",
+    "damage": "the run's loss with the mask minus with the full network on the same split "
+    "(CE in nats; a run with a [loss] table: that loss, named in audit.json's 'loss')",
 }
-AUDIT_GROUPS = {
+_AUDIT_GROUPS = {
     "mask": "the mask {key} (1 = branch kept)",
     "branch": "branch {key} deleted, every other kept",
     "kept": "mean over the masks keeping {key} branches",
@@ -105,7 +106,7 @@ def _read(path: Path, out: Analyses) -> Any:
 
 
 def _curvature(run: RunData, out: Analyses) -> None:
-    path = run.path / CURVATURE_FILE
+    path = run.path / _CURVATURE_FILE
     summary = _read(path, out) if path.exists() else None
     for row in (summary or {}).get("rows", []):
         epoch = row.get("epoch")
@@ -118,7 +119,7 @@ def _curvature(run: RunData, out: Analyses) -> None:
             )
             continue
         for key, value in sorted(row.items()):
-            if key in CURVATURE_SKIP:
+            if key in _CURVATURE_SKIP:
                 continue
             if key == "probe_accuracy":
                 key, value = "probe_acc_pct", percent(value) if value is not None else None
@@ -126,7 +127,7 @@ def _curvature(run: RunData, out: Analyses) -> None:
 
 
 def _audit_record(run: RunData, out: Analyses) -> dict[str, Any] | None:
-    for path in (run.path / AUDIT_FILE, run.path.parent / AUDIT_FILE):
+    for path in (run.path / _AUDIT_FILE, run.path.parent / _AUDIT_FILE):
         audit = _read(path, out) if path.exists() else None
         for record in (audit or {}).get("runs", []):
             if record.get("run_id") != run.run_id:
@@ -159,9 +160,9 @@ def _audit(run: RunData, out: Analyses) -> None:
         }
         for group, entries in groups.items():
             for key, entry in entries:
-                for split in AUDIT_SPLITS:
+                for split in _AUDIT_SPLITS:
                     scores = entry.get(split) or {}
-                    for name, exported in AUDIT_METRICS.items():
+                    for name, exported in _AUDIT_METRICS.items():
                         v = scores.get(name)
                         if name == "acc" and isinstance(v, int | float):
                             v = percent(v)
@@ -182,11 +183,11 @@ def describe(tag: str) -> str | None:
     """What an analysis tag is, or ``None`` for a tag that is not one."""
     parts = tag.split("/")
     if parts[0] == "curvature" and len(parts) == 2:
-        text = CURVATURE_TEXT.get(parts[1], f"the summary column {parts[1]!r}")
+        text = _CURVATURE_TEXT.get(parts[1], f"the summary column {parts[1]!r}")
         return f"curvature snapshot: {text} [scope: probe of the fit split]"
-    if parts[0] == "audit" and len(parts) == 6 and parts[2] in AUDIT_GROUPS:
+    if parts[0] == "audit" and len(parts) == 6 and parts[2] in _AUDIT_GROUPS:
         _, which, group, key, split, metric = parts
-        if metric in AUDIT_TEXT:
-            what = AUDIT_GROUPS[group].format(key=key)
-            return f"audit of the {which} checkpoint, {split} split, {what}: {AUDIT_TEXT[metric]}"
+        if metric in _AUDIT_TEXT:
+            what = _AUDIT_GROUPS[group].format(key=key)
+            return f"audit of the {which} checkpoint, {split} split, {what}: {_AUDIT_TEXT[metric]}"
     return None

@@ -9,7 +9,7 @@ import argparse
 from fathom.config.export import export_targets
 
 
-def cmd_export(args: argparse.Namespace) -> int:
+def _cmd_export(args: argparse.Namespace) -> int:
     from fathom.export.run import export, verify
 
     if args.verify_only:
@@ -40,4 +40,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--verify-only", action="store_true", help="re-check an existing export; write nothing"
     )
-    p.set_defaults(func=cmd_export)
+    p.set_defaults(func=_cmd_export)

@@ -45,7 +45,7 @@ from fathom.errors import FathomError
 from fathom.report.runs import RunData, unfinished
 from fathom.rundir.output import OUTPUT_LOCK
 
-RECORD = "fathom-export.json"
+_RECORD = "fathom-export.json"
 FORMAT = 2  # 2: accuracy exported in percent under *_pct names
 
 ACCURACY_PATTERNS: tuple[str, ...] = (
@@ -215,7 +215,7 @@ class VerifyReport:
 
 
 def read_record(out: Path) -> dict[str, Any] | None:
-    path = out / RECORD
+    path = out / _RECORD
     if not path.exists():
         return None
     try:
@@ -248,7 +248,7 @@ def prepare_target(out: Path, target: str, fp: str, force: bool) -> None:
             shutil.rmtree(p)
         elif p.exists():
             p.unlink()
-    (out / RECORD).unlink()
+    (out / _RECORD).unlink()
 
 
 def write_record(
@@ -261,7 +261,7 @@ def write_record(
     extra: Mapping[str, Any],
 ) -> None:
     atomic_write_json(
-        out / RECORD,
+        out / _RECORD,
         {
             "format": FORMAT,
             "target": target,

@@ -9,7 +9,7 @@ The config a run recorded says what was *asked*; a dashboard comparing runs need
   (the full record) and are left out of TensorBoard's HParams. Unset options (``None``) are
   left out too: an absent hyperparameter reads as the default in TensorBoard's table.
 * **As trained** (:func:`as_trained`): what the config became in the run, from the
-  manifest and the model kind's own rule (:data:`TRAINED_WIDTHS`): the hidden widths after
+  manifest and the model kind's own rule (:data:`_TRAINED_WIDTHS`): the hidden widths after
   ``width_mult`` (``max(1, round(w · width_mult))``, :func:`fathom.models.specs.scaled_widths`:
   ``[250, 200, 150, 100, 50]`` for ``× 0.1`` of the full widths), the parameter count, the
   device and the execution path actually used (``device = "auto"`` and ``execution.path =
@@ -58,7 +58,7 @@ def _staged_widths(model: Mapping[str, Any]) -> list[int] | None:
     return list(scaled_widths(FULL_WIDTHS, float(model.get("width_mult", 1.0))))
 
 
-TRAINED_WIDTHS: dict[str, Callable[[Mapping[str, Any]], list[int] | None]] = {
+_TRAINED_WIDTHS: dict[str, Callable[[Mapping[str, Any]], list[int] | None]] = {
     "ciresan": _ciresan_widths,
     "staged_conv": _staged_widths,
 }
@@ -71,7 +71,7 @@ def as_trained(run: RunData) -> dict[str, Any]:
     m = run.manifest
     model = run.config.get("model") or {}
     out: dict[str, Any] = {}
-    rule = TRAINED_WIDTHS.get(str(model.get("kind")))
+    rule = _TRAINED_WIDTHS.get(str(model.get("kind")))
     widths = None if rule is None else rule(model)
     if widths is not None:
         out["model.widths"] = widths
@@ -113,7 +113,7 @@ def hparams(run: RunData) -> dict[str, bool | int | float | str]:
     }
 
 
-TAG_LIMIT = 64  # W&B refuses a longer tag
+_TAG_LIMIT = 64  # W&B refuses a longer tag
 
 
 def run_tags(run: RunData) -> list[str]:
@@ -122,7 +122,7 @@ def run_tags(run: RunData) -> list[str]:
     data = run.config.get("data") or {}
     found = [model.get("kind"), model.get("recipe"), data.get("dataset"), run.status, run.phase]
     found += [f"{k}={v}" for k, v in sorted((run.config.get("tags") or {}).items())]
-    return list(dict.fromkeys(str(t)[:TAG_LIMIT] for t in found if t not in (None, "")))
+    return list(dict.fromkeys(str(t)[:_TAG_LIMIT] for t in found if t not in (None, "")))
 
 
 def job_type(run: RunData) -> str:

@@ -20,21 +20,21 @@ from fathom.errors import FathomError
 from fathom.export.common import VerifyReport, in_export_units, same_value
 from fathom.report.runs import RunData, nonfinite_name
 
-FILE = "history.jsonl"
+_FILE = "history.jsonl"
 
 
-def encode(value: Any) -> Any:
+def _encode(value: Any) -> Any:
     """Non-finite floats as strings, recursively (matrices included)."""
     if isinstance(value, float):
         return nonfinite_name(value) or value
     if isinstance(value, list):
-        return [encode(v) for v in value]
+        return [_encode(v) for v in value]
     if isinstance(value, dict):
-        return {k: encode(v) for k, v in value.items()}
+        return {k: _encode(v) for k, v in value.items()}
     return value
 
 
-def lines_for(run: RunData) -> list[dict[str, Any]]:
+def _lines_for(run: RunData) -> list[dict[str, Any]]:
     meta = {f"run/{k}": v for k, v in run.metadata().items()}
     out = []
     for row in run.rows:
@@ -44,16 +44,16 @@ def lines_for(run: RunData) -> list[dict[str, Any]]:
                 f"run {run.run_id!r}: history fields {clash} collide with the JSONL metadata keys; "
                 "rename them in the history (the prefix run/ is reserved for exports)"
             )
-        out.append({**meta, **encode(in_export_units(row))})
+        out.append({**meta, **_encode(in_export_units(row))})
     return out
 
 
 def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
     text = "".join(
-        json.dumps(line, allow_nan=False) + "\n" for run in runs for line in lines_for(run)
+        json.dumps(line, allow_nan=False) + "\n" for run in runs for line in _lines_for(run)
     )
-    atomic_write_text(out / FILE, text)
-    return [FILE], {}
+    atomic_write_text(out / _FILE, text)
+    return [_FILE], {}
 
 
 def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: VerifyReport) -> None:
@@ -62,7 +62,7 @@ def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: Ve
 
 
 def verify(runs: list[RunData], out: Path, report: VerifyReport) -> None:
-    path = out / FILE
+    path = out / _FILE
     if not path.exists():
         report.mismatch(f"{path} is missing")
         return
@@ -71,14 +71,14 @@ def verify(runs: list[RunData], out: Path, report: VerifyReport) -> None:
         try:
             line = json.loads(text)
         except json.JSONDecodeError:
-            report.mismatch(f"{FILE} line {n} does not parse")
+            report.mismatch(f"{_FILE} line {n} does not parse")
             continue
         got.setdefault(str(line.get("run/run_id")), []).append(line)
     extra = sorted(set(got) - {r.run_id for r in runs})
     if extra:
-        report.mismatch(f"{FILE} holds runs not in the source: {extra}")
+        report.mismatch(f"{_FILE} holds runs not in the source: {extra}")
     for run in runs:
-        expected = lines_for(run)
+        expected = _lines_for(run)
         lines = got.get(run.run_id, [])
         report.runs += 1
         if len(lines) != len(expected):

@@ -48,8 +48,8 @@ from fathom.export.common import (
     write_record,
 )
 
-LIVE_DIR = "live"
-MARKER = "fathom-live.json"
+_LIVE_DIR = "live"
+_MARKER = "fathom-live.json"
 """Written first into every live log directory: the run directory it belongs to."""
 
 
@@ -70,7 +70,7 @@ def _check_log_dir(out: Path, run_dir: Path) -> None:
     """Refuse to replace a directory that is not this run's live log (a shared ``log_dir``)."""
     if not out.exists() or not any(out.iterdir()):
         return
-    marker = out / MARKER
+    marker = out / _MARKER
     owner = json.loads(marker.read_text()).get("run_dir") if marker.exists() else None
     if owner != str(run_dir.resolve()):
         what = f"the live log of {owner}" if owner else "files that are not a Fathom live log"
@@ -138,11 +138,11 @@ class LiveTracker:
         """``<run_dir>/live/<target>``, or where the backend places it (a shared directory:
         ``<log_dir>/<study>/<run_id>`` for TensorBoard with ``[live.tensorboard] log_dir``)."""
         placed = self.backends[target].live_out(self.live, LiveRun(self.run_dir, study, ""))
-        return self.run_dir / LIVE_DIR / target if placed is None else placed
+        return self.run_dir / _LIVE_DIR / target if placed is None else placed
 
     def _check(self, target: str, out: Path) -> None:
         """A directory outside the run's own may hold other runs' logs: replace only this run's."""
-        if out != self.run_dir / LIVE_DIR / target:
+        if out != self.run_dir / _LIVE_DIR / target:
             _check_log_dir(out, self.run_dir)
 
     def _config(self) -> dict[str, Any] | None:
@@ -162,7 +162,7 @@ class LiveTracker:
             if out.exists():
                 shutil.rmtree(out)  # each invocation streams the whole history afresh
             out.mkdir(parents=True)
-            atomic_write_json(out / MARKER, {"run_dir": str(self.run_dir.resolve())})
+            atomic_write_json(out / _MARKER, {"run_dir": str(self.run_dir.resolve())})
             self.sinks[target] = self.backends[target].live_sink(out, self.live, run)
 
     def _new_rows(self) -> list[dict[str, Any]]:
@@ -237,7 +237,7 @@ class LiveTracker:
                 self.run_dir,
                 [run],
                 fingerprint(target, [run]),
-                [*paths, MARKER, VERIFY_FILE],
+                [*paths, _MARKER, VERIFY_FILE],
                 extra,
             )
             report = VerifyReport(target=f"live {target}", out=out)

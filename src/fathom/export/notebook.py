@@ -41,11 +41,11 @@ def _frame(rows: list[dict[str, Any]], recorded: list[str]) -> Any:
     except ImportError:
         return rows
     frame = pd.DataFrame(rows)
-    frame.attrs["units"] = column_units(recorded)
+    frame.attrs["units"] = _column_units(recorded)
     return frame
 
 
-def column_units(recorded: list[str]) -> dict[str, str]:
+def _column_units(recorded: list[str]) -> dict[str, str]:
     """``{column: unit}`` for the history fields ``recorded`` that the registry declares, by
     their exported names: ``%`` for an accuracy (``val/acc`` -> ``val/acc_pct``)."""
     from fathom.base.units import ACCURACY_UNIT

@@ -32,7 +32,7 @@ TARGETS = export_targets()  # the table's names when this module was imported
 VERIFY_FILE = "verify.json"
 
 
-def default_out(root: Path, target: str) -> Path:
+def _default_out(root: Path, target: str) -> Path:
     return root / "exports" / target
 
 
@@ -46,7 +46,7 @@ def _flagged(runs: list[RunData]) -> list[str]:
     return [f"{r.run_id}: {reason}{suffix(reason)}" for r in runs for reason in r.flag_reasons]
 
 
-def check_options(target: str, options: dict[str, bool]) -> dict[str, bool]:
+def _check_options(target: str, options: dict[str, bool]) -> dict[str, bool]:
     """The options set (true) for ``target``; one the target does not take is refused, naming
     the targets that do (:data:`fathom.config.export.EXPORT_OPTIONS`)."""
     chosen = {k: v for k, v in options.items() if v}
@@ -64,7 +64,7 @@ def check_options(target: str, options: dict[str, bool]) -> dict[str, bool]:
     return chosen
 
 
-def made_of(target: str, runs: list[RunData], options: dict[str, bool]) -> dict[str, Any]:
+def _made_of(target: str, runs: list[RunData], options: dict[str, bool]) -> dict[str, Any]:
     """What the fingerprint covers beside the histories: the options, and for a target that
     exports analyses the hash of every analysis file it reads."""
     extra: dict[str, Any] = dict(options)
@@ -91,11 +91,11 @@ def export(
     trainer, a study or another analysis writes there. ``checkpoints``: also each run's saved
     checkpoints (W&B artifacts)."""
     check_target(target)
-    options = check_options(target, {"checkpoints": checkpoints})
+    options = _check_options(target, {"checkpoints": checkpoints})
     root = Path(root)
     runs = load_runs(root)
-    fp = fingerprint(target, runs, made_of(target, runs, options))
-    default = default_out(root, target).relative_to(root)
+    fp = fingerprint(target, runs, _made_of(target, runs, options))
+    default = _default_out(root, target).relative_to(root)
     with analysis_output(root, str(default), out) as output:
         return _write_export(runs, root, target, output.dir, fp, force, options)
 
@@ -122,7 +122,7 @@ def verify(root: str | Path, target: str, out: str | Path | None = None) -> Veri
     check_target(target)
     root = Path(root)
     runs = load_runs(root)
-    out = Path(out) if out is not None else default_out(root, target)
+    out = Path(out) if out is not None else _default_out(root, target)
     record = read_record(out)
     if record is None:
         raise FathomError(
@@ -139,7 +139,7 @@ def verify(root: str | Path, target: str, out: str | Path | None = None) -> Veri
             "under <name>_pct); export again with --force"
         )
     options = record.get("options") or {}
-    if record.get("fingerprint") != fingerprint(target, runs, made_of(target, runs, options)):
+    if record.get("fingerprint") != fingerprint(target, runs, _made_of(target, runs, options)):
         report.mismatch(
             "the run directories changed since this export (runs, history or analysis hashes "
             "differ); export again with --force"

@@ -13,6 +13,9 @@ axes then show when the run trained, never when it was exported; ``clock/trainin
 scalar of its own. The run's analyses (:mod:`fathom.export.analyses`: curvature summary and
 audit, as ``curvature/...`` and ``audit/...`` scalars at step = epoch, each with its
 definition) are written beside the history, with the wall time of their epoch's row.
+The post-hoc export and the live sink (:class:`TensorBoardSink`) write the same events: one
+history row as a ``Summary`` (accuracy's unit and every tag's registry description on its
+first value), and the values a read-back expects from them.
 
 Verification reloads every directory with TensorBoard's ``EventAccumulator`` with no
 sampling (``size_guidance`` 0) and requires, for every tag, exactly the written steps
@@ -27,23 +30,119 @@ from typing import Any
 
 import numpy as np
 
-from fathom.errors import FathomError
+from fathom.errors import FathomError, install_hint
 from fathom.export import common
 from fathom.export import tensorboard_meta as meta
 from fathom.export.analyses import run_analyses
-from fathom.export.common import VerifyReport
-from fathom.export.tensorboard_events import (
-    analysis_wall,
-    expected_matrices,
-    expected_scalars,
-    require,
-    row_values,
-    row_walls,
-    summary_for,
-    write_analyses,
-    write_run,
-)
+from fathom.export.common import VerifyReport, flatten_row, in_export_units
 from fathom.report.runs import RunData
+
+
+def require() -> None:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        raise FathomError(
+            "the TensorBoard export needs the tensorboard package, which is not installed; install the "
+            f"extra with `{install_hint('tensorboard')}`"
+        ) from None
+
+
+def _summary_for(values: dict[str, Any], described: set[str]) -> Any:
+    """One ``Summary`` of a row's values (export units): scalars, and matrices as tensor + image.
+
+    Every tag's first value carries its registry description (:mod:`.tensorboard_meta`);
+    ``described``: the tags already described in this event directory (updated in place).
+    """
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    out = []
+    for k, v in values.items():
+        if common.is_matrix(v):
+            out += meta.matrix_values(k, v, described)
+            continue
+        if v is None or not isinstance(v, int | float):
+            continue
+        value = Summary.Value(tag=k, simple_value=float(v))
+        if k not in described:
+            value.metadata.CopyFrom(meta.metadata(k, "scalars"))
+            described.add(k)
+        out.append(value)
+    return Summary(value=out)
+
+
+def _row_values(row: dict[str, Any]) -> dict[str, Any]:
+    """A row in export units: matrices kept whole, every other field flattened to scalars."""
+    values = in_export_units(row)
+    values.pop(meta.WALL_FIELD, None)  # it is the event's wall time (float64), not a float32 scalar
+    matrices = {k: v for k, v in values.items() if common.is_matrix(v)}
+    scalars, _ = flatten_row({k: v for k, v in values.items() if k not in matrices})
+    return {**scalars, **matrices}
+
+
+def _expected_scalars(run: RunData) -> dict[str, list[tuple[int, float]]]:
+    """``tag -> [(epoch, value)]`` for every non-null scalar, in epoch order, HParams metrics
+    and the run's analyses (:mod:`fathom.export.analyses`) included."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for row in run.rows:
+        for k, v in _row_values(row).items():
+            if v is not None and not common.is_matrix(v):
+                out.setdefault(k, []).append((int(row["epoch"]), float(v)))
+    for tag, point in meta.metrics(run).items():
+        out.setdefault(tag, []).append(point)
+    for tag, points in run_analyses(run).points.items():
+        out.setdefault(tag, []).extend(points)
+    return out
+
+
+def _row_walls(run: RunData) -> dict[int, float]:
+    """The wall time each row's events carry, by epoch (:func:`fathom.export.common.wall_time`)."""
+    walls, last = {}, 0.0
+    for row in run.rows:
+        last, _ = common.wall_time(row, last)
+        walls[int(row["epoch"])] = last
+    return walls
+
+
+def _analysis_wall(walls: dict[int, float], epoch: int) -> float:
+    """An analysis point's wall time: its epoch's row's, else the last row's before it (0 before any)."""
+    before = [w for e, w in walls.items() if e <= epoch]
+    return walls.get(epoch, before[-1] if before else 0.0)
+
+
+def _write_analyses(writer: Any, run: RunData, described: set[str]) -> None:
+    """The run's curvature and audit scalars, one event per tag and epoch (the epoch's wall time)."""
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    walls = _row_walls(run)
+    for tag, points in run_analyses(run).points.items():
+        for epoch, v in points:
+            summary = _summary_for({tag: v}, described)
+            writer.add_event(
+                Event(wall_time=_analysis_wall(walls, epoch), step=epoch, summary=summary)
+            )
+
+
+def _expected_matrices(run: RunData) -> dict[str, list[tuple[int, list[list[Any]]]]]:
+    out: dict[str, list[tuple[int, list[list[Any]]]]] = {}
+    for row in run.rows:
+        for k, v in _row_values(row).items():
+            if common.is_matrix(v):
+                out.setdefault(k, []).append((int(row["epoch"]), v))
+    return out
+
+
+def _write_run(writer: Any, run: RunData) -> None:
+    """Every row of one run, then its HParams session and metrics."""
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    wall, described = 0.0, set()
+    for row in run.rows:
+        wall, _ = common.wall_time(row, wall)
+        summary = _summary_for(_row_values(row), described)
+        writer.add_event(Event(wall_time=wall, step=int(row["epoch"]), summary=summary))
+    _write_analyses(writer, run, described)
+    meta.write_session(writer, run, wall)
 
 
 def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
@@ -55,7 +154,7 @@ def write(runs: list[RunData], out: Path) -> tuple[list[str], dict[str, Any]]:
     for run in runs:
         writer = EventFileWriter(str(out / run.run_id))
         try:
-            write_run(writer, run)
+            _write_run(writer, run)
         finally:
             writer.close()
     before = set(out.glob("events.out.tfevents.*"))
@@ -132,8 +231,8 @@ def _described(acc: Any, tag: str, report: VerifyReport, run_id: str) -> None:
 
 def _verify_scalars(run: RunData, acc: Any, report: VerifyReport) -> None:
     tags = set(acc.Tags().get("scalars", []))
-    expected = expected_scalars(run)
-    walls = row_walls(run)  # the wall time each row's events were written with
+    expected = _expected_scalars(run)
+    walls = _row_walls(run)  # the wall time each row's events were written with
     if tags != set(expected):
         report.mismatch(f"run {run.run_id}: tags differ {sorted(tags ^ set(expected))[:5]}")
     for tag, points in expected.items():
@@ -154,7 +253,7 @@ def _verify_scalars(run: RunData, acc: Any, report: VerifyReport) -> None:
                     f"run {run.run_id} {tag} step {step}: wrote {v!r}, read {e.value!r}"
                 )
         if not tag.startswith(f"{meta.METRIC_PREFIX}/") and [e.wall_time for e in events] != [
-            analysis_wall(walls, s) for s, _ in points
+            _analysis_wall(walls, s) for s, _ in points
         ]:
             report.mismatch(f"run {run.run_id} {tag}: wall times are not the rows' own")
 
@@ -165,7 +264,7 @@ def _verify_matrices(run: RunData, acc: Any, report: VerifyReport) -> None:
 
     tensors = set(acc.Tags().get("tensors", [])) - {meta.SESSION_TAG}
     images = set(acc.Tags().get("images", []))
-    expected = expected_matrices(run)
+    expected = _expected_matrices(run)
     if tensors != set(expected) or images != {t + meta.IMAGE_SUFFIX for t in expected}:
         report.mismatch(f"run {run.run_id}: matrix tags differ from the history's matrix fields")
     for tag, points in expected.items():
@@ -290,14 +389,14 @@ class TensorBoardSink:
         from tensorboard.compat.proto.event_pb2 import Event
 
         self.wall, _ = common.wall_time(row, self.wall)
-        summary = summary_for(row_values(row), self.described)
+        summary = _summary_for(_row_values(row), self.described)
         self.writer.add_event(Event(wall_time=self.wall, step=int(row["epoch"]), summary=summary))
         self.writer.flush()
 
     def close(self, run: Any) -> tuple[list[str], dict[str, Any]]:
         """The run's analyses and HParams session and metrics (known once it ends), then the paths."""
         if run is not None:  # None: no manifest was written (training failed to start)
-            write_analyses(self.writer, run, self.described)
+            _write_analyses(self.writer, run, self.described)
             meta.write_session(self.writer, run, self.wall)
         self.writer.close()
         if self.events_dir == self.out:  # a shared log_dir: the event files themselves

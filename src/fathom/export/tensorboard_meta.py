@@ -38,14 +38,14 @@ SESSION_TAG = "_hparams_/session_start_info"
 EXPERIMENT_TAG = "_hparams_/experiment"
 IMAGE_SUFFIX = "/image"
 METRIC_PREFIX = "hparams"
-METRIC_SPLITS = ("val", "test")
-METRIC_FIELDS = ("acc", "ce")
+_METRIC_SPLITS = ("val", "test")
+_METRIC_FIELDS = ("acc", "ce")
 PERCENT_NOTE = (
     "accuracy in percent: 100 x the fraction recorded in history.jsonl (fathom.base.units.percent)"
 )
 
 
-def history_name(tag: str) -> str:
+def _history_name(tag: str) -> str:
     """The history field an exported tag comes from (``val/acc_pct`` -> ``val/acc``)."""
     stripped = "/".join(p.removesuffix(PERCENT_SUFFIX) for p in tag.split("/"))
     return stripped if stripped != tag and accuracy_name(stripped) == tag else tag
@@ -62,7 +62,7 @@ def description(tag: str) -> str:
     analysis = describe_analysis(tag)
     if analysis is not None:
         return analysis
-    name = history_name(tag.removesuffix(IMAGE_SUFFIX))
+    name = _history_name(tag.removesuffix(IMAGE_SUFFIX))
     try:
         f = field_for(name)
     except FathomError:
@@ -91,7 +91,7 @@ def matrix_array(value: list[list[Any]]) -> Any:
     return np.array([[math.nan if x is None else float(x) for x in r] for r in value], np.float64)
 
 
-def png_gray(pixels: Any) -> bytes:
+def _png_gray(pixels: Any) -> bytes:
     """A minimal 8-bit grayscale PNG of a 2-D uint8 array (no imaging library needed)."""
     h, w = pixels.shape
     raw = b"".join(b"\x00" + bytes(pixels[i].tolist()) for i in range(h))
@@ -109,7 +109,7 @@ def png_gray(pixels: Any) -> bytes:
     )
 
 
-def matrix_image(m: Any, scale: int = 16) -> tuple[int, int, bytes]:
+def _matrix_image(m: Any, scale: int = 16) -> tuple[int, int, bytes]:
     """Row-normalized matrix as a PNG, each cell ``scale`` x ``scale`` pixels."""
     import numpy as np
 
@@ -118,7 +118,7 @@ def matrix_image(m: Any, scale: int = 16) -> tuple[int, int, bytes]:
     norm = np.divide(finite, sums, out=np.zeros_like(finite), where=sums > 0)
     pixels = np.clip(np.rint(norm * 255), 0, 255).astype(np.uint8)
     big = np.kron(pixels, np.ones((scale, scale), np.uint8))
-    return big.shape[0], big.shape[1], png_gray(big)
+    return big.shape[0], big.shape[1], _png_gray(big)
 
 
 def matrix_values(tag: str, value: list[list[Any]], described: set[str]) -> list[Any]:
@@ -128,7 +128,7 @@ def matrix_values(tag: str, value: list[list[Any]], described: set[str]) -> list
 
     m = matrix_array(value)
     tensor = Summary.Value(tag=tag, tensor=tensor_util.make_tensor_proto(m))
-    h, w, png = matrix_image(m)
+    h, w, png = _matrix_image(m)
     image = Summary.Value(
         tag=tag + IMAGE_SUFFIX,
         image=Summary.Image(height=h, width=w, colorspace=1, encoded_image_string=png),
@@ -160,8 +160,8 @@ def metrics(run: RunData) -> dict[str, tuple[int, float]]:
     out: dict[str, tuple[int, float]] = {}
     for which, epoch in epochs.items():
         row = by_epoch.get(epoch) if isinstance(epoch, int) else None
-        for split in METRIC_SPLITS:
-            for name in METRIC_FIELDS:
+        for split in _METRIC_SPLITS:
+            for name in _METRIC_FIELDS:
                 v = None if row is None else row.get(f"{split}/{name}")
                 if not isinstance(v, int | float) or isinstance(v, bool):
                     continue
@@ -177,10 +177,10 @@ def session_summary(run: RunData) -> Any:
     """The run's HParams session-start record (``trial_id`` = run id)."""
     from tensorboard.plugins.hparams.summary_v2 import hparams_pb
 
-    return hparams_pb(hparams(run), trial_id=run.run_id, start_time_secs=start_time(run))
+    return hparams_pb(hparams(run), trial_id=run.run_id, start_time_secs=_start_time(run))
 
 
-def start_time(run: RunData) -> float | None:
+def _start_time(run: RunData) -> float | None:
     for row in run.rows:
         v = row.get(WALL_FIELD)
         if isinstance(v, int | float) and not isinstance(v, bool):
@@ -251,7 +251,7 @@ def write_session(writer: Any, run: RunData, wall: float) -> None:
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
 
-    start = start_time(run)
+    start = _start_time(run)
     writer.add_event(Event(wall_time=start or wall, step=0, summary=session_summary(run)))
     for tag, (epoch, v) in metrics(run).items():
         value = Summary.Value(tag=tag, simple_value=v)

@@ -17,12 +17,12 @@ from fathom.report.runs import RunData
 
 TABLE_SUFFIX = "_table"
 CHART = "wandb/confusion_matrix/v1"
-MATRIX_COLUMNS: dict[str, tuple[str, str, str]] = {
+_MATRIX_COLUMNS: dict[str, tuple[str, str, str]] = {
     "confusion": ("Actual", "Predicted", "nPredictions"),
 }
 """A matrix field's last name segment -> its table's columns (row index, column index, value)."""
 GENERIC_COLUMNS = ("row", "column", "value")
-RESERVED = ("trained", "fathom")  # config keys the export adds beside the run's sections
+_RESERVED = ("trained", "fathom")  # config keys the export adds beside the run's sections
 
 
 def wandb_module():
@@ -44,7 +44,7 @@ def wandb_id(run_id: str) -> str:
 def run_config(run: RunData) -> dict[str, Any]:
     """The run's config sections at the top, ``trained`` and ``fathom`` beside them."""
     m = run.manifest
-    clash = sorted(set(run.config) & set(RESERVED))
+    clash = sorted(set(run.config) & set(_RESERVED))
     if clash:
         raise FathomError(
             f"run {run.run_id!r}: config sections {clash} collide with the keys the W&B export "
@@ -90,7 +90,7 @@ def row_values(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[list
 
 
 def columns(name: str) -> tuple[str, str, str]:
-    return MATRIX_COLUMNS.get(name.rsplit("/", 1)[-1], GENERIC_COLUMNS)
+    return _MATRIX_COLUMNS.get(name.rsplit("/", 1)[-1], GENERIC_COLUMNS)
 
 
 def table_rows(matrix: list[list[Any]]) -> list[list[Any]]:
@@ -118,7 +118,7 @@ def analyses_by_epoch(run: RunData) -> tuple[dict[int, dict[str, float]], list[s
     return by_epoch, notes
 
 
-def checkpoint_aliases(run: RunData, epoch: int) -> list[str]:
+def _checkpoint_aliases(run: RunData, epoch: int) -> list[str]:
     m = run.manifest
     aliases = [f"epoch-{epoch}"]
     aliases += [w for w in ("selected", "final") if (m.get(w) or {}).get("epoch") == epoch]
@@ -143,7 +143,7 @@ def checked_checkpoints(run: RunData) -> list[dict[str, Any]]:
                 "file": entry["file"],
                 "sha256": entry["sha256"],
                 "params_sha256": entry.get("params_sha256"),
-                "aliases": checkpoint_aliases(run, int(key)),
+                "aliases": _checkpoint_aliases(run, int(key)),
             }
         )
     return out

@@ -69,10 +69,10 @@ from fathom.export.wandb_verify import verify
 from fathom.report.runs import RunData
 
 DIR = "wandb"
-DATA_DIR = "wandb-data"
+_DATA_DIR = "wandb-data"
 
 
-def log_row(
+def _log_row(
     wandb: Any, wrun: Any, row: dict[str, Any], wall: float, more: dict[str, float] | None = None
 ) -> None:
     """One history row as one ``log`` at ``step = epoch`` stamped ``_timestamp = wall``
@@ -91,9 +91,9 @@ def log_row(
 
 
 @contextlib.contextmanager
-def wandb_env(out: Path, mode: str = "offline") -> Iterator[None]:
+def _wandb_env(out: Path, mode: str = "offline") -> Iterator[None]:
     """W&B's environment for one writer: ``mode``, quiet, its files under ``out``."""
-    data = out / DATA_DIR
+    data = out / _DATA_DIR
     keys = {
         "WANDB_MODE": mode,
         "WANDB_SILENT": "true",
@@ -125,7 +125,7 @@ def settings(wandb: Any) -> Any:
     )
 
 
-def log_checkpoints(wandb: Any, wrun: Any, run: RunData, wid: str) -> list[dict[str, Any]]:
+def _log_checkpoints(wandb: Any, wrun: Any, run: RunData, wid: str) -> list[dict[str, Any]]:
     """Every checkpoint as a version of ``model-<wid>`` (module docstring); what was logged."""
     logged = checked_checkpoints(run)
     for c in logged:
@@ -160,7 +160,7 @@ def write(
         )
     files: dict[str, str] = {}
     artifacts: dict[str, list[dict[str, Any]]] = {}
-    with wandb_env(out):
+    with _wandb_env(out):
         for run, wid in zip(runs, ids):
             wrun = wandb.init(
                 project=str(run.manifest.get("study") or "fathom"),
@@ -180,10 +180,10 @@ def write(
                 wall, analyses = 0.0, analyses_by_epoch(run)[0]
                 for row in run.rows:
                     wall, _ = wall_time(row, wall)
-                    log_row(wandb, wrun, row, wall, analyses.get(int(row["epoch"])))
+                    _log_row(wandb, wrun, row, wall, analyses.get(int(row["epoch"])))
                 wrun.summary.update(run_summary(run))
                 if checkpoints:
-                    artifacts[run.run_id] = log_checkpoints(wandb, wrun, run, wid)
+                    artifacts[run.run_id] = _log_checkpoints(wandb, wrun, run, wid)
                 sync_file = Path(wrun.settings.sync_file)
             finally:
                 wrun.finish()
@@ -192,7 +192,7 @@ def write(
     extra: dict[str, Any] = {"wandb_files": files}
     if checkpoints:
         extra["wandb_artifacts"] = artifacts
-    return [DIR, DATA_DIR], extra
+    return [DIR, _DATA_DIR], extra
 
 
 def read_back(runs: list[RunData], out: Path, record: dict[str, Any], report: Any) -> None:
@@ -223,7 +223,7 @@ class WandbSink:
     ) -> None:
         self.wandb = wandb_module()
         self.out, self.run_id, self.mode, self.wall = out, run_id, live.mode, 0.0
-        with wandb_env(out, live.mode):
+        with _wandb_env(out, live.mode):
             self.run = self.wandb.init(
                 project=live.project or str(study or "fathom"),
                 entity=live.entity,
@@ -241,8 +241,8 @@ class WandbSink:
     def write(self, row: dict[str, Any], values: dict[str, Any]) -> None:
         """One row (``values``, the flattened form, is not used: matrices become tables)."""
         self.wall, _ = wall_time(row, self.wall)
-        with wandb_env(self.out, self.mode):
-            log_row(self.wandb, self.run, row, self.wall)
+        with _wandb_env(self.out, self.mode):
+            _log_row(self.wandb, self.run, row, self.wall)
 
     def close(self, run: Any) -> tuple[list[str], dict[str, Any]]:
         if run is not None:
@@ -250,11 +250,11 @@ class WandbSink:
             self.run.tags = tuple(run_tags(run))
             self.run.summary.update(run_summary(run))
         sync_file = Path(self.run.settings.sync_file)
-        with wandb_env(self.out, self.mode):
+        with _wandb_env(self.out, self.mode):
             self.run.finish()
         wait_complete(sync_file)
         rel = sync_file.relative_to(self.out).as_posix()
-        return [DIR, DATA_DIR], {"wandb_files": {self.run_id: rel}}
+        return [DIR, _DATA_DIR], {"wandb_files": {self.run_id: rel}}
 
     def verify(self, run: Any, out: Path, extra: dict[str, Any], report: Any) -> None:
         verify(

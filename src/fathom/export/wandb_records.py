@@ -21,43 +21,43 @@ from typing import Any
 
 from fathom.errors import FathomError
 
-HEADER = struct.Struct("<4sHB")
-CHUNK = struct.Struct("<IHB")
-BLOCK = 32 * 1024
+_HEADER = struct.Struct("<4sHB")
+_CHUNK = struct.Struct("<IHB")
+_BLOCK = 32 * 1024
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
 def read_payloads(path: str | Path) -> list[bytes]:
     """Every record payload of a ``.wandb`` file, CRC-checked, in file order."""
     data = Path(path).read_bytes()
-    if len(data) < HEADER.size:
+    if len(data) < _HEADER.size:
         raise FathomError(f"{path}: too short to be a .wandb file; export again")
-    ident, magic, version = HEADER.unpack_from(data)
+    ident, magic, version = _HEADER.unpack_from(data)
     if ident != b":W&B" or magic != 0xBEE1 or version != 0:
         raise FathomError(
             f"{path}: not a .wandb record log (header {ident!r} {magic:#x} v{version})"
         )
     out: list[bytes] = []
     pending: bytes | None = None
-    pos = HEADER.size
+    pos = _HEADER.size
     while pos < len(data):
-        left = BLOCK - pos % BLOCK
-        if left < CHUNK.size:
+        left = _BLOCK - pos % _BLOCK
+        if left < _CHUNK.size:
             pos += left
             continue
-        if pos + CHUNK.size > len(data):
+        if pos + _CHUNK.size > len(data):
             raise FathomError(f"{path}: truncated chunk header at byte {pos}")
-        crc, length, kind = CHUNK.unpack_from(data, pos)
+        crc, length, kind = _CHUNK.unpack_from(data, pos)
         if kind == 0 and length == 0:
             pos += left
             continue
-        payload = data[pos + CHUNK.size : pos + CHUNK.size + length]
+        payload = data[pos + _CHUNK.size : pos + _CHUNK.size + length]
         if (
             len(payload) != length
             or zlib.crc32(payload, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF != crc
         ):
             raise FathomError(f"{path}: corrupt record at byte {pos} (CRC or length); export again")
-        pos += CHUNK.size + length
+        pos += _CHUNK.size + length
         if kind == FULL:
             out.append(payload)
         elif kind == FIRST:

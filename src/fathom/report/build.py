@@ -3,7 +3,9 @@
 Inputs, all optional except the runs: ``DIR/summary.json`` and ``DIR/summary.md`` (the
 study's), ``DIR/audit/audit.json`` with its ``.npz``, ``<run>/curvature/*.json``. Outputs:
 ``report.html``, ``summary.md`` (cross-run tables, then the study's summary),
-``summary.json`` (the cross-run tables as data, units stated) and ``figures/*.png``. An optional input that
+``summary.json`` (the cross-run tables as data, units stated) and ``figures/*.png`` (written
+first: report.html embeds the language model's figures as data-URI images, so the page
+stays one self-contained file). An optional input that
 does not parse is named in the report's warnings, never fatal. Outputs go to
 ``DIR/report/`` unless ``out`` is given (so the study's own summary.md is never
 overwritten).
@@ -90,6 +92,12 @@ def _write_report(
     masks = mask_payload(audit, root / "audit", {r.run_id: r for r in runs}) if audit else None
 
     notes += [f"{r.run_id}: recovered: {x}" for r in runs for x in r.recovery]  # repairs
+    made: list[Path] = []
+    lm_made: list[Path] = []
+    if with_figures:  # before the page: it embeds the language model's figures
+        made += figures.all_figures(runs, audit, out_dir / "figures")
+        lm_made = lm_figures(runs, lm_audit, out_dir / "figures")
+        made += lm_made
     title = f"Fathom report: {root.resolve().name}"
     waiting = unfinished(runs)  # said in the header of every output
     html_path = output.text(
@@ -106,7 +114,7 @@ def _write_report(
             alignment=alignment,
             unfinished=waiting,
             reference=reference,
-            language_model=lm_html(runs, lm_audit, root),
+            language_model=lm_html(runs, lm_audit, root, lm_made),
         ),
     )
     output.json(
@@ -120,10 +128,6 @@ def _write_report(
         },
     )
 
-    made: list[Path] = []
-    if with_figures:
-        made += figures.all_figures(runs, audit, out_dir / "figures")
-        made += lm_figures(runs, lm_audit, out_dir / "figures")
     flagged = [f"{r.run_id}: {reason}" for r in runs for reason in r.flag_reasons]
     md_path = output.text(
         "summary.md",

@@ -68,7 +68,7 @@
     let n = key.replace("{split}", split);
     if (facet !== null) {
       const own = run && run.layers && /\{layer\}$/.test(n) ? run.layers[facet] : undefined;
-      n = n.replace(/\{(layer|class)\}$/, own === undefined ? facet : own);
+      n = n.replace(/\{(layer|class|block)\}$/, own === undefined ? facet : own);
     }
     return n;
   }
@@ -346,7 +346,7 @@
     const box = $("facets");
     box.innerHTML = "";
     $("facet-box").style.display = facets[0] === null ? "none" : "";
-    $("facet-legend").textContent = meta.facetKind === "class" ? "classes (small multiples)" : "layers (small multiples)";
+    $("facet-legend").textContent = ({class: "classes", block: "residual blocks"}[meta.facetKind] || "layers") + " (small multiples)";
     if (facets[0] === null) return;
     for (const f of facets) {
       const lab = h("label"); const cb = h("input", { type: "checkbox", value: f, "data-facet": f });

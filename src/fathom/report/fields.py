@@ -68,8 +68,11 @@ def facet_key(key: str, example: str) -> tuple[str, str | None, str | None]:
     """``(generic key, facet kind, facet)`` of a per-layer or per-class field.
 
     A registry field whose pattern's last segment holds a placeholder (``{layer}``,
-    ``{input}`` (qualified module names), ``{cls}``) is faceted by that segment:
-    ``grad/pex/diversity/head -> (grad/pex/diversity/{layer}, layer, head)``. Others: no facet.
+    ``{input}`` (qualified module names), ``{block}`` (a residual block's), ``{cls}``) is
+    faceted by that segment:
+    ``grad/pex/diversity/head -> (grad/pex/diversity/{layer}, layer, head)``,
+    ``grad/block/mean_norm/blocks.0 -> (grad/block/mean_norm/{block}, block, blocks.0)``.
+    Others: no facet.
     """
     try:
         from fathom.telemetry.registry import field_for
@@ -80,7 +83,7 @@ def facet_key(key: str, example: str) -> tuple[str, str | None, str | None]:
     last = pattern.rsplit("/", 1)[-1]
     if "{" not in last or "/" not in key:
         return key, None, None
-    kind = "class" if "{cls}" in last else "layer"
+    kind = "class" if "{cls}" in last else "block" if "{block}" in last else "layer"
     prefix, facet = key.rsplit("/", 1)
     return f"{prefix}/{{{kind}}}", kind, facet
 

@@ -75,6 +75,11 @@ def _encode(v: Any, accuracy: bool) -> Any:
     return percent(v) if accuracy and v is not None else v
 
 
+def _natural(name: str) -> list[tuple[int, int | str]]:
+    """A sort key reading the digit runs of ``name`` as numbers (``blocks.2 < blocks.10``)."""
+    return [(0, int(t)) if t.isdigit() else (1, t) for t in re.findall(r"\d+|\D+", name)]
+
+
 def _fields(
     runs: Sequence[RunData], recorded: Sequence[str], alignment: LayerAlignment
 ) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, dict[str, str]]]:
@@ -108,6 +113,8 @@ def _fields(
             entry["facets"].sort(key=lambda f: int(f.lstrip("L")))
         elif entry["kind"] == "layer":
             entry["facets"].sort(key=lambda f: order.get(f, len(order)))
+        elif entry["kind"] == "block":  # model order: blocks.2 before blocks.10
+            entry["facets"].sort(key=_natural)
     return keys, [s for s in SPLITS if s in splits], renamed
 
 

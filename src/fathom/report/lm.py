@@ -1,6 +1,7 @@
 """The language model in ``fathom report``: its curves, its layer-removal audit and its
 depth-scaling verdict, as a ``summary.md`` section, two figures and the ``report.html``
-section (:func:`lm_html`: the same numbers as tables, every mask's row included). Numbers are read from the
+section (:func:`lm_html`: the same numbers as tables, every mask's row included, and the two
+figures embedded as images). Numbers are read from the
 run directories, ``audit/audit.json`` (:mod:`fathom.audit.lm`) and a language-model
 benchmark's ``table.json`` (:mod:`fathom.depthscale.lm_verdict`); nothing is recomputed.
 
@@ -10,6 +11,7 @@ Units: nats per token (``{split}/ce`` of a language-model run), perplexity ``exp
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -340,20 +342,54 @@ def scaling_html(root: Path) -> str:
     )
 
 
-def lm_html(runs: Sequence[RunData], audit: Mapping[str, Any] | None, root: Path) -> str:
+FIGURES: dict[str, str] = {
+    "lm_curves.png": "Figure: validation (solid) and test (dashed) nats per token by epoch, per run",
+    "lm_removal.png": "Figure: test nats per token of every evaluated mask against its FLOPs "
+    "(fraction of the full network)",
+}
+"""The figures :func:`lm_figures` writes, by file name, with the caption the page gives them."""
+
+
+def figure_html(path: Path) -> str:
+    """One of :func:`lm_figures`' PNGs embedded in the page as a ``data:image/png;base64``
+    image (the page stays one self-contained file), under a collapsed section that loads
+    when opened (:func:`fathom.report.lazy.details`); the same bytes as the file beside
+    ``summary.md``."""
+    data = base64.b64encode(path.read_bytes()).decode()
+    caption = FIGURES[path.name]
+    body = (
+        f"<figure id='lm-figure-{esc(path.stem)}'><img alt='{esc(caption)}' "
+        f"src='data:image/png;base64,{data}'><figcaption>{esc(caption)} "
+        f"(<code>figures/{esc(path.name)}</code>)</figcaption></figure>"
+    )
+    return details(esc(caption), body)
+
+
+def lm_html(
+    runs: Sequence[RunData],
+    audit: Mapping[str, Any] | None,
+    root: Path,
+    figures: Sequence[Path] = (),
+) -> str:
     """The ``report.html`` language-model section (empty without a language model run or
     a language-model benchmark): curves against the unigram baseline, the audit, the
-    depth-scaling verdict."""
+    depth-scaling verdict; ``figures``: the PNGs :func:`lm_figures` wrote, each embedded
+    after the tables it draws (:func:`figure_html`)."""
     lms = [r for r in runs if is_language_model(r)]
     scaling = scaling_html(root)
     if not lms and not scaling:
         return ""
+    drawn = {p.name: p for p in figures if p.name in FIGURES}
     out = [
         "<p class='note'>Nats per token: token cross-entropy over the valid positions; "
         "perplexity exp(nats/token). The Curves section draws the same fields "
         "({split}/ce, {split}/ppl) by epoch or clock.</p>"
     ]
     out += [curves_html(r) for r in lms]
+    if "lm_curves.png" in drawn:
+        out.append(figure_html(drawn["lm_curves.png"]))
     if is_lm_audit(audit):
         out.append(audit_html(audit))  # type: ignore[arg-type]
+        if "lm_removal.png" in drawn:
+            out.append(figure_html(drawn["lm_removal.png"]))
     return "".join(out) + scaling

@@ -9,7 +9,7 @@ from pathlib import Path
 from fathom.errors import FathomError
 
 
-def cmd_reproduce(args: argparse.Namespace) -> int:
+def _cmd_reproduce(args: argparse.Namespace) -> int:
     from fathom.base.preflight import check_at_least_one, check_output_dir
     from fathom.reproduce.config import load_pipeline
 
@@ -97,7 +97,7 @@ def _reproduce_depth(args: argparse.Namespace, name: str, pipe, cfg, origin: str
     return 0
 
 
-def cmd_diagnose_head(args: argparse.Namespace) -> int:
+def _cmd_diagnose_head(args: argparse.Namespace) -> int:
     from fathom.base.preflight import check_device, check_output_dir
     from fathom.study.family import load_run_config_or_preset
 
@@ -156,7 +156,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="folder holding cifar-100-python.tar.gz (depth-scaling pipelines: seed-000)",
     )
     p.add_argument("--quiet", action="store_true", help="print only the final lines")
-    p.set_defaults(func=cmd_reproduce)
+    p.set_defaults(func=_cmd_reproduce)
 
     d = sub.add_parser("diagnose", help="matched-pair diagnostics (head: ReLU vs linear head)")
     dsub = d.add_subparsers(dest="diagnose_command", required=True, metavar="SUBCOMMAND")
@@ -179,4 +179,4 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--device", choices=["auto", "cpu", "cuda"])
     h.add_argument("--threads", type=int, default=None, help="torch threads")
     h.add_argument("--out", default="runs/diagnose-head", help="output directory")
-    h.set_defaults(func=cmd_diagnose_head)
+    h.set_defaults(func=_cmd_diagnose_head)

@@ -21,15 +21,13 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fathom.reproduce.extract import EXTRACTORS, Measured, Sources
-from fathom.reproduce.extract_telemetry import TELEMETRY_EXTRACTORS, fathom_tables
+from fathom.reproduce.extract import EXTRACTORS, Measured, Sources, fathom_tables
 from fathom.reproduce.head import head_collapse
 from fathom.reproduce.seeds import SeedData, SeedValue
 from fathom.stats import t_interval
 
-_STUDY_EXTRACTORS = {**EXTRACTORS, **TELEMETRY_EXTRACTORS}
-FORMAT = 1
-KIND = "fathom.reproduce.comparison"
+_FORMAT = 1
+_KIND = "fathom.reproduce.comparison"
 
 
 def spread(values: dict[int, float]) -> dict[str, Any]:
@@ -105,7 +103,7 @@ def compare_row(
     data: SeedData,
     src: Any,
     comparable: str | None,
-    extractors: Mapping[str, Callable[[Any, Mapping[str, Any]], Measured]] = _STUDY_EXTRACTORS,
+    extractors: Mapping[str, Callable[[Any, Mapping[str, Any]], Measured]] = EXTRACTORS,
 ) -> dict:
     """One row of the comparison (JSON-able); ``extractors[seed.kind](src, extract)`` gives
     Fathom's per-seed values (a study's :class:`Sources` by default). A count with its
@@ -186,8 +184,8 @@ def comparison(
     ids = {t.id for t in tables}
     rows = [compare_row(v, data, src, comparable) for v in data.value if v.table in ids]
     return {
-        "format": FORMAT,
-        "kind": KIND,
+        "format": _FORMAT,
+        "kind": _KIND,
         "pipeline": pipeline,
         "study": src.summary.get("study"),
         "devices": src.summary.get("devices", []),

@@ -47,7 +47,7 @@ def _seed_cell(row: dict[str, Any]) -> str:
     return _num(row["seed_value"], "quoted")
 
 
-def fathom_cell(row: dict[str, Any]) -> str:
+def _fathom_cell(row: dict[str, Any]) -> str:
     f = row["fathom"]
     if f is None:
         return "—"
@@ -92,7 +92,7 @@ def _epoch_summary(rows: list[dict[str, Any]]) -> str | None:
     )
 
 
-COLUMNS = (
+_COLUMNS = (
     "| Quantity (seed's words) | Units | Epoch (seed → Fathom) | Seed | Fathom | Difference "
     "| In Fathom's range | Verdict |"
 )
@@ -135,9 +135,9 @@ def _table(table: dict[str, Any], rows: list[dict[str, Any]], result: dict[str, 
         "",
     ]
     if rows:
-        lines += [COLUMNS, "|---|---|---|---|---|---|---|---|"]
+        lines += [_COLUMNS, "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        cells = [r["quantity"], r["units"], _epoch_cell(r), _seed_cell(r), fathom_cell(r)]
+        cells = [r["quantity"], r["units"], _epoch_cell(r), _seed_cell(r), _fathom_cell(r)]
         cells += [_difference_cell(r), range_cell(r), r["verdict"]]
         lines.append("| " + " | ".join(cells) + " |")
     if table["id"] == "head" and result.get("head_collapse"):

@@ -34,8 +34,8 @@ from fathom.stats.scaling import depth_scaling_verdict
 from fathom.stats.scaling_answers import SCALES_BETTER
 from fathom.stats.scaling_table import ArmRuns, DepthScalingTable, DepthScalingVerdict
 
-FORMAT = 1
-KIND = "fathom.reproduce.depth_comparison"
+_FORMAT = 1
+_KIND = "fathom.reproduce.depth_comparison"
 SEED_CLAIM = SCALES_BETTER
 """The scaling answer the seed log's conclusion amounts to: the Lyapunov arm scales better."""
 
@@ -169,8 +169,8 @@ def depth_comparison(
         if v.table in ids
     ]
     return {
-        "format": FORMAT,
-        "kind": KIND,
+        "format": _FORMAT,
+        "kind": _KIND,
         "pipeline": pipeline,
         "dataset": table.dataset,
         "devices": devices,

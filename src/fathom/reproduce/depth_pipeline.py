@@ -23,7 +23,7 @@ from typing import Any
 from fathom.base.io import atomic_write_json, atomic_write_text, config_digest
 from fathom.base.terminal import Say
 from fathom.reproduce.config import PipelineConfig
-from fathom.reproduce.pipeline import _step, open_state
+from fathom.reproduce.pipeline import open_state, run_step
 from fathom.reproduce.state import PipelineState, pipeline_lock
 
 
@@ -76,7 +76,7 @@ def _step_benchmark(ctx: DepthContext, state: PipelineState) -> None:
         write_table(ctx.root, scale_note(ctx.cfg))
         return [ctx.root / "table.json", ctx.root / "table.md"]
 
-    _step(ctx, state, "depth-scaling", _config_inputs(ctx.cfg), body)
+    run_step(ctx, state, "depth-scaling", _config_inputs(ctx.cfg), body)
 
 
 def _devices(root: Path) -> list[str]:
@@ -102,7 +102,7 @@ def _fit_sizes(root: Path) -> list[int]:
     return sorted(sizes)
 
 
-def step_compare(ctx: DepthContext, state: PipelineState) -> dict[str, Any]:
+def _step_compare(ctx: DepthContext, state: PipelineState) -> dict[str, Any]:
     """The comparison (written, or read back when the step is skipped)."""
     from fathom.depthscale.config import protocol_reductions
     from fathom.depthscale.table import build_table, read_runs, run_classes
@@ -133,7 +133,7 @@ def step_compare(ctx: DepthContext, state: PipelineState) -> dict[str, Any]:
         atomic_write_text(out / "reproduction.md", to_markdown(result))
         return [out / "reproduction.json", out / "reproduction.md"]
 
-    _step(ctx, state, "compare", inputs, body)
+    run_step(ctx, state, "compare", inputs, body)
     return json.loads((out / "reproduction.json").read_text())
 
 
@@ -142,4 +142,4 @@ def reproduce_depth(ctx: DepthContext) -> dict[str, Any]:
     with pipeline_lock(ctx.root) as lock:
         state = open_state(ctx, lock)
         _step_benchmark(ctx, state)
-        return step_compare(ctx, state)
+        return _step_compare(ctx, state)

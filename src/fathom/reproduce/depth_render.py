@@ -50,7 +50,7 @@ def label(row: dict[str, Any]) -> tuple[str, str, str]:
     return str(ex["depth"]), ex["arm"], _SHORT[ex["metric"]]
 
 
-def fathom_cell(row: dict[str, Any], wide: bool) -> str:
+def _fathom_cell(row: dict[str, Any], wide: bool) -> str:
     f = row["fathom"]
     if f is None:
         return "—"
@@ -75,18 +75,18 @@ def flags(row: dict[str, Any]) -> tuple[str, str]:
     return inside, f"n={row['fathom']['n']}"
 
 
-def table_rows(result: dict[str, Any], wide: bool = False) -> list[list[str]]:
+def _table_rows(result: dict[str, Any], wide: bool = False) -> list[list[str]]:
     out = []
     for r in result["rows"]:
         depth, arm, qty = label(r)
         inside, note = flags(r)
         seed = fmt_value(_shown(r, float(r["seed_value"])), _unit(r) or "quoted")
         diff = fmt_value(_shown(r, r["difference"]), "pp" if _is_fraction(r) else "", signed=True)
-        out.append([depth, arm, qty, seed, fathom_cell(r, wide), diff, inside, note])
+        out.append([depth, arm, qty, seed, _fathom_cell(r, wide), diff, inside, note])
     return out
 
 
-COLUMNS = ["Depth", "Arm", "Quantity", "Seed", "Fathom", "Diff.", "In\nrange", "Note"]
+_COLUMNS = ["Depth", "Arm", "Quantity", "Seed", "Fathom", "Diff.", "In\nrange", "Note"]
 
 
 def _by_depth(cells: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -178,7 +178,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             "| Depth | Arm | Quantity | Seed | Fathom | Difference | In range | Verdict |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for r, cells in zip(result["rows"], table_rows(result, wide=True), strict=True):
+        for r, cells in zip(result["rows"], _table_rows(result, wide=True), strict=True):
             lines.append("| " + " | ".join([*cells[:7], r["verdict"]]) + " |")
         lines.append("")
     lines += ["## Fathom per depth: each arm's cell and Lyapunov vs vanilla", ""]
@@ -199,6 +199,6 @@ def print_comparison(result: dict[str, Any], console: Any = None) -> None:
     console = console or Console()
     title = f"Seed 000's {result['dataset']} depth-scaling table beside Fathom's"
     right = ["Seed", "Fathom", "Diff."]
-    console.print(table(title, COLUMNS, table_rows(result), right=right))
+    console.print(table(title, _COLUMNS, _table_rows(result), right=right))
     for line in notes(result) + _depth_lines(result) + _verdict_lines(result):
         console.print(line, highlight=False, markup=False)

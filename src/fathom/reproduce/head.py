@@ -33,7 +33,7 @@ from fathom.telemetry.scores import class_scores, confusion_matrix
 from fathom.train.evaluate import split_scores
 
 _HEADS: tuple[str, ...] = ("relu", "linear")
-FORMAT = 1
+_FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def run_head_diagnostic(
             **per_class(model, splits.test_x, splits.test_y, rd.classes),
         }
     result = {
-        "format": FORMAT,
+        "format": _FORMAT,
         "kind": "fathom.reproduce.head",
         "seed": settings.seed,
         "epochs": settings.epochs,

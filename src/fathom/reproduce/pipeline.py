@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fathom.base.io import atomic_write_json, atomic_write_text, config_digest
 from fathom.base.terminal import Say
@@ -28,6 +28,23 @@ from fathom.reproduce.state import PipelineState, pipeline_lock
 from fathom.rundir import RunDir
 from fathom.study.config import StudyConfig
 from fathom.study.plan import study_root
+
+
+class StepContext(Protocol):
+    """What :func:`run_step` and :func:`open_state` read of a pipeline's invocation: a study
+    pipeline's :class:`Context` or a depth-scaling one's
+    (:class:`fathom.reproduce.depth_pipeline.DepthContext`). An ``eta`` attribute
+    (:func:`pipeline_eta`), where present, is read with ``getattr``."""
+
+    name: str
+    runs_dir: Path
+    say: Say
+    actions: dict[str, str]
+    plan: dict[str, str]
+    t0: float
+
+    @property
+    def root(self) -> Path: ...
 
 
 @dataclass
@@ -60,7 +77,7 @@ class Context:
         return self.root / f"main-{recipe}-s{self.pipe.curvature.seed}"
 
 
-def plan_steps(ctx: Context) -> dict[str, str]:
+def _plan_steps(ctx: Context) -> dict[str, str]:
     """Every step this pipeline runs, in order, with what it does (the ``k/N`` of its lines)."""
     s, a, c, h = ctx.study.study, ctx.pipe.audit, ctx.pipe.curvature, ctx.pipe.head
     runs = len(s.recipes) * len(s.seeds)
@@ -81,8 +98,8 @@ def plan_steps(ctx: Context) -> dict[str, str]:
     return plan
 
 
-def step_label(ctx: Context, step: str) -> str:
-    """``[3/8 curvature:main-residual-s101]`` (the step's place in :func:`plan_steps`)."""
+def _step_label(ctx: StepContext, step: str) -> str:
+    """``[3/8 curvature:main-residual-s101]`` (the step's place in :func:`_plan_steps`)."""
     names = list(ctx.plan)
     k = names.index(step) + 1 if step in names else "?"
     return f"[{k}/{len(names) or '?'} {step}]"
@@ -114,7 +131,7 @@ def pipeline_eta(plan: dict[str, str], state: PipelineState) -> Any:
     return WorkEta(todo=todo, prior=prior)
 
 
-def _clock_line(ctx: Context) -> str:
+def _clock_line(ctx: StepContext) -> str:
     """``pipeline elapsed 3:34, ETA ≥0:30`` (the ETA only where :func:`pipeline_eta` runs)."""
     from fathom.base.terminal import fmt_duration, fmt_eta
 
@@ -124,7 +141,7 @@ def _clock_line(ctx: Context) -> str:
     return line if eta is None else f"{line}, ETA {fmt_eta(eta.left(now))}"
 
 
-def _skipped(ctx: Context, step: str, line: str) -> None:
+def _skipped(ctx: StepContext, step: str, line: str) -> None:
     """Say ``line`` for a skipped step; the step leaves the pipeline's work left."""
     ctx.say(line)
     ctx.actions[step] = "skipped"
@@ -132,11 +149,13 @@ def _skipped(ctx: Context, step: str, line: str) -> None:
         ctx.eta.drop(step.split(":")[0])
 
 
-def _step(ctx: Context, state: PipelineState, step: str, inputs: dict, body: Callable) -> None:
+def run_step(
+    ctx: StepContext, state: PipelineState, step: str, inputs: dict, body: Callable
+) -> None:
     """Skip ``step`` when complete and verified, else run ``body() -> outputs`` and record it.
     Its lines say its place (``k/N``), what it does, the pipeline's elapsed time and its ETA
-    (:func:`pipeline_eta`)."""
-    label = step_label(ctx, step)
+    (:func:`pipeline_eta`; a depth-scaling pipeline's context has none)."""
+    label = _step_label(ctx, step)
     done, why = state.check(step, inputs)
     if done:
         _skipped(ctx, step, f"{label} skipped: {why}")
@@ -179,7 +198,7 @@ def _step_study(ctx: Context, state: PipelineState) -> None:
         _skipped(
             ctx,
             "study",
-            f"{step_label(ctx, 'study')} skipped: {why}; every main run's final checkpoint "
+            f"{_step_label(ctx, 'study')} skipped: {why}; every main run's final checkpoint "
             "re-verified",
         )
         return
@@ -212,7 +231,7 @@ def _step_study(ctx: Context, state: PipelineState) -> None:
             )
         return _verify_study(ctx)
 
-    _step(ctx, state, "study", inputs, body)
+    run_step(ctx, state, "study", inputs, body)
 
 
 def _splits(ctx: Context, cfg: Any, device: str) -> Any:
@@ -234,7 +253,7 @@ def _step_audit(ctx: Context, state: PipelineState) -> None:
         audit_runs(ctx.root, settings, out, splits=splits, progress=lambda m: ctx.say(f"  {m}"))
         return [out / "audit.json", out / "audit.md"]
 
-    _step(ctx, state, "audit", inputs, body)
+    run_step(ctx, state, "audit", inputs, body)
 
 
 def _step_curvature(ctx: Context, state: PipelineState) -> None:
@@ -259,7 +278,7 @@ def _step_curvature(ctx: Context, state: PipelineState) -> None:
             out = Path(rd.path) / "curvature"
             return [out / "summary.json", *(out / f"epoch-{e:04d}.json" for e in c.epochs)]
 
-        _step(ctx, state, f"curvature:{run_dir.name}", inputs, body)
+        run_step(ctx, state, f"curvature:{run_dir.name}", inputs, body)
 
 
 def _resolve(device: str) -> Any:
@@ -308,7 +327,7 @@ def _step_head(ctx: Context, state: PipelineState) -> None:
             ctx.say(f"  {line}")
         return [ctx.head_dir / "head.json", ctx.head_dir / "head.md"]
 
-    _step(ctx, state, "head", inputs, body)
+    run_step(ctx, state, "head", inputs, body)
 
 
 def locations(ctx: Context) -> dict[str, str]:
@@ -319,7 +338,7 @@ def locations(ctx: Context) -> dict[str, str]:
     return {t.id: t.counterpart.format(**fill) for t in load_seeds().tables_of("study")}
 
 
-def step_compare(ctx: Context, state: PipelineState) -> None:
+def _step_compare(ctx: Context, state: PipelineState) -> None:
     from fathom.reproduce.compare import comparison
     from fathom.reproduce.compare_md import to_markdown
     from fathom.reproduce.extract import Sources
@@ -347,7 +366,7 @@ def step_compare(ctx: Context, state: PipelineState) -> None:
         atomic_write_text(out / "reproduction.md", to_markdown(result))
         return [out / "reproduction.json", out / "reproduction.md"]
 
-    _step(ctx, state, "compare", inputs, body)
+    run_step(ctx, state, "compare", inputs, body)
 
 
 def _step_report(ctx: Context, state: PipelineState) -> None:
@@ -360,10 +379,10 @@ def _step_report(ctx: Context, state: PipelineState) -> None:
         result = build_report(ctx.root, with_figures=ctx.pipe.report.figures)
         return [result.html, result.summary_md]
 
-    _step(ctx, state, "report", inputs, body)
+    run_step(ctx, state, "report", inputs, body)
 
 
-def open_state(ctx: Any, lock: Any) -> PipelineState:
+def open_state(ctx: StepContext, lock: Any) -> PipelineState:
     """The step records under ``ctx.root``, once ``lock`` is held; a stale lock taken over
     (its holder was killed) is recorded and said."""
     state = PipelineState(ctx.root / "reproduce" / "pipeline.json", ctx.runs_dir, ctx.name)
@@ -376,7 +395,7 @@ def open_state(ctx: Any, lock: Any) -> PipelineState:
 def reproduce(ctx: Context) -> PipelineState:
     """Run every enabled step in order (see the module docstring), holding the pipeline lock
     on the output directory; return the step records."""
-    ctx.plan = ctx.plan or plan_steps(ctx)
+    ctx.plan = ctx.plan or _plan_steps(ctx)
     with pipeline_lock(ctx.root) as lock:
         state = open_state(ctx, lock)
         ctx.eta = pipeline_eta(ctx.plan, state)
@@ -391,6 +410,6 @@ def _run_steps(ctx: Context, state: PipelineState) -> PipelineState:
         _step_curvature(ctx, state)
     if ctx.pipe.head.enabled:
         _step_head(ctx, state)
-    step_compare(ctx, state)
+    _step_compare(ctx, state)
     _step_report(ctx, state)
     return state

@@ -24,7 +24,7 @@ from fathom.base.io import atomic_write_json, config_digest, sha256_file
 from fathom.errors import FathomError
 from fathom.rundir import DirLock
 
-FORMAT = 1
+_FORMAT = 1
 _REPRODUCE_LOCK = ".fathom-reproduce.lock"
 
 
@@ -88,7 +88,7 @@ class PipelineState:
         atomic_write_json(
             self.path,
             {
-                "format": FORMAT,
+                "format": _FORMAT,
                 "pipeline": self.pipeline,
                 "steps": self.steps,
                 "events": self.events,

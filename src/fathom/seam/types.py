@@ -28,7 +28,7 @@ class Layer:
     ``parametrizations.weight.original``); for a parameter it uses without owning it (a
     root parameter passed into it, a sibling's weight), ``<model>.`` + its qualified name.
     ``qualified`` are the model-level names (``model.named_parameters()``), ``roles`` each
-    parameter's role (``weight`` or ``bias``, :func:`fathom.seam.discovery.param_role`:
+    parameter's role (``weight`` or ``bias``, :mod:`fathom.seam.attribution`:
     by the owning module's type, never by a name suffix); ``reason`` says why a module
     takes the generic path (empty on a fast path); ``root`` is the model the names refer to;
     ``loop_directions``: several output directions are pulled back through it one at a time

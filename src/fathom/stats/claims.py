@@ -7,7 +7,9 @@ For :class:`~fathom.stats.results.Results`:
    and ``fragile`` must come out the same (a comparison printed twice counts once);
 2. every decision is recomputed from the comparisons and evidence it names, by the row of its
    rule in :data:`DECISION_RULES` (the depth-scaling level, scaling and both-readings rules;
-   a checkpoint ranking's rule, with the counts and orders its sentence must print); a rule
+   a checkpoint ranking's rule, with the counts and orders its sentence must print; the
+   language model's depth-scaling rule, recomputed from every run's recorded nats/token,
+   with the numbers its sentence must print); a rule
    without a row is refused (:func:`decision_rule`), never skipped;
 3. every claim of a sentence must match its comparison (verdict, fragile), and the text must
    print each claimed comparison's verdict, estimate and interval;
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 
 from fathom.errors import FathomError
 from fathom.stats.inference import judge, rejudge_input
+from fathom.stats.lm_scaling import LM_RULE, lm_prints, rederive_lm
 from fathom.stats.numbers import fmt_estimate, fmt_interval
 from fathom.stats.ranking import RULE as RANKING_RULE
 from fathom.stats.ranking import ranking_prints, rederive_ranking
@@ -108,6 +111,7 @@ DECISION_RULES: dict[str, DecisionRule] = {
     TREND_RULE: DecisionRule(rederive_trend),
     BOTH_WAYS_RULE: DecisionRule(rederive_both_ways),
     RANKING_RULE: DecisionRule(rederive_ranking, prints=ranking_prints),
+    LM_RULE: DecisionRule(rederive_lm, prints=lm_prints),
 }
 """Every rule a :class:`~fathom.stats.results.Decision` can name, with its re-derivation
 (written beside the rule it re-derives). A new verdict rule is its module (the rule and its

@@ -141,7 +141,10 @@ class Claim(BaseModel):
 class Decision(BaseModel):
     """A verdict combined from comparisons by a stated rule (``rule``: ``"depth scaling"``,
     its ``profile``, ``per_depth`` and ``evidence``; ``"checkpoint ranking"``, its pairwise
-    comparisons as ``inputs``): named so that :mod:`fathom.stats.claims` can recompute it."""
+    comparisons as ``inputs``): named so that :mod:`fathom.stats.claims` can recompute it.
+    ``records``: what a rule that re-derives its verdict from the per-run numbers reads (the
+    language-model depth-scaling rule of :mod:`fathom.stats.lm_scaling`: its arms, its rules
+    and every run's nats/token); empty for the rules re-derived from comparisons."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -153,6 +156,7 @@ class Decision(BaseModel):
     per_depth: list[str] = Field(default_factory=list)
     evidence: list[dict] = Field(default_factory=list)
     inputs: list[str] = Field(default_factory=list)
+    records: dict = Field(default_factory=dict)
 
 
 class Sentence(BaseModel):

@@ -259,25 +259,34 @@ def _slope_quantity(span: int, rules: Rules) -> Quantity:
     )
 
 
-def _items(
-    table: DepthScalingTable, res: _Resolved, depths: list[int], tag: str, rules: Rules
+def profile_items(
+    value: Callable[[str, int, int], float],
+    depths: list[int],
+    seeds: list[int],
+    names: tuple[str, str],
+    quantities: tuple[Quantity, Quantity, Quantity, Quantity],
+    u: float | None = None,
+    tag: str = "",
 ) -> list[Paired]:
-    """Level, change, slope and the per-depth comparisons of one reading (rule 5)."""
-    u = accuracy_variance_pp(table.n_eval)
-    cand, base = table.candidate, table.baseline
-    seeds = sorted(res[depths[0]][cand])
+    """Level, change, slope and the per-depth comparisons of rule 5, for any per-run value.
+
+    ``value(arm, depth, seed)`` is the number a run enters with; ``names`` is
+    ``(candidate, baseline)``; ``quantities`` those of the level, the change, the slope and
+    one depth. ``u``, when given, is the variance of one value, propagated to each contrast's
+    floor (level ``u/K``, change ``2u``, slope ``u/Σ(d − d̄)²``, one depth ``u``); ``tag``
+    names the reading (in the ids and the context).
+    """
+    cand, base = names
     k, lo, hi = len(depths), depths[0], depths[-1]
     mean_d = math.fsum(depths) / k
     ss = math.fsum((d - mean_d) ** 2 for d in depths)
     weights = {d: (d - mean_d) / ss for d in depths}
+    level_q, change_q, slope_q, depth_q = quantities
 
-    def pp(arm: str, d: int, s: int) -> float:
-        return percent(res[d][arm][s][1])  # type: ignore[return-value]
-
-    def item(cid: str, q: Quantity, f: _PerSeed, var: float, scope: str) -> Paired:
+    def item(cid: str, q: Quantity, f: _PerSeed, var: float | None, scope: str) -> Paired:
         """One contrast: ``f(arm, seed)`` per seed of each arm, paired; ``var`` per value."""
         a, b = ({s: f(arm, s) for s in seeds} for arm in (cand, base))
-        v = dict.fromkeys(seeds, var)
+        v = None if var is None else dict.fromkeys(seeds, var)
         ctx = {"scope": scope, **({"reading": tag} if tag else {})}
         name = cid if not tag else f"{cid} [{tag}]"
         return paired(name, q, a, b, names=(cand, base), var_a=v, var_b=v, context=ctx)
@@ -286,32 +295,54 @@ def _items(
     items = [
         item(
             "level",
-            accuracy("test accuracy", rules),
-            lambda arm, s: math.fsum(pp(arm, d, s) for d in depths) / k,
-            u / k,
+            level_q,
+            lambda arm, s: math.fsum(value(arm, d, s) for d in depths) / k,
+            None if u is None else u / k,
             f"mean over depths {listed}",
         ),
         item(
             "change",
-            accuracy("change in test accuracy with depth", rules),
-            lambda arm, s: pp(arm, hi, s) - pp(arm, lo, s),
-            2 * u,
+            change_q,
+            lambda arm, s: value(arm, hi, s) - value(arm, lo, s),
+            None if u is None else 2 * u,
             f"from depth {lo} to depth {hi}",
         ),
         item(
             "slope",
-            _slope_quantity(hi - lo, rules),
-            lambda arm, s: math.fsum(w * pp(arm, d, s) for d, w in weights.items()),
-            u / ss,
+            slope_q,
+            lambda arm, s: math.fsum(w * value(arm, d, s) for d, w in weights.items()),
+            None if u is None else u / ss,
             f"across depths {listed}",
         ),
     ]
     for d in depths:
         items.append(
-            item(f"depth {d}", accuracy("test accuracy", rules), lambda arm, s, d=d: pp(arm, d, s),
-                 u, f"depth {d}")
+            item(f"depth {d}", depth_q, lambda arm, s, d=d: value(arm, d, s), u,
+                 f"depth {d}")
         )  # fmt: skip
     return items
+
+
+def _items(
+    table: DepthScalingTable, res: _Resolved, depths: list[int], tag: str, rules: Rules
+) -> list[Paired]:
+    """Level, change, slope and the per-depth comparisons of one reading (rule 5), in pp."""
+    seeds = sorted(res[depths[0]][table.candidate])
+    quantities = (
+        accuracy("test accuracy", rules),
+        accuracy("change in test accuracy with depth", rules),
+        _slope_quantity(depths[-1] - depths[0], rules),
+        accuracy("test accuracy", rules),
+    )
+    return profile_items(
+        lambda arm, d, s: percent(res[d][arm][s][1]),  # type: ignore[arg-type,return-value]
+        depths,
+        seeds,
+        (table.candidate, table.baseline),
+        quantities,
+        accuracy_variance_pp(table.n_eval),
+        tag,
+    )
 
 
 def _evidence(
@@ -355,12 +386,27 @@ def _scenario(
             "the two questions need at least two"
         )
         return Scenario(tag, family, depths, "no comparison", "no comparison", reason=why)
-    comps = judge(family, _items(table, res, depths, tag, rules), rules)
+    items = _items(table, res, depths, tag, rules)
     evidence = _evidence(table, res, depths, rules.level)
+    return judged_scenario(tag, family, depths, items, evidence, rules)
+
+
+def judged_scenario(
+    reading: str,
+    family: str,
+    depths: list[int],
+    items: list[Paired],
+    evidence: list[FailureEvidence],
+    rules: Rules,
+) -> Scenario:
+    """Rules 5 and 7 on the contrasts of :func:`profile_items`: one Holm family judged, and
+    both answers from it (:func:`~fathom.stats.scaling_answers.level_verdict`,
+    :func:`~fathom.stats.scaling_answers.trend_verdict`)."""
+    comps = judge(family, items, rules)
     level, change, slope = comps[:3]
     per_depth = dict(zip(depths, comps[3:]))
     return Scenario(
-        reading=tag,
+        reading=reading,
         family=family,
         depths=depths,
         level=level_verdict(level, per_depth, evidence),  # type: ignore[arg-type]

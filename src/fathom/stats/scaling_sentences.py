@@ -7,7 +7,7 @@ the factual notes on where each arm trained.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Protocol
 
 from fathom.base.units import fmt_value, percent
 from fathom.stats.numbers import fmt_region
@@ -34,7 +34,17 @@ from fathom.stats.sentences import (
 )
 
 
-def _evidence_text(table: DepthScalingTable, ev: list[FailureEvidence]) -> str:
+class Arms(Protocol):
+    """The two arms a sentence names (a :class:`DepthScalingTable`, or any pair)."""
+
+    @property
+    def baseline(self) -> str: ...
+
+    @property
+    def candidate(self) -> str: ...
+
+
+def _evidence_text(table: Arms, ev: list[FailureEvidence]) -> str:
     """``depth 12 (Lyapunov failed on 5/5 seeds, vanilla on 0/5; Fisher exact p=0.0079)``."""
     parts = []
     for e in ev:
@@ -62,7 +72,7 @@ def _sfx(s: Scenario) -> str:
     return f" [{s.reading}]" if s.reading else ""
 
 
-def _level(table: DepthScalingTable, s: Scenario) -> tuple[Sentence, Decision]:
+def level_sentence(table: Arms, s: Scenario) -> tuple[Sentence, Decision]:
     """The level sentence: the level contrast, what contradicts it, the per-depth verdicts."""
     c = s.level_contrast
     assert c is not None  # a judged scenario has its contrasts
@@ -98,7 +108,7 @@ def _level(table: DepthScalingTable, s: Scenario) -> tuple[Sentence, Decision]:
     return Sentence(text="; ".join(parts), claims=claims, decisions=[decision.id]), decision
 
 
-def _gloss(table: DepthScalingTable, s: Scenario) -> str:
+def _gloss(table: Arms, s: Scenario) -> str:
     """What the scaling answer means, in words."""
     cand, base = table.candidate, table.baseline
     region = fmt_region(s.change) if s.change is not None else ""
@@ -114,7 +124,7 @@ def _gloss(table: DepthScalingTable, s: Scenario) -> str:
     }.get(s.trend, s.reason)
 
 
-def _trend(table: DepthScalingTable, s: Scenario) -> tuple[Sentence, Decision]:
+def trend_sentence(table: Arms, s: Scenario) -> tuple[Sentence, Decision]:
     """The scaling sentence: the change and the slope of the difference over depth."""
     ch, sl = s.change, s.slope
     assert ch is not None and sl is not None
@@ -182,7 +192,7 @@ def _results(table: DepthScalingTable, scenarios: list[Scenario]) -> tuple[list,
     for s in scenarios:
         if s.reason:
             continue
-        for make in (_level, _trend):
+        for make in (level_sentence, trend_sentence):
             sentence, decision = make(table, s)
             sentences.append(sentence)
             decisions.append(decision)

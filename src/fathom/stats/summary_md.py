@@ -28,7 +28,7 @@ def table_markdown(table: Table, *, title: bool = True) -> list[str]:
 
 
 def to_markdown(summary: Mapping[str, Any]) -> str:
-    """Render :func:`summarise_study` output as markdown tables (mean ± sample SD)."""
+    """Render :func:`fathom.stats.summary.summarise_study` output as markdown tables (mean ± sample SD)."""
     tables = tables_of(summary)
     lines = [
         f"Reference recipe: **{summary['reference']}**. Values are mean ± sample SD over n seeds "

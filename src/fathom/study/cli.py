@@ -75,7 +75,7 @@ def progress_line(info: Any) -> str:
     )
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _cmd_run(args: argparse.Namespace) -> int:
     from fathom.base.preflight import check_at_least_one, check_output_dir
     from fathom.study.config import load_study
     from fathom.train.cli import live_settings, named_inputs
@@ -108,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         tracker=LiveTracker if tracking.enabled else None,
     )
     console = Console(stderr=True)
-    tally = Tally(planned_runs(study, args.runs_dir))
+    tally = Tally(_planned_runs(study, args.runs_dir))
 
     def progress(event: str, info: Any) -> None:
         if args.quiet:
@@ -152,14 +152,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def planned_runs(study: Any, runs_dir: str) -> int:
+def _planned_runs(study: Any, runs_dir: str) -> int:
     """Runs a study makes: its tuning grid plus recipes x seeds of the main phase."""
     from fathom.study.plan import tuning_specs
 
     return len(tuning_specs(study, runs_dir)) + len(study.study.recipes) * len(study.study.seeds)
 
 
-STATUS_ORDER = (
+_STATUS_ORDER = (
     "complete",
     "diverged",
     "failed",
@@ -176,10 +176,10 @@ def status_counts(rows: list[dict[str, Any]]) -> str:
     Every state is counted on its own: a diverged run finished (its divergence is a result),
     a failed one did not; neither is counted as complete.
     """
-    counts = {st: sum(r["status"] == st for r in rows) for st in STATUS_ORDER}
-    other = sorted({r["status"] for r in rows} - set(STATUS_ORDER))
+    counts = {st: sum(r["status"] == st for r in rows) for st in _STATUS_ORDER}
+    other = sorted({r["status"] for r in rows} - set(_STATUS_ORDER))
     counts.update({st: sum(r["status"] == st for r in rows) for st in other})
-    parts = [f"{k} {st}" for st, k in counts.items() if k or st in STATUS_ORDER[:3]]
+    parts = [f"{k} {st}" for st, k in counts.items() if k or st in _STATUS_ORDER[:3]]
     return f"{', '.join(parts)} ({len(rows)} runs)"
 
 
@@ -209,7 +209,7 @@ def status_table(rows: list[dict[str, Any]], name: str, wide: bool = False):
     )
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _cmd_status(args: argparse.Namespace) -> int:
     from fathom.base.terminal import console
     from fathom.study.status import study_status
 
@@ -265,9 +265,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "study's [live] backends; logs under each RUN_DIR/live/ unless [live] places them "
         "(default: off)",
     )
-    run.set_defaults(func=cmd_run)
+    run.set_defaults(func=_cmd_run)
     status = ssub.add_parser("status", help="per-run state of a study directory")
     status.add_argument("dir", help="the study directory, e.g. runs/ciresan-sd-quick")
     status.add_argument("--wide", action="store_true", help="all columns and full hashes")
     status.add_argument("--json", action="store_true", help="print the rows as JSON")
-    status.set_defaults(func=cmd_status)
+    status.set_defaults(func=_cmd_status)

@@ -14,7 +14,7 @@ from fathom.study.plan import RunSpec
 if TYPE_CHECKING:  # fathom.stats.summary imports scipy (~1 s): only where a record is made
     from fathom.stats import RunRecord
 
-PER_RUN_KEYS: tuple[str, ...] = ("name", "seed", "model.recipe", "optim.lr")
+_PER_RUN_KEYS: tuple[str, ...] = ("name", "seed", "model.recipe", "optim.lr")
 """Config keys that differ between the runs of one comparison by design."""
 
 
@@ -28,9 +28,9 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def config_fingerprint(config: dict[str, Any]) -> dict[str, Any]:
-    """Every config field except the per-run ones (:data:`PER_RUN_KEYS`), flattened."""
-    return {k: v for k, v in _flatten(config).items() if k not in PER_RUN_KEYS}
+def _config_fingerprint(config: dict[str, Any]) -> dict[str, Any]:
+    """Every config field except the per-run ones (:data:`_PER_RUN_KEYS`), flattened."""
+    return {k: v for k, v in _flatten(config).items() if k not in _PER_RUN_KEYS}
 
 
 def _row_at(rows: list[dict[str, Any]], epoch: int | None) -> dict[str, Any]:
@@ -150,19 +150,19 @@ def run_record(rd: RunDir, recipe: str, seed: int, lr: float) -> RunRecord:
         training_clock_s=clocks.training_s if complete else None,
         elapsed_s=clocks.elapsed_s if complete else None,
         curve=curve,
-        config_fingerprint=config_fingerprint(rd.record.config),
+        config_fingerprint=_config_fingerprint(rd.record.config),
         fit_ce_final=scores["final"]["fit_ce"],
         n_test=rd.record.data.sizes.test,
     )
 
 
-TRAIN_PHASE = "train"
+_TRAIN_PHASE = "train"
 """The registry's ``phase`` of a run no study planned (a run of ``fathom train``)."""
 
 
 def run_row(run_dir: str | Path) -> dict[str, Any]:
     """The registry row of any run directory, its identity read from its manifest: the
-    manifest's ``phase`` (:data:`TRAIN_PHASE` where it records none), the model's recipe
+    manifest's ``phase`` (:data:`_TRAIN_PHASE` where it records none), the model's recipe
     (its ``kind`` where it has none), the config's ``seed`` and ``optim.lr``. A study's run
     gets the row its study gives it (same run id, study, phase, recipe, seed and rate)."""
     rd = RunDir(run_dir)
@@ -172,7 +172,7 @@ def run_row(run_dir: str | Path) -> dict[str, Any]:
     spec = RunSpec(
         run_id=rd.run_id,
         study=rd.header.study or Path(run_dir).resolve().parent.name,
-        phase=rd.phase or TRAIN_PHASE,
+        phase=rd.phase or _TRAIN_PHASE,
         recipe=str(model.get("recipe") or model.get("kind") or "—"),
         seed=int(config.get("seed") or 0),
         lr=float((config.get("optim") or {}).get("lr") or 0.0),

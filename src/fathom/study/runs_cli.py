@@ -9,7 +9,7 @@ from typing import Any
 
 from fathom.errors import FathomError
 
-NOT_REGISTERED = (
+_NOT_REGISTERED = (
     "not in the registry (`fathom train` and `fathom study run` index their runs as they "
     "train; a run trained by an older fathom, or copied here, is not indexed)"
 )
@@ -25,7 +25,7 @@ def _unregistered(args: argparse.Namespace, run_id: str | None = None) -> str:
         return ""
     shown = ", ".join(repr(str(p)) for p in found[:3]) + (" ..." if len(found) > 3 else "")
     return (
-        f"; {NOT_REGISTERED}: its directory {shown} is read directly, e.g. `fathom report "
+        f"; {_NOT_REGISTERED}: its directory {shown} is read directly, e.g. `fathom report "
         f"{found[0]}` or, in Python, `fathom.load_run({str(found[0])!r})`"
     )
 
@@ -42,7 +42,7 @@ def _registry(args: argparse.Namespace, run_id: str | None = None):
     return Registry(path)
 
 
-def with_state(reg: Any, row: dict[str, Any]) -> dict[str, Any]:
+def _with_state(reg: Any, row: dict[str, Any]) -> dict[str, Any]:
     """``row`` with ``status`` as its run directory says it now (:func:`fathom.rundir.run_state`:
     ``running`` only while a live process holds the run's lock, ``interrupted`` when its
     writer died without recording it), the stored one kept as ``registry_status`` where they
@@ -109,7 +109,7 @@ def runs_tables(rows: list[dict[str, Any]], wide: bool = False) -> list:
     return out
 
 
-ACCURACY_KEYS = ("selected_test_acc", "final_test_acc")
+_ACCURACY_KEYS = ("selected_test_acc", "final_test_acc")
 
 
 def row_json(row: dict[str, Any]) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def row_json(row: dict[str, Any]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for key, value in row.items():
-        if key in ACCURACY_KEYS:
+        if key in _ACCURACY_KEYS:
             out[f"{key}_fraction"] = value
             out[f"{key}_pct"] = percent(value)
         else:
@@ -128,12 +128,12 @@ def row_json(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def cmd_runs_list(args: argparse.Namespace) -> int:
+def _cmd_runs_list(args: argparse.Namespace) -> int:
     from fathom.base.terminal import console
 
     reg = _registry(args)
     rows = reg.query(study=args.study, phase=args.phase, recipe=args.recipe, seed=args.seed)
-    rows = [with_state(reg, r) for r in rows]  # the directory's state, not a stale index
+    rows = [_with_state(reg, r) for r in rows]  # the directory's state, not a stale index
     rows = [r for r in rows if args.status is None or r["status"] == args.status]
     if args.json:
         print(json.dumps([row_json(r) for r in rows], indent=2))
@@ -154,11 +154,11 @@ def cmd_runs_list(args: argparse.Namespace) -> int:
     ]
     if lone:  # runs of `fathom train`: said, so that a missing run is not a mystery
         names = ", ".join(str(p) for p in lone[:3]) + (" ..." if len(lone) > 3 else "")
-        print(f"note: {len(lone)} run directories not listed ({names}): {NOT_REGISTERED}")
+        print(f"note: {len(lone)} run directories not listed ({names}): {_NOT_REGISTERED}")
     return 0
 
 
-def cmd_runs_show(args: argparse.Namespace) -> int:
+def _cmd_runs_show(args: argparse.Namespace) -> int:
     rows = _registry(args, args.run_id).get(args.run_id, args.study)
     if not rows:
         raise FathomError(
@@ -171,7 +171,7 @@ def cmd_runs_show(args: argparse.Namespace) -> int:
         )
     reg = _registry(args)
     path = reg.run_dir(rows[0])
-    row = with_state(reg, rows[0])
+    row = _with_state(reg, rows[0])
     print(json.dumps({**row_json(row), "path": str(path), **run_directory_state(path)}, indent=2))
     return 0
 
@@ -207,9 +207,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     ls.add_argument("--wide", action="store_true", help="all columns and full hashes")
     ls.add_argument("--json", action="store_true", help="print the rows as JSON")
-    ls.set_defaults(func=cmd_runs_list)
+    ls.set_defaults(func=_cmd_runs_list)
     show = rsub.add_parser("show", help="one run's registry row as JSON")
     show.add_argument("run_id")
     show.add_argument("--runs-dir", default="runs")
     show.add_argument("--study")
-    show.set_defaults(func=cmd_runs_show)
+    show.set_defaults(func=_cmd_runs_show)

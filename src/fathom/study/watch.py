@@ -18,7 +18,7 @@ from typing import Any
 
 from fathom.errors import FathomError
 
-SHOWN = 3
+_SHOWN = 3
 """Runs named on the line; more are counted (``+2 more``)."""
 
 
@@ -48,8 +48,8 @@ def training_line(runs: list[tuple[str, int, int | None]]) -> str:
     """``training: main-residual-s101 epoch 3/10, main-sd_linear-s101 epoch 2/10 +1 more``."""
     if not runs:
         return ""
-    shown = [f"{r} epoch {e}{'' if n is None else f'/{n}'}" for r, e, n in runs[:SHOWN]]
-    more = f" +{len(runs) - SHOWN} more" if len(runs) > SHOWN else ""
+    shown = [f"{r} epoch {e}{'' if n is None else f'/{n}'}" for r, e, n in runs[:_SHOWN]]
+    more = f" +{len(runs) - _SHOWN} more" if len(runs) > _SHOWN else ""
     return f"training: {', '.join(shown)}{more}"
 
 

@@ -30,7 +30,9 @@ Placeholders: `{layer}` is an instrumented layer's qualified module name, the sa
 for every model (found by forward hooks, `fathom.seam`; for the Ciresan MLP `stem`,
 `blocks.0.res.branch` ... (`blocks.0.res` for the plain recipe), `head`; `<model>` for a
 parameter the root module uses itself); `{input}` names a layer whose input is a hidden
-activation (the data-facing stem is excluded); `{split}` is `fit`, `val` or `test`; `{cls}`
+activation (the data-facing stem is excluded); `{block}` a residual block's (every
+`SkippableResidual`: `blocks.0` ... of a GPT, `blocks.0.res` ... of a residual Ciresan MLP;
+one field per block, `fathom.telemetry.blocks`); `{split}` is `fit`, `val` or `test`; `{cls}`
 a class index. The trainer's manifest (`telemetry.layers`) lists every instrumented layer's
 name, module type, path and parameter shapes.
 Scopes: `probe` = the first `probe_size` fitting examples (default 128); `split` = the

@@ -49,12 +49,15 @@ class Field:
         splits: Sequence[str],
         classes: int,
         inputs: Sequence[str] = (),
+        blocks: Sequence[str] = (),
     ) -> list[str]:
-        """Concrete names for a model with these layer names, input layers and classes."""
+        """Concrete names for a model with these layer names, input layers, classes and
+        residual blocks."""
         names = [self.pattern]
         axes = {
             "{layer}": list(layers),
             "{input}": list(inputs),
+            "{block}": list(blocks),
             "{split}": list(splits),
             "{cls}": [str(c) for c in range(classes)],
         }
@@ -73,6 +76,7 @@ def _compile(pattern: str) -> re.Pattern[str]:
     for key, sub in {
         "{layer}": r"[^/]+",
         "{input}": r"[^/]+",
+        "{block}": r"[^/]+",
         "{split}": r"fit|val|test",
         "{cls}": r"\d+",
     }.items():

@@ -47,6 +47,7 @@ from fathom.seam.inputs import count, take
 from fathom.seam.key import structure_key
 from fathom.seam.pex import gram_and_bias_mean, rows_gram
 from fathom.telemetry import params as P
+from fathom.telemetry.blocks import block_rows, residual_blocks
 from fathom.telemetry.distributions import quantile_key
 from fathom.telemetry.gradient_fields import NORM_QUANTILES
 from fathom.telemetry.moments import moments_from_grams, norm_quantiles
@@ -153,6 +154,7 @@ class Instruments:
         self._scratch: dict = {}  # float64 work space of the params family's norms
         self._reused: dict[tuple[str, str], tuple[torch.Tensor, Any] | None] = {}
         self.inputs: tuple[str, ...] = ()
+        self.blocks: tuple[str, ...] = ()  # the residual blocks' names (at discovery)
         self.classes = 0
         self.closed = False
 
@@ -219,6 +221,7 @@ class Instruments:
             and (a := first_input(calls[layer.name][0].input_leaves())) is not None
             and a.requires_grad
         )
+        self.blocks = tuple(name for name, _ in residual_blocks(self.model))
         for name, p in self.model.named_parameters() if self._own_initial else ():
             seen = self._seen.get(name)
             if seen is None or seen() is not p:  # a new parameter: measured from first sight
@@ -239,7 +242,9 @@ class Instruments:
         """The names ``observe`` returns, in registry order (expanded once)."""
         if self._names is None:
             layers = [layer.name for layer in self.layers]
-            self._names = expected_names(self.families, layers, (), self.classes, self.inputs)
+            self._names = expected_names(
+                self.families, layers, (), self.classes, self.inputs, self.blocks
+            )
         return list(self._names)
 
     def layer_records(self) -> list[dict[str, Any]]:
@@ -272,6 +277,8 @@ class Instruments:
             seam = self._fresh_seam()
             if fams & set(_PROBE_FAMILIES):
                 row.update(self._probe(seam, fams))
+            if fams & {"activations", "gradients"} and self.blocks:
+                row.update(self._block_rows(seam, fams))
             if "params" in fams:
                 initial = self.initial if initial_params is None else initial_params
                 row.update(self.param_fields(optimizer, initial, lr, layers=seam.layers))
@@ -304,6 +311,23 @@ class Instruments:
         if fams & {"gradients", "moments"}:
             row.update(self._gradient_rows(seam, calls, cots, n, fams))
         return row
+
+    def _block_rows(self, seam: Seam, fams: set[str]) -> dict[str, Value]:
+        """Each residual block's relative update (``activations``) and mean gradient norm
+        (``gradients``): :mod:`fathom.telemetry.blocks`, its own probe pass."""
+        terms = self.terms
+        assert terms is not None
+        blocks = [(n, m) for n, m in residual_blocks(self.model) if n in set(self.blocks)]
+        return dict(
+            block_rows(
+                blocks,
+                lambda: seam.forward(self.x),
+                terms.example_sum,
+                int(self.y.shape[0]),
+                update="activations" in fams,
+                gradient="gradients" in fams,
+            )
+        )
 
     def _probe_scores(self, logits: torch.Tensor, y: torch.Tensor) -> dict[str, Value]:
         """``probe/ce`` and ``probe/acc`` (their registry definitions: cross-entropy over

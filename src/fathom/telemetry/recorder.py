@@ -156,7 +156,9 @@ class Recorder:
         if self._names is None or seam is not self._names_seam:
             layers = [layer.name for layer in seam.layers]
             names = tuple(
-                expected_names(self.families, layers, self.split_names, ins.classes, ins.inputs)
+                expected_names(
+                    self.families, layers, self.split_names, ins.classes, ins.inputs, ins.blocks
+                )
             )
             if self._names is not None and names != self._names:
                 self.schema_changes.append(

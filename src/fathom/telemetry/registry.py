@@ -8,6 +8,9 @@ A field's ``pattern`` names it with placeholders that expand per model and data:
 * ``{input}``: the name of an instrumented layer whose input is a hidden activation (it
   depends on parameters): the distribution of that input (for the Ciresan MLP the ReLU
   output feeding each body block and the head; the stem's input, the data, is excluded);
+* ``{block}``: a residual block's qualified module name (every
+  :class:`fathom.depth.SkippableResidual`, :mod:`fathom.telemetry.blocks`), e.g.
+  ``blocks.0`` of a GPT, ``blocks.1.res`` of a residual Ciresan MLP;
 * ``{split}``: ``fit``, ``val``, ``test`` (those with examples);
 * ``{cls}``: class index ``0 .. C-1``.
 
@@ -33,10 +36,10 @@ from fathom.telemetry.trainer_fields import TRAINER_FIELDS
 
 FAMILIES: dict[str, str] = {
     "probe": "probe cross entropy and accuracy (one probe forward pass)",
-    "activations": "distributions of each layer's input activations on the probe",
+    "activations": "distributions of each layer's input activations on the probe; each residual block's relative update",
     "backprop": "distributions of dL_i/dz (gradients w.r.t. each layer's output) on the probe",
     "params": "parameter norms, displacement from init, momentum-buffer norms, update-to-weight ratios",
-    "gradients": "norms of the probe mean gradient, per layer (weights and biases)",
+    "gradients": "norms of the probe mean gradient, per layer (weights and biases) and per residual block",
     "moments": "fixed-probe per-example gradient moments and norm quantiles of each layer's weights",
     "scores": "per-class counts, per-class accuracy and confusion matrices on full splits",
 }
@@ -112,6 +115,40 @@ def _activation_fields() -> list[Field]:
         for q in QUANTILES
     ]
     return out
+
+
+UPDATE = "probe/block/update_rel"
+GRAD = "grad/block/mean_norm"
+"""The per-block fields' prefixes (the block's name follows)."""
+
+
+def _block_fields() -> list[Field]:
+    """One field per residual block (:mod:`fathom.telemetry.blocks`, where the formulas are
+    defined once)."""
+    block = (
+        "block b = a SkippableResidual, y = s(x) + g_b f(x) in dense evaluation (s the bypass, "
+        "f the branch, g_b the evaluation gain)"
+    )
+    return [
+        Field(
+            f"{UPDATE}/{{block}}",
+            "activations",
+            f"||g_b f(X)||_F / ||s(X)||_F, X = the block's input over every probe example and "
+            f"every entry (every token position of a language model), float64 sums; {block}",
+            "dimensionless",
+            "probe",
+            "null for a block not called on the probe or with ||s(X)|| = 0",
+        ),
+        Field(
+            f"{GRAD}/{{block}}",
+            "gradients",
+            "sqrt(sum over the block's parameters theta (block.parameters(), each once) of "
+            f"||d(mean_i L_i)/d theta||_F^2), L_i example i's loss; {block}",
+            "nats per parameter unit",
+            "probe",
+            "null for a block without parameters that require gradients",
+        ),
+    ]
 
 
 def _param_fields() -> list[Field]:
@@ -229,6 +266,7 @@ FIELDS: tuple[Field, ...] = (
     *backprop_fields(),
     *_param_fields(),
     *gradient_fields(),
+    *_block_fields(),
     *moment_fields(),
     *norm_quantile_fields(),
     *_score_fields(),
@@ -275,13 +313,17 @@ def expected_names(
     splits: Sequence[str],
     classes: int,
     inputs: Sequence[str] = (),
+    blocks: Sequence[str] = (),
 ) -> list[str]:
     """Every concrete field name the selected families produce for this model and data.
 
     ``layers``: the instrumented layers' names; ``inputs``: those whose input is a hidden
-    activation (see the module docstring).
+    activation; ``blocks``: the residual blocks' names (see the module docstring).
     """
     fams = set(families)
     return [
-        n for f in FIELDS if f.family in fams for n in f.expand(layers, splits, classes, inputs)
+        n
+        for f in FIELDS
+        if f.family in fams
+        for n in f.expand(layers, splits, classes, inputs, blocks)
     ]

@@ -32,7 +32,7 @@ _HEADROOM = 1 << 20
 @contextmanager
 def recorded_threads(writer: RunWriter) -> Iterator[None]:
     """Run the block with ``environment.threads`` of the manifest a resume found (if any)."""
-    recorded = ((writer.recorded or {}).get("environment") or {}).get("threads")
+    recorded = None if writer.recorded is None else writer.recorded.environment.threads
     found = torch.get_num_threads()
     if not isinstance(recorded, int) or recorded < 1 or recorded == found:
         yield

@@ -60,16 +60,12 @@ def prepare_splits(cfg: RunConfig, device: torch.device) -> DataSplits:
 def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
     """Validate that ``run_dir`` can be resumed (and by ``cfg``, if given); return its config."""
     rd = RunDir(run_dir)
-    if rd.manifest.get("status") == "complete":
+    if rd.status == "complete":
         raise FathomError(f"run {str(run_dir)!r} is already complete; nothing to resume")
-    stored = rd.config
-    if cfg is not None and config_digest(cfg.model_dump(mode="json")) != rd.manifest.get(
-        "config_hash"
-    ):
+    stored, recorded_hash = rd.config, rd.recorded.config_hash
+    if cfg is not None and config_digest(cfg.model_dump(mode="json")) != recorded_hash:
         why = describe_config_change(
-            stored.model_dump(mode="json"),
-            rd.manifest.get("config_hash"),
-            cfg.model_dump(mode="json"),
+            stored.model_dump(mode="json"), recorded_hash, cfg.model_dump(mode="json")
         )
         raise FathomError(
             f"run {str(run_dir)!r} was started with another config ({why}); "

@@ -2,9 +2,11 @@
 
 Every instrument runs on the boundary's state and leaves it untouched (parameters,
 optimizer state, gates, train/eval flags, the training RNG). Scores are dense full-split
-accuracy and CE (:func:`fathom.train.evaluate.split_scores`; per token, with the perplexity
-``{split}/ppl``, for a next-token model: :func:`~fathom.train.evaluate.token_scores`); the selected checkpoint is
-the epoch >= 1 of minimum finite validation CE.
+accuracy and CE (:func:`fathom.train.evaluate.scores_of_split`; per token, with the perplexity
+``{split}/ppl``, for a next-token model: :func:`~fathom.train.evaluate.token_scores`), and for
+a run with a ``[loss]`` table its loss over each split, ``{split}/loss``, in the same pass;
+the selected checkpoint is the epoch >= 1 of minimum finite validation CE (of the logits,
+whatever loss trained them).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 
 from fathom.config.models import SPLITS, schedule_due
 from fathom.rundir import uninterrupted
-from fathom.train.evaluate import split_scores, token_scores
+from fathom.train.evaluate import scores_of_split, token_scores
 
 if TYPE_CHECKING:
     from fathom.train.session import Session
@@ -46,12 +48,16 @@ def sync(device: torch.device) -> None:
 
 
 def _score_splits(s: Session, row: dict[str, Any], keep_predictions: bool) -> dict:
-    """Fill ``{split}/acc`` and ``{split}/ce``; return the predictions kept for telemetry."""
+    """Fill ``{split}/acc`` and ``{split}/ce`` (and ``{split}/loss`` for a run with a
+    ``[loss]`` table); return the predictions kept for telemetry."""
     predictions: dict[str, torch.Tensor] = {}
+    loss = s.loss
     t0 = time.perf_counter()
     for name in SPLITS:
         if name not in s.cfg.eval.splits:
             row[f"{name}/acc"], row[f"{name}/ce"] = None, None
+            if loss is not None:
+                row[f"{name}/loss"] = None
             if s.tokens:
                 row[f"{name}/ppl"] = None
             continue
@@ -62,9 +68,10 @@ def _score_splits(s: Session, row: dict[str, Any], keep_predictions: bool) -> di
             row[f"{name}/ppl"] = None if ce is None else math.exp(ce)
             continue
         preds: list[torch.Tensor] | None = [] if keep_predictions else None
-        row[f"{name}/acc"], row[f"{name}/ce"] = split_scores(
-            s.model, x, y, s.cfg.eval.batch_size, preds
-        )
+        scores = scores_of_split(s.model, x, y, s.cfg.eval.batch_size, preds, loss)
+        row[f"{name}/acc"], row[f"{name}/ce"] = scores.acc, scores.ce
+        if loss is not None:  # a [loss] table: its value over the split beside the CE
+            row[f"{name}/loss"] = scores.loss
         if preds:
             predictions[name] = torch.cat(preds)
     sync(s.device)

@@ -1,0 +1,150 @@
+"""Per-block telemetry: each residual block's relative update ``||g f(X)||_F / ||s(X)||_F``
+and its probe mean gradient norm over all its parameters, against float64 brute force on a
+tiny GPT and on a hand-made net with a cropping bypass and the ``huang`` evaluation gain;
+read-only; named per block in the explorer."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from fathom.depth import Crop, SkippableResidual
+from fathom.models.gpt import GPT, token_cross_entropy, token_loss
+from fathom.telemetry import Instruments
+from fathom.telemetry.blocks import residual_blocks
+from fathom.telemetry.registry import GRAD, UPDATE, field_for
+
+
+def _gpt_probe(seed: int = 0):
+    torch.manual_seed(seed)
+    model = GPT(vocab=11, context=6, layers=3, width=8, heads=2)
+    x = torch.randint(0, 11, (4, 6))
+    y = torch.randint(0, 11, (4, 6))
+    return model, x, y
+
+
+def _gpt_reference(model: GPT, x: torch.Tensor, y: torch.Tensor):
+    """Float64: the residual stream block by block, written out (no hooks), and the gradient
+    of the mean over windows of each window's mean token cross-entropy."""
+    ref = copy.deepcopy(model).double().eval()
+    t = x.shape[1]
+    h = ref.wte(x.long()) + ref.wpe(torch.arange(t))
+    update = {}
+    for i, block in enumerate(ref.blocks):
+        f = block.branch(h)
+        update[f"blocks.{i}"] = float(f.detach().norm() / h.detach().norm())
+        h = h + f
+    logits = ref.lm_head(ref.ln_f(h))
+    n = x.shape[0]
+    loss = sum(token_cross_entropy(logits[i : i + 1], y[i : i + 1]) for i in range(n)) / n
+    grad = {}
+    for i, block in enumerate(ref.blocks):
+        gs = torch.autograd.grad(loss, list(block.parameters()), retain_graph=True)
+        grad[f"blocks.{i}"] = float(sum(g.square().sum() for g in gs).sqrt())
+    return update, grad
+
+
+def test_gpt_block_fields_match_a_float64_brute_force():
+    model, x, y = _gpt_probe()
+    ins = Instruments(model, x, y, families=("activations", "gradients"), loss=token_loss())
+    row = ins.observe()
+    assert ins.blocks == ("blocks.0", "blocks.1", "blocks.2")
+    update, grad = _gpt_reference(model, x, y)
+    for name in ins.blocks:
+        assert row[f"{UPDATE}/{name}"] == pytest.approx(update[name], rel=1e-5)
+        assert row[f"{GRAD}/{name}"] == pytest.approx(grad[name], rel=1e-4)
+        assert row[f"{GRAD}/{name}"] > 0 and row[f"{UPDATE}/{name}"] > 0
+    names = ins.field_names()
+    assert [n for n in names if n.startswith(UPDATE)] == [f"{UPDATE}/{b}" for b in ins.blocks]
+    assert field_for(f"{GRAD}/blocks.0").family == "gradients"
+    assert field_for(f"{UPDATE}/blocks.0").family == "activations"
+
+
+def test_only_the_chosen_family_gives_its_block_field():
+    model, x, y = _gpt_probe(1)
+    row = Instruments(model, x, y, families=("activations",), loss=token_loss()).observe()
+    assert any(k.startswith(UPDATE) for k in row) and not any(k.startswith(GRAD) for k in row)
+    row = Instruments(model, x, y, families=("params",), loss=token_loss()).observe()
+    assert not any(k.startswith((UPDATE, GRAD)) for k in row)
+
+
+class _Net(nn.Module):
+    """stem -> block a (huang, p = 0.3: evaluation gain 0.7) -> block b (crop 6 -> 4) -> head;
+    block b's branch shares nothing with a."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Linear(5, 6)
+        self.a = SkippableResidual(
+            nn.Sequential(nn.Linear(6, 6), nn.Tanh()), p=0.3, convention="huang"
+        )
+        self.b = SkippableResidual(nn.Linear(6, 4), bypass=Crop(4))
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.b(self.a(torch.relu(self.stem(x))))))
+
+
+def test_a_cropping_bypass_and_an_evaluation_gain_match_a_float64_brute_force():
+    torch.manual_seed(3)
+    net = _Net()
+    x, y = torch.randn(7, 5), torch.randint(0, 3, (7,))
+    row = Instruments(net, x, y, families=("activations", "gradients")).observe()
+    ref = copy.deepcopy(net).double().eval()
+    h0 = torch.relu(ref.stem(x.double()))
+    fa = 0.7 * ref.a.branch(h0)
+    h1 = h0 + fa
+    fb, sb = ref.b.branch(h1), h1[:, :4]
+    out = ref.head(torch.relu(sb + fb))
+    with torch.no_grad():
+        ua, ub = float(fa.norm() / h0.norm()), float(fb.norm() / sb.norm())
+    assert row[f"{UPDATE}/a"] == pytest.approx(ua, rel=1e-5)
+    assert row[f"{UPDATE}/b"] == pytest.approx(ub, rel=1e-5)
+    loss = nn.functional.cross_entropy(out, y)  # mean over examples of L_i
+    for name in ("a", "b"):
+        block = getattr(ref, name)
+        gs = torch.autograd.grad(loss, list(block.parameters()), retain_graph=True)
+        want = float(sum(g.square().sum() for g in gs).sqrt())
+        assert row[f"{GRAD}/{name}"] == pytest.approx(want, rel=1e-5)
+
+
+def test_the_block_pass_leaves_the_model_as_found():
+    model, x, y = _gpt_probe(2)
+    model.train()
+    model.blocks[1].p = 0.4
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    hooks = [len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()]
+    rng = torch.get_rng_state()
+    Instruments(model, x, y, families=("activations", "gradients"), loss=token_loss()).observe()
+    assert all(p.grad is None for p in model.parameters())
+    assert model.training and all(m.training for m in model.modules())
+    assert [len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()] == hooks
+    assert torch.equal(torch.get_rng_state(), rng)
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_a_model_without_residual_blocks_has_no_block_field():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3))
+    ins = Instruments(net, torch.randn(6, 4), torch.randint(0, 3, (6,)))
+    row = ins.observe()
+    assert ins.blocks == () and not any(k.startswith((UPDATE, GRAD)) for k in row)
+    assert residual_blocks(net) == []
+
+
+def test_the_explorer_facets_block_fields_by_block_in_model_order():
+    from fathom.report.fields import facet_key
+
+    key, kind, facet = facet_key(f"{GRAD}/blocks.10", f"{GRAD}/blocks.10")
+    assert (key, kind, facet) == (f"{GRAD}/{{block}}", "block", "blocks.10")
+    from fathom.report.html import _natural
+
+    assert sorted(["blocks.10", "blocks.2", "blocks.1"], key=_natural) == [
+        "blocks.1",
+        "blocks.2",
+        "blocks.10",
+    ]
