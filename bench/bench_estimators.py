@@ -17,8 +17,10 @@ the model and the estimator) is its own:
 * ``backpack``: MC (with standard errors, the default, and ``standard_errors=False``)
   against BackPACK's ``DiagGGNMC`` at equal samples, ``C = 10``, ``N = 32``, on that MLP,
   the residual CNN with BatchNorm (eval) of ``curvature_floor.py`` (BackPACK through
-  ``extend(..., use_converter=True)``) and its transformer block (embedding, attention,
-  LayerNorm, mean-pooled; BackPACK's refusal is printed), each against one float64 gradient;
+  ``extend(..., use_converter=True)``), its transformer block (embedding, attention,
+  LayerNorm, mean-pooled) and that block token-level (a per-token head, ``[N, T, V]`` with
+  V = 100, ``loss="cross_entropy", class_dim=-1``; BackPACK's refusals are printed), each
+  against one float64 gradient;
   all in one process, interleaved rounds, one torch thread, thread CPU time, medians
   (BackPACK is a dev-only dependency:
   ``pip install --no-deps backpack-for-pytorch einops unfoldNd``).
@@ -218,9 +220,30 @@ def part_classes(samples: int) -> None:
             )
 
 
-def _backpack_models() -> list[tuple[str, nn.Module, torch.Tensor, torch.Tensor, nn.Module]]:
-    """``(label, model, x, y, BackPACK-extended copy or None)`` for the three models, float64;
-    the residual CNN and the transformer from ``curvature_floor.py`` (as ``bench_curvature.py``)."""
+def _token_transformer():
+    from curvature_floor import TransformerBlock
+
+    class TokenTransformer(TransformerBlock):
+        """``curvature_floor``'s block with a per-token head: ``[N, T, V]`` logits."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = nn.Linear(32, 100)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            h = self.embed(tokens) + self.pos
+            a = self.ln1(h)
+            h = h + self.attn(a, a, a, need_weights=False)[0]
+            return self.head(h + self.mlp(self.ln2(h)))
+
+    return TokenTransformer
+
+
+def _backpack_models() -> list[tuple]:
+    """``(label, model, x, y, BackPACK-extended copy or None, diagonals' loss arguments)`` for
+    the four models, float64: the MLP, the residual CNN and the transformer block of
+    ``curvature_floor.py`` (as ``bench_curvature.py``), and that block with a per-token head
+    (``[N, T, V]``, V = 100, cross-entropy over every token: ``class_dim=-1``)."""
     from backpack import extend
 
     from curvature_floor import ResidualCNN, TransformerBlock, randomize_bn
@@ -237,13 +260,15 @@ def _backpack_models() -> list[tuple[str, nn.Module, torch.Tensor, torch.Tensor,
             torch.rand(32, 784, dtype=DT),
             torch.randint(0, 10, (32,)),
             bp,
+            {},
         )
     )
     model = randomize_bn(ResidualCNN(side=16)).to(DT).eval()
     bp = extend(randomize_bn(ResidualCNN(side=16)).to(DT).eval(), use_converter=True)
     bp.load_state_dict(model.state_dict())
     x = torch.randn(32, 1, 16, 16, dtype=DT)
-    out.append(("residual CNN (BatchNorm eval) 1x16x16", model, x, torch.randint(0, 10, (32,)), bp))
+    y = torch.randint(0, 10, (32,))
+    out.append(("residual CNN (BatchNorm eval) 1x16x16", model, x, y, bp, {}))
     model = TransformerBlock().to(DT).eval()
     out.append(
         (
@@ -252,9 +277,28 @@ def _backpack_models() -> list[tuple[str, nn.Module, torch.Tensor, torch.Tensor,
             torch.randint(0, 100, (32, 16)),
             torch.randint(0, 10, (32,)),
             None,
+            {},
+        )
+    )
+    tokens = torch.randint(0, 100, (32, 16))
+    model = _token_transformer()().to(DT).eval()
+    out.append(
+        (
+            "token-level transformer ([N, T, V] = [32, 16, 100])",
+            model,
+            tokens,
+            torch.randint(0, 100, (32, 16)),
+            None,
+            {"loss": "cross_entropy", "class_dim": -1},
         )
     )
     return out
+
+
+def _ce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The mean cross-entropy over examples (and tokens: ``[N, T, V]`` read as torch's
+    ``[N, V, T]``)."""
+    return F.cross_entropy(out.transpose(1, 2) if out.dim() == 3 else out, y)
 
 
 def part_backpack(samples: int, repeats: int) -> None:
@@ -270,13 +314,13 @@ def part_backpack(samples: int, repeats: int) -> None:
 
     torch.set_num_threads(1)  # thread CPU clock below: other jobs on the machine do not enter
     lossf = extend(nn.CrossEntropyLoss())
-    for label, model, x, y, bp_model in _backpack_models():
+    for label, model, x, y, bp_model, kw in _backpack_models():
         fns = {
-            "fathom mc": lambda m=model, x=x, y=y: diagonals(
-                m, x, y, estimator="mc", samples=samples
+            "fathom mc": lambda m=model, x=x, y=y, kw=kw: diagonals(
+                m, x, y, estimator="mc", samples=samples, **kw
             ),
-            "fathom mc, no SE": lambda m=model, x=x, y=y: diagonals(
-                m, x, y, estimator="mc", samples=samples, standard_errors=False
+            "fathom mc, no SE": lambda m=model, x=x, y=y, kw=kw: diagonals(
+                m, x, y, estimator="mc", samples=samples, standard_errors=False, **kw
             ),
         }
         refusal = ""
@@ -284,7 +328,8 @@ def part_backpack(samples: int, repeats: int) -> None:
             try:
                 bp_try = extend(type(model)().to(DT).eval(), use_converter=True)
                 with backpack(DiagGGNMC(mc_samples=samples)):
-                    lossf(bp_try(x), y).backward()
+                    out = bp_try(x)
+                    lossf(out.transpose(1, 2) if out.dim() == 3 else out, y).backward()
                 refusal = "BackPACK ran (unexpected)"
             except Exception as err:  # what BackPACK says about this model
                 refusal = (
@@ -301,7 +346,7 @@ def part_backpack(samples: int, repeats: int) -> None:
 
         def grad(model=model, x=x, y=y) -> None:
             model.zero_grad()
-            F.cross_entropy(model(x), y).backward()
+            _ce(model(x), y).backward()
 
         fns["gradient"] = grad
         times: dict[str, list[float]] = {k: [] for k in fns}
@@ -315,7 +360,7 @@ def part_backpack(samples: int, repeats: int) -> None:
         med = {k: statistics.median(v) for k, v in times.items()}
         params = sum(p.numel() for p in model.parameters())
         print(
-            f"{label}, {params:,} params, C=10 N=32 float64, K={samples}, {repeats} interleaved "
+            f"{label}, {params:,} params, N=32 float64, K={samples}, {repeats} interleaved "
             f"rounds, one thread, thread CPU time, medians (s), load {os.getloadavg()[0]:.1f}:"
         )
         for k, v in med.items():
