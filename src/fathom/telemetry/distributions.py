@@ -40,7 +40,8 @@ def activation_summary(
         return {**summary, "zero_frac": None, "dead_frac": None}
     if not isinstance(xs, np.ndarray):
         return {**summary, **zero_fractions(h)}
-    zeros = int(np.searchsorted(xs, 0.0, "right") - np.searchsorted(xs, 0.0, "left"))
+    zero = np.zeros(1, dtype=xs.dtype)  # (typed: a Python float makes searchsorted slow)
+    zeros = int(xs.searchsorted(zero, "right")[0]) - int(xs.searchsorted(zero, "left")[0])
     rows = h.detach().reshape(h.shape[0], -1).numpy(force=True)
     live = int(np.count_nonzero((rows != 0).any(axis=0)))  # NaN != 0: not dead
     return {
