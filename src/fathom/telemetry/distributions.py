@@ -58,7 +58,7 @@ def _summary(flat: torch.Tensor, quantiles: tuple[float, ...]) -> tuple[dict, An
     if flat.numel() == 0:
         return dict.fromkeys(keys), None
     x = flat.to(torch.float64)
-    head = torch.stack([x.mean(), x.std(correction=0), x.square().mean().sqrt()]).tolist()
+    head = [x.mean().item(), x.std(correction=0).item(), x.square().mean().sqrt().item()]
     xs = _ascending(flat)
     n = int(xs.shape[0])
     pos = [q * (n - 1) for q in quantiles]
