@@ -166,3 +166,31 @@ def test_every_field_equals_the_plain_formulas_bit_for_bit(recipe: str) -> None:
         assert not bad, "\n".join(bad)
         checked += len(want)
     assert checked == 3 * len(ins.field_names())
+
+
+@pytest.mark.parametrize("budget", [2**24, 100])
+def test_displacements_follow_references_and_weights_changed_in_place(monkeypatch, budget):
+    """The float64 reference copies kept across observations (within the budget, or converted
+    inside the subtraction beyond it) and a weight's float64 copy reused from its norm give
+    ``||W - W_0||`` of float64 copies, also after ``W_0`` or ``W`` changed in place."""
+    from fathom.telemetry import params as P
+
+    monkeypatch.setattr(P, "REFERENCE_ELEMENTS", budget)
+    g = torch.Generator().manual_seed(3)
+    w, w0, w1 = (torch.randn(40, 7, generator=g) for _ in range(3))
+
+    def want(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float(torch.linalg.vector_norm(a.double() - b.double()))
+
+    scratch: dict = {}
+    norms = P.Norms(scratch)
+    assert norms.frob(w) == _norm(w)
+    assert norms.displacement(w, w0) == want(w, w0)
+    assert bool(scratch["reference_copies"]) == (budget >= w0.numel())
+    w0.mul_(1.5)  # the kept copy is stale now
+    norms = P.Norms(scratch)
+    assert norms.frob(w) == _norm(w)
+    w.add_(0.25)  # after its norm was taken: the float64 copy in the scratch slot is stale
+    assert norms.displacement(w, w0) == want(w, w0)
+    assert P.Norms(scratch).displacement(w, w1) == want(w, w1)
+    assert P.Norms(scratch).displacement(w1, w0) == want(w1, w0)

@@ -64,6 +64,7 @@ class Norms:
         # norms (while the same object at the same version), within REFERENCE_ELEMENTS
         self._old_copies = self._scratch.pop("reference_copies", {})
         self._scratch["reference_copies"] = {}
+        self._kept = 0  # entries of the float64 reference copies kept by this observation
         self._slots: list[tuple | None] = [None, None]  # (tensor, version) a slot holds
 
     def frob(self, t: torch.Tensor | None, *, reference: bool = False) -> float | None:
@@ -105,14 +106,16 @@ class Norms:
         float32 -> float64 conversion is exact: the difference below has the bits of a
         subtraction that converts inside the kernel). Beyond :data:`REFERENCE_ELEMENTS`
         kept entries the conversion happens inside the subtraction, as before."""
-        held = self._old_copies.get(id(w0))
-        if held is None or held[0] is not w0 or held[1] != w0._version or held[2] is None:
-            kept = sum(c[2].numel() for c in self._scratch["reference_copies"].values())
-            fits = kept + ref.numel() <= REFERENCE_ELEMENTS and ref.is_floating_point()
+        kept = self._scratch["reference_copies"]
+        held = kept.get(id(w0)) or self._old_copies.get(id(w0))
+        if held is None or held[0] is not w0 or held[1] != w0._version:
+            fits = self._kept + ref.numel() <= REFERENCE_ELEMENTS and ref.is_floating_point()
             held = (w0, w0._version, ref.to(torch.float64) if fits else None)
         if held[2] is None or held[2].device != ref.device:
             return ref
-        self._scratch["reference_copies"][id(w0)] = held
+        if id(w0) not in kept:
+            kept[id(w0)] = held
+            self._kept += held[2].numel()  # (a running count: no sum over the kept copies)
         return held[2]
 
     def _load(self, t: torch.Tensor, slot: int, device: torch.device | None = None):
