@@ -1023,30 +1023,7 @@ def diagonals(
         )
     else:
         est = ({}, {}, {}, {})
-    diag, se, ptr, tr = est
-    names = list(dict(seam.model.named_parameters()))
-    values = Diagonals({f: (diag[f] if f in sampled else exact[f]) for f in plan.families})
-    ptraces = {
-        f: {p: v for p, (v, _) in ptr[f].items()}
-        if f in ptr
-        else {p: float(values[f][p].sum()) for p in names}
-        for f in plan.families
-    }
-    return Estimate(
-        diagonals=values,
-        standard_errors={f: se.get(f) for f in plan.families},
-        traces={f: sum(ptraces[f].values()) for f in plan.families},
-        trace_standard_errors={f: tr[f][1] if f in tr else None for f in plan.families},
-        parameter_traces=ptraces,
-        parameter_trace_standard_errors={
-            f: {p: s for p, (_, s) in ptr[f].items()} if f in ptr else None for f in plan.families
-        },
-        estimators={f: (name if f in sampled else "exact") for f in plan.families},
-        samples=samples if sampled else None,
-        seed=seed if sampled else None,
-        choice=choice,
-        layout=layout,
-    )
+    return _assembled(seam, plan, est, exact, sampled, name, samples, seed, choice, layout)
 
 
 def loss_diagonals(
@@ -1132,30 +1109,7 @@ def loss_diagonals(
             generator=generator,
             examples_per_chunk=ex,
         )
-    diag, se, ptr, tr = est
-    names = list(dict(seam.model.named_parameters()))
-    values = Diagonals({f: (diag[f] if f in sampled else exact[f]) for f in plan.families})
-    ptraces = {
-        f: {p: v for p, (v, _) in ptr[f].items()}
-        if f in ptr
-        else {p: float(values[f][p].sum()) for p in names}
-        for f in plan.families
-    }
-    return Estimate(
-        diagonals=values,
-        standard_errors={f: se.get(f) for f in plan.families},
-        traces={f: sum(ptraces[f].values()) for f in plan.families},
-        trace_standard_errors={f: tr[f][1] if f in tr else None for f in plan.families},
-        parameter_traces=ptraces,
-        parameter_trace_standard_errors={
-            f: {p: s for p, (_, s) in ptr[f].items()} if f in ptr else None for f in plan.families
-        },
-        estimators={f: (name if f in sampled else "exact") for f in plan.families},
-        samples=samples if sampled else None,
-        seed=seed if sampled else None,
-        choice=choice,
-        layout=record,
-    )
+    return _assembled(seam, plan, est, exact, sampled, name, samples, seed, choice, record)
 
 
 def estimator_rows() -> list[tuple[str, str, str]]:
@@ -1189,3 +1143,44 @@ def _said(loss: Loss, families: list[str], estimator: str) -> dict[str, str]:
         ggn = _POSITION_PRODUCTS.get(loss.name, _FACTOR_PRODUCT)[1]
         said = {"ggn": ggn, "jacobian_gram": _said_gram()[1]}
     return {f: said[f] for f in families}
+
+
+def _assembled(
+    seam: Seam,
+    plan: Plan,
+    est: tuple[dict, dict, dict, dict],
+    exact: dict,
+    sampled: list[str],
+    name: str,
+    samples: int,
+    seed: int,
+    choice: str,
+    layout: dict,
+) -> Estimate:
+    """The :class:`Estimate` of :func:`diagonals` and :func:`loss_diagonals`: each sampled
+    family from ``est`` (diagonals, standard errors, per-parameter and total traces with their
+    errors), every other family from ``exact`` with its traces summed from its diagonal."""
+    diag, se, ptr, tr = est
+    names = list(dict(seam.model.named_parameters()))
+    values = Diagonals({f: (diag[f] if f in sampled else exact[f]) for f in plan.families})
+    ptraces = {
+        f: {p: v for p, (v, _) in ptr[f].items()}
+        if f in ptr
+        else {p: float(values[f][p].sum()) for p in names}
+        for f in plan.families
+    }
+    return Estimate(
+        diagonals=values,
+        standard_errors={f: se.get(f) for f in plan.families},
+        traces={f: sum(ptraces[f].values()) for f in plan.families},
+        trace_standard_errors={f: tr[f][1] if f in tr else None for f in plan.families},
+        parameter_traces=ptraces,
+        parameter_trace_standard_errors={
+            f: {p: s for p, (_, s) in ptr[f].items()} if f in ptr else None for f in plan.families
+        },
+        estimators={f: (name if f in sampled else "exact") for f in plan.families},
+        samples=samples if sampled else None,
+        seed=seed if sampled else None,
+        choice=choice,
+        layout=layout,
+    )
