@@ -161,6 +161,39 @@ def test_combinations_that_do_not_fit_are_refused():
     assert ok.loss.label_smoothing == 0.1
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(list(LOSSES)),
+    reduction=st.sampled_from(["mean", "sum"]),
+    eps=st.sampled_from([0.0, 0.1]),
+    ignore=st.sampled_from([-100, 0]),
+)
+def test_a_loss_table_dumps_its_own_options_and_reads_back(name, reduction, eps, ignore):
+    """Cross-entropy's table dumps every field (its config hash as before the dump rule);
+    another loss's dump holds no cross-entropy option; every dump reads back to the table."""
+    if name == "cross_entropy":
+        table = LossConfig(reduction=reduction, label_smoothing=eps, ignore_index=ignore)
+        assert table.model_dump() == {
+            "name": name, "reduction": reduction, "label_smoothing": eps,
+            "ignore_index": ignore, "target": "labels",
+        }  # fmt: skip
+    else:
+        table = LossConfig(name=name, reduction=reduction, target="one_hot")
+        assert table.model_dump() == {"name": name, "reduction": reduction, "target": "one_hot"}
+    assert LossConfig.model_validate(table.model_dump()) == table
+    cfg = RunConfig().with_updates({"loss": table.model_dump()})
+    assert validate_run_config(cfg.model_dump()).loss == table
+    assert config_digest(cfg.model_dump()) == config_digest(
+        validate_run_config(cfg.model_dump()).model_dump()
+    )
+
+
+def test_a_changed_cross_entropy_option_of_another_loss_is_still_refused():
+    mse = RunConfig().with_updates({"loss": {"name": "mse", "target": "one_hot"}})
+    with pytest.raises(FathomError, match="loss.label_smoothing is an option of cross_entropy"):
+        mse.with_updates({"loss.label_smoothing": 0.1})
+
+
 def test_loss_with_starts_a_new_name_from_its_defaults():
     smoothed = LossConfig(label_smoothing=0.2, reduction="sum")
     assert loss_with(smoothed, "flags", ignore_index=3) == LossConfig(
@@ -270,6 +303,124 @@ def test_default_training_is_the_pre_table_cross_entropy_step(tmp_path, monkeypa
     assert len(hashes) == 1
     assert len({rd.manifest["config_hash"] for rd in (plain, said, before)}) == 1
     assert not any("fit/loss" in row for row in history(plain))
+    # the selection is the pre-table one: the first epoch >= 1 of minimum val/ce, the same
+    # selected weights, and a manifest ``selected`` of {epoch, val_ce} only
+    rows = [r for r in history(plain) if r["epoch"] >= 1 and r.get("val/ce") is not None]
+    first_min = min(rows, key=lambda r: (r["val/ce"], r["epoch"]))
+    for rd in (plain, said, before):
+        assert rd.manifest["selected"] == {
+            "epoch": first_min["epoch"],
+            "val_ce": first_min["val/ce"],
+        }
+    sel = {rd.manifest["selected_checkpoint"]["params_sha256"] for rd in (plain, said, before)}
+    assert len(sel) == 1
+
+
+# -- selection by the configured loss ---------------------------------------------------------
+def test_objective_field_is_the_split_loss_the_run_records():
+    from fathom.config.run import objective_field
+    from fathom.train.session import Session
+
+    for table, field in (
+        (None, "val/ce"),
+        ({"name": "cross_entropy", "reduction": "mean"}, "val/ce"),
+        ({"label_smoothing": 0.1}, "val/loss"),
+        ({"reduction": "sum"}, "val/loss"),
+        ({"name": "mse", "target": "one_hot"}, "val/loss"),
+    ):
+        cfg = run_config(Path("x.npz"), table)
+        assert objective_field(cfg) == field
+        # "val/loss" exactly where the trainer records {split}/loss (its loss is not None)
+        fake = type("S", (), {"cfg": cfg, "tokens": False})()
+        assert (Session.loss.fget(fake) is not None) == (field == "val/loss")
+
+
+class _SelectingSession:
+    """What :func:`fathom.train.observe.select` reads of a session: its config, its progress
+    and the weights it saves (recorded here)."""
+
+    def __init__(self, cfg):
+        from fathom.train.state import Progress
+
+        self.cfg, self.progress, self.saved = cfg, Progress(), []
+
+    def save_weights(self, which, epoch):
+        self.saved.append(epoch)
+        return {"epoch": epoch}
+
+
+@pytest.mark.parametrize(
+    ("table", "want"),
+    [(None, 3), ({"name": "mse", "target": "one_hot"}, 1)],
+    ids=["default-by-ce", "mse-by-loss"],
+)
+def test_select_keeps_the_minimum_of_the_objective(table, want):
+    """Rows whose CE falls while the configured loss rises: the default selects the CE's
+    minimum, a [loss] table its loss's; non-finite and epoch-0 values never select."""
+    from fathom.train.observe import select
+
+    s = _SelectingSession(run_config(Path("x.npz"), table))
+    rows = [
+        {"epoch": 0, "val/ce": 0.1, "val/loss": 0.01},
+        {"epoch": 1, "val/ce": 2.0, "val/loss": 0.2},
+        {"epoch": 2, "val/ce": 1.5, "val/loss": float("nan")},
+        {"epoch": 3, "val/ce": 1.0, "val/loss": 0.4},
+        {"epoch": 4, "val/ce": 1.0, "val/loss": 0.2},  # ties keep the earlier epoch
+    ]
+    for r in rows:
+        select(s, r["epoch"], r)
+    assert s.progress.best["epoch"] == want and s.saved[-1] == want
+    got = next(r for r in rows if r["epoch"] == want)
+    assert s.progress.best["val_ce"] == got["val/ce"]
+    if table is None:
+        assert set(s.progress.best) == {"epoch", "val_ce"}
+    else:
+        assert s.progress.best["val_loss"] == got["val/loss"]
+
+
+def test_a_loss_run_selects_and_records_by_its_loss(tmp_path):
+    rd = train_run(
+        run_config(
+            data_file(tmp_path),
+            {"name": "mse", "target": "one_hot"},
+            optim={"lr": 0.05, "batch_size": 16, "epochs": 4},
+        ),
+        tmp_path / "r",
+    )
+    rows = [r for r in history(rd) if r["epoch"] >= 1 and r.get("val/loss") is not None]
+    first_min = min(rows, key=lambda r: (r["val/loss"], r["epoch"]))
+    sel = rd.manifest["selected"]
+    assert sel == {
+        "epoch": first_min["epoch"],
+        "val_ce": first_min["val/ce"],
+        "val_loss": first_min["val/loss"],
+    }
+    assert rd.record.selected.val_loss == first_min["val/loss"]
+    assert rd.manifest["selected_checkpoint"]["epoch"] == first_min["epoch"]
+
+
+def test_tuning_ranks_a_loss_grid_by_its_loss():
+    from fathom.study.selection import GridPoint, select_lr
+
+    def point(lr, ce, loss, objective):
+        return GridPoint("r", lr, f"r{lr}", "complete", ce, 1, None, None, loss, objective)
+
+    by_loss = [point(0.1, 0.5, 0.9, "val/loss"), point(0.2, 0.9, 0.3, "val/loss")]
+    assert select_lr(by_loss) == {"r": 0.2}
+    by_ce = [point(0.1, 0.5, None, "val/ce"), point(0.2, 0.9, None, "val/ce")]
+    assert select_lr(by_ce) == {"r": 0.1}
+    # a default grid point reads as before the loss existed; a loss one says its objective
+    assert set(by_ce[0].to_dict()) == {
+        "recipe", "lr", "run_id", "status", "val_ce", "selected_epoch", "diverged_epoch",
+        "status_reason",
+    }  # fmt: skip
+    assert by_loss[0].to_dict()["objective"] == "val/loss"
+    from fathom.stats.summary_tables import tuning_table
+
+    table = tuning_table(
+        {"enabled": True, "grid": [p.to_dict() for p in by_loss], "selected_lr": {"r": 0.2}}
+    )
+    assert "Min validation loss" in table.columns and table.rows[1][3].value == 0.3
 
 
 # -- the audit's damage -----------------------------------------------------------------------

@@ -252,14 +252,21 @@ def tuning_table(tuning: Mapping[str, Any]) -> Table:
         ]
         return Table(id="rates", title=f"No tuning phase: {tuning.get('rule')}",
                      columns=["Method", "LR", "Source"], rows=rows)  # fmt: skip
+    grid = tuning.get("grid") or []
+    # a grid ranked by a [loss] table's loss (its points say objective "val/loss") shows it
+    by_loss = any(p.get("objective") == "val/loss" for p in grid)
+    key, unit, head = (
+        ("val_loss", "", "Min validation loss") if by_loss
+        else ("val_ce", "nats", "Min validation CE (nats)")
+    )  # fmt: skip
     rows = [
         [_text(p["recipe"]), _text(f"{p['lr']:g}"), _text(p["status"]),
-         Cell(value=p.get("val_ce"), unit="nats"), Cell(value=p.get("selected_epoch"), unit="count"),
+         Cell(value=p.get(key), unit=unit), Cell(value=p.get("selected_epoch"), unit="count"),
          Cell(value=p.get("diverged_epoch"), unit="count"),
          _text("selected" if chosen.get(p["recipe"]) == p["lr"] else None)]
-        for p in tuning.get("grid") or []
+        for p in grid
     ]  # fmt: skip
-    cols = ["Method", "LR", "Status", "Min validation CE (nats)", "At epoch", "Diverged in epoch",
+    cols = ["Method", "LR", "Status", head, "At epoch", "Diverged in epoch",
             "Selected"]  # fmt: skip
     title = f"Tuning grid (seed {tuning.get('seed')}); selection: {tuning.get('rule')}"
     return Table(id="tuning", title=title, columns=cols, rows=rows)
