@@ -607,22 +607,26 @@ LOSS_CASES = [
 ]
 
 
-def brute_layer(model: torch.nn.Linear, x, y, name, options, target):
+def brute_layer(model: torch.nn.Linear, x, y, name, options, target, reduction="mean"):
     """Per-example gradients ``g_i = d L_i / d W`` and the GGN of ``L`` on ``W``, float64 by
-    autograd and torch.func (``L = (1/N) sum_i L_i``, one-hot or label targets)."""
+    autograd and torch.func, one example at a time: ``L = (1/N) sum_i L_i`` (mean; ``L_i``
+    the example's mean over its entries for mse and BCE) or ``L = sum_i L_i`` (sum; ``L_i``
+    the sum over its entries), one-hot or label targets."""
     from torch.func import hessian, jacrev
 
     w, b = model.weight.detach().double(), model.bias.detach().double()
     x = x.double()
     n, c = x.shape[0], w.shape[0]
     t = one_hot64(y, c) if target == "one_hot" else y
+    per = c if reduction == "mean" else 1  # entries an mse / BCE example's loss averages
     fn = {
-        "mse": lambda z, t: F.mse_loss(z, t, reduction="sum") / c,
+        "mse": lambda z, t: F.mse_loss(z, t, reduction="sum") / per,
         "bce_with_logits": lambda z, t: (
-            F.binary_cross_entropy_with_logits(z, t, reduction="sum") / c
+            F.binary_cross_entropy_with_logits(z, t, reduction="sum") / per
         ),
         "cross_entropy": lambda z, t: F.cross_entropy(z[None], t[None], **options),
     }[name]
+    weight = 1 / n if reduction == "mean" else 1.0  # L = c sum_i L_i
 
     def z_of(wf, xi):
         return xi @ wf.T + b
@@ -633,7 +637,7 @@ def brute_layer(model: torch.nn.Linear, x, y, name, options, target):
         grads.append(g.reshape(-1))
         jac = jacrev(lambda wf, xi=xi: z_of(wf, xi))(w).reshape(c, -1)
         h = hessian(lambda z, ti=ti: fn(z, ti))(z_of(w, xi))
-        ggn += jac.T @ h @ jac / n
+        ggn += weight * (jac.T @ h @ jac)
     return torch.stack(grads), ggn
 
 
@@ -668,17 +672,83 @@ def test_loss_snapshot_kfac_and_grams_are_the_losses(name, options, target):
     assert one["kfac_diag_rel_l1_error"] == pytest.approx(0.0, abs=1e-12)
 
 
-def test_loss_snapshot_with_the_sum_states_what_it_leaves_out():
+SUM_CASES = [
+    ("mse", {"reduction": "sum"}, "one_hot"),
+    ("bce_with_logits", {"reduction": "sum"}, "one_hot"),
+    ("cross_entropy", {"reduction": "sum", "label_smoothing": 0.2}, "labels"),
+]
+
+
+@pytest.mark.parametrize(("name", "options", "target"), SUM_CASES, ids=[c[0] for c in SUM_CASES])
+def test_loss_snapshot_with_the_sum_is_brute_force(name, options, target):
+    """With ``reduction="sum"`` (``L = sum_i L_i``): the Gram of the examples' own gradients,
+    the probe-mean gradient and the exact-GGN and KFAC quadratics equal a per-example float64
+    loop; on one example KFAC is exact (``G (x) A`` is the GGN block: its diagonal, its
+    trace ``tr G tr A`` and its quadratic along the gradient)."""
+    from fathom.curvature.concentration import gradient_concentration
     from fathom.curvature.snapshot import loss_snapshot
 
     torch.manual_seed(0)
-    model = torch.nn.Linear(4, CLASSES)
-    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
-    loss = LabelLoss(make_loss("mse", reduction="sum"), "one_hot")
+    model = torch.nn.Sequential(torch.nn.Linear(4, CLASSES))
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(6, 4, generator=g), torch.randint(0, CLASSES, (6,), generator=g)
+    loss = LabelLoss(make_loss(name, **options), target)
     snap = loss_snapshot(model, x, y, loss)
-    layer = snap.record["layers"][0]
-    assert not layer["kfac"]["covered"] and "per-example means" in layer["kfac"]["reason"]
-    assert snap.record["gradient_concentration_all_weights"] is None
-    assert snap.record["probe_loss"] == pytest.approx(
-        reference("mse", model(x).detach(), y, "sum"), rel=1e-6
+    grads, ggn = brute_layer(model[0], x, y, name, options, target, "sum")
+    want = gradient_concentration(grads @ grads.T)
+    got = snap.record["gradient_concentration_all_weights"]
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-9), key
+    gbar = grads.mean(0)
+    kfac = snap.record["layers"][0]["kfac"]
+    assert kfac["covered"] and snap.record["estimator"]["kfac"].startswith("exact factors")
+    assert kfac["exact_ggn_rayleigh_mean_gradient"] == pytest.approx(
+        float(gbar @ ggn @ gbar / (gbar @ gbar)), rel=1e-9
     )
+    assert kfac["mean_gradient_sq_norm"] == pytest.approx(float(gbar @ gbar), rel=1e-9)
+    torch.testing.assert_close(snap.diagonals["ggn"]["0.weight"].reshape(-1), ggn.diagonal())
+    assert snap.record["probe_loss"] == pytest.approx(
+        reference(name, model(x).detach(), y, "sum", options.get("label_smoothing", 0.0)),
+        rel=1e-6,
+    )
+    one = loss_snapshot(model, x[:1], y[:1], loss).record["layers"][0]["kfac"]
+    g1, ggn1 = brute_layer(model[0], x[:1], y[:1], name, options, target, "sum")
+    assert one["kfac_diag_rel_l1_error"] == pytest.approx(0.0, abs=1e-12)
+    assert one["A"]["trace"] * one["G"]["trace"] == pytest.approx(float(ggn1.trace()), rel=1e-9)
+    assert one["kfac_quadratic_mean_gradient"] == pytest.approx(
+        float(g1[0] @ ggn1 @ g1[0]), rel=1e-9
+    )
+
+
+def test_loss_snapshot_sum_is_n_times_the_mean_per_example():
+    """Cross-entropy on integer labels has the same ``L_i`` under both reductions, so the
+    sum's snapshot holds the same per-example gradients (Gram moments, mean gradient) and
+    ``N`` times the mean's GGN: KFAC's ``G`` ``N`` times (``A`` the same), the exact-GGN and
+    KFAC quadratics along the same mean gradient ``N`` times."""
+    from fathom.curvature.snapshot import loss_snapshot
+
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3))
+    g = torch.Generator().manual_seed(2)
+    n = 7
+    x, y = torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g)
+    mean, total = (
+        loss_snapshot(model, x, y, LabelLoss(make_loss("cross_entropy", reduction=r), "labels"))
+        for r in ("mean", "sum")
+    )
+    for key, value in mean.record["gradient_concentration_all_weights"].items():
+        assert total.record["gradient_concentration_all_weights"][key] == pytest.approx(
+            value, rel=1e-9
+        )
+    for lm, ls in zip(mean.record["layers"], total.record["layers"], strict=True):
+        km, ks = lm["kfac"], ls["kfac"]
+        assert ks["A"]["trace"] == pytest.approx(km["A"]["trace"], rel=1e-12)
+        assert ks["G"]["trace"] == pytest.approx(n * km["G"]["trace"], rel=1e-9)
+        assert ks["mean_gradient_sq_norm"] == pytest.approx(km["mean_gradient_sq_norm"], rel=1e-9)
+        assert ks["kfac_quadratic_mean_gradient"] == pytest.approx(
+            n * km["kfac_quadratic_mean_gradient"], rel=1e-9
+        )
+        assert ks["kfac_rayleigh_per_example"] == pytest.approx(
+            [n * q for q in km["kfac_rayleigh_per_example"]], rel=1e-9
+        )
+        assert ks["kfac_diag_rel_l1_error"] == pytest.approx(km["kfac_diag_rel_l1_error"], rel=1e-9)
