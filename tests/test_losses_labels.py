@@ -752,3 +752,41 @@ def test_loss_snapshot_sum_is_n_times_the_mean_per_example():
             [n * q for q in km["kfac_rayleigh_per_example"]], rel=1e-9
         )
         assert ks["kfac_diag_rel_l1_error"] == pytest.approx(km["kfac_diag_rel_l1_error"], rel=1e-9)
+
+
+# -- reports of a run trained with a [loss] table ----------------------------------------------
+def test_report_of_a_loss_run_shows_its_loss(tmp_path):
+    """``fathom report`` of an mse run: summary.md's training-loss table holds the selected
+    epoch and ``val/loss`` the manifest and history record (the loss's own numbers, not CE's),
+    the learning curves gain the loss's row, the explorer offers ``{split}/loss``, and the
+    progress line says the loss; a default run's report has none of it."""
+    from PIL import Image
+
+    from fathom.base.terminal import _epoch_line
+    from fathom.report.build import build_report
+
+    npz = data_file(tmp_path)
+    mse = train_run(run_config(npz, {"name": "mse", "target": "one_hot"}), tmp_path / "m" / "r")
+    plain = train_run(run_config(npz), tmp_path / "p" / "r")
+    out = build_report(tmp_path / "m")
+    md = out.summary_md.read_text()
+    rows = history(mse)
+    sel = mse.manifest["selected"]
+    last = rows[-1]
+    want = (
+        f"| {mse.run_id} | mse (reduction mean, target one_hot) | {sel['epoch']} | "
+        f"{sel['val_loss']:.6g} | {last['val/loss']:.6g} | {last['test/loss']:.6g} "
+        f"| {last['epoch']} |"
+    )
+    assert "## Training loss" in md and want in md
+    assert '"{split}/loss"' in (out.html.parent / "report.html").read_text()
+    base = build_report(tmp_path / "p")
+    assert "## Training loss" not in base.summary_md.read_text()
+    # learning_curves.png: three rows of panels (accuracy, CE, the loss) against two
+    heights = [
+        Image.open(o.html.parent / "figures" / "learning_curves.png").size[1] for o in (out, base)
+    ]
+    assert heights[0] > 1.3 * heights[1]
+    line = _epoch_line(last, None)
+    assert f"loss {last['val/loss']:.4g}" in line
+    assert " loss " not in _epoch_line(history(plain)[-1], None).split("val acc")[1]
