@@ -790,3 +790,36 @@ def test_report_of_a_loss_run_shows_its_loss(tmp_path):
     line = _epoch_line(last, None)
     assert f"loss {last['val/loss']:.4g}" in line
     assert " loss " not in _epoch_line(history(plain)[-1], None).split("val acc")[1]
+
+
+def test_an_interrupted_loss_run_resumes_to_the_same_selection(tmp_path, monkeypatch):
+    """Ctrl-C at the boundary of epoch 3 of an mse run, then a resume: the same selected
+    epoch, ``val_loss`` and weights, and the same final parameters, as the run unbroken."""
+    import fathom.train.loop as loop
+    from fathom.train.loop import train
+
+    cfg = run_config(
+        data_file(tmp_path),
+        {"name": "mse", "target": "one_hot"},
+        optim={"lr": 0.05, "batch_size": 16, "epochs": 4},
+    )
+    whole = train_run(cfg, tmp_path / "whole")
+    real = loop.observe
+
+    def stop_at_3(s, epoch, fields):
+        if epoch == 3:
+            raise KeyboardInterrupt
+        return real(s, epoch, fields)
+
+    monkeypatch.setattr(loop, "observe", stop_at_3)
+    with pytest.raises(KeyboardInterrupt):  # recorded as interrupted, then raised on
+        train(cfg, tmp_path / "cut")
+    assert RunDir(tmp_path / "cut").status != "complete"
+    monkeypatch.setattr(loop, "observe", real)
+    assert train(cfg, tmp_path / "cut", resume=True).status == "complete"
+    cut = RunDir(tmp_path / "cut")
+    assert cut.manifest["selected"] == whole.manifest["selected"]
+    assert "val_loss" in cut.manifest["selected"]
+    sel = "selected_checkpoint"
+    assert cut.manifest[sel]["params_sha256"] == whole.manifest[sel]["params_sha256"]
+    assert cut.manifest["hashes"]["final_params"] == whole.manifest["hashes"]["final_params"]
