@@ -378,6 +378,33 @@ def test_select_keeps_the_minimum_of_the_objective(table, want):
         assert s.progress.best["val_loss"] == got["val/loss"]
 
 
+_VALUE = st.one_of(
+    st.none(), st.sampled_from([float("nan"), float("inf")]), st.floats(0, 3, width=16)
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    values=st.lists(st.tuples(_VALUE, _VALUE), min_size=1, max_size=8),
+    by_loss=st.booleans(),
+)
+def test_select_is_the_first_minimum_of_the_objective(values, by_loss):
+    """Over any sequence of boundaries: the selection is the first epoch >= 1 of minimum
+    finite objective (``val/loss`` with a [loss] table, ``val/ce`` without), whatever the
+    other field does; none when no value is finite."""
+    from fathom.train.observe import select
+
+    s = _SelectingSession(run_config(Path("x.npz"), {"reduction": "sum"} if by_loss else None))
+    rows = [{"epoch": e, "val/ce": ce, "val/loss": lo} for e, (ce, lo) in enumerate(values)]
+    for r in rows:
+        select(s, r["epoch"], r)
+    field = "val/loss" if by_loss else "val/ce"
+    ok = [r for r in rows if r["epoch"] >= 1 and r[field] is not None and np.isfinite(r[field])]
+    want = min(ok, key=lambda r: (r[field], r["epoch"]))["epoch"] if ok else None
+    assert s.progress.best["epoch"] == want
+    assert (s.saved[-1] if s.saved else None) == want
+
+
 def test_a_loss_run_selects_and_records_by_its_loss(tmp_path):
     rd = train_run(
         run_config(
