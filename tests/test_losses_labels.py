@@ -161,6 +161,39 @@ def test_combinations_that_do_not_fit_are_refused():
     assert ok.loss.label_smoothing == 0.1
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(list(LOSSES)),
+    reduction=st.sampled_from(["mean", "sum"]),
+    eps=st.sampled_from([0.0, 0.1]),
+    ignore=st.sampled_from([-100, 0]),
+)
+def test_a_loss_table_dumps_its_own_options_and_reads_back(name, reduction, eps, ignore):
+    """Cross-entropy's table dumps every field (its config hash as before the dump rule);
+    another loss's dump holds no cross-entropy option; every dump reads back to the table."""
+    if name == "cross_entropy":
+        table = LossConfig(reduction=reduction, label_smoothing=eps, ignore_index=ignore)
+        assert table.model_dump() == {
+            "name": name, "reduction": reduction, "label_smoothing": eps,
+            "ignore_index": ignore, "target": "labels",
+        }  # fmt: skip
+    else:
+        table = LossConfig(name=name, reduction=reduction, target="one_hot")
+        assert table.model_dump() == {"name": name, "reduction": reduction, "target": "one_hot"}
+    assert LossConfig.model_validate(table.model_dump()) == table
+    cfg = RunConfig().with_updates({"loss": table.model_dump()})
+    assert validate_run_config(cfg.model_dump()).loss == table
+    assert config_digest(cfg.model_dump()) == config_digest(
+        validate_run_config(cfg.model_dump()).model_dump()
+    )
+
+
+def test_a_changed_cross_entropy_option_of_another_loss_is_still_refused():
+    mse = RunConfig().with_updates({"loss": {"name": "mse", "target": "one_hot"}})
+    with pytest.raises(FathomError, match="loss.label_smoothing is an option of cross_entropy"):
+        mse.with_updates({"loss.label_smoothing": 0.1})
+
+
 def test_loss_with_starts_a_new_name_from_its_defaults():
     smoothed = LossConfig(label_smoothing=0.2, reduction="sum")
     assert loss_with(smoothed, "flags", ignore_index=3) == LossConfig(
@@ -270,6 +303,151 @@ def test_default_training_is_the_pre_table_cross_entropy_step(tmp_path, monkeypa
     assert len(hashes) == 1
     assert len({rd.manifest["config_hash"] for rd in (plain, said, before)}) == 1
     assert not any("fit/loss" in row for row in history(plain))
+    # the selection is the pre-table one: the first epoch >= 1 of minimum val/ce, the same
+    # selected weights, and a manifest ``selected`` of {epoch, val_ce} only
+    rows = [r for r in history(plain) if r["epoch"] >= 1 and r.get("val/ce") is not None]
+    first_min = min(rows, key=lambda r: (r["val/ce"], r["epoch"]))
+    for rd in (plain, said, before):
+        assert rd.manifest["selected"] == {
+            "epoch": first_min["epoch"],
+            "val_ce": first_min["val/ce"],
+        }
+    sel = {rd.manifest["selected_checkpoint"]["params_sha256"] for rd in (plain, said, before)}
+    assert len(sel) == 1
+
+
+# -- selection by the configured loss ---------------------------------------------------------
+def test_objective_field_is_the_split_loss_the_run_records():
+    from fathom.config.run import objective_field
+    from fathom.train.session import Session
+
+    for table, field in (
+        (None, "val/ce"),
+        ({"name": "cross_entropy", "reduction": "mean"}, "val/ce"),
+        ({"label_smoothing": 0.1}, "val/loss"),
+        ({"reduction": "sum"}, "val/loss"),
+        ({"name": "mse", "target": "one_hot"}, "val/loss"),
+    ):
+        cfg = run_config(Path("x.npz"), table)
+        assert objective_field(cfg) == field
+        # "val/loss" exactly where the trainer records {split}/loss (its loss is not None)
+        fake = type("S", (), {"cfg": cfg, "tokens": False})()
+        assert (Session.loss.fget(fake) is not None) == (field == "val/loss")
+
+
+class _SelectingSession:
+    """What :func:`fathom.train.observe.select` reads of a session: its config, its progress
+    and the weights it saves (recorded here)."""
+
+    def __init__(self, cfg):
+        from fathom.train.state import Progress
+
+        self.cfg, self.progress, self.saved = cfg, Progress(), []
+
+    def save_weights(self, which, epoch):
+        self.saved.append(epoch)
+        return {"epoch": epoch}
+
+
+@pytest.mark.parametrize(
+    ("table", "want"),
+    [(None, 3), ({"name": "mse", "target": "one_hot"}, 1)],
+    ids=["default-by-ce", "mse-by-loss"],
+)
+def test_select_keeps_the_minimum_of_the_objective(table, want):
+    """Rows whose CE falls while the configured loss rises: the default selects the CE's
+    minimum, a [loss] table its loss's; non-finite and epoch-0 values never select."""
+    from fathom.train.observe import select
+
+    s = _SelectingSession(run_config(Path("x.npz"), table))
+    rows = [
+        {"epoch": 0, "val/ce": 0.1, "val/loss": 0.01},
+        {"epoch": 1, "val/ce": 2.0, "val/loss": 0.2},
+        {"epoch": 2, "val/ce": 1.5, "val/loss": float("nan")},
+        {"epoch": 3, "val/ce": 1.0, "val/loss": 0.4},
+        {"epoch": 4, "val/ce": 1.0, "val/loss": 0.2},  # ties keep the earlier epoch
+    ]
+    for r in rows:
+        select(s, r["epoch"], r)
+    assert s.progress.best["epoch"] == want and s.saved[-1] == want
+    got = next(r for r in rows if r["epoch"] == want)
+    assert s.progress.best["val_ce"] == got["val/ce"]
+    if table is None:
+        assert set(s.progress.best) == {"epoch", "val_ce"}
+    else:
+        assert s.progress.best["val_loss"] == got["val/loss"]
+
+
+_VALUE = st.one_of(
+    st.none(), st.sampled_from([float("nan"), float("inf")]), st.floats(0, 3, width=16)
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    values=st.lists(st.tuples(_VALUE, _VALUE), min_size=1, max_size=8),
+    by_loss=st.booleans(),
+)
+def test_select_is_the_first_minimum_of_the_objective(values, by_loss):
+    """Over any sequence of boundaries: the selection is the first epoch >= 1 of minimum
+    finite objective (``val/loss`` with a [loss] table, ``val/ce`` without), whatever the
+    other field does; none when no value is finite."""
+    from fathom.train.observe import select
+
+    s = _SelectingSession(run_config(Path("x.npz"), {"reduction": "sum"} if by_loss else None))
+    rows = [{"epoch": e, "val/ce": ce, "val/loss": lo} for e, (ce, lo) in enumerate(values)]
+    for r in rows:
+        select(s, r["epoch"], r)
+    field = "val/loss" if by_loss else "val/ce"
+    ok = [r for r in rows if r["epoch"] >= 1 and r[field] is not None and np.isfinite(r[field])]
+    want = min(ok, key=lambda r: (r[field], r["epoch"]))["epoch"] if ok else None
+    assert s.progress.best["epoch"] == want
+    assert (s.saved[-1] if s.saved else None) == want
+
+
+def test_a_loss_run_selects_and_records_by_its_loss(tmp_path):
+    rd = train_run(
+        run_config(
+            data_file(tmp_path),
+            {"name": "mse", "target": "one_hot"},
+            optim={"lr": 0.05, "batch_size": 16, "epochs": 4},
+        ),
+        tmp_path / "r",
+    )
+    rows = [r for r in history(rd) if r["epoch"] >= 1 and r.get("val/loss") is not None]
+    first_min = min(rows, key=lambda r: (r["val/loss"], r["epoch"]))
+    sel = rd.manifest["selected"]
+    assert sel == {
+        "epoch": first_min["epoch"],
+        "val_ce": first_min["val/ce"],
+        "val_loss": first_min["val/loss"],
+    }
+    assert rd.record.selected.val_loss == first_min["val/loss"]
+    assert rd.manifest["selected_checkpoint"]["epoch"] == first_min["epoch"]
+
+
+def test_tuning_ranks_a_loss_grid_by_its_loss():
+    from fathom.study.selection import GridPoint, select_lr
+
+    def point(lr, ce, loss, objective):
+        return GridPoint("r", lr, f"r{lr}", "complete", ce, 1, None, None, loss, objective)
+
+    by_loss = [point(0.1, 0.5, 0.9, "val/loss"), point(0.2, 0.9, 0.3, "val/loss")]
+    assert select_lr(by_loss) == {"r": 0.2}
+    by_ce = [point(0.1, 0.5, None, "val/ce"), point(0.2, 0.9, None, "val/ce")]
+    assert select_lr(by_ce) == {"r": 0.1}
+    # a default grid point reads as before the loss existed; a loss one says its objective
+    assert set(by_ce[0].to_dict()) == {
+        "recipe", "lr", "run_id", "status", "val_ce", "selected_epoch", "diverged_epoch",
+        "status_reason",
+    }  # fmt: skip
+    assert by_loss[0].to_dict()["objective"] == "val/loss"
+    from fathom.stats.summary_tables import tuning_table
+
+    table = tuning_table(
+        {"enabled": True, "grid": [p.to_dict() for p in by_loss], "selected_lr": {"r": 0.2}}
+    )
+    assert "Min validation loss" in table.columns and table.rows[1][3].value == 0.3
 
 
 # -- the audit's damage -----------------------------------------------------------------------
@@ -456,22 +634,26 @@ LOSS_CASES = [
 ]
 
 
-def brute_layer(model: torch.nn.Linear, x, y, name, options, target):
+def brute_layer(model: torch.nn.Linear, x, y, name, options, target, reduction="mean"):
     """Per-example gradients ``g_i = d L_i / d W`` and the GGN of ``L`` on ``W``, float64 by
-    autograd and torch.func (``L = (1/N) sum_i L_i``, one-hot or label targets)."""
+    autograd and torch.func, one example at a time: ``L = (1/N) sum_i L_i`` (mean; ``L_i``
+    the example's mean over its entries for mse and BCE) or ``L = sum_i L_i`` (sum; ``L_i``
+    the sum over its entries), one-hot or label targets."""
     from torch.func import hessian, jacrev
 
     w, b = model.weight.detach().double(), model.bias.detach().double()
     x = x.double()
     n, c = x.shape[0], w.shape[0]
     t = one_hot64(y, c) if target == "one_hot" else y
+    per = c if reduction == "mean" else 1  # entries an mse / BCE example's loss averages
     fn = {
-        "mse": lambda z, t: F.mse_loss(z, t, reduction="sum") / c,
+        "mse": lambda z, t: F.mse_loss(z, t, reduction="sum") / per,
         "bce_with_logits": lambda z, t: (
-            F.binary_cross_entropy_with_logits(z, t, reduction="sum") / c
+            F.binary_cross_entropy_with_logits(z, t, reduction="sum") / per
         ),
         "cross_entropy": lambda z, t: F.cross_entropy(z[None], t[None], **options),
     }[name]
+    weight = 1 / n if reduction == "mean" else 1.0  # L = c sum_i L_i
 
     def z_of(wf, xi):
         return xi @ wf.T + b
@@ -482,7 +664,7 @@ def brute_layer(model: torch.nn.Linear, x, y, name, options, target):
         grads.append(g.reshape(-1))
         jac = jacrev(lambda wf, xi=xi: z_of(wf, xi))(w).reshape(c, -1)
         h = hessian(lambda z, ti=ti: fn(z, ti))(z_of(w, xi))
-        ggn += jac.T @ h @ jac / n
+        ggn += weight * (jac.T @ h @ jac)
     return torch.stack(grads), ggn
 
 
@@ -517,17 +699,154 @@ def test_loss_snapshot_kfac_and_grams_are_the_losses(name, options, target):
     assert one["kfac_diag_rel_l1_error"] == pytest.approx(0.0, abs=1e-12)
 
 
-def test_loss_snapshot_with_the_sum_states_what_it_leaves_out():
+SUM_CASES = [
+    ("mse", {"reduction": "sum"}, "one_hot"),
+    ("bce_with_logits", {"reduction": "sum"}, "one_hot"),
+    ("cross_entropy", {"reduction": "sum", "label_smoothing": 0.2}, "labels"),
+]
+
+
+@pytest.mark.parametrize(("name", "options", "target"), SUM_CASES, ids=[c[0] for c in SUM_CASES])
+def test_loss_snapshot_with_the_sum_is_brute_force(name, options, target):
+    """With ``reduction="sum"`` (``L = sum_i L_i``): the Gram of the examples' own gradients,
+    the probe-mean gradient and the exact-GGN and KFAC quadratics equal a per-example float64
+    loop; on one example KFAC is exact (``G (x) A`` is the GGN block: its diagonal, its
+    trace ``tr G tr A`` and its quadratic along the gradient)."""
+    from fathom.curvature.concentration import gradient_concentration
     from fathom.curvature.snapshot import loss_snapshot
 
     torch.manual_seed(0)
-    model = torch.nn.Linear(4, CLASSES)
-    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
-    loss = LabelLoss(make_loss("mse", reduction="sum"), "one_hot")
+    model = torch.nn.Sequential(torch.nn.Linear(4, CLASSES))
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(6, 4, generator=g), torch.randint(0, CLASSES, (6,), generator=g)
+    loss = LabelLoss(make_loss(name, **options), target)
     snap = loss_snapshot(model, x, y, loss)
-    layer = snap.record["layers"][0]
-    assert not layer["kfac"]["covered"] and "per-example means" in layer["kfac"]["reason"]
-    assert snap.record["gradient_concentration_all_weights"] is None
-    assert snap.record["probe_loss"] == pytest.approx(
-        reference("mse", model(x).detach(), y, "sum"), rel=1e-6
+    grads, ggn = brute_layer(model[0], x, y, name, options, target, "sum")
+    want = gradient_concentration(grads @ grads.T)
+    got = snap.record["gradient_concentration_all_weights"]
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-9), key
+    gbar = grads.mean(0)
+    kfac = snap.record["layers"][0]["kfac"]
+    assert kfac["covered"] and snap.record["estimator"]["kfac"].startswith("exact factors")
+    assert kfac["exact_ggn_rayleigh_mean_gradient"] == pytest.approx(
+        float(gbar @ ggn @ gbar / (gbar @ gbar)), rel=1e-9
     )
+    assert kfac["mean_gradient_sq_norm"] == pytest.approx(float(gbar @ gbar), rel=1e-9)
+    torch.testing.assert_close(snap.diagonals["ggn"]["0.weight"].reshape(-1), ggn.diagonal())
+    assert snap.record["probe_loss"] == pytest.approx(
+        reference(name, model(x).detach(), y, "sum", options.get("label_smoothing", 0.0)),
+        rel=1e-6,
+    )
+    one = loss_snapshot(model, x[:1], y[:1], loss).record["layers"][0]["kfac"]
+    g1, ggn1 = brute_layer(model[0], x[:1], y[:1], name, options, target, "sum")
+    assert one["kfac_diag_rel_l1_error"] == pytest.approx(0.0, abs=1e-12)
+    assert one["A"]["trace"] * one["G"]["trace"] == pytest.approx(float(ggn1.trace()), rel=1e-9)
+    assert one["kfac_quadratic_mean_gradient"] == pytest.approx(
+        float(g1[0] @ ggn1 @ g1[0]), rel=1e-9
+    )
+
+
+def test_loss_snapshot_sum_is_n_times_the_mean_per_example():
+    """Cross-entropy on integer labels has the same ``L_i`` under both reductions, so the
+    sum's snapshot holds the same per-example gradients (Gram moments, mean gradient) and
+    ``N`` times the mean's GGN: KFAC's ``G`` ``N`` times (``A`` the same), the exact-GGN and
+    KFAC quadratics along the same mean gradient ``N`` times."""
+    from fathom.curvature.snapshot import loss_snapshot
+
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.Tanh(), torch.nn.Linear(5, 3))
+    g = torch.Generator().manual_seed(2)
+    n = 7
+    x, y = torch.randn(n, 4, generator=g), torch.randint(0, 3, (n,), generator=g)
+    mean, total = (
+        loss_snapshot(model, x, y, LabelLoss(make_loss("cross_entropy", reduction=r), "labels"))
+        for r in ("mean", "sum")
+    )
+    for key, value in mean.record["gradient_concentration_all_weights"].items():
+        assert total.record["gradient_concentration_all_weights"][key] == pytest.approx(
+            value, rel=1e-9
+        )
+    for lm, ls in zip(mean.record["layers"], total.record["layers"], strict=True):
+        km, ks = lm["kfac"], ls["kfac"]
+        assert ks["A"]["trace"] == pytest.approx(km["A"]["trace"], rel=1e-12)
+        assert ks["G"]["trace"] == pytest.approx(n * km["G"]["trace"], rel=1e-9)
+        assert ks["mean_gradient_sq_norm"] == pytest.approx(km["mean_gradient_sq_norm"], rel=1e-9)
+        assert ks["kfac_quadratic_mean_gradient"] == pytest.approx(
+            n * km["kfac_quadratic_mean_gradient"], rel=1e-9
+        )
+        assert ks["kfac_rayleigh_per_example"] == pytest.approx(
+            [n * q for q in km["kfac_rayleigh_per_example"]], rel=1e-9
+        )
+        assert ks["kfac_diag_rel_l1_error"] == pytest.approx(km["kfac_diag_rel_l1_error"], rel=1e-9)
+
+
+# -- reports of a run trained with a [loss] table ----------------------------------------------
+def test_report_of_a_loss_run_shows_its_loss(tmp_path):
+    """``fathom report`` of an mse run: summary.md's training-loss table holds the selected
+    epoch and ``val/loss`` the manifest and history record (the loss's own numbers, not CE's),
+    the learning curves gain the loss's row, the explorer offers ``{split}/loss``, and the
+    progress line says the loss; a default run's report has none of it."""
+    from PIL import Image
+
+    from fathom.base.terminal import _epoch_line
+    from fathom.report.build import build_report
+
+    npz = data_file(tmp_path)
+    mse = train_run(run_config(npz, {"name": "mse", "target": "one_hot"}), tmp_path / "m" / "r")
+    plain = train_run(run_config(npz), tmp_path / "p" / "r")
+    out = build_report(tmp_path / "m")
+    md = out.summary_md.read_text()
+    rows = history(mse)
+    sel = mse.manifest["selected"]
+    last = rows[-1]
+    want = (
+        f"| {mse.run_id} | mse (reduction mean, target one_hot) | {sel['epoch']} | "
+        f"{sel['val_loss']:.6g} | {last['val/loss']:.6g} | {last['test/loss']:.6g} "
+        f"| {last['epoch']} |"
+    )
+    assert "## Training loss" in md and want in md
+    assert '"{split}/loss"' in (out.html.parent / "report.html").read_text()
+    base = build_report(tmp_path / "p")
+    assert "## Training loss" not in base.summary_md.read_text()
+    # learning_curves.png: three rows of panels (accuracy, CE, the loss) against two
+    heights = [
+        Image.open(o.html.parent / "figures" / "learning_curves.png").size[1] for o in (out, base)
+    ]
+    assert heights[0] > 1.3 * heights[1]
+    line = _epoch_line(last, None)
+    assert f"loss {last['val/loss']:.4g}" in line
+    assert " loss " not in _epoch_line(history(plain)[-1], None).split("val acc")[1]
+
+
+def test_an_interrupted_loss_run_resumes_to_the_same_selection(tmp_path, monkeypatch):
+    """Ctrl-C at the boundary of epoch 3 of an mse run, then a resume: the same selected
+    epoch, ``val_loss`` and weights, and the same final parameters, as the run unbroken."""
+    import fathom.train.loop as loop
+    from fathom.train.loop import train
+
+    cfg = run_config(
+        data_file(tmp_path),
+        {"name": "mse", "target": "one_hot"},
+        optim={"lr": 0.05, "batch_size": 16, "epochs": 4},
+    )
+    whole = train_run(cfg, tmp_path / "whole")
+    real = loop.observe
+
+    def stop_at_3(s, epoch, fields):
+        if epoch == 3:
+            raise KeyboardInterrupt
+        return real(s, epoch, fields)
+
+    monkeypatch.setattr(loop, "observe", stop_at_3)
+    with pytest.raises(KeyboardInterrupt):  # recorded as interrupted, then raised on
+        train(cfg, tmp_path / "cut")
+    assert RunDir(tmp_path / "cut").status != "complete"
+    monkeypatch.setattr(loop, "observe", real)
+    assert train(cfg, tmp_path / "cut", resume=True).status == "complete"
+    cut = RunDir(tmp_path / "cut")
+    assert cut.manifest["selected"] == whole.manifest["selected"]
+    assert "val_loss" in cut.manifest["selected"]
+    sel = "selected_checkpoint"
+    assert cut.manifest[sel]["params_sha256"] == whole.manifest[sel]["params_sha256"]
+    assert cut.manifest["hashes"]["final_params"] == whole.manifest["hashes"]["final_params"]

@@ -243,6 +243,10 @@ class DepthConfig(_Strict):
     convention: Literal["inverse", "huang"] = "inverse"
 
 
+_CROSS_ENTROPY_ONLY: dict[str, Any] = {"label_smoothing": 0.0, "ignore_index": -100}
+"""Cross-entropy's own options of ``[loss]`` and their defaults: another loss holds them at
+these values (its validator) and its dump leaves them out."""
+
 LossName = Literal["cross_entropy", "mse", "bce_with_logits"]
 """The names ``loss.name`` takes: the keys of ``fathom.losses.LOSSES`` (a test holds them equal)."""
 
@@ -264,7 +268,9 @@ class LossConfig(_Strict):
     cross-entropy's) or ``one_hot`` (``t = e_y``, float, one entry per class: what ``mse``
     and ``bce_with_logits`` need, and must be stated for them). The table is left out of the
     config's dump (and so of ``config_hash``) while it holds the default, so every config
-    written before it existed keeps its hash; an absent table is cross-entropy.
+    written before it existed keeps its hash; an absent table is cross-entropy. The dump of
+    another loss's table holds its own options only (not cross-entropy's ``label_smoothing``
+    and ``ignore_index``, which do not apply to it), so a recorded config says what trained.
     """
 
     name: LossName = "cross_entropy"
@@ -282,7 +288,7 @@ class LossConfig(_Strict):
                     "(or set it to 'labels')"
                 )
             return self
-        for key, default in (("label_smoothing", 0.0), ("ignore_index", -100)):
+        for key, default in _CROSS_ENTROPY_ONLY.items():
             if getattr(self, key) != default:
                 raise ValueError(
                     f"loss.{key} is an option of cross_entropy, not of {self.name!r}: remove it"
@@ -295,6 +301,27 @@ class LossConfig(_Strict):
                 "--target one_hot)"
             )
         return self
+
+    @model_serializer(mode="wrap")
+    def _own_options(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """The dump without cross-entropy's options (:data:`_CROSS_ENTROPY_ONLY`) where
+        ``name`` is another loss; a dump with the context :data:`EVERY_FIELD` keeps them
+        (``with_updates`` edits them, and the validator refuses a changed one by name)."""
+        data = handler(self)
+        if self.name != "cross_entropy" and not (info.context or {}).get("every_field"):
+            for key in _CROSS_ENTROPY_ONLY:
+                data.pop(key, None)
+        return data
+
+
+def objective_field(cfg: RunConfig) -> Literal["val/ce", "val/loss"]:
+    """The history field a run is selected and ranked by: ``"val/ce"`` (validation
+    cross-entropy of the logits, nats) for the default loss (no ``[loss]`` table, or one at its
+    default), ``"val/loss"`` (the ``[loss]`` table's loss over the validation split, in its
+    reduction and units) otherwise. The one reading of "the objective": checkpoint selection
+    (:func:`fathom.train.observe.select`), the tuning grid's rate selection
+    (:func:`fathom.study.selection.select_lr`) and a report's objective curve use it."""
+    return "val/ce" if cfg.loss == LossConfig() else "val/loss"
 
 
 def loss_with(base: LossConfig, origin: str, **changes: Any) -> LossConfig:

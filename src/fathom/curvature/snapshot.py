@@ -14,9 +14,9 @@ Under a loss other than plain cross-entropy (a run's ``[loss]``, ``fathom curvat
 --loss``), :func:`loss_snapshot` records the exact diagonals of that loss
 (:func:`~fathom.curvature.exact.exact_diagonals` with ``loss=``, normalization
 :data:`fathom.losses.kinds.NORMALIZATION`), their per-layer traces and the probe's loss;
-with the mean reduction also KFAC and the per-example gradient Grams, from that loss's
-output directions (:func:`loss_directions`); the output mismatch is softmax
-cross-entropy's and is recorded as not computed, with the reason.
+KFAC and the per-example gradient Grams, from that loss's output directions
+(:func:`loss_directions`, which states their normalization under the mean and the sum); the
+output mismatch is softmax cross-entropy's and is recorded as not computed, with the reason.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from torch import nn
 from fathom.curvature.concentration import gradient_concentration
 from fathom.curvature.definitions import DEFINITIONS, NORMALIZATION
 from fathom.curvature.exact import CURVATURE_FAMILIES, OutputDirections, exact_diagonals
+from fathom.curvature.families import scaled
 from fathom.curvature.kfac import (
     KFAC_KINDS,
     Spectrum,
@@ -216,16 +217,28 @@ def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) ->
 def loss_directions(
     loss: LabelLoss, logits: torch.Tensor, target: torch.Tensor
 ) -> OutputDirections:
-    """The per-example directions of ``loss`` (mean reduction) in the snapshot's ``(1/N)
-    sum_i`` forms: ``S_i = sqrt(N) [v_di]_d`` ``[N, C, D]`` with ``v`` the exact GGN output
-    directions (:meth:`fathom.losses.kinds.Terms.directions`, ``sum_(d,i) J^T v v^T J`` the
-    GGN of ``L``), so ``(1/N) sum_i J_i^T S_i S_i^T J_i`` is that GGN; and
-    ``r_i = dL_i/dz_i = N dL/dz_i`` (``L = (1/N) sum_i L_i``), so ``(1/N) sum_i g_i g_i^T``
-    is the empirical Fisher and ``(1/N) sum_i g_i`` the gradient of ``L``."""
+    """The per-example directions of ``loss`` in the snapshot's ``(1/N) sum_i`` forms (KFAC's
+    factors, the exact-GGN quadratic, the probe-mean gradient, the Gram's moments), for
+    either reduction. With ``L = c sum_i L_i`` (:data:`fathom.losses.kinds.NORMALIZATION`:
+    ``c = 1/N`` for the mean, ``1`` for the sum; ``L_i`` example ``i``'s own loss):
+
+    * ``S_i = sqrt(N) [v_di]_d`` ``[N, C, D]``, ``v`` the exact GGN output directions of ``L``
+      (:meth:`fathom.losses.kinds.Terms.directions`, ``sum_(d,i) J^T v v^T J`` the GGN of
+      ``L``; ``v`` carries the reduction's weight), so ``(1/N) sum_i J_i^T S_i S_i^T J_i``
+      is the GGN of ``L`` and KFAC's ``G (x) A`` approximates it: ``c sum_i`` of the
+      examples' own GGNs, i.e. with the sum ``N`` times their ``(1/N) sum_i`` mean (each
+      per-example term ``N`` times the mean's), exact on one example under either;
+    * ``r_i = dL_i/dz_i = (1/c) dL/dz_i``, so ``g_i = J_i^T r_i`` is example ``i``'s own
+      gradient under either reduction: the Gram is ``K_ij = g_i . g_j`` and ``(1/N) sum_i
+      g_i`` the probe-mean gradient (``grad L`` for the mean, ``grad L / N`` for the sum);
+      ``(1/N) sum_i g_i g_i^T`` is the empirical Fisher ``c sum_i g_i g_i^T`` for the mean
+      and ``1/N`` of it for the sum.
+    """
     terms = loss.loss.terms(logits, target)
     n = logits.shape[0]
     v = terms.directions(logits)  # [D, N, C]
-    return OutputDirections(v.permute(1, 2, 0) * math.sqrt(n), terms.residual(logits) * n)
+    residual = scaled(terms.residual(logits), 1 / terms.scale)  # (1/c) dL/dz_i = dL_i/dz_i
+    return OutputDirections(v.permute(1, 2, 0) * math.sqrt(n), residual)
 
 
 def loss_snapshot(
@@ -233,9 +246,9 @@ def loss_snapshot(
 ) -> Snapshot:
     """Every curvature quantity of ``model`` on the probe ``(x, labels)`` under ``loss``
     (module docstring), integer labels meeting the loss through ``loss.target``: the exact
-    diagonals of every family; with the mean, also KFAC and the per-example gradient Grams
-    (:func:`loss_directions`); with the sum, those are not computed (they are per-example
-    means here); the output mismatch is softmax cross-entropy's and is not computed."""
+    diagonals of every family, KFAC and the per-example gradient Grams
+    (:func:`loss_directions`, either reduction); the output mismatch is softmax
+    cross-entropy's and is not computed."""
     t0 = time.perf_counter()
     _, x64, seam = prepared(model, x)
     pb = pull_back(seam, x64)
@@ -243,16 +256,7 @@ def loss_snapshot(
     labels = probe_labels(labels.to(first_device(x64)), *logits.shape)
     target = loss.targets(labels, int(logits.shape[1]), torch.float64)
     diag = exact_diagonals(model, x, target, loss=loss.loss)
-    mean = loss.loss.reduction == "mean"
-    if mean:
-        layers, grams = _layer_records(seam, pb, loss_directions(loss, logits, target), diag)
-    else:
-        why = (
-            "not computed: KFAC and the gradient Grams are per-example means here, and the "
-            f"loss is {loss.describe()}; its exact diagonals are above"
-        )
-        off = {"covered": False, "reason": why}
-        layers, grams = [_layer_record(la, diag, off, None) for la in seam.layers], []
+    layers, grams = _layer_records(seam, pb, loss_directions(loss, logits, target), diag)
     record = {
         "dtype": str(logits.dtype).removeprefix("torch."),
         "mode": "dense evaluation: eval() (BatchNorm on running statistics), every branch at "
@@ -261,7 +265,7 @@ def loss_snapshot(
         "definitions": {**DEFINITIONS, "loss": LOSS_DEFINITIONS[loss.loss.name]},
         "estimator": {
             **dict.fromkeys(CURVATURE_FAMILIES, "exact"),
-            "kfac": "exact factors (KFC / KFAC-expand convention)" if mean else None,
+            "kfac": "exact factors (KFC / KFAC-expand convention)",
         },
         "samples": None,
         "seed": None,

@@ -134,7 +134,9 @@ def _configured_loss() -> list[Field]:
             "Σ_ip m_ip l_ip (sum), float64; whole split, dense evaluation",
             "the loss's units (nats for the cross-entropies, logit² for mse)",
             "split",
-            "runs with a [loss] table other than the default only (fathom.losses.labels)",
+            "runs with a [loss] table other than the default only (fathom.losses.labels); "
+            "val/loss selects such a run's checkpoint and ranks its tuning grid "
+            "(fathom.config.run.objective_field)",
         ),
     ]
 

@@ -5,8 +5,9 @@ optimizer state, gates, train/eval flags, the training RNG). Scores are dense fu
 accuracy and CE (:func:`fathom.train.evaluate.scores_of_split`; per token, with the perplexity
 ``{split}/ppl``, for a next-token model: :func:`~fathom.train.evaluate.token_scores`), and for
 a run with a ``[loss]`` table its loss over each split, ``{split}/loss``, in the same pass;
-the selected checkpoint is the epoch >= 1 of minimum finite validation CE (of the logits,
-whatever loss trained them).
+the selected checkpoint is the epoch >= 1 of minimum finite validation objective
+(:func:`fathom.config.run.objective_field`: the CE of the logits for the default loss, the
+``[loss]`` table's ``val/loss`` otherwise).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fathom.config.models import SPLITS, schedule_due
+from fathom.config.run import objective_field
 from fathom.rundir import uninterrupted
 from fathom.train.evaluate import scores_of_split, token_scores
 
@@ -79,16 +81,22 @@ def _score_splits(s: Session, row: dict[str, Any], keep_predictions: bool) -> di
     return predictions
 
 
-def select(s: Session, epoch: int, val_ce: float | None) -> None:
-    """Keep the weights of minimum finite validation CE (epochs >= 1) as ``selected``."""
+def select(s: Session, epoch: int, row: dict[str, Any]) -> None:
+    """Keep the weights of minimum finite validation objective (epochs >= 1) as ``selected``:
+    the row's :func:`~fathom.config.run.objective_field` (``val/ce``, or ``val/loss`` for a
+    ``[loss]`` table). The selection records ``epoch`` and ``val_ce`` (the CE of the logits
+    there), and for a ``[loss]`` table ``val_loss``, the value it was selected by."""
     best = s.progress.best
-    if epoch < 1 or val_ce is None or not math.isfinite(val_ce):
+    field = objective_field(s.cfg)
+    key = field.replace("/", "_")
+    value = row.get(field)
+    if epoch < 1 or value is None or not math.isfinite(value):
         return
-    if best["val_ce"] is not None and val_ce >= best["val_ce"]:
+    if best.get(key) is not None and value >= best[key]:
         return
     with uninterrupted():  # the file, its entry and the selection it records
         s.progress.selected_ckpt = s.save_weights("selected", epoch)
-        best.update(epoch=epoch, val_ce=val_ce)
+        best.update({"epoch": epoch, "val_ce": row.get("val/ce"), key: value})
 
 
 def _timed_instrument(s: Session, fn, *args) -> dict[str, Any]:
@@ -156,7 +164,7 @@ def observe(s: Session, epoch: int, fields: dict[str, Any]) -> dict[str, Any] | 
     predictions: dict[str, torch.Tensor] = {}
     if evaluate:
         predictions = _score_splits(s, row, keep_predictions=tel_due)
-        select(s, epoch, row.get("val/ce"))
+        select(s, epoch, row)
     if tel_due:
         # the instrument reuses this boundary's dense predictions (no second forward pass)
         ctx = s.context(epoch, fields.get("optim/lr"))
