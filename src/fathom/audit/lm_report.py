@@ -19,7 +19,7 @@ def _nats(x: float | None, signed: bool = False) -> str:
     return fmt_value(x, "nats", signed=signed)
 
 
-def checkpoint_lines(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> list[str]:
+def _checkpoint_lines(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> list[str]:
     """One checkpoint's section: coverage, sentences, masks, greedy path, interactions."""
     cov = rec["coverage"]
     lines = [
@@ -121,6 +121,6 @@ def lm_markdown(result: Mapping[str, Any]) -> str:
             if "missing" in rec:
                 lines += [f"- `{run['run_id']}` {which}: missing ({rec['missing']})", ""]
             else:
-                lines += checkpoint_lines(run, which, rec)
+                lines += _checkpoint_lines(run, which, rec)
     lines += ["## Settings", "", "```", *(f"{k} = {v}" for k, v in result["settings"].items())]
     return "\n".join([*lines, "```", ""])

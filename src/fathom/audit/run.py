@@ -36,7 +36,7 @@ from fathom.losses.labels import LabelLoss
 from fathom.rundir.output import AnalysisOutput, analysis_output
 from fathom.stats import failure_flags
 
-FORMAT = 1
+_FORMAT = 1
 
 
 def _arm_names(subjects: list[Subject]) -> dict[str, str]:
@@ -55,7 +55,7 @@ def _arm_names(subjects: list[Subject]) -> dict[str, str]:
     return names
 
 
-def measure_speed(
+def _measure_speed(
     model: torch.nn.Module, x: torch.Tensor, settings: AuditSettings
 ) -> list[dict[str, Any]]:
     """:func:`fathom.audit.speed.time_masks` at each batch size (capped at the split size)."""
@@ -163,7 +163,7 @@ def _audit_runs(
     records = [r for sub in subjects if (r := audit.run(sub, arms[sub.rd.run_id])) is not None]
     audit.tally.phase("aggregate")
     result = {
-        "format": FORMAT,
+        "format": _FORMAT,
         "kind": "run" if audit.single else "study",
         "target": str(target),
         "settings": settings.to_dict(),
@@ -410,6 +410,6 @@ class _Audit:
                 "checkpoint": which,
                 "params_sha256": digest,
                 "dtype": "float32",
-                "timings": measure_speed(model, data.test_x, self.settings),
+                "timings": _measure_speed(model, data.test_x, self.settings),
             }
         )
