@@ -50,10 +50,10 @@ def _group_arms(runs: Sequence[Mapping[str, Any]], which: str) -> dict[str, dict
     """``{arm: {seed: checkpoint record + run identity}}`` for runs audited at ``which``."""
     arms: dict[str, dict[int, dict]] = {}
     for run in runs:
-        rec = run.get("checkpoints", {}).get(which)
+        rec = run["checkpoints"].get(which)
         if rec is None or "missing" in rec:
             continue
-        entry = dict(rec, run_id=run["run_id"], seed=run["seed"], flags=run.get("flags", {}))
+        entry = dict(rec, run_id=run["run_id"], seed=run["seed"], flags=run["flags"])
         arms.setdefault(run["arm"], {})[run["seed"]] = entry
     return arms
 
@@ -141,7 +141,7 @@ def _arm_summary(arm: Mapping[int, Mapping[str, Any]], which: str) -> dict[str, 
 
 def _routing_arm_summary(arm: Mapping[int, Mapping[str, Any]], which: str) -> dict[str, Any] | None:
     """Tolerance held (count), cost, accuracy, control comparison and the verdict."""
-    routed = {s: r["routing"] for s, r in arm.items() if r.get("routing")}
+    routed = {s: r["routing"] for s, r in arm.items() if r["routing"]}
     if not routed:
         return None
     router_err = {s: percent(r["test"]["error"]) for s, r in routed.items()}

@@ -42,7 +42,8 @@ from fathom.errors import FathomError
 from fathom.losses.labels import LabelLoss
 
 _DIGIT_CONTRAST: tuple[int, tuple[int, ...]] = (1, (4, 9))
-"""The default contrast on 10-class data: digit 1 against 4 and 9 (MNIST's look-alikes)."""
+"""The default contrast on data of 10 or more classes (the run's ``data.info.classes``): digit 1
+against 4 and 9 (MNIST's look-alikes)."""
 
 
 @dataclass(frozen=True)
@@ -278,12 +279,17 @@ def audit_checkpoint(
     meta: dict[str, str],
     on_mask: Callable[[int, int], None] | None = None,
     loss: LabelLoss | None = None,
+    classes: int | None = None,
 ) -> dict[str, Any]:
     """All per-checkpoint tables for ``model`` (eval mode) on ``splits.val_*``/``test_*``.
 
     ``on_mask(done, total)`` is called after each mask pass (``total``: the masks, once on
     validation and once on test). ``loss``: the loss damage is measured in (the run's
-    ``[loss]``; ``None``: plain cross-entropy), recorded as ``record["loss"]``."""
+    ``[loss]``; ``None``: plain cross-entropy), recorded as ``record["loss"]``. ``classes``:
+    the class count of the run's data (:attr:`fathom.rundir.RunDir.classes`), which the
+    per-class resilience and the default contrast are over; ``None`` (a model outside a run
+    directory): the width of its logits. A model whose logits have another width than the
+    data's classes is refused."""
     k = removable_branch_count(model)
     if splits.val_y.shape[0] == 0 or splits.test_y.shape[0] == 0:
         raise FathomError(
@@ -309,7 +315,14 @@ def audit_checkpoint(
         "test": evaluate_masks(model, splits.test_x, splits.test_y, masks, bs, tick, loss=loss),
     }
     save_scores(str(arrays_path), scores, meta)
-    classes = int(scores["test"].logits.shape[2])
+    width = int(scores["test"].logits.shape[2])
+    if classes is not None and classes != width:
+        raise FathomError(
+            f"the model outputs {width} logits per example but the run's data has {classes} "
+            "classes (data.info.classes): the per-class resilience is over the data's classes; "
+            f"audit a model whose output has one logit per class ({classes})"
+        )
+    classes = width if classes is None else classes
     record: dict[str, Any] = {"k": k, "enumerated": settings.sample_masks is None}
     if loss is not None and not loss.is_default:
         record["loss"] = loss.record()

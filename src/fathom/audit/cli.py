@@ -129,7 +129,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--contrast",
         default=None,
-        help="class contrast A:B1,B2 (default 1:4,9 on 10-class data, else 0 vs every other class)",
+        help=(
+            "class contrast A:B1,B2 (default 1:4,9 on data of 10 or more classes, else 0 vs "
+            "every other class)"
+        ),
     )
     p.add_argument("--margin-bins", type=int, default=5)
     p.add_argument("--no-router", action="store_true", help="skip routing (no scikit-learn)")

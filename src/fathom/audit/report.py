@@ -115,7 +115,7 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
             for m in rec["masks"]
         ],
     )
-    routing = rec.get("routing")
+    routing = rec["routing"]  # None: the router was off
     if routing:
         t = routing["test"]
         lines += [

@@ -415,7 +415,9 @@ class _Audit:
             self._lm_checkpoint(model, data, record, which, epoch, digest, tick)
             return
         loss = LabelLoss.of(rd.config.loss)  # the run's [loss]: the damage is measured in it
-        rec = audit_checkpoint(model, data, self.settings, arrays, meta, tick, loss)
+        rec = audit_checkpoint(
+            model, data, self.settings, arrays, meta, tick, loss, classes=sub.classes
+        )
         rec.update(
             checkpoint=which,
             epoch=epoch,
