@@ -44,3 +44,20 @@ def test_default_audit_of_a_four_class_run(tmp_path) -> None:
         "source": "default for 4 classes (class 0 vs every other class)",
     }
     assert len(res["test"]["class_means"]) == 4
+
+
+def test_the_class_count_is_the_runs_and_a_model_of_another_width_is_refused(tmp_path) -> None:
+    from fathom.audit.checkpoint import audit_checkpoint
+    from fathom.errors import FathomError
+    from synthetic_audit import _data, _model
+
+    data = _data(64, classes=4)
+    settings = AuditSettings(router=False, margin_bins=2)
+    meta = {"run_id": "r", "checkpoint": "final", "epoch": "0", "params_sha256": "x"}
+    model = _model("residual", 1, 4)
+    given = audit_checkpoint(model, data, settings, tmp_path / "a.npz", meta, classes=4)
+    width = audit_checkpoint(model, data, settings, tmp_path / "b.npz", meta)
+    assert given["resilience"] == width["resilience"]
+    assert len(given["resilience"]["test"]["class_means"]) == 4
+    with pytest.raises(FathomError, match=r"outputs 4 logits per example .* 10 classes"):
+        audit_checkpoint(model, data, settings, tmp_path / "c.npz", meta, classes=10)

@@ -237,6 +237,22 @@ def test_every_reading_of_a_label_loss_is_the_formula(name, reduction, eps, n, c
     assert float(per.sum()) * float(scale_c) == pytest.approx(want, rel=1e-12, abs=1e-12)
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    name=st.sampled_from(["cross_entropy", "mse", "bce_with_logits"]),
+    reduction=st.sampled_from(["mean", "sum"]),
+    eps=st.sampled_from([0.0, 0.1, 0.3]),
+    ignore=st.sampled_from([-100, -1, 0]),
+)
+def test_a_label_loss_reads_back_from_its_json_record(name, reduction, eps, ignore):
+    """``LabelLoss.from_record`` inverts ``record`` through JSON (the audit's scores file)."""
+    ce = {"label_smoothing": eps, "ignore_index": ignore} if name == "cross_entropy" else {}
+    target = "labels" if name == "cross_entropy" else "one_hot"
+    loss = LabelLoss(make_loss(name, reduction=reduction, **ce), target)
+    back = LabelLoss.from_record(json.loads(json.dumps(loss.record(), sort_keys=True)))
+    assert back == loss and back.record() == loss.record()
+
+
 def test_library_label_loss_refuses_an_unstated_encoding():
     with pytest.raises(FathomError, match="target='one_hot'"):
         LabelLoss(make_loss("mse"))

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from fathom.audit import subjects
+from fathom.audit import run as audit_run
 from fathom.config import DataConfig, RunConfig, validate_run_config
 from fathom.config.inputs import check_inputs
 from fathom.config.model_kinds import MODEL_KINDS, ModelKind, ModelSpec, Shape, model_kind
@@ -103,7 +103,7 @@ SITES: dict[str, Any] = {
     "check_inputs": lambda m: check_inputs(DataConfig(), m),
     "RunConfig validator": lambda m: _with_model(m)._epochs_in_range(),
     "StudyConfig validator": lambda m: _study_with(m)._ciresan_base(),
-    "audit family": lambda m: subjects._family(_with_model(m)),
+    "audit family": lambda m: audit_run._family(_with_model(m)),
 }
 
 
@@ -184,7 +184,7 @@ def test_a_kind_registered_as_one_row_is_built_scheduled_and_labelled(monkeypatc
     assert build_schedule(cfg) == DropSchedule("constant", (0.25,), None)
     controller = build_controller(model, cfg)
     assert controller is not None and len(find_branches(model)) == 1
-    assert subjects._family(cfg) == "toy-w5"
+    assert audit_run._family(cfg) == "toy-w5"
     assert check_inputs(DataConfig(), cfg.model) == []  # no user factory to import
     with pytest.raises(ValueError, match="lyapunov_blocks"):  # the row says it has none
         health = cfg.health.model_copy(update={"enabled": True})
@@ -195,7 +195,7 @@ def test_a_kind_registered_as_one_row_is_built_scheduled_and_labelled(monkeypatc
 
 def test_the_dispatching_functions_name_no_kind() -> None:
     """Their code (docstrings aside) holds no model-kind name: a new row reaches them all."""
-    for fn in (build_model, build_schedule, init_model, check_inputs, subjects._family):
+    for fn in (build_model, build_schedule, init_model, check_inputs, audit_run._family):
         tree = ast.parse(inspect.getsource(fn).strip())
         body = tree.body[0].body[1:]  # without the docstring
         names = {n.value for b in body for n in ast.walk(b) if isinstance(n, ast.Constant)}

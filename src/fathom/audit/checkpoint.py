@@ -41,8 +41,9 @@ from fathom.audit.tokens import LM_MAX_MASKS
 from fathom.errors import FathomError
 from fathom.losses.labels import LabelLoss
 
-DIGIT_CONTRAST: tuple[int, tuple[int, ...]] = (1, (4, 9))
-"""The default contrast on 10-class data: digit 1 against 4 and 9 (MNIST's look-alikes)."""
+_DIGIT_CONTRAST: tuple[int, tuple[int, ...]] = (1, (4, 9))
+"""The default contrast on data of 10 or more classes (the run's ``data.info.classes``): digit 1
+against 4 and 9 (MNIST's look-alikes)."""
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,12 @@ class AuditSettings:
 
     def contrast_for(self, classes: int) -> tuple[int, tuple[int, ...], str]:
         """``(a, B, source)`` of the class contrast: the one given, else the digits' ``1`` vs
-        ``{4, 9}`` (:data:`DIGIT_CONTRAST`) on data of 10 or more classes, else class 0 vs
+        ``{4, 9}`` (:data:`_DIGIT_CONTRAST`) on data of 10 or more classes, else class 0 vs
         every other class (a default that exists on any data of >= 2 classes)."""
         if self.contrast_a is not None:
             return self.contrast_a, tuple(self.contrast_b or ()), "given (--contrast)"
         if classes >= 10:
-            return DIGIT_CONTRAST[0], DIGIT_CONTRAST[1], "default (digits 1 vs 4, 9)"
+            return _DIGIT_CONTRAST[0], _DIGIT_CONTRAST[1], "default (digits 1 vs 4, 9)"
         rest = tuple(range(1, classes))
         return 0, rest, f"default for {classes} classes (class 0 vs every other class)"
 
@@ -113,7 +114,7 @@ def _mean_of(rows: list[dict[str, float]]) -> dict[str, float]:
     return {key: float(np.mean([r[key] for r in rows])) for key in rows[0]}
 
 
-def mask_tables(
+def _mask_tables(
     masks: np.ndarray, macs: list[int], scores: dict[str, MaskScores], branch_macs: list[int]
 ) -> dict[str, Any]:
     """Per-mask rows, means over masks of each size, and single-deletion rows per branch."""
@@ -163,7 +164,7 @@ def mask_tables(
     }
 
 
-def interaction_summary(masks: np.ndarray, s: MaskScores) -> dict[str, Any]:
+def _interaction_summary(masks: np.ndarray, s: MaskScores) -> dict[str, Any]:
     """Mean, median and count of defined per-example interaction fractions; energy by order."""
     if not is_full_lattice(masks):
         return {"defined": False, "reason": "interactions need all 2^k masks; masks were sampled"}
@@ -180,7 +181,7 @@ def interaction_summary(masks: np.ndarray, s: MaskScores) -> dict[str, Any]:
     }
 
 
-def resilience_summary(
+def _resilience_summary(
     masks: np.ndarray, scores: dict[str, MaskScores], settings: AuditSettings, classes: int
 ) -> dict[str, Any]:
     """Class resilience on val and test with margin bins fixed on validation."""
@@ -212,7 +213,7 @@ def resilience_summary(
     return out
 
 
-def routing_summary(
+def _routing_summary(
     model: nn.Module,
     masks: np.ndarray,
     macs: list[int],
@@ -278,12 +279,17 @@ def audit_checkpoint(
     meta: dict[str, str],
     on_mask: Callable[[int, int], None] | None = None,
     loss: LabelLoss | None = None,
+    classes: int | None = None,
 ) -> dict[str, Any]:
     """All per-checkpoint tables for ``model`` (eval mode) on ``splits.val_*``/``test_*``.
 
     ``on_mask(done, total)`` is called after each mask pass (``total``: the masks, once on
     validation and once on test). ``loss``: the loss damage is measured in (the run's
-    ``[loss]``; ``None``: plain cross-entropy), recorded as ``record["loss"]``."""
+    ``[loss]``; ``None``: plain cross-entropy), recorded as ``record["loss"]``. ``classes``:
+    the class count of the run's data (:attr:`fathom.rundir.RunDir.classes`), which the
+    per-class resilience and the default contrast are over; ``None`` (a model outside a run
+    directory): the width of its logits. A model whose logits have another width than the
+    data's classes is refused."""
     k = removable_branch_count(model)
     if splits.val_y.shape[0] == 0 or splits.test_y.shape[0] == 0:
         raise FathomError(
@@ -309,15 +315,22 @@ def audit_checkpoint(
         "test": evaluate_masks(model, splits.test_x, splits.test_y, masks, bs, tick, loss=loss),
     }
     save_scores(str(arrays_path), scores, meta)
-    classes = int(scores["test"].logits.shape[2])
+    width = int(scores["test"].logits.shape[2])
+    if classes is not None and classes != width:
+        raise FathomError(
+            f"the model outputs {width} logits per example but the run's data has {classes} "
+            "classes (data.info.classes): the per-class resilience is over the data's classes; "
+            f"audit a model whose output has one logit per class ({classes})"
+        )
+    classes = width if classes is None else classes
     record: dict[str, Any] = {"k": k, "enumerated": settings.sample_masks is None}
     if loss is not None and not loss.is_default:
         record["loss"] = loss.record()
-    record.update(mask_tables(masks, macs, scores, branch_macs))
-    record["interactions"] = {name: interaction_summary(masks, s) for name, s in scores.items()}
-    record["resilience"] = resilience_summary(masks, scores, settings, classes)
+    record.update(_mask_tables(masks, macs, scores, branch_macs))
+    record["interactions"] = {name: _interaction_summary(masks, s) for name, s in scores.items()}
+    record["resilience"] = _resilience_summary(masks, scores, settings, classes)
     if settings.router:
-        record["routing"] = routing_summary(
+        record["routing"] = _routing_summary(
             model, masks, macs, scores, splits.val_x, splits.test_x, settings
         )
     else:

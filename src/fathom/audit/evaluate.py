@@ -280,10 +280,12 @@ def save_scores(path: str, splits: dict[str, MaskScores], meta: dict[str, str]) 
 def load_scores(path: str) -> tuple[dict[str, MaskScores], dict[str, str]]:
     """Inverse of :func:`save_scores`; margins, CE and the loss's ``L_mi`` (``meta/loss``,
     when the scores were under another loss) are recomputed from the stored logits."""
+    from fathom.losses.labels import LabelLoss
+
     with np.load(path, allow_pickle=False) as data:
         names = sorted({k.split("/")[0] for k in data.files if not k.startswith("meta/")})
         meta = {k.split("/", 1)[1]: str(data[k]) for k in data.files if k.startswith("meta/")}
-        loss = _loss_of_record(meta.pop("loss")) if "loss" in meta else None
+        loss = LabelLoss.from_record(json.loads(meta.pop("loss"))) if "loss" in meta else None
         splits = {
             n: scores_from_logits(
                 data[f"{n}/logits"], data[f"{n}/labels"], data[f"{n}/masks"]
@@ -291,13 +293,3 @@ def load_scores(path: str) -> tuple[dict[str, MaskScores], dict[str, str]]:
             for n in names
         }
     return splits, meta
-
-
-def _loss_of_record(text: str) -> LabelLoss:
-    """The :class:`~fathom.losses.labels.LabelLoss` of a :meth:`~LabelLoss.record` in JSON."""
-    from fathom.losses.kinds import make_loss
-    from fathom.losses.labels import LabelLoss
-
-    record = json.loads(text)
-    name, target = record.pop("name"), record.pop("target")
-    return LabelLoss(make_loss(name, **record), target)

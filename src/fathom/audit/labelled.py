@@ -29,7 +29,7 @@ from fathom.audit.masks import mask_label
 from fathom.base.units import fmt_value, percent
 
 Quantity = Literal["accuracy", "mean CE", "CE damage", "loss", "loss damage"]
-UNITS: dict[str, tuple[str, str]] = {
+_UNITS: dict[str, tuple[str, str]] = {
     "accuracy": ("fraction", "%"),
     "mean CE": ("nats", "nats"),
     "CE damage": ("nats", "nats"),
@@ -72,7 +72,7 @@ class PerMask(np.ndarray):
     @property
     def unit(self) -> str | None:
         """The stored unit (``fraction`` for accuracy, ``nats`` for CE)."""
-        return UNITS[self.quantity][0] if self.quantity in UNITS else None
+        return _UNITS[self.quantity][0] if self.quantity in _UNITS else None
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str) and self.labelled:
@@ -96,7 +96,7 @@ class PerMask(np.ndarray):
         return {label: float(v) for label, v in zip(self.labels, np.asarray(self), strict=True)}
 
     def _shown(self, v: float) -> str:
-        display = UNITS[self.quantity][1] if self.quantity in UNITS else ""
+        display = _UNITS[self.quantity][1] if self.quantity in _UNITS else ""
         value = percent(v) if self.quantity == "accuracy" else v
         return fmt_value(value, display, signed=self.quantity in ("CE damage", "loss damage"))
 

@@ -135,6 +135,14 @@ class LabelLoss:
         options.pop("class_dim", None)
         return {"name": self.loss.name, **options, "target": self.target}
 
+    @staticmethod
+    def from_record(record: dict[str, Any]) -> LabelLoss:
+        """The inverse of :meth:`record` (a record as written to the audit's scores file):
+        ``name`` and its options through :func:`~fathom.losses.kinds.make_loss`, ``target``."""
+        options = dict(record)
+        name, target = options.pop("name"), options.pop("target")
+        return LabelLoss(make_loss(name, **options), target)
+
     def describe(self) -> str:
         """One line naming the loss and its options (``mse (mean, one-hot targets)``)."""
         r = self.record()
