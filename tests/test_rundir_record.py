@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -463,6 +464,117 @@ def test_a_target_stop_and_a_divergence_are_recorded_by_the_writer(tmp_path):
     assert diverged.status == "diverged" and m.diverged_epoch == diverged.diverged_epoch == 1
     assert m.final.epoch is None and m.hashes.final_params is None and m.stop is None
     assert m.epochs_completed == 1 and m.steps_completed == 4  # 128 examples, batches of 32
+
+
+# -- what readers take from the typed record, in every format -------------------------------
+def _as_format_2(run: Path) -> Path:
+    path = run / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["format"] = 2
+    path.write_text(json.dumps(seal(manifest)))
+    return run
+
+
+def test_the_record_reads_what_the_manifest_holds_in_every_format(tiny_run_copy, tmp_path):
+    """The fields readers take from ``RunDir.recorded`` (the selected epoch, the failure, the
+    config's seed, rate and model, ``data.info``) are the manifest's as written: in format 3,
+    and from the same manifest read as format 2 (its sections free-form)."""
+    raw = RunDir(tiny_run_copy).manifest
+    twin = _as_format_2(Path(shutil.copytree(tiny_run_copy, tmp_path / "old")))
+    assert not isinstance(RunDir(twin).header, RunManifest)
+    for run in (tiny_run_copy, twin):
+        rd = RunDir(run)
+        rec = rd.recorded
+        assert (rec.selected.epoch, rec.selected.val_ce) == tuple(raw["selected"].values())
+        assert "failure" not in raw and not rec.failure.environment and rec.failure.type is None
+        assert rec.config.seed == raw["config"]["seed"]
+        assert rec.config.optim.lr == raw["config"]["optim"]["lr"]
+        model = raw["config"]["model"]
+        assert (rec.config.model.kind, rec.config.model.recipe) == (model["kind"], model["recipe"])
+        assert rec.data.info.as_json() == raw["data"]["info"] == rd.data_info
+        assert rec.data.info.classes == raw["data"]["info"]["classes"] == rd.classes
+        assert rec.data.info.input_shape == raw["data"]["info"]["input_shape"]
+        assert rec.data.info.unigram_val_ce is None  # recorded by a language model's text only
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+typed_info = st.fixed_dictionaries(
+    {},
+    optional={
+        "classes": st.integers(1, 1000),
+        "in_features": st.integers(1, 10**6),
+        "input_shape": st.lists(st.integers(1, 64), max_size=3),
+        "paths_base": st.text(max_size=8),
+        "unigram_val_ce": st.floats(0, 20),
+    },
+)
+
+
+@settings(max_examples=60)
+@given(typed=typed_info, own=st.dictionaries(st.text(max_size=6), json_values, max_size=4))
+@example(typed={"classes": 10, "unigram_val_ce": 5.5}, own={"mode": "random", "files": {}})
+def test_data_info_reads_its_typed_keys_and_keeps_a_sources_own_as_written(typed, own):
+    """``data.info`` is open: a source's own keys come back as written, beside the typed ones
+    (absent: ``None``, never a default)."""
+    from fathom.rundir.record import RecordedInfo
+
+    info = {**{k: v for k, v in own.items() if k not in RecordedInfo.model_fields}, **typed}
+    read = RecordedInfo.model_validate(info)
+    assert read.as_json() == info
+    for key in RecordedInfo.model_fields:
+        assert getattr(read, key) == info.get(key)
+
+
+def _unsealed(tmp_path: Path, manifest: dict) -> Path:
+    """A manifest without a digest (read as unverified), for the fields it holds."""
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    return tmp_path
+
+
+def _failed(tmp_path: Path, failure: dict | None) -> RunDir:
+    manifest = {"format": 2, "kind": "run", "run_id": "f", "status": "failed",
+                "status_reason": "OSError: disk full", "config": {}, "failure": failure}  # fmt: skip
+    return RunDir(_unsealed(tmp_path, manifest))
+
+
+def test_a_study_retries_a_run_whose_environment_failed_as_its_record_says(tmp_path):
+    """``failure.environment`` (read through the record) decides a study's retry; a failure
+    recorded as ``null`` or absent is the run's own (kept unless --retry-failed)."""
+    from fathom.study.execute import _plan
+
+    env = _failed(tmp_path, {"type": "OSError", "errno": "ENOSPC", "environment": True})
+    assert env.recorded.failure.type == "OSError"
+    assert _plan("failed", env, False) == (
+        "retry",
+        "retried (its environment failed); earlier failure: OSError: disk full",
+    )
+    own = _failed(tmp_path, {"type": "ValueError", "errno": None, "environment": False})
+    assert _plan("failed", own, False) == ("keep", None)
+    assert _plan("failed", _failed(tmp_path, None), False) == ("keep", None)
+    assert _plan("failed", own, True)[0] == "retry"
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "where"),
+    [
+        ("data", {"info": {"classes": "ten"}}, "data.info.classes"),
+        ("selected", {"epoch": "last"}, "selected.epoch"),
+        ("failure", {"environment": "maybe"}, "failure.environment"),
+    ],
+)
+def test_a_typed_record_field_of_the_wrong_type_is_refused_naming_it(
+    tmp_path, section, value, where
+):
+    manifest = {"format": 2, "kind": "run", "run_id": "w", "status": "complete", "config": {},
+                section: value}  # fmt: skip
+    with pytest.raises(FathomError, match=rf"not a valid manifest \({where}: "):
+        _ = RunDir(_unsealed(tmp_path, manifest)).recorded
 
 
 # -- the class count comes from the record, never a default ---------------------------------
