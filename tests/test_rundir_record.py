@@ -466,6 +466,124 @@ def test_a_target_stop_and_a_divergence_are_recorded_by_the_writer(tmp_path):
     assert m.epochs_completed == 1 and m.steps_completed == 4  # 128 examples, batches of 32
 
 
+# -- the bytes the writer commits -----------------------------------------------------------
+FIXTURES = Path(__file__).parent / "fixtures"
+WRITTEN = (FIXTURES / "written_after_epoch_1.json", FIXTURES / "written_failed.json")
+"""The ``manifest.json`` files :func:`_write_fixed_run` commits (after its first epoch, then
+failed), byte for byte: how the writer turns its inputs into sections is pinned. A change of
+the manifest's format changes them on purpose: regenerate them with
+``PYTHONPATH=src:tests python tests/test_rundir_record.py`` and review the diff."""
+
+
+def _fixed_manifest() -> RunManifest:
+    config = {"name": "fixed", "seed": 7, "model": {"kind": "ciresan", "recipe": "residual"},
+              "optim": {"lr": 0.03, "epochs": 3}}  # fmt: skip
+    return RunManifest.model_validate(
+        {
+            "format": FORMAT,
+            "run_id": "fixed",
+            "status": "running",
+            "config": config,
+            "config_hash": "c" * 64,
+            "source_hash": "s" * 64,
+            "data": {
+                "dataset": "tensors",
+                "files": {"x.pt": "f" * 64},
+                "split_mode": "random",
+                "split_seed": 0,
+                "split_hash": "h",
+                "tensors_sha256": "t",
+                "sizes": {"fit": 8, "val": 4, "test": 4},
+                "info": {"classes": 3, "in_features": 5, "input_shape": [5], "own": [1]},
+            },
+            "model": {"kind": "ciresan", "class": "CiresanMLP", "parameters": 21},
+            "hashes": {"initial_params": "i", "training_order": "o", "masks": "m"},
+            "environment": {
+                "python": "3",
+                "torch": "2",
+                "numpy": "2",
+                "platform": "p",
+                "machine": "m",
+                "cpu_count": 2,
+                "threads": 1,
+                "device": "cpu",
+                "device_name": "cpu",
+                "dtype": "float32",
+                "matmul_precision": "highest",
+                "cuda": None,
+                "cpu_allocator_tuned": False,
+            },
+            "telemetry": {"enabled": False},
+            "execution": {"path": "eager", "precision": "fp32"},
+        }
+    )
+
+
+def _write_fixed_run(path: Path) -> list[str]:
+    """A run written through every section-setting method of :class:`RunWriter` with fixed
+    inputs (fixed clocks, one further clock of a stepper's own, weights entries, a stop, a
+    failure); the ``manifest.json`` text after the first commit of progress and at the end
+    (read as bytes: ``read_text`` keeps them, the files are ASCII)."""
+    from fathom.rundir import RunWriter
+    from fathom.rundir.sections import Telemetry
+
+    w = RunWriter(path).acquire()
+    texts = []
+    try:
+        w.start(_fixed_manifest())
+        w.row({"epoch": 1, "val/ce": 0.5, "test/acc": 0.75})
+        entry = {
+            "file": "checkpoints/epoch-0001.safetensors",
+            "params_sha256": "p1",
+            "sha256": "w1",
+        }
+        w.progress(
+            epochs_completed=1,
+            steps_completed=4,
+            clocks={
+                "training_s": 1.5,
+                "training_cpu_s": 1.25,
+                "evaluation_s": 0.5,
+                "telemetry_s": None,
+                "telemetry_cold_s": None,
+                "checkpoint_s": 0.125,
+                "elapsed_s": 3.0,
+                "graph_capture_s": 0.25,
+            },
+            telemetry=Telemetry(enabled=False),
+            training_order="o1",
+            masks="m1",
+            selected={"epoch": 1, "val_ce": 0.5},
+            checkpoints={"1": entry},
+            selected_checkpoint={**entry, "file": "checkpoints/selected.safetensors", "epoch": 1},
+            graphs_captured=None,
+        )
+        w.commit()
+        texts.append((path / "manifest.json").read_text())
+        w.set_stop(target_test_acc=0.7, epoch=1, training_s=1.5, elapsed_s=3.0)
+        w.set_final(final_params="p1", epoch=1, diverged_epoch=None)
+        failure = {"type": "OSError", "errno": "ENOSPC", "environment": True}
+        w.finish("failed", "OSError: disk full", failure=failure)
+        texts.append((path / "manifest.json").read_text())
+    finally:
+        w.close()
+    return texts
+
+
+def test_the_writer_commits_the_pinned_bytes_for_fixed_inputs(tmp_path):
+    """Each method that sets a section builds that section's type from its inputs; what is
+    committed is the same bytes as pinned in :data:`WRITTEN` (every section, the open ones'
+    own keys and the digests included), and reads back as the typed sections it was built
+    from."""
+    texts = _write_fixed_run(tmp_path / "fixed")
+    assert texts == [p.read_text() for p in WRITTEN]
+    m = RunDir(tmp_path / "fixed").record
+    assert m.clocks.model_extra == {"graph_capture_s": 0.25} and m.clocks.training_s == 1.5
+    assert m.final.epoch == 1 and m.selected.val_ce == 0.5 and m.status == "failed"
+    assert m.failure is not None and m.failure.environment and m.checkpoints["1"].sha256 == "w1"
+    assert m.selected_checkpoint is not None and m.selected_checkpoint.epoch == 1
+
+
 # -- what readers take from the typed record, in every format -------------------------------
 def _as_format_2(run: Path) -> Path:
     path = run / "manifest.json"
@@ -655,3 +773,11 @@ def test_an_unreadable_curvature_file_is_noted_with_notes_and_refused_without(tm
     (tmp_path / "audit" / "audit.json").write_text("3")
     with pytest.raises(FathomError, match="holds a JSON number, not an object"):
         read_audit(tmp_path)
+
+
+if __name__ == "__main__":  # regenerate the pinned manifests (see WRITTEN)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        for path, text in zip(WRITTEN, _write_fixed_run(Path(d) / "fixed"), strict=True):
+            path.write_text(text)
