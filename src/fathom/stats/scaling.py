@@ -409,8 +409,8 @@ def judged_scenario(
         reading=reading,
         family=family,
         depths=depths,
-        level=level_verdict(level, per_depth, evidence),  # type: ignore[arg-type]
-        trend=trend_verdict(change, slope),  # type: ignore[arg-type]
+        level=level_verdict(level, per_depth, evidence),
+        trend=trend_verdict(change, slope),
         level_contrast=level,
         change=change,
         slope=slope,
