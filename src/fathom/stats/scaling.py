@@ -335,7 +335,7 @@ def _items(
         accuracy("test accuracy", rules),
     )
     return profile_items(
-        lambda arm, d, s: percent(res[d][arm][s][1]),  # type: ignore[arg-type,return-value]
+        lambda arm, d, s: percent(res[d][arm][s][1]),
         depths,
         seeds,
         (table.candidate, table.baseline),
