@@ -66,7 +66,6 @@ def _last(history: list[dict[str, Any]], key: str) -> Any:
 def read_run(path: Path) -> RunRecord:
     """A :class:`RunRecord` from one run directory (through the run-directory reader)."""
     rd = RunDir(path)
-    recorded = rd.recorded  # format 2 runs too: selected and sizes read as written
     if rd.kind == "depth_scaling":
         raise FathomError(
             f"{str(path)!r} was written by the depth-scaling runner of manifest format "
@@ -79,6 +78,7 @@ def read_run(path: Path) -> RunRecord:
             "pass the benchmark's output directory"
         )
     cfg, history = rd.config, rd.history()
+    recorded = rd.recorded  # format 2 runs too: selected and sizes read as written
     observed = [r for r in history if r.get("epoch", 0) >= 1 and "val/acc" in r]
     sel_epoch = recorded.selected.epoch
     sel = next((r for r in observed if r["epoch"] == sel_epoch), None)
