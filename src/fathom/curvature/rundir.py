@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -43,6 +43,9 @@ from fathom.errors import FathomError
 from fathom.losses.kinds import NORMALIZATION as LOSS_NORMALIZATION
 from fathom.losses.labels import LabelLoss
 from fathom.rundir.output import AnalysisOutput, analysis_output
+
+if TYPE_CHECKING:
+    from fathom.rundir.reader import RunDir
 
 _FORMAT = 1
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -201,7 +204,7 @@ def summary_markdown(
     )
 
 
-def _snapshot_record(rd: Any, e: int, snap, model, x, probe: int, probe_hash: str) -> dict:
+def _snapshot_record(rd: RunDir, e: int, snap, model, x, probe: int, probe_hash: str) -> dict:
     """One epoch's JSON record: checkpoint, provenance, scope, the snapshot, environment
     (``compute_s`` still inside; the caller moves it into ``runtime_s``)."""
     return _record_around(
@@ -210,10 +213,10 @@ def _snapshot_record(rd: Any, e: int, snap, model, x, probe: int, probe_hash: st
 
 
 def _record_around(
-    rd: Any, e: int, body: dict, model, x, probe: int, probe_hash: str, agreement: dict | None
+    rd: RunDir, e: int, body: dict, model, x, probe: int, probe_hash: str, agreement: dict | None
 ) -> dict:
     """The checkpoint, provenance, scope and environment around a snapshot's ``body``."""
-    files = rd.manifest.get("checkpoints", {})
+    entry = rd.header.checkpoints.get(str(e))
     return {
         "format": _FORMAT,
         "kind": "fathom.curvature.snapshot",
@@ -221,7 +224,7 @@ def _record_around(
         "run_dir": str(rd.path),
         "epoch": e,
         "checkpoint": {
-            "file": files.get(str(e), {}).get("file"),
+            "file": None if entry is None else entry.file,
             "params_sha256": rd.checkpoint_hash(e),
             "verified": True,
             "converted_to": "float64",
@@ -249,7 +252,7 @@ def _record_around(
 
 
 def run_curvature(
-    rd: Any,
+    rd: RunDir,
     epochs: Sequence[int] | None,
     probe: int = 128,
     out_dir: str | Path | None = None,
@@ -335,14 +338,14 @@ TOKEN_SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def is_language_model(rd: Any) -> bool:
+def is_language_model(rd: RunDir) -> bool:
     from fathom.config.model_kinds import model_kind
 
     return model_kind(rd.config.model.kind).tokens
 
 
 def _write_token_snapshots(
-    rd: Any,
+    rd: RunDir,
     chosen: list[int],
     probe: int,
     out: AnalysisOutput,
@@ -416,7 +419,7 @@ def _write_token_snapshots(
 
 
 def _write_snapshots(
-    rd: Any,
+    rd: RunDir,
     chosen: list[int],
     probe: int,
     out: AnalysisOutput,

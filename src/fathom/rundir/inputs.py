@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 def recorded_base(run: RecordedRun | None) -> str | None:
     """The directory the run's relative data paths are relative to (``data.info.paths_base``,
     in the open section a data source records about itself)."""
-    base = None if run is None else run.data.info.get("paths_base")
-    return base if isinstance(base, str) else None
+    return None if run is None else run.data.info.paths_base
 
 
 def run_data_config(run: RecordedRun, cfg: DataConfig, run_dir: Path) -> DataConfig:

@@ -314,8 +314,9 @@ class RunDir:
     # -- models and data (kind "run") ----------------------------------------------------
     @property
     def data_info(self) -> dict[str, Any]:
-        """``data.info``: what the data source recorded about itself (open, per source)."""
-        return self.recorded.data.info
+        """``data.info``: what the data source recorded about itself (open, per source), as
+        recorded; typed: ``recorded.data.info`` (:class:`~fathom.rundir.record.RecordedInfo`)."""
+        return self.recorded.data.info.as_json()
 
     @property
     def classes(self) -> int:
@@ -324,13 +325,13 @@ class RunDir:
         dataset's (:func:`fathom.data.registry.registered_shape`), any other is refused
         naming the fix, never a default."""
         self._require_kind("its class count")
-        classes = self.data_info.get("classes")
+        classes = self.recorded.data.info.classes
         if classes is None:
             from fathom.data.registry import registered_shape
 
             missing = f"run {self.run_id!r}: data.info.classes"
             classes, _ = registered_shape(self.config.data.dataset, missing)
-        return int(classes)
+        return classes
 
     def _require_kind(self, what: str) -> None:
         if self.kind != "run":
@@ -350,14 +351,12 @@ class RunDir:
 
         from fathom.models import build_model
 
-        info = self.data_info
-        shape = tuple(info["input_shape"]) if info.get("input_shape") else None
-        classes, in_features = info.get("classes"), info.get("in_features")
+        info = self.recorded.data.info
         model = build_model(
             self.config.model,
-            None if classes is None else int(classes),
-            None if in_features is None else int(in_features),
-            input_shape=shape,
+            info.classes,
+            info.in_features,
+            input_shape=tuple(info.input_shape) if info.input_shape else None,
             dataset=self.config.data.dataset,
         )
         return model.to(device=device, dtype=dtype or torch.float32)

@@ -127,20 +127,36 @@ def _whole_number_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+class RecordedInfo(_Given):
+    """``data.info``: what the data source recorded about itself. Open (a source records more
+    keys of its own, kept as written); the keys a reader acts on are typed: ``classes`` and
+    ``in_features`` of the model's output and input, ``input_shape`` of one example,
+    ``paths_base`` (the directory the config's relative data paths are relative to) and, for
+    a language model's text, ``unigram_val_ce`` (nats/token of the unigram baseline on the
+    validation tokens). Each is ``None`` where the manifest does not record it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    classes: int | None = None
+    in_features: int | None = None
+    input_shape: list[int] | None = None
+    paths_base: str | None = None
+    unigram_val_ce: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The object as the manifest records it (the keys it holds, its own ones included)."""
+        return self.model_dump(exclude_unset=True)
+
+
 class RecordedData(_Given):
     """``data``: the dataset files' ``{file: sha256}``, ``split_hash``, ``sizes`` per split,
-    ``tensors_sha256`` of the split tensors and ``info`` (open: what the source recorded)."""
+    ``tensors_sha256`` of the split tensors and ``info`` (:class:`RecordedInfo`)."""
 
     files: dict[str, str] | None = None
     split_hash: str | None = None
     sizes: dict[str, int] | None = None
     tensors_sha256: str | None = None
-    info: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("info", mode="before")
-    @classmethod
-    def _no_info_is_empty(cls, value: Any) -> Any:
-        return {} if value is None else value
+    info: RecordedInfo = Field(default_factory=RecordedInfo)
 
 
 class RecordedEnvironment(_Given):
@@ -160,9 +176,11 @@ class RecordedHashes(_Given):
 
 
 class RecordedOptim(_Given):
-    """``config.optim``: the planned ``epochs`` (``None``: not a whole number, unknown)."""
+    """``config.optim``: the planned ``epochs`` (``None``: not a whole number, unknown) and
+    the learning rate ``lr``."""
 
     epochs: int | None = None
+    lr: float | None = None
 
     @field_validator("epochs", mode="before")
     @classmethod
@@ -176,13 +194,23 @@ class RecordedCheckpointing(_Given):
     resume_every: int = 1
 
 
+class RecordedModel(_Given):
+    """``config.model``: its ``kind`` and training ``recipe`` (``None`` where not recorded)."""
+
+    kind: str | None = None
+    recipe: str | None = None
+
+
 class RecordedConfig(_Given):
-    """The config fields read without validating the config (any kind): ``optim.epochs`` of a
-    run, ``epochs`` of older kinds, ``checkpoints.resume_every``."""
+    """The config fields read without validating the config (any kind): ``optim.epochs`` and
+    ``optim.lr`` of a run, ``epochs`` of older kinds, ``checkpoints.resume_every``, the
+    ``seed`` and the ``model``'s kind and recipe."""
 
     optim: RecordedOptim = Field(default_factory=RecordedOptim)
     checkpoints: RecordedCheckpointing = Field(default_factory=RecordedCheckpointing)
+    model: RecordedModel = Field(default_factory=RecordedModel)
     epochs: int | None = None
+    seed: int | None = None
 
     @field_validator("epochs", mode="before")
     @classmethod
@@ -199,6 +227,22 @@ class RecordedFinal(_Given):
     """``final``: the epoch of the final weights (``None`` unless the run completed)."""
 
     epoch: int | None = None
+
+
+class RecordedSelected(_Given):
+    """``selected``: the epoch of minimum validation cross entropy and that ``val_ce`` (nats);
+    ``None`` before the first evaluated boundary."""
+
+    epoch: int | None = None
+    val_ce: float | None = None
+
+
+class RecordedFailure(_Given):
+    """``failure`` of a failed run: the exception ``type`` and ``environment`` (the machine
+    failed, not the run: a study retries it); a run that did not fail records none."""
+
+    type: str | None = None
+    environment: bool = False
 
 
 class RecordedRun(_Given):
@@ -221,6 +265,8 @@ class RecordedRun(_Given):
     environment: RecordedEnvironment = Field(default_factory=RecordedEnvironment)
     hashes: RecordedHashes = Field(default_factory=RecordedHashes)
     final: RecordedFinal = Field(default_factory=RecordedFinal)
+    selected: RecordedSelected = Field(default_factory=RecordedSelected)
+    failure: RecordedFailure = Field(default_factory=RecordedFailure)
     live: dict[str, Any] = Field(default_factory=dict)
     checkpoints: dict[str, WeightsEntry] = Field(default_factory=dict)
     selected_checkpoint: WeightsEntry | None = None

@@ -52,7 +52,17 @@ from fathom.rundir.resume import (
     verified_history,
     verify_against_manifest,
 )
-from fathom.rundir.sections import RecoveryEvent, Stop, Telemetry
+from fathom.rundir.sections import (
+    Clocks,
+    Failure,
+    Final,
+    RecoveryEvent,
+    Selected,
+    Status,
+    Stop,
+    Telemetry,
+    WeightsEntry,
+)
 
 #: Fields a resumed run keeps from its manifest on disk (they describe the run's origin).
 _KEPT_ON_RESUME = ("kind", "phase", "source_hash", "source_changes", "recovery")
@@ -312,12 +322,16 @@ class RunWriter:
         and mask digest chains, the selected epoch, the weights entries, graphs captured."""
         m = self._held()
         m.epochs_completed, m.steps_completed = epochs_completed, steps_completed
-        m.clocks = clocks  # type: ignore[assignment]  # validated into Clocks
+        m.clocks = Clocks.model_validate(clocks)
         m.telemetry = telemetry
         m.hashes = _updated(m.hashes, training_order=training_order, masks=masks)
-        m.selected = selected  # type: ignore[assignment]
-        m.checkpoints = checkpoints  # type: ignore[assignment]
-        m.selected_checkpoint = selected_checkpoint  # type: ignore[assignment]
+        m.selected = Selected.model_validate(selected)
+        m.checkpoints = {e: WeightsEntry.model_validate(c) for e, c in checkpoints.items()}
+        m.selected_checkpoint = (
+            None
+            if selected_checkpoint is None
+            else WeightsEntry.model_validate(selected_checkpoint)
+        )
         m.execution = _updated(m.execution, graphs_captured=graphs_captured)
 
     def set_stop(
@@ -338,17 +352,18 @@ class RunWriter:
         the run completed) and ``diverged_epoch`` (``None`` unless it diverged)."""
         m = self._held()
         m.hashes = _updated(m.hashes, final_params=final_params)
-        m.final = {"epoch": epoch}  # type: ignore[assignment]
+        m.final = Final(epoch=epoch)
         m.diverged_epoch = diverged_epoch
 
     def finish(
-        self, status: str, reason: str | None = None, *, failure: dict[str, Any] | None = None
+        self, status: Status, reason: str | None = None, *, failure: dict[str, Any] | None = None
     ) -> None:
-        """Set the final status, its reason (and a failure's cause), commit, release the lock."""
+        """Set the final status, its reason (and a failure's cause, :func:`failure_record`),
+        commit, release the lock."""
         m = self._held()
-        m.status, m.status_reason = status, reason  # type: ignore[assignment]
+        m.status, m.status_reason = status, reason
         if failure is not None:
-            m.failure = failure  # type: ignore[assignment]
+            m.failure = Failure.model_validate(failure)
         try:
             self.commit()
         finally:
@@ -375,7 +390,7 @@ class RunWriter:
         check_manifest(seal(data), "the manifest being written")
         self._guard("write manifest.json", atomic_write_json, self.path / "manifest.json", data)
 
-    def record_failure(self, e: Exception) -> FathomError | None:
+    def record_failure(self, e: BaseException) -> FathomError | None:
         """Best effort: finish the run as ``failed`` with ``e`` as its cause (and errno,
         :func:`failure_record`); unlock.
 
@@ -397,7 +412,7 @@ class RunWriter:
                 "which still verifies; once the cause is fixed, continue with "
                 f"`fathom train --resume {self.path}`"
             )
-            err.errno = getattr(e, "errno", None)  # type: ignore[attr-defined]
+            err.errno = getattr(e, "errno", None)
             err.__dict__.update(vars(e))  # what callers attached (errno, advice given)
             return err
         finally:

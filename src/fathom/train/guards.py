@@ -80,8 +80,8 @@ def disk_full_advice(e: BaseException, s: Session | None, run_dir: Path) -> Base
         f"{e}. Finishing {str(run_dir)!r} needs about {_size(need)} on its file system; "
         f"{step} continue with `fathom train --resume {run_dir}`"
     )
-    advice.errno = e.errno  # type: ignore[attr-defined]
-    advice.space_advised = True  # type: ignore[attr-defined]
+    advice.errno = getattr(e, "errno", None)  # ENOSPC or EDQUOT (``full``)
+    advice.space_advised = True
     return advice
 
 

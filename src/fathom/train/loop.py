@@ -28,6 +28,7 @@ from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
 from fathom.rundir import RunDir, RunWriter, uninterrupted
+from fathom.rundir.sections import Status
 from fathom.rundir.weights import cpu_state, extra_state, load_cpu_state, load_extra_state
 from fathom.train.guards import disk_full_advice, matmul_precision, recorded_threads
 from fathom.train.observe import boundary_schedule, observe, sync
@@ -133,7 +134,7 @@ def train(
 
 def _raise_recorded(writer: RunWriter, e: BaseException, original: BaseException) -> None:
     """Record the failure ``e`` (``original`` with advice added, or itself), then raise it."""
-    unrecorded = writer.record_failure(e)  # type: ignore[arg-type]
+    unrecorded = writer.record_failure(e)
     if unrecorded is not None:
         raise unrecorded from None
     if e is original:
@@ -249,7 +250,7 @@ def _target_reached(s: Session, epoch: int, row: dict[str, Any] | None) -> str |
     )
 
 
-def _run_epochs(s: Session) -> tuple[str, str | None, int | None]:
+def _run_epochs(s: Session) -> tuple[Status, str | None, int | None]:
     """Epochs until the last, a divergence or a reached target: ``(status, reason, diverged)``."""
     cfg = s.cfg
     if s.on_progress is not None:
