@@ -1,5 +1,6 @@
-"""``fathom audit RUN_DIR`` with its defaults on data of fewer than 10 classes: the digits'
-default contrast (1 vs 4, 9) does not exist there, so the default is class 0 vs the rest."""
+"""``fathom audit RUN_DIR``'s default class contrast: the registered dataset's own (MNIST's
+digit 1 against 4 and 9, its look-alikes), never a digit contrast on other data (on CIFAR-10 or
+Fashion-MNIST "1 vs 4, 9" would name arbitrary classes), else class 0 vs the rest."""
 
 from __future__ import annotations
 
@@ -14,10 +15,15 @@ from fathom.train.loop import train
 pytest.importorskip("sklearn")
 
 
-def test_contrast_defaults_follow_the_class_count() -> None:
+def test_contrast_defaults_follow_the_dataset() -> None:
     s = AuditSettings()
-    assert s.contrast_for(10)[:2] == (1, (4, 9)) and s.contrast_for(100)[:2] == (1, (4, 9))
+    assert s.contrast_for(10, "mnist") == (1, (4, 9), "default for mnist (1 vs 4, 9)")
+    for other in ("cifar10", "fashion-mnist", "synthetic", None):
+        assert s.contrast_for(10, other)[:2] == (0, tuple(range(1, 10)))
+    assert s.contrast_for(100, "cifar100")[:2] == (0, tuple(range(1, 100)))
     assert s.contrast_for(4)[:2] == (0, (1, 2, 3)) and s.contrast_for(2)[:2] == (0, (1,))
+    # MNIST's contrast names classes 1, 4 and 9: a subset of fewer classes falls back
+    assert s.contrast_for(5, "mnist")[:2] == (0, (1, 2, 3, 4))
     given = AuditSettings(contrast_a=2, contrast_b=(0,))
     assert given.contrast_for(3) == (2, (0,), "given (--contrast)")
 

@@ -38,12 +38,9 @@ from fathom.audit.router import (
 )
 from fathom.audit.speed import time_routed
 from fathom.audit.tokens import LM_MAX_MASKS
+from fathom.data.registry import default_contrast
 from fathom.errors import FathomError
 from fathom.losses.labels import LabelLoss
-
-_DIGIT_CONTRAST: tuple[int, tuple[int, ...]] = (1, (4, 9))
-"""The default contrast on data of 10 or more classes (the run's ``data.info.classes``): digit 1
-against 4 and 9 (MNIST's look-alikes)."""
 
 
 @dataclass(frozen=True)
@@ -76,14 +73,19 @@ class AuditSettings:
         """Mask size of the resilience masks: ``keep`` or ``k // 2`` (two of four)."""
         return k // 2 if self.keep is None else self.keep
 
-    def contrast_for(self, classes: int) -> tuple[int, tuple[int, ...], str]:
-        """``(a, B, source)`` of the class contrast: the one given, else the digits' ``1`` vs
-        ``{4, 9}`` (:data:`_DIGIT_CONTRAST`) on data of 10 or more classes, else class 0 vs
-        every other class (a default that exists on any data of >= 2 classes)."""
+    def contrast_for(
+        self, classes: int, dataset: str | None = None
+    ) -> tuple[int, tuple[int, ...], str]:
+        """``(a, B, source)`` of the class contrast: the one given, else the registered
+        dataset's own (:func:`fathom.data.registry.default_contrast`: MNIST's digit ``1`` vs
+        ``{4, 9}``), else class 0 vs every other class (a default that exists on any data of
+        >= 2 classes; a digit contrast on other 10-class data would name arbitrary classes)."""
         if self.contrast_a is not None:
             return self.contrast_a, tuple(self.contrast_b or ()), "given (--contrast)"
-        if classes >= 10:
-            return _DIGIT_CONTRAST[0], _DIGIT_CONTRAST[1], "default (digits 1 vs 4, 9)"
+        own = default_contrast(dataset)
+        if own is not None and max(own[0], *own[1]) < classes:
+            a, b = own
+            return a, b, f"default for {dataset} ({a} vs {', '.join(map(str, b))})"
         rest = tuple(range(1, classes))
         return 0, rest, f"default for {classes} classes (class 0 vs every other class)"
 
@@ -182,11 +184,15 @@ def _interaction_summary(masks: np.ndarray, s: MaskScores) -> dict[str, Any]:
 
 
 def _resilience_summary(
-    masks: np.ndarray, scores: dict[str, MaskScores], settings: AuditSettings, classes: int
+    masks: np.ndarray,
+    scores: dict[str, MaskScores],
+    settings: AuditSettings,
+    classes: int,
+    dataset: str | None = None,
 ) -> dict[str, Any]:
     """Class resilience on val and test with margin bins fixed on validation."""
     keep = settings.keep_for(masks.shape[1])
-    a, b, source = settings.contrast_for(classes)
+    a, b, source = settings.contrast_for(classes, dataset)
     full = full_mask_index(masks)
     per = {name: per_example_resilience(s.correct, masks, full, keep) for name, s in scores.items()}
     val = scores["val"]
@@ -280,6 +286,7 @@ def audit_checkpoint(
     on_mask: Callable[[int, int], None] | None = None,
     loss: LabelLoss | None = None,
     classes: int | None = None,
+    dataset: str | None = None,
 ) -> dict[str, Any]:
     """All per-checkpoint tables for ``model`` (eval mode) on ``splits.val_*``/``test_*``.
 
@@ -289,7 +296,8 @@ def audit_checkpoint(
     the class count of the run's data (:attr:`fathom.rundir.RunDir.classes`), which the
     per-class resilience and the default contrast are over; ``None`` (a model outside a run
     directory): the width of its logits. A model whose logits have another width than the
-    data's classes is refused."""
+    data's classes is refused. ``dataset``: the registered dataset's name, whose own class
+    contrast is the default (:meth:`AuditSettings.contrast_for`)."""
     k = removable_branch_count(model)
     if splits.val_y.shape[0] == 0 or splits.test_y.shape[0] == 0:
         raise FathomError(
@@ -328,7 +336,7 @@ def audit_checkpoint(
         record["loss"] = loss.record()
     record.update(_mask_tables(masks, macs, scores, branch_macs))
     record["interactions"] = {name: _interaction_summary(masks, s) for name, s in scores.items()}
-    record["resilience"] = _resilience_summary(masks, scores, settings, classes)
+    record["resilience"] = _resilience_summary(masks, scores, settings, classes, dataset)
     if settings.router:
         record["routing"] = _routing_summary(
             model, masks, macs, scores, splits.val_x, splits.test_x, settings

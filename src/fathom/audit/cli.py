@@ -130,7 +130,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--contrast",
         default=None,
         help=(
-            "class contrast A:B1,B2 (default 1:4,9 on data of 10 or more classes, else 0 vs "
+            "class contrast A:B1,B2 (default: the dataset's own, 1:4,9 on MNIST; else 0 vs "
             "every other class)"
         ),
     )

@@ -416,7 +416,15 @@ class _Audit:
             return
         loss = LabelLoss.of(rd.config.loss)  # the run's [loss]: the damage is measured in it
         rec = audit_checkpoint(
-            model, data, self.settings, arrays, meta, tick, loss, classes=sub.classes
+            model,
+            data,
+            self.settings,
+            arrays,
+            meta,
+            tick,
+            loss,
+            classes=sub.classes,
+            dataset=rd.config.data.dataset,
         )
         rec.update(
             checkpoint=which,
