@@ -14,8 +14,15 @@ the model and the estimator) is its own:
   against one float64 gradient (forward + backward of the mean CE, median of 5) measured in
   the same subprocess; one torch thread and the thread's CPU clock (``time.thread_time``),
   so other jobs on a shared machine do not enter;
-* ``backpack``: MC against BackPACK's ``DiagGGNMC`` at equal samples on that MLP (``C = 10``),
-  interleaved rounds, medians (BackPACK is a dev-only dependency:
+* ``backpack``: MC (with standard errors, the default, and ``standard_errors=False``)
+  against BackPACK's ``DiagGGNMC`` at equal samples, ``C = 10``, ``N = 32``, on that MLP,
+  the residual CNN with BatchNorm (eval) of ``curvature_floor.py`` (BackPACK through
+  ``extend(..., use_converter=True)``), its transformer block (embedding, attention,
+  LayerNorm, mean-pooled) and that block token-level (a per-token head, ``[N, T, V]`` with
+  V = 100, ``loss="cross_entropy", class_dim=-1``; BackPACK's refusals are printed), each
+  against one float64 gradient;
+  all in one process, interleaved rounds, one torch thread, thread CPU time, medians
+  (BackPACK is a dev-only dependency:
   ``pip install --no-deps backpack-for-pytorch einops unfoldNd``).
 
 Usage: python bench/bench_estimators.py [--part resnet|classes|backpack|all] [--repeats 3]
@@ -213,6 +220,87 @@ def part_classes(samples: int) -> None:
             )
 
 
+def _token_transformer():
+    from curvature_floor import TransformerBlock
+
+    class TokenTransformer(TransformerBlock):
+        """``curvature_floor``'s block with a per-token head: ``[N, T, V]`` logits."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = nn.Linear(32, 100)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            h = self.embed(tokens) + self.pos
+            a = self.ln1(h)
+            h = h + self.attn(a, a, a, need_weights=False)[0]
+            return self.head(h + self.mlp(self.ln2(h)))
+
+    return TokenTransformer
+
+
+def _backpack_models() -> list[tuple]:
+    """``(label, model, x, y, BackPACK-extended copy or None, diagonals' loss arguments)`` for
+    the four models, float64: the MLP, the residual CNN and the transformer block of
+    ``curvature_floor.py`` (as ``bench_curvature.py``), and that block with a per-token head
+    (``[N, T, V]``, V = 100, cross-entropy over every token: ``class_dim=-1``)."""
+    from backpack import extend
+
+    from curvature_floor import ResidualCNN, TransformerBlock, randomize_bn
+
+    torch.manual_seed(0)
+    out = []
+    model = mlp(10).to(DT)
+    bp = extend(mlp(10).to(DT))
+    bp.load_state_dict(model.state_dict())
+    out.append(
+        (
+            "MLP 784-1000-500-250-10",
+            model,
+            torch.rand(32, 784, dtype=DT),
+            torch.randint(0, 10, (32,)),
+            bp,
+            {},
+        )
+    )
+    model = randomize_bn(ResidualCNN(side=16)).to(DT).eval()
+    bp = extend(randomize_bn(ResidualCNN(side=16)).to(DT).eval(), use_converter=True)
+    bp.load_state_dict(model.state_dict())
+    x = torch.randn(32, 1, 16, 16, dtype=DT)
+    y = torch.randint(0, 10, (32,))
+    out.append(("residual CNN (BatchNorm eval) 1x16x16", model, x, y, bp, {}))
+    model = TransformerBlock().to(DT).eval()
+    out.append(
+        (
+            "transformer block (tokens, attention, LayerNorm)",
+            model,
+            torch.randint(0, 100, (32, 16)),
+            torch.randint(0, 10, (32,)),
+            None,
+            {},
+        )
+    )
+    tokens = torch.randint(0, 100, (32, 16))
+    model = _token_transformer()().to(DT).eval()
+    out.append(
+        (
+            "token-level transformer ([N, T, V] = [32, 16, 100])",
+            model,
+            tokens,
+            torch.randint(0, 100, (32, 16)),
+            None,
+            {"loss": "cross_entropy", "class_dim": -1},
+        )
+    )
+    return out
+
+
+def _ce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The mean cross-entropy over examples (and tokens: ``[N, T, V]`` read as torch's
+    ``[N, V, T]``)."""
+    return F.cross_entropy(out.transpose(1, 2) if out.dim() == 3 else out, y)
+
+
 def part_backpack(samples: int, repeats: int) -> None:
     try:
         from backpack import backpack, extend
@@ -225,53 +313,66 @@ def part_backpack(samples: int, repeats: int) -> None:
     from fathom.curvature import diagonals
 
     torch.set_num_threads(1)  # thread CPU clock below: other jobs on the machine do not enter
-    torch.manual_seed(0)
-    model = mlp(10).to(DT)
-    bp_model = extend(mlp(10).to(DT))
-    bp_model.load_state_dict(model.state_dict())
-    x, y = torch.rand(32, 784, dtype=DT), torch.randint(0, 10, (32,))
     lossf = extend(nn.CrossEntropyLoss())
+    for label, model, x, y, bp_model, kw in _backpack_models():
+        fns = {
+            "fathom mc": lambda m=model, x=x, y=y, kw=kw: diagonals(
+                m, x, y, estimator="mc", samples=samples, **kw
+            ),
+            "fathom mc, no SE": lambda m=model, x=x, y=y, kw=kw: diagonals(
+                m, x, y, estimator="mc", samples=samples, standard_errors=False, **kw
+            ),
+        }
+        refusal = ""
+        if bp_model is None:
+            try:
+                bp_try = extend(type(model)().to(DT).eval(), use_converter=True)
+                with backpack(DiagGGNMC(mc_samples=samples)):
+                    out = bp_try(x)
+                    lossf(out.transpose(1, 2) if out.dim() == 3 else out, y).backward()
+                refusal = "BackPACK ran (unexpected)"
+            except Exception as err:  # what BackPACK says about this model
+                refusal = (
+                    f"BackPACK refuses: {type(err).__name__}: {str(err).splitlines()[0][:100]}"
+                )
+        else:
 
-    def ours() -> None:
-        diagonals(model, x, y, estimator="mc", samples=samples)
+            def theirs(bp_model=bp_model, x=x, y=y) -> None:
+                bp_model.zero_grad()
+                with backpack(DiagGGNMC(mc_samples=samples)):
+                    lossf(bp_model(x), y).backward()
 
-    def ours_plain() -> None:
-        diagonals(model, x, y, estimator="mc", samples=samples, standard_errors=False)
+            fns["backpack DiagGGNMC"] = theirs
 
-    def theirs() -> None:
-        bp_model.zero_grad()
-        with backpack(DiagGGNMC(mc_samples=samples)):
-            lossf(bp_model(x), y).backward()
+        def grad(model=model, x=x, y=y) -> None:
+            model.zero_grad()
+            _ce(model(x), y).backward()
 
-    def grad() -> None:
-        model.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-
-    fns = {
-        "fathom mc": ours,
-        "fathom mc, no SE": ours_plain,
-        "backpack DiagGGNMC": theirs,
-        "gradient": grad,
-    }
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for f in fns.values():
-        f()  # warm-up (fathom: the twin and its seam are built once per model)
-    for _ in range(repeats):
-        for k, f in fns.items():
-            t0 = time.thread_time()
-            f()
-            times[k].append(time.thread_time() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    print(
-        f"MLP C=10 N=32 float64, K={samples}, {repeats} interleaved rounds, one thread, "
-        "thread CPU time, medians (s):"
-    )
-    for k, v in med.items():
-        print(f"  {k:<22} {v:.4f}  ({v / med['gradient']:.1f}x gradient)")
-    bp = med["backpack DiagGGNMC"]
-    print(
-        f"  fathom / BackPACK: {med['fathom mc'] / bp:.2f} (no SE: {med['fathom mc, no SE'] / bp:.2f})"
-    )
+        fns["gradient"] = grad
+        times: dict[str, list[float]] = {k: [] for k in fns}
+        for f in fns.values():
+            f()  # warm-up (fathom: the twin and its seam are built once per model)
+        for _ in range(repeats):
+            for k, f in fns.items():
+                t0 = time.thread_time()
+                f()
+                times[k].append(time.thread_time() - t0)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        params = sum(p.numel() for p in model.parameters())
+        print(
+            f"{label}, {params:,} params, N=32 float64, K={samples}, {repeats} interleaved "
+            f"rounds, one thread, thread CPU time, medians (s), load {os.getloadavg()[0]:.1f}:"
+        )
+        for k, v in med.items():
+            print(f"  {k:<22} {v:.4f}  ({v / med['gradient']:.1f}x gradient)")
+        if "backpack DiagGGNMC" in med:
+            bp = med["backpack DiagGGNMC"]
+            print(
+                f"  fathom / BackPACK: {med['fathom mc'] / bp:.2f} "
+                f"(no SE: {med['fathom mc, no SE'] / bp:.2f})"
+            )
+        else:
+            print(f"  {refusal}")
 
 
 def main() -> None:

@@ -16,7 +16,11 @@ pooling, global average pooling, a linear head; batch ``--batch``), timed interl
             (``extend(model, use_converter=True)`` for the residual additions);
 * vmap:     ``torch.func.vmap(grad)`` full per-example gradients, then the same Gram matrices
             and moments (``moments_from_grams``);
-* step:     one SGD step (forward, backward, update) for scale.
+* step:     one SGD step (forward, backward, update) for scale;
+* floor:    the dense forward with the layers' calls captured and the pullback of the summed
+            loss to every layer output: the part of ``observe`` before any per-example work
+            (any exact per-example method needs it; ``fathom - floor`` is what the
+            per-example gradients, Grams and moments add).
 
 Consistency is checked: BackPACK's ``batch_l2`` (per-example squared norms of the *mean* loss,
 ``||g_i||^2 / N^2``) times ``N`` equals Fathom's ``mean_sq_norm`` for every conv and linear weight.
@@ -142,6 +146,19 @@ def _table(med: dict[str, float], ref: str) -> None:
         print(f"| {k} | {v:.4f} | {v / med[ref]:.2f} |")
 
 
+def _floor(ins) -> None:
+    """The part of ``observe`` before any per-example work: the dense forward with the
+    layers' calls captured and the pullback of the summed loss to every layer output (what
+    any exact per-example method needs first)."""
+    from fathom.telemetry.instruments import read_only
+
+    seam = ins.seam
+    with read_only(ins.model), torch.enable_grad():
+        with seam.capture() as calls:
+            out = seam.forward(ins.x)
+        seam.cotangents(calls, ins.terms.example_sum(out))
+
+
 def _instruments(model, x, y):
     t0 = time.perf_counter()
     ins = fathom.Instruments(model, x, y, families=("moments",))
@@ -212,6 +229,7 @@ def part1(batch: int, width: int, blocks: int, repeats: int, iters: int) -> None
             "BackPACK BatchL2Grad+SumGradSquared+Variance": bp,
             "vmap(grad) + Grams": lambda: vmap_moments(model, x, y, ins.layers),
             "SGD step": step,
+            "floor: forward + pullback to the layer outputs": lambda: _floor(ins),
         },
         repeats,
         iters,
@@ -222,6 +240,11 @@ def part1(batch: int, width: int, blocks: int, repeats: int, iters: int) -> None
         f"fathom / BackPACK = {fathom_s / med['BackPACK BatchL2Grad+SumGradSquared+Variance']:.2f}"
     )
     print(f"fathom / vmap = {fathom_s / med['vmap(grad) + Grams']:.2f}")
+    floor = med["floor: forward + pullback to the layer outputs"]
+    print(
+        f"floor / vmap = {floor / med['vmap(grad) + Grams']:.2f} (the per-example work fathom adds "
+        f"on top: {1000 * (fathom_s - floor):.1f} ms)"
+    )
     print(f"consistency: {checked} conv/linear weights vs BackPACK batch_l2 (rel 1e-3); "
           "every layer's diversity vs vmap (rel 1e-3)")  # fmt: skip
 

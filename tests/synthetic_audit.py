@@ -102,7 +102,7 @@ def _audit_run(
         arrays = out / run_id / f"{which}.npz"
         arrays.parent.mkdir(parents=True, exist_ok=True)
         meta = {"run_id": run_id, "checkpoint": which, "epoch": str(j), "params_sha256": "x"}
-        rec = audit_checkpoint(model, data, settings, arrays, meta)
+        rec = audit_checkpoint(model, data, settings, arrays, meta, classes=classes)
         rec.update(
             checkpoint=which,
             epoch=j,

@@ -59,7 +59,7 @@ def test_depth_scaling_run_is_audited_with_every_mask(staged_runs, tmp_path):
     empty = next(m for m in rec["masks"] if m["mask"] == "0000")
     assert full["macs_fraction"] == 1.0 and 0 < empty["macs_fraction"] < 1
     # the full mask reproduces the run's own dense evaluation of the model
-    from fathom.audit.subjects import subject_of
+    from fathom.audit.run import subject_of
 
     model = subject_of(RunDir(root / "d08-vanilla-s0")).load_model("final", torch.device("cpu"))
     assert len(find_branches(model)) == 4

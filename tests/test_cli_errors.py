@@ -200,6 +200,13 @@ FAST_CASES: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("report", "{d}/nowhere"), ("does not exist; pass a run directory",)),
     (("audit", "{run}", "--out", "{d}/afile"), ("--out", "is a file, not a directory")),
     (("curvature", "{run}", "--out", "{d}/afile"), ("--out", "is a file, not a directory")),
+    (("train", "ciresan-fast", "--set", "loss.name=mes"), ("loss.name", "did you mean 'mse'")),
+    (("curvature", "{run}", "--loss", "mes"), ("loss.name", "did you mean 'mse'")),
+    (("curvature", "{run}", "--loss", "mse"), ("loss.target = 'one_hot'",)),
+    (
+        ("curvature", "{run}", "--label-smoothing", "0.1", "--loss", "bce_with_logits"),
+        ("loss.label_smoothing is an option of cross_entropy",),
+    ),
 )
 """(argv, texts the error holds): mistakes refused before torch is imported; ``{d}`` holds a
 file ``afile`` and ``runs/s/r``, a complete synthetic run ``{run}`` (2 epochs)."""

@@ -139,6 +139,107 @@ def test_mc_without_standard_errors_is_the_same_estimate_from_the_same_draws() -
                 torch.testing.assert_close(plain.diagonals[f][p], v, rtol=1e-12, atol=1e-15)
 
 
+class _Tokens(nn.Module):
+    """Embedding (repeated tokens), attention, LayerNorm, a linear map over positions, mean
+    pool, head: the embedding, attention-form and per-position linear paths."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(4)
+        self.embed, self.ln = nn.Embedding(7, 6), nn.LayerNorm(6)
+        self.attn = nn.MultiheadAttention(6, 2, batch_first=True)
+        self.mix, self.head = nn.Linear(6, 5), nn.Linear(5, 3)
+
+    def forward(self, tok: torch.Tensor) -> torch.Tensor:
+        h = self.ln(self.embed(tok))
+        h = h + self.attn(h, h, h, need_weights=False)[0]
+        return self.head(torch.tanh(self.mix(h)).mean(1))
+
+
+def _conv() -> nn.Module:
+    """Conv2d and BatchNorm (materialized per-example rows) and a one-row linear head."""
+    torch.manual_seed(5)
+    bn = nn.BatchNorm2d(3)
+    bn.running_mean.uniform_(-0.3, 0.3)
+    bn.running_var.uniform_(0.5, 1.5)
+    net = nn.Sequential(nn.Conv2d(2, 3, 3), bn, nn.Tanh(), nn.Flatten(), nn.Linear(12, 4))
+    return net.eval()
+
+
+def reference_mc(model, x, layout: dict, samples: int, seed: int):
+    """Float64 brute force of the MC estimate and its standard errors from the same draws:
+    one autograd gradient per (example, draw) of ``<v_ik, f_i>``, ``x_ik`` its square; the
+    draws replayed in :func:`fathom.curvature.estimate.mc_diagonals`' order (chunks of
+    ``layout["examples_per_chunk"]`` examples, groups of ``layout["samples_per_chunk"]``
+    draws); ``SE^2 = sum_i sum_k (x_ik - xbar_i)^2 / (N^2 K (K - 1))``, the traces alike."""
+    model = _dense_copy(model).double().eval()
+    x = x.double() if x.is_floating_point() else x
+    params = dict(model.named_parameters())
+    n, gen = x.shape[0], torch.Generator().manual_seed(seed)
+    logits = model(x)
+    per = layout["samples_per_chunk"]
+    ex = 1 if per < samples else layout["examples_per_chunk"]
+    v = torch.empty(n, samples, logits.shape[1], dtype=DT)
+    for a in range(0, n, ex):
+        for b in range(0, samples, per):
+            k = min(per, samples - b)
+            draws = softmax_ce_samples(logits[a : a + ex].detach(), None, k, gen)
+            v[a : a + ex, b : b + k] = draws.transpose(0, 1)
+    xs = {p: torch.zeros(n, samples, *t.shape, dtype=DT) for p, t in params.items()}
+    for i in range(n):
+        for k in range(samples):
+            out = model(x)
+            g = torch.autograd.grad(out[i] @ v[i, k], list(params.values()), allow_unused=True)
+            for p, gi in zip(params, g, strict=True):
+                xs[p][i, k] = 0.0 if gi is None else gi.square()
+    norm = n * n * samples * (samples - 1)
+    diag = {p: t.sum((0, 1)) / (n * samples) for p, t in xs.items()}
+    se = {
+        p: ((t - t.mean(1, keepdim=True)).square().sum((0, 1)) / norm).sqrt() for p, t in xs.items()
+    }
+
+    def spread(t: torch.Tensor) -> float:
+        return math.sqrt(float((t - t.mean(1, keepdim=True)).square().sum()) / norm)
+
+    traces = {p: t.flatten(2).sum(2) for p, t in xs.items()}
+    return diag, se, {p: spread(t) for p, t in traces.items()}, spread(sum(traces.values()))
+
+
+@pytest.mark.parametrize("tight", [False, True])
+@pytest.mark.parametrize("which", ["tokens", "conv", "mlp"])
+def test_mc_standard_errors_are_the_per_example_spread_of_the_same_draws(which, tight) -> None:
+    """Every path of the per-layer sums (one-row linear, materialized conv and BatchNorm,
+    embedding pairs, attention and per-position linear forms), one chunk or one example per
+    chunk with its draws in groups (Chan's combination): the estimate and every standard
+    error equal the float64 per-(example, draw) brute force from the same draws."""
+    g = torch.Generator().manual_seed(6)
+    if which == "tokens":
+        model, x = _Tokens(), torch.randint(0, 7, (5, 4), generator=g)
+    elif which == "conv":
+        model, x = _conv(), torch.randn(5, 2, 4, 4, generator=g)
+    else:
+        model, x = mlp(classes=3), probe(n=5)[0]
+    y = torch.zeros(5, dtype=torch.long)
+    est = diagonals(model, x, y, estimator="mc", samples=5, seed=11)
+    if tight:  # the largest budget that splits one example's draws into groups
+        memory = 2 * 8 * 5 * est.layout["examples_per_chunk"] * 200  # above per_row x 5 x 16
+        while est.layout["samples_per_chunk"] == 5:
+            memory //= 2
+            est = diagonals(
+                model, x, y, estimator="mc", samples=5, seed=11, budget=Budget(memory=memory)
+            )
+        assert est.layout["examples_per_chunk"] == 1, est.layout
+    diag, se, ptr_se, tr_se = reference_mc(model, x, est.layout, 5, 11)
+    for p in diag:
+        torch.testing.assert_close(est.diagonals["ggn"][p], diag[p], rtol=1e-10, atol=1e-15)
+        torch.testing.assert_close(est.standard_errors["ggn"][p], se[p], rtol=1e-7, atol=1e-12)
+        want = ptr_se[p]
+        assert abs(est.parameter_trace_standard_errors["ggn"][p] - want) <= 1e-7 * want + 1e-12
+        t = float(diag[p].sum())  # the trace from the per-draw traces is the diagonal's sum
+        assert abs(est.parameter_traces["ggn"][p] - t) <= 1e-12 * abs(t) + 1e-300
+    assert abs(est.trace_standard_errors["ggn"] - tr_se) <= 1e-7 * tr_se
+
+
 def test_the_chunk_layout_changes_the_draws_not_the_law() -> None:
     """Chunks of one example (the brief's per-example variance) and of several samples at a
     time: unbiased either way, and the SE agrees to its own precision."""

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from fathom.audit import subjects
+from fathom.audit import run as audit_run
 from fathom.config import DataConfig, RunConfig, validate_run_config
 from fathom.config.inputs import check_inputs
 from fathom.config.model_kinds import (
@@ -136,7 +136,7 @@ SITES: dict[str, Any] = {
     "check_inputs": lambda m: check_inputs(DataConfig(), m),
     "RunConfig validator": lambda m: _with_model(m)._epochs_in_range(),
     "StudyConfig validator": lambda m: _study_with(m)._ciresan_base(),
-    "audit family": lambda m: subjects._family(_with_model(m)),
+    "audit family": lambda m: audit_run._family(_with_model(m)),
 }
 
 
@@ -223,7 +223,7 @@ def test_a_kind_registered_as_one_row_is_built_scheduled_and_labelled(monkeypatc
     assert build_schedule(cfg) == DropSchedule("constant", (0.25,), None)
     controller = build_controller(model, cfg)
     assert controller is not None and len(find_branches(model)) == 1
-    assert subjects._family(cfg) == "toy-w5"
+    assert audit_run._family(cfg) == "toy-w5"
     run = RunData(Path("r"), "r", {"config": {"model": ToyConfig().model_dump()}}, [])
     assert as_trained(run)["model.widths"] == [5]  # the exports' "as trained" reads the row
     assert "width 5" in what_was_run(None, [run])  # so does the report's "what was run"
@@ -284,7 +284,7 @@ def test_the_dispatching_functions_name_no_kind() -> None:
         build_schedule,
         init_model,
         check_inputs,
-        subjects._family,
+        audit_run._family,
         as_trained,
         recorded_model,
     ):

@@ -137,6 +137,15 @@ def test_verdicts(case):
         assert ("above" in sentence) == (value > max(per_seed.values()))
 
 
+def test_a_list_of_seed_values_is_reported_never_compared_as_one_number():
+    """A seed value listing one number per seed (kind ``none``) has no ``number``: a
+    comparison asking for one is refused naming the value, never ``float`` of a list."""
+    listed = _seed(1.0).model_copy(update={"id": "per-seed", "value": (1.0, 2.0, 4.0)})
+    assert _seed(98.5).number == 98.5
+    with pytest.raises(FathomError, match=r"seed value 'per-seed' lists 3 values"):
+        _ = listed.number
+
+
 def test_spread_is_mean_sd_range_and_t_interval():
     stats = spread({101: 1.0, 102: 2.0, 103: 4.0})
     assert stats["mean"] == pytest.approx(7 / 3)

@@ -248,10 +248,10 @@ STATE_DAMAGE = {
 
 @pytest.mark.parametrize("damage", list(STATE_DAMAGE))
 def test_a_state_the_manifest_did_not_record_is_refused(run, damage):
-    from fathom.rundir.agreement import verify_against_manifest
+    from fathom.rundir.resume import verify_against_manifest
 
     change, match = STATE_DAMAGE[damage]
-    state, manifest = load_resume(run / "checkpoints" / "resume.safetensors"), RunDir(run).manifest
+    state, manifest = load_resume(run / "checkpoints" / "resume.safetensors"), RunDir(run).recorded
     history = (run / "history.jsonl").read_bytes()
     verify_against_manifest(state, manifest, history, run)  # as written: agrees
     change(state)

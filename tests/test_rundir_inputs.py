@@ -97,7 +97,7 @@ def test_regenerated_data_of_the_same_shapes_is_refused(run, command, capsys):
 
 def test_changed_content_is_refused_even_when_the_files_agree(run):
     # the tensors' digest binds the content whatever the files say
-    m = RunDir(run).manifest
+    m = RunDir(run).recorded
     from fathom.rundir.inputs import check_recorded_data
 
     splits = RunDir(run).load_splits()

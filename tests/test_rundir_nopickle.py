@@ -1,6 +1,6 @@
 """A run directory is data, never code: nothing read back from it is unpickled.
 
-The resume state is safetensors + JSON (:mod:`fathom.rundir.statecodec`); a ``resume.pt``
+The resume state is safetensors + JSON (:func:`fathom.rundir.files.encode_state`); a ``resume.pt``
 of an older fathom is read by torch's weights-only unpickler only, and converted. A pickle
 payload (an object whose ``__reduce__`` writes a marker file) planted as the resume state,
 its digest header recomputed, is refused by ``fathom report``, ``fathom train --resume`` and
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from fathom.cli import main
 from fathom.errors import FathomError
 from fathom.rundir import RunDir, files, load_resume
-from fathom.rundir.statecodec import decode_state, encode_state
+from fathom.rundir.files import decode_state, encode_state
 from fathom.study.config import validate_study_config
 from fathom.study.runner import run_study
 from kill_points import copy_run, kill_at, snapshot

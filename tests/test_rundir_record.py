@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -308,6 +309,151 @@ def test_a_format_2_run_resumes_to_format_3_keeping_unknown_sections_and_a_refus
     assert done.manifest["hashes"]["final_params"] == reference_final_params(_cfg(case))
 
 
+# -- what a resume compares, read the same way from every format ----------------------------
+def _compared() -> list[tuple[str, str]]:
+    from fathom.rundir.resume import _PROGRESS_AT_DONE, BOUND_FIELDS, UNCHANGED_ON_RESUME
+
+    at_done = [(section, key) for _, key, section in _PROGRESS_AT_DONE if section]
+    return sorted({*BOUND_FIELDS, *UNCHANGED_ON_RESUME, *at_done})
+
+
+def test_every_compared_field_is_a_field_of_both_typed_records():
+    """The tables of what a resume compares name fields of :class:`RecordedRun` and of the
+    typed :class:`RunManifest`: a renamed field fails here, never switches a check off."""
+    from fathom.rundir import RecordedRun
+
+    for section, key in _compared():
+        for record in (RecordedRun, RunManifest):
+            assert key in record.model_fields[section].annotation.model_fields, (record, section)
+
+
+def test_an_older_manifest_records_exactly_the_fields_it_holds(trained_tiny_run):
+    """Property: a format-2 manifest lacking any subset of the compared fields reads with
+    exactly the others ``given`` (values unchanged), and the resume state's record of it
+    names exactly those of :data:`BOUND_FIELDS` it holds; read as format 3, every field."""
+    from fathom.rundir.manifest import read_recorded
+    from fathom.rundir.resume import BOUND_FIELDS, manifest_record
+
+    written = json.loads((trained_tiny_run / "manifest.json").read_text())
+    whole = read_recorded(written, "m")
+    for section, key in _compared():
+        assert getattr(getattr(whole, section), key) == written[section][key]
+
+    @given(drop=st.sets(st.sampled_from(_compared())))
+    def check(drop):
+        m = json.loads(json.dumps(written))
+        m["format"] = 2
+        for section, key in drop:
+            del m[section][key]
+        r = read_recorded(m, "m")
+        for section, key in _compared():
+            held = getattr(r, section).given()
+            assert (key in held) == ((section, key) not in drop)
+            if key in held:
+                assert held[key] == written[section][key]
+        kept = {f"{s}.{k}" for s, k in BOUND_FIELDS if (s, k) not in drop}
+        assert set(manifest_record(r)) == kept
+
+    check()
+
+
+def _format_2_interrupted(run: Path, change) -> bytes:
+    """An interrupted run (stopped after epoch 1) whose manifest is rewritten as format 2,
+    changed by ``change(manifest)`` and sealed again, as an older fathom (or a damage that
+    kept the digest consistent) left it; returns the manifest's bytes."""
+
+    def stop(event, info):
+        if event == "epoch_end" and info["epoch"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _tiny(run, CASES["sgd"], progress=stop)
+    path = run / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["format"] = 2
+    change(manifest)
+    path.write_text(json.dumps(seal(manifest)))
+    assert not isinstance(RunDir(run).header, RunManifest)  # read by its header
+    return path.read_bytes()
+
+
+def _without_later_fields(m: dict) -> None:
+    """What a format-2 manifest may lack: fields recorded only by later versions."""
+    del m["data"]["tensors_sha256"], m["environment"]["matmul_precision"]
+    del m["hashes"]["training_order"], m["steps_completed"]
+    m["telemetry"] = None  # a section this version does not compare, in any shape
+
+
+def test_an_older_manifest_lacking_later_fields_resumes_exactly_through_the_typed_record(
+    tmp_path,
+):
+    """A format-2 manifest is read through :class:`RecordedRun` (``RunDir.recorded``): a field
+    it lacks is absent (never a default that would compare), and the run resumes to the
+    uninterrupted run's final parameters."""
+    run = tmp_path / "r"
+    _format_2_interrupted(run, _without_later_fields)
+    recorded = RunDir(run).recorded
+    assert "tensors_sha256" not in recorded.data.given() and recorded.data.tensors_sha256 is None
+    assert "matmul_precision" not in recorded.environment.given()
+    assert recorded.hashes.training_order is None and recorded.steps_completed is None
+    assert recorded.environment.threads == RunDir(run).manifest["environment"]["threads"]
+    written = RunDir(run).manifest
+    assert recorded.done == written["epochs_completed"]
+    assert set(recorded.checkpoints) == set(written["checkpoints"])
+    resumed = resume(run, splits=synthetic_splits(**SPLITS))
+    assert resumed.final_params == reference_final_params(_cfg(CASES["sgd"]))
+    assert RunDir(run).manifest["format"] == FORMAT
+
+
+def _records(m: dict, section: str, key: str, value) -> None:
+    m[section][key] = value
+
+
+#: A damaged format-2 manifest (its digest sealed again): the FathomError a resume gave
+#: before it was read through the typed record, unchanged.
+DAMAGED_FORMAT_2 = {
+    "more epochs than the state's": (
+        lambda m: m.update(epochs_completed=5),
+        r"is at epoch \d+ but the manifest records 5 completed epochs",
+    ),
+    "another thread count": (
+        lambda m: _records(m, "environment", "threads", 97),
+        r"computed with environment.threads = \d+, the manifest records 97",
+    ),
+    "another run id": (
+        lambda m: m.update(run_id="other"),
+        r"belongs to another run: its run_id is 'r', the manifest's 'other'",
+    ),
+    "other data files": (
+        lambda m: _records(m, "data", "files", {"x.npz": "0" * 64}),
+        r"data.files recorded \{'x.npz'",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED_FORMAT_2))
+def test_a_damaged_older_manifest_is_refused_as_before_and_nothing_is_written(tmp_path, damage):
+    change, match = DAMAGED_FORMAT_2[damage]
+    run = tmp_path / "r"
+    before = _format_2_interrupted(run, change)
+    with pytest.raises(FathomError, match=match):
+        resume(run, splits=synthetic_splits(**SPLITS))
+    assert (run / "manifest.json").read_bytes() == before
+
+
+@pytest.mark.parametrize(("section", "value"), [("data", "x"), ("environment", [1]), ("hashes", 3)])
+def test_an_older_manifest_with_a_section_of_the_wrong_shape_is_refused_naming_it(
+    tmp_path, section, value
+):
+    """Before the typed record, such a section surfaced as an ``AttributeError`` deep in a
+    resume (or was read around); now the one read path refuses it, naming the section."""
+    run = tmp_path / "r"
+    before = _format_2_interrupted(run, lambda m: m.update({section: value}))
+    with pytest.raises(FathomError, match=rf"not a valid manifest \({section}"):
+        resume(run, splits=synthetic_splits(**SPLITS))
+    assert (run / "manifest.json").read_bytes() == before
+
+
 def test_a_target_stop_and_a_divergence_are_recorded_by_the_writer(tmp_path):
     stopped = _tiny(tmp_path / "stop", {"stop.target_test_acc": 0.01})
     m = RunDir(stopped.run_dir).header
@@ -318,6 +464,235 @@ def test_a_target_stop_and_a_divergence_are_recorded_by_the_writer(tmp_path):
     assert diverged.status == "diverged" and m.diverged_epoch == diverged.diverged_epoch == 1
     assert m.final.epoch is None and m.hashes.final_params is None and m.stop is None
     assert m.epochs_completed == 1 and m.steps_completed == 4  # 128 examples, batches of 32
+
+
+# -- the bytes the writer commits -----------------------------------------------------------
+FIXTURES = Path(__file__).parent / "fixtures"
+WRITTEN = (FIXTURES / "written_after_epoch_1.json", FIXTURES / "written_failed.json")
+"""The ``manifest.json`` files :func:`_write_fixed_run` commits (after its first epoch, then
+failed), byte for byte: how the writer turns its inputs into sections is pinned. A change of
+the manifest's format changes them on purpose: regenerate them with
+``PYTHONPATH=src:tests python tests/test_rundir_record.py`` and review the diff."""
+
+
+def _fixed_manifest() -> RunManifest:
+    config = {"name": "fixed", "seed": 7, "model": {"kind": "ciresan", "recipe": "residual"},
+              "optim": {"lr": 0.03, "epochs": 3}}  # fmt: skip
+    return RunManifest.model_validate(
+        {
+            "format": FORMAT,
+            "run_id": "fixed",
+            "status": "running",
+            "config": config,
+            "config_hash": "c" * 64,
+            "source_hash": "s" * 64,
+            "data": {
+                "dataset": "tensors",
+                "files": {"x.pt": "f" * 64},
+                "split_mode": "random",
+                "split_seed": 0,
+                "split_hash": "h",
+                "tensors_sha256": "t",
+                "sizes": {"fit": 8, "val": 4, "test": 4},
+                "info": {"classes": 3, "in_features": 5, "input_shape": [5], "own": [1]},
+            },
+            "model": {"kind": "ciresan", "class": "CiresanMLP", "parameters": 21},
+            "hashes": {"initial_params": "i", "training_order": "o", "masks": "m"},
+            "environment": {
+                "python": "3",
+                "torch": "2",
+                "numpy": "2",
+                "platform": "p",
+                "machine": "m",
+                "cpu_count": 2,
+                "threads": 1,
+                "device": "cpu",
+                "device_name": "cpu",
+                "dtype": "float32",
+                "matmul_precision": "highest",
+                "cuda": None,
+                "cpu_allocator_tuned": False,
+            },
+            "telemetry": {"enabled": False},
+            "execution": {"path": "eager", "precision": "fp32"},
+        }
+    )
+
+
+def _write_fixed_run(path: Path) -> list[str]:
+    """A run written through every section-setting method of :class:`RunWriter` with fixed
+    inputs (fixed clocks, one further clock of a stepper's own, weights entries, a stop, a
+    failure); the ``manifest.json`` text after the first commit of progress and at the end
+    (read as bytes: ``read_text`` keeps them, the files are ASCII)."""
+    from fathom.rundir import RunWriter
+    from fathom.rundir.sections import Telemetry
+
+    w = RunWriter(path).acquire()
+    texts = []
+    try:
+        w.start(_fixed_manifest())
+        w.row({"epoch": 1, "val/ce": 0.5, "test/acc": 0.75})
+        entry = {
+            "file": "checkpoints/epoch-0001.safetensors",
+            "params_sha256": "p1",
+            "sha256": "w1",
+        }
+        w.progress(
+            epochs_completed=1,
+            steps_completed=4,
+            clocks={
+                "training_s": 1.5,
+                "training_cpu_s": 1.25,
+                "evaluation_s": 0.5,
+                "telemetry_s": None,
+                "telemetry_cold_s": None,
+                "checkpoint_s": 0.125,
+                "elapsed_s": 3.0,
+                "graph_capture_s": 0.25,
+            },
+            telemetry=Telemetry(enabled=False),
+            training_order="o1",
+            masks="m1",
+            selected={"epoch": 1, "val_ce": 0.5},
+            checkpoints={"1": entry},
+            selected_checkpoint={**entry, "file": "checkpoints/selected.safetensors", "epoch": 1},
+            graphs_captured=None,
+        )
+        w.commit()
+        texts.append((path / "manifest.json").read_text())
+        w.set_stop(target_test_acc=0.7, epoch=1, training_s=1.5, elapsed_s=3.0)
+        w.set_final(final_params="p1", epoch=1, diverged_epoch=None)
+        failure = {"type": "OSError", "errno": "ENOSPC", "environment": True}
+        w.finish("failed", "OSError: disk full", failure=failure)
+        texts.append((path / "manifest.json").read_text())
+    finally:
+        w.close()
+    return texts
+
+
+def test_the_writer_commits_the_pinned_bytes_for_fixed_inputs(tmp_path):
+    """Each method that sets a section builds that section's type from its inputs; what is
+    committed is the same bytes as pinned in :data:`WRITTEN` (every section, the open ones'
+    own keys and the digests included), and reads back as the typed sections it was built
+    from."""
+    texts = _write_fixed_run(tmp_path / "fixed")
+    assert texts == [p.read_text() for p in WRITTEN]
+    m = RunDir(tmp_path / "fixed").record
+    assert m.clocks.model_extra == {"graph_capture_s": 0.25} and m.clocks.training_s == 1.5
+    assert m.final.epoch == 1 and m.selected.val_ce == 0.5 and m.status == "failed"
+    assert m.failure is not None and m.failure.environment and m.checkpoints["1"].sha256 == "w1"
+    assert m.selected_checkpoint is not None and m.selected_checkpoint.epoch == 1
+
+
+# -- what readers take from the typed record, in every format -------------------------------
+def _as_format_2(run: Path) -> Path:
+    path = run / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["format"] = 2
+    path.write_text(json.dumps(seal(manifest)))
+    return run
+
+
+def test_the_record_reads_what_the_manifest_holds_in_every_format(tiny_run_copy, tmp_path):
+    """The fields readers take from ``RunDir.recorded`` (the selected epoch, the failure, the
+    config's seed, rate and model, ``data.info``) are the manifest's as written: in format 3,
+    and from the same manifest read as format 2 (its sections free-form)."""
+    raw = RunDir(tiny_run_copy).manifest
+    twin = _as_format_2(Path(shutil.copytree(tiny_run_copy, tmp_path / "old")))
+    assert not isinstance(RunDir(twin).header, RunManifest)
+    for run in (tiny_run_copy, twin):
+        rd = RunDir(run)
+        rec = rd.recorded
+        assert (rec.selected.epoch, rec.selected.val_ce) == tuple(raw["selected"].values())
+        assert "failure" not in raw and not rec.failure.environment and rec.failure.type is None
+        assert rec.config.seed == raw["config"]["seed"]
+        assert rec.config.optim.lr == raw["config"]["optim"]["lr"]
+        model = raw["config"]["model"]
+        assert (rec.config.model.kind, rec.config.model.recipe) == (model["kind"], model["recipe"])
+        assert rec.data.info.as_json() == raw["data"]["info"] == rd.data_info
+        assert rec.data.info.classes == raw["data"]["info"]["classes"] == rd.classes
+        assert rec.data.info.input_shape == raw["data"]["info"]["input_shape"]
+        assert rec.data.info.unigram_val_ce is None  # recorded by a language model's text only
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+typed_info = st.fixed_dictionaries(
+    {},
+    optional={
+        "classes": st.integers(1, 1000),
+        "in_features": st.integers(1, 10**6),
+        "input_shape": st.lists(st.integers(1, 64), max_size=3),
+        "paths_base": st.text(max_size=8),
+        "unigram_val_ce": st.floats(0, 20),
+    },
+)
+
+
+@settings(max_examples=60)
+@given(typed=typed_info, own=st.dictionaries(st.text(max_size=6), json_values, max_size=4))
+@example(typed={"classes": 10, "unigram_val_ce": 5.5}, own={"mode": "random", "files": {}})
+def test_data_info_reads_its_typed_keys_and_keeps_a_sources_own_as_written(typed, own):
+    """``data.info`` is open: a source's own keys come back as written, beside the typed ones
+    (absent: ``None``, never a default)."""
+    from fathom.rundir.record import RecordedInfo
+
+    info = {**{k: v for k, v in own.items() if k not in RecordedInfo.model_fields}, **typed}
+    read = RecordedInfo.model_validate(info)
+    assert read.as_json() == info
+    for key in RecordedInfo.model_fields:
+        assert getattr(read, key) == info.get(key)
+
+
+def _unsealed(tmp_path: Path, manifest: dict) -> Path:
+    """A manifest without a digest (read as unverified), for the fields it holds."""
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    return tmp_path
+
+
+def _failed(tmp_path: Path, failure: dict | None) -> RunDir:
+    manifest = {"format": 2, "kind": "run", "run_id": "f", "status": "failed",
+                "status_reason": "OSError: disk full", "config": {}, "failure": failure}  # fmt: skip
+    return RunDir(_unsealed(tmp_path, manifest))
+
+
+def test_a_study_retries_a_run_whose_environment_failed_as_its_record_says(tmp_path):
+    """``failure.environment`` (read through the record) decides a study's retry; a failure
+    recorded as ``null`` or absent is the run's own (kept unless --retry-failed)."""
+    from fathom.study.execute import _plan
+
+    env = _failed(tmp_path, {"type": "OSError", "errno": "ENOSPC", "environment": True})
+    assert env.recorded.failure.type == "OSError"
+    assert _plan("failed", env, False) == (
+        "retry",
+        "retried (its environment failed); earlier failure: OSError: disk full",
+    )
+    own = _failed(tmp_path, {"type": "ValueError", "errno": None, "environment": False})
+    assert _plan("failed", own, False) == ("keep", None)
+    assert _plan("failed", _failed(tmp_path, None), False) == ("keep", None)
+    assert _plan("failed", own, True)[0] == "retry"
+
+
+@pytest.mark.parametrize(
+    ("section", "value", "where"),
+    [
+        ("data", {"info": {"classes": "ten"}}, "data.info.classes"),
+        ("selected", {"epoch": "last"}, "selected.epoch"),
+        ("failure", {"environment": "maybe"}, "failure.environment"),
+    ],
+)
+def test_a_typed_record_field_of_the_wrong_type_is_refused_naming_it(
+    tmp_path, section, value, where
+):
+    manifest = {"format": 2, "kind": "run", "run_id": "w", "status": "complete", "config": {},
+                section: value}  # fmt: skip
+    with pytest.raises(FathomError, match=rf"not a valid manifest \({where}: "):
+        _ = RunDir(_unsealed(tmp_path, manifest)).recorded
 
 
 # -- the class count comes from the record, never a default ---------------------------------
@@ -398,3 +773,11 @@ def test_an_unreadable_curvature_file_is_noted_with_notes_and_refused_without(tm
     (tmp_path / "audit" / "audit.json").write_text("3")
     with pytest.raises(FathomError, match="holds a JSON number, not an object"):
         read_audit(tmp_path)
+
+
+if __name__ == "__main__":  # regenerate the pinned manifests (see WRITTEN)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        for path, text in zip(WRITTEN, _write_fixed_run(Path(d) / "fixed"), strict=True):
+            path.write_text(text)

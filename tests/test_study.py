@@ -15,7 +15,7 @@ import torch
 
 from fathom.data import DataSplits
 from fathom.errors import FathomError
-from fathom.rundir import seal
+from fathom.rundir import RunDir, seal
 from fathom.study.backends import LocalBackend, make_backend
 from fathom.study.config import load_study, preset_names, validate_study_config
 from fathom.study.plan import tuning_specs
@@ -239,6 +239,29 @@ def test_study_with_a_diverged_grid_point(tmp_path):
     assert again.summary["runs"] == s["runs"]
     rows, _ = study_status(result.root)
     assert len(rows) == 8 and {r["status"] for r in rows} == {"complete", "diverged"}
+
+
+def test_study_of_a_loss_tunes_and_selects_by_that_loss(tmp_path):
+    """A study whose ``[base.loss]`` is mse: every grid point is ranked by its minimum
+    validation mse (the run's ``selected.val_loss``), the rule and the tables say so."""
+    base = {**study_data()["base"], "loss": {"name": "mse", "target": "one_hot"}}
+    data = {
+        **study_data(),
+        "base": base,
+        "tuning": {"enabled": True, "seed": 1, "lrs": [0.05, 0.2]},
+    }
+    result = run_study(validate_study_config(data, "test"), tmp_path, local())
+    tuning = result.summary["tuning"]
+    assert "validation loss (mse, mean)" in tuning["rule"]
+    for recipe in ("residual", "sd_constant"):
+        pts = [p for p in tuning["grid"] if p["recipe"] == recipe]
+        for p in pts:
+            sel = RunDir(result.root / p["run_id"]).manifest["selected"]
+            assert p["objective"] == "val/loss" and p["val_loss"] == sel["val_loss"]
+        best = min(pts, key=lambda p: (p["val_loss"], p["lr"]))
+        assert tuning["selected_lr"][recipe] == best["lr"]
+    md = (result.root / "summary.md").read_text()
+    assert "Min validation loss" in md and "minimum validation loss: mse, mean" in md
 
 
 def test_frozen_rates_run_no_tuning_and_are_recorded_per_recipe(tmp_path):

@@ -22,6 +22,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from fathom import __version__
 from fathom.errors import FathomError, did_you_mean, install_hint
@@ -82,7 +83,7 @@ class _Parser(argparse.ArgumentParser):
     (every subparser is of this class, so ``fathom study stauts`` is answered the same way).
     """
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         m = _INVALID_CHOICE.search(message)
         if m:
             hint = did_you_mean(m["word"], re.findall(r"'([^']*)'", m["known"]))

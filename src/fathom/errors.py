@@ -16,8 +16,17 @@ if TYPE_CHECKING:
 class FathomError(Exception):
     """An error caused by the user's input; the message names the problem and the fix.
 
-    The CLI prints it without a traceback and exits with status 2.
+    The CLI prints it without a traceback and exits with status 2. Some carry what a caller
+    acts on, set where they are raised and absent otherwise (read them with ``getattr(e,
+    name, default)``): ``errno`` of the OS error behind it (:func:`os_error`), ``holder_pid``
+    of the process that holds a lock (:class:`fathom.rundir.lock.DirLock`) and
+    ``space_advised`` once a full disk's advice was added
+    (:func:`fathom.train.guards.disk_full_advice`).
     """
+
+    errno: int | None
+    holder_pid: int | str
+    space_advised: bool
 
 
 class InvalidValue(FathomError, ValueError):
@@ -163,5 +172,5 @@ def os_error(e: OSError, doing: str, where: str = "--runs-dir") -> FathomError:
     name = getattr(e, "filename", None)
     where_it = f" ({name})" if name and str(name) not in doing else ""
     err = FathomError(f"cannot {doing}{where_it}: {code} {e.strerror or e}; {fix}")
-    err.errno = e.errno  # type: ignore[attr-defined]
+    err.errno = e.errno
     return err

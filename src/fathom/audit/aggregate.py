@@ -11,17 +11,19 @@ of interest, Holm over the comparisons of one checkpoint printed together, leave
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fathom.base.units import percent
+from fathom.errors import FathomError
 from fathom.stats import Quantity, judge, paired, t_interval
 from fathom.stats.flags import EXCLUDING_FLAGS
 from fathom.stats.quantities import cross_entropy
 from fathom.stats.rules import DEFAULT_RULES
 from fathom.stats.sentences import comparison_sentence
 
-Getter = Callable[[Mapping[str, Any]], float | None]
+_Getter = Callable[[Mapping[str, Any]], float | None]
 
 
 def _interval(values: Mapping[int, float | None], level: float = 0.95) -> dict[str, Any] | None:
@@ -34,7 +36,7 @@ def _interval(values: Mapping[int, float | None], level: float = 0.95) -> dict[s
     return out
 
 
-def _by_seed(arm: Mapping[int, Mapping[str, Any]], get: Getter) -> dict[int, float | None]:
+def _by_seed(arm: Mapping[int, Mapping[str, Any]], get: _Getter) -> dict[int, float | None]:
     out: dict[int, float | None] = {}
     for seed, rec in arm.items():
         try:
@@ -44,14 +46,14 @@ def _by_seed(arm: Mapping[int, Mapping[str, Any]], get: Getter) -> dict[int, flo
     return out
 
 
-def group_arms(runs: Sequence[Mapping[str, Any]], which: str) -> dict[str, dict[int, dict]]:
+def _group_arms(runs: Sequence[Mapping[str, Any]], which: str) -> dict[str, dict[int, dict]]:
     """``{arm: {seed: checkpoint record + run identity}}`` for runs audited at ``which``."""
     arms: dict[str, dict[int, dict]] = {}
     for run in runs:
-        rec = run.get("checkpoints", {}).get(which)
+        rec = run["checkpoints"].get(which)
         if rec is None or "missing" in rec:
             continue
-        entry = dict(rec, run_id=run["run_id"], seed=run["seed"], flags=run.get("flags", {}))
+        entry = dict(rec, run_id=run["run_id"], seed=run["seed"], flags=run["flags"])
         arms.setdefault(run["arm"], {})[run["seed"]] = entry
     return arms
 
@@ -60,7 +62,7 @@ def _arm_flags(arm: Mapping[int, Mapping[str, Any]], which: str) -> list[str]:
     return sorted({f for rec in arm.values() for f in rec["flags"].get(which, [])})
 
 
-def arm_summary(arm: Mapping[int, Mapping[str, Any]], which: str) -> dict[str, Any]:
+def _arm_summary(arm: Mapping[int, Mapping[str, Any]], which: str) -> dict[str, Any]:
     """Intervals over seeds of every per-checkpoint quantity of one arm."""
     any_rec = next(iter(arm.values()))
     k = any_rec["k"]
@@ -79,7 +81,7 @@ def arm_summary(arm: Mapping[int, Mapping[str, Any]], which: str) -> dict[str, A
     }
     full = any_rec["full_mask"]
 
-    def full_row(split: str, key: str) -> Getter:
+    def full_row(split: str, key: str) -> _Getter:
         return lambda r: next(m for m in r["masks"] if m["mask"] == full)[split][key]
 
     summary["full"] = {
@@ -133,13 +135,13 @@ def arm_summary(arm: Mapping[int, Mapping[str, Any]], which: str) -> dict[str, A
             for c in range(classes)
         ]
     summary["resilience"] = res
-    summary["routing"] = routing_arm_summary(arm, which)
+    summary["routing"] = _routing_arm_summary(arm, which)
     return summary
 
 
-def routing_arm_summary(arm: Mapping[int, Mapping[str, Any]], which: str) -> dict[str, Any] | None:
+def _routing_arm_summary(arm: Mapping[int, Mapping[str, Any]], which: str) -> dict[str, Any] | None:
     """Tolerance held (count), cost, accuracy, control comparison and the verdict."""
-    routed = {s: r["routing"] for s, r in arm.items() if r.get("routing")}
+    routed = {s: r["routing"] for s, r in arm.items() if r["routing"]}
     if not routed:
         return None
     router_err = {s: percent(r["test"]["error"]) for s, r in routed.items()}
@@ -195,14 +197,14 @@ def _blocked(
     return "; ".join(parts) or None
 
 
-def reference_arm(arms: Sequence[str]) -> str | None:
+def _reference_arm(arms: Sequence[str]) -> str | None:
     """The arm damage differences are taken against: ``residual`` if present, else the first."""
     if not arms:
         return None
     return "residual" if "residual" in arms else sorted(arms)[0]
 
 
-def _damage_at(size: str) -> Getter:
+def _damage_at(size: str) -> _Getter:
     """Test damage averaged over the masks keeping ``size`` branches."""
     return lambda r: r["by_size"][size]["test"]["damage"]
 
@@ -210,7 +212,7 @@ def _damage_at(size: str) -> Getter:
 def paired_damage(arms: Mapping[str, Mapping[int, Mapping[str, Any]]], which: str) -> list[dict]:
     """``damage(arm) - damage(reference)`` paired by seed, for every mask size, judged as one
     family (every comparison of this checkpoint)."""
-    ref = reference_arm(list(arms))
+    ref = _reference_arm(list(arms))
     if ref is None:
         return []
     ref_arm = arms[ref]
@@ -235,14 +237,43 @@ def paired_damage(arms: Mapping[str, Mapping[int, Mapping[str, Any]]], which: st
     ]
 
 
+def damage_loss(arms: Mapping[str, Mapping[int, Mapping[str, Any]]]) -> dict[str, Any] | None:
+    """The loss the arms' damage is measured in (a record's ``loss``: the run's ``[loss]``),
+    ``None`` for plain cross-entropy (nats); refused when the runs' losses differ (their
+    damages are not one quantity)."""
+    seen = {
+        json.dumps(rec.get("loss"), sort_keys=True) for arm in arms.values() for rec in arm.values()
+    }
+    if len(seen) > 1:
+        raise FathomError(
+            "the audited runs were trained with different losses ([loss] tables), so their "
+            "damages are not one quantity: audit them apart"
+        )
+    return json.loads(seen.pop()) if seen else None
+
+
 def aggregate(runs: Sequence[Mapping[str, Any]], checkpoints: Sequence[str]) -> dict[str, Any]:
-    """Per checkpoint kind: every arm's summary and the paired damage comparisons."""
+    """Per checkpoint kind: every arm's summary and the paired damage comparisons. Damage
+    in a loss other than cross-entropy (``mse``, ``bce_with_logits``: no smallest effect of
+    interest is defined for it, docs/statistics.md) is summarised but not judged
+    (``paired_damage_not_judged`` says why)."""
     out: dict[str, Any] = {}
     for which in checkpoints:
-        arms = group_arms(runs, which)
+        arms = _group_arms(runs, which)
+        loss = damage_loss(arms)
         out[which] = {
-            "arms": {name: arm_summary(arm, which) for name, arm in sorted(arms.items())},
-            "reference_arm": reference_arm(list(arms)),
-            "paired_damage": paired_damage(arms, which),
+            "arms": {name: _arm_summary(arm, which) for name, arm in sorted(arms.items())},
+            "reference_arm": _reference_arm(list(arms)),
         }
+        if loss is not None:
+            out[which]["damage_loss"] = loss
+        if loss is not None and loss["name"] != "cross_entropy":
+            out[which]["paired_damage"] = []
+            out[which]["paired_damage_not_judged"] = (
+                f"damage is the change of the runs' loss, {loss['name']}, for which no "
+                "smallest effect of interest is defined (docs/statistics.md: cross-entropy in "
+                "nats, accuracy in pp); the intervals above are descriptive"
+            )
+        else:
+            out[which]["paired_damage"] = paired_damage(arms, which)
     return out

@@ -38,10 +38,9 @@ from fathom.audit.router import (
 )
 from fathom.audit.speed import time_routed
 from fathom.audit.tokens import LM_MAX_MASKS
+from fathom.data.registry import default_contrast
 from fathom.errors import FathomError
-
-DIGIT_CONTRAST: tuple[int, tuple[int, ...]] = (1, (4, 9))
-"""The default contrast on 10-class data: digit 1 against 4 and 9 (MNIST's look-alikes)."""
+from fathom.losses.labels import LabelLoss
 
 
 @dataclass(frozen=True)
@@ -74,14 +73,19 @@ class AuditSettings:
         """Mask size of the resilience masks: ``keep`` or ``k // 2`` (two of four)."""
         return k // 2 if self.keep is None else self.keep
 
-    def contrast_for(self, classes: int) -> tuple[int, tuple[int, ...], str]:
-        """``(a, B, source)`` of the class contrast: the one given, else the digits' ``1`` vs
-        ``{4, 9}`` (:data:`DIGIT_CONTRAST`) on data of 10 or more classes, else class 0 vs
-        every other class (a default that exists on any data of >= 2 classes)."""
+    def contrast_for(
+        self, classes: int, dataset: str | None = None
+    ) -> tuple[int, tuple[int, ...], str]:
+        """``(a, B, source)`` of the class contrast: the one given, else the registered
+        dataset's own (:func:`fathom.data.registry.default_contrast`: MNIST's digit ``1`` vs
+        ``{4, 9}``), else class 0 vs every other class (a default that exists on any data of
+        >= 2 classes; a digit contrast on other 10-class data would name arbitrary classes)."""
         if self.contrast_a is not None:
             return self.contrast_a, tuple(self.contrast_b or ()), "given (--contrast)"
-        if classes >= 10:
-            return DIGIT_CONTRAST[0], DIGIT_CONTRAST[1], "default (digits 1 vs 4, 9)"
+        own = default_contrast(dataset)
+        if own is not None and max(own[0], *own[1]) < classes:
+            a, b = own
+            return a, b, f"default for {dataset} ({a} vs {', '.join(map(str, b))})"
         rest = tuple(range(1, classes))
         return 0, rest, f"default for {classes} classes (class 0 vs every other class)"
 
@@ -97,15 +101,22 @@ def choose_masks(k: int, settings: AuditSettings) -> np.ndarray:
 
 
 def _split_table(s: MaskScores) -> list[dict[str, float]]:
+    """Per mask: ``acc``, ``ce``, ``damage`` (the loss's: :meth:`MaskScores.damage`) and,
+    under a loss other than plain cross-entropy, ``loss`` (``L_m``)."""
     acc, ce, dmg = s.accuracy(), s.mean_ce(), s.damage()
-    return [{"acc": float(a), "ce": float(c), "damage": float(d)} for a, c, d in zip(acc, ce, dmg)]
+    rows = [{"acc": float(a), "ce": float(c), "damage": float(d)} for a, c, d in zip(acc, ce, dmg)]
+    loss = s.mean_loss()
+    if loss is not None:
+        for row, value in zip(rows, loss):
+            row["loss"] = float(value)
+    return rows
 
 
 def _mean_of(rows: list[dict[str, float]]) -> dict[str, float]:
     return {key: float(np.mean([r[key] for r in rows])) for key in rows[0]}
 
 
-def mask_tables(
+def _mask_tables(
     masks: np.ndarray, macs: list[int], scores: dict[str, MaskScores], branch_macs: list[int]
 ) -> dict[str, Any]:
     """Per-mask rows, means over masks of each size, and single-deletion rows per branch."""
@@ -155,7 +166,7 @@ def mask_tables(
     }
 
 
-def interaction_summary(masks: np.ndarray, s: MaskScores) -> dict[str, Any]:
+def _interaction_summary(masks: np.ndarray, s: MaskScores) -> dict[str, Any]:
     """Mean, median and count of defined per-example interaction fractions; energy by order."""
     if not is_full_lattice(masks):
         return {"defined": False, "reason": "interactions need all 2^k masks; masks were sampled"}
@@ -172,12 +183,16 @@ def interaction_summary(masks: np.ndarray, s: MaskScores) -> dict[str, Any]:
     }
 
 
-def resilience_summary(
-    masks: np.ndarray, scores: dict[str, MaskScores], settings: AuditSettings, classes: int
+def _resilience_summary(
+    masks: np.ndarray,
+    scores: dict[str, MaskScores],
+    settings: AuditSettings,
+    classes: int,
+    dataset: str | None = None,
 ) -> dict[str, Any]:
     """Class resilience on val and test with margin bins fixed on validation."""
     keep = settings.keep_for(masks.shape[1])
-    a, b, source = settings.contrast_for(classes)
+    a, b, source = settings.contrast_for(classes, dataset)
     full = full_mask_index(masks)
     per = {name: per_example_resilience(s.correct, masks, full, keep) for name, s in scores.items()}
     val = scores["val"]
@@ -204,7 +219,7 @@ def resilience_summary(
     return out
 
 
-def routing_summary(
+def _routing_summary(
     model: nn.Module,
     masks: np.ndarray,
     macs: list[int],
@@ -269,11 +284,20 @@ def audit_checkpoint(
     arrays_path: Path,
     meta: dict[str, str],
     on_mask: Callable[[int, int], None] | None = None,
+    loss: LabelLoss | None = None,
+    classes: int | None = None,
+    dataset: str | None = None,
 ) -> dict[str, Any]:
     """All per-checkpoint tables for ``model`` (eval mode) on ``splits.val_*``/``test_*``.
 
     ``on_mask(done, total)`` is called after each mask pass (``total``: the masks, once on
-    validation and once on test)."""
+    validation and once on test). ``loss``: the loss damage is measured in (the run's
+    ``[loss]``; ``None``: plain cross-entropy), recorded as ``record["loss"]``. ``classes``:
+    the class count of the run's data (:attr:`fathom.rundir.RunDir.classes`), which the
+    per-class resilience and the default contrast are over; ``None`` (a model outside a run
+    directory): the width of its logits. A model whose logits have another width than the
+    data's classes is refused. ``dataset``: the registered dataset's name, whose own class
+    contrast is the default (:meth:`AuditSettings.contrast_for`)."""
     k = removable_branch_count(model)
     if splits.val_y.shape[0] == 0 or splits.test_y.shape[0] == 0:
         raise FathomError(
@@ -295,17 +319,26 @@ def audit_checkpoint(
             on_mask(passes[0], 2 * len(masks))
 
     scores = {
-        "val": evaluate_masks(model, splits.val_x, splits.val_y, masks, bs, tick),
-        "test": evaluate_masks(model, splits.test_x, splits.test_y, masks, bs, tick),
+        "val": evaluate_masks(model, splits.val_x, splits.val_y, masks, bs, tick, loss=loss),
+        "test": evaluate_masks(model, splits.test_x, splits.test_y, masks, bs, tick, loss=loss),
     }
     save_scores(str(arrays_path), scores, meta)
-    classes = int(scores["test"].logits.shape[2])
+    width = int(scores["test"].logits.shape[2])
+    if classes is not None and classes != width:
+        raise FathomError(
+            f"the model outputs {width} logits per example but the run's data has {classes} "
+            "classes (data.info.classes): the per-class resilience is over the data's classes; "
+            f"audit a model whose output has one logit per class ({classes})"
+        )
+    classes = width if classes is None else classes
     record: dict[str, Any] = {"k": k, "enumerated": settings.sample_masks is None}
-    record.update(mask_tables(masks, macs, scores, branch_macs))
-    record["interactions"] = {name: interaction_summary(masks, s) for name, s in scores.items()}
-    record["resilience"] = resilience_summary(masks, scores, settings, classes)
+    if loss is not None and not loss.is_default:
+        record["loss"] = loss.record()
+    record.update(_mask_tables(masks, macs, scores, branch_macs))
+    record["interactions"] = {name: _interaction_summary(masks, s) for name, s in scores.items()}
+    record["resilience"] = _resilience_summary(masks, scores, settings, classes, dataset)
     if settings.router:
-        record["routing"] = routing_summary(
+        record["routing"] = _routing_summary(
             model, masks, macs, scores, splits.val_x, splits.test_x, settings
         )
     else:

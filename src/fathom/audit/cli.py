@@ -68,7 +68,7 @@ def settings_from_args(args: argparse.Namespace) -> AuditSettings:
     )
 
 
-def run_audit(args: argparse.Namespace) -> int:
+def _run_audit(args: argparse.Namespace) -> int:
     from fathom.audit.options import find_audit_runs
 
     target = Path(args.path)
@@ -129,7 +129,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--contrast",
         default=None,
-        help="class contrast A:B1,B2 (default 1:4,9 on 10-class data, else 0 vs every other class)",
+        help=(
+            "class contrast A:B1,B2 (default: the dataset's own, 1:4,9 on MNIST; else 0 vs "
+            "every other class)"
+        ),
     )
     p.add_argument("--margin-bins", type=int, default=5)
     p.add_argument("--no-router", action="store_true", help="skip routing (no scikit-learn)")
@@ -145,4 +148,4 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--timing-repeats", type=int, default=7)
     p.add_argument("--seed", type=int, default=0, help="seed of the router split and shuffles")
     p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=run_audit)
+    p.set_defaults(func=_run_audit)

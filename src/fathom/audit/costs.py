@@ -11,7 +11,7 @@ torch counts matrix products and convolutions (``2 * m * n * k`` for an ``[m, k]
 product; an ``addmm`` bias is not counted); elementwise work (activations, BatchNorm in eval,
 pooling, the crop bypass, softmax) is not counted. A spiking net's timesteps fold into the
 batch and are counted. The matrix kernels torch's counter has no formula for are counted
-here by the same rule (:data:`MATRIX_FORMULAS`, one multiply-accumulate = 2 FLOPs, an added
+here by the same rule (:data:`_MATRIX_FORMULAS`, one multiply-accumulate = 2 FLOPs, an added
 term not counted)::
 
     mv / addmv      [m, k] @ [k]                 2 m k
@@ -27,13 +27,13 @@ term not counted)::
 that training never takes and torch's counter does not see (``nn.MultiheadAttention`` /
 ``nn.TransformerEncoderLayer``'s inference fast path; oneDNN and cuDNN recurrent kernels), so
 the counting forward runs with the MHA fast path, oneDNN and cuDNN switched off
-(:func:`counted_kernels`, restored after): attention then runs its input projection, scaled
+(:func:`_counted_kernels`, restored after): attention then runs its input projection, scaled
 dot-product attention (``2 * b * h * s_q * s_k * (d_qk + d_v)`` FLOPs: ``QK^T`` and
 ``softmax(.) V``; a causal mask is counted in full, as torch does), output projection and
 feed-forward as separate counted products, and RNN/GRU/LSTM their per-step gate products.
 The SDPA kernels torch has no formula for (the CPU flash kernel, ...) get torch's own
 ``sdpa_flop_count``. A kernel that does matrix work and is still not counted is refused, naming
-the kernel and the module that called it (:data:`UNCOUNTED_KERNELS`): never a silent zero.
+the kernel and the module that called it (:data:`_UNCOUNTED_KERNELS`): never a silent zero.
 """
 
 from __future__ import annotations
@@ -78,10 +78,10 @@ _SDPA_WITHOUT_FORMULA = (
     "_scaled_dot_product_attention_math_for_mps",
 )
 
-# Kernels doing matrix work that neither torch's counter nor :data:`MATRIX_FORMULAS` counts:
-# :func:`counted_kernels` routes around the fused ones, and one that still runs is refused,
+# Kernels doing matrix work that neither torch's counter nor :data:`_MATRIX_FORMULAS` counts:
+# :func:`_counted_kernels` routes around the fused ones, and one that still runs is refused,
 # naming it and its module, rather than counted as 0.
-UNCOUNTED_KERNELS = frozenset(
+_UNCOUNTED_KERNELS = frozenset(
     {
         "_native_multi_head_attention",
         "_transformer_encoder_layer_fwd",
@@ -181,7 +181,7 @@ def _addmm_activation_flops(self_shape, a_shape, b_shape, *args, out_shape=None,
 
 
 # Matrix kernels without a formula in torch's counter, counted by the module docstring's rule.
-MATRIX_FORMULAS = {
+_MATRIX_FORMULAS = {
     "mv": _mv_flops,
     "addmv": _addmv_flops,
     "dot": _dot_flops,
@@ -202,14 +202,14 @@ def _sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kw
 
 
 def _custom_mapping() -> dict:
-    """The SDPA kernels without a formula and :data:`MATRIX_FORMULAS`, by aten op."""
-    named = {name: _sdpa_flops for name in _SDPA_WITHOUT_FORMULA} | MATRIX_FORMULAS
+    """The SDPA kernels without a formula and :data:`_MATRIX_FORMULAS`, by aten op."""
+    named = {name: _sdpa_flops for name in _SDPA_WITHOUT_FORMULA} | _MATRIX_FORMULAS
     ops = ((getattr(torch.ops.aten, name, None), f) for name, f in named.items())
     return {op: f for op, f in ops if op is not None}
 
 
 @contextmanager
-def counted_kernels() -> Iterator[None]:
+def _counted_kernels() -> Iterator[None]:
     """Run the kernels training runs: no MHA inference fast path, no oneDNN / cuDNN (restored).
 
     These switches change which kernel computes a product, never the products computed.
@@ -231,7 +231,7 @@ def counted_kernels() -> Iterator[None]:
 
 
 class _UncountedKernels(TorchDispatchMode):
-    """Records each :data:`UNCOUNTED_KERNELS` op that runs, with the innermost module calling it."""
+    """Records each :data:`_UNCOUNTED_KERNELS` op that runs, with the innermost module calling it."""
 
     def __init__(self, tracker: ModuleTracker) -> None:
         super().__init__()
@@ -240,7 +240,7 @@ class _UncountedKernels(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.overloadpacket.__name__
-        if name in UNCOUNTED_KERNELS:
+        if name in _UNCOUNTED_KERNELS:
             inner = max(self.tracker.parents, key=lambda n: (n.count("."), len(n)), default="")
             self.seen.append((name, inner))
         return func(*args, **(kwargs or {}))
@@ -280,7 +280,7 @@ def mask_costs(model: nn.Module, x: torch.Tensor, masks: np.ndarray | None = Non
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] == 0:
         raise FathomError("mask_costs needs a batch x of at least one example (e.g. x[:1])")
     out = np.zeros(masks.shape[0], dtype=np.int64)
-    with dense_eval(model), state_kept(model, parameters=True), counted_kernels():
+    with dense_eval(model), state_kept(model, parameters=True), _counted_kernels():
         for m, row in enumerate(masks):
             with branch_mask(model, tuple(int(b) for b in row)):
                 out[m] = _count_forward(model, x)

@@ -52,18 +52,6 @@ def mobius(values: np.ndarray) -> np.ndarray:
     return g
 
 
-def zeta(coefficients: np.ndarray) -> np.ndarray:
-    """``f = Zeta(g)``, the inverse of :func:`mobius`: ``f(S) = Σ_{T⊆S} g(T)``."""
-    f = np.array(coefficients, dtype=np.float64, copy=True)
-    view, k = _lattice_view(f)
-    for axis in range(k):
-        hi = [slice(None)] * view.ndim
-        lo = [slice(None)] * view.ndim
-        hi[axis], lo[axis] = 1, 0
-        view[tuple(hi)] += view[tuple(lo)]
-    return f
-
-
 def subset_orders(k: int) -> np.ndarray:
     """``|T|`` for every mask index ``T = 0 .. 2^k - 1``."""
     idx = np.arange(1 << k)

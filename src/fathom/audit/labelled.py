@@ -28,11 +28,13 @@ import numpy as np
 from fathom.audit.masks import mask_label
 from fathom.base.units import fmt_value, percent
 
-Quantity = Literal["accuracy", "mean CE", "CE damage"]
-UNITS: dict[str, tuple[str, str]] = {
+Quantity = Literal["accuracy", "mean CE", "CE damage", "loss", "loss damage"]
+_UNITS: dict[str, tuple[str, str]] = {
     "accuracy": ("fraction", "%"),
     "mean CE": ("nats", "nats"),
     "CE damage": ("nats", "nats"),
+    "loss": ("the loss's units", ""),  # a [loss] other than cross-entropy (mse: logit²)
+    "loss damage": ("the loss's units", ""),
 }
 """quantity -> (stored unit, display unit of :func:`fathom.base.units.fmt_value`)."""
 
@@ -70,7 +72,7 @@ class PerMask(np.ndarray):
     @property
     def unit(self) -> str | None:
         """The stored unit (``fraction`` for accuracy, ``nats`` for CE)."""
-        return UNITS[self.quantity][0] if self.quantity in UNITS else None
+        return _UNITS[self.quantity][0] if self.quantity in _UNITS else None
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str) and self.labelled:
@@ -94,9 +96,9 @@ class PerMask(np.ndarray):
         return {label: float(v) for label, v in zip(self.labels, np.asarray(self), strict=True)}
 
     def _shown(self, v: float) -> str:
-        display = UNITS[self.quantity][1] if self.quantity in UNITS else ""
+        display = _UNITS[self.quantity][1] if self.quantity in _UNITS else ""
         value = percent(v) if self.quantity == "accuracy" else v
-        return fmt_value(value, display, signed=self.quantity == "CE damage")
+        return fmt_value(value, display, signed=self.quantity in ("CE damage", "loss damage"))
 
     def __str__(self) -> str:
         if not self.labelled:

@@ -55,7 +55,7 @@ def _paired_damage(ev: MaskEvaluator, label: str, full: str, cid: str, scope: st
     )
 
 
-def mask_rows(
+def _mask_rows(
     labels: list[str], ce: dict[str, dict[str, float]], flops: dict[str, int], t: int, full: str
 ) -> list[dict[str, Any]]:
     """Per mask: kept blocks, FLOPs per token and of the full network, and per split
@@ -79,7 +79,7 @@ def mask_rows(
     ]
 
 
-def judge_removals(
+def _judge_removals(
     ev: MaskEvaluator, layers: int, path: list[dict[str, Any]], full: str, rules: Rules
 ) -> tuple[list[str], list[Comparison], list[Comparison]]:
     """The single removals (one Holm family) and the greedy path's steps (another), judged
@@ -151,9 +151,9 @@ def lm_audit_checkpoint(
     flops = dict(zip(labels, (int(f) for f in mask_costs(model, window, rows))))
     t = int(window.shape[1])
     ce = {n: {lab: ev.scores[n].ce(lab) for lab in labels} for n in SPLITS}
-    masks = mask_rows(labels, ce, flops, t, full)
+    masks = _mask_rows(labels, ce, flops, t, full)
     path = plan["greedy"]
-    single_labels, singles, steps = judge_removals(ev, layers, path, full, rules)
+    single_labels, singles, steps = _judge_removals(ev, layers, path, full, rules)
     damage_test = {lab: ce["test"][lab] - ce["test"][full] for lab in labels}
     record: dict[str, Any] = {
         "k": layers,

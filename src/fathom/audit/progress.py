@@ -34,7 +34,7 @@ from collections.abc import Callable
 from fathom.base.eta import Estimate, WorkEta
 from fathom.base.terminal import fmt_duration
 
-PHASES = {
+_PHASES = {
     "data": "loading data splits",
     "timing": "timing reduced networks",
     "aggregate": "aggregating across seeds (intervals, paired tests, Holm)",
@@ -42,7 +42,7 @@ PHASES = {
 }
 
 
-def fmt_left(estimate: Estimate) -> str:
+def _fmt_left(estimate: Estimate) -> str:
     """``1:02``, ``≥1:02`` (a lower bound) or ``—`` (nothing measured yet)."""
     text = fmt_duration(estimate.seconds)
     return f"≥{text}" if estimate.lower_bound and estimate.seconds is not None else text
@@ -75,16 +75,16 @@ class AuditProgress:
 
     def suffix(self) -> str:
         """``elapsed 0:37  audit ETA ≥1:51``."""
-        return f"elapsed {fmt_duration(self.clock() - self.t0)}  audit ETA {fmt_left(self.left())}"
+        return f"elapsed {fmt_duration(self.clock() - self.t0)}  audit ETA {_fmt_left(self.left())}"
 
     def phase(self, kind: str, detail: str = "") -> None:
-        """Phase ``kind`` (a key of :data:`PHASES`) starts: say it with the ETA."""
+        """Phase ``kind`` (a key of :data:`_PHASES`) starts: say it with the ETA."""
         if kind == "timing" and self.eta.todo.get("timing", 0) == 0:
             self.eta.todo["timing"] = 1  # a further architecture, met now
         if kind == "aggregate":  # no checkpoint is left: no architecture either
             self.eta.todo["timing"] = 0
         self.eta.begin(kind, self.clock())
-        self.say(f"{PHASES[kind]}{detail}  ({self.suffix()})")
+        self.say(f"{_PHASES[kind]}{detail}  ({self.suffix()})")
 
     def checkpoint(self, label: str, arm: str) -> None:
         """A checkpoint of ``arm`` starts (``label``: which run, which checkpoint)."""
@@ -110,4 +110,4 @@ class AuditProgress:
 
     def state(self, what: str) -> str:
         """A live line's tail: ``what`` now and the audit's ETA (a terminal's mask ticker)."""
-        return f"{what}  audit ETA {fmt_left(self.left())}"
+        return f"{what}  audit ETA {_fmt_left(self.left())}"

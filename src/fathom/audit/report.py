@@ -1,4 +1,9 @@
-"""``audit.md`` from the ``audit.json`` dict: tables and computed sentences, no new numbers."""
+"""``audit.md`` from the ``audit.json`` dict: tables and computed sentences, no new numbers.
+
+Two layouts: the image audit's (:func:`to_markdown`: per-checkpoint tables, the across-seed
+aggregate, speed) and the language model's (:func:`lm_markdown`, :mod:`fathom.audit.lm`: one
+section per run and checkpoint, CE and damage in nats per token, perplexity ``exp(ce)``, FLOPs
+per token and as a fraction of the full network (×)); each run is audited on its own there."""
 
 from __future__ import annotations
 
@@ -74,6 +79,15 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
         f"### `{run['run_id']}` ({run['arm']}, seed {run['seed']}), {which} checkpoint, epoch {rec['epoch']}",
         "",
     ]
+    loss = rec.get("loss")  # a run's [loss] other than plain cross-entropy: damage is its
+    unit = "nats" if loss is None or loss["name"] == "cross_entropy" else ""
+    if loss is not None:
+        lines += [
+            f"Damage is the change of the run's loss, {loss['name']} ({loss['reduction']}, "
+            f"target {loss['target']}), against the full network; CE is the logits' "
+            "cross-entropy.",
+            "",
+        ]
     lines += _table(
         [
             "mask",
@@ -81,10 +95,10 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
             "MACs/example",
             "MACs of dense (×)",
             "val acc (%)",
-            "val damage (nats)",
+            f"val damage ({unit or 'loss'})",
             "test acc (%)",
             "test CE (nats)",
-            "test damage (nats)",
+            _damage_label(unit),
         ],
         [
             [
@@ -93,15 +107,15 @@ def _run_tables(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> l
                 str(m["macs"]),
                 _num(m["macs_fraction"], "×"),
                 fmt_percent(m["val"]["acc"]),
-                _num(m["val"]["damage"], "nats", True),
+                _num(m["val"]["damage"], unit, True),
                 fmt_percent(m["test"]["acc"]),
                 _num(m["test"]["ce"], "nats"),
-                _num(m["test"]["damage"], "nats", True),
+                _num(m["test"]["damage"], unit, True),
             ]
             for m in rec["masks"]
         ],
     )
-    routing = rec.get("routing")
+    routing = rec["routing"]  # None: the router was off
     if routing:
         t = routing["test"]
         lines += [
@@ -135,39 +149,57 @@ def _aggregate(which: str, agg: Mapping[str, Any]) -> list[str]:
     arms = agg["arms"]
     if not arms:
         return [*lines, "No run was audited at this checkpoint.", ""]
+    loss = agg.get("damage_loss")  # the runs' [loss] (absent: plain cross-entropy)
+    unit = "nats" if loss is None or loss["name"] == "cross_entropy" else ""
+    what = (
+        "test CE over the same model's full output, in nats"
+        if loss is None
+        else f"the runs' loss ({loss['name']}, {loss['reduction']}, target {loss['target']}) "
+        f"on test over the same model's full output{', in nats' if unit else ''}"
+    )
     lines += [
         "Means over seeds with 95% Student-t intervals (descriptive); each paired-damage verdict "
         "is Holm-corrected over the comparisons of this checkpoint (docs/statistics.md). Damage "
-        "is the increase of test CE over the same model's full output, in nats.",
+        f"is the increase of {what}.",
         "",
     ]
-    lines += _by_size(arms)
+    lines += _by_size(arms, unit)
     lines += ["", "### Paired damage differences against the reference arm", ""]
-    lines += [f"- {p['sentence']}" for p in agg["paired_damage"]] or ["- no second arm to compare"]
-    lines += _branch_deletion(arms)
+    if agg.get("paired_damage_not_judged"):
+        lines.append(f"- not judged: {agg['paired_damage_not_judged']}")
+    else:
+        lines += [f"- {p['sentence']}" for p in agg["paired_damage"]] or [
+            "- no second arm to compare"
+        ]
+    lines += _branch_deletion(arms, unit)
     lines += _interactions(arms)
     lines += _resilience(arms)
     lines += _routing_summary(arms)
     return [*lines, ""]
 
 
-def _by_size(arms: Mapping[str, Any]) -> list[str]:
+def _damage_label(unit: str) -> str:
+    """``test damage (nats)``, or ``(loss)`` in a loss other than cross-entropy."""
+    return f"test damage ({unit or 'loss'})"
+
+
+def _by_size(arms: Mapping[str, Any], unit: str = "nats") -> list[str]:
     rows = [
         [
             name,
             f"{size} of {arm['k']}",
             str(s["n_masks"]),
             _iv(s["test_acc"], "%", fraction=True),
-            _iv(s["test_damage"], "nats", signed=True),
+            _iv(s["test_damage"], unit, signed=True),
         ]
         for name, arm in arms.items()
         for size, s in sorted(arm["by_size"].items(), key=lambda kv: int(kv[0]))
     ]
     lines = ["### By number of kept branches (mean over the masks of that size)", ""]
-    return lines + _table(["arm", "kept", "masks", "test acc (%)", "test damage (nats)"], rows)
+    return lines + _table(["arm", "kept", "masks", "test acc (%)", _damage_label(unit)], rows)
 
 
-def _branch_deletion(arms: Mapping[str, Any]) -> list[str]:
+def _branch_deletion(arms: Mapping[str, Any], unit: str = "nats") -> list[str]:
     rows = [
         [
             name,
@@ -175,7 +207,7 @@ def _branch_deletion(arms: Mapping[str, Any]) -> list[str]:
             str(b["branch_macs"]),
             _num(b["branch_macs_fraction"], "×"),
             _iv(b["test_acc"], "%", fraction=True),
-            _iv(b["test_damage"], "nats", signed=True),
+            _iv(b["test_damage"], unit, signed=True),
         ]
         for name, arm in arms.items()
         for b in arm["branches"]
@@ -186,7 +218,7 @@ def _branch_deletion(arms: Mapping[str, Any]) -> list[str]:
         "branch MACs",
         "branch MACs of dense (×)",
         "test acc (%)",
-        "test damage (nats)",
+        _damage_label(unit),
     ]
     return ["", "### Single-branch deletion", "", *_table(header, rows)]
 
@@ -310,3 +342,117 @@ def to_markdown(result: Mapping[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+# The language model's audit.md (:mod:`fathom.audit.lm`).
+
+
+def _nats(x: float | None, signed: bool = False) -> str:
+    return _num(x, "nats", signed)
+
+
+def _lm_checkpoint_lines(run: Mapping[str, Any], which: str, rec: Mapping[str, Any]) -> list[str]:
+    """One language-model checkpoint's section: coverage, sentences, masks, greedy path, interactions."""
+    cov = rec["coverage"]
+    lines = [
+        f"### `{run['run_id']}` ({run['arm']}, seed {run['seed']}), {which} checkpoint, "
+        f"epoch {rec['epoch']}",
+        "",
+        f"{rec['k']} blocks; masks evaluated: {cov['text']}. Test {rec['tokens']['test']} "
+        f"tokens in {rec['chunks']['test']} contiguous chunks; context {rec['context']}; "
+        f"`params_sha256` `{rec['params_sha256']}`.",
+        "",
+        *(f"- {s}" for s in rec["sentences"]),
+        "",
+    ]
+    rows = [
+        [
+            f"`{m['mask']}`",
+            str(m["kept"]),
+            f"{m['flops_per_token']:.4g}",
+            fmt_value(m["flops_fraction"], "×"),
+            _nats(m["val"]["ce"]),
+            fmt_value(m["val"]["ppl"], ""),
+            _nats(m["test"]["ce"]),
+            fmt_value(m["test"]["ppl"], ""),
+            _nats(m["test"]["damage"], True),
+        ]
+        for m in rec["masks"]
+    ]
+    header = [
+        "mask",
+        "kept",
+        "FLOPs/token",
+        "FLOPs of full (×)",
+        "val nats/token",
+        "val ppl",
+        "test nats/token",
+        "test ppl",
+        "test damage (nats/token)",
+    ]
+    lines += _table(header, rows)
+    lines += ["", "Greedy ordered removal (each step chosen on validation, judged on test):", ""]
+    lines += _table(
+        ["step", "block removed", "mask", "test damage (nats/token)", "verdict"],
+        [
+            [
+                str(p["step"]),
+                str(p["removed"]),
+                f"`{p['mask']}`",
+                _nats(p["test_damage"], True),
+                p["verdict"]["verdict"],
+            ]
+            for p in rec["greedy"]
+        ],
+    )
+    inter = rec["interactions"]
+    lines += [
+        "",
+        "Pair interactions around the full network, I(l, j) = damage(−l−j) − damage(−l) − "
+        "damage(−j), test nats/token:",
+        "",
+    ]
+    lines += _table(
+        ["blocks", "interaction (nats/token)"],
+        [[str(p["blocks"]), _nats(p["interaction"], True)] for p in inter["pairs_around_full"]],
+    )
+    lat = inter["lattice"]
+    if lat is not None:
+        lines += [
+            "",
+            "Möbius coefficients over the kept sets (test nats/token; Σ over non-empty sets = "
+            "full − empty network): main effects "
+            + ", ".join(f"block {b} {_nats(g, True)}" for b, g in enumerate(lat["main_effects"]))
+            + "; Σ g by order "
+            + ", ".join(f"{r}: {_nats(v, True)}" for r, v in enumerate(lat["sum_by_order"]))
+            + "; Σ |g| by order "
+            + ", ".join(f"{r}: {_nats(v)}" for r, v in enumerate(lat["abs_by_order"]))
+            + ".",
+        ]
+    return [*lines, ""]
+
+
+def lm_markdown(result: Mapping[str, Any]) -> str:
+    """The full ``audit.md`` of language-model runs (one section per run and checkpoint)."""
+    lines = [
+        f"# Layer-removal audit of a language model: `{result['target']}`",
+        "",
+        f"{len(result['runs'])} run(s) audited, {len(result['skipped'])} skipped. A removed "
+        "block is not computed; kept blocks run at gain one. Damage is the change of token "
+        "cross-entropy (nats per token) against the same model's full network; perplexity is "
+        "exp(nats/token). A block *can go* when its removal's damage interval lies inside the "
+        "region of no interest, *cannot go* when above it (docs/statistics.md; paired over "
+        "contiguous test chunks in place of seeds, Holm over the family). Each run is audited "
+        "on its own: no across-seed aggregate is computed for language models.",
+        "",
+    ]
+    for s in result["skipped"]:
+        lines.append(f"- skipped `{s['run_id']}`: {s['reason']}")
+    for run in result["runs"]:
+        for which, rec in run["checkpoints"].items():
+            if "missing" in rec:
+                lines += [f"- `{run['run_id']}` {which}: missing ({rec['missing']})", ""]
+            else:
+                lines += _lm_checkpoint_lines(run, which, rec)
+    lines += ["## Settings", "", "```", *(f"{k} = {v}" for k, v in result["settings"].items())]
+    return "\n".join([*lines, "```", ""])

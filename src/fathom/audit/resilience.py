@@ -98,7 +98,7 @@ def fit_margin_bins(margin: np.ndarray, n_bins: int) -> MarginBins:
     return MarginBins(edges=bins.edges, weights=counts / counts.sum())
 
 
-def standardized_class_mean(
+def _standardized_class_mean(
     resilience: np.ndarray, margin: np.ndarray, labels: np.ndarray, c: int, bins: MarginBins
 ) -> float | None:
     """``R_c^std = Σ_b w_b · mean(r_i | y_i = c, full correct, margin_i in bin b)``."""
@@ -160,7 +160,7 @@ def class_resilience(
     means = class_means(resilience, labels, classes)
     counts = [int(((labels == c) & ~np.isnan(resilience)).sum()) for c in range(classes)]
     std = {
-        c: None if bins is None else standardized_class_mean(resilience, margin, labels, c, bins)
+        c: None if bins is None else _standardized_class_mean(resilience, margin, labels, c, bins)
         for c in (a, *b)
     }
     std_values: list[float | None] = [std.get(c) for c in range(classes)]

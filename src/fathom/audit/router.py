@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from fathom.errors import FathomError, install_hint
 
-SKLEARN_HINT = install_hint("audit")
+_SKLEARN_HINT = install_hint("audit")
 
 
 def require_sklearn() -> Any:
@@ -49,7 +49,7 @@ def require_sklearn() -> Any:
     except ImportError:
         raise FathomError(
             "routing needs scikit-learn, which is not installed; install the audit extra with "
-            f"`{SKLEARN_HINT}` (or run the audit with --no-router)"
+            f"`{_SKLEARN_HINT}` (or run the audit with --no-router)"
         ) from None
     return tree
 
@@ -78,14 +78,14 @@ def pooled_features(x: torch.Tensor, grid: int = 7) -> np.ndarray:
     return pooled.reshape(n, -1).cpu().numpy().astype(np.float64)
 
 
-def cost_order(costs: np.ndarray) -> np.ndarray:
+def _cost_order(costs: np.ndarray) -> np.ndarray:
     """Mask indices from cheapest to dearest (stable: ties keep the lower index first)."""
     return np.argsort(np.asarray(costs), kind="stable")
 
 
 def cheapest_correct(correct: np.ndarray, costs: np.ndarray, full_index: int) -> np.ndarray:
     """For each example the cheapest mask classifying it correctly, else ``full_index``."""
-    order = cost_order(costs)
+    order = _cost_order(costs)
     ok = correct[order]  # [M, N] rows cheapest first
     any_ok = ok.any(axis=0)
     first = order[ok.argmax(axis=0)]
@@ -97,7 +97,7 @@ def cheapest_within_tolerance(
 ) -> int:
     """Cheapest mask ``m`` with ``err(m) - err(full) <= tolerance`` over the given examples."""
     err = 1.0 - correct.mean(axis=1)
-    for m in cost_order(costs):
+    for m in _cost_order(costs):
         if err[m] - err[full_index] <= tolerance + 1e-12:
             return int(m)
     return full_index
@@ -168,18 +168,18 @@ def fit_router(
     return Router(tree=tree, leaf_mask=leaf_mask, full_index=full_index)
 
 
-def policy_error(correct: np.ndarray, assignment: np.ndarray) -> float:
+def _policy_error(correct: np.ndarray, assignment: np.ndarray) -> float:
     """``mean_i [not correct_{a_i, i}]``."""
     return float(1.0 - correct[assignment, np.arange(assignment.size)].mean())
 
 
-def shuffled_errors(
+def _shuffled_errors(
     correct: np.ndarray, assignment: np.ndarray, n_permutations: int, seed: int
 ) -> np.ndarray:
     """Error of the matched-cost control: ``assignment`` permuted across examples."""
     rng = np.random.default_rng(seed)
     return np.array(
-        [policy_error(correct, rng.permutation(assignment)) for _ in range(n_permutations)]
+        [_policy_error(correct, rng.permutation(assignment)) for _ in range(n_permutations)]
     )
 
 
@@ -222,7 +222,7 @@ def score_policy(
     tolerance: float,
 ) -> PolicyOutcome:
     """Error, increase over the full network, tolerance check and cost of ``assignment``."""
-    err = policy_error(correct, assignment)
+    err = _policy_error(correct, assignment)
     full_err = float(1.0 - correct[full_index].mean())
     macs = np.asarray(costs, dtype=np.float64)[assignment]
     values, counts = np.unique(assignment, return_counts=True)
@@ -287,8 +287,8 @@ def compare_with_control(
     """Router error against ``n_permutations`` shuffles of its own assignment."""
     if n_permutations < 1:
         raise FathomError(f"n_permutations={n_permutations}: use at least one shuffle")
-    err = policy_error(correct, assignment)
-    control = shuffled_errors(correct, assignment, n_permutations, seed)
+    err = _policy_error(correct, assignment)
+    control = _shuffled_errors(correct, assignment, n_permutations, seed)
     p = (1 + int((control <= err).sum())) / (1 + n_permutations)
     return ControlComparison(
         router_error=err,

@@ -6,6 +6,19 @@ Outputs, under ``out_dir`` (default ``<target>/audit``):
   checkpoint's ``params_sha256``), reduced-network timings, and the across-seed aggregate;
 * ``audit.md``: the same numbers as tables and computed sentences;
 * ``<run-id>/<checkpoint>.npz``: per-example logits, correctness and margins per mask.
+
+**Subjects.** A *subject* (:class:`Subject`) is one run directory seen by the audit: its
+model at a checkpoint (input preparation included, so the model takes the split's stored
+examples), its data splits (re-derived and checked against the recorded split hash), its arm
+family, its seed, and whether it has any :class:`fathom.depth.SkippableResidual` branch to
+remove. Every run is of manifest kind ``run``, its model rebuilt by ``model.kind``
+(:func:`fathom.models.build_model`, input preparation included):
+
+* the Ciresan MLP (``fathom train``, ``fathom study run``): family = recipe;
+* a depth-scaling run (``fathom depth-scaling``, :class:`fathom.models.convnet.StagedConvNet`,
+  ANN or spiking): family = ``staged_conv-<arm>-d<depth>``; removable only when trained
+  with ``residual = true``;
+* a user's ``python`` model: removable when it has SkippableResidual branches.
 """
 
 from __future__ import annotations
@@ -18,24 +31,83 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from fathom.audit.aggregate import aggregate
 from fathom.audit.checkpoint import AuditSettings, audit_checkpoint, choose_masks
-from fathom.audit.lm_report import lm_markdown
 from fathom.audit.masks import full_mask_index, mask_label, removable_branch_count
 from fathom.audit.options import find_audit_runs
 from fathom.audit.progress import AuditProgress
-from fathom.audit.report import to_markdown
+from fathom.audit.report import lm_markdown, to_markdown
 from fathom.audit.router import require_sklearn
 from fathom.audit.speed import time_masks
-from fathom.audit.subjects import Subject, subject_of
 from fathom.base.io import config_digest, ensure_writable_dir
 from fathom.base.terminal import Say, Throttle
+from fathom.config.model_kinds import model_kind
+from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
+from fathom.losses.labels import LabelLoss
+from fathom.rundir import RunDir, Which
 from fathom.rundir.output import AnalysisOutput, analysis_output
 from fathom.stats import failure_flags
 
-FORMAT = 1
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One run directory as the audit sees it (module docstring: subjects)."""
+
+    rd: RunDir
+    kind: str
+    family: str
+    seed: int
+    classes: int
+    removable_reason: str | None  # None when the model has branches to remove
+    tokens: bool = False  # a language model ([N, T, V] logits): audited per token
+
+    def load_model(self, which: Which, device: torch.device) -> nn.Module:
+        """The hash-verified model at checkpoint ``which``, float32, in eval mode."""
+        return self.rd.load_model(which, dtype=torch.float32, device=device)
+
+    def load_splits(self, device: torch.device) -> Any:
+        """The run's splits, re-derived and checked against the recorded split hash."""
+        return self.rd.load_splits(device)
+
+    @property
+    def config_for_digest(self) -> dict[str, Any]:
+        """The run's config without seed and name (what makes two arms differ)."""
+        cfg = dict(self.rd.header.config)
+        cfg.pop("seed", None)
+        cfg.pop("name", None)
+        return cfg
+
+
+def _family(cfg: Any) -> str:
+    """The model kind's audit label (its row's ``label``): Ciresan, the recipe; a
+    depth-scaling run, ``staged_conv-<arm>-d<depth>``; a user's model, ``python-<factory>``."""
+    return model_kind(cfg.model.kind).label(cfg.model, cfg.tags)
+
+
+def subject_of(rd: RunDir) -> Subject:
+    """The subject of a run directory (any model kind); other manifest kinds refused."""
+    if rd.kind != "run":
+        raise FathomError(
+            f"run {rd.run_id!r} has manifest kind {rd.kind!r}; the audit reads runs trained by "
+            "`fathom train`, `fathom study run` and `fathom depth-scaling` (kind 'run')"
+        )
+    cfg = rd.config
+    reason = None
+    if not any(isinstance(m, SkippableResidual) for m in rd.build_model().modules()):
+        why = model_kind(cfg.model.kind).no_branches(cfg.model)
+        reason = (
+            f"its model ({_family(cfg)}) has no removable branches (no SkippableResidual "
+            "branch); audit a residual recipe (or a depth-scaling run with --residual)"
+            if why is None
+            else f"its model ({_family(cfg)}) has no removable branches: {why}"
+        )
+    tokens = model_kind(cfg.model.kind).tokens
+    return Subject(rd, "run", _family(cfg), cfg.seed, rd.classes, reason, tokens)
 
 
 def _arm_names(subjects: list[Subject]) -> dict[str, str]:
@@ -54,7 +126,7 @@ def _arm_names(subjects: list[Subject]) -> dict[str, str]:
     return names
 
 
-def measure_speed(
+def _measure_speed(
     model: torch.nn.Module, x: torch.Tensor, settings: AuditSettings
 ) -> list[dict[str, Any]]:
     """:func:`fathom.audit.speed.time_masks` at each batch size (capped at the split size)."""
@@ -162,7 +234,7 @@ def _audit_runs(
     records = [r for sub in subjects if (r := audit.run(sub, arms[sub.rd.run_id])) is not None]
     audit.tally.phase("aggregate")
     result = {
-        "format": FORMAT,
+        "format": _FORMAT,
         "kind": "run" if audit.single else "study",
         "target": str(target),
         "settings": settings.to_dict(),
@@ -342,7 +414,18 @@ class _Audit:
         if sub.tokens:
             self._lm_checkpoint(model, data, record, which, epoch, digest, tick)
             return
-        rec = audit_checkpoint(model, data, self.settings, arrays, meta, tick)
+        loss = LabelLoss.of(rd.config.loss)  # the run's [loss]: the damage is measured in it
+        rec = audit_checkpoint(
+            model,
+            data,
+            self.settings,
+            arrays,
+            meta,
+            tick,
+            loss,
+            classes=sub.classes,
+            dataset=rd.config.data.dataset,
+        )
         rec.update(
             checkpoint=which,
             epoch=epoch,
@@ -408,6 +491,6 @@ class _Audit:
                 "checkpoint": which,
                 "params_sha256": digest,
                 "dtype": "float32",
-                "timings": measure_speed(model, data.test_x, self.settings),
+                "timings": _measure_speed(model, data.test_x, self.settings),
             }
         )

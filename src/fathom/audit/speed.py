@@ -142,7 +142,7 @@ def routed_forward(
 
 
 @torch.no_grad()
-def dense_forward(model: nn.Module, x: torch.Tensor, batch_size: int) -> torch.Tensor:
+def _dense_forward(model: nn.Module, x: torch.Tensor, batch_size: int) -> torch.Tensor:
     with dense_eval(model):
         return torch.cat([model(x[s : s + batch_size]) for s in range(0, x.shape[0], batch_size)])
 
@@ -208,7 +208,7 @@ def time_routed(
     device = x.device
     dense_t, routed_t = [], []
     for rep in range(repeats + 1):
-        d = _timed(lambda: dense_forward(model, x, batch_size), device)
+        d = _timed(lambda: _dense_forward(model, x, batch_size), device)
         r = _timed(lambda: routed_forward(model, x, route(x), masks, batch_size), device)
         if rep > 0:
             dense_t.append(d)

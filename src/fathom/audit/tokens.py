@@ -10,12 +10,12 @@ windows with targets ``y_{w,t}`` (every position valid in Fathom's windows; a ta
     damage_m  = ce_m − ce_full                                              nats per token
 
 **Which masks.** Every mask while ``2^L <= max_masks`` (the full lattice); beyond that
-budget the stated scheme :data:`SCHEME`: the full network, every single and every pair
+budget the stated scheme :data:`_SCHEME`: the full network, every single and every pair
 removal, and the greedy ordered removal (from the full network, remove the block whose
 removal raises the *validation* CE least; repeat until no block is left). The coverage
 (how many of the ``2^L`` masks, and which families) is recorded and printed.
 
-**Intervals.** The split's windows are cut into ``C`` contiguous chunks (:data:`CHUNKS`;
+**Intervals.** The split's windows are cut into ``C`` contiguous chunks (:data:`_CHUNKS`;
 fewer when the split has fewer windows); chunk ``c``'s damage is its own
 ``ce_m(c) − ce_full(c)``. Neighbouring windows of a text are correlated; chunk means are
 the batch-means device against that. A removal's damage is judged by the statistics
@@ -52,14 +52,14 @@ from fathom.audit.masks import enumerate_masks, mask_label
 from fathom.depth import branch_mask
 from fathom.errors import FathomError
 
-SCHEME = "full network, every single and pair removal, greedy ordered removal (chosen on val)"
+_SCHEME = "full network, every single and pair removal, greedy ordered removal (chosen on val)"
 """The masks evaluated beyond the enumeration budget (module docstring)."""
 
 LM_MAX_MASKS = 64
 """Every mask is evaluated while ``2^L <= 64`` (``L <= 6`` blocks): one mask costs a pass
-over validation and test; beyond it, :data:`SCHEME`."""
+over validation and test; beyond it, :data:`_SCHEME`."""
 
-CHUNKS = 20
+_CHUNKS = 20
 """Contiguous chunks of a split's windows that the damage intervals are paired over."""
 
 SPLITS = ("val", "test")
@@ -85,7 +85,7 @@ class ChunkedCE:
         return self.sums[label] / self.tokens
 
 
-def chunk_bounds(windows: int, chunks: int = CHUNKS) -> np.ndarray:
+def chunk_bounds(windows: int, chunks: int = _CHUNKS) -> np.ndarray:
     """Start indices (and the end) of ``min(chunks, windows)`` contiguous, near-equal chunks."""
     if windows < 1:
         raise FathomError("the split holds no window; a language model's audit needs text")
@@ -94,7 +94,7 @@ def chunk_bounds(windows: int, chunks: int = CHUNKS) -> np.ndarray:
 
 
 @torch.no_grad()
-def window_ce_sums(
+def _window_ce_sums(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, mask: tuple[int, ...], batch_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per window: summed token CE (float64, nats) and valid-token count under ``mask``.
@@ -133,7 +133,7 @@ class MaskEvaluator:
         model: nn.Module,
         splits: dict[str, tuple[torch.Tensor, torch.Tensor]],
         batch_size: int = 256,
-        chunks: int = CHUNKS,
+        chunks: int = _CHUNKS,
         on_mask: Callable[[], None] | None = None,
     ) -> None:
         self.model, self.splits, self.batch_size = model, splits, batch_size
@@ -152,7 +152,7 @@ class MaskEvaluator:
         if label in self.order:
             return label
         for name, (x, y) in self.splits.items():
-            sums, counts = window_ce_sums(self.model, x, y, mask, self.batch_size)
+            sums, counts = _window_ce_sums(self.model, x, y, mask, self.batch_size)
             if name not in self.scores:
                 self.scores[name] = ChunkedCE(tokens=self._chunked(counts, name))
             self.scores[name].sums[label] = self._chunked(sums, name)
@@ -166,7 +166,7 @@ def _without(full: tuple[int, ...], removed: set[int]) -> tuple[int, ...]:
     return tuple(0 if i in removed else b for i, b in enumerate(full))
 
 
-def greedy_path(ev: MaskEvaluator, layers: int) -> list[dict[str, Any]]:
+def _greedy_path(ev: MaskEvaluator, layers: int) -> list[dict[str, Any]]:
     """Greedy ordered removal on validation CE (module docstring): one step per block.
 
     Step ``j`` removes, from the blocks still kept, the one whose removal gives the lowest
@@ -192,7 +192,7 @@ def greedy_path(ev: MaskEvaluator, layers: int) -> list[dict[str, Any]]:
 
 
 def plan_and_evaluate(ev: MaskEvaluator, layers: int, max_masks: int) -> dict[str, Any]:
-    """Every mask (``2^L <= max_masks``) or :data:`SCHEME`; returns the coverage record and
+    """Every mask (``2^L <= max_masks``) or :data:`_SCHEME`; returns the coverage record and
     the greedy path (always computed: on the full lattice it reads cached scores)."""
     total = 1 << layers
     full = (1,) * layers
@@ -207,8 +207,8 @@ def plan_and_evaluate(ev: MaskEvaluator, layers: int, max_masks: int) -> dict[st
         for b in range(layers):
             for j in range(b + 1, layers):
                 ev.evaluate(_without(full, {b, j}))
-        scheme = SCHEME
-    path = greedy_path(ev, layers)
+        scheme = _SCHEME
+    path = _greedy_path(ev, layers)
     n = len(ev.order)
     coverage = {
         "scheme": scheme,

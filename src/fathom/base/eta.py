@@ -43,6 +43,12 @@ _CLOCKS = ("clock/training_s", "clock/evaluation_s", "clock/telemetry_s")
 """The cumulative clocks a trainer's events carry (seconds)."""
 
 
+def _clocks_of(info: dict[str, Any]) -> tuple[float, float, float]:
+    """The :data:`_CLOCKS` of an event, in their order (training, evaluation, telemetry)."""
+    training, evaluation, telemetry = (float(info[k]) for k in _CLOCKS)
+    return training, evaluation, telemetry
+
+
 @dataclass
 class Estimate:
     """``seconds`` left (``None``: nothing measured yet); ``lower_bound`` when a term that
@@ -92,7 +98,7 @@ class RunEta:
             self.evaluations = frozenset(info["evaluations"])
             self.instruments = frozenset(info["instruments"])
             if all(k in info for k in _CLOCKS):
-                self._clocks = tuple(float(info[k]) for k in _CLOCKS)  # type: ignore[assignment]
+                self._clocks = _clocks_of(info)
         elif event == "epoch" and info.get("epoch") == 0:
             self._epoch_zero(info)
         elif event == "boundary":
@@ -111,9 +117,9 @@ class RunEta:
     def _epoch_end(self, info: dict[str, Any], now: float) -> None:
         if not all(k in info for k in _CLOCKS):
             return
-        clocks = tuple(float(info[k]) for k in _CLOCKS)
+        clocks = _clocks_of(info)
         train, evaluation, instr = (c - b for c, b in zip(clocks, self._clocks, strict=True))
-        self._clocks = clocks  # type: ignore[assignment]
+        self._clocks = clocks
         steps = info.get("steps_in_epoch")
         if steps:  # per step, weighted by steps: Σ training clock / Σ steps
             self.step_s.total += train

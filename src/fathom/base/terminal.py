@@ -266,6 +266,8 @@ def _epoch_line(row: dict[str, Any], rate: float | None, run_left: Any = None) -
         line += f"  loss {f('train/loss_running', '.4f')}"
     if "val/acc" in row or "test/acc" in row:
         line += f"  val acc {fmt_percent(row.get('val/acc'))} ce {f('val/ce', '.4f')}"
+        if "val/loss" in row:  # a [loss] table: the loss that selects the checkpoint
+            line += f" loss {f('val/loss', '.4g')}"
         line += f"  test acc {fmt_percent(row.get('test/acc'))}"
     if row.get("val/ppl") is not None:  # a language model: perplexity per token
         line += f"  val ppl {f('val/ppl', '.2f')}"

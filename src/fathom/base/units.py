@@ -28,6 +28,7 @@ drops the unit text where the column header states it (the terminal's narrow tab
 from __future__ import annotations
 
 import math
+from typing import overload
 
 ACCURACY_UNIT = "%"
 
@@ -49,6 +50,12 @@ _RULES: dict[str, tuple[str, str]] = {
 UNITS = tuple(_RULES)
 
 
+@overload
+def percent(fraction: float) -> float: ...
+@overload
+def percent(fraction: None) -> None: ...
+@overload
+def percent(fraction: float | None) -> float | None: ...
 def percent(fraction: float | None) -> float | None:
     """``100 * fraction``; ``None`` stays ``None`` (undefined is never 0)."""
     return None if fraction is None else 100.0 * float(fraction)

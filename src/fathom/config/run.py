@@ -44,6 +44,7 @@ __all__ = [
     "MODEL_KINDS",
     "DataConfig",
     "LiveConfig",
+    "LossConfig",
     "ModelConfig",
     "OptimConfig",
     "PythonModelConfig",
@@ -242,6 +243,104 @@ class DepthConfig(_Strict):
     convention: Literal["inverse", "huang"] = "inverse"
 
 
+_CROSS_ENTROPY_ONLY: dict[str, Any] = {"label_smoothing": 0.0, "ignore_index": -100}
+"""Cross-entropy's own options of ``[loss]`` and their defaults: another loss holds them at
+these values (its validator) and its dump leaves them out."""
+
+LossName = Literal["cross_entropy", "mse", "bce_with_logits"]
+"""The names ``loss.name`` takes: the keys of ``fathom.losses.LOSSES`` (a test holds them equal)."""
+
+
+class LossConfig(_Strict):
+    """The training loss (``[loss]``; :mod:`fathom.losses`), on a batch's logits ``z [n, C]``
+    and integer labels ``y``, reduced by ``reduction`` (``mean`` over the ``M`` valid terms,
+    or ``sum``):
+
+    * ``cross_entropy`` (the default): ``F.cross_entropy(z, y, ignore_index=ignore_index,
+      label_smoothing=label_smoothing)``; labels equal to ``ignore_index`` weigh zero and are
+      not counted by the mean;
+    * ``mse``: ``F.mse_loss(z, t)``, ``l = sum_c (z_c - t_c)^2`` (no 1/2; the mean counts the
+      ``n C`` entries);
+    * ``bce_with_logits``: ``F.binary_cross_entropy_with_logits(z, t)``, ``C`` independent
+      binary labels (one-vs-rest; the mean counts the ``n C`` entries).
+
+    ``target`` says how a label meets the logits: ``labels`` (the integer itself,
+    cross-entropy's) or ``one_hot`` (``t = e_y``, float, one entry per class: what ``mse``
+    and ``bce_with_logits`` need, and must be stated for them). The table is left out of the
+    config's dump (and so of ``config_hash``) while it holds the default, so every config
+    written before it existed keeps its hash; an absent table is cross-entropy. The dump of
+    another loss's table holds its own options only (not cross-entropy's ``label_smoothing``
+    and ``ignore_index``, which do not apply to it), so a recorded config says what trained.
+    """
+
+    name: LossName = "cross_entropy"
+    reduction: Literal["mean", "sum"] = "mean"
+    label_smoothing: Float = Field(default=0.0, ge=0, le=1)
+    ignore_index: Int = -100
+    target: Literal["labels", "one_hot"] = "labels"
+
+    @model_validator(mode="after")
+    def _fits(self) -> LossConfig:
+        if self.name == "cross_entropy":
+            if self.target != "labels":
+                raise ValueError(
+                    "cross_entropy reads the class labels themselves: remove loss.target "
+                    "(or set it to 'labels')"
+                )
+            return self
+        for key, default in _CROSS_ENTROPY_ONLY.items():
+            if getattr(self, key) != default:
+                raise ValueError(
+                    f"loss.{key} is an option of cross_entropy, not of {self.name!r}: remove it"
+                )
+        if self.target != "one_hot":
+            raise ValueError(
+                f"loss {self.name!r} compares the logits with a floating target of their shape, "
+                "but a run's labels are integer classes: state the encoding, "
+                "loss.target = 'one_hot' (t = e_y, one entry per class; fathom curvature: "
+                "--target one_hot)"
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _own_options(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """The dump without cross-entropy's options (:data:`_CROSS_ENTROPY_ONLY`) where
+        ``name`` is another loss; a dump with the context :data:`EVERY_FIELD` keeps them
+        (``with_updates`` edits them, and the validator refuses a changed one by name)."""
+        data = handler(self)
+        if self.name != "cross_entropy" and not (info.context or {}).get("every_field"):
+            for key in _CROSS_ENTROPY_ONLY:
+                data.pop(key, None)
+        return data
+
+
+def objective_field(cfg: RunConfig) -> Literal["val/ce", "val/loss"]:
+    """The history field a run is selected and ranked by: ``"val/ce"`` (validation
+    cross-entropy of the logits, nats) for the default loss (no ``[loss]`` table, or one at its
+    default), ``"val/loss"`` (the ``[loss]`` table's loss over the validation split, in its
+    reduction and units) otherwise. The one reading of "the objective": checkpoint selection
+    (:func:`fathom.train.observe.select`), the tuning grid's rate selection
+    (:func:`fathom.study.selection.select_lr`) and a report's objective curve use it."""
+    return "val/ce" if cfg.loss == LossConfig() else "val/loss"
+
+
+def loss_with(base: LossConfig, origin: str, **changes: Any) -> LossConfig:
+    """``base`` with ``changes`` (``None`` values left out), re-validated: a table of another
+    ``name`` starts from that loss's defaults (cross-entropy's options do not carry over to
+    ``mse``). Refused with a :class:`FathomError` naming ``origin`` (e.g. the command-line
+    flags) and the fix."""
+    given = {k: v for k, v in changes.items() if v is not None}
+    start = base.model_dump() if given.get("name", base.name) == base.name else {}
+    try:  # within a table named loss, so errors say loss.<key> as in a config
+        return _LossTable.model_validate({"loss": {**start, **given}}).loss
+    except ValidationError as e:
+        raise FathomError(validation_message(e, origin)) from None
+
+
+class _LossTable(_Strict):
+    loss: LossConfig
+
+
 class RunConfig(_Strict):
     """One training run. ``tags`` are labels a driver attaches (e.g. a depth-scaling arm);
     they never change training. ``live`` (:mod:`fathom.config.live`) is excluded from
@@ -264,14 +363,18 @@ class RunConfig(_Strict):
     execution: ExecutionConfig = ExecutionConfig()
     stop: StopConfig = StopConfig()
     depth: DepthConfig = DepthConfig()
+    loss: LossConfig = LossConfig()
     live: LiveConfig = Field(default_factory=LiveConfig, exclude=True)
 
     @model_serializer(mode="wrap")
-    def _default_depth_left_out(self, handler: Any) -> dict[str, Any]:
-        """The dump without ``depth`` while it is the default (:class:`DepthConfig`)."""
+    def _default_tables_left_out(self, handler: Any) -> dict[str, Any]:
+        """The dump without ``depth`` and ``loss`` while each is its default
+        (:class:`DepthConfig`, :class:`LossConfig`): tables added after runs were recorded."""
         data = handler(self)
-        if isinstance(data, dict) and self.depth == DepthConfig():
-            data.pop("depth", None)
+        if isinstance(data, dict):
+            for key, default in _LEFT_OUT_WHEN_DEFAULT.items():
+                if getattr(self, key) == default:
+                    data.pop(key, None)
         return data
 
     @model_validator(mode="before")
@@ -306,6 +409,7 @@ class RunConfig(_Strict):
                 "(checkpoint selection needs it): use split 'fit-val' or drop 'val'"
             )
         check_language_model(self)
+        check_loss(self)
         if not model_kind(self.model.kind).lyapunov and (self.regularizer or self.health.enabled):
             raise ValueError(
                 "the Lyapunov regularizer and the health instrument need a model with "
@@ -316,7 +420,8 @@ class RunConfig(_Strict):
     def with_updates(self, updates: dict[str, Any]) -> RunConfig:
         """A copy with dotted-key updates, re-validated: ``{"optim.lr": 0.03}`` (``live`` kept)."""
         data = {**self.model_dump(context=EVERY_FIELD), "live": self.live.model_dump()}
-        data.setdefault("depth", self.depth.model_dump())  # left out of the dump by default
+        for key in _LEFT_OUT_WHEN_DEFAULT:  # left out of the dump by default
+            data.setdefault(key, getattr(self, key).model_dump())
         for key, value in updates.items():
             node = data
             parts = key.split(".")
@@ -330,6 +435,33 @@ class RunConfig(_Strict):
                 raise table_given_a_value(key, node[parts[-1]], value)
             node[parts[-1]] = value
         return validate_run_config(data, origin="updates")
+
+
+_LEFT_OUT_WHEN_DEFAULT: dict[str, _Strict] = {"depth": DepthConfig(), "loss": LossConfig()}
+
+
+def check_loss(cfg: RunConfig) -> None:
+    """A ``[loss]`` other than the default is a classifier's, through the eager step: not a
+    language model's (token cross-entropy), not the Lyapunov-regularized step's (CE +
+    penalty); with one-hot targets, no probe telemetry (its instruments read the labels as
+    the loss's targets)."""
+    if cfg.loss == LossConfig():
+        return
+    if model_kind(cfg.model.kind).tokens:
+        raise ValueError(
+            "a language-model run trains on token cross-entropy; remove the [loss] table"
+        )
+    if cfg.regularizer is not None:
+        raise ValueError(
+            "the Lyapunov-regularized step trains on CE + penalty; remove the [loss] table or "
+            "the [regularizer]"
+        )
+    if cfg.loss.target == "one_hot" and cfg.telemetry.enabled:
+        raise ValueError(
+            f"telemetry's probe instruments read the labels as the loss's targets, and loss "
+            f"{cfg.loss.name!r} needs one-hot targets: set telemetry.enabled = false (the "
+            "curvature and audit of the run use its loss), or train with cross_entropy"
+        )
 
 
 def check_language_model(cfg: RunConfig) -> None:

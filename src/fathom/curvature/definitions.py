@@ -37,7 +37,7 @@ DEFINITIONS: dict[str, str] = {
     "same probe: fraction of examples with the same argmax, and max |logit64 - logit32|",
     "estimator": "how each family's numbers were made: exact (every output direction of the "
     "loss Hessian's square root pulled back), mc (K sampled output directions per example with "
-    "E[v v^T] = H, a standard error from the per-chunk sample variance over the K draws) or "
+    "E[v v^T] = H, a standard error from each example's sample variance over its K draws) or "
     "hutchinson (K Rademacher parameter-space probes, diag = mean_k z_k * (M z_k)); samples "
     "and seed are null for exact (fathom.curvature.estimate)",
     "kfac_reduce": "KFAC-reduce (Eschenhagen et al. 2023), for weight sharing reduced before the "

@@ -3,8 +3,9 @@
 ``python -m fathom.curvature.docs`` writes it; ``--check`` exits 1 if the file is stale.
 Every formula on the page is the text declared beside its code: a family's in
 :data:`fathom.curvature.families.FAMILIES`, a loss's in
-:data:`fathom.losses.kinds.LOSS_DEFINITIONS` and the normalization in
-:data:`fathom.losses.kinds.NORMALIZATION`.
+:data:`fathom.losses.kinds.LOSS_DEFINITIONS`, the normalization in
+:data:`fathom.losses.kinds.NORMALIZATION`, and the estimators' draws, products and standard
+errors beside them in :mod:`fathom.curvature.estimate`.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def render() -> str:
             f"`{k}`" for k in kind.__dataclass_fields__ if not k.startswith("_") and k != "name"
         )
         lines.append(f"| `{name}` | {options} | {LOSS_DEFINITIONS[name]} |")
+    lines += ["", *_estimators()]
     lines += [
         "",
         "Against curvlinops: the GGN is the same matrix for every loss and layout; the "
@@ -67,6 +69,36 @@ def render() -> str:
         "reduced MSE and BCE Fisher is `E` times fathom's (it counts the `E` entries in `c`).",
     ]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _estimators() -> list[str]:
+    """The estimators section: what each loss's MC draws and Hutchinson products are, and
+    the standard errors (:mod:`fathom.curvature.estimate`)."""
+    from fathom.curvature.estimate import _STANDARD_ERROR_FORMULAS, estimator_rows
+
+    lines = [
+        "## Estimators",
+        "",
+        "`fathom.curvature.diagonals(model, x, y, loss=..., families=..., estimator=..., "
+        "samples=K, seed=..., budget=...)` takes the same loss, layout and input arguments. "
+        '`estimator="exact"` is `exact_diagonals`; `"mc"` pulls back `K` sampled output '
+        "directions per example with `E[v v^T]` the family's output matrix (the draws carry "
+        "the loss's weights and the family's scale); "
+        '`"hutchinson"` averages '
+        "`z * (M z)` over `K` Rademacher `z` in parameter space, `M z` one GGN-vector product "
+        'with the Hessian applied in closed form; `"auto"` is exact when its memory and its '
+        "output directions per example fit `budget`, otherwise MC, and says which and why. "
+        "The GGN and the Jacobian Gram are sampled; the empirical Fisher (one direction per "
+        "example) is always exact. Every record states the estimator per family, `K`, the "
+        "seed, the loss, the draws or products, and standard errors per entry and per trace.",
+        "",
+        "| loss | MC draws per position (GGN) | Hutchinson's Hessian product (GGN) |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in estimator_rows()]
+    lines += ["", "| estimator | standard error |", "|---|---|"]
+    lines += [f"| `{k}` | {v} |" for k, v in _STANDARD_ERROR_FORMULAS.items()]
+    return lines
 
 
 def write(path: Path = _DEFAULT_PATH) -> None:

@@ -21,19 +21,23 @@ exact path pulls back its directions (:func:`fathom.curvature.probe.pull_back`,
     x_ik      = (J_i^T v_ik)^2                       (elementwise, every parameter)
     diag_mc   = (1/(N K)) sum_i sum_k x_ik           (E[diag_mc] = diag(M))
 
-*Standard error.* The examples are processed in chunks ``c`` (groups of examples that fit the
-memory budget). Per chunk and sample the sums ``S_ck = sum_{i in c} x_ik`` are independent
-over ``k`` with variance ``sum_{i in c} Var(x_ik)``, so with ``s_c^2`` their sample variance
-over ``k`` (``K >= 2``)::
+*Standard error.* The ``N K`` terms ``x_ik`` are independent, so ``Var(diag_mc) =
+(1/(N^2 K)) sum_i Var(x_i)``, and with ``s_i^2 = (1/(K-1)) sum_k (x_ik - xbar_i)^2`` example
+``i``'s sample variance over its ``K`` draws (``xbar_i`` their mean, ``K >= 2``)::
 
-    SE^2(diag_mc) = (1/(N^2 K)) sum_c s_c^2
+    SE^2(diag_mc) = (1/(N^2 K)) sum_i s_i^2 = sum_i sum_k (x_ik - xbar_i)^2 / (N^2 K (K - 1))
 
-is unbiased for ``Var(diag_mc)``; with one example per chunk it is
-``(1/N^2) sum_i s_i^2 / K`` with ``s_i^2`` example ``i``'s sample variance over its ``K``
-draws. The same formula on the per-sample traces ``T_ck = sum_j S_ck[j]`` gives the trace's
-standard error (entries of one draw are correlated, so the trace's SE is not the root-sum of
-the entries' SEs). Memory is bounded by chunking over examples **and** samples (a group of
-samples is pulled back at a time; chunk variances combine across groups by Chan's formula).
+is unbiased for it, whatever the chunk layout. The same formula on the per-draw traces
+``T_ik = sum_j x_ik[j]`` (one parameter's entries, or every parameter's) gives the traces'
+standard errors (entries of one draw are correlated, so a trace's SE is not the root-sum of
+its entries' SEs). Every sum is read off the per-example rows of the same pullback
+(:class:`_SampledPlan`): for a linear layer ``x_ik[o, j] = u_iko^2 a_ij^2`` and the draws
+enter through ``u`` only, so ``sum_i sum_k (x_ik - xbar_i)^2 = sum_i c_io a_ij^4`` with
+``c_io = sum_k (u_iko^2 - mean_k u_iko^2)^2``: one ``[O, N] @ [N, I]`` product besides the
+estimate's, never a per-draw copy of the parameters. Memory is bounded by chunking over
+examples **and** samples (a group of samples is pulled back at a time; when one example's
+draws need several groups, a chunk is that one example and its groups' spreads combine by
+Chan's formula).
 
 **Hutchinson (``"hutchinson"``).** ``diag(M) = E[z * (M z)]`` for a Rademacher ``z`` in
 parameter space (``E[z z^T] = I``): per sample ``k`` one GGN-vector product ``M z_k =
@@ -45,12 +49,23 @@ estimate ``d_k = z_k * (M z_k)`` and ``diag_h = (1/K) sum_k d_k`` with
 its variance per entry is ``sum_{j' != j} M_jj'^2``: off-diagonal mass, not the number of
 classes.
 
-**Another loss** is one row of :data:`_SAMPLERS` (its ``mc_directions(output, target, k,
-generator)``, ``E[v v^T]`` its per-example output Hessian: :func:`mse_samples` and
-:func:`bce_samples` are written for that) and one of :data:`_HESSIAN_PRODUCTS` (Hutchinson).
-Directions that already carry the loss's weights ``sqrt(w)`` (``w = 1/M`` over the valid
-positions of a mean reduction) are summed, not averaged over the ``N`` examples: then the
-``1/N`` of :func:`mc_diagonals` is replaced by one.
+**Any loss, layout and reduction** (:func:`loss_diagonals`; :func:`diagonals` with
+``loss=``, ``output=`` or ``class_dim=``). With the loss read on the output
+(:class:`fathom.losses.Terms`: ``L = sum_i sum_p w_ip l_ip``, ``w_ip = s m_ip``) each family
+is ``a sum_i sum_d (J_i^T v_id)^2`` (:mod:`fathom.curvature.families`). MC draws per example
+``v_i = sqrt(N a) (m_ip u_ip)_p`` with ``u_ip`` drawn per position independently,
+``E[u u^T] = H_ip`` (:data:`_POSITION_DRAWS`: the sampled Fisher for cross-entropy, scaled
+by ``sqrt(sum_c t'_c)`` for probability targets; a Gaussian ``sqrt(2) eps`` per MSE entry,
+so that ``E[v v^T]`` is exactly torch's ``mse_loss`` Hessian, ``2 w``; ``sigmoid(z) - b``,
+``b ~ Bernoulli(sigmoid(z))``, per BCE entry; a Rademacher combination of the Hessian
+factor's columns for any other :class:`~fathom.losses.Loss`), so that ``E[v_i v_i^T] =
+N a sum_p m_ip H_ip`` and the ``1/N`` above leaves ``a``: the same estimator, standard
+errors and chunks for every layout (positions of one example are drawn together, one
+direction per draw). Hutchinson applies ``N a sum_p m_ip H_ip`` in closed form
+(:data:`_POSITION_PRODUCTS`: ``O(C)`` per position for cross-entropy, never a ``[C, C]``
+matrix). The language model's token loss (:mod:`fathom.curvature.language`) is this path.
+Left unset, :func:`diagonals` reads ``[N, C]`` logits with integer labels (the rows of
+:data:`_SAMPLERS` and :data:`_HESSIAN_PRODUCTS`), the same draws as ``loss="cross_entropy"``.
 
 **Every result says its estimator, samples and seed** (:meth:`Estimate.record`); the draws
 follow ``torch.Generator().manual_seed(seed)`` in the order of the chunks, which the record
@@ -62,10 +77,12 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -79,11 +96,15 @@ from fathom.curvature.exact import (
     resolve_families,
     single_row,
 )
+from fathom.curvature.families import FAMILIES, total_directions
 from fathom.curvature.probe import probe_labels, pull_back
 from fathom.curvature.twin import prepared
 from fathom.errors import FathomError, with_suggestion
+from fathom.losses.kinds import Loss, Terms, make_loss
+from fathom.losses.layout import Selector
 from fathom.seam import Seam
 from fathom.seam.discovery import is_float_tensor
+from fathom.seam.inputs import count, first_device, signature, take
 from fathom.train.allocator import tune_cpu_allocator
 
 _ESTIMATORS: tuple[str, ...] = ("exact", "mc", "hutchinson", "auto")
@@ -95,6 +116,11 @@ Sampler = Callable[[torch.Tensor, torch.Tensor, int, torch.Generator], torch.Ten
 """``sampler(output, target, k, generator) -> [k, N, *out_shape]``: ``k`` output directions
 per example, independent over examples and draws, with ``E[v v^T]`` the per-example output
 Hessian (weight one per example; the ``1/N`` of the mean is applied by the caller)."""
+
+HessianProduct = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+"""``product(output, v, start) -> H v``, ``[n, *out]``: the output Hessian applied per example
+to ``v`` on the chunk of ``n`` examples starting at probe row ``start`` (weight one per
+example; the ``1/N`` is applied by the caller)."""
 
 
 # -- output-space samplers: E[v v^T] = H -----------------------------------------------------
@@ -134,8 +160,9 @@ def bce_samples(
     ``E[v^2] = s(1 - s)``, the Hessian of ``binary_cross_entropy_with_logits`` per entry
     (entries independent, so the off-diagonal expectations vanish)."""
     s = torch.sigmoid(output)
-    b = torch.bernoulli(s[None].expand(k, *s.shape).contiguous(), generator=generator)
-    return s[None] - b
+    # drawn on the CPU, where the generator lives (as every sampler here), then moved
+    b = torch.bernoulli(s[None].expand(k, *s.shape).cpu().contiguous(), generator=generator)
+    return s[None] - b.to(s.device)
 
 
 def _rademacher_samples(
@@ -160,6 +187,160 @@ _HESSIAN_PRODUCTS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor
     "ggn": _softmax_hessian_product,
     "jacobian_gram": lambda logits, v: v,
 }
+
+
+# -- any loss and layout: draws and Hessian products from the loss's terms -------------------
+PositionDraws = Callable[[Loss, torch.Tensor, torch.Tensor, int, torch.Generator], torch.Tensor]
+"""``draws(loss, z [N, P, C], t, k, generator) -> [k, N, P, C]``: ``k`` directions per
+position, independent over positions, examples and draws, with ``E[v v^T] = H_ip`` the
+position's output Hessian (unmasked and unweighted; ``z`` and ``t`` canonical, as
+:class:`fathom.losses.Terms` holds them)."""
+
+PositionProduct = Callable[[Loss, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+"""``product(loss, z [N, P, C], t, v [N, P, C]) -> H_ip v_ip`` per position (unmasked and
+unweighted), in closed form."""
+
+
+def _ce_draws(
+    loss: Loss, z: torch.Tensor, t: torch.Tensor, k: int, generator: torch.Generator
+) -> torch.Tensor:
+    """Cross-entropy: ``v = sqrt(sum_c t'_c) (p - e_yhat)``, ``yhat ~ Categorical(p)`` per
+    position (:func:`softmax_ce_samples` over the ``N P`` positions in order), so
+    ``E[v v^T] = (sum_c t'_c) (diag p - p p^T)``, the Hessian (``sum_c t'_c`` is one for
+    integer labels: :meth:`fathom.losses.CrossEntropy.target_mass`)."""
+    n, p, c = z.shape
+    v = softmax_ce_samples(z.reshape(n * p, c), t, k, generator).reshape(k, n, p, c)
+    if t.is_floating_point():
+        v = v * loss.target_mass(z, t).sqrt()[None, ..., None]
+    return v
+
+
+def _factor_draws(
+    loss: Loss, z: torch.Tensor, t: torch.Tensor, k: int, generator: torch.Generator
+) -> torch.Tensor:
+    """Any other loss: ``v = F_ip xi``, ``xi`` Rademacher over the ``K`` columns of the
+    loss's Hessian factor (``E[v v^T] = F F^T = H``)."""
+    f = loss.hessian_sqrt(z, t)  # [N, P, C, K]
+    xi = _rademacher_samples(f[..., 0, :], t, k, generator)  # [k, N, P, K]
+    return torch.einsum("npck,snpk->snpc", f, xi)
+
+
+_POSITION_DRAWS: dict[str, tuple[PositionDraws, str]] = {
+    "cross_entropy": (
+        _ce_draws,
+        "yhat ~ Categorical(softmax(z)) per position, v = sqrt(sum_c t'_c) (p - e_yhat) "
+        "(the sampled Fisher; sum_c t'_c = 1 for integer labels)",
+    ),
+    "mse": (
+        lambda loss, z, t, k, g: mse_samples(z, t, k, g),
+        "v = sqrt(2) eps, eps ~ N(0, 1) per output entry (E[v^2] = 2, torch's mse_loss "
+        "Hessian per entry)",
+    ),
+    "bce_with_logits": (
+        lambda loss, z, t, k, g: bce_samples(z, t, k, g),
+        "v = sigmoid(z) - b, b ~ Bernoulli(sigmoid(z)) per output entry (E[v^2] = "
+        "sigmoid(z) sigmoid(-z))",
+    ),
+}
+"""The Monte-Carlo draws per loss (:data:`PositionDraws`, with what they are); a loss not
+listed is drawn through its Hessian factor (:data:`_FACTOR_DRAWS`)."""
+_FACTOR_DRAWS = (
+    _factor_draws,
+    "v = F xi, F the loss's Hessian factor, xi Rademacher over its columns",
+)
+
+
+def _ce_product(loss: Loss, z: torch.Tensor, t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy: ``(sum_c t'_c) (p * v - p (p . v))``, ``O(C)`` per position (the factor's
+    product would form ``[C, C - 1]`` per position: out of reach for a vocabulary)."""
+    return _softmax_hessian_product(z, v) * loss.target_mass(z, t)[..., None]
+
+
+def _factor_product(loss: Loss, z: torch.Tensor, t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Any other loss: ``F_ip (F_ip^T v_ip)`` (one column for MSE and BCE: ``F^2 v``)."""
+    f = loss.hessian_sqrt(z, t)
+    return torch.einsum("npck,npk->npc", f, torch.einsum("npck,npc->npk", f, v))
+
+
+_POSITION_PRODUCTS: dict[str, tuple[PositionProduct, str]] = {
+    "cross_entropy": (_ce_product, "H v = (sum_c t'_c) (p * v - p (p . v)) per position"),
+}
+"""Hutchinson's closed-form Hessian products per loss; a loss not listed applies its Hessian
+factor twice (:data:`_FACTOR_PRODUCT`: ``2 v`` for MSE, ``sigmoid(z) sigmoid(-z) v`` for BCE)."""
+_FACTOR_PRODUCT = (_factor_product, "H v = F (F^T v) per position, F the loss's Hessian factor")
+
+
+def _chunk(terms: Terms, output: torch.Tensor, start: int):
+    """``(terms, z [n, P, C], t)`` of the chunk of examples ``start .. start + n - 1`` of the
+    probe (the probe's weights kept), on ``output``'s device and dtype."""
+    part = terms.take(start, start + output.shape[0])
+    z = part.layout.canon(output)
+    t = part.target.to(z.device)
+    return part, z, (t.to(z.dtype) if t.is_floating_point() else t)
+
+
+def _ggn_loss_samples(terms: Terms, root: float) -> Sampler:
+    draws = _POSITION_DRAWS.get(terms.loss.name, _FACTOR_DRAWS)[0]
+
+    def sample(output, rows, k, generator):
+        part, z, t = _chunk(terms, output, int(rows[0]))
+        v = draws(part.loss, z, t, k, generator) * part.mask.to(z)[None, ..., None]
+        return root * part.layout.uncanon(v)
+
+    return sample
+
+
+def _gram_loss_samples(terms: Terms, root: float) -> Sampler:
+    def sample(output, rows, k, generator):
+        return root * _rademacher_samples(output, rows, k, generator)
+
+    return sample
+
+
+def _ggn_loss_product(terms: Terms, factor: float) -> HessianProduct:
+    product = _POSITION_PRODUCTS.get(terms.loss.name, _FACTOR_PRODUCT)[0]
+
+    def apply(output, v, start):
+        part, z, t = _chunk(terms, output, start)
+        hv = product(part.loss, z, t, part.layout.canon(v)) * part.mask.to(z)[..., None]
+        return part.layout.uncanon(hv) * factor
+
+    return apply
+
+
+def _gram_loss_product(terms: Terms, factor: float) -> HessianProduct:
+    return lambda output, v, start: v * factor
+
+
+_LOSS_FAMILIES: dict[str, tuple[Callable[[Terms, float], Sampler], Callable]] = {
+    "ggn": (_ggn_loss_samples, _ggn_loss_product),
+    "jacobian_gram": (_gram_loss_samples, _gram_loss_product),
+}
+"""Per sampled family, the MC sampler and the Hutchinson product under a loss's terms."""
+
+
+def loss_sampler(terms: Terms, family: str) -> Sampler:
+    """The MC :data:`Sampler` of ``family`` under ``terms`` (a loss read on the whole probe of
+    ``N`` examples), for :func:`mc_diagonals` with the probe's row indices as its target:
+    ``[k, n, *out]`` for a chunk of ``n`` consecutive examples, with
+
+        E[v_i v_i^T] = N a D_i,    D_i = sum_p m_ip H_ip (GGN: :data:`_POSITION_DRAWS`),
+                                   D_i = I (Jacobian Gram: Rademacher),
+
+    ``a`` the family's scale (:data:`fathom.curvature.families.FAMILIES`: ``s``, ``c``).
+    The draws carry ``sqrt(N a)``, so the ``1/N`` of :func:`mc_diagonals` leaves ``a`` and
+    its mean estimates the family exactly as :func:`~fathom.curvature.exact.exact_diagonals`
+    defines it, for every loss, layout and reduction."""
+    root = math.sqrt(terms.layout.n * FAMILIES[family].scale(terms))
+    return _LOSS_FAMILIES[family][0](terms, root)
+
+
+def loss_hessian_product(terms: Terms, family: str) -> HessianProduct:
+    """Hutchinson's :data:`HessianProduct` of ``family`` under ``terms``: ``N a D_i v_i`` per
+    example (``D_i`` as :func:`loss_sampler`'s, applied in closed form,
+    :data:`_POSITION_PRODUCTS`), so that :func:`_hutchinson_diagonals`' ``1/N`` leaves ``a``."""
+    factor = float(terms.layout.n * FAMILIES[family].scale(terms))
+    return _LOSS_FAMILIES[family][1](terms, factor)
 
 
 # -- the budget and the cost model -------------------------------------------------------------
@@ -233,10 +414,26 @@ class Costs:
         return _BYTES * (7 * self.parameters + 3 * self.activations)
 
 
-def measure(seam: Seam, x: torch.Tensor, plan: Plan) -> Costs:
-    """:class:`Costs` from one captured forward of one example."""
+_MEASURED: weakref.WeakKeyDictionary[Seam, tuple[tuple, Costs]] = weakref.WeakKeyDictionary()
+
+
+def measure(seam: Seam, x, plan: Plan) -> Costs:
+    """:class:`Costs` from one captured forward of one example, kept per seam and input
+    signature (:func:`fathom.seam.inputs.signature`: a seam is cached per model structure and
+    input signature, :mod:`fathom.curvature.twin`; the sizes it measures depend on nothing
+    else)."""
+    key = signature(x)
+    hit = _MEASURED.get(seam)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    costs = _measure(seam, x)
+    _MEASURED[seam] = (key, costs)
+    return costs
+
+
+def _measure(seam: Seam, x) -> Costs:
     with seam.capture() as calls, torch.no_grad():
-        out = seam.model(x[:1])
+        out = seam.forward(take(x, slice(0, 1)))
     largest = max(
         (
             sum(t.numel() for t in layer.tensors().values())
@@ -369,9 +566,8 @@ class Estimate:
 
 _STANDARD_ERROR_FORMULAS: dict[str, str] = {
     "exact": "none (exact up to float64 rounding)",
-    "mc": "SE^2 = (1/(N^2 K)) sum_c s_c^2, s_c^2 the sample variance over the K draws of "
-    "chunk c's sum over its examples of (J_i^T v_ik)^2 (one example per chunk: "
-    "(1/N^2) sum_i s_i^2 / K); traces the same on the per-draw traces",
+    "mc": "SE^2 = (1/(N^2 K)) sum_i s_i^2, s_i^2 the sample variance over example i's K "
+    "draws of x_ik = (J_i^T v_ik)^2; traces the same on the per-draw traces sum_j x_ik[j]",
     "hutchinson": "SE^2 = s^2 / K, s^2 the sample variance over the K Rademacher draws of "
     "z_k * (M z_k) (traces: of z_k^T M z_k)",
 }
@@ -380,25 +576,67 @@ _STANDARD_ERROR_FORMULAS: dict[str, str] = {
 # -- Monte-Carlo -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _SampledPlan:
-    """A :class:`fathom.curvature.exact.Plan` look-alike whose "families" are single draws:
-    ``label = (family, k)``; each pulled-back direction is its own row block, so
-    :func:`fathom.curvature.exact.layer_sums` returns one sum over the chunk's examples per
-    draw (the per-draw sums the standard error needs), from one pullback."""
+    """A :class:`fathom.curvature.exact.Plan` look-alike for ``draws`` sampled directions per
+    family (pulled back together, family after family): :func:`fathom.curvature.exact.layer_sums`
+    returns per family ``(f, "sum")``, ``sum_i sum_k x_ik``, and with ``spread`` also
+    ``(f, "m2")``, ``sum_i sum_k (x_ik - xbar_i)^2`` (``xbar_i`` example ``i``'s mean over its
+    draws), and ``(f, "traces")``, the per-example per-draw traces ``sum_j x_ik[j]`` ``[N, K]``:
+    every statistic the standard errors need, read off the per-example rows in the same pass."""
 
-    families: tuple[tuple[str, int], ...]
+    families: tuple[str, ...]
+    draws: int
+    spread: bool = True
+    scale: float = 1.0  # applied to the sums (the estimate's 1/(N K))
+    se_scale: float = 1.0  # applied to the spreads (SE^2's 1/(N^2 K (K - 1)))
     units: bool = False
-    pooled: int = 0  # > 0: one label per family, its ``pooled`` draws summed (no SE)
 
-    def rows(self, r: torch.Tensor, dirs: object) -> dict[tuple[str, int], torch.Tensor]:
-        if self.pooled:
-            k = self.pooled
-            return {label: r[:, j * k : (j + 1) * k] for j, label in enumerate(self.families)}
-        return {label: r[:, j : j + 1] for j, label in enumerate(self.families)}
+    def rows(self, r: torch.Tensor, dirs: object) -> dict[str, torch.Tensor]:
+        k = self.draws
+        return {f: r[:, j * k : (j + 1) * k] for j, f in enumerate(self.families)}
+
+    def squares(self, kind: str, sq: torch.Tensor, place=None, examples=None) -> dict:
+        """The statistics of ``x = sq [G, K, *entries]`` (:func:`fathom.curvature.exact._squares`)."""
+        s1 = sq.sum(1)  # [G, *entries]
+        out = {(kind, "sum"): (s1.sum(0) if place is None else place(s1)).mul_(self.scale)}
+        if self.spread:
+            traces = sq.sum(tuple(range(2, sq.dim()))) if sq.dim() > 2 else sq.clone()  # [G, K]
+            out[kind, "traces"] = traces if examples is None else examples(traces)
+            # centred in place (``sq`` is scratch): no second [G, K, *entries] buffer
+            m2 = sq.sub_((s1 / sq.shape[1]).unsqueeze(1)).square_().sum(1)
+            out[kind, "m2"] = (m2.sum(0) if place is None else place(m2)).mul_(self.se_scale)
+        return out
+
+    def factored(self, kind: str, q: torch.Tensor, b: torch.Tensor) -> tuple[dict, dict]:
+        """``(weight, bias)`` statistics of ``x_ik[o, j] = q[i, k, o] b[i, j]`` (a linear layer:
+        ``q = u^2`` the squared output cotangents, ``b = a^2`` the squared inputs): the draws
+        enter through ``q`` only, so ``x_ik - xbar_i = (q_ik - qbar_i) b_i`` and every sum is
+        one ``[O, N] @ [N, I]`` product, never ``[N, K, O, I]`` (the scales applied to the
+        ``[N, O]`` factor, not to the ``[O, I]`` result)."""
+        qs = q.sum(1)  # [N, O]
+        w, bias = {(kind, "sum"): (qs * self.scale).T @ b}, {(kind, "sum"): qs.sum(0) * self.scale}
+        if self.spread:
+            c = (q - (qs / q.shape[1])[:, None]).square_().sum(1).mul_(self.se_scale)  # [N, O]
+            w[kind, "m2"] = c.T @ b.square()
+            bias[kind, "m2"] = c.sum(0)
+            qt = q.sum(2)  # [N, K]
+            w[kind, "traces"] = qt * b.sum(1, keepdim=True)
+            bias[kind, "traces"] = qt
+        return w, bias
+
+    def join(self, label: tuple[str, str], parts: list[torch.Tensor], shape) -> torch.Tensor:
+        if label[1] == "traces":
+            return sum(parts[1:], parts[0])
+        return torch.cat([p.reshape(-1) for p in parts]).reshape(shape)
 
 
 def _groups(total: int, size: int) -> Iterable[tuple[int, int]]:
     for start in range(0, total, size):
         yield start, min(size, total - start)
+
+
+def _centred(t: torch.Tensor) -> float:
+    """``sum_i sum_k (t_ik - tbar_i)^2`` of per-example per-draw values ``t [N, K]``."""
+    return float((t - t.mean(1, keepdim=True)).square_().sum())
 
 
 def mc_diagonals(
@@ -415,78 +653,138 @@ def mc_diagonals(
 ) -> tuple[dict, dict, dict, dict]:
     """Monte-Carlo diagonals of the families in ``samplers`` (module docstring).
 
-    ``standard_errors=False``: the draws are summed per family as they are pulled back (one
-    row block per family, BackPACK ``DiagGGNMC``'s cost), the estimate is the same
-    (the same draws) and no standard error is formed (``None``).
+    One forward and one batched pullback per chunk of examples (and group of samples): the
+    estimate's sums ``sum_i sum_k x_ik`` and, for the standard errors, the per-example
+    spreads ``sum_k (x_ik - xbar_i)^2`` and per-draw traces are all read off the same
+    per-example rows (:class:`_SampledPlan`). ``standard_errors=False`` skips the spreads:
+    the same estimate (bit for bit: the same draws, the same sums), its standard errors
+    ``None``. When one example's ``samples`` do not fit (``samples_per_chunk < samples``) the
+    chunks hold one example each and its groups of draws combine by Chan's formula.
 
     Returns ``(diag, se, param_trace_reps, trace_reps)``: per family ``{param: estimate}``,
     ``{param: standard error}`` and, for the traces, per family ``{param: (estimate, SE)}`` and
     ``(estimate, SE)`` of the total. ``samplers[f](output, target, k, generator)`` gives the
     directions (:data:`Sampler`); wiring another loss in is one entry of that table."""
-    n = x.shape[0]
+    n = count(x)
     names = dict(seam.model.named_parameters())
-    total = {f: {p: torch.zeros_like(t).detach() for p, t in names.items()} for f in samplers}
-    var = {f: {p: torch.zeros_like(t).detach() for p, t in names.items()} for f in samplers}
-    tvar = {f: {p: 0.0 for p in names} for f in samplers}
-    tvar_all = dict.fromkeys(samplers, 0.0)
+    fams = tuple(samplers)
+    if standard_errors and samples < 2:
+        raise FathomError(
+            f"samples={samples}: a standard error needs at least 2 draws per example; pass "
+            "samples=2 or more, or standard_errors=False"
+        )
+    scale = 1.0 / (n * samples)
+    se_scale = 1.0 / (n * n * samples * (samples - 1)) if standard_errors else 1.0
+    split = samples_per_chunk < samples
+    examples_per_chunk = 1 if split else examples_per_chunk
+    total: dict = {f: {} for f in fams}
+    m2: dict = {f: {} for f in fams}
+    tm2 = {f: dict.fromkeys(names, 0.0) for f in fams}
+    tsum = {f: dict.fromkeys(names, 0.0) for f in fams}
+    tm2_all = dict.fromkeys(fams, 0.0)
     for start in range(0, n, examples_per_chunk):
-        xc, yc = x[start : start + examples_per_chunk], labels[start : start + examples_per_chunk]
-        moments = {f: {p: _Moments() for p in names} for f in samplers}
-        tmoments = {f: {p: _Moments() for p in names} for f in samplers}
-        all_moments = {f: _Moments() for f in samplers}
+        rows = slice(start, start + examples_per_chunk)
+        xc, yc = take(x, rows), labels[rows]
+        nc = count(xc)
+        chunk: dict = {f: {} for f in fams}  # param -> [count, sum, m2] over this chunk's groups
+        traces: dict = {f: {p: [] for p in names} for f in fams}  # per-draw traces [nc, k]
         for _, k in _groups(samples, samples_per_chunk):
-            if standard_errors:
-                plan = _SampledPlan(tuple((f, j) for f in samplers for j in range(k)))
-            else:
-                plan = _SampledPlan(tuple((f, 0) for f in samplers), pooled=k)
+            plan = _SampledPlan(fams, k, standard_errors, scale, se_scale)
 
             def directions(z, yc=yc, k=k):
-                return torch.cat([samplers[f](z, yc, k, generator) for f in samplers])
+                return torch.cat([samplers[f](z, yc, k, generator) for f in fams])
 
             pb = pull_back(seam, xc, directions)
-            per_draw = {f: {p: [] for p in names} for f in samplers}
+            group: dict = {f: {} for f in fams}  # param -> [sum, m2, traces] of this group
             for layer in seam.layers:
-                sums = layer_sums(
-                    layer, pb.calls[layer.name], pb.cotangents[layer.name], len(xc), None, plan
-                )
+                with torch.no_grad():  # (torch.func's vjp of a generic layer keeps its own)
+                    sums = layer_sums(
+                        layer, pb.calls[layer.name], pb.cotangents[layer.name], nc, None, plan
+                    )
                 for local, qualified in zip(layer.params, layer.qualified, strict=True):
-                    for f, j in plan.families:
-                        per_draw[f][qualified].append(sums[local][(f, j)])
+                    got = sums[local]
+                    for f in fams:
+                        new = [  # (a generic layer's sums may carry a graph: dropped)
+                            None if t is None else t.detach()
+                            for t in (got[f, "sum"], got.get((f, "m2")), got.get((f, "traces")))
+                        ]
+                        if qualified in group[f]:  # a second layer reaching the parameter
+                            old = group[f][qualified]
+                            new = [a if b is None else a + b for a, b in zip(new, old)]
+                        group[f][qualified] = new
+            for f in fams:
+                for p, (s, v, t) in group[f].items():
+                    _fold(chunk[f], p, k, s, v, samples / max(1, samples - 1))
+                    if t is not None:
+                        traces[f][p].append(t)
+        for f in fams:
+            for p, (_, s, v) in chunk[f].items():
+                total[f][p] = total[f][p] + s if p in total[f] else s
+                if standard_errors:
+                    m2[f][p] = m2[f][p] + v if p in m2[f] else v
             if not standard_errors:
-                for f in samplers:
-                    for p in names:
-                        total[f][p] += sum(per_draw[f][p], torch.zeros_like(total[f][p]))
                 continue
-            for f in samplers:
-                draw_traces = 0.0
-                for p, t in names.items():
-                    # a parameter no layer reached this chunk (unused) stays zero
-                    s = torch.stack(per_draw[f][p]) if per_draw[f][p] else t.new_zeros(k, *t.shape)
-                    moments[f][p].add(s.detach())
-                    tr = s.reshape(k, -1).sum(1)
-                    tmoments[f][p].add(tr)
-                    draw_traces = draw_traces + tr
-                all_moments[f].add(torch.as_tensor(draw_traces))
-        for f in samplers if standard_errors else ():
+            per_draw = 0.0
             for p in names:
-                total[f][p] += moments[f][p].mean * samples
-                var[f][p] += moments[f][p].variance
-                tvar[f][p] += float(tmoments[f][p].variance)
-            tvar_all[f] += float(all_moments[f].variance)
-    scale = 1.0 / (n * samples)
-    se_scale = 1.0 / (n * n * samples)
-    diag = {f: {p: v * scale for p, v in total[f].items()} for f in samplers}
+                if traces[f][p]:  # a parameter no layer reached (unused) has none
+                    t = torch.cat(traces[f][p], 1)  # [nc, K]: the groups' draws side by side
+                    tm2[f][p] += _centred(t)
+                    tsum[f][p] += float(t.sum())
+                    per_draw = per_draw + t
+            if isinstance(per_draw, torch.Tensor):
+                tm2_all[f] += _centred(per_draw)
+    diag = {  # a parameter no layer reached (unused) is zero
+        f: {
+            p: total[f][p] if p in total[f] else torch.zeros_like(t).detach()
+            for p, t in names.items()
+        }
+        for f in fams
+    }
     if not standard_errors:
         return diag, {}, {}, {}
-    se = {f: {p: (v * se_scale).sqrt() for p, v in var[f].items()} for f in samplers}
-    ptr = {
-        f: {p: (float(diag[f][p].sum()), math.sqrt(tvar[f][p] * se_scale)) for p in names}
-        for f in samplers
+    se = {
+        f: {
+            p: _sqrt_(m2[f][p]) if p in m2[f] else torch.zeros_like(t).detach()
+            for p, t in names.items()
+        }
+        for f in fams
     }
-    tr = {
-        f: (sum(v for v, _ in ptr[f].values()), math.sqrt(tvar_all[f] * se_scale)) for f in samplers
+    ptr = {  # each parameter's trace from its per-draw traces (the diagonal's sum, up to
+        # float64 rounding: no pass over the parameters)
+        f: {p: (tsum[f][p] * scale, math.sqrt(tm2[f][p] * se_scale)) for p in names}
+        for f in fams
     }
+    tr = {f: (sum(v for v, _ in ptr[f].values()), math.sqrt(tm2_all[f] * se_scale)) for f in fams}
     return diag, se, ptr, tr
+
+
+def _sqrt_(t: torch.Tensor) -> torch.Tensor:
+    """``t.sqrt_()``, on the CPU by numpy's correctly rounded IEEE square root: torch's CPU
+    kernel is several times slower on zeros (dead ReLU units make whole rows of a standard
+    error zero) and may be one unit in the last place off."""
+    if t.device.type != "cpu" or not t.is_contiguous():
+        return t.sqrt_()
+    np.sqrt(t.numpy(), out=t.numpy())
+    return t
+
+
+def _fold(
+    acc: dict, p: str, k: int, s: torch.Tensor, m2: torch.Tensor | None, ratio: float
+) -> None:
+    """Combine a group of ``k`` draws of one chunk (their scaled sum ``s`` and, with standard
+    errors, their scaled per-example spread ``m2``) into ``acc[p] = [count, sum, m2]``; a
+    later group (of the chunk's single example) by Chan's formula ``M2 = M2_a + M2_b +
+    (mean_b - mean_a)^2 k_a k_b / (k_a + k_b)``, exact for the pooled draws. With the sums
+    scaled by ``1/(N K)`` and the spreads by ``1/(N^2 K (K - 1))``, the last term is
+    ``ratio = K / (K - 1)`` times the squared difference of the scaled means."""
+    if p not in acc:
+        acc[p] = [k, s, m2]
+        return
+    count, s0, v0 = acc[p]
+    if m2 is not None:
+        delta = s / k - s0 / count
+        v0 = v0 + m2 + delta.square() * (ratio * count * k / (count + k))
+    acc[p] = [count + k, s0 + s, v0]
 
 
 def _mc_chunks(costs: Costs, families: int, samples: int, n: int, memory: int) -> tuple[int, int]:
@@ -502,13 +800,16 @@ def _mc_chunks(costs: Costs, families: int, samples: int, n: int, memory: int) -
 
 # -- Hutchinson --------------------------------------------------------------------------------
 def ggn_vector_product(
-    model: nn.Module,
+    model: nn.Module | Callable,
     params: list[torch.Tensor],
-    x: torch.Tensor,
+    x,
     hessian_product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     z: list[torch.Tensor],
 ) -> list[torch.Tensor]:
     """``sum_i J_i^T H_i J_i z`` over the examples of ``x`` (not yet / N), step by step.
+
+    ``model`` is called on ``x`` (a module, or :meth:`fathom.seam.Seam.forward` for a model
+    whose output is selected from a tuple or a mapping, or whose input is a tuple or dict).
 
     Attention runs on the math kernel of ``scaled_dot_product_attention`` (the fused CPU
     kernels have no second derivative); an operation without one is refused by name
@@ -545,21 +846,20 @@ def _ggn_vector_product(model, params, x, hessian_product, z) -> list[torch.Tens
 
 def _hutchinson_diagonals(
     seam: Seam,
-    x: torch.Tensor,
+    x,
     *,
-    families: Iterable[str],
+    products: dict[str, HessianProduct],
     samples: int,
     generator: torch.Generator,
     examples_per_chunk: int,
 ) -> tuple[dict, dict, dict, dict]:
-    """Hutchinson diagonals ``(1/K) sum_k z_k * (M z_k)`` (module docstring); returns as
-    :func:`mc_diagonals`."""
-    model = seam.model
-    named = dict(model.named_parameters())
+    """Hutchinson diagonals ``(1/K) sum_k z_k * (M z_k)`` (module docstring) of the families
+    in ``products`` (:data:`HessianProduct`); returns as :func:`mc_diagonals`."""
+    named = dict(seam.model.named_parameters())
     names, params = list(named), list(named.values())
-    n = x.shape[0]
+    n = count(x)
     out_d, out_se, out_ptr, out_tr = {}, {}, {}, {}
-    for f in families:
+    for f, product in products.items():
         entry = {p: _Moments() for p in names}
         ptrace = {p: _Moments() for p in names}
         trace = _Moments()
@@ -571,7 +871,11 @@ def _hutchinson_diagonals(
             mz = [torch.zeros_like(p).detach() for p in params]
             for start in range(0, n, examples_per_chunk):
                 part = ggn_vector_product(
-                    model, params, x[start : start + examples_per_chunk], _HESSIAN_PRODUCTS[f], z
+                    seam.forward,
+                    params,
+                    take(x, slice(start, start + examples_per_chunk)),
+                    lambda out, v, start=start, h=product: h(out, v, start),
+                    z,
                 )
                 for acc, g in zip(mz, part, strict=True):
                     acc += g
@@ -635,6 +939,9 @@ def diagonals(
     seed: int = 0,
     budget: Budget | None = None,
     standard_errors: bool = True,
+    loss: str | Loss | None = None,
+    output: Selector = None,
+    class_dim: int | None = None,
 ) -> Estimate:
     """Float64 curvature diagonals of ``model`` on ``(x, y)`` by the chosen ``estimator``.
 
@@ -646,10 +953,28 @@ def diagonals(
     2048 backward passes; cost model :class:`Costs`), otherwise MC (:func:`choose`); what
     it chose and why is :attr:`Estimate.choice`. The empirical Fisher is always exact. The MC
     path chunks over examples and over samples to stay within ``budget.memory``.
-    ``standard_errors=False`` (MC only) skips the per-draw sums the standard errors need
-    (about ``K`` passes over the parameters): the same estimate from the same draws, its
-    standard errors ``None``.
+    ``standard_errors=False`` (MC only) skips the per-example spreads the standard errors
+    need (for a linear layer one more ``[O, N] @ [N, I]`` product and a square root per
+    entry): the same estimate, bit for bit, from the same draws, its standard errors ``None``.
+
+    ``loss``, ``output`` and ``class_dim`` as :func:`~fathom.curvature.exact.exact_diagonals`
+    (any loss, reduction, output layout and input structure; :func:`loss_diagonals`); left
+    unset, ``[N, C]`` logits with integer labels ``[N]`` and the mean cross-entropy.
     """
+    if loss is not None or output is not None or class_dim is not None:
+        return loss_diagonals(
+            model,
+            x,
+            y,
+            loss=make_loss("cross_entropy" if loss is None else loss, class_dim=class_dim),
+            output=output,
+            families=families,
+            estimator=estimator,
+            samples=samples,
+            seed=seed,
+            budget=budget,
+            standard_errors=standard_errors,
+        )
     tune_cpu_allocator()
     name = resolve_estimator(estimator)
     plan = Plan(resolve_families(families))
@@ -687,15 +1012,163 @@ def diagonals(
     elif sampled:
         ex = max(1, min(n, budget.memory_bytes // (2 * _BYTES * 3 * max(1, costs.activations))))
         layout = {"examples_per_chunk": ex}
+        products = {f: (lambda out, v, start, h=_HESSIAN_PRODUCTS[f]: h(out, v)) for f in sampled}
         est = _hutchinson_diagonals(
-            seam, x64, families=sampled, samples=samples, generator=generator, examples_per_chunk=ex
+            seam,
+            x64,
+            products=products,
+            samples=samples,
+            generator=generator,
+            examples_per_chunk=ex,
         )
     else:
         est = ({}, {}, {}, {})
+    return _assembled(seam, plan, est, exact, sampled, name, samples, seed, choice, layout)
+
+
+def loss_diagonals(
+    model: nn.Module,
+    x,
+    y: torch.Tensor,
+    *,
+    loss: Loss,
+    output: Selector = None,
+    families: str | Iterable[str] = "ggn",
+    estimator: str = "auto",
+    samples: int = 8,
+    seed: int = 0,
+    budget: Budget | None = None,
+    standard_errors: bool = True,
+) -> Estimate:
+    """:func:`diagonals` for any ``loss`` (:class:`fathom.losses.Loss`: cross-entropy with
+    integer or probability targets, ``ignore_index`` and label smoothing, MSE, BCE with
+    logits; mean or sum), output layout (``[N, C]``, ``[N, C, d...]``, ``[N, T, V]``) and
+    input structure, each family as :func:`~fathom.curvature.exact.exact_diagonals` defines
+    it (:mod:`fathom.curvature.families`).
+
+    MC draws per example ``sqrt(N a)`` times the loss's directions
+    (:func:`loss_sampler`: per position, independently, :data:`_POSITION_DRAWS`, masked
+    where ``ignore_index``); Hutchinson applies ``N a sum_p m_ip H_ip`` in closed form
+    (:func:`loss_hessian_product`); both give the module docstring's standard errors.
+    ``auto`` compares exact's memory and its directions per example, ``P K`` (+ 1 for the
+    empirical Fisher, + ``E`` for the Jacobian Gram;
+    :func:`fathom.curvature.families.total_directions`), with ``budget``. The record's
+    ``layout`` names the loss and, per sampled family, the draws (MC) or the Hessian
+    product (Hutchinson)."""
+    tune_cpu_allocator()
+    name = resolve_estimator(estimator)
+    plan = Plan(resolve_families(families))
+    budget = budget if budget is not None else Budget()
+    _check_arguments(name, budget, samples, seed)
+    _, x64, seam = prepared(model, x, output=output, loss=loss)
+    n = count(x64)
+    with torch.no_grad():
+        layout = loss.layout(tuple(seam.forward(take(x64, slice(0, 1))).shape))
+    target = y.to(first_device(x64)) if isinstance(y, torch.Tensor) else y
+    terms = loss.terms((n, *layout.shape[1:]), target)
+    costs = measure(seam, x64, plan)
+    width = total_directions(plan.families, loss, layout)
+    if name == "auto":
+        name, why = choose(costs, plan, samples, budget, n, width)
+        choice = f"auto chose {name}: {why}"
+    else:
+        choice = f"{name} requested"
+    sampled = [f for f in plan.families if f in _SAMPLED] if name != "exact" else []
+    exact_fams = [f for f in plan.families if f not in sampled]
+    exact = (
+        exact_diagonals(model, x, y, loss=loss, families=exact_fams, output=output)
+        if exact_fams
+        else {}
+    )
+    generator = torch.Generator().manual_seed(seed)
+    record: dict = {"loss": repr(loss)}
+    est: tuple[dict, dict, dict, dict] = ({}, {}, {}, {})
+    if sampled and name == "mc":
+        ex, per = _mc_chunks(costs, len(sampled), samples, n, budget.memory_bytes)
+        record |= {"examples_per_chunk": ex, "samples_per_chunk": per}
+        record |= {"standard_errors": standard_errors, "draws": _said(loss, sampled, "mc")}
+        est = mc_diagonals(
+            seam,
+            x64,
+            torch.arange(n),
+            samplers={f: loss_sampler(terms, f) for f in sampled},
+            samples=samples,
+            generator=generator,
+            examples_per_chunk=ex,
+            samples_per_chunk=per,
+            standard_errors=standard_errors,
+        )
+    elif sampled:
+        ex = max(1, min(n, budget.memory_bytes // (2 * _BYTES * 3 * max(1, costs.activations))))
+        record |= {"examples_per_chunk": ex, "products": _said(loss, sampled, "hutchinson")}
+        est = _hutchinson_diagonals(
+            seam,
+            x64,
+            products={f: loss_hessian_product(terms, f) for f in sampled},
+            samples=samples,
+            generator=generator,
+            examples_per_chunk=ex,
+        )
+    return _assembled(seam, plan, est, exact, sampled, name, samples, seed, choice, record)
+
+
+def estimator_rows() -> list[tuple[str, str, str]]:
+    """``(loss, MC draws, Hutchinson's product)`` of the GGN for every loss of
+    :data:`fathom.losses.LOSSES`, then the Jacobian Gram's (``docs/curvature.md``)."""
+    from fathom.losses.kinds import LOSSES
+
+    rows = [
+        (
+            f"`{name}`",
+            _POSITION_DRAWS.get(name, _FACTOR_DRAWS)[1],
+            _POSITION_PRODUCTS.get(name, _FACTOR_PRODUCT)[1],
+        )
+        for name in LOSSES
+    ]
+    rows.append(("any other `Loss`", _FACTOR_DRAWS[1], _FACTOR_PRODUCT[1]))
+    rows.append(("(`jacobian_gram`, every loss)", *_said_gram()))
+    return rows
+
+
+def _said_gram() -> tuple[str, str]:
+    return "v Rademacher over every output entry", "H v = v (the identity)"
+
+
+def _said(loss: Loss, families: list[str], estimator: str) -> dict[str, str]:
+    """What each sampled family draws (MC) or applies (Hutchinson) under ``loss``."""
+    if estimator == "mc":
+        ggn = _POSITION_DRAWS.get(loss.name, _FACTOR_DRAWS)[1]
+        said = {"ggn": ggn, "jacobian_gram": _said_gram()[0]}
+    else:
+        ggn = _POSITION_PRODUCTS.get(loss.name, _FACTOR_PRODUCT)[1]
+        said = {"ggn": ggn, "jacobian_gram": _said_gram()[1]}
+    return {f: said[f] for f in families}
+
+
+def _assembled(
+    seam: Seam,
+    plan: Plan,
+    est: tuple[dict, dict, dict, dict],
+    exact: dict,
+    sampled: list[str],
+    name: str,
+    samples: int,
+    seed: int,
+    choice: str,
+    layout: dict,
+) -> Estimate:
+    """The :class:`Estimate` of :func:`diagonals` and :func:`loss_diagonals`: each sampled
+    family from ``est`` (diagonals, standard errors, per-parameter and total traces with their
+    errors), every other family from ``exact`` with its traces summed from its diagonal."""
     diag, se, ptr, tr = est
     names = list(dict(seam.model.named_parameters()))
     values = Diagonals({f: (diag[f] if f in sampled else exact[f]) for f in plan.families})
-    ptraces = {f: {p: float(values[f][p].sum()) for p in names} for f in plan.families}
+    ptraces = {
+        f: {p: v for p, (v, _) in ptr[f].items()}
+        if f in ptr
+        else {p: float(values[f][p].sum()) for p in names}
+        for f in plan.families
+    }
     return Estimate(
         diagonals=values,
         standard_errors={f: se.get(f) for f in plan.families},

@@ -197,10 +197,43 @@ def single_row(layer: Layer, calls: list[Call]) -> bool:
     )
 
 
+def _squares(
+    plan, kind: str, sq: torch.Tensor, place=None, examples=None, transposed: bool = False
+) -> dict:
+    """``{label: sum}`` of the squared rows ``sq [G, K, *entries]`` of family ``kind`` (``G``
+    groups: the examples, or an embedding's (example, token) pairs, which ``place`` adds into
+    the weight and ``examples`` maps ``[G, K] -> [N, K]``; ``transposed``: the entries' last
+    two dimensions are swapped): a plan's own ``squares`` where it has one (Monte-Carlo's
+    per-example spreads: :mod:`fathom.curvature.estimate`), else ``{kind: sum over groups and
+    rows}``. ``sq`` is scratch: a plan may overwrite it."""
+    own = getattr(plan, "squares", None)
+    if own is not None:
+        return own(kind, sq.transpose(-1, -2) if transposed else sq, place, examples)
+    s = sq.sum((0, 1)) if place is None else place(sq.sum(1))
+    return {kind: s.T if transposed else s}
+
+
+def _join(plan, label, parts: list[torch.Tensor], shape) -> torch.Tensor:
+    """One parameter's blocks (an attention's q, k, v) of ``label`` joined into its shape (a
+    plan's own ``join`` where it has one: per-example traces add)."""
+    own = getattr(plan, "join", None)
+    return own(label, parts, shape) if own is not None else torch.cat(parts).reshape(shape)
+
+
 def _linear_sums(layer, calls, cots, n: int, dirs, plan: Plan) -> dict[str, Sums]:
     a, u = linear_rows(layer, calls, cots, n, directions=True)
     a, u = a[:, 0], u[:, :, 0]  # [N, d_in], [D, N, d_out]
     rows = plan.rows(u.transpose(0, 1), dirs)  # family -> [N, K_f, d_out]
+    own = getattr(plan, "factored", None)
+    if own is not None:  # x_iko,j = u_iko^2 a_ij^2: the plan reduces the two factors
+        out: dict[str, Sums] = {"weight": {}, "bias": {}}
+        for kind, r in rows.items():
+            w, b = own(kind, r.square(), a.square())
+            out["weight"].update(w)
+            out["bias"].update(b)
+        if "bias" not in layer.params:
+            del out["bias"]
+        return out
     kinds = list(rows)
     sq = torch.cat([rows[k].square().sum(1) for k in kinds], dim=1)  # [N, F * d_out]
     d_out = u.shape[-1]
@@ -216,8 +249,12 @@ def _materialized_sums(layer, calls, cots, n: int, dirs, plan: Plan) -> dict[str
     for name, j in grads.items():
         shape = j.shape[2:]
         r = j.transpose(0, 1).reshape(n, j.shape[0], -1)  # [N, D, numel]
-        rows = plan.rows(r, dirs)
-        out[name] = {k: v.square().sum((0, 1)).reshape(shape) for k, v in rows.items()}
+        out[name] = {}
+        for k, v in plan.rows(r, dirs).items():
+            if getattr(plan, "squares", None) is None:
+                out[name][k] = v.square().sum((0, 1)).reshape(shape)
+            else:
+                out[name] |= _squares(plan, k, v.square().reshape(n, v.shape[1], *shape))
     return out
 
 
@@ -226,9 +263,19 @@ def _embedding_sums(layer, calls, cots, n: int, dirs, plan: Plan) -> dict[str, S
     squared, added per token (never ``[D, N, V, E]``); ``None`` otherwise."""
     if layer.kind != "embedding" or len(calls) != 1 or plan.units:
         return None
-    rows, tok = embedding_pairs(layer, calls[0], cots[0], n)  # [D, P, E], [P]
+    rows, tok, ex = embedding_pairs(layer, calls[0], cots[0], n, examples=True)  # [D, P, E], [P]
     zero, mixed = rows.new_zeros(layer.module.weight.shape), plan.rows(rows.transpose(0, 1), dirs)
-    return {"weight": {k: zero.index_add(0, tok, r.square().sum(1)) for k, r in mixed.items()}}
+
+    def place(t: torch.Tensor) -> torch.Tensor:
+        return zero.index_add(0, tok, t)
+
+    def examples(t: torch.Tensor) -> torch.Tensor:  # [P, K] -> [N, K]
+        return t.new_zeros(n, t.shape[1]).index_add_(0, ex, t)
+
+    out = {}
+    for k, r in mixed.items():
+        out |= _squares(plan, k, r.square(), place, examples)
+    return {"weight": out}
 
 
 def _forms(layer: Layer, calls: list[Call], cots, n: int) -> dict[str, Form] | None:
@@ -267,7 +314,7 @@ def _form_sums(layer: Layer, forms: dict[str, Form], dirs, plan: Plan) -> dict[s
     out = {}
     mixed: dict[int, dict[str, torch.Tensor]] = {}  # per cotangent block (a weight and its bias)
     for name in layer.params:
-        sums: dict[str, list] = {k: [] for k in plan.families}
+        sums: dict = {}
         for g, a in forms[name]:
             d, n, t, o = g.shape
             if id(g) not in mixed:
@@ -275,15 +322,17 @@ def _form_sums(layer: Layer, forms: dict[str, Form], dirs, plan: Plan) -> dict[s
             for kind, r in mixed[id(g)].items():
                 r = r.reshape(n, -1, t, o)  # [N, K, T, O]
                 if a is None:  # a bias: sum_i sum_k (sum_t r_ikt)^2
-                    sums[kind].append(r.sum(2).square().sum((0, 1)))
+                    got = _squares(plan, kind, r.sum(2).square())
                 elif o <= a.shape[-1]:  # [O, T] @ [T, I] per example and row (one
                     # broadcast matmul), squared in place, summed over examples and rows
                     w = torch.matmul(r.transpose(-1, -2), a[:, None])  # [N, K, O, I]
-                    sums[kind].append(w.square_().sum((0, 1)))
+                    got = _squares(plan, kind, w.square_())
                 else:  # the same sums transposed: the wider side last multiplies faster
                     w = torch.matmul(a.transpose(-1, -2)[:, None], r)  # [N, K, I, O]
-                    sums[kind].append(w.square_().sum((0, 1)).T)
-        out[name] = {k: torch.cat(v).reshape(shapes[name]) for k, v in sums.items()}
+                    got = _squares(plan, kind, w.square_(), transposed=True)
+                for label, v in got.items():
+                    sums.setdefault(label, []).append(v)
+        out[name] = {k: _join(plan, k, v, shapes[name]) for k, v in sums.items()}
     return out
 
 
@@ -405,7 +454,7 @@ def _accumulate(seam: Seam, x, terms: Terms, plan: Plan, most: int, total: dict)
             sums = layer_sums(layer, calls, pb.cotangents[layer.name], n, None, group)
             for local, qualified in zip(layer.params, layer.qualified, strict=True):
                 for kind, v in sums[local].items():
-                    total[kind][qualified] += v
+                    total[kind][qualified] += v.detach()  # (an embedding's rows carry a graph)
         group = next(stream, None)
         if group is not None:
             cots = seam.cotangents(

@@ -9,17 +9,18 @@ one "example" is one sequence window)::
 ``H_it = diag(p_it) - p_it p_it^T`` the softmax Hessian at position ``t`` of window ``i`` and
 ``m_it`` one for a valid position. The exact GGN diagonal pulls back ``T (V - 1)`` directions
 per window (:func:`fathom.curvature.exact.exact_diagonals` with that loss); Monte-Carlo
-(:func:`fathom.curvature.estimate.mc_diagonals`) pulls back ``K`` per window, each drawing
-one token per position independently (:func:`_token_ce_samples`)::
+(:func:`fathom.curvature.estimate.loss_diagonals`, the loss's own draws) pulls back ``K``
+per window, each drawing one token per position independently::
 
     v_ik = sqrt(N / M) (m_it (p_it - e_yhat_it))_t,   yhat_it ~ Categorical(p_it),
 
 so ``E[v v^T]`` is block-diagonal over positions (the draws are independent and each
 block's mean ``p - E[e_yhat]`` is zero) with blocks ``(N / M) m_it H_it``; the caller's
 ``1/(N K) sum_i sum_k`` then estimates the GGN above, with the standard error of
-:mod:`fathom.curvature.estimate`. ``estimator="auto"`` chooses exact when its memory and
-its ``T (V - 1) + 1`` directions per window fit the budget
-(:func:`fathom.curvature.estimate.choose`), otherwise MC. The empirical Fisher
+:mod:`fathom.curvature.estimate`. Hutchinson applies ``H_it v = p * v - p (p . v)`` per
+position (``O(V)``, never a ``[V, V]`` matrix) inside one GGN-vector product per draw.
+``estimator="auto"`` chooses exact when its memory and its ``T (V - 1) + 1`` directions
+per window fit the budget (:func:`fathom.curvature.estimate.choose`), otherwise MC. The empirical Fisher
 (per-window gradients, one direction per window; its formula and normalization are its row
 of :data:`fathom.curvature.families.FAMILIES`) is always exact.
 
@@ -31,23 +32,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from fathom.curvature.estimate import (
-    Budget,
-    Estimate,
-    _check_arguments,
-    _mc_chunks,
-    choose,
-    mc_diagonals,
-    measure,
-    resolve_estimator,
-)
-from fathom.curvature.exact import Diagonals, Plan, exact_diagonals
-from fathom.curvature.families import total_directions
+from fathom.curvature.estimate import Budget, Estimate, loss_diagonals, resolve_estimator
 from fathom.curvature.twin import prepared
 from fathom.errors import FathomError
 from fathom.losses.kinds import CrossEntropy, Loss
@@ -55,26 +44,6 @@ from fathom.losses.kinds import CrossEntropy, Loss
 _FAMILIES: tuple[str, ...] = ("ggn", "empirical_fisher")
 """The families a language model's snapshot computes (the Jacobian Gram of ``T V`` logits
 per window is left out: it is the GGN's cost without its loss)."""
-
-
-def _token_ce_samples(scale: float, ignore_index: int) -> Callable:
-    """A sampler (:data:`fathom.curvature.estimate.Sampler`) of the module docstring's
-    ``v_ik``: ``[k, N, T, V]``, ``sqrt(scale) m_it (p_it - e_yhat_it)``, ``scale = N / M``."""
-    root = math.sqrt(scale)
-
-    def sample(
-        logits: torch.Tensor, target: torch.Tensor, k: int, generator: torch.Generator
-    ) -> torch.Tensor:
-        p = torch.softmax(logits, -1)
-        flat = p.reshape(-1, p.shape[-1])
-        draws = torch.multinomial(flat.cpu(), k, replacement=True, generator=generator)
-        v = flat[None].expand(k, *flat.shape).clone()
-        rows = torch.arange(flat.shape[0])
-        v[torch.arange(k)[:, None], rows[None, :], draws.T.to(p.device)] -= 1.0
-        mask = (target != ignore_index).to(p.dtype).reshape(1, -1, 1)
-        return (root * mask * v).reshape(k, *p.shape)
-
-    return sample
 
 
 def _check_loss(loss: Loss, y: torch.Tensor) -> int:
@@ -107,64 +76,22 @@ def token_diagonals(
 ) -> Estimate:
     """Float64 GGN and empirical-Fisher diagonals of ``loss`` (token cross-entropy, mean
     over valid positions) on windows ``x [N, T]`` with targets ``y [N, T]``; the GGN by
-    ``estimator`` (``"exact"``, ``"mc"`` or ``"auto"``, module docstring), ``K = samples``
-    draws per window from ``torch.Generator().manual_seed(seed)``."""
-    name = resolve_estimator(estimator)
-    if name == "hutchinson":
-        raise FathomError(
-            "estimator 'hutchinson' is not wired to a language model's loss; use 'auto', "
-            "'exact' or 'mc'"
-        )
-    budget = budget if budget is not None else Budget()
-    _check_arguments(name, budget, samples, seed)
-    valid = _check_loss(loss, y)
-    plan = Plan(_FAMILIES)
-    _, x64, seam = prepared(model, x, loss=loss)
-    n = int(x64.shape[0])
-    costs = measure(seam, x64, plan)
-    with torch.no_grad():
-        layout = loss.layout(tuple(seam.forward(x64[:1]).shape))
-    width = total_directions(_FAMILIES, loss, layout)
-    if name == "auto":
-        name, why = choose(costs, plan, samples, budget, n, width)
-        choice = f"auto chose {name}: {why}"
-    else:
-        choice = f"{name} requested"
-    sampled = ["ggn"] if name == "mc" else []
-    exact_fams = [f for f in _FAMILIES if f not in sampled]
-    exact = exact_diagonals(model, x, y, loss=loss, families=exact_fams)
-    layout_record: dict = {}
-    diag, se, ptr, tr = {}, {}, {}, {}
-    if sampled:
-        ex, per = _mc_chunks(costs, len(sampled), samples, n, budget.memory_bytes)
-        layout_record = {"examples_per_chunk": ex, "samples_per_chunk": per}
-        diag, se, ptr, tr = mc_diagonals(
-            seam,
-            x64,
-            y.to(x64.device).long(),
-            samplers={"ggn": _token_ce_samples(n / valid, loss.ignore_index)},
-            samples=samples,
-            generator=torch.Generator().manual_seed(seed),
-            examples_per_chunk=ex,
-            samples_per_chunk=per,
-        )
-    names = list(dict(seam.model.named_parameters()))
-    values = Diagonals({f: (diag[f] if f in sampled else exact[f]) for f in _FAMILIES})
-    ptraces = {f: {p: float(values[f][p].sum()) for p in names} for f in _FAMILIES}
-    return Estimate(
-        diagonals=values,
-        standard_errors={f: se.get(f) for f in _FAMILIES},
-        traces={f: sum(ptraces[f].values()) for f in _FAMILIES},
-        trace_standard_errors={f: tr[f][1] if f in tr else None for f in _FAMILIES},
-        parameter_traces=ptraces,
-        parameter_trace_standard_errors={
-            f: {p: s for p, (_, s) in ptr[f].items()} if f in ptr else None for f in _FAMILIES
-        },
-        estimators={f: (name if f in sampled else "exact") for f in _FAMILIES},
-        samples=samples if sampled else None,
-        seed=seed if sampled else None,
-        choice=choice,
-        layout=layout_record,
+    ``estimator`` (``"exact"``, ``"mc"``, ``"hutchinson"`` or ``"auto"``, module docstring),
+    ``K = samples`` draws per window (Hutchinson: per probe) from
+    ``torch.Generator().manual_seed(seed)``: :func:`fathom.curvature.estimate.loss_diagonals`
+    with this loss."""
+    resolve_estimator(estimator)
+    _check_loss(loss, y)
+    return loss_diagonals(
+        model,
+        x,
+        y,
+        loss=loss,
+        families=_FAMILIES,
+        estimator=estimator,
+        samples=samples,
+        seed=seed,
+        budget=budget,
     )
 
 

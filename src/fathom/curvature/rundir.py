@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,10 +37,15 @@ from fathom.base.terminal import Say
 from fathom.base.units import fmt_value, percent
 from fathom.curvature.definitions import NORMALIZATION
 from fathom.curvature.exact import CURVATURE_FAMILIES, OLD_NAMES
-from fathom.curvature.snapshot import curvature_snapshot
+from fathom.curvature.snapshot import curvature_snapshot, loss_snapshot
 from fathom.depth import dense_eval
 from fathom.errors import FathomError
+from fathom.losses.kinds import NORMALIZATION as LOSS_NORMALIZATION
+from fathom.losses.labels import LabelLoss
 from fathom.rundir.output import AnalysisOutput, analysis_output
+
+if TYPE_CHECKING:
+    from fathom.rundir.reader import RunDir
 
 _FORMAT = 1
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -54,6 +59,18 @@ SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("kfac_diag_rel_l1_error_max", "KFAC diag err (max layer)"),
     ("rho", "rho"),
     ("cheap_rho", "cheap rho"),
+    ("runtime_s", "runtime (s)"),
+)
+LOSS_SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
+    # a classifier's snapshot under a loss other than plain cross-entropy (loss_snapshot)
+    ("epoch", "epoch"),
+    ("probe_loss", "probe loss"),
+    ("probe_ce_mean", "probe CE (nats)"),
+    ("probe_accuracy", "probe acc (%)"),
+    ("ggn_weight_trace", "GGN tr"),
+    ("empirical_fisher_weight_trace", "EF tr"),
+    ("jacobian_gram_weight_trace", "Jac tr (logit² / param. unit²)"),
+    ("kfac_diag_rel_l1_error_max", "KFAC diag err (max layer)"),
     ("runtime_s", "runtime (s)"),
 )
 # the columns printed in a unit of fathom.base.units (accuracy stored as a fraction)
@@ -99,6 +116,7 @@ def _summary_row(epoch: int, record: dict) -> dict[str, Any]:
         "epoch": epoch,
         "probe_ce_mean": record["probe_ce_mean"],
         "probe_accuracy": record["probe_accuracy"],
+        **({"probe_loss": record["probe_loss"]} if "probe_loss" in record else {}),
         **{k: v for k, v in record["totals"].items() if k != "scope"},
         "kfac_diag_rel_l1_error_max": max(errors) if errors else None,
         "rho": mism["rho"],
@@ -126,12 +144,33 @@ def summary_markdown(
     probe: int,
     rows: list[dict[str, Any]],
     columns: tuple[tuple[str, str], ...] = SUMMARY_COLUMNS,
+    loss: LabelLoss | None = None,
 ) -> str:
     """A markdown table of the snapshot rows, with scope and normalization stated above it
-    (``columns``: a language model's run has its own, :data:`TOKEN_SUMMARY_COLUMNS`)."""
+    (``columns``: a language model's run has its own, :data:`TOKEN_SUMMARY_COLUMNS`; a
+    classifier's under another loss, :data:`LOSS_SUMMARY_COLUMNS` with ``loss``)."""
     head = "| " + " | ".join(label for _, label in columns) + " |"
     rule = "|" + "---|" * len(columns)
     body = ["| " + " | ".join(_fmt(row.get(k), k) for k, _ in columns) + " |" for row in rows]
+    if columns is LOSS_SUMMARY_COLUMNS:
+        said = loss.describe() if loss is not None else "the run's [loss]"
+        return "\n".join(
+            [
+                f"# Curvature of run {run_id}",
+                "",
+                f"Probe: first {probe} fitting examples; float64; dense evaluation (gain one). "
+                f"The loss: {said}; the diagonals are of that loss as reduced "
+                "(fathom.losses.kinds.NORMALIZATION). Traces are exact weight diagonals "
+                "summed over every layer (biases excluded). KFAC diag err (mean reduction "
+                "only) is against this loss's exact GGN diagonal; the output mismatch is "
+                "softmax cross-entropy's and is not computed.",
+                "",
+                head,
+                rule,
+                *body,
+                "",
+            ]
+        )
     if columns is not SUMMARY_COLUMNS:
         return "\n".join(
             [
@@ -165,7 +204,7 @@ def summary_markdown(
     )
 
 
-def _snapshot_record(rd: Any, e: int, snap, model, x, probe: int, probe_hash: str) -> dict:
+def _snapshot_record(rd: RunDir, e: int, snap, model, x, probe: int, probe_hash: str) -> dict:
     """One epoch's JSON record: checkpoint, provenance, scope, the snapshot, environment
     (``compute_s`` still inside; the caller moves it into ``runtime_s``)."""
     return _record_around(
@@ -174,10 +213,10 @@ def _snapshot_record(rd: Any, e: int, snap, model, x, probe: int, probe_hash: st
 
 
 def _record_around(
-    rd: Any, e: int, body: dict, model, x, probe: int, probe_hash: str, agreement: dict | None
+    rd: RunDir, e: int, body: dict, model, x, probe: int, probe_hash: str, agreement: dict | None
 ) -> dict:
     """The checkpoint, provenance, scope and environment around a snapshot's ``body``."""
-    files = rd.manifest.get("checkpoints", {})
+    entry = rd.header.checkpoints.get(str(e))
     return {
         "format": _FORMAT,
         "kind": "fathom.curvature.snapshot",
@@ -185,7 +224,7 @@ def _record_around(
         "run_dir": str(rd.path),
         "epoch": e,
         "checkpoint": {
-            "file": files.get(str(e), {}).get("file"),
+            "file": None if entry is None else entry.file,
             "params_sha256": rd.checkpoint_hash(e),
             "verified": True,
             "converted_to": "float64",
@@ -213,7 +252,7 @@ def _record_around(
 
 
 def run_curvature(
-    rd: Any,
+    rd: RunDir,
     epochs: Sequence[int] | None,
     probe: int = 128,
     out_dir: str | Path | None = None,
@@ -221,8 +260,15 @@ def run_curvature(
     save_diagonals: bool = False,
     progress: Say | None = None,
     estimator: Estimating | None = None,
+    loss: Any = None,
 ) -> list[dict[str, Any]]:
     """Compute and write one snapshot per epoch of run directory ``rd``; return the summary rows.
+
+    ``loss``: a classifier's loss (a :class:`fathom.config.run.LossConfig`, e.g. from
+    ``--loss``; default the run's own ``[loss]``, cross-entropy when it has none); every record
+    says it (``loss``). Plain cross-entropy gives the full snapshot
+    (:func:`~fathom.curvature.snapshot.curvature_snapshot`), another loss its exact diagonals
+    (:func:`~fathom.curvature.snapshot.loss_snapshot`). A language model's run takes none.
 
     ``estimator``: how a language model's GGN diagonal is estimated (:class:`Estimating`,
     default ``auto`` under the default budget); a classifier's snapshot is exact throughout,
@@ -243,6 +289,13 @@ def run_curvature(
             "throughout (KFAC, mismatch and Grams need every direction); the estimators "
             "apply to a language model's run; drop --estimator"
         )
+    if tokens and loss is not None:
+        raise FathomError(
+            "a language model's curvature is of its own loss, token cross-entropy; drop "
+            "--loss, --reduction, --label-smoothing, --ignore-index and --target"
+        )
+    spec = rd.config.loss if loss is None else loss
+    label_loss = None if tokens else spec if isinstance(spec, LabelLoss) else LabelLoss.of(spec)
     for e in chosen:  # verify every hash before computing (or writing) anything
         rd.load_state(e)
     # a locked or read-only run: say so (and how to fix it) before computing
@@ -251,14 +304,18 @@ def run_curvature(
             return _write_token_snapshots(
                 rd, chosen, probe, out, device, estimator or Estimating(), progress
             )
-        return _write_snapshots(rd, chosen, probe, out, device, save_diagonals, progress)
+        assert label_loss is not None
+        return _write_snapshots(
+            rd, chosen, probe, out, device, save_diagonals, progress, label_loss
+        )
 
 
 @dataclass(frozen=True)
 class Estimating:
     """How ``fathom curvature`` estimates a language model's GGN diagonal: ``name``
-    (``auto``, ``exact``, ``mc``), ``samples`` per window, ``seed``, and the budget ``auto``
-    chooses under (:class:`fathom.curvature.estimate.Budget`: memory, backward passes)."""
+    (``auto``, ``exact``, ``mc``, ``hutchinson``), ``samples`` per window (per probe for
+    Hutchinson), ``seed``, and the budget ``auto`` chooses under
+    (:class:`fathom.curvature.estimate.Budget`: memory, backward passes)."""
 
     name: str = "auto"
     samples: int = 8
@@ -281,14 +338,14 @@ TOKEN_SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def is_language_model(rd: Any) -> bool:
+def is_language_model(rd: RunDir) -> bool:
     from fathom.config.model_kinds import model_kind
 
     return model_kind(rd.config.model.kind).tokens
 
 
 def _write_token_snapshots(
-    rd: Any,
+    rd: RunDir,
     chosen: list[int],
     probe: int,
     out: AnalysisOutput,
@@ -362,13 +419,14 @@ def _write_token_snapshots(
 
 
 def _write_snapshots(
-    rd: Any,
+    rd: RunDir,
     chosen: list[int],
     probe: int,
     out: AnalysisOutput,
     device: str,
     save_diagonals: bool,
     progress: Say | None,
+    loss: LabelLoss,
 ) -> list[dict[str, Any]]:
     from fathom.base.terminal import Tally
 
@@ -381,8 +439,12 @@ def _write_snapshots(
         t0 = time.perf_counter()
         model = rd.load_model(e, dtype=torch.float32, device=device)
         t_load = time.perf_counter() - t0
-        snap = curvature_snapshot(model, x, y)
+        if loss.is_default:
+            snap = curvature_snapshot(model, x, y)
+        else:
+            snap = loss_snapshot(model, x, y, loss)
         record = _snapshot_record(rd, e, snap, model, x, probe, probe_hash)
+        record["loss"] = loss.record()
         if save_diagonals:
             record["diagonals_file"] = _save_diagonals(
                 out, f"epoch-{e:04d}.diagonals.safetensors", snap
@@ -402,11 +464,13 @@ def _write_snapshots(
         "run_id": rd.run_id,
         "scope": {"split": "fit", "N": probe, "probe_sha256": probe_hash},
         "source_sha256": source_hash(),
-        "normalization": NORMALIZATION,
+        "normalization": NORMALIZATION if loss.is_default else LOSS_NORMALIZATION,
+        "loss": loss.record(),
         "rows": rows,
     }
     out.json("summary.json", summary)
-    out.text("summary.md", summary_markdown(rd.run_id, probe, rows))
+    columns = SUMMARY_COLUMNS if loss.is_default else LOSS_SUMMARY_COLUMNS
+    out.text("summary.md", summary_markdown(rd.run_id, probe, rows, columns, loss))
     return rows
 
 

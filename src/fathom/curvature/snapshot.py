@@ -9,10 +9,19 @@ the seam's hooks and one batched backward of the ``C`` unit logit directions (co
 ``[C, N, *out]`` per layer output, the Fisher gradients' Gram ``[N, N]``). Layers are the
 seam's (qualified module names, first-call order); KFAC covers ``nn.Linear`` and
 ``nn.Conv2d`` and lists every other layer as not covered.
+
+Under a loss other than plain cross-entropy (a run's ``[loss]``, ``fathom curvature
+--loss``), :func:`loss_snapshot` records the exact diagonals of that loss
+(:func:`~fathom.curvature.exact.exact_diagonals` with ``loss=``, normalization
+:data:`fathom.losses.kinds.NORMALIZATION`), their per-layer traces and the probe's loss;
+KFAC and the per-example gradient Grams, from that loss's output directions
+(:func:`loss_directions`, which states their normalization under the mean and the sum); the
+output mismatch is softmax cross-entropy's and is recorded as not computed, with the reason.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -22,6 +31,7 @@ from torch import nn
 from fathom.curvature.concentration import gradient_concentration
 from fathom.curvature.definitions import DEFINITIONS, NORMALIZATION
 from fathom.curvature.exact import CURVATURE_FAMILIES, OutputDirections, exact_diagonals
+from fathom.curvature.families import scaled
 from fathom.curvature.kfac import (
     KFAC_KINDS,
     Spectrum,
@@ -40,6 +50,9 @@ from fathom.curvature.probe import (
     pull_back,
 )
 from fathom.curvature.twin import prepared
+from fathom.losses.kinds import LOSS_DEFINITIONS
+from fathom.losses.kinds import NORMALIZATION as LOSS_NORMALIZATION
+from fathom.losses.labels import LabelLoss
 from fathom.losses.softmax import cross_entropy
 from fathom.seam import Layer
 from fathom.seam.inputs import first_device
@@ -136,6 +149,14 @@ def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) 
     n, c = pb.logits.shape
     labels = probe_labels(labels.to(first_device(x)), n, c)
     dirs = OutputDirections.of(pb.logits, labels)
+    layers, grams = _layer_records(seam, pb, dirs, diag)
+    return Snapshot(_record(seam, pb.logits, labels, layers, grams, t0), diag, pb.logits)
+
+
+def _layer_records(seam, pb, dirs: OutputDirections, diag: dict) -> tuple[list[dict], list]:
+    """Every layer's record (traces, KFAC, per-example gradient Gram) and the Grams, from the
+    pulled-back unit directions ``pb`` mixed by ``dirs`` (per example: ``(1/N) sum_i`` forms)."""
+    n = pb.logits.shape[0]
     layers, grams = [], []
     for layer in seam.layers:
         calls, cots = pb.calls[layer.name], pb.cotangents[layer.name]
@@ -149,7 +170,7 @@ def curvature_snapshot(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) 
         else:
             kfac = _not_kfac(layer)
         layers.append(_layer_record(layer, diag, kfac, gram))
-    return Snapshot(_record(seam, pb.logits, labels, layers, grams, t0), diag, pb.logits)
+    return layers, grams
 
 
 def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) -> dict:
@@ -191,3 +212,87 @@ def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) ->
     }
     record["compute_s"] = time.perf_counter() - t0
     return record
+
+
+def loss_directions(
+    loss: LabelLoss, logits: torch.Tensor, target: torch.Tensor
+) -> OutputDirections:
+    """The per-example directions of ``loss`` in the snapshot's ``(1/N) sum_i`` forms (KFAC's
+    factors, the exact-GGN quadratic, the probe-mean gradient, the Gram's moments), for
+    either reduction. With ``L = c sum_i L_i`` (:data:`fathom.losses.kinds.NORMALIZATION`:
+    ``c = 1/N`` for the mean, ``1`` for the sum; ``L_i`` example ``i``'s own loss):
+
+    * ``S_i = sqrt(N) [v_di]_d`` ``[N, C, D]``, ``v`` the exact GGN output directions of ``L``
+      (:meth:`fathom.losses.kinds.Terms.directions`, ``sum_(d,i) J^T v v^T J`` the GGN of
+      ``L``; ``v`` carries the reduction's weight), so ``(1/N) sum_i J_i^T S_i S_i^T J_i``
+      is the GGN of ``L`` and KFAC's ``G (x) A`` approximates it: ``c sum_i`` of the
+      examples' own GGNs, i.e. with the sum ``N`` times their ``(1/N) sum_i`` mean (each
+      per-example term ``N`` times the mean's), exact on one example under either;
+    * ``r_i = dL_i/dz_i = (1/c) dL/dz_i``, so ``g_i = J_i^T r_i`` is example ``i``'s own
+      gradient under either reduction: the Gram is ``K_ij = g_i . g_j`` and ``(1/N) sum_i
+      g_i`` the probe-mean gradient (``grad L`` for the mean, ``grad L / N`` for the sum);
+      ``(1/N) sum_i g_i g_i^T`` is the empirical Fisher ``c sum_i g_i g_i^T`` for the mean
+      and ``1/N`` of it for the sum.
+    """
+    terms = loss.loss.terms(logits, target)
+    n = logits.shape[0]
+    v = terms.directions(logits)  # [D, N, C]
+    residual = scaled(terms.residual(logits), 1 / terms.scale)  # (1/c) dL/dz_i = dL_i/dz_i
+    return OutputDirections(v.permute(1, 2, 0) * math.sqrt(n), residual)
+
+
+def loss_snapshot(
+    model: nn.Module, x: torch.Tensor, labels: torch.Tensor, loss: LabelLoss
+) -> Snapshot:
+    """Every curvature quantity of ``model`` on the probe ``(x, labels)`` under ``loss``
+    (module docstring), integer labels meeting the loss through ``loss.target``: the exact
+    diagonals of every family, KFAC and the per-example gradient Grams
+    (:func:`loss_directions`, either reduction); the output mismatch is softmax
+    cross-entropy's and is not computed."""
+    t0 = time.perf_counter()
+    _, x64, seam = prepared(model, x)
+    pb = pull_back(seam, x64)
+    logits = pb.logits
+    labels = probe_labels(labels.to(first_device(x64)), *logits.shape)
+    target = loss.targets(labels, int(logits.shape[1]), torch.float64)
+    diag = exact_diagonals(model, x, target, loss=loss.loss)
+    layers, grams = _layer_records(seam, pb, loss_directions(loss, logits, target), diag)
+    record = {
+        "dtype": str(logits.dtype).removeprefix("torch."),
+        "mode": "dense evaluation: eval() (BatchNorm on running statistics), every branch at "
+        "gain one, dropout off; spiking nets: surrogate Jacobians",
+        "normalization": LOSS_NORMALIZATION,
+        "definitions": {**DEFINITIONS, "loss": LOSS_DEFINITIONS[loss.loss.name]},
+        "estimator": {
+            **dict.fromkeys(CURVATURE_FAMILIES, "exact"),
+            "kfac": "exact factors (KFC / KFAC-expand convention)",
+        },
+        "samples": None,
+        "seed": None,
+        "probe_size": int(logits.shape[0]),
+        "classes": int(logits.shape[1]),
+        "probe_loss": float(loss.loss(logits, target)),
+        "probe_ce_mean": float(cross_entropy(logits, labels).mean()),
+        "probe_accuracy": float((logits.argmax(1) == labels).double().mean()),
+        "coverage": dict(seam.coverage),
+        "kfac_not_covered": [
+            {"layer": la["name"], "type": la["type"]} for la in layers if not la["kfac"]["covered"]
+        ],
+        "layers": layers,
+        "totals": {
+            "scope": "sum over every layer's weights (biases excluded; a parameter whose name "
+            "ends in 'bias' is a bias); off-diagonal blocks do not enter a trace",
+            **{
+                f"{label}_weight_trace": sum(la[f"{label}_weight_trace"] for la in layers)
+                for label in CURVATURE_FAMILIES
+            },
+        },
+        "gradient_concentration_all_weights": gradient_concentration(sum(grams)) if grams else None,
+        "output_mismatch": {
+            "rho": None,
+            "cheap_rho": None,
+            "reason": "not computed: the output mismatch is defined for softmax cross-entropy",
+        },
+    }
+    record["compute_s"] = time.perf_counter() - t0
+    return Snapshot(record, diag, logits)

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fathom.data.registry import CifarDataset, IdxDataset, IdxFile
+from fathom.data.registry import CifarDataset, IdxDataset, IdxFile, TextDataset
 from fathom.errors import FathomError
 
 
@@ -53,7 +53,7 @@ class LocalDir:
 
 
 def local_dirs(
-    spec: IdxDataset | CifarDataset, data_dir: str | os.PathLike | None
+    spec: IdxDataset | CifarDataset | TextDataset, data_dir: str | os.PathLike | None
 ) -> list[LocalDir]:
     """The local places to look, in order (explicit path, cache, OS package)."""
     fetch = f"`fathom data fetch {spec.name}`"

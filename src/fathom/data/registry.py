@@ -55,6 +55,10 @@ class IdxDataset:
     os_dirs: tuple[str, ...] = ()
     os_package: str | None = None
     npm_package: str | None = None
+    # The audit's default class contrast ``(a, B)``: class ``a`` against the classes ``B``
+    # that it is most confused with, where the data has a known one (MNIST: the digit 1
+    # against 4 and 9); ``None``: class 0 against every other class.
+    contrast: tuple[int, tuple[int, ...]] | None = None
 
     def file(self, role: str) -> IdxFile:
         return next(f for f in self.files if f.role == role)
@@ -129,6 +133,7 @@ DATASETS: dict[str, IdxDataset | CifarDataset | TextDataset] = {
         name="mnist",
         title="MNIST",
         classes=10,
+        contrast=(1, (4, 9)),
         train_size=60_000,
         test_size=10_000,
         image_shape=(28, 28),
@@ -264,3 +269,10 @@ def registered_shape(dataset: str | None, missing: str) -> tuple[int, tuple[int,
             "(a run records them in its manifest's data.info)"
         )
     return spec.classes, tuple(spec.image_shape)
+
+
+def default_contrast(dataset: str | None) -> tuple[int, tuple[int, ...]] | None:
+    """The registered dataset's default class contrast for the audit's resilience
+    (:attr:`IdxDataset.contrast`); ``None`` for any other data."""
+    row = DATASETS.get(dataset or "")
+    return getattr(row, "contrast", None)

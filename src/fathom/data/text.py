@@ -73,7 +73,7 @@ def resolve_text(
     spec: TextDataset, data_dir: str | os.PathLike | None = None, *, download: bool = True
 ) -> tuple[bytes, Path, str]:
     """``(verified bytes, path, source label)`` of ``spec``'s file (module docstring order)."""
-    dirs = local_dirs(spec, data_dir)  # type: ignore[arg-type]
+    dirs = local_dirs(spec, data_dir)
     for local in dirs:
         path = next((p for p in candidate_paths(local, spec.name, spec.file) if p.is_file()), None)
         if path is None:

@@ -182,7 +182,8 @@ def enter_dense(model: nn.Module) -> Callable[[], None]:
         set_masks(branches, saved)
         model.train(flags[0][1])  # a module's own train() override runs as it did
         for m, flag in flags:  # then every module's flag as found (a frozen BN in eval)
-            m.training = flag
+            if m.training is not flag:  # (most are already: train() set them)
+                m.training = flag
 
     return restore
 

@@ -31,8 +31,8 @@ def _read_lm_run(path: Path) -> LMRunRecord:
             f"{str(path)!r} is not a run of the language-model depth-scaling benchmark (no "
             f"benchmark = {LM_BENCHMARK!r} tag); pass that benchmark's output directory"
         )
-    cfg = rd.config
-    sel_epoch = (rd.manifest.get("selected") or {}).get("epoch")
+    cfg, recorded = rd.config, rd.recorded
+    sel_epoch = recorded.selected.epoch
     row = next((r for r in rd.history() if r.get("epoch") == sel_epoch and sel_epoch), None)
     return LMRunRecord(
         depth=int(cfg.tags["depth"]),
@@ -40,7 +40,7 @@ def _read_lm_run(path: Path) -> LMRunRecord:
         seed=int(cfg.seed),
         status=rd.status,
         ce=None if row is None else row.get("test/ce"),
-        unigram_ce=(rd.manifest["data"].get("info") or {}).get("unigram_val_ce"),
+        unigram_ce=recorded.data.info.unigram_val_ce,
         selected_epoch=sel_epoch,
         run_dir=str(path),
     )

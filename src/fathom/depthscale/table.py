@@ -66,7 +66,6 @@ def _last(history: list[dict[str, Any]], key: str) -> Any:
 def read_run(path: Path) -> RunRecord:
     """A :class:`RunRecord` from one run directory (through the run-directory reader)."""
     rd = RunDir(path)
-    manifest = rd.manifest  # format 2 runs too: selected and sizes read as written
     if rd.kind == "depth_scaling":
         raise FathomError(
             f"{str(path)!r} was written by the depth-scaling runner of manifest format "
@@ -79,8 +78,9 @@ def read_run(path: Path) -> RunRecord:
             "pass the benchmark's output directory"
         )
     cfg, history = rd.config, rd.history()
+    recorded = rd.recorded  # format 2 runs too: selected and sizes read as written
     observed = [r for r in history if r.get("epoch", 0) >= 1 and "val/acc" in r]
-    sel_epoch = manifest.get("selected", {}).get("epoch")
+    sel_epoch = recorded.selected.epoch
     sel = next((r for r in observed if r["epoch"] == sel_epoch), None)
     return RunRecord(
         depth=int(cfg.tags["depth"]),
@@ -96,7 +96,7 @@ def read_run(path: Path) -> RunRecord:
         silent_layers=_last(observed, "spike/silent_layers"),
         selected_epoch=sel_epoch,
         run_dir=str(path),
-        n_test=(manifest.get("data", {}).get("sizes") or {}).get("test"),
+        n_test=(recorded.data.sizes or {}).get("test"),
     )
 
 

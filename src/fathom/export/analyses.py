@@ -11,7 +11,7 @@ Sources (the files the analyses wrote; nothing is recomputed):
   ``<study>/audit/audit.json`` (:mod:`fathom.audit.run`) -> at step = the checkpoint's
   epoch, for each audited checkpoint (``selected``, ``final``) and split (``val``,
   ``test``): every mask's accuracy (%), CE (nats) and damage (CE of the mask minus CE of
-  the full network, nats) as ``audit/<checkpoint>/mask/<mask>/<split>/<acc_pct|ce|damage>``,
+  the full network, nats; the run's ``[loss]`` where it has one) as ``audit/<checkpoint>/mask/<mask>/<split>/<acc_pct|ce|damage>``,
   every single-branch deletion as ``.../branch/<i>/...`` and the mean over the masks keeping
   ``k`` branches as ``.../kept/<k>/...``.
 
@@ -61,7 +61,8 @@ _CURVATURE_TEXT: dict[str, str] = {
 _AUDIT_TEXT = {
     "acc_pct": "accuracy with the branches of the mask kept (percent: 100 x the fraction)",
     "ce": "mean CE with the branches of the mask kept (nats)",
-    "damage": "CE of the mask minus CE of the full network on the same split (nats)",
+    "damage": "the run's loss with the mask minus with the full network on the same split "
+    "(CE in nats; a run with a [loss] table: that loss, named in audit.json's 'loss')",
 }
 _AUDIT_GROUPS = {
     "mask": "the mask {key} (1 = branch kept)",

@@ -130,20 +130,20 @@ class FathomCallback(_transformers().TrainerCallback):  # type: ignore[misc]
             self.pending = None
             self.observer.record(measured, logged)
 
-    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kw):  # type: ignore[no-untyped-def]
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kw):
         if not state.is_world_process_zero:
             return
         self.observer.start(Logits(model), _run_config(args, model))
         self.observer.observe(0, optimizer, {})
 
-    def on_epoch_end(self, args, state, control, optimizer=None, **kw):  # type: ignore[no-untyped-def]
+    def on_epoch_end(self, args, state, control, optimizer=None, **kw):
         if not state.is_world_process_zero:
             return
         self._flush()
         self.epochs += 1  # measured now: a best model loaded at the end is not this epoch's
         self.pending = (self.observer.measure(self.epochs, optimizer), {})
 
-    def on_log(self, args, state, control, logs=None, **kw):  # type: ignore[no-untyped-def]
+    def on_log(self, args, state, control, logs=None, **kw):
         if self.pending is not None and logs:
             kept = {
                 k: v
@@ -152,11 +152,11 @@ class FathomCallback(_transformers().TrainerCallback):  # type: ignore[misc]
             }
             self.pending[1].update(numbers(kept))
 
-    def on_epoch_begin(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+    def on_epoch_begin(self, args, state, control, **kw):
         if state.is_world_process_zero:
             self._flush()
 
-    def on_train_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+    def on_train_end(self, args, state, control, **kw):
         if not state.is_world_process_zero or not self.observer.sinks:
             return
         self._flush()

@@ -38,10 +38,10 @@ The three losses (:data:`LOSSES`; the definitions text is :data:`LOSS_DEFINITION
 ``[D, N, *out]`` (``D = P K``; direction ``(p, k)`` of example ``i`` is
 ``sqrt(w_ip) F_ip[:, k]`` at position ``p`` and zero elsewhere), so that
 ``sum_d (J_i^T v_di)(J_i^T v_di)^T = sum_p w_ip J_ip^T H_ip J_ip`` and the GGN of ``L`` is their
-sum over examples. A sampled estimator adds ``mc_directions(output, k, generator) ->
-[k, N, *out]`` beside it with the same contract in expectation:
-``E[sum_k v_ik v_ik^T] = sum_p w_ip H_ip`` for every example ``i`` (each draw scaled by
-``1/sqrt(k)``), built from the same :class:`Terms` (weights, mask, canonical view).
+sum over examples. The sampled estimators (:mod:`fathom.curvature.estimate`) draw output
+directions from the same :class:`Terms` (weights, mask, canonical view) with the same
+contract in expectation, ``E[v_i v_i^T] = sum_p w_ip H_ip`` for every example ``i``, and
+apply ``sum_p w_ip H_ip`` to a vector in closed form (Hutchinson).
 """
 
 from __future__ import annotations
@@ -138,10 +138,17 @@ class Loss(ABC):
         return 1
 
     @abstractmethod
+    def torch_loss(
+        self, output: torch.Tensor, target: torch.Tensor, reduction: Reduction
+    ) -> torch.Tensor:
+        """``L`` under ``reduction`` by torch's own function of the same name and options
+        (``"sum"``: ``sum_ip m_ip l_ip``; ``"mean"``: that over ``M``, module docstring):
+        differentiable in the output's dtype (float32 training and telemetry), where the
+        closed forms above are the float64 references."""
+
     def torch_sum(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """``sum_ip m_ip l_ip`` by torch's own function (``reduction="sum"``): differentiable
-        in the output's dtype (float32 training telemetry), where the closed forms above are
-        the float64 references."""
+        """``sum_ip m_ip l_ip`` by torch's own function (:meth:`torch_loss`, ``"sum"``)."""
+        return self.torch_loss(output, target, "sum")
 
     def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """``L`` (module docstring), float64."""
@@ -234,7 +241,7 @@ class CrossEntropy(Loss):
     def factor_width(self, layout: Layout) -> int:
         return max(1, layout.classes - 1)
 
-    def torch_sum(self, output, target):
+    def torch_loss(self, output, target, reduction):
         cd = 1 if self.class_dim is None else self.class_dim % output.dim()
         z = output.movedim(cd, 1)
         y = target.movedim(cd, 1) if target.is_floating_point() else target.long()
@@ -243,7 +250,7 @@ class CrossEntropy(Loss):
             y.to(z.dtype) if y.is_floating_point() else y,
             ignore_index=self.ignore_index,
             label_smoothing=self.label_smoothing,
-            reduction="sum",
+            reduction=reduction,
         )
 
     def _target(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -272,12 +279,20 @@ class CrossEntropy(Loss):
         tt = self._target(z, t)
         return p * tt.sum(-1, keepdim=True) - tt
 
+    def target_mass(self, z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """``sum_c t'_c`` per position ``[N, P]``, the factor of the Hessian (module
+        docstring): one for integer labels, smoothed or not; ``(1 - eps) sum_c t_c + eps``
+        for probability targets."""
+        if not t.is_floating_point():
+            return torch.ones(z.shape[:-1], dtype=z.dtype, device=z.device)
+        return self._target(z, t).sum(-1)
+
     def hessian_sqrt(self, z, t):
         c = z.shape[-1]
         r = softmax_hessian_sqrt_reduced(softmax_parts(z.reshape(-1, c)))
         r = r.reshape(*z.shape, r.shape[-1])
         if t.is_floating_point():
-            r = r * self._target(z, t).sum(-1).sqrt()[..., None, None]
+            r = r * self.target_mass(z, t).sqrt()[..., None, None]
         return r
 
 
@@ -287,8 +302,8 @@ class MSE(Loss):
 
     name: ClassVar[str] = "mse"
 
-    def torch_sum(self, output, target):
-        return F.mse_loss(output, target.to(output.dtype), reduction="sum")
+    def torch_loss(self, output, target, reduction):
+        return F.mse_loss(output, target.to(output.dtype), reduction=reduction)
 
     def values(self, z, t):
         return (z - t).square()[..., 0]
@@ -306,12 +321,14 @@ class BCEWithLogits(Loss):
 
     name: ClassVar[str] = "bce_with_logits"
 
-    def torch_sum(self, output, target):
+    def torch_loss(self, output, target, reduction):
         t = target.to(output.dtype)
-        return F.binary_cross_entropy_with_logits(output, t, reduction="sum")
+        return F.binary_cross_entropy_with_logits(output, t, reduction=reduction)
 
     def values(self, z, t):
-        return (F.softplus(z) - t * z)[..., 0]
+        # softplus(z) = max(z, 0) + log1p(exp(-|z|)), exact at every z (F.softplus returns z
+        # itself above its threshold 20, off by up to log1p(exp(-20)) ~ 2e-9)
+        return (z.clamp_min(0) + torch.log1p(torch.exp(-z.abs())) - t * z)[..., 0]
 
     def gradient(self, z, t):
         return torch.sigmoid(z) - t

@@ -25,7 +25,7 @@ def _iv(iv: Mapping[str, Any] | None, unit: str) -> str:
     conv = percent if unit == "%" else float
     low, high = (None, None) if iv.get("low") is None else (conv(iv["low"]), conv(iv["high"]))
     text = fmt_estimate_interval(
-        conv(iv["estimate"]), low, high, unit, signed=unit == "nats", suffix=False
+        conv(iv["estimate"]), low, high, unit, signed=unit != "%", suffix=False
     )
     return f"{text} (n={iv['n']})" if low is None else text
 
@@ -55,8 +55,19 @@ _SIZE_TABLES = (
 )  # fmt: skip
 
 
+def _damage_loss(agg: Mapping[str, Any]) -> str | None:
+    """The name of the loss the audit's damage is in when it is not cross-entropy
+    (``damage_loss`` of the aggregate: the runs' ``[loss]``), else ``None`` (ΔCE in nats)."""
+    for a in agg.values():
+        loss = a.get("damage_loss")
+        if loss and loss.get("name") != "cross_entropy":
+            return str(loss["name"])
+    return None
+
+
 def _size_tables(agg: Mapping[str, Any]) -> list[str]:
     """Per arm and checkpoint, damage and accuracy by the number of kept branches."""
+    other = _damage_loss(agg)
     sizes = sorted(
         {
             int(k)
@@ -68,6 +79,8 @@ def _size_tables(agg: Mapping[str, Any]) -> list[str]:
     )
     out = []
     for key, tid, caption, unit in _SIZE_TABLES:
+        if other is not None and key == "test_damage":  # in the runs' loss, its own units
+            caption, unit = caption.replace("ΔCE (nats)", f"Δ{other} (loss units)"), ""
         rows = []
         for which, a in agg.items():
             for arm, s in (a.get("arms") or {}).items():
@@ -82,6 +95,7 @@ def _size_tables(agg: Mapping[str, Any]) -> list[str]:
 
 def _branch_table(agg: Mapping[str, Any]) -> list[str]:
     """The single-branch deletions, collapsed."""
+    other = _damage_loss(agg)
     rows = []
     for which, a in agg.items():
         for arm, s in (a.get("arms") or {}).items():
@@ -89,12 +103,13 @@ def _branch_table(agg: Mapping[str, Any]) -> list[str]:
                 rows.append(
                     [arm, which, str(br["branch"]),
                      fmt_value(br["branch_macs_fraction"], "×", suffix=False),
-                     _iv(br["test_acc"], "%"), _iv(br["test_damage"], "nats")]
+                     _iv(br["test_acc"], "%"), _iv(br["test_damage"], "" if other else "nats")]
                 )  # fmt: skip
     if not rows:
         return []
     head = ["arm", "checkpoint", "branch removed", "MACs of dense (×)",
-            "test acc (%) [95% CI]", "damage ΔCE (nats) [95% CI]"]  # fmt: skip
+            "test acc (%) [95% CI]",
+            f"damage Δ{other} [95% CI]" if other else "damage ΔCE (nats) [95% CI]"]  # fmt: skip
     return [
         "<details><summary>single-branch deletions (one row per arm, checkpoint and branch)"
         "</summary>"
@@ -107,8 +122,15 @@ def audit_headline(audit: Mapping[str, Any]) -> str:
     """Damage sentences, the by-size tables and the single-branch deletions of an audit."""
     agg = audit.get("aggregate") or {}
     out = [*_sentences_html(agg), *_size_tables(agg), *_branch_table(agg)]
+    other = _damage_loss(agg)
+    what = "test CE over the same model's full output (nats)"
+    if other is not None:
+        what = (
+            f"the runs' loss, {other}, on test over the same model's full output (its own "
+            "units; no smallest effect of interest is defined for it, so no verdict)"
+        )
     out.append(
-        "<p class='note'>Damage is the increase of test CE over the same model's full output (nats); "
+        f"<p class='note'>Damage is the increase of {what}; "
         "table intervals are 95% Student-t over seeds (descriptive); each verdict's interval is "
         "Holm-corrected over the comparisons of its checkpoint (docs/statistics.md). Kept branches "
         "run at gain one; removed branches are not computed.</p>"

@@ -189,6 +189,7 @@ def _summary_markdown(
         lines.append("")
     if not has_audit:
         lines += ["_No audit/audit.json in this directory: no mask-damage figure._", ""]
+    lines += _loss_section(runs)
     if tables:
         lines += [
             "## Cross-run tables",
@@ -212,3 +213,39 @@ def _summary_markdown(
     if flagged or notes:
         lines += ["", "## Flagged input", "", *[f"- {x}" for x in [*flagged, *notes]]]
     return "\n".join(lines) + "\n"
+
+
+def _loss_section(runs: list[RunData]) -> list[str]:
+    """The ``## Training loss`` section of ``summary.md`` where a run trained with a
+    ``[loss]`` table (empty otherwise): per such run its loss, the epoch it selected by that
+    loss's validation value (``selected.val_loss``: :func:`fathom.config.run.objective_field`)
+    and that value, and its last recorded ``val/loss`` and ``test/loss``, in the loss's units
+    (nats only for the cross-entropies)."""
+    lines = []
+    for r in runs:
+        table = r.config.get("loss")
+        if not isinstance(table, dict):
+            continue
+        said = ", ".join(f"{k} {v}" for k, v in table.items() if k != "name")
+        sel = r.manifest.get("selected") or {}
+        last = next((row for row in reversed(r.rows) if row.get("val/loss") is not None), {})
+        cells = (sel.get("val_loss"), last.get("val/loss"), last.get("test/loss"))
+        lines.append(
+            f"| {r.run_id} | {table.get('name')} ({said}) | {sel.get('epoch', '—')} | "
+            + " | ".join("—" if v is None else f"{v:.6g}" for v in cells)
+            + f" | {last.get('epoch', '—')} |"
+        )
+    if not lines:
+        return []
+    return [
+        "## Training loss",
+        "",
+        "Runs trained with a `[loss]` table select their checkpoint by its validation value "
+        "(`val/loss`), in that loss's units; CE (nats) is recorded beside it.",
+        "",
+        "| run | loss | selected epoch | selected val loss | last val loss | last test loss "
+        "| at epoch |",
+        "|---|---|---|---|---|---|---|",
+        *lines,
+        "",
+    ]

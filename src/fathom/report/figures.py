@@ -1,7 +1,8 @@
 """Static PNG figures (matplotlib, the ``plot`` extra), one colour per recipe throughout.
 
 * ``learning_curves.png``: main-phase runs; per recipe the seed mean (line) and the
-  min–max band over seeds of validation accuracy (%) and CE (nats), against epoch and
+  min–max band over seeds of validation accuracy (%) and CE (nats), and of the ``[loss]``
+  table's validation loss (``val/loss``) where the runs recorded it, against epoch and
   the training clock (s at each epoch, mean over seeds). Nulls and non-finite values
   are gaps. Legend outside the axes.
 * ``mask_damage.png``: one panel per (arm, checkpoint) of the audit: every mask's test
@@ -35,6 +36,8 @@ def recipe_colours(recipes: Iterable[str]) -> dict[str, str]:
 
 
 _CURVES = (("val/acc", "validation accuracy (%)"), ("val/ce", "validation CE (nats)"))
+_LOSS_CURVE = ("val/loss", "validation loss (the runs' [loss])")
+"""Drawn under :data:`_CURVES` where a run recorded it (a run with a ``[loss]`` table)."""
 _X_AXES = (("epoch", "epoch"), ("clock/training_s", "training clock (s)"))
 
 
@@ -82,13 +85,17 @@ def _seed_curves(
 def learning_curves(runs: Sequence[RunData], path: Path) -> Path | None:
     """Validation accuracy and CE per recipe; ``None`` when no main run recorded them."""
     main = [r for r in runs if r.phase is None] or list(runs)
-    if not any(f in row for r in main for row in r.rows for f, _ in _CURVES):
+    curves = _CURVES + (
+        (_LOSS_CURVE,) if any(_LOSS_CURVE[0] in w for r in main for w in r.rows) else ()
+    )
+    if not any(f in row for r in main for row in r.rows for f, _ in curves):
         return None
     plt = pyplot()
     colours = recipe_colours(r.recipe for r in runs)
     recipes = sorted({r.recipe for r in main})
-    fig, axes = plt.subplots(len(_CURVES), len(_X_AXES), figsize=(11, 6.5), squeeze=False)
-    for i, (field, ylabel) in enumerate(_CURVES):
+    size = (11, 6.5 * len(curves) / len(_CURVES))
+    fig, axes = plt.subplots(len(curves), len(_X_AXES), figsize=size, squeeze=False)
+    for i, (field, ylabel) in enumerate(curves):
         for j, (xfield, xlabel) in enumerate(_X_AXES):
             ax = axes[i][j]
             for recipe in recipes:

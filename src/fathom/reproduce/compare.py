@@ -59,7 +59,7 @@ def verdict(
     by default."""
     if m.missing is not None or stats is None:
         return f"no Fathom counterpart here: {m.missing}", None
-    v = float(seed.value if value is None else value)  # type: ignore[arg-type]  # list values have kind none
+    v = float(seed.number if value is None else value)
     within = stats["min"] <= v <= stats["max"] if stats["n"] > 1 else None
     if seed.not_comparable is not None:
         return f"not comparable (another definition): {seed.not_comparable}", within
@@ -95,7 +95,7 @@ def rates(seed: SeedValue, m: Measured) -> tuple[float, dict[int, float]] | None
     if seed.denominator is None or m.missing is not None or set(m.totals) != set(m.values):
         return None
     own = {s: 100.0 * m.values[s] / m.totals[s] for s in m.values if m.totals[s] > 0}
-    return 100.0 * float(seed.value) / seed.denominator, own  # type: ignore[arg-type]
+    return 100.0 * seed.number / seed.denominator, own
 
 
 def compare_row(

@@ -101,7 +101,7 @@ def seed_log_table(data: SeedData, table: str = "depth_scaling") -> DepthScaling
     (seed 0), status complete, fitting CE not recorded, chance from the log's 100 classes,
     accuracies on the CIFAR-100 test set (10,000 examples)."""
     acc = {
-        (int(v.extract["depth"]), v.extract["arm"]): float(v.value)  # type: ignore[arg-type]
+        (int(v.extract["depth"]), v.extract["arm"]): v.number
         for v in data.values_of(table)
         if v.kind == "depth_arm" and v.extract["metric"] == "test_acc"
     }

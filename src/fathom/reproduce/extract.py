@@ -32,6 +32,7 @@ from fathom.report.layers import output_label
 from fathom.report.telemetry_tables import aligned_fields
 from fathom.rundir import RunDir
 from fathom.rundir.reader import read_audit, read_curvature
+from fathom.rundir.record import AuditRecord
 from fathom.study.records import checkpoint_scores
 
 
@@ -61,7 +62,7 @@ class Sources:
 
     root: Path
     summary: dict[str, Any]
-    audit: dict[str, Any] | None
+    audit: AuditRecord | None
     curvature: dict[tuple[str, int], dict[int, dict[str, Any]]]
     head: dict[str, Any] | None
     epoch_map: dict[int, int]
@@ -88,11 +89,10 @@ class Sources:
             record = read_curvature(run_dir)
             if record is not None and record.summary is not None:
                 curv[key] = record.summary.by_epoch()
-        audit = read_audit(root)
         return cls(
             root=root,
             summary=json.loads((root / "summary.json").read_text()),
-            audit=None if audit is None else audit.raw,
+            audit=read_audit(root),
             curvature=curv,
             head=None if head_dir is None else _read_json(head_dir / "head.json"),
             epoch_map={int(k): int(v) for k, v in epoch_map.items()},
@@ -189,7 +189,7 @@ def _audit_values(
 def _audited(src: Sources, ex: Mapping[str, Any], recipe: str) -> list[tuple[dict, dict]]:
     """``[(run, checkpoint record)]`` of ``recipe``'s audited runs at ``ex["checkpoint"]``."""
     found = []
-    for run in (src.audit or {}).get("runs", []):
+    for run in [] if src.audit is None else src.audit.runs:
         rec = run.get("checkpoints", {}).get(ex["checkpoint"])
         if run["recipe"] == recipe and rec is not None and "missing" not in rec:
             found.append((run, rec))

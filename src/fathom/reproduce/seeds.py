@@ -102,6 +102,17 @@ class SeedValue(_Strict):
     def kind(self) -> str:
         return str(self.extract["kind"])
 
+    @property
+    def number(self) -> float:
+        """The seed's one number, compared with Fathom's; a list of values (one per seed, kind
+        ``none``) is reported, never compared, and is refused here naming it."""
+        if isinstance(self.value, tuple):
+            raise FathomError(
+                f"seed value {self.id!r} lists {len(self.value)} values (one per seed), not one "
+                "number to compare; give it one value, or leave it to the report (kind 'none')"
+            )
+        return self.value
+
 
 class SeedData(_Strict):
     format: int

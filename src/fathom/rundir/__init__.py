@@ -26,6 +26,7 @@ __getattr__, __dir__, __all__ = exports(
             "AuditRecord",
             "CurvatureRecord",
             "CurvatureSummary",
+            "RecordedRun",
             "RunManifest",
         ],
         "fathom.rundir.reader": ["RunDir", "Which", "find_runs", "read_audit", "read_curvature"],

@@ -39,7 +39,7 @@ def resume_file(run_dir: Path) -> Path | None:
     return None
 
 
-WRITTEN = ("manifest.json", "history.jsonl", "checkpoints")
+_WRITTEN = ("manifest.json", "history.jsonl", "checkpoints")
 """What a run's writer writes into: none may be a symbolic link out of the run."""
 
 
@@ -57,14 +57,14 @@ def check_run_dir(run_dir: Path) -> None:
 def refuse_links_out(
     root: Path, paths: Iterable[Path] | None = None, what: str = "run directory"
 ) -> None:
-    """Refuse ``paths`` (default: a run's :data:`WRITTEN` and the files in ``checkpoints/``)
+    """Refuse ``paths`` (default: a run's :data:`_WRITTEN` and the files in ``checkpoints/``)
     where one is a symbolic link that leads out of ``root``: a writer would write through it
     (history rows are appended in place, checkpoints and runs written into their folders)."""
     real = Path(root).resolve()
     if paths is None:
         ckpt = Path(root) / "checkpoints"
         inner = sorted(ckpt.iterdir()) if ckpt.is_dir() and not ckpt.is_symlink() else []
-        paths = [*(Path(root) / name for name in WRITTEN), *inner]
+        paths = [*(Path(root) / name for name in _WRITTEN), *inner]
     for p in paths:
         if p.is_symlink() and not p.resolve().is_relative_to(real):
             raise FathomError(

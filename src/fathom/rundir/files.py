@@ -4,7 +4,8 @@
   of the tensors; the manifest's entry also records ``sha256``, the digest of the whole
   file (header and metadata included), so a flipped byte anywhere is detected;
 * resume state: ``checkpoints/resume.safetensors`` (:func:`encode_resume`), tensors in
-  safetensors and everything else in JSON in its metadata, with the digest of both, so a
+  safetensors and everything else in JSON in its metadata (:func:`encode_state`, inverted
+  exactly by :func:`decode_state`), with the digest of both, so a
   flipped byte is detected even when the manifest was not yet rewritten after the state
   was (a kill in between). Nothing is unpickled: a ``resume.pt`` of an older fathom is read
   by torch's weights-only unpickler or refused (:func:`load_legacy_resume`);
@@ -18,7 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +41,8 @@ from fathom.rundir.filecheck import (  # noqa: F401  (re-exported)
     resume_file,
     stray_tmp_files,
 )
-from fathom.rundir.statecodec import decode_state, encode_state
 
-RESUME_CONTAINER = "fathom-resume-1"
+_RESUME_CONTAINER = "fathom-resume-1"
 """``format`` in the resume state's safetensors metadata."""
 RESUME_MAGIC = b"FATHOM-RESUME-1\n"
 """The header of a :data:`LEGACY_RESUME` file."""
@@ -66,8 +69,6 @@ def canonical_header(data: bytes) -> bytes:
     the order of their offsets, padded with spaces to a multiple of 8 bytes (the format's
     alignment), preceded by its 8-byte little-endian length.
     """
-    import json
-
     n = int.from_bytes(data[:8], "little")
     header = json.loads(data[8 : 8 + n])
     meta = header.pop("__metadata__", None)
@@ -122,21 +123,141 @@ def load_weights(
 
 def _safetensors_metadata(data: bytes) -> dict[str, str]:
     """The ``__metadata__`` of a safetensors blob (8-byte little-endian header length + JSON)."""
-    import json
-
     n = int.from_bytes(data[:8], "little")
     header = json.loads(data[8 : 8 + n])
     return dict(header.get("__metadata__") or {})
 
 
+# -- the resume state's encoding: a nested state as tensors plus JSON, without pickle -----
+_TAGS = ("$tensor", "$tuple", "$float", "$dict")
+
+
+def encode_state(state: Any) -> tuple[dict[str, torch.Tensor], str]:
+    """``(tensors, json_text)`` of ``state``: what a resume state is on disk, without pickle.
+
+    A state (dicts, lists, tuples, ``None``, bools, ints, floats, strings and tensors, nested
+    in any way: a model's and an optimizer's ``state_dict``, RNG states, clocks, counters) is
+    split into
+
+    * the tensors, named ``t0``, ``t1``, ... in the order a depth-first walk meets them, each
+      detached, on the host and contiguous (a copy, so no two share storage);
+    * a JSON text of everything else, compact, keys in their insertion order (the order is part
+      of the state: a dict written back to a history row keeps its key order), where a tensor
+      is ``{"$tensor": i}``. Values JSON has no form for are tagged by one key starting with
+      ``$``: ``{"$tuple": [...]}``, ``{"$float": "nan" | "inf" | "-inf"}``, and
+      ``{"$dict": [[key, value], ...]}`` for a dict with a non-string key (an optimizer's
+      parameter indices) or a key starting with ``$``.
+
+    :func:`decode_state` inverts it exactly: ``decode_state(*encode_state(s))`` equals ``s``
+    value for value and type for type (a mapping comes back as a ``dict``, a tuple subclass
+    such as ``torch.Size`` as a ``tuple``). Nothing is imported or called by name while
+    decoding: the JSON can only describe the types above. A value of any other type is refused
+    when encoding, naming where it is in the state.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    tree = _encode(state, tensors, "state")
+    return tensors, json.dumps(tree, separators=(",", ":"), allow_nan=False)
+
+
+def decode_state(tensors: Mapping[str, torch.Tensor], text: str) -> Any:
+    """Inverse of :func:`encode_state`; a malformed text or a missing tensor is a
+    ``ValueError`` (the caller names the file)."""
+    tree = json.loads(text, parse_constant=_no_constant)
+    used: set[str] = set()
+    out = _decode(tree, tensors, used)
+    if used != set(tensors):
+        raise ValueError(f"tensors {sorted(set(tensors) - used)[:5]} are not part of the state")
+    return out
+
+
+def _encode(value: Any, tensors: dict[str, torch.Tensor], where: str) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else {"$float": repr(float(value))}
+    if isinstance(value, torch.Tensor):
+        return {"$tensor": _add_tensor(value, tensors, where)}
+    if isinstance(value, (list, tuple)):
+        items = [_encode(v, tensors, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if isinstance(value, list) else {"$tuple": items}
+    if isinstance(value, Mapping):
+        plain = all(isinstance(k, str) and not k.startswith("$") for k in value)
+        if plain:
+            return {k: _encode(v, tensors, f"{where}[{k!r}]") for k, v in value.items()}
+        return {
+            "$dict": [
+                [_encode(k, tensors, f"{where} key {k!r}"), _encode(v, tensors, f"{where}[{k!r}]")]
+                for k, v in value.items()
+            ]
+        }
+    raise FathomError(
+        f"the resume state holds a {type(value).__module__}.{type(value).__qualname__} at "
+        f"{where}; a resume state holds only tensors, numbers, strings, None, lists, tuples "
+        "and dicts (it is stored as safetensors + JSON, never pickled). Make that "
+        "state_dict() return one of these (e.g. a tensor or a list of numbers)"
+    )
+
+
+def _add_tensor(value: torch.Tensor, tensors: dict[str, torch.Tensor], where: str) -> int:
+    if value.is_complex() or value.is_quantized or value.is_sparse:
+        raise FathomError(
+            f"the resume state holds a {value.dtype} {value.layout} tensor at {where}, which "
+            "safetensors cannot store; keep it as a dense real tensor (e.g. torch.view_as_real)"
+        )
+    i = len(tensors)
+    tensors[f"t{i}"] = value.detach().to("cpu", copy=True).contiguous()
+    return i
+
+
+def _decode(node: Any, tensors: Mapping[str, torch.Tensor], used: set[str]) -> Any:
+    if isinstance(node, list):
+        return [_decode(v, tensors, used) for v in node]
+    if not isinstance(node, dict):
+        return node  # None, bool, int, float, str: JSON's own
+    tag = [k for k in node if k.startswith("$")]
+    if not tag:
+        return {k: _decode(v, tensors, used) for k, v in node.items()}
+    if len(node) != 1 or tag[0] not in _TAGS:
+        raise ValueError(f"unknown or mixed tag {sorted(node)[:3]}")
+    key, body = tag[0], node[tag[0]]
+    if key == "$tensor":
+        name = f"t{body}"
+        if type(body) is not int or name not in tensors or name in used:
+            raise ValueError(f"tensor reference {body!r} is missing or repeated")
+        used.add(name)
+        return tensors[name]
+    if key == "$tuple":
+        return tuple(_decode(v, tensors, used) for v in _list(body))
+    if key == "$float":
+        if body not in ("nan", "inf", "-inf"):
+            raise ValueError(f"non-finite float {body!r} is not nan, inf or -inf")
+        return float(body)
+    pairs = [_decode(p, tensors, used) for p in _list(body)]
+    if any(not isinstance(p, list) or len(p) != 2 for p in pairs):
+        raise ValueError("a tagged dict is not a list of [key, value] pairs")
+    return {k: v for k, v in pairs}
+
+
+def _list(body: Any) -> list[Any]:
+    if not isinstance(body, list):
+        raise ValueError(f"a tagged value holds {type(body).__name__}, not a list")
+    return body
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"JSON constant {name} (non-finite floats are tagged)")
+
+
 def encode_resume(state: dict[str, Any]) -> bytes:
     """The bytes of ``checkpoints/resume.safetensors`` for ``state``: a safetensors file of
-    the state's tensors (:func:`fathom.rundir.statecodec.encode_state`) whose metadata holds
-    ``format`` (:data:`RESUME_CONTAINER`), ``state`` (the JSON of everything else) and
+    the state's tensors (:func:`encode_state`) whose metadata holds
+    ``format`` (:data:`_RESUME_CONTAINER`), ``state`` (the JSON of everything else) and
     ``state_sha256`` (:func:`_resume_digest`), header written by :func:`canonical_header`."""
     tensors, text = encode_state(state)
     meta = {
-        "format": RESUME_CONTAINER,
+        "format": _RESUME_CONTAINER,
         "state": text,
         "state_sha256": _resume_digest(tensors, text),
     }
@@ -176,8 +297,8 @@ def load_resume(path: Path) -> dict[str, Any]:
         tensors = st_load(data)
         meta = _safetensors_metadata(data)
         text = meta.get("state", "")
-        if meta.get("format") != RESUME_CONTAINER:
-            raise ValueError(f"format {meta.get('format')!r}, not {RESUME_CONTAINER!r}")
+        if meta.get("format") != _RESUME_CONTAINER:
+            raise ValueError(f"format {meta.get('format')!r}, not {_RESUME_CONTAINER!r}")
         actual = _resume_digest(tensors, text)
         if actual != meta.get("state_sha256"):
             raise ValueError(

@@ -20,11 +20,11 @@ sections). These fields are the contract every reader relies on, validated by
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from fathom.rundir.sections import RecoveryEvent, Status, WeightsEntry
+from fathom.rundir.sections import Integrity, Phase, RecoveryEvent, Status, WeightsEntry
 
 FORMAT = 3
 """The manifest version this fathom writes; it reads every earlier one. Format 3: a manifest
@@ -33,7 +33,7 @@ read); formats 1 and 2 are read by their header alone (their other sections free
 TYPED_FROM = 3
 """The first format whose ``run`` manifests are validated as a whole."""
 MANIFEST_KINDS = ("run", "depth_scaling")
-PHASES = ("tuning", "main", "diagnostic")
+PHASES: tuple[str, ...] = get_args(Phase)
 STATUSES: tuple[str, ...] = get_args(Status)
 
 
@@ -42,8 +42,8 @@ class ManifestHeader(BaseModel):
 
     ``format`` is the manifest version: this fathom writes :data:`FORMAT` and reads every
     earlier one; a later one is refused (written by a newer fathom). The checkpoint entries,
-    the selected entry and the recovery events are typed, so that a reader never meets a
-    half-formed entry (a missing digest) as a ``KeyError`` later.
+    the selected entry, the recovery events and ``integrity`` are typed, so that a reader
+    never meets a half-formed entry (a missing digest) as a ``KeyError`` later.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -52,7 +52,7 @@ class ManifestHeader(BaseModel):
     run_id: str
     study: str | None = None
     kind: str
-    phase: Literal["tuning", "main", "diagnostic"] | None = None
+    phase: Phase | None = None
     status: Status
     status_reason: str | None = None
     config: dict[str, Any]
@@ -60,6 +60,7 @@ class ManifestHeader(BaseModel):
     checkpoints: dict[str, WeightsEntry] = Field(default_factory=dict)
     selected_checkpoint: WeightsEntry | None = None
     recovery: list[RecoveryEvent] = Field(default_factory=list)
+    integrity: Integrity | None = None
 
     @field_validator("checkpoints")
     @classmethod

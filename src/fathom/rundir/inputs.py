@@ -12,7 +12,8 @@ resolved from any working directory (:func:`fathom.data.paths.resolved_data_conf
   digest are still bound to their files' content);
 * ``data.split_hash``: how the data was split.
 
-A key the manifest lacks (written before it was recorded) is not compared.
+The manifest is read through :class:`~fathom.rundir.record.RecordedRun` (``RunDir.recorded``,
+any format): a field it lacks (written before it was recorded) is not compared.
 """
 
 from __future__ import annotations
@@ -27,24 +28,24 @@ if TYPE_CHECKING:
 
     from fathom.config import DataConfig
     from fathom.data import DataSplits
+    from fathom.rundir.record import RecordedRun
 
 
-def recorded_base(manifest: dict[str, Any] | None) -> str | None:
-    """The directory the run's relative data paths are relative to (``data.info.paths_base``)."""
-    info = ((manifest or {}).get("data") or {}).get("info") or {}
-    base = info.get("paths_base")
-    return base if isinstance(base, str) else None
+def recorded_base(run: RecordedRun | None) -> str | None:
+    """The directory the run's relative data paths are relative to (``data.info.paths_base``,
+    in the open section a data source records about itself)."""
+    return None if run is None else run.data.info.paths_base
 
 
-def run_data_config(manifest: dict[str, Any], cfg: DataConfig, run_dir: Path) -> DataConfig:
+def run_data_config(run: RecordedRun, cfg: DataConfig, run_dir: Path) -> DataConfig:
     """The run's data config with its relative paths resolved (from any working directory)."""
     from fathom.data.paths import resolved_data_config
 
-    return resolved_data_config(cfg, recorded_base(manifest), run_dir)
+    return resolved_data_config(cfg, recorded_base(run), run_dir)
 
 
 def verified_splits(
-    manifest: dict[str, Any], cfg: DataConfig, run_dir: Path, device: str | torch.device = "cpu"
+    run: RecordedRun, cfg: DataConfig, run_dir: Path, device: str | torch.device = "cpu"
 ) -> DataSplits:
     """The run's splits, re-derived from ``cfg`` (its data config) and checked against the
     recorded content (:func:`check_recorded_data`)."""
@@ -52,19 +53,19 @@ def verified_splits(
 
     from fathom.data.prepare import prepare_splits
 
-    data = run_data_config(manifest, cfg, run_dir)
+    data = run_data_config(run, cfg, run_dir)
     splits = prepare_splits(data, torch.device(device))
-    check_recorded_data(manifest, splits, run_dir, data)
+    check_recorded_data(run, splits, run_dir, data)
     return splits
 
 
 def check_recorded_data(
-    manifest: dict[str, Any], splits: DataSplits, run_dir: Path, cfg: DataConfig
+    run: RecordedRun, splits: DataSplits, run_dir: Path, cfg: DataConfig
 ) -> None:
     """Refuse ``splits`` unless their content, files and split are the recorded ones."""
     from fathom.data.splits import splits_digest
 
-    recorded = manifest.get("data") or {}
+    recorded = run.data.given()
     found = {
         "files": dict(splits.info.get("files") or {}),
         "tensors_sha256": splits_digest(splits),

@@ -18,7 +18,7 @@ import signal
 import threading
 from collections.abc import Iterator
 
-HELD = (signal.SIGINT, signal.SIGTERM)
+_HELD = (signal.SIGINT, signal.SIGTERM)
 """The signals :func:`uninterrupted` holds back where they raise ``KeyboardInterrupt``."""
 
 
@@ -35,7 +35,7 @@ def uninterrupted() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    ours = [s for s in HELD if signal.getsignal(s) is signal.default_int_handler]
+    ours = [s for s in _HELD if signal.getsignal(s) is signal.default_int_handler]
     held: list[int] = []
     previous = {s: signal.signal(s, lambda signum, _frame: held.append(signum)) for s in ours}
     try:

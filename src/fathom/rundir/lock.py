@@ -92,7 +92,7 @@ class DirLock:
                 f"(PID {pid}, since {holder.get('since', '?')}); wait for it to finish or stop "
                 f"that process (kill {pid}). Two writers would interleave their rows."
             )
-            err.holder_pid = pid  # type: ignore[attr-defined]
+            err.holder_pid = pid
             raise err from None
         previous = _holder(self.path).get("pid")
         if isinstance(previous, int) and previous != os.getpid() and not _pid_alive(previous):

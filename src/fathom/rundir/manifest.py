@@ -16,10 +16,10 @@ from pydantic import ValidationError
 from fathom.base.io import config_digest
 from fathom.errors import FathomError
 from fathom.rundir.header import FORMAT, TYPED_FROM, ManifestHeader
-from fathom.rundir.record import RunManifest
+from fathom.rundir.record import RecordedRun, RunManifest
 
 
-def manifest_digest(manifest: dict[str, Any]) -> str:
+def _manifest_digest(manifest: dict[str, Any]) -> str:
     """SHA-256 of the canonical JSON of ``manifest`` without ``integrity.manifest_sha256``."""
     body = copy.deepcopy(manifest)
     (body.get("integrity") or {}).pop("manifest_sha256", None)
@@ -28,34 +28,34 @@ def manifest_digest(manifest: dict[str, Any]) -> str:
 
 def seal(manifest: dict[str, Any]) -> dict[str, Any]:
     """Set ``integrity.manifest_sha256`` of ``manifest`` (in place) and return it."""
-    manifest.setdefault("integrity", {})["manifest_sha256"] = manifest_digest(manifest)
+    manifest.setdefault("integrity", {})["manifest_sha256"] = _manifest_digest(manifest)
     return manifest
 
 
 #: The keys of ``integrity`` and of its ``history`` record, exactly: a renamed or missing key
-#: would switch a check off, so it is refused (:func:`integrity_problems`).
-INTEGRITY_KEYS = frozenset({"manifest_sha256", "history"})
-HISTORY_KEYS = frozenset({"bytes", "rows", "sha256"})
+#: would switch a check off, so it is refused (:func:`_integrity_problems`).
+_INTEGRITY_KEYS = frozenset({"manifest_sha256", "history"})
+_HISTORY_KEYS = frozenset({"bytes", "rows", "sha256"})
 
 
-def integrity_problems(manifest: dict[str, Any]) -> list[str]:
+def _integrity_problems(manifest: dict[str, Any]) -> list[str]:
     """What is malformed in ``manifest["integrity"]`` (empty: well-formed or absent).
 
     Absent altogether (a hand-made fixture) is not malformed: readers report it as
-    unverified. Present, it must hold exactly :data:`INTEGRITY_KEYS`, and ``history``
-    exactly :data:`HISTORY_KEYS` (two non-negative integers and a SHA-256 hex digest).
+    unverified. Present, it must hold exactly :data:`_INTEGRITY_KEYS`, and ``history``
+    exactly :data:`_HISTORY_KEYS` (two non-negative integers and a SHA-256 hex digest).
     """
     if "integrity" not in manifest:
         return []
     integrity = manifest["integrity"]
     if not isinstance(integrity, dict):
         return [f"integrity is a {type(integrity).__name__}, not an object"]
-    out = _keys_problems("integrity", integrity, INTEGRITY_KEYS)
+    out = _keys_problems("integrity", integrity, _INTEGRITY_KEYS)
     history = integrity.get("history")
     if "history" in integrity and not isinstance(history, dict):
         out.append(f"integrity.history is a {type(history).__name__}, not an object")
     elif isinstance(history, dict):
-        out += _keys_problems("integrity.history", history, HISTORY_KEYS)
+        out += _keys_problems("integrity.history", history, _HISTORY_KEYS)
         for key in ("bytes", "rows"):
             value = history.get(key)
             if key in history and (type(value) is not int or value < 0):
@@ -88,12 +88,12 @@ def check_manifest(manifest: Any, origin: str) -> ManifestHeader:
 
     A manifest without ``integrity`` (a hand-made fixture, another tool) is accepted:
     readers report it as unverified (:func:`fathom.rundir.reader.RunDir.problems`). A
-    malformed ``integrity`` section (:func:`integrity_problems`) is refused: a renamed
+    malformed ``integrity`` section (:func:`_integrity_problems`) is refused: a renamed
     digest key must not switch verification off.
     """
     if not isinstance(manifest, dict):
         raise FathomError(f"{origin} is not a JSON object; the run cannot be read")
-    malformed = integrity_problems(manifest)
+    malformed = _integrity_problems(manifest)
     if malformed:
         raise FathomError(
             f"{origin} cannot be verified: {'; '.join(malformed)}. Its digests were renamed, "
@@ -101,10 +101,10 @@ def check_manifest(manifest: Any, origin: str) -> ManifestHeader:
             "or retrain the run"
         )
     recorded = (manifest.get("integrity") or {}).get("manifest_sha256")
-    if recorded is not None and recorded != manifest_digest(manifest):
+    if recorded is not None and recorded != _manifest_digest(manifest):
         raise FathomError(
             f"{origin} fails its digest check (recorded {recorded}, content hashes to "
-            f"{manifest_digest(manifest)}): it was edited or corrupted after fathom wrote it. "
+            f"{_manifest_digest(manifest)}): it was edited or corrupted after fathom wrote it. "
             "Restore the run directory from a copy or retrain the run"
         )
     version = manifest.get("format")
@@ -118,10 +118,28 @@ def check_manifest(manifest: Any, origin: str) -> ManifestHeader:
     try:
         return (RunManifest if typed else ManifestHeader).model_validate(data)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
-        )
-        raise FathomError(f"{origin} is not a valid manifest ({problems})") from None
+        raise _invalid(origin, e) from None
+
+
+def read_recorded(manifest: dict[str, Any], origin: str) -> RecordedRun:
+    """The fields a resume and an analysis compare (:class:`~fathom.rundir.record.RecordedRun`)
+    of a manifest :func:`check_manifest` accepted, whatever its format: the one read path of
+    an older (format 1 or 2) manifest, whose sections are free-form. A section of the wrong
+    shape is refused naming it, never read around."""
+    try:
+        return RecordedRun.model_validate(manifest)
+    except ValidationError as e:
+        raise _invalid(origin, e) from None
+
+
+def _invalid(origin: str, e: ValidationError) -> FathomError:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+    )
+    return FathomError(
+        f"{origin} is not a valid manifest ({problems}); it was damaged or written by another "
+        "tool: restore the run directory from a copy or retrain the run"
+    )
 
 
 #: One sentence per ``recovery`` event, formatted with its details (``docs/architecture.md``).

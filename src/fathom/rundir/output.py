@@ -110,7 +110,7 @@ def check_output_place(target: Path, directory: Path, name: str) -> None:
         )
 
 
-def output_lock(target: Path, directory: Path) -> DirLock:
+def _output_lock(target: Path, directory: Path) -> DirLock:
     """The lock that guards writing ``directory`` as an analysis of ``target``."""
     inside = directory.resolve().is_relative_to(target.resolve())
     if inside and (target / "manifest.json").exists():
@@ -133,7 +133,7 @@ def analysis_output(
     if not target.is_dir():
         raise FathomError(f"{str(target)!r} is not a directory; pass a run or study directory")
     check_output_place(target, directory, name)
-    lock = output_lock(target, directory)
+    lock = _output_lock(target, directory)
     try:
         lock.acquire()
     except FathomError as e:

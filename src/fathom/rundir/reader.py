@@ -22,8 +22,14 @@ from pydantic import ValidationError
 
 from fathom.base.io import read_jsonl
 from fathom.errors import FathomError
-from fathom.rundir.manifest import check_manifest, describe_recovery
-from fathom.rundir.record import AuditRecord, CurvatureRecord, CurvatureSummary, RunManifest
+from fathom.rundir.manifest import check_manifest, describe_recovery, read_recorded
+from fathom.rundir.record import (
+    AuditRecord,
+    CurvatureRecord,
+    CurvatureSummary,
+    RecordedRun,
+    RunManifest,
+)
 from fathom.rundir.sections import UNFINISHED, WeightsEntry
 
 if TYPE_CHECKING:  # reading the manifest and history needs no torch (`fathom study status`)
@@ -124,9 +130,16 @@ class RunDir:
         return self.header
 
     @cached_property
+    def recorded(self) -> RecordedRun:
+        """What the manifest recorded that a resume verifies and an analysis compares
+        (:class:`~fathom.rundir.record.RecordedRun`), read the same way from every format: a
+        field an older manifest lacks is absent, never a default that would compare."""
+        return read_recorded(self.manifest, repr(str(self.path / "manifest.json")))
+
+    @cached_property
     def config(self) -> Any:
         """The config, validated by the type of this run's ``kind``."""
-        return config_validator(self.kind)(self.manifest["config"], f"{self.path}/manifest.json")
+        return config_validator(self.kind)(self.header.config, f"{self.path}/manifest.json")
 
     # -- history -------------------------------------------------------------------------
     def history(self) -> list[dict[str, Any]]:
@@ -145,25 +158,21 @@ class RunDir:
         data = path.read_bytes()
         _, bad = read_jsonl(path)
         out = [f"history.jsonl line {n} is torn (truncated or unparsable)" for n in bad]
-        if isinstance(self.header, RunManifest):
-            sealed = self.header.integrity
-            rec = None if sealed is None else sealed.history.model_dump()
-        else:  # header-only (format 1 or 2): free-form
-            rec = (self.manifest.get("integrity") or {}).get("history")
-        if rec is None:
+        if self.header.integrity is None:
             return out
-        n = int(rec["bytes"])
+        rec = self.header.integrity.history
+        n = rec.bytes
         if len(data) < n:
             out.append(
                 f"history.jsonl is shorter than its writer recorded ({len(data)} of {n} bytes, "
-                f"{rec['rows']} rows): rows were lost"
+                f"{rec.rows} rows): rows were lost"
             )
-        elif hashlib.sha256(data[:n]).hexdigest() != rec["sha256"]:
+        elif hashlib.sha256(data[:n]).hexdigest() != rec.sha256:
             out.append("history.jsonl fails its digest check: its rows were modified")
         elif len(data) > n and self.status not in UNFINISHED:
             out.append(
                 f"history.jsonl has {len(data) - n} bytes after the last recorded row "
-                f"({rec['rows']} rows recorded); they were appended by another writer"
+                f"({rec.rows} rows recorded); they were appended by another writer"
             )
         return out
 
@@ -180,13 +189,6 @@ class RunDir:
     def checkpoint_epochs(self) -> list[int]:
         return sorted(int(e) for e in self.header.checkpoints)
 
-    def _final_epoch(self) -> int | None:
-        """``final.epoch``: typed for a format-3 run, free-form in a header-only manifest."""
-        if isinstance(self.header, RunManifest):
-            return self.header.final.epoch
-        final = self.manifest.get("final")
-        return final.get("epoch") if isinstance(final, dict) else None
-
     def _entry(self, which: Which) -> tuple[WeightsEntry, int]:
         if which == "selected":
             sel = self.header.selected_checkpoint
@@ -196,7 +198,7 @@ class RunDir:
                 )
             return sel, int(sel.epoch)  # the header refuses a selected entry without its epoch
         if which == "final":
-            epoch = self._final_epoch()
+            epoch = self.recorded.final.epoch
             if epoch is None:
                 raise FathomError(
                     f"run {self.run_id!r} has no final checkpoint (status {self.status!r}); "
@@ -243,7 +245,7 @@ class RunDir:
         from fathom.rundir.filecheck import stray_tmp_files
 
         out = []
-        if "integrity" not in self.manifest:
+        if self.header.integrity is None:
             out.append("manifest.json has no digest (not written by this fathom); unverified")
         out += self.history_problems()
         out += [
@@ -269,12 +271,12 @@ class RunDir:
 
     def _resume_agrees(self, state: dict[str, Any]) -> None:
         """Raise unless the resume state agrees with this manifest's own record
-        (:func:`fathom.rundir.agreement.verify_against_manifest`: not a twin's)."""
-        from fathom.rundir.agreement import verify_against_manifest
+        (:func:`fathom.rundir.resume.verify_against_manifest`: not a twin's)."""
+        from fathom.rundir.resume import verify_against_manifest
 
         path = self.path / "history.jsonl"
         history = path.read_bytes() if path.exists() else None
-        verify_against_manifest(state, self.manifest, history, self.path)
+        verify_against_manifest(state, self.recorded, history, self.path)
 
     def _selected_problems(self) -> list[str]:
         """The selected weights against their entry. A running run stopped inside an epoch
@@ -296,7 +298,7 @@ class RunDir:
                 _state, meta = files.load_weights(self.path / entry.file)
             except FathomError as e:
                 return [str(e)]
-            if newer_selected(meta, self.manifest, entry.model_dump(mode="json")):
+            if newer_selected(meta, self.recorded, entry.epoch):
                 return []
         return [problem]
 
@@ -312,10 +314,9 @@ class RunDir:
     # -- models and data (kind "run") ----------------------------------------------------
     @property
     def data_info(self) -> dict[str, Any]:
-        """``data.info``: what the data source recorded about itself (open, per source)."""
-        if isinstance(self.header, RunManifest):
-            return self.header.data.info
-        return (self.manifest.get("data") or {}).get("info") or {}  # header-only: free-form
+        """``data.info``: what the data source recorded about itself (open, per source), as
+        recorded; typed: ``recorded.data.info`` (:class:`~fathom.rundir.record.RecordedInfo`)."""
+        return self.recorded.data.info.as_json()
 
     @property
     def classes(self) -> int:
@@ -324,13 +325,13 @@ class RunDir:
         dataset's (:func:`fathom.data.registry.registered_shape`), any other is refused
         naming the fix, never a default."""
         self._require_kind("its class count")
-        classes = self.data_info.get("classes")
+        classes = self.recorded.data.info.classes
         if classes is None:
             from fathom.data.registry import registered_shape
 
             missing = f"run {self.run_id!r}: data.info.classes"
             classes, _ = registered_shape(self.config.data.dataset, missing)
-        return int(classes)
+        return classes
 
     def _require_kind(self, what: str) -> None:
         if self.kind != "run":
@@ -350,14 +351,12 @@ class RunDir:
 
         from fathom.models import build_model
 
-        info = self.data_info
-        shape = tuple(info["input_shape"]) if info.get("input_shape") else None
-        classes, in_features = info.get("classes"), info.get("in_features")
+        info = self.recorded.data.info
         model = build_model(
             self.config.model,
-            None if classes is None else int(classes),
-            None if in_features is None else int(in_features),
-            input_shape=shape,
+            info.classes,
+            info.in_features,
+            input_shape=tuple(info.input_shape) if info.input_shape else None,
             dataset=self.config.data.dataset,
         )
         return model.to(device=device, dtype=dtype or torch.float32)
@@ -386,7 +385,7 @@ class RunDir:
         self._require_kind("re-deriving its data splits")
         from fathom.rundir.inputs import verified_splits
 
-        return verified_splits(self.manifest, self.config.data, self.path, device)
+        return verified_splits(self.recorded, self.config.data, self.path, device)
 
 
 _JSON_KINDS = {

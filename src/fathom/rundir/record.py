@@ -3,7 +3,9 @@ writes it and :func:`fathom.rundir.manifest.check_manifest` validates it on ever
 manifest of format 3 or later. Sections: :mod:`fathom.rundir.sections`.
 Also the typed records of a run's other JSON outputs: :class:`CurvatureRecord` and
 :class:`AuditRecord` (read by :func:`fathom.rundir.reader.read_curvature` and
-:func:`fathom.rundir.reader.read_audit`).
+:func:`fathom.rundir.reader.read_audit`), and :class:`RecordedRun`: the fields a resume and
+an analysis compare with what they find, read the same way from a manifest of any format
+(formats 1 and 2 may lack any of them; ``RunDir.recorded``).
 
 The manifest's top level is open: a section this version does not declare (written by
 another kind or tool) is kept and written back unchanged. ``stop``, ``failure``,
@@ -16,7 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from fathom.rundir.header import ManifestHeader
 from fathom.rundir.sections import (
@@ -34,10 +43,11 @@ from fathom.rundir.sections import (
     SourceChange,
     Stop,
     Telemetry,
+    WeightsEntry,
 )
 
 #: Sections written only when set (see the module docstring).
-WRITTEN_WHEN_SET = ("stop", "failure", "source_changes", "recovery", "integrity")
+_WRITTEN_WHEN_SET = ("stop", "failure", "source_changes", "recovery", "integrity")
 
 
 class RunManifest(ManifestHeader):
@@ -74,16 +84,205 @@ class RunManifest(ManifestHeader):
     live: Live = Field(default_factory=Live)
     execution: Execution
     stop: Stop | None = None
-    integrity: Integrity | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object written to ``manifest.json`` (without ``integrity``: the writer seals
         it), unknown top-level sections included."""
         out = self.model_dump(mode="json", by_alias=True, exclude={"integrity"})
-        for key in WRITTEN_WHEN_SET:
+        for key in _WRITTEN_WHEN_SET:
             if out.get(key) in (None, []):
                 out.pop(key, None)
         return out
+
+
+# -- what a run recorded, any format --------------------------------------------------------
+class _Given(BaseModel):
+    """A section as any manifest format recorded it: each field optional (formats 1 and 2 were
+    written before some of them existed), keys this version does not compare ignored, and a
+    section written as ``null`` read as absent. :meth:`given` tells a recorded field from an
+    absent one: an absent field is never compared (it was not recorded), a recorded ``null``
+    is."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_section_is_absent(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        sections = {
+            name
+            for name, field in cls.model_fields.items()
+            if isinstance(field.annotation, type) and issubclass(field.annotation, _Given)
+        }
+        return {k: v for k, v in data.items() if not (v is None and k in sections)}
+
+    def given(self) -> dict[str, Any]:
+        """``{field: value}`` of the fields the manifest holds (``null`` ones included)."""
+        return {name: getattr(self, name) for name in self.model_fields_set}
+
+
+def _whole_number_or_none(value: Any) -> int | None:
+    """A planned epoch count, or ``None`` (unknown) for anything that is not a whole number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class RecordedInfo(_Given):
+    """``data.info``: what the data source recorded about itself. Open (a source records more
+    keys of its own, kept as written); the keys a reader acts on are typed: ``classes`` and
+    ``in_features`` of the model's output and input, ``input_shape`` of one example,
+    ``paths_base`` (the directory the config's relative data paths are relative to) and, for
+    a language model's text, ``unigram_val_ce`` (nats/token of the unigram baseline on the
+    validation tokens). Each is ``None`` where the manifest does not record it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    classes: int | None = None
+    in_features: int | None = None
+    input_shape: list[int] | None = None
+    paths_base: str | None = None
+    unigram_val_ce: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The object as the manifest records it (the keys it holds, its own ones included)."""
+        return self.model_dump(exclude_unset=True)
+
+
+class RecordedData(_Given):
+    """``data``: the dataset files' ``{file: sha256}``, ``split_hash``, ``sizes`` per split,
+    ``tensors_sha256`` of the split tensors and ``info`` (:class:`RecordedInfo`)."""
+
+    files: dict[str, str] | None = None
+    split_hash: str | None = None
+    sizes: dict[str, int] | None = None
+    tensors_sha256: str | None = None
+    info: RecordedInfo = Field(default_factory=RecordedInfo)
+
+
+class RecordedEnvironment(_Given):
+    """``environment``: what CPU reductions and kernels depend on."""
+
+    threads: int | None = None
+    device: str | None = None
+    matmul_precision: str | None = None
+
+
+class RecordedHashes(_Given):
+    """``hashes``: the initial parameters and the training-order and mask digest chains."""
+
+    initial_params: str | None = None
+    training_order: str | None = None
+    masks: str | None = None
+
+
+class RecordedOptim(_Given):
+    """``config.optim``: the planned ``epochs`` (``None``: not a whole number, unknown) and
+    the learning rate ``lr``."""
+
+    epochs: int | None = None
+    lr: float | None = None
+
+    @field_validator("epochs", mode="before")
+    @classmethod
+    def _plan(cls, value: Any) -> int | None:
+        return _whole_number_or_none(value)
+
+
+class RecordedCheckpointing(_Given):
+    """``config.checkpoints``: a resume state is written every ``resume_every`` epochs."""
+
+    resume_every: int = 1
+
+
+class RecordedModel(_Given):
+    """``config.model``: its ``kind`` and training ``recipe`` (``None`` where not recorded)."""
+
+    kind: str | None = None
+    recipe: str | None = None
+
+
+class RecordedConfig(_Given):
+    """The config fields read without validating the config (any kind): ``optim.epochs`` and
+    ``optim.lr`` of a run, ``epochs`` of older kinds, ``checkpoints.resume_every``, the
+    ``seed`` and the ``model``'s kind and recipe."""
+
+    optim: RecordedOptim = Field(default_factory=RecordedOptim)
+    checkpoints: RecordedCheckpointing = Field(default_factory=RecordedCheckpointing)
+    model: RecordedModel = Field(default_factory=RecordedModel)
+    epochs: int | None = None
+    seed: int | None = None
+
+    @field_validator("epochs", mode="before")
+    @classmethod
+    def _plan(cls, value: Any) -> int | None:
+        return _whole_number_or_none(value)
+
+    @property
+    def planned_epochs(self) -> int | None:
+        """The epochs the config plans: ``optim.epochs`` (a run), ``epochs`` (older kinds)."""
+        return self.optim.epochs if "epochs" in self.optim.given() else self.epochs
+
+
+class RecordedFinal(_Given):
+    """``final``: the epoch of the final weights (``None`` unless the run completed)."""
+
+    epoch: int | None = None
+
+
+class RecordedSelected(_Given):
+    """``selected``: the epoch of minimum validation cross entropy and that ``val_ce`` (nats);
+    ``None`` before the first evaluated boundary."""
+
+    epoch: int | None = None
+    val_ce: float | None = None
+
+
+class RecordedFailure(_Given):
+    """``failure`` of a failed run: the exception ``type`` and ``environment`` (the machine
+    failed, not the run: a study retries it); a run that did not fail records none."""
+
+    type: str | None = None
+    environment: bool = False
+
+
+class RecordedRun(_Given):
+    """What a run's manifest recorded, typed the same way for every format: the one read path
+    of the fields a resume verifies (:mod:`fathom.rundir.resume`) and an analysis compares
+    (:mod:`fathom.rundir.inputs`), and the ``live`` settings a resume continues with (open:
+    validated by :class:`fathom.config.LiveConfig` where used). A format-3 manifest holds every field
+    (:class:`RunManifest`); one of format 1 or 2 may lack any, and a field it lacks is not
+    compared (:meth:`_Given.given`). Parsed by :func:`fathom.rundir.manifest.read_recorded`,
+    which refuses a section of the wrong shape naming it."""
+
+    run_id: str
+    config_hash: str | None = None
+    source_hash: str | None = None
+    source_changes: list[SourceChange] = Field(default_factory=list)
+    epochs_completed: int | None = None
+    steps_completed: int | None = None
+    config: RecordedConfig = Field(default_factory=RecordedConfig)
+    data: RecordedData = Field(default_factory=RecordedData)
+    environment: RecordedEnvironment = Field(default_factory=RecordedEnvironment)
+    hashes: RecordedHashes = Field(default_factory=RecordedHashes)
+    final: RecordedFinal = Field(default_factory=RecordedFinal)
+    selected: RecordedSelected = Field(default_factory=RecordedSelected)
+    failure: RecordedFailure = Field(default_factory=RecordedFailure)
+    live: dict[str, Any] = Field(default_factory=dict)
+    checkpoints: dict[str, WeightsEntry] = Field(default_factory=dict)
+    selected_checkpoint: WeightsEntry | None = None
+    integrity: Integrity | None = None
+
+    @field_validator("source_changes", "checkpoints", "live", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None:
+            return value
+        return [] if info.field_name == "source_changes" else {}
+
+    @property
+    def done(self) -> int:
+        """Completed epochs (``epochs_completed``; none recorded: 0)."""
+        return self.epochs_completed or 0
 
 
 @dataclass(frozen=True)

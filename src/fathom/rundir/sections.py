@@ -20,7 +20,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 
 class _Closed(BaseModel):
@@ -194,11 +201,22 @@ class Live(BaseModel):
 
 
 class Selected(_Closed):
-    """The epoch of minimum validation cross entropy so far and that ``val_ce`` (nats);
-    ``null`` before the first evaluated boundary."""
+    """The epoch of minimum validation objective so far
+    (:func:`fathom.config.run.objective_field`) and the validation cross entropy of the logits
+    there, ``val_ce`` (nats); for a run with a ``[loss]`` table, also ``val_loss``, that loss
+    over the validation split, the value it was selected by (written only then, so the
+    manifest of a default run is as before). ``null`` before the first evaluated boundary."""
 
     epoch: int | None = None
     val_ce: float | None = None
+    val_loss: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _val_loss_when_set(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if self.val_loss is None:
+            data.pop("val_loss", None)
+        return data
 
 
 class Final(_Closed):

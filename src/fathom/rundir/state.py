@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fathom.rundir.lock import lock_holder
+from fathom.rundir.record import RecordedConfig
 from fathom.rundir.sections import UNFINISHED, Status
 
 if TYPE_CHECKING:
@@ -73,13 +74,6 @@ class RunState:
         return head
 
 
-def planned_epochs(manifest: dict[str, Any]) -> int | None:
-    """The epochs a run's config plans: ``optim.epochs`` (a run), ``epochs`` (older kinds)."""
-    config = manifest.get("config") or {}
-    epochs = (config.get("optim") or {}).get("epochs", config.get("epochs"))
-    return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None
-
-
 def run_state(rd: RunDir) -> RunState:
     """The state of the run ``rd`` (its manifest, and its lock for a ``running`` one)."""
     status: Status = rd.header.status
@@ -92,8 +86,8 @@ def run_state(rd: RunDir) -> RunState:
     return RunState(
         run_dir=rd.path,
         status=status,
-        epochs_completed=int(rd.manifest.get("epochs_completed") or 0),
-        epochs=planned_epochs(rd.manifest),
+        epochs_completed=rd.header.epochs_completed or 0,
+        epochs=RecordedConfig.model_validate(rd.header.config).planned_epochs,
         pid=pid,
         killed=killed,
     )

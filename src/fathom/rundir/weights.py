@@ -13,7 +13,7 @@ import torch
 
 from fathom.errors import FathomError
 
-EXTRA_STATE_SUFFIX = "_extra_state"
+_EXTRA_STATE_SUFFIX = "_extra_state"
 """torch's key suffix for a module's ``get_extra_state()`` (e.g. a branch's generator state)."""
 
 
@@ -27,7 +27,7 @@ def cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {
         k: v.detach().to("cpu").contiguous().clone()
         for k, v in model.state_dict().items()
-        if not k.endswith(EXTRA_STATE_SUFFIX)
+        if not k.endswith(_EXTRA_STATE_SUFFIX)
     }
 
 
@@ -38,13 +38,13 @@ def extra_state(model: torch.nn.Module) -> dict[str, Any]:
     return {
         k: v.detach().to("cpu").clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
         for k, v in model.state_dict().items()
-        if k.endswith(EXTRA_STATE_SUFFIX)
+        if k.endswith(_EXTRA_STATE_SUFFIX)
     }
 
 
 def load_extra_state(model: torch.nn.Module, state: dict[str, Any]) -> None:
     """Inverse of :func:`extra_state`: every key must be one of the model's extra states."""
-    mine = {k for k in model.state_dict() if k.endswith(EXTRA_STATE_SUFFIX)}
+    mine = {k for k in model.state_dict() if k.endswith(_EXTRA_STATE_SUFFIX)}
     if set(state) != mine:
         raise FathomError(
             f"the resume state's module extra state {sorted(state)[:5]} does not fit "
@@ -63,7 +63,7 @@ def load_cpu_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> No
     not the checkpoint's and are ignored.)
     """
     result = model.load_state_dict(state, strict=False)
-    missing = [k for k in result.missing_keys if not k.endswith(EXTRA_STATE_SUFFIX)]
+    missing = [k for k in result.missing_keys if not k.endswith(_EXTRA_STATE_SUFFIX)]
     unexpected = [k for k in result.unexpected_keys if k in state]
     if missing or unexpected:
         raise FathomError(

@@ -36,11 +36,10 @@ import torch
 from fathom.base.io import atomic_write_bytes, atomic_write_json, dumps, parse_jsonl, sha256_bytes
 from fathom.errors import FathomError, os_error
 from fathom.rundir import files
-from fathom.rundir.agreement import RECORD_KEY, manifest_record, verify_against_manifest
 from fathom.rundir.interrupts import uninterrupted
 from fathom.rundir.lock import DirLock
-from fathom.rundir.manifest import check_manifest, seal
-from fathom.rundir.record import RunManifest
+from fathom.rundir.manifest import check_manifest, read_recorded, seal
+from fathom.rundir.record import RecordedRun, RunManifest
 from fathom.rundir.resume import (
     RESTART_REASON,
     bind,
@@ -48,14 +47,25 @@ from fathom.rundir.resume import (
     check_selected,
     history_record,
     restart_allowed,
-    source_changed,
+    source_change,
     unchanged_inputs,
     verified_history,
+    verify_against_manifest,
 )
-from fathom.rundir.sections import RecoveryEvent, Stop, Telemetry
+from fathom.rundir.sections import (
+    Clocks,
+    Failure,
+    Final,
+    RecoveryEvent,
+    Selected,
+    Status,
+    Stop,
+    Telemetry,
+    WeightsEntry,
+)
 
 #: Fields a resumed run keeps from its manifest on disk (they describe the run's origin).
-KEPT_ON_RESUME = ("kind", "phase", "source_hash", "source_changes", "recovery")
+_KEPT_ON_RESUME = ("kind", "phase", "source_hash", "source_changes", "recovery")
 
 
 class RunWriter:
@@ -70,7 +80,8 @@ class RunWriter:
         self._hist = hashlib.sha256()
         self._hist_bytes = 0
         self._hist_rows = 0
-        self._disk: dict[str, Any] | None = None
+        self._disk: dict[str, Any] | None = None  # the manifest on disk, as written
+        self._recorded: RecordedRun | None = None  # its fields a resume compares, typed
         self._restart = False
         self._cut: bytes | None = None  # the verified history a resume cuts back to
 
@@ -111,7 +122,7 @@ class RunWriter:
             )
         self._guard("write history.jsonl", atomic_write_bytes, self.path / "history.jsonl", b"")
         self._hist, self._hist_bytes, self._hist_rows = hashlib.sha256(), 0, 0
-        self._disk = None  # a restart keeps nothing of the stopped attempt but its record
+        self._disk = self._recorded = None  # a restart keeps nothing but its record
         self._begin(manifest)
 
     def resume(
@@ -124,7 +135,7 @@ class RunWriter:
         refused unless ``allow_source_change``, then recorded); every epoch checkpoint the
         state lists (and the selected one); the history rows up to the resume point against
         the digest the state recorded; the state, history and checkpoints against the
-        manifest's own record (:func:`~fathom.rundir.agreement.verify_against_manifest`:
+        manifest's own record (:func:`~fathom.rundir.resume.verify_against_manifest`:
         a twin's files are refused). Rows after it are cut; they and torn lines among them
         are recorded under ``recovery``. A run with no resume state and no completed epoch
         returns ``None``: the caller starts it again (:meth:`start`, recorded).
@@ -133,25 +144,29 @@ class RunWriter:
 
         self._require_lock()
         rd = RunDir(self.path)
-        self._disk = rd.manifest
+        self._disk, recorded = rd.manifest, rd.recorded
+        self._recorded = recorded
         if rd.status == "complete":
             raise FathomError(f"run {str(self.path)!r} is already complete; nothing to resume")
-        if "integrity" not in rd.manifest:
+        if recorded.integrity is None:
             raise FathomError(
                 f"manifest.json of {str(self.path)!r} has no digests (not written by fathom): "
                 "what a resume continues from cannot be verified; train the run again"
             )
         path = files.resume_file(self.path)
-        if path is None and restart_allowed(rd.manifest, self.path):
+        if path is None and restart_allowed(recorded, self.path):
             self._restart = True
             self._pending.append(("restarted", {"reason": RESTART_REASON, "found": rd.status}))
             return None
         assert path is not None
         state = files.load_resume(path)
-        check_binding(state, rd.manifest, self.path)
+        check_binding(state, recorded, self.path)
         epoch = int(state["epoch"])
-        if source_changed(rd.manifest, source_hash, allow_source_change, epoch, self.path):
-            self._pending.append(("source_changed", rd.manifest["source_changes"][-1]))
+        change = source_change(recorded, source_hash, allow_source_change, epoch, self.path)
+        if change is not None:  # kept on resume (_KEPT_ON_RESUME), recorded
+            changes = [*recorded.source_changes, change]
+            self._disk["source_changes"] = [c.model_dump(mode="json") for c in changes]
+            self._pending.append(("source_changed", change.model_dump(mode="json")))
         for _, entry in sorted(state.get("checkpoints", {}).items(), key=lambda kv: int(kv[0])):
             rd.verify_entry(entry)
         later = check_selected(rd, state.get("selected_ckpt"), epoch)
@@ -161,7 +176,7 @@ class RunWriter:
             )
         self._verify_history(state["history"], epoch)
         history = self._guard("read history.jsonl", _read_or_none, self.path / "history.jsonl")
-        verify_against_manifest(state, rd.manifest, history, self.path)
+        verify_against_manifest(state, recorded, history, self.path)
         return state
 
     def _verify_history(self, record: Any, epoch: int) -> None:
@@ -195,7 +210,7 @@ class RunWriter:
             kept = {  # its origin, and sections this version does not declare
                 k: v
                 for k, v in self._disk.items()
-                if k in KEPT_ON_RESUME or k not in RunManifest.model_fields
+                if k in _KEPT_ON_RESUME or k not in RunManifest.model_fields
             }
             self.manifest = RunManifest.model_validate({**self._json(), **kept})
         events = [RecoveryEvent(event=e, **details) for e, details in self._pending]
@@ -210,11 +225,11 @@ class RunWriter:
         Refused when what the run continues with differs from what it was started with
         (:func:`~fathom.rundir.resume.unchanged_inputs`: dataset content, thread count).
         """
-        if self._disk is None:
+        if self._recorded is None:
             raise FathomError("begin_resumed() needs resume() first")
         if manifest is not None:
             self.prepare(manifest)
-        unchanged_inputs(self._disk, self._json(), self.path)
+        unchanged_inputs(self._recorded, self._current(), self.path)
         if self._cut is not None:
             path = self.path / "history.jsonl"
             self._guard("rewrite history.jsonl", atomic_write_bytes, path, self._cut)
@@ -225,9 +240,10 @@ class RunWriter:
         self._begin(None)
 
     @property
-    def recorded(self) -> dict[str, Any] | None:
-        """The manifest found on disk by :meth:`resume` (``None`` for a new run)."""
-        return self._disk
+    def recorded(self) -> RecordedRun | None:
+        """What the manifest found on disk by :meth:`resume` recorded (``RunDir.recorded``,
+        any format; ``None`` for a new run)."""
+        return self._recorded
 
     def note(self, event: str, **details: Any) -> None:
         """Record ``event`` under ``recovery`` at the next :meth:`start` / :meth:`begin_resumed`."""
@@ -269,11 +285,8 @@ class RunWriter:
         """``checkpoints/resume.safetensors`` (self-verifying), bound to this run and to the
         history written so far (:func:`~fathom.rundir.resume.bind`); returns its digest."""
         self._require_lock()
-        assert self.manifest is not None
         path = self.path / "checkpoints" / files.RESUME_NAME
-        binding = {"run_id": self.manifest.run_id, "config_hash": self.manifest.config_hash}
-        bound = bind(state, binding, self._history_record())
-        bound[RECORD_KEY] = manifest_record(self._json())  # what it was computed with
+        bound = bind(state, self._current(), self._history_record())
         return self._guard("write the resume state", files.save_resume, path, bound)
 
     def _history_record(self) -> dict[str, Any]:
@@ -309,12 +322,16 @@ class RunWriter:
         and mask digest chains, the selected epoch, the weights entries, graphs captured."""
         m = self._held()
         m.epochs_completed, m.steps_completed = epochs_completed, steps_completed
-        m.clocks = clocks  # type: ignore[assignment]  # validated into Clocks
+        m.clocks = Clocks.model_validate(clocks)
         m.telemetry = telemetry
         m.hashes = _updated(m.hashes, training_order=training_order, masks=masks)
-        m.selected = selected  # type: ignore[assignment]
-        m.checkpoints = checkpoints  # type: ignore[assignment]
-        m.selected_checkpoint = selected_checkpoint  # type: ignore[assignment]
+        m.selected = Selected.model_validate(selected)
+        m.checkpoints = {e: WeightsEntry.model_validate(c) for e, c in checkpoints.items()}
+        m.selected_checkpoint = (
+            None
+            if selected_checkpoint is None
+            else WeightsEntry.model_validate(selected_checkpoint)
+        )
         m.execution = _updated(m.execution, graphs_captured=graphs_captured)
 
     def set_stop(
@@ -335,17 +352,18 @@ class RunWriter:
         the run completed) and ``diverged_epoch`` (``None`` unless it diverged)."""
         m = self._held()
         m.hashes = _updated(m.hashes, final_params=final_params)
-        m.final = {"epoch": epoch}  # type: ignore[assignment]
+        m.final = Final(epoch=epoch)
         m.diverged_epoch = diverged_epoch
 
     def finish(
-        self, status: str, reason: str | None = None, *, failure: dict[str, Any] | None = None
+        self, status: Status, reason: str | None = None, *, failure: dict[str, Any] | None = None
     ) -> None:
-        """Set the final status, its reason (and a failure's cause), commit, release the lock."""
+        """Set the final status, its reason (and a failure's cause, :func:`failure_record`),
+        commit, release the lock."""
         m = self._held()
-        m.status, m.status_reason = status, reason  # type: ignore[assignment]
+        m.status, m.status_reason = status, reason
         if failure is not None:
-            m.failure = failure  # type: ignore[assignment]
+            m.failure = Failure.model_validate(failure)
         try:
             self.commit()
         finally:
@@ -359,6 +377,10 @@ class RunWriter:
     def _json(self) -> dict[str, Any]:
         return self._held().to_json()
 
+    def _current(self) -> RecordedRun:
+        """The held manifest read as a resume reads it (compared with the recorded one)."""
+        return read_recorded(self._json(), "the manifest being written")
+
     def commit(self) -> None:
         """Write the manifest atomically, sealed with the history digest; it is validated
         by the one validator first (never write what no reader reads)."""
@@ -368,7 +390,7 @@ class RunWriter:
         check_manifest(seal(data), "the manifest being written")
         self._guard("write manifest.json", atomic_write_json, self.path / "manifest.json", data)
 
-    def record_failure(self, e: Exception) -> FathomError | None:
+    def record_failure(self, e: BaseException) -> FathomError | None:
         """Best effort: finish the run as ``failed`` with ``e`` as its cause (and errno,
         :func:`failure_record`); unlock.
 
@@ -390,7 +412,7 @@ class RunWriter:
                 "which still verifies; once the cause is fixed, continue with "
                 f"`fathom train --resume {self.path}`"
             )
-            err.errno = getattr(e, "errno", None)  # type: ignore[attr-defined]
+            err.errno = getattr(e, "errno", None)
             err.__dict__.update(vars(e))  # what callers attached (errno, advice given)
             return err
         finally:
@@ -437,7 +459,7 @@ def _updated(section: Any, **changes: Any) -> Any:
 
 
 #: errno values that say the environment failed, not the run: a rerun retries such runs.
-ENVIRONMENT_ERRNOS = frozenset(
+_ENVIRONMENT_ERRNOS = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 )
 
@@ -454,5 +476,5 @@ def failure_record(e: BaseException) -> dict[str, object]:
     return {
         "type": type(e).__name__,
         "errno": errno.errorcode.get(code) if isinstance(code, int) else None,
-        "environment": isinstance(code, int) and code in ENVIRONMENT_ERRNOS,
+        "environment": isinstance(code, int) and code in _ENVIRONMENT_ERRNOS,
     }

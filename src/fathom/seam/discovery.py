@@ -12,6 +12,7 @@ module attribute (legacy ``weight_norm`` / ``prune``), so no instrument leaves o
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any
 
@@ -89,6 +90,9 @@ def check_model(model: nn.Module) -> None:
         )
 
 
+_NEVER_TENSORS = frozenset({dict, OrderedDict, set, list, tuple, bool, int, float, str, type(None)})
+
+
 @contextmanager
 def preserved(model: nn.Module):
     """Put back, on exit, every plain tensor attribute of every module (legacy
@@ -98,7 +102,9 @@ def preserved(model: nn.Module):
         (m, k, v)
         for m in model.modules()
         for k, v in vars(m).items()
-        if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter)
+        if type(v) not in _NEVER_TENSORS  # (a module's many dicts and flags, skipped fast)
+        and isinstance(v, torch.Tensor)
+        and not isinstance(v, nn.Parameter)
     ]
     try:
         yield

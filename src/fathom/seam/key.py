@@ -56,6 +56,7 @@ def _value_key(v: Any, held: list, depth: int = 0) -> Any:
     return (type(v).__qualname__, id(v))
 
 
+_SCALARS = frozenset({type(None), bool, int, float, complex, str, bytes})  # exact types
 _EMPTY_KEYS = {
     dict: ("dict", ()),
     OrderedDict: ("dict", ()),
@@ -87,7 +88,14 @@ def structure_key(model: nn.Module, x: Any) -> tuple[tuple, list]:
     modules = []
     for name, m in model.named_modules(remove_duplicate=False):
         skip = _ignored(m)
-        attrs = tuple((k, _value_key(v, held)) for k, v in vars(m).items() if k not in skip)
+        attrs = tuple(
+            # (the common cases of _value_key inline: plain scalars, a module's empty hook dicts)
+            (k, v if type(v) in _SCALARS else _EMPTY_KEYS[type(v)])
+            if type(v) in _SCALARS or (type(v) in _EMPTY_KEYS and not v)
+            else (k, _value_key(v, held))
+            for k, v in vars(m).items()
+            if k not in skip
+        )
         modules.append((name, id(m), type(m), id(type(m).forward), m.training, attrs))
         held.append(m)
     tensors = tuple(_tensor_key(n, p, held) for n, p in model.named_parameters()) + tuple(

@@ -45,11 +45,13 @@ def embedding_grads(layer: Layer, call: Call, cot: list, n: int, directions: boo
     return {"weight": out.unflatten(lead, (n, vocab))}
 
 
-def embedding_pairs(layer: Layer, call: Call, cot: list, n: int):
+def embedding_pairs(layer: Layer, call: Call, cot: list, n: int, *, examples: bool = False):
     """``(rows [D, P, E], tokens [P])``: the non-zero rows of :func:`embedding_grads` only,
     one per (example, token) pair that occurs (``P <= N T`` instead of ``N V``): row ``p``
-    is example ``i``'s gradient row of token ``tokens[p]``."""
+    is example ``i``'s gradient row of token ``tokens[p]``; ``examples=True`` adds the third
+    ``[P]``, each pair's example ``i``."""
     rows, flat, vocab = _rows(layer, call, cot, n, True)
     pairs, slot = torch.unique(flat, return_inverse=True)
     out = rows.new_zeros(rows.shape[0], pairs.shape[0], rows.shape[-1])
-    return out.index_add_(1, slot, rows), pairs % vocab
+    out = out.index_add_(1, slot, rows)
+    return (out, pairs % vocab, pairs // vocab) if examples else (out, pairs % vocab)

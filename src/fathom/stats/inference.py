@@ -51,6 +51,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from scipy.stats import norm as normal
 from scipy.stats import t as student_t
@@ -173,11 +174,18 @@ def verdict_of(
     return "not established"
 
 
-def _sf(x: float, scale: float, dist: object) -> float:
+class _Survival(Protocol):
+    """A distribution with a survival function ``sf(x) = P(X > x)`` (scipy's frozen and
+    standard ones: ``norm``, ``t(dof)``)."""
+
+    def sf(self, x: float) -> Any: ...
+
+
+def _sf(x: float, scale: float, dist: _Survival) -> float:
     """``2·sf(x / scale)``; a zero scale gives 0 above zero and 1 at or below it."""
     if scale <= 0.0:
         return 0.0 if x > 0 else 1.0
-    return 2.0 * float(dist.sf(x / scale))  # type: ignore[attr-defined]
+    return 2.0 * float(dist.sf(x / scale))
 
 
 def _claim_p(mean: float, se_t: float, floor: float, n: int, delta: float) -> float:

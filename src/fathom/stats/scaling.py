@@ -335,7 +335,7 @@ def _items(
         accuracy("test accuracy", rules),
     )
     return profile_items(
-        lambda arm, d, s: percent(res[d][arm][s][1]),  # type: ignore[arg-type,return-value]
+        lambda arm, d, s: percent(res[d][arm][s][1]),
         depths,
         seeds,
         (table.candidate, table.baseline),
@@ -409,8 +409,8 @@ def judged_scenario(
         reading=reading,
         family=family,
         depths=depths,
-        level=level_verdict(level, per_depth, evidence),  # type: ignore[arg-type]
-        trend=trend_verdict(change, slope),  # type: ignore[arg-type]
+        level=level_verdict(level, per_depth, evidence),
+        trend=trend_verdict(change, slope),
         level_contrast=level,
         change=change,
         slope=slope,

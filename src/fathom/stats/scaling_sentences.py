@@ -236,8 +236,8 @@ def assemble(
     return DepthScalingVerdict(
         "judged",
         " ".join(line.rstrip(".") + "." for line in lines),
-        level=level.verdict,  # type: ignore[arg-type]
-        trend=trend.verdict,  # type: ignore[arg-type]
+        level=level.verdict,
+        trend=trend.verdict,
         headline=head,
         lines=lines,
         scenarios=scenarios,

@@ -175,7 +175,7 @@ def summarise_study(
     flags = {n: {r.seed: r.flags() for r in by_recipe[n]} for n in names}
     excluded_recipe = {n: any(is_excluded(f) for f in flags[n].values()) for n in names}
     usable = {n: [r for r in by_recipe[n] if not is_excluded(flags[n][r.seed])] for n in names}
-    ref_train = {r.seed: r.training_clock_s for r in usable[reference] if r.training_clock_s}
+    ref_train = {r.seed: clock for r in usable[reference] if (clock := r.training_clock_s)}
     recipes = {
         n: _recipe_entry(by_recipe[n], usable[n], flags[n], excluded_recipe[n], ref_train,
                          target_val_acc, level)
@@ -220,7 +220,7 @@ def _recipe_entry(
     runs: Sequence[RunRecord],
     flags: Mapping[int, list[str]],
     excluded: bool,
-    ref_train: Mapping[int, float | None],
+    ref_train: Mapping[int, float],
     target_val_acc: float | None,
     level: float,
 ) -> dict[str, Any]:
@@ -236,7 +236,7 @@ def _recipe_entry(
         entry[where] = {
             key: _stat([getattr(r, where)[key] for r in runs]) for key, _, _ in COMPARED_METRICS
         }
-    train = {r.seed: r.training_clock_s for r in runs if r.training_clock_s is not None}
+    train = {r.seed: clock for r in runs if (clock := r.training_clock_s) is not None}
     entry["training_s"] = _stat(list(train.values()))
     ref_mean = _stat(list(ref_train.values()))["mean"]
     own_mean = entry["training_s"]["mean"]
@@ -244,7 +244,7 @@ def _recipe_entry(
         "ratio_of_means": None
         if ref_mean in (None, 0.0) or own_mean is None
         else own_mean / ref_mean,
-        "paired_ratio": _paired_ratio(train, ref_train, level),  # type: ignore[arg-type]
+        "paired_ratio": _paired_ratio(train, ref_train, level),
     }
     if target_val_acc is not None:
         entry["time_to_target"] = _time_to_target(runs, target_val_acc)

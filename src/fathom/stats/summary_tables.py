@@ -64,6 +64,17 @@ def _n(e: Mapping[str, Any]) -> Cell:
     return _MISSING if not stat else Cell(value=stat["n"], unit="count")
 
 
+def _selected_by(summary: Mapping[str, Any]) -> str:
+    """What chose the selected checkpoint: minimum validation CE, or for runs trained with a
+    ``[loss]`` table (its keys in the summary's config, which holds the table only when it
+    is not the default) that loss's minimum validation value, ``val/loss``
+    (:func:`fathom.config.run.objective_field`)."""
+    cfg = summary.get("config") or {}
+    if "loss.name" not in cfg:
+        return "minimum validation CE"
+    return f"minimum validation loss: {cfg['loss.name']}, {cfg.get('loss.reduction')}"
+
+
 def _quality_table(summary: Mapping[str, Any]) -> Table:
     """Per recipe: LR, n, selected and final test accuracy and CE (mean ± sample SD), flags."""
     rows = []
@@ -78,7 +89,7 @@ def _quality_table(summary: Mapping[str, Any]) -> Table:
     cols = ["Method", "LR", "n", "Selected test accuracy (%)", "Final test accuracy (%)",
             "Selected test CE (nats)", "Final test CE (nats)", "Flags"]  # fmt: skip
     title = (
-        "Test quality at the selected (minimum validation CE) and final checkpoints, mean ± "
+        f"Test quality at the selected ({_selected_by(summary)}) and final checkpoints, mean ± "
         f"sample SD over n seeds; reference {summary.get('reference')}"
     )
     return Table(id="quality", title=title, columns=cols, rows=rows, n_column=2)
@@ -152,7 +163,8 @@ def _main_table(summary: Mapping[str, Any]) -> Table:
             "Δ CE selected (nats)", "Δ CE final (nats)", "flags"]  # fmt: skip
     return Table(
         id="main",
-        title="Test accuracy and CE at the selected (minimum validation CE) and final checkpoints",
+        title=f"Test accuracy and CE at the selected ({_selected_by(summary)}) and final "
+        "checkpoints",
         columns=cols,
         rows=rows,
         n_column=2,
@@ -252,14 +264,21 @@ def tuning_table(tuning: Mapping[str, Any]) -> Table:
         ]
         return Table(id="rates", title=f"No tuning phase: {tuning.get('rule')}",
                      columns=["Method", "LR", "Source"], rows=rows)  # fmt: skip
+    grid = tuning.get("grid") or []
+    # a grid ranked by a [loss] table's loss (its points say objective "val/loss") shows it
+    by_loss = any(p.get("objective") == "val/loss" for p in grid)
+    key, unit, head = (
+        ("val_loss", "", "Min validation loss") if by_loss
+        else ("val_ce", "nats", "Min validation CE (nats)")
+    )  # fmt: skip
     rows = [
         [_text(p["recipe"]), _text(f"{p['lr']:g}"), _text(p["status"]),
-         Cell(value=p.get("val_ce"), unit="nats"), Cell(value=p.get("selected_epoch"), unit="count"),
+         Cell(value=p.get(key), unit=unit), Cell(value=p.get("selected_epoch"), unit="count"),
          Cell(value=p.get("diverged_epoch"), unit="count"),
          _text("selected" if chosen.get(p["recipe"]) == p["lr"] else None)]
-        for p in tuning.get("grid") or []
+        for p in grid
     ]  # fmt: skip
-    cols = ["Method", "LR", "Status", "Min validation CE (nats)", "At epoch", "Diverged in epoch",
+    cols = ["Method", "LR", "Status", head, "At epoch", "Diverged in epoch",
             "Selected"]  # fmt: skip
     title = f"Tuning grid (seed {tuning.get('seed')}); selection: {tuning.get('rule')}"
     return Table(id="tuning", title=title, columns=cols, rows=rows)

@@ -109,12 +109,12 @@ def _plan(state: str, rd: RunDir | None, retry_failed: bool) -> tuple[str, str |
     if state == "diverged":
         return "keep", None
     if state == "failed":
-        m = rd.manifest if rd is not None else {}
-        env = bool((m.get("failure") or {}).get("environment"))
+        env = rd is not None and rd.recorded.failure.environment
         if not (env or retry_failed):
             return "keep", None
         why = "its environment failed" if env else "--retry-failed"
-        return "retry", f"retried ({why}); earlier failure: {m.get('status_reason')}"
+        reason = None if rd is None else rd.header.status_reason
+        return "retry", f"retried ({why}); earlier failure: {reason}"
     return "run", None
 
 

@@ -72,9 +72,9 @@ def outcome_warnings(rd: RunDir) -> list[str]:
     if rd.status != "complete":
         return []
     final = checkpoint_scores(rd)["final"]
-    baseline = rd.data_info.get("unigram_val_ce")
+    baseline = rd.recorded.data.info.unigram_val_ce
     if baseline is not None:  # a language model: judged against its unigram baseline
-        return language_model_warnings(final["val_ce"], float(baseline))
+        return language_model_warnings(final["val_ce"], baseline)
     classes = rd.classes
     if classes < 2:
         return []  # one class: chance is not defined, nothing to judge
@@ -166,18 +166,16 @@ def run_row(run_dir: str | Path) -> dict[str, Any]:
     (its ``kind`` where it has none), the config's ``seed`` and ``optim.lr``. A study's run
     gets the row its study gives it (same run id, study, phase, recipe, seed and rate)."""
     rd = RunDir(run_dir)
-    m = rd.manifest
-    config = m.get("config") or {}
-    model = config.get("model") or {}
+    config = rd.recorded.config
     spec = RunSpec(
         run_id=rd.run_id,
         study=rd.header.study or Path(run_dir).resolve().parent.name,
         phase=rd.phase or _TRAIN_PHASE,
-        recipe=str(model.get("recipe") or model.get("kind") or "—"),
-        seed=int(config.get("seed") or 0),
-        lr=float((config.get("optim") or {}).get("lr") or 0.0),
+        recipe=config.model.recipe or config.model.kind or "—",
+        seed=config.seed or 0,
+        lr=config.optim.lr or 0.0,
         run_dir=str(run_dir),
-        config=config,
+        config=rd.header.config,
     )
     return registry_row(spec)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fathom.config import config_diff
+from fathom.config.run import objective_field
 from fathom.errors import FathomError
 from fathom.rundir import RunDir, refuse_links_out, study_lock
 from fathom.stats import summarise_study
@@ -36,6 +37,16 @@ _LR_RULES: dict[str, str] = {
     "frozen": "every recipe at its frozen rate (tuning.lr), nothing selected and no tuning run",
 }
 """The sentence that says how the main phase's rates were chosen, by source."""
+
+
+def _lr_rule(study: StudyConfig, source: str) -> str:
+    """:data:`_LR_RULES` of ``source``; a tuning grid of a ``[loss]`` table is ranked by that
+    loss (:func:`fathom.config.run.objective_field`), and the sentence says so."""
+    rule = _LR_RULES[source]
+    if source == "tuning" and objective_field(study.base) == "val/loss":
+        loss = study.base.loss
+        rule = rule.replace("validation CE", f"validation loss ({loss.name}, {loss.reduction})")
+    return rule
 
 
 @dataclass
@@ -170,8 +181,8 @@ def _build_summary(
             "mode": "grid" if grid_on else ("frozen" if source == "frozen" else "off"),
             "seed": study.tuning.seed if grid_on else None,
             "lrs": list(study.tuning.lrs) if grid_on else [],
-            "rule": _LR_RULES[source],
-            "grid": [vars(p) for p in grid],
+            "rule": _lr_rule(study, source),
+            "grid": [p.to_dict() for p in grid],
             "selected_lr": lrs,
             "lr_source": dict.fromkeys(lrs, source),
         },

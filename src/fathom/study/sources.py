@@ -25,9 +25,9 @@ def _run_sources(path: str | Path) -> list[str]:
     """The source hashes a run directory was trained with (start, then each change)."""
     if not (Path(path) / "manifest.json").exists():
         return []
-    m = RunDir(path).manifest
-    changes = [c.get("source_hash") for c in m.get("source_changes") or []]
-    return [h for h in [m.get("source_hash"), *changes] if h]
+    recorded = RunDir(path).recorded
+    changes = [c.source_hash for c in recorded.source_changes]
+    return [h for h in [recorded.source_hash, *changes] if h]
 
 
 def check_sources(specs: Sequence[RunSpec], allow_source_change: bool) -> None:

@@ -11,7 +11,6 @@ one line per run, as before).
 
 from __future__ import annotations
 
-import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,10 @@ def training_now(root: Path) -> list[tuple[str, int, int | None]]:
     out = []
     for manifest in sorted(Path(root).glob("*/manifest.json")):
         try:
-            if json.loads(manifest.read_bytes()).get("status") != "running":
+            rd = RunDir(manifest.parent)
+            if rd.status != "running":
                 continue  # finished or recorded interrupted: no lock to probe
-            state = run_state(RunDir(manifest.parent))
+            state = run_state(rd)
         except (OSError, ValueError, FathomError):
             continue  # being written this instant, or damaged: the run's own line says so
         if state.status == "running" or held_here(manifest.parent):  # another process, or this

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
 from fathom.seam.pex import gradient_gram
@@ -134,9 +135,13 @@ def norm_quantiles(k: torch.Tensor) -> list[list[float]]:
     ``x_(0) <= ... <= x_(N-1)`` and ``p = q (N - 1)``,
     ``Q(q) = x_(floor p) + (p - floor p) (x_(ceil p) - x_(floor p))``.
     """
-    k = k.to("cpu", torch.float64)
-    norms = torch.sort(torch.diagonal(k, dim1=1, dim2=2).clamp_min(0.0).sqrt(), dim=1).values
-    pos = torch.tensor(NORM_QUANTILES, dtype=torch.float64) * (norms.shape[1] - 1)
-    lo, hi = pos.floor().long(), pos.ceil().long()
-    q = norms[:, lo] + (pos - lo.to(torch.float64)) * (norms[:, hi] - norms[:, lo])
-    return torch.cat([q, norms[:, -1:]], dim=1).tolist()  # note: one host read for all layers
+    k = k.to("cpu", torch.float64)  # note: one host read for all layers
+    # the norms by torch's sqrt (numpy's differs from it in the last bit), then numpy:
+    # sorting and the interpolation's elementwise IEEE float64 operations give the bits of
+    # the tensor formula, several small tensor operations cheaper
+    diag = torch.diagonal(k, dim1=1, dim2=2).clamp_min(0.0).sqrt()
+    norms = np.sort(diag.numpy(force=True), axis=1)
+    pos = np.array(NORM_QUANTILES, dtype=np.float64) * (norms.shape[1] - 1)
+    lo, hi = np.floor(pos).astype(np.int64), np.ceil(pos).astype(np.int64)
+    q = norms[:, lo] + (pos - lo.astype(np.float64)) * (norms[:, hi] - norms[:, lo])
+    return np.concatenate([q, norms[:, -1:]], axis=1).tolist()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+REFERENCE_ELEMENTS = 2**24  # float64 reference copies kept across observations (128 MiB)
+
 
 def frob(t: torch.Tensor | None) -> float | None:
     """``||t||_F`` in float64, ``None`` for a missing tensor."""
@@ -58,6 +60,12 @@ class Norms:
         # reference norms of the last observation; only those asked for again are kept
         self._old_references = self._scratch.pop("references", {})
         self._scratch["references"] = {}
+        # float64 copies of displacement references, kept across observations like their
+        # norms (while the same object at the same version), within REFERENCE_ELEMENTS
+        self._old_copies = self._scratch.pop("reference_copies", {})
+        self._scratch["reference_copies"] = {}
+        self._kept = 0  # entries of the float64 reference copies kept by this observation
+        self._slots: list[tuple | None] = [None, None]  # (tensor, version) a slot holds
 
     def frob(self, t: torch.Tensor | None, *, reference: bool = False) -> float | None:
         """``||t||_F`` in float64, ``None`` for a missing tensor. ``reference``: a tensor
@@ -81,12 +89,34 @@ class Norms:
         to float64 entry by entry inside the kernel, exactly as a float64 copy would be)."""
         key = (id(w), id(w0))
         if key not in self._norms:
-            a, ref = self._load(w, 0), w0.detach().to(w.device)
+            a = self._load(w, 0)  # (no copy when the slot still holds w: its norm was just taken)
+            ref = w0.detach().to(w.device)
             if ref.is_complex() or a.is_complex():
                 ref = self._load(w0, 1, w.device)
+            elif ref.dtype != torch.float64:
+                ref = self._reference64(w0, ref)
             self._norms[key] = float(torch.linalg.vector_norm(a.sub_(ref)))
+            self._slots[0] = None  # it now holds W - W_0
             self._held += [w, w0]
         return self._norms[key]
+
+    def _reference64(self, w0: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+        """``ref`` (``w0`` on the device) in float64, copied once and kept across
+        observations while ``w0`` is the same object at the same in-place version (the
+        float32 -> float64 conversion is exact: the difference below has the bits of a
+        subtraction that converts inside the kernel). Beyond :data:`REFERENCE_ELEMENTS`
+        kept entries the conversion happens inside the subtraction, as before."""
+        kept = self._scratch["reference_copies"]
+        held = kept.get(id(w0)) or self._old_copies.get(id(w0))
+        if held is None or held[0] is not w0 or held[1] != w0._version:
+            fits = self._kept + ref.numel() <= REFERENCE_ELEMENTS and ref.is_floating_point()
+            held = (w0, w0._version, ref.to(torch.float64) if fits else None)
+        if held[2] is None or held[2].device != ref.device:
+            return ref
+        if id(w0) not in kept:
+            kept[id(w0)] = held
+            self._kept += held[2].numel()  # (a running count: no sum over the kept copies)
+        return held[2]
 
     def _load(self, t: torch.Tensor, slot: int, device: torch.device | None = None):
         """``t`` in float64 (in scratch buffer ``slot`` on ``device``, default ``t``'s), its
@@ -96,7 +126,12 @@ class Norms:
             t64 = d.to(device or d.device, torch.float64)
         else:
             t64 = self._buffer(device or d.device, d.numel(), slot)
-            t64 = t64[: d.numel()].view(d.shape).copy_(d)
+            t64 = t64[: d.numel()].view(d.shape)
+            here = device in (None, d.device)
+            held = self._slots[slot]
+            if not here or held is None or held[0] is not t or held[1] != t._version:
+                t64.copy_(d)  # (a slot still holding t's copy, unchanged since, is reused)
+                self._slots[slot] = (t, t._version) if here else None
         if (id(t),) not in self._norms:
             self._norms[(id(t),)] = float(torch.linalg.vector_norm(t64))
             self._held.append(t)

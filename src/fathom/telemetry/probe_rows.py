@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from fathom.seam import Call
-from fathom.telemetry.distributions import entry_summary, zero_fractions
+from fathom.telemetry.distributions import activation_summary, entry_summary
 
 Value = float | int | None | list
 
@@ -42,8 +42,7 @@ def activation_row(name: str, calls: list[Call], n: int) -> dict[str, Value]:
         if j is not None:
             parts.append(_per_example_rows(leaves[j], call.in_dims[j], n))
     h = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)) if parts else torch.empty(0)
-    zeros = zero_fractions(h) if parts else {"zero_frac": None, "dead_frac": None}
-    return {f"probe/act/{key}/{name}": v for key, v in {**entry_summary(h), **zeros}.items()}
+    return {f"probe/act/{key}/{name}": v for key, v in activation_summary(h).items()}
 
 
 def delta_row(name: str, calls: list[Call], cots: list, n: int) -> dict[str, Value]:

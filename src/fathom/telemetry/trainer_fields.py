@@ -31,8 +31,9 @@ def _trainer() -> list[Field]:
         Field(
             "train/loss_running",
             g,
-            "(1/steps) Σ_steps CE_b: mean training-batch cross entropy over the epoch",
-            "nats",
+            "(1/steps) Σ_steps L_b: mean training-batch loss over the epoch (the run's "
+            "[loss], cross-entropy by default)",
+            "nats (cross-entropy; the [loss]'s own units otherwise)",
             "training",
             "training mode (gates and dropout on), parameters moving; null at epoch 0",
         ),
@@ -117,6 +118,25 @@ def _clipping() -> list[Field]:
             "fraction in [0, 1]",
             "training",
             why,
+        ),
+    ]
+
+
+def _configured_loss() -> list[Field]:
+    """A run with a ``[loss]`` table: its loss over each split (``{split}/ce`` stays the
+    cross-entropy of the logits)."""
+    return [
+        Field(
+            "{split}/loss",
+            "trainer",
+            "the [loss] over the whole split as one batch: (1/M) Σ_ip m_ip l_ip (mean; M the "
+            "valid terms, n C entries for mse and bce_with_logits with one-hot targets) or "
+            "Σ_ip m_ip l_ip (sum), float64; whole split, dense evaluation",
+            "the loss's units (nats for the cross-entropies, logit² for mse)",
+            "split",
+            "runs with a [loss] table other than the default only (fathom.losses.labels); "
+            "val/loss selects such a run's checkpoint and ranks its tuning grid "
+            "(fathom.config.run.objective_field)",
         ),
     ]
 
@@ -304,6 +324,7 @@ TRAINER_FIELDS: tuple[Field, ...] = (
         "(param_group['lr'] is written only on a torch optimizer's path)",
     ),
     *_clipping(),
+    *_configured_loss(),
     *_language_model(),
     *_regularized(),
     *_lyapunov(),

@@ -72,9 +72,8 @@ def recorded_live(run_dir: Path) -> LiveConfig:
     from fathom.config.live import LiveConfig
     from fathom.rundir import RunDir
 
-    recorded = RunDir(run_dir).manifest.get("live")
     try:
-        return LiveConfig.model_validate(recorded or {})
+        return LiveConfig.model_validate(RunDir(run_dir).recorded.live)
     except ValidationError as e:
         raise FathomError(
             f"{run_dir}/manifest.json records live settings this version cannot read ({e.errors()[0]['msg']}); "

@@ -32,7 +32,7 @@ _HEADROOM = 1 << 20
 @contextmanager
 def recorded_threads(writer: RunWriter) -> Iterator[None]:
     """Run the block with ``environment.threads`` of the manifest a resume found (if any)."""
-    recorded = ((writer.recorded or {}).get("environment") or {}).get("threads")
+    recorded = None if writer.recorded is None else writer.recorded.environment.threads
     found = torch.get_num_threads()
     if not isinstance(recorded, int) or recorded < 1 or recorded == found:
         yield
@@ -80,8 +80,8 @@ def disk_full_advice(e: BaseException, s: Session | None, run_dir: Path) -> Base
         f"{e}. Finishing {str(run_dir)!r} needs about {_size(need)} on its file system; "
         f"{step} continue with `fathom train --resume {run_dir}`"
     )
-    advice.errno = e.errno  # type: ignore[attr-defined]
-    advice.space_advised = True  # type: ignore[attr-defined]
+    advice.errno = getattr(e, "errno", None)  # ENOSPC or EDQUOT (``full``)
+    advice.space_advised = True
     return advice
 
 

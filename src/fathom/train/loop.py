@@ -28,6 +28,7 @@ from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
 from fathom.rundir import RunDir, RunWriter, uninterrupted
+from fathom.rundir.sections import Status
 from fathom.rundir.weights import cpu_state, extra_state, load_cpu_state, load_extra_state
 from fathom.train.guards import disk_full_advice, matmul_precision, recorded_threads
 from fathom.train.observe import boundary_schedule, observe, sync
@@ -60,16 +61,12 @@ def prepare_splits(cfg: RunConfig, device: torch.device) -> DataSplits:
 def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
     """Validate that ``run_dir`` can be resumed (and by ``cfg``, if given); return its config."""
     rd = RunDir(run_dir)
-    if rd.manifest.get("status") == "complete":
+    if rd.status == "complete":
         raise FathomError(f"run {str(run_dir)!r} is already complete; nothing to resume")
-    stored = rd.config
-    if cfg is not None and config_digest(cfg.model_dump(mode="json")) != rd.manifest.get(
-        "config_hash"
-    ):
+    stored, recorded_hash = rd.config, rd.recorded.config_hash
+    if cfg is not None and config_digest(cfg.model_dump(mode="json")) != recorded_hash:
         why = describe_config_change(
-            stored.model_dump(mode="json"),
-            rd.manifest.get("config_hash"),
-            cfg.model_dump(mode="json"),
+            stored.model_dump(mode="json"), recorded_hash, cfg.model_dump(mode="json")
         )
         raise FathomError(
             f"run {str(run_dir)!r} was started with another config ({why}); "
@@ -137,7 +134,7 @@ def train(
 
 def _raise_recorded(writer: RunWriter, e: BaseException, original: BaseException) -> None:
     """Record the failure ``e`` (``original`` with advice added, or itself), then raise it."""
-    unrecorded = writer.record_failure(e)  # type: ignore[arg-type]
+    unrecorded = writer.record_failure(e)
     if unrecorded is not None:
         raise unrecorded from None
     if e is original:
@@ -253,7 +250,7 @@ def _target_reached(s: Session, epoch: int, row: dict[str, Any] | None) -> str |
     )
 
 
-def _run_epochs(s: Session) -> tuple[str, str | None, int | None]:
+def _run_epochs(s: Session) -> tuple[Status, str | None, int | None]:
     """Epochs until the last, a divergence or a reached target: ``(status, reason, diverged)``."""
     cfg = s.cfg
     if s.on_progress is not None:

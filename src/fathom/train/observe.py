@@ -2,9 +2,12 @@
 
 Every instrument runs on the boundary's state and leaves it untouched (parameters,
 optimizer state, gates, train/eval flags, the training RNG). Scores are dense full-split
-accuracy and CE (:func:`fathom.train.evaluate.split_scores`; per token, with the perplexity
-``{split}/ppl``, for a next-token model: :func:`~fathom.train.evaluate.token_scores`); the selected checkpoint is
-the epoch >= 1 of minimum finite validation CE.
+accuracy and CE (:func:`fathom.train.evaluate.scores_of_split`; per token, with the perplexity
+``{split}/ppl``, for a next-token model: :func:`~fathom.train.evaluate.token_scores`), and for
+a run with a ``[loss]`` table its loss over each split, ``{split}/loss``, in the same pass;
+the selected checkpoint is the epoch >= 1 of minimum finite validation objective
+(:func:`fathom.config.run.objective_field`: the CE of the logits for the default loss, the
+``[loss]`` table's ``val/loss`` otherwise).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fathom.config.models import SPLITS, schedule_due
+from fathom.config.run import objective_field
 from fathom.rundir import uninterrupted
-from fathom.train.evaluate import split_scores, token_scores
+from fathom.train.evaluate import scores_of_split, token_scores
 
 if TYPE_CHECKING:
     from fathom.train.session import Session
@@ -46,12 +50,16 @@ def sync(device: torch.device) -> None:
 
 
 def _score_splits(s: Session, row: dict[str, Any], keep_predictions: bool) -> dict:
-    """Fill ``{split}/acc`` and ``{split}/ce``; return the predictions kept for telemetry."""
+    """Fill ``{split}/acc`` and ``{split}/ce`` (and ``{split}/loss`` for a run with a
+    ``[loss]`` table); return the predictions kept for telemetry."""
     predictions: dict[str, torch.Tensor] = {}
+    loss = s.loss
     t0 = time.perf_counter()
     for name in SPLITS:
         if name not in s.cfg.eval.splits:
             row[f"{name}/acc"], row[f"{name}/ce"] = None, None
+            if loss is not None:
+                row[f"{name}/loss"] = None
             if s.tokens:
                 row[f"{name}/ppl"] = None
             continue
@@ -62,9 +70,10 @@ def _score_splits(s: Session, row: dict[str, Any], keep_predictions: bool) -> di
             row[f"{name}/ppl"] = None if ce is None else math.exp(ce)
             continue
         preds: list[torch.Tensor] | None = [] if keep_predictions else None
-        row[f"{name}/acc"], row[f"{name}/ce"] = split_scores(
-            s.model, x, y, s.cfg.eval.batch_size, preds
-        )
+        scores = scores_of_split(s.model, x, y, s.cfg.eval.batch_size, preds, loss)
+        row[f"{name}/acc"], row[f"{name}/ce"] = scores.acc, scores.ce
+        if loss is not None:  # a [loss] table: its value over the split beside the CE
+            row[f"{name}/loss"] = scores.loss
         if preds:
             predictions[name] = torch.cat(preds)
     sync(s.device)
@@ -72,16 +81,22 @@ def _score_splits(s: Session, row: dict[str, Any], keep_predictions: bool) -> di
     return predictions
 
 
-def select(s: Session, epoch: int, val_ce: float | None) -> None:
-    """Keep the weights of minimum finite validation CE (epochs >= 1) as ``selected``."""
+def select(s: Session, epoch: int, row: dict[str, Any]) -> None:
+    """Keep the weights of minimum finite validation objective (epochs >= 1) as ``selected``:
+    the row's :func:`~fathom.config.run.objective_field` (``val/ce``, or ``val/loss`` for a
+    ``[loss]`` table). The selection records ``epoch`` and ``val_ce`` (the CE of the logits
+    there), and for a ``[loss]`` table ``val_loss``, the value it was selected by."""
     best = s.progress.best
-    if epoch < 1 or val_ce is None or not math.isfinite(val_ce):
+    field = objective_field(s.cfg)
+    key = field.replace("/", "_")
+    value = row.get(field)
+    if epoch < 1 or value is None or not math.isfinite(value):
         return
-    if best["val_ce"] is not None and val_ce >= best["val_ce"]:
+    if best.get(key) is not None and value >= best[key]:
         return
     with uninterrupted():  # the file, its entry and the selection it records
         s.progress.selected_ckpt = s.save_weights("selected", epoch)
-        best.update(epoch=epoch, val_ce=val_ce)
+        best.update({"epoch": epoch, "val_ce": row.get("val/ce"), key: value})
 
 
 def _timed_instrument(s: Session, fn, *args) -> dict[str, Any]:
@@ -149,7 +164,7 @@ def observe(s: Session, epoch: int, fields: dict[str, Any]) -> dict[str, Any] | 
     predictions: dict[str, torch.Tensor] = {}
     if evaluate:
         predictions = _score_splits(s, row, keep_predictions=tel_due)
-        select(s, epoch, row.get("val/ce"))
+        select(s, epoch, row)
     if tel_due:
         # the instrument reuses this boundary's dense predictions (no second forward pass)
         ctx = s.context(epoch, fields.get("optim/lr"))

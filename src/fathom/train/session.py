@@ -24,6 +24,7 @@ from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits
 from fathom.depth import GateController
 from fathom.errors import FathomError
+from fathom.losses.labels import LabelLoss
 from fathom.models import count_parameters
 from fathom.rundir import FORMAT, RunManifest, RunWriter, uninterrupted
 from fathom.rundir.inputs import recorded_base, run_data_config
@@ -61,6 +62,15 @@ class Session:
     def tokens(self) -> bool:
         """A next-token model's run (its kind's row says ``tokens``): scored per token."""
         return model_kind(self.cfg.model.kind).tokens
+
+    @property
+    def loss(self) -> LabelLoss | None:
+        """The ``[loss]`` table's loss of a classifier run, ``None`` for the default
+        (cross-entropy, recorded as ``{split}/ce``) and for a next-token model."""
+        if self.tokens:
+            return None
+        loss = LabelLoss.of(self.cfg.loss)
+        return None if loss.is_default else loss
 
     @property
     def manifest(self) -> RunManifest:
@@ -168,8 +178,19 @@ def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model)
     from fathom.telemetry import Recorder as TelemetryRecorder
 
     if not model_kind(cfg.model.kind).tokens:
+        loss = LabelLoss.of(cfg.loss)
+        if loss.target != "labels":  # the config refuses it; here too when telemetry=True
+            raise FathomError(
+                f"telemetry's probe instruments read the labels as the loss's targets, and "
+                f"loss {cfg.loss.name!r} needs one-hot targets: train without telemetry"
+            )
         return TelemetryRecorder(
-            cfg.telemetry, epochs=cfg.optim.epochs, splits=splits, model=model, seed=cfg.seed
+            cfg.telemetry,
+            epochs=cfg.optim.epochs,
+            splits=splits,
+            model=model,
+            seed=cfg.seed,
+            loss=loss.loss,
         )
     from fathom.models.gpt import token_loss
 

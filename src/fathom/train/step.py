@@ -11,9 +11,9 @@ and its torch-optimizer update (:func:`torch_update`) and computes its own gradi
     other optimizers: loss.backward(); group["lr"] = lr_i; optimizer.step(); zero_grad(None)
     with clip_norm:   loss.backward(); clip_grad_norm_(θ, clip_norm); then the update
 
-``CE`` is the run's loss (:func:`loss_for`): ``F.cross_entropy`` over ``[N, C]`` logits, or for
-a next-token model :func:`fathom.models.gpt.token_cross_entropy` over ``[N, T, V]`` (mean nats
-per token).
+``CE`` is the run's loss (:func:`loss_for`): its ``[loss]`` table's over ``[N, C]`` logits
+(``F.cross_entropy`` by default; :mod:`fathom.losses.labels`), or for a next-token model
+:func:`fathom.models.gpt.token_cross_entropy` over ``[N, T, V]`` (mean nats per token).
 
 The learning rate has one source, the plan (``plan.lrs``, :mod:`fathom.train.schedule`): it
 reaches the update once, as the argument of :class:`fathom.train.sgd.ActiveSGD` or, for a torch
@@ -89,16 +89,20 @@ def torch_update(optimizer: torch.optim.Optimizer, lr: float) -> None:
 Loss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def loss_for(model_kind: str) -> Loss:
-    """The training loss of a model kind's run: token cross-entropy for a kind whose row says
-    ``tokens`` (:mod:`fathom.config.model_kinds`), ``F.cross_entropy`` otherwise."""
+def loss_for(cfg) -> Loss:
+    """The training loss of a run: token cross-entropy for a model kind whose row says
+    ``tokens`` (:mod:`fathom.config.model_kinds`), else the ``[loss]`` table's
+    (:meth:`fathom.losses.labels.LabelLoss.torch_value`; the default is exactly
+    ``F.cross_entropy(z, y)``)."""
     from fathom.config.model_kinds import model_kind as row_of
 
-    if row_of(model_kind).tokens:
+    if row_of(cfg.model.kind).tokens:
         from fathom.models.gpt import token_cross_entropy
 
         return token_cross_entropy
-    return F.cross_entropy
+    from fathom.losses.labels import LabelLoss
+
+    return LabelLoss.of(cfg.loss).torch_value
 
 
 class Clipper:

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from fathom.base.terminal import OnProgress
 from fathom.config.model_kinds import model_kind
+from fathom.config.run import LossConfig
 from fathom.data import DataSplits
 from fathom.errors import FathomError
 from fathom.train.build import stream_seed
@@ -147,6 +148,8 @@ def _graph_blocker(cfg, k: int) -> str | None:
         return "gradient clipping runs eagerly"
     if model_kind(cfg.model.kind).tokens:
         return "the token cross-entropy step runs eagerly"
+    if cfg.loss != LossConfig():
+        return f"the graph path implements cross-entropy, not [loss] {cfg.loss.name!r}"
     if k > cfg.execution.max_graph_branches:
         return (
             f"{k} skippable branches give 2**{k} topologies, above the capture limit "
@@ -191,7 +194,7 @@ def make_stepper(cfg, model, optimizer, controller, splits, device) -> tuple[Ste
         return GraphStepper(model, optimizer, controller, splits, device, ex.precision), note
     clip = cfg.optim.clip_norm
     clipper = None if clip is None else Clipper(model, clip, device)
-    loss = loss_for(cfg.model.kind)
+    loss = loss_for(cfg)
     stepper = EagerStepper(
         model, optimizer, controller, splits, device, ex.precision, augmenter, loss, clipper
     )
