@@ -53,7 +53,7 @@ from fathom.config import (
 )
 from fathom.config.inputs import require_base_model
 from fathom.config.live import LiveConfig
-from fathom.config.model_kinds import model_kind
+from fathom.config.model_kinds import MODEL_KINDS, model_kind
 from fathom.config.models import Bool, Float, Int, Name
 from fathom.config.recipes import RECIPES
 from fathom.errors import FathomError, validation_message, with_suggestion
@@ -191,9 +191,10 @@ class StudyConfig(_Strict):
     @model_validator(mode="after")
     def _ciresan_base(self) -> StudyConfig:
         if not model_kind(self.base.model.kind).recipes:
+            kinds = " or ".join(repr(k) for k, row in MODEL_KINDS.items() if row.recipes)
             raise ValueError(
                 f"a study's recipes are Ciresan MLP recipes (model.recipe), but [base.model] has "
-                f"kind {self.base.model.kind!r}: use kind 'ciresan' in a study, or train "
+                f"kind {self.base.model.kind!r}: use kind {kinds} in a study, or train "
                 "that model with `fathom train` (or `fathom depth-scaling` for staged conv nets)"
             )
         return self
