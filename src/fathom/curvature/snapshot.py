@@ -173,17 +173,29 @@ def _layer_records(seam, pb, dirs: OutputDirections, diag: dict) -> tuple[list[d
     return layers, grams
 
 
-def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) -> dict:
-    def total(key: str) -> float:
-        return sum(layer[key] for layer in layers)
-
-    ce = cross_entropy(logits, labels)
+def _record(
+    seam,
+    logits,
+    labels,
+    layers: list[dict],
+    grams: list,
+    t0: float,
+    *,
+    normalization: str = NORMALIZATION,
+    definitions: dict | None = None,
+    probe_loss: float | None = None,
+    mismatch: dict | None = None,
+) -> dict:
+    """The snapshot's record: its mode and definitions, the probe, every layer's record and
+    the totals over weights. ``probe_loss`` (the run's ``[loss]`` on the probe) and its own
+    ``normalization``/``definitions`` come from :func:`loss_snapshot`; ``mismatch`` defaults
+    to softmax cross-entropy's :func:`output_mismatch`."""
     record = {
         "dtype": str(logits.dtype).removeprefix("torch."),
         "mode": "dense evaluation: eval() (BatchNorm on running statistics), every branch at "
         "gain one, dropout off; spiking nets: surrogate Jacobians",
-        "normalization": NORMALIZATION,
-        "definitions": DEFINITIONS,
+        "normalization": normalization,
+        "definitions": DEFINITIONS if definitions is None else definitions,
         "estimator": {
             **dict.fromkeys(CURVATURE_FAMILIES, "exact"),
             "kfac": "exact factors (KFC / KFAC-expand convention)",
@@ -192,7 +204,8 @@ def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) ->
         "seed": None,
         "probe_size": int(logits.shape[0]),
         "classes": int(logits.shape[1]),
-        "probe_ce_mean": float(ce.mean()),
+        **({} if probe_loss is None else {"probe_loss": probe_loss}),
+        "probe_ce_mean": float(cross_entropy(logits, labels).mean()),
         "probe_accuracy": float((logits.argmax(1) == labels).double().mean()),
         "coverage": dict(seam.coverage),
         "kfac_not_covered": [
@@ -203,12 +216,12 @@ def _record(seam, logits, labels, layers: list[dict], grams: list, t0: float) ->
             "scope": "sum over every layer's weights (biases excluded; a parameter whose name "
             "ends in 'bias' is a bias); off-diagonal blocks do not enter a trace",
             **{
-                f"{label}_weight_trace": total(f"{label}_weight_trace")
+                f"{label}_weight_trace": sum(la[f"{label}_weight_trace"] for la in layers)
                 for label in CURVATURE_FAMILIES
             },
         },
         "gradient_concentration_all_weights": gradient_concentration(sum(grams)) if grams else None,
-        "output_mismatch": output_mismatch(logits, labels),
+        "output_mismatch": output_mismatch(logits, labels) if mismatch is None else mismatch,
     }
     record["compute_s"] = time.perf_counter() - t0
     return record
@@ -257,42 +270,21 @@ def loss_snapshot(
     target = loss.targets(labels, int(logits.shape[1]), torch.float64)
     diag = exact_diagonals(model, x, target, loss=loss.loss)
     layers, grams = _layer_records(seam, pb, loss_directions(loss, logits, target), diag)
-    record = {
-        "dtype": str(logits.dtype).removeprefix("torch."),
-        "mode": "dense evaluation: eval() (BatchNorm on running statistics), every branch at "
-        "gain one, dropout off; spiking nets: surrogate Jacobians",
-        "normalization": LOSS_NORMALIZATION,
-        "definitions": {**DEFINITIONS, "loss": LOSS_DEFINITIONS[loss.loss.name]},
-        "estimator": {
-            **dict.fromkeys(CURVATURE_FAMILIES, "exact"),
-            "kfac": "exact factors (KFC / KFAC-expand convention)",
-        },
-        "samples": None,
-        "seed": None,
-        "probe_size": int(logits.shape[0]),
-        "classes": int(logits.shape[1]),
-        "probe_loss": float(loss.loss(logits, target)),
-        "probe_ce_mean": float(cross_entropy(logits, labels).mean()),
-        "probe_accuracy": float((logits.argmax(1) == labels).double().mean()),
-        "coverage": dict(seam.coverage),
-        "kfac_not_covered": [
-            {"layer": la["name"], "type": la["type"]} for la in layers if not la["kfac"]["covered"]
-        ],
-        "layers": layers,
-        "totals": {
-            "scope": "sum over every layer's weights (biases excluded; a parameter whose name "
-            "ends in 'bias' is a bias); off-diagonal blocks do not enter a trace",
-            **{
-                f"{label}_weight_trace": sum(la[f"{label}_weight_trace"] for la in layers)
-                for label in CURVATURE_FAMILIES
-            },
-        },
-        "gradient_concentration_all_weights": gradient_concentration(sum(grams)) if grams else None,
-        "output_mismatch": {
-            "rho": None,
-            "cheap_rho": None,
-            "reason": "not computed: the output mismatch is defined for softmax cross-entropy",
-        },
+    mismatch = {
+        "rho": None,
+        "cheap_rho": None,
+        "reason": "not computed: the output mismatch is defined for softmax cross-entropy",
     }
-    record["compute_s"] = time.perf_counter() - t0
+    record = _record(
+        seam,
+        logits,
+        labels,
+        layers,
+        grams,
+        t0,
+        normalization=LOSS_NORMALIZATION,
+        definitions={**DEFINITIONS, "loss": LOSS_DEFINITIONS[loss.loss.name]},
+        probe_loss=float(loss.loss(logits, target)),
+        mismatch=mismatch,
+    )
     return Snapshot(record, diag, logits)
