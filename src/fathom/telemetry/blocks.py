@@ -21,20 +21,34 @@ biases, LayerNorm gains alike), ``L_i`` example ``i``'s loss as the loss defines
 model); a parameter the loss does not reach contributes zero; ``None`` for a block without
 parameters that require gradients.
 
-The pass is its own forward and backward (``torch.autograd.grad``, never ``.backward()``),
-with hooks on the blocks, their branches and their bypasses that are removed before it
-returns; the caller holds the model read-only (:func:`fathom.telemetry.instruments.read_only`).
+Both come from the instruments' one probe pass (:meth:`fathom.telemetry.Instruments.observe`),
+with no forward or backward of their own:
+
+* ``update_rel``: :func:`watched` puts hooks on the blocks, their branches and their bypasses
+  for the probe forward only (removed before any pullback, so no per-example path ever runs
+  them) that add up ``Σ (g_b f)²`` and ``Σ s²`` in float64; they only read outputs;
+* ``grad_norm``: the probe mean gradient's squared norm per seam layer is what the
+  ``gradients`` family already has, ``||m_W||² + ||m_b||²`` (``grad/mean/weight_norm`` from
+  the layer's per-example Gram, ``||m||² = (1/N²) Σ_ij K_ij``, and ``grad/mean/bias_norm``,
+  each squared back); a block sums the layers whose parameters it owns entirely
+  (:class:`BlockPlan`). A trainable parameter of the block outside every such layer (covered
+  by a layer that also covers parameters outside the block, e.g. a weight tied across the
+  boundary, or one the seam saw unused) is differentiated directly, only those, on the same
+  graph before the seam's pullback (``torch.autograd.grad`` of the mean loss with the graph
+  kept); the stock models (GPT, Ciresan) have none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from fathom.depth import SkippableResidual
+from fathom.seam.types import Layer
 from fathom.telemetry.registry import GRAD, UPDATE
 
 
@@ -45,26 +59,31 @@ def residual_blocks(model: nn.Module) -> list[tuple[str, SkippableResidual]]:
 
 
 class _Sums:
-    """Float64 running ``Σ u²`` (the gained branch output) and ``Σ s²`` (the bypass output)."""
+    """Per block, the float64 ``Σ u²`` of each call's gained branch output and ``Σ s²`` of
+    its bypass output (0-d tensors, read back once at the end)."""
 
     def __init__(self) -> None:
-        self.update = 0.0
-        self.stream = 0.0
+        self.update: list[torch.Tensor] = []
+        self.stream: list[torch.Tensor] = []
         self.calls = 0
 
 
+def _sq(t: torch.Tensor) -> torch.Tensor:
+    """``Σ t²`` in float64 (a 0-d tensor on ``t``'s device: no host read here)."""
+    flat = t.detach().reshape(-1).to(torch.float64)
+    return torch.dot(flat, flat)
+
+
 @contextmanager
-def _watched(blocks: Sequence[tuple[str, SkippableResidual]]) -> Iterator[dict[str, _Sums]]:
-    """Hooks accumulating each block's ``||g f(x)||²`` and ``||s(x)||²`` over its calls. A
-    branch or bypass module shared between blocks is credited only to the block being run
-    (a stack of the blocks entered)."""
+def watched(blocks: Sequence[tuple[str, SkippableResidual]]) -> Iterator[dict[str, _Sums]]:
+    """Hooks accumulating each block's ``||g f(x)||²`` and ``||s(x)||²`` over its calls during
+    the forwards run inside the block; removed on exit. A branch or bypass module shared
+    between blocks is credited only to the block being run (a stack of the blocks entered).
+    The hooks only read: they change no output, and the seam's capture hooks (prepended /
+    run last) see the same calls with or without them."""
     sums = {name: _Sums() for name, _ in blocks}
     stack: list[str] = []
     handles = []
-
-    def sq(t: torch.Tensor) -> float:
-        return float(t.detach().to(torch.float64).square().sum())
-
     for name, block in blocks:
 
         def enter(_m, _args, name=name) -> None:
@@ -76,16 +95,16 @@ def _watched(blocks: Sequence[tuple[str, SkippableResidual]]) -> Iterator[dict[s
 
         def branch(_m, _args, out, name=name, block=block) -> None:
             if stack and stack[-1] == name:
-                gain = block.decide()  # dense evaluation: the evaluation gain, no draw
-                sums[name].update += sq(out) * float(gain) ** 2
+                gain = float(block.decide())  # dense evaluation: the evaluation gain, no draw
+                sums[name].update.append(_sq(out) * (gain * gain))
 
         def bypass(_m, _args, out, name=name) -> None:
             if stack and stack[-1] == name:
-                sums[name].stream += sq(out)
+                sums[name].stream.append(_sq(out))
 
         handles += [
             block.register_forward_pre_hook(enter),
-            block.register_forward_hook(leave),
+            block.register_forward_hook(leave, always_call=True),
             block.branch.register_forward_hook(branch),
             block.bypass.register_forward_hook(bypass),
         ]
@@ -96,52 +115,80 @@ def _watched(blocks: Sequence[tuple[str, SkippableResidual]]) -> Iterator[dict[s
             h.remove()
 
 
-def block_rows(
-    blocks: Sequence[tuple[str, SkippableResidual]],
-    forward: Callable[[], torch.Tensor],
-    example_sum: Callable[[torch.Tensor], torch.Tensor],
-    n: int,
-    *,
-    update: bool = True,
-    gradient: bool = True,
-) -> dict[str, float | None]:
-    """``probe/block/update_rel/{block}`` (``update``) and ``grad/block/mean_norm/{block}``
-    (``gradient``) of every block (module docstring); ``forward()`` runs the model on the
-    probe, ``example_sum(output)`` is ``Σ_i L_i`` over its ``n`` examples."""
+def update_rows(sums: Mapping[str, _Sums]) -> dict[str, float | None]:
+    """``probe/block/update_rel/{block}`` from :func:`watched`'s sums (module docstring);
+    one host read for all blocks."""
+    parts = [t for s in sums.values() for t in (*s.update, *s.stream)]
+    values = iter(torch.stack(parts).tolist() if parts else [])
     row: dict[str, float | None] = {}
-    if not blocks or not (update or gradient):
-        return row
-    with torch.set_grad_enabled(gradient), _watched(blocks) as sums:
-        out = forward()
-    if update:
-        for name, _ in blocks:
-            s = sums[name]
-            ok = s.calls > 0 and s.stream > 0.0
-            row[f"{UPDATE}/{name}"] = (s.update / s.stream) ** 0.5 if ok else None
-    if gradient:
-        params = {name: _own(block) for name, block in blocks}
-        flat = list({id(p): p for ps in params.values() for p in ps}.values())
-        mean = example_sum(out) / n  # d(mean_i L_i)/dθ
-        grads = (
-            torch.autograd.grad(mean, flat, allow_unused=True)
-            if flat and mean.requires_grad
-            else [None] * len(flat)
-        )
-        by_id = {id(p): g for p, g in zip(flat, grads, strict=True)}
-        for name, _ in blocks:
-            ps = params[name]
-            if not ps:
-                row[f"{GRAD}/{name}"] = None
-                continue
-            total = 0.0
-            for p in ps:
-                g = by_id[id(p)]
-                if g is not None:
-                    total += float(g.detach().to(torch.float64).square().sum())
-            row[f"{GRAD}/{name}"] = total**0.5
+    for name, s in sums.items():
+        update = sum(next(values) for _ in s.update)
+        stream = sum(next(values) for _ in s.stream)
+        ok = s.calls > 0 and stream > 0.0
+        row[f"{UPDATE}/{name}"] = (update / stream) ** 0.5 if ok else None
     return row
 
 
-def _own(block: nn.Module) -> list[nn.Parameter]:
-    """The block's parameters that require gradients, each once."""
-    return [p for p in block.parameters() if p.requires_grad]
+@dataclass(frozen=True)
+class BlockPlan:
+    """Where each block's mean gradient norm comes from: ``layers[b]``, the seam layers whose
+    covered parameters the block owns entirely (their squared mean-gradient norms are
+    summed), and ``direct[b]``, the block's other trainable parameters (differentiated
+    directly); ``owns[b]``: whether the block has a trainable parameter at all."""
+
+    layers: dict[str, tuple[str, ...]]
+    direct: dict[str, tuple[nn.Parameter, ...]]
+    owns: dict[str, bool]
+
+    @classmethod
+    def of(
+        cls, blocks: Sequence[tuple[str, SkippableResidual]], layers: Sequence[Layer]
+    ) -> BlockPlan:
+        covers = {la.name: {id(t) for t in la.tensors().values()} for la in layers}
+        by_layer: dict[str, tuple[str, ...]] = {}
+        direct: dict[str, tuple[nn.Parameter, ...]] = {}
+        owns: dict[str, bool] = {}
+        for name, block in blocks:
+            own = {id(p): p for p in block.parameters() if p.requires_grad}
+            whole = tuple(n for n, ids in covers.items() if ids and ids <= own.keys())
+            done = set().union(*(covers[n] for n in whole))
+            by_layer[name] = whole
+            direct[name] = tuple(p for i, p in own.items() if i not in done)
+            owns[name] = bool(own)
+        return cls(by_layer, direct, owns)
+
+    def parameters(self) -> list[nn.Parameter]:
+        """Every parameter some block takes directly, each once."""
+        return list({id(p): p for ps in self.direct.values() for p in ps}.values())
+
+    def rows(
+        self, layer_sq: Mapping[str, float], direct_sq: Mapping[int, float]
+    ) -> dict[str, float | None]:
+        """``grad/block/mean_norm/{block}`` from the layers' squared mean-gradient norms
+        (``layer_sq``; a layer absent there was not called: zero) and the directly
+        differentiated parameters' (``direct_sq`` by ``id``; absent: not reached, zero)."""
+        row: dict[str, float | None] = {}
+        for name, layers in self.layers.items():
+            if not self.owns[name]:
+                row[f"{GRAD}/{name}"] = None
+                continue
+            total = 0.0
+            for layer in layers:
+                total += layer_sq.get(layer, 0.0)
+            for p in self.direct[name]:
+                total += direct_sq.get(id(p), 0.0)
+            row[f"{GRAD}/{name}"] = total**0.5
+        return row
+
+
+def direct_squares(mean: torch.Tensor, params: Sequence[nn.Parameter]) -> dict[int, float]:
+    """``{id(θ): ||d mean/dθ||²}`` (float64) for the given parameters, on ``mean``'s graph,
+    which is kept for the pullback that follows."""
+    if not params or not mean.requires_grad:
+        return {}
+    grads = torch.autograd.grad(mean, list(params), allow_unused=True, retain_graph=True)
+    return {
+        id(p): float(g.detach().to(torch.float64).square().sum())
+        for p, g in zip(params, grads, strict=True)
+        if g is not None
+    }
