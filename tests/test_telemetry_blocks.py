@@ -52,6 +52,8 @@ def test_gpt_block_fields_match_a_float64_brute_force():
     ins = Instruments(model, x, y, families=("activations", "gradients"), loss=token_loss())
     row = ins.observe()
     assert ins.blocks == ("blocks.0", "blocks.1", "blocks.2")
+    # every block parameter comes from a whole seam layer: no gradient taken directly
+    assert ins._plan is not None and not any(ins._plan.direct.values())
     update, grad = _gpt_reference(model, x, y)
     for name in ins.blocks:
         assert row[f"{UPDATE}/{name}"] == pytest.approx(update[name], rel=1e-5)
@@ -148,3 +150,77 @@ def test_the_explorer_facets_block_fields_by_block_in_model_order():
         "blocks.2",
         "blocks.10",
     ]
+
+
+def _brute_block_grads(net: nn.Module, x, y, blocks: tuple[str, ...]) -> dict[str, float]:
+    """Float64: ``||d(mean_i L_i)/dθ||`` over each named block's parameters."""
+    ref = copy.deepcopy(net).double().eval()
+    loss = nn.functional.cross_entropy(ref(x.double()), y)
+    out = {}
+    for name in blocks:
+        ps = list(ref.get_submodule(name).parameters())
+        gs = torch.autograd.grad(loss, ps, retain_graph=True, allow_unused=True)
+        out[name] = float(sum(g.square().sum() for g in gs if g is not None) ** 0.5)
+    return out
+
+
+class _Reads(nn.Module):
+    """A branch reading its own weight and a weight owned outside its block (``other``, held
+    unregistered): the seam's layer for it covers both, so its block takes its own weight
+    directly; ``spare`` is never used (zero gradient)."""
+
+    def __init__(self, other: nn.Linear) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4) / 2)
+        self.spare = nn.Parameter(torch.randn(3))
+        self.other = [other]
+
+    def forward(self, x):
+        return torch.tanh(x @ self.w + nn.functional.linear(x, self.other[0].weight))
+
+
+class _Straddle(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Linear(3, 4)
+        self.outside = nn.Linear(4, 4, bias=False)  # owned here, read inside block a only
+        self.a = SkippableResidual(_Reads(self.outside))
+        self.b = SkippableResidual(nn.Sequential(nn.Linear(4, 4), nn.Tanh()))
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.head(self.b(self.a(torch.tanh(self.stem(x)))))
+
+
+def test_parameters_outside_whole_layers_are_taken_directly_and_match_brute_force():
+    torch.manual_seed(5)
+    net = _Straddle()
+    x, y = torch.randn(9, 3), torch.randint(0, 3, (9,))
+    ins = Instruments(net, x, y, families=("gradients",))
+    row = ins.observe()
+    layer = next(la for la in ins.layers if la.name == "a.branch")
+    assert set(layer.qualified) == {"a.branch.w", "outside.weight"}  # straddles block a
+    assert "unused" in ins.seam.coverage["a.branch.spare"]
+    plan = ins._plan
+    assert plan is not None and plan.layers["a"] == () and len(plan.direct["a"]) == 2
+    assert plan.direct["b"] == () and plan.layers["b"] == ("b.branch.0",)
+    want = _brute_block_grads(net, x, y, ("a", "b"))
+    for name in ("a", "b"):
+        assert row[f"{GRAD}/{name}"] == pytest.approx(want[name], rel=1e-5)
+
+
+def test_the_block_fields_cost_no_forward_of_their_own():
+    """One probe forward per observation, block fields included: a counter on a bypass (no
+    layer of the seam) sees exactly one call per ``observe`` once the layers are found."""
+    torch.manual_seed(3)
+    net = _Net()
+    seen = []
+    net.b.bypass.register_forward_hook(lambda *_: seen.append(1))
+    x, y = torch.randn(7, 5), torch.randint(0, 3, (7,))
+    ins = Instruments(net, x, y)
+    ins.observe()
+    before = len(seen)
+    row = ins.observe()
+    assert len(seen) - before == 1
+    assert ins._plan is not None and not any(ins._plan.direct.values())  # nor a backward
+    assert row[f"{UPDATE}/b"] is not None and row[f"{GRAD}/b"] is not None
