@@ -59,19 +59,20 @@ def residual_blocks(model: nn.Module) -> list[tuple[str, SkippableResidual]]:
 
 
 class _Sums:
-    """Per block, the float64 ``Σ u²`` of each call's gained branch output and ``Σ s²`` of
-    its bypass output (0-d tensors, read back once at the end)."""
+    """Per block, each call's float64 ``Σ f²`` of the branch output with the square of its
+    gain (``Σ (g f)² = g² Σ f²``, multiplied in Python floats at the end) and ``Σ s²`` of
+    the bypass output (0-d tensors, read back once for all blocks)."""
 
     def __init__(self) -> None:
-        self.update: list[torch.Tensor] = []
+        self.update: list[tuple[torch.Tensor, float]] = []
         self.stream: list[torch.Tensor] = []
         self.calls = 0
 
 
 def _sq(t: torch.Tensor) -> torch.Tensor:
-    """``Σ t²`` in float64 (a 0-d tensor on ``t``'s device: no host read here)."""
-    flat = t.detach().reshape(-1).to(torch.float64)
-    return torch.dot(flat, flat)
+    """``||t||_F`` accumulated in float64 (a 0-d tensor on ``t``'s device: no host read
+    here); squared back on the host (within an ulp of ``Σ t²``)."""
+    return torch.linalg.vector_norm(t.detach(), dtype=torch.float64)
 
 
 @contextmanager
@@ -79,8 +80,9 @@ def watched(blocks: Sequence[tuple[str, SkippableResidual]]) -> Iterator[dict[st
     """Hooks accumulating each block's ``||g f(x)||²`` and ``||s(x)||²`` over its calls during
     the forwards run inside the block; removed on exit. A branch or bypass module shared
     between blocks is credited only to the block being run (a stack of the blocks entered).
-    The hooks only read: they change no output, and the seam's capture hooks (prepended /
-    run last) see the same calls with or without them."""
+    The hooks only read (the sums are taken as each output is made, before anything later
+    in the forward could change it in place): they change no output, and the seam's capture
+    hooks (prepended / run last) see the same calls with or without them."""
     sums = {name: _Sums() for name, _ in blocks}
     stack: list[str] = []
     handles = []
@@ -96,7 +98,7 @@ def watched(blocks: Sequence[tuple[str, SkippableResidual]]) -> Iterator[dict[st
         def branch(_m, _args, out, name=name, block=block) -> None:
             if stack and stack[-1] == name:
                 gain = float(block.decide())  # dense evaluation: the evaluation gain, no draw
-                sums[name].update.append(_sq(out) * (gain * gain))
+                sums[name].update.append((_sq(out), gain * gain))
 
         def bypass(_m, _args, out, name=name) -> None:
             if stack and stack[-1] == name:
@@ -118,12 +120,18 @@ def watched(blocks: Sequence[tuple[str, SkippableResidual]]) -> Iterator[dict[st
 def update_rows(sums: Mapping[str, _Sums]) -> dict[str, float | None]:
     """``probe/block/update_rel/{block}`` from :func:`watched`'s sums (module docstring);
     one host read for all blocks."""
-    parts = [t for s in sums.values() for t in (*s.update, *s.stream)]
+    parts = [t for s in sums.values() for t in (*(u for u, _ in s.update), *s.stream)]
     values = iter(torch.stack(parts).tolist() if parts else [])
     row: dict[str, float | None] = {}
     for name, s in sums.items():
-        update = sum(next(values) for _ in s.update)
-        stream = sum(next(values) for _ in s.stream)
+        update = 0.0
+        for _, g2 in s.update:
+            v = next(values)
+            update += v * v * g2
+        stream = 0.0
+        for _ in s.stream:
+            v = next(values)
+            stream += v * v
         ok = s.calls > 0 and stream > 0.0
         row[f"{UPDATE}/{name}"] = (update / stream) ** 0.5 if ok else None
     return row
