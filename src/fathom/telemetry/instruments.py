@@ -320,7 +320,7 @@ class Instruments:
         total = terms.example_sum(logits)
         plan = self._plan
         direct = plan.parameters() if block_grads and plan is not None else []
-        direct_sq = direct_squares(total / n, direct)  # empty for the stock models
+        direct_sq = direct_squares(total / n, direct) if direct else {}  # none in stock models
         cots = seam.cotangents(calls, total)
         if "backprop" in fams:
             for layer in seam.layers:
