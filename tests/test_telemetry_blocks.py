@@ -224,3 +224,53 @@ def test_the_block_fields_cost_no_forward_of_their_own():
     assert len(seen) - before == 1
     assert ins._plan is not None and not any(ins._plan.direct.values())  # nor a backward
     assert row[f"{UPDATE}/b"] is not None and row[f"{GRAD}/b"] is not None
+
+
+class _Scaled(SkippableResidual):
+    """A subclass with its own ``forward`` (the stock one, then a factor): watched by hooks."""
+
+    def forward(self, x):
+        return super().forward(x) * 0.5
+
+
+def test_a_block_with_its_own_forward_is_watched_by_hooks_and_matches_brute_force():
+    torch.manual_seed(4)
+    net = _Net()
+    net.b = _Scaled(nn.Linear(6, 4), bypass=Crop(4))
+    x, y = torch.randn(7, 5), torch.randint(0, 3, (7,))
+    row = Instruments(net, x, y, families=("activations", "gradients")).observe()
+    ref = copy.deepcopy(net).double().eval()
+    h1 = ref.a(torch.relu(ref.stem(x.double())))
+    fb, sb = ref.b.branch(h1), h1[:, :4]
+    with torch.no_grad():
+        assert row[f"{UPDATE}/b"] == pytest.approx(float(fb.norm() / sb.norm()), rel=1e-5)
+    want = _brute_block_grads(net, x, y, ("a", "b"))
+    assert row[f"{GRAD}/b"] == pytest.approx(want["b"], rel=1e-5)
+
+
+def test_watching_changes_no_output_bit_and_leaves_no_trace():
+    """Both ways of watching (a stock block's wrapped ``forward``, hooks on a subclass) give
+    the model's output bit for bit, with gradients, and leave the modules as found."""
+    from fathom.telemetry.blocks import watched
+
+    torch.manual_seed(6)
+    net = _Net()
+    net.b = _Scaled(nn.Linear(6, 4), bypass=Crop(4))
+    net.eval()
+    x = torch.randn(7, 5)
+    before = [
+        (dict(vars(m)), len(m._forward_hooks), len(m._forward_pre_hooks)) for m in net.modules()
+    ]
+    want = net(x)
+    (gw,) = torch.autograd.grad(want.square().sum(), net.a.branch[0].weight)
+    blocks = residual_blocks(net)
+    with watched(blocks) as sums:
+        got = net(x)
+    (gg,) = torch.autograd.grad(got.square().sum(), net.a.branch[0].weight)
+    assert torch.equal(got, want) and torch.equal(gg, gw)
+    assert sums["a"].calls == sums["b"].calls == 1 and len(sums["a"].update) == 1
+    after = [
+        (dict(vars(m)), len(m._forward_hooks), len(m._forward_pre_hooks)) for m in net.modules()
+    ]
+    assert [(set(v), h, p) for v, h, p in after] == [(set(v), h, p) for v, h, p in before]
+    assert "forward" not in vars(net.a)

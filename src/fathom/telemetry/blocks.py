@@ -24,9 +24,10 @@ parameters that require gradients.
 Both come from the instruments' one probe pass (:meth:`fathom.telemetry.Instruments.observe`),
 with no forward or backward of their own:
 
-* ``update_rel``: :func:`watched` puts hooks on the blocks, their branches and their bypasses
-  for the probe forward only (removed before any pullback, so no per-example path ever runs
-  them) that add up ``Σ (g_b f)²`` and ``Σ s²`` in float64; they only read outputs;
+* ``update_rel``: :func:`watched` adds up ``Σ (g_b f)²`` and ``Σ s²`` in float64 during the
+  probe forward only (a stock block's own ``forward`` with its branch and bypass wrapped,
+  hooks for any other; removed before any pullback, so no per-example path ever runs them);
+  it only reads outputs;
 * ``grad_norm``: the probe mean gradient's squared norm per seam layer is what the
   ``gradients`` family already has, ``||m_W||² + ||m_b||²`` (``grad/mean/weight_norm`` from
   the layer's per-example Gram, ``||m||² = (1/N²) Σ_ij K_ij``, and ``grad/mean/bias_norm``,
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fathom.depth import SkippableResidual
+from fathom.depth import SkippableResidual, skippable_residual
 from fathom.seam.types import Layer
 from fathom.telemetry.registry import GRAD, UPDATE
 
@@ -75,24 +76,69 @@ def _sq(t: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(t.detach(), dtype=torch.float64)
 
 
+def _stock(block: SkippableResidual) -> bool:
+    """Whether ``block`` runs :class:`SkippableResidual`'s own ``forward`` (no subclass
+    override, no instance-level ``forward``)."""
+    return type(block).forward is SkippableResidual.forward and "forward" not in vars(block)
+
+
+def _watching_forward(block: SkippableResidual, name: str, sums: _Sums, stack: list[str]):
+    """``SkippableResidual.forward`` (``skippable_residual(x, branch, bypass, decide())``, the
+    same calls in the same order, so the same bits) with the branch and bypass wrapped to
+    add up their outputs' squares: exactly this block's calls, no hook involved."""
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        gain = block.decide()  # dense evaluation: the evaluation gain, no draw
+
+        def branch(h: torch.Tensor) -> torch.Tensor:
+            out = block.branch(h)
+            g = float(gain)
+            sums.update.append((_sq(out), g * g))
+            return out
+
+        def bypass(h: torch.Tensor) -> torch.Tensor:
+            out = block.bypass(h)
+            sums.stream.append(_sq(out))
+            return out
+
+        stack.append(name)
+        sums.calls += 1
+        try:
+            return skippable_residual(x, branch, bypass, gain)
+        finally:
+            stack.pop()
+
+    return forward
+
+
 @contextmanager
 def watched(blocks: Sequence[tuple[str, SkippableResidual]]) -> Iterator[dict[str, _Sums]]:
-    """Hooks accumulating each block's ``||g f(x)||²`` and ``||s(x)||²`` over its calls during
-    the forwards run inside the block; removed on exit. A branch or bypass module shared
-    between blocks is credited only to the block being run (a stack of the blocks entered).
-    The hooks only read (the sums are taken as each output is made, before anything later
-    in the forward could change it in place): they change no output, and the seam's capture
-    hooks (prepended / run last) see the same calls with or without them."""
+    """Accumulate each block's ``||g f(x)||²`` and ``||s(x)||²`` over its calls during the
+    forwards run inside the block; every trace of it is removed on exit.
+
+    A block running the stock ``forward`` gets, for the block's duration, an instance-level
+    ``forward`` that is the stock one with its branch and bypass wrapped
+    (:func:`_watching_forward`: ~2x cheaper than four hooks per block, measured on the
+    Ciresan MLP × 0.1). Any other block (a subclass with its own ``forward``) gets hooks on
+    itself, its branch and its bypass; a branch or bypass module shared between blocks is
+    credited only to the block being run (a stack of the blocks entered, which the stock
+    blocks push too). Either way the sums are taken as each output is made, before anything
+    later in the forward could change it in place, and nothing else changes: the outputs
+    are the same bits, and the seam's capture hooks on the layers inside see the same calls.
+    """
     sums = {name: _Sums() for name, _ in blocks}
     stack: list[str] = []
+    stock = [(name, block) for name, block in blocks if _stock(block)]
     handles = []
     for name, block in blocks:
+        if _stock(block):
+            continue
 
         def enter(_m, _args, name=name) -> None:
             stack.append(name)
             sums[name].calls += 1
 
-        def leave(_m, _args, _out, name=name) -> None:
+        def leave(_m, _args, _out) -> None:
             stack.pop()
 
         def branch(_m, _args, out, name=name, block=block) -> None:
@@ -110,9 +156,13 @@ def watched(blocks: Sequence[tuple[str, SkippableResidual]]) -> Iterator[dict[st
             block.branch.register_forward_hook(branch),
             block.bypass.register_forward_hook(bypass),
         ]
+    for name, block in stock:
+        vars(block)["forward"] = _watching_forward(block, name, sums[name], stack)
     try:
         yield sums
     finally:
+        for _, block in stock:
+            vars(block).pop("forward", None)
         for h in handles:
             h.remove()
 
