@@ -9,6 +9,8 @@ import copy
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from fathom.depth import Crop, SkippableResidual
@@ -274,3 +276,70 @@ def test_watching_changes_no_output_bit_and_leaves_no_trace():
     ]
     assert [(set(v), h, p) for v, h, p in after] == [(set(v), h, p) for v, h, p in before]
     assert "forward" not in vars(net.a)
+
+
+class _Stack(nn.Module):
+    """stem -> blocks (each: a Linear or Linear + Tanh branch to ``out`` features, a crop or
+    the identity as bypass, its own drop probability and convention) -> head."""
+
+    def __init__(self, d_in: int, spec: list[tuple[int, bool, float, str]], classes: int) -> None:
+        super().__init__()
+        width = spec[0][0] if spec else d_in
+        self.stem = nn.Linear(d_in, width)
+        blocks = []
+        for out, tanh, p, convention in spec:
+            out = min(out, width)
+            branch = (
+                nn.Sequential(nn.Linear(width, out), nn.Tanh()) if tanh else nn.Linear(width, out)
+            )
+            bypass = Crop(out) if out < width else None
+            blocks.append(SkippableResidual(branch, bypass, p=p, convention=convention))
+            width = out
+        self.blocks = nn.ModuleList(blocks)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        h = torch.tanh(self.stem(x))
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+_SPEC = st.lists(
+    st.tuples(
+        st.integers(2, 6),
+        st.booleans(),
+        st.sampled_from([0.0, 0.25]),
+        st.sampled_from(["inverse", "huang"]),
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(spec=_SPEC, n=st.integers(2, 9), seed=st.integers(0, 2**16))
+def test_block_fields_of_random_residual_stacks_match_a_float64_composition(spec, n, seed):
+    """Property: on any stack of blocks (widths, crops, gains, branch depth drawn), both
+    fields equal a float64 forward written out block by block, ``h = s(h) + g f(h)``, and
+    the gradient of the mean cross entropy over each block's parameters."""
+    torch.manual_seed(seed)
+    net = _Stack(4, spec, 3)
+    x, y = torch.randn(n, 4), torch.randint(0, 3, (n,))
+    row = Instruments(net, x, y, families=("activations", "gradients")).observe()
+    ref = copy.deepcopy(net).double().eval()
+    h = torch.tanh(ref.stem(x.double()))
+    want = {}
+    for i, block in enumerate(ref.blocks):
+        gain = 1.0 - block.p if block.convention == "huang" else 1.0
+        f = gain * block.branch(h)
+        s = h[:, : f.shape[1]]
+        want[f"blocks.{i}"] = float(f.detach().norm() / s.detach().norm())
+        h = s + f
+    loss = nn.functional.cross_entropy(ref.head(h), y)
+    for i, block in enumerate(ref.blocks):
+        name = f"blocks.{i}"
+        gs = torch.autograd.grad(loss, list(block.parameters()), retain_graph=True)
+        grad = float(sum(g.square().sum() for g in gs).sqrt())
+        assert row[f"{UPDATE}/{name}"] == pytest.approx(want[name], rel=1e-5), name
+        assert row[f"{GRAD}/{name}"] == pytest.approx(grad, rel=1e-4, abs=1e-9), name
