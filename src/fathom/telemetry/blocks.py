@@ -41,7 +41,7 @@ with no forward or backward of their own:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -82,27 +82,32 @@ def _stock(block: SkippableResidual) -> bool:
     return type(block).forward is SkippableResidual.forward and "forward" not in vars(block)
 
 
-def _watching_forward(block: SkippableResidual, name: str, sums: _Sums, stack: list[str]):
+def _watching_forward(
+    block: SkippableResidual, name: str, sums: _Sums, stack: list[str] | None
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """``SkippableResidual.forward`` (``skippable_residual(x, branch, bypass, decide())``, the
     same calls in the same order, so the same bits) with the branch and bypass wrapped to
-    add up their outputs' squares: exactly this block's calls, no hook involved."""
+    add up their outputs' squares: exactly this block's calls, no hook involved. ``stack``:
+    the blocks entered, kept only where some block is watched by hooks."""
+    gains: list[float] = [1.0]  # this call's gain, read by the branch wrapper
+
+    def branch(h: torch.Tensor) -> torch.Tensor:
+        out = block.branch(h)
+        sums.update.append((_sq(out), gains[0] * gains[0]))
+        return out
+
+    def bypass(h: torch.Tensor) -> torch.Tensor:
+        out = block.bypass(h)
+        sums.stream.append(_sq(out))
+        return out
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         gain = block.decide()  # dense evaluation: the evaluation gain, no draw
-
-        def branch(h: torch.Tensor) -> torch.Tensor:
-            out = block.branch(h)
-            g = float(gain)
-            sums.update.append((_sq(out), g * g))
-            return out
-
-        def bypass(h: torch.Tensor) -> torch.Tensor:
-            out = block.bypass(h)
-            sums.stream.append(_sq(out))
-            return out
-
-        stack.append(name)
+        gains[0] = float(gain)
         sums.calls += 1
+        if stack is None:
+            return skippable_residual(x, branch, bypass, gain)
+        stack.append(name)
         try:
             return skippable_residual(x, branch, bypass, gain)
         finally:
@@ -157,7 +162,9 @@ def watched(blocks: Sequence[tuple[str, SkippableResidual]]) -> Iterator[dict[st
             block.bypass.register_forward_hook(bypass),
         ]
     for name, block in stock:
-        vars(block)["forward"] = _watching_forward(block, name, sums[name], stack)
+        vars(block)["forward"] = _watching_forward(
+            block, name, sums[name], stack if handles else None
+        )
     try:
         yield sums
     finally:
