@@ -161,11 +161,11 @@ def watched(blocks: Sequence[tuple[str, SkippableResidual]]) -> Iterator[dict[st
             block.branch.register_forward_hook(branch),
             block.bypass.register_forward_hook(bypass),
         ]
-    for name, block in stock:
-        vars(block)["forward"] = _watching_forward(
-            block, name, sums[name], stack if handles else None
-        )
     try:
+        for name, block in stock:
+            vars(block)["forward"] = _watching_forward(
+                block, name, sums[name], stack if handles else None
+            )
         yield sums
     finally:
         for _, block in stock:
