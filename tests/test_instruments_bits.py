@@ -23,10 +23,12 @@ import torch
 import torch.nn.functional as F
 
 from fathom import Instruments
+from fathom.depth import SkippableResidual
 from fathom.models.ciresan import CiresanMLP
 from fathom.telemetry.field import QUANTILES, quantile_key
 from fathom.telemetry.gradient_fields import NORM_QUANTILES
 from fathom.telemetry.moments import moments_from_grams
+from fathom.telemetry.registry import GRAD, UPDATE
 
 torch.set_num_threads(1)
 
@@ -135,6 +137,42 @@ def plain_fields(model, x, y, opt, initial, layers: list[str]) -> dict[str, floa
     return row
 
 
+def plain_block_fields(model, x, y) -> dict[str, float | None]:
+    """The residual blocks' fields (:mod:`fathom.telemetry.blocks`), written out plainly:
+    branch and bypass outputs captured by hooks on the float32 model in evaluation mode and
+    squared in float64 (each block's evaluation gain is one here), and the gradient of the
+    mean cross entropy w.r.t. each block's parameters by ``autograd.grad``. Not bit for bit:
+    ``observe`` sums the squares in another order and takes the gradient norm from the
+    layer's per-example Gram, ``||m||^2 = (1/N^2) sum_ij K_ij`` (checked against float64
+    brute force in ``tests/test_telemetry_blocks.py``)."""
+    blocks = [(n, m) for n, m in model.named_modules() if isinstance(m, SkippableResidual)]
+    seen: dict[str, list[torch.Tensor]] = {}
+    handles = [
+        mod.register_forward_hook(lambda m, a, o, k=k: seen.setdefault(k, []).append(o))
+        for n, b in blocks
+        for k, mod in ((f"f/{n}", b.branch), (f"s/{n}", b.bypass))
+    ]
+    was = model.training
+    model.eval()
+    try:
+        with torch.enable_grad():
+            loss = F.cross_entropy(model(x), y)
+            row: dict[str, float | None] = {}
+            for n, b in blocks:
+                f, s = (
+                    torch.cat([t.detach().double().reshape(-1) for t in seen[k + n]])
+                    for k in ("f/", "s/")
+                )
+                row[f"{UPDATE}/{n}"] = float(f.square().sum() / s.square().sum()) ** 0.5
+                gs = torch.autograd.grad(loss, list(b.parameters()), retain_graph=True)
+                row[f"{GRAD}/{n}"] = float(sum(g.double().square().sum() for g in gs)) ** 0.5
+    finally:
+        model.train(was)
+        for h in handles:
+            h.remove()
+    return row
+
+
 def _same(a, b) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return math.copysign(1.0, a) == math.copysign(1.0, b) and (a == b or (a != a and b != b))
@@ -161,11 +199,17 @@ def test_every_field_equals_the_plain_formulas_bit_for_bit(recipe: str) -> None:
         opt.step()
         got = ins.observe(optimizer=opt)
         want = plain_fields(model, x, y, opt, initial, layers)
-        assert set(got) == set(want)
+        blocks = plain_block_fields(model, x, y)
+        assert set(got) == set(want) | set(blocks) and not set(want) & set(blocks)
         bad = [f"{k}: {got[k]!r} != {want[k]!r}" for k in want if not _same(got[k], want[k])]
         assert not bad, "\n".join(bad)
+        # relative 1e-12: the update sums in another order; 1e-5: a float32 autograd
+        # gradient against the Gram's float64 sum of float32 per-example products
+        for k, v in blocks.items():
+            assert got[k] == pytest.approx(v, rel=1e-12 if k.startswith(UPDATE) else 1e-5), k
+        assert len(blocks) == (6 if recipe == "residual" else 0)
         checked += len(want)
-    assert checked == 3 * len(ins.field_names())
+    assert checked == 3 * (len(ins.field_names()) - len(ins.blocks) * 2)
 
 
 @pytest.mark.parametrize("budget", [2**24, 100])

@@ -48,7 +48,7 @@ from fathom.seam.inputs import count, take
 from fathom.seam.key import structure_key
 from fathom.seam.pex import gram_and_bias_mean, rows_gram
 from fathom.telemetry import params as P
-from fathom.telemetry.blocks import block_rows, residual_blocks
+from fathom.telemetry.blocks import BlockPlan, direct_squares, residual_blocks, update_rows, watched
 from fathom.telemetry.distributions import quantile_key
 from fathom.telemetry.gradient_fields import NORM_QUANTILES
 from fathom.telemetry.moments import moments_from_grams, norm_quantiles
@@ -156,6 +156,8 @@ class Instruments:
         self._reused: dict[tuple[str, str], tuple[torch.Tensor, Any] | None] = {}
         self.inputs: tuple[str, ...] = ()
         self.blocks: tuple[str, ...] = ()  # the residual blocks' names (at discovery)
+        self._blocks: list = []  # (name, module) of each block (at discovery)
+        self._plan: BlockPlan | None = None  # where each block's gradient norm comes from
         self.classes = 0
         self.closed = False
 
@@ -171,6 +173,7 @@ class Instruments:
         dropped; a later :meth:`observe` is refused. Observing leaves no hook on the model
         and every piece of state as found, so nothing else needs restoring."""
         self._seam, self._key, self._held, self._names = None, None, [], None
+        self._blocks, self._plan = [], None
         self.initial, self._seen, self._scratch, self.closed = {}, {}, {}, True
         self._reused = {}
 
@@ -222,7 +225,9 @@ class Instruments:
             and (a := first_input(calls[layer.name][0].input_leaves())) is not None
             and a.requires_grad
         )
-        self.blocks = tuple(name for name, _ in residual_blocks(self.model))
+        self._blocks = residual_blocks(self.model)
+        self.blocks = tuple(name for name, _ in self._blocks)
+        self._plan = BlockPlan.of(self._blocks, seam.layers)
         for name, p in self.model.named_parameters() if self._own_initial else ():
             seen = self._seen.get(name)
             if seen is None or seen() is not p:  # a new parameter: measured from first sight
@@ -278,8 +283,6 @@ class Instruments:
             seam = self._fresh_seam()
             if fams & set(_PROBE_FAMILIES):
                 row.update(self._probe(seam, fams))
-            if fams & {"activations", "gradients"} and self.blocks:
-                row.update(self._block_rows(seam, fams))
             if "params" in fams:
                 initial = self.initial if initial_params is None else initial_params
                 row.update(self.param_fields(optimizer, initial, lr, layers=seam.layers))
@@ -287,10 +290,18 @@ class Instruments:
         return {name: row[name] for name in names}
 
     def _probe(self, seam: Seam, fams: set[str]) -> dict[str, Value]:
+        """The probe families from one forward with capture and one pullback; the residual
+        blocks' fields ride on the same pass (:mod:`fathom.telemetry.blocks`)."""
         row: dict[str, Value] = {}
         needs_delta = bool(fams & {"backprop", "gradients", "moments"})
         n = int(self.y.shape[0])
-        with torch.set_grad_enabled(needs_delta), seam.capture() as calls:
+        updates = "activations" in fams and bool(self._blocks)
+        block_grads = "gradients" in fams and bool(self._blocks)
+        with (
+            torch.set_grad_enabled(needs_delta),
+            seam.capture() as calls,
+            watched(self._blocks if updates else []) as sums,
+        ):
             logits = seam.forward(self.x)
         y, terms = self.y, self.terms
         assert terms is not None
@@ -299,36 +310,27 @@ class Instruments:
         if "activations" in fams:
             for name in self.inputs:
                 row.update(activation_row(name, calls[name], n))
+        if updates:
+            row.update(update_rows(sums))
         if not needs_delta:
             return row
         # delta_i = dL_i/dz_i: the gradient of the summed per-example losses sum_i L_i
         # (fathom.losses.Terms.example_sum) w.r.t. each layer output z; example i only
         # reaches the rows of example i, so they are dL_i/dz_i.
         total = terms.example_sum(logits)
+        plan = self._plan
+        direct = plan.parameters() if block_grads and plan is not None else []
+        direct_sq = direct_squares(total / n, direct) if direct else {}  # none in stock models
         cots = seam.cotangents(calls, total)
         if "backprop" in fams:
             for layer in seam.layers:
                 row.update(delta_row(layer.name, calls[layer.name], cots[layer.name], n))
         if fams & {"gradients", "moments"}:
-            row.update(self._gradient_rows(seam, calls, cots, n, fams))
+            layer_sq: dict[str, float] = {}
+            row.update(self._gradient_rows(seam, calls, cots, n, fams, layer_sq))
+            if block_grads and plan is not None:
+                row.update(plan.rows(layer_sq, direct_sq))
         return row
-
-    def _block_rows(self, seam: Seam, fams: set[str]) -> dict[str, Value]:
-        """Each residual block's relative update (``activations``) and mean gradient norm
-        (``gradients``): :mod:`fathom.telemetry.blocks`, its own probe pass."""
-        terms = self.terms
-        assert terms is not None
-        blocks = [(n, m) for n, m in residual_blocks(self.model) if n in set(self.blocks)]
-        return dict(
-            block_rows(
-                blocks,
-                lambda: seam.forward(self.x),
-                terms.example_sum,
-                int(self.y.shape[0]),
-                update="activations" in fams,
-                gradient="gradients" in fams,
-            )
-        )
 
     def _probe_scores(self, logits: torch.Tensor, y: torch.Tensor) -> dict[str, Value]:
         """``probe/ce`` and ``probe/acc`` (their registry definitions: cross-entropy over
@@ -349,7 +351,11 @@ class Instruments:
             "probe/acc": float((logits.argmax(dim=1) == y).double().mean()),
         }
 
-    def _gradient_rows(self, seam, calls, cots, n, fams) -> dict[str, Value]:
+    def _gradient_rows(self, seam, calls, cots, n, fams, layer_sq=None) -> dict[str, Value]:
+        """The ``gradients`` and ``moments`` rows of every layer from its per-example Gram
+        and bias mean; ``layer_sq`` (if given, with ``gradients``) gets each called layer's
+        squared mean-gradient norm ``||m_W||² + ||m_b||²`` (its two reported norms squared
+        back, for the residual blocks)."""
         row: dict[str, Value] = {}
         stats = {
             layer.name: gram_and_bias_mean(
@@ -375,6 +381,10 @@ class Instruments:
                 row[f"grad/mean/bias_norm/{layer.name}"] = (
                     None if bias_mean is None else float(bias_mean.norm())
                 )
+                if layer_sq is not None and layer.name in stats:
+                    w = 0.0 if mom is None else mom.mean_norm
+                    b = row[f"grad/mean/bias_norm/{layer.name}"]
+                    layer_sq[layer.name] = w * w + (0.0 if b is None else b * b)
             if "moments" in fams:
                 for key in _MOMENT_KEYS:
                     row[f"grad/pex/{key}/{layer.name}"] = None if mom is None else getattr(mom, key)
