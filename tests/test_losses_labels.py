@@ -689,8 +689,7 @@ def test_loss_snapshot_kfac_and_grams_are_the_losses(name, options, target):
     """On one Linear layer: the per-example gradient Gram's concentration and the exact-GGN
     Rayleigh quotient of the mean gradient equal brute force under the loss; on one example
     KFAC is exact (its diagonal error zero)."""
-    from fathom.curvature.concentration import gradient_concentration
-    from fathom.curvature.snapshot import loss_snapshot
+    from fathom.curvature.snapshot import gradient_concentration, loss_snapshot
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, CLASSES))
@@ -728,8 +727,7 @@ def test_loss_snapshot_with_the_sum_is_brute_force(name, options, target):
     the probe-mean gradient and the exact-GGN and KFAC quadratics equal a per-example float64
     loop; on one example KFAC is exact (``G (x) A`` is the GGN block: its diagonal, its
     trace ``tr G tr A`` and its quadratic along the gradient)."""
-    from fathom.curvature.concentration import gradient_concentration
-    from fathom.curvature.snapshot import loss_snapshot
+    from fathom.curvature.snapshot import gradient_concentration, loss_snapshot
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, CLASSES))

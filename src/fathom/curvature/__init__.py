@@ -4,8 +4,9 @@ Functional core: :mod:`softmax` (cancellation-resistant CE pieces), :mod:`probe`
 float64 dense-evaluation copy and the pullback of the ``C`` logit directions through
 :mod:`fathom.seam`), :mod:`twin` (that copy and its seam, cached per model structure),
 :mod:`exact` (diagonals of any model, any subset of the families), :mod:`estimate` (Monte-Carlo
-and Hutchinson diagonals with standard errors, and the ``"auto"`` choice by a budget), :mod:`concentration`,
-:mod:`kfac` (Linear / Conv2d), :mod:`mismatch`; :mod:`snapshot` assembles one record;
+and Hutchinson diagonals with standard errors, and the ``"auto"`` choice by a budget),
+:mod:`kfac` (Linear / Conv2d), :mod:`mismatch`; :mod:`snapshot` assembles one record (with the
+per-example gradients' concentration from their Gram);
 :mod:`rundir` and :mod:`cli` run it over a run directory's checkpoints.
 """
 
@@ -14,11 +15,10 @@ from fathom.base.lazy import exports
 __getattr__, __dir__, __all__ = exports(
     __name__,
     {
-        "fathom.curvature.concentration": ["gradient_concentration"],
         "fathom.curvature.estimate": ["Budget", "Estimate", "diagonals"],
         "fathom.curvature.exact": ["exact_diagonals"],
         "fathom.curvature.kfac": ["effective_rank", "gram_spectrum", "kronecker_factors"],
         "fathom.curvature.mismatch": ["output_mismatch", "solve_lyapunov_on_support"],
-        "fathom.curvature.snapshot": ["curvature_snapshot"],
+        "fathom.curvature.snapshot": ["curvature_snapshot", "gradient_concentration"],
     },
 )

@@ -8,7 +8,8 @@ and the per-example gradient Grams then need the whole probe at once: one forwar
 the seam's hooks and one batched backward of the ``C`` unit logit directions (cotangents
 ``[C, N, *out]`` per layer output, the Fisher gradients' Gram ``[N, N]``). Layers are the
 seam's (qualified module names, first-call order); KFAC covers ``nn.Linear`` and
-``nn.Conv2d`` and lists every other layer as not covered.
+``nn.Conv2d`` and lists every other layer as not covered. The per-example gradients'
+concentration (:func:`gradient_concentration`) is read off their Gram.
 
 Under a loss other than plain cross-entropy (a run's ``[loss]``, ``fathom curvature
 --loss``), :func:`loss_snapshot` records the exact diagonals of that loss
@@ -28,7 +29,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fathom.curvature.concentration import gradient_concentration
 from fathom.curvature.definitions import DEFINITIONS, NORMALIZATION
 from fathom.curvature.exact import CURVATURE_FAMILIES, OutputDirections, exact_diagonals
 from fathom.curvature.families import scaled
@@ -57,6 +57,7 @@ from fathom.losses.softmax import cross_entropy
 from fathom.seam import Layer
 from fathom.seam.inputs import first_device
 from fathom.seam.pex import linear_rows, per_example_grams, summed_gram
+from fathom.telemetry.moments import moments_from_gram
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,29 @@ def _not_kfac(layer: Layer) -> dict:
 
 def _sum(ts: list[torch.Tensor]) -> float | None:
     return float(sum(float(t.sum()) for t in ts)) if ts else None
+
+
+def gradient_concentration(gram: torch.Tensor) -> dict[str, float | None]:
+    """Concentration of per-example gradients ``g_i`` from their Gram ``K_ij = <g_i, g_j>``.
+
+    The curvature job's names for quantities defined once in
+    :func:`fathom.telemetry.moments.moments_from_gram` (``N`` examples, ``gbar = (1/N) sum_i g_i``):
+
+    * ``mean_gradient_sq_norm = ||gbar||^2 = 1^T K 1 / N^2`` (telemetry's ``mean_norm``, squared);
+    * ``covariance_trace = (1/N) sum_i ||g_i - gbar||^2 = tr(K)/N - ||gbar||^2`` (population, 1/N);
+    * ``covariance_to_mean_ratio = covariance_trace / ||gbar||^2`` (telemetry's ``noise_scale``:
+      N-1 when one example carries all the gradient; ``None`` when ``gbar = 0``);
+    * ``norm_participation = (sum_i ||g_i||)^2 / sum_i ||g_i||^2`` in ``[1, N]`` (telemetry's
+      ``participation``; ``None`` if all zero).
+    """
+    m = moments_from_gram(gram)
+    mean_sq = m.mean_norm**2
+    return {
+        "mean_gradient_sq_norm": mean_sq,
+        "covariance_trace": max(m.mean_sq_norm - mean_sq, 0.0),
+        "covariance_to_mean_ratio": m.noise_scale,
+        "norm_participation": m.participation,
+    }
 
 
 def _layer_record(layer: Layer, diag: dict, kfac: dict, gram) -> dict:
