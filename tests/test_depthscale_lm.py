@@ -13,8 +13,8 @@ import pytest
 
 from fathom.cli import main
 from fathom.depthscale.lm import make_lm_config, plan_lm_runs
-from fathom.depthscale.lm_runner import run_lm_benchmark
 from fathom.depthscale.lm_verdict import write_lm_table
+from fathom.depthscale.runner import run_lm_benchmark
 from fathom.errors import FathomError
 from fathom.rundir import RunDir
 from fathom.stats.claims import check

@@ -12,8 +12,7 @@ from rich.console import Console
 from fathom.data.cli import files_table, info, info_table
 from fathom.data.registry import DATASETS
 from fathom.depthscale.table import RunRecord as DepthRecord
-from fathom.depthscale.table import build_table
-from fathom.depthscale.terminal import print_results
+from fathom.depthscale.table import build_table, print_results
 from fathom.stats.summary import RunRecord, summarise_study
 from fathom.study.cli import progress_line, status_counts, status_table
 from fathom.study.execute import RunOutcome

@@ -115,8 +115,8 @@ def _cmd_lm_depth_scaling(args: argparse.Namespace, preset: str) -> int:
     )
     from datetime import datetime
 
-    from fathom.depthscale.lm_runner import run_lm_benchmark
     from fathom.depthscale.lm_verdict import write_lm_table
+    from fathom.depthscale.runner import run_lm_benchmark
 
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     root = Path(args.out or Path(cfg.runs_dir) / "depth_scaling" / f"gpt_{stamp}")
@@ -175,8 +175,7 @@ def _cmd_depth_scaling(args: argparse.Namespace) -> int:
     check_data_dir(cfg.data_dir, "data_dir (--data-dir)", cfg.dataset)  # never the cache silently
     check_device(cfg.device)
     from fathom.depthscale.runner import run_benchmark  # torch: only once the config is valid
-    from fathom.depthscale.table import write_table
-    from fathom.depthscale.terminal import print_results
+    from fathom.depthscale.table import print_results, write_table
 
     report, progress = _make_reporter(cfg, args.quiet)
     root = Path(args.out) if args.out else None
