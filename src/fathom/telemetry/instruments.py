@@ -42,17 +42,16 @@ from fathom.depth import dense_eval, state_kept
 from fathom.errors import FathomError
 from fathom.losses.kinds import CrossEntropy, Loss, Terms, make_loss
 from fathom.losses.layout import Selector
-from fathom.seam import Seam, discover
+from fathom.seam import Call, Seam, discover
 from fathom.seam.discovery import check_inference_mode, preserved
 from fathom.seam.inputs import count, take
 from fathom.seam.key import structure_key
 from fathom.seam.pex import gram_and_bias_mean, rows_gram
 from fathom.telemetry import params as P
 from fathom.telemetry.blocks import BlockPlan, direct_squares, residual_blocks, update_rows, watched
-from fathom.telemetry.distributions import quantile_key
+from fathom.telemetry.distributions import activation_summary, entry_summary, quantile_key
 from fathom.telemetry.gradient_fields import NORM_QUANTILES
 from fathom.telemetry.moments import moments_from_grams, norm_quantiles
-from fathom.telemetry.probe_rows import activation_row, delta_row, first_input
 from fathom.telemetry.registry import expected_names, resolve_families
 
 Value = float | int | None | list
@@ -96,6 +95,52 @@ def _joint_norm(values: list[float | None]) -> float | None:
     if len(values) == 1:
         return values[0]
     return sum(v * v for v in values) ** 0.5
+
+
+# -- per-layer probe rows: activation and backprop summaries from a layer's recorded calls
+# (example dimension first, every other entry a unit)
+
+
+def _first_input(leaves: list[Any]) -> torch.Tensor | None:
+    j = _first_index(leaves)
+    return None if j is None else leaves[j]
+
+
+def _first_index(leaves: list[Any]) -> int | None:
+    """Index of the first floating-point tensor leaf (the layer's input activation)."""
+    return next(
+        (j for j, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.is_floating_point()),
+        None,
+    )
+
+
+def _per_example_rows(t: torch.Tensor, dim: tuple[int, int] | None, n: int) -> torch.Tensor:
+    """``[N, units]``: example dimension first, every other entry a unit."""
+    if dim is None:
+        return t.detach().reshape(1, -1).expand(n, -1)
+    d, _ = dim
+    return t.detach().movedim(d, 0).reshape(n, -1)
+
+
+def _activation_row(name: str, calls: list[Call], n: int) -> dict[str, Value]:
+    parts = []
+    for call in calls:
+        leaves = call.input_leaves()
+        j = _first_index(leaves)
+        if j is not None:
+            parts.append(_per_example_rows(leaves[j], call.in_dims[j], n))
+    h = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)) if parts else torch.empty(0)
+    return {f"probe/act/{key}/{name}": v for key, v in activation_summary(h).items()}
+
+
+def _delta_row(name: str, calls: list[Call], cots: list, n: int) -> dict[str, Value]:
+    parts = []
+    for call, cot in zip(calls, cots, strict=True):
+        j = next((j for j, t in enumerate(cot) if t is not None), None)
+        if j is not None:
+            parts.append(_per_example_rows(cot[j], call.out_dims[j], n))
+    d = (parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)) if parts else torch.empty(0)
+    return {f"probe/delta/{key}/{name}": v for key, v in entry_summary(d).items()}
 
 
 class Instruments:
@@ -222,7 +267,7 @@ class Instruments:
             layer.name
             for layer in seam.layers
             if calls[layer.name]
-            and (a := first_input(calls[layer.name][0].input_leaves())) is not None
+            and (a := _first_input(calls[layer.name][0].input_leaves())) is not None
             and a.requires_grad
         )
         self._blocks = residual_blocks(self.model)
@@ -309,7 +354,7 @@ class Instruments:
             row.update(self._probe_scores(logits.detach(), y))
         if "activations" in fams:
             for name in self.inputs:
-                row.update(activation_row(name, calls[name], n))
+                row.update(_activation_row(name, calls[name], n))
         if updates:
             row.update(update_rows(sums))
         if not needs_delta:
@@ -324,7 +369,7 @@ class Instruments:
         cots = seam.cotangents(calls, total)
         if "backprop" in fams:
             for layer in seam.layers:
-                row.update(delta_row(layer.name, calls[layer.name], cots[layer.name], n))
+                row.update(_delta_row(layer.name, calls[layer.name], cots[layer.name], n))
         if fams & {"gradients", "moments"}:
             layer_sq: dict[str, float] = {}
             row.update(self._gradient_rows(seam, calls, cots, n, fams, layer_sq))
