@@ -2,7 +2,7 @@
 metadata), never from MNIST's numbers: a two-class or non-784 dataset is built to its own
 shape, or refused where its shape is unknown (:func:`fathom.data.registry.registered_shape`,
 :func:`fathom.models.build_model`, :func:`fathom.train.build.init_model`,
-:func:`fathom.train.manifest.split_classes`, :meth:`fathom.rundir.RunDir.build_model`)."""
+:func:`fathom.train.session.split_classes`, :meth:`fathom.rundir.RunDir.build_model`)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from fathom.models import build_model
 from fathom.rundir import RunDir
 from fathom.train.build import init_model
 from fathom.train.loop import train
-from fathom.train.manifest import split_classes
+from fathom.train.session import split_classes
 
 WIDTHS = (12, 10, 8)
 SHAPES = st.one_of(

@@ -220,8 +220,8 @@ def reference_final_params(cfg) -> str:
     from fathom.base.io import state_dict_digest
     from fathom.rundir.weights import cpu_state
     from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
-    from fathom.train.manifest import split_classes
     from fathom.train.plan import plan_epoch
+    from fathom.train.session import split_classes
 
     splits = synthetic_splits(**SPLITS)
     classes = split_classes(splits, cfg.data.dataset)

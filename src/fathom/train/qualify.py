@@ -80,7 +80,8 @@ def _overhead_ratios(
     manifest: RunManifest,
 ) -> tuple[float, float, float | None, float | None, float | None]:
     """``(training_s, telemetry_s, cold_s, overhead, overhead_without_cold)`` of a finished
-    run, as its manifest recorded them (the ratios: :func:`fathom.train.manifest.telemetry_record`)."""
+    run, as its manifest recorded them (the ratios: the manifest's ``telemetry``
+    section, :mod:`fathom.train.session`)."""
     clocks, tel = manifest.clocks, manifest.telemetry
     training, telemetry = float(clocks.training_s or 0.0), float(clocks.telemetry_s or 0.0)
     return (

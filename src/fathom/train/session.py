@@ -3,11 +3,14 @@
 :func:`build_session` makes, in this order (the order fixes every RNG draw): the data
 splits, the seeded model (``init`` stream, built on the CPU by ``model.kind``), the gate
 controller, the optimizer, the shuffle generator, the training RNG (``dropout`` stream), the
-recorder, the stepper and the manifest. Nothing here trains.
+recorder, the stepper and the manifest, whose ``data`` and ``telemetry`` sections are typed by
+:mod:`fathom.rundir.sections` (``docs/architecture.md`` fixes the fields) and written by
+:class:`fathom.rundir.RunWriter`. Nothing here trains.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,18 +24,21 @@ from fathom.base.terminal import OnProgress
 from fathom.config import RunConfig
 from fathom.config.model_kinds import model_kind
 from fathom.data import DataSplits
+from fathom.data.paths import paths_base
 from fathom.data.prepare import prepare_splits
+from fathom.data.registry import registered_shape
+from fathom.data.splits import splits_digest
 from fathom.depth import GateController
 from fathom.errors import FathomError
 from fathom.losses.labels import LabelLoss
 from fathom.models import count_parameters
 from fathom.rundir import FORMAT, RunManifest, RunWriter, uninterrupted
 from fathom.rundir.inputs import recorded_base, run_data_config
+from fathom.rundir.sections import Data, Telemetry
 from fathom.rundir.weights import cpu_state
 from fathom.telemetry.context import EpochContext
 from fathom.train.allocator import tune_cpu_allocator
 from fathom.train.build import build_controller, build_optimizer, init_model, stream_seed
-from fathom.train.manifest import dataset_record, split_classes, telemetry_record
 from fathom.train.protocols import Recorder, Stepper
 from fathom.train.state import Progress, rng_state, set_rng_state
 from fathom.train.steppers import make_stepper, step_ticker
@@ -160,7 +166,7 @@ class Session:
             epochs_completed=done.epoch,
             steps_completed=done.step,
             clocks=vars(done.clocks),
-            telemetry=telemetry_record(
+            telemetry=_telemetry_record(
                 done.clocks, rec is not None, layers, changes, rec.left_out if rec else None
             ),
             training_order=done.order_digest,
@@ -205,6 +211,74 @@ def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model)
     )
 
 
+def split_classes(splits: DataSplits, dataset: str) -> int:
+    """The class count of the run's data: ``splits.info["classes"]`` (every data source sets
+    it), else the registered ``dataset``'s when the examples have its size; refused
+    otherwise (splits of other data without the count), never a guessed 10."""
+    if splits.info.get("classes") is not None:
+        return int(splits.info["classes"])
+    what = 'the class count (splits.info["classes"])'
+    classes, shape = registered_shape(dataset, what)
+    if splits.fit_x[0].numel() != math.prod(shape):
+        raise FathomError(
+            f"{what} not given, and the examples ({list(splits.fit_x.shape[1:])}) are not "
+            f"dataset {dataset!r}'s ({list(shape)}); set splits.info['classes'] from the data"
+        )
+    return classes
+
+
+def _dataset_record(splits: DataSplits, cfg, base: str | None = None) -> Data:
+    """The manifest's ``data`` section: files and their content hashes, split, the split
+    tensors' digest (:func:`splits_digest`), sizes, shapes, and the directory the config's
+    relative data paths are relative to (``info.paths_base``: ``base``, the one a resumed run
+    recorded, else the working directory, :func:`fathom.data.paths.paths_base`)."""
+    info = dict(splits.info)
+    info["classes"] = split_classes(splits, cfg.data.dataset)
+    info["in_features"] = int(splits.fit_x[0].numel())
+    info["input_shape"] = [int(d) for d in splits.fit_x.shape[1:]]
+    info["input_dtype"] = str(splits.fit_x.dtype).removeprefix("torch.")
+    if (base := base or paths_base(cfg.data)) is not None:
+        info["paths_base"] = base  # what the config's relative data paths are relative to
+    return Data(
+        dataset=cfg.data.dataset,
+        files=info.pop("files", {}),
+        split_mode=info.get("mode", cfg.data.split),
+        split_seed=cfg.data.split_seed,
+        split_hash=splits.split_hash,
+        tensors_sha256=splits_digest(splits),
+        sizes={
+            "fit": int(splits.fit_y.shape[0]),
+            "val": int(splits.val_y.shape[0]),
+            "test": int(splits.test_y.shape[0]),
+        },
+        info=info,
+    )
+
+
+def _telemetry_record(
+    clocks,
+    enabled: bool,
+    layers: list[dict[str, Any]] | None,
+    schema_changes: list[dict[str, Any]] | None = None,
+    left_out: dict[str, str] | None = None,
+) -> Telemetry:
+    """``total_s``, ``cold_s``, the overhead ratios telemetry clock / training clock
+    (``tel / train`` and ``(tel - cold) / train``, ``None`` before any training time), the
+    instrumented ``layers`` and the recorder's ``schema_changes`` (field-set changes) and the families an alias left out (``left_out``, ``None`` when none)."""
+    tel, train = clocks.telemetry_s, clocks.training_s
+    cold = clocks.telemetry_cold_s
+    return Telemetry(
+        enabled=enabled,
+        total_s=tel,
+        cold_s=cold,
+        overhead_ratio=tel / train if train > 0 else None,
+        overhead_ratio_without_cold=(tel - (cold or 0.0)) / train if train > 0 else None,
+        layers=layers,
+        schema_changes=schema_changes,
+        families_left_out=left_out or None,
+    )
+
+
 def _new_manifest(
     s: Session, allocator_tuned: bool, note: str | None, phase: str | None
 ) -> RunManifest:
@@ -221,7 +295,7 @@ def _new_manifest(
             "config": config_json,
             "config_hash": config_digest(config_json),
             "source_hash": source_hash(),
-            "data": dataset_record(s.splits, cfg, recorded_base(s.writer.recorded)),
+            "data": _dataset_record(s.splits, cfg, recorded_base(s.writer.recorded)),
             "model": {
                 "kind": cfg.model.kind,
                 "class": type(s.model).__name__,
