@@ -117,6 +117,10 @@ def _norm_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
     m, x, g = layer.module, call.input_leaves()[0].detach(), cot[0]
     if call.in_dims[0] is None or call.out_dims[0] != call.in_dims[0]:
         raise FathomError(f"layer {layer.name!r}: input and output need one example dimension")
+    if layer.kind == "batchnorm" and not directions:
+        fused = _batchnorm_grads(m, x, g, call.in_dims[0], n, "bias" in layer.params)
+        if fused is not None:
+            return fused
     if layer.kind == "batchnorm":
         shape = [1, -1] + [1] * (x.dim() - 2)
         x_hat = (x - m.running_mean.view(shape)).mul_(
@@ -132,6 +136,57 @@ def _norm_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
     out = {"weight": _per_example_sum(x_hat.mul_(g) if fits else g * x_hat, ex, k, feat, n, lead)}
     if "bias" in layer.params:
         out["bias"] = _per_example_sum(g, ex, k, feat, n, lead)
+    return out
+
+
+def _batchnorm_grads(m, x, g, dim, n: int, bias: bool) -> dict[str, torch.Tensor] | None:
+    """Eval-mode BatchNorm, examples first: ``g_i(w)_c = rstd_c sum_t delta_itc (x_itc -
+    mu_c)`` and ``g_i(b)_c = sum_t delta_itc`` in one fused pass, by torch's own
+    BatchNorm backward (``aten.native_batch_norm_backward``, running statistics, no input
+    gradient) run on the input viewed as one example with ``N*k*C`` channels
+    (``[N*k, C, ...] -> [1, N*k*C, prod(...)]``, the running statistics repeated per row), so
+    that each of its channels is one (row, channel) pair; the ``k`` rows of an example are
+    then summed. ``rstd_c = 1 / sqrt(var_c + eps)``. The formula of :func:`_norm_grads`
+    with its product ``x_hat * delta`` never stored (the same terms, summed in the
+    kernel's order: the last bits may differ). ``None`` where the layout does not fit (the
+    example dimension not first, a strided tensor, no running statistics): the caller takes
+    the general path."""
+    ex, k = dim
+    mean, var = m.running_mean, m.running_var
+    fits = (
+        ex == 0
+        and x.dim() >= 2
+        and mean is not None
+        and var is not None
+        and g.shape == x.shape
+        and g.dtype == x.dtype == mean.dtype == var.dtype
+        and x.is_contiguous()
+        and g.is_contiguous()
+    )
+    if not fits:
+        return None
+    rows = x.shape[0]
+    flat = (1, rows * x.shape[1], -1)
+    _, w, b = torch.ops.aten.native_batch_norm_backward(
+        g.reshape(flat),
+        x.reshape(flat),
+        None,
+        mean.repeat(rows),
+        var.repeat(rows),
+        None,
+        None,
+        False,
+        m.eps,
+        [False, True, bias],
+    )
+
+    def per_example(t: torch.Tensor) -> torch.Tensor:
+        t = t.view(n, k, x.shape[1])
+        return t.squeeze(1) if k == 1 else t.sum(dim=1)
+
+    out = {"weight": per_example(w)}
+    if bias:
+        out["bias"] = per_example(b)
     return out
 
 

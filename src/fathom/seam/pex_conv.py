@@ -17,6 +17,11 @@ from fathom.errors import FathomError
 from fathom.seam.types import Call, Layer
 
 UNFOLD_ELEMENTS = 2**24  # per chunk of examples: unfolded patches + stacked cotangents
+# One direction: patches and one batched matmul (in place of the grouped convolution) where
+# an example's patch has at most this many entries (``C_in * kernel size``: a stem reading
+# a few image channels, where the grouped kernel is slow), in chunks of this many elements.
+PATCH_COLUMNS = 32
+PATCH_ELEMENTS = 2**18
 
 
 def conv_form(layer: Layer, call: Call, cot: list, n: int, directions: bool):
@@ -58,6 +63,34 @@ def _conv_weight_grads(m, x: torch.Tensor, g: torch.Tensor, n: int) -> torch.Ten
     return grads.view(n, *w.shape)
 
 
+def _conv_weight_grads_patches(m, x: torch.Tensor, g: torch.Tensor, n: int, conv1d: bool):
+    """Per-example ``dW`` ``[N, *W.shape]`` of a convolution with one row per example, by
+    patches: ``g_i = Delta_i U_i^T`` with ``U_i [C_in*kk, P]`` example ``i``'s patches (a
+    strided view of the zero-padded input, channel-major like ``W.reshape(C_out, -1)``,
+    copied one chunk of examples at a time) and ``Delta_i [C_out, P]`` its cotangent: one
+    ``bmm`` per chunk. Cheaper than the grouped convolution where ``C_in * kk`` is small."""
+    if conv1d:
+        x, g = x.unsqueeze(2), g.unsqueeze(2)
+    ks, st, pad, dil = _conv_geometry(m, conv1d)
+    if any(pad):
+        x = F.pad(x, (pad[1], pad[1], pad[0], pad[0]))
+    c_out, ho, wo = g.shape[1], g.shape[-2], g.shape[-1]
+    sn, sc, sh, sw = x.stride()
+    cols = x.shape[1] * ks[0] * ks[1]
+    rows = g.reshape(n, c_out, ho * wo)
+    out = torch.empty(n, c_out, cols, dtype=g.dtype, device=g.device)
+    per = max(1, PATCH_ELEMENTS // max(1, cols * ho * wo))
+    for s in range(0, n, per):
+        b = min(per, n - s)
+        u = x.as_strided(
+            (b, x.shape[1], ks[0], ks[1], ho, wo),
+            (sn, sc, dil[0] * sh, dil[1] * sw, st[0] * sh, st[1] * sw),
+            x.storage_offset() + s * sn,
+        ).reshape(b, cols, ho * wo)
+        torch.bmm(rows[s : s + b], u.transpose(1, 2), out=out[s : s + b])
+    return out.view(n, *m.weight.shape)
+
+
 def _conv_geometry(m, conv1d: bool):
     """``(kernel, stride, padding, dilation)`` as 2-D tuples (a Conv1d is a 1 x k Conv2d)."""
     if conv1d:
@@ -96,7 +129,8 @@ def conv_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
     """Convolution: ``g_i(W) = sum_t delta_it u_it^T`` over output positions ``t`` and the
     ``k`` rows of example ``i``: for several directions by unfolded patches and one batched
     matmul (:func:`_conv_weight_grads_unfolded`), for one as a grouped-convolution weight
-    gradient (:func:`_conv_weight_grads`, no unfolded copy)."""
+    gradient (:func:`_conv_weight_grads`, no unfolded copy), or where an example's patch
+    is small (:data:`PATCH_COLUMNS`) by patches (:func:`_conv_weight_grads_patches`)."""
     where = f"layer {layer.name!r}"
     x, d_cot = call.input_leaves()[0].detach(), cot[0]
     if call.in_dims[0] is None or call.in_dims[0][0] != 0 or call.out_dims[0][0] != 0:
@@ -104,8 +138,13 @@ def conv_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
     k = call.in_dims[0][1]
     slices = d_cot if directions else d_cot.unsqueeze(0)
     out: dict[str, torch.Tensor] = {}
+    small = x.shape[1] * layer.module.weight[0, 0].numel() <= PATCH_COLUMNS
     if slices.shape[0] > 1:
         out["weight"] = _conv_weight_grads_unfolded(layer, x, slices, n, k)
+    elif k == 1 and small and slices.dtype == x.dtype:
+        conv1d = layer.kind == "conv1d"
+        g = _conv_weight_grads_patches(layer.module, x, slices[0], n, conv1d)
+        out["weight"] = g.unsqueeze(0)
     else:
         fold = x.unflatten(0, (n, k)).transpose(0, 1).reshape(k, -1, *x.shape[2:])
         gk = slices[0].unflatten(0, (n, k)).transpose(0, 1).reshape(k, -1, *slices.shape[3:])
