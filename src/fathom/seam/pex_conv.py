@@ -22,6 +22,9 @@ UNFOLD_ELEMENTS = 2**24  # per chunk of examples: unfolded patches + stacked cot
 # a few image channels, where the grouped kernel is slow), in chunks of this many elements.
 PATCH_COLUMNS = 32
 PATCH_ELEMENTS = 2**18
+# One direction, grouped convolution: chunks of examples of at most this many input and
+# cotangent elements (the kernel's reordered copies of them stay small and in cache)
+GROUPED_ELEMENTS = 2**19
 
 
 def conv_form(layer: Layer, call: Call, cot: list, n: int, directions: bool):
@@ -61,6 +64,26 @@ def _conv_weight_grads(m, x: torch.Tensor, g: torch.Tensor, n: int) -> torch.Ten
         [False, True, False],
     )[1]
     return grads.view(n, *w.shape)
+
+
+def _conv_weight_grads_chunked(m, x: torch.Tensor, g: torch.Tensor, n: int, k: int):
+    """Per-example ``dW`` ``[N, *W.shape]`` by :func:`_conv_weight_grads`, one chunk of
+    examples (:data:`GROUPED_ELEMENTS`) at a time (each example's gradient is its own group:
+    chunking changes no bit); ``x`` ``[N*k, C_in, ...]``, ``g`` ``[N*k, C_out, ...]``."""
+    xs, gs = x.unflatten(0, (n, k)), g.unflatten(0, (n, k))
+    per = max(1, GROUPED_ELEMENTS // max(1, xs[0].numel() + gs[0].numel()))
+
+    def one(s: int, b: int) -> torch.Tensor:
+        fold = xs[s : s + b].transpose(0, 1).reshape(k, -1, *x.shape[2:])
+        gk = gs[s : s + b].transpose(0, 1).reshape(k, -1, *g.shape[2:])
+        return _conv_weight_grads(m, fold, gk, b)
+
+    if per >= n:
+        return one(0, n)
+    out = torch.empty(n, *m.weight.shape, dtype=g.dtype, device=g.device)
+    for s in range(0, n, per):
+        out[s : s + per] = one(s, min(per, n - s))
+    return out
 
 
 def _conv_weight_grads_patches(m, x: torch.Tensor, g: torch.Tensor, n: int, conv1d: bool):
@@ -146,9 +169,7 @@ def conv_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
         g = _conv_weight_grads_patches(layer.module, x, slices[0], n, conv1d)
         out["weight"] = g.unsqueeze(0)
     else:
-        fold = x.unflatten(0, (n, k)).transpose(0, 1).reshape(k, -1, *x.shape[2:])
-        gk = slices[0].unflatten(0, (n, k)).transpose(0, 1).reshape(k, -1, *slices.shape[3:])
-        out["weight"] = _conv_weight_grads(layer.module, fold, gk, n).unsqueeze(0)
+        out["weight"] = _conv_weight_grads_chunked(layer.module, x, slices[0], n, k).unsqueeze(0)
     if "bias" in layer.params:
         g = slices.unflatten(1, (n, k))  # [D, N, k, C_out, ...]
         out["bias"] = g.sum(dim=(2, *range(4, g.dim())))
