@@ -9,10 +9,13 @@ rows of example ``i`` (e.g. ``dL_i/dz_i`` for the unaveraged per-example loss ``
 * **conv1d / conv2d** (:mod:`fathom.seam.pex_conv`): the same with ``a_it`` the input patch at
   output position ``t``; for one direction the sum over positions is the weight gradient of
   one grouped convolution whose groups are the examples (``aten.convolution_backward``, no
-  unfolded copy of the patches), for ``D`` directions one batched matmul of the unfolded
-  patches with the ``D`` cotangents stacked as rows;
+  unfolded copy of the patches, one chunk of examples at a time), or, where an example's
+  patch is small (a stem on a few image channels), one batched matmul of its patches; for
+  ``D`` directions one batched matmul of the unfolded patches with the ``D`` cotangents
+  stacked as rows;
 * **batchnorm / layernorm** (eval-mode BatchNorm, LayerNorm): ``g_i(w) = sum_t delta_it *
-  x_hat_it``, ``g_i(b) = sum_t delta_it``;
+  x_hat_it``, ``g_i(b) = sum_t delta_it``; for BatchNorm with the examples first, both in one
+  fused pass of torch's own BatchNorm backward over ``N*C`` channels;
 * **embedding** (:mod:`fathom.seam.pex_embedding`): ``g_i(W)[v] = sum_{t: tok_it = v} delta_it``;
 * **attention** (:mod:`fathom.seam.pex_attention`): projections as linear maps over positions;
 * **generic**: ``g_i = vjp(theta -> module(theta; inputs_i), delta_i)`` by ``torch.func``

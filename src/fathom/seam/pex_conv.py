@@ -4,8 +4,10 @@ With ``u_it`` example ``i``'s input patch at output position ``t`` (``F.unfold``
 channel-major like ``W.reshape(C_out, -1)``; a Conv1d is a ``1 x k`` Conv2d) and ``delta_it``
 its output cotangent, ``g_i(W) = sum_t delta_it u_it^T`` over the positions and the ``k``
 rows of each example, ``g_i(b) = sum_t delta_it``. One direction: the weight gradient of one
-grouped convolution whose groups are the examples (no unfolded copy); ``D`` directions: the
-patches unfolded once and one batched matmul with the directions stacked as rows.
+grouped convolution whose groups are the examples (no unfolded copy), one chunk of examples at
+a time, or where ``C_in * kernel size`` is small the patches (a strided view of the padded
+input) and one batched matmul; ``D`` directions: the patches unfolded once and one batched
+matmul with the directions stacked as rows.
 """
 
 from __future__ import annotations
