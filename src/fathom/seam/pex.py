@@ -9,10 +9,13 @@ rows of example ``i`` (e.g. ``dL_i/dz_i`` for the unaveraged per-example loss ``
 * **conv1d / conv2d** (:mod:`fathom.seam.pex_conv`): the same with ``a_it`` the input patch at
   output position ``t``; for one direction the sum over positions is the weight gradient of
   one grouped convolution whose groups are the examples (``aten.convolution_backward``, no
-  unfolded copy of the patches), for ``D`` directions one batched matmul of the unfolded
-  patches with the ``D`` cotangents stacked as rows;
+  unfolded copy of the patches, one chunk of examples at a time), or, where an example's
+  patch is small (a stem on a few image channels), one batched matmul of its patches; for
+  ``D`` directions one batched matmul of the unfolded patches with the ``D`` cotangents
+  stacked as rows;
 * **batchnorm / layernorm** (eval-mode BatchNorm, LayerNorm): ``g_i(w) = sum_t delta_it *
-  x_hat_it``, ``g_i(b) = sum_t delta_it``;
+  x_hat_it``, ``g_i(b) = sum_t delta_it``; for BatchNorm with the examples first, both in one
+  fused pass of torch's own BatchNorm backward over ``N*C`` channels;
 * **embedding** (:mod:`fathom.seam.pex_embedding`): ``g_i(W)[v] = sum_{t: tok_it = v} delta_it``;
 * **attention** (:mod:`fathom.seam.pex_attention`): projections as linear maps over positions;
 * **generic**: ``g_i = vjp(theta -> module(theta; inputs_i), delta_i)`` by ``torch.func``
@@ -117,6 +120,10 @@ def _norm_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
     m, x, g = layer.module, call.input_leaves()[0].detach(), cot[0]
     if call.in_dims[0] is None or call.out_dims[0] != call.in_dims[0]:
         raise FathomError(f"layer {layer.name!r}: input and output need one example dimension")
+    if layer.kind == "batchnorm" and not directions:
+        fused = _batchnorm_grads(m, x, g, call.in_dims[0], n, "bias" in layer.params)
+        if fused is not None:
+            return fused
     if layer.kind == "batchnorm":
         shape = [1, -1] + [1] * (x.dim() - 2)
         x_hat = (x - m.running_mean.view(shape)).mul_(
@@ -132,6 +139,57 @@ def _norm_grads(layer, call, cot, n, directions) -> dict[str, torch.Tensor]:
     out = {"weight": _per_example_sum(x_hat.mul_(g) if fits else g * x_hat, ex, k, feat, n, lead)}
     if "bias" in layer.params:
         out["bias"] = _per_example_sum(g, ex, k, feat, n, lead)
+    return out
+
+
+def _batchnorm_grads(m, x, g, dim, n: int, bias: bool) -> dict[str, torch.Tensor] | None:
+    """Eval-mode BatchNorm, examples first: ``g_i(w)_c = rstd_c sum_t delta_itc (x_itc -
+    mu_c)`` and ``g_i(b)_c = sum_t delta_itc`` in one fused pass, by torch's own
+    BatchNorm backward (``aten.native_batch_norm_backward``, running statistics, no input
+    gradient) run on the input viewed as one example with ``N*k*C`` channels
+    (``[N*k, C, ...] -> [1, N*k*C, prod(...)]``, the running statistics repeated per row), so
+    that each of its channels is one (row, channel) pair; the ``k`` rows of an example are
+    then summed. ``rstd_c = 1 / sqrt(var_c + eps)``. The formula of :func:`_norm_grads`
+    with its product ``x_hat * delta`` never stored (the same terms, summed in the
+    kernel's order: the last bits may differ). ``None`` where the layout does not fit (the
+    example dimension not first, a strided tensor, no running statistics): the caller takes
+    the general path."""
+    ex, k = dim
+    mean, var = m.running_mean, m.running_var
+    fits = (
+        ex == 0
+        and x.dim() >= 2
+        and mean is not None
+        and var is not None
+        and g.shape == x.shape
+        and g.dtype == x.dtype == mean.dtype == var.dtype
+        and x.is_contiguous()
+        and g.is_contiguous()
+    )
+    if not fits:
+        return None
+    rows = x.shape[0]
+    flat = (1, rows * x.shape[1], -1)
+    _, w, b = torch.ops.aten.native_batch_norm_backward(
+        g.reshape(flat),
+        x.reshape(flat),
+        None,
+        mean.repeat(rows),
+        var.repeat(rows),
+        None,
+        None,
+        False,
+        m.eps,
+        [False, True, bias],
+    )
+
+    def per_example(t: torch.Tensor) -> torch.Tensor:
+        t = t.view(n, k, x.shape[1])
+        return t.squeeze(1) if k == 1 else t.sum(dim=1)
+
+    out = {"weight": per_example(w)}
+    if bias:
+        out["bias"] = per_example(b)
     return out
 
 
