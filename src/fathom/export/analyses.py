@@ -86,8 +86,8 @@ class Analyses:
 
 
 def _params_hash(run: RunData, epoch: int) -> str | None:
-    entry = (run.manifest.get("checkpoints") or {}).get(str(epoch)) or {}
-    return entry.get("params_sha256")
+    entry = run.recorded.checkpoints.get(str(epoch))
+    return None if entry is None else entry.params_sha256
 
 
 def _same_weights(run: RunData, epoch: int, recorded: Any) -> bool:
@@ -132,7 +132,7 @@ def _audit_record(run: RunData, out: Analyses) -> dict[str, Any] | None:
         for record in (audit or {}).get("runs", []):
             if record.get("run_id") != run.run_id:
                 continue
-            if record.get("config_hash") != run.manifest.get("config_hash"):
+            if record.get("config_hash") != run.recorded.config_hash:
                 out.notes.append(
                     f"run {run.run_id}: {path} audited another config; left out (audit again)"
                 )

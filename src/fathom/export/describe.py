@@ -47,7 +47,7 @@ NOT_HYPERPARAMETERS: dict[str, str] = {
 
 def as_trained(run: RunData) -> dict[str, Any]:
     """What the run trained, as dotted keys (module docstring); entries it cannot know are absent."""
-    m = run.manifest
+    m = run.recorded
     model = run.config.get("model") or {}
     out: dict[str, Any] = {}
     from fathom.config.model_kinds import recorded_model
@@ -57,15 +57,12 @@ def as_trained(run: RunData) -> dict[str, Any]:
         from fathom.models import kind_function
 
         out["model.widths"] = list(kind_function(recorded[0].widths)(recorded[1]))
-    params = (m.get("model") or {}).get("parameters")
-    if isinstance(params, int):
-        out["model.parameters"] = params
-    device = (m.get("environment") or {}).get("device")
-    if isinstance(device, str):
-        out["device"] = device
-    path = (m.get("execution") or {}).get("path")
-    if isinstance(path, str):
-        out["execution.path"] = path
+    if m.model.parameters is not None:
+        out["model.parameters"] = m.model.parameters
+    if m.environment.device is not None:
+        out["device"] = m.environment.device
+    if m.execution.path is not None:
+        out["execution.path"] = m.execution.path
     return out
 
 

@@ -42,7 +42,8 @@ def wandb_id(run_id: str) -> str:
 
 
 def run_config(run: RunData) -> dict[str, Any]:
-    """The run's config sections at the top, ``trained`` and ``fathom`` beside them."""
+    """The run's config sections at the top, ``trained`` and ``fathom`` beside them (the
+    manifest's ``hashes``, ``data``, ``environment`` and ``clocks`` verbatim, as written)."""
     m = run.manifest
     clash = sorted(set(run.config) & set(_RESERVED))
     if clash:
@@ -55,8 +56,8 @@ def run_config(run: RunData) -> dict[str, Any]:
             **dict(run.config),
             "trained": as_trained(run),
             "fathom": {
-                "config_hash": m.get("config_hash"),
-                "source_hash": m.get("source_hash"),
+                "config_hash": run.recorded.config_hash,
+                "source_hash": run.recorded.source_hash,
                 "hashes": m.get("hashes"),
                 "data": m.get("data"),
                 "environment": m.get("environment"),
@@ -69,15 +70,14 @@ def run_config(run: RunData) -> dict[str, Any]:
 
 
 def run_summary(run: RunData) -> dict[str, Any]:
-    m = run.manifest
-    selected = m.get("selected") or {}
+    m = run.recorded
     out = {
-        "fathom/status": m.get("status"),
-        "fathom/epochs_completed": m.get("epochs_completed"),
-        "fathom/selected_epoch": selected.get("epoch"),
-        "fathom/selected_val_ce": selected.get("val_ce"),
+        "fathom/status": m.status,
+        "fathom/epochs_completed": m.epochs_completed,
+        "fathom/selected_epoch": m.selected.epoch,
+        "fathom/selected_val_ce": m.selected.val_ce,
     }
-    out.update({f"fathom/clock/{k}": v for k, v in (m.get("clocks") or {}).items()})
+    out.update({f"fathom/clock/{k}": v for k, v in m.clocks.items()})
     return out
 
 
@@ -119,30 +119,28 @@ def analyses_by_epoch(run: RunData) -> tuple[dict[int, dict[str, float]], list[s
 
 
 def _checkpoint_aliases(run: RunData, epoch: int) -> list[str]:
-    m = run.manifest
+    m = run.recorded
     aliases = [f"epoch-{epoch}"]
-    aliases += [w for w in ("selected", "final") if (m.get(w) or {}).get("epoch") == epoch]
+    aliases += [w for w, at in (("selected", m.selected), ("final", m.final)) if at.epoch == epoch]
     return aliases
 
 
 def checked_checkpoints(run: RunData) -> list[dict[str, Any]]:
     """The manifest's checkpoints (epoch order), each file checked against its SHA-256."""
     out = []
-    for key, entry in sorted(
-        (run.manifest.get("checkpoints") or {}).items(), key=lambda kv: int(kv[0])
-    ):
-        path = run.path / entry["file"]
-        if not path.is_file() or sha256_file(path) != entry.get("sha256"):
+    for key, entry in sorted(run.recorded.checkpoints.items(), key=lambda kv: int(kv[0])):
+        path = run.path / entry.file
+        if not path.is_file() or sha256_file(path) != entry.sha256:
             raise FathomError(
-                f"run {run.run_id!r}: checkpoint {entry['file']} is missing or differs from the "
+                f"run {run.run_id!r}: checkpoint {entry.file} is missing or differs from the "
                 "SHA-256 its manifest records; export without --checkpoints, or train the run again"
             )
         out.append(
             {
                 "epoch": int(key),
-                "file": entry["file"],
-                "sha256": entry["sha256"],
-                "params_sha256": entry.get("params_sha256"),
+                "file": entry.file,
+                "sha256": entry.sha256,
+                "params_sha256": entry.params_sha256,
                 "aliases": _checkpoint_aliases(run, int(key)),
             }
         )
