@@ -780,15 +780,18 @@ def test_what_reports_read_of_a_manifest_is_typed_and_the_config_kept_as_written
         "test",
     )
     assert (rec.study, rec.phase, rec.status) == ("s", "tuning", "complete")
-    assert rec.config.as_json() is config and rec.config.optim.lr == 1.0
+    assert rec.config.as_json() == config and rec.config.optim.lr == 1.0
+    assert type(rec.config.as_json()["optim"]["lr"]) is int  # as written, not coerced
     assert rec.telemetry.layer_names == ["stem"]
     assert list(rec.clocks.items()) == [("training_s", 0), ("elapsed_s", 1.5), ("other_s", None)]
+    assert rec.selected.as_json() == {"epoch": 2, "val_loss": 0.25}
     assert type(rec.clocks["training_s"]) is int
     assert (rec.selected.epoch, rec.selected.val_loss, rec.final.epoch) == (2, 0.25, None)
     assert (rec.model.parameters, rec.execution.path) == (12, "eager")
     bare = read_recorded({"run_id": "r", "config": None, "telemetry": None}, "test")
     assert bare.config.as_json() == {} and bare.telemetry.layer_names is None
-    assert "epoch" not in bare.selected.given() and bare.clocks == {}
+    assert "epoch" not in bare.selected.given() and bare.clocks is None
+    assert "selected" not in bare.given() and bare.selected.as_json() == {}
 
 
 def test_audit_rows_are_typed_and_a_malformed_row_is_refused_naming_it(tmp_path):

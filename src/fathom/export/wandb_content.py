@@ -14,6 +14,7 @@ from fathom.export.analyses import run_analyses
 from fathom.export.common import flatten_row, in_export_units, is_matrix, units_table
 from fathom.export.describe import as_trained
 from fathom.report.runs import RunData
+from fathom.rundir.record import RecordedRun
 
 TABLE_SUFFIX = "_table"
 CHART = "wandb/confusion_matrix/v1"
@@ -43,8 +44,8 @@ def wandb_id(run_id: str) -> str:
 
 def run_config(run: RunData) -> dict[str, Any]:
     """The run's config sections at the top, ``trained`` and ``fathom`` beside them (the
-    manifest's ``hashes``, ``data``, ``environment`` and ``clocks`` verbatim, as written)."""
-    m = run.manifest
+    manifest's ``hashes``, ``data``, ``environment`` and ``clocks`` as written)."""
+    m = run.recorded
     clash = sorted(set(run.config) & set(_RESERVED))
     if clash:
         raise FathomError(
@@ -56,17 +57,20 @@ def run_config(run: RunData) -> dict[str, Any]:
             **dict(run.config),
             "trained": as_trained(run),
             "fathom": {
-                "config_hash": run.recorded.config_hash,
-                "source_hash": run.recorded.source_hash,
-                "hashes": m.get("hashes"),
-                "data": m.get("data"),
-                "environment": m.get("environment"),
-                "clocks": m.get("clocks"),
+                "config_hash": m.config_hash,
+                "source_hash": m.source_hash,
+                **{s: _as_written(m, s) for s in ("hashes", "data", "environment")},
+                "clocks": m.clocks,
                 "export": run.metadata(),
                 "units": units_table([run]),
             },
         }
     )
+
+
+def _as_written(m: RecordedRun, section: str) -> dict[str, Any] | None:
+    """``section`` of the manifest as written; ``None`` where it records none."""
+    return getattr(m, section).as_json() if section in m.given() else None
 
 
 def run_summary(run: RunData) -> dict[str, Any]:
@@ -77,7 +81,7 @@ def run_summary(run: RunData) -> dict[str, Any]:
         "fathom/selected_epoch": m.selected.epoch,
         "fathom/selected_val_ce": m.selected.val_ce,
     }
-    out.update({f"fathom/clock/{k}": v for k, v in m.clocks.items()})
+    out.update({f"fathom/clock/{k}": v for k, v in (m.clocks or {}).items()})
     return out
 
 

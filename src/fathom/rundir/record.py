@@ -104,9 +104,24 @@ class _Given(BaseModel):
     written before some of them existed), keys this version does not compare ignored, and a
     section written as ``null`` read as absent. :meth:`given` tells a recorded field from an
     absent one: an absent field is never compared (it was not recorded), a recorded ``null``
-    is."""
+    is. :meth:`as_json` is the section's object as written (every key, unvalidated): what a
+    view that shows a section verbatim (a report's provenance, the W&B config) shows."""
 
     model_config = ConfigDict(extra="ignore")
+    _json: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_as_written(cls, data: Any, handler: Any) -> Any:
+        section = handler(data)
+        if isinstance(data, dict):
+            section._json = data
+        return section
+
+    def as_json(self) -> dict[str, Any]:
+        """The section's object as the manifest records it (``{}`` where it records none); a
+        copy, so that a caller's change reaches no other reader."""
+        return dict(self._json)
 
     @model_validator(mode="before")
     @classmethod
@@ -146,10 +161,6 @@ class RecordedInfo(_Given):
     paths_base: str | None = None
     unigram_val_ce: float | None = None
     unigram_val_ppl: float | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        """The object as the manifest records it (the keys it holds, its own ones included)."""
-        return self.model_dump(exclude_unset=True)
 
 
 class RecordedData(_Given):
@@ -216,20 +227,6 @@ class RecordedConfig(_Given):
     model: RecordedModel = Field(default_factory=RecordedModel)
     epochs: int | None = None
     seed: int | None = None
-    _json: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _keep_as_recorded(cls, data: Any, handler: Any) -> Any:
-        config = handler(data)
-        if isinstance(data, dict):
-            config._json = data
-        return config
-
-    def as_json(self) -> dict[str, Any]:
-        """The config object as the manifest records it, every key included, unvalidated
-        (``{}`` where the manifest records none)."""
-        return self._json
 
     @field_validator("epochs", mode="before")
     @classmethod
@@ -305,7 +302,7 @@ class RecordedRun(_Given):
     validated by :class:`fathom.config.LiveConfig` where used), and what reports and exports
     read of a run (:mod:`fathom.report.runs`: identity, status, phase, study, the selected and
     final epochs, data sizes, telemetry layers, checkpoints, ``clocks``: ``{name: seconds}``
-    in the order written). A format-3 manifest holds every field
+    in the order written, ``None`` where not recorded). A format-3 manifest holds every field
     (:class:`RunManifest`); one of format 1 or 2 may lack any, and a field it lacks is not
     compared (:meth:`_Given.given`). Parsed by :func:`fathom.rundir.manifest.read_recorded`,
     which refuses a section of the wrong shape naming it."""
@@ -314,11 +311,13 @@ class RecordedRun(_Given):
     study: str | None = None
     phase: str | None = None
     status: str | None = None
+    status_reason: str | None = None
     config_hash: str | None = None
     source_hash: str | None = None
     source_changes: list[SourceChange] = Field(default_factory=list)
     epochs_completed: int | None = None
     steps_completed: int | None = None
+    diverged_epoch: int | None = None
     config: RecordedConfig = Field(default_factory=RecordedConfig)
     data: RecordedData = Field(default_factory=RecordedData)
     model: RecordedBuilt = Field(default_factory=RecordedBuilt)
@@ -330,12 +329,12 @@ class RecordedRun(_Given):
     selected: RecordedSelected = Field(default_factory=RecordedSelected)
     failure: RecordedFailure = Field(default_factory=RecordedFailure)
     live: dict[str, Any] = Field(default_factory=dict)
-    clocks: dict[str, int | float | None] = Field(default_factory=dict)
+    clocks: dict[str, int | float | None] | None = None
     checkpoints: dict[str, WeightsEntry] = Field(default_factory=dict)
     selected_checkpoint: WeightsEntry | None = None
     integrity: Integrity | None = None
 
-    @field_validator("source_changes", "checkpoints", "live", "clocks", mode="before")
+    @field_validator("source_changes", "checkpoints", "live", mode="before")
     @classmethod
     def _none_is_empty(cls, value: Any, info: ValidationInfo) -> Any:
         if value is not None:
