@@ -191,11 +191,12 @@ class RecordedHashes(_Given):
 
 
 class RecordedOptim(_Given):
-    """``config.optim``: the planned ``epochs`` (``None``: not a whole number, unknown) and
-    the learning rate ``lr``."""
+    """``config.optim``: the planned ``epochs`` (``None``: not a whole number, unknown), the
+    learning rate ``lr`` and the ``batch_size``."""
 
     epochs: int | None = None
     lr: float | None = None
+    batch_size: int | None = None
 
     @field_validator("epochs", mode="before")
     @classmethod
@@ -216,17 +217,30 @@ class RecordedModel(_Given):
     recipe: str | None = None
 
 
+class RecordedDataConfig(_Given):
+    """``config.data``: the ``dataset`` name, its ``split`` (``fit-val``, ``fit-all``), a text
+    corpus's ``context`` (tokens per window) and the ``fit_subset`` / ``eval_subset`` sizes."""
+
+    dataset: str | None = None
+    split: str | None = None
+    context: int | None = None
+    fit_subset: int | None = None
+    eval_subset: int | None = None
+
+
 class RecordedConfig(_Given):
     """The config fields read without validating the config (any kind): ``optim.epochs`` and
     ``optim.lr`` of a run, ``epochs`` of older kinds, ``checkpoints.resume_every``, the
-    ``seed`` and the ``model``'s kind and recipe. :meth:`as_json` is the whole config object
+    ``seed``, the ``model``'s kind and recipe, the ``data`` it names and the run's ``tags``. :meth:`as_json` is the whole config object
     as recorded (what a report shows and an export logs verbatim)."""
 
     optim: RecordedOptim = Field(default_factory=RecordedOptim)
     checkpoints: RecordedCheckpointing = Field(default_factory=RecordedCheckpointing)
     model: RecordedModel = Field(default_factory=RecordedModel)
+    data: RecordedDataConfig = Field(default_factory=RecordedDataConfig)
     epochs: int | None = None
     seed: int | None = None
+    tags: dict[str, Any] | None = None
 
     @field_validator("epochs", mode="before")
     @classmethod
