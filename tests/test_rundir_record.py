@@ -763,7 +763,12 @@ def test_what_reports_read_of_a_manifest_is_typed_and_the_config_kept_as_written
     recorded (ints stay ints, unknown keys kept); a ``null`` section reads as absent."""
     from fathom.rundir.manifest import read_recorded
 
-    config = {"optim": {"lr": 1, "epochs": 3}, "seed": 7, "tags": {"a": [1]}}
+    config = {
+        "optim": {"lr": 1, "epochs": 3, "batch_size": 32},
+        "seed": 7,
+        "tags": {"arm": "x"},
+        "data": {"dataset": "mnist", "split": "fit-val", "fit_subset": 600, "mine": [1]},
+    }
     rec = read_recorded(
         {
             "run_id": "r",
@@ -782,6 +787,15 @@ def test_what_reports_read_of_a_manifest_is_typed_and_the_config_kept_as_written
     assert (rec.study, rec.phase, rec.status) == ("s", "tuning", "complete")
     assert rec.config.as_json() == config and rec.config.optim.lr == 1.0
     assert type(rec.config.as_json()["optim"]["lr"]) is int  # as written, not coerced
+    data = rec.config.data
+    assert (data.dataset, data.split, data.fit_subset, data.context) == (
+        "mnist",
+        "fit-val",
+        600,
+        None,
+    )
+    assert data.as_json() == config["data"] and "context" not in data.given()
+    assert (rec.config.optim.batch_size, rec.config.tags) == (32, {"arm": "x"})
     assert rec.telemetry.layer_names == ["stem"]
     assert list(rec.clocks.items()) == [("training_s", 0), ("elapsed_s", 1.5), ("other_s", None)]
     assert rec.selected.as_json() == {"epoch": 2, "val_loss": 0.25}
