@@ -321,7 +321,7 @@ def test_curvature_rows_are_exported_exactly_when_they_describe_the_weights(
     from fathom.export.analyses import run_analyses
 
     path = tmp_path_factory.mktemp("curv")
-    checkpoints = {str(e): {"params_sha256": f"h{e}"} for e in rows}
+    checkpoints = {str(e): {"file": f"e{e}", "params_sha256": f"h{e}"} for e in rows}
     summary = [
         {"epoch": e, "params_sha256": f"h{e}" if same else "other", **cols}
         for e, (same, cols) in sorted(rows.items())

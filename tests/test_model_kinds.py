@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import ast
 import inspect
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -24,6 +27,7 @@ from fathom.audit import run as audit_run
 from fathom.config import DataConfig, RunConfig, validate_run_config
 from fathom.config.inputs import check_inputs
 from fathom.config.model_kinds import (
+    DEFAULT_KIND,
     MODEL_KINDS,
     ModelKind,
     ModelSpec,
@@ -263,6 +267,40 @@ def test_a_kinds_widths_are_those_its_builder_makes(name: str) -> None:
     assert stated == _BUILT_WIDTHS[name](built)
     run = RunData(Path("r"), "r", {"config": {"model": cfg.model_dump()}}, [])
     assert as_trained(run)["model.widths"] == stated
+
+
+def test_a_kinds_widths_are_stated_without_torch() -> None:
+    """Every row's widths function lives in a module without torch, so that a study's
+    scale-down sentence (before any run) and an export state the widths importing none."""
+    code = (
+        "import importlib, sys\n"
+        "from fathom.config.model_kinds import MODEL_KINDS\n"
+        "for row in MODEL_KINDS.values():\n"
+        "    if row.widths:\n"
+        "        module, _, name = row.widths.partition(':')\n"
+        "        cfg = row.config.model_validate({})\n"
+        "        assert getattr(importlib.import_module(module), name)(cfg)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_lyapunov_refusal_names_the_kinds_of_the_table(monkeypatch) -> None:
+    """Which models the Lyapunov instruments need is the rows' ``lyapunov`` column: a kind
+    registered with it is named in the refusal, one with a user's factory as "providing it"."""
+    health = RunConfig().health.model_copy(update={"enabled": True})
+    cfg = RunConfig().model_copy(update={"health": health})
+    with pytest.raises(ValueError, match=r"\(model.kind 'staged_conv', or a 'python' model "):
+        cfg._epochs_in_range()
+    monkeypatch.setitem(MODEL_KINDS, "toy", replace(TOY, lyapunov=True))
+    with pytest.raises(ValueError, match=r"model.kind 'staged_conv', 'toy', or a 'python'"):
+        cfg._epochs_in_range()
+
+
+def test_a_model_table_without_kind_is_the_default_kind() -> None:
+    assert RunConfig.model_validate({"model": {"width_mult": 0.5}}).model.kind == DEFAULT_KIND
+    assert MODEL_KINDS[DEFAULT_KIND].recipes  # the historical Ciresan default
 
 
 def test_a_model_table_this_version_cannot_read_is_said_so() -> None:

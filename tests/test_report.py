@@ -257,7 +257,15 @@ def test_optional_sections_and_figures(study: Path, tmp_path: Path) -> None:
     ]
     ckpt = {"epoch": 3, "masks": masks, "by_size": {"1": {"damage": 0.5}}}
     audit = {
-        "runs": [{"run_id": "residual-s101", "checkpoints": {"selected": ckpt}}],
+        "runs": [
+            {
+                "run_id": "residual-s101",
+                "arm": "residual",
+                "recipe": "residual",
+                "seed": 101,
+                "checkpoints": {"selected": ckpt},
+            }
+        ],
         "aggregate": {
             "resilience": {"digit_1": {"mean": 0.9, "n": 3}, "digit_4": {"mean": 0.8, "n": 3}}
         },

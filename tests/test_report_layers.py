@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 from fathom.report import load_runs
 from fathom.report.html import explorer_payload
 from fathom.report.layers import align_layers
+from fathom.report.runs import RunData
 from synthetic_runs import synthetic_history, telemetry_names, write_run
 
 RES = ["stem", "blocks.0.res.branch", "blocks.1.res.branch", "head"]
 PLAIN = ["stem", "blocks.0.res", "blocks.1.res", "head"]
 
 
-def _run(run_id: str, layers: list[str] | None) -> SimpleNamespace:
+def _run(run_id: str, layers: list[str] | None) -> RunData:
     telemetry = {"layers": [{"name": n} for n in layers]} if layers else {}
-    return SimpleNamespace(run_id=run_id, manifest={"telemetry": telemetry})
+    return RunData(Path(run_id), run_id, {"telemetry": telemetry}, [])
 
 
 def test_positions_align_and_unlisted_runs_match_by_name() -> None:

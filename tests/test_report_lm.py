@@ -12,7 +12,6 @@ import math
 import shutil
 from html.parser import HTMLParser
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -24,7 +23,7 @@ from fathom.report import build_report
 from fathom.report.curvtables import trace_table
 from fathom.report.lazy import expanded
 from fathom.report.lm import lm_html
-from fathom.report.runs import load_runs
+from fathom.report.runs import RunData, load_runs
 from fathom.report.telemetry_tables import nonlinearity
 from fathom.rundir import RunDir
 from fathom.train.loop import train
@@ -240,8 +239,8 @@ def test_an_exact_language_model_snapshot_is_labelled_exact(study):
     assert "estimator" not in [c.key for c in t.columns] and t.note.startswith("Every trace exact")
 
 
-def _run(model: dict) -> SimpleNamespace:
-    return SimpleNamespace(config={"model": model})
+def _run(model: dict) -> RunData:
+    return RunData(Path("r"), "r", {"config": {"model": model}}, [])
 
 
 def test_the_activation_table_names_the_models_nonlinearity():

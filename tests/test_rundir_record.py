@@ -758,6 +758,98 @@ def test_curvature_and_audit_records_hold_the_files_objects_unchanged(tmp_path):
     assert got.wall_s == 2.5 and got.settings == {"checkpoints": ["final"]}
 
 
+def test_what_reports_read_of_a_manifest_is_typed_and_the_config_kept_as_written():
+    """Status, phase, study, layers, clocks, the selected loss and the config object as
+    recorded (ints stay ints, unknown keys kept); a ``null`` section reads as absent."""
+    from fathom.rundir.manifest import read_recorded
+
+    config = {
+        "optim": {"lr": 1, "epochs": 3, "batch_size": 32},
+        "seed": 7,
+        "tags": {"arm": "x"},
+        "data": {"dataset": "mnist", "split": "fit-val", "fit_subset": 600, "mine": [1]},
+    }
+    rec = read_recorded(
+        {
+            "run_id": "r",
+            "study": "s",
+            "phase": "tuning",
+            "status": "complete",
+            "config": config,
+            "telemetry": {"layers": [{"name": "stem", "type": "Conv2d"}, {"type": "x"}]},
+            "clocks": {"training_s": 0, "elapsed_s": 1.5, "other_s": None},
+            "selected": {"epoch": 2, "val_loss": 0.25},
+            "model": {"kind": "ciresan", "class": "C", "parameters": 12},
+            "execution": {"path": "eager"},
+        },
+        "test",
+    )
+    assert (rec.study, rec.phase, rec.status) == ("s", "tuning", "complete")
+    assert rec.config.as_json() == config and rec.config.optim.lr == 1.0
+    assert type(rec.config.as_json()["optim"]["lr"]) is int  # as written, not coerced
+    data = rec.config.data
+    assert (data.dataset, data.split, data.fit_subset, data.context) == (
+        "mnist",
+        "fit-val",
+        600,
+        None,
+    )
+    assert data.as_json() == config["data"] and "context" not in data.given()
+    assert (rec.config.optim.batch_size, rec.config.tags) == (32, {"arm": "x"})
+    assert rec.telemetry.layer_names == ["stem"]
+    assert list(rec.clocks.items()) == [("training_s", 0), ("elapsed_s", 1.5), ("other_s", None)]
+    assert rec.selected.as_json() == {"epoch": 2, "val_loss": 0.25}
+    assert type(rec.clocks["training_s"]) is int
+    assert (rec.selected.epoch, rec.selected.val_loss, rec.final.epoch) == (2, 0.25, None)
+    assert (rec.model.parameters, rec.execution.path) == (12, "eager")
+    bare = read_recorded({"run_id": "r", "config": None, "telemetry": None}, "test")
+    assert bare.config.as_json() == {} and bare.telemetry.layer_names is None
+    assert "epoch" not in bare.selected.given() and bare.clocks is None
+    assert "selected" not in bare.given() and bare.selected.as_json() == {}
+
+
+def test_audit_rows_are_typed_and_a_malformed_row_is_refused_naming_it(tmp_path):
+    """``runs`` rows read as :class:`AuditedRun` (unknown keys kept, a ``missing`` checkpoint
+    not audited); a row without its seed is refused naming the row, or noted with notes."""
+    from fathom.rundir import read_audit
+
+    row = {
+        "run_id": "main-plain-s1",
+        "path": "main-plain-s1",
+        "arm": "plain",
+        "recipe": "plain",
+        "seed": 1,
+        "status": "complete",
+        "config_hash": "c",
+        "split_hash": "s",
+        "checkpoints": {"final": {"epoch": 4, "k": 3}, "selected": {"missing": "no weights"}},
+        "flags": {"final": []},
+        "later": [1],
+    }
+    (tmp_path / "audit").mkdir()
+    path = tmp_path / "audit" / "audit.json"
+    path.write_text(json.dumps({"kind": "study", "runs": [row]}))
+    (got,) = read_audit(tmp_path).runs
+    assert (got.run_id, got.arm, got.recipe, got.seed, got.config_hash) == (
+        "main-plain-s1",
+        "plain",
+        "plain",
+        1,
+        "c",
+    )
+    assert got.audited("final") == {"epoch": 4, "k": 3}
+    assert got.audited("selected") is None and got.audited("other") is None
+    assert got.model_dump() == row  # every key kept as written
+    bad = {k: v for k, v in row.items() if k != "seed"}
+    path.write_text(json.dumps({"kind": "study", "runs": [row, bad]}))
+    with pytest.raises(
+        FathomError, match=r"runs\[1\] is not an audited run \(seed: Field required"
+    ):
+        read_audit(tmp_path)
+    notes: list[str] = []
+    assert read_audit(tmp_path, notes) is None and "runs[1]" in notes[0]
+
+
 def test_an_unreadable_curvature_file_is_noted_with_notes_and_refused_without(tmp_path):
     from fathom.rundir import read_audit, read_curvature
 

@@ -45,9 +45,11 @@ class ModelKind:
     drop_schedule: str | None  # "fathom.models.X:function"(cfg, epochs) -> DropSchedule | None
     label: Callable[[Any, Mapping[str, Any]], str]  # (model config, run tags) -> audit family
     widths: str | None
-    """``"fathom.models.X:function"``(cfg) -> ``tuple[int, ...]``: the hidden widths its builder
-    makes from the config (after ``width_mult``), as the exports' "as trained" states them;
-    ``None``: the model shapes itself (a user's factory) and the kind states no widths."""
+    """``"fathom.models.specs:function"``(cfg) -> ``tuple[int, ...]``: the hidden widths its
+    builder makes from the config (after ``width_mult``), as the exports' "as trained" and a
+    study's scale-down sentence state them; a function of a module without torch
+    (:mod:`fathom.models.specs`), so that stating them costs none; ``None``: the model shapes
+    itself (a user's factory) and the kind states no widths."""
     size: Callable[[Any], str]
     """(model config) -> the model's size in its own config's terms, as the report's "what
     was run" states it (``width × 0.1``, ``4 blocks of width 128``)."""
@@ -98,7 +100,7 @@ MODEL_KINDS: dict[str, ModelKind] = {
             shape="in_features",
             drop_schedule="fathom.models.ciresan:drop_schedule",
             label=lambda model, tags: model.recipe,
-            widths="fathom.models.ciresan:hidden_widths",
+            widths="fathom.models.specs:ciresan_widths",
             size=_width_mult,
             recipes=True,
         ),
@@ -109,7 +111,7 @@ MODEL_KINDS: dict[str, ModelKind] = {
             shape="input_shape",
             drop_schedule=None,
             label=_staged_label,
-            widths="fathom.models.convnet:hidden_widths",
+            widths="fathom.models.specs:staged_conv_widths",
             size=_width_mult,
             lyapunov=True,
             no_branches=_staged_no_branches,
@@ -135,7 +137,7 @@ MODEL_KINDS: dict[str, ModelKind] = {
             shape="input_shape",
             drop_schedule="fathom.models.gpt:drop_schedule",
             label=lambda model, tags: f"gpt-l{model.layers}-w{model.width}",
-            widths="fathom.models.gpt:hidden_widths",
+            widths="fathom.models.specs:gpt_widths",
             size=lambda model: f"{model.layers} blocks of width {model.width}",
             tokens=True,
             nonlinearity=lambda model: "GELU",
@@ -144,7 +146,7 @@ MODEL_KINDS: dict[str, ModelKind] = {
 }
 """The table (module docstring), in the order errors list the kinds."""
 
-_DEFAULT_KIND = "ciresan"
+DEFAULT_KIND = "ciresan"
 """The kind of a ``[model]`` table without ``kind``: the Ciresan MLP (the historical default)."""
 
 
@@ -164,7 +166,7 @@ def recorded_model(model: Mapping[str, Any]) -> tuple[ModelKind, BaseModel] | No
     explicitly, for a kind this version has no row for or a table it no longer validates (a
     run recorded by another version): its reader then states nothing of the model, never
     another kind's answer."""
-    row = MODEL_KINDS.get(str(model.get("kind", _DEFAULT_KIND)))
+    row = MODEL_KINDS.get(str(model.get("kind", DEFAULT_KIND)))
     if row is None:
         return None
     try:

@@ -20,7 +20,7 @@ from pydantic import (
 
 from fathom.config.limits import MAX_EPOCHS, MAX_EXAMPLES, SEED_BOUND
 from fathom.config.live import LiveConfig
-from fathom.config.model_kinds import MODEL_KINDS, ModelSpec, model_kind
+from fathom.config.model_kinds import DEFAULT_KIND, MODEL_KINDS, ModelSpec, model_kind
 from fathom.config.models import (
     EVERY_FIELD,
     SPLITS,
@@ -341,6 +341,18 @@ class _LossTable(_Strict):
     loss: LossConfig
 
 
+def _lyapunov_models() -> str:
+    """The models that may provide ``lyapunov_blocks()``, from the kinds' ``lyapunov`` column:
+    ``model.kind 'staged_conv', or a 'python' model providing it`` (a kind with a user's
+    factory provides them only where its model does)."""
+    rows = [row for row in MODEL_KINDS.values() if row.lyapunov]
+    built = ", ".join(repr(row.name) for row in rows if row.factory is None)
+    factories = " or ".join(repr(row.name) for row in rows if row.factory is not None)
+    said = [f"model.kind {built}"] if built else []
+    said += [f"a {factories} model providing it"] if factories else []
+    return ", or ".join(said)
+
+
 class RunConfig(_Strict):
     """One training run. ``tags`` are labels a driver attaches (e.g. a depth-scaling arm);
     they never change training. ``live`` (:mod:`fathom.config.live`) is excluded from
@@ -380,10 +392,11 @@ class RunConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _default_model_kind(cls, data: Any) -> Any:
-        """``[model]`` without ``kind`` is the Ciresan MLP (the historical default)."""
+        """``[model]`` without ``kind`` is the table's default kind
+        (:data:`fathom.config.model_kinds.DEFAULT_KIND`: the Ciresan MLP)."""
         model = data.get("model") if isinstance(data, dict) else None
         if isinstance(model, dict) and "kind" not in model:
-            data = {**data, "model": {"kind": "ciresan", **model}}
+            data = {**data, "model": {"kind": DEFAULT_KIND, **model}}
         return data
 
     @model_validator(mode="after")
@@ -413,7 +426,7 @@ class RunConfig(_Strict):
         if not model_kind(self.model.kind).lyapunov and (self.regularizer or self.health.enabled):
             raise ValueError(
                 "the Lyapunov regularizer and the health instrument need a model with "
-                "lyapunov_blocks() (model.kind 'staged_conv', or a 'python' model providing it)"
+                f"lyapunov_blocks() ({_lyapunov_models()})"
             )
         return self
 

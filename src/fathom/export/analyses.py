@@ -32,7 +32,9 @@ from typing import Any
 
 from fathom.base.io import sha256_file
 from fathom.base.units import percent
+from fathom.errors import FathomError
 from fathom.report.runs import RunData
+from fathom.rundir.record import AuditedRun, AuditRecord, CurvatureSummary
 
 _CURVATURE_FILE = Path("curvature") / "summary.json"
 _AUDIT_FILE = Path("audit") / "audit.json"
@@ -86,8 +88,8 @@ class Analyses:
 
 
 def _params_hash(run: RunData, epoch: int) -> str | None:
-    entry = (run.manifest.get("checkpoints") or {}).get(str(epoch)) or {}
-    return entry.get("params_sha256")
+    entry = run.recorded.checkpoints.get(str(epoch))
+    return None if entry is None else entry.params_sha256
 
 
 def _same_weights(run: RunData, epoch: int, recorded: Any) -> bool:
@@ -108,7 +110,8 @@ def _read(path: Path, out: Analyses) -> Any:
 def _curvature(run: RunData, out: Analyses) -> None:
     path = run.path / _CURVATURE_FILE
     summary = _read(path, out) if path.exists() else None
-    for row in (summary or {}).get("rows", []):
+    rows = CurvatureSummary.from_json(summary).rows if summary else []
+    for row in rows:
         epoch = row.get("epoch")
         if not isinstance(epoch, int):
             continue
@@ -126,13 +129,20 @@ def _curvature(run: RunData, out: Analyses) -> None:
             out.add(f"curvature/{key}", epoch, value)
 
 
-def _audit_record(run: RunData, out: Analyses) -> dict[str, Any] | None:
+def _audit_record(run: RunData, out: Analyses) -> AuditedRun | None:
+    """The run's row of its own audit, else of its study's (:class:`AuditedRun`, typed by the
+    one reader's record); a file holding a malformed row is named in ``notes`` and left out."""
     for path in (run.path / _AUDIT_FILE, run.path.parent / _AUDIT_FILE):
         audit = _read(path, out) if path.exists() else None
-        for record in (audit or {}).get("runs", []):
-            if record.get("run_id") != run.run_id:
+        try:
+            records = AuditRecord.from_json(audit, str(path)).runs if audit else []
+        except FathomError as e:
+            out.notes.append(f"{e}; left out")
+            continue
+        for record in records:
+            if record.run_id != run.run_id:
                 continue
-            if record.get("config_hash") != run.manifest.get("config_hash"):
+            if record.config_hash != run.recorded.config_hash:
                 out.notes.append(
                     f"run {run.run_id}: {path} audited another config; left out (audit again)"
                 )
@@ -143,7 +153,7 @@ def _audit_record(run: RunData, out: Analyses) -> dict[str, Any] | None:
 
 def _audit(run: RunData, out: Analyses) -> None:
     record = _audit_record(run, out)
-    for which, ckpt in sorted(((record or {}).get("checkpoints") or {}).items()):
+    for which, ckpt in sorted((record.checkpoints if record else {}).items()):
         epoch = ckpt.get("epoch")
         if not isinstance(epoch, int):
             continue

@@ -153,7 +153,7 @@ def fingerprint(target: str, runs: list[RunData], extra: Mapping[str, Any] | Non
     config hash, and ``extra`` when given (options, analysis files' hashes)."""
     made_of: dict[str, Any] = {
         "target": target,
-        "runs": [[r.run_id, r.history_sha256, r.manifest.get("config_hash")] for r in runs],
+        "runs": [[r.run_id, r.history_sha256, r.recorded.config_hash] for r in runs],
     }
     if extra:
         made_of["extra"] = dict(extra)

@@ -47,25 +47,21 @@ NOT_HYPERPARAMETERS: dict[str, str] = {
 
 def as_trained(run: RunData) -> dict[str, Any]:
     """What the run trained, as dotted keys (module docstring); entries it cannot know are absent."""
-    m = run.manifest
-    model = run.config.get("model") or {}
+    m = run.recorded
     out: dict[str, Any] = {}
     from fathom.config.model_kinds import recorded_model
 
-    recorded = recorded_model(model)
+    recorded = recorded_model(m.config.model.as_json())
     if recorded is not None and recorded[0].widths is not None:
         from fathom.models import kind_function
 
         out["model.widths"] = list(kind_function(recorded[0].widths)(recorded[1]))
-    params = (m.get("model") or {}).get("parameters")
-    if isinstance(params, int):
-        out["model.parameters"] = params
-    device = (m.get("environment") or {}).get("device")
-    if isinstance(device, str):
-        out["device"] = device
-    path = (m.get("execution") or {}).get("path")
-    if isinstance(path, str):
-        out["execution.path"] = path
+    if m.model.parameters is not None:
+        out["model.parameters"] = m.model.parameters
+    if m.environment.device is not None:
+        out["device"] = m.environment.device
+    if m.execution.path is not None:
+        out["execution.path"] = m.execution.path
     return out
 
 
@@ -100,10 +96,9 @@ _TAG_LIMIT = 64  # W&B refuses a longer tag
 
 def run_tags(run: RunData) -> list[str]:
     """Model kind, recipe, dataset, status, phase, then the config's ``tags`` as ``key=value``."""
-    model = run.config.get("model") or {}
-    data = run.config.get("data") or {}
-    found = [model.get("kind"), model.get("recipe"), data.get("dataset"), run.status, run.phase]
-    found += [f"{k}={v}" for k, v in sorted((run.config.get("tags") or {}).items())]
+    cfg = run.recorded.config
+    found = [cfg.model.kind, cfg.model.recipe, cfg.data.dataset, run.status, run.phase]
+    found += [f"{k}={v}" for k, v in sorted((cfg.tags or {}).items())]
     return list(dict.fromkeys(str(t)[:_TAG_LIMIT] for t in found if t not in (None, "")))
 
 

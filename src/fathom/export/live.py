@@ -47,6 +47,7 @@ from fathom.export.common import (
     fingerprint,
     write_record,
 )
+from fathom.rundir import RunDir
 
 _LIVE_DIR = "live"
 _MARKER = "fathom-live.json"
@@ -146,10 +147,10 @@ class LiveTracker:
             _check_log_dir(out, self.run_dir)
 
     def _config(self) -> dict[str, Any] | None:
-        """The run's config: from the manifest once written, else the one given."""
-        path = self.run_dir / "manifest.json"
-        if path.exists():
-            return json.loads(path.read_text()).get("config") or {}
+        """The run's config: from the manifest once written (as recorded, read by the one
+        reader), else the one given."""
+        if (self.run_dir / "manifest.json").exists():
+            return RunDir(self.run_dir).recorded.config.as_json()
         if self.config is None:
             return None
         return self.config if isinstance(self.config, dict) else self.config.model_dump(mode="json")

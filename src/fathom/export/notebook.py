@@ -22,6 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fathom.config.model_kinds import model_kind
 from fathom.errors import FathomError
 from fathom.export.common import accuracy_name, in_export_units
 from fathom.rundir import RunDir, RunManifest, Which
@@ -179,7 +180,7 @@ class Study:
         for run_id, run in self.runs.items():
             recorded += [k for row in run.recorded for k in row]
             cfg = run.config
-            recipe = getattr(cfg.model, "recipe", None)  # a python-kind model has none
+            recipe = cfg.model.recipe if model_kind(cfg.model.kind).recipes else None
             head = {"run_id": run_id, "phase": run.dir.phase, "recipe": recipe}
             head |= {"seed": cfg.seed, "lr": cfg.optim.lr}
             rows += [{**head, **row} for row in run.rows]

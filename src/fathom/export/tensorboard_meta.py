@@ -154,8 +154,8 @@ def metrics(run: RunData) -> dict[str, tuple[int, float]]:
 
     by_epoch = {int(r["epoch"]): r for r in run.rows}
     epochs = {
-        "selected": (run.manifest.get("selected") or {}).get("epoch"),
-        "final": (run.manifest.get("final") or {}).get("epoch"),
+        "selected": run.recorded.selected.epoch,
+        "final": run.recorded.final.epoch,
     }
     out: dict[str, tuple[int, float]] = {}
     for which, epoch in epochs.items():

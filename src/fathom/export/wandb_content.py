@@ -14,6 +14,7 @@ from fathom.export.analyses import run_analyses
 from fathom.export.common import flatten_row, in_export_units, is_matrix, units_table
 from fathom.export.describe import as_trained
 from fathom.report.runs import RunData
+from fathom.rundir.record import RecordedRun
 
 TABLE_SUFFIX = "_table"
 CHART = "wandb/confusion_matrix/v1"
@@ -42,8 +43,9 @@ def wandb_id(run_id: str) -> str:
 
 
 def run_config(run: RunData) -> dict[str, Any]:
-    """The run's config sections at the top, ``trained`` and ``fathom`` beside them."""
-    m = run.manifest
+    """The run's config sections at the top, ``trained`` and ``fathom`` beside them (the
+    manifest's ``hashes``, ``data``, ``environment`` and ``clocks`` as written)."""
+    m = run.recorded
     clash = sorted(set(run.config) & set(_RESERVED))
     if clash:
         raise FathomError(
@@ -55,12 +57,10 @@ def run_config(run: RunData) -> dict[str, Any]:
             **dict(run.config),
             "trained": as_trained(run),
             "fathom": {
-                "config_hash": m.get("config_hash"),
-                "source_hash": m.get("source_hash"),
-                "hashes": m.get("hashes"),
-                "data": m.get("data"),
-                "environment": m.get("environment"),
-                "clocks": m.get("clocks"),
+                "config_hash": m.config_hash,
+                "source_hash": m.source_hash,
+                **{s: _as_written(m, s) for s in ("hashes", "data", "environment")},
+                "clocks": m.clocks,
                 "export": run.metadata(),
                 "units": units_table([run]),
             },
@@ -68,16 +68,20 @@ def run_config(run: RunData) -> dict[str, Any]:
     )
 
 
+def _as_written(m: RecordedRun, section: str) -> dict[str, Any] | None:
+    """``section`` of the manifest as written; ``None`` where it records none."""
+    return getattr(m, section).as_json() if section in m.given() else None
+
+
 def run_summary(run: RunData) -> dict[str, Any]:
-    m = run.manifest
-    selected = m.get("selected") or {}
+    m = run.recorded
     out = {
-        "fathom/status": m.get("status"),
-        "fathom/epochs_completed": m.get("epochs_completed"),
-        "fathom/selected_epoch": selected.get("epoch"),
-        "fathom/selected_val_ce": selected.get("val_ce"),
+        "fathom/status": m.status,
+        "fathom/epochs_completed": m.epochs_completed,
+        "fathom/selected_epoch": m.selected.epoch,
+        "fathom/selected_val_ce": m.selected.val_ce,
     }
-    out.update({f"fathom/clock/{k}": v for k, v in (m.get("clocks") or {}).items()})
+    out.update({f"fathom/clock/{k}": v for k, v in (m.clocks or {}).items()})
     return out
 
 
@@ -119,30 +123,28 @@ def analyses_by_epoch(run: RunData) -> tuple[dict[int, dict[str, float]], list[s
 
 
 def _checkpoint_aliases(run: RunData, epoch: int) -> list[str]:
-    m = run.manifest
+    m = run.recorded
     aliases = [f"epoch-{epoch}"]
-    aliases += [w for w in ("selected", "final") if (m.get(w) or {}).get("epoch") == epoch]
+    aliases += [w for w, at in (("selected", m.selected), ("final", m.final)) if at.epoch == epoch]
     return aliases
 
 
 def checked_checkpoints(run: RunData) -> list[dict[str, Any]]:
     """The manifest's checkpoints (epoch order), each file checked against its SHA-256."""
     out = []
-    for key, entry in sorted(
-        (run.manifest.get("checkpoints") or {}).items(), key=lambda kv: int(kv[0])
-    ):
-        path = run.path / entry["file"]
-        if not path.is_file() or sha256_file(path) != entry.get("sha256"):
+    for key, entry in sorted(run.recorded.checkpoints.items(), key=lambda kv: int(kv[0])):
+        path = run.path / entry.file
+        if not path.is_file() or sha256_file(path) != entry.sha256:
             raise FathomError(
-                f"run {run.run_id!r}: checkpoint {entry['file']} is missing or differs from the "
+                f"run {run.run_id!r}: checkpoint {entry.file} is missing or differs from the "
                 "SHA-256 its manifest records; export without --checkpoints, or train the run again"
             )
         out.append(
             {
                 "epoch": int(key),
-                "file": entry["file"],
-                "sha256": entry["sha256"],
-                "params_sha256": entry.get("params_sha256"),
+                "file": entry.file,
+                "sha256": entry.sha256,
+                "params_sha256": entry.params_sha256,
                 "aliases": _checkpoint_aliases(run, int(key)),
             }
         )

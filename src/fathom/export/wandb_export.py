@@ -163,7 +163,7 @@ def write(
     with _wandb_env(out):
         for run, wid in zip(runs, ids):
             wrun = wandb.init(
-                project=str(run.manifest.get("study") or "fathom"),
+                project=str(run.recorded.study or "fathom"),
                 id=wid,
                 name=run.run_id,
                 group=run.cohort,

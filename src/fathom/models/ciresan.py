@@ -134,13 +134,6 @@ def build(cfg: ModelConfig, shape: DataShape) -> CiresanMLP:
     )
 
 
-def hidden_widths(cfg: ModelConfig) -> tuple[int, ...]:
-    """The ``ciresan`` kind's hidden widths (:mod:`fathom.config.model_kinds`), as
-    :class:`CiresanMLP` makes them: ``max(1, round(w · width_mult))`` of each ``cfg.widths``
-    (:func:`~fathom.models.specs.scaled_widths`)."""
-    return scaled_widths(tuple(cfg.widths), cfg.width_mult)
-
-
 def drop_schedule(cfg: ModelConfig, epochs: int) -> DropSchedule | None:
     """The recipe's drop schedule (``model.drop_probs`` overrides its probabilities); ``None``
     for a plain recipe or one whose probabilities are all zero."""

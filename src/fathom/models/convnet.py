@@ -36,9 +36,14 @@ from fathom.depth import SkippableResidual
 from fathom.errors import FathomError
 from fathom.models.neurons import LIF, LIFConfig
 from fathom.models.prep import ImageInput
-from fathom.models.specs import DataShape, blocks_per_stage_for_depth, scaled_widths
+from fathom.models.specs import (
+    STAGED_CONV_WIDTHS,
+    DataShape,
+    blocks_per_stage_for_depth,
+    scaled_widths,
+)
 
-FULL_WIDTHS: tuple[int, ...] = (64, 128, 256, 512)
+FULL_WIDTHS = STAGED_CONV_WIDTHS  # defined without torch, beside the kind's widths
 
 
 class ConvBlock(nn.Module):
@@ -196,13 +201,6 @@ class StagedConvNet(nn.Module):
     def extra_repr(self) -> str:
         kind = f"spiking LIF T={self.timesteps}" if self.spiking else "ANN ReLU"
         return f"{kind}, depth={self.depth}, widths={self.widths}, image={self.image_size}"
-
-
-def hidden_widths(cfg: StagedConvConfig) -> tuple[int, ...]:
-    """The ``staged_conv`` kind's stage widths (:mod:`fathom.config.model_kinds`), as
-    :class:`StagedConvNet` makes them: ``max(1, round(w · width_mult))`` of each of
-    :data:`FULL_WIDTHS` (:func:`~fathom.models.specs.scaled_widths`)."""
-    return scaled_widths(FULL_WIDTHS, cfg.width_mult)
 
 
 def build(cfg: StagedConvConfig, shape: DataShape) -> ImageInput:

@@ -189,13 +189,6 @@ def build(cfg: GPTConfig, shape: DataShape) -> GPT:
     return GPT(vocab, context, cfg.layers, cfg.width, cfg.heads)
 
 
-def hidden_widths(cfg: GPTConfig) -> tuple[int, ...]:
-    """The ``gpt`` kind's hidden widths (:mod:`fathom.config.model_kinds`): the residual
-    stream's ``width`` at each of its ``layers`` blocks (each block's MLP is ``4 · width``
-    inside it)."""
-    return (cfg.width,) * cfg.layers
-
-
 def block_drop_probs(cfg: GPTConfig) -> tuple[float, ...]:
     """The blocks' drop probabilities: ``drop_probs``, else ``layerdrop`` for every block
     (``uniform``) or ``p_l = l / L · layerdrop`` (``linear``)."""

@@ -1,5 +1,5 @@
-"""What a config names, without torch: depths, input normalizations (recipes:
-:mod:`fathom.config.recipes`).
+"""What a config names, without torch: depths, input normalizations, each model kind's
+hidden widths (recipes: :mod:`fathom.config.recipes`).
 
 Config validation (``fathom validate``, a study's recipe list, a depth-scaling preset) checks
 names against these tables; importing this module costs no torch, so commands that only
@@ -9,9 +9,13 @@ validate stay fast. The modules that build networks read the same tables.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fathom.config.models import STAGES, check_stage_depth
 from fathom.errors import FathomError
+
+if TYPE_CHECKING:
+    from fathom.config.models import GPTConfig, ModelConfig, StagedConvConfig
 
 NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "mnist": ((0.1307,), (0.3081,)),
@@ -33,6 +37,30 @@ def scaled_widths(widths: tuple[int, ...], width_mult: float) -> tuple[int, ...]
     if width_mult <= 0:
         raise FathomError(f"width_mult must be positive, got {width_mult}")
     return tuple(max(1, round(w * width_mult)) for w in widths)
+
+
+STAGED_CONV_WIDTHS: tuple[int, ...] = (64, 128, 256, 512)
+"""The staged conv net's channels per stage at ``width_mult = 1``."""
+
+
+# -- each model kind's hidden widths (its row's ``widths``, fathom.config.model_kinds) --------
+def ciresan_widths(cfg: ModelConfig) -> tuple[int, ...]:
+    """The ``ciresan`` kind's hidden widths, as :class:`~fathom.models.ciresan.CiresanMLP`
+    makes them: ``max(1, round(w · width_mult))`` of each ``cfg.widths``."""
+    return scaled_widths(tuple(cfg.widths), cfg.width_mult)
+
+
+def staged_conv_widths(cfg: StagedConvConfig) -> tuple[int, ...]:
+    """The ``staged_conv`` kind's stage widths, as
+    :class:`~fathom.models.convnet.StagedConvNet` makes them: ``max(1, round(w ·
+    width_mult))`` of each of :data:`STAGED_CONV_WIDTHS`."""
+    return scaled_widths(STAGED_CONV_WIDTHS, cfg.width_mult)
+
+
+def gpt_widths(cfg: GPTConfig) -> tuple[int, ...]:
+    """The ``gpt`` kind's hidden widths: the residual stream's ``width`` at each of its
+    ``layers`` blocks (each block's MLP is ``4 · width`` inside it)."""
+    return (cfg.width,) * cfg.layers
 
 
 @dataclass(frozen=True)

@@ -227,11 +227,12 @@ def _loss_section(runs: list[RunData]) -> list[str]:
         if not isinstance(table, dict):
             continue
         said = ", ".join(f"{k} {v}" for k, v in table.items() if k != "name")
-        sel = r.manifest.get("selected") or {}
+        sel = r.recorded.selected
+        epoch = sel.epoch if "epoch" in sel.given() else "—"
         last = next((row for row in reversed(r.rows) if row.get("val/loss") is not None), {})
-        cells = (sel.get("val_loss"), last.get("val/loss"), last.get("test/loss"))
+        cells = (sel.val_loss, last.get("val/loss"), last.get("test/loss"))
         lines.append(
-            f"| {r.run_id} | {table.get('name')} ({said}) | {sel.get('epoch', '—')} | "
+            f"| {r.run_id} | {table.get('name')} ({said}) | {epoch} | "
             + " | ".join("—" if v is None else f"{v:.6g}" for v in cells)
             + f" | {last.get('epoch', '—')} |"
         )

@@ -152,9 +152,9 @@ def _run_flags(run: RunData) -> list[str]:
     status, non-finite and fitting flags apply; a status other than the five known ones
     counts as ``running`` (no final result)."""
     last = final_row(run)
-    info = (run.manifest.get("data") or {}).get("info") or {}
-    classes = info.get("classes") or sum(k.startswith("split/test/class_acc/") for k in last)
-    status = run.manifest.get("status")
+    m = run.recorded
+    classes = m.data.info.classes or sum(k.startswith("split/test/class_acc/") for k in last)
+    status = m.status
     known = ("complete", "diverged", "failed", "running", "interrupted")
     values = {k: _flag_value(last.get(k)) for k in ("test/acc", "fit/ce", "fit/acc")}
     chance = int(classes) >= 2
@@ -163,7 +163,7 @@ def _run_flags(run: RunData) -> list[str]:
         test_acc=values["test/acc"] if chance else None,
         train_ce=values["fit/ce"] if chance else None,
         classes=int(classes) if chance else 2,
-        n_eval=((run.manifest.get("data") or {}).get("sizes") or {}).get("test"),
+        n_eval=(m.data.sizes or {}).get("test"),
         fit_acc=values["fit/acc"],
     )
 

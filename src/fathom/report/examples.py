@@ -76,8 +76,7 @@ def choose_examples(correct_sets: list[np.ndarray], n_max: int) -> list[int]:
 
 
 def _images(run: Any, labels: np.ndarray, idx: list[int]) -> tuple[list[str | None], str]:
-    data = (run.config.get("data") if run is not None else None) or {}
-    name = data.get("dataset")
+    name = run.recorded.config.data.dataset if run is not None else None
     none: list[str | None] = [None] * len(idx)
     try:
         from fathom.data.load import load_raw

@@ -145,7 +145,7 @@ def explorer_payload(
                 "phase": run.phase or "main",
                 "lr": run.lr,
                 "seed": run.seed,
-                "status": run.manifest.get("status"),
+                "status": run.recorded.status,
                 "flagged": run.flag_reasons,
                 "epochs": [row["epoch"] for row in run.rows],
                 "layers": renamed.get(run.run_id, {}),
@@ -189,9 +189,11 @@ def baselines(runs: Sequence[RunData]) -> list[dict[str, Any]]:
     for run in runs:
         if not is_language_model(run):
             continue
-        info = (run.manifest.get("data") or {}).get("info") or {}
-        for field, key in (("{split}/ce", "unigram_val_ce"), ("{split}/ppl", "unigram_val_ppl")):
-            value = info.get(key)
+        info = run.recorded.data.info
+        for field, value in (
+            ("{split}/ce", info.unigram_val_ce),
+            ("{split}/ppl", info.unigram_val_ppl),
+        ):
             b = {"field": field, "split": "val", "value": value, "label": "unigram baseline"}
             if isinstance(value, (int, float)) and math.isfinite(value) and b not in out:
                 out.append(b)

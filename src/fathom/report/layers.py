@@ -21,15 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def _manifest_layers(manifest: Mapping[str, Any]) -> list[str] | None:
-    """The instrumented layer names in model order, or None if the manifest has none."""
-    layers = (manifest.get("telemetry") or {}).get("layers")
-    if not isinstance(layers, list) or not layers:
-        return None
-    names = [str(x.get("name")) for x in layers if isinstance(x, Mapping) and x.get("name")]
-    return names or None
-
-
 @dataclass
 class LayerAlignment:
     """``labels``: one per aligned layer, in model order (unlisted names after);
@@ -51,10 +42,10 @@ class LayerAlignment:
 def align_layers(
     runs: Sequence[Any], extra: Mapping[str, Sequence[str]] | None = None
 ) -> LayerAlignment:
-    """The alignment of ``runs`` (objects with ``run_id`` and ``manifest``; order matters
-    for labels). ``extra[run_id]``: layer names a run records beyond (or without) its
+    """The alignment of ``runs`` (:class:`~fathom.report.runs.RunData`: ``run_id`` and the
+    ``recorded`` manifest's ``telemetry.layers``; order matters for labels). ``extra[run_id]``: layer names a run records beyond (or without) its
     manifest list, e.g. from its history, matched by name."""
-    listed = {r.run_id: _manifest_layers(r.manifest) for r in runs}
+    listed = {r.run_id: r.recorded.telemetry.layer_names for r in runs}
     if len({len(v) for v in listed.values() if v}) > 1:  # different depths: names only
         extra = {
             r.run_id: [*(listed[r.run_id] or []), *(extra or {}).get(r.run_id, ())] for r in runs

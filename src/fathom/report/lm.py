@@ -30,8 +30,8 @@ def is_language_model(run: RunData) -> bool:
     """A run whose model kind scores tokens (its row in :mod:`fathom.config.model_kinds`)."""
     from fathom.config.model_kinds import MODEL_KINDS
 
-    kind = (run.config.get("model") or {}).get("kind")
-    row = MODEL_KINDS.get(kind) if isinstance(kind, str) else None
+    kind = run.recorded.config.model.kind
+    row = MODEL_KINDS.get(kind) if kind is not None else None
     return bool(row is not None and row.tokens)
 
 
@@ -45,13 +45,13 @@ def _nats(x: Any) -> str:
 
 def _curve_lines(run: RunData) -> list[str]:
     """One run's table: per observed epoch, nats/token and perplexity of each split."""
-    info = (run.manifest.get("data") or {}).get("info") or {}
-    base = info.get("unigram_val_ce")
+    info = run.recorded.data.info
+    base = info.unigram_val_ce
     lines = [
         f"### `{run.run_id}`: nats per token and perplexity by epoch",
         "",
         f"Unigram baseline (byte frequencies alone) on validation: {_nats(base)} nats/token, "
-        f"perplexity {fmt_value(info.get('unigram_val_ppl'), '')}.",
+        f"perplexity {fmt_value(info.unigram_val_ppl, '')}.",
         "",
         "| epoch | " + " | ".join(f"{s} nats/token | {s} ppl" for s in SPLITS) + " |",
         "|---:|" + "---:|---:|" * len(SPLITS),
@@ -206,14 +206,14 @@ def _baseline_text(run: RunData) -> str:
     """The run's last validation nats/token and perplexity beside the unigram baseline's
     (byte frequencies alone), numbers only; with the study's warning when the model did
     not get below it (:func:`fathom.study.records.language_model_warnings`)."""
-    info = (run.manifest.get("data") or {}).get("info") or {}
-    base = info.get("unigram_val_ce")
+    info = run.recorded.data.info
+    base = info.unigram_val_ce
     last = next((r for r in reversed(run.rows) if r.get("val/ce") is not None), {})
     ce = last.get("val/ce")
     text = (
         f"Epoch {last.get('epoch', '—')}: validation {_nats(ce)} nats/token (perplexity "
         f"{fmt_value(last.get('val/ppl'), '')}); unigram baseline {_nats(base)} nats/token "
-        f"(perplexity {fmt_value(info.get('unigram_val_ppl'), '')})."
+        f"(perplexity {fmt_value(info.unigram_val_ppl, '')})."
     )
     warnings = language_model_warnings(ce, base) if base is not None else []
     return " ".join([text, *warnings])

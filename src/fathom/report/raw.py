@@ -77,38 +77,38 @@ def stats_tables(summary: Mapping[str, Any]) -> str:
 
 
 def provenance_section(run: Any) -> str:
-    """Identity, hashes, environment and clocks of one run, straight from its manifest."""
-    m = run.manifest
-    data = m.get("data") or {}
+    """Identity, hashes, environment and clocks of one run, from its manifest (the typed
+    record; its ``selected``, ``hashes`` and ``environment`` sections shown as written)."""
+    m = run.recorded
     ident = [
         ("run", run.run_id),
         ("path", str(run.path)),
-        ("study", m.get("study")),
-        ("status", m.get("status")),
-        ("status reason", m.get("status_reason")),
+        ("study", m.study),
+        ("status", m.status),
+        ("status reason", m.status_reason),
         ("cohort", run.cohort),
         ("seed", run.seed),
-        ("epochs completed", m.get("epochs_completed")),
-        ("steps completed", m.get("steps_completed")),
-        ("diverged epoch", m.get("diverged_epoch")),
-        ("selected", m.get("selected")),
+        ("epochs completed", m.epochs_completed),
+        ("steps completed", m.steps_completed),
+        ("diverged epoch", m.diverged_epoch),
+        ("selected", m.selected.as_json() if "selected" in m.given() else None),
         ("history rows", len(run.rows)),
         ("flagged history", "; ".join(run.flag_reasons) or None),
     ]
     hashes = [
-        ("config", m.get("config_hash")),
-        ("source", m.get("source_hash")),
+        ("config", m.config_hash),
+        ("source", m.source_hash),
         ("history.jsonl sha256", run.history_sha256),
-        ("split", data.get("split_hash")),
-        *[(f"params/{k}", v) for k, v in (m.get("hashes") or {}).items()],
-        *[(f"data file {k}", v) for k, v in (data.get("files") or {}).items()],
+        ("split", m.data.split_hash),
+        *[(f"params/{k}", v) for k, v in m.hashes.as_json().items()],
+        *[(f"data file {k}", v) for k, v in (m.data.files or {}).items()],
     ]
-    env = list((m.get("environment") or {}).items())
-    clocks = list((m.get("clocks") or {}).items())
+    env = list(m.environment.as_json().items())
+    clocks = list((m.clocks or {}).items())
     flag = " <b class='flag'>history flagged</b>" if run.flag_reasons else ""
     return (
         f"<details><summary>{esc(run.run_id)} · {esc(run.cohort)} · seed {esc(run.seed)} · "
-        f"{esc(m.get('status'))}{flag}</summary>"
+        f"{esc(m.status)}{flag}</summary>"
         + table(["identity", "value"], ident)
         + table(["hash", "value"], hashes)
         + table(["environment", "value"], env)

@@ -15,17 +15,22 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from fathom.base.io import sha256_file
 from fathom.errors import FathomError
 from fathom.rundir import RunDir, RunState, find_runs, run_state
+from fathom.rundir.manifest import read_recorded
+from fathom.rundir.record import RecordedRun
 
 
 @dataclass
 class RunData:
-    """One run directory reduced to what a report or export needs."""
+    """One run directory reduced to what a report or export needs. Its manifest is read
+    through :attr:`recorded` (typed, any format); ``manifest`` is the object as written, for
+    the views that show a section verbatim (the provenance table, the W&B config)."""
 
     path: Path
     run_id: str
@@ -37,28 +42,35 @@ class RunData:
     recovery: list[str] = field(default_factory=list)  # what writers repaired (RunDir)
     state: RunState | None = None  # read with the run (None: a run made by hand, in tests)
 
+    @cached_property
+    def recorded(self) -> RecordedRun:
+        """The manifest, typed (:class:`~fathom.rundir.record.RecordedRun`, the one read path
+        of every format; a section of the wrong shape is refused naming it)."""
+        manifest = {**self.manifest, "run_id": self.run_id}
+        return read_recorded(manifest, f"the manifest of run {self.run_id!r}")
+
     @property
     def config(self) -> Mapping[str, Any]:
-        return self.manifest.get("config") or {}
+        """The config as recorded, unvalidated (``{}`` where none is)."""
+        return self.recorded.config.as_json()
 
     @property
     def recipe(self) -> str:
-        return str((self.config.get("model") or {}).get("recipe", "unknown"))
+        model = self.recorded.config.model
+        return str(model.recipe) if "recipe" in model.given() else "unknown"
 
     @property
     def lr(self) -> float | None:
-        lr = (self.config.get("optim") or {}).get("lr")
-        return None if lr is None else float(lr)
+        return self.recorded.config.optim.lr
 
     @property
     def seed(self) -> int | None:
-        seed = self.config.get("seed")
-        return None if seed is None else int(seed)
+        return self.recorded.config.seed
 
     @property
     def phase(self) -> str | None:
         """``tuning`` for a study's tuning-grid run (the manifest's ``phase``), else ``None``."""
-        return "tuning" if self.manifest.get("phase") == "tuning" else None
+        return "tuning" if self.recorded.phase == "tuning" else None
 
     @property
     def cohort(self) -> str:
@@ -69,23 +81,23 @@ class RunData:
     @property
     def status(self) -> str | None:
         """The run's status as said (:class:`~fathom.rundir.RunState`), else the manifest's."""
-        return self.state.status if self.state is not None else self.manifest.get("status")
+        return self.state.status if self.state is not None else self.recorded.status
 
     def metadata(self) -> dict[str, Any]:
         """The run-level facts every exported row carries (``state``: ``running, 3 of 10
         epochs (...)`` for a run being trained, ``complete, 10 of 10 epochs``)."""
-        m = self.manifest
+        m = self.recorded
         return {
             "run_id": self.run_id,
-            "study": m.get("study"),
+            "study": m.study,
             "status": self.status,
             "state": self.state.sentence() if self.state is not None else None,
             "recipe": self.recipe,
             "lr": self.lr,
             "seed": self.seed,
             "cohort": self.cohort,
-            "config_hash": m.get("config_hash"),
-            "source_hash": m.get("source_hash"),
+            "config_hash": m.config_hash,
+            "source_hash": m.source_hash,
             "history_sha256": self.history_sha256,
             "flagged_lines": list(self.flagged_lines),
         }
@@ -114,7 +126,7 @@ def run_data(rd: RunDir) -> RunData:
     raw, bad = rd.history_with_errors()
     rows, reasons = _clean_rows(raw, bad)
     reasons += [p for p in rd.problems(deep=True) if " is torn " not in p]  # torn: listed above
-    return RunData(
+    run = RunData(
         path=rd.path,
         run_id=rd.run_id,
         manifest=rd.manifest,
@@ -125,6 +137,8 @@ def run_data(rd: RunDir) -> RunData:
         recovery=rd.recovery_notes(),
         state=run_state(rd),
     )
+    run.recorded = rd.recorded  # the reader's own, parsed once
+    return run
 
 
 def unfinished(runs: list[RunData]) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 from fathom.report.render import collapsed_sentences
 from fathom.report.runs import RunData
 from fathom.report.tables import esc, headline_table
+from fathom.rundir.record import RecordedConfig
 from fathom.stats.numbers import table_text
 from fathom.stats.results import NOT_ESTABLISHED, Results
 from fathom.stats.sentences import undecided_note
@@ -28,26 +29,32 @@ def _facts(runs: Sequence[RunData]) -> str:
     """Study, recipes, seeds and scale, from a main run's config: three short lines."""
     main = [r for r in runs if r.phase is None]
     tuning = [r for r in runs if r.phase is not None]
-    cfg = (main or list(runs))[0].config if runs else {}
-    data, optim, model = cfg.get("data") or {}, cfg.get("optim") or {}, cfg.get("model") or {}
+    cfg = (main or list(runs))[0].recorded.config if runs else RecordedConfig()
+    data, optim, model = cfg.data, cfg.optim, cfg.model
     recipes = sorted({r.recipe for r in main})
     seeds = sorted({r.seed for r in main if r.seed is not None})
     items = [
         f"<b>{len(main)}</b> main runs: {len(recipes)} recipes ({esc(', '.join(recipes))}) × "
         f"seeds {esc(', '.join(map(str, seeds)))}"
         + (f"; {len(tuning)} tuning runs (learning-rate grid)" if tuning else ""),
-        f"data: {esc(data.get('dataset', '?'))}, "
+        f"data: {esc(_said(data, 'dataset'))}, "
         + (  # a text corpus is cut into windows of a context, not into a named split
-            f"context {esc(data['context'])} tokens"
-            if data.get("context")
-            else f"split {esc(data.get('split', '?'))}"
+            f"context {esc(data.context)} tokens"
+            if data.context
+            else f"split {esc(_said(data, 'split'))}"
         )
-        + (f", fitting subset {data['fit_subset']:,}" if data.get("fit_subset") else "")
-        + (f", val/test subset {data['eval_subset']:,}" if data.get("eval_subset") else ""),
-        f"model: {esc(model.get('kind', '?'))}, {_shape(model)}; "
-        f"{optim.get('epochs', '?')} epochs, batch {optim.get('batch_size', '?')}",
+        + (f", fitting subset {data.fit_subset:,}" if data.fit_subset else "")
+        + (f", val/test subset {data.eval_subset:,}" if data.eval_subset else ""),
+        f"model: {esc(_said(model, 'kind'))}, {_shape(model.as_json())}; "
+        f"{_said(optim, 'epochs')} epochs, batch {_said(optim, 'batch_size')}",
     ]
     return "<ul class='facts'>" + "".join(f"<li>{x}</li>" for x in items) + "</ul>"
+
+
+def _said(section: Any, name: str) -> Any:
+    """``section``'s field ``name`` as recorded (``None`` where recorded as ``null``), ``?``
+    where the manifest does not record it."""
+    return getattr(section, name) if name in section.given() else "?"
 
 
 def _shape(model: dict[str, Any]) -> str:

@@ -172,7 +172,7 @@ def nonlinearity(runs: Sequence[RunData]) -> str:
 
     names: list[str] = []
     for r in runs:
-        recorded = recorded_model(r.config.get("model") or {})
+        recorded = recorded_model(r.recorded.config.model.as_json())
         name = recorded[0].nonlinearity(recorded[1]) if recorded else None
         name = name or "nonlinearity"
         if name not in names:

@@ -32,7 +32,7 @@ from fathom.report.layers import output_label
 from fathom.report.telemetry_tables import aligned_fields
 from fathom.rundir import RunDir
 from fathom.rundir.reader import read_audit, read_curvature
-from fathom.rundir.record import AuditRecord
+from fathom.rundir.record import AuditedRun, AuditRecord
 from fathom.study.records import checkpoint_scores
 
 
@@ -180,18 +180,20 @@ def _audit_values(
     out: dict[int, float | None] = {}
     for run, rec in _audited(src, ex, recipe):
         try:
-            out[int(run["seed"])] = get(rec)
+            out[run.seed] = get(rec)
         except (KeyError, TypeError, IndexError):
-            out[int(run["seed"])] = None
+            out[run.seed] = None
     return _scaled(out, float(ex.get("scale", 1)))
 
 
-def _audited(src: Sources, ex: Mapping[str, Any], recipe: str) -> list[tuple[dict, dict]]:
+def _audited(
+    src: Sources, ex: Mapping[str, Any], recipe: str
+) -> list[tuple[AuditedRun, dict[str, Any]]]:
     """``[(run, checkpoint record)]`` of ``recipe``'s audited runs at ``ex["checkpoint"]``."""
     found = []
     for run in [] if src.audit is None else src.audit.runs:
-        rec = run.get("checkpoints", {}).get(ex["checkpoint"])
-        if run["recipe"] == recipe and rec is not None and "missing" not in rec:
+        rec = run.audited(ex["checkpoint"])
+        if run.recipe == recipe and rec is not None:
             found.append((run, rec))
     return found
 
@@ -199,9 +201,9 @@ def _audited(src: Sources, ex: Mapping[str, Any], recipe: str) -> list[tuple[dic
 def _audit_measured(src: Sources, ex: Mapping[str, Any], values: dict[int, float]) -> Measured:
     """``values`` with the epoch of each seed's audited checkpoint."""
     epochs = {
-        int(run["seed"]): int(rec["epoch"])
+        run.seed: int(rec["epoch"])
         for run, rec in _audited(src, ex, ex["recipe"])
-        if rec.get("epoch") is not None and int(run["seed"]) in values
+        if rec.get("epoch") is not None and run.seed in values
     }
     return Measured(values, epochs=epochs)
 

@@ -24,6 +24,7 @@ __getattr__, __dir__, __all__ = exports(
         "fathom.rundir.manifest": ["check_manifest", "seal"],
         "fathom.rundir.record": [
             "AuditRecord",
+            "AuditedRun",
             "CurvatureRecord",
             "CurvatureSummary",
             "RecordedRun",

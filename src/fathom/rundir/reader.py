@@ -438,9 +438,19 @@ def read_curvature(run_path: str | Path, notes: list[str] | None = None) -> Curv
 
 def read_audit(root: str | Path, notes: list[str] | None = None) -> AuditRecord | None:
     """``<root>/audit/audit.json`` (a run's or a study's) as an :class:`AuditRecord`; ``None``
-    when absent. Unreadable: noted with ``notes``, else refused (:func:`_read_json_object`)."""
-    data = _read_json_object(Path(root) / "audit" / "audit.json", notes)
-    return None if data is None else AuditRecord.from_json(data)
+    when absent. Unreadable, or a row of ``runs`` of the wrong shape: noted with ``notes``
+    (and ``None``), else refused (:func:`_read_json_object`)."""
+    path = Path(root) / "audit" / "audit.json"
+    data = _read_json_object(path, notes)
+    if data is None:
+        return None
+    try:
+        return AuditRecord.from_json(data, str(path))
+    except FathomError as e:
+        if notes is None:
+            raise
+        notes.append(f"{e}; it is left out of the report")
+        return None
 
 
 def find_runs(root: str | Path) -> list[RunDir]:

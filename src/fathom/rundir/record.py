@@ -22,11 +22,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from fathom.errors import FathomError
 from fathom.rundir.header import ManifestHeader
 from fathom.rundir.sections import (
     Clocks,
@@ -101,9 +104,24 @@ class _Given(BaseModel):
     written before some of them existed), keys this version does not compare ignored, and a
     section written as ``null`` read as absent. :meth:`given` tells a recorded field from an
     absent one: an absent field is never compared (it was not recorded), a recorded ``null``
-    is."""
+    is. :meth:`as_json` is the section's object as written (every key, unvalidated): what a
+    view that shows a section verbatim (a report's provenance, the W&B config) shows."""
 
     model_config = ConfigDict(extra="ignore")
+    _json: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_as_written(cls, data: Any, handler: Any) -> Any:
+        section = handler(data)
+        if isinstance(data, dict):
+            section._json = data
+        return section
+
+    def as_json(self) -> dict[str, Any]:
+        """The section's object as the manifest records it (``{}`` where it records none); a
+        copy, so that a caller's change reaches no other reader."""
+        return dict(self._json)
 
     @model_validator(mode="before")
     @classmethod
@@ -133,7 +151,7 @@ class RecordedInfo(_Given):
     ``in_features`` of the model's output and input, ``input_shape`` of one example,
     ``paths_base`` (the directory the config's relative data paths are relative to) and, for
     a language model's text, ``unigram_val_ce`` (nats/token of the unigram baseline on the
-    validation tokens). Each is ``None`` where the manifest does not record it."""
+    validation tokens) and ``unigram_val_ppl`` (its perplexity, exp of it). Each is ``None`` where the manifest does not record it."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -142,10 +160,7 @@ class RecordedInfo(_Given):
     input_shape: list[int] | None = None
     paths_base: str | None = None
     unigram_val_ce: float | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        """The object as the manifest records it (the keys it holds, its own ones included)."""
-        return self.model_dump(exclude_unset=True)
+    unigram_val_ppl: float | None = None
 
 
 class RecordedData(_Given):
@@ -176,11 +191,12 @@ class RecordedHashes(_Given):
 
 
 class RecordedOptim(_Given):
-    """``config.optim``: the planned ``epochs`` (``None``: not a whole number, unknown) and
-    the learning rate ``lr``."""
+    """``config.optim``: the planned ``epochs`` (``None``: not a whole number, unknown), the
+    learning rate ``lr`` and the ``batch_size``."""
 
     epochs: int | None = None
     lr: float | None = None
+    batch_size: int | None = None
 
     @field_validator("epochs", mode="before")
     @classmethod
@@ -201,16 +217,30 @@ class RecordedModel(_Given):
     recipe: str | None = None
 
 
+class RecordedDataConfig(_Given):
+    """``config.data``: the ``dataset`` name, its ``split`` (``fit-val``, ``fit-all``), a text
+    corpus's ``context`` (tokens per window) and the ``fit_subset`` / ``eval_subset`` sizes."""
+
+    dataset: str | None = None
+    split: str | None = None
+    context: int | None = None
+    fit_subset: int | None = None
+    eval_subset: int | None = None
+
+
 class RecordedConfig(_Given):
     """The config fields read without validating the config (any kind): ``optim.epochs`` and
     ``optim.lr`` of a run, ``epochs`` of older kinds, ``checkpoints.resume_every``, the
-    ``seed`` and the ``model``'s kind and recipe."""
+    ``seed``, the ``model``'s kind and recipe, the ``data`` it names and the run's ``tags``. :meth:`as_json` is the whole config object
+    as recorded (what a report shows and an export logs verbatim)."""
 
     optim: RecordedOptim = Field(default_factory=RecordedOptim)
     checkpoints: RecordedCheckpointing = Field(default_factory=RecordedCheckpointing)
     model: RecordedModel = Field(default_factory=RecordedModel)
+    data: RecordedDataConfig = Field(default_factory=RecordedDataConfig)
     epochs: int | None = None
     seed: int | None = None
+    tags: dict[str, Any] | None = None
 
     @field_validator("epochs", mode="before")
     @classmethod
@@ -223,6 +253,38 @@ class RecordedConfig(_Given):
         return self.optim.epochs if "epochs" in self.optim.given() else self.epochs
 
 
+class RecordedLayer(_Given):
+    """One entry of ``telemetry.layers``: the instrumented layer's ``name`` (``None`` where
+    not recorded); its other details are not read here."""
+
+    name: str | None = None
+
+
+class RecordedTelemetry(_Given):
+    """``telemetry``: the instrumented ``layers`` in model order (``None`` before discovery,
+    without telemetry, or in a manifest written before they were listed)."""
+
+    layers: list[RecordedLayer] | None = None
+
+    @property
+    def layer_names(self) -> list[str] | None:
+        """The named layers' names in model order; ``None`` when none is listed."""
+        names = [layer.name for layer in self.layers or [] if layer.name]
+        return names or None
+
+
+class RecordedBuilt(_Given):
+    """``model``: what was built, its scalar ``parameters`` count."""
+
+    parameters: int | None = None
+
+
+class RecordedExecution(_Given):
+    """``execution``: the step ``path`` taken (``eager``, ``graph``, ``regularized``)."""
+
+    path: str | None = None
+
+
 class RecordedFinal(_Given):
     """``final``: the epoch of the final weights (``None`` unless the run completed)."""
 
@@ -230,11 +292,13 @@ class RecordedFinal(_Given):
 
 
 class RecordedSelected(_Given):
-    """``selected``: the epoch of minimum validation cross entropy and that ``val_ce`` (nats);
-    ``None`` before the first evaluated boundary."""
+    """``selected``: the epoch of minimum validation cross entropy and that ``val_ce`` (nats),
+    and ``val_loss`` (the validation value of a ``[loss]`` table's loss, where the run
+    trained with one); ``None`` before the first evaluated boundary."""
 
     epoch: int | None = None
     val_ce: float | None = None
+    val_loss: float | None = None
 
 
 class RecordedFailure(_Given):
@@ -248,26 +312,38 @@ class RecordedFailure(_Given):
 class RecordedRun(_Given):
     """What a run's manifest recorded, typed the same way for every format: the one read path
     of the fields a resume verifies (:mod:`fathom.rundir.resume`) and an analysis compares
-    (:mod:`fathom.rundir.inputs`), and the ``live`` settings a resume continues with (open:
-    validated by :class:`fathom.config.LiveConfig` where used). A format-3 manifest holds every field
+    (:mod:`fathom.rundir.inputs`), the ``live`` settings a resume continues with (open:
+    validated by :class:`fathom.config.LiveConfig` where used), and what reports and exports
+    read of a run (:mod:`fathom.report.runs`: identity, status, phase, study, the selected and
+    final epochs, data sizes, telemetry layers, checkpoints, ``clocks``: ``{name: seconds}``
+    in the order written, ``None`` where not recorded). A format-3 manifest holds every field
     (:class:`RunManifest`); one of format 1 or 2 may lack any, and a field it lacks is not
     compared (:meth:`_Given.given`). Parsed by :func:`fathom.rundir.manifest.read_recorded`,
     which refuses a section of the wrong shape naming it."""
 
     run_id: str
+    study: str | None = None
+    phase: str | None = None
+    status: str | None = None
+    status_reason: str | None = None
     config_hash: str | None = None
     source_hash: str | None = None
     source_changes: list[SourceChange] = Field(default_factory=list)
     epochs_completed: int | None = None
     steps_completed: int | None = None
+    diverged_epoch: int | None = None
     config: RecordedConfig = Field(default_factory=RecordedConfig)
     data: RecordedData = Field(default_factory=RecordedData)
+    model: RecordedBuilt = Field(default_factory=RecordedBuilt)
+    telemetry: RecordedTelemetry = Field(default_factory=RecordedTelemetry)
+    execution: RecordedExecution = Field(default_factory=RecordedExecution)
     environment: RecordedEnvironment = Field(default_factory=RecordedEnvironment)
     hashes: RecordedHashes = Field(default_factory=RecordedHashes)
     final: RecordedFinal = Field(default_factory=RecordedFinal)
     selected: RecordedSelected = Field(default_factory=RecordedSelected)
     failure: RecordedFailure = Field(default_factory=RecordedFailure)
     live: dict[str, Any] = Field(default_factory=dict)
+    clocks: dict[str, int | float | None] | None = None
     checkpoints: dict[str, WeightsEntry] = Field(default_factory=dict)
     selected_checkpoint: WeightsEntry | None = None
     integrity: Integrity | None = None
@@ -329,29 +405,73 @@ class CurvatureRecord:
         }
 
 
+class AuditedRun(BaseModel):
+    """One row of ``audit.json``'s ``runs`` (:meth:`fathom.audit.run._Audit.run` writes it):
+    the audited ``run_id``, its ``path`` (relative to the audited target), ``arm`` (the name
+    its cohort is aggregated under), training ``recipe`` and ``seed``, ``status``,
+    ``config_hash`` and ``split_hash`` as the run recorded them, and per requested checkpoint
+    (``selected``, ``final``) its record in ``checkpoints`` (one holding ``missing`` was not
+    audited: the reason) and its failure ``flags``. Open: a key this version does not name is
+    kept, and the checkpoint records are read by their consumers (:mod:`fathom.audit`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str
+    path: str | None = None
+    arm: str | None = None
+    recipe: str
+    seed: int
+    status: str | None = None
+    config_hash: str | None = None
+    split_hash: str | None = None
+    checkpoints: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    flags: dict[str, Any] = Field(default_factory=dict)
+
+    def audited(self, which: str) -> dict[str, Any] | None:
+        """The record of checkpoint ``which``, or ``None`` where it was not requested or not
+        audited (its record says why it is ``missing``)."""
+        rec = self.checkpoints.get(which)
+        return None if rec is None or "missing" in rec else rec
+
+
 @dataclass(frozen=True)
 class AuditRecord:
     """``audit/audit.json`` of a run or study (:func:`fathom.audit.run.audit_runs` writes it):
     ``kind`` (``run`` or ``study``), the audited ``target``, ``settings``, per-run ``runs``
-    tables, ``skipped`` runs, ``aggregate`` (across seeds, per checkpoint) and ``wall_s``.
-    ``raw`` is the file's object, unchanged (what the renderers take)."""
+    rows (:class:`AuditedRun`), ``skipped`` runs, ``aggregate`` (across seeds, per checkpoint)
+    and ``wall_s``. ``raw`` is the file's object, unchanged (what the renderers take)."""
 
     kind: str
     target: str
     settings: dict[str, Any]
-    runs: list[dict[str, Any]]
+    runs: list[AuditedRun]
     skipped: list[dict[str, Any]]
     aggregate: dict[str, Any]
     wall_s: float | None
     raw: dict[str, Any]
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AuditRecord:
+    def from_json(cls, data: dict[str, Any], origin: str = "audit.json") -> AuditRecord:
+        """The record of ``data``; a row of ``runs`` of the wrong shape is refused naming it
+        and ``origin`` (the file)."""
+        runs = []
+        for i, row in enumerate(data.get("runs", [])):
+            try:
+                runs.append(AuditedRun.model_validate(row))
+            except ValidationError as e:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in err['loc']) or 'row'}: {err['msg']}"
+                    for err in e.errors()
+                )
+                raise FathomError(
+                    f"{origin}: runs[{i}] is not an audited run ({problems}); it was damaged "
+                    "or written by another tool: audit again (fathom audit)"
+                ) from None
         return cls(
             kind=data.get("kind", "study"),
             target=data.get("target", ""),
             settings=dict(data.get("settings", {})),
-            runs=list(data.get("runs", [])),
+            runs=runs,
             skipped=list(data.get("skipped", [])),
             aggregate=dict(data.get("aggregate", {})),
             wall_s=data.get("wall_s"),

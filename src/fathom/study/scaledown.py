@@ -22,9 +22,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fathom.config.model_kinds import model_kind
 from fathom.data.registry import dataset_spec
 from fathom.data.splits import DEFAULT_VAL_SIZE
-from fathom.models.specs import scaled_widths
+from fathom.models import kind_function
 from fathom.study.config import StudyConfig, load_study
 
 FULL_PROTOCOL = "ciresan-sd"
@@ -86,12 +87,13 @@ def _fit_size(cfg: StudyConfig) -> int:
 
 
 def _widths(cfg: StudyConfig) -> str:
-    """``784-250-...-10``: input size, the scaled hidden widths, classes."""
+    """``784-250-...-10``: input size, the hidden widths the model kind's row states
+    (:attr:`fathom.config.model_kinds.ModelKind.widths`, after ``width_mult``), classes."""
     m, spec = cfg.base.model, dataset_spec(cfg.base.data.dataset)
+    widths = model_kind(m.kind).widths
+    assert widths is not None  # a study's recipe kinds state their widths (StudyConfig)
     d_in = math.prod(spec.image_shape)
-    return "-".join(
-        str(w) for w in (d_in, *scaled_widths(tuple(m.widths), m.width_mult), spec.classes)
-    )
+    return "-".join(str(w) for w in (d_in, *kind_function(widths)(m), spec.classes))
 
 
 def _cadence(cfg: StudyConfig) -> str:
