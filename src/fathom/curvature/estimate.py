@@ -799,7 +799,7 @@ def _mc_chunks(costs: Costs, families: int, samples: int, n: int, memory: int) -
 
 
 # -- Hutchinson --------------------------------------------------------------------------------
-def ggn_vector_product(
+def _ggn_vector_product(
     model: nn.Module | Callable,
     params: list[torch.Tensor],
     x,
@@ -816,7 +816,7 @@ def ggn_vector_product(
     (:class:`FathomError`, pointing to ``estimator="mc"``)."""
     try:
         with sdpa_kernel(SDPBackend.MATH):
-            return _ggn_vector_product(model, params, x, hessian_product, z)
+            return _ggn_vector_product_unchecked(model, params, x, hessian_product, z)
     except (RuntimeError, NotImplementedError) as err:
         if "derivative" not in str(err) and "not implemented" not in str(err):
             raise
@@ -827,7 +827,7 @@ def ggn_vector_product(
         ) from None
 
 
-def _ggn_vector_product(model, params, x, hessian_product, z) -> list[torch.Tensor]:
+def _ggn_vector_product_unchecked(model, params, x, hessian_product, z) -> list[torch.Tensor]:
     with torch.enable_grad():
         out = model(x)
         # Apply the Jacobian of f onto z: z -> Jz (the double-vjp: J z = d<J^T u, z>/du at any u)
@@ -870,7 +870,7 @@ def _hutchinson_diagonals(
             ]
             mz = [torch.zeros_like(p).detach() for p in params]
             for start in range(0, n, examples_per_chunk):
-                part = ggn_vector_product(
+                part = _ggn_vector_product(
                     seam.forward,
                     params,
                     take(x, slice(start, start + examples_per_chunk)),

@@ -61,7 +61,7 @@ SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("cheap_rho", "cheap rho"),
     ("runtime_s", "runtime (s)"),
 )
-LOSS_SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
+_LOSS_SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     # a classifier's snapshot under a loss other than plain cross-entropy (loss_snapshot)
     ("epoch", "epoch"),
     ("probe_loss", "probe loss"),
@@ -148,11 +148,11 @@ def summary_markdown(
 ) -> str:
     """A markdown table of the snapshot rows, with scope and normalization stated above it
     (``columns``: a language model's run has its own, :data:`TOKEN_SUMMARY_COLUMNS`; a
-    classifier's under another loss, :data:`LOSS_SUMMARY_COLUMNS` with ``loss``)."""
+    classifier's under another loss, :data:`_LOSS_SUMMARY_COLUMNS` with ``loss``)."""
     head = "| " + " | ".join(label for _, label in columns) + " |"
     rule = "|" + "---|" * len(columns)
     body = ["| " + " | ".join(_fmt(row.get(k), k) for k, _ in columns) + " |" for row in rows]
-    if columns is LOSS_SUMMARY_COLUMNS:
+    if columns is _LOSS_SUMMARY_COLUMNS:
         said = loss.describe() if loss is not None else "the run's [loss]"
         return "\n".join(
             [
@@ -469,7 +469,7 @@ def _write_snapshots(
         "rows": rows,
     }
     out.json("summary.json", summary)
-    columns = SUMMARY_COLUMNS if loss.is_default else LOSS_SUMMARY_COLUMNS
+    columns = SUMMARY_COLUMNS if loss.is_default else _LOSS_SUMMARY_COLUMNS
     out.text("summary.md", summary_markdown(rd.run_id, probe, rows, columns, loss))
     return rows
 

@@ -16,7 +16,7 @@ Under a loss other than plain cross-entropy (a run's ``[loss]``, ``fathom curvat
 (:func:`~fathom.curvature.exact.exact_diagonals` with ``loss=``, normalization
 :data:`fathom.losses.kinds.NORMALIZATION`), their per-layer traces and the probe's loss;
 KFAC and the per-example gradient Grams, from that loss's output directions
-(:func:`loss_directions`, which states their normalization under the mean and the sum); the
+(:func:`_loss_directions`, which states their normalization under the mean and the sum); the
 output mismatch is softmax cross-entropy's and is recorded as not computed, with the reason.
 """
 
@@ -251,7 +251,7 @@ def _record(
     return record
 
 
-def loss_directions(
+def _loss_directions(
     loss: LabelLoss, logits: torch.Tensor, target: torch.Tensor
 ) -> OutputDirections:
     """The per-example directions of ``loss`` in the snapshot's ``(1/N) sum_i`` forms (KFAC's
@@ -284,7 +284,7 @@ def loss_snapshot(
     """Every curvature quantity of ``model`` on the probe ``(x, labels)`` under ``loss``
     (module docstring), integer labels meeting the loss through ``loss.target``: the exact
     diagonals of every family, KFAC and the per-example gradient Grams
-    (:func:`loss_directions`, either reduction); the output mismatch is softmax
+    (:func:`_loss_directions`, either reduction); the output mismatch is softmax
     cross-entropy's and is not computed."""
     t0 = time.perf_counter()
     _, x64, seam = prepared(model, x)
@@ -293,7 +293,7 @@ def loss_snapshot(
     labels = probe_labels(labels.to(first_device(x64)), *logits.shape)
     target = loss.targets(labels, int(logits.shape[1]), torch.float64)
     diag = exact_diagonals(model, x, target, loss=loss.loss)
-    layers, grams = _layer_records(seam, pb, loss_directions(loss, logits, target), diag)
+    layers, grams = _layer_records(seam, pb, _loss_directions(loss, logits, target), diag)
     mismatch = {
         "rho": None,
         "cheap_rho": None,

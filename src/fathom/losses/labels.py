@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from fathom.config.run import LossConfig
 
 Target = Literal["labels", "one_hot"]
-TARGETS: tuple[str, ...] = ("labels", "one_hot")
+_TARGETS: tuple[str, ...] = ("labels", "one_hot")
 
 
 @dataclass(frozen=True)
@@ -49,9 +49,9 @@ class LabelLoss:
     target: Target = "labels"
 
     def __post_init__(self) -> None:
-        if self.target is not None and self.target not in TARGETS:
+        if self.target is not None and self.target not in _TARGETS:
             raise FathomError(
-                f"target={self.target!r} is not a label encoding; use one of {list(TARGETS)}"
+                f"target={self.target!r} is not a label encoding; use one of {list(_TARGETS)}"
             )
         if isinstance(self.loss, CrossEntropy):
             if self.target != "labels":
