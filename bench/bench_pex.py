@@ -20,7 +20,12 @@ pooling, global average pooling, a linear head; batch ``--batch``), timed interl
 * floor:    the dense forward with the layers' calls captured and the pullback of the summed
             loss to every layer output: the part of ``observe`` before any per-example work
             (any exact per-example method needs it; ``fathom - floor`` is what the
-            per-example gradients, Grams and moments add).
+            per-example gradients, Grams and moments add);
+* bound:    the floor with the parameters added to the same pullback (``autograd.grad`` to the
+            layer outputs and the parameters together): the floor plus every weight gradient
+            once, the multiply-adds any exact per-example method adds at least (the batch
+            gradient is the sum of the per-example ones), with no per-example split, no Gram
+            and no moments.
 
 Consistency is checked: BackPACK's ``batch_l2`` (per-example squared norms of the *mean* loss,
 ``||g_i||^2 / N^2``) times ``N`` equals Fathom's ``mean_sq_norm`` for every conv and linear weight.
@@ -159,6 +164,20 @@ def _floor(ins) -> None:
         seam.cotangents(calls, ins.terms.example_sum(out))
 
 
+def _bound(ins) -> None:
+    """The floor with the parameters in the same pullback (module docstring: ``bound``)."""
+    from fathom.telemetry.instruments import read_only
+
+    seam = ins.seam
+    with read_only(ins.model), torch.enable_grad():
+        with seam.capture() as calls:
+            out = seam.forward(ins.x)
+        leaves = [
+            t for cs in calls.values() for c in cs for t in c.output_leaves() if t.requires_grad
+        ]
+        torch.autograd.grad(ins.terms.example_sum(out), leaves + list(ins.model.parameters()))
+
+
 def _instruments(model, x, y):
     t0 = time.perf_counter()
     ins = fathom.Instruments(model, x, y, families=("moments",))
@@ -230,6 +249,7 @@ def part1(batch: int, width: int, blocks: int, repeats: int, iters: int) -> None
             "vmap(grad) + Grams": lambda: vmap_moments(model, x, y, ins.layers),
             "SGD step": step,
             "floor: forward + pullback to the layer outputs": lambda: _floor(ins),
+            "bound: floor + the weight gradients in the same pullback": lambda: _bound(ins),
         },
         repeats,
         iters,
@@ -245,6 +265,9 @@ def part1(batch: int, width: int, blocks: int, repeats: int, iters: int) -> None
         f"floor / vmap = {floor / med['vmap(grad) + Grams']:.2f} (the per-example work fathom adds "
         f"on top: {1000 * (fathom_s - floor):.1f} ms)"
     )
+    bound = med["bound: floor + the weight gradients in the same pullback"]
+    print(f"bound / vmap = {bound / med['vmap(grad) + Grams']:.2f} (fathom - bound: "
+          f"{1000 * (fathom_s - bound):.1f} ms)")  # fmt: skip
     print(f"consistency: {checked} conv/linear weights vs BackPACK batch_l2 (rel 1e-3); "
           "every layer's diversity vs vmap (rel 1e-3)")  # fmt: skip
 
