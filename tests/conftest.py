@@ -30,6 +30,69 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         torch.set_num_threads(1)
 
 
+# -- the order files reach the two xdist workers ----------------------------------------------
+HEAVIEST_FILES_FIRST = (
+    "test_curvature_estimate_losses.py",
+    "test_study_backends.py",
+    "test_stats_scaling.py",
+    "test_reproduce.py",
+    "test_depthscale_run.py",
+    "test_seam_generated.py",
+    "test_study_integrity.py",
+    "test_report_browser.py",
+    "test_curvature_estimate.py",
+    "test_stats_lm_scaling.py",
+    "test_reproduce_depth.py",
+    "test_cli_errors.py",
+    "test_resume_integrity.py",
+    "test_config_roundtrip.py",
+    "test_train_kinds.py",
+    "test_cli.py",
+    "test_study_damage.py",
+    "test_curvature_language.py",
+    "test_train.py",
+    "test_train_gpt.py",
+    "test_stats_inference.py",
+    "test_report_lm.py",
+    "test_export.py",
+    "test_study.py",
+    "test_report.py",
+    "test_losses_labels.py",
+    "test_train_steps.py",
+    "test_stats_ranking.py",
+    "test_stats_tables.py",
+    "test_integrations.py",
+    "test_seam_identity.py",
+    "test_rundir.py",
+    "test_depth_probs.py",
+    "test_depthscale_lm.py",
+    "test_depth.py",
+)
+"""Test files by the seconds their tests took in one ``--junitxml`` run of the suite (the sum of
+each file's test times, 2026-12-06), the costliest first. ``--dist loadfile`` hands each worker
+one whole file at a time in collection order; the heaviest files first and the many light ones
+last (longest-processing-time-first) leaves the two workers a short, even tail. A file missing
+from the tuple only runs after those in it; a stale order costs time, never a test."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``--dist loadfile`` the xdist controller takes the files in collection order
+    (:data:`HEAVIEST_FILES_FIRST`) rather than by their number of tests, its default, which
+    sent the costliest files (few, slow tests) last and left one worker running them alone."""
+    if getattr(config.option, "dist", "no") == "loadfile":
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker: the files of :data:`HEAVIEST_FILES_FIRST` first, in its order, then
+    the rest in their usual order; the tests within a file keep theirs (a stable sort). A run
+    without ``-n`` keeps the usual order."""
+    if not hasattr(config, "workerinput"):
+        return
+    rank = {name: i for i, name in enumerate(HEAVIEST_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(autouse=True, scope="module")
 def no_wandb_thread_outlives_its_module() -> Iterator[None]:
     """W&B keeps a service thread and an asyncio thread after its runs finish; they end with
