@@ -183,31 +183,27 @@ def _recorder(cfg: RunConfig, telemetry: bool | None, splits: DataSplits, model)
         return None
     from fathom.telemetry import Recorder as TelemetryRecorder
 
-    if not model_kind(cfg.model.kind).tokens:
-        loss = LabelLoss.of(cfg.loss)
-        if loss.target != "labels":  # the config refuses it; here too when telemetry=True
+    sequence = model_kind(cfg.model.kind).tokens
+    if sequence:
+        from fathom.models.gpt import token_loss
+
+        loss = token_loss()
+    else:
+        label = LabelLoss.of(cfg.loss)
+        if label.target != "labels":  # the config refuses it; here too when telemetry=True
             raise FathomError(
                 f"telemetry's probe instruments read the labels as the loss's targets, and "
                 f"loss {cfg.loss.name!r} needs one-hot targets: train without telemetry"
             )
-        return TelemetryRecorder(
-            cfg.telemetry,
-            epochs=cfg.optim.epochs,
-            splits=splits,
-            model=model,
-            seed=cfg.seed,
-            loss=loss.loss,
-        )
-    from fathom.models.gpt import token_loss
-
+        loss = label.loss
     return TelemetryRecorder(
         cfg.telemetry,
         epochs=cfg.optim.epochs,
         splits=splits,
         model=model,
         seed=cfg.seed,
-        loss=token_loss(),
-        sequence=True,
+        loss=loss,
+        sequence=sequence,
     )
 
 
