@@ -45,9 +45,16 @@ parameter space (``E[z z^T] = I``): per sample ``k`` one GGN-vector product ``M 
 (``J z = d<J^T u, z>/du``), the output Hessian applied in closed form, then one vjp; its
 estimate ``d_k = z_k * (M z_k)`` and ``diag_h = (1/K) sum_k d_k`` with
 ``SE^2 = s^2 / K`` (``s^2`` the sample variance over ``k`` per entry; for the trace
-``t_k = z_k^T M z_k``). It needs no output directions at all (memory of a few gradients), but
-its variance per entry is ``sum_{j' != j} M_jj'^2``: off-diagonal mass, not the number of
-classes.
+``t_k = z_k^T M z_k``). It needs no output directions at all (memory of a few gradients per
+probe), but its variance per entry is ``sum_{j' != j} M_jj'^2``: off-diagonal mass, not the
+number of classes. *Batched probes.* A pass applies ``M`` to up to :data:`_PROBES_PER_PASS`
+probes at once (as many as the budget fits, :func:`_hutchinson_chunks`): one forward and one
+double-vjp graph per chunk of examples, the probes' ``J z``, ``H J z`` and ``J^T H J z``
+batched by autograd (``is_grads_batched``); they go one at a time on that graph where the
+seam pulls back directions one at a time or the first pass finds torch's batching missing or
+unequal to its first probe alone. The probes are drawn in the same order whatever the
+passes, so every layout gives the one-at-a-time estimate to rounding (the record's
+``probes_per_chunk`` and ``batched`` say which ran).
 
 **Any loss, layout and reduction** (:func:`loss_diagonals`; :func:`diagonals` with
 ``loss=``, ``output=`` or ``class_dim=``). With the loss read on the output
