@@ -511,10 +511,11 @@ class _Moments:
     m2: torch.Tensor | float = 0.0
 
     def add(self, group: torch.Tensor) -> None:
-        """Fold in ``group [k, ...]`` (``k`` new observations)."""
+        """Fold in ``group [k, ...]`` (``k`` new observations; scratch: centred and squared
+        in place, so that a group of probes the size of the model needs no second copy)."""
         k = group.shape[0]
         g_mean = group.mean(0)
-        g_m2 = (group - g_mean).square_().sum(0)  # (torch.var_mean over dim 0 is 20x slower)
+        g_m2 = group.sub_(g_mean).square_().sum(0)  # (torch.var_mean over dim 0 is 20x slower)
         if self.count == 0:
             self.count, self.mean, self.m2 = k, g_mean, g_m2
             return
@@ -961,15 +962,14 @@ def _hutchinson_diagonals(
         ptrace = {p: _Moments() for p in names}
         trace = _Moments()
         for _, k in _groups(samples, probes_per_chunk):
-            draws = [
-                [
-                    (2.0 * torch.randint(0, 2, p.shape, generator=generator) - 1.0).to(p)
-                    for p in params
-                ]
-                for _ in range(k)
-            ]
-            z = [torch.stack(col) for col in zip(*draws, strict=True)] if params else []
-            mz = [torch.zeros_like(zi) for zi in z]
+            # z_k = 2 b - 1, b = randint(0, 2) per parameter, probe after probe (the draws of
+            # one probe at a time: written into [k, *shape] float64 rows, the same integers)
+            z = [torch.empty((k, *p.shape), dtype=torch.float64) for p in params]
+            for j in range(k):
+                for zi, p in zip(z, params, strict=True):
+                    torch.randint(0, 2, p.shape, generator=generator, out=zi[j])
+            z = [zi.mul_(2.0).sub_(1.0).to(p) for zi, p in zip(z, params, strict=True)]
+            mz: list[torch.Tensor] | None = None  # sum over the chunks of examples
             for start in range(0, n, examples_per_chunk):
                 part, batched = _ggn_vector_products(
                     seam.forward,
@@ -979,16 +979,17 @@ def _hutchinson_diagonals(
                     z,
                     batched,
                 )
-                for acc, g in zip(mz, part, strict=True):
-                    acc += g
-            t_all = 0.0
+                mz = part if mz is None else [a.add_(g) for a, g in zip(mz, part, strict=True)]
+            t_all: torch.Tensor | float = 0.0
             for name, zi, m in zip(names, z, mz, strict=True):
-                d = zi * m / n  # [k, *shape]: each probe's z_k * (M z_k)
-                entry[name].add(d)
+                d = m.mul_(zi).div_(n)  # [k, *shape]: each probe's z_k * (M z_k)
                 per_probe = d.reshape(k, -1).sum(1)
-                ptrace[name].add(per_probe)
                 t_all = t_all + per_probe
-            trace.add(torch.as_tensor(t_all).expand(k))
+                entry[name].add(d)
+                ptrace[name].add(per_probe)
+            trace.add(
+                t_all if isinstance(t_all, torch.Tensor) else torch.zeros(k, dtype=torch.float64)
+            )
         out_d[f] = {p: entry[p].mean for p in names}
         out_se[f] = {p: (entry[p].variance / samples).sqrt() for p in names}
         out_ptr[f] = {
