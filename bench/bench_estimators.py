@@ -456,7 +456,7 @@ def part_hutchinson(samples: int, repeats: int, probes: list[int]) -> None:
             print(
                 f"  {k:<20} {med[k]:.4f}  ({med[k] / med['gradient']:.1f}x gradient, looped / "
                 f"this {looped / med[k]:.2f}; layout {e.layout['examples_per_chunk']} examples x "
-                f"{e.layout['probes_per_chunk']} probes, batched {e.layout['batched']}; "
+                f"{e.layout.get('probes_per_chunk')} probes, batched {e.layout.get('batched')}; "
                 f"max rel diff to looped {worst:.1e})"
             )
 
