@@ -536,31 +536,39 @@ def test_a_seam_that_loops_directions_loops_the_probes() -> None:
     )
 
 
-@pytest.mark.parametrize("fault", ["no batching rule", "wrong batching rule"])
+@pytest.mark.parametrize("fault", ["no batching rule", "wrong batching rule", "raises later"])
 def test_batched_probes_that_fail_or_differ_are_looped(monkeypatch, fault) -> None:
     """autograd's ``is_grads_batched`` raising (simulated: an operation without a batching
     rule, whose message says "not implemented" and must not be taken for a missing second
     derivative) or giving another value (simulated: scaled, as ``torch.cdist``'s rule is
     wrong) on a seam that trusts it: the first pass's check against its first probe alone
-    catches it, every probe is looped, and the estimate is the brute force's."""
+    catches it and every probe is looped; raising only after the first pass passed its check
+    (passes of 5 probes over chunks of 2 examples), that pass and the rest are looped. The
+    estimate is the brute force's from the same draws either way."""
     from fathom.curvature.twin import prepared
 
     model, x = _models("mlp")
     y = torch.zeros(x.shape[0], dtype=torch.long)
     kw = {"families": SAMPLED, "estimator": "hutchinson", "samples": 12, "seed": 1}
     assert diagonals(model, x, y, **kw).layout["batched"] is True  # (the seam, built unpatched)
-    real = torch.autograd.grad
+    real, calls = torch.autograd.grad, []
 
     def grad(*args, is_grads_batched=False, **kwargs):
-        if is_grads_batched and fault == "no batching rule":
+        calls.append(is_grads_batched)
+        fails = fault == "no batching rule" or (fault == "raises later" and sum(calls) > 2)
+        if is_grads_batched and fails:
             raise RuntimeError("Batching rule not implemented for aten::made_up")
         out = real(*args, is_grads_batched=is_grads_batched, **kwargs)
-        return tuple(g if g is None or not is_grads_batched else 1.5 * g for g in out)
+        scale = 1.5 if is_grads_batched and fault == "wrong batching rule" else 1.0
+        return tuple(g if g is None else scale * g for g in out)
 
     monkeypatch.setattr(torch.autograd, "grad", grad)
+    if fault == "raises later":
+        _with_chunks(monkeypatch, (2, 5))
     est = diagonals(model, x, y, **kw)
     assert prepared(model, x)[2].batched_pullback
-    assert est.layout["batched"] is False and est.layout["probes_per_chunk"] == 12
+    assert sum(calls) >= (3 if fault == "raises later" else 1)  # the fault was met
+    assert est.layout["batched"] is False
     assert_replays(
         est,
         hutchinson_reference(model, _matrices(model, x), 12, 1),

@@ -835,15 +835,15 @@ def _ggn_vector_products(
     z: list[torch.Tensor],
     batched: bool | None,
 ) -> tuple[list[torch.Tensor], bool]:
-    """``(sum_i J_i^T H_i J_i z_k` over the examples of ``x`` (not yet / N) for every probe
-    ``z_k`` of ``z`` (per parameter ``[B, *shape]``, the products alike), batched)``, step by
-    step.
+    """``(products, batched)``: ``sum_i J_i^T H_i J_i z_k`` over the examples of ``x`` (not yet
+    / N) for every probe ``z_k`` of ``z`` (per parameter ``[B, *shape]``, the products alike),
+    step by step, and whether the probes went through autograd together.
 
     ``model`` is called on ``x`` once (a module, or :meth:`fathom.seam.Seam.forward` for a
     model whose output is selected from a tuple or a mapping, or whose input is a tuple or
     dict). ``batched=False``: the probes one at a time on that graph (with ``B = 1``, the
     one-probe estimator operation for operation); ``True``: the ``B`` probes through autograd
-    together (``is_grads_batched``); ``None``: batched, checked against the first probe
+    together (``is_grads_batched``; one at a time should that raise); ``None``: batched, checked against the first probe
     taken alone, and looped where torch has no batching rule for an operation of the
     double-vjp or its rule gives another value (a batched pullback can be wrong where the
     plain one is right: :mod:`fathom.seam.check`). The second value says which was used.
@@ -898,7 +898,7 @@ def _ggn_vector_products_unchecked(
                 )
             except (RuntimeError, NotImplementedError):  # an operation without a batching rule
                 back = None
-            if batched:
+            if batched and back is not None:  # checked on an earlier pass
                 return _filled(back, params, probes), True
             first = one(0, retain=True)
             if back is not None and _agrees([b[0] for b in back], first):
