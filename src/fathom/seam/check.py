@@ -39,6 +39,7 @@ from torch import nn
 
 from fathom.errors import FathomError
 from fathom.seam.discovery import preserved
+from fathom.seam.examples import close
 from fathom.seam.inputs import convert, count
 from fathom.seam.pex import per_example_grads
 from fathom.seam.types import Call, Layer
@@ -47,7 +48,7 @@ from fathom.seam.types import Call, Layer
 def _adds_up(got: torch.Tensor, ref: torch.Tensor) -> bool:
     """``|got - ref| <= 1e-3 (|ref| + max |ref|)`` entrywise (``max |ref|`` at least 1e-6)."""
     tol = 1e-3 * float(ref.detach().abs().max().clamp_min(1e-6))
-    return torch.allclose(got, ref, rtol=1e-3, atol=tol)
+    return close(got, ref, rtol=1e-3, atol=tol)
 
 
 def _check_directions(logits: torch.Tensor) -> torch.Tensor:
@@ -91,13 +92,24 @@ def _mismatches(
     here, naming the module."""
     failed: list[tuple[Layer, str]] = []
     grads: dict[str, list[dict[str, torch.Tensor]]] = {}
+    every = {id(t): t for layer in layers for t in layer.tensors().values()}
+    batch = [  # autograd's batch gradient of each direction's scalar, every tensor at once
+        dict(
+            zip(
+                every,
+                torch.autograd.grad(
+                    total, list(every.values()), allow_unused=True, retain_graph=True
+                ),
+                strict=True,
+            )
+        )
+        for total in totals
+    ]
     for layer in layers:
         tensors = layer.tensors()
         grads[layer.name] = []
-        for total, cots in zip(totals, looped, strict=True):
-            want = torch.autograd.grad(
-                total, list(tensors.values()), allow_unused=True, retain_graph=True
-            )
+        for total_grads, cots in zip(batch, looped, strict=True):
+            want = [total_grads[id(t)] for t in tensors.values()]
             try:
                 got = _grads(model, layer, calls[layer.name], cots[layer.name], n)
             except FathomError:

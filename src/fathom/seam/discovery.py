@@ -130,6 +130,24 @@ def _metadata_access(func: Any) -> bool:
     return name in _METADATA
 
 
+_ATOMS = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.device})
+
+
+def _atom(v: Any) -> bool:
+    return type(v) in _ATOMS or (type(v) in (tuple, list) and all(type(e) in _ATOMS for e in v))
+
+
+def call_tensors(args: tuple, kwargs: dict) -> list:
+    """The tensors among a torch call's arguments (those a use is found by, by identity):
+    a flat scan when every argument is a tensor, a number, a string, ``None`` or a tuple of
+    numbers (``F.linear(x, w, b)``, ``conv2d(x, w, b, (1, 1), ...)``: nearly every call),
+    ``pytree.tree_leaves`` otherwise (nested containers, registered pytree nodes)."""
+    flat = (*args, *kwargs.values()) if kwargs else args
+    if all(isinstance(v, torch.Tensor) or _atom(v) for v in flat):
+        return [v for v in flat if isinstance(v, torch.Tensor)]
+    return [v for v in pytree.tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
+
+
 class UseRecorder(TorchFunctionMode):
     """Records, for every torch call that receives a parameter (by identity), the active
     module stack (metadata reads such as ``.dtype`` or ``.shape`` are not uses), and every
@@ -146,8 +164,8 @@ class UseRecorder(TorchFunctionMode):
         if _metadata_access(func):
             return func(*args, **kwargs)
         found = False
-        for leaf in pytree.tree_leaves((args, kwargs)):
-            name = self.params.get(id(leaf)) if isinstance(leaf, torch.Tensor) else None
+        for leaf in call_tensors(args, kwargs):
+            name = self.params.get(id(leaf))
             if name is not None:
                 self.uses.setdefault(name, []).append(tuple(self.stack))
                 found = True
@@ -169,7 +187,7 @@ class OpCapture(TorchFunctionMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if not _metadata_access(func) and any(
-            id(t) in self.params for t in pytree.tree_leaves((args, kwargs))
+            id(t) in self.params for t in call_tensors(args, kwargs)
         ):
             self.record(args, kwargs, out, func)
         return out
