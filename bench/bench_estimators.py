@@ -23,10 +23,18 @@ the model and the estimator) is its own:
   against one float64 gradient;
   all in one process, interleaved rounds, one torch thread, thread CPU time, medians
   (BackPACK is a dev-only dependency:
-  ``pip install --no-deps backpack-for-pytorch einops unfoldNd``).
+  ``pip install --no-deps backpack-for-pytorch einops unfoldNd``);
+* ``hutchinson``: ``diagonals(estimator="hutchinson", samples=K)`` with its probes batched
+  (up to ``_PROBES_PER_PASS`` per pass, the default; ``--probes`` sets other pass sizes)
+  against the one-probe-at-a-time estimator (``_PROBES_PER_PASS = 1``: a forward and a
+  double-vjp per probe), side by side on the MLP (C = 10), the residual CNN, the transformer
+  block and the token-level block of ``backpack`` (N = 32) and on the test suite's 5-7-4 MLP
+  (N = 6), each against one float64 gradient; the largest difference of the two estimates
+  (relative to each parameter's largest entry) is printed beside the times. All in one
+  process, interleaved rounds, one torch thread, thread CPU time, medians.
 
-Usage: python bench/bench_estimators.py [--part resnet|classes|backpack|all] [--repeats 3]
-       [--samples 2]
+Usage: python bench/bench_estimators.py [--part resnet|classes|backpack|hutchinson|all]
+       [--repeats 3] [--samples 2] [--probes 8,16,32,64]
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -375,12 +384,90 @@ def part_backpack(samples: int, repeats: int) -> None:
             print(f"  {refusal}")
 
 
+def _hutchinson_models() -> list[tuple]:
+    """``(label, model, x, y, loss arguments)``: :func:`_backpack_models`' four (BackPACK not
+    needed) and the test suite's 5-7-4 MLP on 6 examples."""
+    from curvature_floor import ResidualCNN, TransformerBlock, randomize_bn
+
+    torch.manual_seed(0)
+    tiny = nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 4)).to(DT)
+    return [
+        ("MLP 784-1000-500-250-10, N=32", mlp(10).to(DT), torch.rand(32, 784, dtype=DT),
+         torch.randint(0, 10, (32,)), {}),
+        ("residual CNN (BatchNorm eval) 1x16x16, N=32",
+         randomize_bn(ResidualCNN(side=16)).to(DT).eval(), torch.randn(32, 1, 16, 16, dtype=DT),
+         torch.randint(0, 10, (32,)), {}),
+        ("transformer block, N=32", TransformerBlock().to(DT).eval(),
+         torch.randint(0, 100, (32, 16)), torch.randint(0, 10, (32,)), {}),
+        ("token-level transformer [32, 16, 100]", _token_transformer()().to(DT).eval(),
+         torch.randint(0, 100, (32, 16)), torch.randint(0, 100, (32, 16)),
+         {"loss": "cross_entropy", "class_dim": -1}),
+        ("test-suite MLP 5-7-4, N=6", tiny, torch.randn(6, 5, dtype=DT),
+         torch.randint(0, 4, (6,)), {}),
+    ]  # fmt: skip
+
+
+def part_hutchinson(samples: int, repeats: int, probes: list[int]) -> None:
+    import fathom.curvature.estimate as estimate
+    from fathom.curvature import diagonals
+
+    torch.set_num_threads(1)  # thread CPU clock below: other jobs on the machine do not enter
+    default = estimate._PROBES_PER_PASS
+    sizes = [1, *sorted(set(probes) - {1})] if probes else [1, default]
+    for label, model, x, y, kw in _hutchinson_models():
+        ests: dict[int, object] = {}
+
+        def call(b: int, model=model, x=x, y=y, kw=kw, ests=ests) -> None:
+            estimate._PROBES_PER_PASS = b
+            try:
+                ests[b] = diagonals(
+                    model, x, y, estimator="hutchinson", samples=samples, seed=0, **kw
+                )
+            finally:
+                estimate._PROBES_PER_PASS = default
+
+        def grad(model=model, x=x, y=y) -> None:
+            model.zero_grad()
+            _ce(model(x), y).backward()
+
+        fns = {**{f"probes per pass {b}": partial(call, b) for b in sizes}, "gradient": grad}
+        for f in fns.values():
+            f()  # warm-up (the twin and its seam are built once per model)
+        times: dict[str, list[float]] = {k: [] for k in fns}
+        for _ in range(repeats):
+            for k, f in fns.items():
+                t0 = time.thread_time()
+                f()
+                times[k].append(time.thread_time() - t0)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        params = sum(p.numel() for p in model.parameters())
+        print(
+            f"{label}, {params:,} params, float64, K={samples}, {repeats} interleaved rounds, "
+            f"one thread, thread CPU time, medians (s), load {os.getloadavg()[0]:.1f}:"
+        )
+        looped = med["probes per pass 1"]
+        for b in sizes:
+            e, ref = ests[b], ests[1]
+            worst = max(
+                float((e.diagonals["ggn"][p] - v).abs().max() / v.abs().max().clamp_min(1e-300))
+                for p, v in ref.diagonals["ggn"].items()
+            )
+            k = f"probes per pass {b}"
+            print(
+                f"  {k:<20} {med[k]:.4f}  ({med[k] / med['gradient']:.1f}x gradient, looped / "
+                f"this {looped / med[k]:.2f}; layout {e.layout['examples_per_chunk']} examples x "
+                f"{e.layout.get('probes_per_chunk')} probes, batched {e.layout.get('batched')}; "
+                f"max rel diff to looped {worst:.1e})"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--child")
     ap.add_argument("--part", default="all")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--samples", type=int, default=2)
+    ap.add_argument("--probes", default="", help="hutchinson: pass sizes, e.g. 8,16,32,64")
     args = ap.parse_args()
     if args.child:
         spec = json.loads(args.child)
@@ -397,6 +484,9 @@ def main() -> None:
         part_classes(args.samples)
     if args.part in ("backpack", "all"):
         part_backpack(args.samples, args.repeats)
+    if args.part in ("hutchinson", "all"):
+        probes = [int(b) for b in args.probes.split(",") if b]
+        part_hutchinson(args.samples, args.repeats, probes)
 
 
 if __name__ == "__main__":

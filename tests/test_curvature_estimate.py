@@ -359,6 +359,223 @@ def test_generated_models_meet_the_exact_diagonals_within_standard_errors(spec) 
     check_estimators(spec)
 
 
+# -- Hutchinson: probes in batches, the same draws as one at a time ------------------------------
+def hutchinson_reference(model: nn.Module, ms: dict[str, torch.Tensor], samples: int, seed: int):
+    """Float64 brute force of Hutchinson's estimate from the estimator's own draws: per family
+    (in order) ``samples`` probes replayed from ``torch.Generator().manual_seed(seed)`` (probe
+    after probe, parameter after parameter in ``named_parameters`` order, ``2 b - 1`` for
+    ``b = randint(0, 2)``), ``d_k = z_k * (M z_k)`` with ``M [P, P]`` the family's full matrix,
+    then ``(mean_k d_k, sqrt(var_k d_k / K), mean_k t_k, sqrt(var_k t_k / K))`` with
+    ``t_k = sum_j d_k[j]`` (unbiased variances over the ``K`` probes)."""
+    shapes = [p.shape for _, p in model.named_parameters()]
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for f, m in ms.items():
+        z = torch.stack(
+            [
+                torch.cat(
+                    [(2.0 * torch.randint(0, 2, s, generator=gen) - 1.0).flatten() for s in shapes]
+                )
+                for _ in range(samples)
+            ]
+        ).to(DT)
+        d = z * (z @ m.T)  # [K, P]
+        t = d.sum(1)
+        k = samples
+        out[f] = (d.mean(0), (d.var(0) / k).sqrt(), float(t.mean()), float((t.var() / k).sqrt()))
+    return out
+
+
+def assert_replays(est, ref: dict, names: list[str], rel: float = 1e-10) -> None:
+    """``est`` is ``ref`` (:func:`hutchinson_reference`) to float64 rounding: every entry of
+    the diagonal and of its standard error within ``rel`` of the largest, the trace within
+    ``rel`` of ``sum |d|`` and its standard error within ``rel`` of the per-probe traces'
+    largest magnitude (a variance of sums, whose rounding is the sums')."""
+    for f, (d, se, t, t_se) in ref.items():
+        got = torch.cat([est.diagonals[f][p].flatten() for p in names])
+        got_se = torch.cat([est.standard_errors[f][p].flatten() for p in names])
+        assert float((got - d).abs().max()) <= rel * float(d.abs().max()), f
+        assert float((got_se - se).abs().max()) <= rel * float(se.abs().max()) + 1e-300, f
+        assert abs(est.traces[f] - t) <= rel * float(d.abs().sum()), (f, est.traces[f], t)
+        assert abs(est.trace_standard_errors[f] - t_se) <= rel * (abs(t) + t_se), f
+
+
+def assert_same_estimate(a, b, rel: float = 1e-12) -> None:
+    """Two estimates equal to rounding: per parameter, every entry of the diagonal and of its
+    standard error within ``rel`` of that parameter's largest, every trace and trace SE within
+    ``rel`` of its magnitude (plus the diagonal's ``sum |d|`` for a trace)."""
+    for f, diag in b.diagonals.items():
+        for p, want in diag.items():
+            for got, ref in (
+                (a.diagonals[f][p], want),
+                (a.standard_errors[f][p], b.standard_errors[f][p]),
+            ):
+                assert float((got - ref).abs().max()) <= rel * float(ref.abs().max()), (f, p)
+            size = float(want.abs().sum())
+            got_t, want_t = a.parameter_traces[f][p], b.parameter_traces[f][p]
+            assert abs(got_t - want_t) <= rel * size + 1e-300, (f, p)
+            got_s = a.parameter_trace_standard_errors[f][p]
+            want_s = b.parameter_trace_standard_errors[f][p]
+            assert abs(got_s - want_s) <= rel * (want_s + size) + 1e-300, (f, p)
+        total = sum(float(v.abs().sum()) for v in diag.values())
+        assert abs(a.traces[f] - b.traces[f]) <= rel * total, f
+        want_s = b.trace_standard_errors[f]
+        assert abs(a.trace_standard_errors[f] - want_s) <= rel * (want_s + total), f
+
+
+def _matrices(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``{family: M [P, P]}`` of the mean cross-entropy's GGN and the Jacobian Gram from the
+    per-example Jacobians (:func:`jacobians`): ``(1/N) sum_i J_i^T H_i J_i``."""
+    jac, probs, _ = jacobians(model, x)
+    n, c, _ = jac.shape
+    h = {
+        "ggn": torch.diag_embed(probs) - probs[:, :, None] * probs[:, None, :],
+        "jacobian_gram": torch.eye(c, dtype=DT).expand(n, c, c),
+    }
+    return {f: torch.einsum("ncp,ncd,ndq->pq", jac, h[f], jac) / n for f in SAMPLED}
+
+
+def _models(which: str):
+    g = torch.Generator().manual_seed(6)
+    if which == "tokens":
+        return _Tokens(), torch.randint(0, 7, (5, 4), generator=g)
+    if which == "conv":
+        return _conv(), torch.randn(5, 2, 4, 4, generator=g)
+    return mlp(), probe(n=5)[0]
+
+
+def _with_chunks(monkeypatch, chunks: tuple[int, int] | None) -> None:
+    """Hutchinson's ``(examples, probes)`` per pass fixed to ``chunks`` (``None``: the rule)."""
+    import fathom.curvature.estimate as estimate
+
+    if chunks is not None:
+        monkeypatch.setattr(estimate, "_hutchinson_chunks", lambda *a, chunks=chunks: chunks)
+
+
+@pytest.mark.parametrize("chunks", [None, (2, 5), (1, 3), (5, 1)], ids=str)
+@pytest.mark.parametrize("which", ["mlp", "tokens", "conv"])
+def test_hutchinson_replays_its_draws_in_every_chunk_layout(monkeypatch, which, chunks) -> None:
+    """One pass of all the probes (the rule's layout here), probes in groups of 5 over chunks
+    of 2 examples (the last group short), 3 probes over single examples, and one probe at a
+    time (the looped estimator): the same draws in the same order, so every layout is the
+    float64 brute force from :func:`hutchinson_reference` to rounding; batched wherever a
+    pass holds several probes (linear, embedding, attention, LayerNorm, conv, BatchNorm)."""
+    model, x = _models(which)
+    y = torch.zeros(x.shape[0], dtype=torch.long)
+    _with_chunks(monkeypatch, chunks)
+    est = diagonals(model, x, y, families=SAMPLED, estimator="hutchinson", samples=12, seed=5)
+    ex, probes = chunks if chunks is not None else (5, 12)
+    assert (est.layout["examples_per_chunk"], est.layout["probes_per_chunk"]) == (ex, probes)
+    assert est.layout["batched"] is (probes > 1)
+    ref = hutchinson_reference(model, _matrices(model, x), 12, 5)
+    assert_replays(est, ref, [n for n, _ in model.named_parameters()])
+
+
+@pytest.mark.parametrize("which", ["mlp", "tokens", "conv"])
+def test_batched_probes_are_the_one_at_a_time_estimate(monkeypatch, which) -> None:
+    """The batched passes (32 probes at a time, then a group of 8) against the one-probe-at-a-
+    time estimator (``_PROBES_PER_PASS = 1``: a forward and a double-vjp per probe, as before
+    the probes were batched): every entry, standard error and trace within ``1e-12`` of its
+    parameter's scale (float64; about ``1e-15`` in practice: the batched sums are reordered)."""
+    import fathom.curvature.estimate as estimate
+
+    model, x = _models(which)
+    y = torch.zeros(x.shape[0], dtype=torch.long)
+    kw = {"families": SAMPLED, "estimator": "hutchinson", "samples": 40, "seed": 2}
+    batched = diagonals(model, x, y, **kw)
+    assert (batched.layout["probes_per_chunk"], batched.layout["batched"]) == (32, True)
+    monkeypatch.setattr(estimate, "_PROBES_PER_PASS", 1)
+    looped = diagonals(model, x, y, **kw)
+    assert (looped.layout["probes_per_chunk"], looped.layout["batched"]) == (1, False)
+    assert_same_estimate(batched, looped)
+
+
+def test_hutchinson_chunks_keep_to_the_budget() -> None:
+    """Probes per pass at most 32, ``samples`` and what one example with them fits in half the
+    budget (never fewer than one); then examples within half the budget with those probes."""
+    from fathom.curvature.estimate import _hutchinson_chunks
+
+    costs = Costs(largest=0, activations=1_000, parameters=9_000, classes=10)
+    assert _hutchinson_chunks(costs, 64, 100, 2**40) == (100, 32)
+    assert _hutchinson_chunks(costs, 6, 100, 2**40) == (100, 6)
+    per_probe = 2 * 8 * 3 * (1_000 + 9_000)
+    ex, probes = _hutchinson_chunks(costs, 64, 100, 10 * per_probe)
+    assert probes == 10 and ex == 10 * per_probe // (2 * 8 * 3 * 1_000 * 10) == 10
+    assert _hutchinson_chunks(costs, 64, 100, 100) == (1, 1)
+
+
+class _PReLUNet(nn.Module):
+    """``nn.PReLU``: torch has no batching rule for its backward, so the seam pulls its
+    directions back one at a time (:mod:`fathom.seam.check`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(8)
+        self.a, self.act, self.b = nn.Linear(3, 4), nn.PReLU(4, init=0.2), nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.tanh(self.act(self.a(x))))
+
+
+def test_a_seam_that_loops_directions_loops_the_probes() -> None:
+    """Where the seam says a batched pullback is unreliable (a layer with
+    ``loop_directions``), the probes go one at a time on each pass's graph: the brute force
+    from the same draws, ``batched`` false in the record."""
+    from fathom.curvature.twin import prepared
+
+    model = _PReLUNet()
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(3))
+    y = torch.zeros(4, dtype=torch.long)
+    est = diagonals(model, x, y, families=SAMPLED, estimator="hutchinson", samples=10, seed=4)
+    assert any(la.loop_directions for la in prepared(model, x)[2].layers)
+    assert est.layout["batched"] is False and est.layout["probes_per_chunk"] == 10
+    assert_replays(
+        est,
+        hutchinson_reference(model, _matrices(model, x), 10, 4),
+        list(dict(model.named_parameters())),
+    )
+
+
+@pytest.mark.parametrize("fault", ["no batching rule", "wrong batching rule", "raises later"])
+def test_batched_probes_that_fail_or_differ_are_looped(monkeypatch, fault) -> None:
+    """autograd's ``is_grads_batched`` raising (simulated: an operation without a batching
+    rule, whose message says "not implemented" and must not be taken for a missing second
+    derivative) or giving another value (simulated: scaled, as ``torch.cdist``'s rule is
+    wrong) on a seam that trusts it: the first pass's check against its first probe alone
+    catches it and every probe is looped; raising only after the first pass passed its check
+    (passes of 5 probes over chunks of 2 examples), that pass and the rest are looped. The
+    estimate is the brute force's from the same draws either way."""
+    from fathom.curvature.twin import prepared
+
+    model, x = _models("mlp")
+    y = torch.zeros(x.shape[0], dtype=torch.long)
+    kw = {"families": SAMPLED, "estimator": "hutchinson", "samples": 12, "seed": 1}
+    assert diagonals(model, x, y, **kw).layout["batched"] is True  # (the seam, built unpatched)
+    real, calls = torch.autograd.grad, []
+
+    def grad(*args, is_grads_batched=False, **kwargs):
+        calls.append(is_grads_batched)
+        fails = fault == "no batching rule" or (fault == "raises later" and sum(calls) > 2)
+        if is_grads_batched and fails:
+            raise RuntimeError("Batching rule not implemented for aten::made_up")
+        out = real(*args, is_grads_batched=is_grads_batched, **kwargs)
+        scale = 1.5 if is_grads_batched and fault == "wrong batching rule" else 1.0
+        return tuple(g if g is None else scale * g for g in out)
+
+    monkeypatch.setattr(torch.autograd, "grad", grad)
+    if fault == "raises later":
+        _with_chunks(monkeypatch, (2, 5))
+    est = diagonals(model, x, y, **kw)
+    assert prepared(model, x)[2].batched_pullback
+    assert sum(calls) >= (3 if fault == "raises later" else 1)  # the fault was met
+    assert est.layout["batched"] is False
+    assert_replays(
+        est,
+        hutchinson_reference(model, _matrices(model, x), 12, 1),
+        list(dict(model.named_parameters())),
+    )
+
+
 # -- auto and bad input -------------------------------------------------------------------------
 def test_auto_picks_exact_when_it_fits_and_names_why() -> None:
     model, (x, y) = mlp(), probe()

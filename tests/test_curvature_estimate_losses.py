@@ -40,6 +40,7 @@ from fathom.curvature.language import token_diagonals
 from fathom.errors import FathomError
 from fathom.losses import make_loss
 from fathom.models.gpt import token_loss
+from test_curvature_estimate import assert_replays, assert_same_estimate, hutchinson_reference
 from test_curvature_language import tiny
 from test_curvature_losses_generated import _BASE, _call, _map, loss_specs, setup
 from test_seam_generated import _dense_copy
@@ -509,6 +510,50 @@ def test_chunks_over_a_loss_change_the_draws_not_the_law() -> None:
     for f in SAMPLED:
         t_want = sum(float(v.sum()) for v in exact[f].values())
         assert abs(mc.traces[f] - t_want) <= 5 * mc.trace_standard_errors[f]
+
+
+_BATCHED_CASES = {
+    "ce [N, T, V] ignore, smoothing, mean": {"loss": "cross_entropy", "head": "tokens",
+                                             "reduction": "mean", "ignore": True,
+                                             "smoothing": 0.2},
+    "ce probabilities [N, C, d] sum": {"loss": "ce_prob", "head": "channels", "reduction": "sum",
+                                       "smoothing": 0.2},
+    "mse [N, T, E] mean, dict input": {"loss": "mse", "head": "tokens", "reduction": "mean",
+                                       "structure": "dict"},
+    "bce [N, C, d] sum": {"loss": "bce_with_logits", "head": "channels", "reduction": "sum"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(_BATCHED_CASES))
+def test_batched_probes_replay_their_draws_for_every_loss_and_layout(monkeypatch, case) -> None:
+    """Every loss's Hessian product on batched probes (all at once; groups of 5 probes over
+    chunks of 2 examples, each chunk's own targets and weights) and one probe at a time: each
+    the float64 brute force from the same draws (:func:`test_curvature_estimate.
+    hutchinson_reference`, ``M = sum_i J_i^T H_i J_i`` from this module's :func:`reference`),
+    and the batched estimate the looped one within ``1e-12`` of its scale."""
+    import fathom.curvature.estimate as estimate
+
+    model, x, y, loss, output = setup(_FIXED | _BATCHED_CASES[case])
+    z, jac, blocks = reference(model, x, y, loss, output)
+    n, e = z.shape[0], z[0].numel()
+    gram = torch.eye(e, dtype=DT).expand(n, e, e) / (n if loss.reduction == "mean" else 1)
+    ms = {f: torch.einsum("nep,nef,nfq->pq", jac, h, jac) for f, h in zip(SAMPLED, (blocks, gram))}
+    ref = hutchinson_reference(model, ms, 12, 6)
+    names = list(dict(model.named_parameters()))
+    kw = {"loss": loss, "output": output, "families": SAMPLED, "estimator": "hutchinson"}
+    batched = diagonals(model, x, y, samples=12, seed=6, **kw)
+    assert (batched.layout["probes_per_chunk"], batched.layout["batched"]) == (12, True)
+    assert_replays(batched, ref, names)
+    monkeypatch.setattr(estimate, "_hutchinson_chunks", lambda *a: (2, 5))
+    grouped = diagonals(model, x, y, samples=12, seed=6, **kw)
+    assert (grouped.layout["examples_per_chunk"], grouped.layout["batched"]) == (2, True)
+    assert_replays(grouped, ref, names)
+    monkeypatch.setattr(estimate, "_hutchinson_chunks", lambda *a: (n, 1))
+    looped = diagonals(model, x, y, samples=12, seed=6, **kw)
+    assert looped.layout["batched"] is False
+    assert_replays(looped, ref, names)
+    assert_same_estimate(batched, looped)
+    assert_same_estimate(grouped, looped)
 
 
 def test_a_loss_without_its_own_draws_is_sampled_through_its_hessian_factor() -> None:

@@ -74,7 +74,11 @@ def render() -> str:
 def _estimators() -> list[str]:
     """The estimators section: what each loss's MC draws and Hutchinson products are, and
     the standard errors (:mod:`fathom.curvature.estimate`)."""
-    from fathom.curvature.estimate import _STANDARD_ERROR_FORMULAS, estimator_rows
+    from fathom.curvature.estimate import (
+        _PROBES_PER_PASS,
+        _STANDARD_ERROR_FORMULAS,
+        estimator_rows,
+    )
 
     lines = [
         "## Estimators",
@@ -86,7 +90,9 @@ def _estimators() -> list[str]:
         "the loss's weights and the family's scale); "
         '`"hutchinson"` averages '
         "`z * (M z)` over `K` Rademacher `z` in parameter space, `M z` one GGN-vector product "
-        'with the Hessian applied in closed form; `"auto"` is exact when its memory and its '
+        "with the Hessian applied in closed form (up to "
+        f"{_PROBES_PER_PASS} probes per batched pass, the same draws as one at a time); "
+        '`"auto"` is exact when its memory and its '
         "output directions per example fit `budget`, otherwise MC, and says which and why. "
         "The GGN and the Jacobian Gram are sampled; the empirical Fisher (one direction per "
         "example) is always exact. Every record states the estimator per family, `K`, the "

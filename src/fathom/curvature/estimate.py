@@ -45,9 +45,16 @@ parameter space (``E[z z^T] = I``): per sample ``k`` one GGN-vector product ``M 
 (``J z = d<J^T u, z>/du``), the output Hessian applied in closed form, then one vjp; its
 estimate ``d_k = z_k * (M z_k)`` and ``diag_h = (1/K) sum_k d_k`` with
 ``SE^2 = s^2 / K`` (``s^2`` the sample variance over ``k`` per entry; for the trace
-``t_k = z_k^T M z_k``). It needs no output directions at all (memory of a few gradients), but
-its variance per entry is ``sum_{j' != j} M_jj'^2``: off-diagonal mass, not the number of
-classes.
+``t_k = z_k^T M z_k``). It needs no output directions at all (memory of a few gradients per
+probe), but its variance per entry is ``sum_{j' != j} M_jj'^2``: off-diagonal mass, not the
+number of classes. *Batched probes.* A pass applies ``M`` to up to :data:`_PROBES_PER_PASS`
+probes at once (as many as the budget fits, :func:`_hutchinson_chunks`): one forward and one
+double-vjp graph per chunk of examples, the probes' ``J z``, ``H J z`` and ``J^T H J z``
+batched by autograd (``is_grads_batched``); they go one at a time on that graph where the
+seam pulls back directions one at a time or the first pass finds torch's batching missing or
+unequal to its first probe alone. The probes are drawn in the same order whatever the
+passes, so every layout gives the one-at-a-time estimate to rounding (the record's
+``probes_per_chunk`` and ``batched`` say which ran).
 
 **Any loss, layout and reduction** (:func:`loss_diagonals`; :func:`diagonals` with
 ``loss=``, ``output=`` or ``class_dim=``). With the loss read on the output
@@ -504,10 +511,11 @@ class _Moments:
     m2: torch.Tensor | float = 0.0
 
     def add(self, group: torch.Tensor) -> None:
-        """Fold in ``group [k, ...]`` (``k`` new observations)."""
+        """Fold in ``group [k, ...]`` (``k`` new observations; scratch: centred and squared
+        in place, so that a group of probes the size of the model needs no second copy)."""
         k = group.shape[0]
         g_mean = group.mean(0)
-        g_m2 = (group - g_mean).square_().sum(0)  # (torch.var_mean over dim 0 is 20x slower)
+        g_m2 = group.sub_(g_mean).square_().sum(0)  # (torch.var_mean over dim 0 is 20x slower)
         if self.count == 0:
             self.count, self.mean, self.m2 = k, g_mean, g_m2
             return
@@ -799,24 +807,53 @@ def _mc_chunks(costs: Costs, families: int, samples: int, n: int, memory: int) -
 
 
 # -- Hutchinson --------------------------------------------------------------------------------
-def _ggn_vector_product(
+_PROBES_PER_PASS = 32
+"""The most Rademacher probes ``z_k`` one pass applies ``M`` to together: one forward and one
+double-vjp graph per chunk of examples, then the Jacobian-vector products and the pullbacks
+of all the pass's probes batched by autograd (``is_grads_batched``). The pass's memory grows
+linearly in it (:func:`_hutchinson_chunks`), which takes fewer where the budget says so."""
+
+
+def _hutchinson_chunks(costs: Costs, samples: int, n: int, memory: int) -> tuple[int, int]:
+    """``(examples, probes)`` per pass within half of ``memory`` (the other half for the
+    model and the accumulators): as many probes as fit with one example, at most
+    :data:`_PROBES_PER_PASS` and ``samples``, then as many examples as fit with them. Each
+    (probe, example) holds about three activation copies (its Jacobian-vector product and the
+    batched pullback's cotangents), each probe about three parameter copies (``z``, ``M z``
+    and its pullback); one probe takes ``2 x 8 x 3 x activations`` bytes per example, the
+    rule of the one-probe passes."""
+    acts, params = max(1, costs.activations), max(1, costs.parameters)
+    probes = max(1, min(samples, _PROBES_PER_PASS, memory // (2 * _BYTES * 3 * (acts + params))))
+    return max(1, min(n, memory // (2 * _BYTES * 3 * acts * probes))), probes
+
+
+def _ggn_vector_products(
     model: nn.Module | Callable,
     params: list[torch.Tensor],
     x,
     hessian_product: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     z: list[torch.Tensor],
-) -> list[torch.Tensor]:
-    """``sum_i J_i^T H_i J_i z`` over the examples of ``x`` (not yet / N), step by step.
+    batched: bool | None,
+) -> tuple[list[torch.Tensor], bool]:
+    """``(products, batched)``: ``sum_i J_i^T H_i J_i z_k`` over the examples of ``x`` (not yet
+    / N) for every probe ``z_k`` of ``z`` (per parameter ``[B, *shape]``, the products alike),
+    step by step, and whether the probes went through autograd together.
 
-    ``model`` is called on ``x`` (a module, or :meth:`fathom.seam.Seam.forward` for a model
-    whose output is selected from a tuple or a mapping, or whose input is a tuple or dict).
+    ``model`` is called on ``x`` once (a module, or :meth:`fathom.seam.Seam.forward` for a
+    model whose output is selected from a tuple or a mapping, or whose input is a tuple or
+    dict). ``batched=False``: the probes one at a time on that graph (with ``B = 1``, the
+    one-probe estimator operation for operation); ``True``: the ``B`` probes through autograd
+    together (``is_grads_batched``; one at a time should that raise); ``None``: batched, checked against the first probe
+    taken alone, and looped where torch has no batching rule for an operation of the
+    double-vjp or its rule gives another value (a batched pullback can be wrong where the
+    plain one is right: :mod:`fathom.seam.check`). The second value says which was used.
 
     Attention runs on the math kernel of ``scaled_dot_product_attention`` (the fused CPU
     kernels have no second derivative); an operation without one is refused by name
     (:class:`FathomError`, pointing to ``estimator="mc"``)."""
     try:
         with sdpa_kernel(SDPBackend.MATH):
-            return _ggn_vector_product_unchecked(model, params, x, hessian_product, z)
+            return _ggn_vector_products_unchecked(model, params, x, hessian_product, z, batched)
     except (RuntimeError, NotImplementedError) as err:
         if "derivative" not in str(err) and "not implemented" not in str(err):
             raise
@@ -827,7 +864,10 @@ def _ggn_vector_product(
         ) from None
 
 
-def _ggn_vector_product_unchecked(model, params, x, hessian_product, z) -> list[torch.Tensor]:
+def _ggn_vector_products_unchecked(
+    model, params, x, hessian_product, z, batched
+) -> tuple[list[torch.Tensor], bool]:
+    probes = z[0].shape[0]
     with torch.enable_grad():
         out = model(x)
         # Apply the Jacobian of f onto z: z -> Jz (the double-vjp: J z = d<J^T u, z>/du at any u)
@@ -835,13 +875,61 @@ def _ggn_vector_product_unchecked(model, params, x, hessian_product, z) -> list[
         jtu = torch.autograd.grad(out, params, u, create_graph=True, allow_unused=True)
         used = [(g, zi) for g, zi in zip(jtu, z, strict=True) if g is not None]
         if not used:
-            return [torch.zeros_like(p) for p in params]
-        jz = torch.autograd.grad([g for g, _ in used], u, [zi for _, zi in used])[0]
-        # Apply the output Hessian: Jz -> HJz (closed form per example)
-        hjz = hessian_product(out.detach(), jz)
-        # Apply the transposed Jacobian: HJz -> J^T H J z
-        back = torch.autograd.grad(out, params, hjz, allow_unused=True)
-    return [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(params, back)]
+            return _filled([None] * len(params), params, probes), bool(batched)
+        jtu_used, z_used = [g for g, _ in used], [zi for _, zi in used]
+
+        def one(k: int, retain: bool) -> tuple:
+            """``J^T H J z_k`` for probe ``k`` alone."""
+            jz = torch.autograd.grad(jtu_used, u, [zi[k] for zi in z_used], retain_graph=True)[0]
+            # Apply the output Hessian: Jz -> HJz (closed form per example)
+            hjz = hessian_product(out.detach(), jz)
+            # Apply the transposed Jacobian: HJz -> J^T H J z
+            return torch.autograd.grad(out, params, hjz, allow_unused=True, retain_graph=retain)
+
+        if batched is not False:
+            try:
+                # the same three steps for the B probes at once: Jz [B, *out] -> HJz -> J^T HJz
+                jz = torch.autograd.grad(
+                    jtu_used, u, z_used, retain_graph=True, is_grads_batched=True
+                )[0]
+                hjz = torch.stack([hessian_product(out.detach(), v) for v in jz])
+                back = torch.autograd.grad(
+                    out, params, hjz, allow_unused=True, retain_graph=True, is_grads_batched=True
+                )
+            except (RuntimeError, NotImplementedError):  # an operation without a batching rule
+                back = None
+            if batched and back is not None:  # checked on an earlier pass
+                return _filled(back, params, probes), True
+            first = one(0, retain=True)
+            if back is not None and _agrees([b[0] for b in back], first):
+                return _filled(back, params, probes), True
+            looped = [first, *(one(k, retain=k < probes - 1) for k in range(1, probes))]
+        else:
+            looped = [one(k, retain=k < probes - 1) for k in range(probes)]
+        stacked = [
+            None if col[0] is None else torch.stack(col) for col in zip(*looped, strict=True)
+        ]
+    return _filled(stacked, params, probes), False
+
+
+def _filled(grads, params: list[torch.Tensor], probes: int) -> list[torch.Tensor]:
+    """``[B, *shape]`` per parameter, detached, zeros where a parameter does not reach the output."""
+    return [
+        torch.zeros((probes, *p.shape), dtype=p.dtype, device=p.device) if g is None else g.detach()
+        for p, g in zip(params, grads, strict=True)
+    ]
+
+
+def _agrees(got: list, want: tuple) -> bool:
+    """The batched products of one probe equal its one-probe products, within ``1e-9`` of the
+    largest entry (float64 rounding of a reordered sum is some ``1e-16`` of it; a wrong
+    batching rule is off by the size of the entries themselves)."""
+    pairs = [(g, w) for g, w in zip(got, want, strict=True) if w is not None]
+    if any(g is None for g, _ in pairs):
+        return False
+    scale = max((float(w.detach().abs().max()) for _, w in pairs if w.numel()), default=0.0)
+    tol = 1e-9 * scale + 1e-300
+    return all(bool(((g - w).abs() <= tol).all()) for g, w in pairs)
 
 
 def _hutchinson_diagonals(
@@ -852,40 +940,56 @@ def _hutchinson_diagonals(
     samples: int,
     generator: torch.Generator,
     examples_per_chunk: int,
-) -> tuple[dict, dict, dict, dict]:
+    probes_per_chunk: int,
+) -> tuple[tuple[dict, dict, dict, dict], bool]:
     """Hutchinson diagonals ``(1/K) sum_k z_k * (M z_k)`` (module docstring) of the families
-    in ``products`` (:data:`HessianProduct`); returns as :func:`mc_diagonals`."""
+    in ``products`` (:data:`HessianProduct`): ``(estimates as :func:`mc_diagonals`, batched)``.
+
+    The probes are drawn ``z_1, z_2, ...`` in order (per probe, parameter after parameter) and
+    applied ``probes_per_chunk`` at a time (:func:`_ggn_vector_products`), batched unless the
+    seam pulls back directions one at a time (``seam.batched_pullback`` off, or a layer's
+    ``loop_directions``) or the first pass finds batching unavailable or wrong; ``batched``
+    says whether they were. The draws do not depend on the chunks, so every layout gives the
+    one-probe-at-a-time estimate to rounding (``probes_per_chunk=1``: that estimator)."""
     named = dict(seam.model.named_parameters())
     names, params = list(named), list(named.values())
     n = count(x)
+    loops = not seam.batched_pullback or any(la.loop_directions for la in seam.layers)
+    batched: bool | None = False if loops or probes_per_chunk == 1 else None
     out_d, out_se, out_ptr, out_tr = {}, {}, {}, {}
     for f, product in products.items():
         entry = {p: _Moments() for p in names}
         ptrace = {p: _Moments() for p in names}
         trace = _Moments()
-        for _ in range(samples):
-            z = [
-                (2.0 * torch.randint(0, 2, p.shape, generator=generator) - 1.0).to(p)
-                for p in params
-            ]
-            mz = [torch.zeros_like(p).detach() for p in params]
+        for _, k in _groups(samples, probes_per_chunk):
+            # z_k = 2 b - 1, b = randint(0, 2) per parameter, probe after probe (the draws of
+            # one probe at a time: written into [k, *shape] float64 rows, the same integers)
+            z = [torch.empty((k, *p.shape), dtype=torch.float64) for p in params]
+            for j in range(k):
+                for zi, p in zip(z, params, strict=True):
+                    torch.randint(0, 2, p.shape, generator=generator, out=zi[j])
+            z = [zi.mul_(2.0).sub_(1.0).to(p) for zi, p in zip(z, params, strict=True)]
+            mz: list[torch.Tensor] | None = None  # sum over the chunks of examples
             for start in range(0, n, examples_per_chunk):
-                part = _ggn_vector_product(
+                part, batched = _ggn_vector_products(
                     seam.forward,
                     params,
                     take(x, slice(start, start + examples_per_chunk)),
                     lambda out, v, start=start, h=product: h(out, v, start),
                     z,
+                    batched,
                 )
-                for acc, g in zip(mz, part, strict=True):
-                    acc += g
-            t_all = 0.0
+                mz = part if mz is None else [a.add_(g) for a, g in zip(mz, part, strict=True)]
+            t_all: torch.Tensor | float = 0.0
             for name, zi, m in zip(names, z, mz, strict=True):
-                d = zi * m / n
-                entry[name].add(d[None])
-                ptrace[name].add(d.sum()[None])
-                t_all = t_all + d.sum()
-            trace.add(torch.as_tensor(t_all)[None])
+                d = m.mul_(zi).div_(n)  # [k, *shape]: each probe's z_k * (M z_k)
+                per_probe = d.reshape(k, -1).sum(1)
+                t_all = t_all + per_probe
+                entry[name].add(d)
+                ptrace[name].add(per_probe)
+            trace.add(
+                t_all if isinstance(t_all, torch.Tensor) else torch.zeros(k, dtype=torch.float64)
+            )
         out_d[f] = {p: entry[p].mean for p in names}
         out_se[f] = {p: (entry[p].variance / samples).sqrt() for p in names}
         out_ptr[f] = {
@@ -893,7 +997,7 @@ def _hutchinson_diagonals(
             for p in names
         }
         out_tr[f] = (float(trace.mean), math.sqrt(float(trace.variance) / samples))
-    return out_d, out_se, out_ptr, out_tr
+    return (out_d, out_se, out_ptr, out_tr), bool(batched)
 
 
 # -- the public entry point --------------------------------------------------------------------
@@ -1010,17 +1114,18 @@ def diagonals(
             standard_errors=standard_errors,
         )
     elif sampled:
-        ex = max(1, min(n, budget.memory_bytes // (2 * _BYTES * 3 * max(1, costs.activations))))
-        layout = {"examples_per_chunk": ex}
+        ex, probes = _hutchinson_chunks(costs, samples, n, budget.memory_bytes)
         products = {f: (lambda out, v, start, h=_HESSIAN_PRODUCTS[f]: h(out, v)) for f in sampled}
-        est = _hutchinson_diagonals(
+        est, batched = _hutchinson_diagonals(
             seam,
             x64,
             products=products,
             samples=samples,
             generator=generator,
             examples_per_chunk=ex,
+            probes_per_chunk=probes,
         )
+        layout = {"examples_per_chunk": ex, "probes_per_chunk": probes, "batched": batched}
     else:
         est = ({}, {}, {}, {})
     return _assembled(seam, plan, est, exact, sampled, name, samples, seed, choice, layout)
@@ -1099,16 +1204,18 @@ def loss_diagonals(
             standard_errors=standard_errors,
         )
     elif sampled:
-        ex = max(1, min(n, budget.memory_bytes // (2 * _BYTES * 3 * max(1, costs.activations))))
-        record |= {"examples_per_chunk": ex, "products": _said(loss, sampled, "hutchinson")}
-        est = _hutchinson_diagonals(
+        ex, probes = _hutchinson_chunks(costs, samples, n, budget.memory_bytes)
+        record |= {"examples_per_chunk": ex, "probes_per_chunk": probes}
+        est, batched = _hutchinson_diagonals(
             seam,
             x64,
             products={f: loss_hessian_product(terms, f) for f in sampled},
             samples=samples,
             generator=generator,
             examples_per_chunk=ex,
+            probes_per_chunk=probes,
         )
+        record |= {"batched": batched, "products": _said(loss, sampled, "hutchinson")}
     return _assembled(seam, plan, est, exact, sampled, name, samples, seed, choice, record)
 
 
