@@ -71,9 +71,10 @@ HEAVIEST_FILES_FIRST = (
 )
 """Test files by the seconds their tests took in one ``--junitxml`` run of the suite (the sum of
 each file's test times, 2026-12-06, after the batched Hutchinson probes), the costliest first.
-``--dist loadfile`` hands each worker one whole file at a time in collection order; the heaviest files first and the many light ones
-last (longest-processing-time-first) leaves the two workers a short, even tail. A file missing
-from the tuple only runs after those in it; a stale order costs time, never a test."""
+``--dist loadfile`` hands each worker one whole file at a time in collection order; the
+heaviest files first and the many light ones last (longest-processing-time-first) leaves the
+two workers a short, even tail. A file missing from the tuple only runs after those in it; a
+stale order costs time, never a test."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
