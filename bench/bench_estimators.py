@@ -304,6 +304,21 @@ def _backpack_models() -> list[tuple]:
     return out
 
 
+def _interleaved(fns: dict, repeats: int) -> dict[str, float]:
+    """Median seconds of this thread's CPU clock per call of each of ``fns``, after one
+    warm-up call each (fathom: the twin and its seam are built once per model), the calls
+    interleaved over ``repeats`` rounds."""
+    for f in fns.values():
+        f()
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, f in fns.items():
+            t0 = time.thread_time()
+            f()
+            times[k].append(time.thread_time() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def _ce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The mean cross-entropy over examples (and tokens: ``[N, T, V]`` read as torch's
     ``[N, V, T]``)."""
@@ -358,15 +373,7 @@ def part_backpack(samples: int, repeats: int) -> None:
             _ce(model(x), y).backward()
 
         fns["gradient"] = grad
-        times: dict[str, list[float]] = {k: [] for k in fns}
-        for f in fns.values():
-            f()  # warm-up (fathom: the twin and its seam are built once per model)
-        for _ in range(repeats):
-            for k, f in fns.items():
-                t0 = time.thread_time()
-                f()
-                times[k].append(time.thread_time() - t0)
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med = _interleaved(fns, repeats)
         params = sum(p.numel() for p in model.parameters())
         print(
             f"{label}, {params:,} params, N=32 float64, K={samples}, {repeats} interleaved "
@@ -431,15 +438,7 @@ def part_hutchinson(samples: int, repeats: int, probes: list[int]) -> None:
             _ce(model(x), y).backward()
 
         fns = {**{f"probes per pass {b}": partial(call, b) for b in sizes}, "gradient": grad}
-        for f in fns.values():
-            f()  # warm-up (the twin and its seam are built once per model)
-        times: dict[str, list[float]] = {k: [] for k in fns}
-        for _ in range(repeats):
-            for k, f in fns.items():
-                t0 = time.thread_time()
-                f()
-                times[k].append(time.thread_time() - t0)
-        med = {k: statistics.median(v) for k, v in times.items()}
+        med = _interleaved(fns, repeats)
         params = sum(p.numel() for p in model.parameters())
         print(
             f"{label}, {params:,} params, float64, K={samples}, {repeats} interleaved rounds, "
