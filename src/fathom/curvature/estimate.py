@@ -843,10 +843,11 @@ def _ggn_vector_products(
     model whose output is selected from a tuple or a mapping, or whose input is a tuple or
     dict). ``batched=False``: the probes one at a time on that graph (with ``B = 1``, the
     one-probe estimator operation for operation); ``True``: the ``B`` probes through autograd
-    together (``is_grads_batched``; one at a time should that raise); ``None``: batched, checked against the first probe
-    taken alone, and looped where torch has no batching rule for an operation of the
-    double-vjp or its rule gives another value (a batched pullback can be wrong where the
-    plain one is right: :mod:`fathom.seam.check`). The second value says which was used.
+    together (``is_grads_batched``; one at a time should that raise); ``None``: batched,
+    checked against the first probe taken alone, and looped where torch has no batching rule
+    for an operation of the double-vjp or its rule gives another value (a batched pullback
+    can be wrong where the plain one is right: :mod:`fathom.seam.check`). The second value
+    says which was used.
 
     Attention runs on the math kernel of ``scaled_dot_product_attention`` (the fused CPU
     kernels have no second derivative); an operation without one is refused by name
@@ -913,7 +914,8 @@ def _ggn_vector_products_unchecked(
 
 
 def _filled(grads, params: list[torch.Tensor], probes: int) -> list[torch.Tensor]:
-    """``[B, *shape]`` per parameter, detached, zeros where a parameter does not reach the output."""
+    """``[B, *shape]`` per parameter, detached; zeros where a parameter does not reach the
+    output."""
     return [
         torch.zeros((probes, *p.shape), dtype=p.dtype, device=p.device) if g is None else g.detach()
         for p, g in zip(params, grads, strict=True)
