@@ -49,12 +49,14 @@ same level) give the same verdict.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
-from scipy.stats import norm as normal
-from scipy.stats import t as student_t
+# Student's t and the normal by the functions scipy.stats' ``t`` and ``norm`` evaluate
+# (``t.sf(x, d) = stdtr(d, -x)``, ``t.ppf(q, d) = stdtrit(d, q)``, ``norm.sf(x) = ndtr(-x)``,
+# ``norm.ppf(q) = ndtri(q)``): the same values, without a frozen distribution per call or
+# scipy.stats' import (tests/test_stats_special.py)
+from scipy.special import ndtr, ndtri, stdtr, stdtrit
 
 from fathom.stats.results import Comparison, Quantity
 from fathom.stats.rules import DEFAULT_RULES, Rules
@@ -148,7 +150,7 @@ def _stats(diffs: Sequence[float], variances: Sequence[float]) -> tuple[float, f
 def interval(mean: float, se_t: float, floor: float, n: int, level: float) -> tuple[float, float]:
     """``mean ± max(t_{(1+level)/2, n−1} · se_t, z_{(1+level)/2} · se_floor)`` (n >= 2)."""
     q = (1.0 + level) / 2.0
-    half = max(float(student_t.ppf(q, n - 1)) * se_t, float(normal.ppf(q)) * floor)
+    half = max(float(stdtrit(n - 1, q)) * se_t, float(ndtri(q)) * floor)
     return mean - half, mean + half
 
 
@@ -174,28 +176,20 @@ def verdict_of(
     return "not established"
 
 
-class _Survival(Protocol):
-    """A distribution with a survival function ``sf(x) = P(X > x)`` (scipy's frozen and
-    standard ones: ``norm``, ``t(dof)``)."""
-
-    def sf(self, x: float) -> Any: ...
-
-
-def _sf(x: float, scale: float, dist: _Survival) -> float:
+def _sf(x: float, scale: float, sf: Callable[[float], float]) -> float:
     """``2·sf(x / scale)``; a zero scale gives 0 above zero and 1 at or below it."""
     if scale <= 0.0:
         return 0.0 if x > 0 else 1.0
-    return 2.0 * float(dist.sf(x / scale))
+    return 2.0 * float(sf(x / scale))
 
 
 def _claim_p(mean: float, se_t: float, floor: float, n: int, delta: float) -> float:
     """Holm's ordering key: the claim p-value (module docstring); 1 when n < 2."""
     if n < 2:
         return 1.0
-    dof_t = student_t(n - 1)
 
     def p_of(x: float) -> float:
-        return max(_sf(x, se_t, dof_t), _sf(x, floor, normal))
+        return max(_sf(x, se_t, lambda z: stdtr(n - 1, -z)), _sf(x, floor, lambda z: ndtr(-z)))
 
     return min(1.0, p_of(mean - delta), p_of(-delta - mean), p_of(min(mean + delta, delta - mean)))
 

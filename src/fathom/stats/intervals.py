@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scipy import stats as _scipy_stats
+# scipy.stats' t.ppf(q, d) is stdtrit(d, q) (see fathom.stats.inference)
+from scipy.special import stdtrit
 
 from fathom.errors import FathomError
 
@@ -82,7 +83,7 @@ def mean_sd(values: Iterable[float]) -> tuple[float | None, float | None, int]:
 def _t_critical(level: float, dof: int) -> float:
     """Two-sided Student-t critical value ``t_{(1+level)/2, dof}``."""
     _check_level(level)
-    return float(_scipy_stats.t.ppf((1.0 + level) / 2.0, dof))
+    return float(stdtrit(dof, (1.0 + level) / 2.0))
 
 
 def _t_interval(xs: list[float], level: float, method: str) -> Interval:
