@@ -34,47 +34,47 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 HEAVIEST_FILES_FIRST = (
     "test_study_backends.py",
     "test_seam_generated.py",
-    "test_stats_scaling.py",
+    "test_study_integrity.py",
     "test_reproduce.py",
     "test_depthscale_run.py",
-    "test_study_integrity.py",
     "test_report_browser.py",
-    "test_curvature_estimate_losses.py",
     "test_reproduce_depth.py",
+    "test_curvature_estimate_losses.py",
     "test_resume_integrity.py",
     "test_study_damage.py",
     "test_train_kinds.py",
     "test_cli_errors.py",
-    "test_curvature_estimate.py",
     "test_config_roundtrip.py",
-    "test_stats_lm_scaling.py",
     "test_cli.py",
-    "test_train.py",
-    "test_study.py",
-    "test_stats_inference.py",
-    "test_depth_probs.py",
-    "test_train_gpt.py",
-    "test_stats_ranking.py",
-    "test_export.py",
-    "test_report.py",
-    "test_report_lm.py",
-    "test_rundir.py",
-    "test_losses_labels.py",
-    "test_stats_tables.py",
-    "test_curvature_language.py",
     "test_integrations.py",
+    "test_train.py",
+    "test_curvature_estimate.py",
+    "test_export.py",
+    "test_depth_probs.py",
+    "test_study.py",
+    "test_stats_scaling.py",
+    "test_train_gpt.py",
+    "test_curvature_language.py",
+    "test_rundir.py",
+    "test_report_lm.py",
+    "test_losses_labels.py",
     "test_train_steps.py",
-    "test_depth.py",
-    "test_export_live.py",
-    "test_resume_damage.py",
     "test_done_means.py",
+    "test_instruments.py",
+    "test_export_dashboards.py",
+    "test_depthscale_lm.py",
+    "test_report.py",
+    "test_resume_damage.py",
+    "test_data_real.py",
+    "test_structure.py",
+    "test_seam_identity.py",
 )
 """Test files by the seconds their tests took in one ``--junitxml`` run of the suite (the sum of
-each file's test times, 2026-12-06, after the batched Hutchinson probes), the costliest first.
-``--dist loadfile`` hands each worker one whole file at a time in collection order; the
-heaviest files first and the many light ones last (longest-processing-time-first) leaves the
-two workers a short, even tail. A file missing from the tuple only runs after those in it; a
-stale order costs time, never a test."""
+each file's test times, 2026-12-06, after the batched Hutchinson probes and scipy.special),
+the costliest first. ``--dist loadfile`` hands each worker one whole file at a time in
+collection order; the heaviest files first and the many light ones last
+(longest-processing-time-first) leaves the two workers a short, even tail. A file missing
+from the tuple only runs after those in it; a stale order costs time, never a test."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
