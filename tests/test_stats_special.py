@@ -1,9 +1,10 @@
-"""Student's t and the normal by ``scipy.special``, bit for bit what ``scipy.stats`` gives.
+"""Student's t, the normal and the beta by ``scipy.special``, bit for bit ``scipy.stats``.
 
 ``fathom.stats.inference`` and ``fathom.stats.intervals`` evaluate ``t.sf``, ``t.ppf``,
 ``norm.sf`` and ``norm.ppf`` through the special functions scipy.stats' distributions call
-(``stdtr``, ``stdtrit``, ``ndtr``, ``ndtri``), skipping a frozen distribution per call and
-the import of scipy.stats. Every verdict and interval depends on these numbers, so they are
+(``stdtr``, ``stdtrit``, ``ndtr``, ``ndtri``), and ``fathom.stats.chance`` the Clopper-Pearson
+bounds ``beta.ppf`` by ``betaincinv``, skipping a distribution object per call and the import
+of scipy.stats. Every verdict and interval depends on these numbers, so they are
 checked equal, bit for bit, to scipy.stats' own on generated arguments (degrees of freedom
 from 1 to 10^6, any float including ±0, ±inf and NaN; probabilities in (0, 1]), and the two
 formulas built on them against the same formulas written with scipy.stats.
@@ -18,9 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from scipy.special import ndtr, ndtri, stdtr, stdtrit
-from scipy.stats import norm, t
+from scipy.stats import beta, norm, t
 
 from fathom.errors import FathomError
+from fathom.stats.chance import clopper_pearson
 from fathom.stats.inference import _claim_p, interval
 from fathom.stats.intervals import _t_critical
 from fathom.stats.rules import Rules
@@ -47,6 +49,20 @@ def test_special_functions_are_scipy_stats_values(dof, x, q) -> None:
     assert _same(ndtr(-x), norm.sf(x))
     assert _same(stdtrit(dof, q), t.ppf(q, dof))
     assert _same(ndtri(q), norm.ppf(q))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(1, 10**5),
+    k=st.integers(0, 10**5),
+    level=st.one_of(st.floats(0.01, 0.999), st.sampled_from([0.9, 0.95, 0.99])),
+)
+def test_clopper_pearson_bounds_are_scipy_stats_beta_quantiles(n, k, level) -> None:
+    k = min(k, n)
+    a = (1.0 - level) / 2.0
+    low, high = clopper_pearson(k, n, level)
+    assert _same(low, 0.0 if k == 0 else beta.ppf(a, k, n - k + 1))
+    assert _same(high, 1.0 if k == n else beta.ppf(1.0 - a, k + 1, n - k))
 
 
 def test_the_zero_quantile_differs_and_is_never_asked() -> None:

@@ -47,11 +47,14 @@ class ChanceTest(BaseModel):
 
 def clopper_pearson(k: int, n: int, level: float) -> tuple[float, float]:
     """Exact two-sided binomial interval for ``k`` successes in ``n`` trials (module docstring)."""
-    from scipy.stats import beta  # ~1 s of CPU: only where an interval is shown
+    # scipy.stats' beta.ppf(q, a, b) is betaincinv(a, b, q): the same values without a
+    # distribution object or scipy.stats' import (tests/test_stats_special.py); still imported
+    # only where an interval is shown
+    from scipy.special import betaincinv
 
     a = (1.0 - level) / 2.0
-    low = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
-    high = 1.0 if k == n else float(beta.ppf(1.0 - a, k + 1, n - k))
+    low = 0.0 if k == 0 else float(betaincinv(k, n - k + 1, a))
+    high = 1.0 if k == n else float(betaincinv(k + 1, n - k, 1.0 - a))
     return low, high
 
 

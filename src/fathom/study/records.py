@@ -11,7 +11,9 @@ from fathom.rundir import RunDir
 from fathom.stats.flags import failure_flags
 from fathom.study.plan import RunSpec
 
-if TYPE_CHECKING:  # fathom.stats.summary imports scipy.special (~0.3 s): only where a record is made
+if (
+    TYPE_CHECKING
+):  # fathom.stats.summary imports scipy.special (~0.3 s): only where a record is made
     from fathom.stats import RunRecord
 
 _PER_RUN_KEYS: tuple[str, ...] = ("name", "seed", "model.recipe", "optim.lr")
