@@ -156,7 +156,10 @@ def test_a_resume_state_at_an_epoch_the_manifest_cannot_have_is_refused(run, dat
 
 def twin_killed(data, tmp_path: Path, threads: int, **updates) -> Path:
     """A twin of the template run (same config and run id) killed at the same write, trained
-    with ``threads`` threads: its numbers differ, its files verify among themselves."""
+    with ``threads`` threads: its record differs, its files verify among themselves. Its
+    numbers may or may not differ (CPU reductions split by thread count where a kernel
+    parallelizes: on one Intel CPU the tiny run's checkpoints differ, on an AMD EPYC with
+    torch 2.13 they are bit-identical), so a resume refuses it by the record, not the bits."""
     run = tmp_path / f"twin-{threads}" / "run"
     torch.set_num_threads(threads)
     try:
@@ -182,11 +185,12 @@ def copy_twin_files(twin: Path, run: Path) -> None:
     shutil.copyfile(twin / "history.jsonl", run / "history.jsonl")
 
 
-def test_a_twin_differs_and_its_files_verify_among_themselves(run, twin):
+def test_a_twin_records_another_thread_count_and_its_files_verify_among_themselves(run, twin):
     ours, theirs = RunDir(run), RunDir(twin)
     assert ours.manifest["config_hash"] == theirs.manifest["config_hash"]
     assert ours.run_id == theirs.run_id
-    assert ours.manifest["checkpoints"]["2"] != theirs.manifest["checkpoints"]["2"]
+    assert ours.manifest["environment"]["threads"] == 1
+    assert theirs.manifest["environment"]["threads"] == 2
     assert theirs.problems(deep=True) == []
 
 
