@@ -22,6 +22,9 @@ pooling, global average pooling, a linear head; batch ``--batch``), timed interl
             loss to every layer output: the part of ``observe`` before any per-example work
             (any exact per-example method needs it; ``fathom - floor`` is what the
             per-example gradients, Grams and moments add);
+* grads:    the floor, then every layer's per-example gradients by Fathom's kernels, with no
+            Gram and no moments (``grads - floor`` is the per-example gradients,
+            ``fathom - grads`` the Grams, moments and quantiles);
 * bound:    the floor with the parameters added to the same pullback (``autograd.grad`` to the
             layer outputs and the parameters together): the floor plus every weight gradient
             once, the multiply-adds any exact per-example method adds at least (the batch
@@ -33,6 +36,12 @@ fathom, vmap, floor and bound are each timed in two memory layouts: the model as
 the convolutions, BatchNorm and pooling in NHWC). A per-example method is held to the vmap of
 the faster layout; the bound of each layout says what that layout leaves for the
 per-example work.
+
+Then one convolution of the first block (the largest per-example products) by every
+stock-kernel route to per-example weight gradients (the grouped convolution Fathom uses, the
+same on a channels-last input, unfold + ``bmm``, nine shifted ``bmm``, one weight gradient per
+example in each layout) against the batch weight gradient and the forward convolution (the
+same multiply-adds in torch's best kernels).
 
 Consistency is checked: BackPACK's ``batch_l2`` (per-example squared norms of the *mean* loss,
 ``||g_i||^2 / N^2``) times ``N`` equals Fathom's ``mean_sq_norm`` for every conv and linear weight,
@@ -187,6 +196,91 @@ def _bound(ins) -> None:
         torch.autograd.grad(ins.terms.example_sum(out), leaves + list(ins.model.parameters()))
 
 
+def _grads(ins) -> None:
+    """The floor, then every layer's per-example gradients by Fathom's kernels (the grouped
+    convolution for the convs, patches for the stem, torch's BatchNorm backward over ``N*C``
+    channels, one row per example for the head): ``observe`` without its Grams and moments."""
+    from fathom.seam.pex import per_example_grads
+    from fathom.telemetry.instruments import read_only
+
+    seam, n = ins.seam, len(ins.y)
+    with read_only(ins.model), torch.enable_grad():
+        with seam.capture() as calls:
+            out = seam.forward(ins.x)
+        cots = seam.cotangents(calls, ins.terms.example_sum(out))
+    for layer in seam.layers:
+        if calls[layer.name]:
+            per_example_grads(layer, calls[layer.name], cots[layer.name], n)
+
+
+def conv_kernels(batch: int, width: int, size: int, repeats: int) -> dict[str, float]:
+    """Per-example weight gradients ``[N, C_out, C_in, 3, 3]`` of one 3x3 convolution
+    (``batch`` examples, ``width`` channels in and out, ``size`` x ``size``, zero padding 1)
+    by every stock-kernel route, against the batch weight gradient (the same multiply-adds
+    summed over the examples) and the forward convolution, in both layouts; medians of the
+    thread CPU clock. Each route is checked against the grouped one (rel 1e-4)."""
+    from fathom.seam.pex_conv import _conv_weight_grads_chunked
+
+    g = torch.Generator().manual_seed(2)
+    n, c = batch, width
+    x = torch.randn(n, c, size, size, generator=g)
+    d = torch.randn(n, c, size, size, generator=g)
+    conv = nn.Conv2d(c, c, 3, padding=1, bias=False)
+    w = conv.weight.detach()
+    xc, dc = (t.contiguous(memory_format=torch.channels_last) for t in (x, d))
+    conv_cl = copy.deepcopy(conv).to(memory_format=torch.channels_last)
+    w_cl = conv_cl.weight.detach()
+
+    def wgrad(dd, xx, ww) -> torch.Tensor:
+        args = (None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [False, True, False])
+        return torch.ops.aten.convolution_backward(dd, xx, ww, *args)[1]
+
+    def unfold_bmm() -> torch.Tensor:  # patches [N, C*9, P] then one bmm per 4 examples
+        out = torch.empty(n, c, c * 9)
+        for s in range(0, n, 4):
+            u = F.unfold(x[s : s + 4], 3, padding=1)
+            torch.bmm(d[s : s + 4].flatten(2), u.transpose(1, 2), out=out[s : s + 4])
+        return out.view(n, c, c, 3, 3)
+
+    def shifted_bmm() -> torch.Tensor:  # nine bmms on shifted views of the padded input
+        wp, length = size + 2, size * (size + 2)
+        xp = F.pad(x, (1, 1, 1, 2)).flatten(2)
+        dp = F.pad(d, (0, 2)).flatten(2)
+        out = torch.empty(3, 3, n, c, c)
+        for kh in range(3):
+            for kw in range(3):
+                off = kh * wp + kw
+                torch.bmm(dp, xp[:, :, off : off + length].transpose(1, 2), out=out[kh, kw])
+        return out.permute(2, 3, 4, 0, 1)
+
+    def loop(dd, xx, ww) -> torch.Tensor:  # one weight gradient per example
+        return torch.stack([wgrad(dd[i : i + 1], xx[i : i + 1], ww) for i in range(n)])
+
+    routes = {
+        "grouped convolution, NCHW (Fathom's route)": lambda: _conv_weight_grads_chunked(
+            conv, x, d, n, 1
+        ),
+        "grouped convolution, channels-last input (folded to NCHW)": lambda: (
+            _conv_weight_grads_chunked(conv_cl, xc, dc, n, 1)
+        ),
+        "unfold + bmm, NCHW": unfold_bmm,
+        "nine shifted bmms, NCHW": shifted_bmm,
+        "one weight gradient per example, NCHW": lambda: loop(d, x, w),
+        "one weight gradient per example, channels-last": lambda: loop(dc, xc, w_cl),
+    }
+    ref = routes["grouped convolution, NCHW (Fathom's route)"]().double()
+    for name, fn in routes.items():
+        err = (fn().double() - ref).abs().max() / ref.abs().max()
+        assert err <= 1e-4, (name, float(err))
+    scale = {
+        "batch weight gradient (summed over examples), NCHW": lambda: wgrad(d, x, w),
+        "batch weight gradient, channels-last": lambda: wgrad(dc, xc, w_cl),
+        "forward convolution, NCHW": lambda: F.conv2d(x, w, padding=1),
+        "forward convolution, channels-last": lambda: F.conv2d(xc, w_cl, padding=1),
+    }
+    return timed({**routes, **scale}, repeats, 1)
+
+
 def _instruments(model, x, y):
     t0 = time.perf_counter()
     ins = fathom.Instruments(model, x, y, families=("moments",))
@@ -265,6 +359,8 @@ def part1(batch: int, width: int, blocks: int, repeats: int, iters: int) -> None
         "bound_nchw": "bound: floor + the weight gradients in the same pullback, NCHW",
         "floor_cl": "floor, channels-last",
         "bound_cl": "bound, channels-last",
+        "grads_nchw": "grads: floor + every layer's per-example gradients (no Grams), NCHW",
+        "grads_cl": "grads, channels-last",
     }
     med = timed(
         {
@@ -278,6 +374,8 @@ def part1(batch: int, width: int, blocks: int, repeats: int, iters: int) -> None
             names["bound_nchw"]: lambda: _bound(ins),
             names["floor_cl"]: lambda: _floor(ins_cl),
             names["bound_cl"]: lambda: _bound(ins_cl),
+            names["grads_nchw"]: lambda: _grads(ins),
+            names["grads_cl"]: lambda: _grads(ins_cl),
         },
         repeats,
         iters,
@@ -293,9 +391,13 @@ def part1(batch: int, width: int, blocks: int, repeats: int, iters: int) -> None
           f"{m['fathom_cl'] / best:.2f}; the faster fathom / vmap = {fathom_s / best:.2f}")  # fmt: skip
     for tag in ("nchw", "cl"):
         floor, bound, f = m["floor_" + tag], m["bound_" + tag], m["fathom_" + tag]
+        grads = m["grads_" + tag]
         print(f"{tag}: floor / vmap = {floor / best:.2f}, bound / vmap = {bound / best:.2f} "
               f"(weight gradients {1000 * (bound - floor):.1f} ms; per-example work on top of "
               f"the floor {1000 * (f - floor):.1f} ms)")  # fmt: skip
+        print(f"{tag}: grads / vmap = {grads / best:.2f} (per-example gradients "
+              f"{1000 * (grads - floor):.1f} ms; Grams, moments and quantiles "
+              f"{1000 * (f - grads):.1f} ms)")  # fmt: skip
     print(f"consistency: {checked} conv/linear weights vs BackPACK batch_l2 (rel 1e-3); "
           "every layer's diversity vs vmap (rel 1e-3)")  # fmt: skip
     row_cl = ins_cl.observe()
@@ -305,6 +407,11 @@ def part1(batch: int, width: int, blocks: int, repeats: int, iters: int) -> None
         if row[k] is not None and row_cl[k] is not None
     )
     print(f"channels-last vs NCHW model: every field within relative {worst:.1e}")
+    size = 32  # the stem's and the first block's resolution: the largest per-example products
+    kern = conv_kernels(batch, width, size, max(5, repeats))
+    print(f"\nper-example weight gradients of one {width}->{width} 3x3 convolution at "
+          f"{size}x{size}, batch {batch} (each route checked against the grouped one):")  # fmt: skip
+    _table(kern, "batch weight gradient (summed over examples), NCHW")
 
 
 def part2(batch: int, repeats: int, iters: int, seq: int, dim: int) -> None:
