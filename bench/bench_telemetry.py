@@ -17,6 +17,8 @@ Part 1 (same model, same batch of ``--batch`` examples, timings interleaved over
 Reported as median seconds (this thread's CPU clock, ``time.thread_time``) and ratios to the
 step. BackPACK's per-example squared norms
 are checked against the moments (``B * sum_i batch_l2_i == mean_i ||g_i||^2`` per layer).
+Then the order statistics of the quantile fields at this model's activation sizes: numpy's
+full sort against the counting route the summaries take (each result checked equal).
 
 Part 2 (``--overhead``): the quick study's run config (``presets/ciresan-sd-quick.toml``,
 recipe ``--recipe``, real MNIST) trained with telemetry off and on through
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import os
 import platform
 import statistics
@@ -172,6 +175,38 @@ def part1(width_mult: float, batch: int, repeats: int, iters: int) -> None:
         f"{med['observe (default families)'] / med['gradient']:.2f} (goal <= 4)"
     )
     print("consistency: BackPACK batch_l2 * B matches mean ||g_i||^2 on every layer (rel 1e-3)")
+    order_statistics(base, batch, repeats, iters)
+
+
+def order_statistics(model: CiresanMLP, batch: int, repeats: int, iters: int) -> None:
+    """The quantile fields' order statistics on arrays of this model's activation sizes: numpy's
+    full sort against the counting route (``fathom.telemetry.distributions._select``), each on
+    normal draws, ReLU outputs, and backpropagated signals (normal with ReLU's zeros)."""
+    import numpy as np
+
+    from fathom.telemetry.distributions import _select
+    from fathom.telemetry.field import QUANTILES
+
+    g = np.random.default_rng(0)
+    print(f"\norder statistics (the ranks of the quantile fields), median of {repeats} x {iters}:")
+    print("| entries | values | np.sort s | counting route s | route / sort |")
+    print("|---|---|---|---|---|")
+    for n in sorted({batch * w for w in model.widths}, reverse=True):
+        z = g.standard_normal(n).astype(np.float32)
+        mask = g.standard_normal(n) > 0
+        for label, x in (("normal", z), ("ReLU", np.maximum(z, 0)), ("backprop", z * mask)):
+            pos = [q * (n - 1) for q in QUANTILES]
+            ranks = sorted({0, n - 1, *(math.floor(p) for p in pos), *(math.ceil(p) for p in pos)})
+            assert _select(x, ranks)[0] == np.sort(x)[ranks].tolist()
+            t = {"sort": [], "route": []}
+            for _ in range(repeats):
+                for name, fn in (("sort", np.sort), ("route", lambda a, r=ranks: _select(a, r))):
+                    t0 = CLOCK()
+                    for _ in range(iters):
+                        fn(x)
+                    t[name].append((CLOCK() - t0) / iters)
+            a, b = statistics.median(t["sort"]), statistics.median(t["route"])
+            print(f"| {n:,} | {label} | {a:.6f} | {b:.6f} | {b / a:.2f} |")
 
 
 def quick_config(recipe: str) -> RunConfig:
