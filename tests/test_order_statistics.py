@@ -163,3 +163,14 @@ def test_infinities_are_the_extreme_ranks(bad):
     x[11] = bad
     values, _ = _select(x, [0, _SELECT_MIN - 1])
     assert values == _reference(x, [0, _SELECT_MIN - 1]) and bad in values
+
+
+def test_a_strided_view_is_read_in_its_own_order():
+    """A 1-D view with a stride (every other entry, a column) is summarized as its entries."""
+    base = torch.randn(4 * _SELECT_MIN, generator=torch.Generator().manual_seed(3))
+    for view in (base[::2], base.reshape(-1, 4).t()[1]):
+        assert not view.is_contiguous() and view.numel() >= _SELECT_MIN
+        n = view.numel()
+        ranks = [0, n // 3, n // 2, n - 1]
+        assert _select(view.numpy(), ranks)[0] == _reference(view.numpy(), ranks)
+        assert entry_summary(view) == entry_summary(view.contiguous())
