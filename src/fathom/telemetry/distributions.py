@@ -145,7 +145,8 @@ def ascending(x: torch.Tensor) -> torch.Tensor:
     Order statistics do not depend on the dtype they are sorted in (float16/32 -> float64 is
     exact and monotone), so the float64 quantiles of the sorted entries equal those of the
     sorted float64 entries bit for bit. On the CPU numpy's sort (vectorized where the CPU
-    allows) is used: about 30x faster than ``torch.sort`` on 10^5 floats.
+    allows) is used: about 30x faster than ``torch.sort`` on 10^5 floats on an Intel Xeon, 4x
+    on 32,000 on an AMD EPYC (Zen 4), where numpy's AVX-512 sort is slower.
     """
     xs = _ascending(x)
     return torch.from_numpy(xs) if isinstance(xs, np.ndarray) else xs
