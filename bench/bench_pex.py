@@ -169,17 +169,17 @@ def _table(med: dict[str, float], ref: str) -> None:
         print(f"| {k} | {v:.4f} | {v / med[ref]:.2f} |")
 
 
-def _floor(ins) -> None:
+def _floor(ins) -> tuple[dict, dict]:
     """The part of ``observe`` before any per-example work: the dense forward with the
     layers' calls captured and the pullback of the summed loss to every layer output (what
-    any exact per-example method needs first)."""
+    any exact per-example method needs first). Returns the calls and their cotangents."""
     from fathom.telemetry.instruments import read_only
 
     seam = ins.seam
     with read_only(ins.model), torch.enable_grad():
         with seam.capture() as calls:
             out = seam.forward(ins.x)
-        seam.cotangents(calls, ins.terms.example_sum(out))
+        return calls, seam.cotangents(calls, ins.terms.example_sum(out))
 
 
 def _bound(ins) -> None:
@@ -201,14 +201,10 @@ def _grads(ins) -> None:
     convolution for the convs, patches for the stem, torch's BatchNorm backward over ``N*C``
     channels, one row per example for the head): ``observe`` without its Grams and moments."""
     from fathom.seam.pex import per_example_grads
-    from fathom.telemetry.instruments import read_only
 
-    seam, n = ins.seam, len(ins.y)
-    with read_only(ins.model), torch.enable_grad():
-        with seam.capture() as calls:
-            out = seam.forward(ins.x)
-        cots = seam.cotangents(calls, ins.terms.example_sum(out))
-    for layer in seam.layers:
+    calls, cots = _floor(ins)
+    n = len(ins.y)
+    for layer in ins.seam.layers:
         if calls[layer.name]:
             per_example_grads(layer, calls[layer.name], cots[layer.name], n)
 
