@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 import os
 import platform
 import statistics
@@ -184,7 +183,7 @@ def order_statistics(model: CiresanMLP, batch: int, repeats: int, iters: int) ->
     normal draws, ReLU outputs, and backpropagated signals (normal with ReLU's zeros)."""
     import numpy as np
 
-    from fathom.telemetry.distributions import _select
+    from fathom.telemetry.distributions import _quantile_ranks, _select
     from fathom.telemetry.field import QUANTILES
 
     g = np.random.default_rng(0)
@@ -195,8 +194,7 @@ def order_statistics(model: CiresanMLP, batch: int, repeats: int, iters: int) ->
         z = g.standard_normal(n).astype(np.float32)
         mask = g.standard_normal(n) > 0
         for label, x in (("normal", z), ("ReLU", np.maximum(z, 0)), ("backprop", z * mask)):
-            pos = [q * (n - 1) for q in QUANTILES]
-            ranks = sorted({0, n - 1, *(math.floor(p) for p in pos), *(math.ceil(p) for p in pos)})
+            ranks = _quantile_ranks(n, QUANTILES)
             assert _select(x, ranks)[0] == np.sort(x)[ranks].tolist()
             t = {"sort": [], "route": []}
             for _ in range(repeats):

@@ -57,7 +57,7 @@ def _summary(flat: torch.Tensor, quantiles: tuple[float, ...]) -> tuple[dict, in
     head = [x.mean().item(), x.std(correction=0).item(), x.square().mean().sqrt().item()]
     n = flat.numel()
     pos = [q * (n - 1) for q in quantiles]
-    ranks = sorted({0, n - 1, *(math.floor(p) for p in pos), *(math.ceil(p) for p in pos)})
+    ranks = _quantile_ranks(n, quantiles)
     picked, zeros = _order_statistics(flat, ranks)
     order = dict(zip(ranks, picked, strict=True))
     lo, hi = order[0], order[n - 1]
@@ -69,6 +69,13 @@ def _summary(flat: torch.Tensor, quantiles: tuple[float, ...]) -> tuple[dict, in
         for p in pos
     ]
     return dict(zip(keys, [*head, absmax, *qs], strict=True)), zeros
+
+
+def _quantile_ranks(n: int, quantiles: tuple[float, ...]) -> list[int]:
+    """The ascending 0-based ranks the summary of ``n`` entries reads: the minimum, the maximum,
+    and ``floor(p)``, ``ceil(p)`` of each ``p = q (n - 1)`` (:func:`entry_summary`)."""
+    pos = [q * (n - 1) for q in quantiles]
+    return sorted({0, n - 1, *(math.floor(p) for p in pos), *(math.ceil(p) for p in pos)})
 
 
 def _order_statistics(flat: torch.Tensor, ranks: list[int]) -> tuple[list[float], int | None]:
@@ -96,7 +103,13 @@ _SELECT_MIN = 8192
 """Below this many entries numpy's sort is about as fast as :func:`_select`
 (``docs/benchmarks-history.md#observe-select-2026-12-06``)."""
 
-_ZERO_BINS = (2047, 2048)
+_KEY_BITS = 12
+""":func:`_select` counts the top 12 bits of a float32's key: 4096 bins, an eighth of an octave
+each."""
+
+_BINS = 1 << _KEY_BITS
+
+_ZERO_BINS = (_BINS // 2 - 1, _BINS // 2)
 """The two bins of :func:`_select` holding ``-0.0`` and ``+0.0`` (with the float32 denormals
 below ``2**-129`` in magnitude)."""
 
@@ -118,8 +131,8 @@ def _select(x: np.ndarray, ranks: list[int]) -> tuple[list[float], int] | None:
     n = x.size
     i = x.view(np.int32)
     key = i ^ ((i >> 31) & np.int32(0x7FFFFFFF))
-    bins = (key >> 20) + np.int32(2048)  # in [0, 4096)
-    counts = np.bincount(bins, minlength=4096)
+    bins = (key >> (32 - _KEY_BITS)) + np.int32(_BINS // 2)  # in [0, _BINS)
+    counts = np.bincount(bins, minlength=_BINS)
     zeros = n - int(np.count_nonzero(x))
     if int(counts[_ZERO_BINS[0]] + counts[_ZERO_BINS[1]]) != zeros:
         return None
@@ -127,7 +140,7 @@ def _select(x: np.ndarray, ranks: list[int]) -> tuple[list[float], int] | None:
     r = np.asarray(ranks, dtype=np.int64)
     at = np.searchsorted(cum, r, side="right")  # the bin of each rank
     in_zero = (at == _ZERO_BINS[0]) | (at == _ZERO_BINS[1])
-    wanted = np.zeros(4096, dtype=bool)
+    wanted = np.zeros(_BINS, dtype=bool)
     wanted[at[~in_zero]] = True
     chosen = x[np.take(wanted, bins)]
     chosen.sort()
