@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fathom.base.interrupts import uninterrupted
 from fathom.errors import os_error
 
 if TYPE_CHECKING:
@@ -22,21 +23,29 @@ if TYPE_CHECKING:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file, fsync, rename, fsync dir)."""
+    """Write ``data`` to ``path`` atomically (temp file, fsync, rename, fsync dir).
+
+    Ctrl-C (and SIGTERM under :func:`~fathom.base.interrupts.sigterm_interrupts`) is held
+    back until the write is done (:func:`~fathom.base.interrupts.uninterrupted`): an
+    interrupt inside ``mkstemp``, after it created the file and before it returned the name,
+    would otherwise leave a ``.*.tmp`` file that no ``except`` here could name. Only a kill
+    leaves one (``tests/test_atomic_interrupt.py``).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual file mode
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    with uninterrupted():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp creates 0600; give the usual file mode
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)
 
 
 def _umask() -> int:

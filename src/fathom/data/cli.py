@@ -57,12 +57,21 @@ def _text_rows(spec: TextDataset, data_dir: str | None, download: bool) -> list[
 
 
 def _copy_atomic(source: Path, target: Path) -> None:
+    """Copy through a temporary file: Ctrl-C during the copy removes it, and is held back
+    while ``mkstemp`` creates it (the name is not yet ours to remove)."""
+    from fathom.base.interrupts import uninterrupted
+
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        os.close(fd)
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
+        with uninterrupted():
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            os.close(fd)
+        try:
+            shutil.copyfile(source, tmp)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     except OSError as e:
         raise FathomError(
             f"cannot copy {source} to {target}: {e.strerror or e}. "

@@ -11,7 +11,6 @@ __getattr__, __dir__, __all__ = exports(
     {
         "fathom.rundir.filecheck": ["refuse_links_out", "resume_file"],
         "fathom.rundir.files": ["load_resume", "load_weights", "save_resume", "save_weights"],
-        "fathom.rundir.interrupts": ["sigterm_interrupts", "uninterrupted"],
         "fathom.rundir.lock": ["DirLock", "lock_holder", "study_lock"],
         "fathom.rundir.state": ["RunState", "run_state"],
         "fathom.rundir.header": [

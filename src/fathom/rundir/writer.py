@@ -33,10 +33,10 @@ from typing import Any
 
 import torch
 
+from fathom.base.interrupts import uninterrupted
 from fathom.base.io import atomic_write_bytes, atomic_write_json, dumps, parse_jsonl, sha256_bytes
 from fathom.errors import FathomError, os_error
 from fathom.rundir import files
-from fathom.rundir.interrupts import uninterrupted
 from fathom.rundir.lock import DirLock
 from fathom.rundir.manifest import check_manifest, read_recorded, seal
 from fathom.rundir.record import RecordedRun, RunManifest

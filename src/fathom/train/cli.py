@@ -117,7 +117,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         _name_free(run_dir)
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
-    from fathom.rundir import sigterm_interrupts
+    from fathom.base.interrupts import sigterm_interrupts
 
     created = None if args.resume else _first_missing(run_dir)
     try:

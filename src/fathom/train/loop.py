@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from fathom.base.interrupts import uninterrupted
 from fathom.base.io import config_digest, read_jsonl, state_dict_digest
 from fathom.base.provenance import resolve_device, source_hash
 from fathom.base.terminal import OnProgress
@@ -27,7 +28,7 @@ from fathom.config.models import schedule_due
 from fathom.data import DataSplits
 from fathom.data.prepare import prepare_splits as _prepare
 from fathom.errors import FathomError
-from fathom.rundir import RunDir, RunWriter, uninterrupted
+from fathom.rundir import RunDir, RunWriter
 from fathom.rundir.sections import Status
 from fathom.rundir.weights import cpu_state, extra_state, load_cpu_state, load_extra_state
 from fathom.train.guards import disk_full_advice, matmul_precision, recorded_threads

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fathom.base.interrupts import uninterrupted
 from fathom.config.models import SPLITS, schedule_due
 from fathom.config.run import objective_field
-from fathom.rundir import uninterrupted
 from fathom.train.evaluate import scores_of_split, token_scores
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from fathom.base.interrupts import uninterrupted
 from fathom.base.io import config_digest, state_dict_digest
 from fathom.base.provenance import environment, source_hash
 from fathom.base.terminal import OnProgress
@@ -32,7 +33,7 @@ from fathom.depth import GateController
 from fathom.errors import FathomError
 from fathom.losses.labels import LabelLoss
 from fathom.models import count_parameters
-from fathom.rundir import FORMAT, RunManifest, RunWriter, uninterrupted
+from fathom.rundir import FORMAT, RunManifest, RunWriter
 from fathom.rundir.inputs import recorded_base, run_data_config
 from fathom.rundir.sections import Data, Telemetry
 from fathom.rundir.weights import cpu_state

@@ -4,7 +4,10 @@ A ``KeyboardInterrupt`` is raised between any two bytecodes, e.g. during the dir
 fsync that follows the rename of a weights file: the file is then on disk while the
 manifest still describes its predecessor, and a reader reports a digest mismatch.
 :func:`uninterrupted` holds SIGINT back for such a step and raises the interrupt when the
-step is done, so the run directory always describes the files it holds.
+step is done, so the run directory always describes the files it holds. Every atomic
+write (:func:`fathom.base.io.atomic_write_bytes`) is such a step: an interrupt that lands
+inside ``tempfile.mkstemp``, after the file exists and before its name is returned, would
+leave a ``.*.tmp`` file that no ``except`` of the writer can name.
 
 :func:`sigterm_interrupts` makes SIGTERM (``kill PID``, a scheduler's stop) a
 ``KeyboardInterrupt`` too, for the duration of a command: the run then records
