@@ -176,6 +176,14 @@ def tiny_config(**updates) -> RunConfig:
     return base.with_updates(upd)
 
 
+@pytest.fixture(scope="module")
+def needs_sklearn() -> None:
+    """Skip a module whose tests need scikit-learn (the ``audit`` extra) where it is missing:
+    imported when the first test runs, not when the file is collected (a module-level
+    ``importorskip`` cost every xdist worker 1.3 s of collection)."""
+    pytest.importorskip("sklearn")
+
+
 @pytest.fixture
 def splits() -> DataSplits:
     return synthetic_splits()

@@ -12,7 +12,7 @@ from fathom.audit.checkpoint import AuditSettings
 from fathom.audit.run import audit_runs
 from fathom.train.loop import train
 
-pytest.importorskip("sklearn")
+pytestmark = pytest.mark.usefixtures("needs_sklearn")
 
 
 def test_contrast_defaults_follow_the_dataset() -> None:

@@ -18,7 +18,7 @@ from fathom.audit.router import (
 )
 from fathom.errors import FathomError
 
-pytest.importorskip("sklearn")
+pytestmark = pytest.mark.usefixtures("needs_sklearn")
 
 COSTS = np.array([10.0, 20.0, 30.0, 40.0])  # mask 3 is the full network
 FULL = 3

@@ -16,7 +16,7 @@ from fathom.data import DataSplits
 from fathom.errors import FathomError
 from fathom.train.loop import train
 
-pytest.importorskip("sklearn")
+pytestmark = pytest.mark.usefixtures("needs_sklearn")
 torch.set_num_threads(1)
 
 

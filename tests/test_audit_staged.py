@@ -16,7 +16,7 @@ from fathom.rundir import RunDir
 from fathom.train.loop import train
 from test_audit_run import synthetic_splits
 
-pytest.importorskip("sklearn")
+pytestmark = pytest.mark.usefixtures("needs_sklearn")
 torch.set_num_threads(1)
 
 
