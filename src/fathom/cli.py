@@ -182,13 +182,23 @@ def main(argv: list[str] | None = None) -> int:
         err = os_error(e, "complete the command", where="output location (--out, --runs-dir)")
         print(f"fathom {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except Exception as e:
+        from fathom.base.interrupts import cut_by_interrupt
+
+        if not cut_by_interrupt(e):  # Ctrl-C inside a serializer is Ctrl-C
+            raise
+        return _interrupted(args.command)
     except KeyboardInterrupt:
-        print(
-            f"fathom {args.command}: interrupted; completed epochs are kept and can be resumed",
-            file=sys.stderr,
-        )
-        return 130
+        return _interrupted(args.command)
     return int(rc or 0)
+
+
+def _interrupted(command: str) -> int:
+    print(
+        f"fathom {command}: interrupted; completed epochs are kept and can be resumed",
+        file=sys.stderr,
+    )
+    return 130
 
 
 if __name__ == "__main__":

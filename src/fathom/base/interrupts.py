@@ -17,9 +17,14 @@ leave a ``.*.tmp`` file that no ``except`` of the writer can name.
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _HELD = (signal.SIGINT, signal.SIGTERM)
 """The signals :func:`uninterrupted` holds back where they raise ``KeyboardInterrupt``."""
@@ -65,3 +70,40 @@ def sigterm_interrupts() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def cut_by_interrupt(e: BaseException) -> bool:
+    """Whether ``e`` is a Ctrl-C in disguise. pydantic turns a ``KeyboardInterrupt`` raised
+    inside a Python serializer (a ``model_serializer`` of a config or a manifest section)
+    into a ``PydanticSerializationError``: with the interrupt as its ``__cause__`` when that
+    serializer is the outermost, with only its name in the message ("Error calling function
+    `_dump`: KeyboardInterrupt: ") when it runs inside another one. Such an error is the
+    interrupt, never a failure of the run (``tests/test_train_sigint_anywhere.py``)."""
+    seen: set[int] = set()
+    cause: BaseException | None = e
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        if type(cause).__name__ == "PydanticSerializationError" and (
+            ": KeyboardInterrupt:" in str(cause)
+        ):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__
+    return False
+
+
+def interrupts_unwrapped(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` with a Ctrl-C in disguise (:func:`cut_by_interrupt`) raised as the
+    ``KeyboardInterrupt`` it is: what a caller of the library catches."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if cut_by_interrupt(e):
+                raise KeyboardInterrupt from e
+            raise
+
+    return wrapper

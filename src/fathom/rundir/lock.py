@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from fathom.base.interrupts import uninterrupted
 from fathom.base.io import RUN_LOCK, STUDY_LOCK
 from fathom.errors import FathomError
 
@@ -76,6 +77,18 @@ class DirLock:
         self.stale_pid: int | None = None
 
     def acquire(self) -> DirLock:
+        """Take the lock (or raise naming its holder). Ctrl-C is held back while the lock
+        is taken and its holder written, then raised with the lock given back: a lock
+        taken by an interrupted call would stay held by this process with nothing to
+        release it."""
+        try:
+            with uninterrupted():
+                return self._acquire()
+        except KeyboardInterrupt:
+            self.release()
+            raise
+
+    def _acquire(self) -> DirLock:
         from fathom.errors import os_error
 
         try:

@@ -87,17 +87,28 @@ class RunWriter:
 
     # -- opening -------------------------------------------------------------------------
     def acquire(self) -> RunWriter:
-        """Lock the directory (creating it) and remove stray temp files of killed writes."""
+        """Lock the directory (creating it) and remove stray temp files of killed writes.
+
+        Ctrl-C is held back until that is done, then raised with the lock given back."""
         files.check_run_dir(self.path)
         self.lock.acquire()
         try:
-            (self.path / "checkpoints").mkdir(exist_ok=True)
-            probe = self.path / ".write-probe.tmp"
-            probe.write_bytes(b"")
-            probe.unlink()
+            with uninterrupted():
+                self._make_writable()
         except OSError as e:
             self.lock.release()
             raise os_error(e, f"write to directory {str(self.path)!r}") from None
+        except KeyboardInterrupt:
+            self.lock.release()
+            raise
+        return self
+
+    def _make_writable(self) -> None:
+        """``checkpoints/`` created, a write probed, stray temp files removed (recorded)."""
+        (self.path / "checkpoints").mkdir(exist_ok=True)
+        probe = self.path / ".write-probe.tmp"
+        probe.write_bytes(b"")
+        probe.unlink()
         if self.lock.stale_pid is not None:
             self._pending.append(("stale_lock_taken_over", {"pid": self.lock.stale_pid}))
         stray = files.stray_tmp_files(self.path)
@@ -106,7 +117,6 @@ class RunWriter:
         if stray:
             names = [str(p.relative_to(self.path)) for p in stray]
             self._pending.append(("removed_temp_files", {"files": names}))
-        return self
 
     def start(self, manifest: RunManifest | None = None) -> None:
         """Begin a new run: refuse a directory that already holds one; empty history.
@@ -120,10 +130,11 @@ class RunWriter:
                 f"run directory {str(self.path)!r} already holds a run; use --resume to continue "
                 "it or choose another --name/--runs-dir"
             )
-        self._guard("write history.jsonl", atomic_write_bytes, self.path / "history.jsonl", b"")
-        self._hist, self._hist_bytes, self._hist_rows = hashlib.sha256(), 0, 0
-        self._disk = self._recorded = None  # a restart keeps nothing but its record
-        self._begin(manifest)
+        with uninterrupted():  # the first record: the empty history and the manifest, or neither
+            self._guard("write history.jsonl", atomic_write_bytes, self.path / "history.jsonl", b"")
+            self._hist, self._hist_bytes, self._hist_rows = hashlib.sha256(), 0, 0
+            self._disk = self._recorded = None  # a restart keeps nothing but its record
+            self._begin(manifest)
 
     def resume(
         self, *, source_hash: str, allow_source_change: bool = False
@@ -359,15 +370,21 @@ class RunWriter:
         self, status: Status, reason: str | None = None, *, failure: dict[str, Any] | None = None
     ) -> None:
         """Set the final status, its reason (and a failure's cause, :func:`failure_record`),
-        commit, release the lock."""
+        commit, release the lock.
+
+        Ctrl-C is held back until the lock is released: cut inside the commit, the lock
+        released in ``finally`` would leave the previous commit (``running``) with nothing
+        left to record ``interrupted``; held back, the run is recorded finished and the
+        interrupt is raised after."""
         m = self._held()
-        m.status, m.status_reason = status, reason
-        if failure is not None:
-            m.failure = Failure.model_validate(failure)
-        try:
-            self.commit()
-        finally:
-            self.close()
+        with uninterrupted():
+            m.status, m.status_reason = status, reason
+            if failure is not None:
+                m.failure = Failure.model_validate(failure)
+            try:
+                self.commit()
+            finally:
+                self.close()
 
     def _held(self) -> RunManifest:
         if self.manifest is None:
@@ -422,16 +439,18 @@ class RunWriter:
         """Best effort on Ctrl-C or SIGTERM: commit the manifest with status ``interrupted``
         (it can be resumed) and ``reason`` as its ``status_reason``, unlock. Before
         :meth:`start` / :meth:`begin_resumed` nothing is written (the directory stays as it
-        was)."""
-        try:
-            if self._begun and self.lock.held:
-                m = self._held()
-                m.status, m.status_reason = "interrupted", reason
-                self.commit()
-        except FathomError:
-            pass
-        finally:
-            self.close()
+        was). A second Ctrl-C is held back until the record is written and the lock
+        released."""
+        with uninterrupted():
+            try:
+                if self._begun and self.lock.held:
+                    m = self._held()
+                    m.status, m.status_reason = "interrupted", reason
+                    self.commit()
+            except FathomError:
+                pass
+            finally:
+                self.close()
 
     def close(self) -> None:
         self.lock.release()

@@ -117,20 +117,18 @@ def _cmd_train(args: argparse.Namespace) -> int:
         _name_free(run_dir)
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
-    from fathom.base.interrupts import sigterm_interrupts
+    from fathom.base.interrupts import cut_by_interrupt, sigterm_interrupts
 
     created = None if args.resume else _first_missing(run_dir)
     try:
         with sigterm_interrupts():  # `kill PID` is recorded like Ctrl-C
             result, reports = _run_training(args, cfg, run_dir, tracking)
-    except KeyboardInterrupt:
-        _remove_unstarted(created, run_dir)
-        _register_run(run_dir)
-        print(f"fathom train: {_interrupted_message(run_dir)}", file=sys.stderr)
-        return 130
-    except BaseException:  # refused before the run started (data too small, ...): no trace
+    except BaseException as e:  # refused before the run started (data too small, ...): no trace
         _remove_unstarted(created, run_dir)
         _register_run(run_dir)  # a run that started and failed is indexed as failed
+        if cut_by_interrupt(e):  # Ctrl-C, or Ctrl-C inside a serializer
+            print(f"fathom train: {_interrupted_message(run_dir)}", file=sys.stderr)
+            return 130
         raise
     warning = _register_run(run_dir)
     if warning:
@@ -277,6 +275,8 @@ def _interrupted_message(run_dir: Path) -> str:
         state = run_state(RunDir(run_dir))
     except FathomError:
         return f"interrupted before {run_dir} was started; nothing was written"
+    if state.finished:  # the interrupt came while the last record was written
+        return f"interrupted once the run had finished: {state.sentence()}; nothing was lost"
     return f"{state.sentence()} (completed epochs are kept)"
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from fathom.base.interrupts import uninterrupted
+from fathom.base.interrupts import cut_by_interrupt, interrupts_unwrapped, uninterrupted
 from fathom.base.io import config_digest, read_jsonl, state_dict_digest
 from fathom.base.provenance import resolve_device, source_hash
 from fathom.base.terminal import OnProgress
@@ -76,6 +76,7 @@ def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
     return stored
 
 
+@interrupts_unwrapped
 def train(
     cfg: RunConfig,
     run_dir: str | Path,
@@ -128,6 +129,9 @@ def train(
         writer.interrupted(_interrupted_reason(run_dir))  # resumable
         raise
     except Exception as e:  # a full disk at epoch 0, a corrupt file: recorded, then raised
+        if cut_by_interrupt(e):  # Ctrl-C inside a serializer: the interrupt, not a failure
+            writer.interrupted(_interrupted_reason(run_dir))
+            raise KeyboardInterrupt from e
         _raise_recorded(writer, disk_full_advice(e, s, run_dir), e)
     finally:
         writer.close()
@@ -300,6 +304,9 @@ def fit(s: Session) -> RunResult:
         raise
     except Exception as e:
         s.refresh_manifest(cut_short=True)
+        if cut_by_interrupt(e):  # Ctrl-C inside a serializer: the interrupt, not a failure
+            s.writer.interrupted(_interrupted_reason(s.run_dir))
+            raise KeyboardInterrupt from e
         _raise_recorded(s.writer, disk_full_advice(e, s, s.run_dir), e)
     complete = status == "complete"
     final_hash = state_dict_digest(cpu_state(s.model)) if complete else None
@@ -316,6 +323,7 @@ def fit(s: Session) -> RunResult:
     )
 
 
+@interrupts_unwrapped
 def resume(
     run_dir: str | Path,
     *,
