@@ -300,3 +300,39 @@ def test_fathom_train_says_a_late_ctrl_c_found_the_run_finished(tmp_path, capsys
     assert "interrupted once the run had finished: complete, 1 of 1 epochs" in err, err
     rd = RunDir(runs / "sigint" / "late")
     assert rd.status == "complete" and rd.problems() == []
+
+
+def _ctrl_c_in_disguise() -> Exception:
+    """The ``PydanticSerializationError`` a Ctrl-C inside a nested serializer becomes."""
+    _RAISED[:] = [KeyboardInterrupt]
+    try:
+        _Outer().model_dump()
+    except Exception as e:
+        return e
+    finally:
+        _RAISED.clear()
+    raise AssertionError("the serializer raised nothing")
+
+
+def test_live_tracking_passes_a_ctrl_c_in_disguise_on():
+    """Live tracking swallows its own errors (training goes on, the error is reported at
+    close); a Ctrl-C that pydantic wrapped is not one of them."""
+    from types import SimpleNamespace
+
+    from fathom.export.live import LiveTracker
+
+    def poll():
+        raise wrapped
+
+    wrapped = _ctrl_c_in_disguise()
+    tracker = SimpleNamespace(error=None, poll=poll)
+    with pytest.raises(KeyboardInterrupt):
+        LiveTracker.__call__(tracker, "epoch", {})
+    assert tracker.error is None
+
+    def failing_poll():
+        raise ValueError("the backend refused a row")
+
+    tracker = SimpleNamespace(error=None, poll=failing_poll, last_epoch=3)
+    LiveTracker.__call__(tracker, "epoch", {})  # a real error is kept for the close
+    assert "ValueError: the backend refused a row" in tracker.error

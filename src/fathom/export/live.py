@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fathom.base.interrupts import cut_by_interrupt
 from fathom.base.io import atomic_write_json
 from fathom.base.terminal import OnProgress
 from fathom.config.export import live_targets
@@ -214,6 +215,8 @@ class LiveTracker:
         try:
             self.poll()
         except Exception as e:  # the logs are secondary: report at close, keep training
+            if cut_by_interrupt(e):  # Ctrl-C inside a serializer stops training like Ctrl-C
+                raise KeyboardInterrupt from e
             self.error = (
                 f"live tracking stopped at epoch {self.last_epoch}: {type(e).__name__}: {e}"
             )

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fathom.base.interrupts import cut_by_interrupt
 from fathom.base.io import config_digest
 from fathom.config import LiveConfig, describe_config_change, validate_run_config
 from fathom.errors import FathomError
@@ -198,6 +199,8 @@ def execute_run(
     except FathomError:
         raise
     except Exception as e:  # the run's own failure is data: recorded in its manifest
+        if cut_by_interrupt(e):  # Ctrl-C inside a serializer: the interrupt, not a failure
+            raise KeyboardInterrupt from e
         return outcome(verb, "failed", None, f"{type(e).__name__}: {e}", note)
     if expected is not None and result.final_params != expected:
         note = f"{note}; the retrained run ended with another final hash than recorded ({expected[:12]}…)"
