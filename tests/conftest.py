@@ -56,6 +56,7 @@ HEAVIEST_FILES_FIRST = (
     "test_train_gpt.py",
     "test_curvature_language.py",
     "test_rundir.py",
+    "test_train_sigint_anywhere.py",
     "test_report_lm.py",
     "test_losses_labels.py",
     "test_train_steps.py",
