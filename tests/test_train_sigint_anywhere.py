@@ -55,8 +55,8 @@ SOURCE = str(Path(fathom.__file__).parent) + os.sep
 """Events of frames whose code lives here are counted (torch's and the stdlib's are not)."""
 
 
-def _call_traced(call, fire) -> tuple[int, bool, object]:
-    """``call()`` with a tracer that counts Fathom's events and sends SIGINT at the first
+def _call_traced(call, fire, sig: int = signal.SIGINT) -> tuple[int, bool, object]:
+    """``call()`` with a tracer that counts Fathom's events and sends ``sig`` at the first
     for which ``fire(index, frame, event)`` holds: ``(events, sent, outcome)``, the outcome
     being what ``call`` returned or the ``KeyboardInterrupt`` it raised."""
     seen = 0
@@ -67,7 +67,7 @@ def _call_traced(call, fire) -> tuple[int, bool, object]:
         if frame.f_code.co_filename.startswith(SOURCE):
             if not sent and fire(seen, frame, event):
                 sent = True
-                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), sig)
             seen += 1
         return tracer
 
@@ -159,6 +159,32 @@ def test_sigint_inside_the_last_commit_records_the_run_complete(reference):
 
     run = reference["root"] / "last-commit"
     _, sent, raised = _train_traced(run, reference["splits"], reference["cfg"], fire)
+    assert _check_after_sigint(reference, run, sent, raised) == "complete"
+
+
+def test_sigterm_inside_the_last_commit_records_the_run_complete(reference):
+    """The same under ``sigterm_interrupts`` (``fathom train``'s: ``kill PID``, a scheduler's
+    stop): SIGTERM is held back like Ctrl-C."""
+    from fathom.base.interrupts import sigterm_interrupts
+
+    inside = {"finish": False}
+
+    def fire(_, frame, event):
+        if frame.f_code is RunWriter.finish.__code__:
+            inside["finish"] = True
+        return inside["finish"] and frame.f_code is RunManifest.to_json.__code__
+
+    def call():
+        with sigterm_interrupts():
+            return train(reference["cfg"], run, splits=reference["splits"])
+
+    run = reference["root"] / "last-commit-sigterm"
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # what sigterm_interrupts takes over
+    try:
+        _, sent, outcome = _call_traced(call, fire, signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    raised = isinstance(outcome, KeyboardInterrupt)
     assert _check_after_sigint(reference, run, sent, raised) == "complete"
 
 
