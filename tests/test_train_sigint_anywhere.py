@@ -362,3 +362,15 @@ def test_live_tracking_passes_a_ctrl_c_in_disguise_on():
     tracker = SimpleNamespace(error=None, poll=failing_poll, last_epoch=3)
     LiveTracker.__call__(tracker, "epoch", {})  # a real error is kept for the close
     assert "ValueError: the backend refused a row" in tracker.error
+
+
+def test_ctrl_c_while_the_command_line_is_read_is_said_without_a_traceback(capsys):
+    """SIGINT while ``fathom`` builds its parser (the command's module imported): exit 130
+    and one line (it escaped ``main`` as a ``KeyboardInterrupt``: a Python traceback)."""
+    from fathom.cli import build_parser, main
+
+    fire = _first_call_after(main.__code__, build_parser.__code__)
+    _, sent, rc = _call_traced(lambda: main(["train", "--help-not-reached"]), fire)
+    assert sent and rc == 130
+    err = capsys.readouterr().err
+    assert err == "fathom: interrupted before the command started; nothing was written\n"

@@ -164,8 +164,14 @@ def _reader_gone() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_command_of(argv) or "")
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser(_command_of(argv) or "")  # imports the command's module
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print(
+            "fathom: interrupted before the command started; nothing was written", file=sys.stderr
+        )
+        return 130
     try:
         rc = args.func(args)
         sys.stdout.flush()  # a reader gone (`fathom ... | head`) shows here, not at exit
