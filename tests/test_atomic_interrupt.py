@@ -15,13 +15,13 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
 from fathom.base.io import atomic_write_bytes
+from test_train_sigint_anywhere import _call_traced
 
 pytestmark = pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(), reason="signals: main thread"
@@ -30,48 +30,18 @@ pytestmark = pytest.mark.skipif(
 
 def _events_of_one_write(path: Path, data: bytes) -> int:
     """How many trace events one write makes (the points a SIGINT may land at)."""
-    count = 0
-
-    def tracer(frame, event, arg):
-        nonlocal count
-        count += 1
-        return tracer
-
-    sys.settrace(tracer)
-    try:
-        atomic_write_bytes(path, data)
-    finally:
-        sys.settrace(None)
-    return count
+    events, _, _ = _call_traced(lambda: atomic_write_bytes(path, data), lambda *_: False, where="")
+    return events
 
 
 def _write_with_sigint_at(path: Path, data: bytes, at: int) -> tuple[bool, bool]:
     """One write with SIGINT sent to this process at trace event ``at``: whether it was sent
     (the write has that many events) and whether the ``KeyboardInterrupt`` reached the
     caller."""
-    seen = 0
-    sent = False
-
-    def tracer(frame, event, arg):
-        nonlocal seen, sent
-        if seen == at:
-            sent = True
-            os.kill(os.getpid(), signal.SIGINT)
-        seen += 1
-        return tracer
-
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        sys.settrace(tracer)
-        try:
-            atomic_write_bytes(path, data)
-        finally:
-            sys.settrace(None)
-    except KeyboardInterrupt:
-        return sent, True
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    return sent, False
+    _, sent, outcome = _call_traced(
+        lambda: atomic_write_bytes(path, data), lambda i, *_: i == at, where=""
+    )
+    return sent, isinstance(outcome, KeyboardInterrupt)
 
 
 def _check_interrupted_write(directory: Path, target: Path, old: bytes, new: bytes, at: int):

@@ -55,16 +55,19 @@ SOURCE = str(Path(fathom.__file__).parent) + os.sep
 """Events of frames whose code lives here are counted (torch's and the stdlib's are not)."""
 
 
-def _call_traced(call, fire, sig: int = signal.SIGINT) -> tuple[int, bool, object]:
-    """``call()`` with a tracer that counts Fathom's events and sends ``sig`` at the first
-    for which ``fire(index, frame, event)`` holds: ``(events, sent, outcome)``, the outcome
-    being what ``call`` returned or the ``KeyboardInterrupt`` it raised."""
+def _call_traced(
+    call, fire, sig: int = signal.SIGINT, where: str = SOURCE
+) -> tuple[int, bool, object]:
+    """``call()`` with a tracer that counts the events of code under ``where`` (Fathom's;
+    ``""``: all) and sends ``sig`` at the first for which ``fire(index, frame, event)``
+    holds: ``(events, sent, outcome)``, the outcome being what ``call`` returned or the
+    ``KeyboardInterrupt`` it raised."""
     seen = 0
     sent = False
 
     def tracer(frame, event, arg):
         nonlocal seen, sent
-        if frame.f_code.co_filename.startswith(SOURCE):
+        if frame.f_code.co_filename.startswith(where):
             if not sent and fire(seen, frame, event):
                 sent = True
                 os.kill(os.getpid(), sig)
@@ -89,6 +92,19 @@ def _train_traced(run: Path, splits, cfg, fire) -> tuple[int, bool, bool]:
     """:func:`train` into ``run`` under :func:`_call_traced`: ``(events, sent, raised)``."""
     events, sent, outcome = _call_traced(lambda: train(cfg, run, splits=splits), fire)
     return events, sent, isinstance(outcome, KeyboardInterrupt)
+
+
+def _first_call_after(entered, code):
+    """A ``fire`` for :func:`_train_traced`: the first call of ``code`` once a frame of
+    ``entered`` has run."""
+    inside = {"entered": False}
+
+    def fire(_, frame, event):
+        if frame.f_code is entered:
+            inside["entered"] = True
+        return inside["entered"] and frame.f_code is code and event == "call"
+
+    return fire
 
 
 @pytest.fixture(scope="module")
@@ -150,12 +166,7 @@ def test_sigint_inside_the_last_commit_records_the_run_complete(reference):
     """The counter-example: SIGINT at the first event of the manifest's serialisation inside
     ``RunWriter.finish`` (it left ``running``); now the run is recorded ``complete`` and the
     interrupt raised after."""
-    inside = {"finish": False}
-
-    def fire(_, frame, event):
-        if frame.f_code is RunWriter.finish.__code__:
-            inside["finish"] = True
-        return inside["finish"] and frame.f_code is RunManifest.to_json.__code__
+    fire = _first_call_after(RunWriter.finish.__code__, RunManifest.to_json.__code__)
 
     run = reference["root"] / "last-commit"
     _, sent, raised = _train_traced(run, reference["splits"], reference["cfg"], fire)
@@ -167,12 +178,7 @@ def test_sigterm_inside_the_last_commit_records_the_run_complete(reference):
     stop): SIGTERM is held back like Ctrl-C."""
     from fathom.base.interrupts import sigterm_interrupts
 
-    inside = {"finish": False}
-
-    def fire(_, frame, event):
-        if frame.f_code is RunWriter.finish.__code__:
-            inside["finish"] = True
-        return inside["finish"] and frame.f_code is RunManifest.to_json.__code__
+    fire = _first_call_after(RunWriter.finish.__code__, RunManifest.to_json.__code__)
 
     def call():
         with sigterm_interrupts():
@@ -191,29 +197,11 @@ def test_sigterm_inside_the_last_commit_records_the_run_complete(reference):
 def test_sigint_in_the_first_record_leaves_nothing_or_an_interrupted_run(reference):
     """The interrupt inside ``RunWriter.start`` (the first manifest): either nothing was
     written or the run was recorded ``interrupted`` and resumes to the same hash."""
-    inside = {"start": False}
-
-    def fire(_, frame, event):
-        if frame.f_code is RunWriter.start.__code__:
-            inside["start"] = True
-        return inside["start"] and frame.f_code is RunManifest.to_json.__code__
+    fire = _first_call_after(RunWriter.start.__code__, RunManifest.to_json.__code__)
 
     run = reference["root"] / "first-record"
     _, sent, raised = _train_traced(run, reference["splits"], reference["cfg"], fire)
     assert _check_after_sigint(reference, run, sent, raised) in ("unstarted", "interrupted")
-
-
-def _first_call_after(entered, code):
-    """A ``fire`` for :func:`_train_traced`: the first call of ``code`` once a frame of
-    ``entered`` has run."""
-    inside = {"entered": False}
-
-    def fire(_, frame, event):
-        if frame.f_code is entered:
-            inside["entered"] = True
-        return inside["entered"] and frame.f_code is code and event == "call"
-
-    return fire
 
 
 def test_sigint_inside_a_manifest_serializer_is_recorded_interrupted(reference):
