@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from fathom import __version__
+from fathom.base.interrupts import interrupts_unwrapped
 from fathom.errors import FathomError, did_you_mean, install_hint
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -173,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 130
     try:
-        rc = args.func(args)
+        with interrupts_unwrapped():  # Ctrl-C inside a serializer is Ctrl-C
+            rc = args.func(args)
         sys.stdout.flush()  # a reader gone (`fathom ... | head`) shows here, not at exit
     except BrokenPipeError:
         return _reader_gone()
@@ -188,23 +190,13 @@ def main(argv: list[str] | None = None) -> int:
         err = os_error(e, "complete the command", where="output location (--out, --runs-dir)")
         print(f"fathom {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except Exception as e:
-        from fathom.base.interrupts import cut_by_interrupt
-
-        if not cut_by_interrupt(e):  # Ctrl-C inside a serializer is Ctrl-C
-            raise
-        return _interrupted(args.command)
     except KeyboardInterrupt:
-        return _interrupted(args.command)
+        print(
+            f"fathom {args.command}: interrupted; completed epochs are kept and can be resumed",
+            file=sys.stderr,
+        )
+        return 130
     return int(rc or 0)
-
-
-def _interrupted(command: str) -> int:
-    print(
-        f"fathom {command}: interrupted; completed epochs are kept and can be resumed",
-        file=sys.stderr,
-    )
-    return 130
 
 
 if __name__ == "__main__":

@@ -17,14 +17,9 @@ leave a ``.*.tmp`` file that no ``except`` of the writer can name.
 from __future__ import annotations
 
 import contextlib
-import functools
 import signal
 import threading
-from collections.abc import Callable, Iterator
-from typing import ParamSpec, TypeVar
-
-P = ParamSpec("P")
-R = TypeVar("R")
+from collections.abc import Iterator
 
 _HELD = (signal.SIGINT, signal.SIGTERM)
 """The signals :func:`uninterrupted` holds back where they raise ``KeyboardInterrupt``."""
@@ -93,17 +88,14 @@ def cut_by_interrupt(e: BaseException) -> bool:
     return False
 
 
-def interrupts_unwrapped(fn: Callable[P, R]) -> Callable[P, R]:
-    """``fn`` with a Ctrl-C in disguise (:func:`cut_by_interrupt`) raised as the
-    ``KeyboardInterrupt`` it is: what a caller of the library catches."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except Exception as e:
-            if cut_by_interrupt(e):
-                raise KeyboardInterrupt from e
-            raise
-
-    return wrapper
+@contextlib.contextmanager
+def interrupts_unwrapped() -> Iterator[None]:
+    """Within the block, a Ctrl-C in disguise (:func:`cut_by_interrupt`) is raised as the
+    ``KeyboardInterrupt`` it is, so that the handlers of Ctrl-C outside it see one (also a
+    decorator: ``@interrupts_unwrapped()``)."""
+    try:
+        yield
+    except Exception as e:
+        if cut_by_interrupt(e):
+            raise KeyboardInterrupt from e
+        raise

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fathom.base.interrupts import cut_by_interrupt
+from fathom.base.interrupts import interrupts_unwrapped
 from fathom.base.io import atomic_write_json
 from fathom.base.terminal import OnProgress
 from fathom.config.export import live_targets
@@ -213,10 +213,9 @@ class LiveTracker:
         if self.error is not None or event == "step":
             return
         try:
-            self.poll()
+            with interrupts_unwrapped():  # Ctrl-C inside a serializer stops training like Ctrl-C
+                self.poll()
         except Exception as e:  # the logs are secondary: report at close, keep training
-            if cut_by_interrupt(e):  # Ctrl-C inside a serializer stops training like Ctrl-C
-                raise KeyboardInterrupt from e
             self.error = (
                 f"live tracking stopped at epoch {self.last_epoch}: {type(e).__name__}: {e}"
             )

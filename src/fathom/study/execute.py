@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fathom.base.interrupts import cut_by_interrupt
+from fathom.base.interrupts import interrupts_unwrapped
 from fathom.base.io import config_digest
 from fathom.config import LiveConfig, describe_config_change, validate_run_config
 from fathom.errors import FathomError
@@ -195,12 +195,11 @@ def execute_run(
         verb, resume = ("retried" if action in ("retry", "retrain") else "trained"), False
     options = dict(resume=resume, phase=spec.phase, allow_source_change=allow_source_change)
     try:
-        result, bad = _train_spec(spec, path, splits_for, (live, tracker, progress), options)
+        with interrupts_unwrapped():  # Ctrl-C inside a serializer: the interrupt, not a failure
+            result, bad = _train_spec(spec, path, splits_for, (live, tracker, progress), options)
     except FathomError:
         raise
     except Exception as e:  # the run's own failure is data: recorded in its manifest
-        if cut_by_interrupt(e):  # Ctrl-C inside a serializer: the interrupt, not a failure
-            raise KeyboardInterrupt from e
         return outcome(verb, "failed", None, f"{type(e).__name__}: {e}", note)
     if expected is not None and result.final_params != expected:
         note = f"{note}; the retrained run ended with another final hash than recorded ({expected[:12]}…)"

@@ -117,18 +117,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
         _name_free(run_dir)
         tracking = live_settings(cfg.live, args.live)
         cfg = cfg.model_copy(update={"live": tracking})
-    from fathom.base.interrupts import cut_by_interrupt, sigterm_interrupts
+    from fathom.base.interrupts import interrupts_unwrapped, sigterm_interrupts
 
     created = None if args.resume else _first_missing(run_dir)
     try:
-        with sigterm_interrupts():  # `kill PID` is recorded like Ctrl-C
+        # `kill PID` is recorded like Ctrl-C, and so is a Ctrl-C inside a serializer
+        with sigterm_interrupts(), interrupts_unwrapped():
             result, reports = _run_training(args, cfg, run_dir, tracking)
-    except BaseException as e:  # refused before the run started (data too small, ...): no trace
+    except KeyboardInterrupt:
+        _remove_unstarted(created, run_dir)
+        _register_run(run_dir)
+        print(f"fathom train: {_interrupted_message(run_dir)}", file=sys.stderr)
+        return 130
+    except BaseException:  # refused before the run started (data too small, ...): no trace
         _remove_unstarted(created, run_dir)
         _register_run(run_dir)  # a run that started and failed is indexed as failed
-        if cut_by_interrupt(e):  # Ctrl-C, or Ctrl-C inside a serializer
-            print(f"fathom train: {_interrupted_message(run_dir)}", file=sys.stderr)
-            return 130
         raise
     warning = _register_run(run_dir)
     if warning:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from fathom.base.interrupts import cut_by_interrupt, interrupts_unwrapped, uninterrupted
+from fathom.base.interrupts import interrupts_unwrapped, uninterrupted
 from fathom.base.io import config_digest, read_jsonl, state_dict_digest
 from fathom.base.provenance import resolve_device, source_hash
 from fathom.base.terminal import OnProgress
@@ -76,7 +76,7 @@ def check_resumable(run_dir: Path, cfg: RunConfig | None) -> RunConfig:
     return stored
 
 
-@interrupts_unwrapped
+@interrupts_unwrapped()  # check_resumable's, before the writer
 def train(
     cfg: RunConfig,
     run_dir: str | Path,
@@ -113,25 +113,25 @@ def train(
     writer = RunWriter(run_dir).acquire()
     s = None
     try:
-        state = None
-        if resume:  # None: a run stopped inside epoch 0 starts again (recorded)
-            state = writer.resume(
-                source_hash=source_hash(), allow_source_change=allow_source_change
-            )
-        with matmul_precision(cfg.execution.precision, device), recorded_threads(writer):
-            s = build_session(cfg, writer, device, splits, telemetry, progress, t_invocation, phase)
-            if state is None:
-                begin(s)
-            else:
-                restore(s, state)
-            return fit(s)
+        with interrupts_unwrapped():  # Ctrl-C inside a serializer: the interrupt, not a failure
+            state = None
+            if resume:  # None: a run stopped inside epoch 0 starts again (recorded)
+                state = writer.resume(
+                    source_hash=source_hash(), allow_source_change=allow_source_change
+                )
+            with matmul_precision(cfg.execution.precision, device), recorded_threads(writer):
+                s = build_session(
+                    cfg, writer, device, splits, telemetry, progress, t_invocation, phase
+                )
+                if state is None:
+                    begin(s)
+                else:
+                    restore(s, state)
+                return fit(s)
     except KeyboardInterrupt:  # before the epoch loop (fit records its own)
         writer.interrupted(_interrupted_reason(run_dir))  # resumable
         raise
     except Exception as e:  # a full disk at epoch 0, a corrupt file: recorded, then raised
-        if cut_by_interrupt(e):  # Ctrl-C inside a serializer: the interrupt, not a failure
-            writer.interrupted(_interrupted_reason(run_dir))
-            raise KeyboardInterrupt from e
         _raise_recorded(writer, disk_full_advice(e, s, run_dir), e)
     finally:
         writer.close()
@@ -297,16 +297,14 @@ def _run_epochs(s: Session) -> tuple[Status, str | None, int | None]:
 def fit(s: Session) -> RunResult:
     """Run the remaining epochs; record the outcome (failures are recorded, then raised)."""
     try:
-        status, reason, diverged_epoch = _run_epochs(s)
+        with interrupts_unwrapped():  # Ctrl-C inside a serializer: the interrupt, not a failure
+            status, reason, diverged_epoch = _run_epochs(s)
     except KeyboardInterrupt:
         s.refresh_manifest(cut_short=True)
         s.writer.interrupted(_interrupted_reason(s.run_dir))
         raise
     except Exception as e:
         s.refresh_manifest(cut_short=True)
-        if cut_by_interrupt(e):  # Ctrl-C inside a serializer: the interrupt, not a failure
-            s.writer.interrupted(_interrupted_reason(s.run_dir))
-            raise KeyboardInterrupt from e
         _raise_recorded(s.writer, disk_full_advice(e, s, s.run_dir), e)
     complete = status == "complete"
     final_hash = state_dict_digest(cpu_state(s.model)) if complete else None
@@ -323,7 +321,7 @@ def fit(s: Session) -> RunResult:
     )
 
 
-@interrupts_unwrapped
+@interrupts_unwrapped()
 def resume(
     run_dir: str | Path,
     *,
